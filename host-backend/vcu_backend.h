@@ -1,0 +1,116 @@
+/*
+ * virtio-cuda host backend: the library a transport (the QEMU device, a
+ * unit test, a benchmark) hands guest requests to.
+ *
+ * Transport neutral: a request is its bytes (include/vcu_proto.h: header,
+ * payload, segment table; any range list after it is ignored) plus, for
+ * each data segment, host iovecs the transport has already mapped.  The
+ * backend validates everything in the request itself: the transport only
+ * guarantees that the iovecs are host memory of the lengths it says.
+ *
+ * Threads: vcu_backend_submit() may be called from any one thread at a
+ * time per backend (the QEMU device calls it with the BQL held).  Each
+ * session runs its requests in order on a worker thread of its own, where
+ * its CUDA context lives.  The done callback runs on a worker thread, on a
+ * CUDA callback thread, or inside vcu_backend_submit() itself for
+ * requests rejected before they reach a worker; it must not call back
+ * into the backend.
+ */
+#ifndef VCU_BACKEND_H
+#define VCU_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "vcu_proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Functions return 0 or a VCU_E* code (include/vcu_proto.h); vcu_status_str()
+ * gives its message. */
+
+typedef struct vcu_backend_s vcu_backend_t;
+
+typedef struct vcu_backend_config_s {
+    /*
+     * Host GPUs given to the VM, in virtual order: a comma-separated list
+     * of host ordinals ("0,2") or UUIDs ("GPU-1234abcd-..."); NULL or ""
+     * means "0".
+     */
+    const char *gpus;
+    /* Path for dlopen(); NULL means "libcuda.so.1". */
+    const char *libcuda;
+    /* Most sessions at once; 0 means 64. */
+    unsigned int max_sessions;
+    /* Register guest RAM given with vcu_backend_add_ram() with CUDA. */
+    int register_ram;
+} vcu_backend_config_t;
+
+typedef struct vcu_segment_s {
+    const struct iovec *iov;        /* host memory of this segment, in order */
+    unsigned int iovcnt;
+    uint64_t len;                   /* sum of iov lengths */
+    uint32_t flags;                 /* VCU_SEG_TO_DEVICE or VCU_SEG_FROM_DEVICE */
+} vcu_segment_t;
+
+typedef struct vcu_request_s vcu_request_t;
+typedef void (*vcu_done_cb)(vcu_request_t *req);
+
+/*
+ * One request.  The caller allocates it and everything it points to, and
+ * keeps all of it alive and unchanged until done() has been called, exactly
+ * once.  The backend writes the whole reply (struct vcu_resp_hdr, status
+ * first, and its payload) into resp and sets resp_len.
+ */
+struct vcu_request_s {
+    const void *req;                /* request bytes */
+    size_t req_len;
+    const vcu_segment_t *segs;      /* one per segment of the request's table */
+    unsigned int nsegs;
+    void *resp;                     /* reply buffer, >= sizeof(struct vcu_resp_hdr) */
+    size_t resp_cap;
+    size_t resp_len;                /* OUT */
+    vcu_done_cb done;
+    void *opaque;                   /* the caller's */
+};
+
+/* Creates a backend.  Never fails for lack of a GPU driver: the CUDA
+ * feature is simply not offered then (vcu_backend_cuda_error() says why).
+ * The caller frees it with vcu_backend_free(). */
+int vcu_backend_new(const vcu_backend_config_t *cfg, vcu_backend_t **out);
+
+/* Ends every session as vcu_backend_reset() does, then frees. */
+void vcu_backend_free(vcu_backend_t *be);
+
+/* Queues a request; always ends in exactly one call of req->done. */
+void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req);
+
+/* Runs a request and waits for it: for tests and benchmarks.  Returns 0
+ * once done, the reply's status being in req->resp. */
+int vcu_backend_execute(vcu_backend_t *be, vcu_request_t *req);
+
+/*
+ * Ends every session (device reset): requests not yet started complete
+ * with VCU_S_ECANCELED, running ones finish, then every session's host
+ * state (CUDA context and all it holds) is freed.  Returns once all done
+ * callbacks have run and every worker has exited.
+ */
+void vcu_backend_reset(vcu_backend_t *be);
+
+/* Registers a range of host memory backing guest RAM (pinned DMA). */
+int vcu_backend_add_ram(vcu_backend_t *be, void *hva, size_t len);
+
+/* Why CUDA is unavailable, or NULL if it is available. */
+const char *vcu_backend_cuda_error(const vcu_backend_t *be);
+
+/* Sessions open now (for tests). */
+unsigned int vcu_backend_session_count(vcu_backend_t *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VCU_BACKEND_H */

@@ -1,0 +1,661 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR MIT) */
+/*
+ * virtio-cuda wire protocol, version 1.
+ *
+ * The one header shared by the guest library, the guest kernel module, the
+ * QEMU device model and the host backend.  Everything that crosses the
+ * virtqueue is defined here; nothing else may.
+ *
+ * Rules (see docs/protocol.md for the long form):
+ *  - every field is fixed width and little endian; structs are naturally
+ *    aligned with explicit padding, no bool, enum, bitfield, long or pointer;
+ *    pointers and sizes travel as 64-bit values;
+ *  - every struct's size is asserted below, and again by each part;
+ *  - opcodes, their numbers and their names come from VCU_OP_MAP alone;
+ *  - new behaviour gets a new opcode, never a changed struct.
+ *
+ * A request is one device-readable byte stream (the driver may split it
+ * over several descriptors; the device gathers them):
+ *
+ *   struct vcu_req_hdr
+ *   payload                       (hdr.payload_len bytes, zero padded to 8)
+ *   struct vcu_seg   [hdr.nsegs]
+ *   struct vcu_range [sum of seg.nranges, in segment order]
+ *
+ * followed by one device-writable buffer for the reply:
+ *
+ *   struct vcu_resp_hdr
+ *   payload                       (resp.payload_len bytes)
+ *
+ * A data segment is guest memory the request reads (VCU_SEG_TO_DEVICE) or
+ * writes (VCU_SEG_FROM_DEVICE), given as guest-physical ranges.  The
+ * opcode says what each segment means.
+ *
+ * The guest kernel owns the transport fields (session, req_id, nsegs and
+ * the segment table); user space chooses opcode, flags and payload only.
+ * Guest user space is little endian x86-64, as is the host: the user-space
+ * parts assert this and read fields directly; the kernel and QEMU use their
+ * byte-order helpers on the header fields they touch.
+ */
+#ifndef VCU_PROTO_H
+#define VCU_PROTO_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+#include <linux/build_bug.h>
+typedef __le16 vcu_le16;
+typedef __le32 vcu_le32;
+typedef __le64 vcu_le64;
+typedef __u8 vcu_u8;
+#define VCU_PROTO_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#include <stdint.h>
+typedef uint16_t vcu_le16;
+typedef uint32_t vcu_le32;
+typedef uint64_t vcu_le64;
+typedef uint8_t vcu_u8;
+#define VCU_PROTO_ASSERT(cond, msg) _Static_assert(cond, msg)
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "virtio-cuda user-space parts assume a little-endian host"
+#endif
+#endif
+
+/*
+ * Virtio device ID.  63 is unassigned in the virtio 1.3 registry and is the
+ * highest ID Linux binds as a modern virtio-pci device (PCI ID 0x1040 + 63 =
+ * 0x107f), as far as possible from the IDs OASIS hands out in order.
+ */
+#define VCU_VIRTIO_ID 63
+#define VCU_PCI_DEVICE_ID (0x1040 + VCU_VIRTIO_ID)
+
+#define VCU_PROTO_VERSION 1
+
+/* Feature bits agreed at SESSION_OPEN (not virtio feature bits). */
+#define VCU_FEAT_ECHO (1ULL << 0)   /* ECHO opcode */
+#define VCU_FEAT_CUDA (1ULL << 1)   /* the CUDA opcodes; set only where a driver loaded */
+#define VCU_FEAT_ASYNC (1ULL << 2)  /* VCU_REQ_F_ASYNC requests */
+
+/* Limits; the device rejects anything beyond them with VCU_S_E2BIG. */
+#define VCU_MAX_PAYLOAD (64u * 1024)        /* request and response payload */
+#define VCU_MAX_SEGS 16u                    /* data segments per request */
+#define VCU_MAX_XFER (1ull << 30)           /* data bytes per request */
+#define VCU_PAGE_SIZE 4096u
+/* Every 4 KiB page its own range, plus a partial page at each segment end. */
+#define VCU_MAX_RANGES ((unsigned int)(VCU_MAX_XFER / VCU_PAGE_SIZE) + 2 * VCU_MAX_SEGS)
+
+/*
+ * Status codes: the wire status (positive, VCU_S_*) and the user-space
+ * library codes (VCU_E* = -VCU_S_*) come from this one list.
+ */
+#define VCU_STATUS_MAP(XX)                                                   \
+    XX(OK, 0, "success")                                                     \
+    XX(EINVAL, 1, "invalid request")                                         \
+    XX(ENOTSUP, 2, "operation not supported")                                \
+    XX(ENOSESSION, 3, "no such session")                                     \
+    XX(ENOMEM, 4, "out of memory on the host")                               \
+    XX(EFAULT, 5, "data segment is not in guest RAM")                        \
+    XX(E2BIG, 6, "request exceeds a protocol limit")                         \
+    XX(EVERSION, 7, "protocol version not supported")                        \
+    XX(EBUSY, 8, "too many sessions or requests")                            \
+    XX(EIO, 9, "host backend failure")                                       \
+    XX(ENODEV, 10, "no such device or no GPU driver on the host")            \
+    XX(ECANCELED, 11, "request cancelled: session ended or device reset")    \
+    XX(ERANGE, 12, "response does not fit the reply buffer")
+
+#define VCU_S_ENUM_(name, val, msg) VCU_S_##name = (val),
+enum { VCU_STATUS_MAP(VCU_S_ENUM_) VCU_S_COUNT_ };
+#undef VCU_S_ENUM_
+
+#ifndef __KERNEL__
+/* User-space library codes: VCU_OK or VCU_E* = -VCU_S_E*. */
+#define VCU_E_ENUM_(name, val, msg) VCU_##name = -(val),
+enum { VCU_STATUS_MAP(VCU_E_ENUM_) };
+#undef VCU_E_ENUM_
+
+/* Message for a wire status or a library code (0, VCU_S_* or VCU_E*). */
+static inline const char *vcu_status_str(int code)
+{
+    switch (code < 0 ? -code : code) {
+#define VCU_STR_CASE_(name, val, msg) case (val): return msg;
+    VCU_STATUS_MAP(VCU_STR_CASE_)
+#undef VCU_STR_CASE_
+    }
+    return "unknown virtio-cuda status";
+}
+#endif
+
+/* Request flags (vcu_req_hdr.flags). */
+#define VCU_REQ_F_ASYNC (1u << 0)   /* nobody waits for the reply; errors are deferred */
+
+struct vcu_req_hdr {
+    vcu_le32 opcode;
+    vcu_le32 flags;                 /* VCU_REQ_F_* */
+    vcu_le64 session;               /* from SESSION_OPEN; 0 for SESSION_OPEN */
+    vcu_le64 req_id;                /* echoed in the reply */
+    vcu_le32 payload_len;           /* <= VCU_MAX_PAYLOAD */
+    vcu_le16 nsegs;                 /* <= VCU_MAX_SEGS */
+    vcu_le16 reserved;              /* 0 */
+};
+
+#define VCU_SEG_TO_DEVICE (1u << 0)   /* device reads the segment */
+#define VCU_SEG_FROM_DEVICE (1u << 1) /* device writes the segment */
+
+struct vcu_seg {
+    vcu_le64 len;                   /* sum of the ranges' lengths */
+    vcu_le32 nranges;
+    vcu_le32 flags;                 /* exactly one of VCU_SEG_* */
+};
+
+struct vcu_range {
+    vcu_le64 gpa;                   /* guest-physical address */
+    vcu_le64 len;                   /* > 0 */
+};
+
+struct vcu_resp_hdr {
+    vcu_le32 status;                /* VCU_S_*; first, always valid */
+    vcu_le32 payload_len;           /* bytes of reply payload that follow */
+    vcu_le64 req_id;
+    vcu_le64 reserved;
+};
+
+/*
+ * Opcodes.  XX(name, number, request struct, reply struct).  Ranges:
+ * 0x00xx transport, 0x01xx CUDA device and context, 0x02xx memory, 0x03xx
+ * modules and launches, 0x04xx streams and host callbacks, 0x05xx events,
+ * 0x06xx graphs.  A struct named vcu_none means an empty payload.
+ * "+ trailing" in a comment means bytes follow the fixed struct.
+ */
+#define VCU_OP_MAP(XX)                                                                   \
+    /* transport */                                                                      \
+    XX(SESSION_OPEN, 0x0001, vcu_session_open_req, vcu_session_open_resp)                \
+    XX(SESSION_CLOSE, 0x0002, vcu_none, vcu_none)                                        \
+    XX(ECHO, 0x0003, vcu_echo_req, vcu_echo_resp)                                        \
+    /* CUDA: device and context */                                                       \
+    XX(CU_DRIVER_INFO, 0x0100, vcu_cu_hdr, vcu_cu_driver_info_resp)                      \
+    XX(CU_DEVICE_INFO, 0x0101, vcu_cu_hdr, vcu_cu_device_info_resp)                      \
+    XX(CU_MEM_GET_INFO, 0x0102, vcu_cu_hdr, vcu_cu_mem_info_resp)                        \
+    XX(CU_CTX_SYNCHRONIZE, 0x0103, vcu_cu_hdr, vcu_cu_resp)                              \
+    XX(CU_CTX_RESET, 0x0104, vcu_cu_hdr, vcu_cu_resp)                                    \
+    XX(CU_CTX_SET_FLAGS, 0x0105, vcu_cu_u64_req, vcu_cu_resp)                            \
+    XX(CU_CTX_SET_LIMIT, 0x0106, vcu_cu_limit_req, vcu_cu_resp)                          \
+    XX(CU_CTX_GET_LIMIT, 0x0107, vcu_cu_limit_req, vcu_cu_u64_resp)                      \
+    XX(CU_CTX_PRIORITY_RANGE, 0x0108, vcu_cu_hdr, vcu_cu_priority_range_resp)            \
+    XX(CU_DEVICE_CAN_ACCESS_PEER, 0x0109, vcu_cu_u64_req, vcu_cu_u64_resp)               \
+    XX(CU_PROFILER, 0x010a, vcu_cu_u64_req, vcu_cu_resp)                                 \
+    XX(CU_GET_DEFERRED_ERROR, 0x010b, vcu_cu_hdr, vcu_cu_resp)                           \
+    /* CUDA: memory */                                                                   \
+    XX(CU_MEM_ALLOC, 0x0200, vcu_cu_mem_alloc_req, vcu_cu_u64_resp)                      \
+    XX(CU_MEM_FREE, 0x0201, vcu_cu_u64_req, vcu_cu_resp)                                 \
+    XX(CU_MEMCPY_HTOD, 0x0202, vcu_cu_memcpy_req, vcu_cu_resp)                           \
+    XX(CU_MEMCPY_DTOH, 0x0203, vcu_cu_memcpy_req, vcu_cu_resp)                           \
+    XX(CU_MEMCPY_DTOD, 0x0204, vcu_cu_memcpy_req, vcu_cu_resp)                           \
+    XX(CU_MEMSET, 0x0205, vcu_cu_memset_req, vcu_cu_resp)                                \
+    XX(CU_MEMCPY_2D, 0x0206, vcu_cu_memcpy2d_req, vcu_cu_resp)                           \
+    XX(CU_MEM_FREE_ASYNC, 0x0207, vcu_cu_memcpy_req, vcu_cu_resp)                        \
+    XX(CU_MEM_ALLOC_ASYNC, 0x0208, vcu_cu_mem_alloc_req, vcu_cu_u64_resp)                \
+    XX(CU_MEMPOOL_GET_DEFAULT, 0x0209, vcu_cu_hdr, vcu_cu_u64_resp)                      \
+    XX(CU_MEMPOOL_SET_ATTR, 0x020a, vcu_cu_attr_req, vcu_cu_resp)                        \
+    XX(CU_MEMPOOL_GET_ATTR, 0x020b, vcu_cu_attr_req, vcu_cu_u64_resp)                    \
+    XX(CU_MEMPOOL_TRIM, 0x020c, vcu_cu_attr_req, vcu_cu_resp)                            \
+    XX(CU_MEM_GET_RANGE, 0x020d, vcu_cu_u64_req, vcu_cu_mem_range_resp)                  \
+    /* CUDA: modules, functions, launches */                                             \
+    XX(CU_MODULE_LOAD, 0x0300, vcu_cu_module_load_req, vcu_cu_u64_resp)                  \
+    XX(CU_MODULE_UNLOAD, 0x0301, vcu_cu_u64_req, vcu_cu_resp)                            \
+    XX(CU_MODULE_GET_FUNCTION, 0x0302, vcu_cu_name_req, vcu_cu_function_resp)            \
+    XX(CU_MODULE_GET_GLOBAL, 0x0303, vcu_cu_name_req, vcu_cu_mem_range_resp)             \
+    XX(CU_FUNC_GET_ATTRS, 0x0304, vcu_cu_u64_req, vcu_cu_func_attrs_resp)                \
+    XX(CU_FUNC_SET_ATTR, 0x0305, vcu_cu_attr_req, vcu_cu_resp)                           \
+    XX(CU_OCCUPANCY_BLOCKS, 0x0306, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)         \
+    XX(CU_OCCUPANCY_BLOCK_SIZE, 0x0307, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)     \
+    XX(CU_LAUNCH, 0x0308, vcu_cu_launch_req, vcu_cu_resp)                                \
+    /* CUDA: streams and host callbacks */                                               \
+    XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
+    XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
+    XX(CU_STREAM_SYNCHRONIZE, 0x0402, vcu_cu_u64_req, vcu_cu_resp)                       \
+    XX(CU_STREAM_QUERY, 0x0403, vcu_cu_u64_req, vcu_cu_resp)                             \
+    XX(CU_STREAM_WAIT_EVENT, 0x0404, vcu_cu_pair_req, vcu_cu_resp)                       \
+    XX(CU_STREAM_BEGIN_CAPTURE, 0x0405, vcu_cu_pair_req, vcu_cu_resp)                    \
+    XX(CU_STREAM_END_CAPTURE, 0x0406, vcu_cu_u64_req, vcu_cu_u64_resp)                   \
+    XX(CU_STREAM_CAPTURE_INFO, 0x0407, vcu_cu_u64_req, vcu_cu_capture_info_resp)         \
+    XX(CU_STREAM_HOST_FUNC, 0x0408, vcu_cu_pair_req, vcu_cu_resp)                        \
+    XX(CU_CALLBACK_WAIT, 0x0409, vcu_cu_hdr, vcu_cu_u64_resp)                            \
+    XX(CU_CALLBACK_DONE, 0x040a, vcu_cu_u64_req, vcu_cu_resp)                            \
+    /* CUDA: events */                                                                   \
+    XX(CU_EVENT_CREATE, 0x0500, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
+    XX(CU_EVENT_DESTROY, 0x0501, vcu_cu_u64_req, vcu_cu_resp)                            \
+    XX(CU_EVENT_RECORD, 0x0502, vcu_cu_pair_req, vcu_cu_resp)                            \
+    XX(CU_EVENT_SYNCHRONIZE, 0x0503, vcu_cu_u64_req, vcu_cu_resp)                        \
+    XX(CU_EVENT_QUERY, 0x0504, vcu_cu_u64_req, vcu_cu_resp)                              \
+    XX(CU_EVENT_ELAPSED, 0x0505, vcu_cu_pair_req, vcu_cu_elapsed_resp)                   \
+    /* CUDA: graphs */                                                                   \
+    XX(CU_GRAPH_CREATE, 0x0600, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
+    XX(CU_GRAPH_DESTROY, 0x0601, vcu_cu_u64_req, vcu_cu_resp)                            \
+    XX(CU_GRAPH_ADD_NODE, 0x0602, vcu_cu_graph_node_req, vcu_cu_u64_resp)                \
+    XX(CU_GRAPH_CLONE, 0x0603, vcu_cu_u64_req, vcu_cu_u64_resp)                          \
+    XX(CU_GRAPH_INSTANTIATE, 0x0604, vcu_cu_pair_req, vcu_cu_u64_resp)                   \
+    XX(CU_GRAPH_LAUNCH, 0x0605, vcu_cu_pair_req, vcu_cu_resp)                            \
+    XX(CU_GRAPH_EXEC_DESTROY, 0x0606, vcu_cu_u64_req, vcu_cu_resp)                       \
+    XX(CU_GRAPH_NODE_COUNT, 0x0607, vcu_cu_u64_req, vcu_cu_u64_resp)
+
+#define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
+enum { VCU_OP_MAP(VCU_OP_ENUM_) };
+#undef VCU_OP_ENUM_
+
+/* Opcodes only the guest kernel may send (user space gets -EPERM). */
+#define VCU_OP_IS_TRANSPORT(op) ((op) == VCU_OP_SESSION_OPEN || (op) == VCU_OP_SESSION_CLOSE)
+
+struct vcu_none {
+    vcu_u8 unused[0];
+};
+
+/* ---- transport ---------------------------------------------------------- */
+
+struct vcu_session_open_req {
+    vcu_le32 version_min;           /* oldest protocol version the guest speaks */
+    vcu_le32 version_max;           /* newest */
+    vcu_le64 features;              /* VCU_FEAT_* the guest wants */
+    vcu_le64 reserved[2];
+};
+
+struct vcu_session_open_resp {
+    vcu_le32 version;               /* chosen, within [version_min, version_max] */
+    vcu_le32 max_payload;           /* VCU_MAX_PAYLOAD as the device enforces it */
+    vcu_le64 features;              /* requested & offered */
+    vcu_le64 session;               /* id for vcu_req_hdr.session, never 0 */
+    vcu_le64 max_xfer;              /* data bytes per request */
+    vcu_le32 max_segs;
+    vcu_le32 reserved;
+};
+
+/*
+ * ECHO: the request payload after the fixed struct is returned after the
+ * fixed reply struct.  Data: the TO_DEVICE segments, taken as one byte
+ * stream, are hashed (FNV-1a 64) and copied into the FROM_DEVICE segments
+ * taken as one stream, up to the shorter of the two; with VCU_ECHO_F_FILL
+ * the FROM_DEVICE stream is filled with vcu_echo_byte(seed, offset)
+ * instead.  The rest of the FROM_DEVICE stream is left untouched.
+ */
+#define VCU_ECHO_F_FILL (1u << 0)
+
+struct vcu_echo_req {
+    vcu_le64 seed;
+    vcu_le32 flags;                 /* VCU_ECHO_F_* */
+    vcu_le32 delay_ms;              /* the host sleeps first (<= 10000): tests in-flight work */
+};
+
+struct vcu_echo_resp {
+    vcu_le64 in_bytes;              /* TO_DEVICE bytes seen */
+    vcu_le64 out_bytes;             /* FROM_DEVICE bytes written */
+    vcu_le64 in_hash;               /* FNV-1a 64 of the TO_DEVICE stream */
+    vcu_le64 reserved;
+};
+
+#define VCU_FNV64_INIT 0xcbf29ce484222325ULL
+#define VCU_FNV64_PRIME 0x100000001b3ULL
+
+static inline vcu_u8 vcu_echo_byte(vcu_le64 seed, vcu_le64 off)
+{
+    vcu_le64 x = seed + off * 0x9e3779b97f4a7c15ULL;
+
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    return (vcu_u8)(x ^ (x >> 8));
+}
+
+/* ---- CUDA --------------------------------------------------------------- */
+/*
+ * The CUDA opcodes carry the CUDA Driver API: the guest library builds the
+ * runtime API on top of them as NVIDIA's runtime does on libcuda.  Every
+ * CUDA request starts with vcu_cu_hdr (the virtual device the call runs
+ * on); every reply starts with vcu_cu_resp.  "result" is a CUresult.
+ *
+ * Handles (module, function, stream, event, graph, graph exec, pool) are
+ * session-local values chosen by the host; values below 16 are never
+ * handles.  Stream handle 0 is the legacy default stream, 1 the
+ * per-thread default stream.  Device pointers are the session context's
+ * own addresses.
+ *
+ * A request with VCU_REQ_F_ASYNC gets no reader for its reply: its first
+ * failing result is kept by the session and reported, once, in the
+ * "deferred" field of the next reply (and by CU_GET_DEFERRED_ERROR).
+ */
+#define VCU_CU_STREAM_LEGACY 0ull
+#define VCU_CU_STREAM_PER_THREAD 1ull
+#define VCU_CU_HANDLE_MIN 16ull
+
+#define VCU_CU_NAME_MAX 4096u       /* symbol names, trailing, NUL not sent */
+#define VCU_CU_NUM_DEV_ATTRS 160u   /* > CU_DEVICE_ATTRIBUTE_MAX in CUDA 13.0 */
+#define VCU_CU_NUM_FUNC_ATTRS 16u   /* > CU_FUNC_ATTRIBUTE_MAX in CUDA 13.0 */
+#define VCU_CU_MAX_PARAMS 1024u
+#define VCU_CU_MAX_PARAM_BYTES 32764u
+#define VCU_CU_MAX_DEPS 256u
+#define VCU_CU_MAX_DEVICES 16u
+
+struct vcu_cu_hdr {
+    vcu_le32 device;                /* virtual ordinal, 0..count-1 */
+    vcu_le32 reserved;
+};
+
+struct vcu_cu_resp {
+    vcu_le32 result;                /* CUresult of this call */
+    vcu_le32 deferred;              /* CUresult of an earlier async call, or 0 */
+};
+
+struct vcu_cu_u64_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 value;                 /* a handle, pointer, flag word or index */
+};
+
+struct vcu_cu_pair_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 a;                     /* the opcode's first operand (see its comment) */
+    vcu_le64 b;
+    vcu_le64 c;
+};
+/*
+ * vcu_cu_pair_req operands:
+ *   CU_STREAM_WAIT_EVENT   a = stream, b = event, c = flags
+ *   CU_STREAM_BEGIN_CAPTURE a = stream, b = CUstreamCaptureMode
+ *   CU_STREAM_HOST_FUNC    a = stream, b = guest cookie (returned by CALLBACK_WAIT)
+ *   CU_EVENT_RECORD        a = event, b = stream, c = flags
+ *   CU_EVENT_ELAPSED       a = start event, b = end event
+ *   CU_GRAPH_INSTANTIATE   a = graph, b = flags
+ *   CU_GRAPH_LAUNCH        a = graph exec, b = stream
+ * vcu_cu_u64_req value:
+ *   CU_CTX_SET_FLAGS flags; CU_DEVICE_CAN_ACCESS_PEER peer ordinal;
+ *   CU_PROFILER 1 start / 0 stop; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
+ *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
+ *   everything else the handle it names.
+ */
+
+struct vcu_cu_u64_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 value;                 /* the handle, pointer or value asked for */
+};
+
+struct vcu_cu_driver_info_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 driver_version;        /* cuDriverGetVersion */
+    vcu_le32 device_count;          /* devices given to this VM (virtual) */
+};
+
+struct vcu_cu_device_info_resp {
+    struct vcu_cu_resp r;
+    char name[256];                 /* NUL terminated */
+    vcu_u8 uuid[16];                /* the host GPU's UUID */
+    vcu_le64 total_mem;
+    vcu_le32 host_ordinal;          /* informational; attrs carry virtual PCI ids */
+    vcu_le32 num_attrs;             /* valid entries of attrs */
+    /* attrs[i] = cuDeviceGetAttribute(i); 0 where unsupported */
+    vcu_le32 attrs[VCU_CU_NUM_DEV_ATTRS];
+};
+
+struct vcu_cu_mem_info_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 free;
+    vcu_le64 total;
+};
+
+struct vcu_cu_limit_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 limit;                 /* CUlimit */
+    vcu_le32 reserved;
+    vcu_le64 value;
+};
+
+struct vcu_cu_priority_range_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 least;                 /* as int32 */
+    vcu_le32 greatest;
+};
+
+struct vcu_cu_mem_alloc_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 size;
+    vcu_le64 stream;                /* CU_MEM_ALLOC_ASYNC */
+    vcu_le64 pool;                  /* CU_MEM_ALLOC_ASYNC; 0 = the device's current pool */
+};
+
+/*
+ * CU_MEMCPY_HTOD: one TO_DEVICE segment of size bytes, copied to dst.
+ * CU_MEMCPY_DTOH: one FROM_DEVICE segment of size bytes, filled from src.
+ * CU_MEMCPY_DTOD: no segment.  CU_MEM_FREE_ASYNC: dst = pointer.
+ * stream is used where flags has VCU_CU_MEMCPY_F_ASYNC (cuMemcpy*Async);
+ * otherwise the copy is synchronous.
+ */
+#define VCU_CU_MEMCPY_F_ASYNC (1u << 0)
+
+struct vcu_cu_memcpy_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 dst;
+    vcu_le64 src;
+    vcu_le64 size;
+    vcu_le64 stream;
+    vcu_le32 flags;                 /* VCU_CU_MEMCPY_F_* */
+    vcu_le32 reserved;
+};
+
+/* cuMemsetD{8,16,32}[2D][Async]; height 1 and pitch 0 for 1D. */
+struct vcu_cu_memset_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 dst;
+    vcu_le64 pitch;                 /* bytes */
+    vcu_le64 width;                 /* elements */
+    vcu_le64 height;
+    vcu_le64 stream;
+    vcu_le32 value;
+    vcu_le32 elem_size;             /* 1, 2 or 4 */
+    vcu_le32 flags;                 /* VCU_CU_MEMCPY_F_ASYNC */
+    vcu_le32 reserved;
+};
+
+/*
+ * cuMemcpy2D.  A host side (src for HTOD, dst for DTOH) is the request's
+ * one segment, holding rows at the given pitch starting at offset 0;
+ * its pointer field is ignored.
+ */
+#define VCU_CU_COPY_HTOD 1u
+#define VCU_CU_COPY_DTOH 2u
+#define VCU_CU_COPY_DTOD 3u
+
+struct vcu_cu_memcpy2d_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 dst;
+    vcu_le64 dpitch;
+    vcu_le64 src;
+    vcu_le64 spitch;
+    vcu_le64 width;                 /* bytes */
+    vcu_le64 height;
+    vcu_le64 stream;
+    vcu_le32 kind;                  /* VCU_CU_COPY_* */
+    vcu_le32 flags;                 /* VCU_CU_MEMCPY_F_ASYNC */
+};
+
+struct vcu_cu_mem_range_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 base;
+    vcu_le64 size;
+};
+
+/*
+ * Attributes of pools (CU_MEMPOOL_*: handle = pool, attr = CUmemPool_attribute,
+ * value; TRIM: value = minBytesToKeep) and functions (CU_FUNC_SET_ATTR:
+ * handle = function, attr = CUfunction_attribute).
+ */
+struct vcu_cu_attr_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 handle;
+    vcu_le32 attr;
+    vcu_le32 reserved;
+    vcu_le64 value;
+};
+
+/* CU_MODULE_LOAD: one TO_DEVICE segment holding the image (fatbin, cubin or PTX). */
+struct vcu_cu_module_load_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 image_len;
+};
+
+/* Followed by name_len bytes of symbol name (no NUL). */
+struct vcu_cu_name_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 module;
+    vcu_le32 name_len;              /* 1..VCU_CU_NAME_MAX */
+    vcu_le32 reserved;
+};
+
+struct vcu_cu_param {
+    vcu_le32 offset;
+    vcu_le32 size;
+};
+
+/* Followed by nparams struct vcu_cu_param, from cuFuncGetParamInfo. */
+struct vcu_cu_function_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 function;
+    vcu_le32 nparams;
+    vcu_le32 param_bytes;           /* end of the last parameter */
+};
+
+struct vcu_cu_func_attrs_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 attrs[VCU_CU_NUM_FUNC_ATTRS];   /* cuFuncGetAttribute(i) as int32 */
+};
+
+/*
+ * CU_OCCUPANCY_BLOCKS: cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
+ *   (block_size, dyn_smem, flags) -> value0 = blocks.
+ * CU_OCCUPANCY_BLOCK_SIZE: cuOccupancyMaxPotentialBlockSizeWithFlags with a
+ *   fixed dyn_smem (block_size = limit) -> value0 = min grid, value1 = block.
+ */
+struct vcu_cu_occupancy_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 function;
+    vcu_le32 block_size;
+    vcu_le32 flags;
+    vcu_le64 dyn_smem;
+};
+
+struct vcu_cu_occupancy_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 value0;
+    vcu_le32 value1;
+};
+
+/*
+ * CU_LAUNCH: followed by param_bytes of the kernel's parameter buffer, laid
+ * out by the offsets CU_MODULE_GET_FUNCTION returned.
+ */
+#define VCU_CU_LAUNCH_F_COOPERATIVE (1u << 0)
+
+struct vcu_cu_launch_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 function;
+    vcu_le64 stream;
+    vcu_le32 grid[3];
+    vcu_le32 block[3];
+    vcu_le32 shared_mem;
+    vcu_le32 flags;                 /* VCU_CU_LAUNCH_F_* */
+    vcu_le32 param_bytes;           /* <= VCU_CU_MAX_PARAM_BYTES */
+    vcu_le32 reserved;
+};
+
+struct vcu_cu_stream_create_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 flags;                 /* CU_STREAM_* */
+    vcu_le32 priority;              /* as int32 */
+};
+
+struct vcu_cu_capture_info_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 status;                /* CUstreamCaptureStatus */
+    vcu_le32 reserved;
+    vcu_le64 id;
+};
+
+struct vcu_cu_elapsed_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 ms_bits;               /* IEEE-754 single of the milliseconds */
+    vcu_le32 reserved;
+};
+
+/*
+ * CU_GRAPH_ADD_NODE: followed by ndeps le64 node handles, then by the
+ * kind's trailing data (a kernel node's param_bytes of parameters).
+ * Kinds and the fields they use:
+ *   KERNEL  function, grid, block, shared_mem, param_bytes
+ *   MEMCPY  dst, src, size (device to device)
+ *   MEMSET  dst, pitch, width, height, value, elem_size
+ *   HOST    cookie (run in the guest as CU_STREAM_HOST_FUNC)
+ *   EMPTY   none
+ */
+#define VCU_CU_NODE_KERNEL 1u
+#define VCU_CU_NODE_MEMCPY 2u
+#define VCU_CU_NODE_MEMSET 3u
+#define VCU_CU_NODE_HOST 4u
+#define VCU_CU_NODE_EMPTY 5u
+
+struct vcu_cu_graph_node_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 graph;
+    vcu_le32 kind;                  /* VCU_CU_NODE_* */
+    vcu_le32 ndeps;                 /* <= VCU_CU_MAX_DEPS */
+    vcu_le64 function;
+    vcu_le32 grid[3];
+    vcu_le32 block[3];
+    vcu_le32 shared_mem;
+    vcu_le32 param_bytes;
+    vcu_le64 dst;
+    vcu_le64 src;
+    vcu_le64 size;
+    vcu_le64 pitch;
+    vcu_le64 width;
+    vcu_le64 height;
+    vcu_le32 value;
+    vcu_le32 elem_size;
+    vcu_le64 cookie;
+};
+
+/* ---- size asserts ------------------------------------------------------- */
+VCU_PROTO_ASSERT(sizeof(struct vcu_req_hdr) == 32, "vcu_req_hdr");
+VCU_PROTO_ASSERT(sizeof(struct vcu_seg) == 16, "vcu_seg");
+VCU_PROTO_ASSERT(sizeof(struct vcu_range) == 16, "vcu_range");
+VCU_PROTO_ASSERT(sizeof(struct vcu_resp_hdr) == 24, "vcu_resp_hdr");
+VCU_PROTO_ASSERT(sizeof(struct vcu_none) == 0, "vcu_none");
+VCU_PROTO_ASSERT(sizeof(struct vcu_session_open_req) == 32, "vcu_session_open_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_session_open_resp) == 40, "vcu_session_open_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_echo_req) == 16, "vcu_echo_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_echo_resp) == 32, "vcu_echo_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_hdr) == 8, "vcu_cu_hdr");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_resp) == 8, "vcu_cu_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_u64_req) == 16, "vcu_cu_u64_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_pair_req) == 32, "vcu_cu_pair_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_u64_resp) == 16, "vcu_cu_u64_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_driver_info_resp) == 16, "vcu_cu_driver_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_device_info_resp) == 8 + 256 + 16 + 8 + 8 + 4 * VCU_CU_NUM_DEV_ATTRS,
+                 "vcu_cu_device_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_info_resp) == 24, "vcu_cu_mem_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_limit_req) == 24, "vcu_cu_limit_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_priority_range_resp) == 16, "vcu_cu_priority_range_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_alloc_req) == 32, "vcu_cu_mem_alloc_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy_req) == 48, "vcu_cu_memcpy_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy2d_req) == 72, "vcu_cu_memcpy2d_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_attr_req) == 32, "vcu_cu_attr_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_load_req) == 16, "vcu_cu_module_load_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_name_req) == 24, "vcu_cu_name_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_param) == 8, "vcu_cu_param");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_function_resp) == 24, "vcu_cu_function_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_func_attrs_resp) == 8 + 4 * VCU_CU_NUM_FUNC_ATTRS,
+                 "vcu_cu_func_attrs_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_req) == 32, "vcu_cu_occupancy_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_resp) == 16, "vcu_cu_occupancy_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_req) == 64, "vcu_cu_launch_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_stream_create_req) == 16, "vcu_cu_stream_create_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
+
+#endif /* VCU_PROTO_H */
