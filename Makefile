@@ -1,0 +1,51 @@
+# virtio-cuda: builds and tests everything.  See README.md.
+#
+#   make            build every part (QEMU with the device, guest module,
+#                   guest library, host backend, tests)
+#   make test       install build dependencies, build, run every suite that
+#                   needs no GPU; last line "N passed, N failed"
+#   make run        the main job: boot a guest and run a CUDA program in it
+#   make gpu-suite  on a GPU host: the CUDA suite in a guest on the real GPU
+
+TOP := $(abspath .)
+B := $(TOP)/build
+
+.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu guest \
+	test run gpu-suite clean
+
+all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu guest
+
+backend:
+	$(MAKE) -C host-backend O=$(B)/host-backend
+
+fakecuda:
+	$(MAKE) -C tests/fakecuda O=$(B)/fakecuda
+
+guest-lib:
+	$(MAKE) -C guest-lib O=$(B)/guest-lib
+
+guest-lib-loopback: backend
+	$(MAKE) -C guest-lib O=$(B)/guest-lib-loopback LOOPBACK=1 \
+		BACKEND=$(B)/host-backend/libvcu_backend.a
+
+cuda-tests:
+	$(MAKE) -C tests/cuda O=$(B)/cuda-tests
+
+qemu:
+	qemu-device/build-qemu.sh $(B)/qemu
+
+# The guest kernel, the module built against its headers, the guest programs.
+guest: guest-lib
+	tests/vm/run.sh --build-only
+
+test:
+	scripts/test.sh
+
+run:
+	scripts/run.sh
+
+gpu-suite:
+	tests/gpu/run.sh
+
+clean:
+	rm -rf $(B)

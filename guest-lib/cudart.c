@@ -1,0 +1,783 @@
+/*
+ * libcudart.so.13 core: lazy connection, devices and CUDA_VISIBLE_DEVICES,
+ * the registration ABI nvcc emits, kernel launches, function attributes
+ * and occupancy.
+ */
+#include <ctype.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cudart_int.h"
+#include "vcu_transport_int.h"
+
+_Static_assert(sizeof(struct cudaDeviceProp) == 1008, "CUDA 13 cudaDeviceProp");
+_Static_assert(sizeof(struct vcu_cu_device_info_resp) <= VCU_MAX_PAYLOAD, "device info");
+
+vcu__rt_t vcu__rt = {
+    .once = PTHREAD_ONCE_INIT,
+    .reg_lock = PTHREAD_MUTEX_INITIALIZER,
+    .dev_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+__thread int vcu__cur_dev;
+
+/* ---- connection and devices -------------------------------------------- */
+
+static const char *vcu__dev_path(void)
+{
+    const char *p = getenv("VCU_DEVICE");
+
+    return p != NULL && p[0] ? p : "/dev/vcuda0";
+}
+
+static cudaError_t vcu__raw_info(uint32_t vord, struct vcu_cu_device_info_resp *out)
+{
+    struct vcu_cu_hdr h = { .device = vord };
+    int err;
+
+    memset(out, 0, sizeof(*out));
+    err = vcu_conn_call(vcu__rt.conn, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), NULL, 0, out,
+                        sizeof(*out), NULL);
+    if (err != 0)
+        return vcu__from_vcu(err);
+    out->name[sizeof(out->name) - 1] = '\0';
+    return vcu__from_cu(out->r.result);
+}
+
+static void vcu__uuid_str(const uint8_t *u, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+}
+
+/* CUDA_VISIBLE_DEVICES as NVIDIA's runtime reads it: indices or GPU-<uuid
+ * prefix>; the list ends at the first invalid entry. */
+static void vcu__visible(uint32_t n)
+{
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    char *copy, *tok, *save = NULL;
+    int k = 0, j;
+
+    if (env == NULL) {
+        for (uint32_t i = 0; i < n && i < VCU_CU_MAX_DEVICES; i++)
+            vcu__rt.dev[k++].vord = i;
+        vcu__rt.ndev = k;
+        return;
+    }
+    copy = strdup(env);
+    if (copy == NULL) {
+        vcu__rt.ndev = 0;
+        return;
+    }
+    for (tok = strtok_r(copy, ",", &save); tok != NULL && k < (int)VCU_CU_MAX_DEVICES;
+         tok = strtok_r(NULL, ",", &save)) {
+        long idx = -1;
+        char *end;
+
+        while (isspace((unsigned char)*tok))
+            tok++;
+        if (isdigit((unsigned char)*tok)) {
+            idx = strtol(tok, &end, 10);
+            while (isspace((unsigned char)*end))
+                end++;
+            if (*end != '\0' || idx < 0 || idx >= (long)n)
+                break;
+        } else if (strncmp(tok, "GPU-", 4) == 0 && tok[4] != '\0') {
+            struct vcu_cu_device_info_resp info;
+            char u[64];
+            int match = -1, nmatch = 0;
+
+            for (uint32_t i = 0; i < n; i++) {
+                if (vcu__raw_info(i, &info) != cudaSuccess)
+                    continue;
+                vcu__uuid_str(info.uuid, u, sizeof(u));
+                if (strncasecmp(u, tok, strlen(tok)) == 0) {
+                    match = (int)i;
+                    nmatch++;
+                }
+            }
+            if (nmatch != 1)
+                break;
+            idx = match;
+        } else {
+            break;
+        }
+        for (j = 0; j < k; j++)
+            if (vcu__rt.dev[j].vord == (uint32_t)idx)
+                break;
+        if (j < k)
+            break;      /* a repeated device ends the list, as NVIDIA's does */
+        vcu__rt.dev[k++].vord = (uint32_t)idx;
+    }
+    free(copy);
+    vcu__rt.ndev = k;
+}
+
+/* Guest PCI address of the vcuda device; the virtual GPUs behind it get
+ * consecutive device numbers from its slot. */
+static void vcu__pci_ids(void)
+{
+    const char *path = vcu__dev_path();
+    const char *base = strrchr(path, '/');
+    char sys[PATH_MAX], link[PATH_MAX];
+    unsigned int dom = 0, bus = 0, slot = 0, fn = 0;
+    int have = 0;
+    ssize_t len;
+
+    base = base != NULL ? base + 1 : path;
+    snprintf(sys, sizeof(sys), "/sys/class/vcuda/%s/device", base);
+    len = readlink(sys, link, sizeof(link) - 1);
+    if (len > 0) {
+        const char *b;
+
+        link[len] = '\0';
+        b = strrchr(link, '/');
+        b = b != NULL ? b + 1 : link;
+        have = sscanf(b, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) == 4;
+    }
+    for (int i = 0; i < vcu__rt.ndev; i++) {
+        vcu__dev_t *d = &vcu__rt.dev[i];
+
+        d->pci_domain = have ? (int)dom : 0;
+        d->pci_bus = have ? (int)bus : 0;
+        d->pci_device = have ? (int)(slot + d->vord) : (int)d->vord;
+    }
+}
+
+static void vcu__init_once(void)
+{
+    static int logged;
+    struct vcu_cu_hdr h = { 0 };
+    struct vcu_cu_driver_info_resp di;
+    const char *a;
+    int err;
+
+    err = vcu_conn_open(NULL, VCU_FEAT_CUDA | VCU_FEAT_ASYNC, &vcu__rt.conn);
+    if (err != 0) {
+        vcu__rt.init_err = err == VCU_EVERSION ? cudaErrorInsufficientDriver : cudaErrorNoDevice;
+        vcu__log_once(&logged, "virtio-cuda: cannot open a session on %s: %s\n",
+                      getenv("VCU_TRANSPORT") ? getenv("VCU_TRANSPORT") : vcu__dev_path(),
+                      vcu_status_str(err));
+        return;
+    }
+    if (!(vcu_conn_features(vcu__rt.conn) & VCU_FEAT_CUDA)) {
+        vcu__rt.init_err = cudaErrorNoDevice;
+        vcu__log_once(&logged, "virtio-cuda: the host offers no CUDA (no GPU driver on the host)\n");
+        return;
+    }
+    vcu__rt.max_xfer = vcu__rt.conn->max_xfer;
+    a = getenv("VCU_ASYNC");
+    vcu__rt.async = (vcu_conn_features(vcu__rt.conn) & VCU_FEAT_ASYNC) && a != NULL &&
+                    strcmp(a, "1") == 0;
+    memset(&di, 0, sizeof(di));
+    err = vcu_conn_call(vcu__rt.conn, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), NULL, 0, &di,
+                        sizeof(di), NULL);
+    if (err != 0 || di.r.result != 0) {
+        vcu__rt.init_err = err != 0 ? vcu__from_vcu(err) : vcu__from_cu(di.r.result);
+        vcu__log_once(&logged, "virtio-cuda: the host's CUDA driver failed: %s\n",
+                      err != 0 ? vcu_status_str(err) : cudaGetErrorString(vcu__rt.init_err));
+        return;
+    }
+    vcu__rt.driver_version = (int)di.driver_version;
+    vcu__visible(di.device_count);
+    vcu__pci_ids();
+}
+
+cudaError_t vcu__init(void)
+{
+    pthread_once(&vcu__rt.once, vcu__init_once);
+    return vcu__rt.init_err;
+}
+
+cudaError_t vcu__check_dev(int dev)
+{
+    cudaError_t e = vcu__init();
+
+    if (e != cudaSuccess)
+        return e;
+    if (vcu__rt.ndev == 0)
+        return cudaErrorNoDevice;
+    if (dev < 0 || dev >= vcu__rt.ndev)
+        return cudaErrorInvalidDevice;
+    return __atomic_load_n(&vcu__rt.dev[dev].sticky, __ATOMIC_RELAXED);
+}
+
+cudaError_t vcu__enter(int *dev)
+{
+    *dev = vcu__cur_dev;
+    return vcu__check_dev(*dev);
+}
+
+cudaError_t vcu__call(int dev, uint32_t op, int async, void *req, uint32_t req_len,
+                      const vcu_buf_t *bufs, unsigned int nbufs, void *resp, uint32_t resp_cap)
+{
+    struct vcu_cu_resp local;
+    struct vcu_cu_resp *r;
+    uint32_t rlen = 0;
+    cudaError_t e;
+    int err;
+
+    ((struct vcu_cu_hdr *)req)->device = vcu__rt.dev[dev].vord;
+    ((struct vcu_cu_hdr *)req)->reserved = 0;
+    if (resp == NULL) {
+        resp = &local;
+        resp_cap = sizeof(local);
+    }
+    r = resp;
+    memset(r, 0, sizeof(*r));
+    if (async && vcu__rt.async) {
+        err = vcu_conn_call(vcu__rt.conn, op, VCU_CALL_ASYNC, req, req_len, bufs, nbufs, NULL,
+                            0, NULL);
+        return vcu__from_vcu(err);
+    }
+    err = vcu_conn_call(vcu__rt.conn, op, 0, req, req_len, bufs, nbufs, resp, resp_cap, &rlen);
+    if (err != 0)
+        return vcu__from_vcu(err);
+    if (rlen < sizeof(*r))
+        return cudaErrorUnknown;
+    /* An earlier async call's failure is this call's error, as CUDA
+     * reports it at the next call. */
+    if (r->deferred != 0) {
+        e = vcu__from_cu(r->deferred);
+        vcu__err_dev(dev, e);
+        if (r->result == 0)
+            return e;
+    }
+    e = vcu__from_cu(r->result);
+    if (vcu__is_sticky(e))
+        vcu__err_dev(dev, e);
+    return e;
+}
+
+cudaError_t vcu__dev_info(int dev, const struct vcu_cu_device_info_resp **out)
+{
+    cudaError_t e = cudaSuccess;
+    vcu__dev_t *d = &vcu__rt.dev[dev];
+
+    pthread_mutex_lock(&vcu__rt.dev_lock);
+    if (!d->info_loaded) {
+        e = vcu__raw_info(d->vord, &d->info);
+        if (e == cudaSuccess)
+            d->info_loaded = 1;
+    }
+    pthread_mutex_unlock(&vcu__rt.dev_lock);
+    *out = &d->info;
+    return e;
+}
+
+/* Device attribute as the program sees it (virtual PCI ids). */
+int vcu__dev_attr(int dev, int attr)
+{
+    const struct vcu_cu_device_info_resp *info;
+    vcu__dev_t *d = &vcu__rt.dev[dev];
+
+    switch (attr) {
+    case cudaDevAttrPciBusId:
+        return d->pci_bus;
+    case cudaDevAttrPciDeviceId:
+        return d->pci_device;
+    case cudaDevAttrPciDomainId:
+        return d->pci_domain;
+    }
+    if (vcu__dev_info(dev, &info) != cudaSuccess || attr < 0 ||
+        (uint32_t)attr >= info->num_attrs || attr >= (int)VCU_CU_NUM_DEV_ATTRS)
+        return 0;
+    return (int)info->attrs[attr];
+}
+
+VCU__EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
+{
+    if (driverVersion == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    if (vcu__init() != cudaSuccess) {
+        *driverVersion = 0;
+        return cudaSuccess;
+    }
+    *driverVersion = vcu__rt.driver_version;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
+{
+    if (runtimeVersion == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    *runtimeVersion = VCU__CUDART_VERSION;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGetDeviceCount(int *count)
+{
+    cudaError_t e;
+
+    if (count == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    *count = 0;
+    e = vcu__init();
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (vcu__rt.ndev == 0)
+        return vcu__err(cudaErrorNoDevice);
+    *count = vcu__rt.ndev;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGetDevice(int *device)
+{
+    cudaError_t e;
+
+    if (device == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__init();
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (vcu__rt.ndev == 0)
+        return vcu__err(cudaErrorNoDevice);
+    *device = vcu__cur_dev;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaSetDevice(int device)
+{
+    cudaError_t e = vcu__init();
+
+    if (e == cudaSuccess && vcu__rt.ndev == 0)
+        e = cudaErrorNoDevice;
+    if (e == cudaSuccess && (device < 0 || device >= vcu__rt.ndev))
+        e = cudaErrorInvalidDevice;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    vcu__cur_dev = device;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags)
+{
+    (void)deviceFlags;
+    (void)flags;
+    return cudaSetDevice(device) == cudaSuccess ? cudaSuccess : cudaPeekAtLastError();
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+    const struct vcu_cu_device_info_resp *info;
+    cudaError_t e;
+
+    if (value == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__init();
+    if (e == cudaSuccess && (device < 0 || device >= vcu__rt.ndev))
+        e = vcu__rt.ndev == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice;
+    if (e == cudaSuccess)
+        e = vcu__dev_info(device, &info);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if ((int)attr < 0 || (int)attr >= (int)VCU_CU_NUM_DEV_ATTRS || (uint32_t)attr >= info->num_attrs)
+        return vcu__err(cudaErrorInvalidValue);
+    *value = vcu__dev_attr(device, (int)attr);
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device)
+{
+    const struct vcu_cu_device_info_resp *info;
+    cudaError_t e;
+
+    if (p == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__init();
+    if (e == cudaSuccess && (device < 0 || device >= vcu__rt.ndev))
+        e = vcu__rt.ndev == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice;
+    if (e == cudaSuccess)
+        e = vcu__dev_info(device, &info);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+#define A(x) vcu__dev_attr(device, cudaDevAttr##x)
+    memset(p, 0, sizeof(*p));
+    memcpy(p->name, info->name, sizeof(p->name));
+    p->name[sizeof(p->name) - 1] = '\0';
+    memcpy(p->uuid.bytes, info->uuid, sizeof(p->uuid.bytes));
+    p->totalGlobalMem = info->total_mem;
+    p->sharedMemPerBlock = (size_t)A(MaxSharedMemoryPerBlock);
+    p->regsPerBlock = A(MaxRegistersPerBlock);
+    p->warpSize = A(WarpSize);
+    p->memPitch = (size_t)(unsigned int)A(MaxPitch);
+    p->maxThreadsPerBlock = A(MaxThreadsPerBlock);
+    p->maxThreadsDim[0] = A(MaxBlockDimX);
+    p->maxThreadsDim[1] = A(MaxBlockDimY);
+    p->maxThreadsDim[2] = A(MaxBlockDimZ);
+    p->maxGridSize[0] = A(MaxGridDimX);
+    p->maxGridSize[1] = A(MaxGridDimY);
+    p->maxGridSize[2] = A(MaxGridDimZ);
+    p->totalConstMem = (size_t)A(TotalConstantMemory);
+    p->major = A(ComputeCapabilityMajor);
+    p->minor = A(ComputeCapabilityMinor);
+    p->textureAlignment = (size_t)A(TextureAlignment);
+    p->texturePitchAlignment = (size_t)A(TexturePitchAlignment);
+    p->multiProcessorCount = A(MultiProcessorCount);
+    p->integrated = A(Integrated);
+    p->canMapHostMemory = 0;    /* cudaHostAllocMapped is not offered yet */
+    p->maxTexture1D = A(MaxTexture1DWidth);
+    p->maxTexture1DMipmap = A(MaxTexture1DMipmappedWidth);
+    p->maxTexture2D[0] = A(MaxTexture2DWidth);
+    p->maxTexture2D[1] = A(MaxTexture2DHeight);
+    p->maxTexture2DMipmap[0] = A(MaxTexture2DMipmappedWidth);
+    p->maxTexture2DMipmap[1] = A(MaxTexture2DMipmappedHeight);
+    p->maxTexture2DLinear[0] = A(MaxTexture2DLinearWidth);
+    p->maxTexture2DLinear[1] = A(MaxTexture2DLinearHeight);
+    p->maxTexture2DLinear[2] = A(MaxTexture2DLinearPitch);
+    p->maxTexture2DGather[0] = A(MaxTexture2DGatherWidth);
+    p->maxTexture2DGather[1] = A(MaxTexture2DGatherHeight);
+    p->maxTexture3D[0] = A(MaxTexture3DWidth);
+    p->maxTexture3D[1] = A(MaxTexture3DHeight);
+    p->maxTexture3D[2] = A(MaxTexture3DDepth);
+    p->maxTexture3DAlt[0] = A(MaxTexture3DWidthAlt);
+    p->maxTexture3DAlt[1] = A(MaxTexture3DHeightAlt);
+    p->maxTexture3DAlt[2] = A(MaxTexture3DDepthAlt);
+    p->maxTextureCubemap = A(MaxTextureCubemapWidth);
+    p->maxTexture1DLayered[0] = A(MaxTexture1DLayeredWidth);
+    p->maxTexture1DLayered[1] = A(MaxTexture1DLayeredLayers);
+    p->maxTexture2DLayered[0] = A(MaxTexture2DLayeredWidth);
+    p->maxTexture2DLayered[1] = A(MaxTexture2DLayeredHeight);
+    p->maxTexture2DLayered[2] = A(MaxTexture2DLayeredLayers);
+    p->maxTextureCubemapLayered[0] = A(MaxTextureCubemapLayeredWidth);
+    p->maxTextureCubemapLayered[1] = A(MaxTextureCubemapLayeredLayers);
+    p->maxSurface1D = A(MaxSurface1DWidth);
+    p->maxSurface2D[0] = A(MaxSurface2DWidth);
+    p->maxSurface2D[1] = A(MaxSurface2DHeight);
+    p->maxSurface3D[0] = A(MaxSurface3DWidth);
+    p->maxSurface3D[1] = A(MaxSurface3DHeight);
+    p->maxSurface3D[2] = A(MaxSurface3DDepth);
+    p->maxSurface1DLayered[0] = A(MaxSurface1DLayeredWidth);
+    p->maxSurface1DLayered[1] = A(MaxSurface1DLayeredLayers);
+    p->maxSurface2DLayered[0] = A(MaxSurface2DLayeredWidth);
+    p->maxSurface2DLayered[1] = A(MaxSurface2DLayeredHeight);
+    p->maxSurface2DLayered[2] = A(MaxSurface2DLayeredLayers);
+    p->maxSurfaceCubemap = A(MaxSurfaceCubemapWidth);
+    p->maxSurfaceCubemapLayered[0] = A(MaxSurfaceCubemapLayeredWidth);
+    p->maxSurfaceCubemapLayered[1] = A(MaxSurfaceCubemapLayeredLayers);
+    p->surfaceAlignment = (size_t)A(SurfaceAlignment);
+    p->concurrentKernels = A(ConcurrentKernels);
+    p->ECCEnabled = A(EccEnabled);
+    p->pciBusID = A(PciBusId);
+    p->pciDeviceID = A(PciDeviceId);
+    p->pciDomainID = A(PciDomainId);
+    p->tccDriver = A(TccDriver);
+    p->asyncEngineCount = A(AsyncEngineCount);
+    p->unifiedAddressing = A(UnifiedAddressing);
+    p->memoryBusWidth = A(GlobalMemoryBusWidth);
+    p->l2CacheSize = A(L2CacheSize);
+    p->persistingL2CacheMaxSize = A(MaxPersistingL2CacheSize);
+    p->maxThreadsPerMultiProcessor = A(MaxThreadsPerMultiProcessor);
+    p->streamPrioritiesSupported = A(StreamPrioritiesSupported);
+    p->globalL1CacheSupported = A(GlobalL1CacheSupported);
+    p->localL1CacheSupported = A(LocalL1CacheSupported);
+    p->sharedMemPerMultiprocessor = (size_t)A(MaxSharedMemoryPerMultiprocessor);
+    p->regsPerMultiprocessor = A(MaxRegistersPerMultiprocessor);
+    p->managedMemory = 0;       /* managed memory is not offered */
+    p->isMultiGpuBoard = A(IsMultiGpuBoard);
+    p->multiGpuBoardGroupID = A(MultiGpuBoardGroupID);
+    p->hostNativeAtomicSupported = A(HostNativeAtomicSupported);
+    p->pageableMemoryAccess = 0;
+    p->concurrentManagedAccess = 0;
+    p->computePreemptionSupported = A(ComputePreemptionSupported);
+    p->canUseHostPointerForRegisteredMem = 0;
+    p->cooperativeLaunch = A(CooperativeLaunch);
+    p->sharedMemPerBlockOptin = (size_t)A(MaxSharedMemoryPerBlockOptin);
+    p->pageableMemoryAccessUsesHostPageTables = 0;
+    p->directManagedMemAccessFromHost = 0;
+    p->maxBlocksPerMultiProcessor = A(MaxBlocksPerMultiprocessor);
+    p->accessPolicyMaxWindowSize = A(MaxAccessPolicyWindowSize);
+    p->reservedSharedMemPerBlock = (size_t)A(ReservedSharedMemoryPerBlock);
+    p->hostRegisterSupported = A(HostRegisterSupported);
+    p->sparseCudaArraySupported = A(SparseCudaArraySupported);
+    p->hostRegisterReadOnlySupported = A(HostRegisterReadOnlySupported);
+    p->timelineSemaphoreInteropSupported = A(TimelineSemaphoreInteropSupported);
+    p->memoryPoolsSupported = A(MemoryPoolsSupported);
+    p->gpuDirectRDMASupported = A(GPUDirectRDMASupported);
+    p->gpuDirectRDMAFlushWritesOptions = (unsigned int)A(GPUDirectRDMAFlushWritesOptions);
+    p->gpuDirectRDMAWritesOrdering = A(GPUDirectRDMAWritesOrdering);
+    p->memoryPoolSupportedHandleTypes = (unsigned int)A(MemoryPoolSupportedHandleTypes);
+    p->deferredMappingCudaArraySupported = A(DeferredMappingCudaArraySupported);
+    p->ipcEventSupported = A(IpcEventSupport);
+    p->clusterLaunch = A(ClusterLaunch);
+    p->unifiedFunctionPointers = vcu__dev_attr(device, 129); /* CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS */
+    p->deviceNumaConfig = A(NumaConfig);
+    p->deviceNumaId = A(NumaId);
+    p->mpsEnabled = A(MpsEnabled);
+    p->hostNumaId = A(HostNumaId);
+    p->gpuPciDeviceID = (unsigned int)A(GpuPciDeviceId);
+    p->gpuPciSubsystemID = (unsigned int)A(GpuPciSubsystemId);
+    p->hostNumaMultinodeIpcSupported = A(HostNumaMultinodeIpcSupported);
+#undef A
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
+{
+    cudaError_t e;
+
+    if (device == NULL || prop == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__init();
+    if (e == cudaSuccess && vcu__rt.ndev == 0)
+        e = cudaErrorNoDevice;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    *device = 0;
+    for (int i = 0; i < vcu__rt.ndev; i++) {
+        int maj = vcu__dev_attr(i, cudaDevAttrComputeCapabilityMajor);
+        int min = vcu__dev_attr(i, cudaDevAttrComputeCapabilityMinor);
+
+        if (maj > prop->major || (maj == prop->major && min >= prop->minor)) {
+            *device = i;
+            break;
+        }
+    }
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+    struct vcu_cu_hdr h;
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), NULL, 0, NULL, 0);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaDeviceReset(void)
+{
+    struct vcu_cu_hdr h;
+    int dev = vcu__cur_dev;
+    cudaError_t e = vcu__init();
+
+    if (e == cudaSuccess && vcu__rt.ndev == 0)
+        e = cudaErrorNoDevice;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    e = vcu__call(dev, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), NULL, 0, NULL, 0);
+    if (e == cudaSuccess || vcu__is_sticky(e)) {
+        pthread_mutex_lock(&vcu__rt.reg_lock);
+        /* Every module and function of the device is gone with its context. */
+        extern void vcu__kernels_forget_dev(int dev);
+        vcu__kernels_forget_dev(dev);
+        pthread_mutex_unlock(&vcu__rt.reg_lock);
+        vcu__mem_forget_dev(dev);
+        pthread_mutex_lock(&vcu__rt.dev_lock);
+        vcu__rt.dev[dev].default_pool = NULL;
+        pthread_mutex_unlock(&vcu__rt.dev_lock);
+        __atomic_store_n(&vcu__rt.dev[dev].sticky, cudaSuccess, __ATOMIC_RELAXED);
+        cudaGetLastError();
+        return cudaSuccess;
+    }
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
+{
+    struct vcu_cu_u64_req r;
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess && (flags & ~(unsigned int)(cudaDeviceScheduleMask | cudaDeviceMapHost |
+                                                      cudaDeviceLmemResizeToMax |
+                                                      cudaDeviceSyncMemops)))
+        e = cudaErrorInvalidValue;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    r.value = flags & cudaDeviceScheduleMask;
+    e = vcu__call(dev, VCU_OP_CU_CTX_SET_FLAGS, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e == cudaSuccess)
+        vcu__rt.dev[dev].flags = flags;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
+{
+    int dev;
+    cudaError_t e;
+
+    if (flags == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    *flags = vcu__rt.dev[dev].flags | cudaDeviceMapHost;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
+{
+    struct vcu_cu_limit_req r = { .limit = (uint32_t)limit, .value = value };
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_CTX_SET_LIMIT, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e == cudaErrorNotSupported || e == cudaErrorUnsupportedLimit)
+        e = cudaErrorUnsupportedLimit;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
+{
+    struct vcu_cu_limit_req r = { .limit = (uint32_t)limit };
+    struct vcu_cu_u64_resp o;
+    int dev;
+    cudaError_t e;
+
+    if (pValue == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_CTX_GET_LIMIT, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess)
+        *pValue = o.value;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    struct vcu_cu_hdr h;
+    struct vcu_cu_priority_range_resp o;
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_CTX_PRIORITY_RANGE, 0, &h, sizeof(h), NULL, 0, &o,
+                      sizeof(o));
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (leastPriority != NULL)
+        *leastPriority = (int32_t)o.least;
+    if (greatestPriority != NULL)
+        *greatestPriority = (int32_t)o.greatest;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    cudaError_t e;
+
+    if (canAccessPeer == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__check_dev(device);
+    if (e == cudaSuccess && (peerDevice < 0 || peerDevice >= vcu__rt.ndev))
+        e = cudaErrorInvalidDevice;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (peerDevice == device) {
+        *canAccessPeer = 0;
+        return cudaSuccess;
+    }
+    r.value = vcu__rt.dev[peerDevice].vord;
+    e = vcu__call(device, VCU_OP_CU_DEVICE_CAN_ACCESS_PEER, 0, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e == cudaSuccess)
+        *canAccessPeer = o.value != 0;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+    (void)peerDevice;
+    (void)flags;
+    VCU__NOT_SUPPORTED("cudaDeviceEnablePeerAccess", "no peer access opcode in the protocol");
+}
+
+VCU__EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
+{
+    (void)peerDevice;
+    VCU__NOT_SUPPORTED("cudaDeviceDisablePeerAccess", "no peer access opcode in the protocol");
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
+{
+    if (pCacheConfig == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    *pCacheConfig = cudaFuncCachePreferNone;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
+{
+    (void)cacheConfig;      /* a hint; sm_70+ ignores it */
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaProfilerStart(void)
+{
+    struct vcu_cu_u64_req r = { .value = 1 };
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_PROFILER, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaProfilerStop(void)
+{
+    struct vcu_cu_u64_req r = { .value = 0 };
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_PROFILER, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
+                                                unsigned long long flags,
+                                                enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    (void)symbol;
+    (void)flags;
+    if (funcPtr != NULL)
+        *funcPtr = NULL;
+    if (driverStatus != NULL)
+        *driverStatus = cudaDriverEntryPointSymbolNotFound;
+    VCU__NOT_SUPPORTED("cudaGetDriverEntryPoint", "the guest has no libcuda");
+}
+
+VCU__EXPORT cudaError_t cudaGetDriverEntryPointByVersion(
+    const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags,
+    enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    (void)symbol;
+    (void)flags;
+    (void)cudaVersion;
+    if (funcPtr != NULL)
+        *funcPtr = NULL;
+    if (driverStatus != NULL)
+        *driverStatus = cudaDriverEntryPointSymbolNotFound;
+    VCU__NOT_SUPPORTED("cudaGetDriverEntryPointByVersion", "the guest has no libcuda");
+}
+
+VCU__EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr,
+                                                     unsigned long long flags,
+                                                     enum cudaDriverEntryPointQueryResult *st);
+VCU__EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr,
+                                                     unsigned long long flags,
+                                                     enum cudaDriverEntryPointQueryResult *st)
+{
+    return cudaGetDriverEntryPoint(symbol, funcPtr, flags, st);
+}
+
+VCU__EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(
+    const char *symbol, void **funcPtr, unsigned int v, unsigned long long flags,
+    enum cudaDriverEntryPointQueryResult *st);
+VCU__EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(
+    const char *symbol, void **funcPtr, unsigned int v, unsigned long long flags,
+    enum cudaDriverEntryPointQueryResult *st)
+{
+    return cudaGetDriverEntryPointByVersion(symbol, funcPtr, v, flags, st);
+}

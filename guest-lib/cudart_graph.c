@@ -1,0 +1,574 @@
+/*
+ * Graphs and stream capture.  cudaGraph_t, cudaGraphNode_t and
+ * cudaGraphExec_t are records of this library naming host handles; a
+ * graph keeps its nodes so cudaGraphGetNodes can list them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudart_int.h"
+
+typedef struct vcu__node_s {
+    uint64_t h;
+    struct vcu__graph_s *g;
+    uint64_t cookie;                /* host node's callback record, or 0 */
+    struct vcu__node_s *next;
+} vcu__node_t;
+
+typedef struct vcu__graph_s {
+    int dev;
+    uint64_t h;
+    vcu__node_t *nodes;             /* newest first; protected by vcu__graph_mu */
+    size_t nnodes;
+} vcu__graph_t;
+
+typedef struct vcu__exec_s {
+    int dev;
+    uint64_t h;
+} vcu__exec_t;
+
+static pthread_mutex_t vcu__graph_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static cudaError_t vcu__graph(cudaGraph_t g, vcu__graph_t **out)
+{
+    if (!vcu__reg_has(g, VCU__H_GRAPH))
+        return cudaErrorInvalidResourceHandle;
+    *out = (vcu__graph_t *)g;
+    return vcu__check_dev((*out)->dev);
+}
+
+static cudaError_t vcu__graph_wrap(int dev, uint64_t h, cudaGraph_t *out)
+{
+    vcu__graph_t *g = calloc(1, sizeof(*g));
+
+    if (g == NULL || vcu__reg_add(g, VCU__H_GRAPH) != 0) {
+        struct vcu_cu_u64_req d = { .value = h };
+
+        free(g);
+        vcu__call(dev, VCU_OP_CU_GRAPH_DESTROY, 0, &d, sizeof(d), NULL, 0, NULL, 0);
+        return cudaErrorMemoryAllocation;
+    }
+    g->dev = dev;
+    g->h = h;
+    *out = (cudaGraph_t)g;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    int dev;
+    cudaError_t e;
+
+    if (pGraph == NULL || flags != 0)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    r.value = flags;
+    e = vcu__call(dev, VCU_OP_CU_GRAPH_CREATE, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess)
+        e = vcu__graph_wrap(dev, o.value, pGraph);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    struct vcu_cu_u64_req r;
+    vcu__graph_t *g = (vcu__graph_t *)graph;
+    vcu__node_t *n, *next;
+    cudaError_t e;
+
+    if (!vcu__reg_has(graph, VCU__H_GRAPH))
+        return vcu__err(cudaErrorInvalidResourceHandle);
+    vcu__reg_del(graph);
+    r.value = g->h;
+    e = vcu__check_dev(g->dev);
+    if (e == cudaSuccess)
+        e = vcu__call(g->dev, VCU_OP_CU_GRAPH_DESTROY, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    /* Host node callbacks stay valid: an instantiated copy may still
+     * run them. */
+    for (n = g->nodes; n != NULL; n = next) {
+        next = n->next;
+        vcu__reg_del(n);
+        free(n);
+    }
+    free(g);
+    return vcu__err(e);
+}
+
+/* Sends CU_GRAPH_ADD_NODE with the deps and trailing bytes; adds the node. */
+static cudaError_t vcu__add_node(cudaGraphNode_t *out, cudaGraph_t graph,
+                                 const cudaGraphNode_t *deps, size_t ndeps,
+                                 struct vcu_cu_graph_node_req *tmpl, const void *extra,
+                                 uint32_t extra_len, uint64_t cookie)
+{
+    struct vcu_cu_u64_resp o;
+    vcu__graph_t *g;
+    vcu__node_t *n;
+    uint64_t *d;
+    char *q;
+    size_t len;
+    cudaError_t e;
+
+    if (out == NULL || (ndeps > 0 && deps == NULL) || ndeps > VCU_CU_MAX_DEPS)
+        return cudaErrorInvalidValue;
+    e = vcu__graph(graph, &g);
+    if (e != cudaSuccess)
+        return e;
+    len = sizeof(*tmpl) + ndeps * 8 + extra_len;
+    q = malloc(len);
+    if (q == NULL)
+        return cudaErrorMemoryAllocation;
+    tmpl->graph = g->h;
+    tmpl->ndeps = (uint32_t)ndeps;
+    memcpy(q, tmpl, sizeof(*tmpl));
+    d = (uint64_t *)(q + sizeof(*tmpl));
+    for (size_t i = 0; i < ndeps; i++) {
+        vcu__node_t *dn = (vcu__node_t *)deps[i];
+
+        if (!vcu__reg_has(dn, VCU__H_NODE) || dn->g != g) {
+            free(q);
+            return cudaErrorInvalidValue;
+        }
+        d[i] = dn->h;
+    }
+    if (extra_len)
+        memcpy(q + sizeof(*tmpl) + ndeps * 8, extra, extra_len);
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_ADD_NODE, 0, q, (uint32_t)len, NULL, 0, &o,
+                  sizeof(o));
+    free(q);
+    if (e != cudaSuccess)
+        return e;
+    n = calloc(1, sizeof(*n));
+    if (n == NULL || vcu__reg_add(n, VCU__H_NODE) != 0) {
+        free(n);
+        return cudaErrorMemoryAllocation;
+    }
+    n->h = o.value;
+    n->g = g;
+    n->cookie = cookie;
+    pthread_mutex_lock(&vcu__graph_mu);
+    n->next = g->nodes;
+    g->nodes = n;
+    g->nnodes++;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    *out = (cudaGraphNode_t)n;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                               const cudaGraphNode_t *pDependencies,
+                                               size_t numDependencies,
+                                               const struct cudaKernelNodeParams *p)
+{
+    struct vcu_cu_graph_node_req r;
+    static __thread uint8_t params[VCU_CU_MAX_PARAM_BYTES];
+    const vcu__kfn_t *f;
+    vcu__kernel_t *k;
+    vcu__graph_t *g;
+    cudaError_t e;
+
+    if (p == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    if (p->extra != NULL)
+        VCU__NOT_SUPPORTED("cudaGraphAddKernelNode with extra", "use kernelParams");
+    e = vcu__graph(graph, &g);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    k = vcu__kernel_by_host(p->func);
+    if (k == NULL)
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    e = vcu__check_config(g->dev, p->gridDim, p->blockDim, p->sharedMemBytes);
+    if (e == cudaSuccess)
+        e = vcu__kernel_fn(k, g->dev, &f);
+    if (e == cudaSuccess)
+        e = vcu__pack_params(f, p->kernelParams, params);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_KERNEL;
+    r.function = f->fn;
+    r.grid[0] = p->gridDim.x;
+    r.grid[1] = p->gridDim.y;
+    r.grid[2] = p->gridDim.z;
+    r.block[0] = p->blockDim.x;
+    r.block[1] = p->blockDim.y;
+    r.block[2] = p->blockDim.z;
+    r.shared_mem = p->sharedMemBytes;
+    r.param_bytes = f->param_bytes;
+    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, params,
+                                  f->param_bytes, 0));
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                               const cudaGraphNode_t *pDependencies,
+                                               size_t numDependencies,
+                                               const struct cudaMemcpy3DParms *p)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__alloc_t a;
+    int dd, sd;
+
+    if (p == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    dd = vcu__mem_find((uint64_t)(uintptr_t)p->dstPtr.ptr, &a) == 0 &&
+         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
+    sd = vcu__mem_find((uint64_t)(uintptr_t)p->srcPtr.ptr, &a) == 0 &&
+         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
+    if (p->srcArray != NULL || p->dstArray != NULL || p->extent.height > 1 ||
+        p->extent.depth > 1 || p->srcPos.x || p->srcPos.y || p->srcPos.z || p->dstPos.x ||
+        p->dstPos.y || p->dstPos.z ||
+        (p->kind != cudaMemcpyDeviceToDevice && p->kind != cudaMemcpyDefault) ||
+        (p->kind == cudaMemcpyDefault && !(dd && sd)))
+        VCU__NOT_SUPPORTED("cudaGraphAddMemcpyNode other than a 1D device-to-device copy",
+                           "the protocol has no host memory in graphs");
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_MEMCPY;
+    r.dst = (uint64_t)(uintptr_t)p->dstPtr.ptr;
+    r.src = (uint64_t)(uintptr_t)p->srcPtr.ptr;
+    r.size = p->extent.width;
+    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
+                                  0));
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                               const cudaGraphNode_t *pDependencies,
+                                               size_t numDependencies,
+                                               const struct cudaMemsetParams *p)
+{
+    struct vcu_cu_graph_node_req r;
+
+    if (p == NULL || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) ||
+        p->width == 0 || p->height == 0)
+        return vcu__err(cudaErrorInvalidValue);
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_MEMSET;
+    r.dst = (uint64_t)(uintptr_t)p->dst;
+    r.pitch = p->height > 1 ? p->pitch : 0;
+    r.width = p->width;
+    r.height = p->height;
+    r.value = p->value;
+    r.elem_size = p->elementSize;
+    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
+                                  0));
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                             const cudaGraphNode_t *pDependencies,
+                                             size_t numDependencies,
+                                             const struct cudaHostNodeParams *p)
+{
+    struct vcu_cu_graph_node_req r;
+    cudaError_t e;
+
+    if (p == NULL || p->fn == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__cb_start();
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_HOST;
+    r.cookie = vcu__cb_new(p->fn, NULL, NULL, p->userData, 1);
+    if (r.cookie == 0)
+        return vcu__err(cudaErrorMemoryAllocation);
+    e = vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0, r.cookie);
+    if (e != cudaSuccess)
+        vcu__cb_free(r.cookie);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                              const cudaGraphNode_t *pDependencies,
+                                              size_t numDependencies)
+{
+    struct vcu_cu_graph_node_req r;
+
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_EMPTY;
+    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
+                                  0));
+}
+
+VCU__EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__graph_t *g;
+    cudaError_t e;
+
+    if (pGraphClone == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__graph(originalGraph, &g);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    r.value = g->h;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_CLONE, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess)
+        e = vcu__graph_wrap(g->dev, o.value, pGraphClone);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes,
+                                          size_t *numNodes)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__graph_t *g;
+    cudaError_t e;
+
+    if (numNodes == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__graph(graph, &g);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    r.value = g->h;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_NODE_COUNT, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (nodes != NULL) {
+        size_t i = 0, n;
+        vcu__node_t *nd;
+
+        pthread_mutex_lock(&vcu__graph_mu);
+        n = g->nnodes;
+        if (n != o.value) {
+            /* Nodes this library did not create (a clone, a capture):
+             * their handles are not known in the guest. */
+            pthread_mutex_unlock(&vcu__graph_mu);
+            VCU__NOT_SUPPORTED("cudaGraphGetNodes listing a cloned or captured graph",
+                               "only the count is available");
+        }
+        /* Oldest first, as CUDA lists them. */
+        for (nd = g->nodes; nd != NULL && i < n; nd = nd->next, i++)
+            if (n - 1 - i < *numNodes)
+                nodes[n - 1 - i] = (cudaGraphNode_t)nd;
+        pthread_mutex_unlock(&vcu__graph_mu);
+        if (*numNodes > n)
+            for (i = n; i < *numNodes; i++)
+                nodes[i] = NULL;
+    }
+    *numNodes = o.value;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec,
+                                                      cudaGraph_t graph,
+                                                      unsigned long long flags)
+{
+    struct vcu_cu_pair_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__graph_t *g;
+    vcu__exec_t *x;
+    cudaError_t e;
+
+    if (pGraphExec == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__graph(graph, &g);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.a = g->h;
+    r.b = flags;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_INSTANTIATE, 0, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    x = calloc(1, sizeof(*x));
+    if (x == NULL || vcu__reg_add(x, VCU__H_GRAPH_EXEC) != 0) {
+        struct vcu_cu_u64_req d = { .value = o.value };
+
+        free(x);
+        vcu__call(g->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, &d, sizeof(d), NULL, 0, NULL, 0);
+        return vcu__err(cudaErrorMemoryAllocation);
+    }
+    x->dev = g->dev;
+    x->h = o.value;
+    *pGraphExec = (cudaGraphExec_t)x;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                             unsigned long long flags)
+{
+    return cudaGraphInstantiateWithFlags(pGraphExec, graph, flags);
+}
+
+static cudaError_t vcu__graph_launch(cudaGraphExec_t exec, cudaStream_t stream, int ptsz)
+{
+    struct vcu_cu_pair_req r;
+    vcu__exec_t *x;
+    int dev;
+    cudaError_t e;
+
+    if (!vcu__reg_has(exec, VCU__H_GRAPH_EXEC))
+        return cudaErrorInvalidResourceHandle;
+    x = (vcu__exec_t *)exec;
+    memset(&r, 0, sizeof(r));
+    e = vcu__stream(stream, ptsz, &dev, &r.b);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e == cudaSuccess && dev != x->dev)
+        e = cudaErrorInvalidValue;
+    if (e != cudaSuccess)
+        return e;
+    r.a = x->h;
+    return vcu__call(dev, VCU_OP_CU_GRAPH_LAUNCH, 1, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    return vcu__err(vcu__graph_launch(graphExec, stream, 0));
+}
+
+VCU__EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream);
+VCU__EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    return vcu__err(vcu__graph_launch(graphExec, stream, 1));
+}
+
+VCU__EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    struct vcu_cu_u64_req r;
+    vcu__exec_t *x = (vcu__exec_t *)graphExec;
+    cudaError_t e;
+
+    if (!vcu__reg_has(graphExec, VCU__H_GRAPH_EXEC))
+        return vcu__err(cudaErrorInvalidResourceHandle);
+    vcu__reg_del(graphExec);
+    r.value = x->h;
+    e = vcu__check_dev(x->dev);
+    if (e == cudaSuccess)
+        e = vcu__call(x->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    free(x);
+    return vcu__err(e);
+}
+
+/* ---- stream capture ----------------------------------------------------- */
+
+static cudaError_t vcu__begin_capture(cudaStream_t stream, enum cudaStreamCaptureMode mode,
+                                      int ptsz)
+{
+    struct vcu_cu_pair_req r;
+    int dev;
+    cudaError_t e;
+
+    memset(&r, 0, sizeof(r));
+    e = vcu__stream(stream, ptsz, &dev, &r.a);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e != cudaSuccess)
+        return e;
+    if (r.a == VCU_CU_STREAM_LEGACY)
+        return cudaErrorStreamCaptureUnsupported;
+    r.b = (uint64_t)mode;   /* cudaStreamCaptureMode values equal CUstreamCaptureMode's */
+    return vcu__call(dev, VCU_OP_CU_STREAM_BEGIN_CAPTURE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
+                                               enum cudaStreamCaptureMode mode)
+{
+    return vcu__err(vcu__begin_capture(stream, mode, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                                    enum cudaStreamCaptureMode mode);
+VCU__EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                                    enum cudaStreamCaptureMode mode)
+{
+    return vcu__err(vcu__begin_capture(stream, mode, 1));
+}
+
+static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, int ptsz)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    int dev;
+    cudaError_t e;
+
+    if (pGraph == NULL)
+        return cudaErrorInvalidValue;
+    e = vcu__stream(stream, ptsz, &dev, &r.value);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e != cudaSuccess)
+        return e;
+    *pGraph = NULL;
+    e = vcu__call(dev, VCU_OP_CU_STREAM_END_CAPTURE, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return e;
+    if (o.value == 0)
+        return cudaSuccess;
+    return vcu__graph_wrap(dev, o.value, pGraph);
+}
+
+VCU__EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    return vcu__err(vcu__end_capture(stream, pGraph, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+VCU__EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    return vcu__err(vcu__end_capture(stream, pGraph, 1));
+}
+
+static cudaError_t vcu__capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus *st,
+                                     unsigned long long *id, int ptsz)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_capture_info_resp o;
+    int dev;
+    cudaError_t e;
+
+    if (st == NULL)
+        return cudaErrorInvalidValue;
+    e = vcu__stream(stream, ptsz, &dev, &r.value);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_STREAM_CAPTURE_INFO, 0, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
+    if (e != cudaSuccess)
+        return e;
+    *st = (enum cudaStreamCaptureStatus)o.status;
+    if (id != NULL)
+        *id = o.id;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                              enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+    return vcu__err(vcu__capture_info(stream, pCaptureStatus, NULL, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                                   enum cudaStreamCaptureStatus *st);
+VCU__EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                                   enum cudaStreamCaptureStatus *st)
+{
+    return vcu__err(vcu__capture_info(stream, st, NULL, 1));
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
+                                                 enum cudaStreamCaptureStatus *captureStatus_out,
+                                                 unsigned long long *id_out,
+                                                 cudaGraph_t *graph_out,
+                                                 const cudaGraphNode_t **dependencies_out,
+                                                 const cudaGraphEdgeData **edgeData_out,
+                                                 size_t *numDependencies_out)
+{
+    /* The graph being captured and its open dependencies live on the
+     * host only. */
+    if (graph_out != NULL)
+        *graph_out = NULL;
+    if (dependencies_out != NULL)
+        *dependencies_out = NULL;
+    if (edgeData_out != NULL)
+        *edgeData_out = NULL;
+    if (numDependencies_out != NULL)
+        *numDependencies_out = 0;
+    return vcu__err(vcu__capture_info(stream, captureStatus_out, id_out, 0));
+}

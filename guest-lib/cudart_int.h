@@ -1,0 +1,151 @@
+/*
+ * libcudart.so.13 internals: the CUDA runtime API built on the Driver API
+ * opcodes of the wire protocol.  Private names: vcu__.
+ *
+ * Lock order (outer first): vcu__rt.reg_lock (fatbins, kernels, module
+ * loads) -> vcu__rt.dev_lock (device info cache) -> the handle registry's
+ * and the allocation table's own locks (leaf locks, never held across a
+ * call to the host).
+ */
+#ifndef VCU_CUDART_INT_H
+#define VCU_CUDART_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+
+#include "vcu_transport.h"
+
+#define VCU__EXPORT __attribute__((visibility("default")))
+#define VCU__CUDART_VERSION 13000
+
+/* One device the program sees (after CUDA_VISIBLE_DEVICES). */
+typedef struct vcu__dev_s {
+    uint32_t vord;                  /* virtual ordinal on the wire */
+    int info_loaded;                /* under dev_lock */
+    struct vcu_cu_device_info_resp info;
+    int pci_domain, pci_bus, pci_device;
+    cudaError_t sticky;             /* a sticky context error, until reset */
+    unsigned int flags;             /* cudaSetDeviceFlags */
+    void *default_pool;             /* vcu__pool_t *, under dev_lock */
+} vcu__dev_t;
+
+typedef struct vcu__rt_s {
+    pthread_once_t once;
+    cudaError_t init_err;           /* written once in the once routine */
+    vcu_conn_t *conn;
+    uint64_t max_xfer;
+    int async;                      /* send stream-ordered calls without waiting */
+    int driver_version;
+    int ndev;                       /* visible devices */
+    vcu__dev_t dev[VCU_CU_MAX_DEVICES];
+    pthread_mutex_t reg_lock;
+    pthread_mutex_t dev_lock;
+} vcu__rt_t;
+
+extern vcu__rt_t vcu__rt;
+
+/* ---- errors (cudart_err.c) ---------------------------------------------- */
+cudaError_t vcu__from_cu(uint32_t cu_result);       /* CUresult -> cudaError_t */
+cudaError_t vcu__from_vcu(int err);                 /* VCU_E* -> cudaError_t */
+/* Records e as the thread's last error (and a sticky one on the current
+ * device) and returns it: every entry point returns through it. */
+cudaError_t vcu__err(cudaError_t e);
+cudaError_t vcu__err_dev(int dev, cudaError_t e);
+int vcu__is_sticky(cudaError_t e);
+void vcu__log_once(int *flag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define VCU__NOT_SUPPORTED(name, why)                                                \
+    do {                                                                             \
+        static int vcu__once_;                                                       \
+        vcu__log_once(&vcu__once_, "virtio-cuda: %s is not supported%s%s\n", name,   \
+                      (why)[0] ? ": " : "", why);                                    \
+        return vcu__err(cudaErrorNotSupported);                                      \
+    } while (0)
+
+/* ---- core (cudart.c) ---------------------------------------------------- */
+extern __thread int vcu__cur_dev;
+
+cudaError_t vcu__init(void);
+/* Init, check the current device and its sticky error; *dev = current. */
+cudaError_t vcu__enter(int *dev);
+cudaError_t vcu__check_dev(int dev);
+/*
+ * One CUDA call to the host on program device dev.  req starts with
+ * struct vcu_cu_hdr (filled here), resp (may be NULL) with struct
+ * vcu_cu_resp.  Returns the call's result, or the deferred error of an
+ * earlier async call.  async: may be sent without waiting.
+ */
+cudaError_t vcu__call(int dev, uint32_t op, int async, void *req, uint32_t req_len,
+                      const vcu_buf_t *bufs, unsigned int nbufs, void *resp,
+                      uint32_t resp_cap);
+cudaError_t vcu__dev_info(int dev, const struct vcu_cu_device_info_resp **out);
+int vcu__dev_attr(int dev, int attr);
+
+/* Kernels registered by __cudaRegisterFunction. */
+typedef struct vcu__kfn_s {
+    uint64_t fn;                    /* host handle; 0 until looked up */
+    uint32_t nparams;
+    uint32_t param_bytes;
+    struct vcu_cu_param *params;
+} vcu__kfn_t;
+
+typedef struct vcu__kernel_s vcu__kernel_t;
+vcu__kernel_t *vcu__kernel_by_host(const void *hostfn);
+/* The kernel's function on dev, loading its module first if needed. */
+cudaError_t vcu__kernel_fn(vcu__kernel_t *k, int dev, const vcu__kfn_t **out);
+/* Packs args into buf (VCU_CU_MAX_PARAM_BYTES) by the host's offsets. */
+cudaError_t vcu__pack_params(const vcu__kfn_t *f, void **args, void *buf);
+cudaError_t vcu__symbol(const void *sym, int dev, uint64_t *dptr, uint64_t *size);
+
+/* ---- handle registry: is this pointer one of ours, alive, of this kind? */
+enum {
+    VCU__H_STREAM = 1,
+    VCU__H_EVENT,
+    VCU__H_GRAPH,
+    VCU__H_GRAPH_EXEC,
+    VCU__H_NODE,
+    VCU__H_KERNEL,
+    VCU__H_POOL,
+};
+int vcu__reg_add(const void *p, int kind);
+int vcu__reg_has(const void *p, int kind);
+void vcu__reg_del(const void *p);
+
+/* ---- memory (cudart_mem.c) ---------------------------------------------- */
+enum { VCU__M_DEVICE = 1, VCU__M_HOST, VCU__M_REGISTERED, VCU__M_SYMBOL };
+typedef struct vcu__alloc_s {
+    uint64_t base, size;
+    int dev;
+    int kind;
+    unsigned int flags;
+} vcu__alloc_t;
+int vcu__mem_add(const vcu__alloc_t *a);
+int vcu__mem_find(uint64_t addr, vcu__alloc_t *out);
+int vcu__mem_del(uint64_t base, int kind, vcu__alloc_t *out);
+void vcu__mem_forget_dev(int dev);
+
+/* ---- streams (cudart_stream.c) ------------------------------------------ */
+typedef struct vcu__stream_s {
+    int dev;
+    uint64_t h;
+    unsigned int flags;
+    int priority;
+} vcu__stream_t;
+/* Program stream -> device and wire handle.  ptsz: stream 0 means the
+ * per-thread default stream. */
+cudaError_t vcu__stream(cudaStream_t s, int ptsz, int *dev, uint64_t *wire);
+/* A host callback record for CU_STREAM_HOST_FUNC and graph host nodes. */
+uint64_t vcu__cb_new(void (*fn)(void *), cudaStreamCallback_t cb, cudaStream_t s, void *arg,
+                     int persistent);
+void vcu__cb_free(uint64_t cookie);
+cudaError_t vcu__cb_start(void);
+
+/* Launch shared by cudaLaunchKernel, graphs and __cudaLaunchKernel. */
+cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, size_t shmem,
+                        cudaStream_t stream, int ptsz, uint32_t flags);
+cudaError_t vcu__check_config(int dev, dim3 grid, dim3 block, size_t shmem);
+
+#endif /* VCU_CUDART_INT_H */

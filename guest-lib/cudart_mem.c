@@ -1,0 +1,911 @@
+/*
+ * Memory: device allocations (tracked so cudaMemcpyDefault, cudaFree and
+ * cudaPointerGetAttributes can tell device from host pointers), page-locked
+ * host memory (guest memory, tracked), copies, memsets, the stream-ordered
+ * allocator.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cudart_int.h"
+
+/* ---- allocation table: sorted by base, protected by vcu__mem_mu ---------- */
+static pthread_mutex_t vcu__mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static vcu__alloc_t *vcu__allocs;
+static size_t vcu__nalloc, vcu__calloc;
+
+/* Index of the first entry with base > addr. */
+static size_t vcu__mem_upper(uint64_t addr)
+{
+    size_t lo = 0, hi = vcu__nalloc;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (vcu__allocs[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int vcu__mem_add(const vcu__alloc_t *a)
+{
+    size_t i;
+
+    pthread_mutex_lock(&vcu__mem_mu);
+    if (vcu__nalloc == vcu__calloc) {
+        size_t n = vcu__calloc ? vcu__calloc * 2 : 64;
+        vcu__alloc_t *p = realloc(vcu__allocs, n * sizeof(*p));
+
+        if (p == NULL) {
+            pthread_mutex_unlock(&vcu__mem_mu);
+            return VCU_ENOMEM;
+        }
+        vcu__allocs = p;
+        vcu__calloc = n;
+    }
+    i = vcu__mem_upper(a->base);
+    memmove(&vcu__allocs[i + 1], &vcu__allocs[i], (vcu__nalloc - i) * sizeof(*a));
+    vcu__allocs[i] = *a;
+    vcu__nalloc++;
+    pthread_mutex_unlock(&vcu__mem_mu);
+    return 0;
+}
+
+int vcu__mem_find(uint64_t addr, vcu__alloc_t *out)
+{
+    size_t i;
+    int ret = VCU_EINVAL;
+
+    pthread_mutex_lock(&vcu__mem_mu);
+    /* Entries may nest (a symbol inside nothing, a registration inside a
+     * bigger host range): search back from the last base <= addr. */
+    for (i = vcu__mem_upper(addr); i-- > 0;) {
+        const vcu__alloc_t *a = &vcu__allocs[i];
+
+        if (addr >= a->base && addr - a->base < (a->size ? a->size : 1)) {
+            *out = *a;
+            ret = 0;
+            break;
+        }
+        if (vcu__nalloc - i > 64)
+            break;
+    }
+    pthread_mutex_unlock(&vcu__mem_mu);
+    return ret;
+}
+
+int vcu__mem_del(uint64_t base, int kind, vcu__alloc_t *out)
+{
+    size_t i;
+    int ret = VCU_EINVAL;
+
+    pthread_mutex_lock(&vcu__mem_mu);
+    for (i = vcu__mem_upper(base); i-- > 0 && vcu__allocs[i].base == base;) {
+        if (vcu__allocs[i].kind != kind)
+            continue;
+        if (out != NULL)
+            *out = vcu__allocs[i];
+        memmove(&vcu__allocs[i], &vcu__allocs[i + 1], (vcu__nalloc - i - 1) * sizeof(*out));
+        vcu__nalloc--;
+        ret = 0;
+        break;
+    }
+    pthread_mutex_unlock(&vcu__mem_mu);
+    return ret;
+}
+
+void vcu__mem_forget_dev(int dev)
+{
+    size_t i, j;
+
+    pthread_mutex_lock(&vcu__mem_mu);
+    for (i = j = 0; i < vcu__nalloc; i++) {
+        const vcu__alloc_t *a = &vcu__allocs[i];
+
+        if ((a->kind == VCU__M_DEVICE || a->kind == VCU__M_SYMBOL) && a->dev == dev)
+            continue;
+        vcu__allocs[j++] = *a;
+    }
+    vcu__nalloc = j;
+    pthread_mutex_unlock(&vcu__mem_mu);
+}
+
+static int vcu__is_dev_ptr(const void *p, int *dev)
+{
+    vcu__alloc_t a;
+
+    if (vcu__mem_find((uint64_t)(uintptr_t)p, &a) != 0)
+        return 0;
+    if (a.kind != VCU__M_DEVICE && a.kind != VCU__M_SYMBOL)
+        return 0;
+    if (dev != NULL)
+        *dev = a.dev;
+    return 1;
+}
+
+/* ---- allocation --------------------------------------------------------- */
+
+static cudaError_t vcu__malloc(int dev, void **p, size_t size, int async, uint64_t stream,
+                               uint64_t pool)
+{
+    struct vcu_cu_mem_alloc_req r = { .size = size, .stream = stream, .pool = pool };
+    struct vcu_cu_u64_resp o;
+    vcu__alloc_t a;
+    cudaError_t e;
+
+    e = vcu__call(dev, async ? VCU_OP_CU_MEM_ALLOC_ASYNC : VCU_OP_CU_MEM_ALLOC, 0, &r,
+                  sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return e;
+    memset(&a, 0, sizeof(a));
+    a.base = o.value;
+    a.size = size;
+    a.dev = dev;
+    a.kind = VCU__M_DEVICE;
+    if (vcu__mem_add(&a) != 0) {
+        struct vcu_cu_u64_req f = { .value = o.value };
+
+        vcu__call(dev, VCU_OP_CU_MEM_FREE, 0, &f, sizeof(f), NULL, 0, NULL, 0);
+        return cudaErrorMemoryAllocation;
+    }
+    *p = (void *)(uintptr_t)o.value;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    int dev;
+    cudaError_t e;
+
+    if (devPtr == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    *devPtr = NULL;
+    if (size == 0)
+        return cudaSuccess;
+    return vcu__err(vcu__malloc(dev, devPtr, size, 0, 0, 0));
+}
+
+VCU__EXPORT cudaError_t cudaFree(void *devPtr)
+{
+    struct vcu_cu_u64_req r;
+    vcu__alloc_t a;
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (devPtr == NULL)
+        return cudaSuccess;
+    if (vcu__mem_del((uint64_t)(uintptr_t)devPtr, VCU__M_DEVICE, &a) != 0)
+        return vcu__err(cudaErrorInvalidValue);
+    r.value = a.base;
+    e = vcu__call(a.dev, VCU_OP_CU_MEM_FREE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+    size_t p;
+
+    if (devPtr == NULL || pitch == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    p = (width + 511) & ~(size_t)511;
+    if (p == 0)
+        p = 512;
+    *pitch = p;
+    if (height != 0 && p > SIZE_MAX / height)
+        return vcu__err(cudaErrorMemoryAllocation);
+    return cudaMalloc(devPtr, p * height);
+}
+
+static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
+{
+    vcu__alloc_t a;
+    void *p;
+    int dev = vcu__cur_dev;
+    cudaError_t e = vcu__check_dev(dev);
+
+    if (e != cudaSuccess)
+        return e;
+    if (size == 0) {
+        *ptr = NULL;
+        return cudaSuccess;
+    }
+    /* Guest memory, locked so the host's DMA never waits for a fault. */
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
+             0);
+    if (p == MAP_FAILED)
+        return cudaErrorMemoryAllocation;
+    (void)mlock(p, size);
+    memset(&a, 0, sizeof(a));
+    a.base = (uint64_t)(uintptr_t)p;
+    a.size = size;
+    a.dev = dev;
+    a.kind = VCU__M_HOST;
+    a.flags = flags;
+    if (vcu__mem_add(&a) != 0) {
+        munmap(p, size);
+        return cudaErrorMemoryAllocation;
+    }
+    *ptr = p;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    if (ptr == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    return vcu__err(vcu__host_alloc(ptr, size, cudaHostAllocDefault));
+}
+
+VCU__EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+    if (pHost == NULL || (flags & ~(unsigned int)(cudaHostAllocPortable | cudaHostAllocMapped |
+                                                   cudaHostAllocWriteCombined)))
+        return vcu__err(cudaErrorInvalidValue);
+    if (flags & cudaHostAllocMapped)
+        VCU__NOT_SUPPORTED("cudaHostAlloc(cudaHostAllocMapped)",
+                           "mapping guest memory into the device is not in the protocol yet");
+    return vcu__err(vcu__host_alloc(pHost, size, flags));
+}
+
+VCU__EXPORT cudaError_t cudaFreeHost(void *ptr)
+{
+    vcu__alloc_t a;
+
+    if (ptr == NULL)
+        return cudaSuccess;
+    if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_HOST, &a) != 0)
+        return vcu__err(cudaErrorInvalidValue);
+    munmap(ptr, a.size);
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    vcu__alloc_t a;
+    uint64_t b = (uint64_t)(uintptr_t)ptr;
+
+    if (ptr == NULL || size == 0)
+        return vcu__err(cudaErrorInvalidValue);
+    if (flags & cudaHostRegisterMapped)
+        VCU__NOT_SUPPORTED("cudaHostRegister(cudaHostRegisterMapped)",
+                           "mapping guest memory into the device is not in the protocol yet");
+    if (vcu__mem_find(b, &a) == 0 || vcu__mem_find(b + size - 1, &a) == 0)
+        return vcu__err(cudaErrorHostMemoryAlreadyRegistered);
+    memset(&a, 0, sizeof(a));
+    a.base = b;
+    a.size = size;
+    a.dev = vcu__cur_dev;
+    a.kind = VCU__M_REGISTERED;
+    a.flags = flags;
+    if (vcu__mem_add(&a) != 0)
+        return vcu__err(cudaErrorMemoryAllocation);
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaHostUnregister(void *ptr)
+{
+    if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_REGISTERED, NULL) != 0)
+        return vcu__err(cudaErrorHostMemoryNotRegistered);
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
+{
+    (void)pHost;
+    (void)flags;
+    if (pDevice != NULL)
+        *pDevice = NULL;
+    VCU__NOT_SUPPORTED("cudaHostGetDevicePointer",
+                       "mapping guest memory into the device is not in the protocol yet");
+}
+
+VCU__EXPORT cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+{
+    vcu__alloc_t a;
+
+    if (pFlags == NULL || vcu__mem_find((uint64_t)(uintptr_t)pHost, &a) != 0 ||
+        (a.kind != VCU__M_HOST && a.kind != VCU__M_REGISTERED))
+        return vcu__err(cudaErrorInvalidValue);
+    *pFlags = a.flags;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaMemGetInfo(size_t *free_, size_t *total)
+{
+    struct vcu_cu_hdr h;
+    struct vcu_cu_mem_info_resp o;
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_MEM_GET_INFO, 0, &h, sizeof(h), NULL, 0, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (free_ != NULL)
+        *free_ = o.free;
+    if (total != NULL)
+        *total = o.total;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr,
+                                                 const void *ptr)
+{
+    vcu__alloc_t a;
+
+    if (attr == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    memset(attr, 0, sizeof(*attr));
+    if (vcu__mem_find((uint64_t)(uintptr_t)ptr, &a) != 0) {
+        attr->type = cudaMemoryTypeUnregistered;
+        attr->device = -2;
+        return cudaSuccess;
+    }
+    attr->device = a.dev;
+    if (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL) {
+        attr->type = cudaMemoryTypeDevice;
+        attr->devicePointer = (void *)ptr;
+    } else {
+        attr->type = cudaMemoryTypeHost;
+        attr->hostPointer = (void *)ptr;
+    }
+    return cudaSuccess;
+}
+
+/* ---- copies ------------------------------------------------------------- */
+
+/* Resolves cudaMemcpyDefault and checks the kind. */
+static cudaError_t vcu__kind(const void *dst, const void *src, enum cudaMemcpyKind *kind)
+{
+    int dd, sd;
+
+    switch (*kind) {
+    case cudaMemcpyHostToHost:
+    case cudaMemcpyHostToDevice:
+    case cudaMemcpyDeviceToHost:
+    case cudaMemcpyDeviceToDevice:
+        return cudaSuccess;
+    case cudaMemcpyDefault:
+        dd = vcu__is_dev_ptr(dst, NULL);
+        sd = vcu__is_dev_ptr(src, NULL);
+        *kind = dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                   : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+        return cudaSuccess;
+    default:
+        return cudaErrorInvalidMemcpyDirection;
+    }
+}
+
+static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                             cudaStream_t stream, int async, int ptsz)
+{
+    struct vcu_cu_memcpy_req r;
+    uint64_t ws = 0, chunk, off;
+    int dev;
+    cudaError_t e;
+    vcu_buf_t b;
+
+    if (async) {
+        e = vcu__stream(stream, ptsz, &dev, &ws);
+        if (e != cudaSuccess)
+            return e;
+    } else {
+        dev = vcu__cur_dev;
+        if (ptsz)
+            ws = VCU_CU_STREAM_PER_THREAD;
+    }
+    e = vcu__check_dev(dev);
+    if (e == cudaSuccess)
+        e = vcu__kind(dst, src, &kind);
+    if (e != cudaSuccess || n == 0)
+        return e;
+    if (dst == NULL || src == NULL)
+        return cudaErrorInvalidValue;
+    if (kind == cudaMemcpyHostToHost) {
+        memmove(dst, src, n);
+        return cudaSuccess;
+    }
+    memset(&r, 0, sizeof(r));
+    r.stream = ws;
+    r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+    if (kind == cudaMemcpyDeviceToDevice) {
+        r.dst = (uint64_t)(uintptr_t)dst;
+        r.src = (uint64_t)(uintptr_t)src;
+        r.size = n;
+        return vcu__call(dev, VCU_OP_CU_MEMCPY_DTOD, async, &r, sizeof(r), NULL, 0, NULL, 0);
+    }
+    chunk = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
+    for (off = 0; off < n; off += chunk) {
+        uint64_t len = n - off < chunk ? n - off : chunk;
+
+        r.dst = (uint64_t)(uintptr_t)dst + off;
+        r.src = (uint64_t)(uintptr_t)src + off;
+        r.size = len;
+        b.len = len;
+        if (kind == cudaMemcpyHostToDevice) {
+            b.addr = (char *)src + off;
+            b.flags = VCU_SEG_TO_DEVICE;
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_HTOD, 0, &r, sizeof(r), &b, 1, NULL, 0);
+        } else {
+            b.addr = (char *)dst + off;
+            b.flags = VCU_SEG_FROM_DEVICE;
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_DTOH, 0, &r, sizeof(r), &b, 1, NULL, 0);
+        }
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
+                                   enum cudaMemcpyKind kind)
+{
+    return vcu__err(vcu__copy(dst, src, count, kind, NULL, 0, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
+                                        enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return vcu__err(vcu__copy(dst, src, count, kind, stream, 1, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count,
+                                        enum cudaMemcpyKind kind);
+VCU__EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count,
+                                        enum cudaMemcpyKind kind)
+{
+    return vcu__err(vcu__copy(dst, src, count, kind, NULL, 0, 1));
+}
+
+VCU__EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
+                                             enum cudaMemcpyKind kind, cudaStream_t stream);
+VCU__EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
+                                             enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return vcu__err(vcu__copy(dst, src, count, kind, stream, 1, 1));
+}
+
+static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                               size_t width, size_t height, enum cudaMemcpyKind kind,
+                               cudaStream_t stream, int async, int ptsz)
+{
+    struct vcu_cu_memcpy2d_req r;
+    uint64_t ws = 0, rows, max;
+    int dev;
+    cudaError_t e;
+    vcu_buf_t b;
+
+    if (async) {
+        e = vcu__stream(stream, ptsz, &dev, &ws);
+        if (e != cudaSuccess)
+            return e;
+    } else {
+        dev = vcu__cur_dev;
+    }
+    e = vcu__check_dev(dev);
+    if (e == cudaSuccess)
+        e = vcu__kind(dst, src, &kind);
+    if (e != cudaSuccess)
+        return e;
+    if (width == 0 || height == 0)
+        return cudaSuccess;
+    if (width > dpitch || width > spitch)
+        return cudaErrorInvalidPitchValue;
+    if (dst == NULL || src == NULL)
+        return cudaErrorInvalidValue;
+    if (kind == cudaMemcpyHostToHost) {
+        for (size_t i = 0; i < height; i++)
+            memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+        return cudaSuccess;
+    }
+    max = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
+    for (size_t row = 0; row < height; row += rows) {
+        size_t hp = kind == cudaMemcpyHostToDevice ? spitch : dpitch;
+
+        rows = height - row;
+        if (kind != cudaMemcpyDeviceToDevice && hp * (rows - 1) + width > max)
+            rows = max / hp ? max / hp : 1;
+        if (kind != cudaMemcpyDeviceToDevice && hp * (rows - 1) + width > max)
+            return cudaErrorInvalidValue;
+        memset(&r, 0, sizeof(r));
+        r.dst = (uint64_t)(uintptr_t)dst + row * dpitch;
+        r.dpitch = dpitch;
+        r.src = (uint64_t)(uintptr_t)src + row * spitch;
+        r.spitch = spitch;
+        r.width = width;
+        r.height = rows;
+        r.stream = ws;
+        r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+        b.len = hp * (rows - 1) + width;
+        switch (kind) {
+        case cudaMemcpyHostToDevice:
+            r.kind = VCU_CU_COPY_HTOD;
+            b.addr = (char *)src + row * spitch;
+            b.flags = VCU_SEG_TO_DEVICE;
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_2D, 0, &r, sizeof(r), &b, 1, NULL, 0);
+            break;
+        case cudaMemcpyDeviceToHost:
+            r.kind = VCU_CU_COPY_DTOH;
+            b.addr = (char *)dst + row * dpitch;
+            b.flags = VCU_SEG_FROM_DEVICE;
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_2D, 0, &r, sizeof(r), &b, 1, NULL, 0);
+            break;
+        default:
+            r.kind = VCU_CU_COPY_DTOD;
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_2D, async, &r, sizeof(r), NULL, 0, NULL, 0);
+            break;
+        }
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                     size_t width, size_t height, enum cudaMemcpyKind kind)
+{
+    return vcu__err(vcu__copy2d(dst, dpitch, src, spitch, width, height, kind, NULL, 0, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
+                                          size_t spitch, size_t width, size_t height,
+                                          enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return vcu__err(vcu__copy2d(dst, dpitch, src, spitch, width, height, kind, stream, 1, 0));
+}
+
+static cudaError_t vcu__sym_range(const void *symbol, size_t count, size_t offset, char **p)
+{
+    uint64_t base, size;
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__symbol(symbol, dev, &base, &size);
+    if (e != cudaSuccess)
+        return e;
+    if (offset > size || count > size - offset)
+        return cudaErrorInvalidValue;
+    *p = (char *)(uintptr_t)base + offset;
+    return cudaSuccess;
+}
+
+static cudaError_t vcu__to_symbol(const void *symbol, const void *src, size_t count,
+                                  size_t offset, enum cudaMemcpyKind kind, cudaStream_t s,
+                                  int async)
+{
+    char *p;
+    cudaError_t e;
+
+    if (kind == cudaMemcpyDefault)
+        kind = vcu__is_dev_ptr(src, NULL) ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToDevice)
+        return cudaErrorInvalidMemcpyDirection;
+    e = vcu__sym_range(symbol, count, offset, &p);
+    if (e != cudaSuccess)
+        return e;
+    return vcu__copy(p, src, count, kind, s, async, 0);
+}
+
+static cudaError_t vcu__from_symbol(void *dst, const void *symbol, size_t count, size_t offset,
+                                    enum cudaMemcpyKind kind, cudaStream_t s, int async)
+{
+    char *p;
+    cudaError_t e;
+
+    if (kind == cudaMemcpyDefault)
+        kind = vcu__is_dev_ptr(dst, NULL) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    if (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDeviceToDevice)
+        return cudaErrorInvalidMemcpyDirection;
+    e = vcu__sym_range(symbol, count, offset, &p);
+    if (e != cudaSuccess)
+        return e;
+    return vcu__copy(dst, p, count, kind, s, async, 0);
+}
+
+VCU__EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count,
+                                           size_t offset, enum cudaMemcpyKind kind)
+{
+    return vcu__err(vcu__to_symbol(symbol, src, count, offset, kind, NULL, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count,
+                                             size_t offset, enum cudaMemcpyKind kind)
+{
+    return vcu__err(vcu__from_symbol(dst, symbol, count, offset, kind, NULL, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src,
+                                                size_t count, size_t offset,
+                                                enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return vcu__err(vcu__to_symbol(symbol, src, count, offset, kind, stream, 1));
+}
+
+VCU__EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count,
+                                                  size_t offset, enum cudaMemcpyKind kind,
+                                                  cudaStream_t stream)
+{
+    return vcu__err(vcu__from_symbol(dst, symbol, count, offset, kind, stream, 1));
+}
+
+/* ---- memset ------------------------------------------------------------- */
+
+static cudaError_t vcu__memset(void *p, size_t pitch, int value, size_t width, size_t height,
+                               cudaStream_t stream, int async, int ptsz)
+{
+    struct vcu_cu_memset_req r;
+    uint64_t ws = 0;
+    int dev;
+    cudaError_t e;
+
+    if (async) {
+        e = vcu__stream(stream, ptsz, &dev, &ws);
+        if (e != cudaSuccess)
+            return e;
+    } else {
+        dev = vcu__cur_dev;
+    }
+    e = vcu__check_dev(dev);
+    if (e != cudaSuccess || width == 0 || height == 0)
+        return e;
+    if (p == NULL || (height > 1 && width > pitch))
+        return cudaErrorInvalidValue;
+    memset(&r, 0, sizeof(r));
+    r.dst = (uint64_t)(uintptr_t)p;
+    r.pitch = height > 1 ? pitch : 0;
+    r.width = width;
+    r.height = height;
+    r.stream = ws;
+    r.value = (uint8_t)value;
+    r.elem_size = 1;
+    r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+    return vcu__call(dev, VCU_OP_CU_MEMSET, 1, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+    return vcu__err(vcu__memset(devPtr, 0, value, count, 1, NULL, 0, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
+                                        cudaStream_t stream)
+{
+    return vcu__err(vcu__memset(devPtr, 0, value, count, 1, stream, 1, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count,
+                                             cudaStream_t stream);
+VCU__EXPORT cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count,
+                                             cudaStream_t stream)
+{
+    return vcu__err(vcu__memset(devPtr, 0, value, count, 1, stream, 1, 1));
+}
+
+VCU__EXPORT cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width,
+                                     size_t height)
+{
+    return vcu__err(vcu__memset(devPtr, pitch, value, width, height, NULL, 0, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width,
+                                          size_t height, cudaStream_t stream)
+{
+    return vcu__err(vcu__memset(devPtr, pitch, value, width, height, stream, 1, 0));
+}
+
+/* ---- stream-ordered allocator ------------------------------------------- */
+
+typedef struct vcu__pool_s {
+    int dev;
+    uint64_t h;
+} vcu__pool_t;
+
+static cudaError_t vcu__pool_check(cudaMemPool_t pool, vcu__pool_t **out)
+{
+    if (!vcu__reg_has(pool, VCU__H_POOL))
+        return cudaErrorInvalidValue;
+    *out = (vcu__pool_t *)pool;
+    return vcu__check_dev((*out)->dev);
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+    struct vcu_cu_hdr h;
+    struct vcu_cu_u64_resp o;
+    vcu__pool_t *p;
+    cudaError_t e;
+
+    if (memPool == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__check_dev(device);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    pthread_mutex_lock(&vcu__rt.dev_lock);
+    p = vcu__rt.dev[device].default_pool;
+    pthread_mutex_unlock(&vcu__rt.dev_lock);
+    if (p == NULL) {
+        e = vcu__call(device, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, &h, sizeof(h), NULL, 0, &o,
+                      sizeof(o));
+        if (e != cudaSuccess)
+            return vcu__err(e);
+        p = calloc(1, sizeof(*p));
+        if (p == NULL)
+            return vcu__err(cudaErrorMemoryAllocation);
+        p->dev = device;
+        p->h = o.value;
+        pthread_mutex_lock(&vcu__rt.dev_lock);
+        if (vcu__rt.dev[device].default_pool == NULL && vcu__reg_add(p, VCU__H_POOL) == 0) {
+            vcu__rt.dev[device].default_pool = p;
+        } else {
+            free(p);
+            p = vcu__rt.dev[device].default_pool;
+        }
+        pthread_mutex_unlock(&vcu__rt.dev_lock);
+        if (p == NULL)
+            return vcu__err(cudaErrorMemoryAllocation);
+    }
+    *memPool = (cudaMemPool_t)p;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
+{
+    /* cudaDeviceSetMemPool is not offered: the current pool is the default. */
+    return cudaDeviceGetDefaultMemPool(memPool, device);
+}
+
+static int vcu__pool_attr_is_int(enum cudaMemPoolAttr attr)
+{
+    return attr == cudaMemPoolReuseFollowEventDependencies ||
+           attr == cudaMemPoolReuseAllowOpportunistic ||
+           attr == cudaMemPoolReuseAllowInternalDependencies;
+}
+
+VCU__EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                                void *value)
+{
+    struct vcu_cu_attr_req r;
+    vcu__pool_t *p;
+    cudaError_t e;
+
+    if (value == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__pool_check(memPool, &p);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.handle = p->h;
+    r.attr = (uint32_t)attr;
+    r.value = vcu__pool_attr_is_int(attr) ? (uint64_t)(int64_t)*(int *)value
+                                          : *(uint64_t *)value;
+    return vcu__err(vcu__call(p->dev, VCU_OP_CU_MEMPOOL_SET_ATTR, 0, &r, sizeof(r), NULL, 0,
+                              NULL, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                                void *value)
+{
+    struct vcu_cu_attr_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__pool_t *p;
+    cudaError_t e;
+
+    if (value == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__pool_check(memPool, &p);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.handle = p->h;
+    r.attr = (uint32_t)attr;
+    e = vcu__call(p->dev, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (vcu__pool_attr_is_int(attr))
+        *(int *)value = (int)o.value;
+    else
+        *(uint64_t *)value = o.value;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    struct vcu_cu_attr_req r;
+    vcu__pool_t *p;
+    cudaError_t e = vcu__pool_check(memPool, &p);
+
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.handle = p->h;
+    r.value = minBytesToKeep;
+    return vcu__err(vcu__call(p->dev, VCU_OP_CU_MEMPOOL_TRIM, 0, &r, sizeof(r), NULL, 0, NULL,
+                              0));
+}
+
+static cudaError_t vcu__malloc_async(void **ptr, size_t size, cudaMemPool_t pool,
+                                     cudaStream_t stream, int ptsz)
+{
+    vcu__pool_t *p = NULL;
+    uint64_t ws;
+    int dev;
+    cudaError_t e;
+
+    if (ptr == NULL)
+        return cudaErrorInvalidValue;
+    e = vcu__stream(stream, ptsz, &dev, &ws);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e == cudaSuccess && pool != NULL) {
+        e = vcu__pool_check(pool, &p);
+        if (e == cudaSuccess && p->dev != dev)
+            e = cudaErrorInvalidValue;
+    }
+    if (e != cudaSuccess)
+        return e;
+    *ptr = NULL;
+    if (size == 0)
+        return cudaSuccess;
+    return vcu__malloc(dev, ptr, size, 1, ws, p != NULL ? p->h : 0);
+}
+
+VCU__EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return vcu__err(vcu__malloc_async(devPtr, size, NULL, hStream, 0));
+}
+
+VCU__EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream);
+VCU__EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return vcu__err(vcu__malloc_async(devPtr, size, NULL, hStream, 1));
+}
+
+VCU__EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                                cudaStream_t stream)
+{
+    if (memPool == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    return vcu__err(vcu__malloc_async(ptr, size, memPool, stream, 0));
+}
+
+static cudaError_t vcu__free_async(void *ptr, cudaStream_t stream, int ptsz)
+{
+    struct vcu_cu_memcpy_req r;
+    vcu__alloc_t a;
+    uint64_t ws;
+    int dev;
+    cudaError_t e = vcu__stream(stream, ptsz, &dev, &ws);
+
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e != cudaSuccess || ptr == NULL)
+        return e;
+    if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_DEVICE, &a) != 0)
+        return cudaErrorInvalidValue;
+    memset(&r, 0, sizeof(r));
+    r.dst = a.base;
+    r.stream = ws;
+    r.flags = VCU_CU_MEMCPY_F_ASYNC;
+    return vcu__call(dev, VCU_OP_CU_MEM_FREE_ASYNC, 1, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+    return vcu__err(vcu__free_async(devPtr, hStream, 0));
+}
+
+VCU__EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream);
+VCU__EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+    return vcu__err(vcu__free_async(devPtr, hStream, 1));
+}

@@ -1,0 +1,782 @@
+/*
+ * The registration ABI nvcc 13 emits (crt/host_runtime.h,
+ * crt/device_functions.h), kernels and launches, device symbols, function
+ * attributes and occupancy.
+ *
+ * Fatbins, kernels and variables are registered before main() and never
+ * freed: handles to them (cudaKernel_t, host function pointers) stay
+ * valid for the life of the process.  Modules are loaded on the host at
+ * first use per device, functions and symbols looked up at first use.
+ * vcu__rt.reg_lock protects every list and per-device slot here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudart_int.h"
+
+struct textureReference;
+struct surfaceReference;
+
+#define VCU__FATBINC_MAGIC 0x466243b1
+#define VCU__FATBIN_MAGIC 0xBA55ED50u
+
+typedef struct vcu__fatbin_wrapper_s {
+    int magic;
+    int version;
+    const unsigned long long *data;
+    void *filename_or_fatbins;
+} vcu__fatbin_wrapper_t;
+
+typedef struct vcu__fatbin_hdr_s {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t header_size;
+    uint64_t fat_size;
+} vcu__fatbin_hdr_t;
+
+typedef struct vcu__fatbin_s {
+    const void *image;
+    uint64_t len;
+    uint64_t module[VCU_CU_MAX_DEVICES];    /* 0: not loaded */
+    struct vcu__fatbin_s *next;
+} vcu__fatbin_t;
+
+struct vcu__kernel_s {
+    vcu__fatbin_t *fb;
+    const void *host;
+    char *name;
+    vcu__kfn_t f[VCU_CU_MAX_DEVICES];
+    vcu__kernel_t *next;            /* hash chain */
+};
+
+typedef struct vcu__var_s {
+    vcu__fatbin_t *fb;
+    const void *host;
+    char *name;
+    size_t size;
+    int managed;
+    uint64_t dptr[VCU_CU_MAX_DEVICES];
+    uint64_t dsize[VCU_CU_MAX_DEVICES];
+    struct vcu__var_s *next;
+} vcu__var_t;
+
+#define VCU__KHASH 1024
+static vcu__fatbin_t *vcu__fatbins;
+static vcu__kernel_t *vcu__khash[VCU__KHASH];
+static vcu__var_t *vcu__vars;
+
+static size_t vcu__phash(const void *p)
+{
+    return (size_t)(((uintptr_t)p * 0x9e3779b97f4a7c15ULL) >> 40) & (VCU__KHASH - 1);
+}
+
+VCU__EXPORT void **__cudaRegisterFatBinary(void *fatCubin);
+VCU__EXPORT void **__cudaRegisterFatBinary(void *fatCubin)
+{
+    const vcu__fatbin_wrapper_t *w = fatCubin;
+    const vcu__fatbin_hdr_t *h;
+    vcu__fatbin_t *fb = calloc(1, sizeof(*fb));
+
+    if (fb == NULL)
+        return NULL;
+    if (w != NULL && w->magic == VCU__FATBINC_MAGIC && w->data != NULL) {
+        h = (const vcu__fatbin_hdr_t *)w->data;
+        if (h->magic == VCU__FATBIN_MAGIC) {
+            fb->image = h;
+            fb->len = (uint64_t)h->header_size + h->fat_size;
+        }
+    }
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    fb->next = vcu__fatbins;
+    vcu__fatbins = fb;
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+    return (void **)fb;
+}
+
+VCU__EXPORT void __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
+VCU__EXPORT void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
+{
+    (void)fatCubinHandle;
+}
+
+VCU__EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle);
+VCU__EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
+{
+    /* Runs from atexit: the session ends with the process and takes the
+     * modules with it; the records stay for any late callers. */
+    (void)fatCubinHandle;
+}
+
+VCU__EXPORT char __cudaInitModule(void **fatCubinHandle);
+VCU__EXPORT char __cudaInitModule(void **fatCubinHandle)
+{
+    (void)fatCubinHandle;
+    return 1;
+}
+
+VCU__EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun,
+                                        char *deviceFun, const char *deviceName,
+                                        int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim,
+                                        dim3 *gDim, int *wSize);
+VCU__EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun,
+                                        char *deviceFun, const char *deviceName,
+                                        int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim,
+                                        dim3 *gDim, int *wSize)
+{
+    vcu__kernel_t *k;
+    const char *name = deviceFun != NULL ? deviceFun : deviceName;
+    size_t b;
+
+    (void)thread_limit;
+    (void)tid;
+    (void)bid;
+    (void)bDim;
+    (void)gDim;
+    (void)wSize;
+    if (fatCubinHandle == NULL || name == NULL || hostFun == NULL)
+        return;
+    k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return;
+    k->fb = (vcu__fatbin_t *)fatCubinHandle;
+    k->host = hostFun;
+    k->name = strdup(name);
+    if (k->name == NULL) {
+        free(k);
+        return;
+    }
+    b = vcu__phash(hostFun);
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    k->next = vcu__khash[b];
+    vcu__khash[b] = k;
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+    vcu__reg_add(k, VCU__H_KERNEL);
+}
+
+static void vcu__add_var(void **handle, const void *host, const char *name, size_t size,
+                         int managed)
+{
+    vcu__var_t *v;
+
+    if (handle == NULL || host == NULL || name == NULL)
+        return;
+    v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return;
+    v->fb = (vcu__fatbin_t *)handle;
+    v->host = host;
+    v->name = strdup(name);
+    v->size = size;
+    v->managed = managed;
+    if (v->name == NULL) {
+        free(v);
+        return;
+    }
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    v->next = vcu__vars;
+    vcu__vars = v;
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+}
+
+VCU__EXPORT void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
+                                   const char *deviceName, int ext, size_t size, int constant,
+                                   int global);
+VCU__EXPORT void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
+                                   const char *deviceName, int ext, size_t size, int constant,
+                                   int global)
+{
+    (void)ext;
+    (void)constant;
+    (void)global;
+    vcu__add_var(fatCubinHandle, hostVar, deviceAddress != NULL ? deviceAddress : deviceName,
+                 size, 0);
+}
+
+VCU__EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress,
+                                          char *deviceAddress, const char *deviceName, int ext,
+                                          size_t size, int constant, int global);
+VCU__EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress,
+                                          char *deviceAddress, const char *deviceName, int ext,
+                                          size_t size, int constant, int global)
+{
+    (void)ext;
+    (void)constant;
+    (void)global;
+    vcu__add_var(fatCubinHandle, hostVarPtrAddress,
+                 deviceAddress != NULL ? deviceAddress : deviceName, size, 1);
+}
+
+VCU__EXPORT void __cudaRegisterTexture(void **fatCubinHandle, const struct textureReference *hostVar,
+                                       const void **deviceAddress, const char *deviceName,
+                                       int dim, int norm, int ext);
+VCU__EXPORT void __cudaRegisterTexture(void **fatCubinHandle, const struct textureReference *hostVar,
+                                       const void **deviceAddress, const char *deviceName,
+                                       int dim, int norm, int ext)
+{
+    static int once;
+
+    (void)fatCubinHandle; (void)hostVar; (void)deviceAddress; (void)dim; (void)norm; (void)ext;
+    vcu__log_once(&once, "virtio-cuda: texture references are not supported (%s)\n",
+                  deviceName ? deviceName : "?");
+}
+
+VCU__EXPORT void __cudaRegisterSurface(void **fatCubinHandle, const struct surfaceReference *hostVar,
+                                       const void **deviceAddress, const char *deviceName,
+                                       int dim, int ext);
+VCU__EXPORT void __cudaRegisterSurface(void **fatCubinHandle, const struct surfaceReference *hostVar,
+                                       const void **deviceAddress, const char *deviceName,
+                                       int dim, int ext)
+{
+    static int once;
+
+    (void)fatCubinHandle; (void)hostVar; (void)deviceAddress; (void)dim; (void)ext;
+    vcu__log_once(&once, "virtio-cuda: surface references are not supported (%s)\n",
+                  deviceName ? deviceName : "?");
+}
+
+/* Loads fb on dev if needed.  Caller holds reg_lock. */
+static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
+{
+    struct vcu_cu_module_load_req r;
+    struct vcu_cu_u64_resp o;
+    vcu_buf_t b;
+    cudaError_t e;
+
+    if (fb->module[dev] != 0) {
+        *mod = fb->module[dev];
+        return cudaSuccess;
+    }
+    if (fb->image == NULL || fb->len == 0)
+        return cudaErrorInvalidKernelImage;
+    r.image_len = fb->len;
+    b.addr = (void *)fb->image;
+    b.len = fb->len;
+    b.flags = VCU_SEG_TO_DEVICE;
+    e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return e;
+    fb->module[dev] = o.value;
+    *mod = o.value;
+    return cudaSuccess;
+}
+
+void vcu__kernels_forget_dev(int dev)
+{
+    vcu__fatbin_t *fb;
+    vcu__var_t *v;
+
+    for (fb = vcu__fatbins; fb != NULL; fb = fb->next)
+        fb->module[dev] = 0;
+    for (size_t i = 0; i < VCU__KHASH; i++)
+        for (vcu__kernel_t *k = vcu__khash[i]; k != NULL; k = k->next) {
+            free(k->f[dev].params);
+            memset(&k->f[dev], 0, sizeof(k->f[dev]));
+        }
+    for (v = vcu__vars; v != NULL; v = v->next)
+        v->dptr[dev] = v->dsize[dev] = 0;
+}
+
+vcu__kernel_t *vcu__kernel_by_host(const void *hostfn)
+{
+    vcu__kernel_t *k;
+
+    if (hostfn == NULL)
+        return NULL;
+    if (vcu__reg_has(hostfn, VCU__H_KERNEL))
+        return (vcu__kernel_t *)hostfn;     /* a cudaKernel_t from __cudaGetKernel */
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    for (k = vcu__khash[vcu__phash(hostfn)]; k != NULL; k = k->next)
+        if (k->host == hostfn)
+            break;
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+    return k;
+}
+
+cudaError_t vcu__kernel_fn(vcu__kernel_t *k, int dev, const vcu__kfn_t **out)
+{
+    struct {
+        struct vcu_cu_name_req r;
+        char name[VCU_CU_NAME_MAX];
+    } q;
+    struct {
+        struct vcu_cu_function_resp f;
+        struct vcu_cu_param p[VCU_CU_MAX_PARAMS];
+    } *o = NULL;
+    vcu__kfn_t *f = &k->f[dev];
+    size_t nlen = strlen(k->name);
+    cudaError_t e = cudaSuccess;
+    uint64_t mod;
+
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    if (f->fn != 0)
+        goto out;
+    if (nlen == 0 || nlen > VCU_CU_NAME_MAX) {
+        e = cudaErrorInvalidDeviceFunction;
+        goto out;
+    }
+    e = vcu__module_locked(k->fb, dev, &mod);
+    if (e != cudaSuccess)
+        goto out;
+    o = calloc(1, sizeof(*o));
+    if (o == NULL) {
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
+    memset(&q.r, 0, sizeof(q.r));
+    q.r.module = mod;
+    q.r.name_len = (uint32_t)nlen;
+    memcpy(q.name, k->name, nlen);
+    e = vcu__call(dev, VCU_OP_CU_MODULE_GET_FUNCTION, 0, &q, (uint32_t)(sizeof(q.r) + nlen),
+                  NULL, 0, o, sizeof(*o));
+    if (e == cudaErrorSymbolNotFound)
+        e = cudaErrorInvalidDeviceFunction;
+    if (e != cudaSuccess)
+        goto out;
+    if (o->f.nparams > VCU_CU_MAX_PARAMS || o->f.param_bytes > VCU_CU_MAX_PARAM_BYTES) {
+        e = cudaErrorUnknown;
+        goto out;
+    }
+    for (uint32_t i = 0; i < o->f.nparams; i++) {
+        if ((uint64_t)o->p[i].offset + o->p[i].size > o->f.param_bytes) {
+            e = cudaErrorUnknown;
+            goto out;
+        }
+    }
+    f->params = malloc((o->f.nparams + 1) * sizeof(*f->params));
+    if (f->params == NULL) {
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
+    memcpy(f->params, o->p, o->f.nparams * sizeof(*f->params));
+    f->nparams = o->f.nparams;
+    f->param_bytes = o->f.param_bytes;
+    f->fn = o->f.function;
+out:
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+    free(o);
+    *out = f;
+    return e;
+}
+
+cudaError_t vcu__pack_params(const vcu__kfn_t *f, void **args, void *buf)
+{
+    if (f->nparams > 0 && args == NULL)
+        return cudaErrorInvalidValue;
+    memset(buf, 0, f->param_bytes);
+    for (uint32_t i = 0; i < f->nparams; i++) {
+        if (args[i] == NULL)
+            return cudaErrorInvalidValue;
+        memcpy((char *)buf + f->params[i].offset, args[i], f->params[i].size);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t vcu__symbol(const void *sym, int dev, uint64_t *dptr, uint64_t *size)
+{
+    struct {
+        struct vcu_cu_name_req r;
+        char name[VCU_CU_NAME_MAX];
+    } q;
+    struct vcu_cu_mem_range_resp o;
+    vcu__var_t *v;
+    cudaError_t e = cudaSuccess;
+    uint64_t mod;
+    size_t nlen;
+
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    for (v = vcu__vars; v != NULL; v = v->next)
+        if (v->host == sym)
+            break;
+    if (v == NULL) {
+        e = cudaErrorInvalidSymbol;
+        goto out;
+    }
+    if (v->managed) {
+        static int once;
+
+        vcu__log_once(&once, "virtio-cuda: __managed__ variables are not supported (%s)\n",
+                      v->name);
+        e = cudaErrorNotSupported;
+        goto out;
+    }
+    if (v->dptr[dev] == 0) {
+        nlen = strlen(v->name);
+        if (nlen == 0 || nlen > VCU_CU_NAME_MAX) {
+            e = cudaErrorInvalidSymbol;
+            goto out;
+        }
+        e = vcu__module_locked(v->fb, dev, &mod);
+        if (e != cudaSuccess)
+            goto out;
+        memset(&q.r, 0, sizeof(q.r));
+        q.r.module = mod;
+        q.r.name_len = (uint32_t)nlen;
+        memcpy(q.name, v->name, nlen);
+        e = vcu__call(dev, VCU_OP_CU_MODULE_GET_GLOBAL, 0, &q, (uint32_t)(sizeof(q.r) + nlen),
+                      NULL, 0, &o, sizeof(o));
+        if (e == cudaErrorSymbolNotFound)
+            e = cudaErrorInvalidSymbol;
+        if (e != cudaSuccess)
+            goto out;
+        v->dptr[dev] = o.base;
+        v->dsize[dev] = o.size;
+        {
+            vcu__alloc_t a = { .base = o.base, .size = o.size, .dev = dev,
+                               .kind = VCU__M_SYMBOL };
+
+            vcu__mem_add(&a);
+        }
+    }
+    *dptr = v->dptr[dev];
+    *size = v->dsize[dev];
+out:
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+    return e;
+}
+
+/* ---- launches ----------------------------------------------------------- */
+
+typedef struct vcu__callcfg_s {
+    dim3 grid, block;
+    size_t shmem;
+    void *stream;
+} vcu__callcfg_t;
+
+#define VCU__CFG_DEPTH 32
+static __thread vcu__callcfg_t vcu__cfg[VCU__CFG_DEPTH];
+static __thread unsigned int vcu__ncfg;
+
+VCU__EXPORT unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+                                                 struct CUstream_st *stream);
+VCU__EXPORT unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+                                                 struct CUstream_st *stream)
+{
+    vcu__callcfg_t *c;
+
+    if (vcu__ncfg >= VCU__CFG_DEPTH)
+        return 1;
+    c = &vcu__cfg[vcu__ncfg++];
+    c->grid = gridDim;
+    c->block = blockDim;
+    c->shmem = sharedMem;
+    c->stream = stream;
+    return 0;
+}
+
+VCU__EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim,
+                                                   size_t *sharedMem, void *stream);
+VCU__EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim,
+                                                   size_t *sharedMem, void *stream)
+{
+    vcu__callcfg_t *c;
+
+    if (vcu__ncfg == 0)
+        return vcu__err(cudaErrorMissingConfiguration);
+    c = &vcu__cfg[--vcu__ncfg];
+    *gridDim = c->grid;
+    *blockDim = c->block;
+    *sharedMem = c->shmem;
+    *(void **)stream = c->stream;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
+VCU__EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+{
+    vcu__kernel_t *k;
+
+    if (kernel == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    k = vcu__kernel_by_host(hostFun);
+    if (k == NULL)
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    *kernel = (cudaKernel_t)k;
+    return cudaSuccess;
+}
+
+cudaError_t vcu__check_config(int dev, dim3 grid, dim3 block, size_t shmem)
+{
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    int mt = vcu__dev_attr(dev, cudaDevAttrMaxThreadsPerBlock);
+
+    (void)shmem;
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
+        block.z == 0)
+        return cudaErrorInvalidConfiguration;
+    if (mt > 0 && threads > (uint64_t)mt)
+        return cudaErrorInvalidConfiguration;
+#define VCU__LIM(v, a)                                                               \
+    do {                                                                             \
+        int l_ = vcu__dev_attr(dev, cudaDevAttr##a);                                 \
+        if (l_ > 0 && (uint64_t)(v) > (uint64_t)(unsigned int)l_)                    \
+            return cudaErrorInvalidConfiguration;                                    \
+    } while (0)
+    VCU__LIM(block.x, MaxBlockDimX);
+    VCU__LIM(block.y, MaxBlockDimY);
+    VCU__LIM(block.z, MaxBlockDimZ);
+    VCU__LIM(grid.x, MaxGridDimX);
+    VCU__LIM(grid.y, MaxGridDimY);
+    VCU__LIM(grid.z, MaxGridDimZ);
+#undef VCU__LIM
+    return cudaSuccess;
+}
+
+cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, size_t shmem,
+                        cudaStream_t stream, int ptsz, uint32_t flags)
+{
+    struct {
+        struct vcu_cu_launch_req r;
+        uint8_t params[VCU_CU_MAX_PARAM_BYTES];
+    } *q;
+    const vcu__kfn_t *f;
+    uint64_t ws;
+    int dev;
+    cudaError_t e;
+
+    e = vcu__stream(stream, ptsz, &dev, &ws);
+    if (e != cudaSuccess)
+        return e;
+    e = vcu__check_dev(dev);
+    if (e != cudaSuccess)
+        return e;
+    if (k == NULL)
+        return cudaErrorInvalidDeviceFunction;
+    e = vcu__check_config(dev, grid, block, shmem);
+    if (e != cudaSuccess)
+        return e;
+    if (shmem > UINT32_MAX)
+        return cudaErrorInvalidValue;
+    e = vcu__kernel_fn(k, dev, &f);
+    if (e != cudaSuccess)
+        return e;
+    q = malloc(sizeof(*q));
+    if (q == NULL)
+        return cudaErrorMemoryAllocation;
+    memset(&q->r, 0, sizeof(q->r));
+    e = vcu__pack_params(f, args, q->params);
+    if (e == cudaSuccess) {
+        q->r.function = f->fn;
+        q->r.stream = ws;
+        q->r.grid[0] = grid.x;
+        q->r.grid[1] = grid.y;
+        q->r.grid[2] = grid.z;
+        q->r.block[0] = block.x;
+        q->r.block[1] = block.y;
+        q->r.block[2] = block.z;
+        q->r.shared_mem = (uint32_t)shmem;
+        q->r.flags = flags;
+        q->r.param_bytes = f->param_bytes;
+        e = vcu__call(dev, VCU_OP_CU_LAUNCH, 1, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
+                      NULL, 0, NULL, 0);
+        if (e == cudaErrorInvalidValue)
+            e = cudaErrorInvalidConfiguration;
+    }
+    free(q);
+    return e;
+}
+
+VCU__EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                           void **args, size_t sharedMem, cudaStream_t stream);
+VCU__EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                           void **args, size_t sharedMem, cudaStream_t stream)
+{
+    if (!vcu__reg_has(kernel, VCU__H_KERNEL))
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    return vcu__err(vcu__launch((vcu__kernel_t *)kernel, gridDim, blockDim, args, sharedMem,
+                                stream, 0, 0));
+}
+
+VCU__EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                                void **args, size_t sharedMem,
+                                                cudaStream_t stream);
+VCU__EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                                void **args, size_t sharedMem,
+                                                cudaStream_t stream)
+{
+    if (!vcu__reg_has(kernel, VCU__H_KERNEL))
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    return vcu__err(vcu__launch((vcu__kernel_t *)kernel, gridDim, blockDim, args, sharedMem,
+                                stream, 1, 0));
+}
+
+VCU__EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim,
+                                         void **args, size_t sharedMem, cudaStream_t stream)
+{
+    return vcu__err(vcu__launch(vcu__kernel_by_host(func), gridDim, blockDim, args, sharedMem,
+                                stream, 0, 0));
+}
+
+VCU__EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
+                                              void **args, size_t sharedMem, cudaStream_t stream);
+VCU__EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
+                                              void **args, size_t sharedMem, cudaStream_t stream)
+{
+    return vcu__err(vcu__launch(vcu__kernel_by_host(func), gridDim, blockDim, args, sharedMem,
+                                stream, 1, 0));
+}
+
+VCU__EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim,
+                                                    dim3 blockDim, void **args, size_t sharedMem,
+                                                    cudaStream_t stream)
+{
+    return vcu__err(vcu__launch(vcu__kernel_by_host(func), gridDim, blockDim, args, sharedMem,
+                                stream, 0, VCU_CU_LAUNCH_F_COOPERATIVE));
+}
+
+VCU__EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim,
+                                                         dim3 blockDim, void **args,
+                                                         size_t sharedMem, cudaStream_t stream);
+VCU__EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim,
+                                                         dim3 blockDim, void **args,
+                                                         size_t sharedMem, cudaStream_t stream)
+{
+    return vcu__err(vcu__launch(vcu__kernel_by_host(func), gridDim, blockDim, args, sharedMem,
+                                stream, 1, VCU_CU_LAUNCH_F_COOPERATIVE));
+}
+
+/* ---- function attributes and occupancy ---------------------------------- */
+
+static cudaError_t vcu__func_here(const void *func, int *dev, const vcu__kfn_t **f)
+{
+    vcu__kernel_t *k;
+    cudaError_t e = vcu__enter(dev);
+
+    if (e != cudaSuccess)
+        return e;
+    k = vcu__kernel_by_host(func);
+    if (k == NULL)
+        return cudaErrorInvalidDeviceFunction;
+    return vcu__kernel_fn(k, *dev, f);
+}
+
+VCU__EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_func_attrs_resp o;
+    const vcu__kfn_t *f;
+    int dev;
+    cudaError_t e;
+
+    if (attr == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__func_here(func, &dev, &f);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    r.value = f->fn;
+    e = vcu__call(dev, VCU_OP_CU_FUNC_GET_ATTRS, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(attr, 0, sizeof(*attr));
+    /* Indices are CUfunction_attribute values. */
+    attr->maxThreadsPerBlock = (int32_t)o.attrs[0];
+    attr->sharedSizeBytes = (size_t)o.attrs[1];
+    attr->constSizeBytes = (size_t)o.attrs[2];
+    attr->localSizeBytes = (size_t)o.attrs[3];
+    attr->numRegs = (int32_t)o.attrs[4];
+    attr->ptxVersion = (int32_t)o.attrs[5];
+    attr->binaryVersion = (int32_t)o.attrs[6];
+    attr->cacheModeCA = (int32_t)o.attrs[7];
+    attr->maxDynamicSharedSizeBytes = (int32_t)o.attrs[8];
+    attr->preferredShmemCarveout = (int32_t)o.attrs[9];
+    attr->clusterDimMustBeSet = (int32_t)o.attrs[10];
+    attr->requiredClusterWidth = (int32_t)o.attrs[11];
+    attr->requiredClusterHeight = (int32_t)o.attrs[12];
+    attr->requiredClusterDepth = (int32_t)o.attrs[13];
+    attr->nonPortableClusterSizeAllowed = (int32_t)o.attrs[14];
+    attr->clusterSchedulingPolicyPreference = (int32_t)o.attrs[15];
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                             int value)
+{
+    struct vcu_cu_attr_req r;
+    const vcu__kfn_t *f;
+    int dev;
+    cudaError_t e = vcu__func_here(func, &dev, &f);
+
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.handle = f->fn;
+    r.attr = (uint32_t)attr;    /* cudaFuncAttribute values equal CUfunction_attribute's */
+    r.value = (uint64_t)(int64_t)value;
+    e = vcu__call(dev, VCU_OP_CU_FUNC_SET_ATTR, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig)
+{
+    (void)cacheConfig;          /* a hint, as on every GPU since sm_70 */
+    if (vcu__kernel_by_host(func) == NULL)
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+    struct vcu_cu_occupancy_req r;
+    struct vcu_cu_occupancy_resp o;
+    const vcu__kfn_t *f;
+    int dev;
+    cudaError_t e;
+
+    if (numBlocks == NULL || blockSize <= 0)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__func_here(func, &dev, &f);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.function = f->fn;
+    r.block_size = (uint32_t)blockSize;
+    r.flags = flags;
+    r.dyn_smem = dynamicSMemSize;
+    e = vcu__call(dev, VCU_OP_CU_OCCUPANCY_BLOCKS, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess)
+        *numBlocks = (int)o.value0;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks,
+                                                                      const void *func,
+                                                                      int blockSize,
+                                                                      size_t dynamicSMemSize)
+{
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
+                                                                  dynamicSMemSize, 0);
+}
+
+/* ---- symbols ------------------------------------------------------------ */
+
+VCU__EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
+{
+    uint64_t p, s;
+    int dev;
+    cudaError_t e;
+
+    if (devPtr == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e == cudaSuccess)
+        e = vcu__symbol(symbol, dev, &p, &s);
+    if (e == cudaSuccess)
+        *devPtr = (void *)(uintptr_t)p;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+{
+    uint64_t p, s;
+    int dev;
+    cudaError_t e;
+
+    if (size == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e == cudaSuccess)
+        e = vcu__symbol(symbol, dev, &p, &s);
+    if (e == cudaSuccess)
+        *size = s;
+    return vcu__err(e);
+}

@@ -1,0 +1,215 @@
+/*
+ * guest-lib transport over the virtio-cuda kernel driver (/dev/vcudaN).
+ *
+ * A connection is one open file, hence one device session.  The driver lets
+ * several threads submit on one file at once, so vcu_conn_call() takes no
+ * lock: the connection is read-only after vcu_conn_open().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "vcuda_ioctl.h"
+#include "vcu_transport_int.h"
+
+_Static_assert(sizeof(struct vcuda_session_open) == 72, "vcuda_session_open");
+_Static_assert(sizeof(struct vcuda_seg) == 24, "vcuda_seg");
+_Static_assert(sizeof(struct vcuda_submit) == 72, "vcuda_submit");
+_Static_assert(VCUDA_SEG_TO_DEVICE == VCU_SEG_TO_DEVICE, "segment flags");
+_Static_assert(VCUDA_SEG_FROM_DEVICE == VCU_SEG_FROM_DEVICE, "segment flags");
+_Static_assert(VCUDA_MAX_SEGS == VCU_MAX_SEGS, "segment limit");
+
+int vcu_errno_to_err(int errnum)
+{
+    switch (errnum < 0 ? -errnum : errnum) {
+    case 0:
+        return VCU_OK;
+    case EINVAL:
+        return VCU_EINVAL;
+    case ENOTTY:
+    case EOPNOTSUPP:
+    case ENOSYS:
+        return VCU_ENOTSUP;
+    case ENOTCONN:
+        return VCU_ENOSESSION;
+    case ENOMEM:
+        return VCU_ENOMEM;
+    case EFAULT:
+        return VCU_EFAULT;
+    case E2BIG:
+    case EMSGSIZE:
+        return VCU_E2BIG;
+    case EPROTO:
+    case EPROTONOSUPPORT:
+        return VCU_EVERSION;
+    case EBUSY:
+    case EAGAIN:
+    case EMFILE:
+    case ENFILE:
+        return VCU_EBUSY;
+    case ENOENT:
+    case ENODEV:
+    case ENXIO:
+    case EACCES:
+    case EPERM:
+        return VCU_ENODEV;
+    case ECANCELED:
+    case ESHUTDOWN:
+        return VCU_ECANCELED;
+    case ERANGE:
+    case EOVERFLOW:
+        return VCU_ERANGE;
+    default:
+        /* EINTR included: the request still completes on the device, so
+         * it must not be sent again; the caller sees a failed call. */
+        return VCU_EIO;
+    }
+}
+
+int vcu__status_to_err(uint32_t status)
+{
+    if (status < VCU_S_COUNT_)
+        return -(int)status;
+    return VCU_EIO;
+}
+
+int vcu_conn_open(const char *path, uint64_t features, vcu_conn_t **out)
+{
+    struct vcuda_session_open so;
+    vcu_conn_t *c;
+    int err;
+
+    *out = NULL;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return VCU_ENOMEM;
+    c->fd = -1;
+
+#ifdef VCU_WITH_LOOPBACK
+    {
+        const char *t = getenv("VCU_TRANSPORT");
+
+        if (path == NULL && t != NULL && strcmp(t, "loopback") == 0) {
+            err = vcu__loop_open(c, features);
+            if (err != 0) {
+                free(c);
+                return err;
+            }
+            *out = c;
+            return 0;
+        }
+    }
+#endif
+
+    if (path == NULL)
+        path = getenv("VCU_DEVICE");
+    if (path == NULL || path[0] == '\0')
+        path = "/dev/vcuda0";
+    c->fd = open(path, O_RDWR | O_CLOEXEC);
+    if (c->fd < 0) {
+        err = vcu_errno_to_err(errno);
+        goto err_open;
+    }
+
+    memset(&so, 0, sizeof(so));
+    so.version_min = VCU_PROTO_VERSION;
+    so.version_max = VCU_PROTO_VERSION;
+    so.features = features;
+    if (ioctl(c->fd, VCUDA_IOC_SESSION_OPEN, &so) != 0) {
+        err = vcu_errno_to_err(errno);
+        goto err_session;
+    }
+    if (so.status != VCU_S_OK) {
+        err = vcu__status_to_err(so.status);
+        goto err_session;
+    }
+    if (so.version != VCU_PROTO_VERSION) {
+        err = VCU_EVERSION;
+        goto err_session;
+    }
+    c->features = so.features & features;
+    c->max_xfer = so.max_xfer ? so.max_xfer : VCU_MAX_XFER;
+    c->max_payload = so.max_payload ? so.max_payload : VCU_MAX_PAYLOAD;
+    c->max_segs = so.max_segs ? so.max_segs : VCU_MAX_SEGS;
+    *out = c;
+    return 0;
+
+err_session:
+    close(c->fd);
+err_open:
+    free(c);
+    return err;
+}
+
+void vcu_conn_close(vcu_conn_t *c)
+{
+    if (c == NULL)
+        return;
+#ifdef VCU_WITH_LOOPBACK
+    if (c->loop != NULL)
+        vcu__loop_close(c);
+#endif
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c);
+}
+
+uint64_t vcu_conn_features(const vcu_conn_t *c)
+{
+    return c->features;
+}
+
+int vcu_conn_call(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *req,
+                  uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs, void *resp,
+                  uint32_t resp_cap, uint32_t *resp_len)
+{
+    struct vcuda_seg segs[VCU_MAX_SEGS];
+    struct vcuda_submit sub;
+    unsigned int i;
+
+    if (resp_len != NULL)
+        *resp_len = 0;
+    if (nbufs > c->max_segs || nbufs > VCU_MAX_SEGS || req_len > c->max_payload)
+        return VCU_E2BIG;
+    if (resp_cap > c->max_payload)
+        resp_cap = c->max_payload;
+
+#ifdef VCU_WITH_LOOPBACK
+    if (c->loop != NULL) {
+        uint32_t status = VCU_S_OK;
+        int err = vcu__loop_call(c, opcode, flags, req, req_len, bufs, nbufs, resp, resp_cap,
+                                 resp_len, &status);
+
+        if (err != 0)
+            return err;
+        return vcu__status_to_err(status);
+    }
+#endif
+
+    memset(segs, 0, sizeof(segs));
+    for (i = 0; i < nbufs; i++) {
+        segs[i].addr = (uint64_t)(uintptr_t)bufs[i].addr;
+        segs[i].len = bufs[i].len;
+        segs[i].flags = bufs[i].flags == VCU_SEG_FROM_DEVICE ? VCUDA_SEG_FROM_DEVICE
+                                                             : VCUDA_SEG_TO_DEVICE;
+    }
+    memset(&sub, 0, sizeof(sub));
+    sub.opcode = opcode;
+    sub.flags = (flags & VCU_CALL_ASYNC) ? VCUDA_SUBMIT_ASYNC : 0;
+    sub.req_addr = (uint64_t)(uintptr_t)req;
+    sub.req_len = req_len;
+    sub.nsegs = nbufs;
+    sub.segs_addr = (uint64_t)(uintptr_t)segs;
+    sub.resp_addr = (uint64_t)(uintptr_t)resp;
+    sub.resp_cap = resp != NULL ? resp_cap : 0;
+    if (ioctl(c->fd, VCUDA_IOC_SUBMIT, &sub) != 0)
+        return vcu_errno_to_err(errno);
+    if (flags & VCU_CALL_ASYNC)
+        return 0;
+    if (resp_len != NULL)
+        *resp_len = sub.resp_len;
+    return vcu__status_to_err(sub.status);
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The test command (README): installs what it needs, builds everything and
+# runs every suite that needs no GPU, then prints the total as the last line:
+#   N passed, N failed
+# Suites: unit (host backend under ASan/UBSan), cuda-loopback (the CUDA test
+# programs against guest-lib + backend + the CPU stand-in for libcuda, no
+# VM), and in a TCG guest: echo, badinput, cuda.
+# VCU_SUITES="unit echo" limits the run to the suites named.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+
+suites=${VCU_SUITES:-"unit cuda-loopback echo badinput cuda"}
+passed=0
+failed=0
+log_dir=$top/build/test-logs
+mkdir -p "$log_dir"
+
+# Adds a suite's "N passed, N failed" to the totals; a suite that ended
+# without that line counts as one failure.
+count() {
+    local name=$1 rc=$2 line p f
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log_dir/$name.log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "suite $name: no result line (rc=$rc), see $log_dir/$name.log"
+        tail -n 30 "$log_dir/$name.log"
+        failed=$((failed + 1))
+        return
+    fi
+    p=${line%% passed*}
+    f=${line#*passed, }
+    f=${f%% failed*}
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+        f=1
+    fi
+    echo "suite $name: $p passed, $f failed"
+    passed=$((passed + p))
+    failed=$((failed + f))
+}
+
+run_suite() {
+    local name=$1
+    shift
+    echo "== $name"
+    "$@" 2>&1 | tee "$log_dir/$name.log"
+    count "$name" "${PIPESTATUS[0]}"
+}
+
+bash scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+make -s all || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+for s in $suites; do
+    case $s in
+    unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
+    cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
+    echo | badinput | cuda) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
+    *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
+    esac
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
