@@ -494,6 +494,8 @@ VCU__EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFu
     return cudaSuccess;
 }
 
+/* CUDA 13 reports every bad launch configuration as cudaErrorInvalidValue
+ * (measured on an H200 with NVIDIA's runtime), not InvalidConfiguration. */
 cudaError_t vcu__check_config(int dev, dim3 grid, dim3 block, size_t shmem)
 {
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
@@ -502,14 +504,14 @@ cudaError_t vcu__check_config(int dev, dim3 grid, dim3 block, size_t shmem)
     (void)shmem;
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
         block.z == 0)
-        return cudaErrorInvalidConfiguration;
+        return cudaErrorInvalidValue;
     if (mt > 0 && threads > (uint64_t)mt)
-        return cudaErrorInvalidConfiguration;
+        return cudaErrorInvalidValue;
 #define VCU__LIM(v, a)                                                               \
     do {                                                                             \
         int l_ = vcu__dev_attr(dev, cudaDevAttr##a);                                 \
         if (l_ > 0 && (uint64_t)(v) > (uint64_t)(unsigned int)l_)                    \
-            return cudaErrorInvalidConfiguration;                                    \
+            return cudaErrorInvalidValue;                                    \
     } while (0)
     VCU__LIM(block.x, MaxBlockDimX);
     VCU__LIM(block.y, MaxBlockDimY);
@@ -568,8 +570,6 @@ cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, si
         q->r.param_bytes = f->param_bytes;
         e = vcu__call(dev, VCU_OP_CU_LAUNCH, 1, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
                       NULL, 0, NULL, 0);
-        if (e == cudaErrorInvalidValue)
-            e = cudaErrorInvalidConfiguration;
     }
     free(q);
     return e;

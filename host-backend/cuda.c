@@ -1,0 +1,2459 @@
+/*
+ * CUDA executor: runs the CUDA opcodes of include/vcu_proto.h on the host
+ * GPU through the CUDA Driver API, loaded at run time with dlopen().
+ *
+ * One CUDA context per session and virtual device, created lazily on the
+ * session's worker thread (never the primary context: sessions must not
+ * share state).  Guests name host objects only through the typed,
+ * generation-checked handles of cuda_tab.c.
+ *
+ * Host callbacks (CU_STREAM_HOST_FUNC, graph host nodes) run in the guest:
+ * CUDA calls vcu__cb_trampoline() on a thread of its own, which hands the
+ * guest's cookie to a CU_CALLBACK_WAIT request and blocks until the
+ * matching CU_CALLBACK_DONE arrives.  WAIT and DONE run inline on the
+ * submitting thread, so DONE is never stuck behind the worker's
+ * cuStreamSynchronize() that waits for that very callback.
+ *
+ * Locks, in order:
+ *   vcu__cuda_t.mu    the RAM registration list (vcu__cuda_add_ram, fini).
+ *   vcu__gate_t.mu    a session's callback gate: queued cookies, the parked
+ *                     WAIT, the waiting trampolines, "ending".  Taken by
+ *                     the trampolines (CUDA threads), the inline opcodes
+ *                     (submitting thread) and vcu__cuda_sess_free (worker).
+ *                     Never held across a CUDA call or vcu__complete().
+ * Everything else in a session (contexts, tables, deferred error) belongs
+ * to its worker thread alone.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cuda.h>
+#include <cudaProfiler.h>
+
+#include "vcu_backend_int.h"
+#include "cuda_ext.h"
+#include "cuda_tab.h"
+
+#define VCU__STR2(x) #x
+#define VCU__STR(x) VCU__STR2(x)
+
+/*
+ * Every driver function the executor uses, with whether the backend can
+ * work without it (0: optional, calls give CUDA_ERROR_NOT_SUPPORTED).  The
+ * names go through cuda.h's macros, so cuMemAlloc resolves as
+ * "cuMemAlloc_v2" and has that function's type.
+ */
+#define VCU__CU_FUNCS(XX)                                                    \
+    XX(cuInit, 1)                                                            \
+    XX(cuGetErrorName, 0)                                                    \
+    XX(cuDriverGetVersion, 1)                                                \
+    XX(cuDeviceGetCount, 1)                                                  \
+    XX(cuDeviceGet, 1)                                                       \
+    XX(cuDeviceGetUuid, 0)                                                   \
+    XX(cuDeviceGetName, 0)                                                   \
+    XX(cuDeviceTotalMem, 0)                                                  \
+    XX(cuDeviceGetAttribute, 0)                                              \
+    XX(cuDeviceCanAccessPeer, 0)                                             \
+    XX(cuDeviceGetDefaultMemPool, 0)                                         \
+    XX(cuCtxCreate, 1)                                                       \
+    XX(cuCtxDestroy, 1)                                                      \
+    XX(cuCtxSetCurrent, 1)                                                   \
+    XX(cuCtxPushCurrent, 0)                                                  \
+    XX(cuCtxPopCurrent, 0)                                                   \
+    XX(cuCtxSynchronize, 1)                                                  \
+    XX(cuCtxSetFlags, 0)                                                     \
+    XX(cuCtxSetLimit, 0)                                                     \
+    XX(cuCtxGetLimit, 0)                                                     \
+    XX(cuCtxGetStreamPriorityRange, 0)                                       \
+    XX(cuMemGetInfo, 0)                                                      \
+    XX(cuMemAlloc, 1)                                                        \
+    XX(cuMemFree, 1)                                                         \
+    XX(cuMemcpyHtoD, 1)                                                      \
+    XX(cuMemcpyDtoH, 1)                                                      \
+    XX(cuMemcpyDtoD, 0)                                                      \
+    XX(cuMemcpyHtoDAsync, 0)                                                 \
+    XX(cuMemcpyDtoHAsync, 0)                                                 \
+    XX(cuMemcpyDtoDAsync, 0)                                                 \
+    XX(cuMemcpy2D, 0)                                                        \
+    XX(cuMemcpy2DAsync, 0)                                                   \
+    XX(cuMemsetD8, 0)                                                        \
+    XX(cuMemsetD16, 0)                                                       \
+    XX(cuMemsetD32, 0)                                                       \
+    XX(cuMemsetD8Async, 0)                                                   \
+    XX(cuMemsetD16Async, 0)                                                  \
+    XX(cuMemsetD32Async, 0)                                                  \
+    XX(cuMemsetD2D8, 0)                                                      \
+    XX(cuMemsetD2D16, 0)                                                     \
+    XX(cuMemsetD2D32, 0)                                                     \
+    XX(cuMemsetD2D8Async, 0)                                                 \
+    XX(cuMemsetD2D16Async, 0)                                                \
+    XX(cuMemsetD2D32Async, 0)                                                \
+    XX(cuMemAllocAsync, 0)                                                   \
+    XX(cuMemAllocFromPoolAsync, 0)                                           \
+    XX(cuMemFreeAsync, 0)                                                    \
+    XX(cuMemPoolSetAttribute, 0)                                             \
+    XX(cuMemPoolGetAttribute, 0)                                             \
+    XX(cuMemPoolTrimTo, 0)                                                   \
+    XX(cuMemGetAddressRange, 0)                                              \
+    XX(cuMemHostRegister, 0)                                                 \
+    XX(cuMemHostUnregister, 0)                                               \
+    XX(cuModuleLoadData, 1)                                                  \
+    XX(cuModuleUnload, 1)                                                    \
+    XX(cuModuleGetFunction, 1)                                               \
+    XX(cuModuleGetGlobal, 0)                                                 \
+    XX(cuFuncGetParamInfo, 0)                                                \
+    XX(cuFuncGetAttribute, 0)                                                \
+    XX(cuFuncSetAttribute, 0)                                                \
+    XX(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0)              \
+    XX(cuOccupancyMaxPotentialBlockSizeWithFlags, 0)                         \
+    XX(cuLaunchKernel, 1)                                                    \
+    XX(cuLaunchCooperativeKernel, 0)                                         \
+    XX(cuLaunchHostFunc, 0)                                                  \
+    XX(cuStreamCreateWithPriority, 0)                                        \
+    XX(cuStreamDestroy, 0)                                                   \
+    XX(cuStreamSynchronize, 1)                                               \
+    XX(cuStreamQuery, 0)                                                     \
+    XX(cuStreamWaitEvent, 0)                                                 \
+    XX(cuStreamBeginCapture, 0)                                              \
+    XX(cuStreamEndCapture, 0)                                                \
+    XX(cuStreamGetCaptureInfo, 0)                                            \
+    XX(cuEventCreate, 0)                                                     \
+    XX(cuEventDestroy, 0)                                                    \
+    XX(cuEventRecordWithFlags, 0)                                            \
+    XX(cuEventSynchronize, 0)                                                \
+    XX(cuEventQuery, 0)                                                      \
+    XX(cuEventElapsedTime, 0)                                                \
+    XX(cuGraphCreate, 0)                                                     \
+    XX(cuGraphDestroy, 0)                                                    \
+    XX(cuGraphAddKernelNode, 0)                                              \
+    XX(cuGraphAddMemcpyNode, 0)                                              \
+    XX(cuGraphAddMemsetNode, 0)                                              \
+    XX(cuGraphAddHostNode, 0)                                                \
+    XX(cuGraphAddEmptyNode, 0)                                               \
+    XX(cuGraphClone, 0)                                                      \
+    XX(cuGraphInstantiate, 0)                                                \
+    XX(cuGraphLaunch, 0)                                                     \
+    XX(cuGraphExecDestroy, 0)                                                \
+    XX(cuGraphGetNodes, 0)                                                   \
+    XX(cuProfilerStart, 0)                                                   \
+    XX(cuProfilerStop, 0)
+
+typedef struct vcu__cu_fns_s {
+#define VCU__FN_FIELD(name, req) __typeof__(name) *name;
+    VCU__CU_FUNCS(VCU__FN_FIELD)
+#undef VCU__FN_FIELD
+} vcu__cu_fns_t;
+
+/* A call through the table; a function the driver lacks is "not supported". */
+#define VCU__CU(cu, name, ...) \
+    ((cu)->fn.name != NULL ? (cu)->fn.name(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+typedef struct vcu__ram_s {
+    void *hva;
+    size_t len;
+    struct vcu__ram_s *next;
+} vcu__ram_t;
+
+struct vcu__cuda_s {
+    void *dl;
+    vcu__cu_fns_t fn;
+    unsigned int ndev;
+    CUdevice dev[VCU_CU_MAX_DEVICES];       /* virtual ordinal -> host device */
+    int host_ordinal[VCU_CU_MAX_DEVICES];
+    int driver_version;
+
+    pthread_mutex_t mu;                     /* protects ram_ctx, ram */
+    CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
+    vcu__ram_t *ram;
+};
+
+/* A guest function CUDA will call: one stream host func (freed by the
+ * trampoline) or one graph host node (kept until the session ends, since
+ * an instantiated graph may run it any number of times). */
+typedef struct vcu__cb_s {
+    struct vcu__gate_s *gate;
+    uint64_t cookie;
+    int oneshot;
+    struct vcu__cb_s *next;                 /* gate.persistent */
+} vcu__cb_t;
+
+/* A trampoline blocked until its cookie's CU_CALLBACK_DONE (on its stack). */
+typedef struct vcu__waiter_s {
+    uint64_t cookie;
+    int done;
+    struct vcu__waiter_s *next;
+} vcu__waiter_t;
+
+typedef struct vcu__gate_s {
+    pthread_mutex_t mu;                     /* protects every field below */
+    pthread_cond_t cv;                      /* waiters' done, ending, ntramp */
+    int ending;                             /* session ending: release all */
+    uint64_t *queue;                        /* reached cookies nobody waited for */
+    size_t nq, capq;
+    vcu_request_t *parked;                  /* the one parked CU_CALLBACK_WAIT */
+    vcu__waiter_t *waiters;
+    unsigned int ntramp;                    /* trampolines inside the gate */
+    vcu__cb_t *persistent;                  /* graph host node records */
+} vcu__gate_t;
+
+struct vcu__cuda_sess_s {
+    vcu__cuda_t *cu;
+    CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
+    unsigned int ctx_flags[VCU_CU_MAX_DEVICES];
+    uint64_t pool_h[VCU_CU_MAX_DEVICES];    /* default pool handle, 0 = none yet */
+    vcu__htab_t tab;
+    vcu__pset_t allocs;                     /* device pointers this session owns */
+    uint32_t deferred;                      /* pending CUresult of an async request */
+    vcu__gate_t gate;
+};
+
+/* Tracked allocation flags (vcu__pset value = dev | flags). */
+#define VCU__ALLOC_ASYNC 0x10000u
+#define VCU__ALLOC_DEV(v) ((v) & 0xffffu)
+
+/* ---- error translation -------------------------------------------------- */
+
+/* The one CUresult -> VCU_E* translation (init and RAM registration). */
+static int vcu__cu_err(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS:
+        return 0;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return VCU_ENOMEM;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_HANDLE:
+        return VCU_EINVAL;
+    case CUDA_ERROR_NOT_SUPPORTED:
+        return VCU_ENOTSUP;
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+        return VCU_ENODEV;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+        return 0;
+    default:
+        return VCU_EIO;
+    }
+}
+
+static const char *vcu__cu_name(const vcu__cuda_t *cu, CUresult r)
+{
+    const char *s = NULL;
+
+    if (cu->fn.cuGetErrorName == NULL || cu->fn.cuGetErrorName(r, &s) != CUDA_SUCCESS || s == NULL)
+        return "CUDA error";
+    return s;
+}
+
+/* ---- init --------------------------------------------------------------- */
+
+static void vcu__uuid_str(const CUuuid *u, char *out, size_t len)
+{
+    const unsigned char *b = (const unsigned char *)u->bytes;
+
+    snprintf(out, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+             b[12], b[13], b[14], b[15]);
+}
+
+/* Resolves one entry of cfg->gpus to a host ordinal. */
+static int vcu__parse_gpu(vcu__cuda_t *cu, const char *tok, size_t len, int count, int *ord,
+                          char *err, size_t errlen)
+{
+    char buf[128];
+    int i;
+
+    if (len == 0 || len >= sizeof(buf)) {
+        snprintf(err, errlen, "gpus: empty or overlong entry");
+        return VCU_ENODEV;
+    }
+    memcpy(buf, tok, len);
+    buf[len] = '\0';
+    if (strncasecmp(buf, "GPU-", 4) == 0) {
+        for (i = 0; i < count; i++) {
+            CUdevice d;
+            CUuuid u;
+            char s[64];
+
+            if (cu->fn.cuDeviceGet(&d, i) != CUDA_SUCCESS ||
+                VCU__CU(cu, cuDeviceGetUuid, &u, d) != CUDA_SUCCESS)
+                continue;
+            vcu__uuid_str(&u, s, sizeof(s));
+            if (strcasecmp(s, buf) == 0) {
+                *ord = i;
+                return 0;
+            }
+        }
+        snprintf(err, errlen, "gpus: no host GPU has UUID %s", buf);
+        return VCU_ENODEV;
+    } else {
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(buf, &end, 10);
+        if (errno != 0 || *end != '\0' || end == buf || v < 0 || v >= count) {
+            snprintf(err, errlen, "gpus: \"%s\" is not a host GPU ordinal below %d", buf, count);
+            return VCU_ENODEV;
+        }
+        *ord = (int)v;
+        return 0;
+    }
+}
+
+int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err, size_t errlen)
+{
+    const char *path = cfg != NULL ? cfg->libcuda : NULL;
+    const char *gpus = cfg != NULL ? cfg->gpus : NULL;
+    vcu__cuda_t *cu;
+    CUresult r;
+    int count = 0, rc = VCU_ENODEV;
+    const char *p;
+
+    *out = NULL;
+    if (errlen > 0)
+        err[0] = '\0';
+    if (path == NULL || path[0] == '\0')
+        path = getenv("VCU_LIBCUDA");
+    if (path == NULL || path[0] == '\0')
+        path = "libcuda.so.1";
+    if (gpus == NULL || gpus[0] == '\0')
+        gpus = "0";
+
+    cu = calloc(1, sizeof(*cu));
+    if (cu == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return VCU_ENOMEM;
+    }
+    pthread_mutex_init(&cu->mu, NULL);
+    cu->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (cu->dl == NULL) {
+        const char *e = dlerror();
+
+        snprintf(err, errlen, "%s", e != NULL ? e : path);
+        goto err_dl;
+    }
+#define VCU__FN_LOAD(name, req)                                                      \
+    *(void **)(&cu->fn.name) = dlsym(cu->dl, VCU__STR(name));                        \
+    if (cu->fn.name == NULL && (req)) {                                              \
+        snprintf(err, errlen, "%s: no symbol %s", path, VCU__STR(name));             \
+        goto err_sym;                                                                \
+    }
+    VCU__CU_FUNCS(VCU__FN_LOAD)
+#undef VCU__FN_LOAD
+
+    r = cu->fn.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cuInit failed: %s (%d)", vcu__cu_name(cu, r), (int)r);
+        goto err_sym;
+    }
+    cu->fn.cuDriverGetVersion(&cu->driver_version);
+    r = cu->fn.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count <= 0) {
+        snprintf(err, errlen, "no CUDA device on the host (%s)",
+                 r != CUDA_SUCCESS ? vcu__cu_name(cu, r) : "count 0");
+        goto err_sym;
+    }
+
+    for (p = gpus;;) {
+        const char *q = strchr(p, ',');
+        size_t len = q != NULL ? (size_t)(q - p) : strlen(p);
+        int ord;
+        unsigned int i;
+
+        while (len > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        rc = vcu__parse_gpu(cu, p, len, count, &ord, err, errlen);
+        if (rc != 0)
+            goto err_sym;
+        for (i = 0; i < cu->ndev; i++)
+            if (cu->host_ordinal[i] == ord) {
+                snprintf(err, errlen, "gpus: host GPU %d given twice", ord);
+                rc = VCU_ENODEV;
+                goto err_sym;
+            }
+        if (cu->ndev >= VCU_CU_MAX_DEVICES) {
+            snprintf(err, errlen, "gpus: more than %u devices", VCU_CU_MAX_DEVICES);
+            rc = VCU_ENODEV;
+            goto err_sym;
+        }
+        r = cu->fn.cuDeviceGet(&cu->dev[cu->ndev], ord);
+        if (r != CUDA_SUCCESS) {
+            snprintf(err, errlen, "cuDeviceGet(%d) failed: %s", ord, vcu__cu_name(cu, r));
+            rc = VCU_ENODEV;
+            goto err_sym;
+        }
+        cu->host_ordinal[cu->ndev++] = ord;
+        if (q == NULL)
+            break;
+        p = q + 1;
+    }
+    *out = cu;
+    return 0;
+
+err_sym:
+    /* Left loaded, as vcu__cuda_fini() leaves it: cuInit may have
+     * started driver threads. */
+err_dl:
+    pthread_mutex_destroy(&cu->mu);
+    free(cu);
+    return rc;
+}
+
+void vcu__cuda_fini(vcu__cuda_t *cu)
+{
+    vcu__ram_t *r, *n;
+
+    if (cu == NULL)
+        return;
+    if (cu->ram_ctx != NULL) {
+        VCU__CU(cu, cuCtxPushCurrent, cu->ram_ctx);
+        for (r = cu->ram; r != NULL; r = r->next)
+            VCU__CU(cu, cuMemHostUnregister, r->hva);
+        VCU__CU(cu, cuCtxPopCurrent, NULL);
+        cu->fn.cuCtxDestroy(cu->ram_ctx);
+    }
+    for (r = cu->ram; r != NULL; r = n) {
+        n = r->next;
+        free(r);
+    }
+    /* No dlclose(): the driver keeps threads of its own that may still be
+     * inside it, and unloading it loses what it allocated (a leak report
+     * under LeakSanitizer).  dlopen() counts references, so a backend
+     * created again reuses the loaded library. */
+    pthread_mutex_destroy(&cu->mu);
+    free(cu);
+}
+
+int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
+{
+    vcu__ram_t *ram;
+    CUresult r = CUDA_SUCCESS;
+    int rc;
+
+    if (cu == NULL || hva == NULL || len == 0)
+        return VCU_EINVAL;
+    ram = malloc(sizeof(*ram));
+    if (ram == NULL)
+        return VCU_ENOMEM;
+    pthread_mutex_lock(&cu->mu);
+    if (cu->ram_ctx == NULL) {
+        /* Created current on this thread; popped so the caller's thread is
+         * left as it was. */
+        r = cu->fn.cuCtxCreate(&cu->ram_ctx, NULL, 0, cu->dev[0]);
+        if (r == CUDA_SUCCESS)
+            VCU__CU(cu, cuCtxPopCurrent, NULL);
+        else
+            cu->ram_ctx = NULL;
+    }
+    if (r == CUDA_SUCCESS) {
+        r = VCU__CU(cu, cuCtxPushCurrent, cu->ram_ctx);
+        if (r == CUDA_SUCCESS) {
+            r = VCU__CU(cu, cuMemHostRegister, hva, len, CU_MEMHOSTREGISTER_PORTABLE);
+            VCU__CU(cu, cuCtxPopCurrent, NULL);
+        }
+    }
+    rc = vcu__cu_err(r);
+    if (r == CUDA_SUCCESS) {
+        ram->hva = hva;
+        ram->len = len;
+        ram->next = cu->ram;
+        cu->ram = ram;
+        ram = NULL;
+    }
+    pthread_mutex_unlock(&cu->mu);
+    free(ram);
+    return rc;
+}
+
+/* ---- sessions ----------------------------------------------------------- */
+
+int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out)
+{
+    vcu__cuda_sess_t *cs;
+
+    *out = NULL;
+    if (cu == NULL)
+        return VCU_ENODEV;
+    cs = calloc(1, sizeof(*cs));
+    if (cs == NULL)
+        return VCU_ENOMEM;
+    cs->cu = cu;
+    vcu__htab_init(&cs->tab);
+    vcu__pset_init(&cs->allocs);
+    pthread_mutex_init(&cs->gate.mu, NULL);
+    pthread_cond_init(&cs->gate.cv, NULL);
+    *out = cs;
+    return 0;
+}
+
+/* Makes device d's context current, creating it first if needed. */
+static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    vcu__cuda_t *cu = cs->cu;
+    CUresult r;
+
+    if (d >= cu->ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (cs->ctx[d] == NULL) {
+        r = cu->fn.cuCtxCreate(&cs->ctx[d], NULL, cs->ctx_flags[d], cu->dev[d]);
+        if (r != CUDA_SUCCESS) {
+            cs->ctx[d] = NULL;
+            return r;
+        }
+    }
+    return cu->fn.cuCtxSetCurrent(cs->ctx[d]);
+}
+
+/*
+ * Releases everything of device d's context: graphs and execs explicitly
+ * (graphs are not owned by the context), stream-ordered allocations (pool
+ * memory outlives contexts), then the context with all else it holds.
+ */
+static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    vcu__cuda_t *cu = cs->cu;
+    uint32_t i;
+
+    if (cs->ctx[d] != NULL && cu->fn.cuCtxSetCurrent(cs->ctx[d]) == CUDA_SUCCESS)
+        cu->fn.cuCtxSynchronize();
+    for (i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+        uint64_t h = vcu__htab_handle_at(&cs->tab, i);
+
+        if (h == 0 || e->dev != d || e->type == VCU__H_POOL)
+            continue;
+        if (cs->ctx[d] != NULL) {
+            if (e->type == VCU__H_GRAPH_EXEC)
+                VCU__CU(cu, cuGraphExecDestroy, e->u.ge);
+            else if (e->type == VCU__H_GRAPH)
+                VCU__CU(cu, cuGraphDestroy, e->u.g);
+        }
+        vcu__htab_del(&cs->tab, h);
+    }
+    for (i = 0; i < cs->allocs.cap; i++) {
+        uint64_t k = cs->allocs.keys[i];
+
+        if (k == 0 || k == VCU__PSET_TOMB || VCU__ALLOC_DEV(cs->allocs.vals[i]) != d)
+            continue;
+        if (cs->ctx[d] != NULL && (cs->allocs.vals[i] & VCU__ALLOC_ASYNC))
+            cu->fn.cuMemFree((CUdeviceptr)k);
+        vcu__pset_del(&cs->allocs, k);
+    }
+    if (cs->ctx[d] != NULL) {
+        cu->fn.cuCtxSetCurrent(NULL);
+        cu->fn.cuCtxDestroy(cs->ctx[d]);
+        cs->ctx[d] = NULL;
+    }
+}
+
+void vcu__cuda_sess_cancel(vcu__cuda_sess_t *cs)
+{
+    vcu__gate_t *g;
+    vcu_request_t *parked;
+
+    if (cs == NULL)
+        return;
+    g = &cs->gate;
+    pthread_mutex_lock(&g->mu);
+    g->ending = 1;
+    g->nq = 0;                      /* cookies nobody will run now */
+    parked = g->parked;
+    g->parked = NULL;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (parked != NULL)
+        vcu__complete(parked, VCU_S_ECANCELED, 0);
+}
+
+void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
+{
+    vcu__gate_t *g;
+    vcu__cb_t *cb, *n;
+    uint32_t d;
+
+    if (cs == NULL)
+        return;
+    g = &cs->gate;
+    /* Release every trampoline and the parked wait before anything waits
+     * for the GPU: a blocked trampoline would stall the synchronize below. */
+    vcu__cuda_sess_cancel(cs);
+
+    for (d = 0; d < cs->cu->ndev; d++)
+        vcu__ctx_destroy(cs, d);
+
+    /* Contexts are gone: CUDA starts no more trampolines; wait for the
+     * ones still on their way out of the gate. */
+    pthread_mutex_lock(&g->mu);
+    while (g->ntramp > 0)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+
+    for (cb = g->persistent; cb != NULL; cb = n) {
+        n = cb->next;
+        free(cb);
+    }
+    free(g->queue);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    vcu__htab_fini(&cs->tab);
+    vcu__pset_fini(&cs->allocs);
+    free(cs);
+}
+
+/* ---- host callback gate ------------------------------------------------- */
+
+static void vcu__write_u64_resp(void *out, uint32_t result, uint64_t value)
+{
+    struct vcu_cu_u64_resp r;
+
+    memset(&r, 0, sizeof(r));
+    r.r.result = result;
+    r.value = value;
+    memcpy(out, &r, sizeof(r));
+}
+
+/* Runs on a CUDA thread (or wherever the driver runs host functions). */
+static void CUDA_CB vcu__cb_trampoline(void *arg)
+{
+    vcu__cb_t *cb = arg;
+    vcu__gate_t *g = cb->gate;
+    uint64_t cookie = cb->cookie;
+    vcu__waiter_t w = { cookie, 0, NULL }, **pp;
+    vcu_request_t *req = NULL;
+
+    if (cb->oneshot)
+        free(cb);
+    pthread_mutex_lock(&g->mu);
+    if (g->ending) {
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    g->ntramp++;
+    w.next = g->waiters;
+    g->waiters = &w;
+    if (g->parked != NULL) {
+        req = g->parked;
+        g->parked = NULL;
+    } else {
+        if (g->nq == g->capq) {
+            size_t ncap = g->capq ? g->capq * 2 : 16;
+            uint64_t *nq = realloc(g->queue, ncap * sizeof(*nq));
+
+            if (nq != NULL) {
+                g->queue = nq;
+                g->capq = ncap;
+            }
+        }
+        /* Without room the cookie is lost: the guest can only learn of it
+         * by a WAIT that never returns, so give up on this callback. */
+        if (g->nq < g->capq)
+            g->queue[g->nq++] = cookie;
+        else
+            w.done = 1;
+    }
+    if (req != NULL) {
+        pthread_mutex_unlock(&g->mu);
+        vcu__write_u64_resp(vcu__resp_payload(req), CUDA_SUCCESS, cookie);
+        vcu__complete(req, VCU_S_OK, sizeof(struct vcu_cu_u64_resp));
+        pthread_mutex_lock(&g->mu);
+    }
+    while (!w.done && !g->ending)
+        pthread_cond_wait(&g->cv, &g->mu);
+    for (pp = &g->waiters; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == &w) {
+            *pp = w.next;
+            break;
+        }
+    if (--g->ntramp == 0 && g->ending)
+        pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+int vcu__cuda_is_inline(uint32_t opcode)
+{
+    return opcode == VCU_OP_CU_CALLBACK_WAIT || opcode == VCU_OP_CU_CALLBACK_DONE;
+}
+
+/*
+ * CU_CALLBACK_WAIT: the oldest reached cookie, or park until one is
+ * reached.  One parked WAIT per session (the guest library has one
+ * callback thread per session); a second gets CUDA_ERROR_INVALID_VALUE.
+ * Inline replies carry no deferred error (that belongs to the worker).
+ */
+static uint32_t vcu__cb_wait(vcu__cuda_sess_t *cs, void *out, size_t out_cap, size_t *out_len,
+                             vcu_request_t *req)
+{
+    vcu__gate_t *g = &cs->gate;
+    uint64_t cookie;
+
+    if (out_cap < sizeof(struct vcu_cu_u64_resp))
+        return VCU_S_ERANGE;
+    pthread_mutex_lock(&g->mu);
+    if (g->nq > 0) {
+        cookie = g->queue[0];
+        memmove(g->queue, g->queue + 1, (g->nq - 1) * sizeof(*g->queue));
+        g->nq--;
+        pthread_mutex_unlock(&g->mu);
+        vcu__write_u64_resp(out, CUDA_SUCCESS, cookie);
+        *out_len = sizeof(struct vcu_cu_u64_resp);
+        return VCU_S_OK;
+    }
+    if (g->ending) {
+        pthread_mutex_unlock(&g->mu);
+        *out_len = 0;
+        return VCU_S_ECANCELED;
+    }
+    if (g->parked != NULL || req == NULL || req->resp_cap < sizeof(struct vcu_resp_hdr) ||
+        vcu__resp_cap(req) < sizeof(struct vcu_cu_u64_resp)) {
+        pthread_mutex_unlock(&g->mu);
+        vcu__write_u64_resp(out, CUDA_ERROR_INVALID_VALUE, 0);
+        *out_len = sizeof(struct vcu_cu_u64_resp);
+        return VCU_S_OK;
+    }
+    g->parked = req;
+    pthread_mutex_unlock(&g->mu);
+    return VCU__PARKED;
+}
+
+/* CU_CALLBACK_DONE: releases the oldest trampoline blocked on the cookie. */
+static uint32_t vcu__cb_done(vcu__cuda_sess_t *cs, const void *payload, void *out, size_t *out_len)
+{
+    vcu__gate_t *g = &cs->gate;
+    struct vcu_cu_u64_req rq;
+    struct vcu_cu_resp rp;
+    vcu__waiter_t *w, *found = NULL;
+    size_t i;
+
+    memcpy(&rq, payload, sizeof(rq));
+    pthread_mutex_lock(&g->mu);
+    for (w = g->waiters; w != NULL; w = w->next)
+        if (w->cookie == rq.value && !w->done)
+            found = w;              /* list is newest first: keep the oldest */
+    if (found != NULL) {
+        found->done = 1;
+        /* DONE without a WAIT: do not hand the cookie out later. */
+        for (i = 0; i < g->nq; i++)
+            if (g->queue[i] == rq.value) {
+                memmove(g->queue + i, g->queue + i + 1, (g->nq - i - 1) * sizeof(*g->queue));
+                g->nq--;
+                break;
+            }
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    memset(&rp, 0, sizeof(rp));
+    rp.result = found != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    memcpy(out, &rp, sizeof(rp));
+    *out_len = sizeof(rp);
+    return VCU_S_OK;
+}
+
+/* ---- opcode execution --------------------------------------------------- */
+
+typedef union vcu__resp_u {
+    struct vcu_cu_resp r;
+    struct vcu_cu_u64_resp u64;
+    struct vcu_cu_driver_info_resp drv;
+    struct vcu_cu_device_info_resp dev;
+    struct vcu_cu_mem_info_resp mem;
+    struct vcu_cu_priority_range_resp prio;
+    struct vcu_cu_mem_range_resp range;
+    struct vcu_cu_function_resp fn;
+    struct vcu_cu_func_attrs_resp fattr;
+    struct vcu_cu_occupancy_resp occ;
+    struct vcu_cu_capture_info_resp cap;
+    struct vcu_cu_elapsed_resp el;
+} vcu__resp_t;
+
+/* One request being executed. */
+typedef struct vcu__op_s {
+    vcu__cuda_sess_t *cs;
+    vcu__cuda_t *cu;
+    const struct vcu_req_hdr *h;
+    const unsigned char *p;         /* payload */
+    size_t plen;
+    const vcu_segment_t *segs;
+    unsigned int nsegs;
+    unsigned char *out;             /* trailing reply data goes here directly */
+    size_t cap;
+    size_t len;                     /* reply bytes; fixed part comes from rb */
+    vcu__resp_t rb;
+    CUresult res;
+} vcu__op_t;
+
+/* Sizes of each opcode's request and reply structs, from the one map. */
+static size_t vcu__req_size(uint32_t op)
+{
+    switch (op) {
+#define VCU__REQ_SZ(name, num, rq, rp) case VCU_OP_##name: return sizeof(struct rq);
+        VCU_OP_MAP(VCU__REQ_SZ)
+#undef VCU__REQ_SZ
+    }
+    return 0;
+}
+
+static size_t vcu__resp_size(uint32_t op)
+{
+    switch (op) {
+#define VCU__RESP_SZ(name, num, rq, rp) case VCU_OP_##name: return sizeof(struct rp);
+        VCU_OP_MAP(VCU__RESP_SZ)
+#undef VCU__RESP_SZ
+    }
+    return 0;
+}
+
+/* Makes the request's device current; on failure the result says why. */
+static int vcu__enter(vcu__op_t *o)
+{
+    struct vcu_cu_hdr hd;
+
+    memcpy(&hd, o->p, sizeof(hd));
+    o->res = vcu__ctx(o->cs, hd.device);
+    return o->res == CUDA_SUCCESS ? 0 : -1;
+}
+
+#define VCU__ENTER(o)              \
+    do {                           \
+        if (vcu__enter(o) != 0)    \
+            return VCU_S_OK;       \
+    } while (0)
+
+static uint32_t vcu__dev_of(const vcu__op_t *o)
+{
+    struct vcu_cu_hdr hd;
+
+    memcpy(&hd, o->p, sizeof(hd));
+    return hd.device;
+}
+
+/* Typed lookup; on failure the result is CUDA_ERROR_INVALID_HANDLE. */
+static vcu__hent_t *vcu__get(vcu__op_t *o, uint64_t h, uint8_t type)
+{
+    vcu__hent_t *e = vcu__htab_get(&o->cs->tab, h, type);
+
+    if (e == NULL)
+        o->res = CUDA_ERROR_INVALID_HANDLE;
+    return e;
+}
+
+#define VCU__GET(o, var, h, type)                  \
+    vcu__hent_t *var = vcu__get((o), (h), (type)); \
+    if (var == NULL)                               \
+    return VCU_S_OK
+
+static int vcu__stream(vcu__op_t *o, uint64_t h, CUstream *out)
+{
+    vcu__hent_t *e;
+
+    if (h == VCU_CU_STREAM_LEGACY) {
+        *out = CU_STREAM_LEGACY;
+        return 0;
+    }
+    if (h == VCU_CU_STREAM_PER_THREAD) {
+        *out = CU_STREAM_PER_THREAD;
+        return 0;
+    }
+    e = vcu__get(o, h, VCU__H_STREAM);
+    if (e == NULL)
+        return -1;
+    *out = e->u.st;
+    return 0;
+}
+
+#define VCU__STREAM(o, var, h)              \
+    CUstream var;                           \
+    if (vcu__stream((o), (h), &var) != 0)   \
+    return VCU_S_OK
+
+/* New handle for a fresh CUDA object; NULL (result OUT_OF_MEMORY) over quota. */
+static vcu__hent_t *vcu__new(vcu__op_t *o, uint8_t type, uint64_t *h)
+{
+    vcu__hent_t *e = NULL;
+
+    *h = vcu__htab_add(&o->cs->tab, type, vcu__dev_of(o), &e);
+    if (*h == 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    return e;
+}
+
+/* The request's one segment, which must have the given direction. */
+static const vcu_segment_t *vcu__seg(const vcu__op_t *o, uint32_t dir)
+{
+    if (o->nsegs != 1 || o->segs[0].flags != dir)
+        return NULL;
+    return &o->segs[0];
+}
+
+static void vcu__gather(const vcu_segment_t *s, void *dst, size_t len)
+{
+    size_t off = 0;
+    unsigned int i;
+
+    for (i = 0; i < s->iovcnt && off < len; i++) {
+        size_t n = s->iov[i].iov_len < len - off ? s->iov[i].iov_len : len - off;
+
+        memcpy((char *)dst + off, s->iov[i].iov_base, n);
+        off += n;
+    }
+}
+
+static void vcu__scatter(const vcu_segment_t *s, const void *src, size_t len)
+{
+    size_t off = 0;
+    unsigned int i;
+
+    for (i = 0; i < s->iovcnt && off < len; i++) {
+        size_t n = s->iov[i].iov_len < len - off ? s->iov[i].iov_len : len - off;
+
+        memcpy(s->iov[i].iov_base, (const char *)src + off, n);
+        off += n;
+    }
+}
+
+/* --- device and context --- */
+
+static uint32_t vcu__op_CU_DRIVER_INFO(vcu__op_t *o)
+{
+    o->rb.drv.driver_version = (uint32_t)o->cu->driver_version;
+    o->rb.drv.device_count = o->cu->ndev;
+    o->res = CUDA_SUCCESS;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o)
+{
+    vcu__cuda_t *cu = o->cu;
+    struct vcu_cu_device_info_resp *r = &o->rb.dev;
+    uint32_t d = vcu__dev_of(o), n, i;
+    CUdevice dev;
+    CUuuid u;
+    size_t total = 0;
+
+    if (d >= cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_DEVICE;
+        return VCU_S_OK;
+    }
+    dev = cu->dev[d];
+    o->res = VCU__CU(cu, cuDeviceGetName, r->name, (int)sizeof(r->name), dev);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    r->name[sizeof(r->name) - 1] = '\0';
+    if (VCU__CU(cu, cuDeviceGetUuid, &u, dev) == CUDA_SUCCESS)
+        memcpy(r->uuid, u.bytes, sizeof(r->uuid));
+    if (VCU__CU(cu, cuDeviceTotalMem, &total, dev) == CUDA_SUCCESS)
+        r->total_mem = total;
+    r->host_ordinal = (uint32_t)cu->host_ordinal[d];
+    n = CU_DEVICE_ATTRIBUTE_MAX < VCU_CU_NUM_DEV_ATTRS ? (uint32_t)CU_DEVICE_ATTRIBUTE_MAX
+                                                        : VCU_CU_NUM_DEV_ATTRS;
+    r->num_attrs = n;
+    for (i = 1; i < n; i++) {
+        int v = 0;
+
+        /* The guest library substitutes its own virtual PCI location. */
+        if (i == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID || i == CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID ||
+            i == CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)
+            continue;
+        if (VCU__CU(cu, cuDeviceGetAttribute, &v, (CUdevice_attribute)i, dev) == CUDA_SUCCESS)
+            r->attrs[i] = (uint32_t)v;
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o)
+{
+    size_t fr = 0, tot = 0;
+
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuMemGetInfo, &fr, &tot);
+    o->rb.mem.free = fr;
+    o->rb.mem.total = tot;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_CTX_SYNCHRONIZE(vcu__op_t *o)
+{
+    VCU__ENTER(o);
+    o->res = o->cu->fn.cuCtxSynchronize();
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_CTX_RESET(vcu__op_t *o)
+{
+    uint32_t d = vcu__dev_of(o);
+
+    if (d >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_DEVICE;
+        return VCU_S_OK;
+    }
+    vcu__ctx_destroy(o->cs, d);
+    o->res = CUDA_SUCCESS;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_CTX_SET_FLAGS(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    uint32_t d = vcu__dev_of(o);
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (d >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_DEVICE;
+        return VCU_S_OK;
+    }
+    if (rq.value & ~(uint64_t)CU_CTX_FLAGS_MASK) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    if (o->cs->ctx[d] != NULL) {
+        VCU__ENTER(o);
+        o->res = VCU__CU(o->cu, cuCtxSetFlags, (unsigned int)rq.value);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
+    }
+    o->cs->ctx_flags[d] = (unsigned int)rq.value;
+    o->res = CUDA_SUCCESS;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
+{
+    struct vcu_cu_limit_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuCtxSetLimit, (CUlimit)rq.limit, (size_t)rq.value);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_CTX_GET_LIMIT(vcu__op_t *o)
+{
+    struct vcu_cu_limit_req rq;
+    size_t v = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuCtxGetLimit, &v, (CUlimit)rq.limit);
+    o->rb.u64.value = v;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_CTX_PRIORITY_RANGE(vcu__op_t *o)
+{
+    int least = 0, greatest = 0;
+
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuCtxGetStreamPriorityRange, &least, &greatest);
+    o->rb.prio.least = (uint32_t)least;
+    o->rb.prio.greatest = (uint32_t)greatest;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_DEVICE_CAN_ACCESS_PEER(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    uint32_t d = vcu__dev_of(o);
+    int can = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (d >= o->cu->ndev || rq.value >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_DEVICE;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuDeviceCanAccessPeer, &can, o->cu->dev[d], o->cu->dev[rq.value]);
+    o->rb.u64.value = (uint64_t)can;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_PROFILER(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (rq.value == 1)
+        o->res = VCU__CU(o->cu, cuProfilerStart);
+    else if (rq.value == 0)
+        o->res = VCU__CU(o->cu, cuProfilerStop);
+    else
+        o->res = CUDA_ERROR_INVALID_VALUE;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_GET_DEFERRED_ERROR(vcu__op_t *o)
+{
+    o->res = (CUresult)o->cs->deferred;
+    o->cs->deferred = 0;
+    return VCU_S_OK;
+}
+
+/* --- memory --- */
+
+static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags)
+{
+    if (p == 0 || vcu__pset_add(&o->cs->allocs, p, vcu__dev_of(o) | flags) == 0)
+        return 0;
+    o->cu->fn.cuMemFree(p);
+    o->res = CUDA_ERROR_OUT_OF_MEMORY;
+    return -1;
+}
+
+static uint32_t vcu__op_CU_MEM_ALLOC(vcu__op_t *o)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    CUdeviceptr p = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = o->cu->fn.cuMemAlloc(&p, (size_t)rq.size);
+    if (o->res == CUDA_SUCCESS && vcu__track(o, p, 0) == 0)
+        o->rb.u64.value = p;
+    return VCU_S_OK;
+}
+
+/* Only pointers this session allocated may be freed (CUDA would refuse
+ * others anyway; pool memory, though, is not bound to one context). */
+static int vcu__untrack(vcu__op_t *o, CUdeviceptr p)
+{
+    if (!vcu__pset_find(&o->cs->allocs, p, NULL)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return -1;
+    }
+    return 0;
+}
+
+static uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (vcu__untrack(o, rq.value) != 0)
+        return VCU_S_OK;
+    o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
+    if (o->res == CUDA_SUCCESS)
+        vcu__pset_del(&o->cs->allocs, rq.value);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__memcpy_host(vcu__op_t *o, int htod)
+{
+    struct vcu_cu_memcpy_req rq;
+    const vcu_segment_t *s;
+    CUstream st = NULL;
+    int async;
+    uint64_t off = 0;
+    unsigned int i;
+    CUresult r = CUDA_SUCCESS;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    async = (rq.flags & VCU_CU_MEMCPY_F_ASYNC) != 0;
+    if (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC)
+        return VCU_S_EINVAL;
+    if (rq.size == 0 && o->nsegs == 0) {
+        o->res = CUDA_SUCCESS;
+        return VCU_S_OK;
+    }
+    s = vcu__seg(o, htod ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE);
+    if (s == NULL || s->len != rq.size)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    if (async && vcu__stream(o, rq.stream, &st) != 0)
+        return VCU_S_OK;
+    for (i = 0; i < s->iovcnt && r == CUDA_SUCCESS; i++) {
+        CUdeviceptr dp = (CUdeviceptr)((htod ? rq.dst : rq.src) + off);
+        size_t n = s->iov[i].iov_len;
+
+        if (n == 0)
+            continue;
+        if (htod)
+            r = async ? VCU__CU(o->cu, cuMemcpyHtoDAsync, dp, s->iov[i].iov_base, n, st)
+                      : o->cu->fn.cuMemcpyHtoD(dp, s->iov[i].iov_base, n);
+        else
+            r = async ? VCU__CU(o->cu, cuMemcpyDtoHAsync, s->iov[i].iov_base, dp, n, st)
+                      : o->cu->fn.cuMemcpyDtoH(s->iov[i].iov_base, dp, n);
+        off += n;
+    }
+    /* The guest's pages are mapped only until the reply: nothing may
+     * touch them after it, so an async copy still completes here. */
+    if (async) {
+        CUresult r2 = o->cu->fn.cuStreamSynchronize(st);
+
+        if (r == CUDA_SUCCESS)
+            r = r2;
+    }
+    o->res = r;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEMCPY_HTOD(vcu__op_t *o)
+{
+    return vcu__memcpy_host(o, 1);
+}
+
+static uint32_t vcu__op_CU_MEMCPY_DTOH(vcu__op_t *o)
+{
+    return vcu__memcpy_host(o, 0);
+}
+
+static uint32_t vcu__op_CU_MEMCPY_DTOD(vcu__op_t *o)
+{
+    struct vcu_cu_memcpy_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 0 || (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    if (rq.flags & VCU_CU_MEMCPY_F_ASYNC) {
+        VCU__STREAM(o, st, rq.stream);
+        o->res = VCU__CU(o->cu, cuMemcpyDtoDAsync, rq.dst, rq.src, (size_t)rq.size, st);
+    } else {
+        o->res = VCU__CU(o->cu, cuMemcpyDtoD, rq.dst, rq.src, (size_t)rq.size);
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEMSET(vcu__op_t *o)
+{
+    struct vcu_cu_memset_req rq;
+    vcu__cuda_t *cu = o->cu;
+    CUstream st = NULL;
+    int async;
+    size_t w, hgt, pitch;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 0 || (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC) ||
+        (rq.elem_size != 1 && rq.elem_size != 2 && rq.elem_size != 4))
+        return VCU_S_EINVAL;
+    async = (rq.flags & VCU_CU_MEMCPY_F_ASYNC) != 0;
+    w = (size_t)rq.width;
+    hgt = (size_t)rq.height;
+    pitch = (size_t)rq.pitch;
+    VCU__ENTER(o);
+    if (async && vcu__stream(o, rq.stream, &st) != 0)
+        return VCU_S_OK;
+    if (hgt == 1) {
+        switch (rq.elem_size) {
+        case 1:
+            o->res = async ? VCU__CU(cu, cuMemsetD8Async, rq.dst, (unsigned char)rq.value, w, st)
+                           : VCU__CU(cu, cuMemsetD8, rq.dst, (unsigned char)rq.value, w);
+            break;
+        case 2:
+            o->res = async ? VCU__CU(cu, cuMemsetD16Async, rq.dst, (unsigned short)rq.value, w, st)
+                           : VCU__CU(cu, cuMemsetD16, rq.dst, (unsigned short)rq.value, w);
+            break;
+        default:
+            o->res = async ? VCU__CU(cu, cuMemsetD32Async, rq.dst, rq.value, w, st)
+                           : VCU__CU(cu, cuMemsetD32, rq.dst, rq.value, w);
+            break;
+        }
+    } else {
+        switch (rq.elem_size) {
+        case 1:
+            o->res = async ? VCU__CU(cu, cuMemsetD2D8Async, rq.dst, pitch, (unsigned char)rq.value, w, hgt, st)
+                           : VCU__CU(cu, cuMemsetD2D8, rq.dst, pitch, (unsigned char)rq.value, w, hgt);
+            break;
+        case 2:
+            o->res = async ? VCU__CU(cu, cuMemsetD2D16Async, rq.dst, pitch, (unsigned short)rq.value, w, hgt, st)
+                           : VCU__CU(cu, cuMemsetD2D16, rq.dst, pitch, (unsigned short)rq.value, w, hgt);
+            break;
+        default:
+            o->res = async ? VCU__CU(cu, cuMemsetD2D32Async, rq.dst, pitch, rq.value, w, hgt, st)
+                           : VCU__CU(cu, cuMemsetD2D32, rq.dst, pitch, rq.value, w, hgt);
+            break;
+        }
+    }
+    return VCU_S_OK;
+}
+
+/* Bytes rows of width at pitch span, or 0 with *bad set on overflow. */
+static uint64_t vcu__span(uint64_t pitch, uint64_t width, uint64_t height, int *bad)
+{
+    uint64_t rows;
+
+    *bad = 0;
+    if (height == 0 || width == 0)
+        return 0;
+    if (__builtin_mul_overflow(height - 1, pitch, &rows) ||
+        __builtin_add_overflow(rows, width, &rows)) {
+        *bad = 1;
+        return 0;
+    }
+    return rows;
+}
+
+static uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o)
+{
+    struct vcu_cu_memcpy2d_req rq;
+    const vcu_segment_t *s = NULL;
+    CUDA_MEMCPY2D m;
+    CUstream st = NULL;
+    void *host = NULL, *bounce = NULL;
+    uint64_t span = 0;
+    int async, bad = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC)
+        return VCU_S_EINVAL;
+    async = (rq.flags & VCU_CU_MEMCPY_F_ASYNC) != 0;
+    memset(&m, 0, sizeof(m));
+    m.WidthInBytes = (size_t)rq.width;
+    m.Height = (size_t)rq.height;
+    m.srcPitch = (size_t)rq.spitch;
+    m.dstPitch = (size_t)rq.dpitch;
+    switch (rq.kind) {
+    case VCU_CU_COPY_HTOD:
+        s = vcu__seg(o, VCU_SEG_TO_DEVICE);
+        span = vcu__span(rq.spitch, rq.width, rq.height, &bad);
+        m.srcMemoryType = CU_MEMORYTYPE_HOST;
+        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.dstDevice = rq.dst;
+        break;
+    case VCU_CU_COPY_DTOH:
+        s = vcu__seg(o, VCU_SEG_FROM_DEVICE);
+        span = vcu__span(rq.dpitch, rq.width, rq.height, &bad);
+        m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.srcDevice = rq.src;
+        m.dstMemoryType = CU_MEMORYTYPE_HOST;
+        break;
+    case VCU_CU_COPY_DTOD:
+        if (o->nsegs != 0)
+            return VCU_S_EINVAL;
+        m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.srcDevice = rq.src;
+        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.dstDevice = rq.dst;
+        break;
+    default:
+        return VCU_S_EINVAL;
+    }
+    if (rq.kind != VCU_CU_COPY_DTOD) {
+        if (s == NULL || bad || span > s->len)
+            return VCU_S_EINVAL;
+        if (s->iovcnt == 1) {
+            host = s->iov[0].iov_base;
+        } else if (span > 0) {
+            bounce = malloc((size_t)span);
+            if (bounce == NULL) {
+                o->res = CUDA_ERROR_OUT_OF_MEMORY;
+                return VCU_S_OK;
+            }
+            /* DTOH too: the gaps between rows keep the guest's bytes. */
+            vcu__gather(s, bounce, (size_t)span);
+            host = bounce;
+        }
+        if (rq.kind == VCU_CU_COPY_HTOD)
+            m.srcHost = host;
+        else
+            m.dstHost = host;
+    }
+    if (vcu__enter(o) != 0)
+        goto out;
+    if (async && vcu__stream(o, rq.stream, &st) != 0)
+        goto out;
+    if (async) {
+        o->res = VCU__CU(o->cu, cuMemcpy2DAsync, &m, st);
+        /* Host pages (and the bounce buffer) must be done with now. */
+        if (rq.kind != VCU_CU_COPY_DTOD) {
+            CUresult r2 = o->cu->fn.cuStreamSynchronize(st);
+
+            if (o->res == CUDA_SUCCESS)
+                o->res = r2;
+        }
+    } else {
+        o->res = VCU__CU(o->cu, cuMemcpy2D, &m);
+    }
+    if (o->res == CUDA_SUCCESS && bounce != NULL && rq.kind == VCU_CU_COPY_DTOH)
+        vcu__scatter(s, bounce, (size_t)span);
+out:
+    free(bounce);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
+{
+    struct vcu_cu_memcpy_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 0)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    if (vcu__untrack(o, rq.dst) != 0)
+        return VCU_S_OK;
+    o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
+    if (o->res == CUDA_SUCCESS)
+        vcu__pset_del(&o->cs->allocs, rq.dst);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    CUdeviceptr p = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    if (rq.pool == 0) {
+        o->res = VCU__CU(o->cu, cuMemAllocAsync, &p, (size_t)rq.size, st);
+    } else {
+        VCU__GET(o, e, rq.pool, VCU__H_POOL);
+        o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, e->u.pool, st);
+    }
+    if (o->res == CUDA_SUCCESS && vcu__track(o, p, VCU__ALLOC_ASYNC) == 0)
+        o->rb.u64.value = p;
+    return VCU_S_OK;
+}
+
+/*
+ * The device's default pool.  Note: it is the device's, so it is shared
+ * with other sessions on the same GPU (its attributes too).
+ */
+static uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
+{
+    uint32_t d = vcu__dev_of(o);
+    CUmemoryPool pool = NULL;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    VCU__ENTER(o);
+    if (o->cs->pool_h[d] != 0 && vcu__htab_get(&o->cs->tab, o->cs->pool_h[d], VCU__H_POOL)) {
+        o->rb.u64.value = o->cs->pool_h[d];
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuDeviceGetDefaultMemPool, &pool, o->cu->dev[d]);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_POOL, &h);
+    if (e == NULL)
+        return VCU_S_OK;
+    e->u.pool = pool;
+    o->cs->pool_h[d] = h;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+/* CUmemPool_attribute value types (cuda.h): the REUSE_* ones are int,
+ * the rest cuuint64_t; 0 for an attribute this code does not know. */
+static int vcu__pool_attr_kind(uint32_t a)
+{
+    switch (a) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        return 1;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        return 2;
+    }
+    return 0;
+}
+
+static uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+    int kind, iv;
+    cuuint64_t uv;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_POOL);
+    kind = vcu__pool_attr_kind(rq.attr);
+    if (kind == 1) {
+        iv = (int)rq.value;
+        o->res = VCU__CU(o->cu, cuMemPoolSetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &iv);
+    } else if (kind == 2) {
+        uv = rq.value;
+        o->res = VCU__CU(o->cu, cuMemPoolSetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &uv);
+    } else {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+    int kind, iv = 0;
+    cuuint64_t uv = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_POOL);
+    kind = vcu__pool_attr_kind(rq.attr);
+    if (kind == 1) {
+        o->res = VCU__CU(o->cu, cuMemPoolGetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &iv);
+        o->rb.u64.value = (uint64_t)(int64_t)iv;
+    } else if (kind == 2) {
+        o->res = VCU__CU(o->cu, cuMemPoolGetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &uv);
+        o->rb.u64.value = uv;
+    } else {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_POOL);
+    o->res = VCU__CU(o->cu, cuMemPoolTrimTo, e->u.pool, (size_t)rq.value);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuMemGetAddressRange, &base, &size, (CUdeviceptr)rq.value);
+    o->rb.range.base = base;
+    o->rb.range.size = size;
+    return VCU_S_OK;
+}
+
+/* --- modules, functions, launches --- */
+
+static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
+{
+    struct vcu_cu_module_load_req rq;
+    const vcu_segment_t *s;
+    CUmodule mod = NULL;
+    char *img;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    s = vcu__seg(o, VCU_SEG_TO_DEVICE);
+    if (s == NULL || rq.image_len == 0 || s->len != rq.image_len || rq.image_len > VCU_MAX_XFER)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    /* One NUL after the image: PTX is loaded as a C string. */
+    img = malloc((size_t)rq.image_len + 1);
+    if (img == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    vcu__gather(s, img, (size_t)rq.image_len);
+    img[rq.image_len] = '\0';
+    o->res = o->cu->fn.cuModuleLoadData(&mod, img);
+    free(img);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_MODULE, &h);
+    if (e == NULL) {
+        o->cu->fn.cuModuleUnload(mod);
+        return VCU_S_OK;
+    }
+    e->u.mod = mod;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MODULE_UNLOAD(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    uint32_t i;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_MODULE);
+    o->res = o->cu->fn.cuModuleUnload(e->u.mod);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    vcu__htab_del(&o->cs->tab, rq.value);
+    /* Its functions die with it. */
+    for (i = 0; i < o->cs->tab.cap; i++) {
+        vcu__hent_t *f = &o->cs->tab.ent[i];
+
+        if (f->type == VCU__H_FUNCTION && f->u.fn.module == rq.value)
+            vcu__htab_del(&o->cs->tab, vcu__htab_handle_at(&o->cs->tab, i));
+    }
+    return VCU_S_OK;
+}
+
+/* The NUL-terminated symbol name of a vcu_cu_name_req, or NULL (bad payload). */
+static char *vcu__name(const vcu__op_t *o, struct vcu_cu_name_req *rq)
+{
+    char *name;
+
+    memcpy(rq, o->p, sizeof(*rq));
+    if (rq->name_len == 0 || rq->name_len > VCU_CU_NAME_MAX ||
+        rq->name_len > o->plen - sizeof(*rq))
+        return NULL;
+    if (memchr(o->p + sizeof(*rq), '\0', rq->name_len) != NULL)
+        return NULL;
+    name = malloc((size_t)rq->name_len + 1);
+    if (name == NULL)
+        return NULL;
+    memcpy(name, o->p + sizeof(*rq), rq->name_len);
+    name[rq->name_len] = '\0';
+    return name;
+}
+
+static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
+{
+    struct vcu_cu_name_req rq;
+    struct vcu_cu_param *params = NULL;
+    CUfunction f = NULL;
+    uint32_t n = 0, end = 0;
+    vcu__hent_t *e;
+    uint64_t h;
+    char *name;
+    size_t need;
+
+    name = vcu__name(o, &rq);
+    if (name == NULL)
+        return VCU_S_EINVAL;
+    if (vcu__enter(o) != 0)
+        goto out;
+    e = vcu__get(o, rq.module, VCU__H_MODULE);
+    if (e == NULL)
+        goto out;
+    o->res = o->cu->fn.cuModuleGetFunction(&f, e->u.mod, name);
+    if (o->res != CUDA_SUCCESS)
+        goto out;
+    if (o->cu->fn.cuFuncGetParamInfo == NULL) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        goto out;
+    }
+    params = malloc(VCU_CU_MAX_PARAMS * sizeof(*params));
+    if (params == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (;; n++) {
+        size_t off = 0, sz = 0;
+
+        if (o->cu->fn.cuFuncGetParamInfo(f, n, &off, &sz) != CUDA_SUCCESS)
+            break;
+        if (n >= VCU_CU_MAX_PARAMS || sz == 0 || off > VCU_CU_MAX_PARAM_BYTES ||
+            sz > VCU_CU_MAX_PARAM_BYTES - off) {
+            o->res = CUDA_ERROR_NOT_SUPPORTED;
+            goto out;
+        }
+        params[n].offset = (uint32_t)off;
+        params[n].size = (uint32_t)sz;
+        if (off + sz > end)
+            end = (uint32_t)(off + sz);
+    }
+    need = sizeof(struct vcu_cu_function_resp) + (size_t)n * sizeof(*params);
+    if (need > o->cap) {
+        free(params);
+        free(name);
+        return VCU_S_ERANGE;
+    }
+    e = vcu__new(o, VCU__H_FUNCTION, &h);
+    if (e == NULL)
+        goto out;
+    e->u.fn.f = f;
+    e->u.fn.module = rq.module;
+    e->u.fn.nparams = n;
+    e->u.fn.param_bytes = end;
+    e->u.fn.params = params;
+    memcpy(o->out + sizeof(struct vcu_cu_function_resp), params, (size_t)n * sizeof(*params));
+    params = NULL;
+    o->rb.fn.function = h;
+    o->rb.fn.nparams = n;
+    o->rb.fn.param_bytes = end;
+    o->len = need;
+out:
+    free(params);
+    free(name);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o)
+{
+    struct vcu_cu_name_req rq;
+    CUdeviceptr p = 0;
+    size_t sz = 0;
+    char *name;
+
+    name = vcu__name(o, &rq);
+    if (name == NULL)
+        return VCU_S_EINVAL;
+    if (vcu__enter(o) == 0) {
+        vcu__hent_t *e = vcu__get(o, rq.module, VCU__H_MODULE);
+
+        if (e != NULL) {
+            o->res = VCU__CU(o->cu, cuModuleGetGlobal, &p, &sz, e->u.mod, name);
+            o->rb.range.base = p;
+            o->rb.range.size = sz;
+        }
+    }
+    free(name);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_FUNC_GET_ATTRS(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    unsigned int i, n;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_FUNCTION);
+    if (o->cu->fn.cuFuncGetAttribute == NULL) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    n = CU_FUNC_ATTRIBUTE_MAX < VCU_CU_NUM_FUNC_ATTRS ? (unsigned int)CU_FUNC_ATTRIBUTE_MAX
+                                                      : VCU_CU_NUM_FUNC_ATTRS;
+    for (i = 0; i < n; i++) {
+        int v = 0;
+
+        if (o->cu->fn.cuFuncGetAttribute(&v, (CUfunction_attribute)i, e->u.fn.f) == CUDA_SUCCESS)
+            o->rb.fattr.attrs[i] = (uint32_t)v;
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_FUNC_SET_ATTR(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_FUNCTION);
+    o->res = VCU__CU(o->cu, cuFuncSetAttribute, e->u.fn.f, (CUfunction_attribute)rq.attr,
+                     (int)rq.value);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_OCCUPANCY_BLOCKS(vcu__op_t *o)
+{
+    struct vcu_cu_occupancy_req rq;
+    int n = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.function, VCU__H_FUNCTION);
+    o->res = VCU__CU(o->cu, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n, e->u.fn.f,
+                     (int)rq.block_size, (size_t)rq.dyn_smem, rq.flags);
+    o->rb.occ.value0 = (uint32_t)n;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_OCCUPANCY_BLOCK_SIZE(vcu__op_t *o)
+{
+    struct vcu_cu_occupancy_req rq;
+    int grid = 0, block = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.function, VCU__H_FUNCTION);
+    o->res = VCU__CU(o->cu, cuOccupancyMaxPotentialBlockSizeWithFlags, &grid, &block, e->u.fn.f,
+                     NULL, (size_t)rq.dyn_smem, (int)rq.block_size, rq.flags);
+    o->rb.occ.value0 = (uint32_t)grid;
+    o->rb.occ.value1 = (uint32_t)block;
+    return VCU_S_OK;
+}
+
+/*
+ * Kernel parameters: param_bytes bytes at src (already checked to lie in
+ * the payload) copied to a 16-byte-aligned buffer, and the pointer array
+ * CUDA wants built from the function's remembered layout.  Both in one
+ * allocation, freed by the caller.  The size must be what the function
+ * takes.
+ */
+static void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes)
+{
+    size_t body = ((size_t)nbytes + 15) & ~(size_t)15;
+    unsigned char *buf;
+    void **kp;
+    uint32_t i;
+
+    if (nbytes != fe->u.fn.param_bytes) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return NULL;
+    }
+    /* aligned_alloc() wants a multiple of the alignment. */
+    buf = aligned_alloc(16, (body + ((size_t)fe->u.fn.nparams + 1) * sizeof(void *) + 15) &
+                                ~(size_t)15);
+    if (buf == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if (nbytes > 0)
+        memcpy(buf, src, nbytes);
+    kp = (void **)(buf + body);
+    for (i = 0; i < fe->u.fn.nparams; i++)
+        kp[i] = buf + fe->u.fn.params[i].offset;
+    kp[i] = NULL;
+    return kp;
+}
+
+static void vcu__params_free(const vcu__hent_t *fe, void **kp)
+{
+    if (kp != NULL)
+        free((unsigned char *)kp - (((size_t)fe->u.fn.param_bytes + 15) & ~(size_t)15));
+}
+
+static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
+{
+    struct vcu_cu_launch_req rq;
+    void **kp;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.param_bytes > VCU_CU_MAX_PARAM_BYTES || rq.param_bytes > o->plen - sizeof(rq) ||
+        (rq.flags & ~VCU_CU_LAUNCH_F_COOPERATIVE) || o->nsegs != 0)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, fe, rq.function, VCU__H_FUNCTION);
+    VCU__STREAM(o, st, rq.stream);
+    kp = vcu__params(o, fe, o->p + sizeof(rq), rq.param_bytes);
+    if (kp == NULL)
+        return VCU_S_OK;
+    if (rq.flags & VCU_CU_LAUNCH_F_COOPERATIVE)
+        o->res = VCU__CU(o->cu, cuLaunchCooperativeKernel, fe->u.fn.f, rq.grid[0], rq.grid[1],
+                         rq.grid[2], rq.block[0], rq.block[1], rq.block[2], rq.shared_mem, st, kp);
+    else
+        o->res = o->cu->fn.cuLaunchKernel(fe->u.fn.f, rq.grid[0], rq.grid[1], rq.grid[2],
+                                          rq.block[0], rq.block[1], rq.block[2], rq.shared_mem,
+                                          st, kp, NULL);
+    vcu__params_free(fe, kp);
+    return VCU_S_OK;
+}
+
+/* --- streams and host callbacks --- */
+
+static uint32_t vcu__op_CU_STREAM_CREATE(vcu__op_t *o)
+{
+    struct vcu_cu_stream_create_req rq;
+    CUstream s = NULL;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuStreamCreateWithPriority, &s, rq.flags, (int)rq.priority);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_STREAM, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuStreamDestroy, s);
+        return VCU_S_OK;
+    }
+    e->u.st = s;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_STREAM);
+    o->res = VCU__CU(o->cu, cuStreamDestroy, e->u.st);
+    if (o->res == CUDA_SUCCESS)
+        vcu__htab_del(&o->cs->tab, rq.value);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.value);
+    o->res = o->cu->fn.cuStreamSynchronize(st);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_QUERY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.value);
+    o->res = VCU__CU(o->cu, cuStreamQuery, st);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.a);
+    VCU__GET(o, e, rq.b, VCU__H_EVENT);
+    o->res = VCU__CU(o->cu, cuStreamWaitEvent, st, e->u.ev, (unsigned int)rq.c);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.a);
+    o->res = VCU__CU(o->cu, cuStreamBeginCapture, st, (CUstreamCaptureMode)rq.b);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUgraph g = NULL;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.value);
+    o->res = VCU__CU(o->cu, cuStreamEndCapture, st, &g);
+    if (o->res != CUDA_SUCCESS || g == NULL)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_GRAPH, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuGraphDestroy, g);
+        return VCU_S_OK;
+    }
+    e->u.g = g;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.value);
+    o->res = VCU__CU(o->cu, cuStreamGetCaptureInfo, st, &status, &id, NULL, NULL, NULL, NULL);
+    o->rb.cap.status = (uint32_t)status;
+    o->rb.cap.id = id;
+    return VCU_S_OK;
+}
+
+static vcu__cb_t *vcu__cb_new(vcu__cuda_sess_t *cs, uint64_t cookie, int oneshot)
+{
+    vcu__cb_t *cb = calloc(1, sizeof(*cb));
+
+    if (cb == NULL)
+        return NULL;
+    cb->gate = &cs->gate;
+    cb->cookie = cookie;
+    cb->oneshot = oneshot;
+    if (!oneshot) {
+        /* Only the worker adds to the list and only sess_free reads it;
+         * the lock keeps the rule simple. */
+        pthread_mutex_lock(&cs->gate.mu);
+        cb->next = cs->gate.persistent;
+        cs->gate.persistent = cb;
+        pthread_mutex_unlock(&cs->gate.mu);
+    }
+    return cb;
+}
+
+static uint32_t vcu__op_CU_STREAM_HOST_FUNC(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    vcu__cb_t *cb;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.a);
+    if (o->cu->fn.cuLaunchHostFunc == NULL) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    cb = vcu__cb_new(o->cs, rq.b, 1);
+    if (cb == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->res = o->cu->fn.cuLaunchHostFunc(st, vcu__cb_trampoline, cb);
+    /* On failure CUDA never calls it, so the record is still ours. */
+    if (o->res != CUDA_SUCCESS)
+        free(cb);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_inline(vcu__op_t *o)
+{
+    (void)o;
+    return VCU_S_EINVAL;            /* never reached: exec routes them first */
+}
+#define vcu__op_CU_CALLBACK_WAIT vcu__op_inline
+#define vcu__op_CU_CALLBACK_DONE vcu__op_inline
+
+/* --- events --- */
+
+static uint32_t vcu__op_CU_EVENT_CREATE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUevent ev = NULL;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (rq.value > UINT32_MAX) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuEventCreate, &ev, (unsigned int)rq.value);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_EVENT, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuEventDestroy, ev);
+        return VCU_S_OK;
+    }
+    e->u.ev = ev;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_EVENT);
+    o->res = VCU__CU(o->cu, cuEventDestroy, e->u.ev);
+    if (o->res == CUDA_SUCCESS)
+        vcu__htab_del(&o->cs->tab, rq.value);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.a, VCU__H_EVENT);
+    VCU__STREAM(o, st, rq.b);
+    o->res = VCU__CU(o->cu, cuEventRecordWithFlags, e->u.ev, st, (unsigned int)rq.c);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_EVENT_SYNCHRONIZE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_EVENT);
+    o->res = VCU__CU(o->cu, cuEventSynchronize, e->u.ev);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_EVENT);
+    o->res = VCU__CU(o->cu, cuEventQuery, e->u.ev);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_EVENT_ELAPSED(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    float ms = 0.0f;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, a, rq.a, VCU__H_EVENT);
+    VCU__GET(o, b, rq.b, VCU__H_EVENT);
+    o->res = VCU__CU(o->cu, cuEventElapsedTime, &ms, a->u.ev, b->u.ev);
+    memcpy(&o->rb.el.ms_bits, &ms, sizeof(ms));
+    return VCU_S_OK;
+}
+
+/* --- graphs --- */
+
+static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g)
+{
+    vcu__hent_t *e;
+    uint64_t h;
+
+    e = vcu__new(o, VCU__H_GRAPH, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuGraphDestroy, g);
+        return VCU_S_OK;
+    }
+    e->u.g = g;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_GRAPH_CREATE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUgraph g = NULL;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (rq.value > UINT32_MAX) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphCreate, &g, (unsigned int)rq.value);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    return vcu__graph_put(o, g);
+}
+
+static uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    uint32_t i;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    o->res = VCU__CU(o->cu, cuGraphDestroy, e->u.g);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    vcu__htab_del(&o->cs->tab, rq.value);
+    for (i = 0; i < o->cs->tab.cap; i++) {
+        vcu__hent_t *n = &o->cs->tab.ent[i];
+
+        if (n->type == VCU__H_GRAPH_NODE && n->u.node.graph == rq.value)
+            vcu__htab_del(&o->cs->tab, vcu__htab_handle_at(&o->cs->tab, i));
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
+{
+    struct vcu_cu_graph_node_req rq;
+    vcu__cuda_t *cu = o->cu;
+    CUgraphNode *deps = NULL, node = NULL;
+    const unsigned char *tail;
+    size_t room = o->plen - sizeof(rq);
+    uint32_t i;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.ndeps > VCU_CU_MAX_DEPS)
+        return VCU_S_E2BIG;
+    if ((size_t)rq.ndeps * 8 > room)
+        return VCU_S_EINVAL;
+    room -= (size_t)rq.ndeps * 8;
+    tail = o->p + sizeof(rq) + (size_t)rq.ndeps * 8;
+    if (rq.kind == VCU_CU_NODE_KERNEL &&
+        (rq.param_bytes > VCU_CU_MAX_PARAM_BYTES || rq.param_bytes > room))
+        return VCU_S_EINVAL;
+    if (rq.kind == VCU_CU_NODE_MEMSET && rq.elem_size != 1 && rq.elem_size != 2 &&
+        rq.elem_size != 4)
+        return VCU_S_EINVAL;
+    if (rq.kind < VCU_CU_NODE_KERNEL || rq.kind > VCU_CU_NODE_EMPTY)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
+    if (rq.ndeps > 0) {
+        deps = calloc(rq.ndeps, sizeof(*deps));
+        if (deps == NULL) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return VCU_S_OK;
+        }
+    }
+    for (i = 0; i < rq.ndeps; i++) {
+        uint64_t dh;
+        vcu__hent_t *de;
+
+        memcpy(&dh, o->p + sizeof(rq) + (size_t)i * 8, 8);
+        de = vcu__get(o, dh, VCU__H_GRAPH_NODE);
+        if (de == NULL)
+            goto out;
+        deps[i] = de->u.node.n;
+    }
+    switch (rq.kind) {
+    case VCU_CU_NODE_KERNEL: {
+        CUDA_KERNEL_NODE_PARAMS kn;
+        vcu__hent_t *fe = vcu__get(o, rq.function, VCU__H_FUNCTION);
+        void **kp;
+
+        if (fe == NULL)
+            goto out;
+        kp = vcu__params(o, fe, tail, rq.param_bytes);
+        if (kp == NULL)
+            goto out;
+        memset(&kn, 0, sizeof(kn));
+        kn.func = fe->u.fn.f;
+        kn.gridDimX = rq.grid[0];
+        kn.gridDimY = rq.grid[1];
+        kn.gridDimZ = rq.grid[2];
+        kn.blockDimX = rq.block[0];
+        kn.blockDimY = rq.block[1];
+        kn.blockDimZ = rq.block[2];
+        kn.sharedMemBytes = rq.shared_mem;
+        kn.kernelParams = kp;
+        /* CUDA copies the parameter values into the node. */
+        o->res = VCU__CU(cu, cuGraphAddKernelNode, &node, ge->u.g, deps, rq.ndeps, &kn);
+        vcu__params_free(fe, kp);
+        break;
+    }
+    case VCU_CU_NODE_MEMCPY: {
+        CUDA_MEMCPY3D m;
+
+        memset(&m, 0, sizeof(m));
+        m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.srcDevice = rq.src;
+        m.srcPitch = (size_t)rq.size;
+        m.srcHeight = 1;
+        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.dstDevice = rq.dst;
+        m.dstPitch = (size_t)rq.size;
+        m.dstHeight = 1;
+        m.WidthInBytes = (size_t)rq.size;
+        m.Height = 1;
+        m.Depth = 1;
+        o->res = VCU__CU(cu, cuGraphAddMemcpyNode, &node, ge->u.g, deps, rq.ndeps, &m,
+                         o->cs->ctx[vcu__dev_of(o)]);
+        break;
+    }
+    case VCU_CU_NODE_MEMSET: {
+        CUDA_MEMSET_NODE_PARAMS ms;
+
+        memset(&ms, 0, sizeof(ms));
+        ms.dst = rq.dst;
+        ms.pitch = (size_t)rq.pitch;
+        ms.value = rq.value;
+        ms.elementSize = rq.elem_size;
+        ms.width = (size_t)rq.width;
+        ms.height = (size_t)rq.height;
+        o->res = VCU__CU(cu, cuGraphAddMemsetNode, &node, ge->u.g, deps, rq.ndeps, &ms,
+                         o->cs->ctx[vcu__dev_of(o)]);
+        break;
+    }
+    case VCU_CU_NODE_HOST: {
+        CUDA_HOST_NODE_PARAMS hp;
+        vcu__cb_t *cb = vcu__cb_new(o->cs, rq.cookie, 0);
+
+        if (cb == NULL) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        memset(&hp, 0, sizeof(hp));
+        hp.fn = vcu__cb_trampoline;
+        hp.userData = cb;
+        o->res = VCU__CU(cu, cuGraphAddHostNode, &node, ge->u.g, deps, rq.ndeps, &hp);
+        break;
+    }
+    default:
+        o->res = VCU__CU(cu, cuGraphAddEmptyNode, &node, ge->u.g, deps, rq.ndeps);
+        break;
+    }
+    if (o->res != CUDA_SUCCESS)
+        goto out;
+    e = vcu__new(o, VCU__H_GRAPH_NODE, &h);
+    if (e == NULL)
+        goto out;                   /* the node stays in the graph, unnamed */
+    e->u.node.n = node;
+    e->u.node.graph = rq.graph;
+    o->rb.u64.value = h;
+out:
+    free(deps);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_GRAPH_CLONE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUgraph g = NULL;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    o->res = VCU__CU(o->cu, cuGraphClone, &g, e->u.g);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    return vcu__graph_put(o, g);
+}
+
+static uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    CUgraphExec ge = NULL;
+    vcu__hent_t *x;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.a, VCU__H_GRAPH);
+    o->res = VCU__CU(o->cu, cuGraphInstantiate, &ge, e->u.g, (unsigned long long)rq.b);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    x = vcu__new(o, VCU__H_GRAPH_EXEC, &h);
+    if (x == NULL) {
+        VCU__CU(o->cu, cuGraphExecDestroy, ge);
+        return VCU_S_OK;
+    }
+    x->u.ge = ge;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_GRAPH_LAUNCH(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.a, VCU__H_GRAPH_EXEC);
+    VCU__STREAM(o, st, rq.b);
+    o->res = VCU__CU(o->cu, cuGraphLaunch, e->u.ge, st);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_GRAPH_EXEC_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH_EXEC);
+    o->res = VCU__CU(o->cu, cuGraphExecDestroy, e->u.ge);
+    if (o->res == CUDA_SUCCESS)
+        vcu__htab_del(&o->cs->tab, rq.value);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_GRAPH_NODE_COUNT(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    size_t n = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    o->res = VCU__CU(o->cu, cuGraphGetNodes, e->u.g, NULL, &n);
+    o->rb.u64.value = n;
+    return VCU_S_OK;
+}
+
+/* --- dispatch --- */
+
+/* Transport opcodes are the core's; they never reach the executor. */
+static uint32_t vcu__op_transport(vcu__op_t *o)
+{
+    (void)o;
+    return VCU_S_ENOTSUP;
+}
+#define vcu__op_SESSION_OPEN vcu__op_transport
+#define vcu__op_SESSION_CLOSE vcu__op_transport
+#define vcu__op_ECHO vcu__op_transport
+
+static uint32_t vcu__dispatch(vcu__op_t *o, uint32_t op)
+{
+    switch (op) {
+#define VCU__OP_CASE(name, num, rq, rp) case VCU_OP_##name: return vcu__op_##name(o);
+        VCU_OP_MAP(VCU__OP_CASE)
+#undef VCU__OP_CASE
+    }
+    return VCU_S_ENOTSUP;
+}
+
+uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
+                        const vcu_segment_t *segs, unsigned int nsegs, void *out, size_t out_cap,
+                        size_t *out_len, vcu_request_t *req)
+{
+    uint32_t op = h->opcode, st;
+    size_t rqsz = vcu__req_size(op), rpsz = vcu__resp_size(op);
+    int async = (h->flags & VCU_REQ_F_ASYNC) != 0;
+    vcu__op_t *o;
+
+    *out_len = 0;
+    if (cs == NULL)
+        return VCU_S_ENOTSUP;
+    if (op < 0x0100 || rpsz < sizeof(struct vcu_cu_resp))
+        return VCU_S_ENOTSUP;
+    if (h->payload_len < rqsz || payload == NULL || (nsegs > 0 && segs == NULL))
+        return VCU_S_EINVAL;
+    if (out_cap < rpsz)
+        return VCU_S_ERANGE;
+    if (op == VCU_OP_CU_CALLBACK_WAIT)
+        return vcu__cb_wait(cs, out, out_cap, out_len, req);
+    if (op == VCU_OP_CU_CALLBACK_DONE)
+        return vcu__cb_done(cs, payload, out, out_len);
+
+    /* The reply union is close to 1 KiB: keep it off the worker's stack. */
+    o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return VCU_S_ENOMEM;
+    o->cs = cs;
+    o->cu = cs->cu;
+    o->h = h;
+    o->p = payload;
+    o->plen = h->payload_len;
+    o->segs = segs;
+    o->nsegs = nsegs;
+    o->out = out;
+    o->cap = out_cap;
+    o->len = rpsz;
+    o->res = CUDA_SUCCESS;
+    st = vcu__dispatch(o, op);
+
+    /* An async request has no reader: its first failure waits for the
+     * next reply.  A malformed one counts as CUDA_ERROR_INVALID_VALUE. */
+    if (async) {
+        uint32_t bad = st != VCU_S_OK ? (uint32_t)CUDA_ERROR_INVALID_VALUE : (uint32_t)o->res;
+
+        if (bad != 0 && cs->deferred == 0)
+            cs->deferred = bad;
+        o->rb.r.deferred = 0;
+    } else if (op != VCU_OP_CU_GET_DEFERRED_ERROR) {
+        o->rb.r.deferred = cs->deferred;
+        cs->deferred = 0;
+    }
+    if (st != VCU_S_OK) {
+        /* Still a vcu_cu_resp, for a guest that reads it regardless. */
+        struct vcu_cu_resp r = { (uint32_t)CUDA_ERROR_INVALID_VALUE, o->rb.r.deferred };
+
+        memcpy(out, &r, sizeof(r));
+        *out_len = sizeof(r);
+        free(o);
+        return st;
+    }
+    o->rb.r.result = (uint32_t)o->res;
+    memcpy(out, &o->rb, rpsz);
+    *out_len = o->len;
+    free(o);
+    return VCU_S_OK;
+}

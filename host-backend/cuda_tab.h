@@ -1,0 +1,99 @@
+/*
+ * Session-local tables of the CUDA executor (cuda.c): typed handles and
+ * the set of device allocations a session made.  Used on the session's
+ * worker thread only: no locks.
+ */
+#ifndef VCU_CUDA_TAB_H
+#define VCU_CUDA_TAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "vcu_proto.h"
+
+/* Handle types; 0 marks a free slot. */
+enum {
+    VCU__H_FREE = 0,
+    VCU__H_MODULE,
+    VCU__H_FUNCTION,
+    VCU__H_STREAM,
+    VCU__H_EVENT,
+    VCU__H_GRAPH,
+    VCU__H_GRAPH_EXEC,
+    VCU__H_GRAPH_NODE,
+    VCU__H_POOL,
+    VCU__H_NTYPES
+};
+
+/* Most live handles per session (a quota: the guest cannot grow host
+ * memory without bound). */
+#define VCU__MAX_HANDLES (1u << 20)
+
+typedef struct vcu__hent_s {
+    uint32_t gen;                   /* bumped when the slot is freed */
+    uint8_t type;                   /* VCU__H_*; VCU__H_FREE when free */
+    uint32_t dev;                   /* virtual device whose context owns it */
+    uint32_t next_free;             /* free list link (index + 1, 0 = end) */
+    union {
+        CUmodule mod;
+        struct {
+            CUfunction f;
+            uint64_t module;        /* handle of the module it came from */
+            uint32_t nparams;
+            uint32_t param_bytes;
+            struct vcu_cu_param *params;    /* malloc'd, nparams entries */
+        } fn;
+        CUstream st;
+        CUevent ev;
+        CUgraph g;
+        CUgraphExec ge;
+        struct {
+            CUgraphNode n;
+            uint64_t graph;         /* handle of the graph it belongs to */
+        } node;
+        CUmemoryPool pool;
+    } u;
+} vcu__hent_t;
+
+typedef struct vcu__htab_s {
+    vcu__hent_t *ent;
+    uint32_t cap;
+    uint32_t live;
+    uint32_t free_head;             /* index + 1 of the first free slot, 0 = none */
+} vcu__htab_t;
+
+void vcu__htab_init(vcu__htab_t *t);
+/* Frees the table and every function's parameter layout; does not call CUDA. */
+void vcu__htab_fini(vcu__htab_t *t);
+/* New slot of the given type; returns its handle (>= VCU_CU_HANDLE_MIN) or
+ * 0 when out of memory or over VCU__MAX_HANDLES. */
+uint64_t vcu__htab_add(vcu__htab_t *t, uint8_t type, uint32_t dev, vcu__hent_t **out);
+/* The live entry of that type, index and generation, or NULL. */
+vcu__hent_t *vcu__htab_get(vcu__htab_t *t, uint64_t h, uint8_t type);
+/* Frees the slot of a handle vcu__htab_get() accepted. */
+void vcu__htab_del(vcu__htab_t *t, uint64_t h);
+/* Handle of entry index i (for scans), or 0 if the slot is free. */
+uint64_t vcu__htab_handle_at(const vcu__htab_t *t, uint32_t i);
+
+/* Set of device pointers: key -> small value (device and flags). */
+typedef struct vcu__pset_s {
+    uint64_t *keys;                 /* 0 empty, VCU__PSET_TOMB deleted */
+    uint32_t *vals;
+    uint32_t cap;                   /* power of two, or 0 */
+    uint32_t used;                  /* live + tombstones */
+    uint32_t live;
+} vcu__pset_t;
+
+#define VCU__PSET_TOMB UINT64_MAX
+
+void vcu__pset_init(vcu__pset_t *s);
+void vcu__pset_fini(vcu__pset_t *s);
+/* 0 or VCU_ENOMEM. key must not be 0 or VCU__PSET_TOMB. */
+int vcu__pset_add(vcu__pset_t *s, uint64_t key, uint32_t val);
+/* 1 and *val if present, else 0. */
+int vcu__pset_find(const vcu__pset_t *s, uint64_t key, uint32_t *val);
+void vcu__pset_del(vcu__pset_t *s, uint64_t key);
+
+#endif /* VCU_CUDA_TAB_H */

@@ -1,0 +1,31 @@
+#!/bin/sh
+# Compares the kernels and device symbols of the built CUDA test programs
+# with the twins table of the CPU stand-in (tests/fakecuda/twins.c):
+# mangled names, parameter offsets and sizes (EIATTR_KPARAM_INFO), static
+# shared size, and __device__/__constant__ names, sizes and initial bytes.
+# Needs a C compiler, not a GPU nor cuobjdump.
+#
+#   tests/cuda/check-twins.sh [BINDIR]     (default: build/cuda-tests)
+#
+# BINDIR is the O= of `make -C tests/cuda`.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+bindir=${1:-$here/../../build/cuda-tests}
+cc=${CC:-cc}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+$cc -std=c11 -O1 -Wall -Wextra -Wno-comment -o "$tmp/check_twins" \
+    "$here/check_twins.c" "$here/../fakecuda/twins.c" -lm
+
+progs=
+for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$here/tests.list"); do
+    if [ ! -f "$bindir/$t" ]; then
+        echo "check-twins: $bindir/$t not built (make -C tests/cuda O=...)" >&2
+        exit 2
+    fi
+    progs="$progs $bindir/$t"
+done
+# shellcheck disable=SC2086  # one word per program
+"$tmp/check_twins" $progs

@@ -1,0 +1,167 @@
+/*
+ * CUDA graphs: one captured from a stream (memset, kernels, D2D copy) and
+ * launched three times; one built node by node (memset, kernel, host
+ * nodes with dependencies), cloned, and both launched.
+ */
+#define TEST_NAME "graphs"
+#include "vcu_test.h"
+
+__global__ void g_add(int *p, int n, int v)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+
+    if (i < n)
+        p[i] += v;
+}
+
+__global__ void g_accum(int *acc, const int *src, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+
+    if (i < n)
+        acc[i] += src[i];
+}
+
+static int host_calls;
+
+static void CUDART_CB g_host_fn(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void check(const char *what, const int *d, int n, int want)
+{
+    int *h = (int *)malloc(n * sizeof(int));
+
+    CK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++)
+        EXPECT(h[i] == want, "%s[%d] = %d, want %d", what, i, h[i], want);
+    free(h);
+}
+
+static void captured(cudaStream_t s, int n)
+{
+    int *da, *db, *dacc;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaStreamCaptureStatus status;
+    size_t nodes = 0;
+
+    CK(cudaMalloc(&da, n * sizeof(int)));
+    CK(cudaMalloc(&db, n * sizeof(int)));
+    CK(cudaMalloc(&dacc, n * sizeof(int)));
+    CK(cudaMemset(dacc, 0, n * sizeof(int)));
+    CK(cudaMemset(da, 0x7f, n * sizeof(int)));
+
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaStreamIsCapturing(s, &status));
+    EXPECT(status == cudaStreamCaptureStatusActive, "capture not active");
+    CK(cudaMemsetAsync(da, 0, n * sizeof(int), s));
+    g_add<<<(n + 255) / 256, 256, 0, s>>>(da, n, 5);
+    CK(cudaGetLastError());
+    CK(cudaMemcpyAsync(db, da, n * sizeof(int), cudaMemcpyDeviceToDevice, s));
+    g_accum<<<(n + 255) / 256, 256, 0, s>>>(dacc, db, n);
+    CK(cudaGetLastError());
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphGetNodes(graph, NULL, &nodes));
+    EXPECT(nodes == 4, "captured graph has %zu nodes, want 4", nodes);
+    printf("captured graph: %zu nodes\n", nodes);
+
+    /* Capture recorded the work without running it. */
+    check("a before launch", da, n, 0x7f7f7f7f);
+
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; i++)
+        CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    check("a", da, n, 5);
+    check("b", db, n, 5);
+    check("acc", dacc, n, 15);
+    printf("captured graph launched 3 times ok\n");
+
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaFree(da));
+    CK(cudaFree(db));
+    CK(cudaFree(dacc));
+}
+
+static void explicit_graph(cudaStream_t s, int n)
+{
+    int *dc;
+    cudaGraph_t graph, clone;
+    cudaGraphExec_t exec, exec_clone;
+    cudaGraphNode_t memset_node, k1, k2, host_node, deps[2];
+    cudaMemsetParams mp = {};
+    cudaKernelNodeParams kp = {};
+    cudaHostNodeParams hp = {};
+    size_t nodes = 0;
+    int v7 = 7, v1 = 1;
+    void *args7[] = { &dc, &n, &v7 };
+    void *args1[] = { &dc, &n, &v1 };
+
+    CK(cudaMalloc(&dc, n * sizeof(int)));
+    CK(cudaGraphCreate(&graph, 0));
+
+    mp.dst = dc;
+    mp.value = 100;
+    mp.elementSize = sizeof(int);
+    mp.width = n;
+    mp.height = 1;
+    CK(cudaGraphAddMemsetNode(&memset_node, graph, NULL, 0, &mp));
+
+    kp.func = (void *)g_add;
+    kp.gridDim = dim3((n + 127) / 128);
+    kp.blockDim = dim3(128);
+    kp.sharedMemBytes = 0;
+    kp.kernelParams = args7;
+    deps[0] = memset_node;
+    CK(cudaGraphAddKernelNode(&k1, graph, deps, 1, &kp));
+
+    hp.fn = g_host_fn;
+    hp.userData = &host_calls;
+    deps[0] = k1;
+    CK(cudaGraphAddHostNode(&host_node, graph, deps, 1, &hp));
+
+    kp.kernelParams = args1;
+    deps[0] = k1;
+    deps[1] = host_node;
+    CK(cudaGraphAddKernelNode(&k2, graph, deps, 2, &kp));
+
+    CK(cudaGraphClone(&clone, graph));
+    CK(cudaGraphGetNodes(clone, NULL, &nodes));
+    EXPECT(nodes == 4, "clone has %zu nodes, want 4", nodes);
+    printf("explicit graph cloned: %zu nodes\n", nodes);
+
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphInstantiate(&exec_clone, clone, 0));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    check("c", dc, n, 108);
+    EXPECT(host_calls == 1, "host node ran %d times, want 1", host_calls);
+    CK(cudaMemset(dc, 0, n * sizeof(int)));
+    CK(cudaGraphLaunch(exec_clone, s));
+    CK(cudaGraphLaunch(exec_clone, s));
+    CK(cudaStreamSynchronize(s));
+    check("c (clone)", dc, n, 108);
+    EXPECT(host_calls == 3, "host node ran %d times, want 3", host_calls);
+    printf("explicit graph and clone ok, host node ran %d times\n", host_calls);
+
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphExecDestroy(exec_clone));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaGraphDestroy(clone));
+    CK(cudaFree(dc));
+}
+
+int main(void)
+{
+    cudaStream_t s;
+
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    captured(s, 10000);
+    explicit_graph(s, 5000);
+    CK(cudaStreamDestroy(s));
+    vcu_test_pass();
+    return 0;
+}

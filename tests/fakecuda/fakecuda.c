@@ -1,0 +1,3852 @@
+/*
+ * TEST DOUBLE ONLY: a CPU stand-in for the CUDA driver library
+ * (libcuda.so.1), for machines without a GPU (CI).  Not part of the
+ * product, never shipped, never loaded unless a test points the backend
+ * at it.  It reports itself as "virtio-cuda CPU stand-in (test double)".
+ *
+ * What it models, and how:
+ *  - two devices with H100 (sm_90) limits, so that device selection and
+ *    launch validation behave as on a real GPU;
+ *  - device memory is host memory: a CUdeviceptr is a host address, and
+ *    every allocation is in one table so that frees, address ranges and
+ *    copies are validated (a bad pointer is an error, never a crash);
+ *  - kernels are "twins" (vcu_twin.h): C functions found by the kernel's
+ *    mangled name, run synchronously on the calling thread;
+ *  - streams run their work at once on the calling thread, so stream
+ *    order holds trivially; events record a CLOCK_MONOTONIC time;
+ *  - stream capture records graph nodes instead of running them, and a
+ *    graph launch runs its nodes in the order they were added (a valid
+ *    topological order, since a node's dependencies exist before it);
+ *  - a twin that reports a fault makes it the context's sticky error, as
+ *    a GPU exception does.
+ *
+ * Only the entry points the project needs exist; the backend reports any
+ * other as missing, as it would with an old driver.  The exported names
+ * are the ones cuda.h's version macros give (cuMemAlloc -> cuMemAlloc_v2),
+ * because the functions are defined under their cuda.h names.
+ *
+ * Locking: one mutex, g_lock, protects every table and every object.  It
+ * is dropped while a twin or a host function runs: host functions may
+ * block (the backend's callbacks wait for the guest) and other threads
+ * must go on meanwhile.  Code that drops it re-validates what it holds.
+ */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The header's declarations carry the exported visibility; the rest of
+ * this library is built with -fvisibility=hidden. */
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#include <cudaProfiler.h>
+#pragma GCC visibility pop
+
+#include "vcu_twin.h"
+
+/* Weak, so that the library loads (with no twins) before twins.c exists. */
+#pragma weak vcu_twins
+#pragma weak vcu_twin_globals
+
+#define FC_DEVICE_NAME      "virtio-cuda CPU stand-in (test double)"
+#define FC_NDEV             2
+#define FC_TOTAL_MEM        (80ull << 30)
+#define FC_ALIGN            256
+#define FC_SMS              132
+#define FC_MAX_THREADS      1024
+#define FC_THREADS_PER_SM   2048
+#define FC_BLOCKS_PER_SM    32
+#define FC_REGS_PER_SM      65536
+#define FC_SHARED_DEFAULT   49152       /* per block without opt-in */
+#define FC_SHARED_OPTIN     232448      /* per block with opt-in: 227 KiB */
+#define FC_SHARED_PER_SM    233472      /* 228 KiB */
+#define FC_SHARED_RESERVED  1024        /* per block, taken by the system */
+#define FC_MAX_PARAM_BYTES  32764       /* kernel parameter space, sm_70+ */
+#define FC_PRIO_LEAST       0
+#define FC_PRIO_GREATEST    (-5)
+
+/* ------------------------------------------------------------------ */
+/* Objects and lists                                                   */
+
+/*
+ * Every handle given out is a pointer to one of these, and every live
+ * one is on its type's list: a handle is valid if it is on the list and
+ * has the id it had when given out (the id guards against a freed
+ * object's address coming back for a new one).
+ */
+typedef struct fc_obj_s {
+    struct fc_obj_s *next;
+    uint64_t id;
+} fc_obj_t;
+
+typedef struct fc_ctx_s fc_ctx_t;
+typedef struct fc_stream_s fc_stream_t;
+typedef struct fc_event_s fc_event_t;
+typedef struct fc_module_s fc_module_t;
+typedef struct fc_func_s fc_func_t;
+typedef struct fc_graph_s fc_graph_t;
+typedef struct fc_node_s fc_node_t;
+typedef struct fc_exec_s fc_exec_t;
+typedef struct fc_cap_s fc_cap_t;
+
+/* A stream capture in progress: the graph being built. */
+struct fc_cap_s {
+    fc_obj_t hdr;
+    fc_graph_t *graph;
+    fc_stream_t *origin;
+    CUstreamCaptureMode mode;
+    int invalidated;            /* a forbidden call was made during it */
+};
+
+struct fc_stream_s {
+    fc_obj_t hdr;
+    fc_ctx_t *ctx;
+    unsigned int flags;
+    int priority;
+    fc_cap_t *cap;              /* capture this stream takes part in */
+    fc_node_t **deps;           /* capture: what the next node depends on */
+    size_t ndeps;
+};
+
+struct fc_ctx_s {
+    fc_obj_t hdr;
+    CUdevice dev;
+    unsigned int flags;
+    CUresult sticky;            /* a twin's fault; ends with the context */
+    size_t limits[CU_LIMIT_MAX];
+    fc_stream_t null_stream;    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
+};
+
+struct fc_event_s {
+    fc_obj_t hdr;
+    fc_ctx_t *ctx;
+    unsigned int flags;
+    int recorded;
+    uint64_t ns;                /* CLOCK_MONOTONIC at the last record */
+    uint64_t cap_id;            /* recorded in this capture, or 0 */
+    fc_node_t **cap_deps;       /* the capturing stream's deps then */
+    size_t ncap_deps;
+};
+
+typedef struct fc_global_s {
+    const vcu_twin_global_t *def;
+    void *mem;                  /* FC_ALIGN-aligned storage, in g_mem */
+    void *raw;                  /* what to free */
+} fc_global_t;
+
+struct fc_module_s {
+    fc_obj_t hdr;
+    fc_ctx_t *ctx;
+    unsigned char *image;       /* private copy of the image */
+    size_t size;
+    int compressed;             /* names can't be checked in the bytes */
+    fc_global_t *globals;
+    size_t nglobals;
+};
+
+struct fc_func_s {
+    fc_obj_t hdr;
+    fc_module_t *mod;
+    const vcu_twin_t *twin;
+    int max_dyn_shared;         /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int carveout;
+    int cluster[3];
+    int non_portable_cluster;
+    int cluster_policy;
+};
+
+typedef enum {
+    FC_NODE_KERNEL,
+    FC_NODE_MEMCPY,
+    FC_NODE_MEMSET,
+    FC_NODE_HOST,
+    FC_NODE_EMPTY,
+} fc_node_type_t;
+
+typedef struct fc_kernel_s {
+    fc_func_t *func;
+    uint64_t func_id;
+    unsigned int grid[3], block[3];
+    unsigned int shared;
+    int cooperative;
+    void *params;               /* packed, owned by the node */
+    size_t params_len;
+} fc_kernel_t;
+
+struct fc_node_s {
+    fc_graph_t *graph;
+    size_t index;               /* in graph->nodes */
+    fc_node_type_t type;
+    size_t *deps;               /* indices of the nodes it depends on */
+    size_t ndeps;
+    union {
+        fc_kernel_t kernel;
+        CUDA_MEMCPY3D copy;
+        CUDA_MEMSET_NODE_PARAMS set;
+        CUDA_HOST_NODE_PARAMS host;
+    } u;
+};
+
+struct fc_graph_s {
+    fc_obj_t hdr;
+    fc_node_t **nodes;          /* in the order added: a topological order */
+    size_t n, cap;
+};
+
+struct fc_exec_s {
+    fc_obj_t hdr;
+    fc_graph_t *graph;          /* a private clone, on no list */
+};
+
+typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG } fc_mem_kind_t;
+
+/* One range of memory a device pointer may point into. */
+typedef struct fc_mem_s {
+    uintptr_t base;
+    size_t size;
+    fc_mem_kind_t kind;
+    fc_ctx_t *ctx;              /* freed with it (DEVICE, HOSTREG) */
+    void *raw;                  /* DEVICE: what to free */
+    int dev;
+    int from_pool;              /* cuMemAllocAsync */
+} fc_mem_t;
+
+typedef struct fc_pool_s {
+    int reuse_follow, reuse_opportunistic, reuse_internal;
+    cuuint64_t release_threshold, reserved_high, used, used_high;
+} fc_pool_t;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_init;
+static uint64_t g_next_id = 1;
+static fc_obj_t *g_ctxs, *g_streams, *g_events, *g_modules, *g_funcs, *g_graphs, *g_execs,
+    *g_caps;
+static fc_mem_t *g_mem;         /* sorted by base, ranges disjoint */
+static size_t g_nmem, g_capmem;
+static size_t g_dev_used[FC_NDEV];
+static fc_pool_t g_pools[FC_NDEV];
+
+/* Current context of this thread; the id catches a destroyed one. */
+static __thread fc_ctx_t *tls_ctx;
+static __thread uint64_t tls_ctx_id;
+
+static void fc_list_add(fc_obj_t **head, void *p)
+{
+    fc_obj_t *o = p;
+
+    o->id = g_next_id++;
+    o->next = *head;
+    *head = o;
+}
+
+static void fc_list_del(fc_obj_t **head, void *p)
+{
+    for (fc_obj_t **pp = head; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = ((fc_obj_t *)p)->next;
+            return;
+        }
+    }
+}
+
+/* Compares addresses only: p is never dereferenced unless on the list. */
+static int fc_list_has(fc_obj_t *head, const void *p)
+{
+    for (fc_obj_t *o = head; o; o = o->next)
+        if (o == p)
+            return 1;
+    return 0;
+}
+
+static uint64_t fc_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory table                                                        */
+
+/* Index of the entry containing addr, or -1. */
+static ssize_t fc_mem_find(uintptr_t addr)
+{
+    size_t lo = 0, hi = g_nmem;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (g_mem[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    lo--;
+    if (addr - g_mem[lo].base < g_mem[lo].size)
+        return (ssize_t)lo;
+    return -1;
+}
+
+static CUresult fc_mem_insert(const fc_mem_t *m)
+{
+    size_t i = 0;
+
+    while (i < g_nmem && g_mem[i].base < m->base)
+        i++;
+    if ((i > 0 && g_mem[i - 1].base + g_mem[i - 1].size > m->base) ||
+        (i < g_nmem && m->base + m->size > g_mem[i].base))
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (g_nmem == g_capmem) {
+        size_t ncap = g_capmem ? g_capmem * 2 : 64;
+        fc_mem_t *n = realloc(g_mem, ncap * sizeof(*n));
+
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        g_mem = n;
+        g_capmem = ncap;
+    }
+    memmove(&g_mem[i + 1], &g_mem[i], (g_nmem - i) * sizeof(*g_mem));
+    g_mem[i] = *m;
+    g_nmem++;
+    return CUDA_SUCCESS;
+}
+
+/* Removes entry i, freeing what it owns and giving back its bytes. */
+static void fc_mem_remove(size_t i)
+{
+    fc_mem_t m = g_mem[i];
+
+    memmove(&g_mem[i], &g_mem[i + 1], (g_nmem - i - 1) * sizeof(*g_mem));
+    g_nmem--;
+    if (m.kind == FC_MEM_DEVICE) {
+        g_dev_used[m.dev] -= m.size;
+        if (m.from_pool)
+            g_pools[m.dev].used -= m.size;
+        free(m.raw);
+    }
+}
+
+/*
+ * Checks that [addr, addr + len) lies inside one range a device pointer
+ * may name.  len 0 still needs addr inside one.
+ */
+static CUresult fc_mem_check(uintptr_t addr, size_t len)
+{
+    ssize_t i = fc_mem_find(addr);
+
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (len > g_mem[i].size - (addr - g_mem[i].base))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_mem_alloc(fc_ctx_t *ctx, size_t size, int from_pool, CUdeviceptr *out)
+{
+    fc_mem_t m = { 0 };
+    size_t rounded;
+    void *raw;
+    CUresult rc;
+
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    rounded = (size + FC_ALIGN - 1) & ~(size_t)(FC_ALIGN - 1);
+    if (rounded < size || rounded > FC_TOTAL_MEM - g_dev_used[ctx->dev])
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    /* calloc: fresh device memory reads as zeros, and large blocks stay
+     * lazily mapped; the slack aligns the start. */
+    raw = calloc(1, rounded + FC_ALIGN);
+    if (!raw)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m.base = ((uintptr_t)raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1);
+    /* The exact size, so that a copy one byte past the end fails. */
+    m.size = size;
+    m.kind = FC_MEM_DEVICE;
+    m.ctx = ctx;
+    m.raw = raw;
+    m.dev = ctx->dev;
+    m.from_pool = from_pool;
+    rc = fc_mem_insert(&m);
+    if (rc != CUDA_SUCCESS) {
+        free(raw);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g_dev_used[ctx->dev] += size;
+    if (from_pool) {
+        fc_pool_t *p = &g_pools[ctx->dev];
+
+        p->used += size;
+        if (p->used > p->used_high)
+            p->used_high = p->used;
+        if (p->used > p->reserved_high)
+            p->reserved_high = p->used;
+    }
+    *out = (CUdeviceptr)m.base;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_mem_free(CUdeviceptr dptr)
+{
+    ssize_t i = fc_mem_find((uintptr_t)dptr);
+
+    if (i < 0 || g_mem[i].base != (uintptr_t)dptr || g_mem[i].kind != FC_MEM_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_mem_remove((size_t)i);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Contexts, streams, entry checks                                     */
+
+static int fc_ctx_live(const fc_ctx_t *ctx, uint64_t id)
+{
+    return ctx && fc_list_has(g_ctxs, ctx) && ctx->hdr.id == id;
+}
+
+/* The calling thread's context, checked; g_lock held. */
+static CUresult fc_cur(fc_ctx_t **out)
+{
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!fc_ctx_live(tls_ctx, tls_ctx_id))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_ctx->sticky != CUDA_SUCCESS)
+        return tls_ctx->sticky;
+    *out = tls_ctx;
+    return CUDA_SUCCESS;
+}
+
+static int fc_is_null_stream(CUstream h)
+{
+    return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
+}
+
+/*
+ * Resolves a stream handle for the calling thread: the current context
+ * must be usable, and the work then runs in the stream's own context.
+ */
+static CUresult fc_stream_get(CUstream h, fc_ctx_t **ctx_out, fc_stream_t **out)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc = fc_cur(&ctx);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (fc_is_null_stream(h)) {
+        s = &ctx->null_stream;
+    } else {
+        if (!fc_list_has(g_streams, h))
+            return CUDA_ERROR_INVALID_HANDLE;
+        s = (fc_stream_t *)h;
+        if (s->ctx->sticky != CUDA_SUCCESS)
+            return s->ctx->sticky;
+    }
+    *ctx_out = s->ctx;
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+static void fc_stream_init(fc_stream_t *s, fc_ctx_t *ctx, unsigned int flags, int prio)
+{
+    memset(s, 0, sizeof(*s));
+    s->ctx = ctx;
+    s->flags = flags;
+    s->priority = prio;
+}
+
+static void fc_graph_free(fc_graph_t *g);
+static void fc_cap_end(fc_cap_t *cap);
+
+/* Takes s out of its capture; the capture ends when no stream is left. */
+static void fc_stream_leave_capture(fc_stream_t *s)
+{
+    fc_cap_t *cap = s->cap;
+
+    free(s->deps);
+    s->deps = NULL;
+    s->ndeps = 0;
+    s->cap = NULL;
+    if (!cap)
+        return;
+    if (cap->origin == s)
+        cap->origin = NULL;
+    for (fc_obj_t *o = g_streams; o; o = o->next)
+        if (((fc_stream_t *)o)->cap == cap)
+            return;
+    fc_graph_free(cap->graph);
+    fc_cap_end(cap);
+}
+
+static void fc_cap_end(fc_cap_t *cap)
+{
+    fc_list_del(&g_caps, cap);
+    free(cap);
+}
+
+static void fc_cap_invalidate(fc_stream_t *s)
+{
+    if (s->cap)
+        s->cap->invalidated = 1;
+}
+
+/*
+ * The legacy NULL stream waits for every blocking stream of its context:
+ * with one of them capturing, that is an implicit dependency a capture
+ * can't have.  Invalidates those captures, as CUDA does.
+ */
+static CUresult fc_legacy_check(fc_ctx_t *ctx)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    for (fc_obj_t *o = g_streams; o; o = o->next) {
+        fc_stream_t *s = (fc_stream_t *)o;
+
+        if (s->ctx == ctx && s->cap && !(s->flags & CU_STREAM_NON_BLOCKING)) {
+            s->cap->invalidated = 1;
+            rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
+    }
+    return rc;
+}
+
+/* Like fc_stream_get, for work: adds the legacy-stream check. */
+static CUresult fc_stream_work(CUstream h, fc_ctx_t **ctx, fc_stream_t **s)
+{
+    CUresult rc = fc_stream_get(h, ctx, s);
+
+    /* NULL is the legacy stream: the backend doesn't build for the
+     * per-thread default stream. */
+    if (rc == CUDA_SUCCESS && (h == NULL || h == CU_STREAM_LEGACY))
+        rc = fc_legacy_check(*ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Graphs                                                              */
+
+static void fc_node_free(fc_node_t *n)
+{
+    if (n->type == FC_NODE_KERNEL)
+        free(n->u.kernel.params);
+    free(n->deps);
+    free(n);
+}
+
+static void fc_graph_free(fc_graph_t *g)
+{
+    if (!g)
+        return;
+    for (size_t i = 0; i < g->n; i++)
+        fc_node_free(g->nodes[i]);
+    free(g->nodes);
+    free(g);
+}
+
+static int fc_graph_has_node(const fc_graph_t *g, const fc_node_t *n)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->nodes[i] == n)
+            return 1;
+    return 0;
+}
+
+/*
+ * Adds a node (taking it over, also on failure) whose dependencies are
+ * deps[], all nodes of g.
+ */
+static CUresult fc_graph_add(fc_graph_t *g, fc_node_t *n, fc_node_t *const *deps, size_t ndeps)
+{
+    if (ndeps) {
+        n->deps = calloc(ndeps, sizeof(*n->deps));
+        if (!n->deps)
+            goto err_nomem;
+    }
+    for (size_t i = 0; i < ndeps; i++) {
+        if (!deps[i] || !fc_graph_has_node(g, deps[i])) {
+            fc_node_free(n);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        n->deps[i] = deps[i]->index;
+    }
+    n->ndeps = ndeps;
+    if (g->n == g->cap) {
+        size_t ncap = g->cap ? g->cap * 2 : 16;
+        fc_node_t **nn = realloc(g->nodes, ncap * sizeof(*nn));
+
+        if (!nn)
+            goto err_nomem;
+        g->nodes = nn;
+        g->cap = ncap;
+    }
+    n->graph = g;
+    n->index = g->n;
+    g->nodes[g->n++] = n;
+    return CUDA_SUCCESS;
+
+err_nomem:
+    fc_node_free(n);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static fc_node_t *fc_node_clone(const fc_node_t *src)
+{
+    fc_node_t *n = malloc(sizeof(*n));
+
+    if (!n)
+        return NULL;
+    *n = *src;
+    n->deps = NULL;
+    if (src->ndeps) {
+        n->deps = malloc(src->ndeps * sizeof(*n->deps));
+        if (!n->deps) {
+            free(n);
+            return NULL;
+        }
+        memcpy(n->deps, src->deps, src->ndeps * sizeof(*n->deps));
+    }
+    if (src->type == FC_NODE_KERNEL) {
+        n->u.kernel.params = malloc(src->u.kernel.params_len ? src->u.kernel.params_len : 1);
+        if (!n->u.kernel.params) {
+            free(n->deps);
+            free(n);
+            return NULL;
+        }
+        memcpy(n->u.kernel.params, src->u.kernel.params, src->u.kernel.params_len);
+    }
+    return n;
+}
+
+/*
+ * Appends copies of all of src's nodes to dst; the ones without
+ * dependencies in src depend on roots[].  Dependencies are kept as
+ * indices, shifted by where src starts in dst.
+ */
+static CUresult fc_graph_append(fc_graph_t *dst, const fc_graph_t *src, fc_node_t *const *roots,
+                                size_t nroots)
+{
+    size_t base = dst->n;
+
+    for (size_t i = 0; i < src->n; i++) {
+        fc_node_t *n = fc_node_clone(src->nodes[i]);
+        fc_node_t **deps;
+        size_t ndeps;
+        CUresult rc;
+
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        ndeps = n->ndeps ? n->ndeps : nroots;
+        deps = calloc(ndeps ? ndeps : 1, sizeof(*deps));
+        if (!deps) {
+            fc_node_free(n);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (size_t d = 0; d < ndeps; d++)
+            deps[d] = n->ndeps ? dst->nodes[base + n->deps[d]] : roots[d];
+        free(n->deps);
+        n->deps = NULL;
+        n->ndeps = 0;
+        rc = fc_graph_add(dst, n, deps, ndeps);
+        free(deps);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    return CUDA_SUCCESS;
+}
+
+static fc_graph_t *fc_graph_new(void)
+{
+    return calloc(1, sizeof(fc_graph_t));
+}
+
+static fc_graph_t *fc_graph_clone(const fc_graph_t *src)
+{
+    fc_graph_t *g = fc_graph_new();
+
+    if (!g)
+        return NULL;
+    if (fc_graph_append(g, src, NULL, 0) != CUDA_SUCCESS) {
+        fc_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* ------------------------------------------------------------------ */
+/* Capture                                                             */
+
+static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n);
+
+/*
+ * Runs a node now, or records it if s is capturing; takes the node over
+ * either way.  g_lock held (dropped while a twin or host function runs).
+ */
+static CUresult fc_submit(fc_ctx_t *ctx, fc_stream_t *s, fc_node_t *n)
+{
+    CUresult rc;
+
+    if (!s->cap) {
+        rc = fc_node_exec(ctx, n);
+        fc_node_free(n);
+        return rc;
+    }
+    if (s->cap->invalidated) {
+        fc_node_free(n);
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    rc = fc_graph_add(s->cap->graph, n, s->deps, s->ndeps);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!s->deps || s->ndeps != 1) {
+        fc_node_t **d = realloc(s->deps, sizeof(*d));
+
+        if (!d)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        s->deps = d;
+    }
+    s->deps[0] = n;
+    s->ndeps = 1;
+    return CUDA_SUCCESS;
+}
+
+static fc_node_t *fc_node_new(fc_node_type_t type)
+{
+    fc_node_t *n = calloc(1, sizeof(*n));
+
+    if (n)
+        n->type = type;
+    return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Copies and sets                                                     */
+
+/*
+ * Checks one side of a 3D copy and gives the address of its first byte.
+ * Device memory must lie inside one range of the table; host memory
+ * can't be checked; unified memory is checked if it is in the table.
+ */
+static CUresult fc_copy_side(CUmemorytype type, uintptr_t base, size_t x, size_t y, size_t z,
+                             size_t pitch, size_t height, const CUDA_MEMCPY3D *p, uintptr_t *start)
+{
+    size_t off, last, span;
+
+    if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE &&
+        type != CU_MEMORYTYPE_UNIFIED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->Height > 1 && pitch < x + p->WidthInBytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->Depth > 1 && height < y + p->Height)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->Height <= 1 && p->Depth <= 1 && pitch == 0)
+        pitch = x + p->WidthInBytes;
+    if (__builtin_mul_overflow(z, height, &off) || __builtin_add_overflow(off, y, &off) ||
+        __builtin_mul_overflow(off, pitch, &off) || __builtin_add_overflow(off, x, &off))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (__builtin_mul_overflow(p->Depth - 1, height, &last) ||
+        __builtin_add_overflow(last, p->Height - 1, &last) ||
+        __builtin_mul_overflow(last, pitch, &last) ||
+        __builtin_add_overflow(last, p->WidthInBytes, &span) ||
+        __builtin_add_overflow(base, off, start))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_MEMORYTYPE_HOST)
+        return base ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_MEMORYTYPE_UNIFIED && fc_mem_find(*start) < 0)
+        return base ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return fc_mem_check(*start, span);
+}
+
+static CUresult fc_copy3d(const CUDA_MEMCPY3D *p)
+{
+    uintptr_t src, dst, sbase, dbase;
+    size_t spitch, dpitch, sheight, dheight;
+    CUresult rc;
+
+    if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0)
+        return CUDA_SUCCESS;
+    sbase = p->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p->srcHost
+                                                   : (uintptr_t)p->srcDevice;
+    dbase = p->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p->dstHost
+                                                   : (uintptr_t)p->dstDevice;
+    rc = fc_copy_side(p->srcMemoryType, sbase, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch,
+                      p->srcHeight, p, &src);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = fc_copy_side(p->dstMemoryType, dbase, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch,
+                      p->dstHeight, p, &dst);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    spitch = p->srcPitch ? p->srcPitch : p->WidthInBytes;
+    dpitch = p->dstPitch ? p->dstPitch : p->WidthInBytes;
+    sheight = p->srcHeight ? p->srcHeight : p->Height;
+    dheight = p->dstHeight ? p->dstHeight : p->Height;
+    for (size_t z = 0; z < p->Depth; z++) {
+        for (size_t y = 0; y < p->Height; y++) {
+            memmove((void *)(dst + (z * dheight + y) * dpitch),
+                    (const void *)(src + (z * sheight + y) * spitch), p->WidthInBytes);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+static void fc_copy1d_params(CUDA_MEMCPY3D *p, CUmemorytype dt, uintptr_t dst, CUmemorytype st,
+                             uintptr_t src, size_t n)
+{
+    memset(p, 0, sizeof(*p));
+    p->dstMemoryType = dt;
+    p->srcMemoryType = st;
+    if (dt == CU_MEMORYTYPE_HOST)
+        p->dstHost = (void *)dst;
+    else
+        p->dstDevice = (CUdeviceptr)dst;
+    if (st == CU_MEMORYTYPE_HOST)
+        p->srcHost = (const void *)src;
+    else
+        p->srcDevice = (CUdeviceptr)src;
+    p->WidthInBytes = n;
+    p->Height = 1;
+    p->Depth = 1;
+}
+
+static void fc_copy2d_params(CUDA_MEMCPY3D *p, const CUDA_MEMCPY2D *c)
+{
+    memset(p, 0, sizeof(*p));
+    p->srcXInBytes = c->srcXInBytes;
+    p->srcY = c->srcY;
+    p->srcMemoryType = c->srcMemoryType;
+    p->srcHost = c->srcHost;
+    p->srcDevice = c->srcDevice;
+    p->srcArray = c->srcArray;
+    p->srcPitch = c->srcPitch;
+    p->dstXInBytes = c->dstXInBytes;
+    p->dstY = c->dstY;
+    p->dstMemoryType = c->dstMemoryType;
+    p->dstHost = c->dstHost;
+    p->dstDevice = c->dstDevice;
+    p->dstArray = c->dstArray;
+    p->dstPitch = c->dstPitch;
+    p->WidthInBytes = c->WidthInBytes;
+    p->Height = c->Height;
+    p->Depth = 1;
+}
+
+static CUresult fc_copy_validate(const CUDA_MEMCPY3D *p)
+{
+    uintptr_t a;
+    CUresult rc;
+
+    if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0)
+        return CUDA_SUCCESS;
+    if (p->srcArray || p->dstArray || p->srcMemoryType == CU_MEMORYTYPE_ARRAY ||
+        p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_copy_side(p->srcMemoryType,
+                      p->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p->srcHost
+                                                             : (uintptr_t)p->srcDevice,
+                      p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight, p, &a);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return fc_copy_side(p->dstMemoryType,
+                        p->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)p->dstHost
+                                                               : (uintptr_t)p->dstDevice,
+                        p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight, p, &a);
+}
+
+static CUresult fc_memset_validate(const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    size_t row, span;
+
+    if (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->width == 0 || p->height == 0)
+        return CUDA_SUCCESS;
+    if (__builtin_mul_overflow(p->width, (size_t)p->elementSize, &row))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->height > 1 && p->pitch < row)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Elements are naturally aligned, as the GPU needs them. */
+    if (p->dst % p->elementSize || (p->height > 1 && p->pitch % p->elementSize))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (__builtin_mul_overflow(p->height - 1, p->pitch, &span) ||
+        __builtin_add_overflow(span, row, &span))
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_mem_check((uintptr_t)p->dst, span);
+}
+
+static CUresult fc_memset(const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    CUresult rc = fc_memset_validate(p);
+
+    if (rc != CUDA_SUCCESS || p->width == 0 || p->height == 0)
+        return rc;
+    for (size_t y = 0; y < p->height; y++) {
+        unsigned char *row = (unsigned char *)(uintptr_t)(p->dst + y * p->pitch);
+
+        if (p->elementSize == 1) {
+            memset(row, (int)(p->value & 0xff), p->width);
+        } else if (p->elementSize == 2) {
+            uint16_t v = (uint16_t)p->value;
+
+            for (size_t x = 0; x < p->width; x++)
+                memcpy(row + x * 2, &v, 2);
+        } else {
+            uint32_t v = p->value;
+
+            for (size_t x = 0; x < p->width; x++)
+                memcpy(row + x * 4, &v, 4);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Kernels                                                             */
+
+static const vcu_twin_t *fc_twin_find(const char *name)
+{
+    if (!vcu_twins)
+        return NULL;
+    for (const vcu_twin_t *t = vcu_twins; t->name; t++)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
+}
+
+static int fc_ident_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '$';
+}
+
+/* Whether name occurs in the module's image as a whole symbol. */
+static int fc_image_has(const fc_module_t *m, const char *name)
+{
+    size_t len = strlen(name);
+    const unsigned char *p = m->image, *end = m->image + m->size;
+
+    if (m->compressed)
+        return 1;
+    if (len == 0)
+        return 0;
+    while (p < end) {
+        const unsigned char *hit = memmem(p, (size_t)(end - p), name, len);
+
+        if (!hit)
+            return 0;
+        if ((hit == m->image || !fc_ident_char(hit[-1])) &&
+            (hit + len == end || !fc_ident_char(hit[len])))
+            return 1;
+        p = hit + 1;
+    }
+    return 0;
+}
+
+static int fc_func_live(const fc_func_t *f, uint64_t id)
+{
+    return f && fc_list_has(g_funcs, f) && f->hdr.id == id;
+}
+
+static size_t fc_params_len(const vcu_twin_t *t)
+{
+    size_t len = 0;
+
+    for (unsigned int i = 0; i < t->nparams && i < VCU_TWIN_MAX_PARAMS; i++) {
+        size_t end = (size_t)t->params[i].offset + t->params[i].size;
+
+        if (end > len)
+            len = end;
+    }
+    return len;
+}
+
+/* Packs the arguments into a buffer laid out as the twin says. */
+static CUresult fc_pack_params(const vcu_twin_t *t, void **kernelParams, void **extra,
+                               void **out, size_t *out_len)
+{
+    size_t len = fc_params_len(t);
+    unsigned char *buf;
+
+    if (len > FC_MAX_PARAM_BYTES || t->nparams > VCU_TWIN_MAX_PARAMS)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (kernelParams && extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    buf = calloc(1, len ? len : 1);
+    if (!buf)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (kernelParams) {
+        for (unsigned int i = 0; i < t->nparams; i++) {
+            if (!kernelParams[i])
+                goto err_inval;
+            memcpy(buf + t->params[i].offset, kernelParams[i], t->params[i].size);
+        }
+    } else if (extra) {
+        const void *ptr = NULL;
+        size_t size = 0;
+        int have_size = 0;
+
+        for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+                ptr = extra[i + 1];
+            } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+                if (!extra[i + 1])
+                    goto err_inval;
+                size = *(const size_t *)extra[i + 1];
+                have_size = 1;
+            } else {
+                goto err_inval;
+            }
+        }
+        if (len && (!ptr || !have_size || size < len))
+            goto err_inval;
+        if (len)
+            memcpy(buf, ptr, len);
+    } else if (t->nparams) {
+        goto err_inval;
+    }
+    *out = buf;
+    *out_len = len;
+    return CUDA_SUCCESS;
+
+err_inval:
+    free(buf);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static int fc_regs(const vcu_twin_t *t)
+{
+    return t->num_regs > 0 ? t->num_regs : 32;
+}
+
+/* Largest block the function's register use allows (warp multiples). */
+static int fc_func_max_threads(const fc_func_t *f)
+{
+    int per_warp = ((fc_regs(f->twin) * 32 + 255) / 256) * 256;
+    int warps = FC_REGS_PER_SM / per_warp;
+    int threads = warps * 32;
+
+    return threads < FC_MAX_THREADS ? threads : FC_MAX_THREADS;
+}
+
+/* Resident blocks per SM: the tightest of threads, blocks, registers and
+ * shared memory, with the allocation granularities of sm_90. */
+static int fc_occupancy(const fc_func_t *f, int block, size_t dyn)
+{
+    int warps, n, per_warp;
+    size_t smem;
+
+    if (block <= 0 || block > fc_func_max_threads(f) || dyn > (size_t)f->max_dyn_shared)
+        return 0;
+    warps = (block + 31) / 32;
+    n = FC_THREADS_PER_SM / (warps * 32);
+    if (n > FC_BLOCKS_PER_SM)
+        n = FC_BLOCKS_PER_SM;
+    per_warp = ((fc_regs(f->twin) * 32 + 255) / 256) * 256;
+    if (FC_REGS_PER_SM / (per_warp * warps) < n)
+        n = FC_REGS_PER_SM / (per_warp * warps);
+    smem = f->twin->static_shared + dyn + FC_SHARED_RESERVED;
+    if (FC_SHARED_PER_SM / smem < (size_t)n)
+        n = (int)(FC_SHARED_PER_SM / smem);
+    return n;
+}
+
+static void *fc_twin_global(const vcu_twin_launch_t *launch, const char *name)
+{
+    const fc_module_t *m = launch->module;
+
+    /* No lock: a module's globals don't change while it is loaded. */
+    for (size_t i = 0; m && name && i < m->nglobals; i++)
+        if (strcmp(m->globals[i].def->name, name) == 0)
+            return m->globals[i].mem;
+    return NULL;
+}
+
+/* Checks a launch's shape against the device's and the function's limits. */
+static CUresult fc_launch_check(const fc_func_t *f, const unsigned int grid[3],
+                                const unsigned int block[3], unsigned int shared)
+{
+    static const unsigned int gmax[3] = { 2147483647u, 65535u, 65535u };
+    static const unsigned int bmax[3] = { 1024u, 1024u, 64u };
+    uint64_t threads = 1;
+
+    for (int i = 0; i < 3; i++) {
+        if (grid[i] == 0 || grid[i] > gmax[i] || block[i] == 0 || block[i] > bmax[i])
+            return CUDA_ERROR_INVALID_VALUE;
+        threads *= block[i];
+    }
+    if (threads > FC_MAX_THREADS)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (threads > (uint64_t)fc_func_max_threads(f))
+        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    if (shared > (unsigned int)f->max_dyn_shared)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Runs a kernel node's twin: g_lock is dropped meanwhile, then the
+ * context is looked up again before a fault is made its sticky error.
+ * The launch itself succeeds, as an asynchronous GPU launch would: the
+ * fault shows from the next call on.
+ */
+static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
+{
+    vcu_twin_launch_t launch;
+    uint64_t ctx_id = ctx->hdr.id;
+    const fc_func_t *f = k->func;
+
+    if (!fc_func_live(f, k->func_id))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (f->mod->ctx != ctx)
+        return CUDA_ERROR_INVALID_HANDLE;
+    memset(&launch, 0, sizeof(launch));
+    launch.grid = (vcu_twin_dim3_t){ k->grid[0], k->grid[1], k->grid[2] };
+    launch.block = (vcu_twin_dim3_t){ k->block[0], k->block[1], k->block[2] };
+    launch.shared_mem = k->shared;
+    launch.shared = calloc(1, k->shared ? k->shared : 1);
+    if (!launch.shared)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    launch.cooperative = k->cooperative;
+    launch.global = fc_twin_global;
+    launch.module = f->mod;
+
+    pthread_mutex_unlock(&g_lock);
+    f->twin->fn(&launch, k->params);
+    pthread_mutex_lock(&g_lock);
+
+    free(launch.shared);
+    if (launch.fault != 0 && fc_ctx_live(ctx, ctx_id) && ctx->sticky == CUDA_SUCCESS)
+        ctx->sticky = (CUresult)launch.fault;
+    return CUDA_SUCCESS;
+}
+
+static void fc_host_run(CUhostFn fn, void *data)
+{
+    pthread_mutex_unlock(&g_lock);
+    fn(data);
+    pthread_mutex_lock(&g_lock);
+}
+
+static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n)
+{
+    switch (n->type) {
+    case FC_NODE_KERNEL:
+        return fc_kernel_run(ctx, &n->u.kernel);
+    case FC_NODE_MEMCPY:
+        return fc_copy3d(&n->u.copy);
+    case FC_NODE_MEMSET:
+        return fc_memset(&n->u.set);
+    case FC_NODE_HOST:
+        fc_host_run(n->u.host.fn, n->u.host.userData);
+        return CUDA_SUCCESS;
+    case FC_NODE_EMPTY:
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Builds a kernel node from launch arguments, validated. */
+static CUresult fc_kernel_node(CUfunction hf, const unsigned int grid[3],
+                               const unsigned int block[3], unsigned int shared,
+                               void **kernelParams, void **extra, int coop, fc_node_t **out)
+{
+    fc_func_t *f = (fc_func_t *)hf;
+    fc_node_t *n;
+    CUresult rc;
+
+    if (!f || !fc_list_has(g_funcs, f))
+        return CUDA_ERROR_INVALID_HANDLE;
+    rc = fc_launch_check(f, grid, block, shared);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (coop) {
+        int threads = (int)(block[0] * block[1] * block[2]);
+        uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+
+        if (blocks > (uint64_t)fc_occupancy(f, threads, shared) * FC_SMS)
+            return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    }
+    n = fc_node_new(FC_NODE_KERNEL);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = fc_pack_params(f->twin, kernelParams, extra, &n->u.kernel.params,
+                        &n->u.kernel.params_len);
+    if (rc != CUDA_SUCCESS) {
+        free(n);
+        return rc;
+    }
+    n->u.kernel.func = f;
+    n->u.kernel.func_id = f->hdr.id;
+    memcpy(n->u.kernel.grid, grid, sizeof(n->u.kernel.grid));
+    memcpy(n->u.kernel.block, block, sizeof(n->u.kernel.block));
+    n->u.kernel.shared = shared;
+    n->u.kernel.cooperative = coop;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+
+/* Every CUresult of cuda.h 13.0, with the driver's own message where
+ * tests are likely to print it. */
+#define FC_ERRORS(X) \
+    X(CUDA_SUCCESS, "no error") \
+    X(CUDA_ERROR_INVALID_VALUE, "invalid argument") \
+    X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory") \
+    X(CUDA_ERROR_NOT_INITIALIZED, "initialization error") \
+    X(CUDA_ERROR_DEINITIALIZED, "driver shutting down") \
+    X(CUDA_ERROR_PROFILER_DISABLED, "profiler disabled") \
+    X(CUDA_ERROR_PROFILER_NOT_INITIALIZED, "profiler not initialized") \
+    X(CUDA_ERROR_PROFILER_ALREADY_STARTED, "profiler already started") \
+    X(CUDA_ERROR_PROFILER_ALREADY_STOPPED, "profiler already stopped") \
+    X(CUDA_ERROR_STUB_LIBRARY, "stub library") \
+    X(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, "call requires newer driver") \
+    X(CUDA_ERROR_DEVICE_UNAVAILABLE, "device unavailable") \
+    X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected") \
+    X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal") \
+    X(CUDA_ERROR_DEVICE_NOT_LICENSED, "device not licensed") \
+    X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid") \
+    X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context") \
+    X(CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "context already current") \
+    X(CUDA_ERROR_MAP_FAILED, "map failed") \
+    X(CUDA_ERROR_UNMAP_FAILED, "unmap failed") \
+    X(CUDA_ERROR_ARRAY_IS_MAPPED, "array is mapped") \
+    X(CUDA_ERROR_ALREADY_MAPPED, "already mapped") \
+    X(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device") \
+    X(CUDA_ERROR_ALREADY_ACQUIRED, "already acquired") \
+    X(CUDA_ERROR_NOT_MAPPED, "not mapped") \
+    X(CUDA_ERROR_NOT_MAPPED_AS_ARRAY, "not mapped as array") \
+    X(CUDA_ERROR_NOT_MAPPED_AS_POINTER, "not mapped as pointer") \
+    X(CUDA_ERROR_ECC_UNCORRECTABLE, "ecc uncorrectable") \
+    X(CUDA_ERROR_UNSUPPORTED_LIMIT, "unsupported limit") \
+    X(CUDA_ERROR_CONTEXT_ALREADY_IN_USE, "context already in use") \
+    X(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access unsupported") \
+    X(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed") \
+    X(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, "invalid graphics context") \
+    X(CUDA_ERROR_NVLINK_UNCORRECTABLE, "nvlink uncorrectable") \
+    X(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, "jit compiler not found") \
+    X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "unsupported ptx version") \
+    X(CUDA_ERROR_JIT_COMPILATION_DISABLED, "jit compilation disabled") \
+    X(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "unsupported exec affinity") \
+    X(CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, "unsupported devside sync") \
+    X(CUDA_ERROR_CONTAINED, "contained") \
+    X(CUDA_ERROR_INVALID_SOURCE, "invalid source") \
+    X(CUDA_ERROR_FILE_NOT_FOUND, "file not found") \
+    X(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, "shared object symbol not found") \
+    X(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "shared object init failed") \
+    X(CUDA_ERROR_OPERATING_SYSTEM, "operating system") \
+    X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle") \
+    X(CUDA_ERROR_ILLEGAL_STATE, "illegal state") \
+    X(CUDA_ERROR_LOSSY_QUERY, "lossy query") \
+    X(CUDA_ERROR_NOT_FOUND, "named symbol not found") \
+    X(CUDA_ERROR_NOT_READY, "device not ready") \
+    X(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered") \
+    X(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch") \
+    X(CUDA_ERROR_LAUNCH_TIMEOUT, "launch timeout") \
+    X(CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, "launch incompatible texturing") \
+    X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access already enabled") \
+    X(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "peer access not enabled") \
+    X(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "primary context active") \
+    X(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed") \
+    X(CUDA_ERROR_ASSERT, "assert") \
+    X(CUDA_ERROR_TOO_MANY_PEERS, "too many peers") \
+    X(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "host memory already registered") \
+    X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "host memory not registered") \
+    X(CUDA_ERROR_HARDWARE_STACK_ERROR, "hardware stack error") \
+    X(CUDA_ERROR_ILLEGAL_INSTRUCTION, "illegal instruction") \
+    X(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address") \
+    X(CUDA_ERROR_INVALID_ADDRESS_SPACE, "invalid address space") \
+    X(CUDA_ERROR_INVALID_PC, "invalid pc") \
+    X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure") \
+    X(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "too many blocks in cooperative launch") \
+    X(CUDA_ERROR_TENSOR_MEMORY_LEAK, "tensor memory leak") \
+    X(CUDA_ERROR_NOT_PERMITTED, "not permitted") \
+    X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported") \
+    X(CUDA_ERROR_SYSTEM_NOT_READY, "system not ready") \
+    X(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "system driver mismatch") \
+    X(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, "compat not supported on device") \
+    X(CUDA_ERROR_MPS_CONNECTION_FAILED, "mps connection failed") \
+    X(CUDA_ERROR_MPS_RPC_FAILURE, "mps rpc failure") \
+    X(CUDA_ERROR_MPS_SERVER_NOT_READY, "mps server not ready") \
+    X(CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, "mps max clients reached") \
+    X(CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, "mps max connections reached") \
+    X(CUDA_ERROR_MPS_CLIENT_TERMINATED, "mps client terminated") \
+    X(CUDA_ERROR_CDP_NOT_SUPPORTED, "cdp not supported") \
+    X(CUDA_ERROR_CDP_VERSION_MISMATCH, "cdp version mismatch") \
+    X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "stream capture unsupported") \
+    X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "stream capture invalidated") \
+    X(CUDA_ERROR_STREAM_CAPTURE_MERGE, "stream capture merge") \
+    X(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "stream capture unmatched") \
+    X(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "stream capture unjoined") \
+    X(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "stream capture isolation") \
+    X(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "stream capture implicit") \
+    X(CUDA_ERROR_CAPTURED_EVENT, "captured event") \
+    X(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "stream capture wrong thread") \
+    X(CUDA_ERROR_TIMEOUT, "timeout") \
+    X(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, "graph exec update failure") \
+    X(CUDA_ERROR_EXTERNAL_DEVICE, "external device") \
+    X(CUDA_ERROR_INVALID_CLUSTER_SIZE, "invalid cluster size") \
+    X(CUDA_ERROR_FUNCTION_NOT_LOADED, "function not loaded") \
+    X(CUDA_ERROR_INVALID_RESOURCE_TYPE, "invalid resource type") \
+    X(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, "invalid resource configuration") \
+    X(CUDA_ERROR_KEY_ROTATION, "key rotation") \
+    X(CUDA_ERROR_UNKNOWN, "unknown error") \
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+#define FC_NAME(e, s) case e: *pStr = #e; return CUDA_SUCCESS;
+    FC_ERRORS(FC_NAME)
+#undef FC_NAME
+    }
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+#define FC_STR(e, s) case e: *pStr = s; return CUDA_SUCCESS;
+    FC_ERRORS(FC_STR)
+#undef FC_STR
+    }
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ------------------------------------------------------------------ */
+/* Initialization, devices                                             */
+
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    g_init = 1;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = 13000;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_dev_check(CUdevice dev)
+{
+    int init;
+
+    pthread_mutex_lock(&g_lock);
+    init = g_init;
+    pthread_mutex_unlock(&g_lock);
+    if (!init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= FC_NDEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+    CUresult rc = fc_dev_check(0);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = FC_NDEV;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+    CUresult rc = fc_dev_check(0);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= FC_NDEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    strncpy(name, FC_DEVICE_NAME, (size_t)len - 1);
+    name[len - 1] = '\0';
+    return CUDA_SUCCESS;
+}
+
+/* Fixed and distinct per device: "vcu-test-double" and the ordinal. */
+static void fc_uuid(CUuuid *uuid, CUdevice dev)
+{
+    static const char tag[15] = "vcu-test-double";
+
+    memcpy(uuid->bytes, tag, sizeof(tag));
+    uuid->bytes[15] = (char)dev;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_uuid(uuid, dev);
+    return CUDA_SUCCESS;
+}
+
+/* The pre-11.4 name, which cuda.h's macro hides: an old caller may
+ * still look it up.  Same answer (the versions differ only for MIG). */
+#undef cuDeviceGetUuid
+__attribute__((visibility("default"))) CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid,
+                                                                        CUdevice dev);
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    return cuDeviceGetUuid_v2(uuid, dev);
+}
+
+CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev)
+{
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = FC_TOTAL_MEM;
+    return CUDA_SUCCESS;
+}
+
+/* H100 SXM5 (sm_90) values, as deviceQuery shows them; 0 where a
+ * feature is absent.  Every attribute of cuda.h 13.0 has an entry. */
+#define FC_A(name, v) [CU_DEVICE_ATTRIBUTE_##name] = { 1, (v) }
+static const struct {
+    int known;
+    int value;
+} fc_attrs[CU_DEVICE_ATTRIBUTE_MAX] = {
+    FC_A(MAX_THREADS_PER_BLOCK, FC_MAX_THREADS),
+    FC_A(MAX_BLOCK_DIM_X, 1024),
+    FC_A(MAX_BLOCK_DIM_Y, 1024),
+    FC_A(MAX_BLOCK_DIM_Z, 64),
+    FC_A(MAX_GRID_DIM_X, 2147483647),
+    FC_A(MAX_GRID_DIM_Y, 65535),
+    FC_A(MAX_GRID_DIM_Z, 65535),
+    FC_A(MAX_SHARED_MEMORY_PER_BLOCK, FC_SHARED_DEFAULT),
+    FC_A(TOTAL_CONSTANT_MEMORY, 65536),
+    FC_A(WARP_SIZE, 32),
+    FC_A(MAX_PITCH, 2147483647),
+    FC_A(MAX_REGISTERS_PER_BLOCK, FC_REGS_PER_SM),
+    FC_A(CLOCK_RATE, 1980000),
+    FC_A(TEXTURE_ALIGNMENT, 512),
+    FC_A(GPU_OVERLAP, 1),
+    FC_A(MULTIPROCESSOR_COUNT, FC_SMS),
+    FC_A(KERNEL_EXEC_TIMEOUT, 0),
+    FC_A(INTEGRATED, 0),
+    FC_A(CAN_MAP_HOST_MEMORY, 1),
+    FC_A(COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT),
+    FC_A(MAXIMUM_TEXTURE1D_WIDTH, 131072),
+    FC_A(MAXIMUM_TEXTURE2D_WIDTH, 131072),
+    FC_A(MAXIMUM_TEXTURE2D_HEIGHT, 65536),
+    FC_A(MAXIMUM_TEXTURE3D_WIDTH, 16384),
+    FC_A(MAXIMUM_TEXTURE3D_HEIGHT, 16384),
+    FC_A(MAXIMUM_TEXTURE3D_DEPTH, 16384),
+    FC_A(MAXIMUM_TEXTURE2D_LAYERED_WIDTH, 32768),
+    FC_A(MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, 32768),
+    FC_A(MAXIMUM_TEXTURE2D_LAYERED_LAYERS, 2048),
+    FC_A(SURFACE_ALIGNMENT, 512),
+    FC_A(CONCURRENT_KERNELS, 1),
+    FC_A(ECC_ENABLED, 1),
+    FC_A(PCI_BUS_ID, 0),                    /* per device, below */
+    FC_A(PCI_DEVICE_ID, 0),
+    FC_A(TCC_DRIVER, 0),
+    FC_A(MEMORY_CLOCK_RATE, 2619000),
+    FC_A(GLOBAL_MEMORY_BUS_WIDTH, 5120),
+    FC_A(L2_CACHE_SIZE, 50 << 20),
+    FC_A(MAX_THREADS_PER_MULTIPROCESSOR, FC_THREADS_PER_SM),
+    FC_A(ASYNC_ENGINE_COUNT, 2),
+    FC_A(UNIFIED_ADDRESSING, 1),
+    FC_A(MAXIMUM_TEXTURE1D_LAYERED_WIDTH, 32768),
+    FC_A(MAXIMUM_TEXTURE1D_LAYERED_LAYERS, 2048),
+    FC_A(CAN_TEX2D_GATHER, 1),
+    FC_A(MAXIMUM_TEXTURE2D_GATHER_WIDTH, 32768),
+    FC_A(MAXIMUM_TEXTURE2D_GATHER_HEIGHT, 32768),
+    FC_A(MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE, 8192),
+    FC_A(MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE, 8192),
+    FC_A(MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE, 32768),
+    FC_A(PCI_DOMAIN_ID, 0),
+    FC_A(TEXTURE_PITCH_ALIGNMENT, 32),
+    FC_A(MAXIMUM_TEXTURECUBEMAP_WIDTH, 32768),
+    FC_A(MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH, 32768),
+    FC_A(MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS, 2046),
+    FC_A(MAXIMUM_SURFACE1D_WIDTH, 32768),
+    FC_A(MAXIMUM_SURFACE2D_WIDTH, 131072),
+    FC_A(MAXIMUM_SURFACE2D_HEIGHT, 65536),
+    FC_A(MAXIMUM_SURFACE3D_WIDTH, 16384),
+    FC_A(MAXIMUM_SURFACE3D_HEIGHT, 16384),
+    FC_A(MAXIMUM_SURFACE3D_DEPTH, 16384),
+    FC_A(MAXIMUM_SURFACE1D_LAYERED_WIDTH, 32768),
+    FC_A(MAXIMUM_SURFACE1D_LAYERED_LAYERS, 2048),
+    FC_A(MAXIMUM_SURFACE2D_LAYERED_WIDTH, 32768),
+    FC_A(MAXIMUM_SURFACE2D_LAYERED_HEIGHT, 32768),
+    FC_A(MAXIMUM_SURFACE2D_LAYERED_LAYERS, 2048),
+    FC_A(MAXIMUM_SURFACECUBEMAP_WIDTH, 32768),
+    FC_A(MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH, 32768),
+    FC_A(MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS, 2046),
+    FC_A(MAXIMUM_TEXTURE1D_LINEAR_WIDTH, 268435456),
+    FC_A(MAXIMUM_TEXTURE2D_LINEAR_WIDTH, 131072),
+    FC_A(MAXIMUM_TEXTURE2D_LINEAR_HEIGHT, 65000),
+    FC_A(MAXIMUM_TEXTURE2D_LINEAR_PITCH, 2097120),
+    FC_A(MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH, 32768),
+    FC_A(MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT, 32768),
+    FC_A(COMPUTE_CAPABILITY_MAJOR, 9),
+    FC_A(COMPUTE_CAPABILITY_MINOR, 0),
+    FC_A(MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH, 32768),
+    FC_A(STREAM_PRIORITIES_SUPPORTED, 1),
+    FC_A(GLOBAL_L1_CACHE_SUPPORTED, 1),
+    FC_A(LOCAL_L1_CACHE_SUPPORTED, 1),
+    FC_A(MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, FC_SHARED_PER_SM),
+    FC_A(MAX_REGISTERS_PER_MULTIPROCESSOR, FC_REGS_PER_SM),
+    FC_A(MANAGED_MEMORY, 1),
+    FC_A(MULTI_GPU_BOARD, 0),
+    FC_A(MULTI_GPU_BOARD_GROUP_ID, 0),      /* per device, below */
+    FC_A(HOST_NATIVE_ATOMIC_SUPPORTED, 0),
+    FC_A(SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 2),
+    FC_A(PAGEABLE_MEMORY_ACCESS, 0),
+    FC_A(CONCURRENT_MANAGED_ACCESS, 1),
+    FC_A(COMPUTE_PREEMPTION_SUPPORTED, 1),
+    FC_A(CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 1),
+    FC_A(CAN_USE_STREAM_MEM_OPS_V1, 0),
+    FC_A(CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 0),
+    FC_A(CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 0),
+    FC_A(COOPERATIVE_LAUNCH, 1),
+    FC_A(COOPERATIVE_MULTI_DEVICE_LAUNCH, 1),
+    FC_A(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, FC_SHARED_OPTIN),
+    FC_A(CAN_FLUSH_REMOTE_WRITES, 0),
+    FC_A(HOST_REGISTER_SUPPORTED, 1),
+    FC_A(PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0),
+    FC_A(DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0),
+    FC_A(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1),
+    FC_A(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1),
+    FC_A(HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 0),
+    FC_A(HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 0),
+    FC_A(MAX_BLOCKS_PER_MULTIPROCESSOR, FC_BLOCKS_PER_SM),
+    FC_A(GENERIC_COMPRESSION_SUPPORTED, 1),
+    FC_A(MAX_PERSISTING_L2_CACHE_SIZE, 32 << 20),
+    FC_A(MAX_ACCESS_POLICY_WINDOW_SIZE, 134213632),
+    FC_A(GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 1),
+    FC_A(RESERVED_SHARED_MEMORY_PER_BLOCK, FC_SHARED_RESERVED),
+    FC_A(SPARSE_CUDA_ARRAY_SUPPORTED, 1),
+    FC_A(READ_ONLY_HOST_REGISTER_SUPPORTED, 1),
+    FC_A(TIMELINE_SEMAPHORE_INTEROP_SUPPORTED, 1),
+    FC_A(MEMORY_POOLS_SUPPORTED, 1),
+    FC_A(GPU_DIRECT_RDMA_SUPPORTED, 1),
+    FC_A(GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, 1),
+    FC_A(GPU_DIRECT_RDMA_WRITES_ORDERING, 0),
+    FC_A(MEMPOOL_SUPPORTED_HANDLE_TYPES, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+    FC_A(CLUSTER_LAUNCH, 1),
+    FC_A(DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED, 1),
+    FC_A(CAN_USE_64_BIT_STREAM_MEM_OPS, 1),
+    FC_A(CAN_USE_STREAM_WAIT_VALUE_NOR, 1),
+    FC_A(DMA_BUF_SUPPORTED, 1),
+    FC_A(IPC_EVENT_SUPPORTED, 1),
+    FC_A(MEM_SYNC_DOMAIN_COUNT, 4),
+    FC_A(TENSOR_MAP_ACCESS_SUPPORTED, 1),
+    FC_A(HANDLE_TYPE_FABRIC_SUPPORTED, 0),
+    FC_A(UNIFIED_FUNCTION_POINTERS, 1),
+    FC_A(NUMA_CONFIG, 0),
+    FC_A(NUMA_ID, -1),
+    FC_A(MULTICAST_SUPPORTED, 0),
+    FC_A(MPS_ENABLED, 0),
+    FC_A(HOST_NUMA_ID, -1),
+    FC_A(D3D12_CIG_SUPPORTED, 0),
+    FC_A(MEM_DECOMPRESS_ALGORITHM_MASK, 0),
+    FC_A(MEM_DECOMPRESS_MAXIMUM_LENGTH, 0),
+    FC_A(VULKAN_CIG_SUPPORTED, 0),
+    FC_A(GPU_PCI_DEVICE_ID, 0x233010de),    /* H100 SXM5 80GB, NVIDIA */
+    FC_A(GPU_PCI_SUBSYSTEM_ID, 0x16c110de),
+    FC_A(HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+    FC_A(HOST_NUMA_MEMORY_POOLS_SUPPORTED, 0),
+    FC_A(HOST_NUMA_MULTINODE_IPC_SUPPORTED, 0),
+    FC_A(HOST_MEMORY_POOLS_SUPPORTED, 0),
+    FC_A(HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+    FC_A(HOST_ALLOC_DMA_BUF_SUPPORTED, 0),
+    FC_A(ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED, 0),
+};
+#undef FC_A
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pi || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX || !fc_attrs[attrib].known)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+        /* Distinct slots, so that bus-id based selection can be tested. */
+        *pi = 0x19 + 0x20 * dev;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID:
+        *pi = dev;
+        break;
+    default:
+        *pi = fc_attrs[attrib].value;
+        break;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc == CUDA_SUCCESS)
+        rc = fc_dev_check(peerDev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!canAccessPeer)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* As CUDA: a device is not its own peer. */
+    *canAccessPeer = dev != peerDev;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pool_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pool_out = (CUmemoryPool)&g_pools[dev];
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Contexts                                                            */
+
+static const size_t fc_limit_defaults[CU_LIMIT_MAX] = {
+    [CU_LIMIT_STACK_SIZE] = 1024,
+    [CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20,
+    [CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20,
+    [CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
+    [CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
+    [CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
+    [CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0,
+    [CU_LIMIT_SHMEM_SIZE] = 0,
+    [CU_LIMIT_CIG_ENABLED] = 0,
+    [CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED] = 1,
+};
+
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                             unsigned int flags, CUdevice dev)
+{
+    fc_ctx_t *ctx;
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx || (flags & ~(unsigned int)CU_CTX_FLAGS_MASK))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ctxCreateParams && ctxCreateParams->numExecAffinityParams > 0)
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    if (ctxCreateParams && ctxCreateParams->cigParams)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx->dev = dev;
+    ctx->flags = flags;
+    memcpy(ctx->limits, fc_limit_defaults, sizeof(ctx->limits));
+    fc_stream_init(&ctx->null_stream, ctx, 0, FC_PRIO_LEAST);
+    pthread_mutex_lock(&g_lock);
+    fc_list_add(&g_ctxs, ctx);
+    tls_ctx = ctx;
+    tls_ctx_id = ctx->hdr.id;
+    pthread_mutex_unlock(&g_lock);
+    *pctx = (CUcontext)ctx;
+    return CUDA_SUCCESS;
+}
+
+static void fc_module_free(fc_module_t *m);
+
+/* Frees everything a context owns; g_lock held. */
+static void fc_ctx_free_all(fc_ctx_t *ctx)
+{
+    fc_obj_t **pp;
+
+    for (pp = &g_streams; *pp;) {
+        fc_stream_t *s = (fc_stream_t *)*pp;
+
+        if (s->ctx == ctx) {
+            *pp = s->hdr.next;
+            fc_stream_leave_capture(s);
+            free(s);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    for (pp = &g_events; *pp;) {
+        fc_event_t *e = (fc_event_t *)*pp;
+
+        if (e->ctx == ctx) {
+            *pp = e->hdr.next;
+            free(e->cap_deps);
+            free(e);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    for (pp = &g_modules; *pp;) {
+        fc_module_t *m = (fc_module_t *)*pp;
+
+        if (m->ctx == ctx) {
+            *pp = m->hdr.next;
+            fc_module_free(m);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    for (size_t i = 0; i < g_nmem;) {
+        if (g_mem[i].ctx == ctx && g_mem[i].kind != FC_MEM_GLOBAL)
+            fc_mem_remove(i);
+        else
+            i++;
+    }
+}
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+{
+    fc_ctx_t *c = (fc_ctx_t *)ctx;
+
+    pthread_mutex_lock(&g_lock);
+    if (!g_init) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (!c || !fc_list_has(g_ctxs, c)) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    fc_ctx_free_all(c);
+    fc_list_del(&g_ctxs, c);
+    if (tls_ctx == c)
+        tls_ctx = NULL;
+    pthread_mutex_unlock(&g_lock);
+    free(c);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+    fc_ctx_t *c = (fc_ctx_t *)ctx;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!g_init) {
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+    } else if (!c) {
+        tls_ctx = NULL;
+    } else if (!fc_list_has(g_ctxs, c)) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    } else {
+        tls_ctx = c;
+        tls_ctx_id = c->hdr.id;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    if (!g_init)
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+    else
+        *pctx = fc_ctx_live(tls_ctx, tls_ctx_id) ? (CUcontext)tls_ctx : NULL;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && !device)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *device = ctx->dev;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Capturing streams can't be waited for: invalidates their captures. */
+static CUresult fc_sync_capture_check(fc_ctx_t *ctx)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    for (fc_obj_t *o = g_streams; o; o = o->next) {
+        fc_stream_t *s = (fc_stream_t *)o;
+
+        if (s->ctx == ctx && s->cap) {
+            s->cap->invalidated = 1;
+            rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_sync_capture_check(ctx);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if ((int)limit < 0 || limit >= CU_LIMIT_MAX) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED) {
+        rc = CUDA_ERROR_UNSUPPORTED_LIMIT;       /* query only */
+    } else if (limit == CU_LIMIT_MAX_L2_FETCH_GRANULARITY && value > 128) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE && value > (size_t)(32 << 20)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        ctx->limits[limit] = value;
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && (!pvalue || (int)limit < 0 || limit >= CU_LIMIT_MAX))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *pvalue = ctx->limits[limit];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    pthread_mutex_unlock(&g_lock);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (leastPriority)
+        *leastPriority = FC_PRIO_LEAST;
+    if (greatestPriority)
+        *greatestPriority = FC_PRIO_GREATEST;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetFlags(unsigned int flags)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && (flags & ~(unsigned int)CU_CTX_FLAGS_MASK))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        ctx->flags = flags;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory                                                              */
+
+CUresult CUDAAPI cuMemGetInfo(size_t *free_out, size_t *total)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS) {
+        if (free_out)
+            *free_out = FC_TOTAL_MEM - g_dev_used[ctx->dev];
+        if (total)
+            *total = FC_TOTAL_MEM;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_alloc(ctx, bytesize, 0, dptr);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_free(dptr);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Stream-ordered allocation can't be captured here (CUDA would make a
+ * memory node): the capture is invalidated instead. */
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && s->cap) {
+        fc_cap_invalidate(s);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_alloc(ctx, bytesize, 1, dptr);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static struct fc_pool_s *fc_pool(CUmemoryPool pool);
+
+/* The stand-in's pools are all one heap: a named pool only has to exist. */
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && fc_pool(pool) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && s->cap) {
+        fc_cap_invalidate(s);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_alloc(ctx, bytesize, 1, dptr);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && s->cap) {
+        fc_cap_invalidate(s);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_free(dptr);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static fc_pool_t *fc_pool(CUmemoryPool pool)
+{
+    for (int i = 0; i < FC_NDEV; i++)
+        if ((fc_pool_t *)pool == &g_pools[i])
+            return &g_pools[i];
+    return NULL;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    fc_pool_t *p;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    p = fc_pool(pool);
+    if (!g_init) {
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        goto out;
+    }
+    if (!p || !value) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        p->reuse_follow = *(int *)value;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        p->reuse_opportunistic = *(int *)value;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        p->reuse_internal = *(int *)value;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        p->release_threshold = *(cuuint64_t *)value;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        /* Only a reset (to the current value) may be asked for. */
+        if (*(cuuint64_t *)value != 0)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else if (attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+            p->used_high = p->used;
+        else
+            p->reserved_high = p->used;
+        break;
+    default:
+        rc = CUDA_ERROR_INVALID_VALUE;
+        break;
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    fc_pool_t *p;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    p = fc_pool(pool);
+    if (!g_init) {
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        goto out;
+    }
+    if (!p || !value) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        *(int *)value = p->reuse_follow;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        *(int *)value = p->reuse_opportunistic;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = p->reuse_internal;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *(cuuint64_t *)value = p->release_threshold;
+        break;
+    /* Nothing is cached: what is reserved is what is in use. */
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        *(cuuint64_t *)value = p->used;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        *(cuuint64_t *)value = p->reserved_high;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *(cuuint64_t *)value = p->used_high;
+        break;
+    default:
+        rc = CUDA_ERROR_INVALID_VALUE;
+        break;
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    (void)minBytesToKeep;
+    pthread_mutex_lock(&g_lock);
+    if (!g_init)
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+    else if (!fc_pool(pool))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    i = fc_mem_find((uintptr_t)dptr);
+    /* As CUDA: NOT_FOUND for an address no allocation contains. */
+    if (i < 0 || g_mem[i].kind == FC_MEM_HOSTREG) {
+        rc = CUDA_ERROR_NOT_FOUND;
+        goto out;
+    }
+    if (pbase)
+        *pbase = (CUdeviceptr)g_mem[i].base;
+    if (psize)
+        *psize = g_mem[i].size;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Registered host memory may serve as device memory (unified
+ * addressing), so it goes into the same table. */
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    fc_ctx_t *ctx;
+    fc_mem_t m = { 0 };
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!p || bytesize == 0 ||
+        (Flags & ~(unsigned int)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                 CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    m.base = (uintptr_t)p;
+    m.size = bytesize;
+    m.kind = FC_MEM_HOSTREG;
+    m.ctx = ctx;
+    m.dev = ctx->dev;
+    if (m.base + bytesize < m.base) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    rc = fc_mem_insert(&m);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    i = fc_mem_find((uintptr_t)p);
+    if (!p || i < 0 || g_mem[i].kind != FC_MEM_HOSTREG || g_mem[i].base != (uintptr_t)p)
+        rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    else
+        fc_mem_remove((size_t)i);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/*
+ * One copy, synchronous (hStream NULL: the legacy stream) or on a
+ * stream, where a capture records it.  Validated before it is recorded,
+ * and again when it runs.
+ */
+static CUresult fc_copy_submit(CUstream hStream, const CUDA_MEMCPY3D *p)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_copy_validate(p);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!s->cap) {
+        rc = fc_copy3d(p);
+        goto out;
+    }
+    n = fc_node_new(FC_NODE_MEMCPY);
+    if (!n) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.copy = *p;
+    rc = fc_submit(ctx, s, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_copy1d(CUstream h, CUmemorytype dt, uintptr_t dst, CUmemorytype st,
+                          uintptr_t src, size_t n)
+{
+    CUDA_MEMCPY3D p;
+
+    fc_copy1d_params(&p, dt, dst, st, src, n);
+    return fc_copy_submit(h, &p);
+}
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return fc_copy1d(NULL, CU_MEMORYTYPE_DEVICE, (uintptr_t)dstDevice, CU_MEMORYTYPE_HOST,
+                     (uintptr_t)srcHost, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return fc_copy1d(NULL, CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE,
+                     (uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return fc_copy1d(NULL, CU_MEMORYTYPE_DEVICE, (uintptr_t)dstDevice, CU_MEMORYTYPE_DEVICE,
+                     (uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                                   CUstream hStream)
+{
+    return fc_copy1d(hStream, CU_MEMORYTYPE_DEVICE, (uintptr_t)dstDevice, CU_MEMORYTYPE_HOST,
+                     (uintptr_t)srcHost, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream)
+{
+    return fc_copy1d(hStream, CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE,
+                     (uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                   size_t ByteCount, CUstream hStream)
+{
+    return fc_copy1d(hStream, CU_MEMORYTYPE_DEVICE, (uintptr_t)dstDevice, CU_MEMORYTYPE_DEVICE,
+                     (uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *pCopy)
+{
+    CUDA_MEMCPY3D p;
+
+    if (!pCopy)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_copy2d_params(&p, pCopy);
+    return fc_copy_submit(NULL, &p);
+}
+
+CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    CUDA_MEMCPY3D p;
+
+    if (!pCopy)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_copy2d_params(&p, pCopy);
+    return fc_copy_submit(hStream, &p);
+}
+
+static CUresult fc_memset_submit(CUstream hStream, CUdeviceptr dst, size_t pitch,
+                                 unsigned int value, unsigned int esize, size_t width,
+                                 size_t height)
+{
+    CUDA_MEMSET_NODE_PARAMS p = { 0 };
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_node_t *n;
+    CUresult rc;
+
+    p.dst = dst;
+    p.pitch = height > 1 ? pitch : width * esize;
+    p.value = value;
+    p.elementSize = esize;
+    p.width = width;
+    p.height = height;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_memset_validate(&p);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!s->cap) {
+        rc = fc_memset(&p);
+        goto out;
+    }
+    n = fc_node_new(FC_NODE_MEMSET);
+    if (!n) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.set = p;
+    rc = fc_submit(ctx, s, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    return fc_memset_submit(NULL, dstDevice, 0, uc, 1, N, 1);
+}
+
+CUresult CUDAAPI cuMemsetD16(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    return fc_memset_submit(NULL, dstDevice, 0, us, 2, N, 1);
+}
+
+CUresult CUDAAPI cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    return fc_memset_submit(NULL, dstDevice, 0, ui, 4, N, 1);
+}
+
+CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                              size_t Width, size_t Height)
+{
+    return fc_memset_submit(NULL, dstDevice, dstPitch, uc, 1, Width, Height);
+}
+
+CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,
+                               size_t Width, size_t Height)
+{
+    return fc_memset_submit(NULL, dstDevice, dstPitch, us, 2, Width, Height);
+}
+
+CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                               size_t Width, size_t Height)
+{
+    return fc_memset_submit(NULL, dstDevice, dstPitch, ui, 4, Width, Height);
+}
+
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                 CUstream hStream)
+{
+    return fc_memset_submit(hStream, dstDevice, 0, uc, 1, N, 1);
+}
+
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                                  CUstream hStream)
+{
+    return fc_memset_submit(hStream, dstDevice, 0, us, 2, N, 1);
+}
+
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                  CUstream hStream)
+{
+    return fc_memset_submit(hStream, dstDevice, 0, ui, 4, N, 1);
+}
+
+CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                                   size_t Width, size_t Height, CUstream hStream)
+{
+    return fc_memset_submit(hStream, dstDevice, dstPitch, uc, 1, Width, Height);
+}
+
+CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,
+                                    size_t Width, size_t Height, CUstream hStream)
+{
+    return fc_memset_submit(hStream, dstDevice, dstPitch, us, 2, Width, Height);
+}
+
+CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                                    size_t Width, size_t Height, CUstream hStream)
+{
+    return fc_memset_submit(hStream, dstDevice, dstPitch, ui, 4, Width, Height);
+}
+
+/* ------------------------------------------------------------------ */
+/* Modules and functions                                               */
+
+#define FC_FATBIN_MAGIC         0xBA55ED50u
+#define FC_FATBIN_WRAPPER_MAGIC 0x466243B1u
+/* Entry flags of a compressed fatbin payload (LZ4, then ZSTD). */
+#define FC_FATBIN_FLAG_LZ4      0x2000u
+#define FC_FATBIN_FLAG_ZSTD     0x8000u
+#define FC_IMAGE_MAX            (1ull << 31)
+
+/* The fatbin header and entry header, as nvcc writes them. */
+typedef struct fc_fatbin_hdr_s {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t header_size;
+    uint64_t fat_size;          /* bytes after the header */
+} fc_fatbin_hdr_t;
+
+typedef struct fc_fatbin_entry_s {
+    uint16_t kind;              /* 1 PTX, 2 ELF */
+    uint16_t version;
+    uint32_t header_size;
+    uint64_t payload_size;
+    uint32_t compressed_size;   /* 0 unless compressed */
+    uint32_t unknown0;
+    uint16_t minor, major;
+    uint32_t arch;
+    uint32_t name_offset, name_len;
+    uint64_t flags;
+} fc_fatbin_entry_t;
+
+/* The __fatbinwrap struct nvcc puts in a host object. */
+typedef struct fc_fatbin_wrapper_s {
+    uint32_t magic;
+    uint32_t version;
+    const void *data;
+    void *filename;
+} fc_fatbin_wrapper_t;
+
+/*
+ * Size of a fatbin, and whether all its entries are compressed.  nvcc 13
+ * compresses the PTX entry by default but not the cubin next to it; the
+ * entries hold the same kernels, so one plain entry is enough to check
+ * names against.  Only with none can a name's presence not be checked.
+ */
+static CUresult fc_fatbin_size(const unsigned char *img, size_t *size, int *compressed)
+{
+    fc_fatbin_hdr_t h;
+    size_t off;
+    int plain = 0, packed = 0;
+
+    memcpy(&h, img, sizeof(h));
+    if (h.header_size < sizeof(h) || h.fat_size > FC_IMAGE_MAX)
+        return CUDA_ERROR_INVALID_IMAGE;
+    *size = (size_t)h.header_size + h.fat_size;
+    for (off = h.header_size; off + sizeof(fc_fatbin_entry_t) <= *size;) {
+        fc_fatbin_entry_t e;
+
+        memcpy(&e, img + off, sizeof(e));
+        if (e.header_size < sizeof(e) || e.payload_size > *size)
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (e.compressed_size || (e.flags & (FC_FATBIN_FLAG_LZ4 | FC_FATBIN_FLAG_ZSTD)))
+            packed = 1;
+        else
+            plain = 1;
+        off += e.header_size + e.payload_size;
+    }
+    *compressed = packed && !plain;
+    return CUDA_SUCCESS;
+}
+
+/* Size of a 64-bit ELF (a cubin): the end of its furthest part. */
+static CUresult fc_elf_size(const unsigned char *img, size_t *size)
+{
+    Elf64_Ehdr eh;
+    size_t end;
+
+    memcpy(&eh, img, sizeof(eh));
+    if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
+        eh.e_shoff > FC_IMAGE_MAX || eh.e_phoff > FC_IMAGE_MAX)
+        return CUDA_ERROR_INVALID_IMAGE;
+    end = sizeof(eh);
+    if (eh.e_shoff + (size_t)eh.e_shnum * sizeof(Elf64_Shdr) > end)
+        end = eh.e_shoff + (size_t)eh.e_shnum * sizeof(Elf64_Shdr);
+    if (eh.e_phoff + (size_t)eh.e_phnum * eh.e_phentsize > end)
+        end = eh.e_phoff + (size_t)eh.e_phnum * eh.e_phentsize;
+    for (unsigned int i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+
+        memcpy(&sh, img + eh.e_shoff + i * sizeof(sh), sizeof(sh));
+        if (sh.sh_type == SHT_NOBITS)
+            continue;
+        if (sh.sh_offset > FC_IMAGE_MAX || sh.sh_size > FC_IMAGE_MAX)
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (sh.sh_offset + sh.sh_size > end)
+            end = sh.sh_offset + sh.sh_size;
+    }
+    *size = end;
+    return CUDA_SUCCESS;
+}
+
+/* Works out what kind of image this is and how long. */
+static CUresult fc_image_size(const void **image, size_t *size, int *compressed)
+{
+    const unsigned char *img = *image;
+    uint32_t magic;
+
+    *compressed = 0;
+    memcpy(&magic, img, sizeof(magic));
+    if (magic == FC_FATBIN_WRAPPER_MAGIC) {
+        fc_fatbin_wrapper_t w;
+
+        memcpy(&w, img, sizeof(w));
+        if (!w.data)
+            return CUDA_ERROR_INVALID_IMAGE;
+        img = w.data;
+        memcpy(&magic, img, sizeof(magic));
+        if (magic != FC_FATBIN_MAGIC)
+            return CUDA_ERROR_INVALID_IMAGE;
+        *image = img;
+    }
+    if (magic == FC_FATBIN_MAGIC)
+        return fc_fatbin_size(img, size, compressed);
+    if (memcmp(img, ELFMAG, SELFMAG) == 0)
+        return fc_elf_size(img, size);
+    /* PTX: NUL-terminated text with a .version directive. */
+    if (img[0] == '/' || img[0] == '.' || img[0] == '\n' || img[0] == ' ' || img[0] == '\t') {
+        if (!strstr((const char *)img, ".version"))
+            return CUDA_ERROR_INVALID_PTX;
+        *size = strlen((const char *)img) + 1;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_IMAGE;
+}
+
+static void fc_module_free(fc_module_t *m)
+{
+    for (fc_obj_t **pp = &g_funcs; *pp;) {
+        fc_func_t *f = (fc_func_t *)*pp;
+
+        if (f->mod == m) {
+            *pp = f->hdr.next;
+            free(f);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    for (size_t i = 0; i < m->nglobals; i++) {
+        ssize_t j = fc_mem_find((uintptr_t)m->globals[i].mem);
+
+        if (j >= 0)
+            fc_mem_remove((size_t)j);
+        free(m->globals[i].raw);
+    }
+    free(m->globals);
+    free(m->image);
+    free(m);
+}
+
+/* Gives the module its own copy of each device symbol its image names. */
+static CUresult fc_module_globals(fc_module_t *m)
+{
+    size_t n = 0;
+
+    if (!vcu_twin_globals)
+        return CUDA_SUCCESS;
+    for (const vcu_twin_global_t *g = vcu_twin_globals; g->name; g++)
+        n++;
+    m->globals = calloc(n ? n : 1, sizeof(*m->globals));
+    if (!m->globals)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (const vcu_twin_global_t *g = vcu_twin_globals; g->name; g++) {
+        fc_global_t *mg = &m->globals[m->nglobals];
+        size_t size = g->size ? g->size : 1;
+        fc_mem_t e = { 0 };
+
+        if (!fc_image_has(m, g->name))
+            continue;
+        mg->raw = calloc(1, size + FC_ALIGN);
+        if (!mg->raw)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        mg->mem = (void *)(((uintptr_t)mg->raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
+        mg->def = g;
+        if (g->init)
+            memcpy(mg->mem, g->init, g->size);
+        e.base = (uintptr_t)mg->mem;
+        e.size = size;
+        e.kind = FC_MEM_GLOBAL;
+        e.ctx = m->ctx;
+        e.dev = m->ctx->dev;
+        if (fc_mem_insert(&e) != CUDA_SUCCESS) {
+            free(mg->raw);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        m->nglobals++;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+{
+    fc_ctx_t *ctx;
+    fc_module_t *m = NULL;
+    size_t size = 0;
+    int compressed = 0;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!module || !image) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    rc = fc_image_size(&image, &size, &compressed);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    m = calloc(1, sizeof(*m));
+    if (!m || !(m->image = malloc(size))) {
+        free(m);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    memcpy(m->image, image, size);
+    m->size = size;
+    m->compressed = compressed;
+    m->ctx = ctx;
+    rc = fc_module_globals(m);
+    if (rc != CUDA_SUCCESS) {
+        fc_module_free(m);
+        goto out;
+    }
+    fc_list_add(&g_modules, m);
+    *module = (CUmodule)m;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && !fc_list_has(g_modules, hmod))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS) {
+        fc_list_del(&g_modules, hmod);
+        fc_module_free((fc_module_t *)hmod);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    fc_ctx_t *ctx;
+    fc_module_t *m = (fc_module_t *)hmod;
+    const vcu_twin_t *t;
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!hfunc || !name) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (!fc_list_has(g_modules, m)) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    t = fc_twin_find(name);
+    if (!t || !fc_image_has(m, name)) {
+        rc = CUDA_ERROR_NOT_FOUND;
+        goto out;
+    }
+    /* One handle per kernel and module, as CUDA gives. */
+    for (fc_obj_t *o = g_funcs; o; o = o->next) {
+        f = (fc_func_t *)o;
+        if (f->mod == m && f->twin == t) {
+            *hfunc = (CUfunction)f;
+            goto out;
+        }
+    }
+    f = calloc(1, sizeof(*f));
+    if (!f) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    f->mod = m;
+    f->twin = t;
+    f->max_dyn_shared = (int)(FC_SHARED_DEFAULT > t->static_shared
+                                  ? FC_SHARED_DEFAULT - t->static_shared : 0);
+    f->carveout = -1;
+    fc_list_add(&g_funcs, f);
+    *hfunc = (CUfunction)f;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+                                   const char *name)
+{
+    fc_ctx_t *ctx;
+    fc_module_t *m = (fc_module_t *)hmod;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!name) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (!fc_list_has(g_modules, m)) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    rc = CUDA_ERROR_NOT_FOUND;
+    for (size_t i = 0; i < m->nglobals; i++) {
+        if (strcmp(m->globals[i].def->name, name) == 0) {
+            if (dptr)
+                *dptr = (CUdeviceptr)(uintptr_t)m->globals[i].mem;
+            if (bytes)
+                *bytes = m->globals[i].def->size;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The function, checked, for the calling thread's context. */
+static CUresult fc_func_get(CUfunction hfunc, fc_func_t **out)
+{
+    fc_ctx_t *ctx;
+    CUresult rc = fc_cur(&ctx);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!fc_list_has(g_funcs, hfunc))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = (fc_func_t *)hfunc;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(func, &f);
+    if (rc == CUDA_SUCCESS &&
+        (paramIndex >= f->twin->nparams || paramIndex >= VCU_TWIN_MAX_PARAMS))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        if (paramOffset)
+            *paramOffset = f->twin->params[paramIndex].offset;
+        if (paramSize)
+            *paramSize = f->twin->params[paramIndex].size;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(hfunc, &f);
+    if (rc == CUDA_SUCCESS && !pi)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *pi = fc_func_max_threads(f);
+        break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+        *pi = (int)f->twin->static_shared;
+        break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+        *pi = 0;
+        break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+        *pi = fc_regs(f->twin);
+        break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+        *pi = 90;
+        break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        *pi = f->max_dyn_shared;
+        break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        *pi = f->carveout;
+        break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+        *pi = f->cluster[attrib - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH];
+        break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+        *pi = f->non_portable_cluster;
+        break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        *pi = f->cluster_policy;
+        break;
+    default:
+        rc = CUDA_ERROR_INVALID_VALUE;
+        break;
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(hfunc, &f);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        if (value < 0 || (size_t)value + f->twin->static_shared > FC_SHARED_OPTIN)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            f->max_dyn_shared = value;
+        break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        if (value < -1 || value > 100)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            f->carveout = value;
+        break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+        if (value < 0 || value > 8)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            f->cluster[attrib - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] = value;
+        break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+        f->non_portable_cluster = value != 0;
+        break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        if (value < CU_CLUSTER_SCHEDULING_POLICY_DEFAULT ||
+            value > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            f->cluster_policy = value;
+        break;
+    default:
+        rc = CUDA_ERROR_INVALID_VALUE;
+        break;
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks,
+                                                                      CUfunction func,
+                                                                      int blockSize,
+                                                                      size_t dynamicSMemSize,
+                                                                      unsigned int flags)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(func, &f);
+    if (rc == CUDA_SUCCESS &&
+        (!numBlocks || (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *numBlocks = fc_occupancy(f, blockSize, dynamicSMemSize);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/*
+ * The block size (a warp multiple up to blockSizeLimit) that keeps the
+ * most threads resident per SM; ties go to the larger block.  The
+ * callback is the caller's pure function and runs under g_lock.
+ */
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(
+    int *minGridSize, int *blockSize, CUfunction func,
+    CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit,
+    unsigned int flags)
+{
+    fc_func_t *f;
+    int limit, best = 0, best_blocks = 0;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(func, &f);
+    if (rc == CUDA_SUCCESS &&
+        (!minGridSize || !blockSize || blockSizeLimit < 0 ||
+         (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    limit = fc_func_max_threads(f);
+    if (blockSizeLimit > 0 && blockSizeLimit < limit)
+        limit = blockSizeLimit;
+    for (int bs = limit; bs > 0; bs = (bs % 32) ? bs - bs % 32 : bs - 32) {
+        size_t dyn = blockSizeToDynamicSMemSize ? blockSizeToDynamicSMemSize(bs)
+                                                : dynamicSMemSize;
+        int blocks = fc_occupancy(f, bs, dyn);
+
+        if (blocks * bs > best_blocks * best) {
+            best = bs;
+            best_blocks = blocks;
+        }
+    }
+    *blockSize = best;
+    *minGridSize = best_blocks * FC_SMS;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Launches                                                            */
+
+static CUresult fc_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                          CUstream hStream, void **kernelParams, void **extra, int coop)
+{
+    const unsigned int grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_kernel_node(f, grid, block, shared, kernelParams, extra, coop, &n);
+    if (rc == CUDA_SUCCESS && ((fc_func_t *)f)->mod->ctx != ctx) {
+        fc_node_free(n);
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = fc_submit(ctx, s, n);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                unsigned int gridDimZ, unsigned int blockDimX,
+                                unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream hStream,
+                                void **kernelParams, void **extra)
+{
+    return fc_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                     sharedMemBytes, hStream, kernelParams, extra, 0);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                           unsigned int gridDimY, unsigned int gridDimZ,
+                                           unsigned int blockDimX, unsigned int blockDimY,
+                                           unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                           CUstream hStream, void **kernelParams)
+{
+    return fc_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                     sharedMemBytes, hStream, kernelParams, NULL, 1);
+}
+
+CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && !fn)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    n = fc_node_new(FC_NODE_HOST);
+    if (!n) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.host.fn = fn;
+    n->u.host.userData = userData;
+    rc = fc_submit(ctx, s, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams                                                             */
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && (!phStream || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    s = malloc(sizeof(*s));
+    if (!s) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    /* As CUDA: a priority out of range is clamped, not refused. */
+    if (priority > FC_PRIO_LEAST)
+        priority = FC_PRIO_LEAST;
+    if (priority < FC_PRIO_GREATEST)
+        priority = FC_PRIO_GREATEST;
+    fc_stream_init(s, ctx, flags, priority);
+    fc_list_add(&g_streams, s);
+    *phStream = (CUstream)s;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    return cuStreamCreateWithPriority(phStream, Flags, FC_PRIO_LEAST);
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s = (fc_stream_t *)hStream;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && (fc_is_null_stream(hStream) || !fc_list_has(g_streams, s)))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS) {
+        fc_list_del(&g_streams, s);
+        if (s->cap)
+            s->cap->invalidated = 1;
+        fc_stream_leave_capture(s);
+        free(s);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Work is done when it is submitted; only a capture stops a wait. */
+static CUresult fc_stream_wait(CUstream hStream)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && s->cap) {
+        fc_cap_invalidate(s);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+    return fc_stream_wait(hStream);
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+    return fc_stream_wait(hStream);
+}
+
+static fc_cap_t *fc_cap_by_id(uint64_t id)
+{
+    for (fc_obj_t *o = g_caps; o; o = o->next)
+        if (o->id == id)
+            return (fc_cap_t *)o;
+    return NULL;
+}
+
+/* Adds deps[] to s's capture dependencies, without duplicates. */
+static CUresult fc_deps_merge(fc_stream_t *s, fc_node_t *const *deps, size_t n)
+{
+    fc_node_t **d = realloc(s->deps, (s->ndeps + n + 1) * sizeof(*d));
+
+    if (!d)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->deps = d;
+    for (size_t i = 0; i < n; i++) {
+        size_t j;
+
+        for (j = 0; j < s->ndeps && s->deps[j] != deps[i]; j++)
+            ;
+        if (j == s->ndeps)
+            s->deps[s->ndeps++] = deps[i];
+    }
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Outside a capture a wait is a no-op (the event's work is done).  In
+ * one, it is the fork/join of stream capture: a stream waiting for an
+ * event recorded in a capture joins it, taking the event's dependencies.
+ */
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_event_t *e = (fc_event_t *)hEvent;
+    fc_cap_t *cap;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!fc_list_has(g_events, e)) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    if (Flags & ~(unsigned int)CU_EVENT_WAIT_EXTERNAL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    cap = e->cap_id ? fc_cap_by_id(e->cap_id) : NULL;
+    if (!cap)
+        goto out;
+    if (s->cap && s->cap != cap) {
+        rc = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        goto out;
+    }
+    if (fc_is_null_stream(hStream)) {
+        cap->invalidated = 1;
+        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        goto out;
+    }
+    s->cap = cap;
+    rc = fc_deps_merge(s, e->cap_deps, e->ncap_deps);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_cap_t *cap;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (fc_is_null_stream(hStream)) {
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        goto out;
+    }
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (s->cap) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+        goto out;
+    }
+    cap = calloc(1, sizeof(*cap));
+    if (!cap || !(cap->graph = fc_graph_new())) {
+        free(cap);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    cap->origin = s;
+    cap->mode = mode;
+    fc_list_add(&g_caps, cap);
+    s->cap = cap;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/*
+ * Ends the capture on its origin stream, taking every stream that joined
+ * out of it too (CUDA would insist they had joined back first).
+ */
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_cap_t *cap;
+    fc_graph_t *g;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && !phGraph)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    cap = s->cap;
+    if (!cap) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+        goto out;
+    }
+    if (cap->origin != s) {
+        cap->invalidated = 1;
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+        goto out;
+    }
+    g = cap->graph;
+    cap->graph = NULL;
+    for (fc_obj_t *o = g_streams; o; o = o->next) {
+        fc_stream_t *t = (fc_stream_t *)o;
+
+        if (t->cap == cap && t != s) {
+            free(t->deps);
+            t->deps = NULL;
+            t->ndeps = 0;
+            t->cap = NULL;
+        }
+    }
+    *phGraph = NULL;
+    if (cap->invalidated) {
+        fc_graph_free(g);
+        rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else {
+        fc_list_add(&g_graphs, g);
+        *phGraph = (CUgraph)g;
+    }
+    fc_stream_leave_capture(s);         /* frees cap: s was the last */
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                        cuuint64_t *id_out, CUgraph *graph_out,
+                                        const CUgraphNode **dependencies_out,
+                                        const CUgraphEdgeData **edgeData_out,
+                                        size_t *numDependencies_out)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && !captureStatus_out)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!s->cap) {
+        *captureStatus_out = CU_STREAM_CAPTURE_STATUS_NONE;
+        goto out;
+    }
+    *captureStatus_out = s->cap->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                             : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (id_out)
+        *id_out = s->cap->hdr.id;
+    /* The graph under construction; it becomes a listed graph at the end. */
+    if (graph_out)
+        *graph_out = (CUgraph)s->cap->graph;
+    if (dependencies_out)
+        *dependencies_out = (const CUgraphNode *)s->deps;
+    /* NULL: all edges are default ones. */
+    if (edgeData_out)
+        *edgeData_out = NULL;
+    if (numDependencies_out)
+        *numDependencies_out = s->ndeps;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && !captureStatus)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        if (!s->cap)
+            *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+        else if (s->cap->invalidated)
+            *captureStatus = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+        else
+            *captureStatus = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Events                                                              */
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    fc_ctx_t *ctx;
+    fc_event_t *e;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS &&
+        (!phEvent ||
+         (Flags & ~(unsigned int)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                                  CU_EVENT_INTERPROCESS)) ||
+         ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING))))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    e = calloc(1, sizeof(*e));
+    if (!e) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    e->ctx = ctx;
+    e->flags = Flags;
+    fc_list_add(&g_events, e);
+    *phEvent = (CUevent)e;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
+{
+    fc_ctx_t *ctx;
+    fc_event_t *e = (fc_event_t *)hEvent;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && !fc_list_has(g_events, e))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS) {
+        fc_list_del(&g_events, e);
+        free(e->cap_deps);
+        free(e);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_event_t *e = (fc_event_t *)hEvent;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && !fc_list_has(g_events, e))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS && (flags & ~(unsigned int)CU_EVENT_RECORD_EXTERNAL))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (s->cap) {
+        /* A record in a capture only marks a point to fork or join at. */
+        fc_node_t **d = malloc((s->ndeps ? s->ndeps : 1) * sizeof(*d));
+
+        if (!d) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        memcpy(d, s->deps, s->ndeps * sizeof(*d));
+        free(e->cap_deps);
+        e->cap_deps = d;
+        e->ncap_deps = s->ndeps;
+        e->cap_id = s->cap->hdr.id;
+        goto out;
+    }
+    e->cap_id = 0;
+    e->recorded = 1;
+    e->ns = fc_now_ns();
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    return cuEventRecordWithFlags(hEvent, hStream, CU_EVENT_RECORD_DEFAULT);
+}
+
+/* Recorded work is done work: nothing to wait for. */
+static CUresult fc_event_check(CUevent hEvent)
+{
+    fc_ctx_t *ctx;
+    fc_event_t *e = (fc_event_t *)hEvent;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && !fc_list_has(g_events, e))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS && e->ctx->sticky != CUDA_SUCCESS)
+        rc = e->ctx->sticky;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    return fc_event_check(hEvent);
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent)
+{
+    return fc_event_check(hEvent);
+}
+
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    fc_ctx_t *ctx;
+    fc_event_t *a = (fc_event_t *)hStart, *b = (fc_event_t *)hEnd;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!pMilliseconds) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (!fc_list_has(g_events, a) || !fc_list_has(g_events, b)) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    /* As CUDA: no timestamps, or never recorded -> INVALID_HANDLE. */
+    if ((a->flags & CU_EVENT_DISABLE_TIMING) || (b->flags & CU_EVENT_DISABLE_TIMING) ||
+        !a->recorded || !b->recorded) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    *pMilliseconds = (float)((double)((int64_t)(b->ns - a->ns)) / 1e6);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Graphs                                                              */
+
+CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    fc_graph_t *g;
+
+    if (!phGraph || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    g = fc_graph_new();
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_lock);
+    fc_list_add(&g_graphs, g);
+    pthread_mutex_unlock(&g_lock);
+    *phGraph = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!fc_list_has(g_graphs, hGraph)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        fc_list_del(&g_graphs, hGraph);
+        fc_graph_free((fc_graph_t *)hGraph);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Adds a node built by the caller (taking it over) to a listed graph. */
+static CUresult fc_graph_add_api(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                 const CUgraphNode *dependencies, size_t numDependencies,
+                                 fc_node_t *n)
+{
+    CUresult rc;
+
+    if (!phGraphNode || !fc_list_has(g_graphs, hGraph) || (numDependencies && !dependencies)) {
+        fc_node_free(n);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    rc = fc_graph_add((fc_graph_t *)hGraph, n, (fc_node_t *const *)dependencies,
+                      numDependencies);
+    if (rc == CUDA_SUCCESS)
+        *phGraphNode = (CUgraphNode)n;
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    fc_ctx_t *ctx;
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && (!nodeParams || !nodeParams->func))
+        rc = CUDA_ERROR_INVALID_VALUE;      /* CUkernel (library API): not here */
+    if (rc == CUDA_SUCCESS) {
+        const unsigned int grid[3] = { nodeParams->gridDimX, nodeParams->gridDimY,
+                                       nodeParams->gridDimZ };
+        const unsigned int block[3] = { nodeParams->blockDimX, nodeParams->blockDimY,
+                                        nodeParams->blockDimZ };
+
+        rc = fc_kernel_node(nodeParams->func, grid, block, nodeParams->sharedMemBytes,
+                            nodeParams->kernelParams, nodeParams->extra, 0, &n);
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    fc_ctx_t *cur;
+    fc_node_t *n;
+    CUresult rc;
+
+    (void)ctx;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&cur);
+    if (rc == CUDA_SUCCESS && !copyParams)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = fc_copy_validate(copyParams);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    n = fc_node_new(FC_NODE_MEMCPY);
+    if (!n) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.copy = *copyParams;
+    rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    fc_ctx_t *cur;
+    fc_node_t *n;
+    CUresult rc;
+
+    (void)ctx;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&cur);
+    if (rc == CUDA_SUCCESS && !memsetParams)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = fc_memset_validate(memsetParams);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    n = fc_node_new(FC_NODE_MEMSET);
+    if (!n) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.set = *memsetParams;
+    rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                    const CUgraphNode *dependencies, size_t numDependencies,
+                                    const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    fc_node_t *n;
+    CUresult rc;
+
+    if (!nodeParams || !nodeParams->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    n = fc_node_new(FC_NODE_HOST);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    n->u.host = *nodeParams;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                     const CUgraphNode *dependencies, size_t numDependencies)
+{
+    fc_node_t *n = fc_node_new(FC_NODE_EMPTY);
+    CUresult rc;
+
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    fc_graph_t *g;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!phGraphClone || !fc_list_has(g_graphs, originalGraph)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    g = fc_graph_clone((fc_graph_t *)originalGraph);
+    if (!g) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    fc_list_add(&g_graphs, g);
+    *phGraphClone = (CUgraph)g;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Also answers for the graph a capture is building (see GetCaptureInfo). */
+static fc_graph_t *fc_graph_lookup(CUgraph h)
+{
+    if (fc_list_has(g_graphs, h))
+        return (fc_graph_t *)h;
+    for (fc_obj_t *o = g_caps; o; o = o->next)
+        if (((fc_cap_t *)o)->graph == (fc_graph_t *)h)
+            return (fc_graph_t *)h;
+    return NULL;
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    fc_graph_t *g;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    g = fc_graph_lookup(hGraph);
+    if (!g || !numNodes) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (nodes) {
+        size_t n = *numNodes < g->n ? *numNodes : g->n;
+
+        for (size_t i = 0; i < n; i++)
+            nodes[i] = (CUgraphNode)g->nodes[i];
+        /* As CUDA: unused slots are NULL, the count is what was written. */
+        for (size_t i = n; i < *numNodes; i++)
+            nodes[i] = NULL;
+        *numNodes = n;
+    } else {
+        *numNodes = g->n;
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                    unsigned long long flags)
+{
+    fc_exec_t *x;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!phGraphExec || !fc_list_has(g_graphs, hGraph) ||
+        (flags & ~(unsigned long long)(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                       CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+                                       CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
+                                       CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY))) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    x = calloc(1, sizeof(*x));
+    if (!x || !(x->graph = fc_graph_clone((fc_graph_t *)hGraph))) {
+        free(x);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    fc_list_add(&g_execs, x);
+    *phGraphExec = (CUgraphExec)x;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/*
+ * Runs the nodes in the order they were added.  On a capturing stream
+ * the graph's nodes are appended to the capture instead (CUDA would add
+ * one child-graph node): its roots depend on the stream's dependencies,
+ * and the stream then depends on all of its nodes.
+ */
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_exec_t *x = (fc_exec_t *)hGraphExec;
+    uint64_t x_id;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && !fc_list_has(g_execs, x))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (s->cap) {
+        fc_graph_t *cg = s->cap->graph;
+        size_t first = cg->n;
+
+        if (s->cap->invalidated) {
+            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+            goto out;
+        }
+        rc = fc_graph_append(cg, x->graph, s->deps, s->ndeps);
+        if (rc == CUDA_SUCCESS && cg->n > first) {
+            free(s->deps);
+            s->deps = NULL;
+            s->ndeps = 0;
+            rc = fc_deps_merge(s, &cg->nodes[first], cg->n - first);
+        }
+        goto out;
+    }
+    x_id = x->hdr.id;
+    for (size_t i = 0; i < x->graph->n && rc == CUDA_SUCCESS; i++) {
+        rc = fc_node_exec(ctx, x->graph->nodes[i]);
+        /* g_lock was dropped if the node ran a twin or a host function. */
+        if (!fc_list_has(g_execs, x) || x->hdr.id != x_id)
+            break;
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    fc_exec_t *x = (fc_exec_t *)hGraphExec;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!fc_list_has(g_execs, x)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        fc_list_del(&g_execs, x);
+        fc_graph_free(x->graph);
+        free(x);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Profiler: nothing to profile                                        */
+
+CUresult CUDAAPI cuProfilerStart(void)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuProfilerStop(void)
+{
+    return cuProfilerStart();
+}

@@ -1,0 +1,616 @@
+/*
+ * TEST DOUBLE ONLY.  C twins of every __global__ kernel in tests/cuda/ and
+ * the device symbols they use (interface: vcu_twin.h).
+ *
+ * Each twin runs the whole grid on the CPU, block after block and thread
+ * after thread, and splits its loops wherever the kernel synchronises
+ * (__syncthreads: per block; grid.sync: per grid), so every thread sees
+ * what the GPU would let it see.  Floating-point a * b + c is written
+ * fmaf()/fma() where nvcc contracts it to an FMA.
+ *
+ * Parameter offsets and sizes are the compiler's (EIATTR_KPARAM_INFO of
+ * the sm_90 cubins); tests/cuda/check-twins.sh compares this table with
+ * the built programs, so a kernel changed in tests/cuda/ without its twin
+ * fails CI.  num_regs and static_shared are what cudaFuncGetAttributes
+ * reports for nvcc 13.0's sm_90 code (static_shared excludes the 1 KiB
+ * system reserve, as on the GPU).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "vcu_twin.h"
+
+/* CUresult values a twin reports through launch->fault. */
+#define TW_ILLEGAL_ADDRESS 700
+#define TW_ILLEGAL_INSTRUCTION 715
+#define TW_LAUNCH_FAILED 719
+
+/* Parameter readers: params may be unaligned for the type. */
+#define TW_GETTER(fn, type)                                                 \
+    static type fn(const void *params, uint32_t off)                        \
+    {                                                                       \
+        type v;                                                             \
+        memcpy(&v, (const char *)params + off, sizeof(v));                  \
+        return v;                                                           \
+    }
+TW_GETTER(tw_ptr, void *)
+TW_GETTER(tw_i8, int8_t)
+TW_GETTER(tw_u8, uint8_t)
+TW_GETTER(tw_i16, int16_t)
+TW_GETTER(tw_u16, uint16_t)
+TW_GETTER(tw_i32, int32_t)
+TW_GETTER(tw_i64, int64_t)
+TW_GETTER(tw_u64, uint64_t)
+TW_GETTER(tw_f32, float)
+TW_GETTER(tw_f64, double)
+
+/* Every block b, then every thread t of it, z outermost as on the GPU. */
+#define TW_FOR_BLOCKS(l, b)                                                 \
+    for ((b).z = 0; (b).z < (l)->grid.z; (b).z++)                           \
+        for ((b).y = 0; (b).y < (l)->grid.y; (b).y++)                       \
+            for ((b).x = 0; (b).x < (l)->grid.x; (b).x++)
+#define TW_FOR_THREADS(l, t)                                                \
+    for ((t).z = 0; (t).z < (l)->block.z; (t).z++)                          \
+        for ((t).y = 0; (t).y < (l)->block.y; (t).y++)                      \
+            for ((t).x = 0; (t).x < (l)->block.x; (t).x++)
+
+/* blockIdx.x * blockDim.x + threadIdx.x, in int as the kernels compute it. */
+#define TW_GID_X(l, b, t) ((int32_t)((b).x * (l)->block.x + (t).x))
+
+/* A device symbol of the launching module; a missing one fails the launch. */
+static void *tw_global(vcu_twin_launch_t *l, const char *name)
+{
+    void *p = l->global ? l->global(l, name) : NULL;
+
+    if (!p)
+        l->fault = TW_LAUNCH_FAILED;
+    return p;
+}
+
+/* vector_add.cu: vector_add(const float *a, const float *b, float *c, int n) */
+static void tw_vector_add(vcu_twin_launch_t *l, const void *pb)
+{
+    const float *a = tw_ptr(pb, 0), *b = tw_ptr(pb, 8);
+    float *c = tw_ptr(pb, 16);
+    int32_t n = tw_i32(pb, 24);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            c[i] = a[i] + b[i];
+    }
+}
+
+/* matmul.cu: matmul_tiled(const float *a, const float *b, float *c, int n),
+ * 16x16 tiles in __shared__, two __syncthreads() per tile. */
+#define TW_TILE 16
+static void tw_matmul_tiled(vcu_twin_launch_t *l, const void *pb)
+{
+    const float *a = tw_ptr(pb, 0), *b = tw_ptr(pb, 8);
+    float *c = tw_ptr(pb, 16);
+    int32_t n = tw_i32(pb, 24);
+    float ta[TW_TILE][TW_TILE], tb[TW_TILE][TW_TILE];
+    float acc[TW_TILE][TW_TILE];
+    vcu_twin_dim3_t bi, ti;
+
+    /* Threads past 16 in x or y would index the tiles out of bounds. */
+    if (l->block.x > TW_TILE || l->block.y > TW_TILE || l->block.z != 1) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    TW_FOR_BLOCKS(l, bi) {
+        memset(ta, 0, sizeof(ta));
+        memset(tb, 0, sizeof(tb));
+        memset(acc, 0, sizeof(acc));
+        for (int32_t t = 0; t < (n + TW_TILE - 1) / TW_TILE; t++) {
+            TW_FOR_THREADS(l, ti) {
+                int32_t row = bi.y * TW_TILE + ti.y, col = bi.x * TW_TILE + ti.x;
+                int32_t ac = t * TW_TILE + ti.x, br = t * TW_TILE + ti.y;
+
+                ta[ti.y][ti.x] = (row < n && ac < n) ? a[row * n + ac] : 0.0f;
+                tb[ti.y][ti.x] = (br < n && col < n) ? b[br * n + col] : 0.0f;
+            }
+            /* __syncthreads() */
+            TW_FOR_THREADS(l, ti) {
+                for (int k = 0; k < TW_TILE; k++)
+                    acc[ti.y][ti.x] = fmaf(ta[ti.y][k], tb[k][ti.x],
+                                           acc[ti.y][ti.x]);
+            }
+            /* __syncthreads() */
+        }
+        TW_FOR_THREADS(l, ti) {
+            int32_t row = bi.y * TW_TILE + ti.y, col = bi.x * TW_TILE + ti.x;
+
+            if (row < n && col < n)
+                c[row * n + col] = acc[ti.y][ti.x];
+        }
+    }
+}
+
+/* symbols.cu: sym_apply(float *out, int n), using sym_coef, sym_init and
+ * atomicAdd(&sym_counter, 1). */
+static void tw_sym_apply(vcu_twin_launch_t *l, const void *pb)
+{
+    float *out = tw_ptr(pb, 0);
+    int32_t n = tw_i32(pb, 8);
+    const float *coef = tw_global(l, "sym_coef");
+    const int32_t *init = tw_global(l, "sym_init");
+    int32_t *counter = tw_global(l, "sym_counter");
+    vcu_twin_dim3_t bi, ti;
+
+    if (!coef || !init || !counter)
+        return;
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n) {
+            out[i] = fmaf(coef[i % 16], (float)i, (float)*init);
+            (*counter)++;
+        }
+    }
+}
+
+/* symbols.cu: sym_scale_table(float s), sym_table[256] *= s */
+static void tw_sym_scale_table(vcu_twin_launch_t *l, const void *pb)
+{
+    float s = tw_f32(pb, 0);
+    float *table = tw_global(l, "sym_table");
+    vcu_twin_dim3_t bi, ti;
+
+    if (!table)
+        return;
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < 256)
+            table[i] *= s;
+    }
+}
+
+/* templates.cu: tmpl_axpy<T>(T a, const T *x, T *y, int n), y = a * x + y */
+#define TW_AXPY(fn, T, get, madd)                                           \
+    static void fn(vcu_twin_launch_t *l, const void *pb)                    \
+    {                                                                       \
+        T a = get(pb, 0);                                                   \
+        const T *x = tw_ptr(pb, 8);                                         \
+        T *y = tw_ptr(pb, 16);                                              \
+        int32_t n = tw_i32(pb, 24);                                         \
+        vcu_twin_dim3_t bi, ti;                                             \
+                                                                            \
+        TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {                        \
+            int32_t i = TW_GID_X(l, bi, ti);                                \
+                                                                            \
+            if (i < n)                                                      \
+                y[i] = madd(a, x[i], y[i]);                                 \
+        }                                                                   \
+    }
+/* int arithmetic wraps on the GPU: do it unsigned. */
+#define TW_IMADD(a, x, y) ((int32_t)((uint32_t)(a) * (uint32_t)(x) + (uint32_t)(y)))
+TW_AXPY(tw_axpy_int, int32_t, tw_i32, TW_IMADD)
+TW_AXPY(tw_axpy_float, float, tw_f32, fmaf)
+TW_AXPY(tw_axpy_double, double, tw_f64, fma)
+
+/* params.cu: struct ParamStruct, 48 bytes, as the device lays it out. */
+struct tw_param_struct {
+    char tag;
+    double d;
+    int32_t i;
+    int16_t s;
+    float f[3];
+    int64_t ll;
+};
+_Static_assert(sizeof(struct tw_param_struct) == 48, "ParamStruct layout");
+_Static_assert(offsetof(struct tw_param_struct, ll) == 40, "ParamStruct layout");
+
+/* params.cu: params_struct(ParamStruct p, ParamStruct *out) */
+static void tw_params_struct(vcu_twin_launch_t *l, const void *pb)
+{
+    struct tw_param_struct p, *out = tw_ptr(pb, 48);
+    vcu_twin_dim3_t bi, ti;
+
+    memcpy(&p, pb, sizeof(p));
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        out->tag = (char)(p.tag + 1);
+        out->d = p.d * 2.0;
+        out->i = p.i + 1;
+        out->s = (int16_t)(p.s - 1);
+        for (int k = 0; k < 3; k++)
+            out->f[k] = p.f[k] + (float)k;
+        out->ll = (int64_t)((uint64_t)p.ll * 3);
+    }
+}
+
+/* params.cu: params_many(char, short, int, long long, float, double, int *,
+ * ... x3 ..., unsigned char, unsigned short, long long *lout, double *dout) */
+static void tw_params_many(vcu_twin_launch_t *l, const void *pb)
+{
+    int64_t *lout = tw_ptr(pb, 120);
+    double *dout = tw_ptr(pb, 128);
+    int32_t *p0 = tw_ptr(pb, 32), *p1 = tw_ptr(pb, 72);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        lout[0] = tw_i8(pb, 0);
+        lout[1] = tw_i16(pb, 2);
+        lout[2] = tw_i32(pb, 4);
+        lout[3] = tw_i64(pb, 8);
+        lout[4] = tw_i8(pb, 40);
+        lout[5] = tw_i16(pb, 42);
+        lout[6] = tw_i32(pb, 44);
+        lout[7] = tw_i64(pb, 48);
+        lout[8] = tw_i8(pb, 80);
+        lout[9] = tw_i16(pb, 82);
+        lout[10] = tw_i32(pb, 84);
+        lout[11] = tw_i64(pb, 88);
+        lout[12] = tw_u8(pb, 112);
+        lout[13] = tw_u16(pb, 114);
+        dout[0] = tw_f32(pb, 16);
+        dout[1] = tw_f64(pb, 24);
+        dout[2] = tw_f32(pb, 56);
+        dout[3] = tw_f64(pb, 64);
+        dout[4] = tw_f32(pb, 96);
+        dout[5] = tw_f64(pb, 104);
+        *p0 = 1234;
+        *p1 = 5678;
+    }
+}
+
+/* params.cu: params_big(BigParam b, float *out); BigParam is float v[1100]
+ * then int n: 4404 bytes. */
+static void tw_params_big(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t n = tw_i32(pb, 4400);
+    float *out = tw_ptr(pb, 4408);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            out[i] = fmaf(tw_f32(pb, (uint32_t)i * 4), 2.0f, (float)i);
+    }
+}
+
+/* dynshared.cu: dyn_reverse(const float *in, float *out) through 64 KiB of
+ * dynamic shared memory per block. */
+#define TW_SMEM_FLOATS (64 * 1024 / 4)
+static void tw_dyn_reverse(vcu_twin_launch_t *l, const void *pb)
+{
+    const float *in = tw_ptr(pb, 0);
+    float *out = tw_ptr(pb, 8);
+    float *buf = l->shared;
+    vcu_twin_dim3_t bi, ti;
+
+    /* The kernel uses 64 KiB whatever it was given. */
+    if (l->shared_mem < TW_SMEM_FLOATS * sizeof(float) || !buf) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    TW_FOR_BLOCKS(l, bi) {
+        const float *src = in + (size_t)bi.x * TW_SMEM_FLOATS;
+        float *dst = out + (size_t)bi.x * TW_SMEM_FLOATS;
+
+        TW_FOR_THREADS(l, ti)
+            for (uint32_t i = ti.x; i < TW_SMEM_FLOATS; i += l->block.x)
+                buf[i] = src[i];
+        /* __syncthreads() */
+        TW_FOR_THREADS(l, ti)
+            for (uint32_t i = ti.x; i < TW_SMEM_FLOATS; i += l->block.x)
+                dst[i] = buf[TW_SMEM_FLOATS - 1 - i];
+    }
+}
+
+/* p[i] = base + k * i: se_fill (k 1), mp_fill (k 3). */
+static void tw_fill_affine(vcu_twin_launch_t *l, const void *pb, int32_t k)
+{
+    int32_t *p = tw_ptr(pb, 0);
+    int32_t n = tw_i32(pb, 8), base = tw_i32(pb, 12);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            p[i] = (int32_t)((uint32_t)base + (uint32_t)k * (uint32_t)i);
+    }
+}
+
+/* streams_events.cu: se_fill(int *p, int n, int base) */
+static void tw_se_fill(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_fill_affine(l, pb, 1);
+}
+
+/* mempool.cu: mp_fill(int *p, int n, int base) */
+static void tw_mp_fill(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_fill_affine(l, pb, 3);
+}
+
+/* dst[i] += k * src[i]: se_add (k 2), g_accum (k 1); (int *, const int *, int) */
+static void tw_add_scaled(vcu_twin_launch_t *l, const void *pb, int32_t k)
+{
+    int32_t *dst = tw_ptr(pb, 0);
+    const int32_t *src = tw_ptr(pb, 8);
+    int32_t n = tw_i32(pb, 16);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            dst[i] = (int32_t)((uint32_t)dst[i] + (uint32_t)k * (uint32_t)src[i]);
+    }
+}
+
+static void tw_se_add(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_add_scaled(l, pb, 2);
+}
+
+/* graphs.cu: g_accum(int *acc, const int *src, int n) */
+static void tw_g_accum(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_add_scaled(l, pb, 1);
+}
+
+/* p[i] = p[i] * mul + add, ints: thr_mul_add, g_add (mul 1), mtu_kernel_*. */
+static void tw_mul_add(vcu_twin_launch_t *l, int32_t *p, int32_t n,
+                       int32_t mul, int32_t add)
+{
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            p[i] = TW_IMADD(p[i], mul, add);
+    }
+}
+
+/* threads.cu: thr_mul_add(int *p, int n, int mul, int add) */
+static void tw_thr_mul_add(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 8), tw_i32(pb, 12), tw_i32(pb, 16));
+}
+
+/* graphs.cu: g_add(int *p, int n, int v), p[i] += v */
+static void tw_g_add(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 8), 1, tw_i32(pb, 12));
+}
+
+/* multi_tu_a.cu: mtu_kernel_a(int *p, int n), p = p * mtu_a_scale + 1 */
+static void tw_mtu_kernel_a(vcu_twin_launch_t *l, const void *pb)
+{
+    const int32_t *scale = tw_global(l, "mtu_a_scale");
+
+    if (scale)
+        tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 8), *scale, 1);
+}
+
+/* multi_tu_b.cu: mtu_kernel_b(int *p, int n),
+ * p = p * mtu_b_scale + mtu_b_offset */
+static void tw_mtu_kernel_b(vcu_twin_launch_t *l, const void *pb)
+{
+    const int32_t *scale = tw_global(l, "mtu_b_scale");
+    const int32_t *offset = tw_global(l, "mtu_b_offset");
+
+    if (scale && offset)
+        tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 8), *scale, *offset);
+}
+
+/* errors.cu: err_fill(int *p, int n, int v) */
+static void tw_err_fill(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 8), 0, tw_i32(pb, 12));
+}
+
+/* errors.cu: err_oob_write(int *p), p[1ull << 40] = 1: the store faults. */
+static void tw_err_oob_write(vcu_twin_launch_t *l, const void *pb)
+{
+    (void)pb;
+    l->fault = TW_ILLEGAL_ADDRESS;
+}
+
+/* async_pinned.cu: ap_scale(float *p, float s, int n), p = p * s + 1 */
+static void tw_ap_scale(vcu_twin_launch_t *l, const void *pb)
+{
+    float *p = tw_ptr(pb, 0);
+    float s = tw_f32(pb, 8);
+    int32_t n = tw_i32(pb, 12);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            p[i] = fmaf(p[i], s, 1.0f);
+    }
+}
+
+/* memset.cu: ms_count(const unsigned char *p, int n, unsigned char v,
+ * int *counts), atomicAdd(&counts[p[i] == v ? 0 : 1], 1) */
+static void tw_ms_count(vcu_twin_launch_t *l, const void *pb)
+{
+    const uint8_t *p = tw_ptr(pb, 0);
+    int32_t n = tw_i32(pb, 8);
+    uint8_t v = tw_u8(pb, 12);
+    int32_t *counts = tw_ptr(pb, 16);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            counts[p[i] == v ? 0 : 1]++;
+    }
+}
+
+/* memcpy2d.cu: m2_inc(float *p, size_t pitch, int w, int h),
+ * row y of pitch bytes: row[x] += 1 + y */
+static void tw_m2_inc(vcu_twin_launch_t *l, const void *pb)
+{
+    char *p = tw_ptr(pb, 0);
+    uint64_t pitch = tw_u64(pb, 8);
+    int32_t w = tw_i32(pb, 16), h = tw_i32(pb, 20);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t x = TW_GID_X(l, bi, ti);
+        int32_t y = (int32_t)(bi.y * l->block.y + ti.y);
+
+        if (x < w && y < h) {
+            float *row = (float *)(p + (int64_t)y * pitch);
+
+            row[x] += 1.0f + (float)y;
+        }
+    }
+}
+
+/* cooperative.cu: coop_sum(const int *in, int *partial, int *mixed,
+ * int *out, int n): three phases separated by grid.sync(). */
+static void tw_coop_sum(vcu_twin_launch_t *l, const void *pb)
+{
+    const int32_t *in = tw_ptr(pb, 0);
+    int32_t *partial = tw_ptr(pb, 8), *mixed = tw_ptr(pb, 16);
+    int32_t *out = tw_ptr(pb, 24);
+    int32_t n = tw_i32(pb, 32);
+    int32_t total = (int32_t)(l->grid.x * l->block.x);
+    vcu_twin_dim3_t bi, ti;
+
+    /* grid.sync() outside a cooperative launch traps. */
+    if (!l->cooperative) {
+        l->fault = TW_ILLEGAL_INSTRUCTION;
+        return;
+    }
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t g = TW_GID_X(l, bi, ti);
+        uint32_t s = 0;
+
+        for (int32_t i = g; i < n; i += total)
+            s += (uint32_t)in[i];
+        partial[g] = (int32_t)s;
+    }
+    /* grid.sync() */
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t g = TW_GID_X(l, bi, ti);
+
+        mixed[g] = (int32_t)((uint32_t)partial[g] +
+                             (uint32_t)partial[total - 1 - g]);
+    }
+    /* grid.sync() */
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        if (TW_GID_X(l, bi, ti) == 0) {
+            uint32_t t = 0;
+
+            for (int32_t i = 0; i < total; i++)
+                t += (uint32_t)mixed[i];
+            out[0] = (int32_t)t;
+        }
+    }
+}
+
+/* callbacks.cu: cb_set(int *dst, int v), dst[threadIdx.x] = v + threadIdx.x */
+static void tw_cb_set(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t *dst = tw_ptr(pb, 0);
+    int32_t v = tw_i32(pb, 8);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti)
+        dst[ti.x] = v + (int32_t)ti.x;
+}
+
+/* device_query.cu: dq_noop(int *p), p[threadIdx.x] = threadIdx.x */
+static void tw_dq_noop(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t *p = tw_ptr(pb, 0);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti)
+        p[ti.x] = (int32_t)ti.x;
+}
+
+#define P(off, size) { (off), (size) }
+
+const vcu_twin_t vcu_twins[] = {
+    { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
+    { "_Z12matmul_tiledPKfS0_Pfi", tw_matmul_tiled, 4,
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 32, 2048 },
+    { "_Z9sym_applyPfi", tw_sym_apply, 2,
+      { P(0, 8), P(8, 4) }, 16, 0 },
+    { "_Z15sym_scale_tablef", tw_sym_scale_table, 1,
+      { P(0, 4) }, 8, 0 },
+    { "_Z9tmpl_axpyIiEvT_PKS0_PS0_i", tw_axpy_int, 4,
+      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+    { "_Z9tmpl_axpyIfEvT_PKS0_PS0_i", tw_axpy_float, 4,
+      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+    { "_Z9tmpl_axpyIdEvT_PKS0_PS0_i", tw_axpy_double, 4,
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+    { "_Z13params_struct11ParamStructPS_", tw_params_struct, 2,
+      { P(0, 48), P(48, 8) }, 20, 0 },
+    { "_Z11params_manycsixfdPicsixfdS_csixfdhtPxPd", tw_params_many, 24,
+      { P(0, 1), P(2, 2), P(4, 4), P(8, 8), P(16, 4), P(24, 8), P(32, 8),
+        P(40, 1), P(42, 2), P(44, 4), P(48, 8), P(56, 4), P(64, 8), P(72, 8),
+        P(80, 1), P(82, 2), P(84, 4), P(88, 8), P(96, 4), P(104, 8),
+        P(112, 1), P(114, 2), P(120, 8), P(128, 8) }, 32, 0 },
+    { "_Z10params_big8BigParamPf", tw_params_big, 2,
+      { P(0, 4404), P(4408, 8) }, 8, 0 },
+    { "_Z11dyn_reversePKfPf", tw_dyn_reverse, 2,
+      { P(0, 8), P(8, 8) }, 14, 0 },
+    { "_Z7se_fillPiii", tw_se_fill, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0 },
+    { "_Z6se_addPiPKii", tw_se_add, 3,
+      { P(0, 8), P(8, 8), P(16, 4) }, 10, 0 },
+    { "_Z8ap_scalePffi", tw_ap_scale, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0 },
+    { "_Z8ms_countPKhihPi", tw_ms_count, 4,
+      { P(0, 8), P(8, 4), P(12, 1), P(16, 8) }, 12, 0 },
+    { "_Z6m2_incPfmii", tw_m2_inc, 4,
+      { P(0, 8), P(8, 8), P(16, 4), P(20, 4) }, 12, 0 },
+    { "_Z12mtu_kernel_aPii", tw_mtu_kernel_a, 2,
+      { P(0, 8), P(8, 4) }, 8, 0 },
+    { "_Z12mtu_kernel_bPii", tw_mtu_kernel_b, 2,
+      { P(0, 8), P(8, 4) }, 10, 0 },
+    { "_Z5g_addPiii", tw_g_add, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0 },
+    { "_Z7g_accumPiPKii", tw_g_accum, 3,
+      { P(0, 8), P(8, 8), P(16, 4) }, 10, 0 },
+    { "_Z8coop_sumPKiPiS1_S1_i", tw_coop_sum, 5,
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 8), P(32, 4) }, 32, 0 },
+    { "_Z11thr_mul_addPiiii", tw_thr_mul_add, 4,
+      { P(0, 8), P(8, 4), P(12, 4), P(16, 4) }, 8, 0 },
+    { "_Z6cb_setPii", tw_cb_set, 2,
+      { P(0, 8), P(8, 4) }, 8, 0 },
+    { "_Z7dq_noopPi", tw_dq_noop, 1,
+      { P(0, 8) }, 8, 0 },
+    { "_Z7mp_fillPiii", tw_mp_fill, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
+    { "_Z8err_fillPiii", tw_err_fill, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
+    { "_Z13err_oob_writePi", tw_err_oob_write, 1,
+      { P(0, 8) }, 8, 0 },
+    { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
+};
+
+static const int32_t tw_init_sym_init = 42;
+static const int32_t tw_init_mtu_a_scale = 3;
+static const int32_t tw_init_mtu_b_scale = 5;
+
+const vcu_twin_global_t vcu_twin_globals[] = {
+    /* symbols.cu */
+    { "sym_coef", 16 * sizeof(float), NULL },
+    { "sym_counter", sizeof(int32_t), NULL },
+    { "sym_init", sizeof(int32_t), &tw_init_sym_init },
+    { "sym_table", 256 * sizeof(float), NULL },
+    /* multi_tu_a.cu, multi_tu_b.cu */
+    { "mtu_a_scale", sizeof(int32_t), &tw_init_mtu_a_scale },
+    { "mtu_b_scale", sizeof(int32_t), &tw_init_mtu_b_scale },
+    { "mtu_b_offset", sizeof(int32_t), NULL },
+    { NULL, 0, NULL },
+};

@@ -1,0 +1,1442 @@
+/*
+ * Unit tests of the CUDA executor (host-backend/cuda.c, cuda_tab.c),
+ * driven through the public backend API as a transport would, against the
+ * CPU stand-in for libcuda (tests/fakecuda, via $VCU_LIBCUDA).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "ut.h"
+#include "cuda_ext.h"
+#include "cuda_tab.h"
+
+/* The stand-in's twin of tests/cuda/vector_add.cu. */
+#define TC_VADD "_Z10vector_addPKfS0_Pfi"
+/* A PTX image naming it (the stand-in finds twins by name in the image). */
+#define TC_PTX "//\n.version 8.0\n.target sm_90\n.visible .entry " TC_VADD "()\n{\n}\n"
+
+typedef struct tc_s {
+    vcu_backend_t *be;
+    uint64_t s;
+} tc_t;
+
+/* A backend on $VCU_LIBCUDA with devices "0,1" and one session. */
+static int tc_open_gpus(tc_t *c, const char *gpus)
+{
+    vcu_backend_config_t cfg;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gpus = gpus;
+    c->be = NULL;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &c->be));
+    if (vcu_backend_cuda_error(c->be) != NULL)
+        VCU_TEST_FAIL_("no CUDA (is VCU_LIBCUDA the stand-in?): %s", vcu_backend_cuda_error(c->be));
+    ASSERT_EQ(VCU_S_OK, ut_open(c->be, &c->s));
+    return 0;
+}
+
+static int tc_open(tc_t *c)
+{
+    return tc_open_gpus(c, "0,1");
+}
+
+static void tc_close(tc_t *c)
+{
+    ut_close(c->be, c->s);
+    vcu_backend_free(c->be);
+}
+
+/* Runs a request with the segments already in t; returns the wire status. */
+static uint32_t tc_run(tc_t *c, ut_req_t *t, uint32_t op, uint32_t flags, const void *p,
+                       uint32_t plen)
+{
+    ut_req_build(t, op, c->s, p, plen);
+    ut_hdr(t)->flags = flags;
+    vcu_backend_execute(c->be, &t->r);
+    return ut_status(t);
+}
+
+/* Runs a request without segments; copies up to rlen reply bytes to resp. */
+static uint32_t tc_do(tc_t *c, uint32_t op, uint32_t flags, const void *p, uint32_t plen,
+                      void *resp, size_t rlen)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st = tc_run(c, t, op, flags, p, plen);
+
+    if (resp != NULL) {
+        size_t n = ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen;
+
+        memset(resp, 0, rlen);
+        memcpy(resp, ut_resp_payload(t), n);
+    }
+    free(t);
+    return st;
+}
+
+/* A u64 request; returns the CUresult (or 0x10000 + wire status). */
+static uint32_t tc_u64(tc_t *c, uint32_t op, uint32_t dev, uint64_t value, uint64_t *out)
+{
+    struct vcu_cu_u64_req rq = {{dev, 0}, value};
+    struct vcu_cu_u64_resp rp;
+    uint32_t st = tc_do(c, op, 0, &rq, sizeof(rq), &rp, sizeof(rp));
+
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    if (out != NULL)
+        *out = rp.value;
+    return rp.r.result;
+}
+
+static uint32_t tc_pair(tc_t *c, uint32_t op, uint64_t a, uint64_t b, uint64_t cc, void *resp,
+                        size_t rlen)
+{
+    struct vcu_cu_pair_req rq = {{0, 0}, a, b, cc};
+    struct vcu_cu_u64_resp rp;
+    uint32_t st = tc_do(c, op, 0, &rq, sizeof(rq), resp ? resp : &rp, resp ? rlen : sizeof(rp));
+
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    return resp ? ((struct vcu_cu_resp *)resp)->result : rp.r.result;
+}
+
+static uint32_t tc_alloc(tc_t *c, uint64_t size, uint64_t *ptr)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.size = size;
+    st = tc_do(c, VCU_OP_CU_MEM_ALLOC, 0, &rq, sizeof(rq), &rp, sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *ptr = rp.value;
+    return rp.r.result;
+}
+
+/* HtoD / DtoH with the host side split into iovecs of the given sizes. */
+static uint32_t tc_copy(tc_t *c, int htod, uint64_t dptr, void *host, size_t len,
+                        const size_t *cuts, unsigned int ncuts, uint32_t cflags, uint64_t stream)
+{
+    ut_req_t *t = ut_req_new();
+    struct iovec iov[UT_MAX_IOV];
+    struct vcu_cu_memcpy_req rq;
+    struct vcu_cu_resp rp;
+    size_t off = 0;
+    unsigned int i, n = 0;
+    uint32_t st;
+
+    for (i = 0; i < ncuts && n < UT_MAX_IOV - 1; i++) {
+        iov[n].iov_base = (char *)host + off;
+        iov[n].iov_len = cuts[i];
+        off += cuts[i];
+        n++;
+    }
+    iov[n].iov_base = (char *)host + off;
+    iov[n].iov_len = len - off;
+    n++;
+    ut_req_add_seg_iov(t, htod ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE, iov, n);
+    memset(&rq, 0, sizeof(rq));
+    if (htod)
+        rq.dst = dptr;
+    else
+        rq.src = dptr;
+    rq.size = len;
+    rq.flags = cflags;
+    rq.stream = stream;
+    st = tc_run(c, t, htod ? VCU_OP_CU_MEMCPY_HTOD : VCU_OP_CU_MEMCPY_DTOH, 0, &rq, sizeof(rq));
+    memcpy(&rp, ut_resp_payload(t), sizeof(rp));
+    free(t);
+    return st != VCU_S_OK ? 0x10000 + st : rp.result;
+}
+
+/* Loads an "image" the stand-in accepts: bytes naming the kernels. */
+static uint32_t tc_module(tc_t *c, const char *image, uint64_t *mod)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_module_load_req rq;
+    struct vcu_cu_u64_resp rp;
+    size_t len = strlen(image);
+    uint32_t st;
+
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, (void *)image, len);
+    memset(&rq, 0, sizeof(rq));
+    rq.image_len = len;
+    st = tc_run(c, t, VCU_OP_CU_MODULE_LOAD, 0, &rq, sizeof(rq));
+    memcpy(&rp, ut_resp_payload(t), sizeof(rp));
+    free(t);
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *mod = rp.value;
+    return rp.r.result;
+}
+
+/* CU_MODULE_GET_FUNCTION; resp gets the whole reply (params follow). */
+static uint32_t tc_func(tc_t *c, uint64_t mod, const char *name, uint32_t name_len,
+                        uint32_t plen_extra, void *resp, size_t rlen)
+{
+    unsigned char p[sizeof(struct vcu_cu_name_req) + VCU_CU_NAME_MAX + 64];
+    struct vcu_cu_name_req rq;
+    size_t n = strlen(name) < VCU_CU_NAME_MAX + 32 ? strlen(name) : VCU_CU_NAME_MAX + 32;
+    uint32_t st;
+
+    memset(p, 0, sizeof(p));
+    memset(&rq, 0, sizeof(rq));
+    rq.module = mod;
+    rq.name_len = name_len;
+    memcpy(p, &rq, sizeof(rq));
+    memcpy(p + sizeof(rq), name, n);
+    st = tc_do(c, VCU_OP_CU_MODULE_GET_FUNCTION, 0, p, (uint32_t)(sizeof(rq) + n + plen_extra),
+               resp, rlen);
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    return ((struct vcu_cu_resp *)resp)->result;
+}
+
+/* Launch with the given parameter bytes. */
+static uint32_t tc_launch(tc_t *c, uint64_t fn, uint64_t stream, uint32_t grid, uint32_t block,
+                          const void *params, uint32_t pbytes, uint32_t pbytes_field)
+{
+    unsigned char p[sizeof(struct vcu_cu_launch_req) + 256];
+    struct vcu_cu_launch_req rq;
+    struct vcu_cu_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.function = fn;
+    rq.stream = stream;
+    rq.grid[0] = grid;
+    rq.grid[1] = rq.grid[2] = 1;
+    rq.block[0] = block;
+    rq.block[1] = rq.block[2] = 1;
+    rq.param_bytes = pbytes_field;
+    memcpy(p, &rq, sizeof(rq));
+    memcpy(p + sizeof(rq), params, pbytes);
+    st = tc_do(c, VCU_OP_CU_LAUNCH, 0, p, (uint32_t)(sizeof(rq) + pbytes), &rp, sizeof(rp));
+    return st != VCU_S_OK ? 0x10000 + st : rp.result;
+}
+
+/* ---- tables, no driver needed ------------------------------------------- */
+
+TEST(cuda_htab)
+{
+    vcu__htab_t t;
+    vcu__hent_t *e = NULL;
+    uint64_t a, b, c2;
+
+    vcu__htab_init(&t);
+    a = vcu__htab_add(&t, VCU__H_STREAM, 0, &e);
+    ASSERT_GE(a, VCU_CU_HANDLE_MIN);
+    b = vcu__htab_add(&t, VCU__H_EVENT, 1, &e);
+    ASSERT_NE(a, b);
+    ASSERT_TRUE(vcu__htab_get(&t, a, VCU__H_STREAM) != NULL);
+    ASSERT_NULL(vcu__htab_get(&t, a, VCU__H_EVENT));    /* wrong type */
+    ASSERT_NULL(vcu__htab_get(&t, a + (1ull << 32), VCU__H_STREAM)); /* wrong generation */
+    ASSERT_NULL(vcu__htab_get(&t, a + 100000, VCU__H_STREAM));       /* index out of range */
+    ASSERT_NULL(vcu__htab_get(&t, 0, VCU__H_FREE));
+    vcu__htab_del(&t, a);
+    ASSERT_NULL(vcu__htab_get(&t, a, VCU__H_STREAM));   /* stale */
+    c2 = vcu__htab_add(&t, VCU__H_STREAM, 0, &e);       /* same slot, new generation */
+    ASSERT_EQ((uint32_t)c2, (uint32_t)a);
+    ASSERT_NE(c2, a);
+    ASSERT_NULL(vcu__htab_get(&t, a, VCU__H_STREAM));
+    ASSERT_TRUE(vcu__htab_get(&t, c2, VCU__H_STREAM) != NULL);
+    ASSERT_EQ(2, t.live);
+    /* Functions own their parameter layout; fini frees it (LeakSanitizer). */
+    (void)vcu__htab_add(&t, VCU__H_FUNCTION, 0, &e);
+    e->u.fn.params = malloc(16);
+    vcu__htab_fini(&t);
+    return 0;
+}
+
+TEST(cuda_pset)
+{
+    vcu__pset_t s;
+    uint32_t v = 0;
+    uint64_t i;
+
+    vcu__pset_init(&s);
+    ASSERT_EQ(0, vcu__pset_find(&s, 0x1000, &v));
+    for (i = 1; i <= 1000; i++)
+        ASSERT_EQ(0, vcu__pset_add(&s, i * 256, (uint32_t)i));
+    for (i = 1; i <= 1000; i += 2)
+        vcu__pset_del(&s, i * 256);
+    for (i = 1; i <= 1000; i++) {
+        ASSERT_EQ(i % 2 == 0, vcu__pset_find(&s, i * 256, &v));
+        if (i % 2 == 0)
+            ASSERT_EQ(i, v);
+    }
+    ASSERT_EQ(500, s.live);
+    /* Churn: tombstones must not fill the table. */
+    for (i = 0; i < 100000; i++) {
+        ASSERT_EQ(0, vcu__pset_add(&s, 0x10000000 + i * 8, 1));
+        vcu__pset_del(&s, 0x10000000 + i * 8);
+    }
+    ASSERT_EQ(500, s.live);
+    ASSERT_EQ(0, vcu__pset_find(&s, 0, NULL));
+    vcu__pset_fini(&s);
+    return 0;
+}
+
+/* ---- driver loading and devices ----------------------------------------- */
+
+TEST(cuda_no_driver)
+{
+    vcu_backend_config_t cfg;
+    vcu__cuda_t *cu = (vcu__cuda_t *)1;
+    char err[256];
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.libcuda = UT_NO_LIBCUDA;
+    ASSERT_EQ(VCU_ENODEV, vcu__cuda_init(&cfg, &cu, err, sizeof(err)));
+    ASSERT_NULL(cu);
+    ASSERT_TRUE(strstr(err, "cannot open shared object file") != NULL);
+    ASSERT_NULL(strchr(err, '\n'));
+    /* A library that is not a CUDA driver. */
+    cfg.libcuda = "libm.so.6";
+    ASSERT_EQ(VCU_ENODEV, vcu__cuda_init(&cfg, &cu, err, sizeof(err)));
+    ASSERT_TRUE(strstr(err, "cuInit") != NULL);
+    return 0;
+}
+
+TEST(cuda_gpus_config)
+{
+    vcu_backend_config_t cfg;
+    vcu__cuda_t *cu = NULL;
+    char err[256];
+    static const char *bad[] = {"2", "0,0", "-1", "x", "0,", "GPU-00000000-0000-0000-0000-000000000000",
+                                "99999999999999999999"};
+    unsigned int i;
+
+    memset(&cfg, 0, sizeof(cfg));
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cfg.gpus = bad[i];
+        ASSERT_EQ(VCU_ENODEV, vcu__cuda_init(&cfg, &cu, err, sizeof(err)));
+        ASSERT_NULL(cu);
+        ASSERT_TRUE(err[0] != '\0');
+    }
+    cfg.gpus = " 1 , 0";
+    ASSERT_EQ(0, vcu__cuda_init(&cfg, &cu, err, sizeof(err)));
+    ASSERT_NOT_NULL(cu);
+    vcu__cuda_fini(cu);
+    return 0;
+}
+
+TEST(cuda_driver_info)
+{
+    tc_t c;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_driver_info_resp r;
+
+    CHECK(tc_open_gpus(&c, "1"));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.r.result);
+    ASSERT_EQ(1, r.device_count);
+    ASSERT_GT(r.driver_version, 0);
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_device_info)
+{
+    tc_t c;
+    struct vcu_cu_hdr h = {1, 0};
+    struct vcu_cu_device_info_resp *r = malloc(sizeof(*r));
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), r, sizeof(*r)));
+    ASSERT_EQ(CUDA_SUCCESS, r->r.result);
+    ASSERT_TRUE(r->name[0] != '\0');
+    ASSERT_EQ(1, r->host_ordinal);
+    ASSERT_GT(r->total_mem, 0);
+    ASSERT_GT(r->num_attrs, 100);
+    ASSERT_LE(r->num_attrs, VCU_CU_NUM_DEV_ATTRS);
+    ASSERT_EQ(1024, r->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK]);
+    ASSERT_EQ(0, r->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID]);
+    ASSERT_EQ(0, r->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]);
+    ASSERT_EQ(0, r->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID]);
+    h.device = 2;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), r, sizeof(*r)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, r->r.result);
+    /* Every context opcode checks the ordinal too. */
+    h.device = 16;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), r, 8));
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, r->r.result);
+    free(r);
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+TEST(cuda_memcpy_roundtrip)
+{
+    static const size_t cut_in[] = {1, 4095, 7};
+    static const size_t cut_out[] = {1000, 1};
+    unsigned char *in = malloc(10000), *out = malloc(10000);
+    uint64_t d = 0, d2 = 0, st = 0;
+    struct vcu_cu_memcpy_req rq;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ut_fill(in, 10000, 7);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 10000, &d));
+    ASSERT_NE(0, d);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, d, in, 10000, cut_in, 3, 0, 0));
+    memset(out, 0, 10000);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, out, 10000, cut_out, 2, 0, 0));
+    ASSERT_MEM_EQ(in, out, 10000);
+
+    /* Async on a stream, then DtoD. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 10000, &d2));
+    {
+        struct vcu_cu_stream_create_req sq = {{0, 0}, 0, 0};
+        struct vcu_cu_u64_resp sr;
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
+        ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
+        st = sr.value;
+    }
+    ut_fill(in, 10000, 9);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, d, in, 10000, cut_out, 2, VCU_CU_MEMCPY_F_ASYNC, st));
+    memset(&rq, 0, sizeof(rq));
+    rq.dst = d2;
+    rq.src = d;
+    rq.size = 10000;
+    {
+        struct vcu_cu_resp r;
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMCPY_DTOD, 0, &rq, sizeof(rq), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+    }
+    memset(out, 0, 10000);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d2, out, 10000, cut_in, 3, VCU_CU_MEMCPY_F_ASYNC,
+                                    VCU_CU_STREAM_PER_THREAD));
+    ASSERT_MEM_EQ(in, out, 10000);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, d, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, d2, NULL));
+    /* Freed twice: not ours any more. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, d, NULL));
+    free(in);
+    free(out);
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_memcpy_bad_segments)
+{
+    unsigned char buf[64];
+    uint64_t d = 0;
+    struct vcu_cu_memcpy_req rq;
+    ut_req_t *t;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    memset(&rq, 0, sizeof(rq));
+    rq.dst = d;
+    rq.size = 64;
+    /* No segment. */
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_MEMCPY_HTOD, 0, &rq, sizeof(rq), NULL, 0));
+    /* Wrong direction. */
+    t = ut_req_new();
+    ut_req_add_seg(t, VCU_SEG_FROM_DEVICE, buf, 64);
+    ASSERT_EQ(VCU_S_EINVAL, tc_run(&c, t, VCU_OP_CU_MEMCPY_HTOD, 0, &rq, sizeof(rq)));
+    free(t);
+    /* Size differs from the segment. */
+    t = ut_req_new();
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, buf, 32);
+    ASSERT_EQ(VCU_S_EINVAL, tc_run(&c, t, VCU_OP_CU_MEMCPY_HTOD, 0, &rq, sizeof(rq)));
+    free(t);
+    /* Two segments. */
+    t = ut_req_new();
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, buf, 32);
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, buf + 32, 32);
+    ASSERT_EQ(VCU_S_EINVAL, tc_run(&c, t, VCU_OP_CU_MEMCPY_HTOD, 0, &rq, sizeof(rq)));
+    free(t);
+    /* Unknown copy flag. */
+    rq.flags = 2;
+    t = ut_req_new();
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, buf, 64);
+    ASSERT_EQ(VCU_S_EINVAL, tc_run(&c, t, VCU_OP_CU_MEMCPY_HTOD, 0, &rq, sizeof(rq)));
+    free(t);
+    /* A bad stream on an async copy. */
+    rq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    rq.stream = 5;
+    t = ut_req_new();
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, buf, 64);
+    ASSERT_EQ(VCU_S_OK, tc_run(&c, t, VCU_OP_CU_MEMCPY_HTOD, 0, &rq, sizeof(rq)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, ((struct vcu_cu_resp *)ut_resp_payload(t))->result);
+    free(t);
+    tc_close(&c);
+    return 0;
+}
+
+static uint32_t tc_memset(tc_t *c, uint64_t dst, uint32_t value, uint32_t esz, uint64_t width,
+                          uint64_t height, uint64_t pitch, uint32_t flags)
+{
+    struct vcu_cu_memset_req rq;
+    struct vcu_cu_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.dst = dst;
+    rq.value = value;
+    rq.elem_size = esz;
+    rq.width = width;
+    rq.height = height;
+    rq.pitch = pitch;
+    rq.flags = flags;
+    st = tc_do(c, VCU_OP_CU_MEMSET, 0, &rq, sizeof(rq), &rp, sizeof(rp));
+    return st != VCU_S_OK ? 0x10000 + st : rp.result;
+}
+
+TEST(cuda_memset)
+{
+    unsigned char out[256];
+    uint64_t d = 0;
+    unsigned int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0xab, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0x1234, 2, 8, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d + 16, 0xdeadbeef, 4, 4, 1, 0, VCU_CU_MEMCPY_F_ASYNC));
+    /* 2D: 3 rows of 4 bytes at pitch 64 from byte 64. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d + 64, 0x5a, 1, 4, 3, 64, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, out, sizeof(out), NULL, 0, 0, 0));
+    for (i = 0; i < 16; i += 2) {
+        ASSERT_EQ(0x34, out[i]);
+        ASSERT_EQ(0x12, out[i + 1]);
+    }
+    for (i = 16; i < 32; i += 4) {
+        uint32_t v;
+
+        memcpy(&v, out + i, 4);
+        ASSERT_EQ_U64(0xdeadbeef, v);
+    }
+    for (i = 32; i < 256; i++) {
+        unsigned int col = i % 64, row = i / 64;
+        int in2d = row >= 1 && row <= 3 && col < 4;
+
+        ASSERT_EQ(in2d ? 0x5a : 0xab, out[i]);
+    }
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_memset(&c, d, 0, 3, 8, 1, 0, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_memset(&c, d, 0, 0, 8, 1, 0, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_memset(&c, d, 0, 1, 8, 1, 0, 0x80));
+    tc_close(&c);
+    return 0;
+}
+
+static uint32_t tc_2d(tc_t *c, uint32_t kind, uint64_t dev, uint64_t dpitch, uint64_t spitch,
+                      uint64_t width, uint64_t height, void *host, size_t hlen,
+                      const size_t *cuts, unsigned int ncuts)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_memcpy2d_req rq;
+    struct iovec iov[UT_MAX_IOV];
+    size_t off = 0;
+    unsigned int i, n = 0;
+    uint32_t st, res;
+
+    for (i = 0; i < ncuts; i++) {
+        iov[n].iov_base = (char *)host + off;
+        iov[n++].iov_len = cuts[i];
+        off += cuts[i];
+    }
+    iov[n].iov_base = (char *)host + off;
+    iov[n++].iov_len = hlen - off;
+    if (host != NULL)
+        ut_req_add_seg_iov(t, kind == VCU_CU_COPY_HTOD ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE,
+                           iov, n);
+    memset(&rq, 0, sizeof(rq));
+    rq.kind = kind;
+    rq.dst = dev;
+    rq.src = dev;
+    rq.dpitch = dpitch;
+    rq.spitch = spitch;
+    rq.width = width;
+    rq.height = height;
+    st = tc_run(c, t, VCU_OP_CU_MEMCPY_2D, 0, &rq, sizeof(rq));
+    res = ((struct vcu_cu_resp *)ut_resp_payload(t))->result;
+    free(t);
+    return st != VCU_S_OK ? 0x10000 + st : res;
+}
+
+TEST(cuda_memcpy2d)
+{
+    unsigned char host[10 * 100], back[10 * 100], dev_img[10 * 64];
+    static const size_t cuts[] = {33, 250, 1};
+    uint64_t d = 0;
+    unsigned int r;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64 * 10, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 640, 1, 0, 0));
+    ut_fill(host, sizeof(host), 3);
+    /* HtoD from one iovec: 10 rows of 40 bytes, host pitch 100, device pitch 64. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_2d(&c, VCU_CU_COPY_HTOD, d, 64, 100, 40, 10, host, 940, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, dev_img, sizeof(dev_img), NULL, 0, 0, 0));
+    for (r = 0; r < 10; r++)
+        ASSERT_MEM_EQ(dev_img + r * 64, host + r * 100, 40);
+    /* DtoH through the bounce buffer (several iovecs): gaps keep their bytes. */
+    memset(back, 0xee, sizeof(back));
+    ASSERT_EQ(CUDA_SUCCESS,
+              tc_2d(&c, VCU_CU_COPY_DTOH, d, 100, 64, 40, 10, back, 940, cuts, 3));
+    for (r = 0; r < 10; r++) {
+        ASSERT_MEM_EQ(back + r * 100, host + r * 100, 40);
+        if (r < 9)
+            ASSERT_EQ(0xee, back[r * 100 + 40]);
+    }
+    /* Segment one byte short of (height-1)*pitch + width. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_2d(&c, VCU_CU_COPY_HTOD, d, 64, 100, 40, 10, host, 939, NULL, 0));
+    /* Overflowing geometry. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_2d(&c, VCU_CU_COPY_DTOH, d, UINT64_MAX / 2, 64, 40, 10, back, 940, NULL, 0));
+    /* DtoD takes no segment; bad kind. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_2d(&c, VCU_CU_COPY_DTOD, d, 64, 64, 40, 2, host, 940, NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_2d(&c, 9, d, 64, 64, 40, 2, NULL, 0, NULL, 0));
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_mem_free_foreign)
+{
+    tc_t a, b;
+    uint64_t d = 0;
+
+    CHECK(tc_open(&a));
+    b.be = a.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(b.be, &b.s));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&a, 4096, &d));
+    /* Session b may not free session a's memory. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&b, VCU_OP_CU_MEM_FREE, 0, d, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&a, VCU_OP_CU_MEM_FREE, 0, 0x1234, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_MEM_FREE, 0, d, NULL));
+    ut_close(b.be, b.s);
+    tc_close(&a);
+    return 0;
+}
+
+/* ---- handles ------------------------------------------------------------ */
+
+static uint64_t tc_stream_new(tc_t *c)
+{
+    struct vcu_cu_stream_create_req sq = {{0, 0}, 0, 0};
+    struct vcu_cu_u64_resp sr;
+
+    if (tc_do(c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)) != VCU_S_OK ||
+        sr.r.result != CUDA_SUCCESS)
+        return 0;
+    return sr.value;
+}
+
+TEST(cuda_handles_invalid)
+{
+    struct vcu_cu_attr_req aq;
+    struct vcu_cu_u64_resp rp;
+    uint64_t s, ev = 0, g = 0, pool = 0, dead_s, dead_ev, dead_g, forged[4];
+    unsigned int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &pool));
+    dead_s = tc_stream_new(&c);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, dead_s, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &dead_ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_DESTROY, 0, dead_ev, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &dead_g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, dead_g, NULL));
+
+    forged[0] = 2;                  /* below VCU_CU_HANDLE_MIN, not a default stream */
+    forged[1] = 0x1234;
+    forged[2] = s ^ (1ull << 32);   /* right index, wrong generation */
+    forged[3] = UINT64_MAX;
+    for (i = 0; i < 4; i++) {
+        uint64_t f = forged[i];
+
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, f, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, f, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, f, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, f, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, f, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, f, NULL));
+    }
+    /* Stale. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, dead_s, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, dead_s, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, dead_ev, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_CLONE, 0, dead_g, NULL));
+    /* Wrong type: each live handle used as every other kind. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, s, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, ev, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, pool, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, g, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, ev, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, ev, ev, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_STREAM_WAIT_EVENT, s, s, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, g, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, s, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, ev, s, 0, NULL, 0));
+    memset(&aq, 0, sizeof(aq));
+    aq.handle = s;
+    aq.attr = CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.r.result);
+    /* A graph node handle that is a graph handle, as a dependency. */
+    {
+        struct {
+            struct vcu_cu_graph_node_req r;
+            uint64_t dep;
+        } nq;
+
+        memset(&nq, 0, sizeof(nq));
+        nq.r.graph = g;
+        nq.r.kind = VCU_CU_NODE_EMPTY;
+        nq.r.ndeps = 1;
+        nq.dep = g;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq), &rp, sizeof(rp)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.r.result);
+        nq.r.graph = dead_g;
+        nq.r.ndeps = 0;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq.r), &rp, sizeof(rp)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.r.result);
+    }
+    /* The live ones still work. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, VCU_CU_STREAM_LEGACY, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, VCU_CU_STREAM_PER_THREAD, NULL));
+    /* Handles are per session. */
+    {
+        tc_t d = {c.be, 0};
+
+        ASSERT_EQ(VCU_S_OK, ut_open(d.be, &d.s));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&d, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+        ut_close(d.be, d.s);
+    }
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_module_unload_kills_funcs)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    struct vcu_cu_function_resp *f = (struct vcu_cu_function_resp *)fr;
+    uint64_t mod = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, f->function, NULL));
+    /* A name the module does not have. */
+    ASSERT_EQ(CUDA_ERROR_NOT_FOUND, tc_func(&c, mod, "nope", 4, 0, fr + 256, 64));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, f->function, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- modules and launches ----------------------------------------------- */
+
+/* Loads the vector_add twin; *fn its handle. */
+static int tc_vadd(tc_t *c, uint64_t *fn)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    struct vcu_cu_function_resp f;
+    struct vcu_cu_param p[4];
+    uint64_t mod = 0;
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&f, fr, sizeof(f));
+    ASSERT_EQ(4, f.nparams);
+    ASSERT_EQ(28, f.param_bytes);
+    memcpy(p, fr + sizeof(f), sizeof(p));
+    ASSERT_EQ(0, p[0].offset);
+    ASSERT_EQ(8, p[0].size);
+    ASSERT_EQ(16, p[2].offset);
+    ASSERT_EQ(24, p[3].offset);
+    ASSERT_EQ(4, p[3].size);
+    ASSERT_GE(f.function, VCU_CU_HANDLE_MIN);
+    *fn = f.function;
+    return 0;
+}
+
+TEST(cuda_launch_vector_add)
+{
+    enum { N = 1000 };
+    float *a = malloc(N * 4), *b = malloc(N * 4), *out = malloc(N * 4);
+    uint64_t fn = 0, da = 0, db = 0, dc = 0;
+    unsigned char params[32];
+    int32_t n = N - 3;              /* the last 3 stay as memset left them */
+    int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd(&c, &fn));
+    for (i = 0; i < N; i++) {
+        a[i] = (float)i * 0.5f;
+        b[i] = (float)(N - i);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, N * 4, &da));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, N * 4, &db));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, N * 4, &dc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, da, a, N * 4, NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, db, b, N * 4, NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, dc, 0, 4, N, 1, 0, 0));
+    memcpy(params + 0, &da, 8);
+    memcpy(params + 8, &db, 8);
+    memcpy(params + 16, &dc, 8);
+    memcpy(params + 24, &n, 4);
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch(&c, fn, 0, (N + 127) / 128, 128, params, 28, 28));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, dc, out, N * 4, NULL, 0, 0, 0));
+    for (i = 0; i < N; i++)
+        ASSERT_TRUE(out[i] == (i < N - 3 ? a[i] + b[i] : 0.0f));
+    free(a);
+    free(b);
+    free(out);
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_launch_param_bytes)
+{
+    unsigned char params[64];
+    uint64_t fn = 0;
+    tc_t c;
+
+    memset(params, 0, sizeof(params));
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd(&c, &fn));
+    /* Not what the function takes. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_launch(&c, fn, 0, 1, 1, params, 24, 24));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_launch(&c, fn, 0, 1, 1, params, 32, 32));
+    /* More than the payload holds, more than the limit. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_launch(&c, fn, 0, 1, 1, params, 20, 28));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_launch(&c, fn, 0, 1, 1, params, 28, 40000));
+    /* Bad function and stream handles. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_launch(&c, fn + 1, 0, 1, 1, params, 28, 28));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_launch(&c, fn, 77, 1, 1, params, 28, 28));
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- streams and events ------------------------------------------------- */
+
+TEST(cuda_events_elapsed)
+{
+    struct vcu_cu_elapsed_resp er;
+    uint64_t e1 = 0, e2 = 0, s;
+    float ms = -1;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, CU_EVENT_DEFAULT, &e1));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, CU_EVENT_BLOCKING_SYNC, &e2));
+    ASSERT_NE(e1, e2);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e1, s, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, e2, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, e2, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, e1, e2, 0, &er, sizeof(er)));
+    memcpy(&ms, &er.ms_bits, 4);
+    ASSERT_TRUE(ms >= 0.0f && ms < 10000.0f);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_WAIT_EVENT, 0, e1, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_DESTROY, 0, e1, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, e1, e2, 0, &er, sizeof(er)));
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_streams)
+{
+    struct vcu_cu_stream_create_req sq = {{0, 0}, CU_STREAM_NON_BLOCKING, 0};
+    struct vcu_cu_priority_range_resp pr;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp sr;
+    uint64_t s[3];
+    int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_PRIORITY_RANGE, 0, &h, sizeof(h), &pr, sizeof(pr)));
+    ASSERT_EQ(CUDA_SUCCESS, pr.r.result);
+    ASSERT_LE((int32_t)pr.greatest, (int32_t)pr.least);
+    for (i = 0; i < 3; i++) {
+        sq.priority = pr.greatest;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
+        ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
+        s[i] = sr.value;
+        ASSERT_GE(s[i], VCU_CU_HANDLE_MIN);
+    }
+    ASSERT_NE(s[0], s[1]);
+    for (i = 0; i < 3; i++) {
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s[i], NULL));
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, s[i], NULL));
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, s[1], NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s[1], NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s[2], NULL));
+    /* s[0] and s[2] are left for session close to free (LeakSanitizer). */
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_deferred_error)
+{
+    struct vcu_cu_u64_req rq = {{0, 0}, 0xbad000};
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    /* Async failures: the first one is kept, the second dropped. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_FREE, VCU_REQ_F_ASYNC, &rq, sizeof(rq), &r, sizeof(r)));
+    ASSERT_EQ(0, r.deferred);
+    rq.value = 5;                   /* not a stream handle */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, VCU_REQ_F_ASYNC, &rq, sizeof(rq),
+                              &r, sizeof(r)));
+    ASSERT_EQ(0, r.deferred);
+    /* Reported once, by the next synchronous reply. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, r.deferred);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(0, r.deferred);
+    /* CU_GET_DEFERRED_ERROR, and a malformed async request. */
+    rq.value = 6;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_EVENT_QUERY, VCU_REQ_F_ASYNC, &rq, sizeof(rq), &r, sizeof(r)));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GET_DEFERRED_ERROR, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.result);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GET_DEFERRED_ERROR, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    {
+        struct vcu_cu_memset_req mq;
+
+        memset(&mq, 0, sizeof(mq));
+        mq.elem_size = 3;
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_MEMSET, VCU_REQ_F_ASYNC, &mq, sizeof(mq), NULL, 0));
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, r.deferred);
+    }
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- host callbacks ----------------------------------------------------- */
+
+static ut_req_t *tc_submit_pair(tc_t *c, uint32_t op, uint64_t a, uint64_t b)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_pair_req rq = {{0, 0}, a, b, 0};
+
+    ut_req_build(t, op, c->s, &rq, sizeof(rq));
+    vcu_backend_submit(c->be, &t->r);
+    return t;
+}
+
+static ut_req_t *tc_submit_wait(tc_t *c)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_hdr h = {0, 0};
+
+    ut_req_build(t, VCU_OP_CU_CALLBACK_WAIT, c->s, &h, sizeof(h));
+    vcu_backend_submit(c->be, &t->r);
+    return t;
+}
+
+static void tc_nap(void)
+{
+    struct timespec ts = {0, 20 * 1000000};
+
+    nanosleep(&ts, NULL);
+}
+
+TEST(cuda_callback_gate)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp wr;
+    struct vcu_cu_u64_req sq;
+    ut_req_t *hf, *sync;
+    uint64_t s;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    /*
+     * HOST_FUNC may complete at once (a GPU driver runs the callback on
+     * its own thread) or only once the callback ran (the stand-in runs it
+     * inside cuLaunchHostFunc): this test holds either way.
+     */
+    hf = tc_submit_pair(&c, VCU_OP_CU_STREAM_HOST_FUNC, s, 0xc0ffee);
+    /* WAIT hands out the cookie the trampoline reached. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ(CUDA_SUCCESS, wr.r.result);
+    ASSERT_EQ_U64(0xc0ffee, wr.value);
+    /* The stream is held until DONE. */
+    sync = ut_req_new();
+    memset(&sq, 0, sizeof(sq));
+    sq.value = s;
+    ut_req_build(sync, VCU_OP_CU_STREAM_SYNCHRONIZE, c.s, &sq, sizeof(sq));
+    vcu_backend_submit(c.be, &sync->r);
+    tc_nap();
+    ASSERT_EQ(0, atomic_load(&sync->ndone));
+    /* DONE for a cookie nobody waits on. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 0x1, NULL));
+    ASSERT_EQ(0, atomic_load(&sync->ndone));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 0xc0ffee, NULL));
+    ASSERT_EQ(0, ut_wait_count(&hf->ndone, 1));
+    ASSERT_EQ(VCU_S_OK, ut_status(hf));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)ut_resp_payload(hf))->result);
+    ASSERT_EQ(0, ut_wait_count(&sync->ndone, 1));
+    ASSERT_EQ(VCU_S_OK, ut_status(sync));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)ut_resp_payload(sync))->result);
+    /* Used up. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 0xc0ffee, NULL));
+    free(sync);
+    free(hf);
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_callback_parked_first)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp wr;
+    ut_req_t *w, *hf;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    w = tc_submit_wait(&c);
+    tc_nap();
+    ASSERT_EQ(0, atomic_load(&w->ndone));
+    /* One parked WAIT per session. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, wr.r.result);
+    hf = tc_submit_pair(&c, VCU_OP_CU_STREAM_HOST_FUNC, VCU_CU_STREAM_LEGACY, 42);
+    ASSERT_EQ(0, ut_wait_count(&w->ndone, 1));
+    ASSERT_EQ(VCU_S_OK, ut_status(w));
+    ASSERT_EQ(sizeof(struct vcu_cu_u64_resp), ut_resp(w)->payload_len);
+    memcpy(&wr, ut_resp_payload(w), sizeof(wr));
+    ASSERT_EQ(CUDA_SUCCESS, wr.r.result);
+    ASSERT_EQ(42, wr.value);
+    ASSERT_EQ_U64(UT_REQ_ID, ut_resp(w)->req_id);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 42, NULL));
+    ASSERT_EQ(0, ut_wait_count(&hf->ndone, 1));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    free(w);
+    free(hf);
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_callback_cancel)
+{
+    ut_req_t *w;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    w = tc_submit_wait(&c);
+    tc_nap();
+    ASSERT_EQ(0, atomic_load(&w->ndone));
+    /* Session end: the parked WAIT is cancelled. */
+    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));
+    ASSERT_EQ(0, ut_wait_count(&w->ndone, 1));
+    ASSERT_EQ(VCU_S_ECANCELED, ut_status(w));
+    free(w);
+    vcu_backend_free(c.be);
+    return 0;
+}
+
+/*
+ * Below the core: a trampoline blocked for a DONE that never comes (the
+ * guest died) is let go by vcu__cuda_sess_cancel(), and session free
+ * after that completes.  With the stand-in the callback runs inside
+ * cuLaunchHostFunc, i.e. inside exec on the thread below.
+ */
+typedef struct tc_exec_s {
+    vcu__cuda_sess_t *cs;
+    uint32_t op;
+    struct vcu_cu_pair_req rq;
+    uint64_t out[64];
+    size_t out_len;
+    uint32_t st;
+    atomic_int finished;
+} tc_exec_t;
+
+static void *tc_exec_thread(void *arg)
+{
+    tc_exec_t *x = arg;
+    struct vcu_req_hdr h;
+
+    memset(&h, 0, sizeof(h));
+    h.opcode = x->op;
+    h.payload_len = sizeof(x->rq);
+    x->st = vcu__cuda_exec(x->cs, &h, &x->rq, NULL, 0, x->out, sizeof(x->out), &x->out_len, NULL);
+    atomic_store(&x->finished, 1);
+    return NULL;
+}
+
+TEST(cuda_callback_session_end)
+{
+    vcu_backend_config_t cfg;
+    vcu__cuda_t *cu = NULL;
+    vcu__cuda_sess_t *cs = NULL;
+    tc_exec_t x;
+    pthread_t th;
+    char err[256];
+
+    memset(&cfg, 0, sizeof(cfg));
+    ASSERT_EQ(0, vcu__cuda_init(&cfg, &cu, err, sizeof(err)));
+    ASSERT_EQ(0, vcu__cuda_sess_new(cu, &cs));
+    memset(&x, 0, sizeof(x));
+    atomic_init(&x.finished, 0);
+    x.cs = cs;
+    x.op = VCU_OP_CU_STREAM_HOST_FUNC;
+    x.rq.a = VCU_CU_STREAM_LEGACY;
+    x.rq.b = 99;
+    ASSERT_EQ(0, pthread_create(&th, NULL, tc_exec_thread, &x));
+    tc_nap();
+    vcu__cuda_sess_cancel(cs);
+    ASSERT_EQ(0, ut_wait_count(&x.finished, 1));
+    pthread_join(th, NULL);
+    ASSERT_EQ(VCU_S_OK, x.st);
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)x.out)->result);
+    /* After the end: WAIT is cancelled, new callbacks do not block. */
+    {
+        struct vcu_req_hdr h;
+        struct vcu_cu_hdr ch = {0, 0};
+        uint64_t out[4];
+        size_t len = 0;
+
+        memset(&h, 0, sizeof(h));
+        h.opcode = VCU_OP_CU_CALLBACK_WAIT;
+        h.payload_len = sizeof(ch);
+        ASSERT_EQ(VCU_S_ECANCELED, vcu__cuda_exec(cs, &h, &ch, NULL, 0, out, sizeof(out), &len, NULL));
+    }
+    x.rq.b = 100;
+    atomic_store(&x.finished, 0);
+    tc_exec_thread(&x);
+    ASSERT_EQ(VCU_S_OK, x.st);
+    vcu__cuda_sess_free(cs);
+    vcu__cuda_fini(cu);
+    return 0;
+}
+
+/* ---- malformed payloads ------------------------------------------------- */
+
+TEST(cuda_bad_payloads)
+{
+    static char longname[VCU_CU_NAME_MAX + 32];
+    unsigned char fr[256];
+    uint64_t mod = 0, g = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    memset(longname, 'a', sizeof(longname) - 1);
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_func(&c, mod, TC_VADD, 0, 0, fr, sizeof(fr)));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_func(&c, mod, longname, VCU_CU_NAME_MAX + 1, 0, fr, sizeof(fr)));
+    /* name_len beyond the payload. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_func(&c, mod, TC_VADD, 100, 0, fr, sizeof(fr)));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_func(&c, mod, "ab\0cd", 5, 3, fr, sizeof(fr)));
+    /* Longest legal name: just not found. */
+    ASSERT_EQ(CUDA_ERROR_NOT_FOUND, tc_func(&c, mod, longname, VCU_CU_NAME_MAX, 0, fr, sizeof(fr)));
+    /* Module: image_len differs from the segment, no segment. */
+    {
+        struct vcu_cu_module_load_req lq = {{0, 0}, 5};
+        ut_req_t *t = ut_req_new();
+
+        ut_req_add_seg(t, VCU_SEG_TO_DEVICE, longname, 4);
+        ASSERT_EQ(VCU_S_EINVAL, tc_run(&c, t, VCU_OP_CU_MODULE_LOAD, 0, &lq, sizeof(lq)));
+        free(t);
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_MODULE_LOAD, 0, &lq, sizeof(lq), NULL, 0));
+    }
+    /* Graph nodes: too many deps, deps beyond the payload, bad kind. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    {
+        struct vcu_cu_graph_node_req nq;
+
+        memset(&nq, 0, sizeof(nq));
+        nq.graph = g;
+        nq.kind = VCU_CU_NODE_EMPTY;
+        nq.ndeps = VCU_CU_MAX_DEPS + 1;
+        ASSERT_EQ(VCU_S_E2BIG, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq), NULL, 0));
+        nq.ndeps = 0xffffffffu;
+        ASSERT_EQ(VCU_S_E2BIG, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq), NULL, 0));
+        nq.ndeps = 3;
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq), NULL, 0));
+        nq.ndeps = 0;
+        nq.kind = 99;
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq), NULL, 0));
+        nq.kind = VCU_CU_NODE_KERNEL;
+        nq.param_bytes = 16;
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq), NULL, 0));
+        nq.kind = VCU_CU_NODE_MEMSET;
+        nq.elem_size = 8;
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_ADD_NODE, 0, &nq, sizeof(nq), NULL, 0));
+    }
+    /* Reply buffer too small for the opcode's reply. */
+    {
+        struct vcu_cu_hdr h = {0, 0};
+        ut_req_t *t = ut_req_new();
+
+        ut_req_build(t, VCU_OP_CU_DEVICE_INFO, c.s, &h, sizeof(h));
+        t->r.resp_cap = sizeof(struct vcu_resp_hdr) + 100;
+        vcu_backend_execute(c.be, &t->r);
+        ASSERT_EQ(VCU_S_ERANGE, ut_status(t));
+        free(t);
+    }
+    /* Limits and peer ordinals. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_u64(&c, VCU_OP_CU_DEVICE_CAN_ACCESS_PEER, 0, 2, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, 1ull << 40, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_PROFILER, 0, 2, NULL));
+    /* Still alive. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- graphs ------------------------------------------------------------- */
+
+static uint32_t tc_node(tc_t *c, struct vcu_cu_graph_node_req *nq, const uint64_t *deps,
+                        uint32_t ndeps, uint64_t *node)
+{
+    unsigned char p[sizeof(*nq) + 8 * 8];
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    nq->ndeps = ndeps;
+    memcpy(p, nq, sizeof(*nq));
+    if (ndeps > 0)
+        memcpy(p + sizeof(*nq), deps, 8 * (size_t)ndeps);
+    st = tc_do(c, VCU_OP_CU_GRAPH_ADD_NODE, 0, p, (uint32_t)(sizeof(*nq) + 8 * ndeps), &rp,
+               sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *node = rp.value;
+    return rp.r.result;
+}
+
+TEST(cuda_graph_nodes)
+{
+    struct vcu_cu_graph_node_req nq;
+    unsigned char out[64];
+    uint64_t g = 0, g2 = 0, ge = 0, d = 0, n1 = 0, n2 = 0, n3 = 0, cnt = 0;
+    unsigned int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_MEMSET;
+    nq.dst = d;
+    nq.value = 0x77;
+    nq.elem_size = 1;
+    nq.width = 32;
+    nq.height = 1;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, NULL, 0, &n1));
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_MEMCPY;
+    nq.dst = d + 32;
+    nq.src = d;
+    nq.size = 16;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, &n1, 1, &n2));
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_EMPTY;
+    {
+        uint64_t deps[2] = {n1, n2};
+
+        ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, deps, 2, &n3));
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(3, cnt);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CLONE, 0, g, &g2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g2, &cnt));
+    ASSERT_EQ(3, cnt);
+    {
+        struct vcu_cu_u64_resp rp;
+
+        ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, g2, 0, 0, &rp, sizeof(rp)));
+        ge = rp.value;
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, out, 64, NULL, 0, 0, 0));
+    for (i = 0; i < 64; i++)
+        ASSERT_EQ(i < 48 ? 0x77 : 0, out[i]);
+    /* Destroying a graph invalidates its node handles. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    nq.graph = g2;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_node(&c, &nq, &n1, 1, &n3));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    /* g2 is left for the session's end. */
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_graph_capture)
+{
+    struct vcu_cu_capture_info_resp ci;
+    struct vcu_cu_memset_req mq;
+    uint64_t s, g = 0, cnt = 0, d = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    {
+        struct vcu_cu_u64_req rq = {{0, 0}, s};
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CAPTURE_INFO, 0, &rq, sizeof(rq), &ci, sizeof(ci)));
+        ASSERT_EQ(CUDA_SUCCESS, ci.r.result);
+        ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, ci.status);
+    }
+    memset(&mq, 0, sizeof(mq));
+    mq.dst = d;
+    mq.value = 1;
+    mq.elem_size = 1;
+    mq.width = 64;
+    mq.height = 1;
+    mq.stream = s;
+    mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    {
+        struct vcu_cu_resp r;
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMSET, 0, &mq, sizeof(mq), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_GE(g, VCU_CU_HANDLE_MIN);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(1, cnt);
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_ctx_reset)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+    uint64_t s, d = 0, ev1 = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &d));
+    h.device = 1;
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 1, 0, &ev1));
+    h.device = 0;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, d, NULL));
+    /* Device 1 is untouched; device 0 comes back on the next call. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 1, ev1, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &d));
+    /* Flags before the context exists are kept for its creation. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_SCHED_BLOCKING_SYNC, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    h.device = 3;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, r.result);
+    tc_close(&c);
+    return 0;
+}
+
+TEST(cuda_mempool)
+{
+    struct vcu_cu_attr_req aq;
+    struct vcu_cu_mem_alloc_req mq;
+    struct vcu_cu_u64_resp rp;
+    uint64_t pool = 0, pool2 = 0, p = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &pool));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &pool2));
+    ASSERT_EQ_U64(pool, pool2);
+    memset(&aq, 0, sizeof(aq));
+    aq.handle = pool;
+    aq.attr = CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    aq.value = 1ull << 33;          /* needs all 64 bits */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMPOOL_SET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ_U64(1ull << 33, rp.value);
+    aq.attr = 999;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, rp.r.result);
+    memset(&mq, 0, sizeof(mq));
+    mq.size = 1000;
+    mq.pool = pool;
+    /* From a named pool (the stand-in may lack cuMemAllocFromPoolAsync). */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_TRUE(rp.r.result == CUDA_SUCCESS || rp.r.result == CUDA_ERROR_NOT_SUPPORTED);
+    if (rp.r.result == CUDA_SUCCESS) {
+        struct vcu_cu_memcpy_req fq;
+        struct vcu_cu_resp r;
+
+        memset(&fq, 0, sizeof(fq));
+        fq.dst = rp.value;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_FREE_ASYNC, 0, &fq, sizeof(fq), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+    }
+    mq.pool = pool + 1;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.r.result);
+    mq.pool = 0;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    p = rp.value;
+    ASSERT_NE(0, p);
+    {
+        struct vcu_cu_memcpy_req fq;
+        struct vcu_cu_resp r;
+
+        memset(&fq, 0, sizeof(fq));
+        fq.dst = p;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_FREE_ASYNC, 0, &fq, sizeof(fq), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_FREE_ASYNC, 0, &fq, sizeof(fq), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, r.result);
+    }
+    /* One left allocated for the session's end to free. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    tc_close(&c);
+    return 0;
+}

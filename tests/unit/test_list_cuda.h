@@ -1,0 +1,39 @@
+/*
+ * Unit tests of the CUDA executor (host-backend/cuda*.c), in
+ * test_cuda.c.  Most run against the CPU stand-in for libcuda
+ * (tests/fakecuda, found through $VCU_LIBCUDA, which the unit Makefile
+ * sets); without it they fail, saying so.
+ */
+#ifndef VCU_TEST_LIST_CUDA_H
+#define VCU_TEST_LIST_CUDA_H
+
+#define VCU_TESTS_CUDA(X)               \
+    X(cuda_htab)                        \
+    X(cuda_pset)                        \
+    X(cuda_no_driver)                   \
+    X(cuda_gpus_config)                 \
+    X(cuda_driver_info)                 \
+    X(cuda_device_info)                 \
+    X(cuda_memcpy_roundtrip)            \
+    X(cuda_memcpy_bad_segments)         \
+    X(cuda_memset)                      \
+    X(cuda_memcpy2d)                    \
+    X(cuda_mem_free_foreign)            \
+    X(cuda_handles_invalid)             \
+    X(cuda_module_unload_kills_funcs)   \
+    X(cuda_launch_vector_add)           \
+    X(cuda_launch_param_bytes)          \
+    X(cuda_events_elapsed)              \
+    X(cuda_streams)                     \
+    X(cuda_deferred_error)              \
+    X(cuda_callback_gate)               \
+    X(cuda_callback_parked_first)       \
+    X(cuda_callback_cancel)             \
+    X(cuda_callback_session_end)        \
+    X(cuda_bad_payloads)                \
+    X(cuda_graph_nodes)                 \
+    X(cuda_graph_capture)               \
+    X(cuda_ctx_reset)                   \
+    X(cuda_mempool)
+
+#endif /* VCU_TEST_LIST_CUDA_H */
