@@ -36,7 +36,7 @@
 #include <cudaProfiler.h>
 
 #include "vcu_backend_int.h"
-#include "cuda_ext.h"
+#include "vcu_backend_int.h"
 #include "cuda_tab.h"
 
 #define VCU__STR2(x) #x

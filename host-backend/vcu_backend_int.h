@@ -28,6 +28,18 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len);
 int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out);
 void vcu__cuda_sess_free(vcu__cuda_sess_t *cs);
 
+/*
+ * Ends the session's host callbacks now: every trampoline blocked on a
+ * CU_CALLBACK_DONE returns, the parked CU_CALLBACK_WAIT completes with
+ * VCU_S_ECANCELED, later WAITs are cancelled and later callbacks return at
+ * once.  Any thread, any number of times, while cs is alive.  The core
+ * calls it when SESSION_CLOSE is queued and when a reset starts: otherwise
+ * a worker blocked in a stream synchronize behind a guest callback that
+ * will never be DONE (the guest process died) never reaches the close.
+ * vcu__cuda_sess_free() calls it itself.
+ */
+void vcu__cuda_sess_cancel(vcu__cuda_sess_t *cs);
+
 /* Returned by vcu__cuda_exec() when it has taken the request over and
  * will finish it later itself with vcu__complete(). */
 #define VCU__PARKED 0xffffffffu
@@ -41,6 +53,9 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs);
  * header says and at least the size of the opcode's request struct, the
  * segments are well formed (flags valid, iov lengths add up to len).
  * Everything inside the payload is for the executor to validate.
+ *
+ * h and payload are valid only during the call (the core passes aligned
+ * copies): a request that is parked must copy what it needs.
  *
  * Writes the reply payload (starting with struct vcu_cu_resp) to out, at
  * most out_cap bytes, and sets *out_len.  Returns a wire status: VCU_S_OK

@@ -10,7 +10,7 @@
 #include <cuda.h>
 
 #include "ut.h"
-#include "cuda_ext.h"
+#include "vcu_backend_int.h"
 #include "cuda_tab.h"
 
 /* The stand-in's twin of tests/cuda/vector_add.cu. */

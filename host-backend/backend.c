@@ -1,0 +1,996 @@
+/*
+ * virtio-cuda host backend core: request validation, sessions (one
+ * worker thread each), the transport opcodes and ECHO, and dispatch of
+ * the CUDA opcodes to the executor (cuda*.c, see vcu_backend_int.h).
+ *
+ * Lock order
+ * ----------
+ * be->lock is the core's only lock.  Nothing else is taken while it is
+ * held: the executor, vcu__cuda_*() and the done callbacks are always
+ * called without it, so it has no order with the executor's locks.
+ * vcu__waiter_t.lock (vcu_backend_execute) is a leaf taken inside a done
+ * callback.
+ *
+ * Lifetimes
+ * ---------
+ * A session is created by SESSION_OPEN in vcu_backend_submit() and lives
+ * in be->sessions[] until its worker ends it (SESSION_CLOSE) or a reset
+ * takes it out.  A worker that ended by SESSION_CLOSE parks its session
+ * on be->zombies; the next SESSION_OPEN, reset or free joins the thread
+ * and frees the session.  A reset joins every worker itself.
+ *
+ * The CUDA state of a session (cs) is created and freed by its worker
+ * only.  Other threads use it (inline opcodes, vcu__cuda_sess_cancel()
+ * at close and reset) while holding a count in inline_busy, which the
+ * worker waits to reach zero before it frees cs.
+ *
+ * vcu_backend_submit() is safe from several threads at once (the public
+ * header asks for less); the tests rely on it.  Parked requests
+ * (VCU__PARKED) are the executor's: vcu__cuda_sess_cancel() and
+ * vcu__cuda_sess_free() complete them, so a reset still returns only after
+ * every done callback has run.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vcu_backend_int.h"
+#include "vcu_backend_int.h"
+
+#define VCU_EXPORT __attribute__((visibility("default")))
+
+#define VCU__DEFAULT_SESSIONS 64u
+#define VCU__MAX_SESSIONS 65536u
+#define VCU__ECHO_MAX_DELAY_MS 10000u
+#define VCU__OFFERED_ALWAYS (VCU_FEAT_ECHO | VCU_FEAT_ASYNC)
+#define VCU__FIRST_CUDA_OP 0x0100u
+
+/* A request accepted for a worker.  The header and payload are copied so
+ * that what was validated is what runs, and so the payload is aligned. */
+typedef struct vcu__item_s {
+    struct vcu__item_s *next;
+    vcu_request_t *req;
+    struct vcu_req_hdr hdr;
+    uint64_t payload[];             /* hdr.payload_len bytes */
+} vcu__item_t;
+
+typedef struct vcu__queue_s {
+    vcu__item_t *head;
+    vcu__item_t **tailp;
+} vcu__queue_t;
+
+typedef struct vcu__sess_s {
+    vcu_backend_t *be;
+    uint64_t id;                    /* constant after open */
+    uint64_t features;              /* constant after open */
+    uint32_t slot;                  /* index in be->sessions, constant */
+    pthread_t thread;
+    /*
+     * Wakes the worker (work queued, close, reset, inline_busy back to 0)
+     * and cuts an echo delay short.  Used with be->lock.
+     */
+    pthread_cond_t cond;
+
+    /* The fields below are protected by be->lock. */
+    vcu__queue_t queue;             /* FIFO of requests, SESSION_CLOSE last */
+    /* Inline CUDA requests (vcu__cuda_is_inline) that arrived before the
+     * session had CUDA state: the worker runs them before the queue. */
+    vcu__queue_t prio;
+    bool closing;                   /* SESSION_CLOSE queued: nothing new accepted */
+    bool cancel;                    /* reset: cancel the queue and exit */
+    bool in_table;                  /* in be->sessions (counts in nlive) */
+    bool finished;                  /* worker past its last use of the session */
+    unsigned int inline_busy;       /* inline executions using cs right now */
+    /* Written only by the worker (under be->lock); read by the worker
+     * without it, and by vcu_backend_submit() under it. */
+    vcu__cuda_sess_t *cs;
+    struct vcu__sess_s *zombie_next;
+} vcu__sess_t;
+
+struct vcu_backend_s {
+    vcu_backend_config_t cfg;       /* strings point to our copies */
+    char *gpus;
+    char *libcuda;
+    vcu__cuda_t *cu;                /* NULL: no CUDA feature; constant after new */
+    char cu_err[256];
+
+    /* Protects sessions[], nlive, next_gen, zombies and the session
+     * fields marked so in vcu__sess_t. */
+    pthread_mutex_t lock;
+    vcu__sess_t **sessions;         /* max_sessions slots, NULL = free */
+    unsigned int max_sessions;
+    unsigned int nlive;             /* non-NULL slots */
+    uint64_t next_gen;              /* high half of the next session id */
+    vcu__sess_t *zombies;           /* closed, thread not yet joined */
+};
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static void vcu__queue_init(vcu__queue_t *q)
+{
+    q->head = NULL;
+    q->tailp = &q->head;
+}
+
+static void vcu__queue_push(vcu__queue_t *q, vcu__item_t *it)
+{
+    it->next = NULL;
+    *q->tailp = it;
+    q->tailp = &it->next;
+}
+
+static vcu__item_t *vcu__queue_pop(vcu__queue_t *q)
+{
+    vcu__item_t *it = q->head;
+
+    if (it) {
+        q->head = it->next;
+        if (!q->head)
+            q->tailp = &q->head;
+        it->next = NULL;
+    }
+    return it;
+}
+
+/* Appends all of src to dst and empties src. */
+static void vcu__queue_splice(vcu__queue_t *dst, vcu__queue_t *src)
+{
+    if (src->head) {
+        *dst->tailp = src->head;
+        dst->tailp = src->tailp;
+    }
+    vcu__queue_init(src);
+}
+
+/* The one translation from a library code (0 or VCU_E*) to a wire status. */
+static uint32_t vcu__status_from_code(int code)
+{
+    if (code == 0)
+        return VCU_S_OK;
+    if (code < 0 && code > -VCU_S_COUNT_)
+        return (uint32_t)-code;
+    return VCU_S_EIO;
+}
+
+/* Size of the opcode's fixed request struct; -1 if the opcode is unknown.
+ * Generated from VCU_OP_MAP: a duplicate number fails to compile here. */
+static int vcu__op_req_size(uint32_t op, size_t *size)
+{
+    switch (op) {
+#define VCU__OP_CASE(name, num, req, resp) \
+    case (num):                            \
+        *size = sizeof(struct req);        \
+        return 0;
+        VCU_OP_MAP(VCU__OP_CASE)
+#undef VCU__OP_CASE
+    }
+    return -1;
+}
+
+static bool vcu__op_is_cuda(uint32_t op)
+{
+    return op >= VCU__FIRST_CUDA_OP;
+}
+
+/* ---- completion ---------------------------------------------------------- */
+
+void vcu__complete(vcu_request_t *req, uint32_t status, size_t payload_len)
+{
+    struct vcu_resp_hdr rh;
+
+    if (!req->resp || req->resp_cap < sizeof(rh)) {
+        req->resp_len = 0;
+        if (req->done)
+            req->done(req);
+        return;
+    }
+    if (payload_len > vcu__resp_cap(req) || payload_len > UINT32_MAX) {
+        status = VCU_S_ERANGE;
+        payload_len = 0;
+    }
+    memset(&rh, 0, sizeof(rh));
+    rh.status = status;
+    rh.payload_len = (uint32_t)payload_len;
+    if (req->req && req->req_len >= sizeof(struct vcu_req_hdr))
+        memcpy(&rh.req_id, (const char *)req->req + offsetof(struct vcu_req_hdr, req_id),
+               sizeof(rh.req_id));
+    memcpy(req->resp, &rh, sizeof(rh));
+    req->resp_len = sizeof(rh) + payload_len;
+    if (req->done)
+        req->done(req);
+}
+
+static void vcu__complete_item(vcu__item_t *it, uint32_t status, size_t payload_len)
+{
+    vcu_request_t *req = it->req;
+
+    free(it);
+    vcu__complete(req, status, payload_len);
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+/*
+ * Checks everything about the request that does not depend on backend
+ * state.  Fills *hdr and *payload (inside req->req).  Returns a wire status.
+ */
+static uint32_t vcu__validate(const vcu_request_t *req, struct vcu_req_hdr *hdr,
+                              const unsigned char **payload)
+{
+    const unsigned char *b = req->req;
+    size_t padded, need, op_size;
+    uint64_t total = 0;
+    unsigned int i, j;
+
+    if (!b || req->req_len < sizeof(*hdr))
+        return VCU_S_EINVAL;
+    memcpy(hdr, b, sizeof(*hdr));
+    if (hdr->reserved != 0 || (hdr->flags & ~VCU_REQ_F_ASYNC) != 0)
+        return VCU_S_EINVAL;
+    if (hdr->payload_len > VCU_MAX_PAYLOAD || hdr->nsegs > VCU_MAX_SEGS)
+        return VCU_S_E2BIG;
+    if (hdr->nsegs != req->nsegs)
+        return VCU_S_EINVAL;
+    /* Both bounded above (64 KiB, 16 segments): no overflow possible. */
+    padded = ((size_t)hdr->payload_len + 7) & ~(size_t)7;
+    need = sizeof(*hdr) + padded + (size_t)hdr->nsegs * sizeof(struct vcu_seg);
+    if (need > req->req_len)
+        return VCU_S_EINVAL;
+    if (vcu__op_req_size(hdr->opcode, &op_size) < 0)
+        return VCU_S_ENOTSUP;
+    if (hdr->payload_len < op_size)
+        return VCU_S_EINVAL;
+    if (hdr->nsegs && !req->segs)
+        return VCU_S_EINVAL;
+
+    for (i = 0; i < hdr->nsegs; i++) {
+        const vcu_segment_t *s = &req->segs[i];
+        struct vcu_seg ws;
+        uint64_t sum = 0;
+
+        memcpy(&ws, b + sizeof(*hdr) + padded + (size_t)i * sizeof(ws), sizeof(ws));
+        if (ws.flags != VCU_SEG_TO_DEVICE && ws.flags != VCU_SEG_FROM_DEVICE)
+            return VCU_S_EINVAL;
+        if (s->flags != ws.flags || s->len != ws.len)
+            return VCU_S_EINVAL;
+        if (s->iovcnt && !s->iov)
+            return VCU_S_EINVAL;
+        for (j = 0; j < s->iovcnt; j++) {
+            uint64_t l = s->iov[j].iov_len;
+
+            if (l > s->len - sum)
+                return VCU_S_EINVAL;
+            if (l && !s->iov[j].iov_base)
+                return VCU_S_EINVAL;
+            sum += l;
+        }
+        if (sum != s->len)
+            return VCU_S_EINVAL;
+        if (s->len > VCU_MAX_XFER - total)
+            return VCU_S_E2BIG;
+        total += s->len;
+    }
+    *payload = b + sizeof(*hdr);
+    return VCU_S_OK;
+}
+
+/* Opcode-specific checks of the fixed request struct that the core owns. */
+static uint32_t vcu__validate_op(const vcu_request_t *req, const struct vcu_req_hdr *hdr,
+                                 const unsigned char *payload)
+{
+    switch (hdr->opcode) {
+    case VCU_OP_SESSION_OPEN:
+    case VCU_OP_SESSION_CLOSE:
+        if (hdr->nsegs != 0)
+            return VCU_S_EINVAL;
+        break;
+    case VCU_OP_ECHO: {
+        struct vcu_echo_req er;
+        size_t tail = hdr->payload_len - sizeof(er);
+
+        memcpy(&er, payload, sizeof(er));
+        if ((er.flags & ~VCU_ECHO_F_FILL) != 0 || er.delay_ms > VCU__ECHO_MAX_DELAY_MS)
+            return VCU_S_EINVAL;
+        if (vcu__resp_cap(req) < sizeof(struct vcu_echo_resp) + tail)
+            return VCU_S_ERANGE;
+        break;
+    }
+    default:
+        break;
+    }
+    return VCU_S_OK;
+}
+
+/* ---- sessions ------------------------------------------------------------ */
+
+/* Caller holds be->lock.  Open sessions only; closing ones are gone for
+ * new requests. */
+static vcu__sess_t *vcu__sess_lookup_locked(vcu_backend_t *be, uint64_t id)
+{
+    uint64_t slot = (id & 0xffffffffu);
+    vcu__sess_t *s;
+
+    if (slot == 0 || slot > be->max_sessions)
+        return NULL;
+    s = be->sessions[slot - 1];
+    if (!s || s->id != id || s->closing || s->cancel)
+        return NULL;
+    return s;
+}
+
+static void vcu__sess_destroy(vcu__sess_t *s)
+{
+    pthread_cond_destroy(&s->cond);
+    free(s);
+}
+
+/* Joins and frees the closed sessions whose workers have finished. */
+static void vcu__reap_zombies(vcu_backend_t *be)
+{
+    vcu__sess_t *done = NULL, **pp, *s;
+
+    pthread_mutex_lock(&be->lock);
+    pp = &be->zombies;
+    while ((s = *pp) != NULL) {
+        if (s->finished) {
+            *pp = s->zombie_next;
+            s->zombie_next = done;
+            done = s;
+        } else {
+            pp = &s->zombie_next;
+        }
+    }
+    pthread_mutex_unlock(&be->lock);
+    while ((s = done) != NULL) {
+        done = s->zombie_next;
+        pthread_join(s->thread, NULL);
+        vcu__sess_destroy(s);
+    }
+}
+
+/* ---- ECHO ---------------------------------------------------------------- */
+
+/* Walks the segments of one direction as one byte stream. */
+typedef struct vcu__cursor_s {
+    const vcu_segment_t *segs;
+    unsigned int nsegs;
+    uint32_t dir;
+    unsigned int seg;
+    unsigned int iov;
+    size_t off;                     /* inside the current iovec */
+} vcu__cursor_t;
+
+static void vcu__cursor_init(vcu__cursor_t *c, const vcu_segment_t *segs, unsigned int nsegs,
+                             uint32_t dir)
+{
+    memset(c, 0, sizeof(*c));
+    c->segs = segs;
+    c->nsegs = nsegs;
+    c->dir = dir;
+}
+
+/* The contiguous bytes at the cursor; 0 at the end of the stream. */
+static size_t vcu__cursor_peek(vcu__cursor_t *c, unsigned char **p)
+{
+    for (; c->seg < c->nsegs; c->seg++, c->iov = 0, c->off = 0) {
+        const vcu_segment_t *s = &c->segs[c->seg];
+
+        if (s->flags != c->dir)
+            continue;
+        for (; c->iov < s->iovcnt; c->iov++, c->off = 0) {
+            const struct iovec *v = &s->iov[c->iov];
+
+            if (c->off < v->iov_len) {
+                *p = (unsigned char *)v->iov_base + c->off;
+                return v->iov_len - c->off;
+            }
+        }
+    }
+    return 0;
+}
+
+static uint64_t vcu__stream_len(const vcu_segment_t *segs, unsigned int nsegs, uint32_t dir)
+{
+    uint64_t n = 0;
+    unsigned int i;
+
+    for (i = 0; i < nsegs; i++)
+        if (segs[i].flags == dir)
+            n += segs[i].len;       /* validated: total <= VCU_MAX_XFER */
+    return n;
+}
+
+/* Sleeps up to ms, returning early when the session closes or resets. */
+static void vcu__sess_sleep(vcu__sess_t *s, uint32_t ms)
+{
+    vcu_backend_t *be = s->be;
+    struct timespec dl;
+
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&be->lock);
+    while (!s->closing && !s->cancel)
+        if (pthread_cond_timedwait(&s->cond, &be->lock, &dl) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&be->lock);
+}
+
+static void vcu__run_echo(vcu__sess_t *s, vcu__item_t *it)
+{
+    vcu_request_t *req = it->req;
+    const vcu_segment_t *segs = req->segs;
+    unsigned int nsegs = req->nsegs;
+    struct vcu_echo_req er;
+    struct vcu_echo_resp rsp;
+    size_t tail = it->hdr.payload_len - sizeof(er);
+    unsigned char *out = vcu__resp_payload(req);
+    vcu__cursor_t in, wr;
+    unsigned char *p, *q;
+    uint64_t hash = VCU_FNV64_INIT, in_len, out_len, n, off;
+    size_t a, b, k;
+
+    memcpy(&er, it->payload, sizeof(er));
+    if (er.delay_ms)
+        vcu__sess_sleep(s, er.delay_ms);
+
+    in_len = vcu__stream_len(segs, nsegs, VCU_SEG_TO_DEVICE);
+    out_len = vcu__stream_len(segs, nsegs, VCU_SEG_FROM_DEVICE);
+
+    vcu__cursor_init(&in, segs, nsegs, VCU_SEG_TO_DEVICE);
+    while ((a = vcu__cursor_peek(&in, &p)) != 0) {
+        for (k = 0; k < a; k++) {
+            hash ^= p[k];
+            hash *= VCU_FNV64_PRIME;
+        }
+        in.off += a;
+    }
+
+    vcu__cursor_init(&wr, segs, nsegs, VCU_SEG_FROM_DEVICE);
+    if (er.flags & VCU_ECHO_F_FILL) {
+        off = 0;
+        while ((b = vcu__cursor_peek(&wr, &q)) != 0) {
+            for (k = 0; k < b; k++)
+                q[k] = vcu_echo_byte(er.seed, off + k);
+            off += b;
+            wr.off += b;
+        }
+        n = out_len;
+    } else {
+        n = in_len < out_len ? in_len : out_len;
+        vcu__cursor_init(&in, segs, nsegs, VCU_SEG_TO_DEVICE);
+        for (off = 0; off < n;) {
+            a = vcu__cursor_peek(&in, &p);
+            b = vcu__cursor_peek(&wr, &q);
+            k = a < b ? a : b;
+            if (k > n - off)
+                k = (size_t)(n - off);
+            if (k == 0)
+                break;              /* cannot happen: both streams hold >= n bytes */
+            memmove(q, p, k);       /* the guest may pass overlapping pages */
+            in.off += k;
+            wr.off += k;
+            off += k;
+        }
+    }
+
+    memset(&rsp, 0, sizeof(rsp));
+    rsp.in_bytes = in_len;
+    rsp.out_bytes = n;
+    rsp.in_hash = hash;
+    memcpy(out, &rsp, sizeof(rsp));
+    memcpy(out + sizeof(rsp), (const unsigned char *)it->payload + sizeof(er), tail);
+    vcu__complete_item(it, VCU_S_OK, sizeof(rsp) + tail);
+}
+
+/* ---- CUDA dispatch ------------------------------------------------------- */
+
+/* On the worker: creates the session's CUDA state on first use. */
+static int vcu__sess_cuda(vcu__sess_t *s)
+{
+    vcu__cuda_sess_t *cs = NULL;
+    bool ending;
+    int rc;
+
+    if (s->cs)
+        return 0;
+    rc = vcu__cuda_sess_new(s->be->cu, &cs);
+    if (rc == 0 && !cs)
+        rc = VCU_EIO;
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&s->be->lock);
+    s->cs = cs;
+    ending = s->closing || s->cancel;
+    pthread_mutex_unlock(&s->be->lock);
+    /* Created after close or reset began: let no callback wait. */
+    if (ending)
+        vcu__cuda_sess_cancel(cs);
+    return 0;
+}
+
+/* Runs one CUDA opcode with the session's state; cs is valid for the
+ * whole call.  The item is freed here; a parked request is finished by
+ * the executor (header and payload are only valid during the call). */
+static void vcu__exec_cuda(vcu__cuda_sess_t *cs, vcu__item_t *it)
+{
+    vcu_request_t *req = it->req;
+    size_t out_len = 0;
+    uint32_t st;
+
+    st = vcu__cuda_exec(cs, &it->hdr, it->payload, req->segs, req->nsegs, vcu__resp_payload(req),
+                        vcu__resp_cap(req), &out_len, req);
+    if (st == VCU__PARKED) {
+        free(it);
+        return;
+    }
+    vcu__complete_item(it, st, out_len);
+}
+
+static void vcu__run_cuda(vcu__sess_t *s, vcu__item_t *it)
+{
+    int rc = vcu__sess_cuda(s);
+
+    if (rc < 0) {
+        vcu__complete_item(it, vcu__status_from_code(rc), 0);
+        return;
+    }
+    vcu__exec_cuda(s->cs, it);
+}
+
+/*
+ * Caller holds be->lock, which this drops and retakes.  Releases the
+ * session's host callbacks (a worker blocked in a synchronize behind a
+ * guest callback that will never be done) and its parked CALLBACK_WAIT,
+ * as the session is ending.  inline_busy keeps cs alive meanwhile.
+ */
+static void vcu__sess_cancel_cuda_locked(vcu_backend_t *be, vcu__sess_t *s)
+{
+    vcu__cuda_sess_t *cs = s->cs;
+
+    if (!cs)
+        return;
+    s->inline_busy++;
+    pthread_mutex_unlock(&be->lock);
+    vcu__cuda_sess_cancel(cs);
+    pthread_mutex_lock(&be->lock);
+    if (--s->inline_busy == 0)
+        pthread_cond_signal(&s->cond);
+}
+
+/* ---- worker -------------------------------------------------------------- */
+
+static void *vcu__worker(void *arg)
+{
+    vcu__sess_t *s = arg;
+    vcu_backend_t *be = s->be;
+    vcu__item_t *it, *close_it = NULL;
+    vcu__queue_t cancelled;
+    vcu__cuda_sess_t *cs;
+
+    vcu__queue_init(&cancelled);
+    pthread_mutex_lock(&be->lock);
+    for (;;) {
+        while (!s->cancel && !s->prio.head && !s->queue.head)
+            pthread_cond_wait(&s->cond, &be->lock);
+        if (s->cancel)
+            break;
+        it = vcu__queue_pop(&s->prio);
+        if (!it)
+            it = vcu__queue_pop(&s->queue);
+        if (it->hdr.opcode == VCU_OP_SESSION_CLOSE) {
+            close_it = it;
+            break;
+        }
+        pthread_mutex_unlock(&be->lock);
+        if (it->hdr.opcode == VCU_OP_ECHO)
+            vcu__run_echo(s, it);
+        else
+            vcu__run_cuda(s, it);
+        pthread_mutex_lock(&be->lock);
+    }
+
+    /* Ending (close or reset), be->lock held: take what is left, wait for
+     * inline executions still using cs, then let go of cs. */
+    vcu__queue_splice(&cancelled, &s->prio);
+    vcu__queue_splice(&cancelled, &s->queue);
+    while (s->inline_busy)
+        pthread_cond_wait(&s->cond, &be->lock);
+    cs = s->cs;
+    s->cs = NULL;
+    pthread_mutex_unlock(&be->lock);
+
+    while ((it = vcu__queue_pop(&cancelled)) != NULL)
+        vcu__complete_item(it, VCU_S_ECANCELED, 0);
+    if (cs)
+        vcu__cuda_sess_free(cs);
+
+    pthread_mutex_lock(&be->lock);
+    if (s->in_table) {
+        be->sessions[s->slot] = NULL;
+        be->nlive--;
+        s->in_table = false;
+        s->zombie_next = be->zombies;
+        be->zombies = s;
+    }
+    pthread_mutex_unlock(&be->lock);
+
+    if (close_it)
+        vcu__complete_item(close_it, VCU_S_OK, 0);
+
+    pthread_mutex_lock(&be->lock);
+    s->finished = true;
+    pthread_mutex_unlock(&be->lock);
+    return NULL;
+}
+
+/* ---- SESSION_OPEN -------------------------------------------------------- */
+
+static uint32_t vcu__session_open(vcu_backend_t *be, vcu_request_t *req, const unsigned char *payload,
+                                  size_t *out_len)
+{
+    struct vcu_session_open_req oq;
+    struct vcu_session_open_resp orsp;
+    pthread_condattr_t ca;
+    vcu__sess_t *s;
+    uint64_t offered;
+    unsigned int slot;
+
+    memcpy(&oq, payload, sizeof(oq));
+    if (oq.reserved[0] || oq.reserved[1])
+        return VCU_S_EINVAL;
+    if (oq.version_min > VCU_PROTO_VERSION || oq.version_max < VCU_PROTO_VERSION)
+        return VCU_S_EVERSION;
+    if (vcu__resp_cap(req) < sizeof(orsp))
+        return VCU_S_ERANGE;
+
+    vcu__reap_zombies(be);
+
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return VCU_S_ENOMEM;
+    s->be = be;
+    vcu__queue_init(&s->queue);
+    vcu__queue_init(&s->prio);
+    offered = VCU__OFFERED_ALWAYS | (be->cu ? VCU_FEAT_CUDA : 0);
+    s->features = oq.features & offered;
+    if (pthread_condattr_init(&ca) != 0) {
+        free(s);
+        return VCU_S_ENOMEM;
+    }
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_cond_init(&s->cond, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        free(s);
+        return VCU_S_ENOMEM;
+    }
+    pthread_condattr_destroy(&ca);
+
+    pthread_mutex_lock(&be->lock);
+    if (be->nlive >= be->max_sessions) {
+        pthread_mutex_unlock(&be->lock);
+        vcu__sess_destroy(s);
+        return VCU_S_EBUSY;
+    }
+    for (slot = 0; slot < be->max_sessions; slot++)
+        if (!be->sessions[slot])
+            break;
+    s->slot = slot;
+    /* Slot in the low half (never 0), a never-reused generation above. */
+    s->id = (be->next_gen++ << 32) | (uint64_t)(slot + 1);
+    s->in_table = true;
+    /* Started under the lock: the worker's first step is to take it. */
+    if (pthread_create(&s->thread, NULL, vcu__worker, s) != 0) {
+        pthread_mutex_unlock(&be->lock);
+        vcu__sess_destroy(s);
+        return VCU_S_ENOMEM;
+    }
+    be->sessions[slot] = s;
+    be->nlive++;
+    pthread_mutex_unlock(&be->lock);
+
+    memset(&orsp, 0, sizeof(orsp));
+    orsp.version = VCU_PROTO_VERSION;
+    orsp.max_payload = VCU_MAX_PAYLOAD;
+    orsp.features = s->features;
+    orsp.session = s->id;
+    orsp.max_xfer = VCU_MAX_XFER;
+    orsp.max_segs = VCU_MAX_SEGS;
+    memcpy(vcu__resp_payload(req), &orsp, sizeof(orsp));
+    *out_len = sizeof(orsp);
+    return VCU_S_OK;
+}
+
+/* ---- submit -------------------------------------------------------------- */
+
+/* Runs an inline CUDA opcode on the calling thread if the session has CUDA
+ * state; otherwise hands it to the worker ahead of the queue. */
+static void vcu__submit_inline(vcu_backend_t *be, vcu__sess_t *s, vcu__item_t *it)
+{
+    vcu__cuda_sess_t *cs = s->cs;
+
+    if (!cs) {
+        vcu__queue_push(&s->prio, it);
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&be->lock);
+        return;
+    }
+    s->inline_busy++;
+    pthread_mutex_unlock(&be->lock);
+
+    vcu__exec_cuda(cs, it);
+
+    pthread_mutex_lock(&be->lock);
+    if (--s->inline_busy == 0)
+        pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&be->lock);
+}
+
+VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
+{
+    struct vcu_req_hdr hdr;
+    const unsigned char *payload = NULL;
+    vcu__item_t *it;
+    vcu__sess_t *s;
+    size_t out_len = 0;
+    uint32_t st;
+
+    if (!req)
+        return;
+    req->resp_len = 0;
+    if (!req->resp || req->resp_cap < sizeof(struct vcu_resp_hdr)) {
+        if (req->done)
+            req->done(req);         /* nothing can be written */
+        return;
+    }
+    if (!be) {
+        vcu__complete(req, VCU_S_EIO, 0);
+        return;
+    }
+    st = vcu__validate(req, &hdr, &payload);
+    if (st == VCU_S_OK)
+        st = vcu__validate_op(req, &hdr, payload);
+    if (st != VCU_S_OK) {
+        vcu__complete(req, st, 0);
+        return;
+    }
+
+    if (hdr.opcode == VCU_OP_SESSION_OPEN) {
+        st = hdr.session != 0 ? VCU_S_EINVAL : vcu__session_open(be, req, payload, &out_len);
+        vcu__complete(req, st, st == VCU_S_OK ? out_len : 0);
+        return;
+    }
+
+    it = malloc(sizeof(*it) + hdr.payload_len);
+    if (!it) {
+        vcu__complete(req, VCU_S_ENOMEM, 0);
+        return;
+    }
+    it->next = NULL;
+    it->req = req;
+    it->hdr = hdr;
+    memcpy(it->payload, payload, hdr.payload_len);
+
+    pthread_mutex_lock(&be->lock);
+    s = vcu__sess_lookup_locked(be, hdr.session);
+    if (!s)
+        st = VCU_S_ENOSESSION;
+    else if ((hdr.flags & VCU_REQ_F_ASYNC) && !(s->features & VCU_FEAT_ASYNC))
+        st = VCU_S_ENOTSUP;
+    else if (hdr.opcode == VCU_OP_ECHO && !(s->features & VCU_FEAT_ECHO))
+        st = VCU_S_ENOTSUP;
+    else if (vcu__op_is_cuda(hdr.opcode) && !be->cu)
+        st = VCU_S_ENODEV;
+    else if (vcu__op_is_cuda(hdr.opcode) && !(s->features & VCU_FEAT_CUDA))
+        st = VCU_S_ENOTSUP;
+    if (st != VCU_S_OK) {
+        pthread_mutex_unlock(&be->lock);
+        vcu__complete_item(it, st, 0);
+        return;
+    }
+    if (vcu__op_is_cuda(hdr.opcode) && vcu__cuda_is_inline(hdr.opcode)) {
+        vcu__submit_inline(be, s, it);  /* unlocks */
+        return;
+    }
+    vcu__queue_push(&s->queue, it);
+    pthread_cond_signal(&s->cond);
+    if (hdr.opcode == VCU_OP_SESSION_CLOSE) {
+        s->closing = true;          /* also cuts a running echo delay short */
+        vcu__sess_cancel_cuda_locked(be, s);
+    }
+    pthread_mutex_unlock(&be->lock);
+}
+
+/* ---- execute ------------------------------------------------------------- */
+
+typedef struct vcu__waiter_s {
+    pthread_mutex_t lock;           /* protects done */
+    pthread_cond_t cond;
+    bool done;
+    vcu_done_cb cb;                 /* the caller's, restored on done */
+    void *opaque;
+} vcu__waiter_t;
+
+static void vcu__execute_done(vcu_request_t *req)
+{
+    vcu__waiter_t *w = req->opaque;
+
+    req->done = w->cb;
+    req->opaque = w->opaque;
+    pthread_mutex_lock(&w->lock);
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* req->done is not called; req->done and req->opaque are as they were on
+ * return. */
+VCU_EXPORT int vcu_backend_execute(vcu_backend_t *be, vcu_request_t *req)
+{
+    vcu__waiter_t w;
+
+    if (!be || !req)
+        return VCU_EINVAL;
+    if (pthread_mutex_init(&w.lock, NULL) != 0)
+        return VCU_ENOMEM;
+    if (pthread_cond_init(&w.cond, NULL) != 0) {
+        pthread_mutex_destroy(&w.lock);
+        return VCU_ENOMEM;
+    }
+    w.done = false;
+    w.cb = req->done;
+    w.opaque = req->opaque;
+    req->done = vcu__execute_done;
+    req->opaque = &w;
+    vcu_backend_submit(be, req);
+    pthread_mutex_lock(&w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    pthread_mutex_destroy(&w.lock);
+    return 0;
+}
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+VCU_EXPORT int vcu_backend_new(const vcu_backend_config_t *cfg, vcu_backend_t **out)
+{
+    vcu_backend_t *be;
+    int rc;
+
+    if (!out)
+        return VCU_EINVAL;
+    *out = NULL;
+    if (cfg && cfg->max_sessions > VCU__MAX_SESSIONS)
+        return VCU_EINVAL;
+    be = calloc(1, sizeof(*be));
+    if (!be)
+        return VCU_ENOMEM;
+    if (cfg)
+        be->cfg = *cfg;
+    be->max_sessions = be->cfg.max_sessions ? be->cfg.max_sessions : VCU__DEFAULT_SESSIONS;
+    be->cfg.max_sessions = be->max_sessions;
+    be->next_gen = 1;
+    if ((be->cfg.gpus && !(be->gpus = strdup(be->cfg.gpus))) ||
+        (be->cfg.libcuda && !(be->libcuda = strdup(be->cfg.libcuda)))) {
+        rc = VCU_ENOMEM;
+        goto err_strings;
+    }
+    be->cfg.gpus = be->gpus;
+    be->cfg.libcuda = be->libcuda;
+    be->sessions = calloc(be->max_sessions, sizeof(*be->sessions));
+    if (!be->sessions) {
+        rc = VCU_ENOMEM;
+        goto err_strings;
+    }
+    if (pthread_mutex_init(&be->lock, NULL) != 0) {
+        rc = VCU_ENOMEM;
+        goto err_sessions;
+    }
+
+    be->cu_err[0] = '\0';
+    if (vcu__cuda_init(&be->cfg, &be->cu, be->cu_err, sizeof(be->cu_err)) < 0 || !be->cu) {
+        be->cu = NULL;
+        be->cu_err[sizeof(be->cu_err) - 1] = '\0';
+        if (!be->cu_err[0])
+            strcpy(be->cu_err, "CUDA driver not available");
+    }
+    *out = be;
+    return 0;
+
+err_sessions:
+    free(be->sessions);
+err_strings:
+    free(be->gpus);
+    free(be->libcuda);
+    free(be);
+    return rc;
+}
+
+VCU_EXPORT void vcu_backend_reset(vcu_backend_t *be)
+{
+    vcu__sess_t *list = NULL, *s;
+    unsigned int i;
+
+    if (!be)
+        return;
+    pthread_mutex_lock(&be->lock);
+    for (i = 0; i < be->max_sessions; i++) {
+        s = be->sessions[i];
+        if (!s)
+            continue;
+        be->sessions[i] = NULL;
+        s->in_table = false;
+        s->cancel = true;
+        pthread_cond_signal(&s->cond);
+        s->zombie_next = list;
+        list = s;
+    }
+    be->nlive = 0;
+    while ((s = be->zombies) != NULL) {
+        be->zombies = s->zombie_next;
+        s->zombie_next = list;
+        list = s;
+    }
+    /* Out of the table now: only this thread and the workers see them. */
+    for (s = list; s; s = s->zombie_next)
+        vcu__sess_cancel_cuda_locked(be, s);
+    pthread_mutex_unlock(&be->lock);
+
+    while ((s = list) != NULL) {
+        list = s->zombie_next;
+        pthread_join(s->thread, NULL);
+        vcu__sess_destroy(s);
+    }
+}
+
+VCU_EXPORT void vcu_backend_free(vcu_backend_t *be)
+{
+    if (!be)
+        return;
+    vcu_backend_reset(be);
+    if (be->cu)
+        vcu__cuda_fini(be->cu);
+    pthread_mutex_destroy(&be->lock);
+    free(be->sessions);
+    free(be->gpus);
+    free(be->libcuda);
+    free(be);
+}
+
+VCU_EXPORT int vcu_backend_add_ram(vcu_backend_t *be, void *hva, size_t len)
+{
+    if (!be)
+        return VCU_EINVAL;
+    if (!be->cu)
+        return VCU_ENODEV;
+    return vcu__cuda_add_ram(be->cu, hva, len);
+}
+
+VCU_EXPORT const char *vcu_backend_cuda_error(const vcu_backend_t *be)
+{
+    if (!be)
+        return "no backend";
+    return be->cu ? NULL : be->cu_err;
+}
+
+VCU_EXPORT unsigned int vcu_backend_session_count(vcu_backend_t *be)
+{
+    unsigned int n;
+
+    if (!be)
+        return 0;
+    pthread_mutex_lock(&be->lock);
+    n = be->nlive;
+    pthread_mutex_unlock(&be->lock);
+    return n;
+}

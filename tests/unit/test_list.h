@@ -1,0 +1,79 @@
+/*
+ * The one list of unit tests.  X(name) for each TEST(name) defined in a
+ * tests/unit/test_*.c file; the runner runs them in this order.
+ *
+ * The CUDA executor's tests are listed the same way in test_list_cuda.h,
+ * which defines VCU_TESTS_CUDA(X); the runner includes it when it exists.
+ */
+#ifndef VCU_TEST_LIST_H
+#define VCU_TEST_LIST_H
+
+#define VCU_TESTS(X)                    \
+    /* test_proto.c */                  \
+    X(proto_struct_sizes)               \
+    X(proto_opcode_table)               \
+    X(proto_status_map)                 \
+    X(proto_echo_byte)                  \
+    /* test_validate.c */               \
+    X(val_resp_too_small)               \
+    X(val_resp_null)                    \
+    X(val_short_header)                 \
+    X(val_null_request_bytes)           \
+    X(val_hdr_reserved_nonzero)         \
+    X(val_hdr_flags_unknown)            \
+    X(val_payload_too_large)            \
+    X(val_payload_beyond_req_len)       \
+    X(val_seg_table_beyond_req_len)     \
+    X(val_range_list_ignored)           \
+    X(val_nsegs_too_many)               \
+    X(val_nsegs_mismatch)               \
+    X(val_segs_null)                    \
+    X(val_seg_flags_zero)               \
+    X(val_seg_flags_both)               \
+    X(val_seg_flags_unknown_bit)        \
+    X(val_seg_flags_host_mismatch)      \
+    X(val_seg_len_mismatch)             \
+    X(val_seg_iov_sum_short)            \
+    X(val_seg_iov_sum_long)             \
+    X(val_seg_iov_overflow)             \
+    X(val_seg_iov_null)                 \
+    X(val_xfer_too_large)               \
+    X(val_xfer_sum_too_large)           \
+    X(val_unknown_opcode)               \
+    X(val_unknown_session)              \
+    X(val_payload_short_for_op)         \
+    X(val_req_id_in_error_reply)        \
+    X(val_complete_oversize)            \
+    /* test_session.c */                \
+    X(sess_open_basic)                  \
+    X(sess_open_reserved_nonzero)       \
+    X(sess_open_nonzero_session)        \
+    X(sess_open_with_segments)          \
+    X(sess_version_mismatch)            \
+    X(sess_too_many)                    \
+    X(sess_close)                       \
+    X(sess_close_queued)                \
+    X(sess_close_cuts_delay)            \
+    X(sess_features_enforced)           \
+    X(sess_reset_cancels)               \
+    X(sess_reset_idle)                  \
+    X(sess_free_with_work)              \
+    X(sess_reuse_after_reset)           \
+    X(sess_new_bad_args)                \
+    X(sess_execute_restores)            \
+    X(sess_cuda_enodev)                 \
+    /* test_echo.c */                   \
+    X(echo_sizes)                       \
+    X(echo_multi_iov)                   \
+    X(echo_in_shorter)                  \
+    X(echo_out_shorter)                 \
+    X(echo_fill)                        \
+    X(echo_payload_tail)                \
+    X(echo_bad_flags)                   \
+    X(echo_delay_too_long)              \
+    X(echo_delay)                       \
+    X(echo_reply_too_small)             \
+    X(echo_fifo_order)                  \
+    X(echo_many_threads)
+
+#endif /* VCU_TEST_LIST_H */
