@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# Build QEMU (x86_64-softmmu) with the virtio-cuda-pci device and the host
+# backend linked in, from Debian's pinned qemu source package.
+#
+#   qemu-device/build-qemu.sh [OUTDIR]        (default: <repo>/build/qemu)
+#
+# Result: OUTDIR/bin/qemu-system-x86_64 (stripped, RPATH $ORIGIN/../lib),
+# OUTDIR/lib (the non-glibc shared libraries it needs), OUTDIR/share (the
+# firmware a -nodefaults TCG guest needs: qboot.rom, linuxboot_dma.bin,
+# kvmvapic.bin; use -L OUTDIR/share).
+#
+# Environment:
+#   QEMU_DEB_VERSION  Debian source version (default 1:10.0.13+ds-0+deb13u1)
+#   VCU_CACHE         cache root (default /var/cache/vcu): the source package,
+#                     the unpacked tree and its configured build directory,
+#                     reused by later runs (incremental ninja)
+#   BACKEND_SRC       host backend sources (default <repo>/host-backend)
+#   CUDA_INC          directory with cuda.h (default /usr/local/cuda/include)
+#   JOBS              ninja -j (default: nproc)
+#
+# OUTDIR/.vcu-stamp records the QEMU version and a hash of qemu-device/,
+# the backend sources, include/ and this script; when it matches, nothing
+# is done.
+set -euo pipefail
+
+log() { printf 'build-qemu: %s\n' "$*"; }
+die() { printf 'build-qemu: error: %s\n' "$*" >&2; exit 1; }
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+script="$root/qemu-device/build-qemu.sh"
+outdir=${1:-$root/build/qemu}
+mkdir -p "$outdir"
+outdir=$(cd "$outdir" && pwd)
+
+QEMU_DEB_VERSION=${QEMU_DEB_VERSION:-1:10.0.13+ds-0+deb13u1}
+cache=${VCU_CACHE:-/var/cache/vcu}
+backend_src=${BACKEND_SRC:-$root/host-backend}
+cuda_inc=${CUDA_INC:-/usr/local/cuda/include}
+jobs=${JOBS:-$(nproc)}
+ver_s=${QEMU_DEB_VERSION//:/_}
+srccache="$cache/qemu-src-$ver_s"
+work="$cache/qemu-work-$ver_s"
+tree="$work/src"
+bld="$tree/build"
+
+[ -d "$backend_src" ] || die "BACKEND_SRC=$backend_src is not a directory"
+ls "$backend_src"/*.c >/dev/null 2>&1 || die "no backend sources (*.c) in $backend_src (set BACKEND_SRC for a placeholder)"
+
+# ---- cache key --------------------------------------------------------------
+hash_dir() { (cd "$1" && find . -type f ! -name '*~' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum); }
+key=$( {
+    echo "qemu $QEMU_DEB_VERSION"
+    echo "backend $backend_src"
+    echo "cuda_inc $cuda_inc"
+    hash_dir "$root/qemu-device"
+    hash_dir "$backend_src"
+    hash_dir "$root/include"
+    [ "$backend_src" = "$root/host-backend" ] || hash_dir "$root/host-backend"
+    sha256sum <"$script"
+} | sha256sum | cut -d' ' -f1)
+stamp="$outdir/.vcu-stamp"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ] && [ -x "$outdir/bin/qemu-system-x86_64" ]; then
+    log "up to date ($outdir, key ${key:0:12})"
+    exit 0
+fi
+
+mkdir -p "$srccache" "$work"
+exec 9>"$work/.lock"
+flock 9
+
+# ---- host tools ---------------------------------------------------------------
+need_pkgs=()
+command -v patchelf >/dev/null || need_pkgs+=(patchelf)
+command -v dpkg-source >/dev/null || need_pkgs+=(dpkg-dev)
+[ -f /usr/share/qemu/qboot.rom ] || need_pkgs+=(qemu-system-data)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    log "step 0: apt-get install ${need_pkgs[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -q -y --no-install-recommends "${need_pkgs[@]}" >/dev/null \
+        || die "apt-get install ${need_pkgs[*]} failed"
+fi
+meson_ver=$(meson --version 2>/dev/null || echo 0)
+dpkg --compare-versions "$meson_ver" ge 1.5 || die "meson >= 1.5 needed (have $meson_ver): scripts/deps.sh installs it from bookworm-backports"
+
+# ---- 1. source package ----------------------------------------------------------
+dsc="$srccache/qemu_${QEMU_DEB_VERSION#*:}.dsc"
+if [ -f "$dsc" ]; then
+    log "step 1: source package cached ($srccache)"
+else
+    log "step 1: apt-get source --download-only qemu=$QEMU_DEB_VERSION"
+    if ! apt-cache showsrc qemu 2>/dev/null | grep -qx "Version: $QEMU_DEB_VERSION"; then
+        avail=$(apt-cache showsrc qemu 2>/dev/null | sed -n 's/^Version: //p' | tr '\n' ' ')
+        die "qemu source $QEMU_DEB_VERSION is not in the apt sources (available: ${avail:-none}; is trixie deb-src configured and apt-get update run?). Set QEMU_DEB_VERSION to one of those."
+    fi
+    (cd "$srccache" && apt-get source -q --download-only "qemu=$QEMU_DEB_VERSION" >/dev/null 2>&1) \
+        || die "apt-get source --download-only qemu=$QEMU_DEB_VERSION failed"
+    [ -f "$dsc" ] || die "download did not produce $dsc"
+fi
+
+# ---- 2. unpack ------------------------------------------------------------------
+if [ -f "$tree/.vcu-unpacked" ]; then
+    log "step 2: source tree present ($tree)"
+else
+    log "step 2: dpkg-source -x into $tree"
+    rm -rf "$tree"
+    dpkg-source -x "$dsc" "$tree" >"$work/unpack.log" 2>&1 \
+        || { tail -20 "$work/unpack.log" >&2; die "dpkg-source -x $dsc failed"; }
+    touch "$tree/.vcu-unpacked"
+fi
+
+# ---- 3. integration -------------------------------------------------------------
+log "step 3: integrate virtio-cuda (device from $root/qemu-device, backend from $backend_src)"
+
+# Copies src to dst only when the content differs, so ninja rebuilds only
+# what changed.
+sync_file() {
+    if ! cmp -s "$1" "$2"; then
+        mkdir -p "$(dirname "$2")"
+        cp "$1" "$2"
+    fi
+}
+# Writes stdin to $1 only when the content differs.
+put_file() {
+    local tmp
+    tmp=$(mktemp)
+    cat >"$tmp"
+    if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; chmod 644 "$1"; fi
+}
+# Pristine copy of a file we patch, kept beside it; the patch is always
+# re-applied to the pristine copy, so it is idempotent.
+orig() {
+    [ -f "$tree/$1.vcu-orig" ] || cp "$tree/$1" "$tree/$1.vcu-orig"
+    cat "$tree/$1.vcu-orig"
+}
+
+for f in "$root"/qemu-device/*.c; do sync_file "$f" "$tree/hw/virtio/$(basename "$f")"; done
+for f in "$root"/qemu-device/*.h; do [ -e "$f" ] && sync_file "$f" "$tree/include/hw/virtio/$(basename "$f")"; done
+
+# The backend is built as a static library of its own, with the CUDA headers
+# on its include path only; the device sees vcu_backend.h and vcu_proto.h.
+bdir="$tree/hw/virtio/vcu-backend"
+mkdir -p "$bdir"
+declare -A want=()
+sync_file "$root/include/vcu_proto.h" "$bdir/vcu_proto.h"; want[vcu_proto.h]=1
+for f in "$root"/host-backend/*.h "$backend_src"/*.h "$backend_src"/*.c; do
+    [ -e "$f" ] || continue
+    sync_file "$f" "$bdir/$(basename "$f")"
+    want[$(basename "$f")]=1
+done
+want[meson.build]=1
+for f in "$bdir"/*; do
+    [ -n "${want[$(basename "$f")]:-}" ] || rm -f "$f"
+done
+cuda_inc_line="vcu_backend_cinc = []"
+if [ -f "$cuda_inc/cuda.h" ]; then
+    cuda_inc_line="vcu_backend_cinc = [include_directories('$cuda_inc')]"
+elif grep -qs '#include <cuda.h>' "$bdir"/*.c "$bdir"/*.h; then
+    die "the backend includes cuda.h but $cuda_inc/cuda.h does not exist (set CUDA_INC)"
+fi
+{
+    echo "# Generated by qemu-device/build-qemu.sh: the virtio-cuda host backend."
+    echo "$cuda_inc_line"
+    echo "vcu_backend_lib = static_library('vcu-backend',"
+    echo "    files("
+    for f in "$bdir"/*.c; do echo "        '$(basename "$f")',"; done
+    echo "    ),"
+    echo "    include_directories: [include_directories('.')] + vcu_backend_cinc,"
+    echo "    c_args: ['-DVCU_IN_QEMU=1'],"
+    echo "    dependencies: [threads],"
+    echo "    build_by_default: false)"
+    echo "vcu_backend_dep = declare_dependency(link_with: vcu_backend_lib,"
+    echo "    include_directories: include_directories('.'),"
+    echo "    dependencies: [threads], link_args: ['-ldl'])"
+} | put_file "$bdir/meson.build"
+
+orig hw/virtio/meson.build | awk '
+    { print }
+    /^virtio_pci_ss = ss.source_set\(\)$/ && !done {
+        print "# virtio-cuda (qemu-device/build-qemu.sh)"
+        print "subdir(\x27vcu-backend\x27)"
+        print "specific_virtio_ss.add(when: \x27CONFIG_VIRTIO_CUDA\x27, if_true: [files(\x27virtio-cuda.c\x27), vcu_backend_dep])"
+        print "virtio_pci_ss.add(when: \x27CONFIG_VIRTIO_CUDA\x27, if_true: files(\x27virtio-cuda-pci.c\x27))"
+        done = 1
+    }' | put_file "$tree/hw/virtio/meson.build"
+grep -q "CONFIG_VIRTIO_CUDA" "$tree/hw/virtio/meson.build" || die "could not patch hw/virtio/meson.build"
+
+{
+    orig hw/virtio/Kconfig
+    printf '\nconfig VIRTIO_CUDA\n    bool\n    default y if I386\n    depends on VIRTIO_PCI\n'
+} | put_file "$tree/hw/virtio/Kconfig"
+
+orig include/standard-headers/linux/virtio_ids.h | awk '
+    { print }
+    /^#define VIRTIO_ID_GPIO/ { print "#define VIRTIO_ID_CUDA\t\t\t63 /* virtio-cuda (out of tree, qemu-device/) */" }
+' | put_file "$tree/include/standard-headers/linux/virtio_ids.h"
+grep -q "VIRTIO_ID_CUDA" "$tree/include/standard-headers/linux/virtio_ids.h" || die "could not patch virtio_ids.h"
+
+orig hw/virtio/virtio.c | sed 's/^\(    \[VIRTIO_ID_GPIO\] = "virtio-gpio"\)$/\1,\n    [VIRTIO_ID_CUDA] = "virtio-cuda"/' \
+    | put_file "$tree/hw/virtio/virtio.c"
+grep -q '\[VIRTIO_ID_CUDA\] = "virtio-cuda"' "$tree/hw/virtio/virtio.c" || die "could not patch virtio_device_names[] in hw/virtio/virtio.c"
+
+{
+    orig hw/virtio/trace-events
+    echo
+    cat "$root/qemu-device/trace-events"
+} | put_file "$tree/hw/virtio/trace-events"
+
+# The +ds tarball has no firmware; Debian's patch already skips the edk2
+# blobs, make sure of it for other versions.
+orig pc-bios/meson.build | sed 's/^if unpack_edk2_blobs$/if unpack_edk2_blobs and false/' \
+    | put_file "$tree/pc-bios/meson.build"
+
+# ---- 4. configure ---------------------------------------------------------------
+conf_args=(--target-list=x86_64-softmmu --without-default-features --enable-tcg --enable-kvm
+           --disable-docs --python=/usr/bin/python3 --disable-werror --disable-install-blobs
+           --disable-user)
+conf_key="${conf_args[*]}"
+if [ -f "$bld/build.ninja" ] && [ "$(cat "$work/configured" 2>/dev/null)" = "$conf_key" ]; then
+    log "step 4: configured build tree reused ($bld)"
+else
+    log "step 4: configure ${conf_args[*]}"
+    rm -rf "$bld"
+    mkdir -p "$bld"
+    (cd "$bld" && ../configure "${conf_args[@]}" >"$work/configure.log" 2>&1) \
+        || { tail -30 "$work/configure.log" >&2; die "configure failed (log: $work/configure.log)"; }
+    echo "$conf_key" >"$work/configured"
+fi
+
+# ---- 5. build -------------------------------------------------------------------
+log "step 5: ninja -j$jobs qemu-system-x86_64"
+t0=$(date +%s)
+if ! ninja -C "$bld" -j"$jobs" qemu-system-x86_64 >"$work/ninja.log" 2>&1; then
+    grep -E -A8 'error|FAILED' "$work/ninja.log" | head -60 >&2
+    die "build failed (log: $work/ninja.log)"
+fi
+log "step 5: built in $(( $(date +%s) - t0 ))s"
+
+# ---- 6. install -----------------------------------------------------------------
+log "step 6: install into $outdir"
+rm -rf "$outdir/bin" "$outdir/lib" "$outdir/share" "$stamp"
+mkdir -p "$outdir/bin" "$outdir/lib" "$outdir/share"
+strip -o "$outdir/bin/qemu-system-x86_64" "$bld/qemu-system-x86_64"
+# Bring every shared library that is not part of glibc.
+ldd "$bld/qemu-system-x86_64" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | while read -r name path; do
+    case "$name" in
+        libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|libutil.so.*|ld-linux*|libanl.so.*) continue ;;
+    esac
+    cp -L "$path" "$outdir/lib/$name"
+    chmod 644 "$outdir/lib/$name"
+    patchelf --set-rpath '$ORIGIN' "$outdir/lib/$name"
+done
+# DT_RPATH (not RUNPATH) so that it also covers the libraries' own needs.
+patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$outdir/bin/qemu-system-x86_64"
+for f in qboot.rom linuxboot_dma.bin kvmvapic.bin; do
+    src=""
+    for d in /usr/share/qemu /usr/share/seabios; do
+        [ -f "$d/$f" ] && { src="$d/$f"; break; }
+    done
+    [ -n "$src" ] || die "$f not found in /usr/share/qemu or /usr/share/seabios (qemu-system-data)"
+    cp -L "$src" "$outdir/share/$f"
+done
+# SeaBIOS too where present, for runs without -bios.
+[ -f /usr/share/seabios/bios-256k.bin ] && cp -L /usr/share/seabios/bios-256k.bin "$outdir/share/"
+# QEMU also looks in <bindir>/../share/qemu: make that find the same files.
+ln -sfn . "$outdir/share/qemu"
+"$outdir/bin/qemu-system-x86_64" -device virtio-cuda-pci,help >/dev/null \
+    || die "the installed binary does not run or lacks virtio-cuda-pci"
+echo "$key" >"$stamp"
+log "done: $outdir/bin/qemu-system-x86_64 ($(du -sh "$outdir" | cut -f1) in all; libs: $(ls "$outdir/lib" | tr '\n' ' '))"

@@ -1,0 +1,635 @@
+/*
+ * virtio-cuda: paravirtualized GPU compute device
+ *
+ * The guest sends requests (include/vcu_proto.h) on one virtqueue: the
+ * device-readable descriptors carry the request stream (header, payload,
+ * segment table, range list), the device-writable ones the reply buffer.
+ * This file checks the stream, maps every guest-physical range of the data
+ * segments and hands the request to the host backend, which runs it on the
+ * session's worker thread.  The backend's done callback queues the request
+ * for a bottom half, which writes the reply, unmaps and pushes.
+ *
+ * Everything in a request comes from the guest and is checked here before
+ * use: counts, lengths and addresses.  Malformed requests get a VCU_S_*
+ * status, never an abort.
+ *
+ * Lock order: BQL -> complete_lock.  The backend's done callback takes
+ * complete_lock only (it may run on any thread, with or without the BQL).
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/iov.h"
+#include "qemu/log.h"
+#include "qemu/error-report.h"
+#include "qemu/main-loop.h"
+#include "qemu/module.h"
+#include "qemu/rcu.h"
+#include "qapi/error.h"
+#include "hw/qdev-properties.h"
+#include "hw/virtio/virtio.h"
+#include "hw/virtio/virtio-cuda.h"
+#include "migration/blocker.h"
+#include "system/dma.h"
+#include "exec/memory.h"
+#include "standard-headers/linux/virtio_ids.h"
+#include "standard-headers/linux/virtio_config.h"
+#include "trace.h"
+
+#include "vcu_backend.h"
+
+QEMU_BUILD_BUG_ON(VCU_VIRTIO_ID != VIRTIO_ID_CUDA);
+QEMU_BUILD_BUG_ON(sizeof(struct vcu_req_hdr) != 32);
+QEMU_BUILD_BUG_ON(sizeof(struct vcu_seg) != 16);
+QEMU_BUILD_BUG_ON(sizeof(struct vcu_range) != 16);
+QEMU_BUILD_BUG_ON(sizeof(struct vcu_resp_hdr) != 24);
+
+/* The largest request stream the protocol allows. */
+#define VIRTIO_CUDA_MAX_REQ                                     \
+    (sizeof(struct vcu_req_hdr) + VCU_MAX_PAYLOAD +             \
+     VCU_MAX_SEGS * sizeof(struct vcu_seg) +                    \
+     (size_t)VCU_MAX_RANGES * sizeof(struct vcu_range))
+/* The largest reply: header and payload. */
+#define VIRTIO_CUDA_MAX_RESP (sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD)
+/*
+ * Mapped ranges of all requests in flight.  Above this the device stops
+ * popping the queue until completions bring it down, so a guest cannot make
+ * QEMU hold more than about 2 * VCU_MAX_RANGES iovecs.  One request of the
+ * largest size always fits.
+ */
+#define VIRTIO_CUDA_MAX_INFLIGHT_RANGES (2ull * VCU_MAX_RANGES)
+
+struct VirtIOCudaReq {
+    VirtIOCuda *dev;
+    VirtQueueElement *elem;
+    vcu_request_t breq;
+
+    /* The request stream, trimmed to header, payload and segment table. */
+    uint8_t *buf;
+    /* The reply, min(reply buffer, VIRTIO_CUDA_MAX_RESP) bytes. */
+    uint8_t *resp;
+    size_t resp_cap;
+    uint64_t req_id;
+
+    vcu_segment_t segs[VCU_MAX_SEGS];
+    unsigned int nsegs;
+    /* One iovec per range, in segment order; the first nmapped are mapped. */
+    struct iovec *iov;
+    uint64_t niov;
+    uint64_t nmapped;
+
+    QTAILQ_ENTRY(VirtIOCudaReq) inflight_next;
+    QSIMPLEQ_ENTRY(VirtIOCudaReq) complete_next;
+};
+
+/* Unmaps every range mapped so far. */
+static void virtio_cuda_unmap(VirtIOCudaReq *r)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(r->dev);
+    uint64_t k = 0;
+    unsigned int i;
+
+    for (i = 0; i < r->nsegs && k < r->nmapped; i++) {
+        const vcu_segment_t *seg = &r->segs[i];
+        DMADirection dir = seg->flags == VCU_SEG_FROM_DEVICE ?
+                           DMA_DIRECTION_FROM_DEVICE : DMA_DIRECTION_TO_DEVICE;
+        unsigned int j;
+
+        for (j = 0; j < seg->iovcnt && k < r->nmapped; j++, k++) {
+            /*
+             * The backend does not say how much it wrote: count the whole
+             * range as written so that all of it is marked dirty.
+             */
+            dma_memory_unmap(vdev->dma_as, r->iov[k].iov_base,
+                             r->iov[k].iov_len, dir, r->iov[k].iov_len);
+        }
+    }
+    r->nmapped = 0;
+}
+
+static void virtio_cuda_req_free(VirtIOCudaReq *r)
+{
+    virtio_cuda_unmap(r);
+    g_free(r->iov);
+    g_free(r->buf);
+    g_free(r->resp);
+    g_free(r->elem);
+    g_free(r);
+}
+
+/* Takes the request out of the in-flight accounting. */
+static void virtio_cuda_req_retire(VirtIOCuda *s, VirtIOCudaReq *r)
+{
+    QTAILQ_REMOVE(&s->inflight, r, inflight_next);
+    s->ninflight--;
+    s->inflight_ranges -= r->niov;
+}
+
+/*
+ * Replies with status alone (no payload), for requests that never reach
+ * the backend.  The caller has checked that the reply buffer holds a
+ * struct vcu_resp_hdr.
+ */
+static void virtio_cuda_reply_error(VirtIOCuda *s, VirtIOCudaReq *r,
+                                    uint32_t status, const char *why)
+{
+    VirtQueueElement *elem = r->elem;
+    struct vcu_resp_hdr h = {
+        .status = cpu_to_le32(status),
+        .req_id = cpu_to_le64(r->req_id),
+    };
+    size_t n;
+
+    qemu_log_mask(LOG_GUEST_ERROR, "virtio-cuda: request %" PRIu64
+                  " rejected (%u): %s\n", r->req_id, status, why);
+    trace_virtio_cuda_req_error(r->req_id, status, why);
+    virtio_cuda_unmap(r);
+    n = iov_from_buf(elem->in_sg, elem->in_num, 0, &h, sizeof(h));
+    virtqueue_push(s->vq, elem, n);
+    virtio_cuda_req_free(r);
+}
+
+/*
+ * Checks one data range and maps it.  Only guest RAM the device may access
+ * directly is accepted, and the whole range must map at once: MMIO, ROM
+ * for writing, unassigned space or a range that crosses into another
+ * memory region gives VCU_S_EFAULT.
+ */
+static uint32_t virtio_cuda_map_range(VirtIOCuda *s, uint64_t gpa, uint64_t len,
+                                      bool is_write, struct iovec *iov)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(s);
+    MemTxAttrs attrs = MEMTXATTRS_UNSPECIFIED;
+    dma_addr_t maplen = len;
+    bool direct;
+    void *p;
+
+    WITH_RCU_READ_LOCK_GUARD() {
+        hwaddr xlat, plen = len;
+        MemoryRegion *mr = address_space_translate(vdev->dma_as, gpa, &xlat,
+                                                   &plen, is_write, attrs);
+
+        direct = memory_region_is_ram(mr) &&
+                 memory_access_is_direct(mr, is_write, attrs);
+    }
+    if (!direct) {
+        return VCU_S_EFAULT;
+    }
+    p = dma_memory_map(vdev->dma_as, gpa, &maplen,
+                       is_write ? DMA_DIRECTION_FROM_DEVICE :
+                                  DMA_DIRECTION_TO_DEVICE, attrs);
+    if (!p) {
+        return VCU_S_EFAULT;
+    }
+    if (maplen != len) {
+        dma_memory_unmap(vdev->dma_as, p, maplen,
+                         is_write ? DMA_DIRECTION_FROM_DEVICE :
+                                    DMA_DIRECTION_TO_DEVICE, 0);
+        return VCU_S_EFAULT;
+    }
+    iov->iov_base = p;
+    iov->iov_len = len;
+    return VCU_S_OK;
+}
+
+static void virtio_cuda_done(vcu_request_t *breq)
+{
+    VirtIOCudaReq *r = breq->opaque;
+    VirtIOCuda *s = r->dev;
+
+    /* Any thread: the BH does the rest under the BQL. */
+    WITH_QEMU_LOCK_GUARD(&s->complete_lock) {
+        QSIMPLEQ_INSERT_TAIL(&s->completed, r, complete_next);
+    }
+    qemu_bh_schedule(s->complete_bh);
+}
+
+/*
+ * Parses, checks and maps one request, then submits it.  Returns true when
+ * the element was pushed here (an error reply), false when the backend has
+ * it.
+ */
+static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
+{
+    VirtIOCudaReq *r;
+    size_t out_len = iov_size(elem->out_sg, elem->out_num);
+    size_t in_len = iov_size(elem->in_sg, elem->in_num);
+    uint32_t opcode, payload_len, status;
+    size_t seg_off, range_off, k;
+    uint64_t nranges = 0, xfer = 0;
+    unsigned int i, nsegs;
+    const char *why;
+
+    if (in_len < sizeof(struct vcu_resp_hdr)) {
+        qemu_log_mask(LOG_GUEST_ERROR, "virtio-cuda: reply buffer of %zu "
+                      "bytes cannot hold a reply header\n", in_len);
+        trace_virtio_cuda_req_error(0, VCU_S_EINVAL, "no reply buffer");
+        virtqueue_push(s->vq, elem, 0);
+        g_free(elem);
+        return true;
+    }
+
+    r = g_new0(VirtIOCudaReq, 1);
+    r->dev = s;
+    r->elem = elem;
+
+    if (out_len >= sizeof(struct vcu_req_hdr)) {
+        /* For the reply, whatever else is wrong with the request. */
+        uint64_t id;
+
+        iov_to_buf(elem->out_sg, elem->out_num,
+                   offsetof(struct vcu_req_hdr, req_id), &id, sizeof(id));
+        r->req_id = le64_to_cpu(id);
+    } else {
+        status = VCU_S_EINVAL;
+        why = "request shorter than its header";
+        goto fail;
+    }
+    if (out_len > VIRTIO_CUDA_MAX_REQ) {
+        status = VCU_S_E2BIG;
+        why = "request stream longer than the protocol allows";
+        goto fail;
+    }
+    r->buf = g_malloc(out_len);
+    if (iov_to_buf(elem->out_sg, elem->out_num, 0, r->buf, out_len) != out_len) {
+        status = VCU_S_EINVAL;
+        why = "short request stream";
+        goto fail;
+    }
+
+    opcode = ldl_le_p(r->buf + offsetof(struct vcu_req_hdr, opcode));
+    r->req_id = ldq_le_p(r->buf + offsetof(struct vcu_req_hdr, req_id));
+    payload_len = ldl_le_p(r->buf + offsetof(struct vcu_req_hdr, payload_len));
+    nsegs = lduw_le_p(r->buf + offsetof(struct vcu_req_hdr, nsegs));
+
+    if (payload_len > VCU_MAX_PAYLOAD) {
+        status = VCU_S_E2BIG;
+        why = "payload too long";
+        goto fail;
+    }
+    if (nsegs > VCU_MAX_SEGS) {
+        status = VCU_S_E2BIG;
+        why = "too many segments";
+        goto fail;
+    }
+    /* Both bounded above: no overflow. */
+    seg_off = sizeof(struct vcu_req_hdr) + ROUND_UP(payload_len, 8);
+    range_off = seg_off + nsegs * sizeof(struct vcu_seg);
+    if (out_len < range_off) {
+        status = VCU_S_EINVAL;
+        why = "request shorter than its payload and segment table";
+        goto fail;
+    }
+
+    /* The segment table: flags, counts and lengths, summed in 64 bits. */
+    for (i = 0; i < nsegs; i++) {
+        const uint8_t *p = r->buf + seg_off + i * sizeof(struct vcu_seg);
+        uint64_t len = ldq_le_p(p + offsetof(struct vcu_seg, len));
+        uint32_t n = ldl_le_p(p + offsetof(struct vcu_seg, nranges));
+        uint32_t flags = ldl_le_p(p + offsetof(struct vcu_seg, flags));
+
+        if (flags != VCU_SEG_TO_DEVICE && flags != VCU_SEG_FROM_DEVICE) {
+            status = VCU_S_EINVAL;
+            why = "segment flags must be exactly one direction";
+            goto fail;
+        }
+        if (len > VCU_MAX_XFER || n > VCU_MAX_RANGES) {
+            status = VCU_S_E2BIG;
+            why = "segment too large";
+            goto fail;
+        }
+        nranges += n;
+        xfer += len;
+        if (nranges > VCU_MAX_RANGES || xfer > VCU_MAX_XFER) {
+            status = VCU_S_E2BIG;
+            why = "too many ranges or bytes in the request";
+            goto fail;
+        }
+        r->segs[i].iovcnt = n;
+        r->segs[i].len = len;
+        r->segs[i].flags = flags;
+    }
+    r->nsegs = nsegs;
+    /* nranges <= VCU_MAX_RANGES: no overflow. */
+    if (out_len != range_off + nranges * sizeof(struct vcu_range)) {
+        status = VCU_S_EINVAL;
+        why = "range list length does not match the segment table";
+        goto fail;
+    }
+
+    trace_virtio_cuda_req_in(r, opcode,
+                             ldq_le_p(r->buf + offsetof(struct vcu_req_hdr, session)),
+                             r->req_id, payload_len, nsegs, xfer);
+
+    /* Check and map every range. */
+    r->niov = nranges;
+    r->iov = g_new0(struct iovec, nranges ? nranges : 1);
+    s->inflight_ranges += r->niov;    /* given back by fail or retire */
+    k = 0;
+    for (i = 0; i < nsegs; i++) {
+        vcu_segment_t *seg = &r->segs[i];
+        bool is_write = seg->flags == VCU_SEG_FROM_DEVICE;
+        uint64_t sum = 0;
+        unsigned int j;
+
+        seg->iov = &r->iov[k];
+        for (j = 0; j < seg->iovcnt; j++, k++) {
+            const uint8_t *p = r->buf + range_off + k * sizeof(struct vcu_range);
+            uint64_t gpa = ldq_le_p(p + offsetof(struct vcu_range, gpa));
+            uint64_t len = ldq_le_p(p + offsetof(struct vcu_range, len));
+
+            if (len == 0 || len > VCU_MAX_XFER) {
+                status = VCU_S_EINVAL;
+                why = "range length is 0 or too large";
+                goto fail_inflight;
+            }
+            if (gpa + len < gpa) {
+                status = VCU_S_EFAULT;
+                why = "range wraps around the address space";
+                goto fail_inflight;
+            }
+            sum += len;                 /* <= 2^18 * 2^30: no overflow */
+            if (sum > seg->len) {
+                status = VCU_S_EINVAL;
+                why = "ranges longer than their segment";
+                goto fail_inflight;
+            }
+            status = virtio_cuda_map_range(s, gpa, len, is_write, &r->iov[k]);
+            if (status != VCU_S_OK) {
+                why = "range is not guest RAM or does not map whole";
+                goto fail_inflight;
+            }
+            r->nmapped++;
+        }
+        if (sum != seg->len) {
+            status = VCU_S_EINVAL;
+            why = "ranges shorter than their segment";
+            goto fail_inflight;
+        }
+    }
+
+    /*
+     * The backend ignores the range list: keep header, payload and segment
+     * table only, so requests in flight hold little memory.
+     */
+    r->buf = g_realloc(r->buf, range_off);
+    r->resp_cap = MIN(in_len, VIRTIO_CUDA_MAX_RESP);
+    r->resp = g_malloc0(r->resp_cap);
+
+    r->breq.req = r->buf;
+    r->breq.req_len = range_off;
+    r->breq.segs = r->segs;
+    r->breq.nsegs = nsegs;
+    r->breq.resp = r->resp;
+    r->breq.resp_cap = r->resp_cap;
+    r->breq.resp_len = 0;
+    r->breq.done = virtio_cuda_done;
+    r->breq.opaque = r;
+
+    QTAILQ_INSERT_TAIL(&s->inflight, r, inflight_next);
+    s->ninflight++;
+    /* May call virtio_cuda_done() before it returns. */
+    vcu_backend_submit(s->backend, &r->breq);
+    return false;
+
+fail_inflight:
+    s->inflight_ranges -= r->niov;
+fail:
+    virtio_cuda_reply_error(s, r, status, why);
+    return true;
+}
+
+static void virtio_cuda_handle_output(VirtIODevice *vdev, VirtQueue *vq)
+{
+    VirtIOCuda *s = VIRTIO_CUDA(vdev);
+    VirtQueueElement *elem;
+    bool notify = false;
+
+    if (!virtio_device_started(vdev, vdev->status) || vdev->broken) {
+        return;
+    }
+    for (;;) {
+        if (s->inflight_ranges > VIRTIO_CUDA_MAX_INFLIGHT_RANGES - VCU_MAX_RANGES) {
+            /* The completion BH runs us again when there is room. */
+            s->throttled = true;
+            break;
+        }
+        elem = virtqueue_pop(vq, sizeof(VirtQueueElement));
+        if (!elem) {
+            break;
+        }
+        notify |= virtio_cuda_handle_req(s, elem);
+    }
+    if (notify) {
+        virtio_notify(vdev, vq);
+    }
+}
+
+static void virtio_cuda_complete_bh(void *opaque)
+{
+    VirtIOCuda *s = opaque;
+    VirtIODevice *vdev = VIRTIO_DEVICE(s);
+    QSIMPLEQ_HEAD(, VirtIOCudaReq) done = QSIMPLEQ_HEAD_INITIALIZER(done);
+    VirtIOCudaReq *r;
+    bool notify = false;
+
+    WITH_QEMU_LOCK_GUARD(&s->complete_lock) {
+        QSIMPLEQ_CONCAT(&done, &s->completed);
+    }
+    while ((r = QSIMPLEQ_FIRST(&done))) {
+        /* The backend's length is not trusted either. */
+        size_t len = MIN(r->breq.resp_len, r->resp_cap);
+        uint32_t status = len >= sizeof(uint32_t) ? ldl_le_p(r->resp) : VCU_S_EIO;
+
+        QSIMPLEQ_REMOVE_HEAD(&done, complete_next);
+        virtio_cuda_req_retire(s, r);
+        if (len < sizeof(struct vcu_resp_hdr)) {
+            /* A backend bug; the guest still gets an answer. */
+            struct vcu_resp_hdr h = {
+                .status = cpu_to_le32(VCU_S_EIO),
+                .req_id = cpu_to_le64(r->req_id),
+            };
+            memcpy(r->resp, &h, sizeof(h));
+            len = sizeof(h);
+            status = VCU_S_EIO;
+        }
+        trace_virtio_cuda_req_out(r, r->req_id, status, len);
+        /* Unmap first: the data is in guest memory before the reply is. */
+        virtio_cuda_unmap(r);
+        len = iov_from_buf(r->elem->in_sg, r->elem->in_num, 0, r->resp, len);
+        virtqueue_push(s->vq, r->elem, len);
+        notify = true;
+        virtio_cuda_req_free(r);
+    }
+    if (notify) {
+        virtio_notify(vdev, s->vq);
+    }
+    if (s->throttled &&
+        s->inflight_ranges <= VIRTIO_CUDA_MAX_INFLIGHT_RANGES - VCU_MAX_RANGES) {
+        s->throttled = false;
+        virtio_cuda_handle_output(vdev, s->vq);
+    }
+}
+
+/*
+ * Ends every session and drops every request without a reply: for device
+ * reset, driver failure and unrealize.  The backend's reset returns only
+ * after every done callback has run, so all requests are on the completed
+ * list afterwards.
+ */
+static void virtio_cuda_quiesce(VirtIOCuda *s)
+{
+    VirtIOCudaReq *r;
+
+    trace_virtio_cuda_reset(s->ninflight);
+    if (s->backend) {
+        vcu_backend_reset(s->backend);
+    }
+    qemu_mutex_lock(&s->complete_lock);
+    while ((r = QSIMPLEQ_FIRST(&s->completed))) {
+        QSIMPLEQ_REMOVE_HEAD(&s->completed, complete_next);
+        qemu_mutex_unlock(&s->complete_lock);
+        virtio_cuda_req_retire(s, r);
+        virtio_cuda_unmap(r);
+        /* Unmaps the descriptors; the queue itself is reset (or dropped). */
+        virtqueue_detach_element(s->vq, r->elem, 0);
+        virtio_cuda_req_free(r);
+        qemu_mutex_lock(&s->complete_lock);
+    }
+    qemu_mutex_unlock(&s->complete_lock);
+    if (s->ninflight) {
+        /* The backend broke its promise: leak rather than free live memory. */
+        error_report("virtio-cuda: %u requests still in the backend after reset",
+                     s->ninflight);
+    }
+    s->throttled = false;
+}
+
+static void virtio_cuda_reset(VirtIODevice *vdev)
+{
+    virtio_cuda_quiesce(VIRTIO_CUDA(vdev));
+}
+
+static void virtio_cuda_set_status(VirtIODevice *vdev, uint8_t status)
+{
+    VirtIOCuda *s = VIRTIO_CUDA(vdev);
+    bool was_ok = vdev->status & VIRTIO_CONFIG_S_DRIVER_OK;
+    bool is_ok = (status & VIRTIO_CONFIG_S_DRIVER_OK) &&
+                 !(status & VIRTIO_CONFIG_S_FAILED);
+
+    trace_virtio_cuda_set_status(status);
+    /* The driver gave up on the device without a reset: end its sessions. */
+    if (was_ok && !is_ok && status != 0) {
+        virtio_cuda_quiesce(s);
+    }
+}
+
+static uint64_t virtio_cuda_get_features(VirtIODevice *vdev, uint64_t features,
+                                         Error **errp)
+{
+    return features;
+}
+
+static void virtio_cuda_realize(DeviceState *dev, Error **errp)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(dev);
+    VirtIOCuda *s = VIRTIO_CUDA(dev);
+    vcu_backend_config_t cfg = {
+        .gpus = s->gpus,
+        .libcuda = s->libcuda,
+        .max_sessions = s->max_sessions,
+        .register_ram = s->register_ram,
+    };
+    const char *cuda_err;
+    int rc;
+
+    if (s->max_sessions == 0 || s->max_sessions > 4096) {
+        error_setg(errp, "virtio-cuda: max-sessions must be 1..4096, not %u",
+                   s->max_sessions);
+        return;
+    }
+
+    rc = vcu_backend_new(&cfg, &s->backend);
+    if (rc < 0) {
+        error_setg(errp, "virtio-cuda: cannot create the host backend: %s",
+                   vcu_status_str(rc));
+        s->backend = NULL;
+        return;
+    }
+    cuda_err = vcu_backend_cuda_error(s->backend);
+    if (cuda_err) {
+        warn_report_once("virtio-cuda: CUDA is not available (%s); "
+                         "only ECHO requests will work", cuda_err);
+    }
+    trace_virtio_cuda_realize(s->gpus ? s->gpus : "", cuda_err ? cuda_err : "ok");
+
+    error_setg(&s->migration_blocker,
+               "virtio-cuda does not support migration: its state lives in "
+               "host GPU contexts and mapped guest memory");
+    if (migrate_add_blocker(&s->migration_blocker, errp) < 0) {
+        vcu_backend_free(s->backend);
+        s->backend = NULL;
+        return;
+    }
+
+    qemu_mutex_init(&s->complete_lock);
+    QSIMPLEQ_INIT(&s->completed);
+    QTAILQ_INIT(&s->inflight);
+    s->complete_bh = qemu_bh_new_guarded(virtio_cuda_complete_bh, s,
+                                         &dev->mem_reentrancy_guard);
+
+    virtio_init(vdev, VIRTIO_ID_CUDA, 0);
+    s->vq = virtio_add_queue(vdev, VIRTIO_CUDA_QUEUE_SIZE,
+                             virtio_cuda_handle_output);
+}
+
+static void virtio_cuda_unrealize(DeviceState *dev)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(dev);
+    VirtIOCuda *s = VIRTIO_CUDA(dev);
+
+    virtio_cuda_quiesce(s);
+    vcu_backend_free(s->backend);
+    s->backend = NULL;
+    qemu_bh_delete(s->complete_bh);
+    qemu_mutex_destroy(&s->complete_lock);
+    migrate_del_blocker(&s->migration_blocker);
+    virtio_delete_queue(s->vq);
+    virtio_cleanup(vdev);
+}
+
+static const Property virtio_cuda_properties[] = {
+    DEFINE_PROP_STRING("gpus", VirtIOCuda, gpus),
+    DEFINE_PROP_STRING("libcuda", VirtIOCuda, libcuda),
+    DEFINE_PROP_BOOL("register-ram", VirtIOCuda, register_ram, true),
+    DEFINE_PROP_UINT32("max-sessions", VirtIOCuda, max_sessions, 64),
+};
+
+static void virtio_cuda_class_init(ObjectClass *klass, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(klass);
+    VirtioDeviceClass *vdc = VIRTIO_DEVICE_CLASS(klass);
+
+    device_class_set_props(dc, virtio_cuda_properties);
+    set_bit(DEVICE_CATEGORY_MISC, dc->categories);
+    vdc->realize = virtio_cuda_realize;
+    vdc->unrealize = virtio_cuda_unrealize;
+    vdc->get_features = virtio_cuda_get_features;
+    vdc->reset = virtio_cuda_reset;
+    vdc->set_status = virtio_cuda_set_status;
+}
+
+static const TypeInfo virtio_cuda_info = {
+    .name = TYPE_VIRTIO_CUDA,
+    .parent = TYPE_VIRTIO_DEVICE,
+    .instance_size = sizeof(VirtIOCuda),
+    .class_init = virtio_cuda_class_init,
+};
+
+static void virtio_cuda_register_types(void)
+{
+    type_register_static(&virtio_cuda_info);
+}
+
+type_init(virtio_cuda_register_types)
