@@ -121,6 +121,7 @@ def rng(gpa, ln): return struct.pack('<QQ', gpa, ln)
 echo = struct.pack('<QII', 7, 0, 0)
 
 fails = 0
+passes = 0
 def check(name, res, want_status, want_len=None):
     global fails
     ln, reply = res
@@ -131,8 +132,10 @@ def check(name, res, want_status, want_len=None):
         st, plen, rid = struct.unpack('<IIQ', reply[:16])
         ok = ln >= 24 and st == want_status and rid == (0 if 'shorter than header' in name else 0x1234)
         got = f'used len {ln} status {st} req_id {rid:#x}'
+    global passes
     print(('PASS' if ok else 'FAIL'), name, '->', got)
     fails += not ok
+    passes += bool(ok)
 
 S_OK, EINVAL, ENOTSUP, ENOSESSION, EFAULT, E2BIG = 0, 1, 2, 3, 5, 6
 import os
@@ -142,8 +145,10 @@ def check_valid(name, res):
     st, _, rid = struct.unpack('<IIQ', reply[:16])
     ok = ln >= 24 and st in VALID and rid == 0x1234
     global fails
+    global passes
     print(('PASS' if ok else 'FAIL'), name, '->', f'used len {ln} status {st} req_id {rid:#x} (backend reply)')
     fails += not ok
+    passes += bool(ok)
 
 check_valid('echo, no segments', submit([(REQ, hdr() + echo)], 256))
 check('reply buffer 8 bytes', submit([(REQ, hdr() + echo)], 8), None, 0)
@@ -186,7 +191,10 @@ w8(COMMON + 0x14, 0)
 state.update(avail=0, used=0)
 setup()
 check_valid('echo after FAILED+reset', submit([(REQ, hdr() + echo)], 256))
-print('qemu alive:', p.poll() is None)
+alive = p.poll() is None
+print(('PASS' if alive else 'FAIL'), 'qemu alive after every hostile request')
+passes += alive
+fails += not alive
 p.kill(); p.wait()
-print('FAILURES', fails)
+print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)

@@ -2,7 +2,9 @@
 # The test command (README): installs what it needs, builds everything and
 # runs every suite that needs no GPU, then prints the total as the last line:
 #   N passed, N failed
-# Suites: unit (host backend under ASan/UBSan), cuda-loopback (the CUDA test
+# Suites: unit (host backend under ASan/UBSan), qtest (the QEMU device
+# driven as a hostile guest would, through QEMU's qtest interface, no guest
+# kernel), cuda-loopback (the CUDA test
 # programs against guest-lib + backend + the CPU stand-in for libcuda, no
 # VM), and in a TCG guest: echo, badinput, cuda.
 # VCU_SUITES="unit echo" limits the run to the suites named.
@@ -10,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"unit cuda-loopback echo badinput cuda"}
+suites=${VCU_SUITES:-"unit qtest cuda-loopback echo badinput cuda"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -52,6 +54,8 @@ make -s all || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 for s in $suites; do
     case $s in
     unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
+    qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
+        build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
     echo | badinput | cuda) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
