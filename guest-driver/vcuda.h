@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * virtio-cuda guest driver: private declarations shared by virtio_cuda.c
+ * (virtio driver, character device, ioctls) and vcuda_req.c (building,
+ * queueing and completing requests).
+ *
+ * Lock order (outer first):
+ *   vcuda_file.open_lock   (mutex; SESSION_OPEN only)
+ *   vcuda_dev.reqs xa_lock (plain spinlock; never taken in interrupt context)
+ *   vcuda_dev.vq_lock      (spinlock, irq-safe; taken by the vq callback)
+ * Nothing sleeps under a spinlock, and no lock is held while the host works
+ * on a request.
+ */
+#ifndef VCUDA_H
+#define VCUDA_H
+
+#include <linux/completion.h>
+#include <linux/kref.h>
+#include <linux/mutex.h>
+#include <linux/scatterlist.h>
+#include <linux/spinlock.h>
+#include <linux/types.h>
+#include <linux/virtio.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+#include <linux/xarray.h>
+
+#include "vcu_proto.h"
+#include "vcuda_ioctl.h"
+
+/* Request stream chunk: order-4 at most, one scatterlist entry each. */
+#define VCUDA_CHUNK_SIZE (64u * 1024)
+/* Largest VCUDA_IOC_RAW_SUBMIT request stream. */
+#define VCUDA_RAW_MAX (1u << 20)
+/* Requests one open file may have on the device before SUBMIT waits. */
+#define VCUDA_FILE_MAX_INFLIGHT 256
+/* How long release() waits for ring space to send SESSION_CLOSE. */
+#define VCUDA_CLOSE_WAIT (5 * HZ)
+
+struct vcuda_dev {
+	struct kref ref;		/* probe, and each open file and request */
+	struct virtio_device *vdev;	/* valid until remove() */
+	struct virtqueue *vq;		/* valid while !gone, under vq_lock */
+	bool indirect;			/* VIRTIO_RING_F_INDIRECT_DESC negotiated */
+	unsigned int vring_size;
+
+	/*
+	 * Protects vq (add, kick, get_buf, detach), gone, vq_gen and every
+	 * request's queued/completed/orphan state.  Taken in process context
+	 * with irqs off and by the vq callback in interrupt context.
+	 */
+	spinlock_t vq_lock;
+	bool gone;			/* remove() has started; no new requests */
+	unsigned long vq_gen;		/* bumped when the callback frees ring space */
+	wait_queue_head_t vq_wait;	/* submitters waiting for ring space */
+
+	/*
+	 * Every request the driver owns, from build to free, keyed by req_id
+	 * (ids allocated cyclically, 1..U32_MAX, never two live at once).
+	 * Own xa_lock; process context only.
+	 */
+	struct xarray reqs;
+	u32 next_id;			/* xa_alloc_cyclic cursor, under reqs' xa_lock */
+
+	atomic_t inflight;		/* requests on the device now */
+	atomic_long_t pinned_pages;	/* user pages pinned now */
+
+	u32 minor;
+	struct cdev *cdev;
+	struct device *class_dev;
+};
+
+/* One per open file: the session. */
+struct vcuda_file {
+	struct kref ref;		/* the open file, and each request it sent */
+	struct vcuda_dev *dev;		/* holds a device reference */
+	struct mutex open_lock;		/* serialises SESSION_OPEN */
+	u64 session;			/* 0 until opened; set once under open_lock */
+	atomic_t inflight;		/* this file's requests on the device */
+	wait_queue_head_t slot_wait;	/* SUBMIT waiting for inflight to drop */
+};
+
+/* One user data segment of a request. */
+struct vcuda_seg_buf {
+	u64 uaddr;
+	u64 len;
+	u32 flags;			/* VCUDA_SEG_* */
+	u32 nranges;
+	void *bounce;			/* kmalloc copy, or NULL */
+	struct page **pages;		/* pinned pages, or NULL */
+	unsigned long npinned;		/* entries of pages actually pinned */
+};
+
+struct vcuda_req {
+	struct vcuda_dev *dev;		/* holds a device reference */
+	struct vcuda_file *vf;		/* holds a file reference; NULL for driver-made */
+	u32 id;				/* req_id on the wire; 0 = not in dev->reqs */
+	u32 opcode;
+	bool raw;			/* RAW_SUBMIT: reply req_id is not ours to check */
+	bool file_slot;			/* counted in vf->inflight while on the device */
+	bool close_if_orphan;		/* orphaned SESSION_OPEN: close what it opens */
+
+	/* Device-readable stream, split into chunks of VCUDA_CHUNK_SIZE. */
+	void **chunks;
+	unsigned int nchunks;
+	size_t stream_len;
+	struct scatterlist *out_sg;	/* nchunks entries */
+	struct scatterlist in_sg;
+
+	/* Device-writable reply buffer, zeroed: header + payload. */
+	struct vcu_resp_hdr *resp;
+	size_t resp_size;
+
+	unsigned int nsegs;
+	struct vcuda_seg_buf segs[VCU_MAX_SEGS];
+
+	/* Completion state, under dev->vq_lock. */
+	bool queued;			/* added to the vq */
+	bool completed;			/* the device returned it, or remove() did */
+	bool orphan;			/* nobody waits: the completion path frees it */
+	int err;			/* 0, or -ENODEV when remove() completed it */
+	u32 used_len;			/* as the device reported it (distrusted) */
+	struct completion done;
+	struct work_struct free_work;
+};
+
+extern struct workqueue_struct *vcuda_wq;
+
+struct vcuda_req *vcuda_req_alloc(struct vcuda_dev *dev, struct vcuda_file *vf, u32 opcode);
+int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const void *kpayload,
+		    const void __user *upayload, u32 payload_len, const struct vcuda_seg *usegs,
+		    unsigned int nsegs, bool async, u32 resp_cap);
+int vcuda_req_build_raw(struct vcuda_req *req, const void __user *ubuf, u32 len, u32 resp_cap);
+int vcuda_req_queue(struct vcuda_req *req, bool interruptible);
+int vcuda_req_wait(struct vcuda_req *req);
+int vcuda_req_reply(struct vcuda_req *req, u32 *status, u32 *payload_len);
+int vcuda_req_copy_out(struct vcuda_req *req);
+void vcuda_req_free(struct vcuda_req *req);
+void vcuda_req_done_locked(struct vcuda_dev *dev, struct vcuda_req *req, u32 len, int err);
+void vcuda_send_close(struct vcuda_dev *dev, u64 session);
+void vcuda_dev_put(struct vcuda_dev *dev);
+void vcuda_file_put(struct vcuda_file *vf);
+
+#endif /* VCUDA_H */

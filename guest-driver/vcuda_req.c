@@ -1,0 +1,580 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * virtio-cuda guest driver: requests.
+ *
+ * A request is framed as include/vcu_proto.h says: header, payload padded
+ * to 8, segment table, range table, all in one device-readable stream that
+ * lives in VCUDA_CHUNK_SIZE kmalloc chunks (one out descriptor each, so a
+ * 4 MiB range table needs no high-order allocation and ~70 descriptors),
+ * then one zeroed device-writable reply buffer.
+ *
+ * Guest-physical addresses: the device does not offer
+ * VIRTIO_F_ACCESS_PLATFORM (probe refuses to bind if it does), so there is
+ * no IOMMU between the device and guest RAM and the ranges carry
+ * page_to_phys()/virt_to_phys() addresses directly.
+ *
+ * Life of a request: vcuda_req_alloc() -> vcuda_req_build*() ->
+ * vcuda_req_queue() -> either the submitter waits (vcuda_req_wait()) and
+ * frees it, or it is an orphan (async, interrupted wait, driver-made) and
+ * the completion path frees it from vcuda_wq.  Pinned pages are released
+ * only in vcuda_req_free(), which runs only after the device returned the
+ * request or the device was reset (remove()).
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/kernel.h>
+#include <linux/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "vcuda.h"
+
+/* Pages pinned per pin_user_pages_fast() call. */
+#define VCUDA_PIN_BATCH 512
+
+static void vcuda_req_free_work(struct work_struct *work);
+
+struct vcuda_req *vcuda_req_alloc(struct vcuda_dev *dev, struct vcuda_file *vf, u32 opcode)
+{
+	struct vcuda_req *req;
+	int err;
+
+	req = kzalloc(sizeof(*req), GFP_KERNEL);
+	if (!req)
+		return NULL;
+	init_completion(&req->done);
+	INIT_WORK(&req->free_work, vcuda_req_free_work);
+	req->opcode = opcode;
+
+	err = xa_alloc_cyclic(&dev->reqs, &req->id, req, XA_LIMIT(1, U32_MAX), &dev->next_id,
+			      GFP_KERNEL);
+	if (err < 0) {
+		kfree(req);
+		return NULL;
+	}
+	kref_get(&dev->ref);
+	req->dev = dev;
+	if (vf) {
+		kref_get(&vf->ref);
+		req->vf = vf;
+	}
+	return req;
+}
+
+void vcuda_req_free(struct vcuda_req *req)
+{
+	struct vcuda_dev *dev = req->dev;
+	struct vcuda_file *vf = req->vf;
+	unsigned int i;
+
+	for (i = 0; i < req->nsegs; i++) {
+		struct vcuda_seg_buf *s = &req->segs[i];
+
+		if (s->npinned) {
+			unpin_user_pages_dirty_lock(s->pages, s->npinned,
+						    s->flags & VCUDA_SEG_FROM_DEVICE);
+			atomic_long_sub(s->npinned, &dev->pinned_pages);
+		}
+		kvfree(s->pages);
+		kfree(s->bounce);
+	}
+	for (i = 0; i < req->nchunks; i++)
+		kfree(req->chunks[i]);
+	kfree(req->chunks);
+	kfree(req->out_sg);
+	kfree(req->resp);
+	xa_erase(&dev->reqs, req->id);
+	kfree(req);
+	if (vf)
+		vcuda_file_put(vf);
+	vcuda_dev_put(dev);
+}
+
+/* ---- the request stream ------------------------------------------------- */
+
+static int vcuda_stream_alloc(struct vcuda_req *req, size_t len)
+{
+	unsigned int n = DIV_ROUND_UP(len, VCUDA_CHUNK_SIZE);
+	unsigned int i;
+
+	req->chunks = kcalloc(n, sizeof(*req->chunks), GFP_KERNEL);
+	req->out_sg = kmalloc_array(n, sizeof(*req->out_sg), GFP_KERNEL);
+	if (!req->chunks || !req->out_sg)
+		return -ENOMEM;
+	sg_init_table(req->out_sg, n);
+	for (i = 0; i < n; i++) {
+		size_t sz = min_t(size_t, len - (size_t)i * VCUDA_CHUNK_SIZE, VCUDA_CHUNK_SIZE);
+
+		/* Zeroed: the payload's padding goes to the device. */
+		req->chunks[i] = kzalloc(sz, GFP_KERNEL);
+		if (!req->chunks[i])
+			return -ENOMEM;
+		req->nchunks = i + 1;
+		sg_set_buf(&req->out_sg[i], req->chunks[i], sz);
+	}
+	req->stream_len = len;
+	return 0;
+}
+
+/* Copies into the stream at off; from user space when ubuf is set. */
+static int vcuda_stream_put(struct vcuda_req *req, size_t off, const void *kbuf,
+			    const void __user *ubuf, size_t len)
+{
+	size_t done = 0;
+
+	if (WARN_ON_ONCE(off > req->stream_len || len > req->stream_len - off))
+		return -EINVAL;
+	while (done < len) {
+		size_t pos = off + done;
+		size_t co = pos % VCUDA_CHUNK_SIZE;
+		size_t n = min_t(size_t, len - done, VCUDA_CHUNK_SIZE - co);
+		void *dst = req->chunks[pos / VCUDA_CHUNK_SIZE] + co;
+
+		if (ubuf) {
+			if (copy_from_user(dst, ubuf + done, n))
+				return -EFAULT;
+		} else {
+			memcpy(dst, kbuf + done, n);
+		}
+		done += n;
+	}
+	return 0;
+}
+
+static int vcuda_resp_alloc(struct vcuda_req *req, size_t size)
+{
+	/* Zeroed: bytes the device does not write must not be kernel memory. */
+	req->resp = kzalloc(size, GFP_KERNEL);
+	if (!req->resp)
+		return -ENOMEM;
+	req->resp_size = size;
+	sg_init_one(&req->in_sg, req->resp, size);
+	return 0;
+}
+
+/* ---- data segments ------------------------------------------------------ */
+
+static int vcuda_seg_pin(struct vcuda_dev *dev, struct vcuda_seg_buf *s)
+{
+	unsigned long first = s->uaddr >> PAGE_SHIFT;
+	unsigned long npages = ((s->uaddr + s->len - 1) >> PAGE_SHIFT) - first + 1;
+	unsigned int gup = FOLL_LONGTERM;
+	int ret;
+
+	if (s->flags & VCUDA_SEG_FROM_DEVICE)
+		gup |= FOLL_WRITE;
+	s->pages = kvmalloc_array(npages, sizeof(*s->pages), GFP_KERNEL);
+	if (!s->pages)
+		return -ENOMEM;
+	while (s->npinned < npages) {
+		int batch = min_t(unsigned long, npages - s->npinned, VCUDA_PIN_BATCH);
+
+		if (fatal_signal_pending(current))
+			return -EINTR;
+		ret = pin_user_pages_fast((first + s->npinned) << PAGE_SHIFT, batch, gup,
+					  s->pages + s->npinned);
+		if (ret <= 0)
+			return ret ? ret : -EFAULT;
+		s->npinned += ret;
+		atomic_long_add(ret, &dev->pinned_pages);
+	}
+	return 0;
+}
+
+/*
+ * Walks a segment's memory as guest-physical ranges, merging physically
+ * contiguous pages.  Counts them, and writes them at *off when req is set.
+ */
+static int vcuda_seg_ranges(const struct vcuda_seg_buf *s, struct vcuda_req *req, size_t *off,
+			    u32 *count)
+{
+	struct vcu_range r;
+	u64 gpa = 0, rlen = 0, pos, left;
+	unsigned long i;
+	u32 n = 0;
+	int err;
+
+	if (!s->len)
+		goto out;
+	if (s->bounce) {
+		gpa = virt_to_phys(s->bounce);
+		rlen = s->len;
+		goto last;
+	}
+	pos = s->uaddr;
+	left = s->len;
+	for (i = 0; i < s->npinned && left; i++) {
+		u64 in_page = offset_in_page(pos);
+		u64 chunk = min_t(u64, PAGE_SIZE - in_page, left);
+		u64 phys = page_to_phys(s->pages[i]) + in_page;
+
+		if (rlen && gpa + rlen == phys) {
+			rlen += chunk;
+		} else {
+			if (rlen) {
+				if (req) {
+					r.gpa = cpu_to_le64(gpa);
+					r.len = cpu_to_le64(rlen);
+					err = vcuda_stream_put(req, *off, &r, NULL, sizeof(r));
+					if (err)
+						return err;
+					*off += sizeof(r);
+				}
+				n++;
+			}
+			gpa = phys;
+			rlen = chunk;
+		}
+		pos += chunk;
+		left -= chunk;
+	}
+last:
+	if (req) {
+		r.gpa = cpu_to_le64(gpa);
+		r.len = cpu_to_le64(rlen);
+		err = vcuda_stream_put(req, *off, &r, NULL, sizeof(r));
+		if (err)
+			return err;
+		*off += sizeof(r);
+	}
+	n++;
+out:
+	*count = n;
+	return 0;
+}
+
+/*
+ * Frames a request.  usegs were validated by the caller (flags, lengths,
+ * access_ok, total); payload comes from kpayload or from user space.
+ */
+int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const void *kpayload,
+		    const void __user *upayload, u32 payload_len, const struct vcuda_seg *usegs,
+		    unsigned int nsegs, bool async, u32 resp_cap)
+{
+	size_t plen_padded = ALIGN(payload_len, 8);
+	struct vcu_req_hdr hdr = {};
+	size_t nranges = 0, len, off;
+	unsigned int i;
+	int err;
+
+	if (WARN_ON_ONCE(nsegs > VCU_MAX_SEGS || payload_len > VCU_MAX_PAYLOAD))
+		return -EINVAL;
+
+	for (i = 0; i < nsegs; i++) {
+		struct vcuda_seg_buf *s = &req->segs[i];
+		bool from = usegs[i].flags & VCUDA_SEG_FROM_DEVICE;
+
+		s->uaddr = usegs[i].addr;
+		s->len = usegs[i].len;
+		s->flags = usegs[i].flags;
+		req->nsegs = i + 1;
+		if (!s->len)
+			continue;
+		if (s->len <= VCUDA_BOUNCE_MAX && !(async && from)) {
+			s->bounce = kmalloc(s->len, GFP_KERNEL);
+			if (!s->bounce)
+				return -ENOMEM;
+			/*
+			 * FROM_DEVICE too: the device may write less than the
+			 * whole segment, and what it leaves must go back to
+			 * user space unchanged, never as kernel memory.
+			 */
+			if (copy_from_user(s->bounce, u64_to_user_ptr(s->uaddr), s->len))
+				return -EFAULT;
+		} else {
+			err = vcuda_seg_pin(req->dev, s);
+			if (err)
+				return err;
+		}
+		err = vcuda_seg_ranges(s, NULL, NULL, &s->nranges);
+		if (err)
+			return err;
+		nranges += s->nranges;
+	}
+
+	len = sizeof(hdr) + plen_padded + nsegs * sizeof(struct vcu_seg) +
+	      nranges * sizeof(struct vcu_range);
+	err = vcuda_stream_alloc(req, len);
+	if (err)
+		return err;
+	err = vcuda_resp_alloc(req, sizeof(struct vcu_resp_hdr) + resp_cap);
+	if (err)
+		return err;
+
+	hdr.opcode = cpu_to_le32(req->opcode);
+	hdr.flags = cpu_to_le32(req_flags);
+	hdr.session = cpu_to_le64(session);
+	hdr.req_id = cpu_to_le64(req->id);
+	hdr.payload_len = cpu_to_le32(payload_len);
+	hdr.nsegs = cpu_to_le16(nsegs);
+	off = 0;
+	err = vcuda_stream_put(req, off, &hdr, NULL, sizeof(hdr));
+	if (err)
+		return err;
+	off += sizeof(hdr);
+	if (payload_len) {
+		err = vcuda_stream_put(req, off, kpayload, upayload, payload_len);
+		if (err)
+			return err;
+	}
+	off += plen_padded;
+
+	for (i = 0; i < nsegs; i++) {
+		const struct vcuda_seg_buf *s = &req->segs[i];
+		struct vcu_seg ws = {
+			.len = cpu_to_le64(s->len),
+			.nranges = cpu_to_le32(s->nranges),
+			.flags = cpu_to_le32(s->flags & VCUDA_SEG_TO_DEVICE ? VCU_SEG_TO_DEVICE
+									  : VCU_SEG_FROM_DEVICE),
+		};
+
+		err = vcuda_stream_put(req, off, &ws, NULL, sizeof(ws));
+		if (err)
+			return err;
+		off += sizeof(ws);
+	}
+	for (i = 0; i < nsegs; i++) {
+		u32 n;
+
+		err = vcuda_seg_ranges(&req->segs[i], req, &off, &n);
+		if (err)
+			return err;
+		if (WARN_ON_ONCE(n != req->segs[i].nranges))
+			return -EINVAL;
+	}
+	return WARN_ON_ONCE(off != len) ? -EINVAL : 0;
+}
+
+/* RAW_SUBMIT: the user's bytes are the whole stream. */
+int vcuda_req_build_raw(struct vcuda_req *req, const void __user *ubuf, u32 len, u32 resp_cap)
+{
+	int err;
+
+	req->raw = true;
+	err = vcuda_stream_alloc(req, len);
+	if (err)
+		return err;
+	err = vcuda_stream_put(req, 0, NULL, ubuf, len);
+	if (err)
+		return err;
+	return vcuda_resp_alloc(req, resp_cap);
+}
+
+/* ---- queueing and completion -------------------------------------------- */
+
+static void vcuda_slot_put(struct vcuda_req *req)
+{
+	atomic_dec(&req->vf->inflight);
+	wake_up(&req->vf->slot_wait);
+}
+
+static int vcuda_slot_get(struct vcuda_req *req)
+{
+	struct vcuda_file *vf = req->vf;
+
+	for (;;) {
+		if (atomic_add_unless(&vf->inflight, 1, VCUDA_FILE_MAX_INFLIGHT))
+			return 0;
+		if (READ_ONCE(req->dev->gone))
+			return -ENODEV;
+		if (wait_event_interruptible(vf->slot_wait,
+					     READ_ONCE(req->dev->gone) ||
+					     atomic_read(&vf->inflight) < VCUDA_FILE_MAX_INFLIGHT))
+			return -EINTR;
+	}
+}
+
+/*
+ * Puts the request on the ring, waiting for room.  After it returns 0 an
+ * orphan request belongs to the completion path: the caller must not touch
+ * it again.  On error the caller still owns it.
+ */
+int vcuda_req_queue(struct vcuda_req *req, bool interruptible)
+{
+	struct vcuda_dev *dev = req->dev;
+	struct scatterlist *sgs[2] = { req->out_sg, &req->in_sg };
+	unsigned long gen;
+	long left;
+	int err;
+
+	if (!dev->indirect && req->nchunks + 1 > dev->vring_size)
+		return -E2BIG;
+	if (req->file_slot) {
+		err = vcuda_slot_get(req);
+		if (err)
+			return err;
+	}
+	for (;;) {
+		spin_lock_irq(&dev->vq_lock);
+		if (dev->gone) {
+			err = -ENODEV;
+			break;
+		}
+		err = virtqueue_add_sgs(dev->vq, sgs, 1, 1, req, GFP_ATOMIC);
+		if (!err) {
+			req->queued = true;
+			atomic_inc(&dev->inflight);
+			/* Kick under the lock: remove() may delete the vq once we drop it. */
+			virtqueue_kick(dev->vq);
+			spin_unlock_irq(&dev->vq_lock);
+			return 0;
+		}
+		if (err != -ENOSPC)
+			break;
+		gen = dev->vq_gen;
+		spin_unlock_irq(&dev->vq_lock);
+
+		if (interruptible) {
+			if (wait_event_interruptible(dev->vq_wait, READ_ONCE(dev->vq_gen) != gen ||
+								   READ_ONCE(dev->gone))) {
+				err = -EINTR;
+				goto err_slot;
+			}
+		} else {
+			left = wait_event_timeout(dev->vq_wait, READ_ONCE(dev->vq_gen) != gen ||
+								READ_ONCE(dev->gone),
+						  VCUDA_CLOSE_WAIT);
+			if (!left) {
+				err = -ETIMEDOUT;
+				goto err_slot;
+			}
+		}
+	}
+	spin_unlock_irq(&dev->vq_lock);
+err_slot:
+	if (req->file_slot)
+		vcuda_slot_put(req);
+	return err;
+}
+
+/*
+ * The device returned req (len = its used length), or remove() reset the
+ * device (err = -ENODEV).  Caller holds dev->vq_lock; may be in interrupt
+ * context, so nothing here sleeps or unpins.
+ */
+void vcuda_req_done_locked(struct vcuda_dev *dev, struct vcuda_req *req, u32 len, int err)
+{
+	lockdep_assert_held(&dev->vq_lock);
+	if (WARN_ON_ONCE(!req->queued || req->completed))
+		return;
+	req->completed = true;
+	req->used_len = len;
+	req->err = err;
+	atomic_dec(&dev->inflight);
+	if (req->file_slot)
+		vcuda_slot_put(req);
+	if (req->orphan)
+		queue_work(vcuda_wq, &req->free_work);
+	else
+		complete(&req->done);
+}
+
+/*
+ * Waits for the reply.  Returns req->err once completed, or -EINTR if a
+ * signal came first: the request is then an orphan that the completion
+ * path frees, and the caller must not touch it again.
+ */
+int vcuda_req_wait(struct vcuda_req *req)
+{
+	struct vcuda_dev *dev = req->dev;
+
+	if (wait_for_completion_interruptible(&req->done)) {
+		spin_lock_irq(&dev->vq_lock);
+		if (!req->completed) {
+			req->orphan = true;
+			spin_unlock_irq(&dev->vq_lock);
+			return -EINTR;
+		}
+		spin_unlock_irq(&dev->vq_lock);
+	}
+	return req->err;
+}
+
+/*
+ * Reads the reply header of a completed request, distrusting it: the used
+ * length must cover a header, req_id must be ours, and the payload length
+ * is clamped to the buffer and to what the device says it wrote.
+ */
+int vcuda_req_reply(struct vcuda_req *req, u32 *status, u32 *payload_len)
+{
+	size_t used = min_t(size_t, req->used_len, req->resp_size);
+	size_t hdr = sizeof(struct vcu_resp_hdr);
+	size_t plen;
+
+	if (used < hdr) {
+		pr_warn_ratelimited("vcuda%u: req %u: reply of %u bytes\n", req->dev->minor,
+				    req->id, req->used_len);
+		return -EIO;
+	}
+	if (le64_to_cpu(req->resp->req_id) != req->id) {
+		pr_warn_ratelimited("vcuda%u: req %u: reply for req_id %llu\n", req->dev->minor,
+				    req->id, le64_to_cpu(req->resp->req_id));
+		return -EIO;
+	}
+	plen = min_t(size_t, le32_to_cpu(req->resp->payload_len), used - hdr);
+	*status = le32_to_cpu(req->resp->status);
+	*payload_len = plen;
+	return 0;
+}
+
+/* Copies FROM_DEVICE bounce buffers back to user space. */
+int vcuda_req_copy_out(struct vcuda_req *req)
+{
+	unsigned int i;
+
+	for (i = 0; i < req->nsegs; i++) {
+		const struct vcuda_seg_buf *s = &req->segs[i];
+
+		if (!s->bounce || !(s->flags & VCUDA_SEG_FROM_DEVICE))
+			continue;
+		if (copy_to_user(u64_to_user_ptr(s->uaddr), s->bounce, s->len))
+			return -EFAULT;
+	}
+	return 0;
+}
+
+/*
+ * Sends SESSION_CLOSE without waiting for it; the completion path frees
+ * it.  Waits at most VCUDA_CLOSE_WAIT for ring room; on failure the host
+ * keeps the session until the device is reset.
+ */
+void vcuda_send_close(struct vcuda_dev *dev, u64 session)
+{
+	struct vcuda_req *req;
+	int err = -ENOMEM;
+
+	req = vcuda_req_alloc(dev, NULL, VCU_OP_SESSION_CLOSE);
+	if (!req)
+		goto err_alloc;
+	err = vcuda_req_build(req, session, 0, NULL, NULL, 0, NULL, 0, true, 0);
+	if (err)
+		goto err_build;
+	req->orphan = true;
+	err = vcuda_req_queue(req, false);
+	if (err)
+		goto err_build;
+	return;
+
+err_build:
+	vcuda_req_free(req);
+err_alloc:
+	if (err != -ENODEV)
+		pr_warn("vcuda%u: session %llu not closed: %d\n", dev->minor, session, err);
+}
+
+static void vcuda_req_free_work(struct work_struct *work)
+{
+	struct vcuda_req *req = container_of(work, struct vcuda_req, free_work);
+	struct vcu_session_open_resp oresp;
+	u32 status, plen;
+
+	/* A SESSION_OPEN whose caller left: close what the device opened. */
+	if (req->close_if_orphan && !req->err && !vcuda_req_reply(req, &status, &plen) &&
+	    status == VCU_S_OK && plen >= sizeof(oresp)) {
+		memcpy(&oresp, req->resp + 1, sizeof(oresp));
+		if (oresp.session)
+			vcuda_send_close(req->dev, le64_to_cpu(oresp.session));
+	}
+	vcuda_req_free(req);
+}
