@@ -139,6 +139,14 @@ struct vcu_req_hdr {
 
 #define VCU_SEG_TO_DEVICE (1u << 0)   /* device reads the segment */
 #define VCU_SEG_FROM_DEVICE (1u << 1) /* device writes the segment */
+/*
+ * The guest kernel keeps the segment's pages allocated and in place until
+ * the session's next SESSION_FENCE has completed (or the session ended),
+ * so the host may go on using them after the reply: a copy from guest
+ * pinned memory can then run truly asynchronously.  Without it the host is
+ * done with a segment when it replies.
+ */
+#define VCU_SEG_F_STABLE (1u << 2)
 
 struct vcu_seg {
     vcu_le64 len;                   /* sum of the ranges' lengths */
@@ -170,6 +178,7 @@ struct vcu_resp_hdr {
     XX(SESSION_OPEN, 0x0001, vcu_session_open_req, vcu_session_open_resp)                \
     XX(SESSION_CLOSE, 0x0002, vcu_none, vcu_none)                                        \
     XX(ECHO, 0x0003, vcu_echo_req, vcu_echo_resp)                                        \
+    XX(SESSION_FENCE, 0x0004, vcu_none, vcu_none)                                        \
     /* CUDA: device and context */                                                       \
     XX(CU_DRIVER_INFO, 0x0100, vcu_cu_hdr, vcu_cu_driver_info_resp)                      \
     XX(CU_DEVICE_INFO, 0x0101, vcu_cu_hdr, vcu_cu_device_info_resp)                      \
@@ -242,8 +251,16 @@ enum { VCU_OP_MAP(VCU_OP_ENUM_) };
 #undef VCU_OP_ENUM_
 
 /* Opcodes only the guest kernel may send (user space gets -EPERM). */
-#define VCU_OP_IS_TRANSPORT(op) ((op) == VCU_OP_SESSION_OPEN || (op) == VCU_OP_SESSION_CLOSE)
+#define VCU_OP_IS_TRANSPORT(op)                                                     \
+    ((op) == VCU_OP_SESSION_OPEN || (op) == VCU_OP_SESSION_CLOSE ||                 \
+     (op) == VCU_OP_SESSION_FENCE)
 
+/*
+ * SESSION_FENCE: replies once everything the session queued before it has
+ * finished on the host, GPU work included; after it the host touches no
+ * VCU_SEG_F_STABLE segment of an earlier request.  The guest kernel sends
+ * it before it frees or reuses memory it gave out as stable.
+ */
 struct vcu_none {
     vcu_u8 unused[0];
 };

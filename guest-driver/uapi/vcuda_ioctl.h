@@ -93,6 +93,21 @@ struct vcuda_raw_submit {
 	__u64 reserved[2];	/* IN: must be 0 */
 };
 
+/*
+ * mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), after
+ * VCUDA_IOC_SESSION_OPEN: allocates len bytes (rounded up to pages) of
+ * zeroed memory owned by the driver, in physically contiguous chunks of up
+ * to VCUDA_HOSTMEM_CHUNK: the guest side of cudaMallocHost.  A data segment
+ * that lies inside one such mapping travels as its chunks' physical ranges,
+ * without pinning, and the host may use it asynchronously (the pages stay
+ * put until the mapping goes away, when the driver fences the session's
+ * work on the host before it frees them).  The offset must be 0; the
+ * mapping cannot be split, moved or expanded (munmap the whole of it).
+ * Errors: -ENOTCONN before SESSION_OPEN, -EINVAL bad flags or offset,
+ * -ENOMEM.
+ */
+#define VCUDA_HOSTMEM_CHUNK (4u << 20)
+
 #define VCUDA_IOC_SESSION_OPEN _IOWR(VCUDA_IOC_MAGIC, 0x00, struct vcuda_session_open)
 #define VCUDA_IOC_SUBMIT _IOWR(VCUDA_IOC_MAGIC, 0x01, struct vcuda_submit)
 #define VCUDA_IOC_RAW_SUBMIT _IOWR(VCUDA_IOC_MAGIC, 0x02, struct vcuda_raw_submit)
