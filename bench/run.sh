@@ -1,0 +1,107 @@
+#!/bin/sh
+# The benchmark on the GPU machine, from carried build outputs: one command.
+#
+#   bench/run.sh [--quick] [OUTDIR]
+#
+#  1. cudabench natively, against NVIDIA's libcudart.so.13   -> OUTDIR/native.csv
+#  2. backend_overhead natively (no VM)                      -> OUTDIR/overhead.csv
+#  3. cudabench in the guest, against virtio-cuda's libcudart -> OUTDIR/guest.csv
+#  4. combine.py -> OUTDIR/results.csv (and a table), plot.py -> OUTDIR/bandwidth.png;
+#     both are copied to bench/ as well.
+# A step that fails is reported and leaves its CSV empty; the others still run.
+#
+# Environment:
+#   VCU_BENCH_BIN=DIR     cudabench, backend_overhead  [this script's dir if
+#                         they are there, else build/bench]
+#   VCU_NVIDIA_CUDART=DIR holds NVIDIA's libcudart.so.13 [/usr/local/cuda/lib64,
+#                         else DIR of VCU_BENCH_BIN/nvidia]
+#   VCU_BENCH_BUDGET=S    cudabench --budget-seconds in the guest [60; 20 with --quick]
+#   VCU_GPU=ORD           host GPU for backend_overhead [0]
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+quick=
+if [ "${1:-}" = "--quick" ]; then quick=--quick; shift; fi
+out=${1:-$root/build/bench/results}
+# Run from the source tree or from the build output (make copies run.sh there).
+if [ -x "$here/cudabench" ]; then dflt_bin=$here; else dflt_bin=$root/build/bench; fi
+bin=${VCU_BENCH_BIN:-$dflt_bin}
+if [ -n "$quick" ]; then budget=${VCU_BENCH_BUDGET:-20}; else budget=${VCU_BENCH_BUDGET:-60}; fi
+failed=0
+
+step() { echo "bench: $*" >&2; }
+mkdir -p "$out"
+
+nvidia_cudart_dir() {
+    for d in "${VCU_NVIDIA_CUDART:-}" /usr/local/cuda/lib64 /usr/local/cuda/lib \
+        /usr/local/cuda/targets/x86_64-linux/lib "$bin/nvidia"; do
+        [ -n "$d" ] && [ -e "$d/libcudart.so.13" ] && { echo "$d"; return 0; }
+    done
+    return 1
+}
+
+# Runs "$@" (a cudabench command line) in a virtio-cuda guest on the real
+# GPU and writes the program's stdout (the CSV) to the file named by
+# $VCU_GUEST_CSV.  The guest must have: cudabench, the project's
+# libcudart.so.13 first on LD_LIBRARY_PATH, the guest module loaded.
+#
+# TO WIRE (lead): tests/vm/run.sh runs suites, not arbitrary commands.
+# Boot the guest as tests/vm/run.sh does with VCU_REAL_GPU=1 and
+# VCU_NO_BUILD=1, put $bin/cudabench into the initramfs (with its libstdc++,
+# as mkinitramfs.sh copies the CUDA tests' libraries), and from init run
+#     LD_LIBRARY_PATH=/cuda/lib /path/cudabench "$@"
+# and carry its stdout back: e.g. print it between the marker lines
+# "VCU-BENCH-BEGIN" / "VCU-BENCH-END" on the serial console, then here
+#     sed -n '/^VCU-BENCH-BEGIN/,/^VCU-BENCH-END/{//!p}' "$serial_log" | tr -d '\r'
+# into $VCU_GUEST_CSV.  Return non-zero if the guest run failed.
+run_in_guest() {
+    step "run_in_guest is not wired yet (see bench/run.sh): guest column left empty"
+    return 1
+}
+
+# ---- 1. native cudabench ----------------------------------------------------------
+if [ ! -x "$bin/cudabench" ]; then
+    step "no $bin/cudabench (make -C bench O=$bin)"; exit 1
+fi
+if nvdir=$(nvidia_cudart_dir); then
+    step "cudabench natively (libcudart.so.13 from $nvdir)"
+    if LD_LIBRARY_PATH="$nvdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$bin/cudabench" $quick >"$out/native.csv.tmp"; then
+        mv "$out/native.csv.tmp" "$out/native.csv"
+    else
+        step "native cudabench failed"; failed=1; : >"$out/native.csv"
+    fi
+else
+    step "NVIDIA's libcudart.so.13 not found: set VCU_NVIDIA_CUDART"; failed=1
+    : >"$out/native.csv"
+fi
+
+# ---- 2. backend overhead ---------------------------------------------------------------
+step "backend_overhead"
+if "$bin/backend_overhead" $quick --gpu "${VCU_GPU:-0}" >"$out/overhead.csv.tmp"; then
+    mv "$out/overhead.csv.tmp" "$out/overhead.csv"
+else
+    step "backend_overhead failed"; failed=1; : >"$out/overhead.csv"
+fi
+
+# ---- 3. cudabench in the guest ---------------------------------------------------------
+step "cudabench in the guest (budget ${budget} s)"
+if VCU_GUEST_CSV="$out/guest.csv.tmp" run_in_guest $quick --budget-seconds "$budget" &&
+    grep -q '^metric,' "$out/guest.csv.tmp" 2>/dev/null; then
+    mv "$out/guest.csv.tmp" "$out/guest.csv"
+else
+    step "guest cudabench: no results"; failed=1; : >"$out/guest.csv"
+fi
+
+# ---- 4. combine, plot ------------------------------------------------------------------
+step "combine"
+python3 "$here/combine.py" "$out/native.csv" "$out/guest.csv" "$out/overhead.csv" \
+    -o "$out/results.csv" | tee "$out/results.txt" || failed=1
+if [ -s "$out/results.csv" ]; then
+    python3 "$here/plot.py" "$out/results.csv" -o "$out/bandwidth.png" || failed=1
+    cp "$out/results.csv" "$here/results.csv"
+    [ -f "$out/bandwidth.png" ] && cp "$out/bandwidth.png" "$here/bandwidth.png"
+fi
+step "results in $out (results.csv, results.txt, bandwidth.png; raw: native.csv guest.csv overhead.csv)"
+exit $failed
