@@ -10,10 +10,10 @@
 TOP := $(abspath .)
 B := $(TOP)/build
 
-.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu guest \
+.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu \
 	test run gpu-suite clean
 
-all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu guest
+all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu
 
 backend:
 	$(MAKE) -C host-backend O=$(B)/host-backend
@@ -34,9 +34,6 @@ cuda-tests:
 qemu:
 	qemu-device/build-qemu.sh $(B)/qemu
 
-# The guest kernel, the module built against its headers, the guest programs.
-guest: guest-lib
-	tests/vm/run.sh --build-only
 
 test:
 	scripts/test.sh

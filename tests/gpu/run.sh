@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# GPU suite, for a host with an NVIDIA GPU (CUDA 13 driver): the CUDA test
+# programs in a TCG guest whose device runs them on the real GPU.
+#
+# On a build machine: make all && tests/vm/run.sh cuda,demo (builds the
+# guest images), then carry build/qemu and build/vm to the GPU host and run
+# this there with VCU_NO_BUILD=1: it needs no compiler and no packages.
+# Logs: build/vm/logs (or $VCU_VM_LOGDIR).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+    echo "gpu-suite: no libcuda.so.1 on this host: not a GPU machine" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+export VCU_REAL_GPU=1
+VCU_ECHO_MIB=${VCU_ECHO_MIB:-256} tests/vm/run.sh "${1:-cuda,demo,echo}"

@@ -1,0 +1,99 @@
+#!/bin/sh
+# /init of the VM-suite initramfs (copied there by mkinitramfs.sh).
+#
+# Kernel command line: vcu.suite=echo,badinput,cuda,demo,bench (which suites
+# to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments)
+#                      vcu.echo_mib=N                (largest echo, MiB)
+# Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
+# line, "VCU-SUITE-END <suite>" after each suite, suspicious kernel log
+# lines as "dmesg: ...", and powers off.
+export PATH=/bin:/sbin
+export HOME=/ TMPDIR=/tmp
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mount -t tmpfs tmpfs /tmp
+echo "VCU-INIT start $(cut -d' ' -f1 /proc/uptime)s"
+
+suites=
+echo_mib=256
+bench_args=
+for arg in $(cat /proc/cmdline); do
+    case $arg in
+    vcu.suite=*) suites=$(echo "${arg#vcu.suite=}" | tr ',' ' ') ;;
+    vcu.echo_mib=*) echo_mib=${arg#vcu.echo_mib=} ;;
+    vcu.bench_args=*) bench_args=$(echo "${arg#vcu.bench_args=}" | tr ',' ' ') ;;
+    esac
+done
+
+setup_err=
+for m in $(cat /modules/order); do
+    insmod "/modules/$m" || setup_err="insmod $m failed"
+done
+insmod /modules/virtio_cuda.ko allow_raw=1 || setup_err="insmod virtio_cuda.ko failed"
+i=0
+while [ ! -c /dev/vcuda0 ] && [ $i -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+[ -c /dev/vcuda0 ] || setup_err="${setup_err:+$setup_err; }no /dev/vcuda0 after 10 s"
+echo "VCU-INIT device ready=$([ -c /dev/vcuda0 ] && echo yes || echo no) $(cut -d' ' -f1 /proc/uptime)s"
+
+# tests/cuda/run.sh prints "PASS name" / "FAIL name (why)" per program,
+# with the failing program's output indented below; turn those into
+# VCU-TEST lines and keep the rest.
+run_cuda() {
+    LD_LIBRARY_PATH=/cuda/lib VCU_TEST_TIMEOUT=240 sh /cuda/run.sh /cuda 2>&1 |
+        sed -e 's,^PASS \([^ ]*\)$,VCU-TEST cuda/\1 PASS,' \
+            -e 's,^FAIL \([^ ]*\) *\(.*\)$,VCU-TEST cuda/\1 FAIL \2,'
+}
+
+# The main job's demonstration: CUDA programs as a user would run them,
+# their output shown as it is.
+run_demo() {
+    for p in device_query vector_add; do
+        if LD_LIBRARY_PATH=/cuda/lib timeout 240 /cuda/$p; then
+            echo "VCU-TEST demo/$p PASS"
+        else
+            echo "VCU-TEST demo/$p FAIL exit status $?"
+        fi
+    done
+}
+
+# The benchmark in the guest: its CSV between markers, for bench/run.sh.
+run_bench() {
+    echo "VCU-BENCH-BEGIN"
+    LD_LIBRARY_PATH=/cuda/lib timeout 900 /cuda/cudabench $bench_args
+    rc=$?
+    echo "VCU-BENCH-END"
+    if [ $rc -eq 0 ]; then
+        echo "VCU-TEST bench/cudabench PASS"
+    else
+        echo "VCU-TEST bench/cudabench FAIL exit status $rc"
+    fi
+}
+
+for s in $suites; do
+    echo "VCU-SUITE-BEGIN $s $(cut -d' ' -f1 /proc/uptime)s"
+    if [ -n "$setup_err" ]; then
+        echo "VCU-TEST $s/setup FAIL $setup_err"
+    else
+        case $s in
+        echo) timeout 540 /tests/echo_test "$echo_mib" ;;
+        badinput) timeout 540 /tests/badinput_test ;;
+        cuda) run_cuda ;;
+        demo) run_demo ;;
+        bench) run_bench ;;
+        *) echo "VCU-TEST $s/setup FAIL unknown suite" ;;
+        esac
+        rc=$?
+        # A program that died (signal, timeout) may have skipped tests.
+        [ $rc -le 1 ] || echo "VCU-TEST $s/exit FAIL test program ended with status $rc"
+    fi
+    dmesg | grep -v 'ommand line' | grep -E 'BUG|Oops|WARNING|Call Trace|panic|general protection|refcount_t|corruption|UBSAN|KASAN|hung_task|blocked for more|vcuda|virtio_cuda' |
+        sed 's/^/dmesg: /'
+    dmesg -c >/dev/null
+    echo "VCU-SUITE-END $s $(cut -d' ' -f1 /proc/uptime)s"
+done
+sync
+poweroff -f

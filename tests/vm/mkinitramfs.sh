@@ -1,0 +1,133 @@
+#!/bin/sh
+# Build the guest initramfs for the VM suites.
+#
+#   tests/vm/mkinitramfs.sh OUT.img SUITE...  (SUITE: echo badinput cuda demo bench)
+#
+# Contents: busybox-static, /init (below), the virtio modules of the guest
+# kernel and virtio_cuda.ko, the guest test programs with the glibc
+# libraries they link (copied from this Debian 12 host: the same glibc as
+# the bookworm guest), and for the cuda suite the CUDA test programs and
+# our libcudart.so.13.  Compressed with zstd when the guest kernel unpacks
+# it, else gzip -9.
+#
+# Inputs (environment; defaults in brackets):
+#   VCU_GUEST_*      from tests/vm/guest-kernel.sh [run it]
+#   VCU_MODULE       virtio_cuda.ko [build/guest-driver/$VCU_GUEST_KVER/virtio_cuda.ko]
+#   VCU_VM_BIN       echo_test, badinput_test [build/vm]
+#   VCU_CUDA_TESTS   CUDA test programs [build/cuda-tests]
+#   VCU_CUDART       libcudart.so.13 [build/guest-lib/libcudart.so.13]
+#   VCU_BENCH_BIN    cudabench [build/bench/cudabench]
+set -eu
+
+[ $# -ge 2 ] || { echo "usage: $0 OUT.img SUITE..." >&2; exit 2; }
+out=$1
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+die() { echo "mkinitramfs: $*" >&2; exit 1; }
+
+if [ -z "${VCU_GUEST_KVER:-}" ]; then
+    eval "$("$here/guest-kernel.sh")"
+fi
+module=${VCU_MODULE:-$root/build/guest-driver/$VCU_GUEST_KVER/virtio_cuda.ko}
+vmbin=${VCU_VM_BIN:-$root/build/vm}
+cudatests=${VCU_CUDA_TESTS:-$root/build/cuda-tests}
+cudart=${VCU_CUDART:-$root/build/guest-lib/libcudart.so.13}
+benchbin=${VCU_BENCH_BIN:-$root/build/bench/cudabench}
+[ -f "$module" ] || die "no module $module"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/vcu-initramfs.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+r=$work/root
+mkdir -p "$r/bin" "$r/sbin" "$r/proc" "$r/sys" "$r/dev" "$r/tmp" "$r/modules" "$r/tests" \
+    "$r/lib64" "$r/lib/x86_64-linux-gnu" "$r/usr/lib/x86_64-linux-gnu"
+
+bb=$(command -v busybox || true)
+[ -n "$bb" ] && file -L "$bb" 2>/dev/null | grep -q 'statically linked' ||
+    bb=/bin/busybox
+file -L "$bb" | grep -q 'statically linked' || die "need busybox-static"
+cp "$bb" "$r/bin/busybox"
+for a in $("$bb" --list); do
+    [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"
+done
+
+for m in $VCU_GUEST_MODULES_CORE; do
+    cp "$VCU_GUEST_MODDIR/$m" "$r/modules/"
+done
+echo "$VCU_GUEST_MODULES_CORE" >"$r/modules/order"
+cp "$module" "$r/modules/virtio_cuda.ko"
+
+# Copies a dynamically linked program's libraries (ldd) into the image at
+# the same paths, the loader included.
+copy_libs() {
+    ldd "$1" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }' |
+        while read -r lib; do
+            [ -e "$r$lib" ] && continue
+            mkdir -p "$r$(dirname "$lib")"
+            cp -L "$lib" "$r$lib"
+        done
+}
+
+# Our runtime, and CUDA programs (unchanged nvcc binaries) next to it.
+add_cudart() {
+    [ -f "$cudart" ] || die "no $cudart"
+    mkdir -p "$r/cuda/lib"
+    [ -f "$r/cuda/lib/libcudart.so.13" ] && return 0
+    cp "$cudart" "$r/cuda/lib/libcudart.so.13"
+    copy_libs "$cudart"
+}
+
+add_cuda_prog() {
+    [ -x "$1" ] || die "no CUDA program $1"
+    cp "$1" "$r/cuda/"
+    LD_LIBRARY_PATH=$r/cuda/lib copy_libs "$1"
+}
+
+for s in "$@"; do
+    case $s in
+    echo | badinput)
+        prog=${s}_test
+        [ -x "$vmbin/$prog" ] || die "no $vmbin/$prog"
+        cp "$vmbin/$prog" "$r/tests/"
+        copy_libs "$vmbin/$prog"
+        ;;
+    cuda)
+        add_cudart
+        [ -f "$cudatests/tests.list" ] && [ -f "$cudatests/run.sh" ] ||
+            die "no tests.list/run.sh in $cudatests"
+        cp "$cudatests/tests.list" "$cudatests/run.sh" "$r/cuda/"
+        n=0
+        for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$cudatests/tests.list"); do
+            add_cuda_prog "$cudatests/$t"
+            n=$((n + 1))
+        done
+        [ "$n" -gt 0 ] || die "no CUDA test programs in $cudatests"
+        ;;
+    demo)
+        add_cudart
+        add_cuda_prog "$cudatests/device_query"
+        add_cuda_prog "$cudatests/vector_add"
+        ;;
+    bench)
+        add_cudart
+        add_cuda_prog "$benchbin"
+        ;;
+    *) die "unknown suite $s" ;;
+    esac
+done
+# ldd follows the loader's own symlink; the programs ask for the
+# interpreter by its ABI path.
+[ -e "$r/lib64/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$r/lib64/"
+
+cp "$here/init.sh" "$r/init"
+chmod 755 "$r/init"
+
+mkdir -p "$(dirname "$out")"
+case ${VCU_GUEST_INITRD_COMPRESS:-gzip} in
+zstd) comp="zstd -q -10 -T0 -c" ;;
+*) comp="gzip -9 -c" ;;
+esac
+(cd "$r" && find . -print0 | LC_ALL=C sort -z |
+    cpio --null -o -H newc --quiet -R 0:0) | $comp >"$out.tmp"
+mv "$out.tmp" "$out"
+echo "mkinitramfs: $out ($(du -h "$out" | cut -f1), suites: $*)" >&2

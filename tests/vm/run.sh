@@ -1,0 +1,191 @@
+#!/bin/sh
+# Run VM suites: the one entry point.
+#
+#   tests/vm/run.sh SUITE[,SUITE...] [extra -device options for virtio-cuda-pci]
+#   SUITE: echo | badinput | cuda | demo (the main job's CUDA programs) |
+#          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments)
+#
+# Builds what is missing or stale (guest kernel, module for its headers and
+# a compile check against the 6.12 headers, guest-lib, the guest programs,
+# fakecuda, the initramfs), then boots one VM per suite under TCG with the
+# virtio-cuda-pci device, and checks its serial log: every
+# "VCU-TEST <suite>/<name> PASS|FAIL" line, the "VCU-SUITE-END <suite>"
+# marker, QEMU's exit status and the absence of kernel oopses.  Prints
+# "N passed, N failed" per suite; exits non-zero on any failure.
+#
+# Environment:
+#   VCU_REAL_GPU=1      use the host's libcuda.so.1 (no libcuda= property)
+#   VCU_LIBCUDA=PATH    libcuda for the device [build/fakecuda/libcuda.so.1]
+#   VCU_VM_TIMEOUT=S    seconds per VM [600]
+#   VCU_ECHO_MIB=N      largest echo transfer in MiB [256]
+#   VCU_NO_BUILD=1      use build/ as it is, no apt, no compiler (the GPU
+#                       machine: copy build/qemu, build/vm, build/fakecuda)
+#   VCU_QEMU=PATH       [build/qemu/bin/qemu-system-x86_64, built by
+#                       qemu-device/build-qemu.sh unless VCU_SKIP_QEMU_BUILD=1]
+#   VCU_QEMU_SHARE=DIR  firmware: qboot.rom, linuxboot_dma.bin [QEMU's ../share]
+#   VCU_VM_LOGDIR=DIR   where serial logs go [build/vm/logs]
+set -u
+
+[ $# -ge 1 ] || { echo "usage: $0 SUITE[,SUITE...] [extra -device options]" >&2; exit 2; }
+suites=$(echo "$1" | tr ',' ' ')
+shift
+extra=
+for o in "$@"; do extra="$extra,$o"; done
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$root/build
+qemu=${VCU_QEMU:-$build/qemu/bin/qemu-system-x86_64}
+share=${VCU_QEMU_SHARE:-$(dirname "$qemu")/../share}
+logdir=${VCU_VM_LOGDIR:-$build/vm/logs}
+vm_timeout=${VCU_VM_TIMEOUT:-600}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+die() { echo "vm-run: $*" >&2; exit 1; }
+step() { echo "vm-run: $*" >&2; }
+t_start=$(date +%s)
+mkdir -p "$build/vm"
+
+for s in $suites; do
+    case $s in echo | badinput | cuda | demo | bench) ;; *) die "unknown suite '$s'" ;; esac
+done
+want_cuda=no
+case " $suites " in *" cuda "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
+
+# ---- build -----------------------------------------------------------------
+# build/vm/guest.env + build/vm/vmlinuz-*: the guest kernel travels with
+# build/, so VCU_NO_BUILD=1 needs neither apt nor the cache.
+if [ "${VCU_NO_BUILD:-0}" = 1 ]; then
+    [ -f "$build/vm/guest.env" ] || die "VCU_NO_BUILD=1 but no $build/vm/guest.env"
+    . "$build/vm/guest.env"
+else
+    eval "$("$here/guest-kernel.sh")" || die "guest-kernel.sh failed"
+    cp "$VCU_GUEST_VMLINUZ" "$build/vm/vmlinuz-$VCU_GUEST_KVER"
+    VCU_GUEST_VMLINUZ=$build/vm/vmlinuz-$VCU_GUEST_KVER
+    {
+        echo "VCU_GUEST_KVER='$VCU_GUEST_KVER'"
+        echo "VCU_GUEST_VMLINUZ='$VCU_GUEST_VMLINUZ'"
+    } >"$build/vm/guest.env"
+fi
+export VCU_GUEST_KVER VCU_GUEST_VMLINUZ VCU_GUEST_MODDIR VCU_GUEST_MODULES \
+    VCU_GUEST_MODULES_CORE VCU_GUEST_KDIR VCU_GUEST_INITRD_COMPRESS
+moddir=$build/guest-driver/$VCU_GUEST_KVER
+
+if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
+    [ -x "$root/guest-driver/build.sh" ] || die "guest-driver/build.sh missing"
+    step "module for $VCU_GUEST_KVER"
+    "$root/guest-driver/build.sh" "$VCU_GUEST_KDIR" "$moddir" >"$build/vm/module.log" 2>&1 ||
+        { tail -n 40 "$build/vm/module.log"; die "guest-driver/build.sh $VCU_GUEST_KDIR failed"; }
+    # Compile check only: the newest 6.12 headers (bookworm-backports).
+    k612=$(ls -d /usr/src/linux-headers-6.12*-cloud-amd64 2>/dev/null | sort -V | tail -n 1)
+    if [ -n "$k612" ]; then
+        step "module compile check against ${k612##*/}"
+        "$root/guest-driver/build.sh" "$k612" "$build/guest-driver/${k612#/usr/src/linux-headers-}" \
+            >"$build/vm/module-612.log" 2>&1 ||
+            { tail -n 40 "$build/vm/module-612.log"; die "module does not build against $k612"; }
+    else
+        step "WARNING: no 6.12 headers; compile check skipped"
+    fi
+
+    step "guest-lib"
+    if [ $want_cuda = yes ]; then gl_target=all; else gl_target=$build/guest-lib/libvcu_transport.a; fi
+    make -s -j"$jobs" -C "$root/guest-lib" O="$build/guest-lib" "$gl_target" >&2 ||
+        die "guest-lib build failed"
+    step "guest programs"
+    make -s -j"$jobs" -C "$here" O="$build/vm" TRANSPORT="$build/guest-lib/libvcu_transport.a" >&2 ||
+        die "tests/vm build failed"
+    case " $suites " in *" bench "*)
+        step "benchmark"
+        make -s -C "$root/bench" O="$build/bench" >&2 || die "bench build failed" ;;
+    esac
+    if [ $want_cuda = yes ]; then
+        step "CUDA test programs"
+        make -s -j"$jobs" -C "$root/tests/cuda" O="$build/cuda-tests" >&2 ||
+            die "tests/cuda build failed"
+    fi
+    if [ "${VCU_REAL_GPU:-0}" != 1 ] && [ -z "${VCU_LIBCUDA:-}" ] && [ -f "$root/tests/fakecuda/Makefile" ]; then
+        step "fakecuda"
+        make -s -C "$root/tests/fakecuda" O="$build/fakecuda" >&2 || die "fakecuda build failed"
+    fi
+    # build-qemu.sh keeps a stamp: a no-op when nothing changed.
+    if [ "${VCU_SKIP_QEMU_BUILD:-0}" != 1 ] && [ -z "${VCU_QEMU:-}" ]; then
+        step "QEMU (qemu-device/build-qemu.sh)"
+        "$root/qemu-device/build-qemu.sh" >"$build/vm/qemu-build.log" 2>&1 ||
+            { tail -n 40 "$build/vm/qemu-build.log"; die "qemu-device/build-qemu.sh failed"; }
+    fi
+fi
+[ -x "$qemu" ] || die "no QEMU at $qemu"
+[ -f "$share/qboot.rom" ] || die "no $share/qboot.rom"
+
+dev="virtio-cuda-pci"
+if [ "${VCU_REAL_GPU:-0}" != 1 ]; then
+    libcuda=${VCU_LIBCUDA:-$build/fakecuda/libcuda.so.1}
+    [ -f "$libcuda" ] || die "no $libcuda (set VCU_REAL_GPU=1 on a GPU machine)"
+    dev="$dev,libcuda=$libcuda"
+fi
+dev="$dev$extra"
+mkdir -p "$logdir"
+step "build done in $(($(date +%s) - t_start)) s"
+
+# ---- one VM per suite ------------------------------------------------------
+oops_re='Oops|BUG:|kernel BUG|Kernel panic|general protection fault|WARNING: CPU|Call Trace|UBSAN|KASAN|refcount_t:|list_add corruption|list_del corruption|blocked for more than'
+total_fail=0
+for s in $suites; do
+    img=$build/vm/initrd-$s.img
+    log=$logdir/$s.log
+    qlog=$logdir/$s.qemu.log
+    if [ "${VCU_NO_BUILD:-0}" = 1 ]; then
+        [ -f "$img" ] || die "VCU_NO_BUILD=1 but no $img"
+    else
+        VCU_MODULE=$moddir/virtio_cuda.ko VCU_VM_BIN=$build/vm "$here/mkinitramfs.sh" "$img" "$s" ||
+            die "mkinitramfs failed"
+    fi
+    rm -f "$log" "$qlog"
+    step "booting VM for suite $s (log: $log)"
+    t0=$(date +%s)
+    timeout -k 10 "$vm_timeout" "$qemu" \
+        -accel tcg -cpu max -smp 2 -m 3072 \
+        -display none -nodefaults -monitor none -serial "file:$log" -no-reboot \
+        -bios "$share/qboot.rom" -L "$share" \
+        -kernel "$VCU_GUEST_VMLINUZ" -initrd "$img" \
+        -append "console=ttyS0 panic=-1 quiet vcu.suite=$s vcu.echo_mib=${VCU_ECHO_MIB:-256} vcu.bench_args=${VCU_BENCH_ARGS:-}" \
+        -device "$dev" </dev/null >"$qlog" 2>&1
+    qrc=$?
+    secs=$(($(date +%s) - t0))
+    [ -f "$log" ] || : >"$log"
+    # The guest tty writes CR LF.
+    tr -d '\r' <"$log" >"$log.tmp" && mv "$log.tmp" "$log"
+
+    npass=$(grep -c "^VCU-TEST $s/[^ ]* PASS" "$log")
+    nfail=$(grep -c "^VCU-TEST $s/[^ ]* FAIL" "$log")
+    grep -a "^VCU-TEST $s/" "$log"
+    problems=
+    if [ $qrc -eq 124 ] || [ $qrc -eq 137 ]; then
+        problems="$problems; VM timed out after $vm_timeout s (QEMU killed)"
+    elif [ $qrc -ne 0 ]; then
+        problems="$problems; QEMU exited with status $qrc"
+    fi
+    grep -aq "^VCU-SUITE-END $s" "$log" || problems="$problems; no VCU-SUITE-END $s marker"
+    if grep -aEq "$oops_re" "$log"; then
+        problems="$problems; guest kernel oops/BUG/WARNING in the log"
+    fi
+    [ $((npass + nfail)) -gt 0 ] || problems="$problems; no test results"
+    if [ -s "$qlog" ]; then
+        echo "--- QEMU stdout/stderr ($s) ---"
+        tail -n 20 "$qlog"
+    fi
+    if [ -n "$problems" ] || [ "$nfail" -gt 0 ]; then
+        grep -aE "$oops_re" "$log" | head -n 20
+        echo "--- serial log tail ($s) ---"
+        grep -av '^VCU-TEST ' "$log" | tail -n 40
+    fi
+    boot=$(sed -n 's/^VCU-INIT device ready=[a-z]* \([0-9.]*\)s.*/\1/p' "$log" | head -n 1)
+    end=$(sed -n "s/^VCU-SUITE-END $s \\([0-9.]*\\)s.*/\\1/p" "$log" | head -n 1)
+    echo "suite $s: VM wall ${secs} s (guest uptime at device ready ${boot:-?} s, at suite end ${end:-?} s)"
+    if [ -n "$problems" ]; then
+        echo "suite $s: FAIL${problems}"
+        nfail=$((nfail + 1))
+    fi
+    echo "$npass passed, $nfail failed"
+    total_fail=$((total_fail + nfail))
+done
+[ $total_fail -eq 0 ]
