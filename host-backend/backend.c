@@ -29,16 +29,26 @@
  * (VCU__PARKED) are the executor's: vcu__cuda_sess_cancel() and
  * vcu__cuda_sess_free() complete them, so a reset still returns only after
  * every done callback has run.
+ *
+ * Hand-over
+ * ---------
+ * Requests often stream in (async launches, copies): a worker that has
+ * just finished one spins for up to VCU__SPIN_NS, watching s->kick, before
+ * it sleeps on s->cond; the submitter signals the condvar only when the
+ * worker sleeps (s->sleeping).  vcu_backend_execute() spins the same way
+ * for its done callback.  Queue items come from a small cache (be->items)
+ * and point at the request's own payload when it is 8-byte aligned, so a
+ * streaming request costs no malloc and no payload copy.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "vcu_backend_int.h"
 #include "vcu_backend_int.h"
 
 #define VCU_EXPORT __attribute__((visibility("default")))
@@ -48,14 +58,25 @@
 #define VCU__ECHO_MAX_DELAY_MS 10000u
 #define VCU__OFFERED_ALWAYS (VCU_FEAT_ECHO | VCU_FEAT_ASYNC)
 #define VCU__FIRST_CUDA_OP 0x0100u
+/* How long an idle worker or vcu_backend_execute() spins before sleeping. */
+#define VCU__SPIN_NS 20000L
+/* Payload bytes an item holds itself; items of this size are cached. */
+#define VCU__ITEM_INLINE 256u
+#define VCU__ITEM_CACHE 256u
 
-/* A request accepted for a worker.  The header and payload are copied so
- * that what was validated is what runs, and so the payload is aligned. */
+/*
+ * A request accepted for a worker.  The header is copied, so that what was
+ * validated is what runs.  The payload is the request's own bytes where
+ * they are 8-byte aligned (the caller keeps them unchanged until done:
+ * vcu_backend.h), else a copy in buf, aligned.
+ */
 typedef struct vcu__item_s {
     struct vcu__item_s *next;
     vcu_request_t *req;
     struct vcu_req_hdr hdr;
-    uint64_t payload[];             /* hdr.payload_len bytes */
+    const void *payload;            /* hdr.payload_len bytes */
+    bool big;                       /* buf larger than VCU__ITEM_INLINE: never cached */
+    uint64_t buf[];                 /* VCU__ITEM_INLINE bytes, or more if big */
 } vcu__item_t;
 
 typedef struct vcu__queue_s {
@@ -74,6 +95,9 @@ typedef struct vcu__sess_s {
      * and cuts an echo delay short.  Used with be->lock.
      */
     pthread_cond_t cond;
+    /* Bumped (under be->lock) whenever the worker has something new to
+     * look at; read without the lock by the worker's spin. */
+    atomic_uint kick;
 
     /* The fields below are protected by be->lock. */
     vcu__queue_t queue;             /* FIFO of requests, SESSION_CLOSE last */
@@ -85,6 +109,7 @@ typedef struct vcu__sess_s {
     bool in_table;                  /* in be->sessions (counts in nlive) */
     bool finished;                  /* worker past its last use of the session */
     unsigned int inline_busy;       /* inline executions using cs right now */
+    bool sleeping;                  /* worker waits on cond: a push must signal */
     /* Written only by the worker (under be->lock); read by the worker
      * without it, and by vcu_backend_submit() under it. */
     vcu__cuda_sess_t *cs;
@@ -106,6 +131,8 @@ struct vcu_backend_s {
     unsigned int nlive;             /* non-NULL slots */
     uint64_t next_gen;              /* high half of the next session id */
     vcu__sess_t *zombies;           /* closed, thread not yet joined */
+    vcu__item_t *items;             /* cache of free VCU__ITEM_INLINE items */
+    unsigned int nitems;
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -144,6 +171,85 @@ static void vcu__queue_splice(vcu__queue_t *dst, vcu__queue_t *src)
         dst->tailp = src->tailp;
     }
     vcu__queue_init(src);
+}
+
+/* Caller holds be->lock.  Lets the worker see new work or a state change:
+ * its spin watches kick; a sleeping worker needs the signal. */
+static void vcu__wake_locked(vcu__sess_t *s)
+{
+    atomic_fetch_add_explicit(&s->kick, 1, memory_order_release);
+    if (s->sleeping)
+        pthread_cond_signal(&s->cond);
+}
+
+/* Caller holds be->lock.  A cached item, or NULL. */
+static vcu__item_t *vcu__item_get_locked(vcu_backend_t *be)
+{
+    vcu__item_t *it = be->items;
+
+    if (it) {
+        be->items = it->next;
+        be->nitems--;
+    }
+    return it;
+}
+
+/* Caller holds be->lock.  Returns an item to the cache; NULL, or the item
+ * for the caller to free() once it has dropped the lock. */
+static vcu__item_t *vcu__item_put_locked(vcu_backend_t *be, vcu__item_t *it)
+{
+    if (!it || it->big || be->nitems >= VCU__ITEM_CACHE)
+        return it;
+    it->next = be->items;
+    be->items = it;
+    be->nitems++;
+    return NULL;
+}
+
+static void vcu__item_put(vcu_backend_t *be, vcu__item_t *it)
+{
+    pthread_mutex_lock(&be->lock);
+    it = vcu__item_put_locked(be, it);
+    pthread_mutex_unlock(&be->lock);
+    free(it);
+}
+
+static uint64_t vcu__now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void vcu__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins up to VCU__SPIN_NS while *word == old; true if it changed. */
+static bool vcu__spin_while(atomic_uint *word, unsigned int old)
+{
+    uint64_t t0 = 0;
+    unsigned int i;
+
+    for (i = 0;; i++) {
+        if (atomic_load_explicit(word, memory_order_acquire) != old)
+            return true;
+        vcu__cpu_relax();
+        if ((i & 63) == 63) {
+            uint64_t t = vcu__now_ns();
+
+            if (t0 == 0)
+                t0 = t;
+            else if (t - t0 > (uint64_t)VCU__SPIN_NS)
+                return false;
+        }
+    }
 }
 
 /* The one translation from a library code (0 or VCU_E*) to a wire status. */
@@ -204,11 +310,12 @@ void vcu__complete(vcu_request_t *req, uint32_t status, size_t payload_len)
         req->done(req);
 }
 
+/* Completes the item's request; the item itself stays the caller's. */
 static void vcu__complete_item(vcu__item_t *it, uint32_t status, size_t payload_len)
 {
     vcu_request_t *req = it->req;
 
-    free(it);
+    it->req = NULL;
     vcu__complete(req, status, payload_len);
 }
 
@@ -253,7 +360,10 @@ static uint32_t vcu__validate(const vcu_request_t *req, struct vcu_req_hdr *hdr,
         uint64_t sum = 0;
 
         memcpy(&ws, b + sizeof(*hdr) + padded + (size_t)i * sizeof(ws), sizeof(ws));
-        if (ws.flags != VCU_SEG_TO_DEVICE && ws.flags != VCU_SEG_FROM_DEVICE)
+        /* Exactly one direction, STABLE optional, nothing else. */
+        if ((VCU_SEG_DIR(ws.flags) != VCU_SEG_TO_DEVICE &&
+             VCU_SEG_DIR(ws.flags) != VCU_SEG_FROM_DEVICE) ||
+            (ws.flags & ~(VCU_SEG_TO_DEVICE | VCU_SEG_FROM_DEVICE | VCU_SEG_F_STABLE)) != 0)
             return VCU_S_EINVAL;
         if (s->flags != ws.flags || s->len != ws.len)
             return VCU_S_EINVAL;
@@ -285,6 +395,7 @@ static uint32_t vcu__validate_op(const vcu_request_t *req, const struct vcu_req_
     switch (hdr->opcode) {
     case VCU_OP_SESSION_OPEN:
     case VCU_OP_SESSION_CLOSE:
+    case VCU_OP_SESSION_FENCE:
         if (hdr->nsegs != 0)
             return VCU_S_EINVAL;
         break;
@@ -379,7 +490,7 @@ static size_t vcu__cursor_peek(vcu__cursor_t *c, unsigned char **p)
     for (; c->seg < c->nsegs; c->seg++, c->iov = 0, c->off = 0) {
         const vcu_segment_t *s = &c->segs[c->seg];
 
-        if (s->flags != c->dir)
+        if (VCU_SEG_DIR(s->flags) != c->dir)
             continue;
         for (; c->iov < s->iovcnt; c->iov++, c->off = 0) {
             const struct iovec *v = &s->iov[c->iov];
@@ -399,7 +510,7 @@ static uint64_t vcu__stream_len(const vcu_segment_t *segs, unsigned int nsegs, u
     unsigned int i;
 
     for (i = 0; i < nsegs; i++)
-        if (segs[i].flags == dir)
+        if (VCU_SEG_DIR(segs[i].flags) == dir)
             n += segs[i].len;       /* validated: total <= VCU_MAX_XFER */
     return n;
 }
@@ -418,9 +529,11 @@ static void vcu__sess_sleep(vcu__sess_t *s, uint32_t ms)
         dl.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&be->lock);
+    s->sleeping = true;
     while (!s->closing && !s->cancel)
         if (pthread_cond_timedwait(&s->cond, &be->lock, &dl) == ETIMEDOUT)
             break;
+    s->sleeping = false;
     pthread_mutex_unlock(&be->lock);
 }
 
@@ -518,8 +631,8 @@ static int vcu__sess_cuda(vcu__sess_t *s)
 }
 
 /* Runs one CUDA opcode with the session's state; cs is valid for the
- * whole call.  The item is freed here; a parked request is finished by
- * the executor (header and payload are only valid during the call). */
+ * whole call.  The item stays the caller's; a parked request is finished
+ * by the executor (header and payload are only valid during the call). */
 static void vcu__exec_cuda(vcu__cuda_sess_t *cs, vcu__item_t *it)
 {
     vcu_request_t *req = it->req;
@@ -529,7 +642,7 @@ static void vcu__exec_cuda(vcu__cuda_sess_t *cs, vcu__item_t *it)
     st = vcu__cuda_exec(cs, &it->hdr, it->payload, req->segs, req->nsegs, vcu__resp_payload(req),
                         vcu__resp_cap(req), &out_len, req);
     if (st == VCU__PARKED) {
-        free(it);
+        it->req = NULL;             /* the executor's now */
         return;
     }
     vcu__complete_item(it, st, out_len);
@@ -563,7 +676,16 @@ static void vcu__sess_cancel_cuda_locked(vcu_backend_t *be, vcu__sess_t *s)
     vcu__cuda_sess_cancel(cs);
     pthread_mutex_lock(&be->lock);
     if (--s->inline_busy == 0)
-        pthread_cond_signal(&s->cond);
+        vcu__wake_locked(s);
+}
+
+/* SESSION_FENCE: everything queued before it has run (FIFO); wait for the
+ * GPU work it left behind.  Without CUDA state there is none. */
+static void vcu__run_fence(vcu__sess_t *s, vcu__item_t *it)
+{
+    if (s->cs)
+        (void)vcu__cuda_sess_fence(s->cs);  /* failures are deferred errors */
+    vcu__complete_item(it, VCU_S_OK, 0);
 }
 
 /* ---- worker -------------------------------------------------------------- */
@@ -579,8 +701,24 @@ static void *vcu__worker(void *arg)
     vcu__queue_init(&cancelled);
     pthread_mutex_lock(&be->lock);
     for (;;) {
-        while (!s->cancel && !s->prio.head && !s->queue.head)
+        bool spun = false;
+        vcu__item_t *spare;
+
+        while (!s->cancel && !s->prio.head && !s->queue.head) {
+            unsigned int k = atomic_load_explicit(&s->kick, memory_order_relaxed);
+
+            if (!spun) {
+                /* Just finished a request: more may be on the way. */
+                spun = true;
+                pthread_mutex_unlock(&be->lock);
+                vcu__spin_while(&s->kick, k);
+                pthread_mutex_lock(&be->lock);
+                continue;
+            }
+            s->sleeping = true;
             pthread_cond_wait(&s->cond, &be->lock);
+            s->sleeping = false;
+        }
         if (s->cancel)
             break;
         it = vcu__queue_pop(&s->prio);
@@ -593,25 +731,39 @@ static void *vcu__worker(void *arg)
         pthread_mutex_unlock(&be->lock);
         if (it->hdr.opcode == VCU_OP_ECHO)
             vcu__run_echo(s, it);
+        else if (it->hdr.opcode == VCU_OP_SESSION_FENCE)
+            vcu__run_fence(s, it);
         else
             vcu__run_cuda(s, it);
         pthread_mutex_lock(&be->lock);
+        spare = vcu__item_put_locked(be, it);
+        if (spare) {
+            pthread_mutex_unlock(&be->lock);
+            free(spare);
+            pthread_mutex_lock(&be->lock);
+        }
     }
 
     /* Ending (close or reset), be->lock held: take what is left, wait for
      * inline executions still using cs, then let go of cs. */
     vcu__queue_splice(&cancelled, &s->prio);
     vcu__queue_splice(&cancelled, &s->queue);
+    s->sleeping = true;
     while (s->inline_busy)
         pthread_cond_wait(&s->cond, &be->lock);
+    s->sleeping = false;
     cs = s->cs;
     s->cs = NULL;
     pthread_mutex_unlock(&be->lock);
 
-    while ((it = vcu__queue_pop(&cancelled)) != NULL)
-        vcu__complete_item(it, VCU_S_ECANCELED, 0);
+    /* GPU work first: a cancelled SESSION_FENCE must not reply while
+     * copies from stable segments may still run. */
     if (cs)
         vcu__cuda_sess_free(cs);
+    while ((it = vcu__queue_pop(&cancelled)) != NULL) {
+        vcu__complete_item(it, VCU_S_ECANCELED, 0);
+        vcu__item_put(be, it);
+    }
 
     pthread_mutex_lock(&be->lock);
     if (s->in_table) {
@@ -623,8 +775,10 @@ static void *vcu__worker(void *arg)
     }
     pthread_mutex_unlock(&be->lock);
 
-    if (close_it)
+    if (close_it) {
         vcu__complete_item(close_it, VCU_S_OK, 0);
+        vcu__item_put(be, close_it);
+    }
 
     pthread_mutex_lock(&be->lock);
     s->finished = true;
@@ -719,7 +873,7 @@ static void vcu__submit_inline(vcu_backend_t *be, vcu__sess_t *s, vcu__item_t *i
 
     if (!cs) {
         vcu__queue_push(&s->prio, it);
-        pthread_cond_signal(&s->cond);
+        vcu__wake_locked(s);
         pthread_mutex_unlock(&be->lock);
         return;
     }
@@ -730,18 +884,21 @@ static void vcu__submit_inline(vcu_backend_t *be, vcu__sess_t *s, vcu__item_t *i
 
     pthread_mutex_lock(&be->lock);
     if (--s->inline_busy == 0)
-        pthread_cond_signal(&s->cond);
+        vcu__wake_locked(s);
+    it = vcu__item_put_locked(be, it);
     pthread_mutex_unlock(&be->lock);
+    free(it);
 }
 
 VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
 {
     struct vcu_req_hdr hdr;
     const unsigned char *payload = NULL;
-    vcu__item_t *it;
+    vcu__item_t *it = NULL;
     vcu__sess_t *s;
     size_t out_len = 0;
     uint32_t st;
+    bool copy;
 
     if (!req)
         return;
@@ -769,41 +926,69 @@ VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
         return;
     }
 
-    it = malloc(sizeof(*it) + hdr.payload_len);
-    if (!it) {
-        vcu__complete(req, VCU_S_ENOMEM, 0);
-        return;
+    /* An unaligned payload is copied; one too big for a cached item gets
+     * an item of its own, allocated before the lock. */
+    copy = ((uintptr_t)payload & 7) != 0 && hdr.payload_len > 0;
+    if (copy && hdr.payload_len > VCU__ITEM_INLINE) {
+        it = malloc(sizeof(*it) + hdr.payload_len);
+        if (!it) {
+            vcu__complete(req, VCU_S_ENOMEM, 0);
+            return;
+        }
+        it->big = true;
+    }
+
+    pthread_mutex_lock(&be->lock);
+    for (;;) {
+        s = vcu__sess_lookup_locked(be, hdr.session);
+        if (!s)
+            st = VCU_S_ENOSESSION;
+        else if ((hdr.flags & VCU_REQ_F_ASYNC) && !(s->features & VCU_FEAT_ASYNC))
+            st = VCU_S_ENOTSUP;
+        else if (hdr.opcode == VCU_OP_ECHO && !(s->features & VCU_FEAT_ECHO))
+            st = VCU_S_ENOTSUP;
+        else if (vcu__op_is_cuda(hdr.opcode) && !be->cu)
+            st = VCU_S_ENODEV;
+        else if (vcu__op_is_cuda(hdr.opcode) && !(s->features & VCU_FEAT_CUDA))
+            st = VCU_S_ENOTSUP;
+        if (st != VCU_S_OK) {
+            pthread_mutex_unlock(&be->lock);
+            free(it);
+            vcu__complete(req, st, 0);
+            return;
+        }
+        if (it || (it = vcu__item_get_locked(be)) != NULL)
+            break;
+        /* Cache empty: allocate without the lock, then look again (the
+         * session may have gone meanwhile). */
+        pthread_mutex_unlock(&be->lock);
+        it = malloc(sizeof(*it) + VCU__ITEM_INLINE);
+        if (!it) {
+            vcu__complete(req, VCU_S_ENOMEM, 0);
+            return;
+        }
+        it->big = false;
+        pthread_mutex_lock(&be->lock);
     }
     it->next = NULL;
     it->req = req;
     it->hdr = hdr;
-    memcpy(it->payload, payload, hdr.payload_len);
-
-    pthread_mutex_lock(&be->lock);
-    s = vcu__sess_lookup_locked(be, hdr.session);
-    if (!s)
-        st = VCU_S_ENOSESSION;
-    else if ((hdr.flags & VCU_REQ_F_ASYNC) && !(s->features & VCU_FEAT_ASYNC))
-        st = VCU_S_ENOTSUP;
-    else if (hdr.opcode == VCU_OP_ECHO && !(s->features & VCU_FEAT_ECHO))
-        st = VCU_S_ENOTSUP;
-    else if (vcu__op_is_cuda(hdr.opcode) && !be->cu)
-        st = VCU_S_ENODEV;
-    else if (vcu__op_is_cuda(hdr.opcode) && !(s->features & VCU_FEAT_CUDA))
-        st = VCU_S_ENOTSUP;
-    if (st != VCU_S_OK) {
-        pthread_mutex_unlock(&be->lock);
-        vcu__complete_item(it, st, 0);
-        return;
+    if (copy) {
+        memcpy(it->buf, payload, hdr.payload_len);
+        it->payload = it->buf;
+    } else {
+        it->payload = payload;
     }
+
     if (vcu__op_is_cuda(hdr.opcode) && vcu__cuda_is_inline(hdr.opcode)) {
         vcu__submit_inline(be, s, it);  /* unlocks */
         return;
     }
     vcu__queue_push(&s->queue, it);
-    pthread_cond_signal(&s->cond);
+    vcu__wake_locked(s);
     if (hdr.opcode == VCU_OP_SESSION_CLOSE) {
         s->closing = true;          /* also cuts a running echo delay short */
+        pthread_cond_signal(&s->cond);
         vcu__sess_cancel_cuda_locked(be, s);
     }
     pthread_mutex_unlock(&be->lock);
@@ -812,9 +997,9 @@ VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
 /* ---- execute ------------------------------------------------------------- */
 
 typedef struct vcu__waiter_s {
-    pthread_mutex_t lock;           /* protects done */
+    pthread_mutex_t lock;           /* taken to set done and to sleep on it */
     pthread_cond_t cond;
-    bool done;
+    atomic_uint done;               /* also read without the lock (spin) */
     vcu_done_cb cb;                 /* the caller's, restored on done */
     void *opaque;
 } vcu__waiter_t;
@@ -826,7 +1011,7 @@ static void vcu__execute_done(vcu_request_t *req)
     req->done = w->cb;
     req->opaque = w->opaque;
     pthread_mutex_lock(&w->lock);
-    w->done = true;
+    atomic_store_explicit(&w->done, 1, memory_order_release);
     pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&w->lock);
 }
@@ -845,14 +1030,17 @@ VCU_EXPORT int vcu_backend_execute(vcu_backend_t *be, vcu_request_t *req)
         pthread_mutex_destroy(&w.lock);
         return VCU_ENOMEM;
     }
-    w.done = false;
+    atomic_init(&w.done, 0);
     w.cb = req->done;
     w.opaque = req->opaque;
     req->done = vcu__execute_done;
     req->opaque = &w;
     vcu_backend_submit(be, req);
+    /* Most replies come within microseconds.  The lock is taken even when
+     * the spin saw done: the callback may still be inside it. */
+    vcu__spin_while(&w.done, 0);
     pthread_mutex_lock(&w.lock);
-    while (!w.done)
+    while (!atomic_load_explicit(&w.done, memory_order_acquire))
         pthread_cond_wait(&w.cond, &w.lock);
     pthread_mutex_unlock(&w.lock);
     pthread_cond_destroy(&w.cond);
@@ -931,6 +1119,7 @@ VCU_EXPORT void vcu_backend_reset(vcu_backend_t *be)
         be->sessions[i] = NULL;
         s->in_table = false;
         s->cancel = true;
+        vcu__wake_locked(s);
         pthread_cond_signal(&s->cond);
         s->zombie_next = list;
         list = s;
@@ -960,6 +1149,12 @@ VCU_EXPORT void vcu_backend_free(vcu_backend_t *be)
     vcu_backend_reset(be);
     if (be->cu)
         vcu__cuda_fini(be->cu);
+    while (be->items) {
+        vcu__item_t *it = be->items;
+
+        be->items = it->next;
+        free(it);
+    }
     pthread_mutex_destroy(&be->lock);
     free(be->sessions);
     free(be->gpus);
@@ -973,7 +1168,18 @@ VCU_EXPORT int vcu_backend_add_ram(vcu_backend_t *be, void *hva, size_t len)
         return VCU_EINVAL;
     if (!be->cu)
         return VCU_ENODEV;
+    if (!be->cfg.register_ram)
+        return VCU_ENOTSUP;
     return vcu__cuda_add_ram(be->cu, hva, len);
+}
+
+VCU_EXPORT int vcu_backend_remove_ram(vcu_backend_t *be, void *hva, size_t len)
+{
+    if (!be)
+        return VCU_EINVAL;
+    if (!be->cu)
+        return VCU_ENODEV;
+    return vcu__cuda_remove_ram(be->cu, hva, len);
 }
 
 VCU_EXPORT const char *vcu_backend_cuda_error(const vcu_backend_t *be)

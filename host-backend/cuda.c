@@ -14,8 +14,15 @@
  * submitting thread, so DONE is never stuck behind the worker's
  * cuStreamSynchronize() that waits for that very callback.
  *
+ * Copies from and to VCU_SEG_F_STABLE segments on a stream return without
+ * waiting for the stream: the guest keeps those pages until SESSION_FENCE,
+ * which synchronizes every context of the session (vcu__cuda_sess_fence).
+ * Other segments are mapped only until the reply, so their async copies
+ * still finish before it.
+ *
  * Locks, in order:
- *   vcu__cuda_t.mu    the RAM registration list (vcu__cuda_add_ram, fini).
+ *   vcu__cuda_t.mu    the RAM registration list (vcu__cuda_add_ram,
+ *                     vcu__cuda_remove_ram, fini).
  *   vcu__gate_t.mu    a session's callback gate: queued cookies, the parked
  *                     WAIT, the waiting trampolines, "ending".  Taken by
  *                     the trampolines (CUDA threads), the inline opcodes
@@ -35,7 +42,6 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 
-#include "vcu_backend_int.h"
 #include "vcu_backend_int.h"
 #include "cuda_tab.h"
 
@@ -63,6 +69,7 @@
     XX(cuCtxCreate, 1)                                                       \
     XX(cuCtxDestroy, 1)                                                      \
     XX(cuCtxSetCurrent, 1)                                                   \
+    XX(cuCtxGetCurrent, 0)                                                   \
     XX(cuCtxPushCurrent, 0)                                                  \
     XX(cuCtxPopCurrent, 0)                                                   \
     XX(cuCtxSynchronize, 1)                                                  \
@@ -156,6 +163,7 @@ typedef struct vcu__cu_fns_s {
 typedef struct vcu__ram_s {
     void *hva;
     size_t len;
+    unsigned int refs;                      /* add_ram calls of this very range */
     struct vcu__ram_s *next;
 } vcu__ram_t;
 
@@ -210,6 +218,7 @@ struct vcu__cuda_sess_s {
     vcu__pset_t allocs;                     /* device pointers this session owns */
     uint32_t deferred;                      /* pending CUresult of an async request */
     vcu__gate_t gate;
+    struct vcu__op_s *op;                   /* the worker's scratch for vcu__cuda_exec */
 };
 
 /* Tracked allocation flags (vcu__pset value = dev | flags). */
@@ -414,6 +423,21 @@ err_dl:
     return rc;
 }
 
+/* Makes the RAM context current on the calling thread (a QEMU thread, not
+ * a worker), keeping what was current for vcu__ram_leave(). */
+static CUresult vcu__ram_enter(vcu__cuda_t *cu, CUcontext *prev)
+{
+    *prev = NULL;
+    if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(prev) != CUDA_SUCCESS)
+        *prev = NULL;
+    return cu->fn.cuCtxSetCurrent(cu->ram_ctx);
+}
+
+static void vcu__ram_leave(vcu__cuda_t *cu, CUcontext prev)
+{
+    cu->fn.cuCtxSetCurrent(prev);
+}
+
 void vcu__cuda_fini(vcu__cuda_t *cu)
 {
     vcu__ram_t *r, *n;
@@ -421,10 +445,12 @@ void vcu__cuda_fini(vcu__cuda_t *cu)
     if (cu == NULL)
         return;
     if (cu->ram_ctx != NULL) {
-        VCU__CU(cu, cuCtxPushCurrent, cu->ram_ctx);
-        for (r = cu->ram; r != NULL; r = r->next)
-            VCU__CU(cu, cuMemHostUnregister, r->hva);
-        VCU__CU(cu, cuCtxPopCurrent, NULL);
+        CUcontext prev;
+
+        if (vcu__ram_enter(cu, &prev) == CUDA_SUCCESS)
+            for (r = cu->ram; r != NULL; r = r->next)
+                VCU__CU(cu, cuMemHostUnregister, r->hva);
+        vcu__ram_leave(cu, prev == cu->ram_ctx ? NULL : prev);
         cu->fn.cuCtxDestroy(cu->ram_ctx);
     }
     for (r = cu->ram; r != NULL; r = n) {
@@ -439,9 +465,20 @@ void vcu__cuda_fini(vcu__cuda_t *cu)
     free(cu);
 }
 
+/* Caller holds cu->mu.  The registration of exactly [hva, hva+len). */
+static vcu__ram_t **vcu__ram_find_locked(vcu__cuda_t *cu, void *hva, size_t len)
+{
+    vcu__ram_t **pp;
+
+    for (pp = &cu->ram; *pp != NULL; pp = &(*pp)->next)
+        if ((*pp)->hva == hva && (*pp)->len == len)
+            return pp;
+    return NULL;
+}
+
 int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
 {
-    vcu__ram_t *ram;
+    vcu__ram_t *ram, **pp;
     CUresult r = CUDA_SUCCESS;
     int rc;
 
@@ -451,26 +488,40 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
     if (ram == NULL)
         return VCU_ENOMEM;
     pthread_mutex_lock(&cu->mu);
+    pp = vcu__ram_find_locked(cu, hva, len);
+    if (pp != NULL) {
+        /* The same RAM seen twice (an alias): one registration. */
+        (*pp)->refs++;
+        pthread_mutex_unlock(&cu->mu);
+        free(ram);
+        return 0;
+    }
     if (cu->ram_ctx == NULL) {
-        /* Created current on this thread; popped so the caller's thread is
-         * left as it was. */
+        CUcontext prev = NULL;
+
+        /* Created current on this thread; the caller's thread is then left
+         * as it was. */
+        if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(&prev) != CUDA_SUCCESS)
+            prev = NULL;
         r = cu->fn.cuCtxCreate(&cu->ram_ctx, NULL, 0, cu->dev[0]);
-        if (r == CUDA_SUCCESS)
-            VCU__CU(cu, cuCtxPopCurrent, NULL);
-        else
+        if (r != CUDA_SUCCESS)
             cu->ram_ctx = NULL;
+        cu->fn.cuCtxSetCurrent(prev);
     }
     if (r == CUDA_SUCCESS) {
-        r = VCU__CU(cu, cuCtxPushCurrent, cu->ram_ctx);
-        if (r == CUDA_SUCCESS) {
+        CUcontext prev;
+
+        r = vcu__ram_enter(cu, &prev);
+        if (r == CUDA_SUCCESS)
+            /* Portable: pinned for every context, the sessions' included. */
             r = VCU__CU(cu, cuMemHostRegister, hva, len, CU_MEMHOSTREGISTER_PORTABLE);
-            VCU__CU(cu, cuCtxPopCurrent, NULL);
-        }
+        vcu__ram_leave(cu, prev);
     }
     rc = vcu__cu_err(r);
     if (r == CUDA_SUCCESS) {
         ram->hva = hva;
         ram->len = len;
+        ram->refs = 1;
         ram->next = cu->ram;
         cu->ram = ram;
         ram = NULL;
@@ -478,6 +529,34 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
     pthread_mutex_unlock(&cu->mu);
     free(ram);
     return rc;
+}
+
+int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len)
+{
+    vcu__ram_t **pp, *ram = NULL;
+    CUresult r = CUDA_SUCCESS;
+
+    if (cu == NULL || hva == NULL || len == 0)
+        return VCU_EINVAL;
+    pthread_mutex_lock(&cu->mu);
+    pp = vcu__ram_find_locked(cu, hva, len);
+    if (pp == NULL) {
+        pthread_mutex_unlock(&cu->mu);
+        return VCU_EINVAL;
+    }
+    if (--(*pp)->refs == 0) {
+        ram = *pp;
+        *pp = ram->next;
+        CUcontext prev;
+
+        r = vcu__ram_enter(cu, &prev);
+        if (r == CUDA_SUCCESS)
+            r = VCU__CU(cu, cuMemHostUnregister, hva);
+        vcu__ram_leave(cu, prev);
+    }
+    pthread_mutex_unlock(&cu->mu);
+    free(ram);
+    return vcu__cu_err(r);
 }
 
 /* ---- sessions ----------------------------------------------------------- */
@@ -499,6 +578,31 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out)
     pthread_cond_init(&cs->gate.cv, NULL);
     *out = cs;
     return 0;
+}
+
+int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs)
+{
+    vcu__cuda_t *cu;
+    CUresult first = CUDA_SUCCESS;
+    uint32_t d;
+
+    if (cs == NULL)
+        return 0;
+    cu = cs->cu;
+    for (d = 0; d < cu->ndev; d++) {
+        CUresult r;
+
+        if (cs->ctx[d] == NULL)
+            continue;
+        r = cu->fn.cuCtxSetCurrent(cs->ctx[d]);
+        if (r == CUDA_SUCCESS)
+            r = cu->fn.cuCtxSynchronize();
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+    }
+    if (first != CUDA_SUCCESS && cs->deferred == 0)
+        cs->deferred = (uint32_t)first;
+    return vcu__cu_err(first);
 }
 
 /* Makes device d's context current, creating it first if needed. */
@@ -612,6 +716,7 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     pthread_mutex_destroy(&g->mu);
     vcu__htab_fini(&cs->tab);
     vcu__pset_fini(&cs->allocs);
+    free(cs->op);
     free(cs);
 }
 
@@ -794,6 +899,8 @@ typedef struct vcu__op_s {
     size_t len;                     /* reply bytes; fixed part comes from rb */
     vcu__resp_t rb;
     CUresult res;
+    /* Kernel parameters of a launch that fit (not cleared per request). */
+    _Alignas(16) unsigned char pscratch[2048];
 } vcu__op_t;
 
 /* Sizes of each opcode's request and reply structs, from the one map. */
@@ -896,7 +1003,7 @@ static vcu__hent_t *vcu__new(vcu__op_t *o, uint8_t type, uint64_t *h)
 /* The request's one segment, which must have the given direction. */
 static const vcu_segment_t *vcu__seg(const vcu__op_t *o, uint32_t dir)
 {
-    if (o->nsegs != 1 || o->segs[0].flags != dir)
+    if (o->nsegs != 1 || VCU_SEG_DIR(o->segs[0].flags) != dir)
         return NULL;
     return &o->segs[0];
 }
@@ -1191,8 +1298,9 @@ static uint32_t vcu__memcpy_host(vcu__op_t *o, int htod)
         off += n;
     }
     /* The guest's pages are mapped only until the reply: nothing may
-     * touch them after it, so an async copy still completes here. */
-    if (async) {
+     * touch them after it, so an async copy still completes here, unless
+     * the guest keeps them until its next SESSION_FENCE (stable). */
+    if (async && !(s->flags & VCU_SEG_F_STABLE)) {
         CUresult r2 = o->cu->fn.cuStreamSynchronize(st);
 
         if (r == CUDA_SUCCESS)
@@ -1369,8 +1477,10 @@ static uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o)
         goto out;
     if (async) {
         o->res = VCU__CU(o->cu, cuMemcpy2DAsync, &m, st);
-        /* Host pages (and the bounce buffer) must be done with now. */
-        if (rq.kind != VCU_CU_COPY_DTOD) {
+        /* Host pages (and the bounce buffer) must be done with now,
+         * unless they stay until SESSION_FENCE (stable, no bounce). */
+        if (rq.kind != VCU_CU_COPY_DTOD &&
+            (bounce != NULL || !(s->flags & VCU_SEG_F_STABLE))) {
             CUresult r2 = o->cu->fn.cuStreamSynchronize(st);
 
             if (o->res == CUDA_SUCCESS)
@@ -1785,7 +1895,7 @@ static uint32_t vcu__op_CU_OCCUPANCY_BLOCK_SIZE(vcu__op_t *o)
  */
 static void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes)
 {
-    size_t body = ((size_t)nbytes + 15) & ~(size_t)15;
+    size_t body = ((size_t)nbytes + 15) & ~(size_t)15, need;
     unsigned char *buf;
     void **kp;
     uint32_t i;
@@ -1795,8 +1905,8 @@ static void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, 
         return NULL;
     }
     /* aligned_alloc() wants a multiple of the alignment. */
-    buf = aligned_alloc(16, (body + ((size_t)fe->u.fn.nparams + 1) * sizeof(void *) + 15) &
-                                ~(size_t)15);
+    need = (body + ((size_t)fe->u.fn.nparams + 1) * sizeof(void *) + 15) & ~(size_t)15;
+    buf = need <= sizeof(o->pscratch) ? o->pscratch : aligned_alloc(16, need);
     if (buf == NULL) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return NULL;
@@ -1810,10 +1920,15 @@ static void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, 
     return kp;
 }
 
-static void vcu__params_free(const vcu__hent_t *fe, void **kp)
+static void vcu__params_free(vcu__op_t *o, const vcu__hent_t *fe, void **kp)
 {
-    if (kp != NULL)
-        free((unsigned char *)kp - (((size_t)fe->u.fn.param_bytes + 15) & ~(size_t)15));
+    unsigned char *buf;
+
+    if (kp == NULL)
+        return;
+    buf = (unsigned char *)kp - (((size_t)fe->u.fn.param_bytes + 15) & ~(size_t)15);
+    if (buf != o->pscratch)
+        free(buf);
 }
 
 static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
@@ -1838,7 +1953,7 @@ static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
         o->res = o->cu->fn.cuLaunchKernel(fe->u.fn.f, rq.grid[0], rq.grid[1], rq.grid[2],
                                           rq.block[0], rq.block[1], rq.block[2], rq.shared_mem,
                                           st, kp, NULL);
-    vcu__params_free(fe, kp);
+    vcu__params_free(o, fe, kp);
     return VCU_S_OK;
 }
 
@@ -2226,7 +2341,7 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         kn.kernelParams = kp;
         /* CUDA copies the parameter values into the node. */
         o->res = VCU__CU(cu, cuGraphAddKernelNode, &node, ge->u.g, deps, rq.ndeps, &kn);
-        vcu__params_free(fe, kp);
+        vcu__params_free(o, fe, kp);
         break;
     }
     case VCU_CU_NODE_MEMCPY: {
@@ -2379,6 +2494,7 @@ static uint32_t vcu__op_transport(vcu__op_t *o)
 #define vcu__op_SESSION_OPEN vcu__op_transport
 #define vcu__op_SESSION_CLOSE vcu__op_transport
 #define vcu__op_ECHO vcu__op_transport
+#define vcu__op_SESSION_FENCE vcu__op_transport
 
 static uint32_t vcu__dispatch(vcu__op_t *o, uint32_t op)
 {
@@ -2413,10 +2529,14 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
     if (op == VCU_OP_CU_CALLBACK_DONE)
         return vcu__cb_done(cs, payload, out, out_len);
 
-    /* The reply union is close to 1 KiB: keep it off the worker's stack. */
-    o = calloc(1, sizeof(*o));
-    if (o == NULL)
+    /* The reply union is close to 1 KiB: keep it off the worker's stack,
+     * in the session, made once (only the worker gets here). */
+    if (cs->op == NULL && (cs->op = malloc(sizeof(*o))) == NULL)
         return VCU_S_ENOMEM;
+    o = cs->op;
+    /* Handlers write only their opcode's reply struct (rpsz bytes). */
+    memset(o, 0, offsetof(vcu__op_t, rb));
+    memset(&o->rb, 0, rpsz);
     o->cs = cs;
     o->cu = cs->cu;
     o->h = h;
@@ -2448,12 +2568,10 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
 
         memcpy(out, &r, sizeof(r));
         *out_len = sizeof(r);
-        free(o);
         return st;
     }
     o->rb.r.result = (uint32_t)o->res;
     memcpy(out, &o->rb, rpsz);
     *out_len = o->len;
-    free(o);
     return VCU_S_OK;
 }

@@ -53,8 +53,12 @@ typedef struct vcu_segment_s {
     const struct iovec *iov;        /* host memory of this segment, in order */
     unsigned int iovcnt;
     uint64_t len;                   /* sum of iov lengths */
-    uint32_t flags;                 /* VCU_SEG_TO_DEVICE or VCU_SEG_FROM_DEVICE */
+    uint32_t flags;                 /* VCU_SEG_TO_DEVICE or VCU_SEG_FROM_DEVICE,
+                                       maybe | VCU_SEG_F_STABLE (as on the wire) */
 } vcu_segment_t;
+
+/* The direction bit of a segment's flags (VCU_SEG_TO_DEVICE or _FROM_DEVICE). */
+#define VCU_SEG_DIR(flags) ((flags) & (VCU_SEG_TO_DEVICE | VCU_SEG_FROM_DEVICE))
 
 typedef struct vcu_request_s vcu_request_t;
 typedef void (*vcu_done_cb)(vcu_request_t *req);
@@ -100,8 +104,18 @@ int vcu_backend_execute(vcu_backend_t *be, vcu_request_t *req);
  */
 void vcu_backend_reset(vcu_backend_t *be);
 
-/* Registers a range of host memory backing guest RAM (pinned DMA). */
+/*
+ * Registers a range of host memory backing guest RAM with CUDA (pinned
+ * DMA for copies from and to it); hva and len page aligned.  Registering
+ * the very same range again only counts a reference.  VCU_ENODEV without
+ * CUDA, VCU_ENOTSUP when the config's register_ram is 0; another error
+ * means the driver refused (copies still work, staged).  Main thread.
+ */
 int vcu_backend_add_ram(vcu_backend_t *be, void *hva, size_t len);
+
+/* Drops one reference to a range given to vcu_backend_add_ram() (the same
+ * hva and len), unregistering it with the last.  VCU_EINVAL if unknown. */
+int vcu_backend_remove_ram(vcu_backend_t *be, void *hva, size_t len);
 
 /* Why CUDA is unavailable, or NULL if it is available. */
 const char *vcu_backend_cuda_error(const vcu_backend_t *be);

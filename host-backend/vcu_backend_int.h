@@ -21,8 +21,11 @@ typedef struct vcu__cuda_sess_s vcu__cuda_sess_t;
 int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err, size_t errlen);
 void vcu__cuda_fini(vcu__cuda_t *cu);
 
-/* Registers host memory backing guest RAM with the driver (portable). */
+/* Registers host memory backing guest RAM with the driver (portable), in
+ * a backend-wide context on virtual device 0; the same range again only
+ * counts a reference.  remove drops one (VCU_EINVAL if never added). */
 int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len);
+int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len);
 
 /* Called on the session's worker thread, first and last. */
 int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out);
@@ -40,6 +43,16 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs);
  */
 void vcu__cuda_sess_cancel(vcu__cuda_sess_t *cs);
 
+/*
+ * SESSION_FENCE, on the session's worker: synchronizes every context of
+ * the session, so that no GPU work the session queued (asynchronous copies
+ * from VCU_SEG_F_STABLE segments included) is still running.  A failing
+ * synchronize becomes the session's deferred error, reported with the next
+ * CUDA reply; the contexts are idle (or dead) either way.  Returns 0 or the
+ * first failure as VCU_E*.
+ */
+int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs);
+
 /* Returned by vcu__cuda_exec() when it has taken the request over and
  * will finish it later itself with vcu__complete(). */
 #define VCU__PARKED 0xffffffffu
@@ -55,7 +68,8 @@ void vcu__cuda_sess_cancel(vcu__cuda_sess_t *cs);
  * Everything inside the payload is for the executor to validate.
  *
  * h and payload are valid only during the call (the core passes aligned
- * copies): a request that is parked must copy what it needs.
+ * copies, or the request's own bytes when already aligned): a request that
+ * is parked must copy what it needs.
  *
  * Writes the reply payload (starting with struct vcu_cu_resp) to out, at
  * most out_cap bytes, and sets *out_len.  Returns a wire status: VCU_S_OK

@@ -179,6 +179,31 @@ check('2nd range bad (1st unmapped)', submit([(REQ, hdr(nsegs=2) + echo + seg(8,
 check('out stream > max', submit([(REQ, hdr() + echo), (0x4000000, 5 << 20)], 64), E2BIG)
 check_valid('echo with 2 segments in RAM', submit([(REQ, hdr(nsegs=2) + echo + seg(8192, 2, 1) + seg(4096, 1, 2) + rng(DATA, 4096) + rng(DATA + 8192, 4096) + rng(DATA + 0x10000, 4096))], 256))
 check_valid('echo, request split over 3 descriptors', submit([(REQ, hdr(nsegs=1)), (REQ + 0x1000, echo), (REQ + 0x2000, seg(100, 1, 2) + rng(DATA, 100))], 256))
+# VCU_SEG_F_STABLE (4): with exactly one direction bit, nothing else.
+check('seg flags STABLE alone', submit([(REQ, hdr(nsegs=1) + echo + seg(8, 1, 4) + rng(DATA, 8))], 64), EINVAL)
+check('seg flags STABLE|TO|FROM', submit([(REQ, hdr(nsegs=1) + echo + seg(8, 1, 7) + rng(DATA, 8))], 64), EINVAL)
+check('seg flags STABLE|TO|bit 3', submit([(REQ, hdr(nsegs=1) + echo + seg(8, 1, 13) + rng(DATA, 8))], 64), EINVAL)
+check_valid('seg flags STABLE|TO reaches the backend', submit([(REQ, hdr(nsegs=1) + echo + seg(8, 1, 5) + rng(DATA, 8))], 256))
+# SESSION_FENCE (4) reaches the backend: unknown session, then a real one.
+check('FENCE on an unknown session', submit([(REQ, hdr(opcode=4, payload_len=0, session=0x77))], 64), ENOSESSION)
+open_req = struct.pack('<IIQQQ', 1, 1, 1, 0, 0)  # version 1, FEAT_ECHO
+ln, reply = submit([(REQ, hdr(opcode=1, payload_len=32) + open_req)], 256)
+check('SESSION_OPEN', (ln, reply), S_OK)
+sid = struct.unpack('<Q', reply[24 + 16:24 + 24])[0] if ln >= 64 else 0
+pattern = bytes((i * 7 + 3) & 0xff for i in range(6000))
+wmem(DATA, pattern)
+wmem(DATA + 0x10000, bytes(6000))
+res = submit([(REQ, hdr(nsegs=2, session=sid) + echo + seg(6000, 2, 5) + seg(6000, 1, 6) +
+               rng(DATA, 4096) + rng(DATA + 4096, 6000 - 4096) + rng(DATA + 0x10000, 6000))], 256)
+check('echo over STABLE segments', res, S_OK)
+ok = rmem(DATA + 0x10000, 6000) == pattern
+print(('PASS' if ok else 'FAIL'), 'echo over STABLE segments moved the data')
+passes += ok
+fails += not ok
+check('FENCE on the session', submit([(REQ, hdr(opcode=4, payload_len=0, session=sid))], 64), S_OK)
+check('FENCE with a segment', submit([(REQ, hdr(opcode=4, payload_len=0, nsegs=1, session=sid) + seg(8, 1, 5) + rng(DATA, 8))], 64), EINVAL)
+check('SESSION_CLOSE', submit([(REQ, hdr(opcode=2, payload_len=0, session=sid))], 64), S_OK)
+check('FENCE after close', submit([(REQ, hdr(opcode=4, payload_len=0, session=sid))], 64), ENOSESSION)
 # Reset with requests queued but not kicked, then again usable.
 submit([(REQ, hdr() + echo)], 256, wait=False)
 w8(COMMON + 0x14, 0)

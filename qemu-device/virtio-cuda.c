@@ -13,6 +13,13 @@
  * use: counts, lengths and addresses.  Malformed requests get a VCU_S_*
  * status, never an abort.
  *
+ * Guest RAM is registered with CUDA (register-ram, on by default) through a
+ * MemoryListener, so that copies from and to guest pages are pinned DMA.
+ * Segments marked VCU_SEG_F_STABLE may still be read or written by the
+ * GPU after the reply (until the guest's SESSION_FENCE): the device maps
+ * only direct guest RAM, whose host address stays valid as long as the
+ * RAM block does, so unmapping at the reply is harmless.
+ *
  * Lock order: BQL -> complete_lock.  The backend's done callback takes
  * complete_lock only (it may run on any thread, with or without the BQL).
  *
@@ -23,6 +30,7 @@
 #include "qemu/iov.h"
 #include "qemu/log.h"
 #include "qemu/error-report.h"
+#include "qemu/units.h"
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qemu/rcu.h"
@@ -92,7 +100,7 @@ static void virtio_cuda_unmap(VirtIOCudaReq *r)
 
     for (i = 0; i < r->nsegs && k < r->nmapped; i++) {
         const vcu_segment_t *seg = &r->segs[i];
-        DMADirection dir = seg->flags == VCU_SEG_FROM_DEVICE ?
+        DMADirection dir = VCU_SEG_DIR(seg->flags) == VCU_SEG_FROM_DEVICE ?
                            DMA_DIRECTION_FROM_DEVICE : DMA_DIRECTION_TO_DEVICE;
         unsigned int j;
 
@@ -289,9 +297,12 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
         uint32_t n = ldl_le_p(p + offsetof(struct vcu_seg, nranges));
         uint32_t flags = ldl_le_p(p + offsetof(struct vcu_seg, flags));
 
-        if (flags != VCU_SEG_TO_DEVICE && flags != VCU_SEG_FROM_DEVICE) {
+        if ((VCU_SEG_DIR(flags) != VCU_SEG_TO_DEVICE &&
+             VCU_SEG_DIR(flags) != VCU_SEG_FROM_DEVICE) ||
+            (flags & ~(VCU_SEG_TO_DEVICE | VCU_SEG_FROM_DEVICE |
+                       VCU_SEG_F_STABLE))) {
             status = VCU_S_EINVAL;
-            why = "segment flags must be exactly one direction";
+            why = "segment flags must be exactly one direction (and STABLE)";
             goto fail;
         }
         if (len > VCU_MAX_XFER || n > VCU_MAX_RANGES) {
@@ -329,7 +340,7 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
     k = 0;
     for (i = 0; i < nsegs; i++) {
         vcu_segment_t *seg = &r->segs[i];
-        bool is_write = seg->flags == VCU_SEG_FROM_DEVICE;
+        bool is_write = VCU_SEG_DIR(seg->flags) == VCU_SEG_FROM_DEVICE;
         uint64_t sum = 0;
         unsigned int j;
 
@@ -531,6 +542,115 @@ static uint64_t virtio_cuda_get_features(VirtIODevice *vdev, uint64_t features,
     return features;
 }
 
+/* ---- guest RAM registration ---------------------------------------------- */
+
+/* Below this a section is not worth a registration (low-memory holes). */
+#define VIRTIO_CUDA_RAM_MIN (64 * KiB)
+
+/*
+ * The host range of a RAM section, trimmed inward to host pages as
+ * cuMemHostRegister wants; false for sections that are not plain guest RAM
+ * or are too small.
+ */
+static bool virtio_cuda_ram_range(MemoryRegionSection *section,
+                                  void **hva, uint64_t *len)
+{
+    MemoryRegion *mr = section->mr;
+    uintptr_t start, end;
+    uint64_t size;
+
+    if (!memory_region_is_ram(mr) || memory_region_is_rom(mr) ||
+        memory_region_is_romd(mr) || memory_region_is_ram_device(mr)) {
+        return false;
+    }
+    size = int128_get64(section->size);
+    start = (uintptr_t)memory_region_get_ram_ptr(mr) +
+            section->offset_within_region;
+    end = start + size;
+    start = ROUND_UP(start, qemu_real_host_page_size());
+    end = ROUND_DOWN(end, qemu_real_host_page_size());
+    if (end <= start || end - start < VIRTIO_CUDA_RAM_MIN) {
+        return false;
+    }
+    *hva = (void *)start;
+    *len = end - start;
+    return true;
+}
+
+static void virtio_cuda_ram_add(MemoryListener *listener,
+                                MemoryRegionSection *section)
+{
+    VirtIOCuda *s = container_of(listener, VirtIOCuda, ram_listener);
+    void *hva;
+    uint64_t len;
+    int rc;
+
+    if (!virtio_cuda_ram_range(section, &hva, &len)) {
+        return;
+    }
+    /* Pins the pages: may take a while for gigabytes. */
+    rc = vcu_backend_add_ram(s->backend, hva, len);
+    trace_virtio_cuda_ram_add(hva, len, rc);
+    if (rc < 0) {
+        s->ram_failed += len;
+        warn_report("virtio-cuda: cannot register %" PRIu64 " MiB of guest "
+                    "RAM with CUDA (%s): copies from it will be staged",
+                    len / MiB, vcu_status_str(rc));
+        return;
+    }
+    s->ram_registered += len;
+}
+
+static void virtio_cuda_ram_del(MemoryListener *listener,
+                                MemoryRegionSection *section)
+{
+    VirtIOCuda *s = container_of(listener, VirtIOCuda, ram_listener);
+    void *hva;
+    uint64_t len;
+    int rc;
+
+    if (!virtio_cuda_ram_range(section, &hva, &len)) {
+        return;
+    }
+    rc = vcu_backend_remove_ram(s->backend, hva, len);
+    trace_virtio_cuda_ram_del(hva, len, rc);
+    if (rc == 0) {
+        s->ram_registered -= MIN(len, s->ram_registered);
+    } else {
+        s->ram_failed -= MIN(len, s->ram_failed);
+    }
+}
+
+/* Registers the guest RAM there is now, and what comes later. */
+static void virtio_cuda_ram_start(VirtIOCuda *s)
+{
+    if (!s->register_ram || vcu_backend_cuda_error(s->backend)) {
+        return;
+    }
+    s->ram_listener = (MemoryListener) {
+        .name = "virtio-cuda-ram",
+        .region_add = virtio_cuda_ram_add,
+        .region_del = virtio_cuda_ram_del,
+        .priority = MEMORY_LISTENER_PRIORITY_DEV_BACKEND,
+    };
+    /* Calls region_add for every section there is already. */
+    memory_listener_register(&s->ram_listener, &address_space_memory);
+    s->ram_listener_on = true;
+    trace_virtio_cuda_ram_total(s->ram_registered, s->ram_failed);
+    info_report("virtio-cuda: %" PRIu64 " MiB of guest RAM registered with "
+                "CUDA for pinned DMA%s", s->ram_registered / MiB,
+                s->ram_failed ? " (some could not be)" : "");
+}
+
+static void virtio_cuda_ram_stop(VirtIOCuda *s)
+{
+    if (s->ram_listener_on) {
+        /* Calls region_del for every section. */
+        memory_listener_unregister(&s->ram_listener);
+        s->ram_listener_on = false;
+    }
+}
+
 static void virtio_cuda_realize(DeviceState *dev, Error **errp)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
@@ -582,6 +702,8 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
     virtio_init(vdev, VIRTIO_ID_CUDA, 0);
     s->vq = virtio_add_queue(vdev, VIRTIO_CUDA_QUEUE_SIZE,
                              virtio_cuda_handle_output);
+
+    virtio_cuda_ram_start(s);
 }
 
 static void virtio_cuda_unrealize(DeviceState *dev)
@@ -590,6 +712,7 @@ static void virtio_cuda_unrealize(DeviceState *dev)
     VirtIOCuda *s = VIRTIO_CUDA(dev);
 
     virtio_cuda_quiesce(s);
+    virtio_cuda_ram_stop(s);
     vcu_backend_free(s->backend);
     s->backend = NULL;
     qemu_bh_delete(s->complete_bh);

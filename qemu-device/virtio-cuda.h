@@ -13,6 +13,7 @@
 #define QEMU_VIRTIO_CUDA_H
 
 #include "hw/virtio/virtio.h"
+#include "exec/memory.h"
 #include "qemu/thread.h"
 #include "qemu/queue.h"
 
@@ -39,6 +40,15 @@ struct VirtIOCuda {
 
     VirtIOCudaBackend *backend;
     Error *migration_blocker;
+
+    /*
+     * Registers guest RAM with CUDA (register-ram=on and CUDA available):
+     * region_add/region_del on address_space_memory.  Main loop (BQL).
+     */
+    MemoryListener ram_listener;
+    bool ram_listener_on;
+    uint64_t ram_registered;        /* bytes registered now */
+    uint64_t ram_failed;            /* bytes the driver refused */
 
     /*
      * Requests handed to the backend and not yet completed, so that reset

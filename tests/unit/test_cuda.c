@@ -117,9 +117,11 @@ static uint32_t tc_alloc(tc_t *c, uint64_t size, uint64_t *ptr)
     return rp.r.result;
 }
 
-/* HtoD / DtoH with the host side split into iovecs of the given sizes. */
-static uint32_t tc_copy(tc_t *c, int htod, uint64_t dptr, void *host, size_t len,
-                        const size_t *cuts, unsigned int ncuts, uint32_t cflags, uint64_t stream)
+/* HtoD / DtoH with the host side split into iovecs of the given sizes;
+ * segflags is added to the segment's direction (VCU_SEG_F_STABLE). */
+static uint32_t tc_copy_ex(tc_t *c, int htod, uint64_t dptr, void *host, size_t len,
+                           const size_t *cuts, unsigned int ncuts, uint32_t cflags,
+                           uint64_t stream, uint32_t segflags)
 {
     ut_req_t *t = ut_req_new();
     struct iovec iov[UT_MAX_IOV];
@@ -138,7 +140,7 @@ static uint32_t tc_copy(tc_t *c, int htod, uint64_t dptr, void *host, size_t len
     iov[n].iov_base = (char *)host + off;
     iov[n].iov_len = len - off;
     n++;
-    ut_req_add_seg_iov(t, htod ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE, iov, n);
+    ut_req_add_seg_iov(t, (htod ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE) | segflags, iov, n);
     memset(&rq, 0, sizeof(rq));
     if (htod)
         rq.dst = dptr;
@@ -151,6 +153,12 @@ static uint32_t tc_copy(tc_t *c, int htod, uint64_t dptr, void *host, size_t len
     memcpy(&rp, ut_resp_payload(t), sizeof(rp));
     free(t);
     return st != VCU_S_OK ? 0x10000 + st : rp.result;
+}
+
+static uint32_t tc_copy(tc_t *c, int htod, uint64_t dptr, void *host, size_t len,
+                        const size_t *cuts, unsigned int ncuts, uint32_t cflags, uint64_t stream)
+{
+    return tc_copy_ex(c, htod, dptr, host, len, cuts, ncuts, cflags, stream, 0);
 }
 
 /* Loads an "image" the stand-in accepts: bytes naming the kernels. */
@@ -1438,5 +1446,135 @@ TEST(cuda_mempool)
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
     tc_close(&c);
+    return 0;
+}
+
+static uint32_t tc_fence(tc_t *c)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    ut_req_build(t, VCU_OP_SESSION_FENCE, c->s, NULL, 0);
+    vcu_backend_execute(c->be, &t->r);
+    st = ut_status(t);
+    free(t);
+    return st;
+}
+
+/*
+ * Async copies from stable segments reply without synchronizing the
+ * stream.  The stand-in runs copies at once, so this is seen through
+ * stream capture: a synchronize of a capturing stream fails (as on a GPU),
+ * so a stable copy is captured and succeeds while a plain one reports the
+ * synchronize's failure.  Data then moves as usual, fenced.
+ */
+TEST(cuda_memcpy_stable_async)
+{
+    static const size_t cuts[] = {100, 3000};
+    unsigned char *in = malloc(8192), *out = malloc(8192);
+    uint64_t s, s2, d = 0, g = 0, cnt = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    s2 = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_NE(0, s2);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 8192, &d));
+    ut_fill(in, 8192, 11);
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy_ex(&c, 1, d, in, 8192, cuts, 2, VCU_CU_MEMCPY_F_ASYNC, s,
+                                       VCU_SEG_F_STABLE));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy_ex(&c, 0, d, out, 8192, cuts, 2, VCU_CU_MEMCPY_F_ASYNC, s,
+                                       VCU_SEG_F_STABLE));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(6, cnt);              /* one copy node per iovec */
+
+    /* Not stable: the reply waits for the stream, which cannot be waited for. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s2,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_NE(CUDA_SUCCESS, tc_copy_ex(&c, 1, d, in, 8192, cuts, 2, VCU_CU_MEMCPY_F_ASYNC, s2, 0));
+    tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s2, NULL);
+    /* Synchronous copies ignore the flag. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy_ex(&c, 1, d, in, 8192, cuts, 2, 0, 0, VCU_SEG_F_STABLE));
+
+    /* A stable round trip on a plain stream, fenced. */
+    memset(out, 0, 8192);
+    ut_fill(in, 8192, 12);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy_ex(&c, 1, d, in, 8192, cuts, 2, VCU_CU_MEMCPY_F_ASYNC, 0,
+                                       VCU_SEG_F_STABLE));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy_ex(&c, 0, d, out, 8192, NULL, 0, VCU_CU_MEMCPY_F_ASYNC, 0,
+                                       VCU_SEG_F_STABLE));
+    ASSERT_EQ(VCU_S_OK, tc_fence(&c));
+    ASSERT_MEM_EQ(in, out, 8192);
+    tc_close(&c);
+    free(in);
+    free(out);
+    return 0;
+}
+
+/*
+ * SESSION_FENCE synchronizes the session's contexts: with a stream still
+ * capturing, the context synchronize fails, which the fence reports as the
+ * next reply's deferred error; without CUDA state it just replies.
+ */
+TEST(cuda_fence)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_driver_info_resp dr;
+    uint64_t s;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(VCU_S_OK, tc_fence(&c));          /* no CUDA state yet */
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(VCU_S_OK, tc_fence(&c));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), &dr, sizeof(dr)));
+    ASSERT_EQ(0, dr.r.deferred);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(VCU_S_OK, tc_fence(&c));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), &dr, sizeof(dr)));
+    ASSERT_NE(0, dr.r.deferred);
+    tc_close(&c);
+    return 0;
+}
+
+/* Guest RAM registration: reference counted per range, off by config. */
+TEST(cuda_add_ram)
+{
+    vcu_backend_config_t cfg;
+    vcu_backend_t *be = NULL;
+    size_t len = 1 << 20;
+    void *ram = NULL, *ram2 = NULL;
+
+    ASSERT_EQ(0, posix_memalign(&ram, 4096, len));
+    ASSERT_EQ(0, posix_memalign(&ram2, 4096, len));
+    memset(&cfg, 0, sizeof(cfg));
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &be));
+    ASSERT_NULL(vcu_backend_cuda_error(be));
+    ASSERT_EQ(VCU_ENOTSUP, vcu_backend_add_ram(be, ram, len));
+    vcu_backend_free(be);
+
+    cfg.register_ram = 1;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &be));
+    ASSERT_EQ(VCU_EINVAL, vcu_backend_add_ram(be, NULL, len));
+    ASSERT_EQ(VCU_EINVAL, vcu_backend_add_ram(be, ram, 0));
+    ASSERT_EQ(0, vcu_backend_add_ram(be, ram, len));
+    ASSERT_EQ(0, vcu_backend_add_ram(be, ram, len));     /* an alias: counted */
+    ASSERT_EQ(0, vcu_backend_add_ram(be, ram2, len));
+    ASSERT_EQ(0, vcu_backend_remove_ram(be, ram, len));
+    ASSERT_EQ(0, vcu_backend_remove_ram(be, ram, len));
+    ASSERT_EQ(VCU_EINVAL, vcu_backend_remove_ram(be, ram, len));
+    ASSERT_EQ(VCU_EINVAL, vcu_backend_remove_ram(be, ram2, len / 2));
+    ASSERT_EQ(0, vcu_backend_add_ram(be, ram, len));     /* again after removal */
+    /* ram and ram2 still registered: vcu_backend_free() drops them. */
+    vcu_backend_free(be);
+    free(ram);
+    free(ram2);
     return 0;
 }

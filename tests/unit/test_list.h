@@ -44,6 +44,14 @@
     X(val_payload_short_for_op)         \
     X(val_req_id_in_error_reply)        \
     X(val_complete_oversize)            \
+    X(val_seg_stable_to_device)         \
+    X(val_seg_stable_from_device)       \
+    X(val_seg_stable_alone)             \
+    X(val_seg_stable_both_dirs)         \
+    X(val_seg_stable_unknown_bit)       \
+    X(val_seg_stable_host_mismatch)     \
+    X(val_seg_stable_echo_data)         \
+    X(val_fence_with_segment)           \
     /* test_session.c */                \
     X(sess_open_basic)                  \
     X(sess_open_reserved_nonzero)       \
@@ -62,6 +70,9 @@
     X(sess_new_bad_args)                \
     X(sess_execute_restores)            \
     X(sess_cuda_enodev)                 \
+    X(sess_fence_basic)                 \
+    X(sess_fence_ordering)              \
+    X(sess_fence_reset)                 \
     /* test_echo.c */                   \
     X(echo_sizes)                       \
     X(echo_multi_iov)                   \

@@ -34,6 +34,9 @@
     X(cuda_graph_nodes)                 \
     X(cuda_graph_capture)               \
     X(cuda_ctx_reset)                   \
-    X(cuda_mempool)
+    X(cuda_mempool)                     \
+    X(cuda_memcpy_stable_async)         \
+    X(cuda_fence)                       \
+    X(cuda_add_ram)
 
 #endif /* VCU_TEST_LIST_CUDA_H */

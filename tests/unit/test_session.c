@@ -444,3 +444,98 @@ TEST(sess_cuda_enodev)
     vcu_backend_free(be);
     return 0;
 }
+
+static uint32_t fence_sync(vcu_backend_t *be, uint64_t sid)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    ut_req_build(t, VCU_OP_SESSION_FENCE, sid, NULL, 0);
+    vcu_backend_execute(be, &t->r);
+    st = ut_status(t);
+    if (ut_resp(t)->payload_len != 0)
+        st = 0xdead;
+    free(t);
+    return st;
+}
+
+/* SESSION_FENCE without CUDA state just replies; unknown sessions do not. */
+TEST(sess_fence_basic)
+{
+    vcu_backend_t *be = ut_backend(0);
+    uint64_t sid = 0;
+
+    ASSERT_EQ(VCU_S_ENOSESSION, fence_sync(be, 12345));
+    ASSERT_EQ(VCU_S_OK, ut_open(be, &sid));
+    ASSERT_EQ(VCU_S_OK, fence_sync(be, sid));
+    ASSERT_EQ(VCU_S_OK, fence_sync(be, sid));
+    ASSERT_EQ(VCU_S_ENOSESSION, fence_sync(be, sid + 1));
+    ASSERT_EQ(VCU_S_OK, ut_close(be, sid));
+    ASSERT_EQ(VCU_S_ENOSESSION, fence_sync(be, sid));
+    vcu_backend_free(be);
+    return 0;
+}
+
+/* A fence queues behind the session's earlier work and replies after it;
+ * another session's work does not wait for it. */
+TEST(sess_fence_ordering)
+{
+    vcu_backend_t *be = ut_backend(0);
+    ut_req_t *t[5];
+    uint64_t a = 0, b = 0;
+    int i;
+
+    atomic_store(&order_n, 0);
+    atomic_store(&order_fin, 0);
+    ASSERT_EQ(VCU_S_OK, ut_open(be, &a));
+    ASSERT_EQ(VCU_S_OK, ut_open(be, &b));
+    for (i = 0; i < 5; i++) {
+        t[i] = ut_req_new();
+        t[i]->user = (void *)(intptr_t)i;
+        t[i]->r.done = order_done;
+    }
+    ut_echo_build(t[0], a, 0, 0, 200, NULL, 0);          /* 0: slow work */
+    ut_echo_build(t[1], a, 0, 0, 0, NULL, 0);            /* 1: queued behind it */
+    ut_req_build(t[2], VCU_OP_SESSION_FENCE, a, NULL, 0); /* 2: the fence */
+    ut_echo_build(t[3], a, 0, 0, 0, NULL, 0);            /* 3: after the fence */
+    ut_echo_build(t[4], b, 0, 0, 0, NULL, 0);            /* 4: other session */
+    for (i = 0; i < 5; i++)
+        vcu_backend_submit(be, &t[i]->r);
+    ASSERT_EQ(0, ut_wait_count(&order_fin, 5));
+    ASSERT_EQ(4, order[0]);
+    ASSERT_EQ(0, order[1]);
+    ASSERT_EQ(1, order[2]);
+    ASSERT_EQ(2, order[3]);
+    ASSERT_EQ(3, order[4]);
+    for (i = 0; i < 5; i++) {
+        ASSERT_EQ(1, atomic_load(&t[i]->ndone));
+        ASSERT_EQ(VCU_S_OK, ut_status(t[i]));
+        free(t[i]);
+    }
+    vcu_backend_free(be);
+    return 0;
+}
+
+/* A fence still queued when the device resets is cancelled, after the
+ * work ahead of it. */
+TEST(sess_fence_reset)
+{
+    vcu_backend_t *be = ut_backend(0);
+    ut_req_t *e = ut_req_new(), *f = ut_req_new();
+    uint64_t sid = 0;
+
+    ASSERT_EQ(VCU_S_OK, ut_open(be, &sid));
+    ut_echo_build(e, sid, 0, 0, 5000, NULL, 0);
+    ut_req_build(f, VCU_OP_SESSION_FENCE, sid, NULL, 0);
+    vcu_backend_submit(be, &e->r);
+    vcu_backend_submit(be, &f->r);
+    usleep(50000);
+    vcu_backend_reset(be);
+    ASSERT_EQ(1, atomic_load(&e->ndone));
+    ASSERT_EQ(1, atomic_load(&f->ndone));
+    ASSERT_EQ(VCU_S_ECANCELED, ut_status(f));
+    free(e);
+    free(f);
+    vcu_backend_free(be);
+    return 0;
+}

@@ -514,3 +514,107 @@ TEST(val_complete_oversize)
     free(t);
     return 0;
 }
+
+/* VCU_SEG_F_STABLE: allowed with exactly one direction, on wire and host alike. */
+static void t_stable_to(ut_req_t *t, uint64_t sid)
+{
+    (void)sid;
+    ut_wseg(t, 0)->flags |= VCU_SEG_F_STABLE;
+    t->segs[0].flags |= VCU_SEG_F_STABLE;
+}
+TEST(val_seg_stable_to_device)
+{
+    return check(VCU_S_OK, t_stable_to);
+}
+
+static void t_stable_from(ut_req_t *t, uint64_t sid)
+{
+    (void)sid;
+    ut_wseg(t, 1)->flags |= VCU_SEG_F_STABLE;
+    t->segs[1].flags |= VCU_SEG_F_STABLE;
+}
+TEST(val_seg_stable_from_device)
+{
+    return check(VCU_S_OK, t_stable_from);
+}
+
+static void t_stable_alone(ut_req_t *t, uint64_t sid)
+{
+    (void)sid;
+    ut_wseg(t, 0)->flags = VCU_SEG_F_STABLE;
+    t->segs[0].flags = VCU_SEG_F_STABLE;
+}
+TEST(val_seg_stable_alone)
+{
+    return check(VCU_S_EINVAL, t_stable_alone);
+}
+
+static void t_stable_both(ut_req_t *t, uint64_t sid)
+{
+    (void)sid;
+    ut_wseg(t, 0)->flags = VCU_SEG_F_STABLE | VCU_SEG_TO_DEVICE | VCU_SEG_FROM_DEVICE;
+    t->segs[0].flags = ut_wseg(t, 0)->flags;
+}
+TEST(val_seg_stable_both_dirs)
+{
+    return check(VCU_S_EINVAL, t_stable_both);
+}
+
+static void t_stable_unknown(ut_req_t *t, uint64_t sid)
+{
+    (void)sid;
+    ut_wseg(t, 0)->flags |= VCU_SEG_F_STABLE | (1u << 3);
+    t->segs[0].flags = ut_wseg(t, 0)->flags;
+}
+TEST(val_seg_stable_unknown_bit)
+{
+    return check(VCU_S_EINVAL, t_stable_unknown);
+}
+
+static void t_stable_host(ut_req_t *t, uint64_t sid)
+{
+    (void)sid;
+    ut_wseg(t, 0)->flags |= VCU_SEG_F_STABLE;  /* the host iovecs say not stable */
+}
+TEST(val_seg_stable_host_mismatch)
+{
+    return check(VCU_S_EINVAL, t_stable_host);
+}
+
+/* An echo over stable segments moves the data as over plain ones. */
+TEST(val_seg_stable_echo_data)
+{
+    vcu_backend_t *be = ut_backend(0);
+    ut_req_t *t = ut_req_new();
+    unsigned char in[100], out[100];
+    uint64_t sid = 0;
+
+    ASSERT_EQ(VCU_S_OK, ut_open(be, &sid));
+    ut_fill(in, sizeof(in), 5);
+    memset(out, 0, sizeof(out));
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE | VCU_SEG_F_STABLE, in, sizeof(in));
+    ut_req_add_seg(t, VCU_SEG_FROM_DEVICE | VCU_SEG_F_STABLE, out, sizeof(out));
+    ut_echo_build(t, sid, 0, 0, 0, NULL, 0);
+    ASSERT_EQ(0, vcu_backend_execute(be, &t->r));
+    ASSERT_EQ(VCU_S_OK, ut_status(t));
+    ASSERT_MEM_EQ(in, out, sizeof(in));
+    free(t);
+    vcu_backend_free(be);
+    return 0;
+}
+
+/* SESSION_FENCE, like the other transport opcodes, takes no segment. */
+TEST(val_fence_with_segment)
+{
+    vcu_backend_t *be = ut_backend(0);
+    ut_req_t *t = ut_req_new();
+    uint64_t sid = 0;
+
+    ASSERT_EQ(VCU_S_OK, ut_open(be, &sid));
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE | VCU_SEG_F_STABLE, in_buf, sizeof(in_buf));
+    ut_req_build(t, VCU_OP_SESSION_FENCE, sid, NULL, 0);
+    CHECK(expect_status(be, t, VCU_S_EINVAL));
+    free(t);
+    vcu_backend_free(be);
+    return 0;
+}
