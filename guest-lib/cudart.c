@@ -170,9 +170,11 @@ static void vcu__init_once(void)
         return;
     }
     vcu__rt.max_xfer = vcu__rt.conn->max_xfer;
-    a = getenv("VCU_ASYNC");
-    vcu__rt.async = (vcu_conn_features(vcu__rt.conn) & VCU_FEAT_ASYNC) && a != NULL &&
-                    strcmp(a, "1") == 0;
+    /* Stream-ordered calls go without waiting unless VCU_SYNC_CALLS=1
+     * (debugging: every error then shows at the call that caused it). */
+    a = getenv("VCU_SYNC_CALLS");
+    vcu__rt.async = (vcu_conn_features(vcu__rt.conn) & VCU_FEAT_ASYNC) &&
+                    !(a != NULL && strcmp(a, "1") == 0);
     memset(&di, 0, sizeof(di));
     err = vcu_conn_call(vcu__rt.conn, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), NULL, 0, &di,
                         sizeof(di), NULL);
@@ -230,10 +232,17 @@ cudaError_t vcu__call(int dev, uint32_t op, int async, void *req, uint32_t req_l
     r = resp;
     memset(r, 0, sizeof(*r));
     if (async && vcu__rt.async) {
+        /* Read first: launch loops need not bounce the cache line. */
+        if (!__atomic_load_n(&vcu__rt.dev[dev].pending, __ATOMIC_RELAXED))
+            __atomic_store_n(&vcu__rt.dev[dev].pending, 1, __ATOMIC_RELAXED);
         err = vcu_conn_call(vcu__rt.conn, op, VCU_CALL_ASYNC, req, req_len, bufs, nbufs, NULL,
                             0, NULL);
         return vcu__from_vcu(err);
     }
+    if (op == VCU_OP_CU_CTX_SYNCHRONIZE || op == VCU_OP_CU_CTX_RESET)
+        /* Cleared before the call: an async call racing with it sets it
+         * again, so it is never wrongly clear. */
+        __atomic_store_n(&vcu__rt.dev[dev].pending, 0, __ATOMIC_RELAXED);
     err = vcu_conn_call(vcu__rt.conn, op, 0, req, req_len, bufs, nbufs, resp, resp_cap, &rlen);
     if (err != 0)
         return vcu__from_vcu(err);
@@ -251,6 +260,23 @@ cudaError_t vcu__call(int dev, uint32_t op, int async, void *req, uint32_t req_l
     if (vcu__is_sticky(e))
         vcu__err_dev(dev, e);
     return e;
+}
+
+cudaError_t vcu__sync_pending(void)
+{
+    cudaError_t first = cudaSuccess;
+
+    for (int d = 0; d < vcu__rt.ndev; d++) {
+        struct vcu_cu_hdr h;
+        cudaError_t e;
+
+        if (!__atomic_load_n(&vcu__rt.dev[d].pending, __ATOMIC_RELAXED))
+            continue;
+        e = vcu__call(d, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), NULL, 0, NULL, 0);
+        if (first == cudaSuccess)
+            first = e;
+    }
+    return first;
 }
 
 cudaError_t vcu__dev_info(int dev, const struct vcu_cu_device_info_resp **out)

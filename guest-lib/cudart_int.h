@@ -30,6 +30,8 @@ typedef struct vcu__dev_s {
     cudaError_t sticky;             /* a sticky context error, until reset */
     unsigned int flags;             /* cudaSetDeviceFlags */
     void *default_pool;             /* vcu__pool_t *, under dev_lock */
+    int pending;                    /* async calls sent since the last context
+                                     * synchronize; atomic, may be stale high */
 } vcu__dev_t;
 
 typedef struct vcu__rt_s {
@@ -37,7 +39,9 @@ typedef struct vcu__rt_s {
     cudaError_t init_err;           /* written once in the once routine */
     vcu_conn_t *conn;
     uint64_t max_xfer;
-    int async;                      /* send stream-ordered calls without waiting */
+    int async;                      /* send stream-ordered calls without waiting:
+                                     * VCU_FEAT_ASYNC agreed and VCU_SYNC_CALLS
+                                     * not 1 */
     int driver_version;
     int ndev;                       /* visible devices */
     vcu__dev_t dev[VCU_CU_MAX_DEVICES];
@@ -84,12 +88,37 @@ cudaError_t vcu__call(int dev, uint32_t op, int async, void *req, uint32_t req_l
 cudaError_t vcu__dev_info(int dev, const struct vcu_cu_device_info_resp **out);
 int vcu__dev_attr(int dev, int attr);
 
-/* Kernels registered by __cudaRegisterFunction. */
+/*
+ * Synchronizes every device that async calls were sent to since its last
+ * synchronize (cudaFreeHost: the host may still use the memory).  Returns
+ * the first error, deferred ones included.
+ */
+cudaError_t vcu__sync_pending(void);
+
+/* Occupancy answers kept per function: a cooperative launch checks its
+ * grid against them before it is sent without waiting. */
+#define VCU__OCC_CACHE 4
+typedef struct vcu__occ_s {
+    uint32_t block;
+    uint32_t dyn_smem;
+    uint32_t blocks;                /* per SM; valid where block != 0 */
+} vcu__occ_t;
+
+/*
+ * Kernels registered by __cudaRegisterFunction, per device.  fn, nparams,
+ * param_bytes and params are written once (under reg_lock) before fn
+ * becomes non-zero and read without a lock after; attrs and occ change
+ * with cudaFuncSetAttribute and are read and written under reg_lock.
+ */
 typedef struct vcu__kfn_s {
     uint64_t fn;                    /* host handle; 0 until looked up */
     uint32_t nparams;
     uint32_t param_bytes;
     struct vcu_cu_param *params;
+    int have_attrs;                 /* attrs valid: launches may go async */
+    int32_t attrs[VCU_CU_NUM_FUNC_ATTRS];   /* CU_FUNC_GET_ATTRS */
+    vcu__occ_t occ[VCU__OCC_CACHE];
+    unsigned int occ_next;          /* round-robin slot to replace */
 } vcu__kfn_t;
 
 typedef struct vcu__kernel_s vcu__kernel_t;
@@ -121,11 +150,16 @@ typedef struct vcu__alloc_s {
     int dev;
     int kind;
     unsigned int flags;
+    int stable;                     /* VCU__M_HOST from the driver: async copies allowed */
 } vcu__alloc_t;
 int vcu__mem_add(const vcu__alloc_t *a);
 int vcu__mem_find(uint64_t addr, vcu__alloc_t *out);
 int vcu__mem_del(uint64_t base, int kind, vcu__alloc_t *out);
 void vcu__mem_forget_dev(int dev);
+/* [p, p + len) lies inside one known device allocation or symbol of dev. */
+int vcu__dev_range_known(int dev, uint64_t p, uint64_t len);
+/* [p, p + len) lies inside one stable host allocation. */
+int vcu__host_range_stable(const void *p, uint64_t len);
 
 /* ---- streams (cudart_stream.c) ------------------------------------------ */
 typedef struct vcu__stream_s {

@@ -114,6 +114,27 @@ void vcu__mem_forget_dev(int dev)
     pthread_mutex_unlock(&vcu__mem_mu);
 }
 
+int vcu__dev_range_known(int dev, uint64_t p, uint64_t len)
+{
+    vcu__alloc_t a;
+
+    if (vcu__mem_find(p, &a) != 0 || a.dev != dev)
+        return 0;
+    if (a.kind != VCU__M_DEVICE && a.kind != VCU__M_SYMBOL)
+        return 0;
+    return len <= a.size - (p - a.base);
+}
+
+int vcu__host_range_stable(const void *p, uint64_t len)
+{
+    uint64_t b = (uint64_t)(uintptr_t)p;
+    vcu__alloc_t a;
+
+    if (vcu__mem_find(b, &a) != 0 || a.kind != VCU__M_HOST || !a.stable)
+        return 0;
+    return len <= a.size - (b - a.base);
+}
+
 static int vcu__is_dev_ptr(const void *p, int *dev)
 {
     vcu__alloc_t a;
@@ -209,7 +230,7 @@ static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
 {
     vcu__alloc_t a;
     void *p;
-    int dev = vcu__cur_dev;
+    int dev = vcu__cur_dev, stable;
     cudaError_t e = vcu__check_dev(dev);
 
     if (e != cudaSuccess)
@@ -218,20 +239,18 @@ static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
         *ptr = NULL;
         return cudaSuccess;
     }
-    /* Guest memory, locked so the host's DMA never waits for a fault. */
-    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
-             0);
-    if (p == MAP_FAILED)
+    /* The driver's pinned memory: copies from it may run asynchronously. */
+    if (vcu_conn_hostmem_alloc(vcu__rt.conn, size, &p, &stable) != 0)
         return cudaErrorMemoryAllocation;
-    (void)mlock(p, size);
     memset(&a, 0, sizeof(a));
     a.base = (uint64_t)(uintptr_t)p;
     a.size = size;
     a.dev = dev;
     a.kind = VCU__M_HOST;
     a.flags = flags;
+    a.stable = stable;
     if (vcu__mem_add(&a) != 0) {
-        munmap(p, size);
+        vcu_conn_hostmem_free(vcu__rt.conn, p, size);
         return cudaErrorMemoryAllocation;
     }
     *ptr = p;
@@ -259,13 +278,18 @@ VCU__EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int fl
 VCU__EXPORT cudaError_t cudaFreeHost(void *ptr)
 {
     vcu__alloc_t a;
+    cudaError_t e;
 
     if (ptr == NULL)
         return cudaSuccess;
     if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_HOST, &a) != 0)
         return vcu__err(cudaErrorInvalidValue);
-    munmap(ptr, a.size);
-    return cudaSuccess;
+    /* As CUDA's does: wait for the work that may still use the memory
+     * (async copies from it finish on the host after their call).  The
+     * memory goes even if that work failed: its error is returned. */
+    e = vcu__sync_pending();
+    vcu_conn_hostmem_free(vcu__rt.conn, ptr, a.size);
+    return e == cudaSuccess ? cudaSuccess : vcu__err(e);
 }
 
 VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
@@ -385,12 +409,27 @@ static cudaError_t vcu__kind(const void *dst, const void *src, enum cudaMemcpyKi
     }
 }
 
+/*
+ * A copy between device and pageable guest memory larger than
+ * VCU__COPY_CHUNK is sent as requests of that size, each its own segment,
+ * without waiting, at most VCU__COPY_WINDOW unanswered at a time; the last
+ * waits and collects any chunk's error (the reply's deferred field).  The
+ * driver pins a chunk while it is in flight, so pinning chunk n+1 in the
+ * guest overlaps the host's copy of chunk n.  32 MiB: the per-request cost
+ * (page-list build, virtqueue round trip: tens of us) stays under 5% of a
+ * chunk's copy at the ~15 GB/s of a pageable host copy (about 2 ms), the
+ * first chunk starts early, and a window pins at most 128 MiB of guest
+ * memory at once.  Copies up to one chunk stay one request.
+ */
+#define VCU__COPY_CHUNK (32ull << 20)
+#define VCU__COPY_WINDOW 4
+
 static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                              cudaStream_t stream, int async, int ptsz)
 {
     struct vcu_cu_memcpy_req r;
-    uint64_t ws = 0, chunk, off;
-    int dev;
+    uint64_t ws = 0, chunk, off, i;
+    int dev, stable, pipeline;
     cudaError_t e;
     vcu_buf_t b;
 
@@ -421,11 +460,32 @@ static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemc
         r.dst = (uint64_t)(uintptr_t)dst;
         r.src = (uint64_t)(uintptr_t)src;
         r.size = n;
-        return vcu__call(dev, VCU_OP_CU_MEMCPY_DTOD, async, &r, sizeof(r), NULL, 0, NULL, 0);
+        /* Unknown pointers wait for the host's verdict, as CUDA checks
+         * them at the call. */
+        return vcu__call(dev, VCU_OP_CU_MEMCPY_DTOD,
+                         async && vcu__dev_range_known(dev, r.dst, n) &&
+                             vcu__dev_range_known(dev, r.src, n),
+                         &r, sizeof(r), NULL, 0, NULL, 0);
     }
+    /* Stream-ordered copies go without waiting only where the host memory
+     * is the driver's (stable) and the device range is known; from
+     * pageable memory cudaMemcpyAsync is synchronous, as in CUDA. */
+    stable = vcu__host_range_stable(kind == cudaMemcpyHostToDevice ? src : dst, n);
+    if (async && !(stable && vcu__dev_range_known(dev, (uint64_t)(uintptr_t)(
+                                                           kind == cudaMemcpyHostToDevice ? dst
+                                                                                          : src),
+                                                  n)))
+        async = 0;
+    pipeline = !async && !stable && vcu__rt.async && n > VCU__COPY_CHUNK;
     chunk = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
-    for (off = 0; off < n; off += chunk) {
+    if (pipeline && chunk > VCU__COPY_CHUNK)
+        chunk = VCU__COPY_CHUNK;
+    for (off = 0, i = 0; off < n; off += chunk, i++) {
         uint64_t len = n - off < chunk ? n - off : chunk;
+        /* Every VCU__COPY_WINDOW-th chunk and the last wait: that bounds
+         * what is pinned and in flight. */
+        int nowait = async || (pipeline && off + len < n &&
+                               (i + 1) % VCU__COPY_WINDOW != 0);
 
         r.dst = (uint64_t)(uintptr_t)dst + off;
         r.src = (uint64_t)(uintptr_t)src + off;
@@ -434,11 +494,11 @@ static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemc
         if (kind == cudaMemcpyHostToDevice) {
             b.addr = (char *)src + off;
             b.flags = VCU_SEG_TO_DEVICE;
-            e = vcu__call(dev, VCU_OP_CU_MEMCPY_HTOD, 0, &r, sizeof(r), &b, 1, NULL, 0);
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_HTOD, nowait, &r, sizeof(r), &b, 1, NULL, 0);
         } else {
             b.addr = (char *)dst + off;
             b.flags = VCU_SEG_FROM_DEVICE;
-            e = vcu__call(dev, VCU_OP_CU_MEMCPY_DTOH, 0, &r, sizeof(r), &b, 1, NULL, 0);
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_DTOH, nowait, &r, sizeof(r), &b, 1, NULL, 0);
         }
         if (e != cudaSuccess)
             return e;
@@ -508,6 +568,21 @@ static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t
         return cudaSuccess;
     }
     max = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
+    /* Without waiting where cudaMemcpyAsync would (see vcu__copy). */
+    if (async && kind != cudaMemcpyDeviceToDevice) {
+        int h2d = kind == cudaMemcpyHostToDevice;
+        size_t hp = h2d ? spitch : dpitch, dp = h2d ? dpitch : spitch;
+        const void *hb = h2d ? src : dst, *db = h2d ? dst : src;
+
+        if (hp * (height - 1) + width > max ||
+            !vcu__host_range_stable(hb, hp * (height - 1) + width) ||
+            !vcu__dev_range_known(dev, (uint64_t)(uintptr_t)db, dp * (height - 1) + width))
+            async = 0;
+    } else if (async) {
+        if (!vcu__dev_range_known(dev, (uint64_t)(uintptr_t)dst, dpitch * (height - 1) + width) ||
+            !vcu__dev_range_known(dev, (uint64_t)(uintptr_t)src, spitch * (height - 1) + width))
+            async = 0;
+    }
     for (size_t row = 0; row < height; row += rows) {
         size_t hp = kind == cudaMemcpyHostToDevice ? spitch : dpitch;
 
@@ -531,13 +606,13 @@ static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t
             r.kind = VCU_CU_COPY_HTOD;
             b.addr = (char *)src + row * spitch;
             b.flags = VCU_SEG_TO_DEVICE;
-            e = vcu__call(dev, VCU_OP_CU_MEMCPY_2D, 0, &r, sizeof(r), &b, 1, NULL, 0);
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_2D, async, &r, sizeof(r), &b, 1, NULL, 0);
             break;
         case cudaMemcpyDeviceToHost:
             r.kind = VCU_CU_COPY_DTOH;
             b.addr = (char *)dst + row * dpitch;
             b.flags = VCU_SEG_FROM_DEVICE;
-            e = vcu__call(dev, VCU_OP_CU_MEMCPY_2D, 0, &r, sizeof(r), &b, 1, NULL, 0);
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_2D, async, &r, sizeof(r), &b, 1, NULL, 0);
             break;
         default:
             r.kind = VCU_CU_COPY_DTOD;
@@ -669,7 +744,11 @@ static cudaError_t vcu__memset(void *p, size_t pitch, int value, size_t width, s
     r.value = (uint8_t)value;
     r.elem_size = 1;
     r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
-    return vcu__call(dev, VCU_OP_CU_MEMSET, 1, &r, sizeof(r), NULL, 0, NULL, 0);
+    /* cudaMemset is asynchronous too, but CUDA refuses a bad pointer at
+     * the call: only a range inside a known allocation goes unanswered. */
+    return vcu__call(dev, VCU_OP_CU_MEMSET,
+                     vcu__dev_range_known(dev, r.dst, (height - 1) * pitch + width), &r,
+                     sizeof(r), NULL, 0, NULL, 0);
 }
 
 VCU__EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)

@@ -292,6 +292,25 @@ vcu__kernel_t *vcu__kernel_by_host(const void *hostfn)
     return k;
 }
 
+/*
+ * Fills the function's attribute cache (launch checks) and empties its
+ * occupancy cache.  Without attributes launches wait for the host's
+ * verdict.  Caller holds reg_lock.
+ */
+static void vcu__kfn_load_attrs_locked(vcu__kfn_t *f, uint64_t fn, int dev)
+{
+    struct vcu_cu_u64_req r = { .value = fn };
+    struct vcu_cu_func_attrs_resp o;
+
+    memset(f->occ, 0, sizeof(f->occ));
+    f->have_attrs = 0;
+    if (vcu__call(dev, VCU_OP_CU_FUNC_GET_ATTRS, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o)) !=
+        cudaSuccess)
+        return;
+    memcpy(f->attrs, o.attrs, sizeof(f->attrs));
+    f->have_attrs = 1;
+}
+
 cudaError_t vcu__kernel_fn(vcu__kernel_t *k, int dev, const vcu__kfn_t **out)
 {
     struct {
@@ -350,6 +369,7 @@ cudaError_t vcu__kernel_fn(vcu__kernel_t *k, int dev, const vcu__kfn_t **out)
     memcpy(f->params, o->p, o->f.nparams * sizeof(*f->params));
     f->nparams = o->f.nparams;
     f->param_bytes = o->f.param_bytes;
+    vcu__kfn_load_attrs_locked(f, o->f.function, dev);
     f->fn = o->f.function;
 out:
     pthread_mutex_unlock(&vcu__rt.reg_lock);
@@ -523,6 +543,74 @@ cudaError_t vcu__check_config(int dev, dim3 grid, dim3 block, size_t shmem)
     return cudaSuccess;
 }
 
+/*
+ * What CUDA checks at launch and the host would refuse, checked here so a
+ * launch can go without waiting and still fail at the call: the function's
+ * thread limit, its dynamic shared memory limit (48 KiB less static by
+ * default, what cudaFuncSetAttribute set otherwise) and, cooperative, the
+ * grid against occupancy.  *nowait: all of it could be checked.
+ */
+static cudaError_t vcu__check_fn_launch(vcu__kfn_t *f, int dev, dim3 grid, dim3 block,
+                                        size_t shmem, uint32_t flags, int *nowait)
+{
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    uint64_t blocks = (uint64_t)grid.x * grid.y * grid.z;
+    cudaError_t e = cudaSuccess;
+    int sms;
+
+    *nowait = 0;
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    if (!f->have_attrs)
+        goto out;
+    /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: registers, __launch_bounds__. */
+    if (f->attrs[0] > 0 && threads > (uint64_t)f->attrs[0]) {
+        e = cudaErrorLaunchOutOfResources;
+        goto out;
+    }
+    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    if (f->attrs[8] >= 0 && shmem > (uint64_t)f->attrs[8]) {
+        e = cudaErrorInvalidValue;
+        goto out;
+    }
+    if (flags & VCU_CU_LAUNCH_F_COOPERATIVE) {
+        struct vcu_cu_occupancy_req r;
+        struct vcu_cu_occupancy_resp o;
+        vcu__occ_t *c = NULL;
+
+        if (vcu__dev_attr(dev, cudaDevAttrCooperativeLaunch) != 1) {
+            e = cudaErrorNotSupported;
+            goto out;
+        }
+        for (unsigned int i = 0; i < VCU__OCC_CACHE; i++)
+            if (f->occ[i].block == threads && f->occ[i].dyn_smem == shmem)
+                c = &f->occ[i];
+        if (c == NULL) {
+            memset(&r, 0, sizeof(r));
+            r.function = f->fn;
+            r.block_size = (uint32_t)threads;
+            r.dyn_smem = shmem;
+            if (vcu__call(dev, VCU_OP_CU_OCCUPANCY_BLOCKS, 0, &r, sizeof(r), NULL, 0, &o,
+                          sizeof(o)) != cudaSuccess)
+                goto out;   /* the host decides, synchronously */
+            c = &f->occ[f->occ_next++ % VCU__OCC_CACHE];
+            c->block = (uint32_t)threads;
+            c->dyn_smem = (uint32_t)shmem;
+            c->blocks = o.value0;
+        }
+        sms = vcu__dev_attr(dev, cudaDevAttrMultiProcessorCount);
+        if (sms <= 0)
+            goto out;
+        if (blocks > (uint64_t)c->blocks * (uint64_t)sms) {
+            e = cudaErrorCooperativeLaunchTooLarge;
+            goto out;
+        }
+    }
+    *nowait = 1;
+out:
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+    return e;
+}
+
 cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, size_t shmem,
                         cudaStream_t stream, int ptsz, uint32_t flags)
 {
@@ -532,7 +620,7 @@ cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, si
     } *q;
     const vcu__kfn_t *f;
     uint64_t ws;
-    int dev;
+    int dev, nowait;
     cudaError_t e;
 
     e = vcu__stream(stream, ptsz, &dev, &ws);
@@ -549,6 +637,9 @@ cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, si
     if (shmem > UINT32_MAX)
         return cudaErrorInvalidValue;
     e = vcu__kernel_fn(k, dev, &f);
+    if (e != cudaSuccess)
+        return e;
+    e = vcu__check_fn_launch((vcu__kfn_t *)f, dev, grid, block, shmem, flags, &nowait);
     if (e != cudaSuccess)
         return e;
     q = malloc(sizeof(*q));
@@ -568,8 +659,8 @@ cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, si
         q->r.shared_mem = (uint32_t)shmem;
         q->r.flags = flags;
         q->r.param_bytes = f->param_bytes;
-        e = vcu__call(dev, VCU_OP_CU_LAUNCH, 1, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
-                      NULL, 0, NULL, 0);
+        e = vcu__call(dev, VCU_OP_CU_LAUNCH, nowait, q,
+                      (uint32_t)(sizeof(q->r) + f->param_bytes), NULL, 0, NULL, 0);
     }
     free(q);
     return e;
@@ -702,6 +793,12 @@ VCU__EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttr
     r.attr = (uint32_t)attr;    /* cudaFuncAttribute values equal CUfunction_attribute's */
     r.value = (uint64_t)(int64_t)value;
     e = vcu__call(dev, VCU_OP_CU_FUNC_SET_ATTR, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e == cudaSuccess) {
+        /* The limits launches are checked against may have moved. */
+        pthread_mutex_lock(&vcu__rt.reg_lock);
+        vcu__kfn_load_attrs_locked((vcu__kfn_t *)f, f->fn, dev);
+        pthread_mutex_unlock(&vcu__rt.reg_lock);
+    }
     return vcu__err(e);
 }
 

@@ -532,7 +532,10 @@ static cudaError_t vcu__host_func(cudaStream_t stream, void (*fn)(void *),
     if (r.b == 0)
         return cudaErrorMemoryAllocation;
     r.c = 0;
-    e = vcu__call(dev, VCU_OP_CU_STREAM_HOST_FUNC, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    /* Stream and callback are checked: sent without waiting.  A host
+     * failure shows at the next synchronizing call (its slot then stays
+     * taken). */
+    e = vcu__call(dev, VCU_OP_CU_STREAM_HOST_FUNC, 1, &r, sizeof(r), NULL, 0, NULL, 0);
     if (e != cudaSuccess)
         vcu__cb_free(r.b);
     return e;

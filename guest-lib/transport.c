@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "vcuda_ioctl.h"
@@ -212,4 +213,47 @@ int vcu_conn_call(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *re
     if (resp_len != NULL)
         *resp_len = sub.resp_len;
     return vcu__status_to_err(sub.status);
+}
+
+int vcu_conn_hostmem_alloc(vcu_conn_t *c, size_t len, void **out, int *stable)
+{
+    void *p = MAP_FAILED;
+
+    *out = NULL;
+    *stable = 0;
+    if (len == 0)
+        return VCU_EINVAL;
+    if (c->fd >= 0) {
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+        if (p != MAP_FAILED) {
+            *stable = 1;
+            *out = p;
+            return 0;
+        }
+        /* An older driver has no mmap; anything else is a real failure. */
+        if (errno != ENODEV && errno != EINVAL)
+            return vcu_errno_to_err(errno);
+    }
+    /* Locked, so the driver's pinning and the host's DMA never wait for
+     * a page fault. */
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
+             0);
+    if (p == MAP_FAILED)
+        return VCU_ENOMEM;
+    (void)mlock(p, len);
+#ifdef VCU_WITH_LOOPBACK
+    /* Loopback finishes every request before the call returns. */
+    *stable = c->loop != NULL;
+#endif
+    *out = p;
+    return 0;
+}
+
+void vcu_conn_hostmem_free(vcu_conn_t *c, void *p, size_t len)
+{
+    (void)c;
+    /* For the driver's mapping, munmap fences the session's host work
+     * before the pages are freed. */
+    if (p != NULL)
+        munmap(p, len);
 }

@@ -51,6 +51,21 @@ int vcu_conn_call(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *re
                   uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs, void *resp,
                   uint32_t resp_cap, uint32_t *resp_len);
 
+/*
+ * Page-locked host memory for cudaMallocHost: len bytes (rounded up to
+ * pages, zeroed) mapped from the driver (mmap of the connection's file),
+ * physically contiguous in chunks and never moved.  *stable is set to 1
+ * when segments inside the block may be used by the host after the reply
+ * (the driver sends them as VCU_SEG_F_STABLE; loopback runs every request
+ * to its end before returning, so there all memory counts as stable), and
+ * to 0 for the fallback: anonymous locked memory, for a driver without
+ * mmap (ENODEV, EINVAL).  Returns 0 or a VCU_E* code; the caller owns *out
+ * and gives it back with vcu_conn_hostmem_free(c, *out, len) after the
+ * work that uses it has finished.
+ */
+int vcu_conn_hostmem_alloc(vcu_conn_t *c, size_t len, void **out, int *stable);
+void vcu_conn_hostmem_free(vcu_conn_t *c, void *p, size_t len);
+
 /* errno (positive or negative) -> VCU_E* code: the one translation. */
 int vcu_errno_to_err(int errnum);
 
