@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * virtio-cuda guest driver: private declarations shared by virtio_cuda.c
- * (virtio driver, character device, ioctls) and vcuda_req.c (building,
- * queueing and completing requests).
+ * (virtio driver, character device, ioctls, host memory mappings) and
+ * vcuda_req.c (building, queueing and completing requests).
  *
  * Lock order (outer first):
  *   vcuda_file.open_lock   (mutex; SESSION_OPEN only)
+ *   mm->mmap_lock          (mmap() runs under it; SUBMIT takes it for reading
+ *                           to look up host memory mappings)
+ *   vcuda_file.hostmem_lock (spinlock; process context only)
  *   vcuda_dev.reqs xa_lock (plain spinlock; never taken in interrupt context)
  *   vcuda_dev.vq_lock      (spinlock, irq-safe; taken by the vq callback)
  * Nothing sleeps under a spinlock, and no lock is held while the host works
@@ -16,6 +19,7 @@
 
 #include <linux/completion.h>
 #include <linux/kref.h>
+#include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/scatterlist.h>
 #include <linux/spinlock.h>
@@ -64,6 +68,7 @@ struct vcuda_dev {
 
 	atomic_t inflight;		/* requests on the device now */
 	atomic_long_t pinned_pages;	/* user pages pinned now */
+	atomic_long_t hostmem_pages;	/* pages of host memory mappings not yet freed */
 
 	u32 minor;
 	struct cdev *cdev;
@@ -78,6 +83,43 @@ struct vcuda_file {
 	u64 session;			/* 0 until opened; set once under open_lock */
 	atomic_t inflight;		/* this file's requests on the device */
 	wait_queue_head_t slot_wait;	/* SUBMIT waiting for inflight to drop */
+
+	/* Protects the fields below.  Process context only. */
+	spinlock_t hostmem_lock;
+	u64 hostmem_bytes;		/* of this file's host memory, not yet freed */
+	bool released;			/* release() ran: no more fences */
+	bool close_lost;		/* SESSION_CLOSE could not be sent */
+	/*
+	 * Host memory whose fence failed or was never sent: the host may use
+	 * it until the session ends, so it is freed when vf is (after the
+	 * SESSION_CLOSE request, which holds a reference, completed).
+	 */
+	struct list_head hostmem_dead;
+};
+
+/* Physically contiguous piece of a host memory mapping. */
+struct vcuda_hostmem_chunk {
+	struct page *page;		/* 2^order pages, not compound */
+	unsigned int order;
+	u64 off;			/* byte offset in the mapping */
+};
+
+/*
+ * One mmap() of /dev/vcudaN: driver-owned memory that SUBMIT sends as
+ * physical ranges without pinning.  Never split, moved or expanded, so it
+ * always covers its VMA exactly.  When the last reference goes, a
+ * SESSION_FENCE request takes the chunks and frees them once the host has
+ * stopped using them.
+ */
+struct vcuda_hostmem {
+	struct kref ref;		/* each VMA mapping it, each request using it */
+	struct vcuda_file *vf;		/* holds a file reference until freed or parked */
+	u64 len;
+	unsigned int nchunks;
+	unsigned int cap;		/* entries allocated in chunks */
+	struct vcuda_hostmem_chunk *chunks;
+	struct list_head dead;		/* on vf->hostmem_dead once parked */
+	struct work_struct release_work;
 };
 
 /* One user data segment of a request. */
@@ -89,6 +131,9 @@ struct vcuda_seg_buf {
 	void *bounce;			/* kmalloc copy, or NULL */
 	struct page **pages;		/* pinned pages, or NULL */
 	unsigned long npinned;		/* entries of pages actually pinned */
+	struct vcuda_hostmem *hm;	/* host memory holding the segment, referenced */
+	u64 hm_off;			/* where in hm it starts */
+	bool stable;			/* hm belongs to this file: VCU_SEG_F_STABLE */
 };
 
 struct vcuda_req {
@@ -99,6 +144,7 @@ struct vcuda_req {
 	bool raw;			/* RAW_SUBMIT: reply req_id is not ours to check */
 	bool file_slot;			/* counted in vf->inflight while on the device */
 	bool close_if_orphan;		/* orphaned SESSION_OPEN: close what it opens */
+	struct vcuda_hostmem *fence_hm;	/* SESSION_FENCE: memory freed once it completes */
 
 	/* Device-readable stream, split into chunks of VCUDA_CHUNK_SIZE. */
 	void **chunks;
@@ -137,7 +183,10 @@ int vcuda_req_reply(struct vcuda_req *req, u32 *status, u32 *payload_len);
 int vcuda_req_copy_out(struct vcuda_req *req);
 void vcuda_req_free(struct vcuda_req *req);
 void vcuda_req_done_locked(struct vcuda_dev *dev, struct vcuda_req *req, u32 len, int err);
-void vcuda_send_close(struct vcuda_dev *dev, u64 session);
+int vcuda_send_close(struct vcuda_dev *dev, struct vcuda_file *vf, u64 session);
+struct vcuda_hostmem *vcuda_hostmem_get(u64 uaddr, u64 len, bool write, u64 *off);
+void vcuda_hostmem_put(struct vcuda_hostmem *hm);
+void vcuda_hostmem_fenced(struct vcuda_hostmem *hm, bool done);
 void vcuda_dev_put(struct vcuda_dev *dev);
 void vcuda_file_put(struct vcuda_file *vf);
 

@@ -19,6 +19,12 @@
  * the completion path frees it from vcuda_wq.  Pinned pages are released
  * only in vcuda_req_free(), which runs only after the device returned the
  * request or the device was reset (remove()).
+ *
+ * A segment inside one host memory mapping (mmap of /dev/vcudaN) is sent
+ * as the mapping's physical chunks, unpinned; the request holds a
+ * reference on the mapping until it is freed, and when the mapping is the
+ * submitting file's own, the segment is marked VCU_SEG_F_STABLE: the
+ * memory then outlives the request until a SESSION_FENCE completes.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -78,6 +84,8 @@ void vcuda_req_free(struct vcuda_req *req)
 		}
 		kvfree(s->pages);
 		kfree(s->bounce);
+		if (s->hm)
+			vcuda_hostmem_put(s->hm);
 	}
 	for (i = 0; i < req->nchunks; i++)
 		kfree(req->chunks[i]);
@@ -182,65 +190,120 @@ static int vcuda_seg_pin(struct vcuda_dev *dev, struct vcuda_seg_buf *s)
 	return 0;
 }
 
+/* Builds a segment's range list, merging physically contiguous pieces. */
+struct vcuda_range_walk {
+	struct vcuda_req *req;		/* NULL: only count */
+	size_t *off;			/* where the next range goes in the stream */
+	u64 gpa, len;			/* the range being merged */
+	u32 n;				/* ranges finished */
+};
+
+static int vcuda_range_flush(struct vcuda_range_walk *w)
+{
+	struct vcu_range r;
+	int err;
+
+	if (w->req) {
+		r.gpa = cpu_to_le64(w->gpa);
+		r.len = cpu_to_le64(w->len);
+		err = vcuda_stream_put(w->req, *w->off, &r, NULL, sizeof(r));
+		if (err)
+			return err;
+		*w->off += sizeof(r);
+	}
+	w->n++;
+	return 0;
+}
+
+static int vcuda_range_add(struct vcuda_range_walk *w, u64 phys, u64 len)
+{
+	int err;
+
+	if (w->len && w->gpa + w->len == phys) {
+		w->len += len;
+		return 0;
+	}
+	if (w->len) {
+		err = vcuda_range_flush(w);
+		if (err)
+			return err;
+	}
+	w->gpa = phys;
+	w->len = len;
+	return 0;
+}
+
+/* Index of the chunk of hm that holds byte off (< hm->len). */
+static unsigned int vcuda_hostmem_chunk_at(const struct vcuda_hostmem *hm, u64 off)
+{
+	unsigned int lo = 0, hi = hm->nchunks - 1;
+
+	while (lo < hi) {
+		unsigned int mid = lo + (hi - lo + 1) / 2;
+
+		if (hm->chunks[mid].off <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
 /*
  * Walks a segment's memory as guest-physical ranges, merging physically
- * contiguous pages.  Counts them, and writes them at *off when req is set.
+ * contiguous pieces.  Counts them, and writes them at *off when req is set.
  */
 static int vcuda_seg_ranges(const struct vcuda_seg_buf *s, struct vcuda_req *req, size_t *off,
 			    u32 *count)
 {
-	struct vcu_range r;
-	u64 gpa = 0, rlen = 0, pos, left;
+	struct vcuda_range_walk w = { .req = req, .off = off };
+	u64 pos, left;
 	unsigned long i;
-	u32 n = 0;
 	int err;
 
 	if (!s->len)
 		goto out;
 	if (s->bounce) {
-		gpa = virt_to_phys(s->bounce);
-		rlen = s->len;
-		goto last;
-	}
-	pos = s->uaddr;
-	left = s->len;
-	for (i = 0; i < s->npinned && left; i++) {
-		u64 in_page = offset_in_page(pos);
-		u64 chunk = min_t(u64, PAGE_SIZE - in_page, left);
-		u64 phys = page_to_phys(s->pages[i]) + in_page;
-
-		if (rlen && gpa + rlen == phys) {
-			rlen += chunk;
-		} else {
-			if (rlen) {
-				if (req) {
-					r.gpa = cpu_to_le64(gpa);
-					r.len = cpu_to_le64(rlen);
-					err = vcuda_stream_put(req, *off, &r, NULL, sizeof(r));
-					if (err)
-						return err;
-					*off += sizeof(r);
-				}
-				n++;
-			}
-			gpa = phys;
-			rlen = chunk;
-		}
-		pos += chunk;
-		left -= chunk;
-	}
-last:
-	if (req) {
-		r.gpa = cpu_to_le64(gpa);
-		r.len = cpu_to_le64(rlen);
-		err = vcuda_stream_put(req, *off, &r, NULL, sizeof(r));
+		err = vcuda_range_add(&w, virt_to_phys(s->bounce), s->len);
 		if (err)
 			return err;
-		*off += sizeof(r);
+	} else if (s->hm) {
+		const struct vcuda_hostmem *hm = s->hm;
+
+		pos = s->hm_off;
+		left = s->len;
+		for (i = vcuda_hostmem_chunk_at(hm, pos); i < hm->nchunks && left; i++) {
+			const struct vcuda_hostmem_chunk *c = &hm->chunks[i];
+			u64 in_chunk = pos - c->off;
+			u64 n = min_t(u64, (PAGE_SIZE << c->order) - in_chunk, left);
+
+			err = vcuda_range_add(&w, page_to_phys(c->page) + in_chunk, n);
+			if (err)
+				return err;
+			pos += n;
+			left -= n;
+		}
+		if (WARN_ON_ONCE(left))
+			return -EINVAL;
+	} else {
+		pos = s->uaddr;
+		left = s->len;
+		for (i = 0; i < s->npinned && left; i++) {
+			u64 in_page = offset_in_page(pos);
+			u64 n = min_t(u64, PAGE_SIZE - in_page, left);
+
+			err = vcuda_range_add(&w, page_to_phys(s->pages[i]) + in_page, n);
+			if (err)
+				return err;
+			pos += n;
+			left -= n;
+		}
 	}
-	n++;
+	err = vcuda_range_flush(&w);
+	if (err)
+		return err;
 out:
-	*count = n;
+	*count = w.n;
 	return 0;
 }
 
@@ -271,7 +334,12 @@ int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const voi
 		req->nsegs = i + 1;
 		if (!s->len)
 			continue;
-		if (s->len <= VCUDA_BOUNCE_MAX && !(async && from)) {
+		/* SUBMIT only: driver-made requests carry no user segments. */
+		if (req->vf)
+			s->hm = vcuda_hostmem_get(s->uaddr, s->len, from, &s->hm_off);
+		if (s->hm) {
+			s->stable = s->hm->vf == req->vf;
+		} else if (s->len <= VCUDA_BOUNCE_MAX && !(async && from)) {
 			s->bounce = kmalloc(s->len, GFP_KERNEL);
 			if (!s->bounce)
 				return -ENOMEM;
@@ -322,11 +390,11 @@ int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const voi
 
 	for (i = 0; i < nsegs; i++) {
 		const struct vcuda_seg_buf *s = &req->segs[i];
+		u32 wflags = s->flags & VCUDA_SEG_TO_DEVICE ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE;
 		struct vcu_seg ws = {
 			.len = cpu_to_le64(s->len),
 			.nranges = cpu_to_le32(s->nranges),
-			.flags = cpu_to_le32(s->flags & VCUDA_SEG_TO_DEVICE ? VCU_SEG_TO_DEVICE
-									  : VCU_SEG_FROM_DEVICE),
+			.flags = cpu_to_le32(wflags | (s->stable ? VCU_SEG_F_STABLE : 0)),
 		};
 
 		err = vcuda_stream_put(req, off, &ws, NULL, sizeof(ws));
@@ -536,15 +604,17 @@ int vcuda_req_copy_out(struct vcuda_req *req)
 
 /*
  * Sends SESSION_CLOSE without waiting for it; the completion path frees
- * it.  Waits at most VCUDA_CLOSE_WAIT for ring room; on failure the host
- * keeps the session until the device is reset.
+ * it.  The request holds a reference to vf when given, so vf (and the host
+ * memory parked on it) outlives the session.  Waits at most
+ * VCUDA_CLOSE_WAIT for ring room; on failure the host keeps the session
+ * until the device is reset.
  */
-void vcuda_send_close(struct vcuda_dev *dev, u64 session)
+int vcuda_send_close(struct vcuda_dev *dev, struct vcuda_file *vf, u64 session)
 {
 	struct vcuda_req *req;
 	int err = -ENOMEM;
 
-	req = vcuda_req_alloc(dev, NULL, VCU_OP_SESSION_CLOSE);
+	req = vcuda_req_alloc(dev, vf, VCU_OP_SESSION_CLOSE);
 	if (!req)
 		goto err_alloc;
 	err = vcuda_req_build(req, session, 0, NULL, NULL, 0, NULL, 0, true, 0);
@@ -554,13 +624,14 @@ void vcuda_send_close(struct vcuda_dev *dev, u64 session)
 	err = vcuda_req_queue(req, false);
 	if (err)
 		goto err_build;
-	return;
+	return 0;
 
 err_build:
 	vcuda_req_free(req);
 err_alloc:
 	if (err != -ENODEV)
 		pr_warn("vcuda%u: session %llu not closed: %d\n", dev->minor, session, err);
+	return err;
 }
 
 static void vcuda_req_free_work(struct work_struct *work)
@@ -574,7 +645,20 @@ static void vcuda_req_free_work(struct work_struct *work)
 	    status == VCU_S_OK && plen >= sizeof(oresp)) {
 		memcpy(&oresp, req->resp + 1, sizeof(oresp));
 		if (oresp.session)
-			vcuda_send_close(req->dev, le64_to_cpu(oresp.session));
+			vcuda_send_close(req->dev, NULL, le64_to_cpu(oresp.session));
+	}
+	/*
+	 * A SESSION_FENCE: the host is done with the memory once it answered
+	 * OK, or once the device was reset; otherwise it waits for the
+	 * session to end.
+	 */
+	if (req->fence_hm) {
+		bool done = req->err == -ENODEV ||
+			    (!req->err && !vcuda_req_reply(req, &status, &plen) &&
+			     status == VCU_S_OK);
+
+		vcuda_hostmem_fenced(req->fence_hm, done);
+		req->fence_hm = NULL;
 	}
 	vcuda_req_free(req);
 }

@@ -13,12 +13,22 @@
  * device gone, resets it, completes every request still on the ring with
  * -ENODEV (freeing orphans, unpinning) and deletes the vq; files still open
  * get -ENODEV from then on and their release only frees.
+ *
+ * Host memory (mmap of /dev/vcudaN, the guest side of cudaMallocHost):
+ * zeroed chunks of up to VCUDA_HOSTMEM_CHUNK, mapped with remap_pfn_range()
+ * so that nothing else can pin (get_user_pages fails on VM_PFNMAP),
+ * migrate (not on the LRU, not movable) or inherit (VM_DONTCOPY) them.  A
+ * mapping is freed only after the host stopped using it: when the last VMA
+ * and request drop it, a SESSION_FENCE request takes the chunks, and its
+ * completion frees them; if the fence cannot tell (session closing, error
+ * reply) they wait for SESSION_CLOSE to complete.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/cdev.h>
 #include <linux/device.h>
 #include <linux/fs.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -41,7 +51,19 @@ static bool allow_raw;
 module_param(allow_raw, bool, 0444);
 MODULE_PARM_DESC(allow_raw, "Allow VCUDA_IOC_RAW_SUBMIT (test-only, unsafe; default 0)");
 
-struct workqueue_struct *vcuda_wq;	/* frees orphaned requests */
+static unsigned int hostmem_max_mib = 4096;
+module_param(hostmem_max_mib, uint, 0644);
+MODULE_PARM_DESC(hostmem_max_mib, "Host memory (mmap) one open file may hold, MiB (default 4096)");
+
+#ifdef MAX_PAGE_ORDER
+#define VCUDA_MAX_ORDER MAX_PAGE_ORDER
+#elif LINUX_VERSION_CODE >= KERNEL_VERSION(6, 4, 0)
+#define VCUDA_MAX_ORDER MAX_ORDER
+#else
+#define VCUDA_MAX_ORDER (MAX_ORDER - 1)
+#endif
+
+struct workqueue_struct *vcuda_wq;	/* frees orphaned requests, fences host memory */
 static dev_t vcuda_devt;
 static struct class *vcuda_class;
 /* minor -> struct vcuda_dev; allocates N of /dev/vcudaN.  Own xa_lock. */
@@ -61,10 +83,37 @@ void vcuda_dev_put(struct vcuda_dev *dev)
 	kref_put(&dev->ref, vcuda_dev_release);
 }
 
+static void vcuda_hostmem_free_chunks(struct vcuda_dev *dev, struct vcuda_hostmem *hm)
+{
+	unsigned int i;
+
+	for (i = 0; i < hm->nchunks; i++) {
+		__free_pages(hm->chunks[i].page, hm->chunks[i].order);
+		atomic_long_sub(1L << hm->chunks[i].order, &dev->hostmem_pages);
+	}
+	kvfree(hm->chunks);
+	kfree(hm);
+}
+
 static void vcuda_file_release(struct kref *ref)
 {
 	struct vcuda_file *vf = container_of(ref, struct vcuda_file, ref);
+	struct vcuda_hostmem *hm, *tmp;
 
+	/*
+	 * Every request holding vf is done, SESSION_CLOSE included: the
+	 * session has ended (or the device is gone) and parked memory is
+	 * free, unless the close never reached the host.
+	 */
+	list_for_each_entry_safe(hm, tmp, &vf->hostmem_dead, dead) {
+		list_del(&hm->dead);
+		if (vf->close_lost) {
+			pr_warn("vcuda%u: session not closed, leaking %llu bytes of host memory\n",
+				vf->dev->minor, hm->len);
+			continue;
+		}
+		vcuda_hostmem_free_chunks(vf->dev, hm);
+	}
 	mutex_destroy(&vf->open_lock);
 	vcuda_dev_put(vf->dev);
 	kfree(vf);
@@ -154,7 +203,7 @@ static long vcuda_ioctl_session_open(struct vcuda_file *vf, void __user *arg)
 
 err_session:
 	if (session)
-		vcuda_send_close(vf->dev, session);
+		vcuda_send_close(vf->dev, NULL, session);
 	goto err_lock;
 err_req:
 	vcuda_req_free(req);
@@ -350,6 +399,301 @@ static long vcuda_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	}
 }
 
+/* ---- host memory -------------------------------------------------------- */
+
+/* Frees hm now: the host no longer uses it, or never saw it. */
+static void vcuda_hostmem_free(struct vcuda_hostmem *hm)
+{
+	struct vcuda_file *vf = hm->vf;
+
+	spin_lock(&vf->hostmem_lock);
+	vf->hostmem_bytes -= hm->len;
+	spin_unlock(&vf->hostmem_lock);
+	vcuda_hostmem_free_chunks(vf->dev, hm);
+	vcuda_file_put(vf);
+}
+
+/* The host may still use hm: keep it until vf goes, after the session. */
+static void vcuda_hostmem_park(struct vcuda_hostmem *hm)
+{
+	struct vcuda_file *vf = hm->vf;
+
+	spin_lock(&vf->hostmem_lock);
+	list_add_tail(&hm->dead, &vf->hostmem_dead);
+	spin_unlock(&vf->hostmem_lock);
+	/* May free vf, and hm with it. */
+	vcuda_file_put(vf);
+}
+
+/* Called by the completion path of hm's SESSION_FENCE. */
+void vcuda_hostmem_fenced(struct vcuda_hostmem *hm, bool done)
+{
+	if (done)
+		vcuda_hostmem_free(hm);
+	else
+		vcuda_hostmem_park(hm);
+}
+
+/*
+ * Last reference gone (munmap, exit, or the last request using it freed):
+ * fence the session and let the fence's completion free the chunks.  From
+ * vcuda_wq, so that neither munmap nor a dying process waits for the ring.
+ */
+static void vcuda_hostmem_release_work(struct work_struct *work)
+{
+	struct vcuda_hostmem *hm = container_of(work, struct vcuda_hostmem, release_work);
+	struct vcuda_file *vf = hm->vf;
+	struct vcuda_req *req;
+	bool released;
+	int err;
+
+	spin_lock(&vf->hostmem_lock);
+	released = vf->released;
+	spin_unlock(&vf->hostmem_lock);
+	if (released)
+		goto park;	/* SESSION_CLOSE is on its way: no fence after it */
+
+	req = vcuda_req_alloc(vf->dev, vf, VCU_OP_SESSION_FENCE);
+	if (!req)
+		goto park;
+	err = vcuda_req_build(req, READ_ONCE(vf->session), 0, NULL, NULL, 0, NULL, 0, true, 0);
+	if (err)
+		goto err_req;
+	req->fence_hm = hm;
+	req->orphan = true;
+	/* Ring full for VCUDA_CLOSE_WAIT: try again; remove() ends the wait. */
+	do {
+		err = vcuda_req_queue(req, false);
+	} while (err == -ETIMEDOUT);
+	if (!err)
+		return;		/* the fence's completion owns hm now */
+	req->fence_hm = NULL;
+err_req:
+	vcuda_req_free(req);
+	if (err == -ENODEV) {
+		vcuda_hostmem_free(hm);
+		return;
+	}
+park:
+	vcuda_hostmem_park(hm);
+}
+
+static void vcuda_hostmem_release(struct kref *ref)
+{
+	struct vcuda_hostmem *hm = container_of(ref, struct vcuda_hostmem, ref);
+
+	queue_work(vcuda_wq, &hm->release_work);
+}
+
+void vcuda_hostmem_put(struct vcuda_hostmem *hm)
+{
+	kref_put(&hm->ref, vcuda_hostmem_release);
+}
+
+/* Appends one chunk, growing the array as needed. */
+static int vcuda_hostmem_add(struct vcuda_hostmem *hm, struct page *page, unsigned int order,
+			     u64 off)
+{
+	struct vcuda_hostmem_chunk *c;
+
+	if (hm->nchunks == hm->cap) {
+		unsigned int cap = hm->cap ? 2 * hm->cap : 16;
+
+		c = kvmalloc_array(cap, sizeof(*c), GFP_KERNEL);
+		if (!c)
+			return -ENOMEM;
+		if (hm->nchunks)
+			memcpy(c, hm->chunks, hm->nchunks * sizeof(*c));
+		kvfree(hm->chunks);
+		hm->chunks = c;
+		hm->cap = cap;
+	}
+	c = &hm->chunks[hm->nchunks++];
+	c->page = page;
+	c->order = order;
+	c->off = off;
+	return 0;
+}
+
+/*
+ * Allocates hm->len bytes, zeroed, in chunks as large as the allocator
+ * gives (high orders tried without retrying or warning), never larger
+ * than VCUDA_HOSTMEM_CHUNK nor than what is left.  On error the caller
+ * frees what was allocated.
+ */
+static int vcuda_hostmem_alloc(struct vcuda_dev *dev, struct vcuda_hostmem *hm)
+{
+	unsigned int order = min_t(unsigned int, get_order(VCUDA_HOSTMEM_CHUNK), VCUDA_MAX_ORDER);
+	unsigned long left = hm->len >> PAGE_SHIFT;
+	u64 off = 0;
+	int err;
+
+	while (left) {
+		gfp_t gfp = GFP_KERNEL | __GFP_ZERO;
+		struct page *page;
+
+		while ((1UL << order) > left)
+			order--;
+		if (order)
+			gfp |= __GFP_NOWARN | __GFP_NORETRY;
+		if (fatal_signal_pending(current))
+			return -EINTR;
+		page = alloc_pages(gfp, order);
+		if (!page) {
+			if (!order)
+				return -ENOMEM;
+			order--;	/* and stay there: larger ones just failed */
+			continue;
+		}
+		err = vcuda_hostmem_add(hm, page, order, off);
+		if (err) {
+			__free_pages(page, order);
+			return err;
+		}
+		atomic_long_add(1L << order, &dev->hostmem_pages);
+		off += PAGE_SIZE << order;
+		left -= 1UL << order;
+		cond_resched();
+	}
+	return 0;
+}
+
+static void vcuda_vm_open(struct vm_area_struct *vma)
+{
+	struct vcuda_hostmem *hm = vma->vm_private_data;
+
+	/* Only mremap's copy of the VMA, which vcuda_vm_mremap() then undoes. */
+	kref_get(&hm->ref);
+}
+
+static void vcuda_vm_close(struct vm_area_struct *vma)
+{
+	vcuda_hostmem_put(vma->vm_private_data);
+}
+
+/* The mapping covers its VMA exactly: no partial munmap or mprotect. */
+static int vcuda_vm_may_split(struct vm_area_struct *vma, unsigned long addr)
+{
+	return -EINVAL;
+}
+
+/* The mapping does not move: the kernel moves the page tables back. */
+static int vcuda_vm_mremap(struct vm_area_struct *vma)
+{
+	return -EINVAL;
+}
+
+static const struct vm_operations_struct vcuda_vm_ops = {
+	.open = vcuda_vm_open,
+	.close = vcuda_vm_close,
+	.may_split = vcuda_vm_may_split,
+	.mremap = vcuda_vm_mremap,
+};
+
+/*
+ * Finds the host memory mapping of the current process that holds all of
+ * [uaddr, uaddr + len) with the access the device needs; returns it with
+ * a reference taken and *off set, or NULL.  Under mmap_lock the VMA holds
+ * a reference, so the mapping cannot go away while it is taken.
+ */
+struct vcuda_hostmem *vcuda_hostmem_get(u64 uaddr, u64 len, bool write, u64 *off)
+{
+	struct mm_struct *mm = current->mm;
+	struct vcuda_hostmem *hm = NULL;
+	struct vm_area_struct *vma;
+
+	if (!mm || !len)
+		return NULL;
+	mmap_read_lock(mm);
+	vma = vma_lookup(mm, uaddr);
+	if (vma && vma->vm_ops == &vcuda_vm_ops && len <= vma->vm_end - uaddr &&
+	    (vma->vm_flags & (write ? VM_WRITE : VM_READ))) {
+		hm = vma->vm_private_data;
+		*off = uaddr - vma->vm_start;
+		if (WARN_ON_ONCE(*off + len > hm->len))
+			hm = NULL;
+		else
+			kref_get(&hm->ref);
+	}
+	mmap_read_unlock(mm);
+	return hm;
+}
+
+static void vcuda_vm_flags_set(struct vm_area_struct *vma, unsigned long flags)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+	vm_flags_set(vma, flags);
+#else
+	vma->vm_flags |= flags;
+#endif
+}
+
+static int vcuda_mmap(struct file *filp, struct vm_area_struct *vma)
+{
+	struct vcuda_file *vf = filp->private_data;
+	struct vcuda_dev *dev = vf->dev;
+	u64 len = vma->vm_end - vma->vm_start;
+	u64 max = (u64)READ_ONCE(hostmem_max_mib) << 20;
+	struct vcuda_hostmem *hm;
+	unsigned int i;
+	int err;
+
+	if (!READ_ONCE(vf->session))
+		return -ENOTCONN;
+	if (READ_ONCE(dev->gone))
+		return -ENODEV;
+	/* Shared only: a private COW mapping of driver memory makes no sense. */
+	if (!(vma->vm_flags & VM_SHARED) || vma->vm_pgoff)
+		return -EINVAL;
+
+	spin_lock(&vf->hostmem_lock);
+	if (len > max || vf->hostmem_bytes > max - len) {
+		spin_unlock(&vf->hostmem_lock);
+		return -ENOMEM;
+	}
+	vf->hostmem_bytes += len;
+	spin_unlock(&vf->hostmem_lock);
+
+	err = -ENOMEM;
+	hm = kzalloc(sizeof(*hm), GFP_KERNEL);
+	if (!hm)
+		goto err_charge;
+	kref_init(&hm->ref);
+	INIT_WORK(&hm->release_work, vcuda_hostmem_release_work);
+	INIT_LIST_HEAD(&hm->dead);
+	hm->len = len;
+	err = vcuda_hostmem_alloc(dev, hm);
+	if (err)
+		goto err_chunks;
+
+	/* remap_pfn_range() adds VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP. */
+	vcuda_vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
+	for (i = 0; i < hm->nchunks; i++) {
+		const struct vcuda_hostmem_chunk *c = &hm->chunks[i];
+
+		err = remap_pfn_range(vma, vma->vm_start + c->off, page_to_pfn(c->page),
+				      PAGE_SIZE << c->order, vma->vm_page_prot);
+		if (err)
+			goto err_remap;
+	}
+	kref_get(&vf->ref);
+	hm->vf = vf;
+	vma->vm_private_data = hm;
+	vma->vm_ops = &vcuda_vm_ops;
+	return 0;
+
+err_remap:
+	/* Other threads may touch the range before mmap() fails: unmap first. */
+	zap_vma_ptes(vma, vma->vm_start, len);
+err_chunks:
+	vcuda_hostmem_free_chunks(dev, hm);
+err_charge:
+	spin_lock(&vf->hostmem_lock);
+	vf->hostmem_bytes -= len;
+	spin_unlock(&vf->hostmem_lock);
+	return err;
+}
+
 static int vcuda_open(struct inode *inode, struct file *filp)
 {
 	struct vcuda_dev *dev;
@@ -373,6 +717,8 @@ static int vcuda_open(struct inode *inode, struct file *filp)
 	mutex_init(&vf->open_lock);
 	atomic_set(&vf->inflight, 0);
 	init_waitqueue_head(&vf->slot_wait);
+	spin_lock_init(&vf->hostmem_lock);
+	INIT_LIST_HEAD(&vf->hostmem_dead);
 	filp->private_data = vf;
 	return nonseekable_open(inode, filp);
 }
@@ -381,9 +727,24 @@ static int vcuda_release(struct inode *inode, struct file *filp)
 {
 	struct vcuda_file *vf = filp->private_data;
 
-	/* Requests still in flight hold their own reference to vf. */
-	if (vf->session && !READ_ONCE(vf->dev->gone))
-		vcuda_send_close(vf->dev, vf->session);
+	int err;
+
+	/*
+	 * No VMA maps vf's memory any more (each held the file); fences not
+	 * yet sent are not sent after the close.  Requests still in flight,
+	 * the close among them, hold their own reference to vf.
+	 */
+	spin_lock(&vf->hostmem_lock);
+	vf->released = true;
+	spin_unlock(&vf->hostmem_lock);
+	if (vf->session && !READ_ONCE(vf->dev->gone)) {
+		err = vcuda_send_close(vf->dev, vf, vf->session);
+		if (err && err != -ENODEV) {
+			spin_lock(&vf->hostmem_lock);
+			vf->close_lost = true;
+			spin_unlock(&vf->hostmem_lock);
+		}
+	}
 	vcuda_file_put(vf);
 	return 0;
 }
@@ -393,6 +754,7 @@ static const struct file_operations vcuda_fops = {
 	.open = vcuda_open,
 	.release = vcuda_release,
 	.unlocked_ioctl = vcuda_ioctl,
+	.mmap = vcuda_mmap,
 	.compat_ioctl = compat_ptr_ioctl,
 };
 
@@ -414,9 +776,18 @@ static ssize_t pinned_pages_show(struct device *d, struct device_attribute *attr
 }
 static DEVICE_ATTR_RO(pinned_pages);
 
+static ssize_t hostmem_pages_show(struct device *d, struct device_attribute *attr, char *buf)
+{
+	struct vcuda_dev *dev = dev_get_drvdata(d);
+
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&dev->hostmem_pages));
+}
+static DEVICE_ATTR_RO(hostmem_pages);
+
 static struct attribute *vcuda_attrs[] = {
 	&dev_attr_inflight.attr,
 	&dev_attr_pinned_pages.attr,
+	&dev_attr_hostmem_pages.attr,
 	NULL,
 };
 ATTRIBUTE_GROUPS(vcuda);
@@ -516,6 +887,7 @@ static int vcuda_probe(struct virtio_device *vdev)
 	xa_init_flags(&dev->reqs, XA_FLAGS_ALLOC1);
 	atomic_set(&dev->inflight, 0);
 	atomic_long_set(&dev->pinned_pages, 0);
+	atomic_long_set(&dev->hostmem_pages, 0);
 	vdev->priv = dev;
 
 	err = xa_alloc(&vcuda_minors, &dev->minor, dev, XA_LIMIT(0, VCUDA_MAX_DEVS - 1),

@@ -1,7 +1,7 @@
 #!/bin/sh
 # /init of the VM-suite initramfs (copied there by mkinitramfs.sh).
 #
-# Kernel command line: vcu.suite=echo,badinput,cuda,demo,bench (which suites
+# Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,demo,bench (which suites
 # to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
@@ -81,6 +81,7 @@ for s in $suites; do
         case $s in
         echo) timeout 540 /tests/echo_test "$echo_mib" ;;
         badinput) timeout 540 /tests/badinput_test ;;
+        hostmem) timeout 540 /tests/hostmem_test "$echo_mib" ;;
         cuda) run_cuda ;;
         demo) run_demo ;;
         bench) run_bench ;;

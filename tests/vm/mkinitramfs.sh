@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build the guest initramfs for the VM suites.
 #
-#   tests/vm/mkinitramfs.sh OUT.img SUITE...  (SUITE: echo badinput cuda demo bench)
+#   tests/vm/mkinitramfs.sh OUT.img SUITE...  (SUITE: echo badinput hostmem cuda demo bench)
 #
 # Contents: busybox-static, /init (below), the virtio modules of the guest
 # kernel and virtio_cuda.ko, the guest test programs with the glibc
@@ -85,7 +85,7 @@ add_cuda_prog() {
 
 for s in "$@"; do
     case $s in
-    echo | badinput)
+    echo | badinput | hostmem)
         prog=${s}_test
         [ -x "$vmbin/$prog" ] || die "no $vmbin/$prog"
         cp "$vmbin/$prog" "$r/tests/"

@@ -2,7 +2,7 @@
 # Run VM suites: the one entry point.
 #
 #   tests/vm/run.sh SUITE[,SUITE...] [extra -device options for virtio-cuda-pci]
-#   SUITE: echo | badinput | cuda | demo (the main job's CUDA programs) |
+#   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda | demo (the main job's CUDA programs) |
 #          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments)
 #
 # Builds what is missing or stale (guest kernel, module for its headers and
@@ -46,7 +46,7 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | cuda | demo | bench) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | cuda | demo | bench) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
 case " $suites " in *" cuda "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
