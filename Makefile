@@ -6,14 +6,15 @@
 #                   needs no GPU; last line "N passed, N failed"
 #   make run        the main job: boot a guest and run a CUDA program in it
 #   make gpu-suite  on a GPU host: the CUDA suite in a guest on the real GPU
+#   make bench      on a GPU host: the native-vs-guest benchmark (bench/)
 
 TOP := $(abspath .)
 B := $(TOP)/build
 
-.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu \
-	test run gpu-suite clean
+.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build \
+	bench test run gpu-suite clean
 
-all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu
+all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build
 
 backend:
 	$(MAKE) -C host-backend O=$(B)/host-backend
@@ -33,6 +34,14 @@ cuda-tests:
 
 qemu:
 	qemu-device/build-qemu.sh $(B)/qemu
+
+bench-build: backend
+	$(MAKE) -C bench O=$(B)/bench
+
+# On a GPU host, after make all and tests/vm/run.sh bench on the build
+# machine: native vs guest figures into bench/results.csv and bandwidth.png.
+bench:
+	bench/run.sh
 
 
 test:

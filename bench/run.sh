@@ -42,22 +42,16 @@ nvidia_cudart_dir() {
 }
 
 # Runs "$@" (a cudabench command line) in a virtio-cuda guest on the real
-# GPU and writes the program's stdout (the CSV) to the file named by
-# $VCU_GUEST_CSV.  The guest must have: cudabench, the project's
-# libcudart.so.13 first on LD_LIBRARY_PATH, the guest module loaded.
-#
-# TO WIRE (lead): tests/vm/run.sh runs suites, not arbitrary commands.
-# Boot the guest as tests/vm/run.sh does with VCU_REAL_GPU=1 and
-# VCU_NO_BUILD=1, put $bin/cudabench into the initramfs (with its libstdc++,
-# as mkinitramfs.sh copies the CUDA tests' libraries), and from init run
-#     LD_LIBRARY_PATH=/cuda/lib /path/cudabench "$@"
-# and carry its stdout back: e.g. print it between the marker lines
-# "VCU-BENCH-BEGIN" / "VCU-BENCH-END" on the serial console, then here
-#     sed -n '/^VCU-BENCH-BEGIN/,/^VCU-BENCH-END/{//!p}' "$serial_log" | tr -d '\r'
-# into $VCU_GUEST_CSV.  Return non-zero if the guest run failed.
+# GPU and writes the program's stdout (the CSV) to $VCU_GUEST_CSV: the VM
+# harness's bench suite boots the guest with cudabench in its initramfs and
+# prints the CSV between VCU-BENCH-BEGIN / VCU-BENCH-END on the console.
+# The guest image is built beforehand (tests/vm/run.sh bench on a build
+# machine); VCU_NO_BUILD=0 builds it here instead.
 run_in_guest() {
-    step "run_in_guest is not wired yet (see bench/run.sh): guest column left empty"
-    return 1
+    VCU_REAL_GPU=1 VCU_NO_BUILD=${VCU_NO_BUILD:-1} VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-1200} \
+        VCU_BENCH_ARGS=$(echo "$*" | tr ' ' ',') "$root/tests/vm/run.sh" bench >&2 || return 1
+    sed -n '/^VCU-BENCH-BEGIN/,/^VCU-BENCH-END/{//!p}' "$root/build/vm/logs/bench.log" \
+        >"$VCU_GUEST_CSV"
 }
 
 # ---- 1. native cudabench ----------------------------------------------------------

@@ -6,13 +6,13 @@
 # driven as a hostile guest would, through QEMU's qtest interface, no guest
 # kernel), cuda-loopback (the CUDA test
 # programs against guest-lib + backend + the CPU stand-in for libcuda, no
-# VM), and in a TCG guest: echo, badinput, cuda.
+# VM), and in a TCG guest: echo, badinput, hostmem, cuda.
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"unit qtest cuda-loopback echo badinput cuda"}
+suites=${VCU_SUITES:-"unit qtest cuda-loopback echo badinput hostmem cuda"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -57,7 +57,7 @@ for s in $suites; do
     qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
         build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
-    echo | badinput | cuda) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
+    echo | badinput | hostmem | cuda) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac
 done

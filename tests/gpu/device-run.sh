@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Everything one call on the GPU machine runs, from carried build outputs
+# (build/qemu, build/vm, build/bench, build/nvidia: see tests/gpu/prepare.sh):
+# the GPU suite (CUDA programs, the demo and the echo suite in a guest on the
+# real GPU), then the benchmark.  Logs and results go to $OUT.
+set -u
+cd "$(dirname "$0")/../.."
+out=${OUT:-build/gpu-out}
+mkdir -p "$out"
+what=${1:-suite,bench}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$out/gpu.txt" 2>&1
+git log -1 --format='commit %H' >>"$out/gpu.txt" 2>/dev/null || cat build/commit >>"$out/gpu.txt"
+rc=0
+case ",$what," in *,suite,*)
+    VCU_NO_BUILD=1 tests/gpu/run.sh cuda,demo,echo,badinput >"$out/gpu-suite.log" 2>&1 || rc=1
+    tail -n 5 "$out/gpu-suite.log"
+    ;;
+esac
+case ",$what," in *,bench,*)
+    VCU_NVIDIA_CUDART=$PWD/build/nvidia VCU_NO_BUILD=1 bench/run.sh "$PWD/build/bench-results" \
+        >"$out/bench.log" 2>&1 || rc=1
+    tail -n 40 "$out/bench.log"
+    cp bench/results.csv bench/bandwidth.png "$out/" 2>/dev/null
+    ;;
+esac
+tar czf "$out/vm-logs.tgz" build/vm/logs 2>/dev/null
+exit $rc

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# On the build machine: builds what the GPU machine needs and gathers it
+# under build/ (build/qemu, build/vm with the guest images, build/bench,
+# build/nvidia with NVIDIA's libcudart.so.13 for the native side of the
+# benchmark).  The GPU machine has no compiler and no package registry.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+make -s all
+# Builds every guest image and checks it once here against the stand-in.
+tests/vm/run.sh cuda,demo,echo,badinput
+VCU_BENCH_ARGS=--quick tests/vm/run.sh bench
+mkdir -p build/nvidia
+cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/
+git rev-parse HEAD >build/commit
+rm -rf build/vm/logs
+du -sh build/qemu build/vm build/bench build/nvidia
