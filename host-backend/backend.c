@@ -30,6 +30,22 @@
  * vcu__cuda_sess_free() complete them, so a reset still returns only after
  * every done callback has run.
  *
+ * Waiting
+ * -------
+ * A worker never blocks on the GPU or on time: it issues its requests in
+ * FIFO order (so CUDA stream order holds), and one that must wait (an
+ * ECHO delay; a synchronize, synchronous copy or fence: VCU__WAITING) is
+ * moved, with its item, to the session's s->waiting list, which only the
+ * worker touches.  When the queue is empty, and every VCU__POLL_NS while
+ * it is not, the worker polls that list (the deadline, or the executor's
+ * events) and completes what is done, in any order: each reply carries
+ * its req_id.  A SESSION_FENCE is done only once every request waiting
+ * ahead of it is.  Between polls it sleeps in short timed waits on
+ * s->cond, so a new request wakes it at once.  When the session ends,
+ * waiting requests complete with VCU_S_ECANCELED, after the session's
+ * final synchronize (vcu__cuda_sess_free): the transport unmaps a
+ * request's segments at completion, and the GPU may use them until then.
+ *
  * Hand-over
  * ---------
  * Requests often stream in (async launches, copies): a worker that has
@@ -60,8 +76,15 @@
 #define VCU__FIRST_CUDA_OP 0x0100u
 /* How long an idle worker or vcu_backend_execute() spins before sleeping. */
 #define VCU__SPIN_NS 20000L
+/* Waiting requests: the shortest and longest sleep between polls, and how
+ * often a busy worker polls them between requests. */
+#define VCU__POLL_MIN_NS 20000L
+#define VCU__POLL_MAX_NS 200000L
+#define VCU__POLL_NS 50000L
 /* Payload bytes an item holds itself; items of this size are cached. */
 #define VCU__ITEM_INLINE 256u
+/* Largest reply of an opcode the guest sends with VCU_REQ_F_ASYNC. */
+#define VCU__ASYNC_REPLY_MAX 64u
 #define VCU__ITEM_CACHE 256u
 
 /*
@@ -76,6 +99,17 @@ typedef struct vcu__item_s {
     struct vcu_req_hdr hdr;
     const void *payload;            /* hdr.payload_len bytes */
     bool big;                       /* buf larger than VCU__ITEM_INLINE: never cached */
+    /* On s->waiting: what it waits for (the worker's alone). */
+    uint64_t deadline;              /* ECHO: CLOCK_MONOTONIC ns */
+    vcu__cuda_wait_t *wait;         /* CUDA: the executor's wait, or NULL */
+    /*
+     * An async request's reply has no reader, and the guest gives room
+     * for its header only: the executor writes into async_resp instead,
+     * and the guest's buffer (saved here) gets the header alone.
+     */
+    void *resp_save;                /* NULL unless swapped */
+    size_t resp_cap_save;
+    uint64_t async_resp[(sizeof(struct vcu_resp_hdr) + VCU__ASYNC_REPLY_MAX) / 8];
     uint64_t buf[];                 /* VCU__ITEM_INLINE bytes, or more if big */
 } vcu__item_t;
 
@@ -113,6 +147,9 @@ typedef struct vcu__sess_s {
     /* Written only by the worker (under be->lock); read by the worker
      * without it, and by vcu_backend_submit() under it. */
     vcu__cuda_sess_t *cs;
+    /* Requests issued and waiting (see "Waiting"), oldest first.  The
+     * worker's alone: no lock. */
+    vcu__queue_t waiting;
     struct vcu__sess_s *zombie_next;
 } vcu__sess_t;
 
@@ -316,6 +353,12 @@ static void vcu__complete_item(vcu__item_t *it, uint32_t status, size_t payload_
     vcu_request_t *req = it->req;
 
     it->req = NULL;
+    if (it->resp_save) {
+        req->resp = it->resp_save;
+        req->resp_cap = it->resp_cap_save;
+        it->resp_save = NULL;
+        payload_len = 0;
+    }
     vcu__complete(req, status, payload_len);
 }
 
@@ -515,29 +558,15 @@ static uint64_t vcu__stream_len(const vcu_segment_t *segs, unsigned int nsegs, u
     return n;
 }
 
-/* Sleeps up to ms, returning early when the session closes or resets. */
-static void vcu__sess_sleep(vcu__sess_t *s, uint32_t ms)
+/* Worker: puts an issued request on the waiting list; the item goes
+ * with it. */
+static void vcu__wait_push(vcu__sess_t *s, vcu__item_t *it)
 {
-    vcu_backend_t *be = s->be;
-    struct timespec dl;
-
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&be->lock);
-    s->sleeping = true;
-    while (!s->closing && !s->cancel)
-        if (pthread_cond_timedwait(&s->cond, &be->lock, &dl) == ETIMEDOUT)
-            break;
-    s->sleeping = false;
-    pthread_mutex_unlock(&be->lock);
+    vcu__queue_push(&s->waiting, it);
 }
 
-static void vcu__run_echo(vcu__sess_t *s, vcu__item_t *it)
+/* Does the ECHO's work and completes it. */
+static void vcu__echo_finish(vcu__item_t *it)
 {
     vcu_request_t *req = it->req;
     const vcu_segment_t *segs = req->segs;
@@ -552,9 +581,6 @@ static void vcu__run_echo(vcu__sess_t *s, vcu__item_t *it)
     size_t a, b, k;
 
     memcpy(&er, it->payload, sizeof(er));
-    if (er.delay_ms)
-        vcu__sess_sleep(s, er.delay_ms);
-
     in_len = vcu__stream_len(segs, nsegs, VCU_SEG_TO_DEVICE);
     out_len = vcu__stream_len(segs, nsegs, VCU_SEG_FROM_DEVICE);
 
@@ -604,6 +630,23 @@ static void vcu__run_echo(vcu__sess_t *s, vcu__item_t *it)
     vcu__complete_item(it, VCU_S_OK, sizeof(rsp) + tail);
 }
 
+/* An ECHO with a delay waits for its deadline on the waiting list (its
+ * data are read and written then).  Returns true if it keeps the item. */
+static bool vcu__run_echo(vcu__sess_t *s, vcu__item_t *it)
+{
+    struct vcu_echo_req er;
+
+    memcpy(&er, it->payload, sizeof(er));
+    if (er.delay_ms == 0) {
+        vcu__echo_finish(it);
+        return false;
+    }
+    it->deadline = vcu__now_ns() + (uint64_t)er.delay_ms * 1000000u;
+    it->wait = NULL;
+    vcu__wait_push(s, it);
+    return true;
+}
+
 /* ---- CUDA dispatch ------------------------------------------------------- */
 
 /* On the worker: creates the session's CUDA state on first use. */
@@ -631,32 +674,50 @@ static int vcu__sess_cuda(vcu__sess_t *s)
 }
 
 /* Runs one CUDA opcode with the session's state; cs is valid for the
- * whole call.  The item stays the caller's; a parked request is finished
- * by the executor (header and payload are only valid during the call). */
-static void vcu__exec_cuda(vcu__cuda_sess_t *cs, vcu__item_t *it)
+ * whole call.  A parked request is finished by the executor (header and
+ * payload are only valid during the call); a waiting one (only on the
+ * worker: inline opcodes never wait) keeps its item, returning true. */
+static bool vcu__exec_cuda(vcu__sess_t *s, vcu__cuda_sess_t *cs, vcu__item_t *it)
 {
     vcu_request_t *req = it->req;
+    vcu__cuda_wait_t *w = NULL;
     size_t out_len = 0;
     uint32_t st;
 
     st = vcu__cuda_exec(cs, &it->hdr, it->payload, req->segs, req->nsegs, vcu__resp_payload(req),
-                        vcu__resp_cap(req), &out_len, req);
+                        vcu__resp_cap(req), &out_len, req, &w);
     if (st == VCU__PARKED) {
         it->req = NULL;             /* the executor's now */
-        return;
+        return false;
+    }
+    if (st == VCU__WAITING && w != NULL && s != NULL) {
+        /* Work already done (idle streams): reply at once. */
+        if (!vcu__cuda_wait_poll(cs, w)) {
+            it->wait = w;
+            vcu__wait_push(s, it);
+            return true;
+        }
+        st = vcu__cuda_wait_finish(cs, w, req, &out_len);
     }
     vcu__complete_item(it, st, out_len);
+    return false;
 }
 
-static void vcu__run_cuda(vcu__sess_t *s, vcu__item_t *it)
+static bool vcu__run_cuda(vcu__sess_t *s, vcu__item_t *it)
 {
     int rc = vcu__sess_cuda(s);
 
     if (rc < 0) {
         vcu__complete_item(it, vcu__status_from_code(rc), 0);
-        return;
+        return false;
     }
-    vcu__exec_cuda(s->cs, it);
+    if ((it->hdr.flags & VCU_REQ_F_ASYNC) && it->req->resp_cap < sizeof(it->async_resp)) {
+        it->resp_save = it->req->resp;
+        it->resp_cap_save = it->req->resp_cap;
+        it->req->resp = it->async_resp;
+        it->req->resp_cap = sizeof(it->async_resp);
+    }
+    return vcu__exec_cuda(s, s->cs, it);
 }
 
 /*
@@ -679,13 +740,109 @@ static void vcu__sess_cancel_cuda_locked(vcu_backend_t *be, vcu__sess_t *s)
         vcu__wake_locked(s);
 }
 
-/* SESSION_FENCE: everything queued before it has run (FIFO); wait for the
- * GPU work it left behind.  Without CUDA state there is none. */
-static void vcu__run_fence(vcu__sess_t *s, vcu__item_t *it)
+/* SESSION_FENCE: everything queued before it has been issued (FIFO); it
+ * waits for the GPU work they left behind and for the requests still
+ * waiting ahead of it.  Without CUDA state there is no GPU work. */
+static bool vcu__run_fence(vcu__sess_t *s, vcu__item_t *it)
 {
+    vcu__cuda_wait_t *w = NULL;
+
     if (s->cs)
-        (void)vcu__cuda_sess_fence(s->cs);  /* failures are deferred errors */
-    vcu__complete_item(it, VCU_S_OK, 0);
+        (void)vcu__cuda_sess_fence(s->cs, &w);  /* failures are deferred errors */
+    if (w == NULL && !s->waiting.head) {
+        vcu__complete_item(it, VCU_S_OK, 0);
+        return false;
+    }
+    it->wait = w;
+    vcu__wait_push(s, it);
+    return true;
+}
+
+/*
+ * Worker, without be->lock: completes the waiting requests that are done
+ * (ECHO delays are cut short, cancelled, once the session is closing).
+ * Returns true if it completed any; *next is the earliest ECHO deadline
+ * still ahead (0 if none), *gpu whether a CUDA wait is pending.
+ */
+static bool vcu__poll_waiting(vcu__sess_t *s, bool closing, uint64_t *next, bool *gpu)
+{
+    vcu__item_t **pp = &s->waiting.head, *it;
+    uint64_t now = vcu__now_ns();
+    bool ahead = false, any = false;
+
+    *next = 0;
+    *gpu = false;
+    while ((it = *pp) != NULL) {
+        uint32_t op = it->hdr.opcode, st = VCU_S_OK;
+        size_t len = 0;
+        bool done;
+
+        if (op == VCU_OP_ECHO)
+            done = closing || now >= it->deadline;
+        else
+            done = it->wait == NULL || vcu__cuda_wait_poll(s->cs, it->wait);
+        /* A fence waits for everything ahead of it. */
+        if (done && op == VCU_OP_SESSION_FENCE && ahead)
+            done = false;
+        if (!done) {
+            ahead = true;
+            if (op == VCU_OP_ECHO) {
+                if (*next == 0 || it->deadline < *next)
+                    *next = it->deadline;
+            } else if (it->wait != NULL) {
+                *gpu = true;
+            }
+            pp = &it->next;
+            continue;
+        }
+        *pp = it->next;
+        if (s->waiting.tailp == &it->next)
+            s->waiting.tailp = pp;
+        it->next = NULL;
+        if (op == VCU_OP_ECHO && closing) {
+            vcu__complete_item(it, VCU_S_ECANCELED, 0);
+        } else if (op == VCU_OP_ECHO) {
+            vcu__echo_finish(it);
+        } else {
+            if (it->wait != NULL)
+                st = vcu__cuda_wait_finish(s->cs, it->wait, op == VCU_OP_SESSION_FENCE ? NULL : it->req,
+                                           &len);
+            if (op == VCU_OP_SESSION_FENCE) {
+                st = VCU_S_OK;
+                len = 0;
+            }
+            it->wait = NULL;
+            vcu__complete_item(it, st, len);
+        }
+        vcu__item_put(s->be, it);
+        any = true;
+    }
+    return any;
+}
+
+/*
+ * Worker, without be->lock: polls the waiting requests for up to
+ * VCU__SPIN_NS, until new work arrives (kick moves) or none waits.
+ */
+static void vcu__spin_poll(vcu__sess_t *s, bool closing, unsigned int k)
+{
+    uint64_t t0 = vcu__now_ns(), next;
+    bool gpu;
+    int i;
+
+    while (s->waiting.head) {
+        if (vcu__poll_waiting(s, closing, &next, &gpu))
+            t0 = vcu__now_ns();     /* progress: keep at it */
+        if (!gpu && next == 0)
+            return;                 /* only a fence waiting on nothing: cannot be */
+        for (i = 0; i < 32; i++) {
+            if (atomic_load_explicit(&s->kick, memory_order_acquire) != k)
+                return;
+            vcu__cpu_relax();
+        }
+        if (vcu__now_ns() - t0 > (uint64_t)VCU__SPIN_NS)
+            return;
+    }
 }
 
 /* ---- worker -------------------------------------------------------------- */
@@ -697,16 +854,66 @@ static void *vcu__worker(void *arg)
     vcu__item_t *it, *close_it = NULL;
     vcu__queue_t cancelled;
     vcu__cuda_sess_t *cs;
+    uint64_t last_poll = 0;
 
     vcu__queue_init(&cancelled);
     pthread_mutex_lock(&be->lock);
     for (;;) {
-        bool spun = false;
+        bool spun = false, kept;
+        uint64_t nap = VCU__POLL_MIN_NS;
         vcu__item_t *spare;
 
         while (!s->cancel && !s->prio.head && !s->queue.head) {
             unsigned int k = atomic_load_explicit(&s->kick, memory_order_relaxed);
 
+            if (s->waiting.head) {
+                bool closing = s->closing, gpu;
+                uint64_t next, now, dl;
+                struct timespec ts;
+
+                pthread_mutex_unlock(&be->lock);
+                if (vcu__poll_waiting(s, closing, &next, &gpu))
+                    nap = VCU__POLL_MIN_NS;
+                last_poll = vcu__now_ns();
+                pthread_mutex_lock(&be->lock);
+                if (!s->waiting.head || s->cancel || s->prio.head || s->queue.head ||
+                    s->closing != closing)
+                    continue;
+                if (!spun) {
+                    /* Just finished a request: more may be on the way,
+                     * and GPU work often ends within microseconds.  Spin,
+                     * polling, before sleeping. */
+                    spun = true;
+                    pthread_mutex_unlock(&be->lock);
+                    vcu__spin_poll(s, closing, k);
+                    last_poll = vcu__now_ns();
+                    pthread_mutex_lock(&be->lock);
+                    continue;
+                }
+                /* Sleep until the next poll: short while the GPU has work
+                 * of ours, growing while nothing finishes; an ECHO alone
+                 * sleeps until its deadline.  A push signals. */
+                now = vcu__now_ns();
+                dl = gpu ? now + nap : next;
+                if (next != 0 && next < dl)
+                    dl = next;
+                if (dl <= now)
+                    continue;
+                if (gpu && nap < VCU__POLL_MAX_NS)
+                    nap = nap * 2 < VCU__POLL_MAX_NS ? nap * 2 : VCU__POLL_MAX_NS;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                dl -= now;
+                ts.tv_sec += (time_t)(dl / 1000000000u);
+                ts.tv_nsec += (long)(dl % 1000000000u);
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                s->sleeping = true;
+                pthread_cond_timedwait(&s->cond, &be->lock, &ts);
+                s->sleeping = false;
+                continue;
+            }
             if (!spun) {
                 /* Just finished a request: more may be on the way. */
                 spun = true;
@@ -730,12 +937,24 @@ static void *vcu__worker(void *arg)
         }
         pthread_mutex_unlock(&be->lock);
         if (it->hdr.opcode == VCU_OP_ECHO)
-            vcu__run_echo(s, it);
+            kept = vcu__run_echo(s, it);
         else if (it->hdr.opcode == VCU_OP_SESSION_FENCE)
-            vcu__run_fence(s, it);
+            kept = vcu__run_fence(s, it);
         else
-            vcu__run_cuda(s, it);
+            kept = vcu__run_cuda(s, it);
+        /* A stream of requests must not starve the waiting ones. */
+        if (s->waiting.head) {
+            uint64_t now = vcu__now_ns(), next;
+            bool gpu;
+
+            if (now - last_poll >= (uint64_t)VCU__POLL_NS) {
+                vcu__poll_waiting(s, false, &next, &gpu);
+                last_poll = now;
+            }
+        }
         pthread_mutex_lock(&be->lock);
+        if (kept)
+            continue;
         spare = vcu__item_put_locked(be, it);
         if (spare) {
             pthread_mutex_unlock(&be->lock);
@@ -756,10 +975,16 @@ static void *vcu__worker(void *arg)
     s->cs = NULL;
     pthread_mutex_unlock(&be->lock);
 
-    /* GPU work first: a cancelled SESSION_FENCE must not reply while
-     * copies from stable segments may still run. */
+    /* GPU work first: a cancelled SESSION_FENCE, or a waiting copy, must
+     * not reply while the GPU may still use guest pages.  sess_free frees
+     * the executor's waits; their requests are cancelled here. */
     if (cs)
         vcu__cuda_sess_free(cs);
+    while ((it = vcu__queue_pop(&s->waiting)) != NULL) {
+        it->wait = NULL;
+        vcu__complete_item(it, VCU_S_ECANCELED, 0);
+        vcu__item_put(be, it);
+    }
     while ((it = vcu__queue_pop(&cancelled)) != NULL) {
         vcu__complete_item(it, VCU_S_ECANCELED, 0);
         vcu__item_put(be, it);
@@ -814,6 +1039,7 @@ static uint32_t vcu__session_open(vcu_backend_t *be, vcu_request_t *req, const u
     s->be = be;
     vcu__queue_init(&s->queue);
     vcu__queue_init(&s->prio);
+    vcu__queue_init(&s->waiting);
     offered = VCU__OFFERED_ALWAYS | (be->cu ? VCU_FEAT_CUDA : 0);
     s->features = oq.features & offered;
     if (pthread_condattr_init(&ca) != 0) {
@@ -880,7 +1106,7 @@ static void vcu__submit_inline(vcu_backend_t *be, vcu__sess_t *s, vcu__item_t *i
     s->inline_busy++;
     pthread_mutex_unlock(&be->lock);
 
-    vcu__exec_cuda(cs, it);
+    (void)vcu__exec_cuda(NULL, cs, it);
 
     pthread_mutex_lock(&be->lock);
     if (--s->inline_busy == 0)
@@ -973,6 +1199,7 @@ VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
     it->next = NULL;
     it->req = req;
     it->hdr = hdr;
+    it->resp_save = NULL;
     if (copy) {
         memcpy(it->buf, payload, hdr.payload_len);
         it->payload = it->buf;

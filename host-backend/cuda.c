@@ -16,9 +16,24 @@
  *
  * Copies from and to VCU_SEG_F_STABLE segments on a stream return without
  * waiting for the stream: the guest keeps those pages until SESSION_FENCE,
- * which synchronizes every context of the session (vcu__cuda_sess_fence).
+ * which waits for all GPU work of the session (vcu__cuda_sess_fence).
  * Other segments are mapped only until the reply, so their async copies
  * still finish before it.
+ *
+ * The worker never blocks on the GPU.  Whatever must wait (synchronize
+ * calls, synchronous copies, async copies from segments that are not
+ * stable, fences) is issued, asynchronously where CUDA allows, and an
+ * event from the session's pool (CU_EVENT_DISABLE_TIMING, reused) is
+ * recorded right behind it on the same stream; the request becomes a
+ * wait (vcu__cuda_wait_t) that the core polls.  A context-wide wait
+ * records one event on every stream of the context: non-blocking
+ * streams do not synchronize with the legacy stream.  Streams the guest
+ * destroyed with work still queued stay alive, unnamed (cs->orphans),
+ * until that work is done, so that a fence still sees it.  An event the
+ * guest synchronizes on is polled itself; recording or destroying it
+ * while such a wait is parked hands the old CUevent to the wait and gives
+ * the guest's handle a new one (CUDA waits for the record current when
+ * the synchronize was called).
  *
  * Locks, in order:
  *   vcu__cuda_t.mu    the RAM registration list (vcu__cuda_add_ram,
@@ -28,8 +43,8 @@
  *                     the trampolines (CUDA threads), the inline opcodes
  *                     (submitting thread) and vcu__cuda_sess_free (worker).
  *                     Never held across a CUDA call or vcu__complete().
- * Everything else in a session (contexts, tables, deferred error) belongs
- * to its worker thread alone.
+ * Everything else in a session (contexts, tables, deferred error, event
+ * pools, waits, orphans) belongs to its worker thread alone.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -209,6 +224,44 @@ typedef struct vcu__gate_s {
     vcu__cb_t *persistent;                  /* graph host node records */
 } vcu__gate_t;
 
+/* One event a wait looks at, of device dev's context. */
+typedef struct vcu__wev_s {
+    CUevent ev;
+    uint32_t dev;
+} vcu__wev_t;
+
+struct vcu__cuda_wait_s {
+    struct vcu__cuda_wait_s *next;          /* cs->waits */
+    struct vcu__cuda_wait_s **pprev;
+    vcu__wev_t *ev;                         /* pool events not yet seen done */
+    unsigned int nev, capev;
+    vcu__wev_t ev1[2];                      /* ev for the usual one or two */
+    CUevent gev;                            /* EVENT_SYNCHRONIZE: the guest's event */
+    uint32_t gdev;
+    int own_gev;                            /* destroy gev when done with it */
+    CUresult res;                           /* first failure seen */
+    int fence;                              /* failures go to the deferred error */
+    int async;                              /* VCU_REQ_F_ASYNC: likewise */
+    size_t out_len;                         /* reply payload, written at issue */
+    uint32_t status;                        /* wire status of the reply */
+    void *bounce;                           /* 2D copy staging, freed at finish */
+    const vcu_segment_t *seg;               /* scattered into at finish (DTOH) */
+    size_t span;
+};
+
+/* A stream the guest destroyed while its work may still run. */
+typedef struct vcu__orphan_s {
+    struct vcu__orphan_s *next;
+    CUstream st;
+    CUevent ev;                             /* pool event behind its last work */
+    uint32_t dev;
+} vcu__orphan_t;
+
+typedef struct vcu__evpool_s {
+    CUevent *ev;
+    unsigned int n, cap;
+} vcu__evpool_t;
+
 struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
@@ -219,6 +272,10 @@ struct vcu__cuda_sess_s {
     uint32_t deferred;                      /* pending CUresult of an async request */
     vcu__gate_t gate;
     struct vcu__op_s *op;                   /* the worker's scratch for vcu__cuda_exec */
+    vcu__cuda_wait_t *waits;                /* pending waits, newest first */
+    unsigned int ngev;                      /* waits with a gev */
+    vcu__orphan_t *orphans;
+    vcu__evpool_t pool[VCU_CU_MAX_DEVICES];
 };
 
 /* Tracked allocation flags (vcu__pset value = dev | flags). */
@@ -580,31 +637,6 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out)
     return 0;
 }
 
-int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs)
-{
-    vcu__cuda_t *cu;
-    CUresult first = CUDA_SUCCESS;
-    uint32_t d;
-
-    if (cs == NULL)
-        return 0;
-    cu = cs->cu;
-    for (d = 0; d < cu->ndev; d++) {
-        CUresult r;
-
-        if (cs->ctx[d] == NULL)
-            continue;
-        r = cu->fn.cuCtxSetCurrent(cs->ctx[d]);
-        if (r == CUDA_SUCCESS)
-            r = cu->fn.cuCtxSynchronize();
-        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
-            first = r;
-    }
-    if (first != CUDA_SUCCESS && cs->deferred == 0)
-        cs->deferred = (uint32_t)first;
-    return vcu__cu_err(first);
-}
-
 /* Makes device d's context current, creating it first if needed. */
 static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
 {
@@ -623,6 +655,333 @@ static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
     return cu->fn.cuCtxSetCurrent(cs->ctx[d]);
 }
 
+/* ---- waits -------------------------------------------------------------- */
+
+static void vcu__scatter(const vcu_segment_t *s, const void *src, size_t len);
+
+/* A pool event of device d, whose context is current. */
+static CUresult vcu__ev_get(vcu__cuda_sess_t *cs, uint32_t d, CUevent *out)
+{
+    vcu__evpool_t *p = &cs->pool[d];
+
+    if (p->n > 0) {
+        *out = p->ev[--p->n];
+        return CUDA_SUCCESS;
+    }
+    return VCU__CU(cs->cu, cuEventCreate, out, CU_EVENT_DISABLE_TIMING);
+}
+
+/* Back to the pool; its context is alive (a record may still be pending:
+ * recording it again is allowed). */
+static void vcu__ev_put(vcu__cuda_sess_t *cs, uint32_t d, CUevent ev)
+{
+    vcu__evpool_t *p = &cs->pool[d];
+
+    if (p->n == p->cap) {
+        unsigned int ncap = p->cap ? p->cap * 2 : 8;
+        CUevent *n = realloc(p->ev, ncap * sizeof(*n));
+
+        if (n == NULL) {
+            if (cs->cu->fn.cuCtxSetCurrent(cs->ctx[d]) == CUDA_SUCCESS)
+                VCU__CU(cs->cu, cuEventDestroy, ev);
+            return;
+        }
+        p->ev = n;
+        p->cap = ncap;
+    }
+    p->ev[p->n++] = ev;
+}
+
+static vcu__cuda_wait_t *vcu__wait_new(vcu__cuda_sess_t *cs)
+{
+    vcu__cuda_wait_t *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return NULL;
+    w->ev = w->ev1;
+    w->capev = sizeof(w->ev1) / sizeof(w->ev1[0]);
+    w->next = cs->waits;
+    if (w->next != NULL)
+        w->next->pprev = &w->next;
+    w->pprev = &cs->waits;
+    cs->waits = w;
+    return w;
+}
+
+/* Records a pool event of device d (current) on st for w to wait on. */
+static CUresult vcu__wait_record(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint32_t d, CUstream st)
+{
+    vcu__cuda_t *cu = cs->cu;
+    CUevent ev;
+    CUresult r;
+
+    if (cu->fn.cuEventQuery == NULL || cu->fn.cuEventRecordWithFlags == NULL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (w->nev == w->capev) {
+        unsigned int ncap = w->capev * 2;
+        vcu__wev_t *n = malloc(ncap * sizeof(*n));
+
+        if (n == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(n, w->ev, w->nev * sizeof(*n));
+        if (w->ev != w->ev1)
+            free(w->ev);
+        w->ev = n;
+        w->capev = ncap;
+    }
+    r = vcu__ev_get(cs, d, &ev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = cu->fn.cuEventRecordWithFlags(ev, st, 0);
+    if (r != CUDA_SUCCESS) {
+        vcu__ev_put(cs, d, ev);
+        return r;
+    }
+    w->ev[w->nev].ev = ev;
+    w->ev[w->nev].dev = d;
+    w->nev++;
+    return CUDA_SUCCESS;
+}
+
+/* w is done with the guest's event: hands it to another wait on it, or
+ * destroys it if it was w's own. */
+static void vcu__wait_drop_gev(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
+{
+    vcu__cuda_wait_t *o;
+
+    if (w->gev == NULL)
+        return;
+    if (w->own_gev) {
+        for (o = cs->waits; o != NULL; o = o->next)
+            if (o != w && o->gev == w->gev)
+                break;
+        if (o != NULL)
+            o->own_gev = 1;
+        else if (cs->cu->fn.cuCtxSetCurrent(cs->ctx[w->gdev]) == CUDA_SUCCESS)
+            VCU__CU(cs->cu, cuEventDestroy, w->gev);
+    }
+    w->gev = NULL;
+    w->own_gev = 0;
+    cs->ngev--;
+}
+
+/* Unlinks and frees w; its pool events go back to the pool. */
+static void vcu__wait_free(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
+{
+    unsigned int i;
+
+    for (i = 0; i < w->nev; i++)
+        vcu__ev_put(cs, w->ev[i].dev, w->ev[i].ev);
+    vcu__wait_drop_gev(cs, w);
+    *w->pprev = w->next;
+    if (w->next != NULL)
+        w->next->pprev = w->pprev;
+    if (w->ev != w->ev1)
+        free(w->ev);
+    free(w->bounce);
+    free(w);
+}
+
+/* A pending wait on the guest's event ev, or NULL. */
+static vcu__cuda_wait_t *vcu__gev_waiter(vcu__cuda_sess_t *cs, CUevent ev)
+{
+    vcu__cuda_wait_t *w;
+
+    if (cs->ngev == 0)
+        return NULL;
+    for (w = cs->waits; w != NULL; w = w->next)
+        if (w->gev == ev)
+            return w;
+    return NULL;
+}
+
+int vcu__cuda_wait_poll(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
+{
+    vcu__cuda_t *cu = cs->cu;
+    uint32_t cur = UINT32_MAX;
+    unsigned int i = 0;
+    int pending = 0;
+    CUresult r;
+
+    while (i < w->nev) {
+        vcu__wev_t *e = &w->ev[i];
+
+        if (e->dev != cur) {
+            cu->fn.cuCtxSetCurrent(cs->ctx[e->dev]);
+            cur = e->dev;
+        }
+        r = cu->fn.cuEventQuery(e->ev);
+        if (r == CUDA_ERROR_NOT_READY) {
+            pending = 1;
+            i++;
+            continue;
+        }
+        /* A failure (a sticky fault) is what the blocking call gave. */
+        if (r != CUDA_SUCCESS && w->res == CUDA_SUCCESS)
+            w->res = r;
+        vcu__ev_put(cs, e->dev, e->ev);
+        w->ev[i] = w->ev[--w->nev];
+    }
+    if (w->gev != NULL) {
+        if (w->gdev != cur)
+            cu->fn.cuCtxSetCurrent(cs->ctx[w->gdev]);
+        r = cu->fn.cuEventQuery(w->gev);
+        if (r == CUDA_ERROR_NOT_READY) {
+            pending = 1;
+        } else {
+            if (r != CUDA_SUCCESS && w->res == CUDA_SUCCESS)
+                w->res = r;
+            vcu__wait_drop_gev(cs, w);
+        }
+    }
+    return !pending;
+}
+
+uint32_t vcu__cuda_wait_finish(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, vcu_request_t *req,
+                               size_t *out_len)
+{
+    size_t len = w->out_len;
+    uint32_t status = w->status;
+    CUresult res = w->res;
+
+    /* The copy has landed in the staging buffer: now into guest pages. */
+    if (w->seg != NULL && w->bounce != NULL && res == CUDA_SUCCESS)
+        vcu__scatter(w->seg, w->bounce, w->span);
+    if (w->fence || w->async) {
+        if (res != CUDA_SUCCESS && cs->deferred == 0)
+            cs->deferred = (uint32_t)res;
+    } else if (res != CUDA_SUCCESS && req != NULL && len >= sizeof(struct vcu_cu_resp) &&
+               req->resp_cap >= sizeof(struct vcu_resp_hdr) + len) {
+        struct vcu_cu_resp r;
+
+        memcpy(&r, vcu__resp_payload(req), sizeof(r));
+        if (r.result == CUDA_SUCCESS) {
+            r.result = (uint32_t)res;
+            memcpy(vcu__resp_payload(req), &r, sizeof(r));
+        }
+    }
+    vcu__wait_free(cs, w);
+    *out_len = len;
+    return status;
+}
+
+/* Is st in a stream capture?  An event recorded there would become a
+ * graph node: such a stream gets the blocking call (an error at once). */
+static int vcu__capturing(vcu__cuda_t *cu, CUstream st)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+
+    if (cu->fn.cuStreamGetCaptureInfo == NULL ||
+        cu->fn.cuStreamGetCaptureInfo(st, &status, NULL, NULL, NULL, NULL, NULL) != CUDA_SUCCESS)
+        return 0;
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Destroys the orphaned streams whose work has finished. */
+static void vcu__orphans_prune(vcu__cuda_sess_t *cs)
+{
+    vcu__cuda_t *cu = cs->cu;
+    vcu__orphan_t **pp = &cs->orphans, *o;
+
+    while ((o = *pp) != NULL) {
+        if (cu->fn.cuCtxSetCurrent(cs->ctx[o->dev]) == CUDA_SUCCESS &&
+            cu->fn.cuEventQuery(o->ev) == CUDA_ERROR_NOT_READY) {
+            pp = &o->next;
+            continue;
+        }
+        VCU__CU(cu, cuStreamDestroy, o->st);
+        vcu__ev_put(cs, o->dev, o->ev);
+        *pp = o->next;
+        free(o);
+    }
+}
+
+/*
+ * Records, on device d's context (current), an event behind the work of
+ * every stream: the legacy and per-thread ones, the guest's, and the
+ * orphans.  -1 where that cannot be done (a capture in progress, no
+ * events): the caller synchronizes instead.
+ */
+static int vcu__park_ctx(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint32_t d)
+{
+    vcu__cuda_t *cu = cs->cu;
+    vcu__orphan_t *o;
+    uint32_t i;
+
+    if (cu->fn.cuEventQuery == NULL || cu->fn.cuEventRecordWithFlags == NULL)
+        return -1;
+    for (i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_STREAM && e->dev == d && vcu__capturing(cu, e->u.st))
+            return -1;
+    }
+    if (cs->orphans != NULL) {
+        vcu__orphans_prune(cs);
+        if (cu->fn.cuCtxSetCurrent(cs->ctx[d]) != CUDA_SUCCESS)
+            return -1;
+    }
+    if (vcu__wait_record(cs, w, d, CU_STREAM_LEGACY) != CUDA_SUCCESS ||
+        vcu__wait_record(cs, w, d, CU_STREAM_PER_THREAD) != CUDA_SUCCESS)
+        return -1;
+    for (i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_STREAM && e->dev == d &&
+            vcu__wait_record(cs, w, d, e->u.st) != CUDA_SUCCESS)
+            return -1;
+    }
+    for (o = cs->orphans; o != NULL; o = o->next)
+        if (o->dev == d && vcu__wait_record(cs, w, d, o->st) != CUDA_SUCCESS)
+            return -1;
+    return 0;
+}
+
+/*
+ * Device d's context is idle (synchronized) and about to go: finishes
+ * what every wait had on it, destroys its orphans and forgets its pool
+ * (the context takes its events along).
+ */
+static void vcu__waits_ctx_gone(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    vcu__cuda_t *cu = cs->cu;
+    vcu__cuda_wait_t *w;
+    vcu__orphan_t **pp = &cs->orphans, *o;
+    unsigned int i;
+    CUresult r;
+
+    for (w = cs->waits; w != NULL; w = w->next) {
+        for (i = 0; i < w->nev;) {
+            if (w->ev[i].dev != d) {
+                i++;
+                continue;
+            }
+            r = VCU__CU(cu, cuEventQuery, w->ev[i].ev);
+            if (r != CUDA_SUCCESS && w->res == CUDA_SUCCESS)
+                w->res = r;
+            w->ev[i] = w->ev[--w->nev];
+        }
+        if (w->gev != NULL && w->gdev == d) {
+            r = VCU__CU(cu, cuEventQuery, w->gev);
+            if (r != CUDA_SUCCESS && w->res == CUDA_SUCCESS)
+                w->res = r;
+            w->gev = NULL;
+            w->own_gev = 0;
+            cs->ngev--;
+        }
+    }
+    while ((o = *pp) != NULL) {
+        if (o->dev != d) {
+            pp = &o->next;
+            continue;
+        }
+        VCU__CU(cu, cuStreamDestroy, o->st);
+        *pp = o->next;
+        free(o);
+    }
+    cs->pool[d].n = 0;
+}
+
 /*
  * Releases everything of device d's context: graphs and execs explicitly
  * (graphs are not owned by the context), stream-ordered allocations (pool
@@ -635,6 +994,8 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
 
     if (cs->ctx[d] != NULL && cu->fn.cuCtxSetCurrent(cs->ctx[d]) == CUDA_SUCCESS)
         cu->fn.cuCtxSynchronize();
+    if (cs->ctx[d] != NULL)
+        vcu__waits_ctx_gone(cs, d);
     for (i = 0; i < cs->tab.cap; i++) {
         vcu__hent_t *e = &cs->tab.ent[i];
         uint64_t h = vcu__htab_handle_at(&cs->tab, i);
@@ -699,6 +1060,12 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
 
     for (d = 0; d < cs->cu->ndev; d++)
         vcu__ctx_destroy(cs, d);
+    /* Contexts gone, and the waits' events with them: what is left of a
+     * wait is memory; its request the core cancels. */
+    while (cs->waits != NULL)
+        vcu__wait_free(cs, cs->waits);
+    for (d = 0; d < VCU_CU_MAX_DEVICES; d++)
+        free(cs->pool[d].ev);
 
     /* Contexts are gone: CUDA starts no more trampolines; wait for the
      * ones still on their way out of the gate. */
@@ -718,6 +1085,41 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     vcu__pset_fini(&cs->allocs);
     free(cs->op);
     free(cs);
+}
+
+int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs, vcu__cuda_wait_t **wait)
+{
+    vcu__cuda_t *cu;
+    vcu__cuda_wait_t *w;
+    CUresult first = CUDA_SUCCESS;
+    uint32_t d;
+
+    *wait = NULL;
+    if (cs == NULL)
+        return 0;
+    cu = cs->cu;
+    w = vcu__wait_new(cs);
+    if (w != NULL)
+        w->fence = 1;
+    for (d = 0; d < cu->ndev; d++) {
+        CUresult r;
+
+        if (cs->ctx[d] == NULL)
+            continue;
+        r = cu->fn.cuCtxSetCurrent(cs->ctx[d]);
+        if (r == CUDA_SUCCESS && (w == NULL || vcu__park_ctx(cs, w, d) != 0))
+            r = cu->fn.cuCtxSynchronize();
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+    }
+    if (first != CUDA_SUCCESS && cs->deferred == 0)
+        cs->deferred = (uint32_t)first;
+    if (w != NULL && w->nev == 0) {
+        vcu__wait_free(cs, w);
+        w = NULL;
+    }
+    *wait = w;
+    return vcu__cu_err(first);
 }
 
 /* ---- host callback gate ------------------------------------------------- */
@@ -897,6 +1299,7 @@ typedef struct vcu__op_s {
     unsigned char *out;             /* trailing reply data goes here directly */
     size_t cap;
     size_t len;                     /* reply bytes; fixed part comes from rb */
+    vcu__cuda_wait_t *wait;         /* the request waits for GPU work it issued */
     vcu__resp_t rb;
     CUresult res;
     /* Kernel parameters of a launch that fit (not cleared per request). */
@@ -1034,6 +1437,27 @@ static void vcu__scatter(const vcu_segment_t *s, const void *src, size_t len)
     }
 }
 
+/*
+ * Makes the request wait, without blocking, for the work issued on st so
+ * far (device of the request, current).  -1 where it cannot: the caller
+ * synchronizes instead.
+ */
+static int vcu__park_stream(vcu__op_t *o, CUstream st)
+{
+    if (vcu__capturing(o->cu, st))
+        return -1;
+    if (o->wait == NULL && (o->wait = vcu__wait_new(o->cs)) == NULL)
+        return -1;
+    if (vcu__wait_record(o->cs, o->wait, vcu__dev_of(o), st) != CUDA_SUCCESS) {
+        if (o->wait->nev == 0 && o->wait->gev == NULL) {
+            vcu__wait_free(o->cs, o->wait);
+            o->wait = NULL;
+        }
+        return -1;
+    }
+    return 0;
+}
+
 /* --- device and context --- */
 
 static uint32_t vcu__op_CU_DRIVER_INFO(vcu__op_t *o)
@@ -1097,6 +1521,13 @@ static uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o)
 static uint32_t vcu__op_CU_CTX_SYNCHRONIZE(vcu__op_t *o)
 {
     VCU__ENTER(o);
+    o->wait = vcu__wait_new(o->cs);
+    if (o->wait != NULL && vcu__park_ctx(o->cs, o->wait, vcu__dev_of(o)) == 0)
+        return VCU_S_OK;
+    if (o->wait != NULL) {
+        vcu__wait_free(o->cs, o->wait);
+        o->wait = NULL;
+    }
     o->res = o->cu->fn.cuCtxSynchronize();
     return VCU_S_OK;
 }
@@ -1264,7 +1695,7 @@ static uint32_t vcu__memcpy_host(vcu__op_t *o, int htod)
     struct vcu_cu_memcpy_req rq;
     const vcu_segment_t *s;
     CUstream st = NULL;
-    int async;
+    int async, use_async, issued = 0;
     uint64_t off = 0;
     unsigned int i;
     CUresult r = CUDA_SUCCESS;
@@ -1283,6 +1714,12 @@ static uint32_t vcu__memcpy_host(vcu__op_t *o, int htod)
     VCU__ENTER(o);
     if (async && vcu__stream(o, rq.stream, &st) != 0)
         return VCU_S_OK;
+    /* A synchronous copy is issued where the blocking call would run,
+     * on the legacy stream, and waited for without blocking. */
+    use_async = async || (htod ? o->cu->fn.cuMemcpyHtoDAsync != NULL
+                               : o->cu->fn.cuMemcpyDtoHAsync != NULL);
+    if (!async)
+        st = CU_STREAM_LEGACY;
     for (i = 0; i < s->iovcnt && r == CUDA_SUCCESS; i++) {
         CUdeviceptr dp = (CUdeviceptr)((htod ? rq.dst : rq.src) + off);
         size_t n = s->iov[i].iov_len;
@@ -1290,17 +1727,20 @@ static uint32_t vcu__memcpy_host(vcu__op_t *o, int htod)
         if (n == 0)
             continue;
         if (htod)
-            r = async ? VCU__CU(o->cu, cuMemcpyHtoDAsync, dp, s->iov[i].iov_base, n, st)
-                      : o->cu->fn.cuMemcpyHtoD(dp, s->iov[i].iov_base, n);
+            r = use_async ? VCU__CU(o->cu, cuMemcpyHtoDAsync, dp, s->iov[i].iov_base, n, st)
+                          : o->cu->fn.cuMemcpyHtoD(dp, s->iov[i].iov_base, n);
         else
-            r = async ? VCU__CU(o->cu, cuMemcpyDtoHAsync, s->iov[i].iov_base, dp, n, st)
-                      : o->cu->fn.cuMemcpyDtoH(s->iov[i].iov_base, dp, n);
+            r = use_async ? VCU__CU(o->cu, cuMemcpyDtoHAsync, s->iov[i].iov_base, dp, n, st)
+                          : o->cu->fn.cuMemcpyDtoH(s->iov[i].iov_base, dp, n);
+        if (r == CUDA_SUCCESS)
+            issued = 1;
         off += n;
     }
     /* The guest's pages are mapped only until the reply: nothing may
-     * touch them after it, so an async copy still completes here, unless
-     * the guest keeps them until its next SESSION_FENCE (stable). */
-    if (async && !(s->flags & VCU_SEG_F_STABLE)) {
+     * touch them after it, so the reply waits for the copy, unless the
+     * guest keeps them until its next SESSION_FENCE (stable). */
+    if (issued && use_async && (!async || !(s->flags & VCU_SEG_F_STABLE)) &&
+        vcu__park_stream(o, st) != 0) {
         CUresult r2 = o->cu->fn.cuStreamSynchronize(st);
 
         if (r == CUDA_SUCCESS)
@@ -1331,6 +1771,11 @@ static uint32_t vcu__op_CU_MEMCPY_DTOD(vcu__op_t *o)
     if (rq.flags & VCU_CU_MEMCPY_F_ASYNC) {
         VCU__STREAM(o, st, rq.stream);
         o->res = VCU__CU(o->cu, cuMemcpyDtoDAsync, rq.dst, rq.src, (size_t)rq.size, st);
+    } else if (o->cu->fn.cuMemcpyDtoDAsync != NULL) {
+        /* Synchronous: on the legacy stream, waited for by the core. */
+        o->res = o->cu->fn.cuMemcpyDtoDAsync(rq.dst, rq.src, (size_t)rq.size, CU_STREAM_LEGACY);
+        if (o->res == CUDA_SUCCESS && vcu__park_stream(o, CU_STREAM_LEGACY) != 0)
+            o->res = o->cu->fn.cuStreamSynchronize(CU_STREAM_LEGACY);
     } else {
         o->res = VCU__CU(o->cu, cuMemcpyDtoD, rq.dst, rq.src, (size_t)rq.size);
     }
@@ -1475,16 +1920,28 @@ static uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o)
         goto out;
     if (async && vcu__stream(o, rq.stream, &st) != 0)
         goto out;
-    if (async) {
+    if (async || o->cu->fn.cuMemcpy2DAsync != NULL) {
+        /* A synchronous copy on the legacy stream, waited for too. */
+        if (!async)
+            st = CU_STREAM_LEGACY;
         o->res = VCU__CU(o->cu, cuMemcpy2DAsync, &m, st);
-        /* Host pages (and the bounce buffer) must be done with now,
-         * unless they stay until SESSION_FENCE (stable, no bounce). */
-        if (rq.kind != VCU_CU_COPY_DTOD &&
-            (bounce != NULL || !(s->flags & VCU_SEG_F_STABLE))) {
-            CUresult r2 = o->cu->fn.cuStreamSynchronize(st);
-
-            if (o->res == CUDA_SUCCESS)
-                o->res = r2;
+        /* Host pages (and the bounce buffer) must be done with before
+         * the reply, unless they stay until SESSION_FENCE (stable, no
+         * bounce). */
+        if (o->res == CUDA_SUCCESS &&
+            (!async || (rq.kind != VCU_CU_COPY_DTOD &&
+                        (bounce != NULL || !(s->flags & VCU_SEG_F_STABLE))))) {
+            if (vcu__park_stream(o, st) == 0) {
+                /* The wait owns the staging buffer now. */
+                o->wait->bounce = bounce;
+                if (bounce != NULL && rq.kind == VCU_CU_COPY_DTOH) {
+                    o->wait->seg = s;
+                    o->wait->span = (size_t)span;
+                }
+                bounce = NULL;
+            } else {
+                o->res = o->cu->fn.cuStreamSynchronize(st);
+            }
         }
     } else {
         o->res = VCU__CU(o->cu, cuMemcpy2D, &m);
@@ -1981,6 +2438,41 @@ static uint32_t vcu__op_CU_STREAM_CREATE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * Keeps a destroyed stream with work still queued as an orphan, so that
+ * context-wide waits still see that work (CUDA releases such a stream
+ * once its work is done, too).  -1: destroy it now.
+ */
+static int vcu__orphan(vcu__op_t *o, CUstream st)
+{
+    vcu__cuda_t *cu = o->cu;
+    uint32_t d = vcu__dev_of(o);
+    vcu__orphan_t *or;
+
+    if (o->cs->orphans != NULL)
+        vcu__orphans_prune(o->cs);
+    if (cu->fn.cuCtxSetCurrent(o->cs->ctx[d]) != CUDA_SUCCESS || cu->fn.cuStreamQuery == NULL ||
+        cu->fn.cuStreamQuery(st) != CUDA_ERROR_NOT_READY || vcu__capturing(cu, st))
+        return -1;
+    or = calloc(1, sizeof(*or));
+    if (or == NULL)
+        return -1;
+    if (vcu__ev_get(o->cs, d, &or->ev) != CUDA_SUCCESS) {
+        free(or);
+        return -1;
+    }
+    if (VCU__CU(cu, cuEventRecordWithFlags, or->ev, st, 0) != CUDA_SUCCESS) {
+        vcu__ev_put(o->cs, d, or->ev);
+        free(or);
+        return -1;
+    }
+    or->st = st;
+    or->dev = d;
+    or->next = o->cs->orphans;
+    o->cs->orphans = or;
+    return 0;
+}
+
 static uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
@@ -1988,6 +2480,11 @@ static uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_STREAM);
+    if (vcu__orphan(o, e->u.st) == 0) {
+        vcu__htab_del(&o->cs->tab, rq.value);
+        o->res = CUDA_SUCCESS;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuStreamDestroy, e->u.st);
     if (o->res == CUDA_SUCCESS)
         vcu__htab_del(&o->cs->tab, rq.value);
@@ -2001,7 +2498,8 @@ static uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.value);
-    o->res = o->cu->fn.cuStreamSynchronize(st);
+    if (vcu__park_stream(o, st) != 0)
+        o->res = o->cu->fn.cuStreamSynchronize(st);
     return VCU_S_OK;
 }
 
@@ -2153,6 +2651,7 @@ static uint32_t vcu__op_CU_EVENT_CREATE(vcu__op_t *o)
         return VCU_S_OK;
     }
     e->u.ev = ev;
+    e->xflags = (uint32_t)rq.value;
     o->rb.u64.value = h;
     return VCU_S_OK;
 }
@@ -2160,10 +2659,19 @@ static uint32_t vcu__op_CU_EVENT_CREATE(vcu__op_t *o)
 static uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
+    vcu__cuda_wait_t *w;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_EVENT);
+    w = vcu__gev_waiter(o->cs, e->u.ev);
+    if (w != NULL) {
+        /* A parked synchronize still looks at it: it destroys it. */
+        w->own_gev = 1;
+        vcu__htab_del(&o->cs->tab, rq.value);
+        o->res = CUDA_SUCCESS;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuEventDestroy, e->u.ev);
     if (o->res == CUDA_SUCCESS)
         vcu__htab_del(&o->cs->tab, rq.value);
@@ -2173,11 +2681,23 @@ static uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
 static uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
+    vcu__cuda_wait_t *w;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.a, VCU__H_EVENT);
     VCU__STREAM(o, st, rq.b);
+    w = vcu__gev_waiter(o->cs, e->u.ev);
+    if (w != NULL) {
+        CUevent ev = NULL;
+
+        /* A parked synchronize waits for the record before this one: it
+         * keeps the old CUevent, the guest's handle gets a new one. */
+        if (VCU__CU(o->cu, cuEventCreate, &ev, e->xflags) == CUDA_SUCCESS) {
+            w->own_gev = 1;
+            e->u.ev = ev;
+        }
+    }
     o->res = VCU__CU(o->cu, cuEventRecordWithFlags, e->u.ev, st, (unsigned int)rq.c);
     return VCU_S_OK;
 }
@@ -2189,7 +2709,14 @@ static uint32_t vcu__op_CU_EVENT_SYNCHRONIZE(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_EVENT);
-    o->res = VCU__CU(o->cu, cuEventSynchronize, e->u.ev);
+    if (o->cu->fn.cuEventQuery == NULL || (o->wait = vcu__wait_new(o->cs)) == NULL) {
+        o->res = VCU__CU(o->cu, cuEventSynchronize, e->u.ev);
+        return VCU_S_OK;
+    }
+    /* Polled itself: it has no stream of its own to record behind. */
+    o->wait->gev = e->u.ev;
+    o->wait->gdev = e->dev;
+    o->cs->ngev++;
     return VCU_S_OK;
 }
 
@@ -2508,7 +3035,7 @@ static uint32_t vcu__dispatch(vcu__op_t *o, uint32_t op)
 
 uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
                         const vcu_segment_t *segs, unsigned int nsegs, void *out, size_t out_cap,
-                        size_t *out_len, vcu_request_t *req)
+                        size_t *out_len, vcu_request_t *req, vcu__cuda_wait_t **wait)
 {
     uint32_t op = h->opcode, st;
     size_t rqsz = vcu__req_size(op), rpsz = vcu__resp_size(op);
@@ -2516,6 +3043,7 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
     vcu__op_t *o;
 
     *out_len = 0;
+    *wait = NULL;
     if (cs == NULL)
         return VCU_S_ENOTSUP;
     if (op < 0x0100 || rpsz < sizeof(struct vcu_cu_resp))
@@ -2568,10 +3096,18 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
 
         memcpy(out, &r, sizeof(r));
         *out_len = sizeof(r);
-        return st;
+    } else {
+        o->rb.r.result = (uint32_t)o->res;
+        memcpy(out, &o->rb, rpsz);
+        *out_len = o->len;
     }
-    o->rb.r.result = (uint32_t)o->res;
-    memcpy(out, &o->rb, rpsz);
-    *out_len = o->len;
-    return VCU_S_OK;
+    if (o->wait != NULL) {
+        /* Replied when the GPU work it issued is done. */
+        o->wait->out_len = *out_len;
+        o->wait->async = async;
+        o->wait->status = st;
+        *wait = o->wait;
+        return VCU__WAITING;
+    }
+    return st;
 }

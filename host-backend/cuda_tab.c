@@ -67,6 +67,7 @@ uint64_t vcu__htab_add(vcu__htab_t *t, uint8_t type, uint32_t dev, vcu__hent_t *
     e->next_free = 0;
     e->type = type;
     e->dev = dev;
+    e->xflags = 0;
     memset(&e->u, 0, sizeof(e->u));
     t->live++;
     *out = e;

@@ -36,6 +36,7 @@ typedef struct vcu__hent_s {
     uint8_t type;                   /* VCU__H_*; VCU__H_FREE when free */
     uint32_t dev;                   /* virtual device whose context owns it */
     uint32_t next_free;             /* free list link (index + 1, 0 = end) */
+    uint32_t xflags;                /* VCU__H_EVENT: its cuEventCreate flags */
     union {
         CUmodule mod;
         struct {

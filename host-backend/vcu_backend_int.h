@@ -27,7 +27,8 @@ void vcu__cuda_fini(vcu__cuda_t *cu);
 int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len);
 int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len);
 
-/* Called on the session's worker thread, first and last. */
+/* Called on the session's worker thread, first and last.  sess_free
+ * synchronizes every context before it releases anything. */
 int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out);
 void vcu__cuda_sess_free(vcu__cuda_sess_t *cs);
 
@@ -36,31 +37,62 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs);
  * CU_CALLBACK_DONE returns, the parked CU_CALLBACK_WAIT completes with
  * VCU_S_ECANCELED, later WAITs are cancelled and later callbacks return at
  * once.  Any thread, any number of times, while cs is alive.  The core
- * calls it when SESSION_CLOSE is queued and when a reset starts: otherwise
- * a worker blocked in a stream synchronize behind a guest callback that
- * will never be DONE (the guest process died) never reaches the close.
- * vcu__cuda_sess_free() calls it itself.
+ * calls it when SESSION_CLOSE is queued and when a reset starts: the
+ * session's final synchronize (vcu__cuda_sess_free) must not wait for a
+ * guest callback that will never be DONE (the guest process died), nor
+ * may a driver that runs host functions on the issuing thread keep the
+ * worker from reaching the close.  vcu__cuda_sess_free() calls it itself.
  */
 void vcu__cuda_sess_cancel(vcu__cuda_sess_t *cs);
 
 /*
- * SESSION_FENCE, on the session's worker: synchronizes every context of
- * the session, so that no GPU work the session queued (asynchronous copies
- * from VCU_SEG_F_STABLE segments included) is still running.  A failing
- * synchronize becomes the session's deferred error, reported with the next
- * CUDA reply; the contexts are idle (or dead) either way.  Returns 0 or the
- * first failure as VCU_E*.
+ * A request waiting for GPU work it issued (a synchronize, a synchronous
+ * copy, an async copy from segments that are not stable, a fence): the
+ * executor recorded events behind that work, on the worker, in FIFO
+ * order.  The worker polls it with vcu__cuda_wait_poll() and, once done,
+ * finishes it with vcu__cuda_wait_finish().  Worker thread only.
+ * vcu__cuda_sess_free() frees the waits still pending (after it has
+ * synchronized): the core then completes their requests itself.
  */
-int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs);
+typedef struct vcu__cuda_wait_s vcu__cuda_wait_t;
+
+/* 1 once everything the wait is for has finished (or failed), else 0.
+ * Never blocks; may be called again after it said 1. */
+int vcu__cuda_wait_poll(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w);
+
+/*
+ * Completes the reply of a wait vcu__cuda_wait_poll() found done: a
+ * failure seen while waiting becomes the result in the reply payload
+ * already in req->resp (or the session's deferred error, for a fence or
+ * an async request); frees w.  Returns the reply's wire status and sets
+ * *out_len, for vcu__complete().  req may be NULL (a fence).
+ */
+uint32_t vcu__cuda_wait_finish(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, vcu_request_t *req,
+                               size_t *out_len);
+
+/*
+ * SESSION_FENCE, on the session's worker: records events behind all GPU
+ * work of every context of the session (every stream, destroyed ones
+ * still running included) and returns the wait in *wait, or NULL when
+ * there was nothing to wait for.  Where events cannot be used (a stream
+ * capture in progress) it synchronizes instead.  Failures become the
+ * session's deferred error, reported with the next CUDA reply.  Returns 0
+ * or a failure to synchronize as VCU_E*.
+ */
+int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs, vcu__cuda_wait_t **wait);
 
 /* Returned by vcu__cuda_exec() when it has taken the request over and
  * will finish it later itself with vcu__complete(). */
 #define VCU__PARKED 0xffffffffu
+/* Returned by vcu__cuda_exec() with *wait set: the reply payload is
+ * written (*out_len), the request completes when the wait is done. */
+#define VCU__WAITING 0xfffffffeu
 
 /*
  * Executes one CUDA opcode, on the session's worker thread, except for
  * the opcodes vcu__cuda_is_inline() names, which run on the submitting
- * thread and must never block on the GPU.
+ * thread.  Never blocks on the GPU: work that must be waited for is
+ * issued and the request returned as VCU__WAITING with *wait set.
  *
  * The core has checked: the opcode is a CUDA one, payload_len is what the
  * header says and at least the size of the opcode's request struct, the
@@ -77,7 +109,7 @@ int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs);
  */
 uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
                         const vcu_segment_t *segs, unsigned int nsegs, void *out, size_t out_cap,
-                        size_t *out_len, vcu_request_t *req);
+                        size_t *out_len, vcu_request_t *req, vcu__cuda_wait_t **wait);
 
 /* CU_CALLBACK_WAIT and CU_CALLBACK_DONE: must not queue behind GPU work. */
 int vcu__cuda_is_inline(uint32_t opcode);

@@ -4,7 +4,8 @@
 #   N passed, N failed
 # Suites: unit (host backend under ASan/UBSan), qtest (the QEMU device
 # driven as a hostile guest would, through QEMU's qtest interface, no guest
-# kernel), cuda-loopback (the CUDA test
+# kernel), twins (the CPU stand-in's kernel twins match the parameter
+# layouts nvcc gave the test kernels), cuda-loopback (the CUDA test
 # programs against guest-lib + backend + the CPU stand-in for libcuda, no
 # VM), and in a TCG guest: echo, badinput, hostmem, cuda.
 # VCU_SUITES="unit echo" limits the run to the suites named.
@@ -12,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"unit qtest cuda-loopback echo badinput hostmem cuda"}
+suites=${VCU_SUITES:-"unit qtest twins cuda-loopback echo badinput hostmem cuda"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -40,6 +41,11 @@ count() {
     failed=$((failed + f))
 }
 
+# A check that passes or fails as a whole.
+one_check() {
+    if "$@"; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; return 1; fi
+}
+
 run_suite() {
     local name=$1
     shift
@@ -56,6 +62,7 @@ for s in $suites; do
     unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
     qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
         build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;
+    twins) run_suite twins one_check tests/cuda/check-twins.sh build/cuda-tests ;;
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
     echo | badinput | hostmem | cuda) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;

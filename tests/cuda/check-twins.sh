@@ -16,7 +16,7 @@ cc=${CC:-cc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-$cc -std=c11 -O1 -Wall -Wextra -Wno-comment -o "$tmp/check_twins" \
+$cc -std=c11 -O1 -Wall -Wextra -o "$tmp/check_twins" \
     "$here/check_twins.c" "$here/../fakecuda/twins.c" -lm
 
 progs=

@@ -502,6 +502,40 @@ static uint32_t tc_memset(tc_t *c, uint64_t dst, uint32_t value, uint32_t esz, u
     return st != VCU_S_OK ? 0x10000 + st : rp.result;
 }
 
+/* The guest driver gives an async request room for the reply header only:
+ * the work must still run, and the reply must be the header alone. */
+TEST(cuda_async_header_only_reply)
+{
+    struct vcu_cu_memset_req rq;
+    unsigned char out[64];
+    uint64_t d = 0;
+    unsigned int i;
+    ut_req_t *t;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, sizeof(out), &d));
+    memset(&rq, 0, sizeof(rq));
+    rq.dst = d;
+    rq.value = 0x5c;
+    rq.elem_size = 1;
+    rq.width = sizeof(out);
+    rq.height = 1;
+    rq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    t = ut_req_new();
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr);
+    ASSERT_EQ(VCU_S_OK, tc_run(&c, t, VCU_OP_CU_MEMSET, VCU_REQ_F_ASYNC, &rq, sizeof(rq)));
+    ASSERT_EQ(sizeof(struct vcu_resp_hdr), t->r.resp_len);
+    ASSERT_EQ(0, ut_resp(t)->payload_len);
+    ASSERT_TRUE(t->r.resp == (void *)t->respbuf);
+    free(t);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, out, sizeof(out), NULL, 0, 0, 0));
+    for (i = 0; i < sizeof(out); i++)
+        ASSERT_EQ(0x5c, out[i]);
+    tc_close(&c);
+    return 0;
+}
+
 TEST(cuda_memset)
 {
     unsigned char out[256];
@@ -1090,6 +1124,7 @@ typedef struct tc_exec_s {
     uint64_t out[64];
     size_t out_len;
     uint32_t st;
+    vcu__cuda_wait_t *wait;
     atomic_int finished;
 } tc_exec_t;
 
@@ -1101,7 +1136,7 @@ static void *tc_exec_thread(void *arg)
     memset(&h, 0, sizeof(h));
     h.opcode = x->op;
     h.payload_len = sizeof(x->rq);
-    x->st = vcu__cuda_exec(x->cs, &h, &x->rq, NULL, 0, x->out, sizeof(x->out), &x->out_len, NULL);
+    x->st = vcu__cuda_exec(x->cs, &h, &x->rq, NULL, 0, x->out, sizeof(x->out), &x->out_len, NULL, &x->wait);
     atomic_store(&x->finished, 1);
     return NULL;
 }
@@ -1137,11 +1172,12 @@ TEST(cuda_callback_session_end)
         struct vcu_cu_hdr ch = {0, 0};
         uint64_t out[4];
         size_t len = 0;
+        vcu__cuda_wait_t *w = NULL;
 
         memset(&h, 0, sizeof(h));
         h.opcode = VCU_OP_CU_CALLBACK_WAIT;
         h.payload_len = sizeof(ch);
-        ASSERT_EQ(VCU_S_ECANCELED, vcu__cuda_exec(cs, &h, &ch, NULL, 0, out, sizeof(out), &len, NULL));
+        ASSERT_EQ(VCU_S_ECANCELED, vcu__cuda_exec(cs, &h, &ch, NULL, 0, out, sizeof(out), &len, NULL, &w));
     }
     x.rq.b = 100;
     atomic_store(&x.finished, 0);

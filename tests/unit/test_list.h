@@ -85,6 +85,12 @@
     X(echo_delay)                       \
     X(echo_reply_too_small)             \
     X(echo_fifo_order)                  \
-    X(echo_many_threads)
+    X(echo_many_threads)                \
+    /* test_wait.c */                   \
+    X(wait_echo_slow_quick)             \
+    X(wait_stream_sync_parked)          \
+    X(wait_event_later_work)            \
+    X(wait_reset_cancels)               \
+    X(wait_fence_after_copies)
 
 #endif /* VCU_TEST_LIST_H */

@@ -17,6 +17,7 @@
     X(cuda_memcpy_roundtrip)            \
     X(cuda_memcpy_bad_segments)         \
     X(cuda_memset)                      \
+    X(cuda_async_header_only_reply)     \
     X(cuda_memcpy2d)                    \
     X(cuda_mem_free_foreign)            \
     X(cuda_handles_invalid)             \
