@@ -22,6 +22,9 @@ vcu__rt_t vcu__rt = {
 };
 
 __thread int vcu__cur_dev;
+/* cudaSetDevice was called on this thread: cudaSetValidDevices leaves the
+ * current device alone then. */
+static __thread int vcu__dev_chosen;
 
 /* ---- connection and devices -------------------------------------------- */
 
@@ -377,6 +380,7 @@ VCU__EXPORT cudaError_t cudaSetDevice(int device)
     if (e != cudaSuccess)
         return vcu__err(e);
     vcu__cur_dev = device;
+    vcu__dev_chosen = 1;
     return cudaSuccess;
 }
 
@@ -806,4 +810,152 @@ VCU__EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(
     enum cudaDriverEntryPointQueryResult *st)
 {
     return cudaGetDriverEntryPointByVersion(symbol, funcPtr, v, flags, st);
+}
+
+/* ---- PCI ids, peers, valid devices and deprecated configuration --------- */
+
+VCU__EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
+{
+    cudaError_t e;
+
+    if (pciBusId == NULL || len <= 0)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__check_dev(device);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    /* The virtual ids cudaGetDeviceProperties reports, in the driver's
+     * "domain:bus:device.function" form. */
+    snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", (unsigned int)vcu__rt.dev[device].pci_domain,
+             (unsigned int)vcu__rt.dev[device].pci_bus,
+             (unsigned int)vcu__rt.dev[device].pci_device);
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
+{
+    unsigned int dom = 0, bus, slot, fn = 0;
+    cudaError_t e;
+
+    if (device == NULL || pciBusId == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    /* domain:bus:device.function, domain:bus:device or bus:device.function */
+    if (sscanf(pciBusId, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) != 4 &&
+        sscanf(pciBusId, "%x:%x:%x", &dom, &bus, &slot) != 3) {
+        dom = 0;
+        if (sscanf(pciBusId, "%x:%x.%x", &bus, &slot, &fn) != 3)
+            return vcu__err(cudaErrorInvalidValue);
+    }
+    e = vcu__init();
+    if (e == cudaSuccess && vcu__rt.ndev == 0)
+        e = cudaErrorNoDevice;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    for (int i = 0; i < vcu__rt.ndev; i++) {
+        const vcu__dev_t *d = &vcu__rt.dev[i];
+
+        if ((unsigned int)d->pci_domain == dom && (unsigned int)d->pci_bus == bus &&
+            (unsigned int)d->pci_device == slot && fn == 0) {
+            *device = i;
+            return cudaSuccess;
+        }
+    }
+    return vcu__err(cudaErrorInvalidDevice);
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr,
+                                                  int srcDevice, int dstDevice)
+{
+    cudaError_t e;
+
+    if (value == NULL || attr < cudaDevP2PAttrPerformanceRank ||
+        attr > cudaDevP2PAttrOnlyPartialNativeAtomicSupported)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__check_dev(srcDevice);
+    if (e == cudaSuccess && (dstDevice < 0 || dstDevice >= vcu__rt.ndev))
+        e = cudaErrorInvalidDevice;
+    if (e == cudaSuccess && srcDevice == dstDevice)
+        e = cudaErrorInvalidDevice;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    /* Peer access between virtual devices is not offered (no peer opcode):
+     * every attribute of every link reads 0. */
+    *value = 0;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)
+{
+    cudaError_t e;
+
+    if (len < 0 || (len > 0 && device_arr == NULL))
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__init();
+    if (e == cudaSuccess && vcu__rt.ndev == 0)
+        e = cudaErrorNoDevice;
+    for (int i = 0; e == cudaSuccess && i < len; i++)
+        if (device_arr[i] < 0 || device_arr[i] >= vcu__rt.ndev)
+            e = cudaErrorInvalidDevice;
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    /* NVIDIA's runtime tries the list in order when a context cannot be
+     * made; here every device's context can be: the list only picks the
+     * device a thread that never called cudaSetDevice runs on. */
+    if (len > 0 && !vcu__dev_chosen)
+        vcu__cur_dev = device_arr[0];
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
+{
+    int dev;
+    cudaError_t e;
+
+    if (pConfig == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    /* Deprecated; banks are four bytes wide on every GPU since sm_70. */
+    *pConfig = cudaSharedMemBankSizeFourByte;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
+{
+    int dev;
+    cudaError_t e;
+
+    if (config < cudaSharedMemBankSizeDefault || config > cudaSharedMemBankSizeEightByte)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    return e == cudaSuccess ? cudaSuccess : vcu__err(e);   /* a no-op, as on sm_90 */
+}
+
+VCU__EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void)
+{
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    /* Access policy windows are not offered: nothing persists in L2. */
+    return e == cudaSuccess ? cudaSuccess : vcu__err(e);
+}
+
+VCU__EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
+                                                              enum cudaChannelFormatKind f)
+{
+    struct cudaChannelFormatDesc d = { .x = x, .y = y, .z = z, .w = w, .f = f };
+
+    return d;
+}
+
+/* Returns 0 as NVIDIA's does: a pointer or a status, the caller's choice. */
+VCU__EXPORT void *__cudaGetProcAddress(void);
+VCU__EXPORT void *__cudaGetProcAddress(void)
+{
+    static int once;
+
+    vcu__log_once(&once, "virtio-cuda: __cudaGetProcAddress is not supported: the guest has no "
+                         "libcuda\n");
+    vcu__err(cudaErrorNotSupported);
+    return NULL;
 }

@@ -9,6 +9,7 @@
 
 #include "cudart_errlist.h"
 #include "cudart_int.h"
+#include "cudart_unsupported.h"
 
 static __thread cudaError_t vcu__last;
 
@@ -100,6 +101,13 @@ void vcu__log_once(int *flag, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
+}
+
+cudaError_t vcu__unsupported(int *once, const char *name, const char *why)
+{
+    vcu__log_once(once, "virtio-cuda: %s is not supported%s%s\n", name, why[0] ? ": " : "",
+                  why);
+    return vcu__err(cudaErrorNotSupported);
 }
 
 VCU__EXPORT cudaError_t cudaGetLastError(void)

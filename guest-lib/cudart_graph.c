@@ -12,6 +12,7 @@ typedef struct vcu__node_s {
     uint64_t h;
     struct vcu__graph_s *g;
     uint64_t cookie;                /* host node's callback record, or 0 */
+    uint32_t kind;                  /* VCU_CU_NODE_* */
     struct vcu__node_s *next;
 } vcu__node_t;
 
@@ -25,6 +26,7 @@ typedef struct vcu__graph_s {
 typedef struct vcu__exec_s {
     int dev;
     uint64_t h;
+    unsigned long long flags;       /* as instantiated */
 } vcu__exec_t;
 
 static pthread_mutex_t vcu__graph_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -149,6 +151,7 @@ static cudaError_t vcu__add_node(cudaGraphNode_t *out, cudaGraph_t graph,
     n->h = o.value;
     n->g = g;
     n->cookie = cookie;
+    n->kind = tmpl->kind;
     pthread_mutex_lock(&vcu__graph_mu);
     n->next = g->nodes;
     g->nodes = n;
@@ -229,6 +232,34 @@ VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cuda
     r.dst = (uint64_t)(uintptr_t)p->dstPtr.ptr;
     r.src = (uint64_t)(uintptr_t)p->srcPtr.ptr;
     r.size = p->extent.width;
+    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
+                                  0));
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *pDependencies,
+                                                 size_t numDependencies, void *dst,
+                                                 const void *src, size_t count,
+                                                 enum cudaMemcpyKind kind)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__alloc_t a;
+    int dd, sd;
+
+    dd = vcu__mem_find((uint64_t)(uintptr_t)dst, &a) == 0 &&
+         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
+    sd = vcu__mem_find((uint64_t)(uintptr_t)src, &a) == 0 &&
+         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+        return vcu__err(cudaErrorInvalidMemcpyDirection);
+    if (kind != cudaMemcpyDeviceToDevice && !(kind == cudaMemcpyDefault && dd && sd))
+        VCU__NOT_SUPPORTED("cudaGraphAddMemcpyNode1D other than device to device",
+                           "the protocol has no host memory in graphs");
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_MEMCPY;
+    r.dst = (uint64_t)(uintptr_t)dst;
+    r.src = (uint64_t)(uintptr_t)src;
+    r.size = count;
     return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
                                   0));
 }
@@ -353,9 +384,8 @@ VCU__EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *no
     return cudaSuccess;
 }
 
-VCU__EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec,
-                                                      cudaGraph_t graph,
-                                                      unsigned long long flags)
+static cudaError_t vcu__instantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                    unsigned long long flags)
 {
     struct vcu_cu_pair_req r;
     struct vcu_cu_u64_resp o;
@@ -364,28 +394,147 @@ VCU__EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExe
     cudaError_t e;
 
     if (pGraphExec == NULL)
-        return vcu__err(cudaErrorInvalidValue);
+        return cudaErrorInvalidValue;
     e = vcu__graph(graph, &g);
     if (e != cudaSuccess)
-        return vcu__err(e);
+        return e;
     memset(&r, 0, sizeof(r));
     r.a = g->h;
     r.b = flags;
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_INSTANTIATE, 0, &r, sizeof(r), NULL, 0, &o,
                   sizeof(o));
     if (e != cudaSuccess)
-        return vcu__err(e);
+        return e;
     x = calloc(1, sizeof(*x));
     if (x == NULL || vcu__reg_add(x, VCU__H_GRAPH_EXEC) != 0) {
         struct vcu_cu_u64_req d = { .value = o.value };
 
         free(x);
         vcu__call(g->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, &d, sizeof(d), NULL, 0, NULL, 0);
-        return vcu__err(cudaErrorMemoryAllocation);
+        return cudaErrorMemoryAllocation;
     }
     x->dev = g->dev;
     x->h = o.value;
+    x->flags = flags;
     *pGraphExec = (cudaGraphExec_t)x;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec,
+                                                      cudaGraph_t graph,
+                                                      unsigned long long flags)
+{
+    return vcu__err(vcu__instantiate(pGraphExec, graph, flags));
+}
+
+/* As WithFlags: instantiation already uploads, so the upload stream is
+ * only checked. */
+static cudaError_t vcu__instantiate_params(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                           cudaGraphInstantiateParams *p, int ptsz)
+{
+    uint64_t ws;
+    int dev;
+    cudaError_t e;
+
+    if (p == NULL)
+        return cudaErrorInvalidValue;
+    p->errNode_out = NULL;
+    p->result_out = cudaGraphInstantiateError;
+    if (p->flags & cudaGraphInstantiateFlagUpload) {
+        e = vcu__stream(p->uploadStream, ptsz, &dev, &ws);
+        if (e != cudaSuccess)
+            return e;
+    }
+    e = vcu__instantiate(pGraphExec, graph, p->flags);
+    if (e == cudaSuccess)
+        p->result_out = cudaGraphInstantiateSuccess;
+    return e;
+}
+
+VCU__EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec,
+                                                       cudaGraph_t graph,
+                                                       cudaGraphInstantiateParams *p)
+{
+    return vcu__err(vcu__instantiate_params(pGraphExec, graph, p, 0));
+}
+
+VCU__EXPORT cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec,
+                                                            cudaGraph_t graph,
+                                                            cudaGraphInstantiateParams *p);
+VCU__EXPORT cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec,
+                                                            cudaGraph_t graph,
+                                                            cudaGraphInstantiateParams *p)
+{
+    return vcu__err(vcu__instantiate_params(pGraphExec, graph, p, 1));
+}
+
+VCU__EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec,
+                                              unsigned long long *flags)
+{
+    if (flags == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    if (!vcu__reg_has(graphExec, VCU__H_GRAPH_EXEC))
+        return vcu__err(cudaErrorInvalidResourceHandle);
+    *flags = ((vcu__exec_t *)graphExec)->flags;
+    return cudaSuccess;
+}
+
+/* Instantiation already put the graph on the device: only the handles
+ * are checked. */
+static cudaError_t vcu__graph_upload(cudaGraphExec_t exec, cudaStream_t stream, int ptsz)
+{
+    uint64_t ws;
+    int dev;
+    cudaError_t e;
+
+    if (!vcu__reg_has(exec, VCU__H_GRAPH_EXEC))
+        return cudaErrorInvalidResourceHandle;
+    e = vcu__stream(stream, ptsz, &dev, &ws);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e == cudaSuccess && dev != ((vcu__exec_t *)exec)->dev)
+        e = cudaErrorInvalidValue;
+    return e;
+}
+
+VCU__EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    cudaError_t e = vcu__graph_upload(graphExec, stream, 0);
+
+    return e == cudaSuccess ? e : vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream);
+VCU__EXPORT cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    cudaError_t e = vcu__graph_upload(graphExec, stream, 1);
+
+    return e == cudaSuccess ? e : vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *pType)
+{
+    if (pType == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    if (!vcu__reg_has(node, VCU__H_NODE))
+        return vcu__err(cudaErrorInvalidValue);
+    switch (((vcu__node_t *)node)->kind) {
+    case VCU_CU_NODE_KERNEL:
+        *pType = cudaGraphNodeTypeKernel;
+        break;
+    case VCU_CU_NODE_MEMCPY:
+        *pType = cudaGraphNodeTypeMemcpy;
+        break;
+    case VCU_CU_NODE_MEMSET:
+        *pType = cudaGraphNodeTypeMemset;
+        break;
+    case VCU_CU_NODE_HOST:
+        *pType = cudaGraphNodeTypeHost;
+        break;
+    default:
+        *pType = cudaGraphNodeTypeEmpty;
+        break;
+    }
     return cudaSuccess;
 }
 
@@ -552,6 +701,26 @@ VCU__EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
     return vcu__err(vcu__capture_info(stream, st, NULL, 1));
 }
 
+static cudaError_t vcu__get_capture_info(cudaStream_t stream,
+                                         enum cudaStreamCaptureStatus *st,
+                                         unsigned long long *id, cudaGraph_t *graph_out,
+                                         const cudaGraphNode_t **deps_out,
+                                         const cudaGraphEdgeData **edges_out, size_t *ndeps_out,
+                                         int ptsz)
+{
+    /* The graph being captured and its open dependencies live on the
+     * host only. */
+    if (graph_out != NULL)
+        *graph_out = NULL;
+    if (deps_out != NULL)
+        *deps_out = NULL;
+    if (edges_out != NULL)
+        *edges_out = NULL;
+    if (ndeps_out != NULL)
+        *ndeps_out = 0;
+    return vcu__capture_info(stream, st, id, ptsz);
+}
+
 VCU__EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
                                                  enum cudaStreamCaptureStatus *captureStatus_out,
                                                  unsigned long long *id_out,
@@ -560,15 +729,41 @@ VCU__EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
                                                  const cudaGraphEdgeData **edgeData_out,
                                                  size_t *numDependencies_out)
 {
-    /* The graph being captured and its open dependencies live on the
-     * host only. */
-    if (graph_out != NULL)
-        *graph_out = NULL;
-    if (dependencies_out != NULL)
-        *dependencies_out = NULL;
-    if (edgeData_out != NULL)
-        *edgeData_out = NULL;
-    if (numDependencies_out != NULL)
-        *numDependencies_out = 0;
-    return vcu__err(vcu__capture_info(stream, captureStatus_out, id_out, 0));
+    return vcu__err(vcu__get_capture_info(stream, captureStatus_out, id_out, graph_out,
+                                          dependencies_out, edgeData_out, numDependencies_out,
+                                          0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetCaptureInfo_ptsz(
+    cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out,
+    unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
+    const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out);
+VCU__EXPORT cudaError_t cudaStreamGetCaptureInfo_ptsz(
+    cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out,
+    unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
+    const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    return vcu__err(vcu__get_capture_info(stream, captureStatus_out, id_out, graph_out,
+                                          dependencies_out, edgeData_out, numDependencies_out,
+                                          1));
+}
+
+/*
+ * The thread's capture interaction mode, kept in the guest.  The host
+ * applies the mode each capture began with; this thread's mode for
+ * unsafe calls made during another thread's capture is not sent.
+ */
+static __thread enum cudaStreamCaptureMode vcu__capture_mode = cudaStreamCaptureModeGlobal;
+
+VCU__EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    enum cudaStreamCaptureMode prev;
+
+    if (mode == NULL || *mode < cudaStreamCaptureModeGlobal ||
+        *mode > cudaStreamCaptureModeRelaxed)
+        return vcu__err(cudaErrorInvalidValue);
+    prev = vcu__capture_mode;
+    vcu__capture_mode = *mode;
+    *mode = prev;
+    return cudaSuccess;
 }

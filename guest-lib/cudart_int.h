@@ -167,6 +167,8 @@ typedef struct vcu__stream_s {
     uint64_t h;
     unsigned int flags;
     int priority;
+    unsigned long long id;          /* cudaStreamGetId; unique in the process */
+    int sync_policy;                /* cudaSynchronizationPolicy: recorded only */
 } vcu__stream_t;
 /* Program stream -> device and wire handle.  ptsz: stream 0 means the
  * per-thread default stream. */

@@ -54,11 +54,13 @@ typedef struct vcu__var_s {
     const void *host;
     char *name;
     size_t size;
-    int managed;
+    int managed;                    /* VCU__VAR_* */
     uint64_t dptr[VCU_CU_MAX_DEVICES];
     uint64_t dsize[VCU_CU_MAX_DEVICES];
     struct vcu__var_s *next;
 } vcu__var_t;
+
+enum { VCU__VAR_DEVICE, VCU__VAR_MANAGED, VCU__VAR_HOST };
 
 #define VCU__KHASH 1024
 static vcu__fatbin_t *vcu__fatbins;
@@ -189,7 +191,7 @@ VCU__EXPORT void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *d
     (void)constant;
     (void)global;
     vcu__add_var(fatCubinHandle, hostVar, deviceAddress != NULL ? deviceAddress : deviceName,
-                 size, 0);
+                 size, VCU__VAR_DEVICE);
 }
 
 VCU__EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress,
@@ -232,6 +234,18 @@ VCU__EXPORT void __cudaRegisterSurface(void **fatCubinHandle, const struct surfa
     (void)fatCubinHandle; (void)hostVar; (void)deviceAddress; (void)dim; (void)ext;
     vcu__log_once(&once, "virtio-cuda: surface references are not supported (%s)\n",
                   deviceName ? deviceName : "?");
+}
+
+/*
+ * A host variable a device extern maps to (unified memory builds): kept so
+ * that symbol calls naming it say why they fail; nothing reaches the host.
+ */
+VCU__EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *deviceName,
+                                       char *hostVar, size_t size);
+VCU__EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *deviceName,
+                                       char *hostVar, size_t size)
+{
+    vcu__add_var(fatCubinHandle, hostVar, deviceName, size, VCU__VAR_HOST);
 }
 
 /* Loads fb on dev if needed.  Caller holds reg_lock. */
@@ -414,7 +428,8 @@ cudaError_t vcu__symbol(const void *sym, int dev, uint64_t *dptr, uint64_t *size
     if (v->managed) {
         static int once;
 
-        vcu__log_once(&once, "virtio-cuda: __managed__ variables are not supported (%s)\n",
+        vcu__log_once(&once, "virtio-cuda: %s variables are not supported (%s)\n",
+                      v->managed == VCU__VAR_MANAGED ? "__managed__" : "unified host",
                       v->name);
         e = cudaErrorNotSupported;
         goto out;
@@ -778,16 +793,18 @@ VCU__EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, c
     return cudaSuccess;
 }
 
-VCU__EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
-                                             int value)
+static cudaError_t vcu__func_set_attr(vcu__kernel_t *k, int dev, enum cudaFuncAttribute attr,
+                                      int value)
 {
     struct vcu_cu_attr_req r;
     const vcu__kfn_t *f;
-    int dev;
-    cudaError_t e = vcu__func_here(func, &dev, &f);
+    cudaError_t e;
 
+    if (k == NULL)
+        return cudaErrorInvalidDeviceFunction;
+    e = vcu__kernel_fn(k, dev, &f);
     if (e != cudaSuccess)
-        return vcu__err(e);
+        return e;
     memset(&r, 0, sizeof(r));
     r.handle = f->fn;
     r.attr = (uint32_t)attr;    /* cudaFuncAttribute values equal CUfunction_attribute's */
@@ -799,6 +816,30 @@ VCU__EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttr
         vcu__kfn_load_attrs_locked((vcu__kfn_t *)f, f->fn, dev);
         pthread_mutex_unlock(&vcu__rt.reg_lock);
     }
+    return e;
+}
+
+VCU__EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                             int value)
+{
+    int dev;
+    cudaError_t e = vcu__enter(&dev);
+
+    if (e == cudaSuccess)
+        e = vcu__func_set_attr(vcu__kernel_by_host(func), dev, attr, value);
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel,
+                                                        enum cudaFuncAttribute attr, int value,
+                                                        int device)
+{
+    cudaError_t e = vcu__check_dev(device);
+
+    if (e == cudaSuccess && !vcu__reg_has(kernel, VCU__H_KERNEL))
+        e = cudaErrorInvalidDeviceFunction;
+    if (e == cudaSuccess)
+        e = vcu__func_set_attr((vcu__kernel_t *)kernel, device, attr, value);
     return vcu__err(e);
 }
 
@@ -876,4 +917,183 @@ VCU__EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
     if (e == cudaSuccess)
         *size = s;
     return vcu__err(e);
+}
+
+/* ---- kernels by handle, parameters, extensible launches ----------------- */
+
+VCU__EXPORT cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
+{
+    return __cudaGetKernel(kernelPtr, entryFuncAddr);
+}
+
+/* The kernel's record stands for its function: it is what every entry
+ * point taking a function accepts. */
+VCU__EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
+{
+    vcu__kernel_t *k;
+
+    if (functionPtr == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    k = vcu__kernel_by_host(symbolPtr);
+    if (k == NULL)
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    *functionPtr = (cudaFunction_t)k;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
+{
+    vcu__kernel_t *k;
+
+    if (name == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    k = vcu__kernel_by_host(func);
+    if (k == NULL)
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    *name = k->name;            /* registered for the life of the process */
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex,
+                                             size_t *paramOffset, size_t *paramSize)
+{
+    const vcu__kfn_t *f;
+    int dev;
+    cudaError_t e;
+
+    e = vcu__func_here(func, &dev, &f);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (paramIndex >= f->nparams)
+        return vcu__err(cudaErrorInvalidValue);
+    if (paramOffset != NULL)
+        *paramOffset = f->params[paramIndex].offset;
+    if (paramSize != NULL)
+        *paramSize = f->params[paramIndex].size;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func,
+                                                   enum cudaSharedMemConfig config)
+{
+    if (config < cudaSharedMemBankSizeDefault || config > cudaSharedMemBankSizeEightByte)
+        return vcu__err(cudaErrorInvalidValue);
+    if (vcu__kernel_by_host(func) == NULL)
+        return vcu__err(cudaErrorInvalidDeviceFunction);
+    return cudaSuccess;         /* deprecated; a no-op since sm_70 */
+}
+
+/*
+ * Launch attributes: cooperative becomes a cooperative launch; hints whose
+ * absence only makes the launch more conservative are accepted and
+ * dropped; what would change the result (clusters, events triggered by
+ * the launch, device-updatable nodes) is not supported.
+ */
+static cudaError_t vcu__launch_ex(const cudaLaunchConfig_t *c, const void *func, void **args,
+                                  int ptsz)
+{
+    uint32_t flags = 0;
+
+    if (c == NULL || (c->numAttrs > 0 && c->attrs == NULL))
+        return cudaErrorInvalidValue;
+    for (unsigned int i = 0; i < c->numAttrs; i++) {
+        const cudaLaunchAttribute *a = &c->attrs[i];
+        static int once;
+
+        switch (a->id) {
+        case cudaLaunchAttributeIgnore:
+        case cudaLaunchAttributeAccessPolicyWindow:
+        case cudaLaunchAttributeSynchronizationPolicy:
+        case cudaLaunchAttributeClusterSchedulingPolicyPreference:
+        case cudaLaunchAttributeProgrammaticStreamSerialization:
+        case cudaLaunchAttributePriority:
+        case cudaLaunchAttributeMemSyncDomainMap:
+        case cudaLaunchAttributeMemSyncDomain:
+        case cudaLaunchAttributePreferredClusterDimension:
+        case cudaLaunchAttributePreferredSharedMemoryCarveout:
+        case cudaLaunchAttributeNvlinkUtilCentricScheduling:
+            break;
+        case cudaLaunchAttributeCooperative:
+            if (a->val.cooperative)
+                flags |= VCU_CU_LAUNCH_F_COOPERATIVE;
+            break;
+        case cudaLaunchAttributeClusterDimension:
+            if ((uint64_t)a->val.clusterDim.x * a->val.clusterDim.y * a->val.clusterDim.z <= 1)
+                break;
+            /* fall through */
+        default:
+            vcu__log_once(&once, "virtio-cuda: cudaLaunchKernelExC with launch attribute %d "
+                                 "is not supported\n", (int)a->id);
+            return cudaErrorNotSupported;
+        }
+    }
+    return vcu__launch(vcu__kernel_by_host(func), c->gridDim, c->blockDim, args,
+                       c->dynamicSmemBytes, c->stream, ptsz, flags);
+}
+
+VCU__EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func,
+                                            void **args)
+{
+    return vcu__err(vcu__launch_ex(config, func, args, 0));
+}
+
+VCU__EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config,
+                                                 const void *func, void **args);
+VCU__EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config,
+                                                 const void *func, void **args)
+{
+    return vcu__err(vcu__launch_ex(config, func, args, 1));
+}
+
+/*
+ * Dynamic shared memory left per block with numBlocks blocks of blockSize
+ * threads resident on one SM: the SM's shared memory split evenly, less
+ * each block's reservation and static use, capped by the function's
+ * dynamic limit; 0 where that many blocks cannot be resident at all.
+ */
+VCU__EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
+                                                                  const void *func,
+                                                                  int numBlocks, int blockSize)
+{
+    const vcu__kfn_t *f;
+    int64_t per_sm, reserved, warp, threads_sm, blocks_sm, avail;
+    int32_t max_threads, static_smem, max_dyn;
+    int dev;
+    cudaError_t e;
+
+    if (dynamicSmemSize == NULL || numBlocks <= 0 || blockSize <= 0)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__func_here(func, &dev, &f);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    pthread_mutex_lock(&vcu__rt.reg_lock);
+    if (!f->have_attrs)
+        vcu__kfn_load_attrs_locked((vcu__kfn_t *)f, f->fn, dev);
+    e = f->have_attrs ? cudaSuccess : cudaErrorUnknown;
+    max_threads = f->attrs[0];      /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK */
+    static_smem = f->attrs[1];      /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+    max_dyn = f->attrs[8];          /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    pthread_mutex_unlock(&vcu__rt.reg_lock);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    per_sm = vcu__dev_attr(dev, cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+    reserved = vcu__dev_attr(dev, cudaDevAttrReservedSharedMemoryPerBlock);
+    warp = vcu__dev_attr(dev, cudaDevAttrWarpSize);
+    threads_sm = vcu__dev_attr(dev, cudaDevAttrMaxThreadsPerMultiProcessor);
+    blocks_sm = vcu__dev_attr(dev, cudaDevAttrMaxBlocksPerMultiprocessor);
+    if (warp <= 0)
+        warp = 32;
+    *dynamicSmemSize = 0;
+    if ((max_threads > 0 && blockSize > max_threads) ||
+        (blocks_sm > 0 && numBlocks > blocks_sm) ||
+        (threads_sm > 0 &&
+         (int64_t)numBlocks * ((blockSize + warp - 1) / warp * warp) > threads_sm))
+        return cudaSuccess;
+    avail = per_sm / numBlocks - reserved - static_smem;
+    if (avail < 0)
+        avail = 0;
+    if (max_dyn >= 0 && avail > max_dyn)
+        avail = max_dyn;
+    *dynamicSmemSize = (size_t)avail;
+    return cudaSuccess;
 }

@@ -13,6 +13,11 @@
 
 #include "cudart_int.h"
 
+/* Stream ids: 0 is the legacy stream; per-thread streams and created
+ * streams take the next value. */
+static unsigned long long vcu__stream_ids = 1;
+static __thread unsigned long long vcu__ptds_id;
+
 cudaError_t vcu__stream(cudaStream_t s, int ptsz, int *dev, uint64_t *wire)
 {
     vcu__stream_t *st;
@@ -71,6 +76,8 @@ static cudaError_t vcu__stream_create(cudaStream_t *out, unsigned int flags, int
     st->h = o.value;
     st->flags = flags;
     st->priority = priority;
+    st->id = __atomic_fetch_add(&vcu__stream_ids, 1, __ATOMIC_RELAXED);
+    st->sync_policy = cudaSyncPolicyAuto;
     *out = (cudaStream_t)st;
     return cudaSuccess;
 }
@@ -196,49 +203,256 @@ VCU__EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_
     return vcu__err(vcu__wait_event(stream, event, flags, 1));
 }
 
-VCU__EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
+static cudaError_t vcu__stream_get(cudaStream_t s, int ptsz, vcu__stream_t **st, int *dev)
 {
     uint64_t w;
+    cudaError_t e = vcu__stream(s, ptsz, dev, &w);
+
+    *st = e == cudaSuccess && w >= VCU_CU_HANDLE_MIN ? (vcu__stream_t *)s : NULL;
+    return e;
+}
+
+static cudaError_t vcu__stream_priority(cudaStream_t s, int *priority, int ptsz)
+{
+    vcu__stream_t *st;
     int dev;
     cudaError_t e;
 
     if (priority == NULL)
-        return vcu__err(cudaErrorInvalidValue);
-    e = vcu__stream(hStream, 0, &dev, &w);
-    if (e != cudaSuccess)
-        return vcu__err(e);
-    *priority = w >= VCU_CU_HANDLE_MIN ? ((vcu__stream_t *)hStream)->priority : 0;
-    return cudaSuccess;
+        return cudaErrorInvalidValue;
+    e = vcu__stream_get(s, ptsz, &st, &dev);
+    if (e == cudaSuccess)
+        *priority = st != NULL ? st->priority : 0;
+    return e;
 }
 
-VCU__EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
+VCU__EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
 {
-    uint64_t w;
+    return vcu__err(vcu__stream_priority(hStream, priority, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int *priority);
+VCU__EXPORT cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int *priority)
+{
+    return vcu__err(vcu__stream_priority(hStream, priority, 1));
+}
+
+static cudaError_t vcu__stream_flags(cudaStream_t s, unsigned int *flags, int ptsz)
+{
+    vcu__stream_t *st;
     int dev;
     cudaError_t e;
 
     if (flags == NULL)
-        return vcu__err(cudaErrorInvalidValue);
-    e = vcu__stream(hStream, 0, &dev, &w);
-    if (e != cudaSuccess)
-        return vcu__err(e);
-    *flags = w >= VCU_CU_HANDLE_MIN ? ((vcu__stream_t *)hStream)->flags : cudaStreamDefault;
-    return cudaSuccess;
+        return cudaErrorInvalidValue;
+    e = vcu__stream_get(s, ptsz, &st, &dev);
+    if (e == cudaSuccess)
+        *flags = st != NULL ? st->flags : cudaStreamDefault;
+    return e;
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
+{
+    return vcu__err(vcu__stream_flags(hStream, flags, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t hStream, unsigned int *flags);
+VCU__EXPORT cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t hStream, unsigned int *flags)
+{
+    return vcu__err(vcu__stream_flags(hStream, flags, 1));
+}
+
+static cudaError_t vcu__stream_device(cudaStream_t s, int *device, int ptsz)
+{
+    vcu__stream_t *st;
+    cudaError_t e;
+
+    if (device == NULL)
+        return cudaErrorInvalidValue;
+    e = vcu__stream_get(s, ptsz, &st, device);
+    return e;
 }
 
 VCU__EXPORT cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
 {
+    return vcu__err(vcu__stream_device(hStream, device, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t hStream, int *device);
+VCU__EXPORT cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t hStream, int *device)
+{
+    return vcu__err(vcu__stream_device(hStream, device, 1));
+}
+
+static cudaError_t vcu__stream_id(cudaStream_t s, unsigned long long *id, int ptsz)
+{
+    vcu__stream_t *st;
     uint64_t w;
     int dev;
     cudaError_t e;
 
-    if (device == NULL)
-        return vcu__err(cudaErrorInvalidValue);
-    e = vcu__stream(hStream, 0, &dev, &w);
+    if (id == NULL)
+        return cudaErrorInvalidValue;
+    e = vcu__stream(s, ptsz, &dev, &w);
     if (e != cudaSuccess)
-        return vcu__err(e);
-    *device = dev;
+        return e;
+    st = w >= VCU_CU_HANDLE_MIN ? (vcu__stream_t *)s : NULL;
+    if (st != NULL) {
+        *id = st->id;
+    } else if (w == VCU_CU_STREAM_PER_THREAD) {
+        if (vcu__ptds_id == 0)
+            vcu__ptds_id = __atomic_fetch_add(&vcu__stream_ids, 1, __ATOMIC_RELAXED);
+        *id = vcu__ptds_id;
+    } else {
+        *id = 0;
+    }
     return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
+{
+    return vcu__err(vcu__stream_id(hStream, streamId, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long long *streamId);
+VCU__EXPORT cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long long *streamId)
+{
+    return vcu__err(vcu__stream_id(hStream, streamId, 1));
+}
+
+/*
+ * Stream attributes: priority and synchronization policy read back; the
+ * policy may be set (it is recorded: how the guest waits does not change),
+ * the priority only to the value it has (the host stream keeps its own);
+ * an access policy window reads as none.  Anything else is not supported.
+ */
+static cudaError_t vcu__stream_get_attr(cudaStream_t s, cudaLaunchAttributeID attr,
+                                        cudaLaunchAttributeValue *v, int ptsz)
+{
+    vcu__stream_t *st;
+    int dev;
+    cudaError_t e;
+
+    if (v == NULL)
+        return cudaErrorInvalidValue;
+    e = vcu__stream_get(s, ptsz, &st, &dev);
+    if (e != cudaSuccess)
+        return e;
+    switch (attr) {
+    case cudaLaunchAttributePriority:
+        memset(v, 0, sizeof(*v));
+        v->priority = st != NULL ? st->priority : 0;
+        return cudaSuccess;
+    case cudaLaunchAttributeSynchronizationPolicy:
+        memset(v, 0, sizeof(*v));
+        v->syncPolicy = st != NULL ? (enum cudaSynchronizationPolicy)st->sync_policy
+                                   : cudaSyncPolicyAuto;
+        return cudaSuccess;
+    case cudaLaunchAttributeAccessPolicyWindow:
+        memset(v, 0, sizeof(*v));
+        return cudaSuccess;
+    default:
+        VCU__NOT_SUPPORTED("cudaStreamGetAttribute of this attribute", "");
+    }
+}
+
+static cudaError_t vcu__stream_set_attr(cudaStream_t s, cudaLaunchAttributeID attr,
+                                        const cudaLaunchAttributeValue *v, int ptsz)
+{
+    vcu__stream_t *st;
+    int dev;
+    cudaError_t e;
+
+    if (v == NULL)
+        return cudaErrorInvalidValue;
+    e = vcu__stream_get(s, ptsz, &st, &dev);
+    if (e != cudaSuccess)
+        return e;
+    if (attr == cudaLaunchAttributeSynchronizationPolicy && st != NULL) {
+        if (v->syncPolicy < cudaSyncPolicyAuto || v->syncPolicy > cudaSyncPolicyBlockingSync)
+            return cudaErrorInvalidValue;
+        st->sync_policy = v->syncPolicy;
+        return cudaSuccess;
+    }
+    if (attr == cudaLaunchAttributePriority && v->priority == (st != NULL ? st->priority : 0))
+        return cudaSuccess;
+    VCU__NOT_SUPPORTED("cudaStreamSetAttribute",
+                       "only a created stream's synchronization policy can change");
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr,
+                                               cudaLaunchAttributeValue *value_out)
+{
+    cudaError_t e = vcu__stream_get_attr(hStream, attr, value_out, 0);
+
+    return e == cudaSuccess ? e : vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t hStream,
+                                                    cudaLaunchAttributeID attr,
+                                                    cudaLaunchAttributeValue *value_out);
+VCU__EXPORT cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t hStream,
+                                                    cudaLaunchAttributeID attr,
+                                                    cudaLaunchAttributeValue *value_out)
+{
+    cudaError_t e = vcu__stream_get_attr(hStream, attr, value_out, 1);
+
+    return e == cudaSuccess ? e : vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr,
+                                               const cudaLaunchAttributeValue *value)
+{
+    cudaError_t e = vcu__stream_set_attr(hStream, attr, value, 0);
+
+    return e == cudaSuccess ? e : vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream,
+                                                    cudaLaunchAttributeID attr,
+                                                    const cudaLaunchAttributeValue *value);
+VCU__EXPORT cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream,
+                                                    cudaLaunchAttributeID attr,
+                                                    const cudaLaunchAttributeValue *value)
+{
+    cudaError_t e = vcu__stream_set_attr(hStream, attr, value, 1);
+
+    return e == cudaSuccess ? e : vcu__err(e);
+}
+
+/* Copies what a stream's attributes hold here: the synchronization policy. */
+static cudaError_t vcu__stream_copy_attrs(cudaStream_t dst, cudaStream_t src, int ptsz)
+{
+    cudaLaunchAttributeValue v;
+    cudaError_t e;
+
+    e = vcu__stream_get_attr(src, cudaLaunchAttributeSynchronizationPolicy, &v, ptsz);
+    if (e == cudaSuccess) {
+        vcu__stream_t *st;
+        int dev;
+
+        e = vcu__stream_get(dst, ptsz, &st, &dev);
+        if (e == cudaSuccess && st != NULL)
+            st->sync_policy = v.syncPolicy;
+        else if (e == cudaSuccess && v.syncPolicy != cudaSyncPolicyAuto)
+            e = vcu__stream_set_attr(dst, cudaLaunchAttributeSynchronizationPolicy, &v, ptsz);
+    }
+    return e;
+}
+
+VCU__EXPORT cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
+{
+    cudaError_t e = vcu__stream_copy_attrs(dst, src, 0);
+
+    return e == cudaSuccess ? e : vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src);
+VCU__EXPORT cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src)
+{
+    cudaError_t e = vcu__stream_copy_attrs(dst, src, 1);
+
+    return e == cudaSuccess ? e : vcu__err(e);
 }
 
 /* ---- events ------------------------------------------------------------- */
@@ -317,6 +531,14 @@ VCU__EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t
                                                  unsigned int flags)
 {
     return vcu__err(vcu__event_record(event, stream, flags, 0));
+}
+
+VCU__EXPORT cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream,
+                                                      unsigned int flags);
+VCU__EXPORT cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream,
+                                                      unsigned int flags)
+{
+    return vcu__err(vcu__event_record(event, stream, flags, 1));
 }
 
 static cudaError_t vcu__event_op(cudaEvent_t event, uint32_t op)

@@ -5,7 +5,8 @@
 # Suites: unit (host backend under ASan/UBSan), qtest (the QEMU device
 # driven as a hostile guest would, through QEMU's qtest interface, no guest
 # kernel), twins (the CPU stand-in's kernel twins match the parameter
-# layouts nvcc gave the test kernels), cuda-loopback (the CUDA test
+# layouts nvcc gave the test kernels), exports (our libcudart.so.13 exports
+# every name NVIDIA's does, with its symbol version), cuda-loopback (the CUDA test
 # programs against guest-lib + backend + the CPU stand-in for libcuda, no
 # VM), and in a TCG guest: echo, badinput, hostmem, cuda.
 # VCU_SUITES="unit echo" limits the run to the suites named.
@@ -13,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"unit qtest twins cuda-loopback echo badinput hostmem cuda"}
+suites=${VCU_SUITES:-"unit qtest twins exports cuda-loopback echo badinput hostmem cuda"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -63,6 +64,7 @@ for s in $suites; do
     qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
         build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;
     twins) run_suite twins one_check tests/cuda/check-twins.sh build/cuda-tests ;;
+    exports) run_suite exports one_check guest-lib/check-exports.sh ;;
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
     echo | badinput | hostmem | cuda) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
