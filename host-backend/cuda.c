@@ -272,6 +272,7 @@ struct vcu__cuda_sess_s {
     uint32_t deferred;                      /* pending CUresult of an async request */
     vcu__gate_t gate;
     struct vcu__op_s *op;                   /* the worker's scratch for vcu__cuda_exec */
+    CUcontext cur;                          /* current on the worker thread, or NULL */
     vcu__cuda_wait_t *waits;                /* pending waits, newest first */
     unsigned int ngev;                      /* waits with a gev */
     vcu__orphan_t *orphans;
@@ -637,6 +638,21 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out)
     return 0;
 }
 
+/*
+ * Makes ctx current on the worker thread (the only thread that calls
+ * this); a request costs no driver call when it is already.
+ */
+static CUresult vcu__cur(vcu__cuda_sess_t *cs, CUcontext ctx)
+{
+    CUresult r;
+
+    if (ctx == cs->cur && ctx != NULL)
+        return CUDA_SUCCESS;
+    r = cs->cu->fn.cuCtxSetCurrent(ctx);
+    cs->cur = r == CUDA_SUCCESS ? ctx : NULL;
+    return r;
+}
+
 /* Makes device d's context current, creating it first if needed. */
 static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
 {
@@ -652,7 +668,7 @@ static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
             return r;
         }
     }
-    return cu->fn.cuCtxSetCurrent(cs->ctx[d]);
+    return vcu__cur(cs, cs->ctx[d]);
 }
 
 /* ---- waits -------------------------------------------------------------- */
@@ -682,7 +698,7 @@ static void vcu__ev_put(vcu__cuda_sess_t *cs, uint32_t d, CUevent ev)
         CUevent *n = realloc(p->ev, ncap * sizeof(*n));
 
         if (n == NULL) {
-            if (cs->cu->fn.cuCtxSetCurrent(cs->ctx[d]) == CUDA_SUCCESS)
+            if (vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS)
                 VCU__CU(cs->cu, cuEventDestroy, ev);
             return;
         }
@@ -757,7 +773,7 @@ static void vcu__wait_drop_gev(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
                 break;
         if (o != NULL)
             o->own_gev = 1;
-        else if (cs->cu->fn.cuCtxSetCurrent(cs->ctx[w->gdev]) == CUDA_SUCCESS)
+        else if (vcu__cur(cs, cs->ctx[w->gdev]) == CUDA_SUCCESS)
             VCU__CU(cs->cu, cuEventDestroy, w->gev);
     }
     w->gev = NULL;
@@ -807,7 +823,7 @@ int vcu__cuda_wait_poll(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
         vcu__wev_t *e = &w->ev[i];
 
         if (e->dev != cur) {
-            cu->fn.cuCtxSetCurrent(cs->ctx[e->dev]);
+            vcu__cur(cs, cs->ctx[e->dev]);
             cur = e->dev;
         }
         r = cu->fn.cuEventQuery(e->ev);
@@ -824,7 +840,7 @@ int vcu__cuda_wait_poll(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
     }
     if (w->gev != NULL) {
         if (w->gdev != cur)
-            cu->fn.cuCtxSetCurrent(cs->ctx[w->gdev]);
+            vcu__cur(cs, cs->ctx[w->gdev]);
         r = cu->fn.cuEventQuery(w->gev);
         if (r == CUDA_ERROR_NOT_READY) {
             pending = 1;
@@ -884,7 +900,7 @@ static void vcu__orphans_prune(vcu__cuda_sess_t *cs)
     vcu__orphan_t **pp = &cs->orphans, *o;
 
     while ((o = *pp) != NULL) {
-        if (cu->fn.cuCtxSetCurrent(cs->ctx[o->dev]) == CUDA_SUCCESS &&
+        if (vcu__cur(cs, cs->ctx[o->dev]) == CUDA_SUCCESS &&
             cu->fn.cuEventQuery(o->ev) == CUDA_ERROR_NOT_READY) {
             pp = &o->next;
             continue;
@@ -918,7 +934,7 @@ static int vcu__park_ctx(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint32_t d)
     }
     if (cs->orphans != NULL) {
         vcu__orphans_prune(cs);
-        if (cu->fn.cuCtxSetCurrent(cs->ctx[d]) != CUDA_SUCCESS)
+        if (vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS)
             return -1;
     }
     if (vcu__wait_record(cs, w, d, CU_STREAM_LEGACY) != CUDA_SUCCESS ||
@@ -992,7 +1008,7 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
     vcu__cuda_t *cu = cs->cu;
     uint32_t i;
 
-    if (cs->ctx[d] != NULL && cu->fn.cuCtxSetCurrent(cs->ctx[d]) == CUDA_SUCCESS)
+    if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS)
         cu->fn.cuCtxSynchronize();
     if (cs->ctx[d] != NULL)
         vcu__waits_ctx_gone(cs, d);
@@ -1020,7 +1036,7 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
         vcu__pset_del(&cs->allocs, k);
     }
     if (cs->ctx[d] != NULL) {
-        cu->fn.cuCtxSetCurrent(NULL);
+        vcu__cur(cs, NULL);
         cu->fn.cuCtxDestroy(cs->ctx[d]);
         cs->ctx[d] = NULL;
     }
@@ -1106,7 +1122,7 @@ int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs, vcu__cuda_wait_t **wait)
 
         if (cs->ctx[d] == NULL)
             continue;
-        r = cu->fn.cuCtxSetCurrent(cs->ctx[d]);
+        r = vcu__cur(cs, cs->ctx[d]);
         if (r == CUDA_SUCCESS && (w == NULL || vcu__park_ctx(cs, w, d) != 0))
             r = cu->fn.cuCtxSynchronize();
         if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
@@ -2451,7 +2467,7 @@ static int vcu__orphan(vcu__op_t *o, CUstream st)
 
     if (o->cs->orphans != NULL)
         vcu__orphans_prune(o->cs);
-    if (cu->fn.cuCtxSetCurrent(o->cs->ctx[d]) != CUDA_SUCCESS || cu->fn.cuStreamQuery == NULL ||
+    if (vcu__cur(o->cs, o->cs->ctx[d]) != CUDA_SUCCESS || cu->fn.cuStreamQuery == NULL ||
         cu->fn.cuStreamQuery(st) != CUDA_ERROR_NOT_READY || vcu__capturing(cu, st))
         return -1;
     or = calloc(1, sizeof(*or));
