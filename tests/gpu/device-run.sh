@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
 mkdir -p "$out"
-what=${1:-suite,bench}
+what=${1:-suite,main,bench}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$out/gpu.txt" 2>&1
 git log -1 --format='commit %H' >>"$out/gpu.txt" 2>/dev/null || cat build/commit >>"$out/gpu.txt"
@@ -15,6 +15,12 @@ rc=0
 case ",$what," in *,suite,*)
     VCU_NO_BUILD=1 tests/gpu/run.sh cuda,demo,echo,badinput >"$out/gpu-suite.log" 2>&1 || rc=1
     tail -n 5 "$out/gpu-suite.log"
+    ;;
+esac
+case ",$what," in *,main,*)
+    # The README's main job, as a user runs it on a GPU host (built here).
+    VCU_NO_BUILD=1 scripts/run.sh >"$out/main-job.log" 2>&1 || rc=1
+    tail -n 25 "$out/main-job.log"
     ;;
 esac
 case ",$what," in *,bench,*)
