@@ -35,6 +35,12 @@
  * the guest's handle a new one (CUDA waits for the record current when
  * the synchronize was called).
  *
+ * The exception: a session that loaded an image using device printf,
+ * where the backend captures it (capture.c).  Its synchronizing calls
+ * block until their work is done, since only a blocking call makes sure
+ * the driver has written the output; what it wrote meanwhile is the
+ * session's, for CU_TAKE_OUTPUT.
+ *
  * Locks, in order:
  *   vcu__cuda_t.mu    the RAM registration list (vcu__cuda_add_ram,
  *                     vcu__cuda_remove_ram, fini).
@@ -58,6 +64,7 @@
 #include <cudaProfiler.h>
 
 #include "vcu_backend_int.h"
+#include "vcu_printf.h"
 #include "cuda_tab.h"
 
 #define VCU__STR2(x) #x
@@ -189,6 +196,7 @@ struct vcu__cuda_s {
     CUdevice dev[VCU_CU_MAX_DEVICES];       /* virtual ordinal -> host device */
     int host_ordinal[VCU_CU_MAX_DEVICES];
     int driver_version;
+    int capture;                            /* device printf captured (capture.c) */
 
     pthread_mutex_t mu;                     /* protects ram_ctx, ram */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
@@ -277,6 +285,10 @@ struct vcu__cuda_sess_s {
     unsigned int ngev;                      /* waits with a gev */
     vcu__orphan_t *orphans;
     vcu__evpool_t pool[VCU_CU_MAX_DEVICES];
+    /* Device printf output, once an image using printf is loaded and the
+     * backend captures; its synchronizing calls then block (see
+     * vcu__cuda_exec). */
+    vcu__out_t *out;
 };
 
 /* Tracked allocation flags (vcu__pset value = dev | flags). */
@@ -469,6 +481,9 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
             break;
         p = q + 1;
     }
+    /* Without it device printf goes to this process's stdout: a warning
+     * would only add to it, and nothing else depends on it. */
+    cu->capture = cfg != NULL && cfg->capture_printf && vcu__cap_start() == 0;
     *out = cu;
     return 0;
 
@@ -519,6 +534,8 @@ void vcu__cuda_fini(vcu__cuda_t *cu)
      * inside it, and unloading it loses what it allocated (a leak report
      * under LeakSanitizer).  dlopen() counts references, so a backend
      * created again reuses the loaded library. */
+    if (cu->capture)
+        vcu__cap_stop();
     pthread_mutex_destroy(&cu->mu);
     free(cu);
 }
@@ -853,6 +870,19 @@ int vcu__cuda_wait_poll(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
     return !pending;
 }
 
+/* Blocks until everything w waits for is done: vcu__cuda_wait_poll()
+ * then finds it done.  For printf sessions (see vcu__cuda_exec). */
+static void vcu__wait_block(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
+{
+    unsigned int i;
+
+    for (i = 0; i < w->nev; i++)
+        if (vcu__cur(cs, cs->ctx[w->ev[i].dev]) == CUDA_SUCCESS)
+            (void)VCU__CU(cs->cu, cuEventSynchronize, w->ev[i].ev);
+    if (w->gev != NULL && vcu__cur(cs, cs->ctx[w->gdev]) == CUDA_SUCCESS)
+        (void)VCU__CU(cs->cu, cuEventSynchronize, w->gev);
+}
+
 uint32_t vcu__cuda_wait_finish(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, vcu_request_t *req,
                                size_t *out_len)
 {
@@ -1099,6 +1129,7 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     pthread_mutex_destroy(&g->mu);
     vcu__htab_fini(&cs->tab);
     vcu__pset_fini(&cs->allocs);
+    vcu__out_free(cs->out);
     free(cs->op);
     free(cs);
 }
@@ -1301,6 +1332,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_occupancy_resp occ;
     struct vcu_cu_capture_info_resp cap;
     struct vcu_cu_elapsed_resp el;
+    struct vcu_cu_output_resp out;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -1558,6 +1590,53 @@ static uint32_t vcu__op_CU_CTX_RESET(vcu__op_t *o)
     }
     vcu__ctx_destroy(o->cs, d);
     o->res = CUDA_SUCCESS;
+    return VCU_S_OK;
+}
+
+/*
+ * Synchronizes every context of the session, as a blocking call (only a
+ * blocking call makes sure the driver has written the contexts' device
+ * printf output).  The first failure.
+ */
+static CUresult vcu__sync_all(vcu__cuda_sess_t *cs)
+{
+    CUresult r, first = CUDA_SUCCESS;
+    uint32_t d;
+
+    for (d = 0; d < cs->cu->ndev; d++) {
+        if (cs->ctx[d] == NULL)
+            continue;
+        r = vcu__cur(cs, cs->ctx[d]);
+        if (r == CUDA_SUCCESS)
+            r = cs->cu->fn.cuCtxSynchronize();
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+    }
+    return first;
+}
+
+static uint32_t vcu__op_CU_TAKE_OUTPUT(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    size_t room = o->cap - sizeof(struct vcu_cu_output_resp), n = 0;
+    int more = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.value & ~(uint64_t)VCU_CU_TAKE_F_SYNC)
+        return VCU_S_EINVAL;
+    if (o->cs->out == NULL)
+        return VCU_S_OK;            /* nothing captured: len 0 */
+    if (rq.value & VCU_CU_TAKE_F_SYNC) {
+        vcu__out_sync_begin(o->cs->out);
+        o->res = vcu__sync_all(o->cs);
+        vcu__out_sync_end(o->cs->out);
+    }
+    if (room > VCU_MAX_PAYLOAD - sizeof(struct vcu_cu_output_resp))
+        room = VCU_MAX_PAYLOAD - sizeof(struct vcu_cu_output_resp);
+    n = vcu__out_take(o->cs->out, o->out + sizeof(struct vcu_cu_output_resp), room, &more);
+    o->rb.out.len = (uint32_t)n;
+    o->rb.out.more = (uint32_t)more;
+    o->len = sizeof(struct vcu_cu_output_resp) + n;
     return VCU_S_OK;
 }
 
@@ -2146,6 +2225,9 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     vcu__gather(s, img, (size_t)rq.image_len);
     img[rq.image_len] = '\0';
     o->res = o->cu->fn.cuModuleLoadData(&mod, img);
+    if (o->res == CUDA_SUCCESS && o->cu->capture && o->cs->out == NULL &&
+        vcu_image_uses_printf(img, (size_t)rq.image_len) && vcu__out_new(&o->cs->out) != 0)
+        o->cs->out = NULL;          /* its output goes to our stdout, as without capture */
     free(img);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
@@ -3092,7 +3174,20 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
     o->cap = out_cap;
     o->len = rpsz;
     o->res = CUDA_SUCCESS;
-    st = vcu__dispatch(o, op);
+    if (cs->out != NULL && vcu_op_flushes_printf(op, payload)) {
+        /* A printf session's synchronizing call blocks until its GPU
+         * work is done, and the output the driver wrote meanwhile is the
+         * session's (CU_TAKE_OUTPUT). */
+        vcu__out_sync_begin(cs->out);
+        st = vcu__dispatch(o, op);
+        if (o->wait != NULL)
+            vcu__wait_block(cs, o->wait);
+        vcu__out_sync_end(cs->out);
+    } else {
+        if (cs->out != NULL && (op == VCU_OP_CU_LAUNCH || op == VCU_OP_CU_GRAPH_LAUNCH))
+            vcu__out_touch(cs->out);
+        st = vcu__dispatch(o, op);
+    }
 
     /* An async request has no reader: its first failure waits for the
      * next reply.  A malformed one counts as CUDA_ERROR_INVALID_VALUE. */
@@ -3102,7 +3197,8 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
         if (bad != 0 && cs->deferred == 0)
             cs->deferred = bad;
         o->rb.r.deferred = 0;
-    } else if (op != VCU_OP_CU_GET_DEFERRED_ERROR) {
+    } else if (op != VCU_OP_CU_GET_DEFERRED_ERROR && op != VCU_OP_CU_TAKE_OUTPUT) {
+        /* TAKE_OUTPUT: the guest library's own, after the program's call. */
         o->rb.r.deferred = cs->deferred;
         cs->deferred = 0;
     }

@@ -47,6 +47,14 @@ typedef struct vcu_backend_config_s {
     unsigned int max_sessions;
     /* Register guest RAM given with vcu_backend_add_ram() with CUDA. */
     int register_ram;
+    /*
+     * Capture device printf output (CU_TAKE_OUTPUT): the driver writes it
+     * to fd 1, which becomes a pipe while a backend with this set has
+     * CUDA; what no session claims goes on to the original fd 1.  For a
+     * process whose fd 1 is not the guest program's (QEMU); 0 where it is
+     * (loopback: the output is already where it belongs).
+     */
+    int capture_printf;
 } vcu_backend_config_t;
 
 typedef struct vcu_segment_s {

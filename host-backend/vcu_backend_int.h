@@ -81,6 +81,28 @@ uint32_t vcu__cuda_wait_finish(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, vcu_re
  */
 int vcu__cuda_sess_fence(vcu__cuda_sess_t *cs, vcu__cuda_wait_t **wait);
 
+/*
+ * Device printf capture (capture.c).  vcu__cap_start() makes fd 1 a pipe
+ * read by a thread of its own (counted: every start has its stop);
+ * VCU_EIO if it cannot.  A session that loaded an image using printf has
+ * a sink (vcu__out_new, freed with vcu__out_free) that collects what is
+ * written to fd 1 while it synchronizes (between vcu__out_sync_begin and
+ * _end: one session at a time, the driver call made in between must be
+ * a blocking one) and what is written while it was the last to launch
+ * (vcu__out_touch).  vcu__out_take() moves the oldest bytes out, up to
+ * cap, and says whether more are left.  Worker thread of the sink's
+ * session; start and stop from the backend's owner.
+ */
+typedef struct vcu__out_s vcu__out_t;
+int vcu__cap_start(void);
+void vcu__cap_stop(void);
+int vcu__out_new(vcu__out_t **out);
+void vcu__out_free(vcu__out_t *o);
+void vcu__out_touch(vcu__out_t *o);
+void vcu__out_sync_begin(vcu__out_t *o);
+void vcu__out_sync_end(vcu__out_t *o);
+size_t vcu__out_take(vcu__out_t *o, void *dst, size_t cap, int *more);
+
 /* Returned by vcu__cuda_exec() when it has taken the request over and
  * will finish it later itself with vcu__complete(). */
 #define VCU__PARKED 0xffffffffu

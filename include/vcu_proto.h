@@ -192,6 +192,7 @@ struct vcu_resp_hdr {
     XX(CU_DEVICE_CAN_ACCESS_PEER, 0x0109, vcu_cu_u64_req, vcu_cu_u64_resp)               \
     XX(CU_PROFILER, 0x010a, vcu_cu_u64_req, vcu_cu_resp)                                 \
     XX(CU_GET_DEFERRED_ERROR, 0x010b, vcu_cu_hdr, vcu_cu_resp)                           \
+    XX(CU_TAKE_OUTPUT, 0x010c, vcu_cu_u64_req, vcu_cu_output_resp)                      \
     /* CUDA: memory */                                                                   \
     XX(CU_MEM_ALLOC, 0x0200, vcu_cu_mem_alloc_req, vcu_cu_u64_resp)                      \
     XX(CU_MEM_FREE, 0x0201, vcu_cu_u64_req, vcu_cu_resp)                                 \
@@ -383,6 +384,7 @@ struct vcu_cu_pair_req {
  *   CU_CTX_SET_FLAGS flags; CU_DEVICE_CAN_ACCESS_PEER peer ordinal;
  *   CU_PROFILER 1 start / 0 stop; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
+ *   CU_TAKE_OUTPUT flags (VCU_CU_TAKE_F_*);
  *   everything else the handle it names.
  */
 
@@ -412,6 +414,25 @@ struct vcu_cu_mem_info_resp {
     struct vcu_cu_resp r;
     vcu_le64 free;
     vcu_le64 total;
+};
+
+/*
+ * CU_TAKE_OUTPUT: device printf output.  The host's driver writes it to
+ * the host process's stdout; a host that captures it keeps it per session
+ * (at most 1 MiB; beyond that it is dropped and the output says so once)
+ * and this returns the oldest len bytes of it, followed by them, and more
+ * = 1 if there is still more.  The host collects it after the calls that
+ * flush it (vcu_op_flushes_printf() in vcu_printf.h) of sessions that
+ * loaded an image that uses printf (vcu_image_uses_printf()).  With
+ * VCU_CU_TAKE_F_SYNC it first synchronizes every context of the session
+ * (process exit).  A host that does not capture returns len 0.
+ */
+#define VCU_CU_TAKE_F_SYNC (1u << 0)
+
+struct vcu_cu_output_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 len;                   /* bytes that follow */
+    vcu_le32 more;                  /* 1: call again */
 };
 
 struct vcu_cu_limit_req {
@@ -653,6 +674,7 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_driver_info_resp) == 16, "vcu_cu_driver_in
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_device_info_resp) == 8 + 256 + 16 + 8 + 8 + 4 * VCU_CU_NUM_DEV_ATTRS,
                  "vcu_cu_device_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_info_resp) == 24, "vcu_cu_mem_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_output_resp) == 16, "vcu_cu_output_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_limit_req) == 24, "vcu_cu_limit_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_priority_range_resp) == 16, "vcu_cu_priority_range_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_alloc_req) == 32, "vcu_cu_mem_alloc_req");

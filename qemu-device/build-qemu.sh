@@ -136,11 +136,13 @@ for f in "$root"/qemu-device/*.c; do sync_file "$f" "$tree/hw/virtio/$(basename 
 for f in "$root"/qemu-device/*.h; do [ -e "$f" ] && sync_file "$f" "$tree/include/hw/virtio/$(basename "$f")"; done
 
 # The backend is built as a static library of its own, with the CUDA headers
-# on its include path only; the device sees vcu_backend.h and vcu_proto.h.
+# on its include path only; the device sees vcu_backend.h and vcu_proto.h
+# (vcu_printf.h is the backend's).
 bdir="$tree/hw/virtio/vcu-backend"
 mkdir -p "$bdir"
 declare -A want=()
 sync_file "$root/include/vcu_proto.h" "$bdir/vcu_proto.h"; want[vcu_proto.h]=1
+sync_file "$root/include/vcu_printf.h" "$bdir/vcu_printf.h"; want[vcu_printf.h]=1
 for f in "$root"/host-backend/*.h "$backend_src"/*.h "$backend_src"/*.c; do
     [ -e "$f" ] || continue
     sync_file "$f" "$bdir/$(basename "$f")"

@@ -660,6 +660,7 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         .libcuda = s->libcuda,
         .max_sessions = s->max_sessions,
         .register_ram = s->register_ram,
+        .capture_printf = s->capture_printf,
     };
     const char *cuda_err;
     int rc;
@@ -726,6 +727,7 @@ static const Property virtio_cuda_properties[] = {
     DEFINE_PROP_STRING("gpus", VirtIOCuda, gpus),
     DEFINE_PROP_STRING("libcuda", VirtIOCuda, libcuda),
     DEFINE_PROP_BOOL("register-ram", VirtIOCuda, register_ram, true),
+    DEFINE_PROP_BOOL("capture-printf", VirtIOCuda, capture_printf, true),
     DEFINE_PROP_UINT32("max-sessions", VirtIOCuda, max_sessions, 64),
 };
 

@@ -36,6 +36,7 @@ struct VirtIOCuda {
     char *gpus;
     char *libcuda;
     bool register_ram;
+    bool capture_printf;    /* device printf to the guest, not our stdout */
     uint32_t max_sessions;
 
     VirtIOCudaBackend *backend;

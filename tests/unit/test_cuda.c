@@ -1614,3 +1614,162 @@ TEST(cuda_add_ram)
     free(ram2);
     return 0;
 }
+
+/* ---- device printf (capture.c, CU_TAKE_OUTPUT) -------------------------- */
+
+#include <unistd.h>
+
+#include "vcu_printf.h"
+
+/* A fatbin of one entry of the given kind, flags and payload. */
+static size_t tc_fatbin(unsigned char *buf, uint16_t kind, uint64_t flags, const char *payload)
+{
+    struct vcu_fatbin_hdr h = { VCU_FATBIN_MAGIC, 1, sizeof(h), 0 };
+    struct vcu_fatbin_entry e;
+    size_t n = strlen(payload);
+
+    memset(&e, 0, sizeof(e));
+    e.kind = kind;
+    e.header_size = sizeof(e);
+    e.size = n;
+    e.flags = flags;
+    h.fat_size = sizeof(e) + n;
+    memcpy(buf, &h, sizeof(h));
+    memcpy(buf + sizeof(h), &e, sizeof(e));
+    memcpy(buf + sizeof(h) + sizeof(e), payload, n);
+    return sizeof(h) + sizeof(e) + n;
+}
+
+TEST(printf_image_detect)
+{
+    unsigned char b[512];
+    struct vcu_cu_memcpy_req m;
+    size_t n;
+
+    ASSERT_EQ(1, vcu_image_uses_printf(TC_PTX ".extern .func vprintf", strlen(TC_PTX) + 22));
+    ASSERT_EQ(0, vcu_image_uses_printf(TC_PTX, strlen(TC_PTX)));
+    n = tc_fatbin(b, VCU_FATBIN_KIND_ELF, 0x11, "\177ELF...vprintf...");
+    ASSERT_EQ(1, vcu_image_uses_printf(b, n));
+    n = tc_fatbin(b, VCU_FATBIN_KIND_ELF, 0x11, "\177ELF...vprint.");
+    ASSERT_EQ(0, vcu_image_uses_printf(b, n));
+    /* Compressed: cannot tell, so yes. */
+    n = tc_fatbin(b, VCU_FATBIN_KIND_ELF, 0x8011, "zzzz");
+    ASSERT_EQ(1, vcu_image_uses_printf(b, n));
+    n = tc_fatbin(b, VCU_FATBIN_KIND_PTX, 0x11, ".extern .func vprintf");
+    ASSERT_EQ(1, vcu_image_uses_printf(b, n));
+    /* A truncated fatbin is read as plain bytes. */
+    ASSERT_EQ(0, vcu_image_uses_printf(b, 20));
+
+    memset(&m, 0, sizeof(m));
+    ASSERT_EQ(1, vcu_op_flushes_printf(VCU_OP_CU_MEMCPY_DTOH, &m));
+    m.flags = VCU_CU_MEMCPY_F_ASYNC;
+    ASSERT_EQ(0, vcu_op_flushes_printf(VCU_OP_CU_MEMCPY_DTOH, &m));
+    ASSERT_EQ(1, vcu_op_flushes_printf(VCU_OP_CU_STREAM_SYNCHRONIZE, &m));
+    ASSERT_EQ(0, vcu_op_flushes_printf(VCU_OP_CU_LAUNCH, &m));
+    return 0;
+}
+
+/* CU_TAKE_OUTPUT into buf (cap bytes); returns the CUresult or 0x10000 +
+ * wire status; *len and *more from the reply. */
+static uint32_t tc_take(tc_t *c, uint64_t flags, char *buf, size_t cap, uint32_t *len,
+                        uint32_t *more)
+{
+    struct vcu_cu_u64_req rq = {{0, 0}, flags};
+    struct vcu_cu_output_resp rp;
+    ut_req_t *t = ut_req_new();
+    uint32_t st = tc_run(c, t, VCU_OP_CU_TAKE_OUTPUT, 0, &rq, sizeof(rq));
+
+    memcpy(&rp, ut_resp_payload(t), sizeof(rp));
+    if (st == VCU_S_OK) {
+        *len = rp.len;
+        *more = rp.more;
+        if (rp.len > cap || ut_resp(t)->payload_len != sizeof(rp) + rp.len)
+            st = VCU_S_ERANGE;
+        else
+            memcpy(buf, (char *)ut_resp_payload(t) + sizeof(rp), rp.len);
+    }
+    free(t);
+    return st != VCU_S_OK ? 0x10000 + st : rp.r.result;
+}
+
+#define TC_PF_HELLO "_Z8pf_helloiPi"
+#define TC_PF_PTX \
+    "//\n.version 8.0\n.target sm_90\n.extern .func vprintf\n.visible .entry " TC_PF_HELLO "()\n{\n}\n"
+
+TEST(cuda_printf_capture)
+{
+    vcu_backend_config_t cfg;
+    unsigned char fr[256], p[16];
+    static char got[VCU_MAX_PAYLOAD], big[64 * 1024];
+    uint64_t mod, fn, d;
+    uint32_t len, more;
+    size_t total = 0;
+    int32_t launch = 7;
+    tc_t c;
+    int i;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gpus = "0";
+    cfg.capture_printf = 1;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &c.be));
+    ASSERT_NULL(vcu_backend_cuda_error(c.be));
+    ASSERT_EQ(VCU_S_OK, ut_open(c.be, &c.s));
+
+    /* No printf module yet: nothing is the session's. */
+    ASSERT_EQ(0, tc_take(&c, 0, got, sizeof(got), &len, &more));
+    ASSERT_EQ(0, len);
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_take(&c, 2, got, sizeof(got), &len, &more));
+
+    ASSERT_EQ(0, tc_module(&c, TC_PF_PTX, &mod));
+    ASSERT_EQ(0, tc_func(&c, mod, TC_PF_HELLO, strlen(TC_PF_HELLO), 0, fr, sizeof(fr)));
+    memcpy(&fn, fr + 8, sizeof(fn));
+    ASSERT_EQ(0, tc_alloc(&c, 64, &d));
+    memcpy(p, &launch, 4);
+    memcpy(p + 8, &d, 8);
+    ASSERT_EQ(0, tc_launch(&c, fn, 0, 2, 4, p, 16, 16));
+    ASSERT_EQ(0, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(0, tc_take(&c, 0, got, sizeof(got), &len, &more));
+    got[len] = '\0';
+    ASSERT_EQ(0, strcmp(got, "hello from block 1 thread 2 launch 7\n"));
+    ASSERT_EQ(0, more);
+    ASSERT_EQ(0, tc_take(&c, 0, got, sizeof(got), &len, &more));
+    ASSERT_EQ(0, len);
+
+    /* Over 1 MiB: the rest is dropped, and the output says so once. */
+    memset(big, 'x', sizeof(big));
+    ASSERT_EQ(0, tc_launch(&c, fn, 0, 2, 4, p, 16, 16));
+    for (i = 0; i < 20; i++)
+        ASSERT_EQ((ssize_t)sizeof(big), write(1, big, sizeof(big)));
+    ASSERT_EQ(0, tc_take(&c, VCU_CU_TAKE_F_SYNC, got, sizeof(got), &len, &more));
+    total = len;
+    while (more) {
+        ASSERT_EQ(0, tc_take(&c, 0, got, sizeof(got), &len, &more));
+        total += len;
+    }
+    got[len] = '\0';
+    ASSERT_LE(total, (size_t)1 << 20);
+    ASSERT_GT(total, ((size_t)1 << 20) - 256);
+    ASSERT_NOT_NULL(strstr(got, "dropped]"));
+    tc_close(&c);
+    return 0;
+}
+
+/* Loopback: the backend leaves fd 1 alone and takes nothing. */
+TEST(cuda_printf_no_capture)
+{
+    unsigned char fr[256];
+    uint64_t mod;
+    uint32_t len = 1, more = 1;
+    char got[64];
+    tc_t c;
+
+    ASSERT_EQ(0, tc_open_gpus(&c, "0"));
+    ASSERT_EQ(0, tc_module(&c, TC_PF_PTX, &mod));
+    ASSERT_EQ(0, tc_func(&c, mod, TC_PF_HELLO, strlen(TC_PF_HELLO), 0, fr, sizeof(fr)));
+    ASSERT_EQ(0, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(0, tc_take(&c, VCU_CU_TAKE_F_SYNC, got, sizeof(got), &len, &more));
+    ASSERT_EQ(0, len);
+    ASSERT_EQ(0, more);
+    tc_close(&c);
+    return 0;
+}

@@ -38,6 +38,9 @@
     X(cuda_mempool)                     \
     X(cuda_memcpy_stable_async)         \
     X(cuda_fence)                       \
-    X(cuda_add_ram)
+    X(cuda_add_ram)                     \
+    X(printf_image_detect)              \
+    X(cuda_printf_capture)              \
+    X(cuda_printf_no_capture)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
