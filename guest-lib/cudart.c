@@ -247,6 +247,8 @@ cudaError_t vcu__call(int dev, uint32_t op, int async, void *req, uint32_t req_l
          * again, so it is never wrongly clear. */
         __atomic_store_n(&vcu__rt.dev[dev].pending, 0, __ATOMIC_RELAXED);
     err = vcu_conn_call(vcu__rt.conn, op, 0, req, req_len, bufs, nbufs, resp, resp_cap, &rlen);
+    if (err == 0)
+        vcu__printf_after(dev, op, req);
     if (err != 0)
         return vcu__from_vcu(err);
     if (rlen < sizeof(*r))
@@ -311,6 +313,13 @@ int vcu__dev_attr(int dev, int attr)
         return d->pci_device;
     case cudaDevAttrPciDomainId:
         return d->pci_domain;
+    case cudaDevAttrManagedMemory:
+        return 1;       /* emulated: cudart_managed.c */
+    case cudaDevAttrConcurrentManagedAccess:
+    case cudaDevAttrPageableMemoryAccess:
+    case cudaDevAttrPageableMemoryAccessUsesHostPageTables:
+    case cudaDevAttrDirectManagedMemAccessFromHost:
+        return 0;
     }
     if (vcu__dev_info(dev, &info) != cudaSuccess || attr < 0 ||
         (uint32_t)attr >= info->num_attrs || attr >= (int)VCU_CU_NUM_DEV_ATTRS)
@@ -507,7 +516,7 @@ VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int de
     p->localL1CacheSupported = A(LocalL1CacheSupported);
     p->sharedMemPerMultiprocessor = (size_t)A(MaxSharedMemoryPerMultiprocessor);
     p->regsPerMultiprocessor = A(MaxRegistersPerMultiprocessor);
-    p->managedMemory = 0;       /* managed memory is not offered */
+    p->managedMemory = A(ManagedMemory);
     p->isMultiGpuBoard = A(IsMultiGpuBoard);
     p->multiGpuBoardGroupID = A(MultiGpuBoardGroupID);
     p->hostNativeAtomicSupported = A(HostNativeAtomicSupported);
@@ -578,6 +587,8 @@ VCU__EXPORT cudaError_t cudaDeviceSynchronize(void)
 
     if (e == cudaSuccess)
         e = vcu__call(dev, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), NULL, 0, NULL, 0);
+    if (e == cudaSuccess)
+        e = vcu__managed_sync(dev, VCU_CU_STREAM_LEGACY, 1);
     return vcu__err(e);
 }
 

@@ -560,6 +560,8 @@ static cudaError_t vcu__graph_launch(cudaGraphExec_t exec, cudaStream_t stream, 
         e = vcu__check_dev(dev);
     if (e == cudaSuccess && dev != x->dev)
         e = cudaErrorInvalidValue;
+    if (e == cudaSuccess)
+        e = vcu__managed_use(dev, r.b);
     if (e != cudaSuccess)
         return e;
     r.a = x->h;

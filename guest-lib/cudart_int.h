@@ -5,7 +5,9 @@
  * Lock order (outer first): vcu__rt.reg_lock (fatbins, kernels, module
  * loads) -> vcu__rt.dev_lock (device info cache) -> the handle registry's
  * and the allocation table's own locks (leaf locks, never held across a
- * call to the host).
+ * call to the host).  The managed memory lock (cudart_managed.c) is taken
+ * with none of the first two held, before the allocation table's, and is
+ * held across calls to the host.
  */
 #ifndef VCU_CUDART_INT_H
 #define VCU_CUDART_INT_H
@@ -144,7 +146,7 @@ int vcu__reg_has(const void *p, int kind);
 void vcu__reg_del(const void *p);
 
 /* ---- memory (cudart_mem.c) ---------------------------------------------- */
-enum { VCU__M_DEVICE = 1, VCU__M_HOST, VCU__M_REGISTERED, VCU__M_SYMBOL };
+enum { VCU__M_DEVICE = 1, VCU__M_HOST, VCU__M_REGISTERED, VCU__M_SYMBOL, VCU__M_MANAGED };
 typedef struct vcu__alloc_s {
     uint64_t base, size;
     int dev;
@@ -160,6 +162,21 @@ void vcu__mem_forget_dev(int dev);
 int vcu__dev_range_known(int dev, uint64_t p, uint64_t len);
 /* [p, p + len) lies inside one stable host allocation. */
 int vcu__host_range_stable(const void *p, uint64_t len);
+
+/* ---- managed memory (cudart_managed.c) ---------------------------------- */
+/* Before device work on stream ws of dev that may touch managed memory:
+ * sends the host's writes, counts the device as writing. */
+cudaError_t vcu__managed_use(int dev, uint64_t ws);
+/* vcu__managed_use where a or b (may be NULL) is managed memory. */
+cudaError_t vcu__managed_touch(int dev, uint64_t ws, const void *a, const void *b);
+/* After a wait for stream ws of dev (full: for the whole device): copies
+ * back what the device may have written. */
+cudaError_t vcu__managed_sync(int dev, uint64_t ws, int full);
+/* Managed pointers are device memory to a copy: rewrites *kind. */
+void vcu__managed_kind(const void *dst, const void *src, enum cudaMemcpyKind *kind);
+/* cudaFree of a managed pointer; cudaErrorInvalidValue if it is not one. */
+cudaError_t vcu__managed_free(void *p);
+void vcu__managed_forget_dev(int dev);
 
 /* ---- streams (cudart_stream.c) ------------------------------------------ */
 typedef struct vcu__stream_s {
@@ -183,5 +200,14 @@ cudaError_t vcu__cb_start(void);
 cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, size_t shmem,
                         cudaStream_t stream, int ptsz, uint32_t flags);
 cudaError_t vcu__check_config(int dev, dim3 grid, dim3 block, size_t shmem);
+
+/* ---- device printf (cudart_printf.c) ------------------------------------ */
+/* A module image was loaded: notes whether it uses printf. */
+void vcu__printf_module(const void *image, uint64_t len);
+/* After a call to the host that returned (vcu__call): if it flushes
+ * device printf, writes the output the host collected to stdout. */
+void vcu__printf_after(int dev, uint32_t op, const void *req);
+/* At exit: synchronizes and writes what is left, once. */
+void vcu__printf_exit(void);
 
 #endif /* VCU_CUDART_INT_H */

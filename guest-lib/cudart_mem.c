@@ -102,11 +102,13 @@ void vcu__mem_forget_dev(int dev)
 {
     size_t i, j;
 
+    vcu__managed_forget_dev(dev);
     pthread_mutex_lock(&vcu__mem_mu);
     for (i = j = 0; i < vcu__nalloc; i++) {
         const vcu__alloc_t *a = &vcu__allocs[i];
 
-        if ((a->kind == VCU__M_DEVICE || a->kind == VCU__M_SYMBOL) && a->dev == dev)
+        if ((a->kind == VCU__M_DEVICE || a->kind == VCU__M_SYMBOL ||
+             a->kind == VCU__M_MANAGED) && a->dev == dev)
             continue;
         vcu__allocs[j++] = *a;
     }
@@ -120,7 +122,7 @@ int vcu__dev_range_known(int dev, uint64_t p, uint64_t len)
 
     if (vcu__mem_find(p, &a) != 0 || a.dev != dev)
         return 0;
-    if (a.kind != VCU__M_DEVICE && a.kind != VCU__M_SYMBOL)
+    if (a.kind != VCU__M_DEVICE && a.kind != VCU__M_SYMBOL && a.kind != VCU__M_MANAGED)
         return 0;
     return len <= a.size - (p - a.base);
 }
@@ -141,7 +143,7 @@ static int vcu__is_dev_ptr(const void *p, int *dev)
 
     if (vcu__mem_find((uint64_t)(uintptr_t)p, &a) != 0)
         return 0;
-    if (a.kind != VCU__M_DEVICE && a.kind != VCU__M_SYMBOL)
+    if (a.kind != VCU__M_DEVICE && a.kind != VCU__M_SYMBOL && a.kind != VCU__M_MANAGED)
         return 0;
     if (dev != NULL)
         *dev = a.dev;
@@ -205,7 +207,7 @@ VCU__EXPORT cudaError_t cudaFree(void *devPtr)
     if (devPtr == NULL)
         return cudaSuccess;
     if (vcu__mem_del((uint64_t)(uintptr_t)devPtr, VCU__M_DEVICE, &a) != 0)
-        return vcu__err(cudaErrorInvalidValue);
+        return vcu__err(vcu__managed_free(devPtr));
     r.value = a.base;
     e = vcu__call(a.dev, VCU_OP_CU_MEM_FREE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
     return vcu__err(e);
@@ -375,7 +377,11 @@ VCU__EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a
         return cudaSuccess;
     }
     attr->device = a.dev;
-    if (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL) {
+    if (a.kind == VCU__M_MANAGED) {
+        attr->type = cudaMemoryTypeManaged;
+        attr->devicePointer = (void *)ptr;
+        attr->hostPointer = (void *)ptr;
+    } else if (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL) {
         attr->type = cudaMemoryTypeDevice;
         attr->devicePointer = (void *)ptr;
     } else {
@@ -397,6 +403,7 @@ static cudaError_t vcu__kind(const void *dst, const void *src, enum cudaMemcpyKi
     case cudaMemcpyHostToDevice:
     case cudaMemcpyDeviceToHost:
     case cudaMemcpyDeviceToDevice:
+        vcu__managed_kind(dst, src, kind);
         return cudaSuccess;
     case cudaMemcpyDefault:
         dd = vcu__is_dev_ptr(dst, NULL);
@@ -461,6 +468,9 @@ static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemc
         memmove(dst, src, n);
         return cudaSuccess;
     }
+    e = vcu__managed_touch(dev, ws, dst, src);
+    if (e != cudaSuccess)
+        return e;
     memset(&r, 0, sizeof(r));
     r.stream = ws;
     /* A synchronous copy of a per-thread default stream program is issued
@@ -524,7 +534,12 @@ static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemc
 VCU__EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
                                    enum cudaMemcpyKind kind)
 {
-    return vcu__err(vcu__copy(dst, src, count, kind, NULL, 0, 0));
+    cudaError_t e = vcu__copy(dst, src, count, kind, NULL, 0, 0);
+
+    /* A synchronous copy waits for the legacy stream: the host may look. */
+    if (e == cudaSuccess)
+        e = vcu__managed_sync(vcu__cur_dev, VCU_CU_STREAM_LEGACY, 0);
+    return vcu__err(e);
 }
 
 VCU__EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
@@ -538,7 +553,11 @@ VCU__EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count
 VCU__EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count,
                                         enum cudaMemcpyKind kind)
 {
-    return vcu__err(vcu__copy(dst, src, count, kind, NULL, 0, 1));
+    cudaError_t e = vcu__copy(dst, src, count, kind, NULL, 0, 1);
+
+    if (e == cudaSuccess)
+        e = vcu__managed_sync(vcu__cur_dev, VCU_CU_STREAM_PER_THREAD, 0);
+    return vcu__err(e);
 }
 
 VCU__EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
@@ -585,6 +604,9 @@ static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t
             memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
         return cudaSuccess;
     }
+    e = vcu__managed_touch(dev, ws, dst, src);
+    if (e != cudaSuccess)
+        return e;
     max = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
     /* Without waiting where cudaMemcpyAsync would (see vcu__copy). */
     if (async && kind != cudaMemcpyDeviceToDevice) {
@@ -758,6 +780,9 @@ static cudaError_t vcu__memset(void *p, size_t pitch, int value, size_t width, s
         return e;
     if (p == NULL || (height > 1 && width > pitch))
         return cudaErrorInvalidValue;
+    e = vcu__managed_touch(dev, ws, p, NULL);
+    if (e != cudaSuccess)
+        return e;
     memset(&r, 0, sizeof(r));
     r.dst = (uint64_t)(uintptr_t)p;
     r.pitch = height > 1 ? pitch : 0;

@@ -105,8 +105,11 @@ VCU__EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle);
 VCU__EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
 {
     /* Runs from atexit: the session ends with the process and takes the
-     * modules with it; the records stay for any late callers. */
+     * modules with it; the records stay for any late callers.  Device
+     * printf output still waiting goes out first, as the native
+     * context teardown flushes it. */
     (void)fatCubinHandle;
+    vcu__printf_exit();
 }
 
 VCU__EXPORT char __cudaInitModule(void **fatCubinHandle);
@@ -271,6 +274,7 @@ static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
         return e;
     fb->module[dev] = o.value;
     *mod = o.value;
+    vcu__printf_module(fb->image, fb->len);
     return cudaSuccess;
 }
 
@@ -655,6 +659,8 @@ cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, si
     if (e != cudaSuccess)
         return e;
     e = vcu__check_fn_launch((vcu__kfn_t *)f, dev, grid, block, shmem, flags, &nowait);
+    if (e == cudaSuccess)
+        e = vcu__managed_use(dev, ws);
     if (e != cudaSuccess)
         return e;
     q = malloc(sizeof(*q));

@@ -125,6 +125,8 @@ static cudaError_t vcu__stream_op(cudaStream_t stream, int ptsz, uint32_t op)
         e = vcu__check_dev(dev);
     if (e == cudaSuccess)
         e = vcu__call(dev, op, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e == cudaSuccess)
+        e = vcu__managed_sync(dev, r.value, 0);
     return e;
 }
 
@@ -550,7 +552,11 @@ static cudaError_t vcu__event_op(cudaEvent_t event, uint32_t op)
     if (e != cudaSuccess)
         return e;
     r.value = ev->h;
-    return vcu__call(ev->dev, op, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(ev->dev, op, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    /* The event's stream is not known here: no stream matches. */
+    if (e == cudaSuccess)
+        e = vcu__managed_sync(ev->dev, UINT64_MAX, 0);
+    return e;
 }
 
 VCU__EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)

@@ -35,7 +35,7 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
 #define VCU__WHY_IPC "no IPC across the VM boundary"
 #define VCU__WHY_LIBRARY "the library API is not in the protocol"
 #define VCU__WHY_LOGS "the logs API is not offered"
-#define VCU__WHY_MANAGED "managed memory is not offered"
+#define VCU__WHY_MANAGED "only cudaMallocManaged, prefetch, advice and attachment are offered"
 #define VCU__WHY_POOL "only the default memory pool is offered"
 #define VCU__WHY_BATCH "batched copies are not in the protocol"
 #define VCU__WHY_CLUSTER "thread block clusters are not in the protocol"
@@ -232,20 +232,14 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaLogsDumpToMemory, LOGS) \
     XX(cudaLogsRegisterCallback, LOGS) \
     XX(cudaLogsUnregisterCallback, LOGS) \
-    XX(cudaMallocManaged, MANAGED) \
-    XX(cudaMemAdvise, MANAGED) \
     XX(cudaMemDiscardAndPrefetchBatchAsync, MANAGED) \
     XX(cudaMemDiscardAndPrefetchBatchAsync_ptsz, MANAGED) \
     XX(cudaMemDiscardBatchAsync, MANAGED) \
     XX(cudaMemDiscardBatchAsync_ptsz, MANAGED) \
-    XX(cudaMemPrefetchAsync, MANAGED) \
-    XX(cudaMemPrefetchAsync_ptsz, MANAGED) \
     XX(cudaMemPrefetchBatchAsync, MANAGED) \
     XX(cudaMemPrefetchBatchAsync_ptsz, MANAGED) \
     XX(cudaMemRangeGetAttribute, MANAGED) \
     XX(cudaMemRangeGetAttributes, MANAGED) \
-    XX(cudaStreamAttachMemAsync, MANAGED) \
-    XX(cudaStreamAttachMemAsync_ptsz, MANAGED) \
     XX(cudaMemPoolCreate, POOL) \
     XX(cudaMemPoolDestroy, POOL) \
     XX(cudaMemPoolGetAccess, POOL) \

@@ -17,6 +17,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "vcu_twin.h"
@@ -535,6 +536,44 @@ static void tw_dq_noop(vcu_twin_launch_t *l, const void *pb)
         p[ti.x] = (int32_t)ti.x;
 }
 
+/*
+ * printf.cu: pf_hello(int launch, int *out): block 1 thread 2 prints,
+ * every thread stores out[gid] = launch.  The output is flushed at once:
+ * NVIDIA's driver write()s device printf to fd 1 itself, never through a
+ * stdio buffer (and in loopback, where stdout is the program's own, the
+ * program's earlier lines are then ahead of it, as natively).
+ */
+static void tw_pf_hello(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t launch = tw_i32(pb, 0);
+    int32_t *out = tw_ptr(pb, 8);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        if (bi.x == 1 && ti.x == 2) {
+            printf("hello from block %d thread %d launch %d\n", (int)bi.x, (int)ti.x,
+                   (int)launch);
+            fflush(stdout);
+        }
+        out[TW_GID_X(l, bi, ti)] = launch;
+    }
+}
+
+/* managed.cu: mm_add(int n, const float *x, float *y), grid-stride. */
+static void tw_mm_add(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t n = tw_i32(pb, 0);
+    const float *x = tw_ptr(pb, 8);
+    float *y = tw_ptr(pb, 16);
+    int32_t stride = (int32_t)(l->block.x * l->grid.x);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        for (int32_t i = TW_GID_X(l, bi, ti); i < n; i += stride)
+            y[i] = x[i] + y[i];
+    }
+}
+
 #define P(off, size) { (off), (size) }
 
 const vcu_twin_t vcu_twins[] = {
@@ -595,6 +634,10 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
     { "_Z13err_oob_writePi", tw_err_oob_write, 1,
       { P(0, 8) }, 8, 0 },
+    { "_Z8pf_helloiPi", tw_pf_hello, 2,
+      { P(0, 4), P(8, 8) }, 24, 0 },
+    { "_Z6mm_addiPKfPf", tw_mm_add, 3,
+      { P(0, 4), P(8, 8), P(16, 8) }, 24, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
 
