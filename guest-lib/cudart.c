@@ -458,7 +458,7 @@ VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int de
     p->texturePitchAlignment = (size_t)A(TexturePitchAlignment);
     p->multiProcessorCount = A(MultiProcessorCount);
     p->integrated = A(Integrated);
-    p->canMapHostMemory = 0;    /* cudaHostAllocMapped is not offered yet */
+    p->canMapHostMemory = A(CanMapHostMemory);
     p->maxTexture1D = A(MaxTexture1DWidth);
     p->maxTexture1DMipmap = A(MaxTexture1DMipmappedWidth);
     p->maxTexture2D[0] = A(MaxTexture2DWidth);

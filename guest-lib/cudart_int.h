@@ -153,6 +153,7 @@ typedef struct vcu__alloc_s {
     int kind;
     unsigned int flags;
     int stable;                     /* VCU__M_HOST from the driver: async copies allowed */
+    uint64_t dptr;                  /* VCU__M_HOST: device pointer of base, 0 not asked yet */
 } vcu__alloc_t;
 int vcu__mem_add(const vcu__alloc_t *a);
 int vcu__mem_find(uint64_t addr, vcu__alloc_t *out);

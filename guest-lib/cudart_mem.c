@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 
 #include "cudart_int.h"
+#include "vcu_transport_int.h"
+#include "vcuda_ioctl.h"
 
 /* ---- allocation table: sorted by base, protected by vcu__mem_mu ---------- */
 static pthread_mutex_t vcu__mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -96,6 +98,18 @@ int vcu__mem_del(uint64_t base, int kind, vcu__alloc_t *out)
     }
     pthread_mutex_unlock(&vcu__mem_mu);
     return ret;
+}
+
+/* Caches the device pointer of the host allocation at base. */
+static void vcu__mem_set_dptr(uint64_t base, uint64_t dptr)
+{
+    size_t i;
+
+    pthread_mutex_lock(&vcu__mem_mu);
+    for (i = vcu__mem_upper(base); i-- > 0 && vcu__allocs[i].base == base;)
+        if (vcu__allocs[i].kind == VCU__M_HOST)
+            vcu__allocs[i].dptr = dptr;
+    pthread_mutex_unlock(&vcu__mem_mu);
 }
 
 void vcu__mem_forget_dev(int dev)
@@ -228,6 +242,34 @@ VCU__EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t wid
     return cudaMalloc(devPtr, p * height);
 }
 
+/* In loopback the guest library and the backend share one process: the
+ * device reaches host memory at its own address. */
+static int vcu__loopback(void)
+{
+    return vcu__rt.conn->loop != NULL;
+}
+
+/*
+ * Whether the device can map a host allocation of size bytes (stable:
+ * from the driver): the host gives one device pointer only for memory
+ * that is one contiguous range of guest RAM, which the driver's mapping
+ * guarantees within one chunk.
+ */
+static int vcu__host_mappable(uint64_t size, int stable)
+{
+    return vcu__loopback() || (stable && size <= VCUDA_HOSTMEM_CHUNK);
+}
+
+static cudaError_t vcu__host_map_unsupported(uint64_t size)
+{
+    if (size > VCUDA_HOSTMEM_CHUNK)
+        VCU__NOT_SUPPORTED("mapped host memory over 4 MiB",
+                           "the device maps only memory the guest driver keeps physically "
+                           "contiguous, one chunk of up to 4 MiB");
+    VCU__NOT_SUPPORTED("mapped host memory without the guest driver's pinned memory",
+                       "the driver has no mmap, so the memory is not physically contiguous");
+}
+
 static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
 {
     vcu__alloc_t a;
@@ -249,8 +291,13 @@ static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
     a.size = size;
     a.dev = dev;
     a.kind = VCU__M_HOST;
-    a.flags = flags;
     a.stable = stable;
+    /* As CUDA with unified addressing: all pinned memory is mapped. */
+    a.flags = flags | (vcu__host_mappable(size, stable) ? cudaHostAllocMapped : 0);
+    if ((flags & cudaHostAllocMapped) && !(a.flags & cudaHostAllocMapped)) {
+        vcu_conn_hostmem_free(vcu__rt.conn, p, size);
+        return vcu__host_map_unsupported(size);
+    }
     if (vcu__mem_add(&a) != 0) {
         vcu_conn_hostmem_free(vcu__rt.conn, p, size);
         return cudaErrorMemoryAllocation;
@@ -271,9 +318,6 @@ VCU__EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int fl
     if (pHost == NULL || (flags & ~(unsigned int)(cudaHostAllocPortable | cudaHostAllocMapped |
                                                    cudaHostAllocWriteCombined)))
         return vcu__err(cudaErrorInvalidValue);
-    if (flags & cudaHostAllocMapped)
-        VCU__NOT_SUPPORTED("cudaHostAlloc(cudaHostAllocMapped)",
-                           "mapping guest memory into the device is not in the protocol yet");
     return vcu__err(vcu__host_alloc(pHost, size, flags));
 }
 
@@ -303,7 +347,7 @@ VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int fl
         return vcu__err(cudaErrorInvalidValue);
     if (flags & cudaHostRegisterMapped)
         VCU__NOT_SUPPORTED("cudaHostRegister(cudaHostRegisterMapped)",
-                           "mapping guest memory into the device is not in the protocol yet");
+                           "only cudaHostAlloc memory can be mapped into the device");
     if (vcu__mem_find(b, &a) == 0 || vcu__mem_find(b + size - 1, &a) == 0)
         return vcu__err(cudaErrorHostMemoryAlreadyRegistered);
     memset(&a, 0, sizeof(a));
@@ -324,14 +368,63 @@ VCU__EXPORT cudaError_t cudaHostUnregister(void *ptr)
     return cudaSuccess;
 }
 
+/*
+ * The device pointer of a's base: asked of the host once per allocation.
+ * The host maps the whole allocation, one stable segment; the pointer
+ * stays valid until cudaFreeHost, whose munmap the driver fences.
+ */
+static cudaError_t vcu__host_dptr(const vcu__alloc_t *a, uint64_t *dptr)
+{
+    struct vcu_cu_u64_req r = { .value = 0 };
+    struct vcu_cu_u64_resp o;
+    vcu_buf_t b;
+    cudaError_t e;
+
+    if (a->dptr != 0) {
+        *dptr = a->dptr;
+        return cudaSuccess;
+    }
+    if (vcu__loopback()) {
+        *dptr = a->base;
+        return cudaSuccess;
+    }
+    if (!(a->flags & cudaHostAllocMapped))
+        return vcu__host_map_unsupported(a->size);
+    b.addr = (void *)(uintptr_t)a->base;
+    b.len = a->size;
+    b.flags = VCU_SEG_TO_DEVICE;
+    e = vcu__call(a->dev, VCU_OP_CU_HOST_DEVICE_POINTER, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    if (e != cudaSuccess)
+        return e;
+    if (o.value == 0)
+        return cudaErrorUnknown;
+    vcu__mem_set_dptr(a->base, o.value);
+    *dptr = o.value;
+    return cudaSuccess;
+}
+
 VCU__EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
-    (void)pHost;
-    (void)flags;
-    if (pDevice != NULL)
-        *pDevice = NULL;
-    VCU__NOT_SUPPORTED("cudaHostGetDevicePointer",
-                       "mapping guest memory into the device is not in the protocol yet");
+    vcu__alloc_t a;
+    uint64_t h = (uint64_t)(uintptr_t)pHost, d = 0;
+    cudaError_t e;
+
+    if (pDevice == NULL || flags != 0)
+        return vcu__err(cudaErrorInvalidValue);
+    *pDevice = NULL;
+    if (vcu__mem_find(h, &a) != 0)
+        return vcu__err(cudaErrorInvalidValue);
+    if (a.kind != VCU__M_HOST) {
+        if (a.kind == VCU__M_REGISTERED)
+            VCU__NOT_SUPPORTED("cudaHostGetDevicePointer on cudaHostRegister memory",
+                               "only cudaHostAlloc memory can be mapped into the device");
+        return vcu__err(cudaErrorInvalidValue);
+    }
+    e = vcu__host_dptr(&a, &d);
+    if (e != cudaSuccess)
+        return e == cudaErrorNotSupported ? e : vcu__err(e);
+    *pDevice = (void *)(uintptr_t)(d + (h - a.base));
+    return cudaSuccess;
 }
 
 VCU__EXPORT cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
@@ -385,8 +478,14 @@ VCU__EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a
         attr->type = cudaMemoryTypeDevice;
         attr->devicePointer = (void *)ptr;
     } else {
+        uint64_t d = 0;
+
         attr->type = cudaMemoryTypeHost;
         attr->hostPointer = (void *)ptr;
+        /* Mapped memory: the device pointer too, if the host gives one. */
+        if (a.kind == VCU__M_HOST && (a.flags & cudaHostAllocMapped) &&
+            vcu__host_dptr(&a, &d) == cudaSuccess)
+            attr->devicePointer = (void *)(uintptr_t)(d + ((uint64_t)(uintptr_t)ptr - a.base));
     }
     return cudaSuccess;
 }

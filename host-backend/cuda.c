@@ -131,6 +131,7 @@
     XX(cuMemGetAddressRange, 0)                                              \
     XX(cuMemHostRegister, 0)                                                 \
     XX(cuMemHostUnregister, 0)                                               \
+    XX(cuMemHostGetDevicePointer, 0)                                         \
     XX(cuModuleLoadData, 1)                                                  \
     XX(cuModuleUnload, 1)                                                    \
     XX(cuModuleGetFunction, 1)                                               \
@@ -588,8 +589,11 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
 
         r = vcu__ram_enter(cu, &prev);
         if (r == CUDA_SUCCESS)
-            /* Portable: pinned for every context, the sessions' included. */
-            r = VCU__CU(cu, cuMemHostRegister, hva, len, CU_MEMHOSTREGISTER_PORTABLE);
+            /* Portable: pinned for every context, the sessions' included;
+             * device-mapped: kernels may reach guest memory directly
+             * (CU_HOST_DEVICE_POINTER). */
+            r = VCU__CU(cu, cuMemHostRegister, hva, len,
+                        CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
         vcu__ram_leave(cu, prev);
     }
     rc = vcu__cu_err(r);
@@ -2200,6 +2204,30 @@ static uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* Guest memory in the device's address space (zero copy).  Only a stable
+ * segment is held by the guest past the reply, and only one contiguous
+ * host range has one device pointer. */
+static uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    const vcu_segment_t *s;
+    CUdeviceptr p = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    s = vcu__seg(o, VCU_SEG_TO_DEVICE);
+    if (s == NULL)
+        return VCU_S_EINVAL;
+    if (!(s->flags & VCU_SEG_F_STABLE) || s->iovcnt != 1 || rq.value != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuMemHostGetDevicePointer, &p, s->iov[0].iov_base, 0);
+    if (o->res == CUDA_SUCCESS)
+        o->rb.u64.value = p;
+    return VCU_S_OK;
+}
+
 /* --- modules, functions, launches --- */
 
 static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
@@ -2635,12 +2663,12 @@ static uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g);
+
 static uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
     CUgraph g = NULL;
-    vcu__hent_t *e;
-    uint64_t h;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
@@ -2648,14 +2676,7 @@ static uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuStreamEndCapture, st, &g);
     if (o->res != CUDA_SUCCESS || g == NULL)
         return VCU_S_OK;
-    e = vcu__new(o, VCU__H_GRAPH, &h);
-    if (e == NULL) {
-        VCU__CU(o->cu, cuGraphDestroy, g);
-        return VCU_S_OK;
-    }
-    e->u.g = g;
-    o->rb.u64.value = h;
-    return VCU_S_OK;
+    return vcu__graph_put(o, g);
 }
 
 static uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o)

@@ -208,6 +208,7 @@ struct vcu_resp_hdr {
     XX(CU_MEMPOOL_GET_ATTR, 0x020b, vcu_cu_attr_req, vcu_cu_u64_resp)                    \
     XX(CU_MEMPOOL_TRIM, 0x020c, vcu_cu_attr_req, vcu_cu_resp)                            \
     XX(CU_MEM_GET_RANGE, 0x020d, vcu_cu_u64_req, vcu_cu_mem_range_resp)                  \
+    XX(CU_HOST_DEVICE_POINTER, 0x020e, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
     /* CUDA: modules, functions, launches */                                             \
     XX(CU_MODULE_LOAD, 0x0300, vcu_cu_module_load_req, vcu_cu_u64_resp)                  \
     XX(CU_MODULE_UNLOAD, 0x0301, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -255,6 +256,17 @@ enum { VCU_OP_MAP(VCU_OP_ENUM_) };
 #define VCU_OP_IS_TRANSPORT(op)                                                     \
     ((op) == VCU_OP_SESSION_OPEN || (op) == VCU_OP_SESSION_CLOSE ||                 \
      (op) == VCU_OP_SESSION_FENCE)
+
+/*
+ * CU_HOST_DEVICE_POINTER: the device pointer through which kernels reach
+ * guest memory directly (zero copy, cuMemHostGetDevicePointer on the
+ * host's registration of guest RAM).  One data segment, VCU_SEG_TO_DEVICE
+ * | VCU_SEG_F_STABLE, covering the whole allocation; only a stable segment
+ * that maps to one contiguous host range is accepted (else the result is
+ * CUDA_ERROR_INVALID_VALUE).  The reply's value is the device pointer of
+ * the segment's first byte; it stays valid until the guest frees the
+ * memory, which the guest kernel fences (SESSION_FENCE) first.
+ */
 
 /*
  * SESSION_FENCE: replies once everything the session queued before it has
@@ -385,6 +397,7 @@ struct vcu_cu_pair_req {
  *   CU_PROFILER 1 start / 0 stop; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
  *   CU_TAKE_OUTPUT flags (VCU_CU_TAKE_F_*);
+ *   CU_HOST_DEVICE_POINTER flags (0);
  *   everything else the handle it names.
  */
 

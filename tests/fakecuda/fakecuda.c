@@ -2217,6 +2217,28 @@ out:
     return rc;
 }
 
+/* The stand-in's device memory is host memory: a registered range's
+ * device pointer is its host address. */
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    i = fc_mem_find((uintptr_t)p);
+    if (!pdptr || !p || Flags != 0 || i < 0 || g_mem[i].kind != FC_MEM_HOSTREG)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *pdptr = (CUdeviceptr)(uintptr_t)p;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 /*
  * One copy, synchronous (hStream NULL: the legacy stream) or on a
  * stream, where a capture records it.  Validated before it is recorded,

@@ -574,6 +574,13 @@ static void tw_mm_add(vcu_twin_launch_t *l, const void *pb)
     }
 }
 
+/* zerocopy.cu: zc_add(const float *a, const float *b, float *c, int n) on
+ * mapped host memory. */
+static void tw_zc_add(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_vector_add(l, pb);
+}
+
 #define P(off, size) { (off), (size) }
 
 const vcu_twin_t vcu_twins[] = {
@@ -638,6 +645,8 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 4), P(8, 8) }, 24, 0 },
     { "_Z6mm_addiPKfPf", tw_mm_add, 3,
       { P(0, 4), P(8, 8), P(16, 8) }, 24, 0 },
+    { "_Z6zc_addPKfS0_Pfi", tw_zc_add, 4,
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
 

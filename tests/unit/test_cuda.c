@@ -1615,6 +1615,69 @@ TEST(cuda_add_ram)
     return 0;
 }
 
+/* CU_HOST_DEVICE_POINTER on one iovec with the given segment flags. */
+static uint32_t tc_hdp(tc_t *c, void *p, size_t len, uint32_t segflags, unsigned int niov,
+                       uint64_t value, uint64_t *out)
+{
+    ut_req_t *t = ut_req_new();
+    struct iovec iov[2] = {{p, niov > 1 ? len / 2 : len}, {(char *)p + len / 2, len - len / 2}};
+    struct vcu_cu_u64_req rq = {{0, 0}, value};
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    if (niov > 0)
+        ut_req_add_seg_iov(t, segflags, iov, niov);
+    st = tc_run(c, t, VCU_OP_CU_HOST_DEVICE_POINTER, 0, &rq, sizeof(rq));
+    memcpy(&rp, ut_resp_payload(t), sizeof(rp));
+    free(t);
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    if (out != NULL)
+        *out = rp.value;
+    return rp.r.result;
+}
+
+/* Zero copy: a stable one-range segment of registered guest RAM has a
+ * device pointer (the stand-in's is the host address); anything else not. */
+TEST(cuda_host_device_pointer)
+{
+    const uint32_t stable = VCU_SEG_TO_DEVICE | VCU_SEG_F_STABLE;
+    vcu_backend_config_t cfg;
+    size_t len = 1 << 20;
+    void *ram = NULL, *other = NULL;
+    uint64_t d = 0;
+    tc_t c;
+
+    ASSERT_EQ(0, posix_memalign(&ram, 4096, len));
+    ASSERT_EQ(0, posix_memalign(&other, 4096, 8192));
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gpus = "0,1";
+    cfg.register_ram = 1;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &c.be));
+    if (vcu_backend_cuda_error(c.be) != NULL)
+        VCU_TEST_FAIL_("no CUDA (is VCU_LIBCUDA the stand-in?): %s", vcu_backend_cuda_error(c.be));
+    ASSERT_EQ(0, vcu_backend_add_ram(c.be, ram, len));
+    ASSERT_EQ(VCU_S_OK, ut_open(c.be, &c.s));
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_hdp(&c, (char *)ram + 8192, 4096, stable, 1, 0, &d));
+    ASSERT_EQ((uint64_t)(uintptr_t)ram + 8192, d);
+    ASSERT_EQ(CUDA_SUCCESS, tc_hdp(&c, ram, len, stable, 1, 0, &d));
+    ASSERT_EQ((uint64_t)(uintptr_t)ram, d);
+    /* Not stable, two ranges, flags, unregistered memory. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hdp(&c, ram, 8192, VCU_SEG_TO_DEVICE, 1, 0, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hdp(&c, ram, 8192, stable, 2, 0, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hdp(&c, ram, 8192, stable, 1, 1, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hdp(&c, other, 8192, stable, 1, 0, NULL));
+    /* No segment, or one the wrong way: a malformed request. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_hdp(&c, ram, 8192, stable, 0, 0, NULL));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_hdp(&c, ram, 8192, VCU_SEG_FROM_DEVICE | VCU_SEG_F_STABLE, 1, 0, NULL));
+    tc_close(&c);
+    free(ram);
+    free(other);
+    return 0;
+}
+
 /* ---- device printf (capture.c, CU_TAKE_OUTPUT) -------------------------- */
 
 #include <unistd.h>

@@ -1,0 +1,67 @@
+/*
+ * Zero copy, the cuda-samples simpleZeroCopy pattern: mapped pinned host
+ * memory read and written by a kernel through its device pointers.
+ */
+#define TEST_NAME "zerocopy"
+#include "vcu_test.h"
+
+__global__ void zc_add(const float *a, const float *b, float *c, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+
+    if (i < n)
+        c[i] = a[i] + b[i];
+}
+
+int main(void)
+{
+    const int n = 1 << 20;
+    size_t bytes = (size_t)n * sizeof(float);
+    struct cudaDeviceProp prop;
+    float *a, *b, *c, *da, *db, *dc;
+    unsigned int flags = 0;
+    int bad = 0;
+
+    CK(cudaSetDeviceFlags(cudaDeviceMapHost));
+    CK(cudaGetDeviceProperties(&prop, 0));
+    EXPECT(prop.canMapHostMemory, "device cannot map host memory");
+    CK(cudaHostAlloc((void **)&a, bytes, cudaHostAllocMapped));
+    CK(cudaHostAlloc((void **)&b, bytes, cudaHostAllocMapped));
+    CK(cudaHostAlloc((void **)&c, bytes, cudaHostAllocMapped));
+    CK(cudaHostGetFlags(&flags, a));
+    EXPECT(flags & cudaHostAllocMapped, "cudaHostGetFlags lacks cudaHostAllocMapped");
+    for (int i = 0; i < n; i++) {
+        a[i] = (float)(i % 1000) * 0.5f;
+        b[i] = (float)(i % 777) * 0.25f - 3.0f;
+        c[i] = -1.0f;
+    }
+    CK(cudaHostGetDevicePointer((void **)&da, a, 0));
+    CK(cudaHostGetDevicePointer((void **)&db, b, 0));
+    CK(cudaHostGetDevicePointer((void **)&dc, c, 0));
+
+    /* An interior pointer maps to the same offset. */
+    {
+        float *mid = NULL;
+        struct cudaPointerAttributes at;
+
+        CK(cudaHostGetDevicePointer((void **)&mid, a + 1000, 0));
+        EXPECT(mid == da + 1000, "interior device pointer is not base + offset");
+        CK(cudaPointerGetAttributes(&at, b));
+        EXPECT(at.type == cudaMemoryTypeHost, "mapped memory is not host memory");
+        EXPECT(at.devicePointer == db, "cudaPointerGetAttributes device pointer differs");
+    }
+
+    zc_add<<<(n + 255) / 256, 256>>>(da, db, dc, n);
+    CK_LAUNCH();
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < n; i++)
+        if (c[i] != a[i] + b[i])
+            bad++;
+    printf("n=%d mismatches=%d\n", n, bad);
+    EXPECT(bad == 0, "kernel results through mapped memory differ from the CPU sum");
+    CK(cudaFreeHost(a));
+    CK(cudaFreeHost(b));
+    CK(cudaFreeHost(c));
+    vcu_test_pass();
+    return 0;
+}
