@@ -2718,6 +2718,7 @@ static uint32_t vcu__op_CU_STREAM_HOST_FUNC(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
     vcu__cb_t *cb;
+    int oneshot;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
@@ -2726,14 +2727,19 @@ static uint32_t vcu__op_CU_STREAM_HOST_FUNC(vcu__op_t *o)
         o->res = CUDA_ERROR_NOT_SUPPORTED;
         return VCU_S_OK;
     }
-    cb = vcu__cb_new(o->cs, rq.b, 1);
+    /* In a stream capture the call becomes a host node of the graph,
+     * which may run any number of times (or never): the record must then
+     * live as long as the session, as a graph's HOST node's does. */
+    oneshot = !vcu__capturing(o->cu, st);
+    cb = vcu__cb_new(o->cs, rq.b, oneshot);
     if (cb == NULL) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
     o->res = o->cu->fn.cuLaunchHostFunc(st, vcu__cb_trampoline, cb);
-    /* On failure CUDA never calls it, so the record is still ours. */
-    if (o->res != CUDA_SUCCESS)
+    /* On failure CUDA never calls it, so a one-shot record is still ours
+     * (a persistent one is on the session's list, freed with it). */
+    if (o->res != CUDA_SUCCESS && oneshot)
         free(cb);
     return VCU_S_OK;
 }

@@ -1388,6 +1388,35 @@ TEST(cuda_graph_capture)
     return 0;
 }
 
+/*
+ * Fuzzer find: CU_STREAM_HOST_FUNC on a capturing stream becomes a host
+ * node of the captured graph, which runs any number of times or never;
+ * its callback record was one-shot (freed by its one run), so it leaked
+ * (never run) or was used after free (graph launched twice).
+ */
+TEST(cuda_host_func_captured)
+{
+    uint64_t s, g = 0, cnt = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_HOST_FUNC, s, 42, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_GE(g, VCU_CU_HANDLE_MIN);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(1, cnt);
+    /* And one left in a capture that never ends. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_HOST_FUNC, s, 43, 0, NULL, 0));
+    tc_close(&c);                   /* LeakSanitizer: no record left */
+    return 0;
+}
+
 TEST(cuda_ctx_reset)
 {
     struct vcu_cu_hdr h = {0, 0};
