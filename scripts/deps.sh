@@ -7,7 +7,7 @@
 # added as deb-src only, so no trixie binary can upgrade the system.
 set -euo pipefail
 
-stamp=/var/lib/vcu-deps.v2
+stamp=/var/lib/vcu-deps.v3
 [ -f "$stamp" ] && exit 0
 
 if [ "$(id -u)" != 0 ]; then
@@ -29,7 +29,7 @@ apt-get install -q -y --no-install-recommends \
     build-essential pkg-config python3 python3-venv git ca-certificates \
     ninja-build libglib2.0-dev libpcre2-dev libfdt-dev zlib1g-dev \
     flex bison dpkg-dev busybox-static cpio xz-utils zstd kmod \
-    qemu-system-data clang llvm xxd patchelf
+    qemu-system-data clang llvm libclang-rt-14-dev xxd patchelf
 apt-get install -q -y --no-install-recommends -t bookworm-backports \
     meson python3-pycotap
 touch "$stamp"

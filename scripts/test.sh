@@ -2,7 +2,8 @@
 # The test command (README): installs what it needs, builds everything and
 # runs every suite that needs no GPU, then prints the total as the last line:
 #   N passed, N failed
-# Suites: unit (host backend under ASan/UBSan), qtest (the QEMU device
+# Suites: unit (host backend under ASan/UBSan), fuzz (a 60 s libFuzzer run
+# of the backend's entry point over the committed corpus), qtest (the QEMU device
 # driven as a hostile guest would, through QEMU's qtest interface, no guest
 # kernel), twins (the CPU stand-in's kernel twins match the parameter
 # layouts nvcc gave the test kernels), exports (our libcudart.so.13 exports
@@ -14,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"unit qtest twins exports cuda-loopback echo badinput hostmem cuda"}
+suites=${VCU_SUITES:-"unit fuzz qtest twins exports cuda-loopback echo badinput hostmem cuda"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -61,6 +62,7 @@ make -s all || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 for s in $suites; do
     case $s in
     unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
+    fuzz) run_suite fuzz tests/fuzz/run.sh 60 ;;
     qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
         build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;
     twins) run_suite twins one_check tests/cuda/check-twins.sh build/cuda-tests ;;

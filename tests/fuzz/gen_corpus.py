@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Writes a small seed corpus for fuzz_backend (input format: fuzz_backend.c)."""
+import os, re, struct, sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
+proto = open(os.path.join(here, "..", "..", "include", "vcu_proto.h")).read()
+ops = [m.group(1) for m in re.finditer(r"XX\((\w+), 0x[0-9a-f]+,", proto)]
+idx = {n: i for i, n in enumerate(ops)}
+# handle table indices (fz_setup): 0 legacy, 1 per-thread, 2 dptr, 3 dptr+1024,
+# 4 dptr+4095, 5 stream, 6 event, 7 graph, 8 pool, 9 module, 10 function
+H = dict(dptr=2, dptr2=3, stream=5, event=6, graph=7, pool=8, module=9, func=10)
+
+def req(op, payload=b"", patches=(), segs=(), flags=0):
+    """segs: (dir, off, len, split); dir 0x40 = TO_DEVICE, 0 = FROM_DEVICE."""
+    b = bytes([idx[op], flags, len(payload), len(segs) | (len(patches) << 2)])
+    for slot, h in patches:
+        b += bytes([slot, H[h]])
+    for d, off, ln, sp in segs:
+        b += bytes([d]) + struct.pack("<HH", off, ln) + bytes([sp])
+    return b + payload
+
+def pad(n): return b"\0" * n
+u64 = lambda v: struct.pack("<Q", v)
+u32 = lambda v: struct.pack("<I", v)
+seeds = {
+ "echo": req("ECHO", pad(16) + b"hello", segs=[(0x40, 0, 100, 1), (0, 200, 50, 2)]),
+ "info": req("CU_DRIVER_INFO") + req("CU_DEVICE_INFO") + req("CU_MEM_GET_INFO"),
+ "htod_dtoh": req("CU_MEMCPY_HTOD", pad(8) + u64(0) + u64(0) + u64(256) + u64(0) + pad(8), [(1, "dptr")], [(0x40, 0, 256, 1)])
+             + req("CU_MEMCPY_DTOH", pad(8) + u64(0) + u64(0) + u64(256) + u64(0) + u32(1) + u32(0), [(2, "dptr"), (4, "stream")], [(0, 512, 256, 0)]),
+ "memset": req("CU_MEMSET", pad(8) + u64(0) + u64(0) + u64(64) + u64(1) + u64(0) + u32(7) + u32(4) + pad(8), [(1, "dptr")]),
+ "memcpy2d": req("CU_MEMCPY_2D", pad(8) + u64(0) + u64(64) + u64(0) + u64(32) + u64(32) + u64(4) + u64(0) + u32(1) + u32(0), [(1, "dptr")], [(0x40, 0, 128, 0)]),
+ "launch": req("CU_LAUNCH", pad(8) + u64(0) + u64(0) + u32(1)*3 + u32(32) + u32(1)*2 + u32(0) + u32(0) + u32(28) + u32(0) + pad(28), [(1, "func"), (2, "stream"), (8, "dptr"), (9, "dptr"), (10, "dptr")]),
+ "funcattrs": req("CU_FUNC_GET_ATTRS", pad(16), [(1, "func")]) + req("CU_OCCUPANCY_BLOCKS", pad(8) + u64(0) + u32(128) + u32(0) + u64(0), [(1, "func")]),
+ "getfunc": req("CU_MODULE_GET_FUNCTION", pad(8) + u64(0) + u32(23) + u32(0) + b"_Z10vector_addPKfS0_Pfi", [(1, "module")]),
+ "getglobal": req("CU_MODULE_GET_GLOBAL", pad(8) + u64(0) + u32(3) + u32(0) + b"abc", [(1, "module")]),
+ "events": req("CU_EVENT_RECORD", pad(32), [(1, "event"), (2, "stream")]) + req("CU_EVENT_SYNCHRONIZE", pad(16), [(1, "event")]) + req("CU_EVENT_ELAPSED", pad(32), [(1, "event"), (2, "event")]),
+ "stream": req("CU_STREAM_WAIT_EVENT", pad(32), [(1, "stream"), (2, "event")]) + req("CU_STREAM_SYNCHRONIZE", pad(16), [(1, "stream")]) + req("CU_STREAM_DESTROY", pad(16), [(1, "stream")]),
+ "capture": req("CU_STREAM_BEGIN_CAPTURE", pad(32), [(1, "stream")]) + req("CU_MEMSET", pad(8) + u64(0) + u64(0) + u64(16) + u64(1) + u64(0) + u32(1) + u32(1) + u32(1) + u32(0), [(1, "dptr"), (5, "stream")]) + req("CU_STREAM_CAPTURE_INFO", pad(16), [(1, "stream")]) + req("CU_STREAM_END_CAPTURE", pad(16), [(1, "stream")]),
+ "graph": req("CU_GRAPH_ADD_NODE", pad(8) + u64(0) + u32(5) + u32(0) + pad(136 - 24), [(1, "graph")]) + req("CU_GRAPH_ADD_NODE", pad(8) + u64(0) + u32(3) + u32(0) + pad(8+24+8) + u64(0) + pad(16) + u64(0) + u64(16) + u64(1) + u32(1) + u32(1) + u64(0), [(1, "graph"), (8, "dptr")]) + req("CU_GRAPH_INSTANTIATE", pad(32), [(1, "graph")]) + req("CU_GRAPH_NODE_COUNT", pad(16), [(1, "graph")]),
+ "mempool": req("CU_MEMPOOL_GET_ATTR", pad(8) + u64(0) + u32(1) + u32(0) + u64(0), [(1, "pool")]) + req("CU_MEM_ALLOC_ASYNC", pad(8) + u64(100) + u64(0) + u64(0), [(2, "stream")]),
+ "hostfunc": req("CU_STREAM_HOST_FUNC", pad(32), [(1, "stream")]) + req("CU_CALLBACK_WAIT", pad(8)) + req("CU_CALLBACK_DONE", pad(16)),
+ "modload": req("CU_MODULE_LOAD", pad(8) + u64(64), segs=[(0x40, 0, 64, 0)]) + req("CU_MODULE_UNLOAD", pad(16), [(1, "module")]),
+ "ptrs": req("CU_MEM_GET_RANGE", pad(16), [(1, "dptr2")]) + req("CU_HOST_DEVICE_POINTER", pad(16), segs=[(0x44, 0, 4096, 0)]) + req("CU_MEM_FREE", pad(16), [(1, "dptr")]),
+ "async": req("CU_MEMCPY_DTOD", pad(48), [(1, "dptr"), (2, "dptr2")], flags=1) + req("CU_GET_DEFERRED_ERROR", pad(8)) + req("SESSION_FENCE") + req("CU_TAKE_OUTPUT", pad(16)),
+ "ctx": req("CU_CTX_GET_LIMIT", pad(24)) + req("CU_CTX_PRIORITY_RANGE", pad(8)) + req("CU_DEVICE_CAN_ACCESS_PEER", pad(8) + u64(1)) + req("CU_CTX_SYNCHRONIZE", pad(8)) + req("CU_CTX_RESET", pad(8)),
+}
+os.makedirs(out, exist_ok=True)
+for n, b in seeds.items():
+    open(os.path.join(out, n), "wb").write(b)
+print(len(seeds), "seeds in", out)
