@@ -87,8 +87,11 @@ if [ -f "$dsc" ]; then
     log "step 1: source package cached ($srccache)"
 else
     log "step 1: apt-get source --download-only qemu=$QEMU_DEB_VERSION"
-    if ! apt-cache showsrc qemu 2>/dev/null | grep -qx "Version: $QEMU_DEB_VERSION"; then
-        avail=$(apt-cache showsrc qemu 2>/dev/null | sed -n 's/^Version: //p' | tr '\n' ' ')
+    # The whole listing is read into a variable first: "producer | grep -q"
+    # under pipefail fails whenever grep exits before the producer is done.
+    showsrc=$(apt-cache showsrc qemu 2>/dev/null || true)
+    if ! printf '%s\n' "$showsrc" | grep -x "Version: $QEMU_DEB_VERSION" >/dev/null; then
+        avail=$(printf '%s\n' "$showsrc" | sed -n 's/^Version: //p' | tr '\n' ' ')
         die "qemu source $QEMU_DEB_VERSION is not in the apt sources (available: ${avail:-none}; is trixie deb-src configured and apt-get update run?). Set QEMU_DEB_VERSION to one of those."
     fi
     (cd "$srccache" && apt-get source -q --download-only "qemu=$QEMU_DEB_VERSION" >/dev/null 2>&1) \
