@@ -17,8 +17,11 @@
  *  - stream capture records graph nodes instead of running them, and a
  *    graph launch runs its nodes in the order they were added (a valid
  *    topological order, since a node's dependencies exist before it);
- *  - a twin that reports a fault makes it the context's sticky error, as
- *    a GPU exception does.
+ *  - a twin that reports a fault makes it the sticky error of every
+ *    context of the process, those created later too, as a GPU exception
+ *    does with NVIDIA's driver 580 (measured: tests/gpu/probe-ctxfault.cu);
+ *    VCU_FAKECUDA_STICKY=context confines it to the launching context
+ *    (for the fuzzer, which runs many sessions in one process).
  *
  * Only the entry points the project needs exist; the backend reports any
  * other as missing, as it would with an old driver.  The exported names
@@ -1094,6 +1097,40 @@ static CUresult fc_launch_check(const fc_func_t *f, const unsigned int grid[3],
  * The launch itself succeeds, as an asynchronous GPU launch would: the
  * fault shows from the next call on.
  */
+/* A fault of the whole process (see the top of this file), or 0. */
+static CUresult g_proc_sticky;
+
+static int fc_twin_addressable(const void *p, size_t len)
+{
+    uintptr_t a = (uintptr_t)p;
+    ssize_t i;
+    int ok;
+
+    pthread_mutex_lock(&g_lock);
+    i = fc_mem_find(a);
+    ok = i >= 0 && len <= g_mem[i].size - (a - g_mem[i].base);
+    pthread_mutex_unlock(&g_lock);
+    return ok;
+}
+
+/* g_lock held. */
+static void fc_fault(fc_ctx_t *ctx, CUresult fault)
+{
+    const char *mode = getenv("VCU_FAKECUDA_STICKY");
+    fc_obj_t *o;
+
+    if (mode != NULL && strcmp(mode, "context") == 0) {
+        if (ctx->sticky == CUDA_SUCCESS)
+            ctx->sticky = fault;
+        return;
+    }
+    if (g_proc_sticky == CUDA_SUCCESS)
+        g_proc_sticky = fault;
+    for (o = g_ctxs; o != NULL; o = o->next)
+        if (((fc_ctx_t *)o)->sticky == CUDA_SUCCESS)
+            ((fc_ctx_t *)o)->sticky = g_proc_sticky;
+}
+
 static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
 {
     vcu_twin_launch_t launch;
@@ -1114,14 +1151,15 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     launch.cooperative = k->cooperative;
     launch.global = fc_twin_global;
     launch.module = f->mod;
+    launch.addressable = fc_twin_addressable;
 
     pthread_mutex_unlock(&g_lock);
     f->twin->fn(&launch, k->params);
     pthread_mutex_lock(&g_lock);
 
     free(launch.shared);
-    if (launch.fault != 0 && fc_ctx_live(ctx, ctx_id) && ctx->sticky == CUDA_SUCCESS)
-        ctx->sticky = (CUresult)launch.fault;
+    if (launch.fault != 0 && fc_ctx_live(ctx, ctx_id))
+        fc_fault(ctx, (CUresult)launch.fault);
     return CUDA_SUCCESS;
 }
 
@@ -1684,6 +1722,7 @@ CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *ctxCreateParams
     ctx->dev = dev;
     ctx->flags = flags;
     memcpy(ctx->limits, fc_limit_defaults, sizeof(ctx->limits));
+    ctx->sticky = g_proc_sticky;        /* read unlocked: set once, never cleared */
     fc_stream_init(&ctx->null_stream, ctx, 0, FC_PRIO_LEAST);
     pthread_mutex_lock(&g_lock);
     fc_list_add(&g_ctxs, ctx);
@@ -1761,6 +1800,81 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
     pthread_mutex_unlock(&g_lock);
     free(c);
     return CUDA_SUCCESS;
+}
+
+/*
+ * Primary contexts: one per device, created at the first retain and
+ * destroyed at the last release, as the driver does; its flags can be set
+ * while it is not active.
+ */
+static fc_ctx_t *g_primary[FC_NDEV];
+static unsigned int g_primary_refs[FC_NDEV];
+static unsigned int g_primary_flags[FC_NDEV];
+
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+    CUresult rc = fc_dev_check(dev);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (flags & ~(unsigned int)CU_CTX_FLAGS_MASK)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    g_primary_flags[dev] = flags;
+    if (g_primary[dev])
+        g_primary[dev]->flags = flags;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult rc = fc_dev_check(dev);
+    CUcontext prev = NULL;
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    if (g_primary[dev]) {
+        g_primary_refs[dev]++;
+        *pctx = (CUcontext)g_primary[dev];
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_lock);
+    /* cuCtxCreate makes it current; a retain does not. */
+    cuCtxGetCurrent(&prev);
+    rc = cuCtxCreate(pctx, NULL, g_primary_flags[dev], dev);
+    cuCtxSetCurrent(prev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g_lock);
+    g_primary[dev] = (fc_ctx_t *)*pctx;
+    g_primary_refs[dev] = 1;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    CUresult rc = fc_dev_check(dev);
+    fc_ctx_t *c = NULL;
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g_lock);
+    if (!g_primary[dev] || g_primary_refs[dev] == 0) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (--g_primary_refs[dev] == 0) {
+        c = g_primary[dev];
+        g_primary[dev] = NULL;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return c ? cuCtxDestroy((CUcontext)c) : CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
@@ -2150,8 +2264,9 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
     if (rc != CUDA_SUCCESS)
         goto out;
     i = fc_mem_find((uintptr_t)dptr);
-    /* As CUDA: NOT_FOUND for an address no allocation contains. */
-    if (i < 0 || g_mem[i].kind == FC_MEM_HOSTREG) {
+    /* As CUDA: NOT_FOUND for an address no allocation contains; host
+     * memory registered device-mapped is found whole (driver 580). */
+    if (i < 0) {
         rc = CUDA_ERROR_NOT_FOUND;
         goto out;
     }

@@ -581,6 +581,27 @@ static void tw_zc_add(vcu_twin_launch_t *l, const void *pb)
     tw_vector_add(l, pb);
 }
 
+/* isolation.cu: iso_fill(unsigned *p, unsigned v, int n) */
+static void tw_iso_fill(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 12), 0, tw_i32(pb, 8));
+}
+
+/* isolation.cu: iso_read(const unsigned *p, unsigned *out), out[0] = p[0],
+ * with p possibly another process's: an illegal address unless this
+ * process may reach it. */
+static void tw_iso_read(vcu_twin_launch_t *l, const void *pb)
+{
+    const uint32_t *p = tw_ptr(pb, 0);
+    uint32_t *out = tw_ptr(pb, 8);
+
+    if (!l->addressable(p, sizeof(*p)) || !l->addressable(out, sizeof(*out))) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    out[0] = p[0];
+}
+
 #define P(off, size) { (off), (size) }
 
 const vcu_twin_t vcu_twins[] = {
@@ -647,6 +668,10 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 4), P(8, 8), P(16, 8) }, 24, 0 },
     { "_Z6zc_addPKfS0_Pfi", tw_zc_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
+    { "_Z8iso_fillPjji", tw_iso_fill, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
+    { "_Z8iso_readPKjPj", tw_iso_read, 2,
+      { P(0, 8), P(8, 8) }, 8, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
 

@@ -35,6 +35,13 @@ typedef struct vcu_twin_launch_s {
      * or NULL if the module has none of that name. */
     void *(*global)(const struct vcu_twin_launch_s *launch, const char *name);
     void *module;                   /* the stand-in's; for global() */
+    /*
+     * 1 if [p, p + len) is memory this process's kernels may reach (a
+     * device allocation, or registered host memory), as the GPU's page
+     * tables would say; a twin that reads a pointer it did not make
+     * checks it first and reports CUDA_ERROR_ILLEGAL_ADDRESS otherwise.
+     */
+    int (*addressable)(const void *p, size_t len);
 } vcu_twin_launch_t;
 
 /*
