@@ -32,8 +32,11 @@ guest-lib-loopback: backend
 cuda-tests:
 	$(MAKE) -C tests/cuda O=$(B)/cuda-tests
 
-qemu:
+# QEMU with the device, and beside it (libexec/) the worker process it
+# starts for each guest session.
+qemu: backend
 	qemu-device/build-qemu.sh $(B)/qemu
+	install -D -m 755 $(B)/host-backend/vcu-worker $(B)/qemu/libexec/vcu-worker
 
 bench-build: backend
 	$(MAKE) -C bench O=$(B)/bench

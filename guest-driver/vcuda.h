@@ -134,6 +134,7 @@ struct vcuda_seg_buf {
 	struct vcuda_hostmem *hm;	/* host memory holding the segment, referenced */
 	u64 hm_off;			/* where in hm it starts */
 	bool stable;			/* hm belongs to this file: VCU_SEG_F_STABLE */
+	bool hm_borrowed;		/* hm set by the caller, no reference held */
 };
 
 struct vcuda_req {

@@ -84,7 +84,7 @@ void vcuda_req_free(struct vcuda_req *req)
 		}
 		kvfree(s->pages);
 		kfree(s->bounce);
-		if (s->hm)
+		if (s->hm && !s->hm_borrowed)
 			vcuda_hostmem_put(s->hm);
 	}
 	for (i = 0; i < req->nchunks; i++)
@@ -335,9 +335,12 @@ int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const voi
 		if (!s->len)
 			continue;
 		/* SUBMIT only: driver-made requests carry no user segments. */
-		if (req->vf)
+		if (s->hm_borrowed)
+			s->stable = false;	/* the caller's: see vcuda_hostmem_release_work */
+		else if (req->vf)
 			s->hm = vcuda_hostmem_get(s->uaddr, s->len, from, &s->hm_off);
-		if (s->hm) {
+		if (s->hm_borrowed) {
+		} else if (s->hm) {
 			s->stable = s->hm->vf == req->vf;
 		} else if (s->len <= VCUDA_BOUNCE_MAX && !(async && from)) {
 			s->bounce = kmalloc(s->len, GFP_KERNEL);

@@ -443,6 +443,7 @@ static void vcuda_hostmem_release_work(struct work_struct *work)
 {
 	struct vcuda_hostmem *hm = container_of(work, struct vcuda_hostmem, release_work);
 	struct vcuda_file *vf = hm->vf;
+	struct vcuda_seg fseg = {};
 	struct vcuda_req *req;
 	bool released;
 	int err;
@@ -456,7 +457,20 @@ static void vcuda_hostmem_release_work(struct work_struct *work)
 	req = vcuda_req_alloc(vf->dev, vf, VCU_OP_SESSION_FENCE);
 	if (!req)
 		goto park;
-	err = vcuda_req_build(req, READ_ONCE(vf->session), 0, NULL, NULL, 0, NULL, 0, true, 0);
+	/*
+	 * The fence names the memory it releases, so that the host drops
+	 * every way the session's GPU work could still reach those pages
+	 * before it replies (their registration in the session's worker):
+	 * after the reply they may belong to anyone.  hm's last reference is
+	 * gone; the fence's completion frees it, so the segment only borrows it.
+	 */
+	req->segs[0].hm = hm;
+	req->segs[0].hm_off = 0;
+	req->segs[0].hm_borrowed = true;
+	fseg.addr = 0;
+	fseg.len = hm->len;
+	fseg.flags = VCUDA_SEG_TO_DEVICE;
+	err = vcuda_req_build(req, READ_ONCE(vf->session), 0, NULL, NULL, 0, &fseg, 1, true, 0);
 	if (err)
 		goto err_req;
 	req->fence_hm = hm;

@@ -89,6 +89,9 @@
     XX(cuDeviceCanAccessPeer, 0)                                             \
     XX(cuDeviceGetDefaultMemPool, 0)                                         \
     XX(cuCtxCreate, 1)                                                       \
+    XX(cuDevicePrimaryCtxRetain, 0)                                          \
+    XX(cuDevicePrimaryCtxRelease, 0)                                         \
+    XX(cuDevicePrimaryCtxSetFlags, 0)                                        \
     XX(cuCtxDestroy, 1)                                                      \
     XX(cuCtxSetCurrent, 1)                                                   \
     XX(cuCtxGetCurrent, 0)                                                   \
@@ -198,6 +201,7 @@ struct vcu__cuda_s {
     int host_ordinal[VCU_CU_MAX_DEVICES];
     int driver_version;
     int capture;                            /* device printf captured (capture.c) */
+    int worker;                             /* vcu_backend_config_t.worker */
 
     pthread_mutex_t mu;                     /* protects ram_ctx, ram */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
@@ -482,6 +486,32 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
             break;
         p = q + 1;
     }
+    cu->worker = cfg != NULL && cfg->worker;
+    if (cu->worker) {
+        unsigned int i;
+
+        if (cu->fn.cuDevicePrimaryCtxRetain == NULL || cu->fn.cuDevicePrimaryCtxRelease == NULL) {
+            snprintf(err, errlen, "%s: no primary context entry points", path);
+            rc = VCU_ENODEV;
+            goto err_sym;
+        }
+        /* The worker maps all of the VM's RAM; that must stay out of the
+         * reach of the session's kernels, which a device that reads
+         * pageable memory (HMM, ATS) would give them. */
+        for (i = 0; i < cu->ndev; i++) {
+            int v = 0;
+
+            if (cu->fn.cuDeviceGetAttribute != NULL &&
+                cu->fn.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
+                                            cu->dev[i]) == CUDA_SUCCESS && v != 0) {
+                snprintf(err, errlen, "host GPU %d can access pageable host memory (HMM or ATS): "
+                         "not supported, guest RAM would be reachable from its kernels",
+                         cu->host_ordinal[i]);
+                rc = VCU_ENODEV;
+                goto err_sym;
+            }
+        }
+    }
     /* Without it device printf goes to this process's stdout: a warning
      * would only add to it, and nothing else depends on it. */
     cu->capture = cfg != NULL && cfg->capture_printf && vcu__cap_start() == 0;
@@ -525,7 +555,10 @@ void vcu__cuda_fini(vcu__cuda_t *cu)
             for (r = cu->ram; r != NULL; r = r->next)
                 VCU__CU(cu, cuMemHostUnregister, r->hva);
         vcu__ram_leave(cu, prev == cu->ram_ctx ? NULL : prev);
-        cu->fn.cuCtxDestroy(cu->ram_ctx);
+        if (cu->worker)
+            cu->fn.cuDevicePrimaryCtxRelease(cu->dev[0]);
+        else
+            cu->fn.cuCtxDestroy(cu->ram_ctx);
     }
     for (r = cu->ram; r != NULL; r = n) {
         n = r->next;
@@ -579,7 +612,10 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
          * as it was. */
         if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(&prev) != CUDA_SUCCESS)
             prev = NULL;
-        r = cu->fn.cuCtxCreate(&cu->ram_ctx, NULL, 0, cu->dev[0]);
+        if (cu->worker)
+            r = cu->fn.cuDevicePrimaryCtxRetain(&cu->ram_ctx, cu->dev[0]);
+        else
+            r = cu->fn.cuCtxCreate(&cu->ram_ctx, NULL, 0, cu->dev[0]);
         if (r != CUDA_SUCCESS)
             cu->ram_ctx = NULL;
         cu->fn.cuCtxSetCurrent(prev);
@@ -683,7 +719,15 @@ static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
     if (d >= cu->ndev)
         return CUDA_ERROR_INVALID_DEVICE;
     if (cs->ctx[d] == NULL) {
-        r = cu->fn.cuCtxCreate(&cs->ctx[d], NULL, cs->ctx_flags[d], cu->dev[d]);
+        if (cu->worker) {
+            /* The process is the session's alone: its primary context is
+             * the session's, as a native program's is. */
+            if (cu->fn.cuDevicePrimaryCtxSetFlags != NULL)
+                cu->fn.cuDevicePrimaryCtxSetFlags(cu->dev[d], cs->ctx_flags[d]);
+            r = cu->fn.cuDevicePrimaryCtxRetain(&cs->ctx[d], cu->dev[d]);
+        } else {
+            r = cu->fn.cuCtxCreate(&cs->ctx[d], NULL, cs->ctx_flags[d], cu->dev[d]);
+        }
         if (r != CUDA_SUCCESS) {
             cs->ctx[d] = NULL;
             return r;
@@ -1071,7 +1115,10 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
     }
     if (cs->ctx[d] != NULL) {
         vcu__cur(cs, NULL);
-        cu->fn.cuCtxDestroy(cs->ctx[d]);
+        if (cu->worker)
+            cu->fn.cuDevicePrimaryCtxRelease(cu->dev[d]);
+        else
+            cu->fn.cuCtxDestroy(cs->ctx[d]);
         cs->ctx[d] = NULL;
     }
 }

@@ -55,7 +55,28 @@ typedef struct vcu_backend_config_s {
      * (loopback: the output is already where it belongs).
      */
     int capture_printf;
+    /*
+     * A worker process of one session (worker.c): sessions use each
+     * device's primary context, which also holds the registrations of
+     * vcu_backend_add_ram() (no second context, whose GPU memory the
+     * session would pay for); and CUDA is refused on a device that can
+     * reach pageable host memory (HMM, ATS), since the worker maps guest
+     * RAM that the session's kernels must not reach.
+     */
+    int worker;
 } vcu_backend_config_t;
+
+/*
+ * Where a mapped range lives in shared guest RAM: the file descriptor of
+ * its RAM block and the offset in that file.  A transport that runs
+ * sessions in worker processes (vcu_proxy.h) needs it for every iovec;
+ * the in-process backend ignores it.
+ */
+typedef struct vcu_gref_s {
+    int fd;
+    uint32_t reserved;
+    uint64_t off;
+} vcu_gref_t;
 
 typedef struct vcu_segment_s {
     const struct iovec *iov;        /* host memory of this segment, in order */
@@ -63,6 +84,7 @@ typedef struct vcu_segment_s {
     uint64_t len;                   /* sum of iov lengths */
     uint32_t flags;                 /* VCU_SEG_TO_DEVICE or VCU_SEG_FROM_DEVICE,
                                        maybe | VCU_SEG_F_STABLE (as on the wire) */
+    const vcu_gref_t *ref;          /* NULL, or one per iov (vcu_proxy.h) */
 } vcu_segment_t;
 
 /* The direction bit of a segment's flags (VCU_SEG_TO_DEVICE or _FROM_DEVICE). */

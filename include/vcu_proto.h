@@ -54,7 +54,11 @@ typedef uint16_t vcu_le16;
 typedef uint32_t vcu_le32;
 typedef uint64_t vcu_le64;
 typedef uint8_t vcu_u8;
+#ifdef __cplusplus
+#define VCU_PROTO_ASSERT(cond, msg) static_assert(cond, msg)
+#else
 #define VCU_PROTO_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "virtio-cuda user-space parts assume a little-endian host"
 #endif

@@ -44,7 +44,7 @@ tree="$work/src"
 bld="$tree/build"
 
 [ -d "$backend_src" ] || die "BACKEND_SRC=$backend_src is not a directory"
-ls "$backend_src"/*.c >/dev/null 2>&1 || die "no backend sources (*.c) in $backend_src (set BACKEND_SRC for a placeholder)"
+[ -f "$backend_src/proxy.c" ] || die "no $backend_src/proxy.c (the session proxy QEMU links)"
 
 # ---- cache key --------------------------------------------------------------
 hash_dir() { (cd "$1" && find . -type f ! -name '*~' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum); }
@@ -138,15 +138,14 @@ orig() {
 for f in "$root"/qemu-device/*.c; do sync_file "$f" "$tree/hw/virtio/$(basename "$f")"; done
 for f in "$root"/qemu-device/*.h; do [ -e "$f" ] && sync_file "$f" "$tree/include/hw/virtio/$(basename "$f")"; done
 
-# The backend is built as a static library of its own, with the CUDA headers
-# on its include path only; the device sees vcu_backend.h and vcu_proto.h
-# (vcu_printf.h is the backend's).
+# QEMU links only the session proxy (proxy.c): each guest session's CUDA
+# work runs in a vcu-worker process (host-backend/worker.c, built by the
+# top-level Makefile), never in QEMU, which does not load the CUDA driver.
 bdir="$tree/hw/virtio/vcu-backend"
 mkdir -p "$bdir"
 declare -A want=()
 sync_file "$root/include/vcu_proto.h" "$bdir/vcu_proto.h"; want[vcu_proto.h]=1
-sync_file "$root/include/vcu_printf.h" "$bdir/vcu_printf.h"; want[vcu_printf.h]=1
-for f in "$root"/host-backend/*.h "$backend_src"/*.h "$backend_src"/*.c; do
+for f in "$root"/host-backend/*.h "$backend_src"/*.h "$backend_src"/proxy.c; do
     [ -e "$f" ] || continue
     sync_file "$f" "$bdir/$(basename "$f")"
     want[$(basename "$f")]=1

@@ -6,7 +6,9 @@ QEMU = sys.argv[1]
 BAR = 0xe0000000
 DEV = 4  # PCI slot
 p = subprocess.Popen([QEMU, '-machine', 'pc,accel=qtest', '-qtest', 'stdio', '-display', 'none',
-                      '-nodefaults', '-m', '512', '-device', f'virtio-cuda-pci,addr={DEV}.0'] + sys.argv[2:],
+                      '-nodefaults', '-m', '512',
+                      '-object', 'memory-backend-memfd,id=mem,size=512M,share=on', '-machine', 'memory-backend=mem',
+                      '-device', f'virtio-cuda-pci,addr={DEV}.0'] + sys.argv[2:],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, bufsize=1)
 
 def cmd(s):
@@ -201,7 +203,10 @@ print(('PASS' if ok else 'FAIL'), 'echo over STABLE segments moved the data')
 passes += ok
 fails += not ok
 check('FENCE on the session', submit([(REQ, hdr(opcode=4, payload_len=0, session=sid))], 64), S_OK)
-check('FENCE with a segment', submit([(REQ, hdr(opcode=4, payload_len=0, nsegs=1, session=sid) + seg(8, 1, 5) + rng(DATA, 8))], 64), EINVAL)
+# A fence may name memory it releases (TO_DEVICE, not STABLE), nothing else.
+check('FENCE releasing a range', submit([(REQ, hdr(opcode=4, payload_len=0, nsegs=1, session=sid) + seg(8, 1, 1) + rng(DATA, 8))], 64), S_OK)
+check('FENCE with a STABLE segment', submit([(REQ, hdr(opcode=4, payload_len=0, nsegs=1, session=sid) + seg(8, 1, 5) + rng(DATA, 8))], 64), EINVAL)
+check('FENCE with a FROM_DEVICE segment', submit([(REQ, hdr(opcode=4, payload_len=0, nsegs=1, session=sid) + seg(8, 1, 2) + rng(DATA, 8))], 64), EINVAL)
 check('SESSION_CLOSE', submit([(REQ, hdr(opcode=2, payload_len=0, session=sid))], 64), S_OK)
 check('FENCE after close', submit([(REQ, hdr(opcode=4, payload_len=0, session=sid))], 64), ENOSESSION)
 # Reset with requests queued but not kicked, then again usable.
@@ -220,6 +225,83 @@ alive = p.poll() is None
 print(('PASS' if alive else 'FAIL'), 'qemu alive after every hostile request')
 passes += alive
 fails += not alive
+
+# ---- one worker process per session -----------------------------------
+import os
+def workers():
+    """vcu-worker processes whose parent is this QEMU."""
+    out = []
+    for d in os.listdir('/proc'):
+        if not d.isdigit():
+            continue
+        try:
+            st = open(f'/proc/{d}/stat').read()
+        except OSError:
+            continue
+        comm = st[st.index('(') + 1:st.rindex(')')]
+        fields = st[st.rindex(')') + 2:].split()
+        if comm == 'vcu-worker' and int(fields[1]) == p.pid and fields[0] != 'Z':
+            out.append(int(d))
+    return sorted(out)
+def expect(name, cond, secs=5.0):
+    global passes, fails
+    t0 = time.time()
+    while not cond() and time.time() - t0 < secs:
+        time.sleep(0.02)
+    ok = cond()
+    print(('PASS' if ok else 'FAIL'), name)
+    passes += ok
+    fails += not ok
+def open_session():
+    ln, reply = submit([(REQ, hdr(opcode=1, payload_len=32) + open_req)], 256)
+    return struct.unpack('<Q', reply[24 + 16:24 + 24])[0] if ln >= 64 else 0
+base = len(workers())
+s1, s2 = open_session(), open_session()
+check('echo on session 1', submit([(REQ, hdr(session=s1) + echo)], 256), S_OK)
+expect('a worker process for each of two sessions', lambda: len(workers()) == base + 2)
+w2 = set(workers())
+check('SESSION_CLOSE of session 1', submit([(REQ, hdr(opcode=2, payload_len=0, session=s1))], 64), S_OK)
+expect('its worker is gone once the close is answered', lambda: len(workers()) == base + 1, 0.5)
+check('session 2 still works', submit([(REQ, hdr(session=s2) + echo)], 256), S_OK)
+# A request that takes 10 s on the host, then a device reset: the reset
+# must not wait for it (QEMU's main loop would stop for those 10 s).
+slow = struct.pack('<QII', 7, 0, 10000)
+submit([(REQ, hdr(session=s2) + slow)], 256, wait=False)
+time.sleep(0.2)
+t0 = time.time()
+w8(COMMON + 0x14, 0)
+cmd('readb 0xcfc')
+dt = time.time() - t0
+ok = dt < 0.1
+print(('PASS' if ok else 'FAIL'), f'reset with 10 s of work in flight answered in {dt * 1000:.1f} ms')
+passes += ok
+fails += not ok
+expect('no worker left after reset', lambda: len(workers()) == base)
+state.update(avail=0, used=0)
+setup()
+s3 = open_session()
+check('a new session after reset', submit([(REQ, hdr(session=s3) + echo)], 256), S_OK)
+left = workers()
 p.kill(); p.wait()
+expect('workers end with QEMU', lambda: all(not os.path.exists(f'/proc/{w}') or
+                                            open(f'/proc/{w}/stat').read().split(') ')[1][0] == 'Z'
+                                            for w in left))
+
+# Guest RAM that workers cannot map is refused at start, with the options.
+r = subprocess.run([QEMU, '-machine', 'pc,accel=qtest', '-qtest', 'null', '-display', 'none',
+                    '-nodefaults', '-m', '256', '-device', 'virtio-cuda-pci'] + sys.argv[2:],
+                   capture_output=True, text=True, timeout=60)
+ok = r.returncode != 0 and 'memory-backend-memfd,id=mem,size=256M,share=on -machine memory-backend=mem' in r.stderr
+print(('PASS' if ok else 'FAIL'), 'private guest RAM refused with the options to use:', r.stderr.strip()[:200])
+passes += ok
+fails += not ok
+r = subprocess.run([QEMU, '-machine', 'pc,accel=qtest', '-qtest', 'null', '-display', 'none',
+                    '-nodefaults', '-m', '256', '-object', 'memory-backend-memfd,id=mem,size=256M,share=off',
+                    '-machine', 'memory-backend=mem', '-device', 'virtio-cuda-pci'] + sys.argv[2:],
+                   capture_output=True, text=True, timeout=60)
+ok = r.returncode != 0 and 'share=on' in r.stderr
+print(('PASS' if ok else 'FAIL'), 'memfd RAM with share=off refused')
+passes += ok
+fails += not ok
 print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)

@@ -5,20 +5,23 @@
  * device-readable descriptors carry the request stream (header, payload,
  * segment table, range list), the device-writable ones the reply buffer.
  * This file checks the stream, maps every guest-physical range of the data
- * segments and hands the request to the host backend, which runs it on the
- * session's worker thread.  The backend's done callback queues the request
- * for a bottom half, which writes the reply, unmaps and pushes.
+ * segments and hands the request to the session proxy, which sends it to
+ * the session's worker process (host-backend/vcu_proxy.h): QEMU never loads
+ * the CUDA driver, and each guest process's CUDA work runs in a host
+ * process of its own.  The proxy's done callback queues the request for a
+ * bottom half, which writes the reply, unmaps and pushes.
  *
  * Everything in a request comes from the guest and is checked here before
  * use: counts, lengths and addresses.  Malformed requests get a VCU_S_*
  * status, never an abort.
  *
- * Guest RAM is registered with CUDA (register-ram, on by default) through a
- * MemoryListener, so that copies from and to guest pages are pinned DMA.
- * Segments marked VCU_SEG_F_STABLE may still be read or written by the
- * GPU after the reply (until the guest's SESSION_FENCE): the device maps
- * only direct guest RAM, whose host address stays valid as long as the
- * RAM block does, so unmapping at the reply is harmless.
+ * Guest RAM must be shared memory (memory-backend-memfd,share=on): a
+ * worker reaches a range through the RAM block's file descriptor and the
+ * offset this file gives it with every range, never through an address
+ * of QEMU's.  Segments marked VCU_SEG_F_STABLE may still be read or
+ * written by the GPU after the reply (until the guest's SESSION_FENCE):
+ * the worker maps the RAM itself, so unmapping here at the reply is
+ * harmless.
  *
  * Lock order: BQL -> complete_lock.  The backend's done callback takes
  * complete_lock only (it may run on any thread, with or without the BQL).
@@ -41,11 +44,13 @@
 #include "migration/blocker.h"
 #include "system/dma.h"
 #include "exec/memory.h"
+#include "exec/ramblock.h"
+#include "hw/boards.h"
 #include "standard-headers/linux/virtio_ids.h"
 #include "standard-headers/linux/virtio_config.h"
 #include "trace.h"
 
-#include "vcu_backend.h"
+#include "vcu_proxy.h"
 
 QEMU_BUILD_BUG_ON(VCU_VIRTIO_ID != VIRTIO_ID_CUDA);
 QEMU_BUILD_BUG_ON(sizeof(struct vcu_req_hdr) != 32);
@@ -84,6 +89,8 @@ struct VirtIOCudaReq {
     unsigned int nsegs;
     /* One iovec per range, in segment order; the first nmapped are mapped. */
     struct iovec *iov;
+    /* Where each range lives in shared guest RAM, for the worker. */
+    vcu_gref_t *ref;
     uint64_t niov;
     uint64_t nmapped;
 
@@ -120,6 +127,7 @@ static void virtio_cuda_req_free(VirtIOCudaReq *r)
 {
     virtio_cuda_unmap(r);
     g_free(r->iov);
+    g_free(r->ref);
     g_free(r->buf);
     g_free(r->resp);
     g_free(r->elem);
@@ -165,12 +173,16 @@ static void virtio_cuda_reply_error(VirtIOCuda *s, VirtIOCudaReq *r,
  * memory region gives VCU_S_EFAULT.
  */
 static uint32_t virtio_cuda_map_range(VirtIOCuda *s, uint64_t gpa, uint64_t len,
-                                      bool is_write, struct iovec *iov)
+                                      bool is_write, struct iovec *iov,
+                                      vcu_gref_t *ref)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(s);
     MemTxAttrs attrs = MEMTXATTRS_UNSPECIFIED;
     dma_addr_t maplen = len;
+    MemoryRegion *mr;
+    ram_addr_t off;
     bool direct;
+    int fd;
     void *p;
 
     WITH_RCU_READ_LOCK_GUARD() {
@@ -196,6 +208,22 @@ static uint32_t virtio_cuda_map_range(VirtIOCuda *s, uint64_t gpa, uint64_t len,
                                     DMA_DIRECTION_TO_DEVICE, 0);
         return VCU_S_EFAULT;
     }
+    /*
+     * The worker maps the RAM block's file: only shared, fd-backed RAM
+     * can be handed over, and the whole range must lie in that block.
+     */
+    mr = memory_region_from_host(p, &off);
+    fd = mr ? memory_region_get_fd(mr) : -1;
+    if (fd < 0 || !qemu_ram_is_shared(mr->ram_block) ||
+        off + len > memory_region_size(mr)) {
+        dma_memory_unmap(vdev->dma_as, p, maplen,
+                         is_write ? DMA_DIRECTION_FROM_DEVICE :
+                                    DMA_DIRECTION_TO_DEVICE, 0);
+        return VCU_S_EFAULT;
+    }
+    ref->fd = fd;
+    ref->reserved = 0;
+    ref->off = off + mr->ram_block->fd_offset;
     iov->iov_base = p;
     iov->iov_len = len;
     return VCU_S_OK;
@@ -336,6 +364,7 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
     /* Check and map every range. */
     r->niov = nranges;
     r->iov = g_new0(struct iovec, nranges ? nranges : 1);
+    r->ref = g_new0(vcu_gref_t, nranges ? nranges : 1);
     s->inflight_ranges += r->niov;    /* given back by fail or retire */
     k = 0;
     for (i = 0; i < nsegs; i++) {
@@ -345,6 +374,7 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
         unsigned int j;
 
         seg->iov = &r->iov[k];
+        seg->ref = &r->ref[k];
         for (j = 0; j < seg->iovcnt; j++, k++) {
             const uint8_t *p = r->buf + range_off + k * sizeof(struct vcu_range);
             uint64_t gpa = ldq_le_p(p + offsetof(struct vcu_range, gpa));
@@ -366,7 +396,8 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
                 why = "ranges longer than their segment";
                 goto fail_inflight;
             }
-            status = virtio_cuda_map_range(s, gpa, len, is_write, &r->iov[k]);
+            status = virtio_cuda_map_range(s, gpa, len, is_write, &r->iov[k],
+                                           &r->ref[k]);
             if (status != VCU_S_OK) {
                 why = "range is not guest RAM or does not map whole";
                 goto fail_inflight;
@@ -401,7 +432,7 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
     QTAILQ_INSERT_TAIL(&s->inflight, r, inflight_next);
     s->ninflight++;
     /* May call virtio_cuda_done() before it returns. */
-    vcu_backend_submit(s->backend, &r->breq);
+    vcu_proxy_submit(s->proxy, &r->breq);
     return false;
 
 fail_inflight:
@@ -485,17 +516,17 @@ static void virtio_cuda_complete_bh(void *opaque)
 
 /*
  * Ends every session and drops every request without a reply: for device
- * reset, driver failure and unrealize.  The backend's reset returns only
- * after every done callback has run, so all requests are on the completed
- * list afterwards.
+ * reset, driver failure and unrealize.  The proxy kills the workers
+ * without waiting for them and returns once every done callback has run,
+ * so all requests are on the completed list afterwards.
  */
 static void virtio_cuda_quiesce(VirtIOCuda *s)
 {
     VirtIOCudaReq *r;
 
     trace_virtio_cuda_reset(s->ninflight);
-    if (s->backend) {
-        vcu_backend_reset(s->backend);
+    if (s->proxy) {
+        vcu_proxy_reset(s->proxy);
     }
     qemu_mutex_lock(&s->complete_lock);
     while ((r = QSIMPLEQ_FIRST(&s->completed))) {
@@ -542,127 +573,55 @@ static uint64_t virtio_cuda_get_features(VirtIODevice *vdev, uint64_t features,
     return features;
 }
 
-/* ---- guest RAM registration ---------------------------------------------- */
-
-/* Below this a section is not worth a registration (low-memory holes). */
-#define VIRTIO_CUDA_RAM_MIN (64 * KiB)
-
 /*
- * The host range of a RAM section, trimmed inward to host pages as
- * cuMemHostRegister wants; false for sections that are not plain guest RAM
- * or are too small.
+ * The default worker: vcu-worker in ../libexec beside the QEMU binary, or
+ * beside it.
  */
-static bool virtio_cuda_ram_range(MemoryRegionSection *section,
-                                  void **hva, uint64_t *len)
+static char *virtio_cuda_default_worker(void)
 {
-    MemoryRegion *mr = section->mr;
-    uintptr_t start, end;
-    uint64_t size;
+    g_autofree char *exe = g_file_read_link("/proc/self/exe", NULL);
+    g_autofree char *dir = g_path_get_dirname(exe ? exe : ".");
+    char *p = g_build_filename(dir, "..", "libexec", "vcu-worker", NULL);
 
-    if (!memory_region_is_ram(mr) || memory_region_is_rom(mr) ||
-        memory_region_is_romd(mr) || memory_region_is_ram_device(mr)) {
-        return false;
+    if (access(p, X_OK) == 0) {
+        return p;
     }
-    size = int128_get64(section->size);
-    start = (uintptr_t)memory_region_get_ram_ptr(mr) +
-            section->offset_within_region;
-    end = start + size;
-    start = ROUND_UP(start, qemu_real_host_page_size());
-    end = ROUND_DOWN(end, qemu_real_host_page_size());
-    if (end <= start || end - start < VIRTIO_CUDA_RAM_MIN) {
-        return false;
-    }
-    *hva = (void *)start;
-    *len = end - start;
-    return true;
+    g_free(p);
+    return g_build_filename(dir, "vcu-worker", NULL);
 }
 
-static void virtio_cuda_ram_add(MemoryListener *listener,
-                                MemoryRegionSection *section)
+/* Guest RAM the workers can map: the machine's memory backend, fd-backed
+ * and shared. */
+static bool virtio_cuda_ram_shared(Error **errp)
 {
-    VirtIOCuda *s = container_of(listener, VirtIOCuda, ram_listener);
-    void *hva;
-    uint64_t len;
-    int rc;
+    MachineState *ms = MACHINE(qdev_get_machine());
+    uint64_t mib = ms->ram_size / MiB;
 
-    if (!virtio_cuda_ram_range(section, &hva, &len)) {
-        return;
+    if (ms->ram && memory_region_get_fd(ms->ram) >= 0 &&
+        qemu_ram_is_shared(ms->ram->ram_block)) {
+        return true;
     }
-    /* Pins the pages: may take a while for gigabytes. */
-    rc = vcu_backend_add_ram(s->backend, hva, len);
-    trace_virtio_cuda_ram_add(hva, len, rc);
-    if (rc < 0) {
-        s->ram_failed += len;
-        warn_report("virtio-cuda: cannot register %" PRIu64 " MiB of guest "
-                    "RAM with CUDA (%s): copies from it will be staged",
-                    len / MiB, vcu_status_str(rc));
-        return;
-    }
-    s->ram_registered += len;
-}
-
-static void virtio_cuda_ram_del(MemoryListener *listener,
-                                MemoryRegionSection *section)
-{
-    VirtIOCuda *s = container_of(listener, VirtIOCuda, ram_listener);
-    void *hva;
-    uint64_t len;
-    int rc;
-
-    if (!virtio_cuda_ram_range(section, &hva, &len)) {
-        return;
-    }
-    rc = vcu_backend_remove_ram(s->backend, hva, len);
-    trace_virtio_cuda_ram_del(hva, len, rc);
-    if (rc == 0) {
-        s->ram_registered -= MIN(len, s->ram_registered);
-    } else {
-        s->ram_failed -= MIN(len, s->ram_failed);
-    }
-}
-
-/* Registers the guest RAM there is now, and what comes later. */
-static void virtio_cuda_ram_start(VirtIOCuda *s)
-{
-    if (!s->register_ram || vcu_backend_cuda_error(s->backend)) {
-        return;
-    }
-    s->ram_listener = (MemoryListener) {
-        .name = "virtio-cuda-ram",
-        .region_add = virtio_cuda_ram_add,
-        .region_del = virtio_cuda_ram_del,
-        .priority = MEMORY_LISTENER_PRIORITY_DEV_BACKEND,
-    };
-    /* Calls region_add for every section there is already. */
-    memory_listener_register(&s->ram_listener, &address_space_memory);
-    s->ram_listener_on = true;
-    trace_virtio_cuda_ram_total(s->ram_registered, s->ram_failed);
-    info_report("virtio-cuda: %" PRIu64 " MiB of guest RAM registered with "
-                "CUDA for pinned DMA%s", s->ram_registered / MiB,
-                s->ram_failed ? " (some could not be)" : "");
-}
-
-static void virtio_cuda_ram_stop(VirtIOCuda *s)
-{
-    if (s->ram_listener_on) {
-        /* Calls region_del for every section. */
-        memory_listener_unregister(&s->ram_listener);
-        s->ram_listener_on = false;
-    }
+    error_setg(errp, "virtio-cuda: guest RAM must be shared memory, which "
+               "the session worker processes map: add -object "
+               "memory-backend-memfd,id=mem,size=%" PRIu64 "M,share=on "
+               "-machine memory-backend=mem", mib);
+    return false;
 }
 
 static void virtio_cuda_realize(DeviceState *dev, Error **errp)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VirtIOCuda *s = VIRTIO_CUDA(dev);
-    vcu_backend_config_t cfg = {
+    g_autofree char *worker = s->worker ? g_strdup(s->worker) :
+                              virtio_cuda_default_worker();
+    vcu_proxy_config_t cfg = {
+        .worker = worker,
         .gpus = s->gpus,
         .libcuda = s->libcuda,
         .max_sessions = s->max_sessions,
-        .register_ram = s->register_ram,
         .capture_printf = s->capture_printf,
     };
-    const char *cuda_err;
+    char err[256] = "";
     int rc;
 
     if (s->max_sessions == 0 || s->max_sessions > 4096) {
@@ -671,26 +630,24 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         return;
     }
 
-    rc = vcu_backend_new(&cfg, &s->backend);
-    if (rc < 0) {
-        error_setg(errp, "virtio-cuda: cannot create the host backend: %s",
-                   vcu_status_str(rc));
-        s->backend = NULL;
+    if (!virtio_cuda_ram_shared(errp)) {
         return;
     }
-    cuda_err = vcu_backend_cuda_error(s->backend);
-    if (cuda_err) {
-        warn_report_once("virtio-cuda: CUDA is not available (%s); "
-                         "only ECHO requests will work", cuda_err);
+    rc = vcu_proxy_new(&cfg, &s->proxy, err, sizeof(err));
+    if (rc < 0) {
+        error_setg(errp, "virtio-cuda: %s (set the worker property to the "
+                   "path of vcu-worker)", err);
+        s->proxy = NULL;
+        return;
     }
-    trace_virtio_cuda_realize(s->gpus ? s->gpus : "", cuda_err ? cuda_err : "ok");
+    trace_virtio_cuda_realize(s->gpus ? s->gpus : "", worker);
 
     error_setg(&s->migration_blocker,
                "virtio-cuda does not support migration: its state lives in "
                "host GPU contexts and mapped guest memory");
     if (migrate_add_blocker(&s->migration_blocker, errp) < 0) {
-        vcu_backend_free(s->backend);
-        s->backend = NULL;
+        vcu_proxy_free(s->proxy);
+        s->proxy = NULL;
         return;
     }
 
@@ -703,8 +660,6 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
     virtio_init(vdev, VIRTIO_ID_CUDA, 0);
     s->vq = virtio_add_queue(vdev, VIRTIO_CUDA_QUEUE_SIZE,
                              virtio_cuda_handle_output);
-
-    virtio_cuda_ram_start(s);
 }
 
 static void virtio_cuda_unrealize(DeviceState *dev)
@@ -713,9 +668,8 @@ static void virtio_cuda_unrealize(DeviceState *dev)
     VirtIOCuda *s = VIRTIO_CUDA(dev);
 
     virtio_cuda_quiesce(s);
-    virtio_cuda_ram_stop(s);
-    vcu_backend_free(s->backend);
-    s->backend = NULL;
+    vcu_proxy_free(s->proxy);
+    s->proxy = NULL;
     qemu_bh_delete(s->complete_bh);
     qemu_mutex_destroy(&s->complete_lock);
     migrate_del_blocker(&s->migration_blocker);
@@ -726,7 +680,7 @@ static void virtio_cuda_unrealize(DeviceState *dev)
 static const Property virtio_cuda_properties[] = {
     DEFINE_PROP_STRING("gpus", VirtIOCuda, gpus),
     DEFINE_PROP_STRING("libcuda", VirtIOCuda, libcuda),
-    DEFINE_PROP_BOOL("register-ram", VirtIOCuda, register_ram, true),
+    DEFINE_PROP_STRING("worker", VirtIOCuda, worker),
     DEFINE_PROP_BOOL("capture-printf", VirtIOCuda, capture_printf, true),
     DEFINE_PROP_UINT32("max-sessions", VirtIOCuda, max_sessions, 64),
 };

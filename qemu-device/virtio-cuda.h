@@ -25,7 +25,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(VirtIOCuda, VIRTIO_CUDA)
 #define VIRTIO_CUDA_QUEUE_SIZE 1024
 
 typedef struct VirtIOCudaReq VirtIOCudaReq;
-typedef struct vcu_backend_s VirtIOCudaBackend;
+typedef struct vcu_proxy_s VirtIOCudaProxy;
 
 struct VirtIOCuda {
     VirtIODevice parent_obj;
@@ -35,21 +35,13 @@ struct VirtIOCuda {
     /* Properties */
     char *gpus;
     char *libcuda;
-    bool register_ram;
+    char *worker;           /* vcu-worker; default beside the QEMU binary */
     bool capture_printf;    /* device printf to the guest, not our stdout */
     uint32_t max_sessions;
 
-    VirtIOCudaBackend *backend;
+    /* One worker process per guest session (host-backend/vcu_proxy.h). */
+    VirtIOCudaProxy *proxy;
     Error *migration_blocker;
-
-    /*
-     * Registers guest RAM with CUDA (register-ram=on and CUDA available):
-     * region_add/region_del on address_space_memory.  Main loop (BQL).
-     */
-    MemoryListener ram_listener;
-    bool ram_listener_on;
-    uint64_t ram_registered;        /* bytes registered now */
-    uint64_t ram_failed;            /* bytes the driver refused */
 
     /*
      * Requests handed to the backend and not yet completed, so that reset

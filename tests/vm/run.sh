@@ -144,6 +144,7 @@ for s in $suites; do
     t0=$(date +%s)
     timeout -k 10 "$vm_timeout" "$qemu" \
         -accel tcg -cpu max -smp 2 -m 3072 \
+        -object memory-backend-memfd,id=mem,size=3072M,share=on -machine memory-backend=mem \
         -display none -nodefaults -monitor none -serial "file:$log" -no-reboot \
         -bios "$share/qboot.rom" -L "$share" \
         -kernel "$VCU_GUEST_VMLINUZ" -initrd "$img" \

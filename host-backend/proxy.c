@@ -1,0 +1,995 @@
+/*
+ * virtio-cuda session proxy (vcu_proxy.h): one worker process per guest
+ * session, reached over a stream socket (vcu_ipc.h).
+ *
+ * Threads
+ * -------
+ * vcu_proxy_submit() and vcu_proxy_reset() run on the transport's thread
+ * (QEMU: with the BQL).  Each session has two threads of its own: a reader
+ * that takes replies from the worker and calls done, and a sender that
+ * writes whatever the submitting thread could not write at once without
+ * blocking.  So a slow, stopped or dead worker never blocks the submitter.
+ *
+ * Lock order: vcu_proxy_t.mu -> vcu__psess_t.mu.  Neither is held across
+ * a done callback, a wait for a process or a blocking socket call.
+ *   vcu_proxy_t.mu   the session table, the zombie list, counters.
+ *   vcu__psess_t.mu  the session's send queue, its pending requests, the
+ *                    regions it was sent, wid, its close request, stop.
+ *
+ * Lifetimes
+ * ---------
+ * A session enters the table at SESSION_OPEN, when its worker is spawned,
+ * and leaves it at SESSION_CLOSE or reset.  At SESSION_CLOSE its worker
+ * is killed; the reader, once the process is gone (so its GPU work can no
+ * longer touch guest memory), completes what was still pending with
+ * VCU_S_ECANCELED and the close itself with VCU_S_OK, then parks the
+ * session on px->zombies, freed by the next open, reset or free.  A reset
+ * kills every worker, joins the session threads (they end as soon as
+ * their socket is shut down), completes what was pending and leaves the
+ * processes to a reaper thread each.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vcu_ipc.h"
+#include "vcu_proxy.h"
+
+#define VCU_EXPORT __attribute__((visibility("default")))
+
+#define VCU__PX_DEFAULT_SESSIONS 64u
+#define VCU__PX_MAX_SESSIONS 4096u
+
+extern char **environ;
+
+typedef struct vcu__pframe_s {
+    struct vcu__pframe_s *next;
+    unsigned char *buf;
+    size_t len;
+    size_t off;                     /* bytes already sent */
+    int fd;                         /* sent with the first byte, or -1 */
+} vcu__pframe_t;
+
+typedef struct vcu__preq_s {
+    struct vcu__preq_s *next;
+    vcu_request_t *req;
+    uint64_t tag;
+    uint64_t req_id;
+    bool open;                      /* the SESSION_OPEN that started the worker */
+} vcu__preq_t;
+
+typedef struct vcu__psess_s vcu__psess_t;
+
+struct vcu_proxy_s {
+    char *worker;
+    char *gpus;
+    char *libcuda;
+    int capture_printf;
+
+    pthread_mutex_t mu;             /* see the lock order above */
+    vcu__psess_t **sessions;        /* max_sessions slots */
+    unsigned int max_sessions;
+    unsigned int nlive;
+    uint64_t next_gen;
+    uint64_t started;
+    vcu__psess_t *zombies;          /* closed, threads to join */
+    vcu__psess_t *closing;          /* SESSION_CLOSE sent, worker not yet gone */
+};
+
+struct vcu__psess_s {
+    vcu_proxy_t *px;
+    uint64_t id;                    /* the guest's session id */
+    unsigned int slot;
+    pid_t pid;
+    int fd;
+    pthread_t reader;
+    pthread_t sender;
+
+    pthread_mutex_t mu;             /* see the lock order above */
+    pthread_cond_t cond;            /* the sender waits on it */
+    uint64_t wid;                   /* the worker's session id, 0 before the open reply */
+    uint64_t next_tag;
+    vcu__pframe_t *qhead, *qtail;   /* not yet (wholly) sent, in order */
+    vcu__preq_t *pending;           /* sent, not answered */
+    int sent_fds[VCU_IPC_MAX_REGIONS];
+    unsigned int nsent;
+    vcu_request_t *close_req;       /* SESSION_CLOSE waiting for the exit */
+    bool stop;                      /* reset: threads end now */
+    bool broken;                    /* a send failed: the link is gone */
+    bool dead;                      /* the reader has ended: nothing more is answered */
+    bool closing;                   /* on px->closing (px->mu) */
+
+    vcu__psess_t *zombie_next;
+};
+
+/* Kills the worker unless it has been reaped (a pid of -1 must never
+ * reach kill(): that signals every process we may). */
+static void vcu__px_kill(vcu__psess_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->pid > 0)
+        kill(s->pid, SIGKILL);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- replies ----------------------------------------------------------- */
+
+/* A reply of status alone. */
+static void vcu__px_complete(vcu_request_t *req, uint64_t req_id, uint32_t status)
+{
+    struct vcu_resp_hdr h;
+
+    memset(&h, 0, sizeof(h));
+    h.status = status;
+    h.req_id = req_id;
+    if (req->resp_cap >= sizeof(h)) {
+        memcpy(req->resp, &h, sizeof(h));
+        req->resp_len = sizeof(h);
+    } else {
+        req->resp_len = 0;
+    }
+    req->done(req);
+}
+
+static uint64_t vcu__px_req_id(const vcu_request_t *req)
+{
+    struct vcu_req_hdr h;
+
+    if (req->req_len < sizeof(h))
+        return 0;
+    memcpy(&h, req->req, sizeof(h));
+    return h.req_id;
+}
+
+/* Completes every pending request (and the close) with status; the
+ * session's threads have ended or will never answer them. */
+static void vcu__px_cancel_all(vcu__psess_t *s, uint32_t status)
+{
+    vcu__preq_t *p, *list;
+    vcu_request_t *close_req;
+
+    pthread_mutex_lock(&s->mu);
+    list = s->pending;
+    s->pending = NULL;
+    close_req = s->close_req;
+    s->close_req = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while ((p = list) != NULL) {
+        list = p->next;
+        vcu__px_complete(p->req, p->req_id, status);
+        free(p);
+    }
+    if (close_req != NULL)
+        vcu__px_complete(close_req, vcu__px_req_id(close_req), VCU_S_OK);
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+/* One non-blocking send of what is left of f; returns bytes sent, 0 if
+ * the socket is full, -1 if the link is broken. */
+static ssize_t vcu__px_send_some(int fd, vcu__pframe_t *f)
+{
+    struct iovec iov = { f->buf + f->off, f->len - f->off };
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } c;
+    struct msghdr m;
+    ssize_t n;
+
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    if (f->off == 0 && f->fd >= 0) {
+        memset(&c, 0, sizeof(c));
+        m.msg_control = c.b;
+        m.msg_controllen = sizeof(c.b);
+        CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
+        CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
+        CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), &f->fd, sizeof(int));
+    }
+    do {
+        n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    return n;
+}
+
+static void vcu__px_frame_free(vcu__pframe_t *f)
+{
+    free(f->buf);
+    free(f);
+}
+
+/* Sends f, or queues what is left of it for the sender.  s->mu held. */
+static void vcu__px_send_locked(vcu__psess_t *s, vcu__pframe_t *f)
+{
+    if (s->qhead == NULL && !s->broken) {
+        ssize_t n = vcu__px_send_some(s->fd, f);
+
+        if (n < 0) {
+            s->broken = true;
+        } else {
+            f->off += (size_t)n;
+            if (f->off == f->len) {
+                vcu__px_frame_free(f);
+                return;
+            }
+        }
+    }
+    if (s->broken) {
+        /* The reader sees the link end and cancels what is pending. */
+        vcu__px_frame_free(f);
+        return;
+    }
+    f->next = NULL;
+    if (s->qtail != NULL)
+        s->qtail->next = f;
+    else
+        s->qhead = f;
+    s->qtail = f;
+    pthread_cond_signal(&s->cond);
+}
+
+static void *vcu__px_sender(void *arg)
+{
+    vcu__psess_t *s = arg;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        vcu__pframe_t *f;
+        struct pollfd pfd;
+        ssize_t n;
+
+        while (s->qhead == NULL && !s->stop)
+            pthread_cond_wait(&s->cond, &s->mu);
+        if (s->stop)
+            break;
+        /* Only this thread sends while the queue is not empty. */
+        f = s->qhead;
+        pthread_mutex_unlock(&s->mu);
+        pfd.fd = s->fd;
+        pfd.events = POLLOUT;
+        pfd.revents = 0;
+        n = poll(&pfd, 1, 1000) < 0 && errno != EINTR ? -1 : 0;
+        if (n == 0 && (pfd.revents & (POLLOUT | POLLERR | POLLHUP)))
+            n = vcu__px_send_some(s->fd, f);
+        pthread_mutex_lock(&s->mu);
+        if (n < 0) {
+            s->broken = true;
+        } else {
+            f->off += (size_t)n;
+            if (f->off < f->len)
+                continue;
+        }
+        s->qhead = f->next;
+        if (s->qhead == NULL)
+            s->qtail = NULL;
+        vcu__px_frame_free(f);
+        if (s->broken) {
+            while ((f = s->qhead) != NULL) {
+                s->qhead = f->next;
+                vcu__px_frame_free(f);
+            }
+            s->qtail = NULL;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- receiving --------------------------------------------------------- */
+
+static vcu__preq_t *vcu__px_take_locked(vcu__psess_t *s, uint64_t tag)
+{
+    vcu__preq_t **pp, *p;
+
+    for (pp = &s->pending; (p = *pp) != NULL; pp = &p->next)
+        if (p->tag == tag) {
+            *pp = p->next;
+            return p;
+        }
+    return NULL;
+}
+
+/* One reply from the worker: into the request's reply buffer, with the
+ * worker's session id replaced by the guest's in an open reply. */
+static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *body, size_t len)
+{
+    vcu__preq_t *p;
+    vcu_request_t *req;
+    size_t n;
+
+    pthread_mutex_lock(&s->mu);
+    p = vcu__px_take_locked(s, tag);
+    pthread_mutex_unlock(&s->mu);
+    if (p == NULL)
+        return;                     /* cancelled meanwhile */
+    req = p->req;
+    n = len < req->resp_cap ? len : req->resp_cap;
+    if (n < sizeof(struct vcu_resp_hdr)) {
+        vcu__px_complete(req, p->req_id, VCU_S_EIO);
+        free(p);
+        return;
+    }
+    memcpy(req->resp, body, n);
+    req->resp_len = n;
+    if (p->open) {
+        struct vcu_resp_hdr h;
+        struct vcu_session_open_resp o;
+
+        memcpy(&h, req->resp, sizeof(h));
+        if (h.status == VCU_S_OK && n >= sizeof(h) + sizeof(o)) {
+            memcpy(&o, (char *)req->resp + sizeof(h), sizeof(o));
+            pthread_mutex_lock(&s->mu);
+            s->wid = o.session;
+            pthread_mutex_unlock(&s->mu);
+            o.session = s->id;
+            memcpy((char *)req->resp + sizeof(h), &o, sizeof(o));
+        }
+    }
+    free(p);
+    req->done(req);
+}
+
+/* Waits for the killed worker to be gone, unless a reset comes first
+ * (which does not wait). */
+static void vcu__px_wait_exit(vcu__psess_t *s)
+{
+    for (;;) {
+        struct timespec ts = { 0, 5 * 1000 * 1000 };
+        pid_t r;
+        bool stop;
+
+        pthread_mutex_lock(&s->mu);
+        r = waitpid(s->pid, NULL, WNOHANG);
+        if (r == s->pid || (r < 0 && errno != EINTR)) {
+            s->pid = -1;
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            return;
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *vcu__px_reader(void *arg)
+{
+    vcu__psess_t *s = arg;
+    vcu_proxy_t *px = s->px;
+    unsigned char *buf = NULL;
+    size_t cap = 0, have = 0;
+    bool closing, stop;
+
+
+    for (;;) {
+        struct vcu_ipc_hdr h;
+        ssize_t n;
+
+        /* Whole frames first. */
+        while (have >= sizeof(h)) {
+            memcpy(&h, buf, sizeof(h));
+            if (h.len > sizeof(struct vcu_ipc_hello) + sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD)
+                goto broken;
+            if (have < sizeof(h) + h.len)
+                break;
+            if (h.type == VCU_IPC_RESP)
+                vcu__px_reply(s, h.tag, buf + sizeof(h), h.len);
+            else if (h.type != VCU_IPC_HELLO)
+                goto broken;
+            memmove(buf, buf + sizeof(h) + h.len, have - sizeof(h) - h.len);
+            have -= sizeof(h) + h.len;
+        }
+        if (cap - have < 65536) {
+            size_t ncap = cap ? cap * 2 : 131072;
+            unsigned char *nb = realloc(buf, ncap);
+
+            if (nb == NULL)
+                goto broken;
+            buf = nb;
+            cap = ncap;
+        }
+        do {
+            n = recv(s->fd, buf + have, cap - have, 0);
+        } while (n < 0 && errno == EINTR);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+    }
+    goto ended;
+broken:
+    /* A worker that breaks the link's rules is not trusted further. */
+    vcu__px_kill(s);
+ended:
+    free(buf);
+    pthread_mutex_lock(&s->mu);
+    stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    if (stop)
+        return NULL;                /* the reset completes what is pending */
+    /* Closed, or died on its own: either way make sure it is gone before
+     * anything it was given back to the guest. */
+    vcu__px_kill(s);
+    vcu__px_wait_exit(s);
+    pthread_mutex_lock(&px->mu);
+    pthread_mutex_lock(&s->mu);
+    stop = s->stop;
+    s->dead = true;
+    closing = s->closing;
+    pthread_mutex_unlock(&s->mu);
+    if (!stop && closing) {
+        vcu__psess_t **pp;
+
+        for (pp = &px->closing; *pp != s; pp = &(*pp)->zombie_next)
+            ;
+        *pp = s->zombie_next;
+        s->closing = false;
+        s->zombie_next = px->zombies;
+        px->zombies = s;
+    }
+    pthread_mutex_unlock(&px->mu);
+    if (stop)
+        return NULL;
+    /* A session whose worker died stays in the table, dead, until the
+     * guest closes it. */
+    vcu__px_cancel_all(s, closing ? VCU_S_ECANCELED : VCU_S_EIO);
+    return NULL;
+}
+
+/* ---- sessions ---------------------------------------------------------- */
+
+static void *vcu__px_reaper(void *arg)
+{
+    pid_t pid = (pid_t)(intptr_t)arg;
+
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return NULL;
+}
+
+/* Ends a session's threads and process without waiting for the process;
+ * completes what is pending.  s is out of the table. */
+static void vcu__px_sess_end(vcu__psess_t *s)
+{
+    pthread_t t;
+    pthread_attr_t a;
+
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+    vcu__px_kill(s);
+    shutdown(s->fd, SHUT_RDWR);
+    pthread_join(s->reader, NULL);
+    pthread_join(s->sender, NULL);
+    vcu__px_cancel_all(s, VCU_S_ECANCELED);
+    if (s->pid > 0 && pthread_attr_init(&a) == 0) {
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, vcu__px_reaper, (void *)(intptr_t)s->pid) != 0)
+            waitpid(s->pid, NULL, WNOHANG);
+        pthread_attr_destroy(&a);
+    }
+}
+
+static void vcu__px_sess_free(vcu__psess_t *s)
+{
+    vcu__pframe_t *f;
+
+    while ((f = s->qhead) != NULL) {
+        s->qhead = f->next;
+        vcu__px_frame_free(f);
+    }
+    close(s->fd);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* Joins and frees the sessions whose close has completed.  No lock held. */
+static void vcu__px_reap_zombies(vcu_proxy_t *px)
+{
+    vcu__psess_t *list, *s;
+
+    pthread_mutex_lock(&px->mu);
+    list = px->zombies;
+    px->zombies = NULL;
+    pthread_mutex_unlock(&px->mu);
+    while ((s = list) != NULL) {
+        list = s->zombie_next;
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->reader, NULL);
+        pthread_join(s->sender, NULL);
+        vcu__px_sess_free(s);
+    }
+}
+
+/* Starts the worker with its end of the socket as fd 3. */
+static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, all;
+    char cap[2] = { px->capture_printf ? '1' : '0', '\0' };
+    char *argv[12];
+    int argc = 0, rc;
+
+    argv[argc++] = px->worker;
+    argv[argc++] = (char *)"--fd";
+    argv[argc++] = (char *)"3";
+    argv[argc++] = (char *)"--capture-printf";
+    argv[argc++] = cap;
+    if (px->gpus != NULL) {
+        argv[argc++] = (char *)"--gpus";
+        argv[argc++] = px->gpus;
+    }
+    if (px->libcuda != NULL) {
+        argv[argc++] = (char *)"--libcuda";
+        argv[argc++] = px->libcuda;
+    }
+    argv[argc] = NULL;
+
+    if (posix_spawn_file_actions_init(&fa) != 0)
+        return VCU_ENOMEM;
+    if (posix_spawnattr_init(&at) != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        return VCU_ENOMEM;
+    }
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    /* Device printf the worker does not capture goes nowhere, never to
+     * QEMU's stdout (a serial console, a monitor). */
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, child_fd, 3);
+    rc = posix_spawn(pid, px->worker, &fa, &at, argv, environ);
+    posix_spawnattr_destroy(&at);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc == 0 ? 0 : VCU_EIO;
+}
+
+/* SESSION_OPEN: a new worker, told to open its session. */
+static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
+                            bool open);
+
+static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_req_hdr *h)
+{
+    vcu__psess_t *s;
+    int sv[2];
+    unsigned int slot;
+    uint32_t status = VCU_S_ENOMEM;
+
+    vcu__px_reap_zombies(px);
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto fail;
+    s->px = px;
+    s->pid = -1;
+    s->fd = -1;
+    if (pthread_mutex_init(&s->mu, NULL) != 0)
+        goto fail_s;
+    if (pthread_cond_init(&s->cond, NULL) != 0)
+        goto fail_mu;
+
+    pthread_mutex_lock(&px->mu);
+    if (px->nlive >= px->max_sessions) {
+        pthread_mutex_unlock(&px->mu);
+        status = VCU_S_EBUSY;
+        goto fail_cond;
+    }
+    for (slot = 0; slot < px->max_sessions; slot++)
+        if (px->sessions[slot] == NULL)
+            break;
+    s->slot = slot;
+    s->id = (px->next_gen++ << 32) | (uint64_t)(slot + 1);
+    px->sessions[slot] = s;         /* reserved; undone below on failure */
+    px->nlive++;
+    pthread_mutex_unlock(&px->mu);
+
+    status = VCU_S_EIO;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        goto fail_slot;
+    s->fd = sv[0];
+    if (vcu__px_spawn(px, sv[1], &s->pid) != 0) {
+        close(sv[1]);
+        goto fail_slot;
+    }
+    close(sv[1]);
+    if (pthread_create(&s->sender, NULL, vcu__px_sender, s) != 0)
+        goto fail_kill;
+    if (pthread_create(&s->reader, NULL, vcu__px_reader, s) != 0) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->sender, NULL);
+        goto fail_kill;
+    }
+    pthread_mutex_lock(&px->mu);
+    px->started++;
+    pthread_mutex_unlock(&px->mu);
+    vcu__px_forward(s, req, h, true);
+    return;
+
+fail_kill:
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+fail_slot:
+    pthread_mutex_lock(&px->mu);
+    px->sessions[s->slot] = NULL;
+    px->nlive--;
+    pthread_mutex_unlock(&px->mu);
+    if (s->fd >= 0)
+        close(s->fd);
+fail_cond:
+    pthread_cond_destroy(&s->cond);
+fail_mu:
+    pthread_mutex_destroy(&s->mu);
+fail_s:
+    free(s);
+fail:
+    vcu__px_complete(req, h->req_id, status);
+}
+
+static vcu__psess_t *vcu__px_lookup_locked(vcu_proxy_t *px, uint64_t id)
+{
+    uint64_t slot = id & 0xffffffffu;
+
+    if (slot == 0 || slot > px->max_sessions)
+        return NULL;
+    if (px->sessions[slot - 1] == NULL || px->sessions[slot - 1]->id != id)
+        return NULL;
+    return px->sessions[slot - 1];
+}
+
+/* ---- submit ------------------------------------------------------------ */
+
+static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
+                            bool open);
+
+VCU_EXPORT void vcu_proxy_submit(vcu_proxy_t *px, vcu_request_t *req)
+{
+    struct vcu_req_hdr h;
+    vcu__psess_t *s;
+    bool dead = false;
+
+    if (req->req_len < sizeof(h) || req->req_len > sizeof(h) + VCU_MAX_PAYLOAD + 8 +
+                                                   VCU_MAX_SEGS * sizeof(struct vcu_seg)) {
+        vcu__px_complete(req, vcu__px_req_id(req), VCU_S_EINVAL);
+        return;
+    }
+    memcpy(&h, req->req, sizeof(h));
+    if (h.opcode == VCU_OP_SESSION_OPEN) {
+        vcu__px_open(px, req, &h);
+        return;
+    }
+    pthread_mutex_lock(&px->mu);
+    s = vcu__px_lookup_locked(px, h.session);
+    if (s != NULL && h.opcode == VCU_OP_SESSION_CLOSE) {
+        /* Out of the table now: nothing more reaches the worker. */
+        px->sessions[s->slot] = NULL;
+        px->nlive--;
+        pthread_mutex_lock(&s->mu);
+        dead = s->dead;
+        if (!dead)
+            s->close_req = req;
+        pthread_mutex_unlock(&s->mu);
+        if (dead) {
+            /* Its reader has ended already. */
+            s->zombie_next = px->zombies;
+            px->zombies = s;
+        } else {
+            s->closing = true;
+            s->zombie_next = px->closing;
+            px->closing = s;
+        }
+    }
+    pthread_mutex_unlock(&px->mu);
+    if (s == NULL) {
+        vcu__px_complete(req, h.req_id, VCU_S_ENOSESSION);
+        return;
+    }
+    if (h.opcode == VCU_OP_SESSION_CLOSE) {
+        if (dead) {
+            vcu__px_complete(req, h.req_id, VCU_S_OK);
+            return;
+        }
+        /* Nothing of the session's survives its process: no final
+         * synchronize that a never-ending kernel could hold up. */
+        vcu__px_kill(s);
+        shutdown(s->fd, SHUT_RDWR);
+        return;
+    }
+    vcu__px_forward(s, req, &h, false);
+}
+
+/* Sends the request to the session's worker: the regions it has not seen
+ * yet first, each with its fd, then the request and its ranges. */
+static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
+                            bool open)
+{
+    struct vcu_req_hdr h = *hp;
+    vcu__pframe_t *rf = NULL, *gf[VCU_MAX_SEGS] = { NULL };
+    vcu__preq_t *p = NULL;
+    struct vcu_ipc_hdr ih;
+    struct vcu_ipc_req ir;
+    uint64_t nranges = 0, body;
+    size_t pad, off;
+    unsigned int i, j, ngf = 0;
+    int newfd[VCU_MAX_SEGS];
+
+    if (req->nsegs > VCU_MAX_SEGS)
+        goto einval;
+    for (i = 0; i < req->nsegs; i++) {
+        if (req->segs[i].iovcnt > 0 && req->segs[i].ref == NULL) {
+            vcu__px_complete(req, h.req_id, VCU_S_EFAULT);
+            return;
+        }
+        nranges += req->segs[i].iovcnt;
+    }
+    if (nranges > VCU_MAX_RANGES)
+        goto einval;
+
+    pad = (8 - req->req_len % 8) % 8;
+    body = sizeof(ir) + req->req_len + pad + nranges * sizeof(struct vcu_ipc_range);
+    rf = calloc(1, sizeof(*rf));
+    p = calloc(1, sizeof(*p));
+    if (rf == NULL || p == NULL)
+        goto enomem;
+    rf->fd = -1;
+    rf->len = sizeof(ih) + body;
+    rf->buf = malloc(rf->len);
+    if (rf->buf == NULL)
+        goto enomem;
+
+    pthread_mutex_lock(&s->mu);
+    if (s->dead) {
+        /* Its worker is gone: the session stays dead until closed. */
+        pthread_mutex_unlock(&s->mu);
+        free(rf->buf);
+        free(rf);
+        free(p);
+        vcu__px_complete(req, h.req_id, VCU_S_EIO);
+        return;
+    }
+    ih.type = VCU_IPC_REQ;
+    ih.len = (uint32_t)body;
+    ih.tag = ++s->next_tag;
+    ir.req_len = (uint32_t)req->req_len;
+    ir.nranges = (uint32_t)nranges;
+    ir.resp_cap = req->resp_cap;
+    off = 0;
+    memcpy(rf->buf + off, &ih, sizeof(ih));
+    off += sizeof(ih);
+    memcpy(rf->buf + off, &ir, sizeof(ir));
+    off += sizeof(ir);
+    memcpy(rf->buf + off, req->req, req->req_len);
+    if (!open) {
+        /* The worker knows its session by its own id. */
+        uint64_t wid = s->wid;
+
+        memcpy(rf->buf + off + offsetof(struct vcu_req_hdr, session), &wid, sizeof(wid));
+    }
+    off += req->req_len;
+    memset(rf->buf + off, 0, pad);
+    off += pad;
+    for (i = 0; i < req->nsegs; i++) {
+        const vcu_segment_t *sg = &req->segs[i];
+
+        for (j = 0; j < sg->iovcnt; j++) {
+            struct vcu_ipc_range r;
+            unsigned int k;
+            int fd = sg->ref[j].fd;
+
+            memset(&r, 0, sizeof(r));
+            r.region = (uint32_t)fd;
+            r.off = sg->ref[j].off;
+            r.len = sg->iov[j].iov_len;
+            memcpy(rf->buf + off, &r, sizeof(r));
+            off += sizeof(r);
+            for (k = 0; k < s->nsent && s->sent_fds[k] != fd; k++)
+                ;
+            if (k < s->nsent)
+                continue;
+            for (k = 0; k < ngf && newfd[k] != fd; k++)
+                ;
+            if (k < ngf)
+                continue;
+            if (fd < 0 || s->nsent + ngf >= VCU_IPC_MAX_REGIONS || ngf >= VCU_MAX_SEGS) {
+                pthread_mutex_unlock(&s->mu);
+                goto efault;
+            }
+            newfd[ngf++] = fd;
+        }
+    }
+    /* The regions the worker has not seen yet go first, each with its fd. */
+    for (i = 0; i < ngf; i++) {
+        struct vcu_ipc_region rg;
+        struct vcu_ipc_hdr rh;
+
+        gf[i] = calloc(1, sizeof(*gf[i]));
+        if (gf[i] == NULL || (gf[i]->buf = malloc(sizeof(rh) + sizeof(rg))) == NULL) {
+            pthread_mutex_unlock(&s->mu);
+            goto enomem;
+        }
+        memset(&rg, 0, sizeof(rg));
+        rg.id = (uint32_t)newfd[i];
+        rh.type = VCU_IPC_REGION;
+        rh.len = sizeof(rg);
+        rh.tag = 0;
+        memcpy(gf[i]->buf, &rh, sizeof(rh));
+        memcpy(gf[i]->buf + sizeof(rh), &rg, sizeof(rg));
+        gf[i]->len = sizeof(rh) + sizeof(rg);
+        gf[i]->fd = newfd[i];
+    }
+    for (i = 0; i < ngf; i++) {
+        s->sent_fds[s->nsent++] = newfd[i];
+        vcu__px_send_locked(s, gf[i]);
+        gf[i] = NULL;
+    }
+    p->req = req;
+    p->tag = ih.tag;
+    p->req_id = h.req_id;
+    p->open = open;
+    p->next = s->pending;
+    s->pending = p;
+    vcu__px_send_locked(s, rf);
+    pthread_mutex_unlock(&s->mu);
+    return;
+
+efault:
+    free(rf ? rf->buf : NULL);
+    free(rf);
+    free(p);
+    vcu__px_complete(req, h.req_id, VCU_S_EFAULT);
+    return;
+enomem:
+    for (i = 0; i < ngf; i++)
+        if (gf[i] != NULL) {
+            free(gf[i]->buf);
+            free(gf[i]);
+        }
+    free(rf ? rf->buf : NULL);
+    free(rf);
+    free(p);
+    vcu__px_complete(req, h.req_id, VCU_S_ENOMEM);
+    return;
+einval:
+    vcu__px_complete(req, h.req_id, VCU_S_EINVAL);
+}
+
+/* ---- the proxy --------------------------------------------------------- */
+
+VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, char *err,
+                             size_t errlen)
+{
+    vcu_proxy_t *px;
+
+    *out = NULL;
+    if (cfg == NULL || cfg->worker == NULL || cfg->worker[0] == '\0') {
+        snprintf(err, errlen, "no worker program given");
+        return VCU_EINVAL;
+    }
+    if (access(cfg->worker, X_OK) != 0) {
+        snprintf(err, errlen, "worker program %s: %s", cfg->worker, strerror(errno));
+        return VCU_ENODEV;
+    }
+    if (cfg->max_sessions > VCU__PX_MAX_SESSIONS) {
+        snprintf(err, errlen, "at most %u sessions", VCU__PX_MAX_SESSIONS);
+        return VCU_EINVAL;
+    }
+    px = calloc(1, sizeof(*px));
+    if (px == NULL)
+        goto enomem;
+    px->max_sessions = cfg->max_sessions ? cfg->max_sessions : VCU__PX_DEFAULT_SESSIONS;
+    px->capture_printf = cfg->capture_printf;
+    px->next_gen = 1;
+    px->worker = strdup(cfg->worker);
+    px->gpus = cfg->gpus ? strdup(cfg->gpus) : NULL;
+    px->libcuda = cfg->libcuda ? strdup(cfg->libcuda) : NULL;
+    px->sessions = calloc(px->max_sessions, sizeof(*px->sessions));
+    if (px->worker == NULL || (cfg->gpus && !px->gpus) || (cfg->libcuda && !px->libcuda) ||
+        px->sessions == NULL || pthread_mutex_init(&px->mu, NULL) != 0) {
+        free(px->worker);
+        free(px->gpus);
+        free(px->libcuda);
+        free(px->sessions);
+        free(px);
+        goto enomem;
+    }
+    *out = px;
+    return 0;
+enomem:
+    snprintf(err, errlen, "out of memory");
+    return VCU_ENOMEM;
+}
+
+VCU_EXPORT void vcu_proxy_reset(vcu_proxy_t *px)
+{
+    vcu__psess_t *list = NULL, *s;
+    unsigned int i;
+
+    if (px == NULL)
+        return;
+    pthread_mutex_lock(&px->mu);
+    for (i = 0; i < px->max_sessions; i++) {
+        s = px->sessions[i];
+        if (s == NULL)
+            continue;
+        px->sessions[i] = NULL;
+        s->zombie_next = list;
+        list = s;
+    }
+    px->nlive = 0;
+    while ((s = px->closing) != NULL) {
+        px->closing = s->zombie_next;
+        s->closing = false;
+        s->zombie_next = list;
+        list = s;
+    }
+    pthread_mutex_unlock(&px->mu);
+    /* A closing session's reader, once it sees stop, leaves the session
+     * to us; one that got to the zombie list first is joined below. */
+    while ((s = list) != NULL) {
+        list = s->zombie_next;
+        vcu__px_sess_end(s);
+        vcu__px_sess_free(s);
+    }
+    vcu__px_reap_zombies(px);
+}
+
+VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
+{
+    if (px == NULL)
+        return;
+    vcu_proxy_reset(px);
+    pthread_mutex_destroy(&px->mu);
+    free(px->sessions);
+    free(px->worker);
+    free(px->gpus);
+    free(px->libcuda);
+    free(px);
+}
+
+VCU_EXPORT unsigned int vcu_proxy_session_count(vcu_proxy_t *px)
+{
+    unsigned int n;
+
+    pthread_mutex_lock(&px->mu);
+    n = px->nlive;
+    pthread_mutex_unlock(&px->mu);
+    return n;
+}
+
+VCU_EXPORT uint64_t vcu_proxy_workers_started(vcu_proxy_t *px)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&px->mu);
+    n = px->started;
+    pthread_mutex_unlock(&px->mu);
+    return n;
+}

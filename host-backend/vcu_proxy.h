@@ -1,0 +1,68 @@
+/*
+ * virtio-cuda session proxy: what the QEMU device links instead of the
+ * backend itself.  Every guest session runs in a worker process of its
+ * own (vcu-worker, worker.c), started at SESSION_OPEN and killed at
+ * SESSION_CLOSE, reset or when QEMU goes: QEMU never loads the CUDA
+ * driver, and one session's faults, memory and address space stay in its
+ * process.  Guest RAM reaches the workers as shared memory: every mapped
+ * range comes with its RAM block's file descriptor and offset
+ * (vcu_segment_t.ref), and the worker maps that file itself.
+ *
+ * The request interface is the backend's (vcu_backend.h: vcu_request_t,
+ * vcu_segment_t): the caller allocates a request and keeps it alive until
+ * done() has been called, exactly once, from any thread.  Nothing here
+ * blocks on a worker: submission writes to the worker's socket without
+ * blocking (a thread of the session's own sends what does not fit), replies
+ * are read by another thread of the session, and reset kills workers
+ * without waiting for them to exit.
+ */
+#ifndef VCU_PROXY_H
+#define VCU_PROXY_H
+
+#include "vcu_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vcu_proxy_s vcu_proxy_t;
+
+typedef struct vcu_proxy_config_s {
+    const char *worker;             /* path of vcu-worker (required) */
+    const char *gpus;               /* as vcu_backend_config_t.gpus */
+    const char *libcuda;            /* as vcu_backend_config_t.libcuda */
+    unsigned int max_sessions;      /* 0 means 64 */
+    int capture_printf;             /* as vcu_backend_config_t.capture_printf */
+} vcu_proxy_config_t;
+
+/* Checks the config (the worker must be an executable file) and creates
+ * the proxy; the caller frees it with vcu_proxy_free().  err gets a
+ * one-line reason on failure. */
+int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, char *err, size_t errlen);
+
+/* Ends every session as vcu_proxy_reset() does, then frees. */
+void vcu_proxy_free(vcu_proxy_t *px);
+
+/*
+ * Queues a request; always ends in exactly one call of req->done.  Every
+ * segment iovec needs its vcu_gref_t (seg->ref), or the request fails
+ * with VCU_S_EFAULT.  Not thread safe: one caller at a time (the BQL).
+ */
+void vcu_proxy_submit(vcu_proxy_t *px, vcu_request_t *req);
+
+/*
+ * Ends every session: workers are killed (SIGKILL; their GPU work ends
+ * with them), requests still out complete with VCU_S_ECANCELED.  Returns
+ * once every done callback has run; never waits for a worker to exit.
+ */
+void vcu_proxy_reset(vcu_proxy_t *px);
+
+/* Sessions open now, and worker processes started since creation. */
+unsigned int vcu_proxy_session_count(vcu_proxy_t *px);
+uint64_t vcu_proxy_workers_started(vcu_proxy_t *px);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VCU_PROXY_H */
