@@ -60,6 +60,61 @@ run_demo() {
     done
 }
 
+# GPU suite, leaks (tests/gpu/leaks.sh judges from the host): a process
+# holding GPU memory and work is killed; then one is left running while
+# the device is reset (driver unbind); then one is left running for the
+# host to kill QEMU.  "VCU-LEAKS running|after PHASE" tell the host when
+# to look.
+spin_start() {
+    LD_LIBRARY_PATH=/cuda/lib /cuda/spin 256 >/tmp/spin.out 2>&1 &
+    spin_pid=$!
+    i=0
+    while ! grep -q spinning /tmp/spin.out && [ $i -lt 600 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if grep -q spinning /tmp/spin.out; then
+        echo "VCU-TEST leaks/start-$1 PASS"
+    else
+        echo "VCU-TEST leaks/start-$1 FAIL $(cat /tmp/spin.out)"
+        return 1
+    fi
+}
+run_leaks() {
+    spin_start killed || return 1
+    echo "VCU-LEAKS running killed"
+    sleep 8
+    kill -9 $spin_pid
+    wait $spin_pid 2>/dev/null
+    echo "VCU-LEAKS after killed"
+    sleep 8
+    spin_start reset
+    echo "VCU-LEAKS running reset"
+    sleep 8
+    dev=
+    for d in /sys/bus/virtio/drivers/virtio_cuda/virtio*; do
+        [ -e "$d" ] && dev=$(basename "$(readlink -f "$d/..")")
+    done
+    if [ -n "$dev" ] && echo "$dev" >/sys/bus/pci/drivers/virtio-pci/unbind; then
+        echo "VCU-TEST leaks/unbind PASS"
+    else
+        echo "VCU-TEST leaks/unbind FAIL no virtio_cuda device to unbind"
+    fi
+    echo "VCU-LEAKS after reset"
+    sleep 8
+    kill -9 $spin_pid 2>/dev/null
+    wait $spin_pid 2>/dev/null
+    echo "$dev" >/sys/bus/pci/drivers/virtio-pci/bind
+    i=0
+    while [ ! -c /dev/vcuda0 ] && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    spin_start qemu-kill
+    echo "VCU-LEAKS running qemu-kill"
+    sleep 120
+}
+
 # The benchmark in the guest: its CSV between markers, for bench/run.sh.
 run_bench() {
     echo "VCU-BENCH-BEGIN"
@@ -85,6 +140,7 @@ for s in $suites; do
         cuda) run_cuda ;;
         demo) run_demo ;;
         bench) run_bench ;;
+        leaks) run_leaks ;;
         *) echo "VCU-TEST $s/setup FAIL unknown suite" ;;
         esac
         rc=$?

@@ -112,6 +112,10 @@ for s in "$@"; do
         add_cudart
         add_cuda_prog "$benchbin"
         ;;
+    leaks)
+        add_cudart
+        add_cuda_prog "$cudatests/spin"
+        ;;
     *) die "unknown suite $s" ;;
     esac
 done
