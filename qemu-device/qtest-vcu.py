@@ -266,5 +266,15 @@ else:
     check_opts('gpus=0,,0 is split (GPU given twice)', 'gpus=0,,0', True, 'host GPU 0 given twice')
     check_opts('gpus=0:2 names a missing GPU', 'gpus=0:2', True, '"2" is not a host GPU ordinal below 2')
     check_opts('gpus=0,1 is refused by QEMU', 'gpus=0,1', False, "Property 'virtio-cuda-pci.1' not found")
+    # Every -device line the README prints starts QEMU as it says.
+    import re
+    readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'README.md')
+    forms = re.findall(r'-device virtio-cuda-pci,([^\s`]+)', open(readme).read())
+    ok = len(forms) >= 2
+    print(('PASS' if ok else 'FAIL'), 'README prints -device lines:', forms)
+    fails += not ok
+    passes += ok
+    for props in forms:
+        check_opts(f'README: -device virtio-cuda-pci,{props}', props, True, None)
 print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)
