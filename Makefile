@@ -7,12 +7,15 @@
 #   make run        the main job: boot a guest and run a CUDA program in it
 #   make gpu-suite  on a GPU host: the CUDA suite in a guest on the real GPU
 #   make bench      on a GPU host: the native-vs-guest benchmark (bench/)
+#   make install-guest  in a guest (or with DESTDIR=stage): the module
+#                   sources under DKMS, the guest library, its loader,
+#                   modules-load and udev configuration (scripts/install-guest.sh)
 
 TOP := $(abspath .)
 B := $(TOP)/build
 
 .PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build \
-	bench test run gpu-suite clean
+	bench test run gpu-suite install-guest clean
 
 all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build
 
@@ -49,6 +52,13 @@ bench:
 
 test:
 	scripts/test.sh
+
+# DESTDIR, PREFIX (default /usr/local), SYSCONFDIR, KDIR and DKMS: see
+# scripts/install-guest.sh.
+PREFIX ?= /usr/local
+install-guest: guest-lib
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" SYSCONFDIR="$(SYSCONFDIR)" KDIR="$(KDIR)" \
+		DKMS="$(DKMS)" GUEST_LIB="$(B)/guest-lib/libcudart.so.13" scripts/install-guest.sh
 
 run:
 	scripts/run.sh

@@ -449,8 +449,11 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
         goto err_sym;
     }
 
+    /* Entries are separated by ',' or ':'.  QEMU's -device parser splits
+     * on ',' (a literal one is written ",,"), so "0:1" is the form that
+     * needs no escaping; a GPU- UUID has no ':' in it. */
     for (p = gpus;;) {
-        const char *q = strchr(p, ',');
+        const char *q = strpbrk(p, ",:");
         size_t len = q != NULL ? (size_t)(q - p) : strlen(p);
         int ord;
         unsigned int i;

@@ -87,6 +87,7 @@ struct vcu_proxy_s {
     uint64_t started;
     vcu__psess_t *zombies;          /* closed, threads to join */
     vcu__psess_t *closing;          /* SESSION_CLOSE sent, worker not yet gone */
+    char cuda_error[256];           /* the probe's answer: "" when CUDA works */
 };
 
 struct vcu__psess_s {
@@ -525,7 +526,7 @@ static void vcu__px_reap_zombies(vcu_proxy_t *px)
 }
 
 /* Starts the worker with its end of the socket as fd 3. */
-static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, pid_t *pid)
+static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, pid_t *pid, bool probe)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -547,6 +548,8 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, pid_t *pid)
         argv[argc++] = (char *)"--libcuda";
         argv[argc++] = px->libcuda;
     }
+    if (probe)
+        argv[argc++] = (char *)"--probe";
     argv[argc] = NULL;
 
     if (posix_spawn_file_actions_init(&fa) != 0)
@@ -613,7 +616,7 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         goto fail_slot;
     s->fd = sv[0];
-    if (vcu__px_spawn(px, sv[1], &s->pid) != 0) {
+    if (vcu__px_spawn(px, sv[1], &s->pid, false) != 0) {
         close(sv[1]);
         goto fail_slot;
     }
@@ -883,6 +886,54 @@ einval:
 
 /* ---- the proxy --------------------------------------------------------- */
 
+/*
+ * Runs a worker with --probe and waits (at most timeout_ms) for what it
+ * says of CUDA: the driver, the GPU list.  At creation, before any guest
+ * runs, so that a wrong configuration shows at start.
+ */
+static void vcu__px_probe(vcu_proxy_t *px, int timeout_ms)
+{
+    struct vcu_ipc_hdr h;
+    struct vcu_ipc_hello hello;
+    unsigned char buf[sizeof(h) + sizeof(hello)];
+    size_t have = 0;
+    pid_t pid;
+    int sv[2];
+
+    snprintf(px->cuda_error, sizeof(px->cuda_error), "the worker did not answer");
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return;
+    if (vcu__px_spawn(px, sv[1], &pid, true) != 0) {
+        snprintf(px->cuda_error, sizeof(px->cuda_error), "cannot start %s", px->worker);
+        close(sv[0]);
+        close(sv[1]);
+        return;
+    }
+    close(sv[1]);
+    while (have < sizeof(buf)) {
+        struct pollfd pfd = { .fd = sv[0], .events = POLLIN };
+        ssize_t n;
+
+        if (poll(&pfd, 1, timeout_ms) <= 0)
+            break;
+        n = recv(sv[0], buf + have, sizeof(buf) - have, 0);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+    }
+    if (have == sizeof(buf)) {
+        memcpy(&h, buf, sizeof(h));
+        memcpy(&hello, buf + sizeof(h), sizeof(hello));
+        if (h.type == VCU_IPC_HELLO && h.len == sizeof(hello)) {
+            hello.cuda_error[sizeof(hello.cuda_error) - 1] = '\0';
+            snprintf(px->cuda_error, sizeof(px->cuda_error), "%s", hello.cuda_error);
+        }
+    }
+    close(sv[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
 VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, char *err,
                              size_t errlen)
 {
@@ -920,6 +971,7 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
         free(px);
         goto enomem;
     }
+    vcu__px_probe(px, 60000);
     *out = px;
     return 0;
 enomem:
@@ -972,6 +1024,11 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
     free(px->gpus);
     free(px->libcuda);
     free(px);
+}
+
+VCU_EXPORT const char *vcu_proxy_cuda_error(const vcu_proxy_t *px)
+{
+    return px->cuda_error[0] ? px->cuda_error : NULL;
 }
 
 VCU_EXPORT unsigned int vcu_proxy_session_count(vcu_proxy_t *px)

@@ -36,9 +36,9 @@ typedef struct vcu_backend_s vcu_backend_t;
 
 typedef struct vcu_backend_config_s {
     /*
-     * Host GPUs given to the VM, in virtual order: a comma-separated list
-     * of host ordinals ("0,2") or UUIDs ("GPU-1234abcd-..."); NULL or ""
-     * means "0".
+     * Host GPUs given to the VM, in virtual order: a list of host
+     * ordinals or UUIDs ("GPU-1234abcd-...") separated by ',' or ':'
+     * ("0,2", "0:2"); NULL or "" means "0".
      */
     const char *gpus;
     /* Path for dlopen(); NULL means "libcuda.so.1". */

@@ -36,8 +36,9 @@ typedef struct vcu_proxy_config_s {
 } vcu_proxy_config_t;
 
 /* Checks the config (the worker must be an executable file) and creates
- * the proxy; the caller frees it with vcu_proxy_free().  err gets a
- * one-line reason on failure. */
+ * the proxy, running a worker once to see whether CUDA works as
+ * configured (vcu_proxy_cuda_error()); the caller frees it with
+ * vcu_proxy_free().  err gets a one-line reason on failure. */
 int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, char *err, size_t errlen);
 
 /* Ends every session as vcu_proxy_reset() does, then frees. */
@@ -56,6 +57,10 @@ void vcu_proxy_submit(vcu_proxy_t *px, vcu_request_t *req);
  * once every done callback has run; never waits for a worker to exit.
  */
 void vcu_proxy_reset(vcu_proxy_t *px);
+
+/* Why a worker found no usable CUDA when the proxy was created (the
+ * driver, the GPU list), or NULL if it did. */
+const char *vcu_proxy_cuda_error(const vcu_proxy_t *px);
 
 /* Sessions open now, and worker processes started since creation. */
 unsigned int vcu_proxy_session_count(vcu_proxy_t *px);

@@ -2,6 +2,10 @@
  * vcu-worker: one guest session's host process.
  *
  *   vcu-worker --fd N [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1]
+ *              [--probe]
+ *
+ * --probe: load the driver, resolve the GPU list, say so (VCU_IPC_HELLO)
+ * and exit: QEMU checks its configuration this way at start.
  *
  * Started by the QEMU device's proxy (proxy.c) at SESSION_OPEN with its
  * end of a stream socket (vcu_ipc.h) as fd N.  Runs the backend
@@ -378,7 +382,7 @@ static void vcu__handle_region(const unsigned char *body, size_t blen)
 static void vcu__usage(void)
 {
     fprintf(stderr, "usage: vcu-worker --fd N [--gpus LIST] [--libcuda PATH] "
-                    "[--capture-printf 0|1]\n"
+                    "[--capture-printf 0|1] [--probe]\n"
                     "Started by QEMU's virtio-cuda-pci device, one per guest session.\n");
     exit(2);
 }
@@ -390,12 +394,17 @@ int main(int argc, char **argv)
     unsigned char *buf;
     size_t cap = 1u << 20, have = 0;
     const char *cerr;
+    bool probe = false;
     int i;
 
     memset(&cfg, 0, sizeof(cfg));
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
+        if (strcmp(a, "--probe") == 0) {
+            probe = true;
+            continue;
+        }
         if (v == NULL)
             vcu__usage();
         if (strcmp(a, "--fd") == 0) {
@@ -439,6 +448,8 @@ int main(int argc, char **argv)
     if (cerr != NULL)
         snprintf(hello.cuda_error, sizeof(hello.cuda_error), "%s", cerr);
     vcu__send_frame(VCU_IPC_HELLO, 0, &hello, sizeof(hello));
+    if (probe)
+        _exit(0);
 
     buf = malloc(cap);
     if (buf == NULL)

@@ -640,6 +640,11 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         s->proxy = NULL;
         return;
     }
+    if (vcu_proxy_cuda_error(s->proxy)) {
+        warn_report_once("virtio-cuda: CUDA is not available (%s); "
+                         "only ECHO requests will work",
+                         vcu_proxy_cuda_error(s->proxy));
+    }
     trace_virtio_cuda_realize(s->gpus ? s->gpus : "", worker);
 
     error_setg(&s->migration_blocker,

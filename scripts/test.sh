@@ -9,13 +9,16 @@
 # layouts nvcc gave the test kernels), exports (our libcudart.so.13 exports
 # every name NVIDIA's does, with its symbol version), cuda-loopback (the CUDA test
 # programs against guest-lib + backend + the CPU stand-in for libcuda, no
-# VM), and in a TCG guest: echo, badinput, hostmem, cuda.
+# VM), packaging: dkms (the guest module through DKMS against the 6.1 and
+# 6.12 headers), install-guest (make install-guest into a DESTDIR), libvirt
+# (the domain example against libvirt's schema), and in a TCG guest: echo,
+# badinput, hostmem, cuda.
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"unit fuzz qtest twins exports cuda-loopback echo badinput hostmem cuda"}
+suites=${VCU_SUITES:-"unit fuzz qtest twins exports cuda-loopback dkms install-guest libvirt echo badinput hostmem cuda"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -68,6 +71,9 @@ for s in $suites; do
     twins) run_suite twins one_check tests/cuda/check-twins.sh build/cuda-tests ;;
     exports) run_suite exports one_check guest-lib/check-exports.sh ;;
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
+    dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
+    install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;
+    libvirt) run_suite libvirt timeout 120 tests/pkg/libvirt.sh ;;
     echo | badinput | hostmem | cuda) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac

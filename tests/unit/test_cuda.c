@@ -316,7 +316,7 @@ TEST(cuda_gpus_config)
     vcu__cuda_t *cu = NULL;
     char err[256];
     static const char *bad[] = {"2", "0,0", "-1", "x", "0,", "GPU-00000000-0000-0000-0000-000000000000",
-                                "99999999999999999999"};
+                                "99999999999999999999", "0:0", "0:", ":1", "0:2", "0;1"};
     unsigned int i;
 
     memset(&cfg, 0, sizeof(cfg));
@@ -330,6 +330,27 @@ TEST(cuda_gpus_config)
     ASSERT_EQ(0, vcu__cuda_init(&cfg, &cu, err, sizeof(err)));
     ASSERT_NOT_NULL(cu);
     vcu__cuda_fini(cu);
+    return 0;
+}
+
+/* ':' separates entries as ',' does: "0:1" is the form QEMU's -device
+ * parser takes without the ",," escape. */
+TEST(cuda_gpus_colon)
+{
+    static const char *two[] = {"0,1", "1:0", " 0 : 1 "};
+    tc_t c;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_driver_info_resp r;
+    unsigned int i;
+
+    for (i = 0; i < sizeof(two) / sizeof(two[0]); i++) {
+        CHECK(tc_open_gpus(&c, two[i]));
+        memset(&r, 0, sizeof(r));
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.r.result);
+        ASSERT_EQ(2, r.device_count);
+        tc_close(&c);
+    }
     return 0;
 }
 

@@ -12,6 +12,7 @@
     X(cuda_pset)                        \
     X(cuda_no_driver)                   \
     X(cuda_gpus_config)                 \
+    X(cuda_gpus_colon)                  \
     X(cuda_driver_info)                 \
     X(cuda_device_info)                 \
     X(cuda_memcpy_roundtrip)            \

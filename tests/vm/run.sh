@@ -75,11 +75,12 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
     step "module for $VCU_GUEST_KVER"
     "$root/guest-driver/build.sh" "$VCU_GUEST_KDIR" "$moddir" >"$build/vm/module.log" 2>&1 ||
         { tail -n 40 "$build/vm/module.log"; die "guest-driver/build.sh $VCU_GUEST_KDIR failed"; }
-    # Compile check only: the newest 6.12 headers (bookworm-backports).
-    k612=$(ls -d /usr/src/linux-headers-6.12*-cloud-amd64 2>/dev/null | sort -V | tail -n 1)
+    # Compile check only: the newest 6.12 headers (bookworm-backports),
+    # unpacked by headers-612.sh.
+    k612=$( (eval "$("$here/headers-612.sh" 2>"$build/vm/headers-612.log")" && echo "$VCU_K612_KDIR") || true)
     if [ -n "$k612" ]; then
         step "module compile check against ${k612##*/}"
-        "$root/guest-driver/build.sh" "$k612" "$build/guest-driver/${k612#/usr/src/linux-headers-}" \
+        "$root/guest-driver/build.sh" "$k612" "$build/guest-driver/${k612##*/linux-headers-}" \
             >"$build/vm/module-612.log" 2>&1 ||
             { tail -n 40 "$build/vm/module-612.log"; die "module does not build against $k612"; }
     else
