@@ -4,7 +4,8 @@
 #                   guest library, host backend, tests)
 #   make test       install build dependencies, build, run every suite that
 #                   needs no GPU; last line "N passed, N failed"
-#   make run        the main job: boot a guest and run a CUDA program in it
+#   make run        the main job: what a guest sees of the GPU, a workload
+#                   in the guest next to the same one natively, a verdict
 #   make gpu-suite  on a GPU host: the CUDA suite in a guest on the real GPU
 #   make bench      on a GPU host: the native-vs-guest benchmark (bench/)
 #   make install-guest  in a guest (or with DESTDIR=stage): the module
@@ -14,10 +15,10 @@
 TOP := $(abspath .)
 B := $(TOP)/build
 
-.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build \
+.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests demo qemu bench-build \
 	bench test run gpu-suite install-guest clean
 
-all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build
+all: backend fakecuda guest-lib guest-lib-loopback cuda-tests demo qemu bench-build
 
 backend:
 	$(MAKE) -C host-backend O=$(B)/host-backend
@@ -34,6 +35,10 @@ guest-lib-loopback: backend
 
 cuda-tests:
 	$(MAKE) -C tests/cuda O=$(B)/cuda-tests
+
+# Into build/vm, which travels to a GPU host with the guest images.
+demo:
+	$(MAKE) -C tests/demo O=$(B)/vm
 
 # QEMU with the device, and beside it (libexec/) the worker process it
 # starts for each guest session.

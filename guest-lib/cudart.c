@@ -121,26 +121,28 @@ static void vcu__visible(uint32_t n)
 }
 
 /* Guest PCI address of the vcuda device; the virtual GPUs behind it get
- * consecutive device numbers from its slot. */
+ * consecutive device numbers from its slot.  The class device's parent is
+ * the virtio device (.../0000:00:03.0/virtio0): the PCI function is the
+ * nearest ancestor whose name is a PCI address. */
 static void vcu__pci_ids(void)
 {
     const char *path = vcu__dev_path();
     const char *base = strrchr(path, '/');
-    char sys[PATH_MAX], link[PATH_MAX];
+    char sys[PATH_MAX], real[PATH_MAX];
     unsigned int dom = 0, bus = 0, slot = 0, fn = 0;
     int have = 0;
-    ssize_t len;
 
     base = base != NULL ? base + 1 : path;
     snprintf(sys, sizeof(sys), "/sys/class/vcuda/%s/device", base);
-    len = readlink(sys, link, sizeof(link) - 1);
-    if (len > 0) {
-        const char *b;
+    if (realpath(sys, real) != NULL) {
+        char *b;
 
-        link[len] = '\0';
-        b = strrchr(link, '/');
-        b = b != NULL ? b + 1 : link;
-        have = sscanf(b, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) == 4;
+        while (!have && (b = strrchr(real, '/')) != NULL) {
+            char tail;
+
+            have = sscanf(b + 1, "%x:%x:%x.%x%c", &dom, &bus, &slot, &fn, &tail) == 4;
+            *b = '\0';
+        }
     }
     for (int i = 0; i < vcu__rt.ndev; i++) {
         vcu__dev_t *d = &vcu__rt.dev[i];

@@ -1,17 +1,20 @@
 #!/bin/sh
 # Compares the kernels and device symbols of the built CUDA test programs
-# with the twins table of the CPU stand-in (tests/fakecuda/twins.c):
+# and the main job's demo (tests/demo) with the twins table of the CPU
+# stand-in (tests/fakecuda/twins.c):
 # mangled names, parameter offsets and sizes (EIATTR_KPARAM_INFO), static
 # shared size, and __device__/__constant__ names, sizes and initial bytes.
 # Needs a C compiler, not a GPU nor cuobjdump.
 #
-#   tests/cuda/check-twins.sh [BINDIR]     (default: build/cuda-tests)
+#   tests/cuda/check-twins.sh [BINDIR [DEMO]]
 #
-# BINDIR is the O= of `make -C tests/cuda`.
+# BINDIR is the O= of `make -C tests/cuda` [build/cuda-tests]; DEMO the
+# demo program [BINDIR/../vm/vcu_demo, where `make` puts it].
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 bindir=${1:-$here/../../build/cuda-tests}
+demo=${2:-$bindir/../vm/vcu_demo}
 cc=${CC:-cc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -27,5 +30,9 @@ for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$here/tests.list"); do
     fi
     progs="$progs $bindir/$t"
 done
+if [ ! -f "$demo" ]; then
+    echo "check-twins: $demo not built (make -C tests/demo O=...)" >&2
+    exit 2
+fi
 # shellcheck disable=SC2086  # one word per program
-"$tmp/check_twins" $progs
+"$tmp/check_twins" $progs "$demo"

@@ -1,6 +1,6 @@
 /*
  * TEST DOUBLE ONLY.  C twins of every __global__ kernel in tests/cuda/ and
- * the device symbols they use (interface: vcu_twin.h).
+ * tests/demo/, and the device symbols they use (interface: vcu_twin.h).
  *
  * Each twin runs the whole grid on the CPU, block after block and thread
  * after thread, and splits its loops wherever the kernel synchronises
@@ -602,6 +602,31 @@ static void tw_iso_read(vcu_twin_launch_t *l, const void *pb)
     out[0] = p[0];
 }
 
+/* tests/demo/vcu_demo.cu: demo_saxpy(int n, float a, const float *x,
+ * float *y), y = a * x + y; n == 0 is the empty kernel of the launch figure. */
+static void tw_demo_saxpy(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t n = tw_i32(pb, 0);
+    float a = tw_f32(pb, 4);
+    const float *x = tw_ptr(pb, 8);
+    float *y = tw_ptr(pb, 16);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            y[i] = fmaf(a, x[i], y[i]);
+    }
+}
+
+/* tests/demo/vcu_demo.cu: demo_sgemm(const float *a, const float *b,
+ * float *c, int n), the same 16x16 tiling as matmul.cu. */
+static void tw_demo_sgemm(vcu_twin_launch_t *l, const void *pb)
+{
+    tw_matmul_tiled(l, pb);
+}
+
 #define P(off, size) { (off), (size) }
 
 const vcu_twin_t vcu_twins[] = {
@@ -672,6 +697,10 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
     { "_Z8iso_readPKjPj", tw_iso_read, 2,
       { P(0, 8), P(8, 8) }, 8, 0 },
+    { "_Z10demo_saxpyifPKfPf", tw_demo_saxpy, 4,
+      { P(0, 4), P(4, 4), P(8, 8), P(16, 8) }, 10, 0 },
+    { "_Z10demo_sgemmPKfS0_Pfi", tw_demo_sgemm, 4,
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 32, 2048 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
 

@@ -1,8 +1,9 @@
 /*
  * TEST DOUBLE ONLY.  Kernel twins for the CPU stand-in for libcuda
- * (tests/fakecuda): the repository's own test kernels (the .cu files under tests/cuda)
- * re-written in C, found by the kernel's mangled name when the stand-in's
- * cuModuleGetFunction() is asked for it.  Not part of the product.
+ * (tests/fakecuda): the repository's own test kernels (the .cu files under
+ * tests/cuda and tests/demo) re-written in C, found by the kernel's mangled
+ * name when the stand-in's cuModuleGetFunction() is asked for it.  Not part
+ * of the product.
  *
  * In the stand-in, device memory is host memory: a CUdeviceptr is a host
  * address, so a twin dereferences the pointers it gets as parameters.

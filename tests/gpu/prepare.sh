@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the build machine: builds what the GPU machine needs and gathers it
-# under build/ (build/qemu, build/vm with the guest images, build/bench,
-# build/nvidia with NVIDIA's libcudart.so.13 for the native side of the
-# benchmark).  The GPU machine has no compiler and no package registry.
+# under build/ (build/qemu, build/vm with the guest images and the main
+# job's demo program, build/bench, build/nvidia with NVIDIA's
+# libcudart.so.13 for the native side of the benchmark and the main job).
+# The GPU machine has no compiler and no package registry.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make -s all
@@ -15,6 +16,7 @@ VCU_BENCH_ARGS=--quick tests/vm/run.sh bench >/dev/null 2>&1 || true
 # The leaks image: its busy program has no twin either (it stops at once).
 tests/vm/run.sh leaks >/dev/null 2>&1 || true
 [ -f build/vm/initrd-leaks.img ]
+[ -x build/vm/vcu_demo ]
 mkdir -p build/nvidia
 cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/
 git rev-parse HEAD >build/commit

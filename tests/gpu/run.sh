@@ -5,6 +5,7 @@
 # On a build machine: make all && tests/vm/run.sh cuda,demo (builds the
 # guest images), then carry build/qemu and build/vm to the GPU host and run
 # this there with VCU_NO_BUILD=1: it needs no compiler and no packages.
+# The main job (scripts/run.sh, make run) runs there from the same outputs.
 # Logs: build/vm/logs (or $VCU_VM_LOGDIR).
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -6,9 +6,9 @@
 # Contents: busybox-static, /init (below), the virtio modules of the guest
 # kernel and virtio_cuda.ko, the guest test programs with the glibc
 # libraries they link (copied from this Debian 12 host: the same glibc as
-# the bookworm guest), and for the cuda suite the CUDA test programs and
-# our libcudart.so.13.  Compressed with zstd when the guest kernel unpacks
-# it, else gzip -9.
+# the bookworm guest), and for the cuda, demo and bench suites their CUDA
+# programs and our libcudart.so.13.  Compressed with zstd when the guest
+# kernel unpacks it, else gzip -9.
 #
 # Inputs (environment; defaults in brackets):
 #   VCU_GUEST_*      from tests/vm/guest-kernel.sh [run it]
@@ -17,6 +17,7 @@
 #   VCU_CUDA_TESTS   CUDA test programs [build/cuda-tests]
 #   VCU_CUDART       libcudart.so.13 [build/guest-lib/libcudart.so.13]
 #   VCU_BENCH_BIN    cudabench [build/bench/cudabench]
+#   VCU_DEMO_BIN     the main job's demo [build/vm/vcu_demo]
 set -eu
 
 [ $# -ge 2 ] || { echo "usage: $0 OUT.img SUITE..." >&2; exit 2; }
@@ -34,6 +35,7 @@ vmbin=${VCU_VM_BIN:-$root/build/vm}
 cudatests=${VCU_CUDA_TESTS:-$root/build/cuda-tests}
 cudart=${VCU_CUDART:-$root/build/guest-lib/libcudart.so.13}
 benchbin=${VCU_BENCH_BIN:-$root/build/bench/cudabench}
+demobin=${VCU_DEMO_BIN:-$root/build/vm/vcu_demo}
 [ -f "$module" ] || die "no module $module"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/vcu-initramfs.XXXXXX")
@@ -105,8 +107,7 @@ for s in "$@"; do
         ;;
     demo)
         add_cudart
-        add_cuda_prog "$cudatests/device_query"
-        add_cuda_prog "$cudatests/vector_add"
+        add_cuda_prog "$demobin"
         ;;
     bench)
         add_cudart

@@ -2,7 +2,7 @@
 # Run VM suites: the one entry point.
 #
 #   tests/vm/run.sh SUITE[,SUITE...] [extra -device options for virtio-cuda-pci]
-#   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda | demo (the main job's CUDA programs) |
+#   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda | demo (the main job's tests/demo) |
 #          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments)
 #
 # Builds what is missing or stale (guest kernel, module for its headers and
@@ -103,6 +103,10 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
         make -s -j"$jobs" -C "$root/tests/cuda" O="$build/cuda-tests" >&2 ||
             die "tests/cuda build failed"
     fi
+    case " $suites " in *" demo "*)
+        step "demo program"
+        make -s -C "$root/tests/demo" O="$build/vm" >&2 || die "tests/demo build failed" ;;
+    esac
     if [ "${VCU_REAL_GPU:-0}" != 1 ] && [ -z "${VCU_LIBCUDA:-}" ] && [ -f "$root/tests/fakecuda/Makefile" ]; then
         step "fakecuda"
         make -s -C "$root/tests/fakecuda" O="$build/fakecuda" >&2 || die "fakecuda build failed"
