@@ -3175,6 +3175,12 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
         return VCU_S_ENOTSUP;
     if (h->payload_len < rqsz || payload == NULL || (nsegs > 0 && segs == NULL))
         return VCU_S_EINVAL;
+    /* A parked request is completed later into req->resp, which must be
+     * the guest's own buffer: an async request's reply is redirected by
+     * the core into its queue item, freed once exec returns.  An async
+     * WAIT has no reader anyway (a cookie handed to it would be lost). */
+    if (op == VCU_OP_CU_CALLBACK_WAIT && async)
+        return VCU_S_EINVAL;
     if (out_cap < rpsz)
         return VCU_S_ERANGE;
     if (op == VCU_OP_CU_CALLBACK_WAIT)

@@ -1865,3 +1865,42 @@ TEST(cuda_printf_no_capture)
     tc_close(&c);
     return 0;
 }
+
+/* ---- hostile guests ------------------------------------------------------ */
+
+/*
+ * Finding 3: an async CU_CALLBACK_WAIT with room for the reply header
+ * only, as the session's first CUDA request, was parked with its reply
+ * pointing into the queue item, which the worker then freed: the cancel
+ * at close (or a callback) wrote into freed heap.  The payload is made
+ * long and unaligned so that the item is one of its own, freed (not
+ * cached), and ASan sees the write.
+ */
+TEST(sec_callback_wait_async_item)
+{
+    unsigned char p[512];
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_hdr h = {0, 0};
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    memset(p, 0, sizeof(p));
+    memcpy(p, &h, sizeof(h));
+    ut_req_build(t, VCU_OP_CU_CALLBACK_WAIT, c.s, p, sizeof(p));
+    ut_hdr(t)->flags = VCU_REQ_F_ASYNC;
+    memmove((char *)t->reqbuf + 4, t->reqbuf, t->r.req_len);
+    t->r.req = (char *)t->reqbuf + 4;
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr);
+    vcu_backend_submit(c.be, &t->r);
+    tc_nap();                       /* the worker has run it */
+    /* The close cancels a parked WAIT, writing its reply. */
+    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));
+    /* An async WAIT has no reader: it must not park, and replied at once
+     * in the guest's own buffer. */
+    ASSERT_EQ(1, atomic_load(&t->ndone));
+    ASSERT_TRUE(t->r.resp == (void *)t->respbuf);
+    ASSERT_EQ(VCU_S_EINVAL, ut_status(t));
+    vcu_backend_free(c.be);
+    free(t);
+    return 0;
+}

@@ -43,6 +43,7 @@
     X(cuda_host_device_pointer)         \
     X(printf_image_detect)              \
     X(cuda_printf_capture)              \
-    X(cuda_printf_no_capture)
+    X(cuda_printf_no_capture)           \
+    X(sec_callback_wait_async_item)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
