@@ -55,6 +55,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,7 @@
     XX(cuMemPoolSetAttribute, 0)                                             \
     XX(cuMemPoolGetAttribute, 0)                                             \
     XX(cuMemPoolTrimTo, 0)                                                   \
+    XX(cuCoredumpSetAttributeGlobal, 0)                                      \
     XX(cuMemGetAddressRange, 0)                                              \
     XX(cuMemHostRegister, 0)                                                 \
     XX(cuMemHostUnregister, 0)                                               \
@@ -296,6 +298,17 @@ struct vcu__cuda_sess_s {
 #define VCU__ALLOC_ASYNC 0x10000u
 #define VCU__ALLOC_DEV(v) ((v) & 0xffffu)
 
+/*
+ * Context flags a guest may set (CU_CTX_SET_FLAGS, kept for cuCtxCreate):
+ * scheduling, and behaviour of its own context.  Not the core dump
+ * flags: CU_CTX_COREDUMP_ENABLE makes one faulting kernel write a GPU
+ * core dump into this process's working directory and abort() it,
+ * CU_CTX_USER_COREDUMP_ENABLE makes the driver create a named pipe.
+ */
+#define VCU__CTX_GUEST_FLAGS                                                    \
+    ((unsigned int)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | \
+                    CU_CTX_SYNC_MEMOPS))
+
 /* ---- error translation -------------------------------------------------- */
 
 /* The one CUresult -> VCU_E* translation (init and RAM registration). */
@@ -391,6 +404,45 @@ static int vcu__parse_gpu(vcu__cuda_t *cu, const char *tok, size_t len, int coun
     }
 }
 
+/*
+ * GPU core dumps off for good, before the driver is loaded: with them
+ * one faulting guest kernel makes the driver write a dump (GPU memory of
+ * every session) into this process's working directory and abort() the
+ * process, and user-triggered dumps make it create a named pipe.  Values
+ * set in the environment before the driver initializes take precedence
+ * over anything set later through the API (cuda.h), so no later call can
+ * turn them back on.  Runs when the backend is created, before the
+ * threads of its sessions exist.
+ */
+static void vcu__coredump_env(void)
+{
+    setenv("CUDA_ENABLE_COREDUMP_ON_EXCEPTION", "0", 1);
+    setenv("CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION", "0", 1);
+    setenv("CUDA_ENABLE_USER_TRIGGERED_COREDUMP", "0", 1);
+    unsetenv("CUDA_COREDUMP_PIPE");
+}
+
+/* The same through the API, for a driver that this process initialized
+ * before the backend (it read its environment then).  Best effort: older
+ * drivers lack the call. */
+static void vcu__coredump_off(vcu__cuda_t *cu)
+{
+    static const CUcoredumpSettings off[] = {CU_COREDUMP_ENABLE_ON_EXCEPTION,
+                                             CU_COREDUMP_TRIGGER_HOST,
+                                             CU_COREDUMP_ENABLE_USER_TRIGGER};
+    int flags = CU_COREDUMP_SKIP_ABORT;
+    bool no = false;
+    size_t sz;
+    unsigned int i;
+
+    for (i = 0; i < sizeof(off) / sizeof(off[0]); i++) {
+        sz = sizeof(no);
+        (void)VCU__CU(cu, cuCoredumpSetAttributeGlobal, off[i], &no, &sz);
+    }
+    sz = sizeof(flags);
+    (void)VCU__CU(cu, cuCoredumpSetAttributeGlobal, CU_COREDUMP_GENERATION_FLAGS, &flags, &sz);
+}
+
 int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err, size_t errlen)
 {
     const char *path = cfg != NULL ? cfg->libcuda : NULL;
@@ -416,6 +468,7 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
         return VCU_ENOMEM;
     }
     pthread_mutex_init(&cu->mu, NULL);
+    vcu__coredump_env();
     cu->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (cu->dl == NULL) {
         const char *e = dlerror();
@@ -437,6 +490,7 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
         snprintf(err, errlen, "cuInit failed: %s (%d)", vcu__cu_name(cu, r), (int)r);
         goto err_sym;
     }
+    vcu__coredump_off(cu);
     cu->fn.cuDriverGetVersion(&cu->driver_version);
     r = cu->fn.cuDeviceGetCount(&count);
     if (r != CUDA_SUCCESS || count <= 0) {
@@ -1654,7 +1708,7 @@ static uint32_t vcu__op_CU_CTX_SET_FLAGS(vcu__op_t *o)
         o->res = CUDA_ERROR_INVALID_DEVICE;
         return VCU_S_OK;
     }
-    if (rq.value & ~(uint64_t)CU_CTX_FLAGS_MASK) {
+    if (rq.value & ~(uint64_t)VCU__CTX_GUEST_FLAGS) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }

@@ -3,6 +3,8 @@
  * driven through the public backend API as a transport would, against the
  * CPU stand-in for libcuda (tests/fakecuda, via $VCU_LIBCUDA).
  */
+#include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1867,6 +1869,73 @@ TEST(cuda_printf_no_capture)
 }
 
 /* ---- hostile guests ------------------------------------------------------ */
+
+/*
+ * Finding 1: a context flag the guest sets must not reach the driver's
+ * core dump machinery (CU_CTX_COREDUMP_ENABLE made one faulting kernel
+ * write a GPU core dump into QEMU's working directory and abort() it;
+ * CU_CTX_USER_COREDUMP_ENABLE made the driver create a named pipe), and
+ * core dumps are off for the whole process from driver init on.
+ */
+TEST(sec_ctx_flags_coredump)
+{
+    CUresult (*get)(CUcoredumpSettings, void *, size_t *) = NULL;
+    CUresult (*set)(CUcoredumpSettings, void *, size_t *) = NULL;
+    static const CUcoredumpSettings off[] = {CU_COREDUMP_ENABLE_ON_EXCEPTION,
+                                             CU_COREDUMP_TRIGGER_HOST,
+                                             CU_COREDUMP_ENABLE_USER_TRIGGER};
+    const char *lib = getenv("VCU_LIBCUDA");
+    void *dl;
+    size_t sz = sizeof(bool);
+    unsigned int i;
+    bool b = true;
+    tc_t c;
+
+    /* What a host administrator or a previous user may have left on. */
+    setenv("CUDA_ENABLE_COREDUMP_ON_EXCEPTION", "1", 1);
+    setenv("CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION", "1", 1);
+    setenv("CUDA_ENABLE_USER_TRIGGERED_COREDUMP", "1", 1);
+    setenv("CUDA_COREDUMP_PIPE", "/tmp/vcu-unit-corepipe", 1);
+    ASSERT_NOT_NULL(lib);
+    dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NOT_NULL(dl);
+    *(void **)&get = dlsym(dl, "cuCoredumpGetAttributeGlobal");
+    *(void **)&set = dlsym(dl, "cuCoredumpSetAttributeGlobal");
+    ASSERT_NOT_NULL(get);
+    ASSERT_NOT_NULL(set);
+    for (i = 0; i < sizeof(off) / sizeof(off[0]); i++)
+        ASSERT_EQ(CUDA_SUCCESS, set(off[i], &b, &sz));
+
+    CHECK(tc_open(&c));
+    ASSERT_STR_EQ("0", getenv("CUDA_ENABLE_COREDUMP_ON_EXCEPTION"));
+    ASSERT_STR_EQ("0", getenv("CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION"));
+    ASSERT_STR_EQ("0", getenv("CUDA_ENABLE_USER_TRIGGERED_COREDUMP"));
+    ASSERT_NULL(getenv("CUDA_COREDUMP_PIPE"));
+    for (i = 0; i < sizeof(off) / sizeof(off[0]); i++) {
+        b = true;
+        ASSERT_EQ(CUDA_SUCCESS, get(off[i], &b, &sz));
+        ASSERT_EQ(0, b);
+    }
+
+    /* Refused before the context exists (kept for its creation) and after. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_COREDUMP_ENABLE, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_USER_COREDUMP_ENABLE, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, 0x100, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0,
+                                   CU_CTX_SCHED_BLOCKING_SYNC | CU_CTX_MAP_HOST |
+                                       CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_SCHED_SPIN | CU_CTX_COREDUMP_ENABLE,
+                     NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_SCHED_YIELD, NULL));
+    tc_close(&c);
+    dlclose(dl);
+    return 0;
+}
 
 /*
  * Finding 3: an async CU_CALLBACK_WAIT with room for the reply header

@@ -44,6 +44,7 @@
     X(printf_image_detect)              \
     X(cuda_printf_capture)              \
     X(cuda_printf_no_capture)           \
+    X(sec_ctx_flags_coredump)           \
     X(sec_callback_wait_async_item)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
