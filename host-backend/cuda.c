@@ -2706,14 +2706,28 @@ static uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * CU_STREAM_CAPTURE_MODE_GLOBAL forbids unsafe calls (cuMemAlloc...) in
+ * every thread of the process: one session's capture made the others'
+ * fail, and the RAM registration's.  All of a session's driver calls are
+ * made by its worker, the thread that begins the capture, so
+ * THREAD_LOCAL forbids exactly the calls of the session that GLOBAL
+ * did (the worker's own mode stays the default: the guest library keeps
+ * cudaThreadExchangeStreamCaptureMode to itself), and nothing of other
+ * sessions.
+ */
 static uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
+    CUstreamCaptureMode mode;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.a);
-    o->res = VCU__CU(o->cu, cuStreamBeginCapture, st, (CUstreamCaptureMode)rq.b);
+    mode = (CUstreamCaptureMode)rq.b;
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    o->res = VCU__CU(o->cu, cuStreamBeginCapture, st, mode);
     return VCU_S_OK;
 }
 

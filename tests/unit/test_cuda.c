@@ -1973,3 +1973,33 @@ TEST(sec_callback_wait_async_item)
     free(t);
     return 0;
 }
+
+/*
+ * Finding 6: a capture in CU_STREAM_CAPTURE_MODE_GLOBAL forbids unsafe
+ * calls in the whole process: one session's capture made every other
+ * session's cuMemAlloc fail.  The session itself sees what it would
+ * natively (its own allocation during the capture fails and invalidates
+ * it).
+ */
+TEST(sec_capture_global_confined)
+{
+    uint64_t s, p = 0, g = 0;
+    tc_t a, b;
+
+    CHECK(tc_open(&a));
+    b.be = a.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(b.be, &b.s));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&b, 64, &p));
+    s = tc_stream_new(&a);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&a, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&b, 64, &p));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&b, VCU_OP_CU_MEM_FREE, 0, p, NULL));
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, tc_alloc(&a, 64, &p));
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+              tc_u64(&a, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(VCU_S_OK, ut_close(b.be, b.s));
+    tc_close(&a);
+    return 0;
+}
