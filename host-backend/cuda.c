@@ -88,7 +88,6 @@
     XX(cuDeviceTotalMem, 0)                                                  \
     XX(cuDeviceGetAttribute, 0)                                              \
     XX(cuDeviceCanAccessPeer, 0)                                             \
-    XX(cuDeviceGetDefaultMemPool, 0)                                         \
     XX(cuCtxCreate, 1)                                                       \
     XX(cuCtxDestroy, 1)                                                      \
     XX(cuCtxSetCurrent, 1)                                                   \
@@ -123,12 +122,13 @@
     XX(cuMemsetD2D8Async, 0)                                                 \
     XX(cuMemsetD2D16Async, 0)                                                \
     XX(cuMemsetD2D32Async, 0)                                                \
-    XX(cuMemAllocAsync, 0)                                                   \
     XX(cuMemAllocFromPoolAsync, 0)                                           \
     XX(cuMemFreeAsync, 0)                                                    \
     XX(cuMemPoolSetAttribute, 0)                                             \
     XX(cuMemPoolGetAttribute, 0)                                             \
     XX(cuMemPoolTrimTo, 0)                                                   \
+    XX(cuMemPoolCreate, 0)                                                   \
+    XX(cuMemPoolDestroy, 0)                                                  \
     XX(cuCoredumpSetAttributeGlobal, 0)                                      \
     XX(cuMemGetAddressRange, 0)                                              \
     XX(cuMemHostRegister, 0)                                                 \
@@ -277,7 +277,12 @@ struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
     unsigned int ctx_flags[VCU_CU_MAX_DEVICES];
-    uint64_t pool_h[VCU_CU_MAX_DEVICES];    /* default pool handle, 0 = none yet */
+    /* The session's own memory pool per device (never the device's
+     * default pool, which every context of the process shares: a block
+     * freed there reaches the next allocation, of any session, with its
+     * data), and its handle; NULL/0 until first used. */
+    CUmemoryPool mpool[VCU_CU_MAX_DEVICES];
+    uint64_t pool_h[VCU_CU_MAX_DEVICES];
     vcu__htab_t tab;
     vcu__pset_t allocs;                     /* device pointers this session owns */
     uint32_t deferred;                      /* pending CUresult of an async request */
@@ -1162,6 +1167,16 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
      * for the GPU: a blocked trampoline would stall the synchronize below. */
     vcu__cuda_sess_cancel(cs);
 
+    /* A pool destroyed with blocks still out is released once they are
+     * freed, which the contexts' end does. */
+    for (d = 0; d < cs->cu->ndev; d++) {
+        if (cs->mpool[d] == NULL)
+            continue;
+        if (cs->ctx[d] != NULL)
+            vcu__cur(cs, cs->ctx[d]);
+        VCU__CU(cs->cu, cuMemPoolDestroy, cs->mpool[d]);
+        cs->mpool[d] = NULL;
+    }
     for (d = 0; d < cs->cu->ndev; d++)
         vcu__ctx_destroy(cs, d);
     /* Contexts gone, and the waits' events with them: what is left of a
@@ -2123,16 +2138,48 @@ static uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * The session's memory pool on device d, made on first use.  Never the
+ * device's default pool: that one is shared by every context of the
+ * process, so a block one session freed reached another's next
+ * allocation with its data, and any session could set its attributes
+ * or trim it for all.  Pool handles a guest holds name only these.
+ */
+static CUresult vcu__sess_pool(vcu__cuda_sess_t *cs, uint32_t d, CUmemoryPool *out)
+{
+    CUmemPoolProps props;
+    CUresult r;
+
+    if (cs->mpool[d] == NULL) {
+        memset(&props, 0, sizeof(props));
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = cs->cu->host_ordinal[d];
+        r = VCU__CU(cs->cu, cuMemPoolCreate, &cs->mpool[d], &props);
+        if (r != CUDA_SUCCESS) {
+            cs->mpool[d] = NULL;
+            return r;
+        }
+    }
+    *out = cs->mpool[d];
+    return CUDA_SUCCESS;
+}
+
 static uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
 {
     struct vcu_cu_mem_alloc_req rq;
+    CUmemoryPool pool;
     CUdeviceptr p = 0;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
     if (rq.pool == 0) {
-        o->res = VCU__CU(o->cu, cuMemAllocAsync, &p, (size_t)rq.size, st);
+        /* The device's current pool, as the guest sees it: the session's. */
+        o->res = vcu__sess_pool(o->cs, vcu__dev_of(o), &pool);
+        if (o->res == CUDA_SUCCESS)
+            o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
     } else {
         VCU__GET(o, e, rq.pool, VCU__H_POOL);
         o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, e->u.pool, st);
@@ -2142,10 +2189,8 @@ static uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-/*
- * The device's default pool.  Note: it is the device's, so it is shared
- * with other sessions on the same GPU (its attributes too).
- */
+/* The device's default pool, as the guest sees it: the session's own
+ * (vcu__sess_pool), one handle for the session's life. */
 static uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
 {
     uint32_t d = vcu__dev_of(o);
@@ -2158,7 +2203,7 @@ static uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
         o->rb.u64.value = o->cs->pool_h[d];
         return VCU_S_OK;
     }
-    o->res = VCU__CU(o->cu, cuDeviceGetDefaultMemPool, &pool, o->cu->dev[d]);
+    o->res = vcu__sess_pool(o->cs, d, &pool);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
     e = vcu__new(o, VCU__H_POOL, &h);

@@ -1975,6 +1975,73 @@ TEST(sec_callback_wait_async_item)
 }
 
 /*
+ * Finding 5: the device's default memory pool was shared by every
+ * session: a block one session freed reached another with its data, and
+ * pool attributes set by one applied to all.
+ */
+TEST(sec_mempool_per_session)
+{
+    unsigned char pat[4096], got[4096], zero[4096];
+    struct vcu_cu_mem_alloc_req mq;
+    struct vcu_cu_memcpy_req fq;
+    struct vcu_cu_attr_req aq;
+    struct vcu_cu_u64_resp rp;
+    struct vcu_cu_resp r;
+    uint64_t pa = 0, pb = 0, pool_a = 0, pool_b = 0;
+    tc_t a, b;
+
+    CHECK(tc_open(&a));
+    b.be = a.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(b.be, &b.s));
+    memset(&mq, 0, sizeof(mq));
+    mq.size = sizeof(pat);
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    pa = rp.value;
+    memset(pat, 0x5a, sizeof(pat));
+    memset(zero, 0, sizeof(zero));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&a, 1, pa, pat, sizeof(pat), NULL, 0, 0, 0));
+    memset(&fq, 0, sizeof(fq));
+    fq.dst = pa;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_FREE_ASYNC, 0, &fq, sizeof(fq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    /* B's stream-ordered allocation never holds A's bytes. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&b, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    pb = rp.value;
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&b, 0, pb, got, sizeof(got), NULL, 0, 0, 0));
+    ASSERT_MEM_EQ(zero, got, sizeof(got));
+
+    /* Each session's default pool is its own. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &pool_a));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&b, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &pool_b));
+    memset(&aq, 0, sizeof(aq));
+    aq.handle = pool_a;
+    aq.attr = CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    aq.value = 123456;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_SET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    aq.handle = pool_b;
+    ASSERT_EQ(VCU_S_OK, tc_do(&b, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ_U64(0, rp.value);
+    aq.handle = pool_a;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64(123456, rp.value);
+    /* Its own pool's data is the session's own to see again. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    /* Trim works on the session's pool; allocations stay for the end. */
+    aq.value = 0;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_TRIM, 0, &aq, sizeof(aq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(VCU_S_OK, ut_close(b.be, b.s));
+    tc_close(&a);
+    return 0;
+}
+
+/*
  * Finding 6: a capture in CU_STREAM_CAPTURE_MODE_GLOBAL forbids unsafe
  * calls in the whole process: one session's capture made every other
  * session's cuMemAlloc fail.  The session itself sees what it would

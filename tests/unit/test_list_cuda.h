@@ -46,6 +46,7 @@
     X(cuda_printf_no_capture)           \
     X(sec_ctx_flags_coredump)           \
     X(sec_callback_wait_async_item)     \
+    X(sec_mempool_per_session)          \
     X(sec_capture_global_confined)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
