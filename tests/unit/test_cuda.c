@@ -1870,6 +1870,83 @@ TEST(cuda_printf_no_capture)
 
 /* ---- hostile guests ------------------------------------------------------ */
 
+/* From the ASan runtime the tests are linked with (the header,
+ * sanitizer/allocator_interface.h, is not installed with every gcc). */
+size_t __sanitizer_get_current_allocated_bytes(void);
+
+/* Sets up the vector_add twin's inputs; *params gets its 28 bytes. */
+static int tc_vadd_setup(tc_t *c, uint64_t *fn, uint64_t *dc, unsigned char *params, int n)
+{
+    float a[64], b[64];
+    uint64_t da = 0, db = 0;
+    int i;
+
+    CHECK(tc_vadd(c, fn));
+    for (i = 0; i < 64; i++) {
+        a[i] = (float)i;
+        b[i] = 1000.0f;
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(a), &da));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(b), &db));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(a), dc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 1, da, a, sizeof(a), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 1, db, b, sizeof(b), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, *dc, 0, 4, 64, 1, 0, 0));
+    memcpy(params + 0, &da, 8);
+    memcpy(params + 8, &db, 8);
+    memcpy(params + 16, dc, 8);
+    memcpy(params + 24, &n, 4);
+    return 0;
+}
+
+/* dc holds a + b for the first n elements (the rest 0). */
+static int tc_vadd_check(tc_t *c, uint64_t dc, int n)
+{
+    float out[64];
+    int i;
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, dc, out, sizeof(out), NULL, 0, 0, 0));
+    for (i = 0; i < 64; i++)
+        ASSERT_TRUE(out[i] == (i < n ? (float)i + 1000.0f : 0.0f));
+    return 0;
+}
+
+static uint32_t tc_kernel_node(tc_t *c, uint64_t g, uint64_t fn, const unsigned char *params,
+                               uint64_t *node)
+{
+    unsigned char p[sizeof(struct vcu_cu_graph_node_req) + 32];
+    struct vcu_cu_graph_node_req nq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_KERNEL;
+    nq.function = fn;
+    nq.grid[0] = 1;
+    nq.grid[1] = nq.grid[2] = 1;
+    nq.block[0] = 64;
+    nq.block[1] = nq.block[2] = 1;
+    nq.param_bytes = 28;
+    memcpy(p, &nq, sizeof(nq));
+    memcpy(p + sizeof(nq), params, 28);
+    st = tc_do(c, VCU_OP_CU_GRAPH_ADD_NODE, 0, p, (uint32_t)(sizeof(nq) + 28), &rp, sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *node = rp.value;
+    return rp.r.result;
+}
+
+static uint32_t tc_instantiate(tc_t *c, uint64_t g, uint64_t *ge)
+{
+    struct vcu_cu_u64_resp rp;
+    uint32_t r = tc_pair(c, VCU_OP_CU_GRAPH_INSTANTIATE, g, 0, 0, &rp, sizeof(rp));
+
+    *ge = rp.value;
+    return r;
+}
+
 /*
  * Finding 1: a context flag the guest sets must not reach the driver's
  * core dump machinery (CU_CTX_COREDUMP_ENABLE made one faulting kernel
@@ -1938,6 +2015,90 @@ TEST(sec_ctx_flags_coredump)
 }
 
 /*
+ * Finding 2: a graph and its instantiation keep using the functions of
+ * their kernel nodes; unloading the module under them made the next
+ * launch follow dangling pointers inside libcuda (a segfault; the
+ * stand-in aborts there).  The module must live until its last user goes.
+ */
+TEST(sec_graph_module_unload)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char params[32];
+    uint64_t fn = 0, dc = 0, g = 0, g2 = 0, ge = 0, node = 0, mod = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd_setup(&c, &fn, &dc, params, 40));
+    /* A module of the test's own, unloaded under the graph. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_kernel_node(&c, g, fn, params, &node));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CLONE, 0, g, &g2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    /* The guest's handles are gone at once... */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, fn, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_kernel_node(&c, g, fn, params, &node));
+    /* ...the graph exec still runs the kernel... */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    CHECK(tc_vadd_check(&c, dc, 40));
+    /* ...and so does one instantiated after the unload. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, dc, 0, 4, 64, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    CHECK(tc_vadd_check(&c, dc, 40));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
+    /* The clone still holds the module; the session's end releases both. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g2, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    tc_close(&c);
+    return 0;
+}
+
+/* Finding 2, by stream capture: a launch on a capturing stream is a
+ * kernel node of the captured graph. */
+TEST(sec_capture_module_unload)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char params[32];
+    uint64_t fn = 0, dc = 0, g = 0, ge = 0, mod = 0, s;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd_setup(&c, &fn, &dc, params, 30));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch(&c, fn, s, 1, 64, params, 28, 28));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    CHECK(tc_vadd_check(&c, dc, 30));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
+    /* A capture left open over an unload, for the session's end. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch(&c, fn, s, 1, 64, params, 28, 28));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/*
  * Finding 3: an async CU_CALLBACK_WAIT with room for the reply header
  * only, as the session's first CUDA request, was parked with its reply
  * pointing into the queue item, which the worker then freed: the cancel
@@ -1971,6 +2132,33 @@ TEST(sec_callback_wait_async_item)
     ASSERT_EQ(VCU_S_EINVAL, ut_status(t));
     vcu_backend_free(c.be);
     free(t);
+    return 0;
+}
+
+/*
+ * Finding 4: a function handle cost 8 KiB of host heap (its parameter
+ * layout was allocated for VCU_CU_MAX_PARAMS entries whatever the
+ * kernel took), so 2^20 handles pinned 8 GiB.
+ */
+TEST(sec_function_handle_cost)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    uint64_t fn = 0, mod = 0;
+    size_t before, after;
+    int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd(&c, &fn));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    before = __sanitizer_get_current_allocated_bytes();
+    for (i = 0; i < 2000; i++)
+        ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr,
+                                        sizeof(fr)));
+    after = __sanitizer_get_current_allocated_bytes();
+    /* A table entry and 4 parameters: well under 256 bytes a handle. */
+    ASSERT_LT(after - before, 2000 * 256);
+    tc_close(&c);
     return 0;
 }
 
