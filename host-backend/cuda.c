@@ -1290,38 +1290,61 @@ static void vcu__waits_ctx_gone(vcu__cuda_sess_t *cs, uint32_t d)
     cs->pool[d].n = 0;
 }
 
+/* Does entry e go with device d's context: made there, or (a function, a
+ * graph, an exec) using a module loaded there? */
+static int vcu__on_dev(const vcu__hent_t *e, uint32_t d)
+{
+    switch (e->type) {
+    case VCU__H_FUNCTION:
+        return e->dev == d || e->u.fn.mod->dev == d;
+    case VCU__H_GRAPH:
+        return e->dev == d || vcu__mods_on(e->u.graph.mods, d);
+    case VCU__H_GRAPH_EXEC:
+        return e->dev == d || vcu__mods_on(e->u.exec.mods, d);
+    case VCU__H_POOL:
+        return 0;                   /* the session's, across resets */
+    default:
+        return e->dev == d;
+    }
+}
+
 /*
  * Releases everything of device d's context: graphs and execs explicitly
- * (graphs are not owned by the context), those of other devices too
- * whose kernel nodes use a module of d (it goes with the context), the
- * modules once nothing uses them, stream-ordered allocations (pool
- * memory outlives contexts), then the context with all else it holds.
+ * (graphs are not owned by the context), and those of other devices too
+ * whose kernel nodes use a module of d, as well as functions named
+ * through another device (the module goes with the context); the modules
+ * once nothing uses them, stream-ordered allocations (pool memory
+ * outlives contexts), then the context with all else it holds.
  */
 static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
 {
     vcu__cuda_t *cu = cs->cu;
     uint32_t i;
+    int pass;
 
     if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS)
         cu->fn.cuCtxSynchronize();
     if (cs->ctx[d] != NULL)
         vcu__waits_ctx_gone(cs, d);
-    for (i = 0; i < cs->tab.cap; i++) {
-        vcu__hent_t *e = &cs->tab.ent[i];
-        uint64_t h = vcu__htab_handle_at(&cs->tab, i);
+    /* What uses modules first: a module's record goes with its last
+     * count, and a live function's module always has its guest handle. */
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 0; i < cs->tab.cap; i++) {
+            vcu__hent_t *e = &cs->tab.ent[i];
+            uint64_t h = vcu__htab_handle_at(&cs->tab, i);
+            int users = e->type == VCU__H_FUNCTION || e->type == VCU__H_GRAPH ||
+                        e->type == VCU__H_GRAPH_EXEC;
 
-        if (h == 0 || e->type == VCU__H_POOL)
-            continue;
-        if (e->dev != d && !(e->type == VCU__H_GRAPH && vcu__mods_on(e->u.graph.mods, d)) &&
-            !(e->type == VCU__H_GRAPH_EXEC && vcu__mods_on(e->u.exec.mods, d)))
-            continue;
-        if (cs->ctx[e->dev] != NULL) {
-            if (e->type == VCU__H_GRAPH_EXEC)
-                VCU__CU(cu, cuGraphExecDestroy, e->u.exec.ge);
-            else if (e->type == VCU__H_GRAPH)
-                VCU__CU(cu, cuGraphDestroy, e->u.graph.g);
+            if (h == 0 || users != (pass == 0) || !vcu__on_dev(e, d))
+                continue;
+            if (cs->ctx[e->dev] != NULL) {
+                if (e->type == VCU__H_GRAPH_EXEC)
+                    VCU__CU(cu, cuGraphExecDestroy, e->u.exec.ge);
+                else if (e->type == VCU__H_GRAPH)
+                    VCU__CU(cu, cuGraphDestroy, e->u.graph.g);
+            }
+            vcu__del(cs, h);
         }
-        vcu__del(cs, h);
     }
     /* Captures of d's context end with it. */
     for (i = 0; cs->cap_mods != NULL && i < cs->cap_mods->n;) {

@@ -2258,3 +2258,68 @@ TEST(sec_capture_global_confined)
     tc_close(&a);
     return 0;
 }
+
+/*
+ * Finding 2, across devices: a function named through device 1 from a
+ * module of device 0 must not outlive the module when device 0's
+ * context is reset (a launch into a capture reads its module).
+ */
+TEST(sec_ctx_reset_cross_device_function)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char p[sizeof(struct vcu_cu_name_req) + sizeof(TC_VADD)];
+    struct vcu_cu_stream_create_req sq;
+    struct vcu_cu_u64_resp sr;
+    struct vcu_cu_name_req nq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+    unsigned char params[28];
+    uint64_t mod = 0, fn = 0, s1;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    memset(&nq, 0, sizeof(nq));
+    nq.hdr.device = 1;
+    nq.module = mod;
+    nq.name_len = (uint32_t)strlen(TC_VADD);
+    memcpy(p, &nq, sizeof(nq));
+    memcpy(p + sizeof(nq), TC_VADD, strlen(TC_VADD));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MODULE_GET_FUNCTION, 0, p,
+                              (uint32_t)(sizeof(nq) + strlen(TC_VADD)), fr, sizeof(fr)));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)fr)->result);
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    memset(&sq, 0, sizeof(sq));
+    sq.hdr.device = 1;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
+    ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
+    s1 = sr.value;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    {
+        struct vcu_cu_pair_req bq = {{1, 0}, s1, CU_STREAM_CAPTURE_MODE_RELAXED, 0};
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, 0, &bq, sizeof(bq), &r,
+                                  sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+    }
+    memset(params, 0, sizeof(params));
+    {
+        unsigned char lp[sizeof(struct vcu_cu_launch_req) + 28];
+        struct vcu_cu_launch_req lq;
+
+        memset(&lq, 0, sizeof(lq));
+        lq.hdr.device = 1;
+        lq.function = fn;
+        lq.stream = s1;
+        lq.grid[0] = lq.grid[1] = lq.grid[2] = 1;
+        lq.block[0] = lq.block[1] = lq.block[2] = 1;
+        lq.param_bytes = 28;
+        memcpy(lp, &lq, sizeof(lq));
+        memcpy(lp + sizeof(lq), params, 28);
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_LAUNCH, 0, lp, sizeof(lp), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.result);
+    }
+    tc_close(&c);
+    return 0;
+}

@@ -50,6 +50,7 @@
     X(sec_callback_wait_async_item)     \
     X(sec_function_handle_cost)         \
     X(sec_mempool_per_session)          \
-    X(sec_capture_global_confined)
+    X(sec_capture_global_confined)      \
+    X(sec_ctx_reset_cross_device_function)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
