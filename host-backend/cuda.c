@@ -50,11 +50,22 @@
  *                     (submitting thread) and vcu__cuda_sess_free (worker).
  *                     Never held across a CUDA call or vcu__complete().
  * Everything else in a session (contexts, tables, deferred error, event
- * pools, waits, orphans) belongs to its worker thread alone.
+ * pools, waits, orphans, module counts) belongs to its worker thread
+ * alone, but for the host memory count (atomic: a trampoline gives back
+ * what its one-shot record held).
+ *
+ * What a hostile guest must not reach (docs/design.md, "Isolation"):
+ * core dump settings (context flags are allow-listed, dumps are off
+ * process-wide), other sessions' memory through the device's shared
+ * default pool (each session has pools of its own), modules freed under
+ * graphs that still run their code (counted, see vcu__mod_t), host
+ * memory without bound (VCU__SESS_HOST_BUDGET).
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +98,6 @@
     XX(cuDeviceTotalMem, 0)                                                  \
     XX(cuDeviceGetAttribute, 0)                                              \
     XX(cuDeviceCanAccessPeer, 0)                                             \
-    XX(cuDeviceGetDefaultMemPool, 0)                                         \
     XX(cuCtxCreate, 1)                                                       \
     XX(cuDevicePrimaryCtxRetain, 0)                                          \
     XX(cuDevicePrimaryCtxRelease, 0)                                         \
@@ -125,12 +135,14 @@
     XX(cuMemsetD2D8Async, 0)                                                 \
     XX(cuMemsetD2D16Async, 0)                                                \
     XX(cuMemsetD2D32Async, 0)                                                \
-    XX(cuMemAllocAsync, 0)                                                   \
     XX(cuMemAllocFromPoolAsync, 0)                                           \
     XX(cuMemFreeAsync, 0)                                                    \
     XX(cuMemPoolSetAttribute, 0)                                             \
     XX(cuMemPoolGetAttribute, 0)                                             \
     XX(cuMemPoolTrimTo, 0)                                                   \
+    XX(cuMemPoolCreate, 0)                                                   \
+    XX(cuMemPoolDestroy, 0)                                                  \
+    XX(cuCoredumpSetAttributeGlobal, 0)                                      \
     XX(cuMemGetAddressRange, 0)                                              \
     XX(cuMemHostRegister, 0)                                                 \
     XX(cuMemHostUnregister, 0)                                               \
@@ -258,6 +270,7 @@ struct vcu__cuda_wait_s {
     size_t out_len;                         /* reply payload, written at issue */
     uint32_t status;                        /* wire status of the reply */
     void *bounce;                           /* 2D copy staging, freed at finish */
+    size_t bounce_len;                      /* of the session's budget */
     const vcu_segment_t *seg;               /* scattered into at finish (DTOH) */
     size_t span;
 };
@@ -275,11 +288,44 @@ typedef struct vcu__evpool_s {
     unsigned int n, cap;
 } vcu__evpool_t;
 
+/*
+ * A loaded module.  Counted: one for the guest's handle (dropped by
+ * CU_MODULE_UNLOAD), one for each graph and graph exec whose kernel nodes
+ * use its functions (and one in cs->cap_mods while captures may run);
+ * unloaded when the last goes.  The driver keeps only a pointer to the
+ * function in a kernel node: a graph launched after its module was
+ * unloaded follows it into freed memory and crashes the process.
+ */
+typedef struct vcu__mod_s {
+    CUmodule mod;
+    uint32_t dev;
+    unsigned int refs;
+} vcu__mod_t;
+
+/* Modules, each counted once by the set (graphs, execs, captures). */
+typedef struct vcu__modset_s {
+    unsigned int n, cap;
+    vcu__mod_t *m[];
+} vcu__modset_t;
+
 struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
     unsigned int ctx_flags[VCU_CU_MAX_DEVICES];
-    uint64_t pool_h[VCU_CU_MAX_DEVICES];    /* default pool handle, 0 = none yet */
+    /* The session's own memory pool per device (never the device's
+     * default pool, which every context of the process shares: a block
+     * freed there reaches the next allocation, of any session, with its
+     * data), and its handle; NULL/0 until first used. */
+    CUmemoryPool mpool[VCU_CU_MAX_DEVICES];
+    uint64_t pool_h[VCU_CU_MAX_DEVICES];
+    /* Host memory the session holds (see VCU__SESS_HOST_BUDGET); taken
+     * and given on the worker, and by the callback trampolines. */
+    atomic_size_t hostmem;
+    /* A capture may be in progress: every module launched from now on
+     * (or in a graph launched) is in cap_mods, which the graph a capture
+     * ends with copies.  Cleared when no stream of the session captures. */
+    bool capture;
+    vcu__modset_t *cap_mods;
     vcu__htab_t tab;
     vcu__pset_t allocs;                     /* device pointers this session owns */
     uint32_t deferred;                      /* pending CUresult of an async request */
@@ -299,6 +345,47 @@ struct vcu__cuda_sess_s {
 /* Tracked allocation flags (vcu__pset value = dev | flags). */
 #define VCU__ALLOC_ASYNC 0x10000u
 #define VCU__ALLOC_DEV(v) ((v) & 0xffffu)
+
+/*
+ * Context flags a guest may set (CU_CTX_SET_FLAGS, kept for cuCtxCreate):
+ * scheduling, and behaviour of its own context.  Not the core dump
+ * flags: CU_CTX_COREDUMP_ENABLE makes one faulting kernel write a GPU
+ * core dump into this process's working directory and abort() it,
+ * CU_CTX_USER_COREDUMP_ENABLE makes the driver create a named pipe.
+ */
+#define VCU__CTX_GUEST_FLAGS                                                    \
+    ((unsigned int)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | \
+                    CU_CTX_SYNC_MEMOPS))
+
+/*
+ * Host memory one session may hold, so that a guest cannot grow this
+ * process without bound: staging buffers of 2D copies (held by copies
+ * parked behind GPU work), module images being loaded, the handle table,
+ * functions' parameter layouts, the event lists of parked waits, orphaned
+ * streams, host callback records and module sets.  Past it a request
+ * fails with CUDA_ERROR_OUT_OF_MEMORY (cudaErrorMemoryAllocation in the
+ * guest).  What the driver allocates for the session is not counted.
+ * docs/design.md, "Isolation".
+ */
+#define VCU__SESS_HOST_BUDGET ((size_t)256 << 20)
+
+/* Takes n bytes of the session's budget: 0, or -1 (nothing taken). */
+static int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n)
+{
+    size_t cur = atomic_load_explicit(&cs->hostmem, memory_order_relaxed);
+
+    do {
+        if (n > VCU__SESS_HOST_BUDGET - cur)
+            return -1;
+    } while (!atomic_compare_exchange_weak_explicit(&cs->hostmem, &cur, cur + n,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    return 0;
+}
+
+static void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n)
+{
+    atomic_fetch_sub_explicit(&cs->hostmem, n, memory_order_relaxed);
+}
 
 /* ---- error translation -------------------------------------------------- */
 
@@ -395,6 +482,45 @@ static int vcu__parse_gpu(vcu__cuda_t *cu, const char *tok, size_t len, int coun
     }
 }
 
+/*
+ * GPU core dumps off for good, before the driver is loaded: with them
+ * one faulting guest kernel makes the driver write a dump (GPU memory of
+ * every session) into this process's working directory and abort() the
+ * process, and user-triggered dumps make it create a named pipe.  Values
+ * set in the environment before the driver initializes take precedence
+ * over anything set later through the API (cuda.h), so no later call can
+ * turn them back on.  Runs when the backend is created, before the
+ * threads of its sessions exist.
+ */
+static void vcu__coredump_env(void)
+{
+    setenv("CUDA_ENABLE_COREDUMP_ON_EXCEPTION", "0", 1);
+    setenv("CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION", "0", 1);
+    setenv("CUDA_ENABLE_USER_TRIGGERED_COREDUMP", "0", 1);
+    unsetenv("CUDA_COREDUMP_PIPE");
+}
+
+/* The same through the API, for a driver that this process initialized
+ * before the backend (it read its environment then).  Best effort: older
+ * drivers lack the call. */
+static void vcu__coredump_off(vcu__cuda_t *cu)
+{
+    static const CUcoredumpSettings off[] = {CU_COREDUMP_ENABLE_ON_EXCEPTION,
+                                             CU_COREDUMP_TRIGGER_HOST,
+                                             CU_COREDUMP_ENABLE_USER_TRIGGER};
+    int flags = CU_COREDUMP_SKIP_ABORT;
+    bool no = false;
+    size_t sz;
+    unsigned int i;
+
+    for (i = 0; i < sizeof(off) / sizeof(off[0]); i++) {
+        sz = sizeof(no);
+        (void)VCU__CU(cu, cuCoredumpSetAttributeGlobal, off[i], &no, &sz);
+    }
+    sz = sizeof(flags);
+    (void)VCU__CU(cu, cuCoredumpSetAttributeGlobal, CU_COREDUMP_GENERATION_FLAGS, &flags, &sz);
+}
+
 int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err, size_t errlen)
 {
     const char *path = cfg != NULL ? cfg->libcuda : NULL;
@@ -420,6 +546,7 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
         return VCU_ENOMEM;
     }
     pthread_mutex_init(&cu->mu, NULL);
+    vcu__coredump_env();
     cu->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (cu->dl == NULL) {
         const char *e = dlerror();
@@ -441,6 +568,7 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
         snprintf(err, errlen, "cuInit failed: %s (%d)", vcu__cu_name(cu, r), (int)r);
         goto err_sym;
     }
+    vcu__coredump_off(cu);
     cu->fn.cuDriverGetVersion(&cu->driver_version);
     r = cu->fn.cuDeviceGetCount(&count);
     if (r != CUDA_SUCCESS || count <= 0) {
@@ -739,6 +867,123 @@ static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
     return vcu__cur(cs, cs->ctx[d]);
 }
 
+/* ---- module lifetimes --------------------------------------------------- */
+
+/* Drops one count of m; the last unloads it (in its context, made
+ * current) and returns what cuModuleUnload gave. */
+static CUresult vcu__mod_put(vcu__cuda_sess_t *cs, vcu__mod_t *m)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    if (--m->refs > 0)
+        return CUDA_SUCCESS;
+    r = vcu__cur(cs, cs->ctx[m->dev]);
+    if (r == CUDA_SUCCESS)
+        r = cs->cu->fn.cuModuleUnload(m->mod);
+    free(m);
+    vcu__mem_give(cs, sizeof(*m));
+    return r;
+}
+
+static size_t vcu__mods_size(unsigned int cap)
+{
+    return sizeof(vcu__modset_t) + (size_t)cap * sizeof(vcu__mod_t *);
+}
+
+/* Adds m to *set, which counts it once; -1 over budget or out of memory. */
+static int vcu__mods_add(vcu__cuda_sess_t *cs, vcu__modset_t **set, vcu__mod_t *m)
+{
+    vcu__modset_t *s = *set, *n;
+    unsigned int i, ncap;
+
+    for (i = 0; s != NULL && i < s->n; i++)
+        if (s->m[i] == m)
+            return 0;
+    if (s == NULL || s->n == s->cap) {
+        ncap = s != NULL ? s->cap * 2 : 4;
+        if (vcu__mem_take(cs, vcu__mods_size(ncap) - (s != NULL ? vcu__mods_size(s->cap) : 0)) != 0)
+            return -1;
+        n = realloc(s, vcu__mods_size(ncap));
+        if (n == NULL) {
+            vcu__mem_give(cs, vcu__mods_size(ncap) - (s != NULL ? vcu__mods_size(s->cap) : 0));
+            return -1;
+        }
+        if (s == NULL)
+            n->n = 0;
+        n->cap = ncap;
+        *set = s = n;
+    }
+    s->m[s->n++] = m;
+    m->refs++;
+    return 0;
+}
+
+static int vcu__mods_add_all(vcu__cuda_sess_t *cs, vcu__modset_t **set, const vcu__modset_t *src)
+{
+    unsigned int i;
+
+    for (i = 0; src != NULL && i < src->n; i++)
+        if (vcu__mods_add(cs, set, src->m[i]) != 0)
+            return -1;
+    return 0;
+}
+
+/* Drops the set's counts (unloading what only it held) and frees it. */
+static void vcu__mods_free(vcu__cuda_sess_t *cs, vcu__modset_t *s)
+{
+    unsigned int i;
+
+    if (s == NULL)
+        return;
+    for (i = 0; i < s->n; i++)
+        vcu__mod_put(cs, s->m[i]);
+    vcu__mem_give(cs, vcu__mods_size(s->cap));
+    free(s);
+}
+
+/* Does the set hold a module of device d? */
+static int vcu__mods_on(const vcu__modset_t *s, uint32_t d)
+{
+    unsigned int i;
+
+    for (i = 0; s != NULL && i < s->n; i++)
+        if (s->m[i]->dev == d)
+            return 1;
+    return 0;
+}
+
+/*
+ * Frees handle h (live) and what it holds: a function's parameter
+ * layout, a module's count (the last unloads it), a graph's or graph
+ * exec's module set (their CUDA objects are the caller's to destroy
+ * first).
+ */
+static void vcu__del(vcu__cuda_sess_t *cs, uint64_t h)
+{
+    vcu__hent_t *e = &cs->tab.ent[(uint32_t)h];
+    vcu__modset_t *mods = NULL;
+    vcu__mod_t *m = NULL;
+
+    switch (e->type) {
+    case VCU__H_FUNCTION:
+        vcu__mem_give(cs, (size_t)e->u.fn.nparams * sizeof(struct vcu_cu_param));
+        break;
+    case VCU__H_MODULE:
+        m = e->u.mod;
+        break;
+    case VCU__H_GRAPH:
+        mods = e->u.graph.mods;
+        break;
+    case VCU__H_GRAPH_EXEC:
+        mods = e->u.exec.mods;
+        break;
+    }
+    vcu__htab_del(&cs->tab, h);
+    if (m != NULL)
+        vcu__mod_put(cs, m);
+    vcu__mods_free(cs, mods);
+}
+
 /* ---- waits -------------------------------------------------------------- */
 
 static void vcu__scatter(const vcu_segment_t *s, const void *src, size_t len);
@@ -803,13 +1048,21 @@ static CUresult vcu__wait_record(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint
         return CUDA_ERROR_NOT_SUPPORTED;
     if (w->nev == w->capev) {
         unsigned int ncap = w->capev * 2;
-        vcu__wev_t *n = malloc(ncap * sizeof(*n));
+        vcu__wev_t *n;
 
-        if (n == NULL)
+        /* One per stream of a context: counted, a guest may have many. */
+        if (vcu__mem_take(cs, ncap * sizeof(*n)) != 0)
             return CUDA_ERROR_OUT_OF_MEMORY;
+        n = malloc(ncap * sizeof(*n));
+        if (n == NULL) {
+            vcu__mem_give(cs, ncap * sizeof(*n));
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
         memcpy(n, w->ev, w->nev * sizeof(*n));
-        if (w->ev != w->ev1)
+        if (w->ev != w->ev1) {
             free(w->ev);
+            vcu__mem_give(cs, w->capev * sizeof(*n));
+        }
         w->ev = n;
         w->capev = ncap;
     }
@@ -860,9 +1113,12 @@ static void vcu__wait_free(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w)
     *w->pprev = w->next;
     if (w->next != NULL)
         w->next->pprev = w->pprev;
-    if (w->ev != w->ev1)
+    if (w->ev != w->ev1) {
         free(w->ev);
+        vcu__mem_give(cs, w->capev * sizeof(*w->ev));
+    }
     free(w->bounce);
+    vcu__mem_give(cs, w->bounce_len);
     free(w);
 }
 
@@ -990,6 +1246,7 @@ static void vcu__orphans_prune(vcu__cuda_sess_t *cs)
         vcu__ev_put(cs, o->dev, o->ev);
         *pp = o->next;
         free(o);
+        vcu__mem_give(cs, sizeof(*o));
     }
 }
 
@@ -1075,38 +1332,80 @@ static void vcu__waits_ctx_gone(vcu__cuda_sess_t *cs, uint32_t d)
         VCU__CU(cu, cuStreamDestroy, o->st);
         *pp = o->next;
         free(o);
+        vcu__mem_give(cs, sizeof(*o));
     }
     cs->pool[d].n = 0;
 }
 
+/* Does entry e go with device d's context: made there, or (a function, a
+ * graph, an exec) using a module loaded there? */
+static int vcu__on_dev(const vcu__hent_t *e, uint32_t d)
+{
+    switch (e->type) {
+    case VCU__H_FUNCTION:
+        return e->dev == d || e->u.fn.mod->dev == d;
+    case VCU__H_GRAPH:
+        return e->dev == d || vcu__mods_on(e->u.graph.mods, d);
+    case VCU__H_GRAPH_EXEC:
+        return e->dev == d || vcu__mods_on(e->u.exec.mods, d);
+    case VCU__H_POOL:
+        return 0;                   /* the session's, across resets */
+    default:
+        return e->dev == d;
+    }
+}
+
 /*
  * Releases everything of device d's context: graphs and execs explicitly
- * (graphs are not owned by the context), stream-ordered allocations (pool
- * memory outlives contexts), then the context with all else it holds.
+ * (graphs are not owned by the context), and those of other devices too
+ * whose kernel nodes use a module of d, as well as functions named
+ * through another device (the module goes with the context); the modules
+ * once nothing uses them, stream-ordered allocations (pool memory
+ * outlives contexts), then the context with all else it holds.
  */
 static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
 {
     vcu__cuda_t *cu = cs->cu;
     uint32_t i;
+    int pass;
 
     if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS)
         cu->fn.cuCtxSynchronize();
     if (cs->ctx[d] != NULL)
         vcu__waits_ctx_gone(cs, d);
-    for (i = 0; i < cs->tab.cap; i++) {
-        vcu__hent_t *e = &cs->tab.ent[i];
-        uint64_t h = vcu__htab_handle_at(&cs->tab, i);
+    /* What uses modules first: a module's record goes with its last
+     * count, and a live function's module always has its guest handle. */
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 0; i < cs->tab.cap; i++) {
+            vcu__hent_t *e = &cs->tab.ent[i];
+            uint64_t h = vcu__htab_handle_at(&cs->tab, i);
+            int users = e->type == VCU__H_FUNCTION || e->type == VCU__H_GRAPH ||
+                        e->type == VCU__H_GRAPH_EXEC;
 
-        if (h == 0 || e->dev != d || e->type == VCU__H_POOL)
-            continue;
-        if (cs->ctx[d] != NULL) {
-            if (e->type == VCU__H_GRAPH_EXEC)
-                VCU__CU(cu, cuGraphExecDestroy, e->u.ge);
-            else if (e->type == VCU__H_GRAPH)
-                VCU__CU(cu, cuGraphDestroy, e->u.g);
+            if (h == 0 || users != (pass == 0) || !vcu__on_dev(e, d))
+                continue;
+            if (cs->ctx[e->dev] != NULL) {
+                if (e->type == VCU__H_GRAPH_EXEC)
+                    VCU__CU(cu, cuGraphExecDestroy, e->u.exec.ge);
+                else if (e->type == VCU__H_GRAPH)
+                    VCU__CU(cu, cuGraphDestroy, e->u.graph.g);
+            }
+            vcu__del(cs, h);
         }
-        vcu__htab_del(&cs->tab, h);
     }
+    /* Captures of d's context end with it. */
+    for (i = 0; cs->cap_mods != NULL && i < cs->cap_mods->n;) {
+        vcu__mod_t *m = cs->cap_mods->m[i];
+
+        if (m->dev != d) {
+            i++;
+            continue;
+        }
+        cs->cap_mods->m[i] = cs->cap_mods->m[--cs->cap_mods->n];
+        vcu__mod_put(cs, m);
+    }
+    if (cs->ctx[d] != NULL)
+        vcu__cur(cs, cs->ctx[d]);   /* unloads may have switched */
     for (i = 0; i < cs->allocs.cap; i++) {
         uint64_t k = cs->allocs.keys[i];
 
@@ -1158,8 +1457,20 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
      * for the GPU: a blocked trampoline would stall the synchronize below. */
     vcu__cuda_sess_cancel(cs);
 
+    /* A pool destroyed with blocks still out is released once they are
+     * freed, which the contexts' end does. */
+    for (d = 0; d < cs->cu->ndev; d++) {
+        if (cs->mpool[d] == NULL)
+            continue;
+        if (cs->ctx[d] != NULL)
+            vcu__cur(cs, cs->ctx[d]);
+        VCU__CU(cs->cu, cuMemPoolDestroy, cs->mpool[d]);
+        cs->mpool[d] = NULL;
+    }
     for (d = 0; d < cs->cu->ndev; d++)
         vcu__ctx_destroy(cs, d);
+    vcu__mods_free(cs, cs->cap_mods);   /* emptied by the contexts' end */
+    cs->cap_mods = NULL;
     /* Contexts gone, and the waits' events with them: what is left of a
      * wait is memory; its request the core cancels. */
     while (cs->waits != NULL)
@@ -1235,6 +1546,15 @@ static void vcu__write_u64_resp(void *out, uint32_t result, uint64_t value)
     memcpy(out, &r, sizeof(r));
 }
 
+/* Frees a one-shot record, giving its bytes back to its session. */
+static void vcu__cb_free(vcu__cb_t *cb)
+{
+    vcu__cuda_sess_t *cs = (vcu__cuda_sess_t *)((char *)cb->gate - offsetof(vcu__cuda_sess_t, gate));
+
+    free(cb);
+    vcu__mem_give(cs, sizeof(*cb));
+}
+
 /* Runs on a CUDA thread (or wherever the driver runs host functions). */
 static void CUDA_CB vcu__cb_trampoline(void *arg)
 {
@@ -1245,7 +1565,7 @@ static void CUDA_CB vcu__cb_trampoline(void *arg)
     vcu_request_t *req = NULL;
 
     if (cb->oneshot)
-        free(cb);
+        vcu__cb_free(cb);
     pthread_mutex_lock(&g->mu);
     if (g->ending) {
         pthread_mutex_unlock(&g->mu);
@@ -1492,12 +1812,24 @@ static int vcu__stream(vcu__op_t *o, uint64_t h, CUstream *out)
     if (vcu__stream((o), (h), &var) != 0)   \
     return VCU_S_OK
 
-/* New handle for a fresh CUDA object; NULL (result OUT_OF_MEMORY) over quota. */
+/*
+ * New handle for a fresh CUDA object; NULL (result OUT_OF_MEMORY) over
+ * quota or budget.  The table's growth is counted in the budget for the
+ * session's life (it never shrinks).  Entries may move: pointers to
+ * other entries are stale after it.
+ */
 static vcu__hent_t *vcu__new(vcu__op_t *o, uint8_t type, uint64_t *h)
 {
+    vcu__cuda_sess_t *cs = o->cs;
+    size_t grow = vcu__htab_grow_bytes(&cs->tab);
     vcu__hent_t *e = NULL;
 
-    *h = vcu__htab_add(&o->cs->tab, type, vcu__dev_of(o), &e);
+    *h = 0;
+    if (vcu__mem_take(cs, grow) == 0) {
+        *h = vcu__htab_add(&cs->tab, type, vcu__dev_of(o), &e);
+        if (*h == 0)
+            vcu__mem_give(cs, grow);
+    }
     if (*h == 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return NULL;
@@ -1704,7 +2036,7 @@ static uint32_t vcu__op_CU_CTX_SET_FLAGS(vcu__op_t *o)
         o->res = CUDA_ERROR_INVALID_DEVICE;
         return VCU_S_OK;
     }
-    if (rq.value & ~(uint64_t)CU_CTX_FLAGS_MASK) {
+    if (rq.value & ~(uint64_t)VCU__CTX_GUEST_FLAGS) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
@@ -2051,8 +2383,15 @@ static uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o)
         if (s->iovcnt == 1) {
             host = s->iov[0].iov_base;
         } else if (span > 0) {
+            /* Held until the copy is done, which the guest may put
+             * behind work that never ends: counted. */
+            if (vcu__mem_take(o->cs, (size_t)span) != 0) {
+                o->res = CUDA_ERROR_OUT_OF_MEMORY;
+                return VCU_S_OK;
+            }
             bounce = malloc((size_t)span);
             if (bounce == NULL) {
+                vcu__mem_give(o->cs, (size_t)span);
                 o->res = CUDA_ERROR_OUT_OF_MEMORY;
                 return VCU_S_OK;
             }
@@ -2083,6 +2422,7 @@ static uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o)
             if (vcu__park_stream(o, st) == 0) {
                 /* The wait owns the staging buffer now. */
                 o->wait->bounce = bounce;
+                o->wait->bounce_len = bounce != NULL ? (size_t)span : 0;
                 if (bounce != NULL && rq.kind == VCU_CU_COPY_DTOH) {
                     o->wait->seg = s;
                     o->wait->span = (size_t)span;
@@ -2098,7 +2438,10 @@ static uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o)
     if (o->res == CUDA_SUCCESS && bounce != NULL && rq.kind == VCU_CU_COPY_DTOH)
         vcu__scatter(s, bounce, (size_t)span);
 out:
-    free(bounce);
+    if (bounce != NULL) {
+        free(bounce);
+        vcu__mem_give(o->cs, (size_t)span);
+    }
     return VCU_S_OK;
 }
 
@@ -2119,16 +2462,48 @@ static uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * The session's memory pool on device d, made on first use.  Never the
+ * device's default pool: that one is shared by every context of the
+ * process, so a block one session freed reached another's next
+ * allocation with its data, and any session could set its attributes
+ * or trim it for all.  Pool handles a guest holds name only these.
+ */
+static CUresult vcu__sess_pool(vcu__cuda_sess_t *cs, uint32_t d, CUmemoryPool *out)
+{
+    CUmemPoolProps props;
+    CUresult r;
+
+    if (cs->mpool[d] == NULL) {
+        memset(&props, 0, sizeof(props));
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = cs->cu->host_ordinal[d];
+        r = VCU__CU(cs->cu, cuMemPoolCreate, &cs->mpool[d], &props);
+        if (r != CUDA_SUCCESS) {
+            cs->mpool[d] = NULL;
+            return r;
+        }
+    }
+    *out = cs->mpool[d];
+    return CUDA_SUCCESS;
+}
+
 static uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
 {
     struct vcu_cu_mem_alloc_req rq;
+    CUmemoryPool pool;
     CUdeviceptr p = 0;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
     if (rq.pool == 0) {
-        o->res = VCU__CU(o->cu, cuMemAllocAsync, &p, (size_t)rq.size, st);
+        /* The device's current pool, as the guest sees it: the session's. */
+        o->res = vcu__sess_pool(o->cs, vcu__dev_of(o), &pool);
+        if (o->res == CUDA_SUCCESS)
+            o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
     } else {
         VCU__GET(o, e, rq.pool, VCU__H_POOL);
         o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, e->u.pool, st);
@@ -2138,10 +2513,8 @@ static uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-/*
- * The device's default pool.  Note: it is the device's, so it is shared
- * with other sessions on the same GPU (its attributes too).
- */
+/* The device's default pool, as the guest sees it: the session's own
+ * (vcu__sess_pool), one handle for the session's life. */
 static uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
 {
     uint32_t d = vcu__dev_of(o);
@@ -2154,7 +2527,7 @@ static uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
         o->rb.u64.value = o->cs->pool_h[d];
         return VCU_S_OK;
     }
-    o->res = VCU__CU(o->cu, cuDeviceGetDefaultMemPool, &pool, o->cu->dev[d]);
+    o->res = vcu__sess_pool(o->cs, d, &pool);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
     e = vcu__new(o, VCU__H_POOL, &h);
@@ -2285,6 +2658,7 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     struct vcu_cu_module_load_req rq;
     const vcu_segment_t *s;
     CUmodule mod = NULL;
+    vcu__mod_t *m;
     char *img;
     vcu__hent_t *e;
     uint64_t h;
@@ -2295,8 +2669,13 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
         return VCU_S_EINVAL;
     VCU__ENTER(o);
     /* One NUL after the image: PTX is loaded as a C string. */
+    if (vcu__mem_take(o->cs, (size_t)rq.image_len + 1) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     img = malloc((size_t)rq.image_len + 1);
     if (img == NULL) {
+        vcu__mem_give(o->cs, (size_t)rq.image_len + 1);
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
@@ -2307,37 +2686,60 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
         vcu_image_uses_printf(img, (size_t)rq.image_len) && vcu__out_new(&o->cs->out) != 0)
         o->cs->out = NULL;          /* its output goes to our stdout, as without capture */
     free(img);
+    vcu__mem_give(o->cs, (size_t)rq.image_len + 1);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
-    e = vcu__new(o, VCU__H_MODULE, &h);
-    if (e == NULL) {
-        o->cu->fn.cuModuleUnload(mod);
-        return VCU_S_OK;
+    if (vcu__mem_take(o->cs, sizeof(*m)) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        goto err_unload;
     }
-    e->u.mod = mod;
+    m = malloc(sizeof(*m));
+    if (m == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        goto err_give;
+    }
+    e = vcu__new(o, VCU__H_MODULE, &h);
+    if (e == NULL)
+        goto err_free;
+    m->mod = mod;
+    m->dev = vcu__dev_of(o);
+    m->refs = 1;                    /* the guest's handle */
+    e->u.mod = m;
     o->rb.u64.value = h;
+    return VCU_S_OK;
+
+err_free:
+    free(m);
+err_give:
+    vcu__mem_give(o->cs, sizeof(*m));
+err_unload:
+    o->cu->fn.cuModuleUnload(mod);
     return VCU_S_OK;
 }
 
+/*
+ * The guest's handle and its functions' go at once; the module itself
+ * when nothing uses it any more (graphs, graph execs, captures in
+ * progress: see vcu__mod_t).
+ */
 static uint32_t vcu__op_CU_MODULE_UNLOAD(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
+    vcu__mod_t *m;
     uint32_t i;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_MODULE);
-    o->res = o->cu->fn.cuModuleUnload(e->u.mod);
-    if (o->res != CUDA_SUCCESS)
-        return VCU_S_OK;
-    vcu__htab_del(&o->cs->tab, rq.value);
-    /* Its functions die with it. */
+    m = e->u.mod;
     for (i = 0; i < o->cs->tab.cap; i++) {
         vcu__hent_t *f = &o->cs->tab.ent[i];
 
-        if (f->type == VCU__H_FUNCTION && f->u.fn.module == rq.value)
-            vcu__htab_del(&o->cs->tab, vcu__htab_handle_at(&o->cs->tab, i));
+        if (f->type == VCU__H_FUNCTION && f->u.fn.mod == m)
+            vcu__del(o->cs, vcu__htab_handle_at(&o->cs->tab, i));
     }
+    vcu__htab_del(&o->cs->tab, rq.value);
+    o->res = vcu__mod_put(o->cs, m);
     return VCU_S_OK;
 }
 
@@ -2363,9 +2765,10 @@ static char *vcu__name(const vcu__op_t *o, struct vcu_cu_name_req *rq)
 static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
 {
     struct vcu_cu_name_req rq;
-    struct vcu_cu_param *params = NULL;
+    struct vcu_cu_param *params = NULL, *fit;
     CUfunction f = NULL;
     uint32_t n = 0, end = 0;
+    vcu__mod_t *mod;
     vcu__hent_t *e;
     uint64_t h;
     char *name;
@@ -2379,7 +2782,8 @@ static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
     e = vcu__get(o, rq.module, VCU__H_MODULE);
     if (e == NULL)
         goto out;
-    o->res = o->cu->fn.cuModuleGetFunction(&f, e->u.mod, name);
+    mod = e->u.mod;
+    o->res = o->cu->fn.cuModuleGetFunction(&f, mod->mod, name);
     if (o->res != CUDA_SUCCESS)
         goto out;
     if (o->cu->fn.cuFuncGetParamInfo == NULL) {
@@ -2412,15 +2816,30 @@ static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
         free(name);
         return VCU_S_ERANGE;
     }
-    e = vcu__new(o, VCU__H_FUNCTION, &h);
-    if (e == NULL)
+    /* The handle keeps exactly its n entries (the scratch had room for
+     * the most any kernel may take: 8 KiB a handle, kept for its life). */
+    if (n == 0) {
+        free(params);
+        params = NULL;
+    } else if ((fit = realloc(params, (size_t)n * sizeof(*params))) != NULL) {
+        params = fit;
+    }
+    if (vcu__mem_take(o->cs, (size_t)n * sizeof(*params)) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
+    }
+    e = vcu__new(o, VCU__H_FUNCTION, &h);
+    if (e == NULL) {
+        vcu__mem_give(o->cs, (size_t)n * sizeof(*params));
+        goto out;
+    }
     e->u.fn.f = f;
-    e->u.fn.module = rq.module;
+    e->u.fn.mod = mod;
     e->u.fn.nparams = n;
     e->u.fn.param_bytes = end;
     e->u.fn.params = params;
-    memcpy(o->out + sizeof(struct vcu_cu_function_resp), params, (size_t)n * sizeof(*params));
+    if (n > 0)
+        memcpy(o->out + sizeof(struct vcu_cu_function_resp), params, (size_t)n * sizeof(*params));
     params = NULL;
     o->rb.fn.function = h;
     o->rb.fn.nparams = n;
@@ -2446,7 +2865,7 @@ static uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o)
         vcu__hent_t *e = vcu__get(o, rq.module, VCU__H_MODULE);
 
         if (e != NULL) {
-            o->res = VCU__CU(o->cu, cuModuleGetGlobal, &p, &sz, e->u.mod, name);
+            o->res = VCU__CU(o->cu, cuModuleGetGlobal, &p, &sz, e->u.mod->mod, name);
             o->rb.range.base = p;
             o->rb.range.size = sz;
         }
@@ -2576,6 +2995,11 @@ static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, fe, rq.function, VCU__H_FUNCTION);
     VCU__STREAM(o, st, rq.stream);
+    /* It may become a kernel node of a captured graph. */
+    if (o->cs->capture && vcu__mods_add(o->cs, &o->cs->cap_mods, fe->u.fn.mod) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     kp = vcu__params(o, fe, o->p + sizeof(rq), rq.param_bytes);
     if (kp == NULL)
         return VCU_S_OK;
@@ -2630,23 +3054,28 @@ static int vcu__orphan(vcu__op_t *o, CUstream st)
     if (vcu__cur(o->cs, o->cs->ctx[d]) != CUDA_SUCCESS || cu->fn.cuStreamQuery == NULL ||
         cu->fn.cuStreamQuery(st) != CUDA_ERROR_NOT_READY || vcu__capturing(cu, st))
         return -1;
+    if (vcu__mem_take(o->cs, sizeof(*or)) != 0)
+        return -1;
     or = calloc(1, sizeof(*or));
     if (or == NULL)
-        return -1;
-    if (vcu__ev_get(o->cs, d, &or->ev) != CUDA_SUCCESS) {
-        free(or);
-        return -1;
-    }
+        goto err_mem;
+    if (vcu__ev_get(o->cs, d, &or->ev) != CUDA_SUCCESS)
+        goto err_ev;
     if (VCU__CU(cu, cuEventRecordWithFlags, or->ev, st, 0) != CUDA_SUCCESS) {
         vcu__ev_put(o->cs, d, or->ev);
-        free(or);
-        return -1;
+        goto err_ev;
     }
     or->st = st;
     or->dev = d;
     or->next = o->cs->orphans;
     o->cs->orphans = or;
     return 0;
+
+err_ev:
+    free(or);
+err_mem:
+    vcu__mem_give(o->cs, sizeof(*or));
+    return -1;
 }
 
 static uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
@@ -2702,18 +3131,69 @@ static uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * CU_STREAM_CAPTURE_MODE_GLOBAL forbids unsafe calls (cuMemAlloc...) in
+ * every thread of the process: one session's capture made the others'
+ * fail, and the RAM registration's.  All of a session's driver calls are
+ * made by its worker, the thread that begins the capture, so
+ * THREAD_LOCAL forbids exactly the calls of the session that GLOBAL
+ * did (the worker's own mode stays the default: the guest library keeps
+ * cudaThreadExchangeStreamCaptureMode to itself), and nothing of other
+ * sessions.
+ */
 static uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
+    CUstreamCaptureMode mode;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.a);
-    o->res = VCU__CU(o->cu, cuStreamBeginCapture, st, (CUstreamCaptureMode)rq.b);
+    mode = (CUstreamCaptureMode)rq.b;
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    o->res = VCU__CU(o->cu, cuStreamBeginCapture, st, mode);
+    if (o->res == CUDA_SUCCESS)
+        o->cs->capture = true;
     return VCU_S_OK;
 }
 
-static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g);
+/* Is any stream of the session capturing?  (Switches contexts.) */
+static bool vcu__any_capture(vcu__cuda_sess_t *cs)
+{
+    uint32_t d, i;
+
+    for (d = 0; d < cs->cu->ndev; d++)
+        if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS &&
+            vcu__capturing(cs->cu, CU_STREAM_PER_THREAD))
+            return true;
+    for (i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_STREAM && vcu__cur(cs, cs->ctx[e->dev]) == CUDA_SUCCESS &&
+            vcu__capturing(cs->cu, e->u.st))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Which launches a capture recorded is not known here (streams join a
+ * capture through events, across the session's streams): while any may
+ * be in progress, every module launched is pinned in cs->cap_mods, and
+ * each captured graph holds all of them.  Conservative, and bounded by
+ * the session's modules.  Let go once no stream captures.
+ */
+static void vcu__capture_settle(vcu__cuda_sess_t *cs)
+{
+    if (!cs->capture || vcu__any_capture(cs))
+        return;
+    cs->capture = false;
+    vcu__mods_free(cs, cs->cap_mods);
+    cs->cap_mods = NULL;
+}
+
+static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods);
 
 static uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o)
 {
@@ -2724,9 +3204,10 @@ static uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.value);
     o->res = VCU__CU(o->cu, cuStreamEndCapture, st, &g);
-    if (o->res != CUDA_SUCCESS || g == NULL)
-        return VCU_S_OK;
-    return vcu__graph_put(o, g);
+    if (o->res == CUDA_SUCCESS && g != NULL)
+        vcu__graph_put(o, g, o->cs->cap_mods);
+    vcu__capture_settle(o->cs);
+    return VCU_S_OK;
 }
 
 static uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o)
@@ -2744,12 +3225,20 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* Counted in the budget until freed: a one-shot record by its
+ * trampoline or a failed launch (vcu__cb_free), a persistent one with
+ * the session. */
 static vcu__cb_t *vcu__cb_new(vcu__cuda_sess_t *cs, uint64_t cookie, int oneshot)
 {
-    vcu__cb_t *cb = calloc(1, sizeof(*cb));
+    vcu__cb_t *cb;
 
-    if (cb == NULL)
+    if (vcu__mem_take(cs, sizeof(*cb)) != 0)
         return NULL;
+    cb = calloc(1, sizeof(*cb));
+    if (cb == NULL) {
+        vcu__mem_give(cs, sizeof(*cb));
+        return NULL;
+    }
     cb->gate = &cs->gate;
     cb->cookie = cookie;
     cb->oneshot = oneshot;
@@ -2790,7 +3279,7 @@ static uint32_t vcu__op_CU_STREAM_HOST_FUNC(vcu__op_t *o)
     /* On failure CUDA never calls it, so a one-shot record is still ours
      * (a persistent one is on the session's list, freed with it). */
     if (o->res != CUDA_SUCCESS && oneshot)
-        free(cb);
+        vcu__cb_free(cb);
     return VCU_S_OK;
 }
 
@@ -2922,7 +3411,8 @@ static uint32_t vcu__op_CU_EVENT_ELAPSED(vcu__op_t *o)
 
 /* --- graphs --- */
 
-static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g)
+/* A handle for a new graph whose kernel nodes use the modules in mods. */
+static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods)
 {
     vcu__hent_t *e;
     uint64_t h;
@@ -2932,7 +3422,13 @@ static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g)
         VCU__CU(o->cu, cuGraphDestroy, g);
         return VCU_S_OK;
     }
-    e->u.g = g;
+    e->u.graph.g = g;
+    if (vcu__mods_add_all(o->cs, &e->u.graph.mods, mods) != 0) {
+        VCU__CU(o->cu, cuGraphDestroy, g);
+        vcu__del(o->cs, h);
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     o->rb.u64.value = h;
     return VCU_S_OK;
 }
@@ -2951,7 +3447,7 @@ static uint32_t vcu__op_CU_GRAPH_CREATE(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuGraphCreate, &g, (unsigned int)rq.value);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
-    return vcu__graph_put(o, g);
+    return vcu__graph_put(o, g, NULL);
 }
 
 static uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o)
@@ -2962,10 +3458,10 @@ static uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH);
-    o->res = VCU__CU(o->cu, cuGraphDestroy, e->u.g);
+    o->res = VCU__CU(o->cu, cuGraphDestroy, e->u.graph.g);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
-    vcu__htab_del(&o->cs->tab, rq.value);
+    vcu__del(o->cs, rq.value);
     for (i = 0; i < o->cs->tab.cap; i++) {
         vcu__hent_t *n = &o->cs->tab.ent[i];
 
@@ -3028,6 +3524,12 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
 
         if (fe == NULL)
             goto out;
+        /* The graph holds the module for as long as it (or an exec made
+         * from it) may run the function. */
+        if (vcu__mods_add(o->cs, &ge->u.graph.mods, fe->u.fn.mod) != 0) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
         kp = vcu__params(o, fe, tail, rq.param_bytes);
         if (kp == NULL)
             goto out;
@@ -3042,7 +3544,7 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         kn.sharedMemBytes = rq.shared_mem;
         kn.kernelParams = kp;
         /* CUDA copies the parameter values into the node. */
-        o->res = VCU__CU(cu, cuGraphAddKernelNode, &node, ge->u.g, deps, rq.ndeps, &kn);
+        o->res = VCU__CU(cu, cuGraphAddKernelNode, &node, ge->u.graph.g, deps, rq.ndeps, &kn);
         vcu__params_free(o, fe, kp);
         break;
     }
@@ -3061,7 +3563,7 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         m.WidthInBytes = (size_t)rq.size;
         m.Height = 1;
         m.Depth = 1;
-        o->res = VCU__CU(cu, cuGraphAddMemcpyNode, &node, ge->u.g, deps, rq.ndeps, &m,
+        o->res = VCU__CU(cu, cuGraphAddMemcpyNode, &node, ge->u.graph.g, deps, rq.ndeps, &m,
                          o->cs->ctx[vcu__dev_of(o)]);
         break;
     }
@@ -3075,7 +3577,7 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         ms.elementSize = rq.elem_size;
         ms.width = (size_t)rq.width;
         ms.height = (size_t)rq.height;
-        o->res = VCU__CU(cu, cuGraphAddMemsetNode, &node, ge->u.g, deps, rq.ndeps, &ms,
+        o->res = VCU__CU(cu, cuGraphAddMemsetNode, &node, ge->u.graph.g, deps, rq.ndeps, &ms,
                          o->cs->ctx[vcu__dev_of(o)]);
         break;
     }
@@ -3090,11 +3592,11 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         memset(&hp, 0, sizeof(hp));
         hp.fn = vcu__cb_trampoline;
         hp.userData = cb;
-        o->res = VCU__CU(cu, cuGraphAddHostNode, &node, ge->u.g, deps, rq.ndeps, &hp);
+        o->res = VCU__CU(cu, cuGraphAddHostNode, &node, ge->u.graph.g, deps, rq.ndeps, &hp);
         break;
     }
     default:
-        o->res = VCU__CU(cu, cuGraphAddEmptyNode, &node, ge->u.g, deps, rq.ndeps);
+        o->res = VCU__CU(cu, cuGraphAddEmptyNode, &node, ge->u.graph.g, deps, rq.ndeps);
         break;
     }
     if (o->res != CUDA_SUCCESS)
@@ -3118,31 +3620,39 @@ static uint32_t vcu__op_CU_GRAPH_CLONE(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH);
-    o->res = VCU__CU(o->cu, cuGraphClone, &g, e->u.g);
+    o->res = VCU__CU(o->cu, cuGraphClone, &g, e->u.graph.g);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
-    return vcu__graph_put(o, g);
+    return vcu__graph_put(o, g, e->u.graph.mods);
 }
 
 static uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
     CUgraphExec ge = NULL;
+    const vcu__modset_t *mods;
     vcu__hent_t *x;
     uint64_t h;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.a, VCU__H_GRAPH);
-    o->res = VCU__CU(o->cu, cuGraphInstantiate, &ge, e->u.g, (unsigned long long)rq.b);
+    o->res = VCU__CU(o->cu, cuGraphInstantiate, &ge, e->u.graph.g, (unsigned long long)rq.b);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
+    mods = e->u.graph.mods;         /* e may move in vcu__new */
     x = vcu__new(o, VCU__H_GRAPH_EXEC, &h);
     if (x == NULL) {
         VCU__CU(o->cu, cuGraphExecDestroy, ge);
         return VCU_S_OK;
     }
-    x->u.ge = ge;
+    x->u.exec.ge = ge;
+    if (vcu__mods_add_all(o->cs, &x->u.exec.mods, mods) != 0) {
+        VCU__CU(o->cu, cuGraphExecDestroy, ge);
+        vcu__del(o->cs, h);
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     o->rb.u64.value = h;
     return VCU_S_OK;
 }
@@ -3155,7 +3665,12 @@ static uint32_t vcu__op_CU_GRAPH_LAUNCH(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, e, rq.a, VCU__H_GRAPH_EXEC);
     VCU__STREAM(o, st, rq.b);
-    o->res = VCU__CU(o->cu, cuGraphLaunch, e->u.ge, st);
+    /* Launched into a capture, its nodes join the captured graph. */
+    if (o->cs->capture && vcu__mods_add_all(o->cs, &o->cs->cap_mods, e->u.exec.mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphLaunch, e->u.exec.ge, st);
     return VCU_S_OK;
 }
 
@@ -3166,9 +3681,9 @@ static uint32_t vcu__op_CU_GRAPH_EXEC_DESTROY(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH_EXEC);
-    o->res = VCU__CU(o->cu, cuGraphExecDestroy, e->u.ge);
+    o->res = VCU__CU(o->cu, cuGraphExecDestroy, e->u.exec.ge);
     if (o->res == CUDA_SUCCESS)
-        vcu__htab_del(&o->cs->tab, rq.value);
+        vcu__del(o->cs, rq.value);
     return VCU_S_OK;
 }
 
@@ -3180,7 +3695,7 @@ static uint32_t vcu__op_CU_GRAPH_NODE_COUNT(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH);
-    o->res = VCU__CU(o->cu, cuGraphGetNodes, e->u.g, NULL, &n);
+    o->res = VCU__CU(o->cu, cuGraphGetNodes, e->u.graph.g, NULL, &n);
     o->rb.u64.value = n;
     return VCU_S_OK;
 }
@@ -3224,6 +3739,12 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
     if (op < 0x0100 || rpsz < sizeof(struct vcu_cu_resp))
         return VCU_S_ENOTSUP;
     if (h->payload_len < rqsz || payload == NULL || (nsegs > 0 && segs == NULL))
+        return VCU_S_EINVAL;
+    /* A parked request is completed later into req->resp, which must be
+     * the guest's own buffer: an async request's reply is redirected by
+     * the core into its queue item, freed once exec returns.  An async
+     * WAIT has no reader anyway (a cookie handed to it would be lost). */
+    if (op == VCU_OP_CU_CALLBACK_WAIT && async)
         return VCU_S_EINVAL;
     if (out_cap < rpsz)
         return VCU_S_ERANGE;

@@ -35,19 +35,31 @@ static uint64_t vcu__htab_mk(uint8_t type, uint32_t gen, uint32_t idx)
     return (uint64_t)type << 56 | (uint64_t)(gen & VCU__GEN_MASK) << 32 | idx;
 }
 
+static uint32_t vcu__htab_next_cap(const vcu__htab_t *t)
+{
+    uint32_t ncap = t->cap ? t->cap * 2 : 64;
+
+    return ncap > VCU__MAX_HANDLES ? VCU__MAX_HANDLES : ncap;
+}
+
+size_t vcu__htab_grow_bytes(const vcu__htab_t *t)
+{
+    if (t->free_head != 0 || t->cap >= VCU__MAX_HANDLES)
+        return 0;
+    return (size_t)(vcu__htab_next_cap(t) - t->cap) * sizeof(vcu__hent_t);
+}
+
 uint64_t vcu__htab_add(vcu__htab_t *t, uint8_t type, uint32_t dev, vcu__hent_t **out)
 {
     vcu__hent_t *e;
     uint32_t idx, i;
 
     if (t->free_head == 0) {
-        uint32_t ncap = t->cap ? t->cap * 2 : 64;
+        uint32_t ncap = vcu__htab_next_cap(t);
         vcu__hent_t *n;
 
         if (t->cap >= VCU__MAX_HANDLES)
             return 0;
-        if (ncap > VCU__MAX_HANDLES)
-            ncap = VCU__MAX_HANDLES;
         n = realloc(t->ent, (size_t)ncap * sizeof(*n));
         if (n == NULL)
             return 0;

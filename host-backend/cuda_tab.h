@@ -31,6 +31,11 @@ enum {
  * memory without bound). */
 #define VCU__MAX_HANDLES (1u << 20)
 
+/* cuda.c: a loaded module, counted by its guest handle and by the graphs
+ * and graph execs whose kernel nodes use it; and a set of such modules. */
+struct vcu__mod_s;
+struct vcu__modset_s;
+
 typedef struct vcu__hent_s {
     uint32_t gen;                   /* bumped when the slot is freed */
     uint8_t type;                   /* VCU__H_*; VCU__H_FREE when free */
@@ -38,18 +43,24 @@ typedef struct vcu__hent_s {
     uint32_t next_free;             /* free list link (index + 1, 0 = end) */
     uint32_t xflags;                /* VCU__H_EVENT: its cuEventCreate flags */
     union {
-        CUmodule mod;
+        struct vcu__mod_s *mod;     /* holds one count of it */
         struct {
             CUfunction f;
-            uint64_t module;        /* handle of the module it came from */
+            struct vcu__mod_s *mod; /* the module it came from (no count) */
             uint32_t nparams;
             uint32_t param_bytes;
             struct vcu_cu_param *params;    /* malloc'd, nparams entries */
         } fn;
         CUstream st;
         CUevent ev;
-        CUgraph g;
-        CUgraphExec ge;
+        struct {
+            CUgraph g;
+            struct vcu__modset_s *mods;     /* modules its kernel nodes use */
+        } graph;
+        struct {
+            CUgraphExec ge;
+            struct vcu__modset_s *mods;
+        } exec;
         struct {
             CUgraphNode n;
             uint64_t graph;         /* handle of the graph it belongs to */
@@ -71,6 +82,9 @@ void vcu__htab_fini(vcu__htab_t *t);
 /* New slot of the given type; returns its handle (>= VCU_CU_HANDLE_MIN) or
  * 0 when out of memory or over VCU__MAX_HANDLES. */
 uint64_t vcu__htab_add(vcu__htab_t *t, uint8_t type, uint32_t dev, vcu__hent_t **out);
+/* Bytes the next vcu__htab_add() allocates (0 when it reuses a slot):
+ * the table grows by doubling and never shrinks. */
+size_t vcu__htab_grow_bytes(const vcu__htab_t *t);
 /* The live entry of that type, index and generation, or NULL. */
 vcu__hent_t *vcu__htab_get(vcu__htab_t *t, uint64_t h, uint8_t type);
 /* Frees the slot of a handle vcu__htab_get() accepted. */

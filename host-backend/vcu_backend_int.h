@@ -104,7 +104,10 @@ void vcu__out_sync_end(vcu__out_t *o);
 size_t vcu__out_take(vcu__out_t *o, void *dst, size_t cap, int *more);
 
 /* Returned by vcu__cuda_exec() when it has taken the request over and
- * will finish it later itself with vcu__complete(). */
+ * will finish it later itself with vcu__complete().  Only a request whose
+ * reply buffer (req->resp) is its own is ever parked, never a
+ * VCU_REQ_F_ASYNC one: the core points an async reply into its queue
+ * item, which it frees when exec returns. */
 #define VCU__PARKED 0xffffffffu
 /* Returned by vcu__cuda_exec() with *wait set: the reply payload is
  * written (*out_len), the request completes when the wait is done. */

@@ -22,6 +22,16 @@
  *    does with NVIDIA's driver 580 (measured: tests/gpu/probe-ctxfault.cu);
  *    VCU_FAKECUDA_STICKY=context confines it to the launching context
  *    (for the fuzzer, which runs many sessions in one process).
+ *  - memory pools cache what is freed into them and hand it out again
+ *    without clearing it, as CUDA's pools do (data survives a free/alloc
+ *    through the same pool);
+ *  - a graph node running a function of an unloaded module aborts the
+ *    process, as the real driver segfaults there;
+ *  - a CU_STREAM_CAPTURE_MODE_GLOBAL capture makes potentially unsafe
+ *    calls (cuMemAlloc, cuMemFree) fail on every thread of the process,
+ *    a THREAD_LOCAL one only on the thread that began it;
+ *  - GPU core dump settings (cuCoredump*AttributeGlobal) are kept, for
+ *    tests to read back.
  *
  * Only the entry points the project needs exist; the backend reports any
  * other as missing, as it would with an old driver.  The exported names
@@ -36,7 +46,9 @@
 #define _GNU_SOURCE
 #include <elf.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,6 +113,7 @@ struct fc_cap_s {
     fc_graph_t *graph;
     fc_stream_t *origin;
     CUstreamCaptureMode mode;
+    pthread_t thread;           /* that began it (THREAD_LOCAL) */
     int invalidated;            /* a forbidden call was made during it */
 };
 
@@ -213,11 +226,24 @@ typedef struct fc_mem_s {
     fc_mem_kind_t kind;
     fc_ctx_t *ctx;              /* freed with it (DEVICE, HOSTREG) */
     void *raw;                  /* DEVICE: what to free */
+    size_t cap;                 /* DEVICE: usable bytes from base */
     int dev;
-    int from_pool;              /* cuMemAllocAsync */
+    struct fc_pool_s *pool;     /* cuMemAllocAsync, FromPoolAsync: its pool */
 } fc_mem_t;
 
+/* A block freed into a pool, kept for reuse with its contents. */
+typedef struct fc_cached_s {
+    struct fc_cached_s *next;
+    void *raw;
+    size_t cap;                 /* usable bytes from the aligned base */
+} fc_cached_t;
+
 typedef struct fc_pool_s {
+    fc_obj_t hdr;               /* created pools: on g_upools */
+    int dev;
+    int dead;                   /* destroyed with blocks out: freed with the last */
+    size_t nlive;               /* blocks handed out and not yet freed */
+    fc_cached_t *cache;
     int reuse_follow, reuse_opportunistic, reuse_internal;
     cuuint64_t release_threshold, reserved_high, used, used_high;
 } fc_pool_t;
@@ -226,7 +252,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init;
 static uint64_t g_next_id = 1;
 static fc_obj_t *g_ctxs, *g_streams, *g_events, *g_modules, *g_funcs, *g_graphs, *g_execs,
-    *g_caps;
+    *g_caps, *g_upools;
 static fc_mem_t *g_mem;         /* sorted by base, ranges disjoint */
 static size_t g_nmem, g_capmem;
 static size_t g_dev_used[FC_NDEV];
@@ -320,6 +346,44 @@ static CUresult fc_mem_insert(const fc_mem_t *m)
     return CUDA_SUCCESS;
 }
 
+static void fc_pool_free_cache(fc_pool_t *p)
+{
+    fc_cached_t *c;
+
+    while ((c = p->cache) != NULL) {
+        p->cache = c->next;
+        free(c->raw);
+        free(c);
+    }
+}
+
+/* A block of p is freed: kept, contents and all, for the pool's next
+ * allocation (as CUDA's pools reuse memory without clearing it). */
+static void fc_pool_put(fc_pool_t *p, void *raw, size_t cap, size_t size)
+{
+    fc_cached_t *c;
+
+    p->used -= size;
+    p->nlive--;
+    if (p->dead) {
+        free(raw);
+        if (p->nlive == 0) {
+            fc_pool_free_cache(p);
+            free(p);
+        }
+        return;
+    }
+    c = malloc(sizeof(*c));
+    if (!c) {
+        free(raw);
+        return;
+    }
+    c->raw = raw;
+    c->cap = cap;
+    c->next = p->cache;
+    p->cache = c;
+}
+
 /* Removes entry i, freeing what it owns and giving back its bytes. */
 static void fc_mem_remove(size_t i)
 {
@@ -329,9 +393,10 @@ static void fc_mem_remove(size_t i)
     g_nmem--;
     if (m.kind == FC_MEM_DEVICE) {
         g_dev_used[m.dev] -= m.size;
-        if (m.from_pool)
-            g_pools[m.dev].used -= m.size;
-        free(m.raw);
+        if (m.pool)
+            fc_pool_put(m.pool, m.raw, m.cap, m.size);
+        else
+            free(m.raw);
     }
 }
 
@@ -350,11 +415,14 @@ static CUresult fc_mem_check(uintptr_t addr, size_t len)
     return CUDA_SUCCESS;
 }
 
-static CUresult fc_mem_alloc(fc_ctx_t *ctx, size_t size, int from_pool, CUdeviceptr *out)
+/* pool: NULL for cuMemAlloc, else the stream-ordered allocation's pool,
+ * whose cached blocks are reused first, not cleared. */
+static CUresult fc_mem_alloc(fc_ctx_t *ctx, size_t size, fc_pool_t *pool, CUdeviceptr *out)
 {
     fc_mem_t m = { 0 };
+    fc_cached_t *c = NULL, **pc;
     size_t rounded;
-    void *raw;
+    void *raw = NULL;
     CUresult rc;
 
     if (!out || size == 0)
@@ -362,33 +430,47 @@ static CUresult fc_mem_alloc(fc_ctx_t *ctx, size_t size, int from_pool, CUdevice
     rounded = (size + FC_ALIGN - 1) & ~(size_t)(FC_ALIGN - 1);
     if (rounded < size || rounded > FC_TOTAL_MEM - g_dev_used[ctx->dev])
         return CUDA_ERROR_OUT_OF_MEMORY;
-    /* calloc: fresh device memory reads as zeros, and large blocks stay
-     * lazily mapped; the slack aligns the start. */
-    raw = calloc(1, rounded + FC_ALIGN);
+    if (pool) {
+        for (pc = &pool->cache; *pc; pc = &(*pc)->next)
+            if ((*pc)->cap >= rounded) {
+                c = *pc;
+                *pc = c->next;
+                break;
+            }
+    }
+    if (c) {
+        raw = c->raw;
+        rounded = c->cap;
+        free(c);
+    } else {
+        /* calloc: fresh device memory reads as zeros, and large blocks
+         * stay lazily mapped; the slack aligns the start. */
+        raw = calloc(1, rounded + FC_ALIGN);
+    }
     if (!raw)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m.base = ((uintptr_t)raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1);
     /* The exact size, so that a copy one byte past the end fails. */
     m.size = size;
+    m.cap = rounded;
     m.kind = FC_MEM_DEVICE;
     m.ctx = ctx;
     m.raw = raw;
     m.dev = ctx->dev;
-    m.from_pool = from_pool;
+    m.pool = pool;
     rc = fc_mem_insert(&m);
     if (rc != CUDA_SUCCESS) {
         free(raw);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     g_dev_used[ctx->dev] += size;
-    if (from_pool) {
-        fc_pool_t *p = &g_pools[ctx->dev];
-
-        p->used += size;
-        if (p->used > p->used_high)
-            p->used_high = p->used;
-        if (p->used > p->reserved_high)
-            p->reserved_high = p->used;
+    if (pool) {
+        pool->nlive++;
+        pool->used += size;
+        if (pool->used > pool->used_high)
+            pool->used_high = pool->used;
+        if (pool->used > pool->reserved_high)
+            pool->reserved_high = pool->used;
     }
     *out = (CUdeviceptr)m.base;
     return CUDA_SUCCESS;
@@ -1137,8 +1219,13 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     uint64_t ctx_id = ctx->hdr.id;
     const fc_func_t *f = k->func;
 
-    if (!fc_func_live(f, k->func_id))
-        return CUDA_ERROR_INVALID_HANDLE;
+    if (!fc_func_live(f, k->func_id)) {
+        /* Only a graph node can still name it (launches check first):
+         * NVIDIA's driver follows the dangling function and segfaults. */
+        fprintf(stderr, "fakecuda: graph kernel node of an unloaded module's function "
+                        "(the driver crashes here)\n");
+        abort();
+    }
     if (f->mod->ctx != ctx)
         return CUDA_ERROR_INVALID_HANDLE;
     memset(&launch, 0, sizeof(launch));
@@ -1364,6 +1451,63 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
 
 /* ------------------------------------------------------------------ */
 /* Initialization, devices                                             */
+
+/* GPU core dump settings (cuCoredump*AttributeGlobal): kept, not acted
+ * upon, so that tests can see what the backend set. */
+static int g_cd_enable, g_cd_trigger_host = 1, g_cd_user_trigger, g_cd_lightweight;
+static int g_cd_flags;
+
+static int *fc_coredump_bool(CUcoredumpSettings attrib)
+{
+    switch (attrib) {
+    case CU_COREDUMP_ENABLE_ON_EXCEPTION:
+        return &g_cd_enable;
+    case CU_COREDUMP_TRIGGER_HOST:
+        return &g_cd_trigger_host;
+    case CU_COREDUMP_ENABLE_USER_TRIGGER:
+        return &g_cd_user_trigger;
+    case CU_COREDUMP_LIGHTWEIGHT:
+        return &g_cd_lightweight;
+    default:
+        return NULL;
+    }
+}
+
+/* Booleans as bool, the generation flags as int; others refused. */
+static CUresult fc_coredump_attr(CUcoredumpSettings attrib, void *value, size_t *size, int set)
+{
+    int *b = fc_coredump_bool(attrib);
+    CUresult rc = CUDA_SUCCESS;
+
+    if (!value || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    if (b && *size == sizeof(bool)) {
+        if (set)
+            *b = *(bool *)value;
+        else
+            *(bool *)value = *b != 0;
+    } else if (attrib == CU_COREDUMP_GENERATION_FLAGS && *size == sizeof(int)) {
+        if (set)
+            g_cd_flags = *(int *)value;
+        else
+            *(int *)value = g_cd_flags;
+    } else {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+    return fc_coredump_attr(attrib, value, size, 1);
+}
+
+CUresult CUDAAPI cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
+{
+    return fc_coredump_attr(attrib, value, size, 0);
+}
 
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {
@@ -2048,6 +2192,29 @@ CUresult CUDAAPI cuMemGetInfo(size_t *free_out, size_t *total)
     return rc;
 }
 
+/*
+ * A "potentially unsafe" call (cuMemAlloc, cuMemFree) while a capture
+ * forbids it: any GLOBAL capture of the process, or a THREAD_LOCAL one
+ * this thread began.  The call fails and invalidates those captures, as
+ * CUDA does.  g_lock held.
+ */
+static CUresult fc_unsafe_check(void)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    for (fc_obj_t *o = g_caps; o; o = o->next) {
+        fc_cap_t *cap = (fc_cap_t *)o;
+
+        if (cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+            (cap->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+             pthread_equal(cap->thread, pthread_self()))) {
+            cap->invalidated = 1;
+            rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    return rc;
+}
+
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 {
     fc_ctx_t *ctx;
@@ -2056,7 +2223,9 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
     pthread_mutex_lock(&g_lock);
     rc = fc_cur(&ctx);
     if (rc == CUDA_SUCCESS)
-        rc = fc_mem_alloc(ctx, bytesize, 0, dptr);
+        rc = fc_unsafe_check();
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_alloc(ctx, bytesize, NULL, dptr);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -2068,6 +2237,8 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 
     pthread_mutex_lock(&g_lock);
     rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_unsafe_check();
     if (rc == CUDA_SUCCESS)
         rc = fc_mem_free(dptr);
     pthread_mutex_unlock(&g_lock);
@@ -2089,14 +2260,13 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
         rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     if (rc == CUDA_SUCCESS)
-        rc = fc_mem_alloc(ctx, bytesize, 1, dptr);
+        rc = fc_mem_alloc(ctx, bytesize, &g_pools[ctx->dev], dptr);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
 
 static struct fc_pool_s *fc_pool(CUmemoryPool pool);
 
-/* The stand-in's pools are all one heap: a named pool only has to exist. */
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                          CUstream hStream)
 {
@@ -2113,7 +2283,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
         rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     if (rc == CUDA_SUCCESS)
-        rc = fc_mem_alloc(ctx, bytesize, 1, dptr);
+        rc = fc_mem_alloc(ctx, bytesize, fc_pool(pool), dptr);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -2141,7 +2311,53 @@ static fc_pool_t *fc_pool(CUmemoryPool pool)
     for (int i = 0; i < FC_NDEV; i++)
         if ((fc_pool_t *)pool == &g_pools[i])
             return &g_pools[i];
+    if (pool && fc_list_has(g_upools, pool))
+        return (fc_pool_t *)pool;
     return NULL;
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    fc_pool_t *p;
+    CUresult rc;
+
+    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_dev_check(props->location.id);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    p = calloc(1, sizeof(*p));
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->dev = props->location.id;
+    pthread_mutex_lock(&g_lock);
+    fc_list_add(&g_upools, p);
+    pthread_mutex_unlock(&g_lock);
+    *pool = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+/* Blocks still out keep the pool's memory until they are freed (CUDA
+ * releases it then); the handle is dead at once. */
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
+{
+    fc_pool_t *p = (fc_pool_t *)pool;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!p || !fc_list_has(g_upools, p)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        fc_list_del(&g_upools, p);
+        fc_pool_free_cache(p);
+        if (p->nlive > 0)
+            p->dead = 1;
+        else
+            free(p);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
 }
 
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
@@ -2239,6 +2455,8 @@ out:
     return rc;
 }
 
+/* Drops every cached block (minBytesToKeep is a lower bound CUDA may
+ * exceed; nothing cached is "in use"). */
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     CUresult rc = CUDA_SUCCESS;
@@ -2249,6 +2467,8 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
         rc = CUDA_ERROR_NOT_INITIALIZED;
     else if (!fc_pool(pool))
         rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        fc_pool_free_cache(fc_pool(pool));
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -3370,6 +3590,7 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode
     }
     cap->origin = s;
     cap->mode = mode;
+    cap->thread = pthread_self();
     fc_list_add(&g_caps, cap);
     s->cap = cap;
 out:

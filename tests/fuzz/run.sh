@@ -30,7 +30,7 @@ cp "$here"/corpus/* "$work"/
 
 # -malloc_limit_mb: the stand-in backs device memory with (lazily mapped)
 # host memory, so a guest's large cuMemAlloc is a large calloc.
-VCU_LIBCUDA=$O/fakecuda/libcuda.so.1 \
+VCU_LIBCUDA=$O/fakecuda/libcuda.so.1 VCU_FAKECUDA_STICKY=context \
     "$O/fuzz_backend" -max_total_time="$secs" -timeout=30 -rss_limit_mb=8192 \
     -malloc_limit_mb=131072 -print_final_stats=1 -artifact_prefix="$art/" \
     "$work" >"$log" 2>&1

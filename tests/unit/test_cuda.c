@@ -3,6 +3,8 @@
  * driven through the public backend API as a transport would, against the
  * CPU stand-in for libcuda (tests/fakecuda, via $VCU_LIBCUDA).
  */
+#include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1883,6 +1885,462 @@ TEST(cuda_printf_no_capture)
     ASSERT_EQ(0, tc_take(&c, VCU_CU_TAKE_F_SYNC, got, sizeof(got), &len, &more));
     ASSERT_EQ(0, len);
     ASSERT_EQ(0, more);
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- hostile guests ------------------------------------------------------ */
+
+/* From the ASan runtime the tests are linked with (the header,
+ * sanitizer/allocator_interface.h, is not installed with every gcc). */
+size_t __sanitizer_get_current_allocated_bytes(void);
+
+/* Sets up the vector_add twin's inputs; *params gets its 28 bytes. */
+static int tc_vadd_setup(tc_t *c, uint64_t *fn, uint64_t *dc, unsigned char *params, int n)
+{
+    float a[64], b[64];
+    uint64_t da = 0, db = 0;
+    int i;
+
+    CHECK(tc_vadd(c, fn));
+    for (i = 0; i < 64; i++) {
+        a[i] = (float)i;
+        b[i] = 1000.0f;
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(a), &da));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(b), &db));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(a), dc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 1, da, a, sizeof(a), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 1, db, b, sizeof(b), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, *dc, 0, 4, 64, 1, 0, 0));
+    memcpy(params + 0, &da, 8);
+    memcpy(params + 8, &db, 8);
+    memcpy(params + 16, dc, 8);
+    memcpy(params + 24, &n, 4);
+    return 0;
+}
+
+/* dc holds a + b for the first n elements (the rest 0). */
+static int tc_vadd_check(tc_t *c, uint64_t dc, int n)
+{
+    float out[64];
+    int i;
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, dc, out, sizeof(out), NULL, 0, 0, 0));
+    for (i = 0; i < 64; i++)
+        ASSERT_TRUE(out[i] == (i < n ? (float)i + 1000.0f : 0.0f));
+    return 0;
+}
+
+static uint32_t tc_kernel_node(tc_t *c, uint64_t g, uint64_t fn, const unsigned char *params,
+                               uint64_t *node)
+{
+    unsigned char p[sizeof(struct vcu_cu_graph_node_req) + 32];
+    struct vcu_cu_graph_node_req nq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_KERNEL;
+    nq.function = fn;
+    nq.grid[0] = 1;
+    nq.grid[1] = nq.grid[2] = 1;
+    nq.block[0] = 64;
+    nq.block[1] = nq.block[2] = 1;
+    nq.param_bytes = 28;
+    memcpy(p, &nq, sizeof(nq));
+    memcpy(p + sizeof(nq), params, 28);
+    st = tc_do(c, VCU_OP_CU_GRAPH_ADD_NODE, 0, p, (uint32_t)(sizeof(nq) + 28), &rp, sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *node = rp.value;
+    return rp.r.result;
+}
+
+static uint32_t tc_instantiate(tc_t *c, uint64_t g, uint64_t *ge)
+{
+    struct vcu_cu_u64_resp rp;
+    uint32_t r = tc_pair(c, VCU_OP_CU_GRAPH_INSTANTIATE, g, 0, 0, &rp, sizeof(rp));
+
+    *ge = rp.value;
+    return r;
+}
+
+/*
+ * Finding 1: a context flag the guest sets must not reach the driver's
+ * core dump machinery (CU_CTX_COREDUMP_ENABLE made one faulting kernel
+ * write a GPU core dump into QEMU's working directory and abort() it;
+ * CU_CTX_USER_COREDUMP_ENABLE made the driver create a named pipe), and
+ * core dumps are off for the whole process from driver init on.
+ */
+TEST(sec_ctx_flags_coredump)
+{
+    CUresult (*get)(CUcoredumpSettings, void *, size_t *) = NULL;
+    CUresult (*set)(CUcoredumpSettings, void *, size_t *) = NULL;
+    static const CUcoredumpSettings off[] = {CU_COREDUMP_ENABLE_ON_EXCEPTION,
+                                             CU_COREDUMP_TRIGGER_HOST,
+                                             CU_COREDUMP_ENABLE_USER_TRIGGER};
+    const char *lib = getenv("VCU_LIBCUDA");
+    void *dl;
+    size_t sz = sizeof(bool);
+    unsigned int i;
+    bool b = true;
+    tc_t c;
+
+    /* What a host administrator or a previous user may have left on. */
+    setenv("CUDA_ENABLE_COREDUMP_ON_EXCEPTION", "1", 1);
+    setenv("CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION", "1", 1);
+    setenv("CUDA_ENABLE_USER_TRIGGERED_COREDUMP", "1", 1);
+    setenv("CUDA_COREDUMP_PIPE", "/tmp/vcu-unit-corepipe", 1);
+    ASSERT_NOT_NULL(lib);
+    dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NOT_NULL(dl);
+    *(void **)&get = dlsym(dl, "cuCoredumpGetAttributeGlobal");
+    *(void **)&set = dlsym(dl, "cuCoredumpSetAttributeGlobal");
+    ASSERT_NOT_NULL(get);
+    ASSERT_NOT_NULL(set);
+    for (i = 0; i < sizeof(off) / sizeof(off[0]); i++)
+        ASSERT_EQ(CUDA_SUCCESS, set(off[i], &b, &sz));
+
+    CHECK(tc_open(&c));
+    ASSERT_STR_EQ("0", getenv("CUDA_ENABLE_COREDUMP_ON_EXCEPTION"));
+    ASSERT_STR_EQ("0", getenv("CUDA_ENABLE_CPU_COREDUMP_ON_EXCEPTION"));
+    ASSERT_STR_EQ("0", getenv("CUDA_ENABLE_USER_TRIGGERED_COREDUMP"));
+    ASSERT_NULL(getenv("CUDA_COREDUMP_PIPE"));
+    for (i = 0; i < sizeof(off) / sizeof(off[0]); i++) {
+        b = true;
+        ASSERT_EQ(CUDA_SUCCESS, get(off[i], &b, &sz));
+        ASSERT_EQ(0, b);
+    }
+
+    /* Refused before the context exists (kept for its creation) and after. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_COREDUMP_ENABLE, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_USER_COREDUMP_ENABLE, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, 0x100, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0,
+                                   CU_CTX_SCHED_BLOCKING_SYNC | CU_CTX_MAP_HOST |
+                                       CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_SCHED_SPIN | CU_CTX_COREDUMP_ENABLE,
+                     NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, CU_CTX_SCHED_YIELD, NULL));
+    tc_close(&c);
+    dlclose(dl);
+    return 0;
+}
+
+/*
+ * Finding 2: a graph and its instantiation keep using the functions of
+ * their kernel nodes; unloading the module under them made the next
+ * launch follow dangling pointers inside libcuda (a segfault; the
+ * stand-in aborts there).  The module must live until its last user goes.
+ */
+TEST(sec_graph_module_unload)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char params[32];
+    uint64_t fn = 0, dc = 0, g = 0, g2 = 0, ge = 0, node = 0, mod = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd_setup(&c, &fn, &dc, params, 40));
+    /* A module of the test's own, unloaded under the graph. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_kernel_node(&c, g, fn, params, &node));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CLONE, 0, g, &g2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    /* The guest's handles are gone at once... */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, fn, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_kernel_node(&c, g, fn, params, &node));
+    /* ...the graph exec still runs the kernel... */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    CHECK(tc_vadd_check(&c, dc, 40));
+    /* ...and so does one instantiated after the unload. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, dc, 0, 4, 64, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    CHECK(tc_vadd_check(&c, dc, 40));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
+    /* The clone still holds the module; the session's end releases both. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g2, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    tc_close(&c);
+    return 0;
+}
+
+/* Finding 2, by stream capture: a launch on a capturing stream is a
+ * kernel node of the captured graph. */
+TEST(sec_capture_module_unload)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char params[32];
+    uint64_t fn = 0, dc = 0, g = 0, ge = 0, mod = 0, s;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd_setup(&c, &fn, &dc, params, 30));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch(&c, fn, s, 1, 64, params, 28, 28));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &ge));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
+    CHECK(tc_vadd_check(&c, dc, 30));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
+    /* A capture left open over an unload, for the session's end. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch(&c, fn, s, 1, 64, params, 28, 28));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, mod, NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/*
+ * Finding 3: an async CU_CALLBACK_WAIT with room for the reply header
+ * only, as the session's first CUDA request, was parked with its reply
+ * pointing into the queue item, which the worker then freed: the cancel
+ * at close (or a callback) wrote into freed heap.  The payload is made
+ * long and unaligned so that the item is one of its own, freed (not
+ * cached), and ASan sees the write.
+ */
+TEST(sec_callback_wait_async_item)
+{
+    unsigned char p[512];
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_hdr h = {0, 0};
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    memset(p, 0, sizeof(p));
+    memcpy(p, &h, sizeof(h));
+    ut_req_build(t, VCU_OP_CU_CALLBACK_WAIT, c.s, p, sizeof(p));
+    ut_hdr(t)->flags = VCU_REQ_F_ASYNC;
+    memmove((char *)t->reqbuf + 4, t->reqbuf, t->r.req_len);
+    t->r.req = (char *)t->reqbuf + 4;
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr);
+    vcu_backend_submit(c.be, &t->r);
+    tc_nap();                       /* the worker has run it */
+    /* The close cancels a parked WAIT, writing its reply. */
+    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));
+    /* An async WAIT has no reader: it must not park, and replied at once
+     * in the guest's own buffer. */
+    ASSERT_EQ(1, atomic_load(&t->ndone));
+    ASSERT_TRUE(t->r.resp == (void *)t->respbuf);
+    ASSERT_EQ(VCU_S_EINVAL, ut_status(t));
+    vcu_backend_free(c.be);
+    free(t);
+    return 0;
+}
+
+/*
+ * Finding 4: a function handle cost 8 KiB of host heap (its parameter
+ * layout was allocated for VCU_CU_MAX_PARAMS entries whatever the
+ * kernel took), so 2^20 handles pinned 8 GiB.
+ */
+TEST(sec_function_handle_cost)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    uint64_t fn = 0, mod = 0;
+    size_t before, after;
+    int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd(&c, &fn));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    before = __sanitizer_get_current_allocated_bytes();
+    for (i = 0; i < 2000; i++)
+        ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr,
+                                        sizeof(fr)));
+    after = __sanitizer_get_current_allocated_bytes();
+    /* A table entry and 4 parameters: well under 256 bytes a handle. */
+    ASSERT_LT(after - before, 2000 * 256);
+    tc_close(&c);
+    return 0;
+}
+
+/*
+ * Finding 5: the device's default memory pool was shared by every
+ * session: a block one session freed reached another with its data, and
+ * pool attributes set by one applied to all.
+ */
+TEST(sec_mempool_per_session)
+{
+    unsigned char pat[4096], got[4096], zero[4096];
+    struct vcu_cu_mem_alloc_req mq;
+    struct vcu_cu_memcpy_req fq;
+    struct vcu_cu_attr_req aq;
+    struct vcu_cu_u64_resp rp;
+    struct vcu_cu_resp r;
+    uint64_t pa = 0, pb = 0, pool_a = 0, pool_b = 0;
+    tc_t a, b;
+
+    CHECK(tc_open(&a));
+    b.be = a.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(b.be, &b.s));
+    memset(&mq, 0, sizeof(mq));
+    mq.size = sizeof(pat);
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    pa = rp.value;
+    memset(pat, 0x5a, sizeof(pat));
+    memset(zero, 0, sizeof(zero));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&a, 1, pa, pat, sizeof(pat), NULL, 0, 0, 0));
+    memset(&fq, 0, sizeof(fq));
+    fq.dst = pa;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_FREE_ASYNC, 0, &fq, sizeof(fq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    /* B's stream-ordered allocation never holds A's bytes. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&b, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    pb = rp.value;
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&b, 0, pb, got, sizeof(got), NULL, 0, 0, 0));
+    ASSERT_MEM_EQ(zero, got, sizeof(got));
+
+    /* Each session's default pool is its own. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &pool_a));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&b, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &pool_b));
+    memset(&aq, 0, sizeof(aq));
+    aq.handle = pool_a;
+    aq.attr = CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    aq.value = 123456;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_SET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    aq.handle = pool_b;
+    ASSERT_EQ(VCU_S_OK, tc_do(&b, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ_U64(0, rp.value);
+    aq.handle = pool_a;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_GET_ATTR, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64(123456, rp.value);
+    /* Its own pool's data is the session's own to see again. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    /* Trim works on the session's pool; allocations stay for the end. */
+    aq.value = 0;
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_TRIM, 0, &aq, sizeof(aq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(VCU_S_OK, ut_close(b.be, b.s));
+    tc_close(&a);
+    return 0;
+}
+
+/*
+ * Finding 6: a capture in CU_STREAM_CAPTURE_MODE_GLOBAL forbids unsafe
+ * calls in the whole process: one session's capture made every other
+ * session's cuMemAlloc fail.  The session itself sees what it would
+ * natively (its own allocation during the capture fails and invalidates
+ * it).
+ */
+TEST(sec_capture_global_confined)
+{
+    uint64_t s, p = 0, g = 0;
+    tc_t a, b;
+
+    CHECK(tc_open(&a));
+    b.be = a.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(b.be, &b.s));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&b, 64, &p));
+    s = tc_stream_new(&a);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&a, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&b, 64, &p));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&b, VCU_OP_CU_MEM_FREE, 0, p, NULL));
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, tc_alloc(&a, 64, &p));
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+              tc_u64(&a, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(VCU_S_OK, ut_close(b.be, b.s));
+    tc_close(&a);
+    return 0;
+}
+
+/*
+ * Finding 2, across devices: a function named through device 1 from a
+ * module of device 0 must not outlive the module when device 0's
+ * context is reset (a launch into a capture reads its module).
+ */
+TEST(sec_ctx_reset_cross_device_function)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char p[sizeof(struct vcu_cu_name_req) + sizeof(TC_VADD)];
+    struct vcu_cu_stream_create_req sq;
+    struct vcu_cu_u64_resp sr;
+    struct vcu_cu_name_req nq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+    unsigned char params[28];
+    uint64_t mod = 0, fn = 0, s1;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    memset(&nq, 0, sizeof(nq));
+    nq.hdr.device = 1;
+    nq.module = mod;
+    nq.name_len = (uint32_t)strlen(TC_VADD);
+    memcpy(p, &nq, sizeof(nq));
+    memcpy(p + sizeof(nq), TC_VADD, strlen(TC_VADD));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MODULE_GET_FUNCTION, 0, p,
+                              (uint32_t)(sizeof(nq) + strlen(TC_VADD)), fr, sizeof(fr)));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)fr)->result);
+    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    memset(&sq, 0, sizeof(sq));
+    sq.hdr.device = 1;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
+    ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
+    s1 = sr.value;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    {
+        struct vcu_cu_pair_req bq = {{1, 0}, s1, CU_STREAM_CAPTURE_MODE_RELAXED, 0};
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, 0, &bq, sizeof(bq), &r,
+                                  sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+    }
+    memset(params, 0, sizeof(params));
+    {
+        unsigned char lp[sizeof(struct vcu_cu_launch_req) + 28];
+        struct vcu_cu_launch_req lq;
+
+        memset(&lq, 0, sizeof(lq));
+        lq.hdr.device = 1;
+        lq.function = fn;
+        lq.stream = s1;
+        lq.grid[0] = lq.grid[1] = lq.grid[2] = 1;
+        lq.block[0] = lq.block[1] = lq.block[2] = 1;
+        lq.param_bytes = 28;
+        memcpy(lp, &lq, sizeof(lq));
+        memcpy(lp + sizeof(lq), params, 28);
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_LAUNCH, 0, lp, sizeof(lp), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.result);
+    }
     tc_close(&c);
     return 0;
 }

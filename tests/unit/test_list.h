@@ -91,6 +91,7 @@
     X(wait_stream_sync_parked)          \
     X(wait_event_later_work)            \
     X(wait_reset_cancels)               \
-    X(wait_fence_after_copies)
+    X(wait_fence_after_copies)          \
+    X(wait_bounce_budget)
 
 #endif /* VCU_TEST_LIST_H */

@@ -44,6 +44,14 @@
     X(cuda_host_device_pointer)         \
     X(printf_image_detect)              \
     X(cuda_printf_capture)              \
-    X(cuda_printf_no_capture)
+    X(cuda_printf_no_capture)           \
+    X(sec_ctx_flags_coredump)           \
+    X(sec_graph_module_unload)          \
+    X(sec_capture_module_unload)        \
+    X(sec_callback_wait_async_item)     \
+    X(sec_function_handle_cost)         \
+    X(sec_mempool_per_session)          \
+    X(sec_capture_global_confined)      \
+    X(sec_ctx_reset_cross_device_function)
 
 #endif /* VCU_TEST_LIST_CUDA_H */

@@ -475,3 +475,84 @@ TEST(wait_fence_after_copies)
     vcu_backend_free(w.be);
     return 0;
 }
+
+/* A 2D copy from host pages in several pieces goes through a staging
+ * buffer of its whole span, held until the copy is done. */
+static ut_req_t *wt_copy2d(wt_t *w, uint64_t dev, void *host, size_t piece, unsigned int npieces,
+                           uint64_t pitch, uint64_t height, uint64_t stream)
+{
+    struct vcu_cu_memcpy2d_req rq;
+    struct iovec iov[UT_MAX_IOV];
+    ut_req_t *t = ut_req_new();
+    unsigned int i;
+
+    for (i = 0; i < npieces; i++) {
+        iov[i].iov_base = host;     /* the same pages, again and again */
+        iov[i].iov_len = piece;
+    }
+    ut_req_add_seg_iov(t, VCU_SEG_TO_DEVICE, iov, npieces);
+    memset(&rq, 0, sizeof(rq));
+    rq.kind = VCU_CU_COPY_HTOD;
+    rq.dst = dev;
+    rq.dpitch = pitch;
+    rq.spitch = pitch;
+    rq.width = pitch;
+    rq.height = height;
+    rq.stream = stream;
+    rq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    ut_req_build(t, VCU_OP_CU_MEMCPY_2D, w->s, &rq, sizeof(rq));
+    vcu_backend_submit(w->be, &t->r);
+    return t;
+}
+
+/*
+ * Finding 4: staging buffers of copies parked behind work that never
+ * ends pinned host memory without bound (24 copies of 64 MiB spans from
+ * 32 MiB of guest pages: +1.5 GiB in QEMU).  A session's host memory is
+ * budgeted (VCU__SESS_HOST_BUDGET, 256 MiB): past it a request fails
+ * with CUDA_ERROR_OUT_OF_MEMORY, at once, and the budget comes back as
+ * parked work completes.
+ */
+TEST(wait_bounce_budget)
+{
+    enum { PIECE = 16 << 20, PITCH = 1 << 20, ROWS = 100 };  /* 100 MiB spans */
+    ut_req_t *spin, *c[4];
+    unsigned char *host = malloc(PIECE);
+    uint64_t a, flag, dev;
+    int i;
+    wt_t w;
+
+    ASSERT_NOT_NULL(host);
+    memset(host, 0x3c, PIECE);
+    CHECK(wt_open(&w));
+    a = wt_stream(&w);
+    flag = wt_alloc(&w, 64);
+    dev = wt_alloc(&w, (uint64_t)PITCH * ROWS);
+    ASSERT_NE(0, dev);
+    spin = wt_memset(&w, flag, 2, a);
+    for (i = 0; i < 3; i++)
+        c[i] = wt_copy2d(&w, dev, host, PIECE, 8, PITCH, ROWS, a);
+    ASSERT_EQ(0, wt_wait(c[2]));
+    ASSERT_EQ(CUDA_ERROR_OUT_OF_MEMORY, wt_result(c[2]));
+    wt_nap();
+    ASSERT_EQ(0, atomic_load(&c[0]->ndone));
+    ASSERT_EQ(0, atomic_load(&c[1]->ndone));
+    __atomic_store_n((unsigned char *)(uintptr_t)flag, 1, __ATOMIC_RELEASE);
+    ASSERT_EQ(0, wt_wait(c[0]));
+    ASSERT_EQ(0, wt_wait(c[1]));
+    ASSERT_EQ(CUDA_SUCCESS, wt_result(c[0]));
+    ASSERT_EQ(CUDA_SUCCESS, wt_result(c[1]));
+    /* Given back when they completed. */
+    c[3] = wt_copy2d(&w, dev, host, PIECE, 8, PITCH, ROWS, a);
+    ASSERT_EQ(0, wt_wait(c[3]));
+    ASSERT_EQ(CUDA_SUCCESS, wt_result(c[3]));
+    ASSERT_EQ(0x3c, ((unsigned char *)(uintptr_t)dev)[(uint64_t)PITCH * ROWS - 1]);
+    ASSERT_EQ(0, wt_wait(spin));
+    for (i = 0; i < 4; i++)
+        free(c[i]);
+    free(spin);
+    free(host);
+    ASSERT_EQ(VCU_S_OK, ut_close(w.be, w.s));
+    vcu_backend_free(w.be);
+    return 0;
+}

@@ -344,6 +344,28 @@ CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr s, size_t n, CUstream 
     return m_copy(dst, (const void *)(uintptr_t)s, n, h, 0);
 }
 
+/* Queued row by row; host and device memory are both host memory here. */
+CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream h)
+{
+    const unsigned char *src;
+    unsigned char *dst;
+    size_t y;
+
+    if (c == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? c->srcHost
+                                                  : (const void *)(uintptr_t)c->srcDevice;
+    dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? c->dstHost : (void *)(uintptr_t)c->dstDevice;
+    M_ENTER();
+    for (y = 0; y < c->Height; y++) {
+        m_op_t op = {M_COPY, dst + y * c->dstPitch, src + y * c->srcPitch, c->WidthInBytes, 0,
+                     NULL, 0, NULL};
+
+        m_push(m_stream(h), op);
+    }
+    M_RETURN(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream h)
 {
     m_op_t op = {M_MEMSET, (unsigned char *)(uintptr_t)d, NULL, n, v, NULL, 0, NULL};
