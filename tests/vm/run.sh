@@ -46,7 +46,7 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | cuda | demo | bench) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | cuda | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
 case " $suites " in *" cuda "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
