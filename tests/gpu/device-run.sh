@@ -11,7 +11,13 @@ mkdir -p "$out"
 what=${1:-suite,main,bench}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$out/gpu.txt" 2>&1
-git log -1 --format='commit %H' >>"$out/gpu.txt" 2>/dev/null || cat build/commit >>"$out/gpu.txt"
+# The commit the carried build outputs were made from (prepare.sh); the
+# working tree's git metadata here may be older.
+if [ -f build/commit ]; then
+    echo "commit $(cat build/commit)" >>"$out/gpu.txt"
+else
+    git log -1 --format='commit %H' >>"$out/gpu.txt" 2>/dev/null
+fi
 rc=0
 case ",$what," in *,suite,*)
     VCU_NO_BUILD=1 tests/gpu/run.sh cuda,demo,echo,badinput >"$out/gpu-suite.log" 2>&1 || rc=1
