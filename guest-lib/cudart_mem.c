@@ -251,21 +251,19 @@ static int vcu__loopback(void)
 
 /*
  * Whether the device can map a host allocation of size bytes (stable:
- * from the driver): the host gives one device pointer only for memory
- * that is one contiguous range of guest RAM, which the driver's mapping
- * guarantees within one chunk.
+ * from the driver): the host maps the driver's pinned memory, of any size
+ * (the session's worker maps its chunks at consecutive addresses of its
+ * own), not memory pinned for one request only.
  */
 static int vcu__host_mappable(uint64_t size, int stable)
 {
-    return vcu__loopback() || (stable && size <= VCUDA_HOSTMEM_CHUNK);
+    (void)size;
+    return vcu__loopback() || stable;
 }
 
 static cudaError_t vcu__host_map_unsupported(uint64_t size)
 {
-    if (size > VCUDA_HOSTMEM_CHUNK)
-        VCU__NOT_SUPPORTED("mapped host memory over 4 MiB",
-                           "the device maps only memory the guest driver keeps physically "
-                           "contiguous, one chunk of up to 4 MiB");
+    (void)size;
     VCU__NOT_SUPPORTED("mapped host memory without the guest driver's pinned memory",
                        "the driver has no mmap, so the memory is not physically contiguous");
 }

@@ -51,6 +51,7 @@
 
 typedef struct vcu__region_s {
     uint32_t id;
+    int fd;                         /* kept open: aliases map it again */
     unsigned char *base;
     uint64_t size;
 } vcu__region_t;
@@ -62,6 +63,21 @@ typedef struct vcu__reg_s {
     uint64_t off;
     uint64_t len;
 } vcu__reg_t;
+
+/*
+ * An alias: the pages of a stable segment of several ranges (a pinned
+ * allocation of several chunks) mapped again at consecutive addresses and
+ * registered there, so that the whole allocation has one device pointer
+ * (CU_HOST_DEVICE_POINTER).  Dropped like a registration, when a fence
+ * releases any of its ranges.
+ */
+typedef struct vcu__alias_s {
+    struct vcu__alias_s *next;
+    unsigned char *base;
+    uint64_t len;
+    uint32_t nr;
+    struct vcu_ipc_range r[];       /* page-rounded, in order */
+} vcu__alias_t;
 
 typedef struct vcu__job_s {
     vcu_request_t breq;
@@ -85,6 +101,7 @@ static struct {
     vcu__region_t regions[VCU_IPC_MAX_REGIONS];
     unsigned int nregions;
     vcu__reg_t *regs;
+    vcu__alias_t *aliases;          /* alock */
     int fdq[VCU_IPC_MAX_REGIONS];   /* received, not yet claimed by a REGION */
     unsigned int nfdq;
 } vcu__w = {
@@ -169,19 +186,120 @@ static void vcu__reg_use(const vcu__region_t *r, uint64_t off, uint64_t len)
     free(g);
 }
 
-/* Drops every registration that overlaps a released range. */
+static bool vcu__overlaps(const struct vcu_ipc_range *rel, uint32_t n, uint32_t region,
+                          uint64_t off, uint64_t len)
+{
+    uint32_t i;
+
+    for (i = 0; i < n; i++)
+        if (rel[i].region == region && rel[i].off < off + len && off < rel[i].off + rel[i].len)
+            return true;
+    return false;
+}
+
+/*
+ * The alias of a stable segment whose ranges (rg[0..n)) join at page
+ * boundaries: its address for the segment's first byte, or NULL (the
+ * ranges do not join, or mapping or registering failed: the segment then
+ * keeps one iovec per range).  An alias of the same ranges is reused.
+ */
+static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
+{
+    vcu__alias_t *a;
+    unsigned char *base;
+    uint64_t total = 0, pos = 0;
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        uint64_t a0 = rg[i].off & ~(VCU__W_PAGE - 1);
+        uint64_t e = (rg[i].off + rg[i].len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1);
+
+        /* Interior boundaries must be page boundaries. */
+        if ((i > 0 && (rg[i].off & (VCU__W_PAGE - 1))) ||
+            (i + 1 < n && ((rg[i].off + rg[i].len) & (VCU__W_PAGE - 1))))
+            return NULL;
+        total += e - a0;
+    }
+    pthread_mutex_lock(&vcu__w.alock);
+    for (a = vcu__w.aliases; a != NULL; a = a->next) {
+        if (a->nr != n)
+            continue;
+        for (i = 0; i < n; i++)
+            if (a->r[i].region != rg[i].region ||
+                a->r[i].off != (rg[i].off & ~(VCU__W_PAGE - 1)) ||
+                a->r[i].len != ((rg[i].off + rg[i].len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1)) -
+                                   (rg[i].off & ~(VCU__W_PAGE - 1)))
+                break;
+        if (i == n) {
+            pthread_mutex_unlock(&vcu__w.alock);
+            return a->base + (rg[0].off & (VCU__W_PAGE - 1));
+        }
+    }
+    pthread_mutex_unlock(&vcu__w.alock);
+
+    a = calloc(1, sizeof(*a) + n * sizeof(a->r[0]));
+    if (a == NULL)
+        return NULL;
+    base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        free(a);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        const vcu__region_t *r = vcu__region(rg[i].region);
+        uint64_t a0 = rg[i].off & ~(VCU__W_PAGE - 1);
+        uint64_t len = ((rg[i].off + rg[i].len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1)) - a0;
+
+        if (r == NULL || a0 + len > r->size ||
+            mmap(base + pos, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd,
+                 (off_t)a0) == MAP_FAILED)
+            goto fail;
+        a->r[i].region = rg[i].region;
+        a->r[i].off = a0;
+        a->r[i].len = len;
+        pos += len;
+    }
+    if (vcu_backend_add_ram(vcu__w.be, base, total) != 0)
+        goto fail;
+    a->base = base;
+    a->len = total;
+    a->nr = n;
+    pthread_mutex_lock(&vcu__w.alock);
+    a->next = vcu__w.aliases;
+    vcu__w.aliases = a;
+    pthread_mutex_unlock(&vcu__w.alock);
+    return base + (rg[0].off & (VCU__W_PAGE - 1));
+fail:
+    munmap(base, total);
+    free(a);
+    return NULL;
+}
+
+/* Drops every registration and alias that overlaps a released range. */
 static void vcu__reg_release(const struct vcu_ipc_range *rel, uint32_t n)
 {
     vcu__reg_t **pp, *g;
+    vcu__alias_t **ap, *a;
     uint32_t i;
 
     pthread_mutex_lock(&vcu__w.alock);
-    for (pp = &vcu__w.regs; (g = *pp) != NULL;) {
+    for (ap = &vcu__w.aliases; (a = *ap) != NULL;) {
         bool hit = false;
 
-        for (i = 0; i < n && !hit; i++)
-            hit = rel[i].region == g->region && rel[i].off < g->off + g->len &&
-                  g->off < rel[i].off + rel[i].len;
+        for (i = 0; i < a->nr && !hit; i++)
+            hit = vcu__overlaps(rel, n, a->r[i].region, a->r[i].off, a->r[i].len);
+        if (!hit) {
+            ap = &a->next;
+            continue;
+        }
+        *ap = a->next;
+        vcu_backend_remove_ram(vcu__w.be, a->base, a->len);
+        munmap(a->base, a->len);
+        free(a);
+    }
+    for (pp = &vcu__w.regs; (g = *pp) != NULL;) {
+        bool hit = vcu__overlaps(rel, n, g->region, g->off, g->len);
+
         if (!hit) {
             pp = &g->next;
             continue;
@@ -316,6 +434,18 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     }
     if (k != ir.nranges)
         goto fail;
+    /* One device pointer for a pinned allocation of several chunks: its
+     * segment becomes one iovec of an alias (the backend takes only one). */
+    if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER && h.nsegs == 1 &&
+        (j->segs[0].flags & VCU_SEG_F_STABLE) && j->segs[0].iovcnt > 1) {
+        unsigned char *p = vcu__alias_get(rg, j->segs[0].iovcnt);
+
+        if (p != NULL) {
+            j->iov[0].iov_base = p;
+            j->iov[0].iov_len = j->segs[0].len;
+            j->segs[0].iovcnt = 1;
+        }
+    }
 
     if (h.opcode == VCU_OP_SESSION_FENCE) {
         j->fence = true;
@@ -370,9 +500,9 @@ static void vcu__handle_region(const unsigned char *body, size_t blen)
     p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         vcu__die("cannot map a guest RAM region");
-    close(fd);
     r = &vcu__w.regions[vcu__w.nregions++];
     r->id = rg.id;
+    r->fd = fd;
     r->base = p;
     r->size = (uint64_t)st.st_size;
 }

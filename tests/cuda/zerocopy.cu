@@ -62,6 +62,36 @@ int main(void)
     CK(cudaFreeHost(a));
     CK(cudaFreeHost(b));
     CK(cudaFreeHost(c));
+
+    /* Mapped memory of many pages: 24 MiB, more than any one physically
+     * contiguous piece a guest kernel hands out. */
+    {
+        const int m = 6 << 20;
+        float *x, *y, *z, *dx, *dy, *dz;
+
+        CK(cudaHostAlloc((void **)&x, (size_t)m * sizeof(float), cudaHostAllocMapped));
+        CK(cudaHostAlloc((void **)&y, (size_t)m * sizeof(float), cudaHostAllocMapped));
+        CK(cudaHostAlloc((void **)&z, (size_t)m * sizeof(float), cudaHostAllocMapped));
+        for (int i = 0; i < m; i++) {
+            x[i] = (float)(i % 1013);
+            y[i] = (float)(i % 17) - 8.0f;
+            z[i] = 0.0f;
+        }
+        CK(cudaHostGetDevicePointer((void **)&dx, x, 0));
+        CK(cudaHostGetDevicePointer((void **)&dy, y, 0));
+        CK(cudaHostGetDevicePointer((void **)&dz, z, 0));
+        zc_add<<<(m + 255) / 256, 256>>>(dx, dy, dz, m);
+        CK_LAUNCH();
+        bad = 0;
+        for (int i = 0; i < m; i++)
+            if (z[i] != x[i] + y[i])
+                bad++;
+        printf("n=%d (24 MiB mapped buffers) mismatches=%d\n", m, bad);
+        EXPECT(bad == 0, "kernel results through large mapped memory differ from the CPU sum");
+        CK(cudaFreeHost(x));
+        CK(cudaFreeHost(y));
+        CK(cudaFreeHost(z));
+    }
     vcu_test_pass();
     return 0;
 }
