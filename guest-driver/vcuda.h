@@ -95,6 +95,8 @@ struct vcuda_file {
 	 * SESSION_CLOSE request, which holds a reference, completed).
 	 */
 	struct list_head hostmem_dead;
+	/* Registered user memory (VCUDA_IOC_HOST_REGISTER), by ->reg. */
+	struct list_head regs;
 };
 
 /* Physically contiguous piece of a host memory mapping. */
@@ -109,7 +111,8 @@ struct vcuda_hostmem_chunk {
  * physical ranges without pinning.  Never split, moved or expanded, so it
  * always covers its VMA exactly.  When the last reference goes, a
  * SESSION_FENCE request takes the chunks and frees them once the host has
- * stopped using them.
+ * stopped using them.  Or (user) registered user memory: the chunks are
+ * its pinned pages, one each, unpinned instead of freed.
  */
 struct vcuda_hostmem {
 	struct kref ref;		/* each VMA mapping it, each request using it */
@@ -120,6 +123,9 @@ struct vcuda_hostmem {
 	struct vcuda_hostmem_chunk *chunks;
 	struct list_head dead;		/* on vf->hostmem_dead once parked */
 	struct work_struct release_work;
+	bool user;			/* pinned user pages (HOST_REGISTER) */
+	u64 uaddr;			/* user: its first page */
+	struct list_head reg;		/* user: on vf->regs until unregistered */
 };
 
 /* One user data segment of a request. */
@@ -186,6 +192,7 @@ void vcuda_req_free(struct vcuda_req *req);
 void vcuda_req_done_locked(struct vcuda_dev *dev, struct vcuda_req *req, u32 len, int err);
 int vcuda_send_close(struct vcuda_dev *dev, struct vcuda_file *vf, u64 session);
 struct vcuda_hostmem *vcuda_hostmem_get(u64 uaddr, u64 len, bool write, u64 *off);
+struct vcuda_hostmem *vcuda_hostreg_get(struct vcuda_file *vf, u64 uaddr, u64 len, u64 *off);
 void vcuda_hostmem_put(struct vcuda_hostmem *hm);
 void vcuda_hostmem_fenced(struct vcuda_hostmem *hm, bool done);
 void vcuda_dev_put(struct vcuda_dev *dev);

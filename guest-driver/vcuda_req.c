@@ -337,8 +337,11 @@ int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const voi
 		/* SUBMIT only: driver-made requests carry no user segments. */
 		if (s->hm_borrowed)
 			s->stable = false;	/* the caller's: see vcuda_hostmem_release_work */
-		else if (req->vf)
+		else if (req->vf) {
 			s->hm = vcuda_hostmem_get(s->uaddr, s->len, from, &s->hm_off);
+			if (!s->hm)
+				s->hm = vcuda_hostreg_get(req->vf, s->uaddr, s->len, &s->hm_off);
+		}
 		if (s->hm_borrowed) {
 		} else if (s->hm) {
 			s->stable = s->hm->vf == req->vf;

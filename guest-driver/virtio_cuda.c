@@ -88,6 +88,11 @@ static void vcuda_hostmem_free_chunks(struct vcuda_dev *dev, struct vcuda_hostme
 	unsigned int i;
 
 	for (i = 0; i < hm->nchunks; i++) {
+		if (hm->user) {
+			unpin_user_pages_dirty_lock(&hm->chunks[i].page, 1, true);
+			atomic_long_dec(&dev->pinned_pages);
+			continue;
+		}
 		__free_pages(hm->chunks[i].page, hm->chunks[i].order);
 		atomic_long_sub(1L << hm->chunks[i].order, &dev->hostmem_pages);
 	}
@@ -373,6 +378,163 @@ err_req:
 	return err;
 }
 
+static void vcuda_hostmem_release_work(struct work_struct *work);
+
+/* The registration holding [start, end), or any overlapping it; hostmem_lock held. */
+static struct vcuda_hostmem *vcuda_hostreg_find_locked(struct vcuda_file *vf, u64 start, u64 end)
+{
+	struct vcuda_hostmem *hm;
+
+	list_for_each_entry(hm, &vf->regs, reg)
+		if (start < hm->uaddr + hm->len && hm->uaddr < end)
+			return hm;
+	return NULL;
+}
+
+/*
+ * Finds the registration that holds all of [uaddr, uaddr + len); returns
+ * it with a reference taken and *off set, or NULL.
+ */
+struct vcuda_hostmem *vcuda_hostreg_get(struct vcuda_file *vf, u64 uaddr, u64 len, u64 *off)
+{
+	struct vcuda_hostmem *hm;
+
+	if (!len || uaddr + len < uaddr)
+		return NULL;
+	spin_lock(&vf->hostmem_lock);
+	hm = vcuda_hostreg_find_locked(vf, uaddr, uaddr + 1);
+	if (hm && uaddr + len <= hm->uaddr + hm->len) {
+		kref_get(&hm->ref);
+		*off = uaddr - hm->uaddr;
+	} else {
+		hm = NULL;
+	}
+	spin_unlock(&vf->hostmem_lock);
+	return hm;
+}
+
+static long vcuda_ioctl_host_register(struct vcuda_file *vf, void __user *arg)
+{
+	struct vcuda_dev *dev = vf->dev;
+	u64 max = (u64)READ_ONCE(hostmem_max_mib) << 20;
+	struct vcuda_host_register r;
+	struct vcuda_hostmem *hm;
+	struct page **pages;
+	unsigned long n, done = 0, i;
+	u64 start, end;
+	long err;
+
+	if (copy_from_user(&r, arg, sizeof(r)))
+		return -EFAULT;
+	if (r.reserved[0] || r.reserved[1] || !r.len || r.addr + r.len < r.addr)
+		return -EINVAL;
+	if (!READ_ONCE(vf->session))
+		return -ENOTCONN;
+	start = r.addr & PAGE_MASK;
+	end = PAGE_ALIGN(r.addr + r.len);
+	if (end <= start || !access_ok(u64_to_user_ptr(start), end - start))
+		return -EFAULT;
+	n = (end - start) >> PAGE_SHIFT;
+
+	spin_lock(&vf->hostmem_lock);
+	if (end - start > max || vf->hostmem_bytes > max - (end - start)) {
+		spin_unlock(&vf->hostmem_lock);
+		return -ENOMEM;
+	}
+	if (vcuda_hostreg_find_locked(vf, start, end)) {
+		spin_unlock(&vf->hostmem_lock);
+		return -EEXIST;
+	}
+	vf->hostmem_bytes += end - start;
+	spin_unlock(&vf->hostmem_lock);
+
+	err = -ENOMEM;
+	hm = kzalloc(sizeof(*hm), GFP_KERNEL);
+	pages = kvmalloc_array(n, sizeof(*pages), GFP_KERNEL);
+	if (!hm || !pages)
+		goto err_alloc;
+	hm->chunks = kvmalloc_array(n, sizeof(*hm->chunks), GFP_KERNEL);
+	if (!hm->chunks)
+		goto err_alloc;
+	while (done < n) {
+		int got = pin_user_pages_fast(start + (done << PAGE_SHIFT),
+					      min_t(unsigned long, n - done, 512),
+					      FOLL_WRITE | FOLL_LONGTERM, pages + done);
+
+		if (got <= 0) {
+			err = got ? got : -EFAULT;
+			goto err_pin;
+		}
+		done += got;
+	}
+	atomic_long_add(n, &dev->pinned_pages);
+	for (i = 0; i < n; i++) {
+		hm->chunks[i].page = pages[i];
+		hm->chunks[i].order = 0;
+		hm->chunks[i].off = (u64)i << PAGE_SHIFT;
+	}
+	kvfree(pages);
+	kref_init(&hm->ref);
+	INIT_WORK(&hm->release_work, vcuda_hostmem_release_work);
+	INIT_LIST_HEAD(&hm->dead);
+	hm->len = end - start;
+	hm->nchunks = n;
+	hm->cap = n;
+	hm->user = true;
+	hm->uaddr = start;
+	kref_get(&vf->ref);
+	hm->vf = vf;
+
+	spin_lock(&vf->hostmem_lock);
+	if (vf->released || vcuda_hostreg_find_locked(vf, start, end)) {
+		/* Raced with close, or with another registration of the range. */
+		err = vf->released ? -EBADF : -EEXIST;
+		spin_unlock(&vf->hostmem_lock);
+		hm->vf = NULL;
+		vcuda_file_put(vf);
+		vcuda_hostmem_free_chunks(dev, hm);
+		hm = NULL;
+		goto err_charge;
+	}
+	list_add_tail(&hm->reg, &vf->regs);
+	spin_unlock(&vf->hostmem_lock);
+	return 0;
+
+err_pin:
+	unpin_user_pages(pages, done);
+err_alloc:
+	if (hm)
+		kvfree(hm->chunks);
+	kvfree(pages);
+	kfree(hm);
+err_charge:
+	spin_lock(&vf->hostmem_lock);
+	vf->hostmem_bytes -= end - start;
+	spin_unlock(&vf->hostmem_lock);
+	return err;
+}
+
+static long vcuda_ioctl_host_unregister(struct vcuda_file *vf, void __user *arg)
+{
+	struct vcuda_host_register r;
+	struct vcuda_hostmem *hm;
+
+	if (copy_from_user(&r, arg, sizeof(r)))
+		return -EFAULT;
+	if (r.reserved[0] || r.reserved[1])
+		return -EINVAL;
+	spin_lock(&vf->hostmem_lock);
+	hm = vcuda_hostreg_find_locked(vf, r.addr, r.addr + 1);
+	if (hm)
+		list_del_init(&hm->reg);
+	spin_unlock(&vf->hostmem_lock);
+	if (!hm)
+		return -ENOENT;
+	/* Requests using it hold their own references; the last one fences. */
+	vcuda_hostmem_put(hm);
+	return 0;
+}
+
 static long vcuda_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 {
 	struct vcuda_file *vf = filp->private_data;
@@ -382,6 +544,8 @@ static long vcuda_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	case VCUDA_IOC_SESSION_OPEN:
 	case VCUDA_IOC_SUBMIT:
 	case VCUDA_IOC_RAW_SUBMIT:
+	case VCUDA_IOC_HOST_REGISTER:
+	case VCUDA_IOC_HOST_UNREGISTER:
 		break;
 	default:
 		return -ENOTTY;
@@ -394,6 +558,10 @@ static long vcuda_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 		return vcuda_ioctl_session_open(vf, uarg);
 	case VCUDA_IOC_SUBMIT:
 		return vcuda_ioctl_submit(vf, uarg);
+	case VCUDA_IOC_HOST_REGISTER:
+		return vcuda_ioctl_host_register(vf, uarg);
+	case VCUDA_IOC_HOST_UNREGISTER:
+		return vcuda_ioctl_host_unregister(vf, uarg);
 	default:
 		return vcuda_ioctl_raw_submit(vf, uarg);
 	}
@@ -733,6 +901,7 @@ static int vcuda_open(struct inode *inode, struct file *filp)
 	init_waitqueue_head(&vf->slot_wait);
 	spin_lock_init(&vf->hostmem_lock);
 	INIT_LIST_HEAD(&vf->hostmem_dead);
+	INIT_LIST_HEAD(&vf->regs);
 	filp->private_data = vf;
 	return nonseekable_open(inode, filp);
 }
@@ -740,7 +909,8 @@ static int vcuda_open(struct inode *inode, struct file *filp)
 static int vcuda_release(struct inode *inode, struct file *filp)
 {
 	struct vcuda_file *vf = filp->private_data;
-
+	struct vcuda_hostmem *hm, *tmp;
+	LIST_HEAD(regs);
 	int err;
 
 	/*
@@ -750,7 +920,13 @@ static int vcuda_release(struct inode *inode, struct file *filp)
 	 */
 	spin_lock(&vf->hostmem_lock);
 	vf->released = true;
+	list_splice_init(&vf->regs, &regs);
 	spin_unlock(&vf->hostmem_lock);
+	/* Registrations end with the file; released: they park until vf goes. */
+	list_for_each_entry_safe(hm, tmp, &regs, reg) {
+		list_del_init(&hm->reg);
+		vcuda_hostmem_put(hm);
+	}
 	if (vf->session && !READ_ONCE(vf->dev->gone)) {
 		err = vcuda_send_close(vf->dev, vf, vf->session);
 		if (err && err != -ENODEV) {

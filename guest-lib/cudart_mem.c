@@ -146,7 +146,8 @@ int vcu__host_range_stable(const void *p, uint64_t len)
     uint64_t b = (uint64_t)(uintptr_t)p;
     vcu__alloc_t a;
 
-    if (vcu__mem_find(b, &a) != 0 || a.kind != VCU__M_HOST || !a.stable)
+    if (vcu__mem_find(b, &a) != 0 || (a.kind != VCU__M_HOST && a.kind != VCU__M_REGISTERED) ||
+        !a.stable)
         return 0;
     return len <= a.size - (b - a.base);
 }
@@ -341,29 +342,59 @@ VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int fl
     vcu__alloc_t a;
     uint64_t b = (uint64_t)(uintptr_t)ptr;
 
-    if (ptr == NULL || size == 0)
+    int stable = 0, rc;
+    cudaError_t e;
+
+    if (ptr == NULL || size == 0 ||
+        (flags & ~(unsigned int)(cudaHostRegisterPortable | cudaHostRegisterMapped |
+                                 cudaHostRegisterIoMemory | cudaHostRegisterReadOnly)))
         return vcu__err(cudaErrorInvalidValue);
-    if (flags & cudaHostRegisterMapped)
-        VCU__NOT_SUPPORTED("cudaHostRegister(cudaHostRegisterMapped)",
-                           "only cudaHostAlloc memory can be mapped into the device");
+    if (flags & (cudaHostRegisterIoMemory | cudaHostRegisterReadOnly))
+        VCU__NOT_SUPPORTED("cudaHostRegister(cudaHostRegisterIoMemory or ReadOnly)",
+                           "the guest driver pins memory for writing, and I/O memory cannot "
+                           "be pinned");
+    e = vcu__check_dev(vcu__cur_dev);
+    if (e != cudaSuccess)
+        return e;
     if (vcu__mem_find(b, &a) == 0 || vcu__mem_find(b + size - 1, &a) == 0)
         return vcu__err(cudaErrorHostMemoryAlreadyRegistered);
+    /* Pinned by the driver until unregistered: copies are DMA and may run
+     * after the reply, and it can be mapped into the device. */
+    rc = vcu_conn_host_register(vcu__rt.conn, ptr, size, &stable);
+    if (rc == VCU_EBUSY)
+        return vcu__err(cudaErrorHostMemoryAlreadyRegistered);
+    if (rc != 0)
+        return vcu__err(rc == VCU_ENOMEM ? cudaErrorMemoryAllocation : cudaErrorInvalidValue);
+    if ((flags & cudaHostRegisterMapped) && !vcu__host_mappable(size, stable)) {
+        vcu_conn_host_unregister(vcu__rt.conn, ptr);
+        return vcu__host_map_unsupported(size);
+    }
     memset(&a, 0, sizeof(a));
     a.base = b;
     a.size = size;
     a.dev = vcu__cur_dev;
     a.kind = VCU__M_REGISTERED;
-    a.flags = flags;
-    if (vcu__mem_add(&a) != 0)
+    a.stable = stable;
+    /* As CUDA with unified addressing: registered memory is mapped. */
+    a.flags = flags | (vcu__host_mappable(size, stable) ? cudaHostRegisterMapped : 0);
+    if (vcu__mem_add(&a) != 0) {
+        vcu_conn_host_unregister(vcu__rt.conn, ptr);
         return vcu__err(cudaErrorMemoryAllocation);
+    }
     return cudaSuccess;
 }
 
 VCU__EXPORT cudaError_t cudaHostUnregister(void *ptr)
 {
+    cudaError_t e;
+
     if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_REGISTERED, NULL) != 0)
         return vcu__err(cudaErrorHostMemoryNotRegistered);
-    return cudaSuccess;
+    /* As cudaFreeHost: the memory goes back to its owner only once work
+     * queued on it has finished; its error is returned. */
+    e = vcu__sync_pending();
+    vcu_conn_host_unregister(vcu__rt.conn, ptr);
+    return e == cudaSuccess ? cudaSuccess : vcu__err(e);
 }
 
 /*
@@ -386,7 +417,8 @@ static cudaError_t vcu__host_dptr(const vcu__alloc_t *a, uint64_t *dptr)
         *dptr = a->base;
         return cudaSuccess;
     }
-    if (!(a->flags & cudaHostAllocMapped))
+    if (!(a->flags & cudaHostAllocMapped) &&
+        !(a->kind == VCU__M_REGISTERED && (a->flags & cudaHostRegisterMapped)))
         return vcu__host_map_unsupported(a->size);
     b.addr = (void *)(uintptr_t)a->base;
     b.len = a->size;
@@ -412,12 +444,8 @@ VCU__EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, un
     *pDevice = NULL;
     if (vcu__mem_find(h, &a) != 0)
         return vcu__err(cudaErrorInvalidValue);
-    if (a.kind != VCU__M_HOST) {
-        if (a.kind == VCU__M_REGISTERED)
-            VCU__NOT_SUPPORTED("cudaHostGetDevicePointer on cudaHostRegister memory",
-                               "only cudaHostAlloc memory can be mapped into the device");
+    if (a.kind != VCU__M_HOST && a.kind != VCU__M_REGISTERED)
         return vcu__err(cudaErrorInvalidValue);
-    }
     e = vcu__host_dptr(&a, &d);
     if (e != cudaSuccess)
         return e == cudaErrorNotSupported ? e : vcu__err(e);

@@ -249,6 +249,37 @@ int vcu_conn_hostmem_alloc(vcu_conn_t *c, size_t len, void **out, int *stable)
     return 0;
 }
 
+int vcu_conn_host_register(vcu_conn_t *c, void *p, size_t len, int *stable)
+{
+    struct vcuda_host_register r;
+
+    *stable = 0;
+    if (c->fd < 0)
+        return 0;
+    memset(&r, 0, sizeof(r));
+    r.addr = (uint64_t)(uintptr_t)p;
+    r.len = len;
+    if (ioctl(c->fd, VCUDA_IOC_HOST_REGISTER, &r) != 0) {
+        if (errno == ENOTTY)
+            return 0;
+        return errno == EEXIST ? VCU_EBUSY : vcu_errno_to_err(errno);
+    }
+    *stable = 1;
+    return 0;
+}
+
+void vcu_conn_host_unregister(vcu_conn_t *c, void *p)
+{
+    struct vcuda_host_register r;
+
+    if (c->fd < 0)
+        return;
+    memset(&r, 0, sizeof(r));
+    r.addr = (uint64_t)(uintptr_t)p;
+    /* The driver unpins once the host has stopped using the pages. */
+    (void)ioctl(c->fd, VCUDA_IOC_HOST_UNREGISTER, &r);
+}
+
 void vcu_conn_hostmem_free(vcu_conn_t *c, void *p, size_t len)
 {
     (void)c;

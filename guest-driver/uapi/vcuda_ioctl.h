@@ -108,8 +108,26 @@ struct vcuda_raw_submit {
  */
 #define VCUDA_HOSTMEM_CHUNK (4u << 20)
 
+/*
+ * VCUDA_IOC_HOST_REGISTER: pins [addr, addr + len) of the caller's memory
+ * (whole pages) until VCUDA_IOC_HOST_UNREGISTER or close, as the device's
+ * pinned memory: SUBMIT sends segments inside it as stable physical
+ * ranges (copies at DMA speed, a device pointer for mapped use), as it
+ * does for mmap()ed memory.  Counts against the same per-file limit
+ * (hostmem_max_mib).  Ranges may not overlap another registration (EEXIST).
+ * VCUDA_IOC_HOST_UNREGISTER: addr inside a registration ends it; its
+ * pages are unpinned once the host has stopped using them.
+ */
+struct vcuda_host_register {
+	__u64 addr;		/* IN: user address; any alignment */
+	__u64 len;		/* IN: bytes, > 0 */
+	__u64 reserved[2];	/* IN: must be 0 */
+};
+
 #define VCUDA_IOC_SESSION_OPEN _IOWR(VCUDA_IOC_MAGIC, 0x00, struct vcuda_session_open)
 #define VCUDA_IOC_SUBMIT _IOWR(VCUDA_IOC_MAGIC, 0x01, struct vcuda_submit)
 #define VCUDA_IOC_RAW_SUBMIT _IOWR(VCUDA_IOC_MAGIC, 0x02, struct vcuda_raw_submit)
+#define VCUDA_IOC_HOST_REGISTER _IOW(VCUDA_IOC_MAGIC, 0x03, struct vcuda_host_register)
+#define VCUDA_IOC_HOST_UNREGISTER _IOW(VCUDA_IOC_MAGIC, 0x04, struct vcuda_host_register)
 
 #endif /* _UAPI_VCUDA_IOCTL_H */

@@ -46,6 +46,24 @@ run_cuda() {
     LD_LIBRARY_PATH=/cuda/lib VCU_TEST_TIMEOUT=240 sh /cuda/run.sh /cuda 2>&1 |
         sed -e 's,^PASS \([^ ]*\)$,VCU-TEST cuda/\1 PASS,' \
             -e 's,^FAIL \([^ ]*\) *\(.*\)$,VCU-TEST cuda/\1 FAIL \2,'
+    # Every program has exited: nothing of theirs may stay pinned, mapped
+    # or in flight in the driver (registered memory included).
+    i=0
+    while [ $i -lt 100 ]; do
+        left=
+        for f in pinned_pages hostmem_pages inflight; do
+            v=$(cat /sys/class/vcuda/vcuda0/$f 2>/dev/null)
+            [ "$v" = 0 ] || left="$left $f=$v"
+        done
+        [ -z "$left" ] && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if [ -z "$left" ]; then
+        echo "VCU-TEST cuda/driver_counters_zero PASS"
+    else
+        echo "VCU-TEST cuda/driver_counters_zero FAIL left:$left"
+    fi
 }
 
 # The main job's demonstration (tests/demo/vcu_demo.cu) as a user would
