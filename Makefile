@@ -5,6 +5,9 @@
 #   make test       install build dependencies, build, run every suite that
 #                   needs no GPU; last line "N passed, N failed"
 #   make run        the main job: boot a guest and run a CUDA program in it
+#   make fuzz       fuzz the host backend for FUZZ_SECONDS (600) with
+#                   FUZZ_JOBS (1) processes; prints executions, exec/s,
+#                   coverage and crashes (docs/fuzzing.md)
 #   make gpu-suite  on a GPU host: the CUDA suite in a guest on the real GPU
 #   make bench      on a GPU host: the native-vs-guest benchmark (bench/)
 
@@ -12,7 +15,7 @@ TOP := $(abspath .)
 B := $(TOP)/build
 
 .PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build \
-	bench test run gpu-suite clean
+	bench test run fuzz gpu-suite clean
 
 all: backend fakecuda guest-lib guest-lib-loopback cuda-tests qemu bench-build
 
@@ -49,6 +52,12 @@ test:
 
 run:
 	scripts/run.sh
+
+FUZZ_SECONDS ?= 600
+FUZZ_JOBS ?= 1
+fuzz:
+	bash scripts/deps.sh
+	FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run.sh campaign $(FUZZ_SECONDS)
 
 gpu-suite:
 	tests/gpu/run.sh

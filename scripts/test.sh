@@ -2,8 +2,10 @@
 # The test command (README): installs what it needs, builds everything and
 # runs every suite that needs no GPU, then prints the total as the last line:
 #   N passed, N failed
-# Suites: unit (host backend under ASan/UBSan), fuzz (a 60 s libFuzzer run
-# of the backend's entry point over the committed corpus), qtest (the QEMU device
+# Suites: unit (host backend under ASan/UBSan), fuzz (the backend's fuzz
+# target replays the committed corpus and past failures, each input once:
+# no random run, so the verdict does not depend on luck or load; the
+# open-ended campaign is `make fuzz`), qtest (the QEMU device
 # driven as a hostile guest would, through QEMU's qtest interface, no guest
 # kernel), twins (the CPU stand-in's kernel twins match the parameter
 # layouts nvcc gave the test kernels), exports (our libcudart.so.13 exports
@@ -62,7 +64,7 @@ make -s all || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 for s in $suites; do
     case $s in
     unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
-    fuzz) run_suite fuzz tests/fuzz/run.sh 60 ;;
+    fuzz) run_suite fuzz tests/fuzz/run.sh replay ;;
     qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
         build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;
     twins) run_suite twins one_check tests/cuda/check-twins.sh build/cuda-tests ;;
