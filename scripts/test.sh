@@ -11,13 +11,16 @@
 # layouts nvcc gave the test kernels), exports (our libcudart.so.13 exports
 # every name NVIDIA's does, with its symbol version), cuda-loopback (the CUDA test
 # programs against guest-lib + backend + the CPU stand-in for libcuda, no
-# VM), and in a TCG guest: echo, badinput, hostmem, cuda.
+# VM), cold (the first-run path of build-qemu.sh and guest-kernel.sh
+# against an empty cache, with local fixtures in place of the network, and
+# no pipeline under pipefail whose reader stops early; tests/cold/run.sh),
+# and in a TCG guest: echo, badinput, hostmem, cuda.
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"unit fuzz qtest twins exports cuda-loopback echo badinput hostmem cuda"}
+suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports cuda-loopback echo badinput hostmem cuda"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -63,6 +66,7 @@ make -s all || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 
 for s in $suites; do
     case $s in
+    cold) run_suite cold tests/cold/run.sh ;;
     unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
     fuzz) run_suite fuzz tests/fuzz/run.sh replay ;;
     qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
