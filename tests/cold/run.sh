@@ -14,7 +14,8 @@
 #    failed build, leave nothing that a later run takes for done.
 # 3. tests/vm/guest-kernel.sh the same way, with a fixture kernel package
 #    built here by dpkg-deb: an empty cache gives the env file; a truncated
-#    .deb left by an older cache is fetched again; a second run is a no-op.
+#    .deb left by an older cache is fetched again; a second run is a no-op;
+#    two runs at once on one empty cache take turns (the cache is shared).
 #
 # What the fixtures cannot show (the real mirror, the real QEMU build),
 # the full cold run does: scripts/cold-run.sh (README, "First run").
@@ -275,6 +276,22 @@ if gk "$out" "$c" && grep 'does not unpack: fetching it again' "$out" >/dev/null
     ok guest-kernel-truncated-deb
 else
     bad guest-kernel-truncated-deb "a truncated .deb in the cache was not replaced" "$out"
+fi
+
+c=$tmp/cache-k2
+out=$tmp/gk4.log
+gk "$out.a" "$c" &
+pa=$!
+gk "$out.b" "$c"
+rb=$?
+wait $pa
+ra=$?
+cat "$out.a" "$out.b" >"$out"
+if [ $ra -eq 0 ] && [ $rb -eq 0 ] && cmp -s "$out.a.env" "$out.b.env" && [ -s "$out.a.env" ] &&
+    [ "$(grep -c 'preparing guest kernel' "$out")" -eq 1 ]; then
+    ok guest-kernel-concurrent
+else
+    bad guest-kernel-concurrent "two runs on one empty cache did not take turns" "$out"
 fi
 
 echo "$passed passed, $failed failed"

@@ -89,14 +89,28 @@ fi
 
 dir=$cache/guest-$kver
 env=$dir/env
-if [ -s "$env" ] && [ -f "$(. "$env"; echo "$VCU_GUEST_VMLINUZ")" ] &&
-    [ -d "$(. "$env"; echo "$VCU_GUEST_KDIR")" ]; then
+ready() {
+    [ -s "$env" ] && [ -f "$(. "$env"; echo "$VCU_GUEST_VMLINUZ")" ] &&
+        [ -d "$(. "$env"; echo "$VCU_GUEST_KDIR")" ]
+}
+if ready; then
     cat "$env"
     exit 0
 fi
 
-msg "preparing guest kernel $kver in $dir"
+# The cache is shared (other worktrees, other jobs): one preparer at a
+# time, and whoever waited may find the work done.
 mkdir -p "$dir"
+exec 9>"$dir.lock"
+if ! flock -n 9; then
+    msg "waiting for another guest-kernel.sh preparing $dir"
+    flock 9
+    if ready; then
+        cat "$env"
+        exit 0
+    fi
+fi
+msg "preparing guest kernel $kver in $dir"
 img=linux-image-$kver
 hdr=linux-headers-$kver
 iver=$(bookworm_version "$img")
