@@ -33,9 +33,11 @@ for t in "${targets[@]}"; do
     echo "cold-run: make $t"
     t0=$(date +%s)
     rc=0
-    make -C "$work/src" "$t" 2>&1 | tee "$work/make-$t.log" || rc=$?
+    make --no-print-directory -C "$work/src" "$t" 2>&1 | tee "$work/make-$t.log" || rc=$?
     secs=$(($(date +%s) - t0))
-    last=$(tail -n 1 "$work/make-$t.log")
+    # make test's "N passed, N failed", else the last line.
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$work/make-$t.log" | tail -n 1)
+    [ -n "$last" ] || last=$(tail -n 1 "$work/make-$t.log")
     summary="$summary
 cold-run: make $t: exit $rc after ${secs}s; last line: $last"
     [ "$rc" -eq 0 ] || status=1
