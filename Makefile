@@ -6,6 +6,9 @@
 #                   needs no GPU; last line "N passed, N failed"
 #   make run        the main job: what a guest sees of the GPU, a workload
 #                   in the guest next to the same one natively, a verdict
+#   make fuzz       fuzz the host backend for FUZZ_SECONDS (600) with
+#                   FUZZ_JOBS (1) processes; prints executions, exec/s,
+#                   coverage and crashes (docs/fuzzing.md)
 #   make gpu-suite  on a GPU host: the CUDA suite in a guest on the real GPU
 #   make bench      on a GPU host: the native-vs-guest benchmark (bench/)
 #   make install-guest  in a guest (or with DESTDIR=stage): the module
@@ -16,7 +19,7 @@ TOP := $(abspath .)
 B := $(TOP)/build
 
 .PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests demo qemu bench-build \
-	bench test run gpu-suite install-guest clean
+	bench test run fuzz gpu-suite install-guest clean
 
 all: backend fakecuda guest-lib guest-lib-loopback cuda-tests demo qemu bench-build
 
@@ -67,6 +70,12 @@ install-guest: guest-lib
 
 run:
 	scripts/run.sh
+
+FUZZ_SECONDS ?= 600
+FUZZ_JOBS ?= 1
+fuzz:
+	bash scripts/deps.sh
+	FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run.sh campaign $(FUZZ_SECONDS)
 
 gpu-suite:
 	tests/gpu/run.sh

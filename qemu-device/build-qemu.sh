@@ -25,6 +25,22 @@ set -euo pipefail
 
 log() { printf 'build-qemu: %s\n' "$*"; }
 die() { printf 'build-qemu: error: %s\n' "$*" >&2; exit 1; }
+mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+
+# Waits for background job $1 (a download into folder $2, $3 bytes in
+# all), saying every 10 s how far along it is; returns the job's status.
+wait_download() {
+    local pid=$1 dir=$2 total=$3 t=0 got
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        t=$((t + 1))
+        if [ $((t % 10)) -eq 0 ]; then
+            got=$(du -sb "$dir" 2>/dev/null | cut -f1)
+            log "  ... $(mib "$got") of $(mib "$total") after ${t}s"
+        fi
+    done
+    wait "$pid"
+}
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 script="$root/qemu-device/build-qemu.sh"
@@ -64,9 +80,12 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ] && [ -x "$outdir/bin/qemu-s
     exit 0
 fi
 
-mkdir -p "$srccache" "$work"
+mkdir -p "$work"
 exec 9>"$work/.lock"
-flock 9
+if ! flock -n 9; then
+    log "waiting for another build-qemu.sh using $work (lock $work/.lock)"
+    flock 9
+fi
 
 # ---- host tools ---------------------------------------------------------------
 need_pkgs=()
@@ -82,21 +101,42 @@ meson_ver=$(meson --version 2>/dev/null || echo 0)
 dpkg --compare-versions "$meson_ver" ge 1.5 || die "meson >= 1.5 needed (have $meson_ver): scripts/deps.sh installs it from bookworm-backports"
 
 # ---- 1. source package ----------------------------------------------------------
+# Downloaded into a scratch folder that is renamed when complete: an
+# interrupted download must not look like a cached source package.
 dsc="$srccache/qemu_${QEMU_DEB_VERSION#*:}.dsc"
 if [ -f "$dsc" ]; then
     log "step 1: source package cached ($srccache)"
 else
-    log "step 1: apt-get source --download-only qemu=$QEMU_DEB_VERSION"
     # The whole listing is read into a variable first: "producer | grep -q"
     # under pipefail fails whenever grep exits before the producer is done.
     showsrc=$(apt-cache showsrc qemu 2>/dev/null || true)
     if ! printf '%s\n' "$showsrc" | grep -x "Version: $QEMU_DEB_VERSION" >/dev/null; then
+        # Lists older than the version pinned here: refresh them once.
+        log "step 1: qemu $QEMU_DEB_VERSION not in the apt lists: apt-get update"
+        apt-get update -q >/dev/null 2>&1 || true
+        showsrc=$(apt-cache showsrc qemu 2>/dev/null || true)
+    fi
+    if ! printf '%s\n' "$showsrc" | grep -x "Version: $QEMU_DEB_VERSION" >/dev/null; then
         avail=$(printf '%s\n' "$showsrc" | sed -n 's/^Version: //p' | tr '\n' ' ')
         die "qemu source $QEMU_DEB_VERSION is not in the apt sources (available: ${avail:-none}; is trixie deb-src configured and apt-get update run?). Set QEMU_DEB_VERSION to one of those."
     fi
-    (cd "$srccache" && apt-get source -q --download-only "qemu=$QEMU_DEB_VERSION" >/dev/null 2>&1) \
-        || die "apt-get source --download-only qemu=$QEMU_DEB_VERSION failed"
-    [ -f "$dsc" ] || die "download did not produce $dsc"
+    # "Files:" lines of our version's stanza: " md5 size name".
+    total=$(printf '%s\n' "$showsrc" | awk -v v="$QEMU_DEB_VERSION" '
+        /^Package:/ { ours = 0 } $0 == "Version: " v { ours = 1 }
+        /^[^ ]/ { files = ($1 == "Files:") } files && ours && /^ / { n += $2 }
+        END { print n + 0 }')
+    log "step 1: downloading the qemu $QEMU_DEB_VERSION source package ($(mib "$total"), apt-get source)"
+    dl="$srccache.download"
+    rm -rf "$dl"
+    mkdir -p "$dl"
+    t0=$(date +%s)
+    (cd "$dl" && exec apt-get source -q --download-only "qemu=$QEMU_DEB_VERSION" >"$work/download.log" 2>&1) &
+    wait_download $! "$dl" "$total" \
+        || { tail -n 20 "$work/download.log" >&2; die "apt-get source --download-only qemu=$QEMU_DEB_VERSION failed"; }
+    [ -f "$dl/${dsc##*/}" ] || die "download did not produce ${dsc##*/}"
+    rm -rf "$srccache"
+    mv "$dl" "$srccache"
+    log "step 1: downloaded in $(( $(date +%s) - t0 ))s"
 fi
 
 # ---- 2. unpack ------------------------------------------------------------------
@@ -218,7 +258,11 @@ conf_args=(--target-list=x86_64-softmmu --without-default-features --enable-tcg 
            --disable-docs --python=/usr/bin/python3 --disable-werror --disable-install-blobs
            --disable-user)
 conf_key="${conf_args[*]}"
-if [ -f "$bld/build.ninja" ] && [ "$(cat "$work/configured" 2>/dev/null)" = "$conf_key" ]; then
+# meson refuses a build folder that another meson version made.
+bld_meson=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["meson_version"]["full"])' \
+    "$bld/meson-info/meson-info.json" 2>/dev/null || echo none)
+if [ -f "$bld/build.ninja" ] && [ "$(cat "$work/configured" 2>/dev/null)" = "$conf_key" ] &&
+    [ "$bld_meson" = "$meson_ver" ]; then
     log "step 4: configured build tree reused ($bld)"
 else
     log "step 4: configure ${conf_args[*]}"
@@ -230,10 +274,42 @@ else
 fi
 
 # ---- 5. build -------------------------------------------------------------------
-log "step 5: ninja -j$jobs qemu-system-x86_64"
+# Reads ninja's output to the end: all of it into $1, and a progress line
+# every 10 % of the steps, or after 30 s without one.
+ninja_progress() {
+    local line part= n=0 m=0 shown=-10 last=$SECONDS
+    exec 8>"$1"
+    while :; do
+        if IFS= read -r -t 30 line; then
+            line=$part$line
+            part=
+            printf '%s\n' "$line" >&8
+            if [[ $line =~ ^\[([0-9]+)/([0-9]+)\] ]]; then
+                n=${BASH_REMATCH[1]}
+                m=${BASH_REMATCH[2]}
+            fi
+        elif [ $? -gt 128 ]; then
+            part=$part$line     # timed out, maybe inside a line
+        else
+            line=$part$line
+            [ -z "$line" ] || printf '%s\n' "$line" >&8
+            break
+        fi
+        if [ "$m" -gt 0 ] && { [ $((n * 100 / m)) -ge $((shown + 10)) ] || [ $((SECONDS - last)) -ge 30 ]; }; then
+            shown=$((n * 100 / m / 10 * 10))
+            last=$SECONDS
+            log "  [$n/$m] $((n * 100 / m))% after $((SECONDS - t0s))s"
+        fi
+    done
+    exec 8>&-
+}
+
+log "step 5: ninja -j$jobs qemu-system-x86_64 (a first build is about 1600 steps, minutes on 2 cores; log: $work/ninja.log)"
 t0=$(date +%s)
-if ! ninja -C "$bld" -j"$jobs" qemu-system-x86_64 >"$work/ninja.log" 2>&1; then
-    grep -E -A8 'error|FAILED' "$work/ninja.log" | head -60 >&2
+t0s=$SECONDS
+if ! ninja -C "$bld" -j"$jobs" qemu-system-x86_64 2>&1 | ninja_progress "$work/ninja.log"; then
+    # Not "grep | head" under pipefail: head's early exit would fail it.
+    grep -E -A8 'error|FAILED' "$work/ninja.log" | sed -n '1,60p' >&2 || true
     die "build failed (log: $work/ninja.log)"
 fi
 log "step 5: built in $(( $(date +%s) - t0 ))s"

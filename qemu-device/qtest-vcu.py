@@ -80,6 +80,7 @@ noff = r16(COMMON + 0x1e)
 
 state = {'avail': 0, 'used': 0}
 REQ, RESP, DATA = 0x200000, 0x800000, 0x1000000
+COMPLETION_TIMEOUT = 60
 def submit(out_parts, in_len, wait=True):
     """out_parts: list of (gpa, bytes or length); returns (used_len, reply bytes)."""
     descs = []
@@ -104,13 +105,14 @@ def submit(out_parts, in_len, wait=True):
     w16(NOTIFY + noff * mult, 0)
     if not wait:
         return None
-    for _ in range(2000):
-        if r16(USED + 2) != state['used']:
-            break
+    # A deadline in seconds, not a count of polls: on a loaded machine the
+    # backend's thread may wait long for a CPU.
+    deadline = time.monotonic() + COMPLETION_TIMEOUT
+    while r16(USED + 2) == state['used']:
+        if time.monotonic() > deadline:
+            raise SystemExit(f'no completion in {COMPLETION_TIMEOUT} s')
         cmd('clock_step 1000000')
         time.sleep(0.001)
-    else:
-        raise SystemExit('no completion')
     e = state['used'] % Q
     _id, ln = struct.unpack('<II', rmem(USED + 4 + 8 * e, 8))
     state['used'] += 1

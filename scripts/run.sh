@@ -33,8 +33,10 @@ verdict_fail() {
     exit 1
 }
 
+# Not "ldconfig -p | grep -q" under pipefail: grep -q exits at the first
+# match and ldconfig, still writing, dies of SIGPIPE, which fails the test.
 have_gpu() {
-    [ -e /dev/nvidiactl ] && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '
+    [ -e /dev/nvidiactl ] && ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1 ' >/dev/null
 }
 
 nvidia_cudart_dir() {

@@ -10,6 +10,8 @@
  *  - device memory is host memory: a CUdeviceptr is a host address, and
  *    every allocation is in one table so that frees, address ranges and
  *    copies are validated (a bad pointer is an error, never a crash);
+ *    each device has 80 GiB, or $VCU_FAKECUDA_MEM_MB (the fuzz target
+ *    keeps it small: under ASan a huge allocation is slow to free);
  *  - kernels are "twins" (vcu_twin.h): C functions found by the kernel's
  *    mangled name, run synchronously on the calling thread;
  *  - streams run their work at once on the calling thread, so stream
@@ -68,7 +70,7 @@
 
 #define FC_DEVICE_NAME      "virtio-cuda CPU stand-in (test double)"
 #define FC_NDEV             2
-#define FC_TOTAL_MEM        (80ull << 30)
+#define FC_TOTAL_MEM_DEFAULT (80ull << 30)
 #define FC_ALIGN            256
 #define FC_SMS              132
 #define FC_MAX_THREADS      1024
@@ -82,6 +84,19 @@
 #define FC_MAX_PARAM_BYTES  32764       /* kernel parameter space, sm_70+ */
 #define FC_PRIO_LEAST       0
 #define FC_PRIO_GREATEST    (-5)
+
+/* Device memory per device: set once, when the library loads. */
+static unsigned long long g_total_mem = FC_TOTAL_MEM_DEFAULT;
+#define FC_TOTAL_MEM g_total_mem
+
+__attribute__((constructor)) static void fc_init_total_mem(void)
+{
+    const char *e = getenv("VCU_FAKECUDA_MEM_MB");
+    unsigned long long mb = e ? strtoull(e, NULL, 10) : 0;
+
+    if (mb > 0 && mb < (1ull << 24))
+        g_total_mem = mb << 20;
+}
 
 /* ------------------------------------------------------------------ */
 /* Objects and lists                                                   */

@@ -16,13 +16,24 @@
  *   payload      plen bytes (zero padded up to the opcode's struct unless F_SHORT)
  *
  * Segments point into a buffer the harness owns, never outside it.  A
- * request that does not complete within FUZZ_TIMEOUT_MS (a parked
- * callback wait, a stream blocked by a host function, an ECHO delay) ends
- * by a backend reset, which completes it.  The session is rebuilt every
- * $FUZZ_RESET_EVERY inputs (default 1) and whenever it is gone or the
- * context has a sticky error.
+ * request that does not complete within $FUZZ_TIMEOUT_MS (default 5: a
+ * parked callback wait, a stream blocked by a host function) ends by a
+ * backend reset, which completes it; requests that do complete take tens
+ * of microseconds.  The replay in the test suite sets 1000, so that load
+ * on the machine cannot turn a slow request into a reset.  An ECHO's
+ * delay is cut to 0 or 1 ms unless it is out of range, so that delays are
+ * exercised without each costing a timeout.  The session is rebuilt every $FUZZ_RESET_EVERY
+ * inputs (default 1) and whenever it is gone or the context has a sticky
+ * error.
+ *
+ * Speed: the harness sleeps on a condition variable until the backend's
+ * completion callback (no polling), and the stand-in's devices have
+ * FUZZ_DEVICE_MEM_MB each, so a larger cuMemAlloc fails as out of memory
+ * at once (the stand-in backs device memory with host memory; under ASan
+ * a multi-GiB allocation costs tens of milliseconds, and as much again
+ * to poison its shadow when freed).  See docs/fuzzing.md.
  */
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +42,9 @@
 
 #include "vcu_backend.h"
 
-#define FUZZ_TIMEOUT_MS 100
+#define FUZZ_TIMEOUT_MS 5
+#define FUZZ_MAX_ALLOC_MB 256    /* any one malloc (ASan returns NULL beyond) */
+#define FUZZ_DEVICE_MEM_MB "32"  /* the stand-in's memory per device */
 #define FUZZ_MAX_REQS 8
 #define FUZZ_DATA (64 * 1024)
 
@@ -57,7 +70,7 @@ static const fz_op_t fz_ops[] = {VCU_OP_MAP(FZ_OP_)};
 
 typedef struct {
     vcu_request_t r;
-    atomic_int done;
+    int done;                   /* under fz_lock; fz_cond signals it */
     uint64_t reqbuf[(32 + VCU_MAX_PAYLOAD + 8 + 4 * 16) / 8];
     uint64_t respbuf[(24 + VCU_MAX_PAYLOAD) / 8];
     vcu_segment_t segs[4];
@@ -69,50 +82,64 @@ static uint64_t sess;
 static uint64_t handles[16];
 static unsigned int inputs_since_reset;
 static unsigned int reset_every = 1;
+static unsigned int timeout_ms = FUZZ_TIMEOUT_MS;
 static unsigned char data[FUZZ_DATA];
 static fz_req_t reqs[FUZZ_MAX_REQS];
 static int need_reset = 1;
 static int debug;           /* $FUZZ_DEBUG: print each request and its status */
 
+/* fz_lock protects every fz_req_t's done; the completion callback (a
+ * backend thread, or this one inside submit or reset) takes it. */
+static pthread_mutex_t fz_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fz_cond;
+
 static void fz_done(vcu_request_t *r)
 {
-    atomic_store(&((fz_req_t *)r)->done, 1);
+    pthread_mutex_lock(&fz_lock);
+    ((fz_req_t *)r)->done = 1;
+    pthread_cond_broadcast(&fz_cond);
+    pthread_mutex_unlock(&fz_lock);
 }
 
-static double now_ms(void)
+/* Waits for t until the deadline; returns t->done. */
+static int fz_wait(fz_req_t *t, const struct timespec *end)
 {
-    struct timespec ts;
+    int done;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    pthread_mutex_lock(&fz_lock);
+    while (!t->done && pthread_cond_timedwait(&fz_cond, &fz_lock, end) == 0)
+        ;
+    done = t->done;
+    pthread_mutex_unlock(&fz_lock);
+    return done;
 }
 
 /* Runs a built request; 0 if it completed in time, else resets the backend. */
 static int fz_run(fz_req_t *t)
 {
-    double end;
+    struct timespec end;
 
-    atomic_store(&t->done, 0);
+    t->done = 0;
     t->r.resp = t->respbuf;
     t->r.resp_cap = sizeof(t->respbuf);
     t->r.done = fz_done;
     vcu_backend_submit(be, &t->r);
-    end = now_ms() + FUZZ_TIMEOUT_MS;
-    while (!atomic_load(&t->done)) {
-        struct timespec ts = {0, 20000};
-
-        if (now_ms() > end) {
-            vcu_backend_reset(be);      /* completes every request */
-            if (!atomic_load(&t->done)) {
-                fprintf(stderr, "fuzz: request not completed by vcu_backend_reset\n");
-                abort();
-            }
-            need_reset = 1;
-            return -1;
-        }
-        nanosleep(&ts, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += timeout_ms / 1000;
+    end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (end.tv_nsec >= 1000000000L) {
+        end.tv_sec++;
+        end.tv_nsec -= 1000000000L;
     }
-    return 0;
+    if (fz_wait(t, &end))
+        return 0;
+    vcu_backend_reset(be);      /* completes every request */
+    if (!fz_wait(t, &end)) {
+        fprintf(stderr, "fuzz: request not completed by vcu_backend_reset\n");
+        abort();
+    }
+    need_reset = 1;
+    return -1;
 }
 
 static uint32_t fz_status(fz_req_t *t)
@@ -231,11 +258,14 @@ static void fz_setup(void)
     handles[n++] = 0x7fffffff;
 }
 
+#define FZ_STR_(x) #x
+#define FZ_STR(x) FZ_STR_(x)
+
 /* The stand-in allocates device memory in host memory: a guest's huge
  * allocation must come back as CUDA_ERROR_OUT_OF_MEMORY, not abort. */
 const char *__asan_default_options(void)
 {
-    return "allocator_may_return_null=1";
+    return "allocator_may_return_null=1:max_allocation_size_mb=" FZ_STR(FUZZ_MAX_ALLOC_MB);
 }
 
 /* At exit (before LeakSanitizer's final check): no worker thread left. */
@@ -251,12 +281,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     vcu_backend_config_t cfg;
     const char *e = getenv("FUZZ_RESET_EVERY");
+    pthread_condattr_t ca;
 
     (void)argc;
     (void)argv;
     if (e && atoi(e) > 0)
         reset_every = (unsigned int)atoi(e);
+    e = getenv("FUZZ_TIMEOUT_MS");
+    if (e && atoi(e) > 0)
+        timeout_ms = (unsigned int)atoi(e);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&fz_cond, &ca);
+    pthread_condattr_destroy(&ca);
     debug = getenv("FUZZ_DEBUG") != NULL;
+    setenv("VCU_FAKECUDA_MEM_MB", FUZZ_DEVICE_MEM_MB, 0);
     memset(&cfg, 0, sizeof(cfg));
     cfg.gpus = "0,1";
     if (vcu_backend_new(&cfg, &be) != 0 || vcu_backend_cuda_error(be) != NULL) {
@@ -347,6 +386,16 @@ static int fz_build(fz_req_t *t, fz_in_t *in)
 
         if (slot * 8 + 8 <= len)
             memcpy(pl + slot * 8, &handles[patch[i].idx % 16], 8);
+    }
+    /* An ECHO's delay: 0 or 1 ms, or out of range (rejected). */
+    if (op->op == VCU_OP_ECHO && len >= sizeof(struct vcu_echo_req)) {
+        struct vcu_echo_req er;
+
+        memcpy(&er, pl, sizeof(er));
+        if (er.delay_ms <= 10000) {
+            er.delay_ms &= 1;
+            memcpy(pl, &er, sizeof(er));
+        }
     }
     h->opcode = op->op;
     h->flags = (fl & F_RAWFLAGS) ? rawflags : ((fl & F_ASYNC) ? VCU_REQ_F_ASYNC : 0);

@@ -1,9 +1,18 @@
 #!/usr/bin/env python3
-"""Writes a small seed corpus for fuzz_backend (input format: fuzz_backend.c)."""
+"""Writes a small seed corpus for fuzz_backend (input format: fuzz_backend.c).
+
+   gen_corpus.py [OUTDIR]                  the seeds (default: corpus/)
+   gen_corpus.py --regressions [OUTDIR]    the slow inputs of the past
+                                           (default: regressions/)
+"""
 import os, re, struct, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
+args = sys.argv[1:]
+regressions = bool(args) and args[0] == "--regressions"
+if regressions:
+    args = args[1:]
+out = args[0] if args else os.path.join(here, "regressions" if regressions else "corpus")
 proto = open(os.path.join(here, "..", "..", "include", "vcu_proto.h")).read()
 ops = [m.group(1) for m in re.finditer(r"XX\((\w+), 0x[0-9a-f]+,", proto)]
 idx = {n: i for i, n in enumerate(ops)}
@@ -45,7 +54,20 @@ seeds = {
  "async": req("CU_MEMCPY_DTOD", pad(48), [(1, "dptr"), (2, "dptr2")], flags=1) + req("CU_GET_DEFERRED_ERROR", pad(8)) + req("SESSION_FENCE") + req("CU_TAKE_OUTPUT", pad(16)),
  "ctx": req("CU_CTX_GET_LIMIT", pad(24)) + req("CU_CTX_PRIORITY_RANGE", pad(8)) + req("CU_DEVICE_CAN_ACCESS_PEER", pad(8) + u64(1)) + req("CU_CTX_SYNCHRONIZE", pad(8)) + req("CU_CTX_RESET", pad(8)),
 }
+# Inputs that once made an execution take seconds (regressions/README.md).
+slow = {
+ "slow-huge-alloc": req("CU_MEM_ALLOC", pad(8) + u64(80 << 30) + pad(16)) + req("CU_MEM_ALLOC", pad(8) + u64(40 << 30) + pad(16))
+                  + req("CU_MEM_ALLOC", pad(8) + u64(1 << 62) + pad(16)) + req("CU_MEM_GET_INFO"),
+ "slow-huge-alloc-async": req("CU_MEM_ALLOC_ASYNC", pad(8) + u64(60 << 30) + u64(0) + u64(0), [(2, "stream")])
+                        + req("CU_MEM_ALLOC_ASYNC", pad(8) + u64(30 << 30) + u64(0) + u64(0), [(2, "stream"), (3, "pool")])
+                        + req("CU_STREAM_SYNCHRONIZE", pad(16), [(1, "stream")]),
+ "slow-echo-delay": req("ECHO", u64(1) + u32(0) + u32(10000), segs=[(0x40, 0, 64, 0)]) + req("ECHO", u64(2) + u32(0) + u32(10001))
+                  + req("ECHO", u64(3) + u32(0) + u32(9999), flags=1),
+ "slow-hostfunc-blocked": req("CU_STREAM_HOST_FUNC", pad(32), [(1, "stream")]) + req("CU_STREAM_SYNCHRONIZE", pad(16), [(1, "stream")])
+                        + req("CU_CALLBACK_WAIT", pad(8)) + req("CU_CTX_SYNCHRONIZE", pad(8)),
+}
+files = slow if regressions else seeds
 os.makedirs(out, exist_ok=True)
-for n, b in seeds.items():
+for n, b in files.items():
     open(os.path.join(out, n), "wb").write(b)
-print(len(seeds), "seeds in", out)
+print(len(files), "regressions" if regressions else "seeds", "in", out)

@@ -10,7 +10,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+# grep without -q reads to the end: under pipefail, grep -q's early exit
+# would kill ldconfig with SIGPIPE and fail the test on a GPU machine.
+if ! ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1 ' >/dev/null; then
     echo "gpu-suite: no libcuda.so.1 on this host: not a GPU machine" >&2
     echo "0 passed, 1 failed"
     exit 1

@@ -321,7 +321,9 @@ TEST(echo_fifo_order)
         t[i] = ut_req_new();
         t[i]->user = (void *)(intptr_t)i;
         t[i]->r.done = fifo_done;
-        ut_echo_build(t[i], e.sid, 0, 0, i == 0 ? 100 : (i % 10 == 0 ? 2 : 0), &i, sizeof(i));
+        /* The first one's 1 s is far longer than submitting and running
+         * the rest takes, even on a loaded machine. */
+        ut_echo_build(t[i], e.sid, 0, 0, i == 0 ? 1000 : (i % 10 == 0 ? 2 : 0), &i, sizeof(i));
     }
     for (i = 0; i < N; i++)
         vcu_backend_submit(e.be, &t[i]->r);
@@ -336,7 +338,7 @@ TEST(echo_fifo_order)
     }
     ASSERT_EQ(0, ut_wait_count(&fifo_fin, N));
     /* Echoes without a delay complete in FIFO order; delayed ones wait
-     * for their deadline only, not holding the others up: the 100 ms one
+     * for their deadline only, not holding the others up: the 1 s one
      * is last. */
     {
         int last = -1, n = 0;

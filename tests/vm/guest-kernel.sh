@@ -7,7 +7,14 @@
 # image .deb is unpacked into ${VCU_CACHE:-/var/cache/vcu}/guest-<kver>/,
 # the virtio modules and their dependencies are decompressed into mods/,
 # the matching linux-headers package is installed, and an env file is
-# written.  A second run finds the env file and does nothing.
+# written.  A second run finds the env file and does nothing.  Downloads
+# say what they fetch and how big, and every 10 s how far along they are;
+# they land in a scratch folder first, so an interrupted one is never
+# taken for a finished one.  When the apt lists are too old for a
+# download, they are refreshed once.
+#
+# Environment: VCU_CACHE, VCU_GUEST_KVER (above); VCU_KHEADERS, where the
+# linux-headers packages put their trees [/usr/src].
 #
 # Output (stdout): the env file's contents, shell assignments:
 #   VCU_GUEST_KVER      kernel release, e.g. 6.1.0-56-cloud-amd64
@@ -23,6 +30,35 @@ set -eu
 cache=${VCU_CACHE:-/var/cache/vcu}
 msg() { echo "guest-kernel: $*" >&2; }
 die() { msg "$*"; exit 1; }
+mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+
+# Downloads package version $1 (name=version) into folder $2: says how big
+# it is and how far along every 10 s; the .deb appears in $2 only whole.
+fetch_deb() {
+    size=$(apt-cache show "$1" 2>/dev/null | sed -n 's/^Size: //p' | sed -n 1p)
+    msg "downloading $1 ($(mib "$size"))"
+    dl=$2/download.tmp
+    rm -rf "$dl"
+    mkdir -p "$dl"
+    (cd "$dl" && exec apt-get download "$1") >"$dl.log" 2>&1 &
+    pid=$!
+    t=0
+    while kill -0 $pid 2>/dev/null; do
+        sleep 1
+        t=$((t + 1))
+        [ $((t % 10)) -ne 0 ] || msg "  ... $(mib "$(du -sb "$dl" | cut -f1)") of $(mib "$size") after ${t}s"
+    done
+    if ! wait $pid; then
+        grep -v "unsandboxed as root" "$dl.log" | tail -n 5 >&2
+        return 1
+    fi
+    for f in "$dl"/*.deb; do
+        [ -f "$f" ] || return 1
+        mv "$f" "$2/"
+    done
+    rm -rf "$dl" "$dl.log"
+    msg "downloaded $1 in ${t}s"
+}
 
 # Highest version of $1 offered by bookworm or bookworm-security (never
 # backports, whatever the pins say).
@@ -53,14 +89,28 @@ fi
 
 dir=$cache/guest-$kver
 env=$dir/env
-if [ -s "$env" ] && [ -f "$(. "$env"; echo "$VCU_GUEST_VMLINUZ")" ] &&
-    [ -d "$(. "$env"; echo "$VCU_GUEST_KDIR")" ]; then
+ready() {
+    [ -s "$env" ] && [ -f "$(. "$env"; echo "$VCU_GUEST_VMLINUZ")" ] &&
+        [ -d "$(. "$env"; echo "$VCU_GUEST_KDIR")" ]
+}
+if ready; then
     cat "$env"
     exit 0
 fi
 
-msg "preparing guest kernel $kver in $dir"
+# The cache is shared (other worktrees, other jobs): one preparer at a
+# time, and whoever waited may find the work done.
 mkdir -p "$dir"
+exec 9>"$dir.lock"
+if ! flock -n 9; then
+    msg "waiting for another guest-kernel.sh preparing $dir"
+    flock 9
+    if ready; then
+        cat "$env"
+        exit 0
+    fi
+fi
+msg "preparing guest kernel $kver in $dir"
 img=linux-image-$kver
 hdr=linux-headers-$kver
 iver=$(bookworm_version "$img")
@@ -70,22 +120,36 @@ hver=$(bookworm_version "$hdr")
 
 # Headers: only ask apt when missing (other jobs may hold the dpkg lock).
 if [ "$(dpkg-query -W -f='${Status} ${Version}' "$hdr" 2>/dev/null)" != "install ok installed $iver" ]; then
-    msg "installing $hdr=$iver"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=300 "$hdr=$iver" >&2
+    msg "installing $hdr=$iver (apt-get install: the headers and what they need)"
+    headers() { DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=300 "$hdr=$iver" >&2; }
+    headers || { msg "retrying after apt-get update"; apt-get update -q >&2; headers; } ||
+        die "apt-get install $hdr=$iver failed"
 fi
-kdir=/usr/src/linux-headers-$kver
+kdir=${VCU_KHEADERS:-/usr/src}/linux-headers-$kver
 [ -f "$kdir/Makefile" ] || die "$kdir missing after installing $hdr"
 
-deb=$(ls "$dir"/"${img}"_*.deb 2>/dev/null | head -n 1 || true)
+deb=
+for f in "$dir"/"${img}"_*.deb; do [ -f "$f" ] && deb=$f; done
 if [ -z "$deb" ]; then
-    msg "downloading $img=$iver"
-    (cd "$dir" && apt-get download "$img=$iver" 2>&1 | grep -v "unsandboxed as root" >&2 || true)
-    deb=$(ls "$dir"/"${img}"_*.deb | head -n 1)
+    fetch_deb "$img=$iver" "$dir" ||
+        { msg "retrying after apt-get update"; apt-get update -q >&2; fetch_deb "$img=$iver" "$dir"; } ||
+        die "apt-get download $img=$iver failed"
+    for f in "$dir"/"${img}"_*.deb; do [ -f "$f" ] && deb=$f; done
+    [ -n "$deb" ] || die "no $img .deb in $dir after the download"
 fi
 
 rm -rf "$dir/root" "$dir/mods"
 mkdir -p "$dir/root" "$dir/mods"
-dpkg-deb -x "$deb" "$dir/root"
+if ! dpkg-deb -x "$deb" "$dir/root"; then
+    # A cache written before downloads went through a scratch folder may
+    # hold a truncated .deb.
+    msg "$deb does not unpack: fetching it again"
+    rm -rf "$deb" "$dir/root"
+    mkdir -p "$dir/root"
+    fetch_deb "$img=$iver" "$dir" || die "apt-get download $img=$iver failed"
+    for f in "$dir"/"${img}"_*.deb; do [ -f "$f" ] && deb=$f; done
+    dpkg-deb -x "$deb" "$dir/root" || die "$deb does not unpack"
+fi
 vmlinuz=$dir/root/boot/vmlinuz-$kver
 [ -f "$vmlinuz" ] || die "no vmlinuz in $deb"
 mroot=$dir/root/lib/modules/$kver
