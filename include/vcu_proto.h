@@ -263,10 +263,10 @@ enum { VCU_OP_MAP(VCU_OP_ENUM_) };
 
 /*
  * CU_HOST_DEVICE_POINTER: the device pointer through which kernels reach
- * guest memory directly (zero copy, cuMemHostGetDevicePointer on the
- * host's registration of guest RAM).  One data segment, VCU_SEG_TO_DEVICE
- * | VCU_SEG_F_STABLE, covering the whole allocation; only a stable segment
- * that maps to one contiguous host range is accepted (else the result is
+ * guest memory directly (zero copy: the host registers the segment's
+ * pages, and only those).  One data segment, VCU_SEG_TO_DEVICE |
+ * VCU_SEG_F_STABLE, covering the whole allocation, of any number of
+ * ranges that join at page boundaries (else the result is
  * CUDA_ERROR_INVALID_VALUE).  The reply's value is the device pointer of
  * the segment's first byte; it stays valid until the guest frees the
  * memory, which the guest kernel fences (SESSION_FENCE) first.
@@ -276,7 +276,11 @@ enum { VCU_OP_MAP(VCU_OP_ENUM_) };
  * SESSION_FENCE: replies once everything the session queued before it has
  * finished on the host, GPU work included; after it the host touches no
  * VCU_SEG_F_STABLE segment of an earlier request.  The guest kernel sends
- * it before it frees or reuses memory it gave out as stable.
+ * it before it frees or reuses memory it gave out as stable, naming that
+ * memory in VCU_SEG_TO_DEVICE segments (not stable, never read): before
+ * it replies, the host drops every way the session's GPU work could still
+ * reach those pages (their registrations, device pointers to them).  A
+ * fence with no segment only waits.
  */
 struct vcu_none {
     vcu_u8 unused[0];

@@ -42,7 +42,7 @@ srctree=$work/stage/usr/src
 
 D=(--dkmstree "$work/dkms" --sourcetree "$srctree" --installtree "$work/lib")
 check "dkms add" dkms add -m "$pkg" -v "$version" "${D[@]}"
-dkms status -m "$pkg" -v "$version" "${D[@]}" 2>/dev/null | grep -q "^$pkg/$version: added" &&
+dkms status -m "$pkg" -v "$version" "${D[@]}" 2>/dev/null | grep "^$pkg/$version: added" >/dev/null &&
     ok "dkms status: added" || bad "dkms status: added"
 
 # The kernels: the guest's 6.1 and the newest 6.12.
@@ -72,7 +72,7 @@ for k in "${kernels[@]}"; do
         vm=$(modinfo -F vermagic "$ko")
         [ "${vm%% *}" = "$kver" ] && ok "$kver: module built for that kernel (vermagic $vm)" ||
             bad "$kver: vermagic '$vm'"
-        modinfo -F alias "$ko" | grep -q '^virtio:d' && ok "$kver: module has its virtio alias" ||
+        modinfo -F alias "$ko" | grep '^virtio:d' >/dev/null && ok "$kver: module has its virtio alias" ||
             bad "$kver: no virtio alias in $ko"
     else
         bad "$kver: no module at $ko"
@@ -83,7 +83,7 @@ for k in "${kernels[@]}"; do
         --kernelsourcedir "$kdir" --no-depmod "${D[@]}"
     [ -f "$work/lib/$kver/updates/dkms/virtio_cuda.ko" ] &&
         ok "$kver: installed under updates/dkms" || bad "$kver: not installed under updates/dkms"
-    dkms status -m "$pkg" -v "$version" -k "$kver" "${D[@]}" 2>/dev/null | grep -q ": installed" &&
+    dkms status -m "$pkg" -v "$version" -k "$kver" "${D[@]}" 2>/dev/null | grep ": installed" >/dev/null &&
         ok "$kver: dkms status installed" || bad "$kver: dkms status installed"
 done
 [ "${#kernels[@]}" = 2 ] || bad "both kernels tried (${#kernels[@]} of 2)"

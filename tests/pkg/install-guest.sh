@@ -77,7 +77,7 @@ done
 
 # The loader's view: ldconfig inside the staged root, with only our file.
 if ldconfig -r "$d" -X -f /etc/ld.so.conf.d/virtio-cuda.conf -C /etc/ld.so.cache >"$work/ldconfig.log" 2>&1 &&
-    ldconfig -p -C "$d/etc/ld.so.cache" | grep -q 'libcudart.so.13 (libc6,x86-64) => /usr/local/lib/virtio-cuda/libcudart.so.13$'; then
+    ldconfig -p -C "$d/etc/ld.so.cache" | grep 'libcudart.so.13 (libc6,x86-64) => /usr/local/lib/virtio-cuda/libcudart.so.13$' >/dev/null; then
     ok "ldconfig finds libcudart.so.13 through the installed configuration"
 else
     bad "ldconfig finds libcudart.so.13 through the installed configuration"
