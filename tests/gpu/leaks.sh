@@ -3,7 +3,9 @@
 # (tests/vm/init.sh) and, from the host, checks with nvidia-smi that the
 # GPU's processes and memory come back to the baseline after
 #   killed     a guest process killed mid-work (kill -9 in the guest);
-#   reset      a device reset with a live session (driver unbind);
+#   reset      a device reset with a live session (driver unbind) whose
+#              kernel never ends: QEMU's monitor (QMP) must answer within
+#              100 ms all along;
 #   qemu-kill  QEMU itself killed (SIGKILL) with a live session;
 # and, so that each check could fail, that the session's worker shows on
 # the GPU while its work runs.  Needs build/qemu and build/vm/initrd-leaks.img
@@ -73,12 +75,23 @@ command -v nvidia-smi >/dev/null || { echo "leaks: no nvidia-smi"; echo "0 passe
 base=$(mem_used)
 echo "info: baseline ${base} MiB used, $(apps) GPU processes"
 rm -f "$log"
-VCU_REAL_GPU=1 VCU_NO_BUILD=1 tests/vm/run.sh leaks >build/vm/leaks-run.out 2>&1 &
+qmp=$(mktemp -u /tmp/vcu-leaks-qmp.XXXXXX)
+VCU_QMP=$qmp VCU_REAL_GPU=1 VCU_NO_BUILD=1 tests/vm/run.sh leaks >build/vm/leaks-run.out 2>&1 &
 runner=$!
 
 for phase in killed reset; do
     if wait_line "VCU-LEAKS running $phase" 240; then
         check_running "$phase"
+        if [ "$phase" = reset ]; then
+            lat=$(python3 tests/gpu/qmp-latency.py "$qmp" "$log" "VCU-LEAKS after reset" 60 2>&1)
+            ms=$(printf '%s\n' "$lat" | sed -n 's/^qmp-latency max_ms=\([0-9.]*\).*/\1/p')
+            if [ -n "$ms" ] && awk -v m="$ms" 'BEGIN { exit !(m < 100) }'; then
+                verdict 0 monitor-answers-during-reset
+                echo "info: QMP during the reset: $lat"
+            else
+                verdict 1 monitor-answers-during-reset "($lat)"
+            fi
+        fi
         wait_line "VCU-LEAKS after $phase" 60 || verdict 1 "$phase" "(no 'after' line)"
         check_clean "$phase"
     else
@@ -94,6 +107,7 @@ else
 fi
 pkill -KILL -f 'vcu.suite=leaks' 2>/dev/null
 wait "$runner" 2>/dev/null
+rm -f "$qmp"
 tr -d '\r' <"$log" 2>/dev/null | grep '^VCU-TEST leaks/' | sed 's/^VCU-TEST /guest: /'
 tr -d '\r' <"$log" 2>/dev/null | grep -q '^VCU-TEST leaks/.* FAIL' && verdict 1 guest-steps "(see above)"
 echo "$passed passed, $failed failed"

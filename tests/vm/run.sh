@@ -24,6 +24,7 @@
 #                       qemu-device/build-qemu.sh unless VCU_SKIP_QEMU_BUILD=1]
 #   VCU_QEMU_SHARE=DIR  firmware: qboot.rom, linuxboot_dma.bin [QEMU's ../share]
 #   VCU_VM_LOGDIR=DIR   where serial logs go [build/vm/logs]
+#   VCU_QMP=PATH        a QMP socket for the VM (tests/gpu/leaks.sh)
 set -u
 
 [ $# -ge 1 ] || { echo "usage: $0 SUITE[,SUITE...] [extra -device options]" >&2; exit 2; }
@@ -151,6 +152,7 @@ for s in $suites; do
         -accel tcg -cpu max -smp 2 -m 3072 \
         -object memory-backend-memfd,id=mem,size=3072M,share=on -machine memory-backend=mem \
         -display none -nodefaults -monitor none -serial "file:$log" -no-reboot \
+        ${VCU_QMP:+-qmp "unix:$VCU_QMP,server=on,wait=off"} \
         -bios "$share/qboot.rom" -L "$share" \
         -kernel "$VCU_GUEST_VMLINUZ" -initrd "$img" \
         -append "console=ttyS0 panic=-1 quiet vcu.suite=$s vcu.echo_mib=${VCU_ECHO_MIB:-256} vcu.bench_args=${VCU_BENCH_ARGS:-}" \
