@@ -1,127 +1,19 @@
 #!/usr/bin/env python3
 """Drive virtio-cuda-pci through QEMU's qtest protocol as a hostile guest."""
-import base64, struct, subprocess, sys, time
+import base64, os, struct, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vcu_qtest import (Guest, hdr, seg, rng, BAR, DEV, Q, DESC, AVAIL, USED,  # noqa: E402
+                       REQ, RESP, DATA)
 
 QEMU = sys.argv[1]
-BAR = 0xe0000000
-DEV = 4  # PCI slot
-p = subprocess.Popen([QEMU, '-machine', 'pc,accel=qtest', '-qtest', 'stdio', '-display', 'none',
-                      '-nodefaults', '-m', '512',
-                      '-object', 'memory-backend-memfd,id=mem,size=512M,share=on', '-machine', 'memory-backend=mem',
-                      '-device', f'virtio-cuda-pci,addr={DEV}.0'] + sys.argv[2:],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, bufsize=1)
+g = Guest(QEMU, sys.argv[2:])
+p, state = g.p, g.state
+cmd, cfg_r32, cfg_w32 = g.cmd, g.cfg_r32, g.cfg_w32
+w8, w16, w32, w64, r8, r16, r32 = g.w8, g.w16, g.w32, g.w64, g.r8, g.r16, g.r32
+wmem, rmem, setup, submit = g.wmem, g.rmem, g.setup, g.submit
+COMMON = g.common
 
-def cmd(s):
-    p.stdin.write(s + '\n'); p.stdin.flush()
-    while True:
-        l = p.stdout.readline()
-        if not l:
-            raise SystemExit('qemu died on: ' + s)
-        if l.startswith('OK') or l.startswith('FAIL') or l.startswith('ERR'):
-            if not l.startswith('OK'):
-                raise SystemExit(f'{s} -> {l}')
-            return l.split()[1:] if len(l.split()) > 1 else []
-
-def cfg_addr(off): return 0x80000000 | (DEV << 11) | off
-def cfg_w32(off, v): cmd(f'outl 0xcf8 {cfg_addr(off):#x}'); cmd(f'outl 0xcfc {v:#x}')
-def cfg_r32(off): cmd(f'outl 0xcf8 {cfg_addr(off & ~3):#x}'); return int(cmd('inl 0xcfc')[0], 16) >> (8 * (off & 3))
-def w8(a, v): cmd(f'writeb {a:#x} {v:#x}')
-def w16(a, v): cmd(f'writew {a:#x} {v:#x}')
-def w32(a, v): cmd(f'writel {a:#x} {v:#x}')
-def w64(a, v): cmd(f'writeq {a:#x} {v:#x}')
-def r8(a): return int(cmd(f'readb {a:#x}')[0], 16)
-def r16(a): return int(cmd(f'readw {a:#x}')[0], 16)
-def r32(a): return int(cmd(f'readl {a:#x}')[0], 16)
-def wmem(a, b):
-    if b: cmd(f'b64write {a:#x} {len(b):#x} {base64.b64encode(b).decode()}')
-def rmem(a, n): return bytes.fromhex(cmd(f'read {a:#x} {n:#x}')[0][2:])
-
-ids = cfg_r32(0)
-print(f'PCI id {ids & 0xffff:04x}:{ids >> 16:04x}')
-assert ids == 0x107f1af4, hex(ids)
-# Find the capabilities (vendor cap 0x09): type -> (bar, offset)
-caps = {}
-ptr = cfg_r32(0x34) & 0xff
-while ptr:
-    w = cfg_r32(ptr)
-    if w & 0xff == 0x09:
-        typ = (w >> 24) & 0xff
-        bar = cfg_r32(ptr + 4) & 0xff
-        off = cfg_r32(ptr + 8)
-        caps.setdefault(typ, (bar, off, ptr))
-    ptr = (w >> 8) & 0xff
-print('caps', caps)
-bar_idx = caps[1][0]
-cfg_w32(0x10 + 4 * bar_idx, BAR)
-cfg_w32(0x10 + 4 * bar_idx + 4, 0)
-cfg_w32(0x04, 0x6)  # memory + bus master
-COMMON = BAR + caps[1][1]
-NOTIFY = BAR + caps[2][1]
-mult = cfg_r32(caps[2][2] + 16)
-
-Q = 16
-DESC, AVAIL, USED = 0x100000, 0x104000, 0x105000
-def setup():
-    w8(COMMON + 0x14, 0)
-    w8(COMMON + 0x14, 1); w8(COMMON + 0x14, 3)
-    w32(COMMON + 0x08, 1); w32(COMMON + 0x0c, 1)  # VERSION_1
-    w8(COMMON + 0x14, 11)
-    assert r8(COMMON + 0x14) & 8, 'FEATURES_OK refused'
-    w16(COMMON + 0x16, 0)
-    qmax = r16(COMMON + 0x18)
-    w16(COMMON + 0x18, Q)
-    w64(COMMON + 0x20, DESC); w64(COMMON + 0x28, AVAIL); w64(COMMON + 0x30, USED)
-    wmem(DESC, bytes(16 * Q)); wmem(AVAIL, bytes(4 + 2 * Q)); wmem(USED, bytes(4 + 8 * Q))
-    w16(COMMON + 0x1c, 1)
-    w8(COMMON + 0x14, 15)
-    return qmax
-print('queue max', setup())
-noff = r16(COMMON + 0x1e)
-
-state = {'avail': 0, 'used': 0}
-REQ, RESP, DATA = 0x200000, 0x800000, 0x1000000
-COMPLETION_TIMEOUT = 60
-def submit(out_parts, in_len, wait=True):
-    """out_parts: list of (gpa, bytes or length); returns (used_len, reply bytes)."""
-    descs = []
-    for gpa, data in out_parts:
-        if isinstance(data, bytes):
-            wmem(gpa, data); n = len(data)
-        else:
-            n = data
-        descs.append((gpa, n, 0))
-    if in_len:
-        wmem(RESP, b'\xee' * min(in_len, 64))
-        descs.append((RESP, in_len, 2))
-    head = (state['avail'] * 4) % Q
-    for i, (a, n, f) in enumerate(descs):
-        idx = (head + i) % Q
-        nxt = (head + i + 1) % Q
-        flags = f | (1 if i < len(descs) - 1 else 0)
-        wmem(DESC + 16 * idx, struct.pack('<QIHH', a, n, flags, nxt))
-    w16(AVAIL + 4 + 2 * (state['avail'] % Q), head)
-    state['avail'] += 1
-    w16(AVAIL + 2, state['avail'] & 0xffff)
-    w16(NOTIFY + noff * mult, 0)
-    if not wait:
-        return None
-    # A deadline in seconds, not a count of polls: on a loaded machine the
-    # backend's thread may wait long for a CPU.
-    deadline = time.monotonic() + COMPLETION_TIMEOUT
-    while r16(USED + 2) == state['used']:
-        if time.monotonic() > deadline:
-            raise SystemExit(f'no completion in {COMPLETION_TIMEOUT} s')
-        cmd('clock_step 1000000')
-        time.sleep(0.001)
-    e = state['used'] % Q
-    _id, ln = struct.unpack('<II', rmem(USED + 4 + 8 * e, 8))
-    state['used'] += 1
-    return ln, rmem(RESP, min(max(ln, 24), 256))
-
-def hdr(opcode=3, payload_len=16, nsegs=0, req_id=0x1234, session=0):
-    return struct.pack('<IIQQIHH', opcode, 0, session, req_id, payload_len, nsegs, 0)
-def seg(ln, nr, flags): return struct.pack('<QII', ln, nr, flags)
-def rng(gpa, ln): return struct.pack('<QQ', gpa, ln)
 echo = struct.pack('<QII', 7, 0, 0)
 
 fails = 0
@@ -373,5 +265,42 @@ else:
     print(('PASS' if ok else 'FAIL'), 'QEMU has not loaded the CUDA driver (the stand-in) itself')
     fails += not ok
     passes += ok
+# ---- another VM --------------------------------------------------------
+# Two VMs on the stand-in: the second one's session copies from a device
+# pointer the first one allocated and filled, and gets an error, not the
+# data; the first one reads it back (so the copy itself works).
+def cuda_session(v):
+    ln, r = v.submit([(REQ, hdr(opcode=1, payload_len=32) + struct.pack('<IIQQQ', 1, 1, 3, 0, 0))], 256)
+    return struct.unpack('<Q', r[24 + 16:24 + 24])[0] if ln >= 64 else 0
+def cu_result(r): return struct.unpack('<I', r[24:28])[0]
+def memcpy_req(dst, src, n): return struct.pack('<IIQQQQII', 0, 0, dst, src, n, 0, 0, 0)
+if os.path.exists(FAKECUDA):
+    va = Guest(QEMU, sys.argv[2:], mem_mib=256, device_opts=f',libcuda={FAKECUDA}', quiet=True)
+    vb = Guest(QEMU, sys.argv[2:], mem_mib=256, device_opts=f',libcuda={FAKECUDA}', quiet=True)
+    sa, sb = cuda_session(va), cuda_session(vb)
+    alloc = struct.pack('<IIQQQ', 0, 0, 4096, 0, 0)
+    ln, r = va.submit([(REQ, hdr(opcode=0x200, payload_len=len(alloc), session=sa) + alloc)], 256)
+    ptr = struct.unpack('<Q', r[32:40])[0] if ln >= 40 and cu_result(r) == 0 else 0
+    secret = bytes((0x5e + i) & 0xff for i in range(64))
+    va.wmem(DATA, secret)
+    ln, r = va.submit([(REQ, hdr(opcode=0x202, payload_len=48, nsegs=1, session=sa) + memcpy_req(ptr, 0, 64) +
+                        seg(64, 1, 1) + rng(DATA, 64))], 256)
+    wrote = ptr != 0 and cu_result(r) == 0
+    vb.wmem(DATA, bytes(64))
+    ln, r = vb.submit([(REQ, hdr(opcode=0x203, payload_len=48, nsegs=1, session=sb) + memcpy_req(0, ptr, 64) +
+                        seg(64, 1, 2) + rng(DATA, 64))], 256)
+    res_b, got_b = cu_result(r), vb.rmem(DATA, 64)
+    va.wmem(DATA + 4096, bytes(64))
+    ln, r = va.submit([(REQ, hdr(opcode=0x203, payload_len=48, nsegs=1, session=sa) + memcpy_req(0, ptr, 64) +
+                        seg(64, 1, 2) + rng(DATA + 4096, 64))], 256)
+    own = cu_result(r) == 0 and va.rmem(DATA + 4096, 64) == secret
+    ok = wrote and own and res_b != 0 and got_b != secret
+    print(('PASS' if ok else 'FAIL'), f'another VM copying from a VM\'s device pointer {ptr:#x}: '
+          f'CUresult {res_b} (the owner reads it back: {own})')
+    passes += ok
+    fails += not ok
+    va.close()
+    vb.close()
+
 print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)
