@@ -166,7 +166,10 @@ t0 = time.time()
 w8(COMMON + 0x14, 0)
 cmd('readb 0xcfc')
 dt = time.time() - t0
-ok = dt < 0.1
+# Well under 100 ms on an idle machine (the GPU suite holds QEMU's monitor
+# to 100 ms through a real reset); the bound here leaves room for a busy CI
+# machine and still fails a reset that waits for the work (10 s).
+ok = dt < 1.0
 print(('PASS' if ok else 'FAIL'), f'reset with 10 s of work in flight answered in {dt * 1000:.1f} ms')
 passes += ok
 fails += not ok
