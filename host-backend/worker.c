@@ -56,9 +56,9 @@ typedef struct vcu__region_s {
     uint64_t size;
 } vcu__region_t;
 
-/* A registered, page-rounded range of one region. */
+/* A registered, page-rounded range of one region; registrations are
+ * disjoint, kept sorted by (region, off). */
 typedef struct vcu__reg_s {
-    struct vcu__reg_s *next;
     uint32_t region;
     uint64_t off;
     uint64_t len;
@@ -100,7 +100,8 @@ static struct {
     pthread_mutex_t alock;          /* regs */
     vcu__region_t regions[VCU_IPC_MAX_REGIONS];
     unsigned int nregions;
-    vcu__reg_t *regs;
+    vcu__reg_t *regs;               /* alock: sorted, disjoint */
+    size_t nregs, capregs;
     vcu__alias_t *aliases;          /* alock */
     int fdq[VCU_IPC_MAX_REGIONS];   /* received, not yet claimed by a REGION */
     unsigned int nfdq;
@@ -154,36 +155,103 @@ static const vcu__region_t *vcu__region(uint32_t id)
 
 /* ---- registrations of stable ranges ------------------------------------ */
 
-/* Registers [off, off+len) of region r, page-rounded, unless a registered
- * range holds it already.  A failure only costs speed (the copy is
- * staged), so it is not reported. */
-static void vcu__reg_use(const vcu__region_t *r, uint64_t off, uint64_t len)
+/* Index of the first registration of region (or after it) that ends
+ * past off.  alock held. */
+static size_t vcu__reg_lower_locked(uint32_t region, uint64_t off)
 {
-    uint64_t a = off & ~(VCU__W_PAGE - 1);
-    uint64_t e = (off + len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1);
-    vcu__reg_t *g;
+    size_t lo = 0, hi = vcu__w.nregs;
 
-    if (e > r->size)
-        e = r->size & ~(VCU__W_PAGE - 1);
-    if (e <= a)
-        return;
-    pthread_mutex_lock(&vcu__w.alock);
-    for (g = vcu__w.regs; g != NULL; g = g->next)
-        if (g->region == r->id && g->off <= a && a + (e - a) <= g->off + g->len) {
-            pthread_mutex_unlock(&vcu__w.alock);
-            return;
-        }
-    g = calloc(1, sizeof(*g));
-    if (g != NULL && vcu_backend_add_ram(vcu__w.be, r->base + a, e - a) == 0) {
-        g->region = r->id;
-        g->off = a;
-        g->len = e - a;
-        g->next = vcu__w.regs;
-        vcu__w.regs = g;
-        g = NULL;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const vcu__reg_t *g = &vcu__w.regs[mid];
+
+        if (g->region < region || (g->region == region && g->off + g->len <= off))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    pthread_mutex_unlock(&vcu__w.alock);
-    free(g);
+    return lo;
+}
+
+/*
+ * Registers the pages of [off, off+len) of region r that no registration
+ * holds yet, each gap as a registration of its own: registrations never
+ * overlap (the driver refuses that), and a copy never spans memory that
+ * is only partly registered, since vcu__reg_split() cuts it at their
+ * edges.  A gap the driver refuses stays unregistered: its copies are
+ * staged, which costs only speed.  alock held.
+ */
+static void vcu__reg_cover_locked(const vcu__region_t *r, uint64_t off, uint64_t len)
+{
+    uint64_t pos = off & ~(VCU__W_PAGE - 1);
+    uint64_t e = (off + len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1);
+    size_t i;
+
+    if (e > (r->size & ~(VCU__W_PAGE - 1)))
+        e = r->size & ~(VCU__W_PAGE - 1);
+    i = vcu__reg_lower_locked(r->id, pos);
+    while (pos < e) {
+        const vcu__reg_t *g = i < vcu__w.nregs ? &vcu__w.regs[i] : NULL;
+        uint64_t gap_end;
+
+        if (g != NULL && g->region == r->id && g->off <= pos) {
+            pos = g->off + g->len;
+            i++;
+            continue;
+        }
+        gap_end = g != NULL && g->region == r->id && g->off < e ? g->off : e;
+        if (vcu__w.nregs == vcu__w.capregs) {
+            size_t ncap = vcu__w.capregs ? vcu__w.capregs * 2 : 64;
+            vcu__reg_t *n = realloc(vcu__w.regs, ncap * sizeof(*n));
+
+            if (n == NULL)
+                return;
+            vcu__w.regs = n;
+            vcu__w.capregs = ncap;
+        }
+        if (vcu_backend_add_ram(vcu__w.be, r->base + pos, gap_end - pos) == 0) {
+            memmove(&vcu__w.regs[i + 1], &vcu__w.regs[i], (vcu__w.nregs - i) * sizeof(vcu__reg_t));
+            vcu__w.regs[i].region = r->id;
+            vcu__w.regs[i].off = pos;
+            vcu__w.regs[i].len = gap_end - pos;
+            vcu__w.nregs++;
+            i++;
+        }
+        pos = gap_end;
+    }
+}
+
+/*
+ * The iovecs of [off, off+len) of region r, cut where a registration
+ * begins or ends, so that each lies wholly inside one registration or
+ * wholly outside all: into out[] (NULL: only counted).  Returns how many.
+ * alock held.
+ */
+static size_t vcu__reg_split_locked(const vcu__region_t *r, uint64_t off, uint64_t len,
+                                    struct iovec *out)
+{
+    uint64_t pos = off, end = off + len;
+    size_t i = vcu__reg_lower_locked(r->id, pos), n = 0;
+
+    while (pos < end) {
+        const vcu__reg_t *g = i < vcu__w.nregs && vcu__w.regs[i].region == r->id ?
+                              &vcu__w.regs[i] : NULL;
+        uint64_t to;
+
+        if (g != NULL && g->off <= pos) {
+            to = g->off + g->len < end ? g->off + g->len : end;
+            i++;
+        } else {
+            to = g != NULL && g->off < end ? g->off : end;
+        }
+        if (out != NULL) {
+            out[n].iov_base = r->base + pos;
+            out[n].iov_len = to - pos;
+        }
+        n++;
+        pos = to;
+    }
+    return n;
 }
 
 static bool vcu__overlaps(const struct vcu_ipc_range *rel, uint32_t n, uint32_t region,
@@ -278,16 +346,16 @@ fail:
 /* Drops every registration and alias that overlaps a released range. */
 static void vcu__reg_release(const struct vcu_ipc_range *rel, uint32_t n)
 {
-    vcu__reg_t **pp, *g;
+    vcu__reg_t *g;
     vcu__alias_t **ap, *a;
-    uint32_t i;
+    size_t i, k;
 
     pthread_mutex_lock(&vcu__w.alock);
     for (ap = &vcu__w.aliases; (a = *ap) != NULL;) {
         bool hit = false;
 
-        for (i = 0; i < a->nr && !hit; i++)
-            hit = vcu__overlaps(rel, n, a->r[i].region, a->r[i].off, a->r[i].len);
+        for (k = 0; k < a->nr && !hit; k++)
+            hit = vcu__overlaps(rel, n, a->r[k].region, a->r[k].off, a->r[k].len);
         if (!hit) {
             ap = &a->next;
             continue;
@@ -297,17 +365,15 @@ static void vcu__reg_release(const struct vcu_ipc_range *rel, uint32_t n)
         munmap(a->base, a->len);
         free(a);
     }
-    for (pp = &vcu__w.regs; (g = *pp) != NULL;) {
-        bool hit = vcu__overlaps(rel, n, g->region, g->off, g->len);
-
-        if (!hit) {
-            pp = &g->next;
+    for (k = 0, i = 0; i < vcu__w.nregs; i++) {
+        g = &vcu__w.regs[i];
+        if (vcu__overlaps(rel, n, g->region, g->off, g->len)) {
+            vcu_backend_remove_ram(vcu__w.be, vcu__region(g->region)->base + g->off, g->len);
             continue;
         }
-        *pp = g->next;
-        vcu_backend_remove_ram(vcu__w.be, vcu__region(g->region)->base + g->off, g->len);
-        free(g);
+        vcu__w.regs[k++] = *g;
     }
+    vcu__w.nregs = k;
     pthread_mutex_unlock(&vcu__w.alock);
 }
 
@@ -356,8 +422,8 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     struct vcu_req_hdr h;
     const struct vcu_ipc_range *rg;
     vcu__job_t *j;
-    size_t pad, seg_off;
-    uint64_t k = 0, total = 0;
+    size_t pad, seg_off, niov;
+    uint64_t k = 0, first[VCU_MAX_SEGS];
     unsigned int i;
     uint32_t status = VCU_S_EINVAL;
 
@@ -384,8 +450,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     j->tag = tag;
     j->req = malloc(ir.req_len);
     j->resp = calloc(1, ir.resp_cap);
-    j->iov = calloc(ir.nranges ? ir.nranges : 1, sizeof(*j->iov));
-    if (j->req == NULL || j->resp == NULL || j->iov == NULL) {
+    if (j->req == NULL || j->resp == NULL) {
         status = VCU_S_ENOMEM;
         goto fail;
     }
@@ -409,7 +474,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
             status = VCU_S_EINVAL;
             goto fail;
         }
-        sg->iov = &j->iov[k];
+        first[i] = k;
         sg->iovcnt = ws.nranges;
         sg->len = ws.len;
         sg->flags = ws.flags;
@@ -423,28 +488,64 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
                 status = VCU_S_EFAULT;
                 goto fail;
             }
-            j->iov[k].iov_base = r->base + rg[k].off;
-            j->iov[k].iov_len = rg[k].len;
             sum += rg[k].len;
-            if ((ws.flags & VCU_SEG_F_STABLE) && h.opcode != VCU_OP_SESSION_FENCE)
-                vcu__reg_use(r, rg[k].off, rg[k].len);
         }
-        total += sum;
-        (void)total;
+        (void)sum;
     }
     if (k != ir.nranges)
         goto fail;
+
+    /*
+     * Stable segments are registered (the gaps not yet), then every
+     * segment's ranges become iovecs of the mapped RAM, cut at the edges
+     * of registrations.
+     */
+    pthread_mutex_lock(&vcu__w.alock);
+    for (i = 0, niov = 0; i < h.nsegs; i++) {
+        bool stable = (j->segs[i].flags & VCU_SEG_F_STABLE) && h.opcode != VCU_OP_SESSION_FENCE;
+
+        for (k = first[i]; k < first[i] + j->segs[i].iovcnt; k++) {
+            const vcu__region_t *r = vcu__region(rg[k].region);
+
+            if (stable)
+                vcu__reg_cover_locked(r, rg[k].off, rg[k].len);
+            niov += vcu__reg_split_locked(r, rg[k].off, rg[k].len, NULL);
+        }
+    }
+    j->iov = calloc(niov ? niov : 1, sizeof(*j->iov));
+    if (j->iov == NULL) {
+        pthread_mutex_unlock(&vcu__w.alock);
+        status = VCU_S_ENOMEM;
+        goto fail;
+    }
+    for (i = 0, niov = 0; i < h.nsegs; i++) {
+        size_t start = niov;
+
+        for (k = first[i]; k < first[i] + j->segs[i].iovcnt; k++)
+            niov += vcu__reg_split_locked(vcu__region(rg[k].region), rg[k].off, rg[k].len,
+                                          &j->iov[niov]);
+        j->segs[i].iov = &j->iov[start];
+        j->segs[i].iovcnt = (unsigned int)(niov - start);
+    }
+    pthread_mutex_unlock(&vcu__w.alock);
     /* One device pointer for a pinned allocation of several chunks: its
      * segment becomes one iovec of an alias (the backend takes only one). */
     if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER && h.nsegs == 1 &&
-        (j->segs[0].flags & VCU_SEG_F_STABLE) && j->segs[0].iovcnt > 1) {
-        unsigned char *p = vcu__alias_get(rg, j->segs[0].iovcnt);
+        (j->segs[0].flags & VCU_SEG_F_STABLE) && ir.nranges > 1) {
+        unsigned char *p = vcu__alias_get(rg, ir.nranges);
 
         if (p != NULL) {
             j->iov[0].iov_base = p;
             j->iov[0].iov_len = j->segs[0].len;
             j->segs[0].iovcnt = 1;
         }
+    } else if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER && h.nsegs == 1 && ir.nranges == 1) {
+        /* One range, registered in pieces that meet: the pointer of its
+         * first byte reaches all of it (registered memory is mapped at
+         * its host address). */
+        j->iov[0].iov_base = vcu__region(rg[0].region)->base + rg[0].off;
+        j->iov[0].iov_len = rg[0].len;
+        j->segs[0].iovcnt = 1;
     }
 
     if (h.opcode == VCU_OP_SESSION_FENCE) {

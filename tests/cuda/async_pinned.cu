@@ -1,5 +1,6 @@
 /* Pinned host memory (cudaMallocHost, cudaHostAlloc) and async copies. */
 #define TEST_NAME "async_pinned"
+#include <string.h>
 #include "vcu_test.h"
 
 __global__ void ap_scale(float *p, float s, int n)
@@ -46,6 +47,27 @@ int main(void)
     for (int i = 0; i < n; i++)
         EXPECT(hin[i] == hout[i], "cudaMemcpyDefault round trip at %d", i);
     printf("cudaMemcpyDefault round trip ok\n");
+
+    /* Copies of growing size from the start of one pinned buffer, then
+     * from the middle, as bandwidth tests do: each covers pages an earlier,
+     * smaller one did not. */
+    {
+        float *big;
+        size_t sizes[] = { 4096, 16384, 65536, 262144, bytes };
+
+        CK(cudaMallocHost((void **)&big, 2 * bytes));
+        for (int i = 0; i < 2 * n; i++)
+            big[i] = (float)(i % 977);
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            CK(cudaMemcpyAsync(d, big, sizes[k], cudaMemcpyHostToDevice, s));
+            CK(cudaMemcpyAsync(hout, d, sizes[k], cudaMemcpyDeviceToHost, s));
+            CK(cudaMemcpyAsync(d, big + 1000 + 257 * k, sizes[k], cudaMemcpyHostToDevice, s));
+            CK(cudaStreamSynchronize(s));
+            EXPECT(memcmp(hout, big, sizes[k]) == 0, "growing copies: %zu bytes differ", sizes[k]);
+        }
+        CK(cudaFreeHost(big));
+        printf("copies of growing size from one pinned buffer ok\n");
+    }
     CK(cudaFree(d));
     CK(cudaStreamDestroy(s));
     CK(cudaFreeHost(hin));

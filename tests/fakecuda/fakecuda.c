@@ -2623,10 +2623,36 @@ out:
     return rc;
 }
 
+/*
+ * A host range that starts in registered host memory must end in the same
+ * registration, as the driver checks (CUDA_ERROR_INVALID_VALUE): a copy
+ * may not run from registered memory into memory that is not.
+ */
+static CUresult fc_host_range_check(uintptr_t p, size_t n)
+{
+    CUresult rc = CUDA_SUCCESS;
+    ssize_t i;
+
+    pthread_mutex_lock(&g_lock);
+    i = fc_mem_find(p);
+    if (i >= 0 && g_mem[i].kind == FC_MEM_HOSTREG && n > g_mem[i].size - (p - g_mem[i].base))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 static CUresult fc_copy1d(CUstream h, CUmemorytype dt, uintptr_t dst, CUmemorytype st,
                           uintptr_t src, size_t n)
 {
     CUDA_MEMCPY3D p;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (dt == CU_MEMORYTYPE_HOST)
+        rc = fc_host_range_check(dst, n);
+    if (rc == CUDA_SUCCESS && st == CU_MEMORYTYPE_HOST)
+        rc = fc_host_range_check(src, n);
+    if (rc != CUDA_SUCCESS)
+        return rc;
 
     fc_copy1d_params(&p, dt, dst, st, src, n);
     return fc_copy_submit(h, &p);
