@@ -46,6 +46,7 @@
 
 #include "vcu_backend.h"
 #include "vcu_ipc.h"
+#include "vcu_stage.h"
 
 #define VCU__W_PAGE 4096ull
 
@@ -88,6 +89,7 @@ typedef struct vcu__job_s {
     struct vcu_ipc_range *released;
     uint32_t nreleased;
     vcu_segment_t segs[VCU_MAX_SEGS];
+    vcu_stage_t stage;              /* a large pageable copy, staged */
     struct iovec *iov;
     unsigned char *req;
     unsigned char *resp;
@@ -393,6 +395,8 @@ static void vcu__job_done(vcu_request_t *breq)
     vcu__job_t *j = breq->opaque;
     size_t len = breq->resp_len <= breq->resp_cap ? breq->resp_len : breq->resp_cap;
 
+    /* Before the reply: the guest reads its pages once it has it. */
+    vcu_stage_out(&j->stage, j->resp, len);
     /* Before the reply: the guest frees the pages once it has it. */
     if (j->fence && j->nreleased > 0)
         vcu__reg_release(j->released, j->nreleased);
@@ -572,6 +576,8 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     j->breq.resp = j->resp;
     j->breq.resp_cap = ir.resp_cap;
     j->breq.done = vcu__job_done;
+    if (!j->fence)
+        vcu_stage_in(vcu__w.be, h.opcode, j->segs, h.nsegs, &j->stage);
     j->breq.opaque = j;
     vcu_backend_submit(vcu__w.be, &j->breq);
     return;
