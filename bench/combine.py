@@ -16,9 +16,16 @@ Meaning of the columns:
       guest  = the same call as a request through the host backend
                (vcu_backend_execute / vcu_backend_submit).
       backend:echo has only the guest column: an ECHO request with no data.
-  backend_overhead* rows: the guest column holds backend - direct in us per
-      request (per launch for backend_overhead_launch); native and ratio
-      are empty.
+  proxy rows, named "proxy:X" (backend_overhead, no VM): as backend:X,
+      but the request goes through the QEMU device's proxy to a worker
+      process (vcu_proxy_submit), as in the product.
+  backend_overhead* / proxy_overhead* rows: the guest column holds
+      backend (proxy) - direct in us per request (per launch for
+      *_overhead_launch); native and ratio are empty.  So are
+      proxy_launch_rate_vs_direct (%), worker_start_proxy (SESSION_OPEN
+      to its reply: the worker's spawn, driver load, cuInit) and
+      first_kernel_proxy (a new session's open, context, module, first
+      launch and synchronize).
 
 ratio: higher is better, 1.0 = as fast as native.  For rates (GB/s,
 kernels/s) guest/native; for times (us) native/guest.  Printed with a
@@ -29,6 +36,9 @@ import os
 import sys
 
 HIGHER_BETTER = ("GB/s", "kernels/s")
+# Differences and start costs: the guest column alone.
+NO_RATIO = ("backend_overhead", "proxy_overhead", "proxy_launch_rate", "worker_start",
+            "first_kernel")
 BANDWIDTH = ("h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable")
 
 
@@ -75,20 +85,28 @@ def combine(native_rows, guest_rows, overhead_rows):
         for metric, size, value, unit in rows:
             put(metric, size, col, value, unit)
 
+    direct = {}
     for metric, size, value, unit in overhead_rows:
-        if metric.startswith("backend_overhead"):
+        if metric.endswith("_direct"):
+            direct[(metric[: -len("_direct")], size)] = value
+    for metric, size, value, unit in overhead_rows:
+        if metric.startswith(NO_RATIO):
             put(metric, size, "guest", value, unit)
         elif metric.endswith("_direct"):
             put("backend:" + metric[: -len("_direct")], size, "native", value, unit)
         elif metric.endswith("_backend"):
             put("backend:" + metric[: -len("_backend")], size, "guest", value, unit)
+        elif metric.endswith("_proxy") and not metric.startswith(("worker_start", "first_kernel")):
+            base = metric[: -len("_proxy")]
+            put("proxy:" + base, size, "native", direct.get((base, size)), unit)
+            put("proxy:" + base, size, "guest", value, unit)
         else:
             put(metric, size, "guest", value, unit)
 
     out = []
     for key in order:
         e = table[key]
-        r = None if key[0].startswith("backend_overhead") else ratio(e["native"], e["guest"], e["unit"])
+        r = None if key[0].startswith(NO_RATIO) else ratio(e["native"], e["guest"], e["unit"])
         out.append((key[0], key[1], e["native"], e["guest"], e["unit"], r))
     return out
 

@@ -4,7 +4,8 @@
 #   bench/run.sh [--quick] [OUTDIR]
 #
 #  1. cudabench natively, against NVIDIA's libcudart.so.13   -> OUTDIR/native.csv
-#  2. backend_overhead natively (no VM)                      -> OUTDIR/overhead.csv
+#  2. backend_overhead natively (no VM): direct, in-process backend, and
+#     proxy + worker process as QEMU runs them                 -> OUTDIR/overhead.csv
 #  3. cudabench in the guest, against virtio-cuda's libcudart -> OUTDIR/guest.csv
 #  4. combine.py -> OUTDIR/results.csv (and a table), plot.py -> OUTDIR/bandwidth.png;
 #     both are copied to bench/ as well.
@@ -17,6 +18,8 @@
 #                         else DIR of VCU_BENCH_BIN/nvidia]
 #   VCU_BENCH_BUDGET=S    cudabench --budget-seconds in the guest [60; 20 with --quick]
 #   VCU_GPU=ORD           host GPU for backend_overhead [0]
+#   VCU_WORKER=PATH       vcu-worker for its proxy rows [build/qemu/libexec/vcu-worker,
+#                         else build/host-backend/vcu-worker]
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -72,8 +75,16 @@ else
 fi
 
 # ---- 2. backend overhead ---------------------------------------------------------------
-step "backend_overhead"
-if "$bin/backend_overhead" $quick --gpu "${VCU_GPU:-0}" >"$out/overhead.csv.tmp"; then
+# The proxy rows run the worker QEMU would start (make qemu installs it).
+worker=${VCU_WORKER:-}
+for w in "$root/build/qemu/libexec/vcu-worker" "$root/build/host-backend/vcu-worker"; do
+    [ -z "$worker" ] && [ -x "$w" ] && worker=$w
+done
+if [ -n "$worker" ]; then worker_arg="--worker $worker"; else
+    step "no vcu-worker (make qemu): backend_overhead without the proxy rows"; worker_arg=--no-proxy
+fi
+step "backend_overhead ($worker_arg)"
+if "$bin/backend_overhead" $quick --gpu "${VCU_GPU:-0}" $worker_arg >"$out/overhead.csv.tmp"; then
     mv "$out/overhead.csv.tmp" "$out/overhead.csv"
 else
     step "backend_overhead failed"; failed=1; : >"$out/overhead.csv"
