@@ -130,7 +130,8 @@ struct vcu__psess_s {
     vcu__pframe_t *qhead, *qtail;   /* not yet (wholly) sent, in order */
     vcu__ring_t req;                /* the request ring's producer side */
     vcu__pframe_t *rqhead, *rqtail; /* for the request ring, behind a full one */
-    vcu__preq_t *pending;           /* sent, not answered */
+    vcu__preq_t *pending;           /* sent, not answered, oldest first: */
+    vcu__preq_t *pending_tail;      /* replies mostly come in order */
     int sent_fds[VCU_IPC_MAX_REGIONS];
     unsigned int nsent;
     vcu_request_t *close_req;       /* SESSION_CLOSE waiting for the exit */
@@ -191,6 +192,7 @@ static void vcu__px_cancel_all(vcu__psess_t *s, uint32_t status)
     pthread_mutex_lock(&s->mu);
     list = s->pending;
     s->pending = NULL;
+    s->pending_tail = NULL;
     close_req = s->close_req;
     s->close_req = NULL;
     pthread_mutex_unlock(&s->mu);
@@ -406,11 +408,16 @@ static void *vcu__px_sender(void *arg)
 
 static vcu__preq_t *vcu__px_take_locked(vcu__psess_t *s, uint64_t tag)
 {
-    vcu__preq_t **pp, *p;
+    vcu__preq_t *prev = NULL, *p;
 
-    for (pp = &s->pending; (p = *pp) != NULL; pp = &p->next)
+    for (p = s->pending; p != NULL; prev = p, p = p->next)
         if (p->tag == tag) {
-            *pp = p->next;
+            if (prev != NULL)
+                prev->next = p->next;
+            else
+                s->pending = p->next;
+            if (s->pending_tail == p)
+                s->pending_tail = prev;
             return p;
         }
     return NULL;
@@ -1106,8 +1113,12 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     p->tag = ih.tag;
     p->req_id = h.req_id;
     p->open = open;
-    p->next = s->pending;
-    s->pending = p;
+    p->next = NULL;
+    if (s->pending_tail != NULL)
+        s->pending_tail->next = p;
+    else
+        s->pending = p;
+    s->pending_tail = p;
     if (vcu__ring_frame_bytes(body) <= s->req.size / 4) {
         vcu__px_ring_send_locked(s, rf);
     } else {
