@@ -369,10 +369,11 @@ static void *vcu__px_sender(void *arg)
         }
         if (s->qhead == NULL)
             continue;
-        /* Only this thread sends while the queue is not empty.  With
-         * ring frames waiting too, the socket only gets a look. */
+        /* Only this thread sends while the queue is not empty.  Short
+         * waits: ring frames may queue meanwhile, and the worker reads
+         * the socket only once it reaches their VCU_IPC_SOCK entry. */
         f = s->qhead;
-        tmo = s->rqhead != NULL ? 1 : 1000;
+        tmo = s->rqhead != NULL ? 1 : 10;
         pthread_mutex_unlock(&s->mu);
         pfd.fd = s->fd;
         pfd.events = POLLOUT;

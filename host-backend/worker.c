@@ -440,7 +440,11 @@ static void vcu__sock_fill(bool block)
             need = sizeof(h) + h.len;
     }
     if (need > vcu__w.scap) {
-        unsigned char *nb = realloc(vcu__w.sbuf, need);
+        unsigned char *nb;
+
+        if (need < 2 * vcu__w.scap)
+            need = 2 * vcu__w.scap;
+        nb = realloc(vcu__w.sbuf, need);
 
         if (nb == NULL)
             vcu__die("out of memory");
