@@ -790,7 +790,8 @@ int main(int argc, char **argv)
            "%ld launches, ring %d\n",
            gpu, iters, iters / 10, launches, BO_RING);
     if (!noproxy)
-        printf("# proxy: worker %s, %ld fresh sessions timed\n", worker, starts);
+        printf("# proxy: worker %s, %ld fresh sessions timed, VCU_SPIN_US=%s\n", worker, starts,
+               getenv("VCU_SPIN_US") ? getenv("VCU_SPIN_US") : "(default)");
     fflush(stdout);
 
     direct_run((int)gpu, iters, launches, &d);

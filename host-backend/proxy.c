@@ -1,14 +1,18 @@
 /*
  * virtio-cuda session proxy (vcu_proxy.h): one worker process per guest
- * session, reached over a stream socket (vcu_ipc.h).
+ * session, reached over two shared-memory rings and a stream socket
+ * (vcu_ipc.h, "The hot path").
  *
  * Threads
  * -------
  * vcu_proxy_submit() and vcu_proxy_reset() run on the transport's thread
  * (QEMU: with the BQL).  Each session has two threads of its own: a reader
- * that takes replies from the worker and calls done, and a sender that
- * writes whatever the submitting thread could not write at once without
- * blocking.  So a slow, stopped or dead worker never blocks the submitter.
+ * that takes replies from the reply ring and calls done (idle, it spins
+ * spin_ns, then sleeps in poll() on the ring's doorbell and the socket, so
+ * a worker's end is seen at once), and a sender that writes whatever the
+ * submitting thread could not write at once without blocking: frames
+ * behind a full request ring, socket bytes behind a full socket.  So a
+ * slow, stopped or dead worker never blocks the submitter.
  *
  * Lock order: vcu_proxy_t.mu -> vcu__psess_t.mu.  Neither is held across
  * a done callback, a wait for a process or a blocking socket call.
@@ -28,6 +32,9 @@
  * their socket is shut down), completes what was pending and leaves the
  * processes to a reaper thread each.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE                 /* memfd_create */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -38,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -47,11 +55,19 @@
 
 #include "vcu_ipc.h"
 #include "vcu_proxy.h"
+#include "vcu_ring.h"
 
 #define VCU_EXPORT __attribute__((visibility("default")))
 
 #define VCU__PX_DEFAULT_SESSIONS 64u
 #define VCU__PX_MAX_SESSIONS 4096u
+#define VCU__PX_SPIN_US_DEFAULT 20u
+#define VCU__PX_SPIN_MIN_CPUS 4     /* fewer online CPUs: no spinning */
+/* The worker's fds: the socket, the shared area, the rings' doorbells. */
+#define VCU__PX_FD_SOCK 3
+#define VCU__PX_FD_SHM 4
+#define VCU__PX_FD_WAKE_REQ 5
+#define VCU__PX_FD_WAKE_RESP 6
 
 extern char **environ;
 
@@ -78,6 +94,8 @@ struct vcu_proxy_s {
     char *gpus;
     char *libcuda;
     int capture_printf;
+    uint32_t ring_bytes;            /* request ring per session */
+    unsigned int spin_us;
 
     pthread_mutex_t mu;             /* see the lock order above */
     vcu__psess_t **sessions;        /* max_sessions slots */
@@ -96,6 +114,12 @@ struct vcu__psess_s {
     unsigned int slot;
     pid_t pid;
     int fd;
+    void *shm;                      /* the shared area, shm_len bytes */
+    size_t shm_len;
+    int wake_req;                   /* request ring's doorbell: we ring it */
+    int wake_resp;                  /* reply ring's doorbell: the reader sleeps on it */
+    int wake_peer[2];               /* their other ends, the worker's, until spawned */
+    vcu__ring_t resp;               /* the reader's alone */
     pthread_t reader;
     pthread_t sender;
 
@@ -104,12 +128,15 @@ struct vcu__psess_s {
     uint64_t wid;                   /* the worker's session id, 0 before the open reply */
     uint64_t next_tag;
     vcu__pframe_t *qhead, *qtail;   /* not yet (wholly) sent, in order */
-    vcu__preq_t *pending;           /* sent, not answered */
+    vcu__ring_t req;                /* the request ring's producer side */
+    vcu__pframe_t *rqhead, *rqtail; /* for the request ring, behind a full one */
+    vcu__preq_t *pending;           /* sent, not answered, oldest first: */
+    vcu__preq_t *pending_tail;      /* replies mostly come in order */
     int sent_fds[VCU_IPC_MAX_REGIONS];
     unsigned int nsent;
     vcu_request_t *close_req;       /* SESSION_CLOSE waiting for the exit */
     bool stop;                      /* reset: threads end now */
-    bool broken;                    /* a send failed: the link is gone */
+    bool broken;                    /* a send failed or a ring broke: the link is gone */
     bool dead;                      /* the reader has ended: nothing more is answered */
     bool closing;                   /* on px->closing (px->mu) */
 
@@ -165,6 +192,7 @@ static void vcu__px_cancel_all(vcu__psess_t *s, uint32_t status)
     pthread_mutex_lock(&s->mu);
     list = s->pending;
     s->pending = NULL;
+    s->pending_tail = NULL;
     close_req = s->close_req;
     s->close_req = NULL;
     pthread_mutex_unlock(&s->mu);
@@ -247,6 +275,73 @@ static void vcu__px_send_locked(vcu__psess_t *s, vcu__pframe_t *f)
     pthread_cond_signal(&s->cond);
 }
 
+/* Puts f on the request ring, or queues it for the sender behind a full
+ * ring (in order: nothing passes what is queued).  s->mu held. */
+static void vcu__px_ring_send_locked(vcu__psess_t *s, vcu__pframe_t *f)
+{
+    if (s->rqhead == NULL && !s->broken) {
+        struct vcu_ipc_hdr h;
+        int rc;
+
+        memcpy(&h, f->buf, sizeof(h));
+        rc = vcu__ring_put(&s->req, &h, f->buf + sizeof(h));
+        if (rc > 0) {
+            vcu__px_frame_free(f);
+            return;
+        }
+        if (rc < 0) {
+            /* The worker wrote an impossible head. */
+            s->broken = true;
+            if (s->pid > 0)
+                kill(s->pid, SIGKILL);
+        }
+    }
+    if (s->broken) {
+        vcu__px_frame_free(f);
+        return;
+    }
+    f->next = NULL;
+    if (s->rqtail != NULL)
+        s->rqtail->next = f;
+    else
+        s->rqhead = f;
+    s->rqtail = f;
+    pthread_cond_signal(&s->cond);
+}
+
+/* Moves what it can of the ring queue onto the ring; false if the ring
+ * is full.  s->mu held. */
+static bool vcu__px_ring_flush_locked(vcu__psess_t *s)
+{
+    vcu__pframe_t *f;
+
+    while ((f = s->rqhead) != NULL && !s->broken) {
+        struct vcu_ipc_hdr h;
+        int rc;
+
+        memcpy(&h, f->buf, sizeof(h));
+        rc = vcu__ring_put(&s->req, &h, f->buf + sizeof(h));
+        if (rc == VCU__RING_FULL)
+            return false;
+        if (rc < 0) {
+            s->broken = true;
+            if (s->pid > 0)
+                kill(s->pid, SIGKILL);
+            break;
+        }
+        s->rqhead = f->next;
+        if (s->rqhead == NULL)
+            s->rqtail = NULL;
+        vcu__px_frame_free(f);
+    }
+    while ((f = s->rqhead) != NULL) {
+        s->rqhead = f->next;
+        vcu__px_frame_free(f);
+    }
+    s->rqtail = NULL;
+    return true;
+}
+
 static void *vcu__px_sender(void *arg)
 {
     vcu__psess_t *s = arg;
@@ -256,18 +351,34 @@ static void *vcu__px_sender(void *arg)
         vcu__pframe_t *f;
         struct pollfd pfd;
         ssize_t n;
+        int tmo;
 
-        while (s->qhead == NULL && !s->stop)
+        while (s->qhead == NULL && s->rqhead == NULL && !s->stop)
             pthread_cond_wait(&s->cond, &s->mu);
         if (s->stop)
             break;
-        /* Only this thread sends while the queue is not empty. */
+        if (s->rqhead != NULL && !vcu__px_ring_flush_locked(s) && s->qhead == NULL) {
+            /* The worker frees ring space as it takes requests; this is
+             * back-pressure, not the hot path: poll for it. */
+            struct timespec ts = { 0, 50 * 1000 };
+
+            pthread_mutex_unlock(&s->mu);
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        if (s->qhead == NULL)
+            continue;
+        /* Only this thread sends while the queue is not empty.  Short
+         * waits: ring frames may queue meanwhile, and the worker reads
+         * the socket only once it reaches their VCU_IPC_SOCK entry. */
         f = s->qhead;
+        tmo = s->rqhead != NULL ? 1 : 10;
         pthread_mutex_unlock(&s->mu);
         pfd.fd = s->fd;
         pfd.events = POLLOUT;
         pfd.revents = 0;
-        n = poll(&pfd, 1, 1000) < 0 && errno != EINTR ? -1 : 0;
+        n = poll(&pfd, 1, tmo) < 0 && errno != EINTR ? -1 : 0;
         if (n == 0 && (pfd.revents & (POLLOUT | POLLERR | POLLHUP)))
             n = vcu__px_send_some(s->fd, f);
         pthread_mutex_lock(&s->mu);
@@ -298,11 +409,16 @@ static void *vcu__px_sender(void *arg)
 
 static vcu__preq_t *vcu__px_take_locked(vcu__psess_t *s, uint64_t tag)
 {
-    vcu__preq_t **pp, *p;
+    vcu__preq_t *prev = NULL, *p;
 
-    for (pp = &s->pending; (p = *pp) != NULL; pp = &p->next)
+    for (p = s->pending; p != NULL; prev = p, p = p->next)
         if (p->tag == tag) {
-            *pp = p->next;
+            if (prev != NULL)
+                prev->next = p->next;
+            else
+                s->pending = p->next;
+            if (s->pending_tail == p)
+                s->pending_tail = prev;
             return p;
         }
     return NULL;
@@ -376,29 +492,33 @@ static void *vcu__px_reader(void *arg)
 {
     vcu__psess_t *s = arg;
     vcu_proxy_t *px = s->px;
-    unsigned char *buf = NULL;
+    unsigned char *buf = NULL, *rbuf;
     size_t cap = 0, have = 0;
+    uint64_t spin_ns = (uint64_t)px->spin_us * 1000u;
     bool closing, stop;
 
-
+    /* Reply bodies are copied out of the ring here before anything reads
+     * them: the worker may change the ring's bytes at any time. */
+    rbuf = malloc(VCU_IPC_MAX_RESP_BODY);
+    if (rbuf == NULL)
+        goto broken;
     for (;;) {
         struct vcu_ipc_hdr h;
         ssize_t n;
+        int rc;
 
-        /* Whole frames first. */
-        while (have >= sizeof(h)) {
-            memcpy(&h, buf, sizeof(h));
-            if (h.len > sizeof(struct vcu_ipc_hello) + sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD)
+        while ((rc = vcu__ring_get(&s->resp, &h, rbuf, VCU_IPC_MAX_RESP_BODY,
+                                   VCU_IPC_MAX_RESP_BODY)) > 0) {
+            if (h.type != VCU_IPC_RESP)
                 goto broken;
-            if (have < sizeof(h) + h.len)
-                break;
-            if (h.type == VCU_IPC_RESP)
-                vcu__px_reply(s, h.tag, buf + sizeof(h), h.len);
-            else if (h.type != VCU_IPC_HELLO)
-                goto broken;
-            memmove(buf, buf + sizeof(h) + h.len, have - sizeof(h) - h.len);
-            have -= sizeof(h) + h.len;
+            vcu__px_reply(s, h.tag, rbuf, h.len);
         }
+        if (rc < 0)
+            goto broken;
+        if (vcu__ring_wait(&s->resp, s->fd, spin_ns, -1) == 0)
+            continue;
+
+        /* The socket: the worker's hello, or its end. */
         if (cap - have < 65536) {
             size_t ncap = cap ? cap * 2 : 131072;
             unsigned char *nb = realloc(buf, ncap);
@@ -408,18 +528,34 @@ static void *vcu__px_reader(void *arg)
             buf = nb;
             cap = ncap;
         }
-        do {
-            n = recv(s->fd, buf + have, cap - have, 0);
-        } while (n < 0 && errno == EINTR);
-        if (n <= 0)
+        n = recv(s->fd, buf + have, cap - have, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (n <= 0) {
+            /* Replies it published before it went still count. */
+            while ((rc = vcu__ring_get(&s->resp, &h, rbuf, VCU_IPC_MAX_RESP_BODY,
+                                       VCU_IPC_MAX_RESP_BODY)) > 0 &&
+                   h.type == VCU_IPC_RESP)
+                vcu__px_reply(s, h.tag, rbuf, h.len);
             break;
+        }
         have += (size_t)n;
+        while (have >= sizeof(h)) {
+            memcpy(&h, buf, sizeof(h));
+            if (h.type != VCU_IPC_HELLO || h.len > sizeof(struct vcu_ipc_hello))
+                goto broken;
+            if (have < sizeof(h) + h.len)
+                break;
+            memmove(buf, buf + sizeof(h) + h.len, have - sizeof(h) - h.len);
+            have -= sizeof(h) + h.len;
+        }
     }
     goto ended;
 broken:
     /* A worker that breaks the link's rules is not trusted further. */
     vcu__px_kill(s);
 ended:
+    free(rbuf);
     free(buf);
     pthread_mutex_lock(&s->mu);
     stop = s->stop;
@@ -498,7 +634,15 @@ static void vcu__px_sess_free(vcu__psess_t *s)
         s->qhead = f->next;
         vcu__px_frame_free(f);
     }
+    while ((f = s->rqhead) != NULL) {
+        s->rqhead = f->next;
+        vcu__px_frame_free(f);
+    }
     close(s->fd);
+    if (s->shm != NULL)
+        munmap(s->shm, s->shm_len);
+    close(s->wake_req);
+    close(s->wake_resp);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -525,21 +669,74 @@ static void vcu__px_reap_zombies(vcu_proxy_t *px)
     }
 }
 
-/* Starts the worker with its end of the socket as fd 3. */
-static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, pid_t *pid, bool probe)
+/*
+ * Starts the worker with its end of the socket as fd 3 and, for a
+ * session (s), the shared area and the rings' doorbells as fds 4, 5, 6.
+ * Every fd given is above them first, so that no dup2 overwrites
+ * another's source.
+ */
+static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *pid, bool probe)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     sigset_t none, all;
     char cap[2] = { px->capture_printf ? '1' : '0', '\0' };
-    char *argv[12];
-    int argc = 0, rc;
+    char spin[16];
+    char *argv[20];
+    int src[4] = { -1, -1, -1, -1 };
+    int argc = 0, rc, i;
+
+    src[0] = fcntl(child_fd, F_DUPFD_CLOEXEC, 16);
+    if (s != NULL) {
+        int shm_fd = memfd_create("vcu-ring", MFD_CLOEXEC);
+
+        if (shm_fd >= 0) {
+            src[1] = fcntl(shm_fd, F_DUPFD_CLOEXEC, 16);
+            close(shm_fd);
+        }
+        src[2] = fcntl(s->wake_peer[0], F_DUPFD_CLOEXEC, 16);
+        src[3] = fcntl(s->wake_peer[1], F_DUPFD_CLOEXEC, 16);
+        if (src[1] < 0 || ftruncate(src[1], (off_t)s->shm_len) != 0 ||
+            (s->shm = mmap(NULL, s->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, src[1], 0)) ==
+                MAP_FAILED) {
+            s->shm = NULL;
+            rc = VCU_EIO;
+            goto out;
+        }
+    }
+    for (i = 0; i < (s != NULL ? 4 : 1); i++)
+        if (src[i] < 0) {
+            rc = VCU_EIO;
+            goto out;
+        }
+    if (s != NULL) {
+        struct vcu_ipc_shm *shm = s->shm;
+        unsigned char *base = s->shm;
+
+        shm->magic = VCU_IPC_SHM_MAGIC;
+        shm->req_size = px->ring_bytes;
+        shm->resp_size = VCU_IPC_RESP_RING;
+        vcu__ring_init(&s->req, &shm->req, base + VCU_IPC_SHM_HDR, px->ring_bytes, s->wake_req);
+        vcu__ring_init(&s->resp, &shm->resp, base + VCU_IPC_SHM_HDR + px->ring_bytes,
+                       VCU_IPC_RESP_RING, s->wake_resp);
+    }
 
     argv[argc++] = px->worker;
     argv[argc++] = (char *)"--fd";
     argv[argc++] = (char *)"3";
     argv[argc++] = (char *)"--capture-printf";
     argv[argc++] = cap;
+    if (s != NULL) {
+        snprintf(spin, sizeof(spin), "%u", px->spin_us);
+        argv[argc++] = (char *)"--shm";
+        argv[argc++] = (char *)"4";
+        argv[argc++] = (char *)"--wake-req";
+        argv[argc++] = (char *)"5";
+        argv[argc++] = (char *)"--wake-resp";
+        argv[argc++] = (char *)"6";
+        argv[argc++] = (char *)"--spin-us";
+        argv[argc++] = spin;
+    }
     if (px->gpus != NULL) {
         argv[argc++] = (char *)"--gpus";
         argv[argc++] = px->gpus;
@@ -552,11 +749,12 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, pid_t *pid, bool probe)
         argv[argc++] = (char *)"--probe";
     argv[argc] = NULL;
 
+    rc = VCU_ENOMEM;
     if (posix_spawn_file_actions_init(&fa) != 0)
-        return VCU_ENOMEM;
+        goto out;
     if (posix_spawnattr_init(&at) != 0) {
         posix_spawn_file_actions_destroy(&fa);
-        return VCU_ENOMEM;
+        goto out;
     }
     sigemptyset(&none);
     sigfillset(&all);
@@ -567,21 +765,42 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, pid_t *pid, bool probe)
     /* Device printf the worker does not capture goes nowhere, never to
      * QEMU's stdout (a serial console, a monitor). */
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, child_fd, 3);
-    rc = posix_spawn(pid, px->worker, &fa, &at, argv, environ);
+    posix_spawn_file_actions_adddup2(&fa, src[0], VCU__PX_FD_SOCK);
+    if (s != NULL) {
+        posix_spawn_file_actions_adddup2(&fa, src[1], VCU__PX_FD_SHM);
+        posix_spawn_file_actions_adddup2(&fa, src[2], VCU__PX_FD_WAKE_REQ);
+        posix_spawn_file_actions_adddup2(&fa, src[3], VCU__PX_FD_WAKE_RESP);
+    }
+    rc = posix_spawn(pid, px->worker, &fa, &at, argv, environ) == 0 ? 0 : VCU_EIO;
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
-    return rc == 0 ? 0 : VCU_EIO;
+out:
+    for (i = 0; i < 4; i++)
+        if (src[i] >= 0)
+            close(src[i]);
+    return rc;
 }
 
 /* SESSION_OPEN: a new worker, told to open its session. */
 static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
                             bool open);
 
+/* A ring's doorbell: a non-blocking socket pair, ours and the worker's. */
+static int vcu__px_doorbell(int *ours, int *theirs)
+{
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        return -1;
+    *ours = sv[0];
+    *theirs = sv[1];
+    return 0;
+}
+
 static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_req_hdr *h)
 {
     vcu__psess_t *s;
-    int sv[2];
+    int sv[2], rc;
     unsigned int slot;
     uint32_t status = VCU_S_ENOMEM;
 
@@ -592,6 +811,10 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
     s->px = px;
     s->pid = -1;
     s->fd = -1;
+    s->wake_req = -1;
+    s->wake_resp = -1;
+    s->wake_peer[0] = -1;
+    s->wake_peer[1] = -1;
     if (pthread_mutex_init(&s->mu, NULL) != 0)
         goto fail_s;
     if (pthread_cond_init(&s->cond, NULL) != 0)
@@ -616,11 +839,22 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         goto fail_slot;
     s->fd = sv[0];
-    if (vcu__px_spawn(px, sv[1], &s->pid, false) != 0) {
+    s->shm_len = VCU_IPC_SHM_HDR + (size_t)px->ring_bytes + VCU_IPC_RESP_RING;
+    /* Doorbells are sockets, not eventfds: a socket wakes its reader
+     * as a synchronous hand-over (the waker is about to wait), which the
+     * scheduler serves on the waker's CPU rather than an idle one. */
+    if (vcu__px_doorbell(&s->wake_req, &s->wake_peer[0]) != 0 ||
+        vcu__px_doorbell(&s->wake_resp, &s->wake_peer[1]) != 0) {
         close(sv[1]);
         goto fail_slot;
     }
+    rc = vcu__px_spawn(px, sv[1], s, &s->pid, false);
     close(sv[1]);
+    close(s->wake_peer[0]);
+    close(s->wake_peer[1]);
+    s->wake_peer[0] = s->wake_peer[1] = -1;
+    if (rc != 0)
+        goto fail_slot;
     if (pthread_create(&s->sender, NULL, vcu__px_sender, s) != 0)
         goto fail_kill;
     if (pthread_create(&s->reader, NULL, vcu__px_reader, s) != 0) {
@@ -647,6 +881,16 @@ fail_slot:
     pthread_mutex_unlock(&px->mu);
     if (s->fd >= 0)
         close(s->fd);
+    if (s->shm != NULL)
+        munmap(s->shm, s->shm_len);
+    if (s->wake_req >= 0)
+        close(s->wake_req);
+    if (s->wake_resp >= 0)
+        close(s->wake_resp);
+    if (s->wake_peer[0] >= 0)
+        close(s->wake_peer[0]);
+    if (s->wake_peer[1] >= 0)
+        close(s->wake_peer[1]);
 fail_cond:
     pthread_cond_destroy(&s->cond);
 fail_mu:
@@ -735,7 +979,7 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
                             bool open)
 {
     struct vcu_req_hdr h = *hp;
-    vcu__pframe_t *rf = NULL, *gf[VCU_MAX_SEGS] = { NULL };
+    vcu__pframe_t *rf = NULL, *mf = NULL, *gf[VCU_MAX_SEGS] = { NULL };
     vcu__preq_t *p = NULL;
     struct vcu_ipc_hdr ih;
     struct vcu_ipc_req ir;
@@ -767,6 +1011,17 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     rf->buf = malloc(rf->len);
     if (rf->buf == NULL)
         goto enomem;
+    if (vcu__ring_frame_bytes(body) > s->req.size / 4) {
+        /* The VCU_IPC_SOCK entry that marks its place in the ring. */
+        struct vcu_ipc_hdr mh = { .type = VCU_IPC_SOCK, .len = 0, .tag = 0 };
+
+        mf = calloc(1, sizeof(*mf));
+        if (mf == NULL || (mf->buf = malloc(sizeof(mh))) == NULL)
+            goto enomem;
+        memcpy(mf->buf, &mh, sizeof(mh));
+        mf->len = sizeof(mh);
+        mf->fd = -1;
+    }
 
     pthread_mutex_lock(&s->mu);
     if (s->dead) {
@@ -774,6 +1029,8 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
         pthread_mutex_unlock(&s->mu);
         free(rf->buf);
         free(rf);
+        free(mf ? mf->buf : NULL);
+        free(mf);
         free(p);
         vcu__px_complete(req, h.req_id, VCU_S_EIO);
         return;
@@ -857,15 +1114,31 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     p->tag = ih.tag;
     p->req_id = h.req_id;
     p->open = open;
-    p->next = s->pending;
-    s->pending = p;
-    vcu__px_send_locked(s, rf);
+    p->next = NULL;
+    if (s->pending_tail != NULL)
+        s->pending_tail->next = p;
+    else
+        s->pending = p;
+    s->pending_tail = p;
+    if (vcu__ring_frame_bytes(body) <= s->req.size / 4) {
+        vcu__px_ring_send_locked(s, rf);
+    } else {
+        /* Too large for the ring: on the socket, and its place in the
+         * ring's order marked. */
+        vcu__px_send_locked(s, rf);
+        vcu__px_ring_send_locked(s, mf);
+        mf = NULL;
+    }
     pthread_mutex_unlock(&s->mu);
+    free(mf ? mf->buf : NULL);
+    free(mf);
     return;
 
 efault:
     free(rf ? rf->buf : NULL);
     free(rf);
+    free(mf ? mf->buf : NULL);
+    free(mf);
     free(p);
     vcu__px_complete(req, h.req_id, VCU_S_EFAULT);
     return;
@@ -877,6 +1150,8 @@ enomem:
         }
     free(rf ? rf->buf : NULL);
     free(rf);
+    free(mf ? mf->buf : NULL);
+    free(mf);
     free(p);
     vcu__px_complete(req, h.req_id, VCU_S_ENOMEM);
     return;
@@ -903,7 +1178,7 @@ static void vcu__px_probe(vcu_proxy_t *px, int timeout_ms)
     snprintf(px->cuda_error, sizeof(px->cuda_error), "the worker did not answer");
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         return;
-    if (vcu__px_spawn(px, sv[1], &pid, true) != 0) {
+    if (vcu__px_spawn(px, sv[1], NULL, &pid, true) != 0) {
         snprintf(px->cuda_error, sizeof(px->cuda_error), "cannot start %s", px->worker);
         close(sv[0]);
         close(sv[1]);
@@ -948,6 +1223,13 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
         snprintf(err, errlen, "worker program %s: %s", cfg->worker, strerror(errno));
         return VCU_ENODEV;
     }
+    if (cfg->ring_bytes != 0 &&
+        (cfg->ring_bytes < VCU_IPC_REQ_RING_MIN || cfg->ring_bytes > VCU_IPC_REQ_RING_MAX ||
+         (cfg->ring_bytes & (cfg->ring_bytes - 1)) != 0)) {
+        snprintf(err, errlen, "the request ring must be a power of two of %u..%u bytes",
+                 VCU_IPC_REQ_RING_MIN, VCU_IPC_REQ_RING_MAX);
+        return VCU_EINVAL;
+    }
     if (cfg->max_sessions > VCU__PX_MAX_SESSIONS) {
         snprintf(err, errlen, "at most %u sessions", VCU__PX_MAX_SESSIONS);
         return VCU_EINVAL;
@@ -957,6 +1239,21 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
         goto enomem;
     px->max_sessions = cfg->max_sessions ? cfg->max_sessions : VCU__PX_DEFAULT_SESSIONS;
     px->capture_printf = cfg->capture_printf;
+    px->ring_bytes = cfg->ring_bytes ? cfg->ring_bytes : VCU_IPC_REQ_RING_DEFAULT;
+    px->spin_us = cfg->spin_us;
+    if (px->spin_us == 0) {
+        const char *e = getenv("VCU_SPIN_US");
+
+        /* A spinning consumer holds a CPU that the producer may need:
+         * with few CPUs (a vCPU thread, the reader, the worker and its
+         * executor all want one) it only delays the wake-up. */
+        if (e != NULL && e[0] != '\0')
+            px->spin_us = (unsigned int)strtoul(e, NULL, 10);
+        else
+            px->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= VCU__PX_SPIN_MIN_CPUS
+                              ? VCU__PX_SPIN_US_DEFAULT
+                              : 0;
+    }
     px->next_gen = 1;
     px->worker = strdup(cfg->worker);
     px->gpus = cfg->gpus ? strdup(cfg->gpus) : NULL;

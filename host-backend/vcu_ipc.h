@@ -21,6 +21,32 @@
  *
  * A worker serves exactly one guest session and exits when the socket
  * closes.  The proxy never waits for a worker on QEMU's main loop.
+ *
+ * The hot path: shared-memory rings.  A session's worker also gets a
+ * shared area (a memfd, struct vcu_ipc_shm) holding two single-producer,
+ * single-consumer byte rings: requests (proxy -> worker) and replies
+ * (worker -> proxy), and a doorbell per ring (a socket pair: a byte on
+ * it wakes the ring's consumer).
+ * Each ring entry is one frame as above, starting 8-aligned.  On the
+ * rings travel VCU_IPC_REQ (requests) and VCU_IPC_RESP (replies); on the
+ * socket VCU_IPC_HELLO, VCU_IPC_REGION (they carry a file descriptor)
+ * and requests too large for the ring: each of those has a VCU_IPC_SOCK
+ * entry in the request ring at its place, so that the worker takes them
+ * in order.  A request may name a region whose VCU_IPC_REGION is still
+ * on its way: the worker reads the socket until it has it.  The socket
+ * stays the session's liveness: either side seeing it close ends the
+ * session.
+ *
+ * Ring protocol (positions are free-running byte counts; an entry at
+ * position p lies at p % size, wrapping):
+ *   producer: writes the frame, stores tail (release), full fence, and if
+ *             the consumer's sleeping flag is set, rings its doorbell;
+ *   consumer: reads tail (acquire), copies each whole frame out, stores
+ *             head (release).  When idle past its spin time it sets
+ *             sleeping, full fence, reads tail once more and only then
+ *             blocks in poll() on its doorbell and the socket.
+ * Each side checks what the other wrote: tail - head <= size, a frame's
+ * length within the bytes published.  A broken ring ends the session.
  */
 #ifndef VCU_IPC_H
 #define VCU_IPC_H
@@ -36,6 +62,7 @@ enum {
     VCU_IPC_REQ = 2,
     VCU_IPC_HELLO = 3,
     VCU_IPC_RESP = 4,
+    VCU_IPC_SOCK = 5,               /* request ring: the next request is on the socket */
 };
 
 struct vcu_ipc_hdr {
@@ -70,6 +97,38 @@ struct vcu_ipc_hello {
     char cuda_error[240];           /* "" when CUDA is available, else why not */
 };
 
+/* One ring's indices, each on a cache line of its own. */
+struct vcu_ipc_ring_ctl {
+    uint64_t tail;                  /* producer: bytes published */
+    uint8_t pad0[56];
+    uint64_t head;                  /* consumer: bytes consumed */
+    uint32_t sleeping;              /* consumer: blocked or about to, wake me */
+    uint32_t reserved;
+    uint8_t pad1[48];
+};
+
+/* The shared area: this header, then the request ring's bytes at
+ * VCU_IPC_SHM_HDR, then the reply ring's. */
+struct vcu_ipc_shm {
+    uint64_t magic;                 /* VCU_IPC_SHM_MAGIC */
+    uint32_t req_size;              /* request ring bytes, a power of two */
+    uint32_t resp_size;             /* reply ring bytes, a power of two */
+    uint8_t pad[48];
+    struct vcu_ipc_ring_ctl req;
+    struct vcu_ipc_ring_ctl resp;
+};
+
+#define VCU_IPC_SHM_MAGIC 0x31676e6972756376ull    /* "vcuring1" */
+#define VCU_IPC_SHM_HDR 4096u
+#define VCU_IPC_REQ_RING_DEFAULT (1u << 20)
+#define VCU_IPC_REQ_RING_MIN 4096u
+#define VCU_IPC_REQ_RING_MAX (64u << 20)
+/* Holds the largest reply frame (VCU_IPC_MAX_RESP_BODY) several times. */
+#define VCU_IPC_RESP_RING (256u << 10)
+
+/* The largest reply body. */
+#define VCU_IPC_MAX_RESP_BODY ((uint64_t)sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD)
+
 /* A body larger than this is a broken peer: the reader closes the link. */
 #define VCU_IPC_MAX_BODY                                                     \
     ((uint64_t)sizeof(struct vcu_ipc_req) + sizeof(struct vcu_req_hdr) +     \
@@ -84,5 +143,10 @@ _Static_assert(sizeof(struct vcu_ipc_region) == 16, "vcu_ipc_region");
 _Static_assert(sizeof(struct vcu_ipc_req) == 16, "vcu_ipc_req");
 _Static_assert(sizeof(struct vcu_ipc_range) == 24, "vcu_ipc_range");
 _Static_assert(sizeof(struct vcu_ipc_hello) == 248, "vcu_ipc_hello");
+_Static_assert(sizeof(struct vcu_ipc_ring_ctl) == 128, "vcu_ipc_ring_ctl");
+_Static_assert(sizeof(struct vcu_ipc_shm) == 320, "vcu_ipc_shm");
+_Static_assert(sizeof(struct vcu_ipc_shm) <= VCU_IPC_SHM_HDR, "vcu_ipc_shm header");
+_Static_assert(VCU_IPC_MAX_RESP_BODY + sizeof(struct vcu_ipc_hdr) + 8 <= VCU_IPC_RESP_RING / 2,
+               "a reply frame fits the reply ring");
 
 #endif /* VCU_IPC_H */

@@ -11,10 +11,10 @@
  * The request interface is the backend's (vcu_backend.h: vcu_request_t,
  * vcu_segment_t): the caller allocates a request and keeps it alive until
  * done() has been called, exactly once, from any thread.  Nothing here
- * blocks on a worker: submission writes to the worker's socket without
- * blocking (a thread of the session's own sends what does not fit), replies
- * are read by another thread of the session, and reset kills workers
- * without waiting for them to exit.
+ * blocks on a worker: submission writes to the worker's shared request
+ * ring without blocking (a thread of the session's own sends what does
+ * not fit), replies are read from the reply ring by another thread of the
+ * session, and reset kills workers without waiting for them to exit.
  */
 #ifndef VCU_PROXY_H
 #define VCU_PROXY_H
@@ -33,6 +33,12 @@ typedef struct vcu_proxy_config_s {
     const char *libcuda;            /* as vcu_backend_config_t.libcuda */
     unsigned int max_sessions;      /* 0 means 64 */
     int capture_printf;             /* as vcu_backend_config_t.capture_printf */
+    unsigned int ring_bytes;        /* request ring per session, a power of two
+                                       (4 KiB..64 MiB); 0 means 1 MiB */
+    unsigned int spin_us;           /* how long an idle ring consumer (the reader,
+                                       the worker) spins before it sleeps; 0 means
+                                       $VCU_SPIN_US if set (0 there: no spin), else
+                                       20 with 4 or more online CPUs, else none */
 } vcu_proxy_config_t;
 
 /* Checks the config (the worker must be an executable file) and creates

@@ -1,8 +1,8 @@
 /*
  * vcu-worker: one guest session's host process.
  *
- *   vcu-worker --fd N [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1]
- *              [--probe]
+ *   vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] [--spin-us N]
+ *              [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1] [--probe]
  *
  * --probe: load the driver, resolve the GPU list, say so (VCU_IPC_HELLO)
  * and exit: QEMU checks its configuration this way at start.
@@ -25,6 +25,14 @@
  * The backend refuses CUDA on a device that can read pageable host memory
  * (HMM, ATS), so unregistered guest RAM is out of the kernels' reach.
  *
+ * The link: with --shm, requests come on the shared request ring and
+ * replies go on the reply ring (vcu_ipc.h, "The hot path"); the socket
+ * carries the regions, requests too large for the ring (announced in the
+ * ring by VCU_IPC_SOCK), and the end of the session.  The main thread,
+ * idle, spins --spin-us on the request ring, then sleeps in poll() on the
+ * ring's doorbell and the socket.  Without --shm (--probe) only the hello
+ * is sent.
+ *
  * Threads: the main thread reads frames and submits; replies are written
  * by whichever thread completes a request (the backend's), under
  * vcu__w.wlock.  vcu__w.alock protects the registration list.
@@ -42,10 +50,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vcu_backend.h"
 #include "vcu_ipc.h"
+#include "vcu_ring.h"
 #include "vcu_stage.h"
 
 #define VCU__W_PAGE 4096ull
@@ -98,7 +108,13 @@ typedef struct vcu__job_s {
 static struct {
     int fd;
     vcu_backend_t *be;
-    pthread_mutex_t wlock;          /* writes to fd */
+    vcu__ring_t req;                /* main thread only */
+    vcu__ring_t resp;               /* under wlock */
+    bool rings;
+    uint64_t spin_ns;
+    unsigned char *sbuf;            /* socket bytes not yet taken (main thread) */
+    size_t scap, shave;
+    pthread_mutex_t wlock;          /* writes to fd, the reply ring */
     pthread_mutex_t alock;          /* regs */
     vcu__region_t regions[VCU_IPC_MAX_REGIONS];
     unsigned int nregions;
@@ -135,13 +151,27 @@ static void vcu__write_all(const void *p, size_t n)
     }
 }
 
+/* Replies go on the reply ring (waiting while it is full: the proxy's
+ * reader empties it), the hello on the socket. */
 static void vcu__send_frame(uint32_t type, uint64_t tag, const void *body, size_t len)
 {
     struct vcu_ipc_hdr h = { .type = type, .len = (uint32_t)len, .tag = tag };
 
     pthread_mutex_lock(&vcu__w.wlock);
-    vcu__write_all(&h, sizeof(h));
-    vcu__write_all(body, len);
+    if (type == VCU_IPC_RESP && vcu__w.rings) {
+        int rc;
+
+        while ((rc = vcu__ring_put(&vcu__w.resp, &h, body)) == VCU__RING_FULL) {
+            struct timespec ts = { 0, 20 * 1000 };
+
+            nanosleep(&ts, NULL);
+        }
+        if (rc < 0)
+            vcu__die("reply ring broken");
+    } else {
+        vcu__write_all(&h, sizeof(h));
+        vcu__write_all(body, len);
+    }
     pthread_mutex_unlock(&vcu__w.wlock);
 }
 
@@ -415,6 +445,8 @@ static void vcu__reply_status(uint64_t tag, const struct vcu_req_hdr *h, uint32_
     vcu__send_frame(VCU_IPC_RESP, tag, &r, sizeof(r));
 }
 
+static void vcu__sock_pump(bool want_req);
+
 /*
  * One VCU_IPC_REQ: the ranges become iovecs of the mapped regions; a
  * fence's segment (the memory it releases) is taken off the request
@@ -446,6 +478,12 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     }
     memcpy(&h, body + sizeof(ir), sizeof(h));
     rg = (const struct vcu_ipc_range *)(body + sizeof(ir) + ir.req_len + pad);
+    /* A region's fd comes on the socket, sent before the request that
+     * names it: wait for it there. */
+    for (k = 0; k < ir.nranges; k++)
+        while (vcu__region(rg[k].region) == NULL)
+            vcu__sock_pump(false);
+    k = 0;
     j = calloc(1, sizeof(*j));
     if (j == NULL) {
         vcu__reply_status(tag, &h, VCU_S_ENOMEM);
@@ -614,11 +652,157 @@ static void vcu__handle_region(const unsigned char *body, size_t blen)
     r->size = (uint64_t)st.st_size;
 }
 
+/* ---- the socket --------------------------------------------------------- */
+
+/* Reads what the socket has (with block, waits for some) into sbuf, the
+ * file descriptors that come with it into fdq.  Its end is ours. */
+static void vcu__sock_fill(bool block)
+{
+    union {
+        struct cmsghdr c;
+        char b[CMSG_SPACE(sizeof(int) * 8)];
+    } ctl;
+    struct vcu_ipc_hdr h;
+    struct iovec iov;
+    struct msghdr m;
+    struct cmsghdr *c;
+    size_t need = vcu__w.shave + 65536;
+    ssize_t n;
+
+    if (vcu__w.shave >= sizeof(h)) {
+        memcpy(&h, vcu__w.sbuf, sizeof(h));
+        if (h.len > VCU_IPC_MAX_BODY)
+            vcu__die("oversized message");
+        if (sizeof(h) + h.len > need)
+            need = sizeof(h) + h.len;
+    }
+    if (need > vcu__w.scap) {
+        unsigned char *nb;
+
+        if (need < 2 * vcu__w.scap)
+            need = 2 * vcu__w.scap;
+        nb = realloc(vcu__w.sbuf, need);
+
+        if (nb == NULL)
+            vcu__die("out of memory");
+        vcu__w.sbuf = nb;
+        vcu__w.scap = need;
+    }
+    iov.iov_base = vcu__w.sbuf + vcu__w.shave;
+    iov.iov_len = vcu__w.scap - vcu__w.shave;
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl.b;
+    m.msg_controllen = sizeof(ctl.b);
+    do {
+        n = recvmsg(vcu__w.fd, &m, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (n <= 0)
+        _exit(0);                   /* closed: the session ends with us */
+    if (m.msg_flags & MSG_CTRUNC)
+        vcu__die("file descriptors lost");
+    for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
+        size_t nfd, f;
+
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (f = 0; f < nfd; f++) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(c) + f * sizeof(int), sizeof(int));
+            if (vcu__w.nfdq >= VCU_IPC_MAX_REGIONS)
+                vcu__die("too many file descriptors");
+            vcu__w.fdq[vcu__w.nfdq++] = fd;
+        }
+    }
+    vcu__w.shave += (size_t)n;
+}
+
+/*
+ * Takes frames from the socket, reading it as needed: each region is
+ * mapped; with want_req the call ends after a request (the one a
+ * VCU_IPC_SOCK entry announced), else after a region.  A request the
+ * ring did not announce breaks the link's order.
+ */
+static void vcu__sock_pump(bool want_req)
+{
+    for (;;) {
+        struct vcu_ipc_hdr h;
+
+        while (vcu__w.shave >= sizeof(h)) {
+            size_t flen;
+
+            memcpy(&h, vcu__w.sbuf, sizeof(h));
+            if (h.len > VCU_IPC_MAX_BODY)
+                vcu__die("oversized message");
+            flen = sizeof(h) + h.len;
+            if (vcu__w.shave < flen)
+                break;
+            if (h.type == VCU_IPC_REGION) {
+                vcu__handle_region(vcu__w.sbuf + sizeof(h), h.len);
+                memmove(vcu__w.sbuf, vcu__w.sbuf + flen, vcu__w.shave - flen);
+                vcu__w.shave -= flen;
+                if (!want_req)
+                    return;
+                continue;
+            }
+            if (h.type == VCU_IPC_REQ && want_req) {
+                /* Out of sbuf first: a region wait reads the socket. */
+                unsigned char *body = malloc(h.len ? h.len : 1);
+
+                if (body == NULL)
+                    vcu__die("out of memory");
+                memcpy(body, vcu__w.sbuf + sizeof(h), h.len);
+                memmove(vcu__w.sbuf, vcu__w.sbuf + flen, vcu__w.shave - flen);
+                vcu__w.shave -= flen;
+                vcu__handle_req(h.tag, body, h.len);
+                free(body);
+                return;
+            }
+            vcu__die("unexpected message on the socket");
+        }
+        vcu__sock_fill(true);
+    }
+}
+
+/* Maps the shared area (fd) and binds the two rings to it. */
+static void vcu__map_shm(int fd, int wake_req, int wake_resp)
+{
+    struct vcu_ipc_shm *shm;
+    struct stat st;
+    uint32_t rq, rs;
+    void *p;
+
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)VCU_IPC_SHM_HDR)
+        vcu__die("bad shared area");
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        vcu__die("cannot map the shared area");
+    close(fd);
+    shm = p;
+    rq = shm->req_size;
+    rs = shm->resp_size;
+    if (shm->magic != VCU_IPC_SHM_MAGIC || rq < VCU_IPC_REQ_RING_MIN ||
+        rq > VCU_IPC_REQ_RING_MAX || (rq & (rq - 1)) != 0 || rs != VCU_IPC_RESP_RING ||
+        (uint64_t)st.st_size < (uint64_t)VCU_IPC_SHM_HDR + rq + rs)
+        vcu__die("bad shared area");
+    vcu__ring_init(&vcu__w.req, &shm->req, (unsigned char *)p + VCU_IPC_SHM_HDR, rq, wake_req);
+    vcu__ring_init(&vcu__w.resp, &shm->resp, (unsigned char *)p + VCU_IPC_SHM_HDR + rq, rs,
+                   wake_resp);
+    vcu__w.rings = true;
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static void vcu__usage(void)
 {
-    fprintf(stderr, "usage: vcu-worker --fd N [--gpus LIST] [--libcuda PATH] "
+    fprintf(stderr, "usage: vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] "
+                    "[--spin-us N]\n"
+                    "                  [--gpus LIST] [--libcuda PATH] "
                     "[--capture-printf 0|1] [--probe]\n"
                     "Started by QEMU's virtio-cuda-pci device, one per guest session.\n");
     exit(2);
@@ -629,10 +813,9 @@ int main(int argc, char **argv)
     vcu_backend_config_t cfg;
     struct vcu_ipc_hello hello;
     unsigned char *buf;
-    size_t cap = 1u << 20, have = 0;
     const char *cerr;
     bool probe = false;
-    int i;
+    int i, shm_fd = -1, wake_req = -1, wake_resp = -1;
 
     memset(&cfg, 0, sizeof(cfg));
     for (i = 1; i < argc; i++) {
@@ -644,13 +827,23 @@ int main(int argc, char **argv)
         }
         if (v == NULL)
             vcu__usage();
-        if (strcmp(a, "--fd") == 0) {
+        if (strcmp(a, "--fd") == 0 || strcmp(a, "--shm") == 0 || strcmp(a, "--wake-req") == 0 ||
+            strcmp(a, "--wake-resp") == 0 || strcmp(a, "--spin-us") == 0) {
             char *end;
             long n = strtol(v, &end, 10);
 
             if (*end != '\0' || n < 0 || n > INT_MAX)
                 vcu__usage();
-            vcu__w.fd = (int)n;
+            if (strcmp(a, "--fd") == 0)
+                vcu__w.fd = (int)n;
+            else if (strcmp(a, "--shm") == 0)
+                shm_fd = (int)n;
+            else if (strcmp(a, "--wake-req") == 0)
+                wake_req = (int)n;
+            else if (strcmp(a, "--wake-resp") == 0)
+                wake_resp = (int)n;
+            else
+                vcu__w.spin_ns = (uint64_t)n * 1000u;
         } else if (strcmp(a, "--gpus") == 0) {
             cfg.gpus = v;
         } else if (strcmp(a, "--libcuda") == 0) {
@@ -662,7 +855,7 @@ int main(int argc, char **argv)
         }
         i++;
     }
-    if (vcu__w.fd < 0)
+    if (vcu__w.fd < 0 || (!probe && (shm_fd < 0 || wake_req < 0 || wake_resp < 0)))
         vcu__usage();
 
     /* Dies with QEMU even when the socket would not tell (a stopped
@@ -687,74 +880,31 @@ int main(int argc, char **argv)
     vcu__send_frame(VCU_IPC_HELLO, 0, &hello, sizeof(hello));
     if (probe)
         _exit(0);
+    vcu__map_shm(shm_fd, wake_req, wake_resp);
 
-    buf = malloc(cap);
+    /* Ring frames are copied out here; a request on the ring is at most
+     * a quarter of it (larger ones come on the socket). */
+    buf = malloc(vcu__w.req.size);
     if (buf == NULL)
         vcu__die("out of memory");
     for (;;) {
         struct vcu_ipc_hdr h;
-        union {
-            struct cmsghdr c;
-            char b[CMSG_SPACE(sizeof(int) * 8)];
-        } ctl;
-        struct iovec iov;
-        struct msghdr m;
-        struct cmsghdr *c;
-        ssize_t n;
+        int rc = vcu__ring_get(&vcu__w.req, &h, buf, vcu__w.req.size, VCU_IPC_MAX_BODY);
 
-        while (have >= sizeof(h)) {
-            memcpy(&h, buf, sizeof(h));
-            if (h.len > VCU_IPC_MAX_BODY)
-                vcu__die("oversized message");
-            if (have < sizeof(h) + h.len)
-                break;
+        if (rc < 0)
+            vcu__die("request ring broken");
+        if (rc > 0) {
             if (h.type == VCU_IPC_REQ)
-                vcu__handle_req(h.tag, buf + sizeof(h), h.len);
-            else if (h.type == VCU_IPC_REGION)
-                vcu__handle_region(buf + sizeof(h), h.len);
+                vcu__handle_req(h.tag, buf, h.len);
+            else if (h.type == VCU_IPC_SOCK && h.len == 0)
+                vcu__sock_pump(true);
             else
                 vcu__die("unknown message");
-            memmove(buf, buf + sizeof(h) + h.len, have - sizeof(h) - h.len);
-            have -= sizeof(h) + h.len;
+            continue;
         }
-        if (have >= sizeof(h) && sizeof(h) + h.len > cap) {
-            size_t ncap = sizeof(h) + h.len;
-            unsigned char *nb = realloc(buf, ncap);
-
-            if (nb == NULL)
-                vcu__die("out of memory");
-            buf = nb;
-            cap = ncap;
-        }
-        iov.iov_base = buf + have;
-        iov.iov_len = cap - have;
-        memset(&m, 0, sizeof(m));
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctl.b;
-        m.msg_controllen = sizeof(ctl.b);
-        do {
-            n = recvmsg(vcu__w.fd, &m, MSG_CMSG_CLOEXEC);
-        } while (n < 0 && errno == EINTR);
-        if (n <= 0)
-            _exit(0);               /* closed: the session ends with us */
-        if (m.msg_flags & MSG_CTRUNC)
-            vcu__die("file descriptors lost");
-        for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
-            size_t nfd, f;
-
-            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                continue;
-            nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (f = 0; f < nfd; f++) {
-                int fd;
-
-                memcpy(&fd, CMSG_DATA(c) + f * sizeof(int), sizeof(int));
-                if (vcu__w.nfdq >= VCU_IPC_MAX_REGIONS)
-                    vcu__die("too many file descriptors");
-                vcu__w.fdq[vcu__w.nfdq++] = fd;
-            }
-        }
-        have += (size_t)n;
+        /* Idle: spin, then sleep until the ring or the socket (regions
+         * ahead of their request, or the end) has something. */
+        if (vcu__ring_wait(&vcu__w.req, vcu__w.fd, vcu__w.spin_ns, -1) != 0)
+            vcu__sock_fill(false);
     }
 }

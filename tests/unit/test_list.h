@@ -92,6 +92,12 @@
     X(wait_event_later_work)            \
     X(wait_reset_cancels)               \
     X(wait_fence_after_copies)          \
-    X(wait_bounce_budget)
+    X(wait_bounce_budget)               \
+    /* test_proxy.c */                  \
+    X(ring_wrap_full)                   \
+    X(ring_corrupt_index)               \
+    X(proxy_ring_wrap_full)             \
+    X(proxy_worker_killed)              \
+    X(proxy_ring_corrupt)
 
 #endif /* VCU_TEST_LIST_H */

@@ -1,0 +1,457 @@
+/*
+ * The session proxy's shared-memory rings (host-backend/vcu_ring.h, proxy.c,
+ * worker.c): the ring itself on plain memory, then vcu_proxy with the real
+ * worker (VCU_TEST_WORKER, built with the backend under the sanitizers):
+ * wrap-around, a full ring falling back to the sender thread, requests too
+ * large for the ring, a worker killed while the reader spins or sleeps,
+ * and a worker that breaks the reply ring.
+ */
+#define _GNU_SOURCE                 /* memfd_create */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ut.h"
+#include "vcu_proxy.h"
+#include "vcu_ring.h"
+
+#ifndef VCU_TEST_WORKER
+#define VCU_TEST_WORKER "build/unit/backend/vcu-worker"
+#endif
+
+/* ---- the ring alone ------------------------------------------------------ */
+
+typedef struct {
+    struct vcu_ipc_ring_ctl ctl;
+    unsigned char data[4096];
+} ring_mem_t;
+
+static void ring_pair(ring_mem_t *m, vcu__ring_t *prod, vcu__ring_t *cons)
+{
+    memset(m, 0, sizeof(*m));
+    vcu__ring_init(prod, &m->ctl, m->data, sizeof(m->data), -1);
+    vcu__ring_init(cons, &m->ctl, m->data, sizeof(m->data), -1);
+}
+
+/* Frames of every size up to 700 bytes, many times round the ring, the
+ * ring filled to FULL on the way: each comes out as it went in. */
+TEST(ring_wrap_full)
+{
+    static ring_mem_t m;
+    vcu__ring_t p, c;
+    unsigned char in[700], out[700];
+    struct vcu_ipc_hdr h, g;
+    uint64_t sent = 0, got = 0;
+    int fulls = 0;
+
+    ring_pair(&m, &p, &c);
+    while (got < 3000) {
+        int rc;
+
+        h.type = VCU_IPC_REQ;
+        h.len = (uint32_t)(sent * 37 % sizeof(in));
+        h.tag = sent;
+        memset(in, (int)(sent & 0xff), h.len);
+        rc = vcu__ring_put(&p, &h, in);
+        ASSERT_NE(VCU__RING_BROKEN, rc);
+        if (rc > 0) {
+            sent++;
+            if (sent % 12 != 0)
+                continue;           /* let it fill */
+        } else {
+            fulls++;
+        }
+        while ((rc = vcu__ring_get(&c, &g, out, sizeof(out), sizeof(out))) > 0) {
+            unsigned int i;
+
+            ASSERT_EQ_U64(got, g.tag);
+            ASSERT_EQ(got * 37 % sizeof(in), g.len);
+            for (i = 0; i < g.len; i++)
+                ASSERT_EQ((int)(got & 0xff), out[i]);
+            got++;
+        }
+        ASSERT_EQ(VCU__RING_EMPTY, rc);
+    }
+    ASSERT_GT(fulls, 0);
+    ASSERT_GT(p.pos, 100 * sizeof(m.data));
+    return 0;
+}
+
+/* What the peer wrote is checked: a tail or head past the ring, a frame
+ * longer than what was published or than allowed. */
+TEST(ring_corrupt_index)
+{
+    static ring_mem_t m;
+    vcu__ring_t p, c;
+    unsigned char buf[256] = { 0 };
+    struct vcu_ipc_hdr h = { .type = VCU_IPC_RESP, .len = 100, .tag = 1 };
+
+    ring_pair(&m, &p, &c);
+    m.ctl.tail = sizeof(m.data) + 8;            /* more than the ring */
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_get(&c, &h, buf, sizeof(buf), sizeof(buf)));
+    m.ctl.tail = 12;                            /* not 8-aligned */
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_get(&c, &h, buf, sizeof(buf), sizeof(buf)));
+    m.ctl.tail = (uint64_t)-8;                  /* behind the consumer */
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_get(&c, &h, buf, sizeof(buf), sizeof(buf)));
+
+    ring_pair(&m, &p, &c);
+    ASSERT_EQ(1, vcu__ring_put(&p, &h, buf));
+    h.len = 4000;                               /* the frame claims more than published */
+    memcpy(m.data, &h, sizeof(h));
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_get(&c, &h, buf, sizeof(buf), 1u << 20));
+    ring_pair(&m, &p, &c);
+    h.len = 200;
+    ASSERT_EQ(1, vcu__ring_put(&p, &h, buf));
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_get(&c, &h, buf, sizeof(buf), 100));  /* over max */
+    ASSERT_EQ(c.pos, 0);
+
+    ring_pair(&m, &p, &c);
+    m.ctl.head = 64;                            /* ahead of the producer */
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_put(&p, &h, buf));
+    return 0;
+}
+
+/* ---- the proxy with the real worker -------------------------------------- */
+
+#define PX_RAM (16u << 20)
+
+typedef struct {
+    vcu_proxy_t *px;
+    int ramfd;
+    unsigned char *ram;
+    uint64_t sid;
+} px_env_t;
+
+static int px_env(px_env_t *e, unsigned int ring_bytes, unsigned int spin_us)
+{
+    vcu_proxy_config_t cfg;
+    char err[256];
+
+    memset(e, 0, sizeof(*e));
+    e->ramfd = memfd_create("ut-guest-ram", MFD_CLOEXEC);
+    ASSERT_GE(e->ramfd, 0);
+    ASSERT_EQ(0, ftruncate(e->ramfd, PX_RAM));
+    e->ram = mmap(NULL, PX_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, e->ramfd, 0);
+    ASSERT_TRUE(e->ram != MAP_FAILED);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.worker = VCU_TEST_WORKER;
+    cfg.libcuda = UT_NO_LIBCUDA;                /* ECHO needs no CUDA */
+    cfg.ring_bytes = ring_bytes;
+    cfg.spin_us = spin_us;
+    if (vcu_proxy_new(&cfg, &e->px, err, sizeof(err)) != 0) {
+        fprintf(stderr, "vcu_proxy_new: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void px_env_free(px_env_t *e)
+{
+    vcu_proxy_free(e->px);
+    munmap(e->ram, PX_RAM);
+    close(e->ramfd);
+}
+
+/* Submits t: its reply buffer as large as the link allows (the worker
+ * refuses larger ones, as QEMU never asks for them). */
+static void px_submit(px_env_t *e, ut_req_t *t)
+{
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
+    vcu_proxy_submit(e->px, &t->r);
+}
+
+/* Runs t through the proxy and waits (30 s at most); its status. */
+static uint32_t px_exec(px_env_t *e, ut_req_t *t)
+{
+    int n = atomic_load(&t->ndone);
+
+    px_submit(e, t);
+    if (ut_wait_count(&t->ndone, n + 1) != 0)
+        return 0xdeadu;
+    return ut_status(t);
+}
+
+static int px_open(px_env_t *e)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_session_open_req o;
+
+    memset(&o, 0, sizeof(o));
+    o.version_min = o.version_max = VCU_PROTO_VERSION;
+    o.features = VCU_FEAT_ECHO;
+    ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
+    ASSERT_EQ(VCU_S_OK, px_exec(e, t));
+    e->sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
+    free(t);
+    return 0;
+}
+
+/* Gives t's segments their {fd, offset}: they must lie in e->ram, one
+ * wire range per iovec. */
+static vcu_gref_t px_refs[VCU_MAX_SEGS + 4][UT_MAX_IOV];
+
+static void px_refs_set(px_env_t *e, ut_req_t *t, vcu_gref_t (*refs)[UT_MAX_IOV])
+{
+    unsigned int i, j;
+
+    for (i = 0; i < t->nsegs; i++) {
+        for (j = 0; j < t->segs[i].iovcnt; j++) {
+            refs[i][j].fd = e->ramfd;
+            refs[i][j].off = (uint64_t)((unsigned char *)t->segs[i].iov[j].iov_base - e->ram);
+        }
+        t->segs[i].ref = refs[i];
+        ut_wseg(t, i)->nranges = t->segs[i].iovcnt;
+    }
+}
+
+/* An ECHO of n bytes at ram + off (in iovs pieces); checks the hash. */
+static int px_echo(px_env_t *e, size_t off, size_t n, unsigned int iovs)
+{
+    ut_req_t *t = ut_req_new();
+    struct iovec v[UT_MAX_IOV];
+    unsigned int i;
+
+    ut_fill(e->ram + off, n, (unsigned int)(off + n));
+    for (i = 0; i < iovs; i++) {
+        v[i].iov_base = e->ram + off + n / iovs * i;
+        v[i].iov_len = i + 1 < iovs ? n / iovs : n - n / iovs * i;
+    }
+    ut_req_add_seg_iov(t, VCU_SEG_TO_DEVICE, v, iovs);
+    ut_echo_build(t, e->sid, 1, 0, 0, NULL, 0);
+    px_refs_set(e, t, px_refs);
+    ASSERT_EQ(VCU_S_OK, px_exec(e, t));
+    ASSERT_EQ_U64(n, ((const struct vcu_echo_resp *)ut_resp_payload(t))->in_bytes);
+    ASSERT_EQ_U64(ut_fnv(VCU_FNV64_INIT, e->ram + off, n),
+                  ((const struct vcu_echo_resp *)ut_resp_payload(t))->in_hash);
+    free(t);
+    return 0;
+}
+
+/* The session's worker: our child named vcu-worker (one session open). */
+static pid_t px_worker_pid(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t found = -1;
+
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        char path[300], buf[512], *p;
+        int ppid = 0;
+        FILE *f;
+
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(buf, sizeof(buf), f) != NULL && strstr(buf, "(vcu-worker)") != NULL &&
+            (p = strrchr(buf, ')')) != NULL && sscanf(p + 2, "%*c %d", &ppid) == 1 &&
+            ppid == getpid())
+            found = (pid_t)atoi(de->d_name);
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/* A 4 KiB request ring: ECHOs of every shape wrap it many times; a burst
+ * of 300 in flight fills it, and what does not fit waits for the sender
+ * thread, in order; a request with many ranges is too large for the ring
+ * and goes on the socket, in its place. */
+TEST(proxy_ring_wrap_full)
+{
+    static ut_req_t *burst[300];
+    px_env_t e;
+    unsigned int i;
+    double t0;
+    pid_t pid;
+
+    CHECK(px_env(&e, 4096, 0));
+    CHECK(px_open(&e));
+    for (i = 0; i < 200; i++)
+        CHECK(px_echo(&e, (i * 4099u) % (PX_RAM / 2), 1 + i * 97u % 8192, 1 + i % UT_MAX_IOV));
+
+    /* The worker stopped: the ring fills and the rest queue, without
+     * the submitter waiting for anything. */
+    pid = px_worker_pid();
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(0, kill(pid, SIGSTOP));
+    t0 = ut_now();
+    for (i = 0; i < 300; i++) {
+        burst[i] = ut_req_new();
+        ut_req_add_seg(burst[i], VCU_SEG_TO_DEVICE, e.ram + i * 64, 64);
+        ut_fill(e.ram + i * 64, 64, i);
+        ut_echo_build(burst[i], e.sid, i, 0, 0, NULL, 0);
+        px_refs_set(&e, burst[i], px_refs);
+        px_submit(&e, burst[i]);
+    }
+    ASSERT_LT(ut_now() - t0, 1.0);
+    ASSERT_EQ(0, atomic_load(&burst[0]->ndone));
+    ASSERT_EQ(0, kill(pid, SIGCONT));
+    for (i = 0; i < 300; i++) {
+        ASSERT_EQ(0, ut_wait_count(&burst[i]->ndone, 1));
+        ASSERT_EQ(VCU_S_OK, ut_status(burst[i]));
+        ASSERT_EQ_U64(ut_fnv(VCU_FNV64_INIT, e.ram + i * 64, 64),
+                      ((const struct vcu_echo_resp *)ut_resp_payload(burst[i]))->in_hash);
+        free(burst[i]);
+    }
+
+    /* 8 segments of 8 ranges: 64 ranges, over a quarter of the ring. */
+    {
+        ut_req_t *t = ut_req_new();
+        struct iovec v[UT_MAX_IOV];
+        uint64_t hsh = VCU_FNV64_INIT;
+        unsigned int s, j;
+
+        for (s = 0; s < 8; s++) {
+            for (j = 0; j < UT_MAX_IOV; j++) {
+                v[j].iov_base = e.ram + (1u << 20) + (s * UT_MAX_IOV + j) * 8192u;
+                v[j].iov_len = 100 + j;
+                ut_fill(v[j].iov_base, v[j].iov_len, s * 16 + j);
+                hsh = ut_fnv(hsh, v[j].iov_base, v[j].iov_len);
+            }
+            ut_req_add_seg_iov(t, VCU_SEG_TO_DEVICE, v, UT_MAX_IOV);
+        }
+        ut_echo_build(t, e.sid, 5, 0, 0, NULL, 0);
+        px_refs_set(&e, t, px_refs);
+        ASSERT_GT(vcu__ring_frame_bytes(64 * sizeof(struct vcu_ipc_range)), 4096 / 4);
+        ASSERT_EQ(VCU_S_OK, px_exec(&e, t));
+        ASSERT_EQ_U64(hsh, ((const struct vcu_echo_resp *)ut_resp_payload(t))->in_hash);
+        free(t);
+    }
+    CHECK(px_echo(&e, 12345, 777, 3));         /* and the ring goes on after it */
+    px_env_free(&e);
+    return 0;
+}
+
+/* Kills the worker while a request is in flight, after wait_ms: the
+ * request ends (VCU_S_EIO) soon after, and so does the next one. */
+static int px_kill_case(unsigned int spin_us, unsigned int wait_ms)
+{
+    px_env_t e;
+    ut_req_t *t = ut_req_new(), *u = ut_req_new();
+    struct timespec ts = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L };
+    pid_t pid;
+    double t0;
+
+    CHECK(px_env(&e, 0, spin_us));
+    CHECK(px_open(&e));
+    CHECK(px_echo(&e, 0, 100, 1));
+    pid = px_worker_pid();
+    ASSERT_GT(pid, 0);
+    ut_echo_build(t, e.sid, 1, 0, 5000, NULL, 0);    /* 5 s in the worker */
+    px_submit(&e, t);
+    nanosleep(&ts, NULL);
+    t0 = ut_now();
+    ASSERT_EQ(0, kill(pid, SIGKILL));
+    ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
+    ASSERT_LT(ut_now() - t0, 2.0);
+    ASSERT_EQ(VCU_S_EIO, ut_status(t));
+    ut_echo_build(u, e.sid, 1, 0, 0, NULL, 0);
+    ASSERT_EQ(VCU_S_EIO, px_exec(&e, u));
+    free(t);
+    free(u);
+    px_env_free(&e);
+    return 0;
+}
+
+/* Right after a reply, the reader spins (1 s of spin configured); later
+ * it sleeps in poll(): a killed worker is seen either way. */
+TEST(proxy_worker_killed)
+{
+    CHECK(px_kill_case(1000000, 0));
+    CHECK(px_kill_case(0, 300));
+    CHECK(px_kill_case(50, 300));
+    return 0;
+}
+
+/* The session's shared area as the proxy maps it in this process (the
+ * one mapping of the memfd "vcu-ring"): what the worker shares with us. */
+static struct vcu_ipc_shm *px_shm(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    struct vcu_ipc_shm *found = NULL;
+    char line[512];
+    int n = 0;
+
+    if (f == NULL)
+        return NULL;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo;
+
+        if (strstr(line, "/memfd:vcu-ring") == NULL || sscanf(line, "%lx-", &lo) != 1)
+            continue;
+        found = (struct vcu_ipc_shm *)lo;
+        n++;
+    }
+    fclose(f);
+    return n == 1 ? found : NULL;
+}
+
+static int px_close(px_env_t *e)
+{
+    ut_req_t *t = ut_req_new();
+
+    ut_req_build(t, VCU_OP_SESSION_CLOSE, e->sid, NULL, 0);
+    ASSERT_EQ(VCU_S_OK, px_exec(e, t));
+    free(t);
+    return 0;
+}
+
+/*
+ * A worker that breaks a ring: an impossible tail in the reply ring (the
+ * reader, spinning, takes it), an impossible head in the request ring
+ * (the next submit finds it).  Either way the proxy kills the worker,
+ * fails what was pending with VCU_S_EIO, the session stays dead, and a
+ * new session works.  The shared area is written from this side, as the
+ * worker would.
+ */
+TEST(proxy_ring_corrupt)
+{
+    px_env_t e;
+    ut_req_t *t = ut_req_new(), *u = ut_req_new();
+    struct vcu_ipc_shm *shm;
+    pid_t pid;
+
+    /* 3 s of spin: the reader sees the tail without a wake-up. */
+    CHECK(px_env(&e, 0, 3000000));
+    CHECK(px_open(&e));
+    CHECK(px_echo(&e, 0, 100, 1));
+    pid = px_worker_pid();
+    ASSERT_GT(pid, 0);
+    shm = px_shm();
+    ASSERT_NOT_NULL(shm);
+    ASSERT_EQ_U64(VCU_IPC_SHM_MAGIC, shm->magic);
+    ut_echo_build(t, e.sid, 1, 0, 5000, NULL, 0);
+    px_submit(&e, t);
+    __atomic_store_n(&shm->resp.tail, shm->resp.head + 3ull * VCU_IPC_RESP_RING,
+                     __ATOMIC_RELEASE);
+    ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
+    ASSERT_EQ(VCU_S_EIO, ut_status(t));
+    ut_echo_build(u, e.sid, 1, 0, 0, NULL, 0);
+    ASSERT_EQ(VCU_S_EIO, px_exec(&e, u));
+    ASSERT_EQ(-1, kill(pid, 0));                /* killed and reaped */
+    CHECK(px_close(&e));
+
+    CHECK(px_open(&e));                         /* frees the dead one's area */
+    CHECK(px_echo(&e, 4096, 5000, 2));
+    shm = px_shm();
+    ASSERT_NOT_NULL(shm);
+    __atomic_store_n(&shm->req.head, shm->req.tail + 64, __ATOMIC_RELEASE);
+    ut_echo_build(u, e.sid, 1, 0, 0, NULL, 0);
+    ASSERT_EQ(VCU_S_EIO, px_exec(&e, u));
+    CHECK(px_close(&e));
+
+    CHECK(px_open(&e));
+    CHECK(px_echo(&e, 8192, 3000, 1));
+    free(t);
+    free(u);
+    px_env_free(&e);
+    return 0;
+}
