@@ -78,7 +78,7 @@ fuzz:
 	FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run.sh campaign $(FUZZ_SECONDS)
 
 gpu-suite:
-	tests/gpu/run.sh
+	tests/gpu/run.sh; rc=$$?; tests/gpu/leaks.sh || rc=1; exit $$rc
 
 clean:
 	rm -rf $(B)
