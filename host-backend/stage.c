@@ -25,9 +25,10 @@
 
 #include "vcu_stage.h"
 
-/* Smaller segments, or ones of few ranges, are copied as they are. */
+/* Smaller segments are copied as they are.  Any number of ranges: even a
+ * few large ones are not registered, and the driver would stage them. */
 #define VCU__STAGE_MIN (1u << 20)
-#define VCU__STAGE_MIN_RANGES 16u
+#define VCU__STAGE_MIN_RANGES 1u
 /* Pinned staging memory per session. */
 #define VCU__STAGE_MAX (256ull << 20)
 #define VCU__STAGE_THREADS 4
@@ -157,13 +158,17 @@ static void vcu__stage_copy(const vcu_segment_t *s, unsigned char *buf, bool in)
     }
 }
 
-int vcu_stage_in(vcu_backend_t *be, uint32_t opcode, vcu_segment_t *segs, unsigned int nsegs,
-                 vcu_stage_t *st)
+int vcu_stage_in(vcu_backend_t *be, uint32_t opcode, uint32_t req_flags, vcu_segment_t *segs,
+                 unsigned int nsegs, vcu_stage_t *st)
 {
     vcu__sbuf_t *b;
 
     memset(st, 0, sizeof(*st));
-    if ((opcode != VCU_OP_CU_MEMCPY_HTOD && opcode != VCU_OP_CU_MEMCPY_DTOH) || nsegs != 1 ||
+    /* A DTOH is scattered only once its reply says the copy succeeded: an
+     * async request's reply carries no result (its errors are deferred),
+     * so an async DTOH is copied as it is. */
+    if ((opcode != VCU_OP_CU_MEMCPY_HTOD &&
+         (opcode != VCU_OP_CU_MEMCPY_DTOH || (req_flags & VCU_REQ_F_ASYNC))) || nsegs != 1 ||
         (segs[0].flags & VCU_SEG_F_STABLE) || segs[0].len < VCU__STAGE_MIN ||
         segs[0].iovcnt < VCU__STAGE_MIN_RANGES)
         return 0;

@@ -23,8 +23,8 @@ typedef struct vcu_stage_s {
  * else changes nothing and returns 0.  st must then go to vcu_stage_out()
  * once the backend has completed the request, before the reply.
  */
-int vcu_stage_in(vcu_backend_t *be, uint32_t opcode, vcu_segment_t *segs, unsigned int nsegs,
-                 vcu_stage_t *st);
+int vcu_stage_in(vcu_backend_t *be, uint32_t opcode, uint32_t req_flags, vcu_segment_t *segs,
+                 unsigned int nsegs, vcu_stage_t *st);
 
 /* At completion: for a DTOH that succeeded, scatters the buffer to the
  * guest's pages; gives the buffer back.  resp is the backend's reply. */

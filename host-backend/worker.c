@@ -615,7 +615,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     j->breq.resp_cap = ir.resp_cap;
     j->breq.done = vcu__job_done;
     if (!j->fence)
-        vcu_stage_in(vcu__w.be, h.opcode, j->segs, h.nsegs, &j->stage);
+        vcu_stage_in(vcu__w.be, h.opcode, h.flags, j->segs, h.nsegs, &j->stage);
     j->breq.opaque = j;
     vcu_backend_submit(vcu__w.be, &j->breq);
     return;
