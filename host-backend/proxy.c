@@ -102,7 +102,6 @@ struct vcu_proxy_s {
     unsigned int max_sessions;
     unsigned int nlive;
     uint64_t next_gen;
-    uint64_t started;
     vcu__psess_t *zombies;          /* closed, threads to join */
     vcu__psess_t *closing;          /* SESSION_CLOSE sent, worker not yet gone */
     char cuda_error[256];           /* the probe's answer: "" when CUDA works */
@@ -865,9 +864,6 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
         pthread_join(s->sender, NULL);
         goto fail_kill;
     }
-    pthread_mutex_lock(&px->mu);
-    px->started++;
-    pthread_mutex_unlock(&px->mu);
     vcu__px_forward(s, req, h, true);
     return;
 
@@ -1326,24 +1322,4 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
 VCU_EXPORT const char *vcu_proxy_cuda_error(const vcu_proxy_t *px)
 {
     return px->cuda_error[0] ? px->cuda_error : NULL;
-}
-
-VCU_EXPORT unsigned int vcu_proxy_session_count(vcu_proxy_t *px)
-{
-    unsigned int n;
-
-    pthread_mutex_lock(&px->mu);
-    n = px->nlive;
-    pthread_mutex_unlock(&px->mu);
-    return n;
-}
-
-VCU_EXPORT uint64_t vcu_proxy_workers_started(vcu_proxy_t *px)
-{
-    uint64_t n;
-
-    pthread_mutex_lock(&px->mu);
-    n = px->started;
-    pthread_mutex_unlock(&px->mu);
-    return n;
 }

@@ -68,10 +68,6 @@ void vcu_proxy_reset(vcu_proxy_t *px);
  * driver, the GPU list), or NULL if it did. */
 const char *vcu_proxy_cuda_error(const vcu_proxy_t *px);
 
-/* Sessions open now, and worker processes started since creation. */
-unsigned int vcu_proxy_session_count(vcu_proxy_t *px);
-uint64_t vcu_proxy_workers_started(vcu_proxy_t *px);
-
 #ifdef __cplusplus
 }
 #endif

@@ -506,7 +506,6 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     for (i = 0; i < h.nsegs; i++) {
         struct vcu_seg ws;
         vcu_segment_t *sg = &j->segs[i];
-        uint64_t sum = 0;
         uint32_t n;
 
         memcpy(&ws, j->req + seg_off + i * sizeof(ws), sizeof(ws));
@@ -530,9 +529,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
                 status = VCU_S_EFAULT;
                 goto fail;
             }
-            sum += rg[k].len;
         }
-        (void)sum;
     }
     if (k != ir.nranges)
         goto fail;

@@ -107,8 +107,8 @@ dsc="$srccache/qemu_${QEMU_DEB_VERSION#*:}.dsc"
 if [ -f "$dsc" ]; then
     log "step 1: source package cached ($srccache)"
 else
-    # The whole listing is read into a variable first: "producer | grep -q"
-    # under pipefail fails whenever grep exits before the producer is done.
+    # The whole listing is read into a variable first: under pipefail, a
+    # quiet grep fed by a pipe fails whenever it exits before its writer.
     showsrc=$(apt-cache showsrc qemu 2>/dev/null || true)
     if ! printf '%s\n' "$showsrc" | grep -x "Version: $QEMU_DEB_VERSION" >/dev/null; then
         # Lists older than the version pinned here: refresh them once.
@@ -308,7 +308,8 @@ log "step 5: ninja -j$jobs qemu-system-x86_64 (a first build is about 1600 steps
 t0=$(date +%s)
 t0s=$SECONDS
 if ! ninja -C "$bld" -j"$jobs" qemu-system-x86_64 2>&1 | ninja_progress "$work/ninja.log"; then
-    # Not "grep | head" under pipefail: head's early exit would fail it.
+    # sed prints the first lines and reads on: a reader that exits early
+    # would make the pipeline fail under pipefail.
     grep -E -A8 'error|FAILED' "$work/ninja.log" | sed -n '1,60p' >&2 || true
     die "build failed (log: $work/ninja.log)"
 fi

@@ -33,8 +33,8 @@ verdict_fail() {
     exit 1
 }
 
-# Not "ldconfig -p | grep -q" under pipefail: grep -q exits at the first
-# match and ldconfig, still writing, dies of SIGPIPE, which fails the test.
+# grep reads ldconfig's whole listing: a quiet grep would exit at the first
+# match and ldconfig, still writing, would die of SIGPIPE under pipefail.
 have_gpu() {
     [ -e /dev/nvidiactl ] && ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1 ' >/dev/null
 }

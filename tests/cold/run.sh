@@ -4,7 +4,7 @@
 #   tests/cold/run.sh        (make test's "cold" suite)
 #
 # 1. pipelines: no script that runs under pipefail has a pipeline whose
-#    reader may stop early ("| grep -q", "| head", "grep -m", "| sed ...q"):
+#    reader may stop early (a quiet or counted grep, head, a sed that quits):
 #    the writer then dies of SIGPIPE and the pipeline fails at random.
 # 2. qemu-device/build-qemu.sh with an empty cache (VCU_CACHE in a scratch
 #    folder) and apt, dpkg-source, meson and ninja replaced by local
@@ -37,11 +37,18 @@ bad() {
 # ---- 1. pipelines under pipefail --------------------------------------------
 scripts=$(cd "$root" && git ls-files 2>/dev/null | grep -E '\.sh$|^\.ci/run$')
 [ -n "$scripts" ] || scripts=$(cd "$root" && find . -name '*.sh' -not -path './build/*' | sed 's,^\./,,')
+# A pipe into: grep with -q, -m, --quiet or --max-count; head; sed -n NUMq.
+early_reader=
+for r in 'grep[[:space:]]+(-[a-zA-Z]*[qm]|--quiet|--max-count)' 'head([[:space:]]|$)' \
+    'sed[[:space:]]+-n[[:space:]]+.?[0-9]+q'; do
+    early_reader=${early_reader:+$early_reader|}$r
+done
+early_reader='\|[[:space:]]*('$early_reader')'
 hits=$tmp/pipe-hits
 : >"$hits"
 for f in $scripts; do
     grep 'pipefail' "$root/$f" >/dev/null || continue
-    { grep -nE '\|[[:space:]]*(grep[[:space:]]+(-[a-zA-Z]*[qm]|--quiet|--max-count)|head([[:space:]]|$)|sed[[:space:]]+-n[[:space:]]+.?[0-9]+q)' "$root/$f" || true; } |
+    { grep -nE "$early_reader" "$root/$f" || true; } |
         { grep -vE '^[0-9]+:[[:space:]]*#' || true; } | sed "s,^,$f:," >>"$hits"
 done
 if [ -s "$hits" ]; then bad pipefail-readers "readers that stop early, under pipefail" "$hits"; else ok pipefail-readers; fi
