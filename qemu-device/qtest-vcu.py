@@ -209,12 +209,13 @@ fails += not ok
 FAKECUDA = os.environ.get('VCU_QTEST_LIBCUDA',
                           os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                        '..', 'build', 'fakecuda', 'libcuda.so.1'))
-def device_opts(props):
+def device_opts(props, env=None):
     q = subprocess.Popen([QEMU, '-machine', 'pc,accel=qtest', '-qtest', 'stdio', '-display', 'none',
                           '-nodefaults', '-m', '64',
                           '-object', 'memory-backend-memfd,id=mem,size=64M,share=on', '-machine', 'memory-backend=mem',
                           '-device', f'virtio-cuda-pci,libcuda={FAKECUDA},{props}'] + sys.argv[2:],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
     up = False
     try:
         q.stdin.write('endianness\n'); q.stdin.flush()
@@ -266,6 +267,14 @@ else:
         check_opts(f'README: -device virtio-cuda-pci,{props}', props, True, None)
     ok = not device_opts.driver_in_qemu
     print(('PASS' if ok else 'FAIL'), 'QEMU has not loaded the CUDA driver (the stand-in) itself')
+    fails += not ok
+    passes += ok
+    # A GPU that reads pageable host memory could reach all guest RAM the
+    # worker maps: CUDA is refused there, with the reason.
+    up, err = device_opts('gpus=0', dict(os.environ, VCU_FAKECUDA_PAGEABLE_ACCESS='1'))
+    ok = up and 'can access pageable host memory' in err
+    print(('PASS' if ok else 'FAIL'), 'CUDA refused on a GPU that reaches pageable host memory:',
+          ' '.join(err.split())[:160])
     fails += not ok
     passes += ok
 # ---- another VM --------------------------------------------------------

@@ -1811,6 +1811,12 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID:
         *pi = dev;
         break;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+        /* VCU_FAKECUDA_PAGEABLE_ACCESS=1: a GPU that reads pageable host
+         * memory (HMM, ATS), which the worker must refuse. */
+        *pi = getenv("VCU_FAKECUDA_PAGEABLE_ACCESS") != NULL &&
+              strcmp(getenv("VCU_FAKECUDA_PAGEABLE_ACCESS"), "1") == 0;
+        break;
     default:
         *pi = fc_attrs[attrib].value;
         break;

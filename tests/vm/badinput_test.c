@@ -114,6 +114,8 @@ static const char *errname(int e)
     case EIO: return "-EIO";
     case EMSGSIZE: return "-EMSGSIZE";
     case EOVERFLOW: return "-EOVERFLOW";
+    case EEXIST: return "-EEXIST";
+    case ENOENT: return "-ENOENT";
     }
     snprintf(buf, sizeof(buf), "-%d", e < 0 ? -e : e);
     return buf;
@@ -871,6 +873,132 @@ static void test_raw_refused_without_session(void)
     close(fd);
 }
 
+/* ---- VCUDA_IOC_HOST_REGISTER -------------------------------------------- */
+
+static int host_reg(int fd, unsigned long cmd, uint64_t addr, uint64_t len, uint64_t reserved)
+{
+    struct vcuda_host_register r = { .addr = addr, .len = len, .reserved = { reserved, 0 } };
+
+    return xioctl(fd, cmd, &r);
+}
+
+/* Waits until pinned_pages is want (or 3 s): 0, or -1 with *last. */
+static int wait_pinned(uint64_t want, uint64_t *last)
+{
+    for (int i = 0; i < 300; i++) {
+        if (vt_sysfs_u64("pinned_pages", last) == 0 && *last == want)
+            return 0;
+        vt_sleep_ms(10);
+    }
+    return -1;
+}
+
+static void test_host_register(void)
+{
+    const size_t len = 64 * 1024;
+    unsigned char *buf, *ro, *gone, *hm;
+    struct vcuda_seg seg;
+    struct vcuda_submit s;
+    struct vcu_echo_resp er;
+    uint64_t base = 0, v;
+    int fd = open_dev(), fd2, err;
+
+    if (fd < 0) {
+        vt_fail("hostreg_open", "cannot open " VT_DEV);
+        return;
+    }
+    buf = vt_alloc(len);
+    EXPECT("hostreg_no_session", host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)buf, len, 0),
+           -ENOTCONN);
+    close(fd);
+    fd = open_session();
+    if (fd < 0) {
+        vt_fail("hostreg_session", "no session");
+        vt_free(buf, len);
+        return;
+    }
+    vt_sysfs_u64("pinned_pages", &base);
+    EXPECT("hostreg_reserved", host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)buf, len, 1),
+           -EINVAL);
+    EXPECT("hostreg_len_zero", host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)buf, 0, 0),
+           -EINVAL);
+    EXPECT("hostreg_wraps", host_reg(fd, VCUDA_IOC_HOST_REGISTER, ~0ull - 100, 4096, 0), -EINVAL);
+    EXPECT("hostreg_kernel_address",
+           host_reg(fd, VCUDA_IOC_HOST_REGISTER, 0xffff888000000000ull, 4096, 0), -EFAULT);
+    EXPECT("hostreg_too_big", host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)buf, 1ull << 40, 0),
+           -ENOMEM, -EFAULT);
+    gone = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    munmap(gone, len);
+    EXPECT("hostreg_unmapped", host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)gone, len, 0),
+           -EFAULT);
+    ro = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT("hostreg_read_only", host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)ro, len, 0),
+           -EFAULT);
+    munmap(ro, len);
+    hm = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (hm != MAP_FAILED) {
+        EXPECT("hostreg_driver_memory",
+               host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)hm, len, 0), -EFAULT);
+        munmap(hm, len);
+    }
+    if (wait_pinned(base, &v) != 0)
+        vt_fail("hostreg_failures_unpinned", "pinned_pages %llu, want %llu",
+                (unsigned long long)v, (unsigned long long)base);
+    else
+        vt_pass("hostreg_failures_unpinned");
+
+    /* A registration: its pages stay pinned, overlaps and unknown ranges
+     * are refused, a segment inside it travels, and it ends when asked. */
+    err = host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)buf + 100, len - 200, 0);
+    if (err)
+        vt_fail("hostreg_register", "-> %s", errname(err));
+    else
+        vt_pass("hostreg_register");
+    if (wait_pinned(base + len / 4096, &v) != 0)
+        vt_fail("hostreg_pinned", "pinned_pages %llu, want %llu", (unsigned long long)v,
+                (unsigned long long)(base + len / 4096));
+    else
+        vt_pass("hostreg_pinned");
+    EXPECT("hostreg_overlap", host_reg(fd, VCUDA_IOC_HOST_REGISTER, (uintptr_t)buf + 4096, 8192, 0),
+           -EEXIST);
+    EXPECT("hostreg_unregister_unknown",
+           host_reg(fd, VCUDA_IOC_HOST_UNREGISTER, (uintptr_t)gone, 0, 0), -ENOENT);
+    vt_pattern(buf, len, 9);
+    seg = (struct vcuda_seg){ (uintptr_t)buf + 4096, 8192, VCUDA_SEG_TO_DEVICE, 0 };
+    mk_submit(&s, &seg, 1);
+    err = xioctl(fd, VCUDA_IOC_SUBMIT, &s);
+    memcpy(&er, resp_buf, sizeof(er));
+    if (err || s.status != VCU_S_OK || er.in_bytes != 8192 ||
+        er.in_hash != vt_fnv(VCU_FNV64_INIT, buf + 4096, 8192))
+        vt_fail("hostreg_echo_inside", "-> %s status %u in_bytes %llu", errname(err), s.status,
+                (unsigned long long)er.in_bytes);
+    else
+        vt_pass("hostreg_echo_inside");
+    err = host_reg(fd, VCUDA_IOC_HOST_UNREGISTER, (uintptr_t)buf + 5000, 0, 0);
+    if (err)
+        vt_fail("hostreg_unregister", "-> %s", errname(err));
+    else
+        vt_pass("hostreg_unregister");
+    if (wait_pinned(base, &v) != 0)
+        vt_fail("hostreg_unpinned_after_unregister", "pinned_pages %llu", (unsigned long long)v);
+    else
+        vt_pass("hostreg_unpinned_after_unregister");
+
+    /* Registered, then the file closed without unregistering. */
+    fd2 = open_session();
+    if (fd2 < 0 || host_reg(fd2, VCUDA_IOC_HOST_REGISTER, (uintptr_t)buf, len, 0) != 0) {
+        vt_fail("hostreg_close", "no session or registration");
+    } else {
+        close(fd2);
+        if (wait_pinned(base, &v) != 0)
+            vt_fail("hostreg_close", "pinned_pages %llu after close", (unsigned long long)v);
+        else
+            vt_pass("hostreg_close");
+    }
+    close(fd);
+    vt_free(buf, len);
+}
+
 static void test_final_state(void)
 {
     uint64_t v;
@@ -904,6 +1032,7 @@ int main(void)
     test_raw();
     test_eintr();
     test_kill();
+    test_host_register();
     test_final_state();
     vt_info("badinput: %u passed, %u failed in %llu ms", vt_npass(), vt_nfail(),
             (unsigned long long)(vt_now_us() - t0) / 1000);
