@@ -151,6 +151,11 @@ typedef struct vcu__sess_s {
     bool finished;                  /* worker past its last use of the session */
     unsigned int inline_busy;       /* inline executions using cs right now */
     bool sleeping;                  /* worker waits on cond: a push must signal */
+    /* Constant after open: run by vcu_backend_drive() on the caller's
+     * thread (config pump), not by a thread of ours. */
+    bool driven;
+    bool driving;                   /* vcu_backend_drive() has taken it */
+    bool orphan;                    /* reset while driven: the driver frees it */
     /* Written only by the worker (under be->lock); read by the worker
      * without it, and by vcu_backend_submit() under it. */
     vcu__cuda_sess_t *cs;
@@ -176,6 +181,7 @@ struct vcu_backend_s {
     uint64_t next_gen;              /* high half of the next session id */
     vcu__sess_t *zombies;           /* closed, thread not yet joined */
     vcu__item_t *items;             /* cache of free VCU__ITEM_INLINE items */
+    vcu__sess_t *undriven;          /* driven sessions opened, oldest first, not yet driven */
     unsigned int nitems;
 };
 
@@ -508,7 +514,8 @@ static void vcu__reap_zombies(vcu_backend_t *be)
     pthread_mutex_unlock(&be->lock);
     while ((s = done) != NULL) {
         done = s->zombie_next;
-        pthread_join(s->thread, NULL);
+        if (!s->driven)
+            pthread_join(s->thread, NULL);
         vcu__sess_destroy(s);
     }
 }
@@ -843,6 +850,8 @@ static void vcu__spin_poll(vcu__sess_t *s, bool closing, unsigned int k)
             t0 = vcu__now_ns();     /* progress: keep at it */
         if (!gpu && next == 0)
             return;                 /* only a fence waiting on nothing: cannot be */
+        if (s->driven)
+            s->be->cfg.pump(s->be->cfg.pump_opaque, 0);
         for (i = 0; i < 32; i++) {
             if (atomic_load_explicit(&s->kick, memory_order_acquire) != k)
                 return;
@@ -855,6 +864,20 @@ static void vcu__spin_poll(vcu__sess_t *s, bool closing, unsigned int k)
 
 /* ---- worker -------------------------------------------------------------- */
 
+/*
+ * Caller holds be->lock, which this drops and retakes.  A driven
+ * session's thread, idle: takes in new requests, waiting at most
+ * timeout_ns (-1: no limit) for some.
+ */
+static void vcu__pump_locked(vcu__sess_t *s, int64_t timeout_ns)
+{
+    vcu_backend_t *be = s->be;
+
+    pthread_mutex_unlock(&be->lock);
+    be->cfg.pump(be->cfg.pump_opaque, timeout_ns);
+    pthread_mutex_lock(&be->lock);
+}
+
 static void *vcu__worker(void *arg)
 {
     vcu__sess_t *s = arg;
@@ -863,6 +886,7 @@ static void *vcu__worker(void *arg)
     vcu__queue_t cancelled;
     vcu__cuda_sess_t *cs;
     uint64_t last_poll = 0;
+    bool orphan;
 
     /* The polls' short timed waits mean little under the default 50 us of
      * timer slack. */
@@ -912,6 +936,10 @@ static void *vcu__worker(void *arg)
                     continue;
                 if (gpu && nap < VCU__POLL_MAX_NS)
                     nap = nap * 2 < VCU__POLL_MAX_NS ? nap * 2 : VCU__POLL_MAX_NS;
+                if (s->driven) {
+                    vcu__pump_locked(s, (int64_t)(dl - now));
+                    continue;
+                }
                 clock_gettime(CLOCK_MONOTONIC, &ts);
                 dl -= now;
                 ts.tv_sec += (time_t)(dl / 1000000000u);
@@ -923,6 +951,11 @@ static void *vcu__worker(void *arg)
                 s->sleeping = true;
                 pthread_cond_timedwait(&s->cond, &be->lock, &ts);
                 s->sleeping = false;
+                continue;
+            }
+            if (s->driven) {
+                /* The pump spins before it sleeps. */
+                vcu__pump_locked(s, -1);
                 continue;
             }
             if (!spun) {
@@ -1018,7 +1051,10 @@ static void *vcu__worker(void *arg)
 
     pthread_mutex_lock(&be->lock);
     s->finished = true;
+    orphan = s->orphan;
     pthread_mutex_unlock(&be->lock);
+    if (orphan)
+        vcu__sess_destroy(s);       /* reset let go of it: ours to free */
     return NULL;
 }
 
@@ -1078,8 +1114,15 @@ static uint32_t vcu__session_open(vcu_backend_t *be, vcu_request_t *req, const u
     /* Slot in the low half (never 0), a never-reused generation above. */
     s->id = (be->next_gen++ << 32) | (uint64_t)(slot + 1);
     s->in_table = true;
-    /* Started under the lock: the worker's first step is to take it. */
-    if (pthread_create(&s->thread, NULL, vcu__worker, s) != 0) {
+    s->driven = be->cfg.pump != NULL;
+    if (s->driven) {
+        vcu__sess_t **pp = &be->undriven;
+
+        while (*pp)
+            pp = &(*pp)->zombie_next;
+        *pp = s;
+    } else if (pthread_create(&s->thread, NULL, vcu__worker, s) != 0) {
+        /* Started under the lock: the worker's first step is to take it. */
         pthread_mutex_unlock(&be->lock);
         vcu__sess_destroy(s);
         return VCU_S_ENOMEM;
@@ -1357,6 +1400,15 @@ VCU_EXPORT void vcu_backend_reset(vcu_backend_t *be)
         be->sessions[i] = NULL;
         s->in_table = false;
         s->cancel = true;
+        if (s->driven && !s->driving) {
+            /* Never driven: nothing of it runs; freed below. */
+            vcu__sess_t **pp = &be->undriven;
+
+            while (*pp != s)
+                pp = &(*pp)->zombie_next;
+            *pp = s->zombie_next;
+            s->finished = true;
+        }
         vcu__wake_locked(s);
         pthread_cond_signal(&s->cond);
         s->zombie_next = list;
@@ -1374,10 +1426,42 @@ VCU_EXPORT void vcu_backend_reset(vcu_backend_t *be)
     pthread_mutex_unlock(&be->lock);
 
     while ((s = list) != NULL) {
+        bool running = false;
+
         list = s->zombie_next;
-        pthread_join(s->thread, NULL);
-        vcu__sess_destroy(s);
+        if (s->driven) {
+            /* Its driver's thread sees cancel at its next step and frees
+             * it at the end; only a finished one is ours. */
+            pthread_mutex_lock(&be->lock);
+            running = !s->finished;
+            s->orphan = running;
+            pthread_mutex_unlock(&be->lock);
+        } else {
+            pthread_join(s->thread, NULL);
+        }
+        if (!running)
+            vcu__sess_destroy(s);
     }
+}
+
+VCU_EXPORT int vcu_backend_drive(vcu_backend_t *be)
+{
+    vcu__sess_t *s;
+
+    if (!be || !be->cfg.pump)
+        return VCU_EINVAL;
+    pthread_mutex_lock(&be->lock);
+    s = be->undriven;
+    if (s) {
+        be->undriven = s->zombie_next;
+        s->zombie_next = NULL;
+        s->driving = true;
+    }
+    pthread_mutex_unlock(&be->lock);
+    if (!s)
+        return VCU_ENOSESSION;
+    vcu__worker(s);
+    return 0;
 }
 
 VCU_EXPORT void vcu_backend_free(vcu_backend_t *be)

@@ -64,6 +64,19 @@ typedef struct vcu_backend_config_s {
      * RAM that the session's kernels must not reach.
      */
     int worker;
+    /*
+     * Driven sessions: no thread of the backend's own runs a session.
+     * The caller runs each one, after its SESSION_OPEN, on a thread of
+     * its own with vcu_backend_drive(); pump() is how that thread takes
+     * in new requests, idle or between requests: it submits whatever has
+     * arrived (vcu_backend_submit()) and returns, waiting at most
+     * timeout_ns for something to arrive (0: no wait; -1: no limit).  It
+     * is called without any backend lock held.  So a request runs on the
+     * thread that received it, with no hand-over to another thread (a
+     * worker process: worker.c).  NULL: a thread per session.
+     */
+    void (*pump)(void *opaque, int64_t timeout_ns);
+    void *pump_opaque;
 } vcu_backend_config_t;
 
 /*
@@ -127,10 +140,20 @@ void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req);
 int vcu_backend_execute(vcu_backend_t *be, vcu_request_t *req);
 
 /*
+ * Driven sessions (config pump): runs the oldest session opened and not
+ * yet driven on the calling thread, until it ends (SESSION_CLOSE, or a
+ * reset).  Returns 0 then, VCU_ENOSESSION if no session waits to be
+ * driven, VCU_EINVAL without a pump.
+ */
+int vcu_backend_drive(vcu_backend_t *be);
+
+/*
  * Ends every session (device reset): requests not yet started complete
  * with VCU_S_ECANCELED, running ones finish, then every session's host
  * state (CUDA context and all it holds) is freed.  Returns once all done
- * callbacks have run and every worker has exited.
+ * callbacks have run and every worker has exited; a driven session that
+ * its thread still runs is only told to end (it frees itself once its
+ * vcu_backend_drive() returns).  Not from pump().
  */
 void vcu_backend_reset(vcu_backend_t *be);
 

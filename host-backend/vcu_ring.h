@@ -22,6 +22,9 @@
 #ifndef VCU_RING_H
 #define VCU_RING_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE                 /* ppoll */
+#endif
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>
@@ -171,23 +174,35 @@ static inline int vcu__ring_ready(const vcu__ring_t *r)
 
 /*
  * Consumer, idle: waits until the ring has something or sock is readable
- * (data or its end), at most timeout_ms (-1: no limit).  Spins first for
- * spin_ns (checking the ring), then sets the sleeping flag and blocks in
- * poll() on the ring's doorbell and sock.  Returns poll()'s revents for
- * sock (0 if the ring woke us).
+ * (data or its end), at most timeout_ns (-1: no limit).  Spins first for
+ * spin_ns (checking the ring; never longer than the timeout), then sets
+ * the sleeping flag and blocks in ppoll() on the ring's doorbell and
+ * sock.  Returns ppoll()'s revents for sock (0 if the ring woke us or
+ * the time ran out).
  */
-static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, int timeout_ms)
+static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, int64_t timeout_ns)
 {
     struct pollfd pfd[2];
-    uint64_t t0 = vcu__ring_now_ns();
+    struct timespec ts, *tsp = NULL;
+    uint64_t t0 = vcu__ring_now_ns(), spent;
     unsigned int i = 0;
 
+    if (timeout_ns >= 0 && (uint64_t)timeout_ns < spin_ns)
+        spin_ns = (uint64_t)timeout_ns;
     while (spin_ns > 0) {
         if (vcu__ring_ready(r))
             return 0;
         vcu__cpu_relax();
         if ((++i & 63u) == 0 && vcu__ring_now_ns() - t0 > spin_ns)
             break;
+    }
+    if (timeout_ns >= 0) {
+        spent = vcu__ring_now_ns() - t0;
+        if (spent >= (uint64_t)timeout_ns)
+            return 0;
+        ts.tv_sec = (time_t)(((uint64_t)timeout_ns - spent) / 1000000000u);
+        ts.tv_nsec = (long)(((uint64_t)timeout_ns - spent) % 1000000000u);
+        tsp = &ts;
     }
     __atomic_store_n(&r->ctl->sleeping, 1u, __ATOMIC_RELAXED);
     VCU__FENCE();
@@ -201,8 +216,8 @@ static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, i
     pfd[1].fd = sock;
     pfd[1].events = POLLIN;
     pfd[1].revents = 0;
-    if (poll(pfd, 2, timeout_ms) < 0)
-        pfd[1].revents = 0;
+    if (ppoll(pfd, 2, tsp, NULL) <= 0)
+        pfd[0].revents = pfd[1].revents = 0;
     __atomic_store_n(&r->ctl->sleeping, 0u, __ATOMIC_RELAXED);
     if (pfd[0].revents & POLLIN) {
         char drain[64];

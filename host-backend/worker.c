@@ -28,19 +28,39 @@
  * The link: with --shm, requests come on the shared request ring and
  * replies go on the reply ring (vcu_ipc.h, "The hot path"); the socket
  * carries the regions, requests too large for the ring (announced in the
- * ring by VCU_IPC_SOCK), and the end of the session.  The main thread,
- * idle, spins --spin-us on the request ring, then sleeps in poll() on the
- * ring's doorbell and the socket.  Without --shm (--probe) only the hello
- * is sent.
+ * ring by VCU_IPC_SOCK), and the end of the session.  Without --shm
+ * (--probe) only the hello is sent.
  *
- * Threads: the main thread reads frames and submits; replies are written
- * by whichever thread completes a request (the backend's), under
+ * Threads
+ * -------
+ * The main thread reads the ring and runs the session's requests itself:
+ * the backend's session is driven (vcu_backend_drive()), and the
+ * backend's pump is vcu__pump(), which takes in what the ring holds and,
+ * idle, spins --spin-us on it, then sleeps in ppoll() on the ring's
+ * doorbell and the socket.  So a request goes from the ring to the GPU
+ * and its reply back to the reply ring with no hand-over between threads.
+ *
+ * The ring (and the socket's bytes) belong to whichever thread holds
+ * vcu__w.rlock: the main thread while it pumps.  A request the main
+ * thread runs might block (a blocking synchronize, which device printf
+ * needs) behind a host callback that waits for a CU_CALLBACK_DONE still
+ * in the ring: so when the main thread has been away from the ring for
+ * VCU__W_WATCH_NS, the watch thread takes the ring over and submits what
+ * arrives (CALLBACK_DONE runs inline; the rest is queued for the main
+ * thread) until the main thread comes back for it.
+ *
+ * Replies are written by whichever thread completes a request, under
  * vcu__w.wlock.  vcu__w.alock protects the registration list.
+ * Lock order: rlock -> alock, rlock -> wlock.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE                 /* ppoll */
+#endif
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +79,13 @@
 #include "vcu_stage.h"
 
 #define VCU__W_PAGE 4096ull
+/* How long the main thread may be away from the ring before the watch
+ * thread takes it over, and how often that thread looks. */
+#define VCU__W_WATCH_NS 2000000ull
+#define VCU__W_WATCH_PERIOD_NS 1000000L
+/* Looks at an idle main thread this many times, then sleeps until the
+ * main thread leaves the ring again. */
+#define VCU__W_WATCH_IDLE 100u
 
 typedef struct vcu__region_s {
     uint32_t id;
@@ -108,7 +135,7 @@ typedef struct vcu__job_s {
 static struct {
     int fd;
     vcu_backend_t *be;
-    vcu__ring_t req;                /* main thread only */
+    vcu__ring_t req;                /* rlock */
     vcu__ring_t resp;               /* under wlock */
     bool rings;
     uint64_t spin_ns;
@@ -116,6 +143,22 @@ static struct {
     size_t scap, shave;
     pthread_mutex_t wlock;          /* writes to fd, the reply ring */
     pthread_mutex_t alock;          /* regs */
+    /* The request ring and the socket's read side (req, sbuf, fdq,
+     * regions): held by the main thread while it pumps, by the watch
+     * thread while it stands in. */
+    pthread_mutex_t rlock;
+    /* When the main thread left the ring (CLOCK_MONOTONIC ns), 0 while
+     * it pumps; want: it waits for rlock, the watch thread must let go. */
+    _Atomic uint64_t away_since;
+    _Atomic int want;
+    /* Frames the watch thread took in: what it queued, the main thread
+     * runs before it waits for the ring again. */
+    _Atomic uint64_t watch_took;
+    uint64_t watch_seen;            /* main thread: watch_took when it last pumped */
+    pthread_mutex_t watch_mu;       /* watch_parked, with watch_cv */
+    pthread_cond_t watch_cv;
+    _Atomic int watch_parked;
+    unsigned char *rbuf;            /* a ring frame's body, copied out (rlock) */
     vcu__region_t regions[VCU_IPC_MAX_REGIONS];
     unsigned int nregions;
     vcu__reg_t *regs;               /* alock: sorted, disjoint */
@@ -127,6 +170,9 @@ static struct {
     .fd = -1,
     .wlock = PTHREAD_MUTEX_INITIALIZER,
     .alock = PTHREAD_MUTEX_INITIALIZER,
+    .rlock = PTHREAD_MUTEX_INITIALIZER,
+    .watch_mu = PTHREAD_MUTEX_INITIALIZER,
+    .watch_cv = PTHREAD_COND_INITIALIZER,
 };
 
 static void vcu__die(const char *what)
@@ -793,6 +839,129 @@ static void vcu__map_shm(int fd, int wake_req, int wake_resp)
     vcu__w.rings = true;
 }
 
+/* ---- taking requests in ------------------------------------------------- */
+
+/* Holder of rlock: submits every frame the ring holds; how many. */
+static unsigned int vcu__take_frames(void)
+{
+    unsigned int n = 0;
+
+    for (;;) {
+        struct vcu_ipc_hdr h;
+        int rc = vcu__ring_get(&vcu__w.req, &h, vcu__w.rbuf, vcu__w.req.size, VCU_IPC_MAX_BODY);
+
+        if (rc < 0)
+            vcu__die("request ring broken");
+        if (rc == 0)
+            return n;
+        if (h.type == VCU_IPC_REQ)
+            vcu__handle_req(h.tag, vcu__w.rbuf, h.len);
+        else if (h.type == VCU_IPC_SOCK && h.len == 0)
+            vcu__sock_pump(true);
+        else
+            vcu__die("unknown message");
+        n++;
+    }
+}
+
+/* Holder of rlock: takes in what has arrived, waiting at most timeout_ns
+ * (-1: no limit) for something if nothing has.  How many frames. */
+static unsigned int vcu__take(int64_t timeout_ns, uint64_t spin_ns)
+{
+    unsigned int n = vcu__take_frames();
+
+    if (n > 0 || timeout_ns == 0)
+        return n;
+    for (;;) {
+        uint64_t t0 = vcu__ring_now_ns();
+
+        /* The socket alone (regions ahead of their request, or the end)
+         * counts for nothing: wait on. */
+        if (vcu__ring_wait(&vcu__w.req, vcu__w.fd, spin_ns, timeout_ns) != 0)
+            vcu__sock_fill(false);
+        n = vcu__take_frames();
+        if (n > 0)
+            return n;
+        if (timeout_ns >= 0) {
+            uint64_t spent = vcu__ring_now_ns() - t0;
+
+            if (spent >= (uint64_t)timeout_ns)
+                return 0;
+            timeout_ns -= (int64_t)spent;
+        }
+    }
+}
+
+/* The backend's pump (vcu_backend_config_t), on the main thread. */
+static void vcu__pump(void *opaque, int64_t timeout_ns)
+{
+    uint64_t took;
+
+    (void)opaque;
+    atomic_store_explicit(&vcu__w.want, 1, memory_order_relaxed);
+    pthread_mutex_lock(&vcu__w.rlock);
+    atomic_store_explicit(&vcu__w.want, 0, memory_order_relaxed);
+    atomic_store_explicit(&vcu__w.away_since, 0, memory_order_relaxed);
+    took = atomic_load_explicit(&vcu__w.watch_took, memory_order_relaxed);
+    /* The watch thread queued requests since the backend last looked:
+     * no waiting before it has run them. */
+    if (took != vcu__w.watch_seen) {
+        vcu__w.watch_seen = took;
+        timeout_ns = 0;
+    }
+    vcu__take(timeout_ns, vcu__w.spin_ns);
+    atomic_store_explicit(&vcu__w.away_since, vcu__ring_now_ns(), memory_order_relaxed);
+    pthread_mutex_unlock(&vcu__w.rlock);
+    if (atomic_load_explicit(&vcu__w.watch_parked, memory_order_relaxed)) {
+        pthread_mutex_lock(&vcu__w.watch_mu);
+        atomic_store_explicit(&vcu__w.watch_parked, 0, memory_order_relaxed);
+        pthread_cond_signal(&vcu__w.watch_cv);
+        pthread_mutex_unlock(&vcu__w.watch_mu);
+    }
+}
+
+/*
+ * The watch thread: stands in for the main thread at the ring while a
+ * request of the main thread's takes long (see "Threads").  Parks while
+ * the main thread stays at the ring.
+ */
+static void *vcu__watch(void *arg)
+{
+    const struct timespec period = { 0, VCU__W_WATCH_PERIOD_NS };
+    unsigned int idle = 0;
+
+    (void)arg;
+    prctl(PR_SET_NAME, "vcu-watch");
+    for (;;) {
+        uint64_t since;
+
+        if (idle >= VCU__W_WATCH_IDLE) {
+            pthread_mutex_lock(&vcu__w.watch_mu);
+            atomic_store_explicit(&vcu__w.watch_parked, 1, memory_order_relaxed);
+            while (atomic_load_explicit(&vcu__w.watch_parked, memory_order_relaxed))
+                pthread_cond_wait(&vcu__w.watch_cv, &vcu__w.watch_mu);
+            pthread_mutex_unlock(&vcu__w.watch_mu);
+            idle = 0;
+        }
+        nanosleep(&period, NULL);
+        since = atomic_load_explicit(&vcu__w.away_since, memory_order_relaxed);
+        if (since == 0) {
+            idle++;
+            continue;
+        }
+        idle = 0;
+        if (vcu__ring_now_ns() - since < VCU__W_WATCH_NS ||
+            pthread_mutex_trylock(&vcu__w.rlock) != 0)
+            continue;
+        while (atomic_load_explicit(&vcu__w.away_since, memory_order_relaxed) == since &&
+               !atomic_load_explicit(&vcu__w.want, memory_order_relaxed))
+            atomic_fetch_add_explicit(&vcu__w.watch_took, vcu__take(VCU__W_WATCH_PERIOD_NS, 0),
+                                      memory_order_relaxed);
+        pthread_mutex_unlock(&vcu__w.rlock);
+    }
+    return NULL;
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static void vcu__usage(void)
@@ -809,7 +978,7 @@ int main(int argc, char **argv)
 {
     vcu_backend_config_t cfg;
     struct vcu_ipc_hello hello;
-    unsigned char *buf;
+    pthread_t watch;
     const char *cerr;
     bool probe = false;
     int i, shm_fd = -1, wake_req = -1, wake_resp = -1;
@@ -866,6 +1035,7 @@ int main(int argc, char **argv)
     cfg.max_sessions = 1;
     cfg.register_ram = 1;
     cfg.worker = 1;
+    cfg.pump = vcu__pump;
     if (vcu_backend_new(&cfg, &vcu__w.be) != 0)
         vcu__die("cannot create the backend");
     memset(&hello, 0, sizeof(hello));
@@ -878,30 +1048,17 @@ int main(int argc, char **argv)
     if (probe)
         _exit(0);
     vcu__map_shm(shm_fd, wake_req, wake_resp);
-
-    /* Ring frames are copied out here; a request on the ring is at most
-     * a quarter of it (larger ones come on the socket). */
-    buf = malloc(vcu__w.req.size);
-    if (buf == NULL)
+    /* A request on the ring is at most a quarter of it (larger ones come
+     * on the socket). */
+    vcu__w.rbuf = malloc(vcu__w.req.size);
+    if (vcu__w.rbuf == NULL)
         vcu__die("out of memory");
-    for (;;) {
-        struct vcu_ipc_hdr h;
-        int rc = vcu__ring_get(&vcu__w.req, &h, buf, vcu__w.req.size, VCU_IPC_MAX_BODY);
 
-        if (rc < 0)
-            vcu__die("request ring broken");
-        if (rc > 0) {
-            if (h.type == VCU_IPC_REQ)
-                vcu__handle_req(h.tag, buf, h.len);
-            else if (h.type == VCU_IPC_SOCK && h.len == 0)
-                vcu__sock_pump(true);
-            else
-                vcu__die("unknown message");
-            continue;
-        }
-        /* Idle: spin, then sleep until the ring or the socket (regions
-         * ahead of their request, or the end) has something. */
-        if (vcu__ring_wait(&vcu__w.req, vcu__w.fd, vcu__w.spin_ns, -1) != 0)
-            vcu__sock_fill(false);
+    if (pthread_create(&watch, NULL, vcu__watch, NULL) != 0)
+        vcu__die("cannot start the watch thread");
+    /* Until SESSION_OPEN: then the session runs here until it ends. */
+    for (;;) {
+        vcu__pump(NULL, -1);
+        (void)vcu_backend_drive(vcu__w.be);
     }
 }

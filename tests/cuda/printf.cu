@@ -5,6 +5,11 @@
  * One thread per launch prints: the order of several threads' printf is
  * not defined on a GPU.
  *
+ * A host function runs ahead of the first synchronize: on the host, a
+ * session that uses device printf synchronizes with a blocking call, and
+ * the host function it waits for needs the guest's CALLBACK_DONE to be
+ * taken in meanwhile (host-backend/worker.c, "Threads").
+ *
  * run.sh sees only the last line, so the program checks its own output:
  * it runs itself again with stdout going to a file, line buffered as on
  * a terminal (so a native run gives the same order), and compares.
@@ -33,6 +38,14 @@ static const char expected[] =
     "host after cudaMemcpy\n"
     "done\n";
 
+static volatile int noted;
+
+static void CUDART_CB note(void *arg)
+{
+    (void)arg;
+    noted = 1;
+}
+
 static int child(void)
 {
     int *d, h[8];
@@ -41,7 +54,9 @@ static int child(void)
     printf("start\n");
     CK(cudaMalloc(&d, sizeof(h)));
     pf_hello<<<2, 4>>>(0, d);
+    CK(cudaLaunchHostFunc(0, note, NULL));
     CK(cudaDeviceSynchronize());
+    EXPECT(noted == 1, "the host function had not run at cudaDeviceSynchronize");
     printf("host after cudaDeviceSynchronize\n");
     pf_hello<<<2, 4>>>(1, d);
     CK(cudaStreamSynchronize(0));
