@@ -816,24 +816,27 @@ static const vcu__proc_t *vcu__proc_first(const char *base, size_t *n)
 }
 
 /*
- * As NVIDIA's driver resolves a name (cuda.h, cuGetProcAddress): the
- * newest ABI variant of the base name introduced at or before
- * cudaVersion; with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM its
- * _ptds/_ptsz twin where that ABI has one, else the legacy variant.
- * CU_GET_PROC_ADDRESS_DEFAULT is the legacy search: a driver cannot know
- * how its caller was compiled.
+ * As NVIDIA's driver resolves a name (cuda.h, cuGetProcAddress; checked
+ * against driver 580.159.04 with tests/gpu/probe-procaddr.c, see
+ * docs/driver-api.md): the newest ABI variant of the base name introduced
+ * at or before cudaVersion.  With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+ * (bit 1 of flags) a name that has _ptds/_ptsz variants resolves only to
+ * those (none yet at that version: VERSION_NOT_SUFFICIENT), any other name
+ * to its legacy variant.  A name or version not found is CUDA_SUCCESS
+ * with *pfn NULL and the status saying why; only flags beyond the two
+ * bits and versions past the driver's are CUDA_ERROR_INVALID_VALUE.
  */
 static CUresult vcu__get_proc(const char *symbol, void **pfn, int cudaVersion,
                               cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
-    const vcu__proc_t *p, *best = NULL, *pt = NULL;
+    const vcu__proc_t *p, *best = NULL;
     CUdriverProcAddressQueryResult st;
-    int driver;
+    int driver, per_thread = 0, has_pt = 0;
     size_t n;
 
-    if (symbol == NULL || pfn == NULL || cudaVersion <= 0 ||
-        (flags != CU_GET_PROC_ADDRESS_DEFAULT && flags != CU_GET_PROC_ADDRESS_LEGACY_STREAM &&
-         flags != CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+    if (symbol == NULL || pfn == NULL ||
+        (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)))
         return CUDA_ERROR_INVALID_VALUE;
     cuDriverGetVersion(&driver);
     if (cudaVersion > driver) {
@@ -841,32 +844,26 @@ static CUresult vcu__get_proc(const char *symbol, void **pfn, int cudaVersion,
                    cudaVersion, (unsigned long long)flags, driver);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    *pfn = NULL;
     p = vcu__proc_first(symbol, &n);
-    for (size_t i = 0; i < n; i++) {
-        if (p[i].version > cudaVersion)
-            continue;
-        if (!p[i].per_thread && (best == NULL || p[i].version > best->version))
+    for (size_t i = 0; i < n; i++)
+        has_pt |= p[i].per_thread;
+    if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && has_pt)
+        per_thread = 1;
+    for (size_t i = 0; i < n; i++)
+        if (p[i].per_thread == per_thread && p[i].version <= cudaVersion &&
+            (best == NULL || p[i].version > best->version))
             best = &p[i];
-        if (p[i].per_thread && (pt == NULL || p[i].version > pt->version))
-            pt = &p[i];
-    }
-    if (best != NULL && pt != NULL && flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM &&
-        pt->abi == best->version)
-        best = pt;
     st = best != NULL ? CU_GET_PROC_ADDRESS_SUCCESS
          : n > 0      ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                       : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     if (status != NULL)
         *status = st;
+    *pfn = best != NULL ? best->fn : NULL;
     vcu__trace("cuGetProcAddress(%s, %d, %llu) -> %s\n", symbol, cudaVersion,
                (unsigned long long)flags,
                best != NULL                                     ? "found"
                : st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ? "version not sufficient"
                                                                   : "not found");
-    if (best == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    *pfn = best->fn;
     return CUDA_SUCCESS;
 }
 

@@ -54,11 +54,15 @@ def read_list(path):
     return calls, order
 
 
-# The graphics-interop typedef headers (cudaGLTypedefs.h, cudaEGLTypedefs.h,
-# cudaVDPAUTypedefs.h) are left out: the toolkit's Linux stub exports none
-# of their names, so neither do we, and cuGetProcAddress finds none of them.
-TYPEDEF_HEADERS = ["cudaTypedefs.h", "cudaProfilerTypedefs.h"]
-API_HEADERS = ["cuda.h", "cudaProfiler.h"]
+# The graphics-interop headers count too: the toolkit's stub exports none of
+# their names, NVIDIA's Linux driver does (and its runtime asks for them).
+TYPEDEF_HEADERS = ["cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h",
+                   "cudaEGLTypedefs.h", "cudaVDPAUTypedefs.h"]
+API_HEADERS = ["cuda.h", "cudaProfiler.h", "cudaGL.h", "cudaEGL.h", "cudaVDPAU.h"]
+# Typedef'd, but not exported by NVIDIA's Linux driver (580.159.04,
+# measured: docs/driver-api.md), so not by ours: a Windows call and one
+# EGL call.
+NOT_ON_LINUX = {"cuWGLGetDevice", "cuEventCreateFromEGLSync"}
 
 
 def read_typedefs(inc):
@@ -139,6 +143,8 @@ def read_defines(inc):
 def proc_table(typedefs, defines, calls, nparams, protos):
     bases = {}
     for base, ver, pt in typedefs:
+        if base in NOT_ON_LINUX:
+            continue
         bases.setdefault(base, {"": [], "_ptds": [], "_ptsz": []})[pt].append(ver)
     rows = []
     errors = []

@@ -1,9 +1,10 @@
 /*
- * cuGetProcAddress as NVIDIA's driver answers it (cuda.h): base name +
- * CUDA version pick the ABI variant, the per-thread flag its _ptds/_ptsz
- * twin, unknown names and too-old versions fail with a status; and the
- * pointers it gives are the library's own exports.  Needs no device: it
- * runs before cuInit.
+ * cuGetProcAddress as NVIDIA's driver answers it (cuda.h, and driver
+ * 580.159.04 measured: docs/driver-api.md): base name + CUDA version pick
+ * the ABI variant, the per-thread flag its _ptds/_ptsz twin, unknown
+ * names and too-old versions give CUDA_SUCCESS, a NULL pointer and a
+ * status; and the pointers it gives are the library's own exports.  Runs
+ * before cuInit.
  */
 #define _GNU_SOURCE 1
 #include <dlfcn.h>
@@ -77,13 +78,13 @@ int main(void)
     WANT("cuGetExportTable", 3000, D, "cuGetExportTable");
 
     /* Per-thread: the _ptds/_ptsz twin of the ABI the version picks, from
-     * the version it appeared in (7000 for most); legacy otherwise. */
+     * the version it appeared in (7000 for most); names without one give
+     * their legacy variant.  Both bits set count as per-thread. */
     WANT("cuMemcpyHtoD", 13000, PT, "cuMemcpyHtoD_v2_ptds");
     WANT("cuMemcpyHtoD", 7000, PT, "cuMemcpyHtoD_v2_ptds");
-    WANT("cuMemcpyHtoD", 6050, PT, "cuMemcpyHtoD_v2");
+    WANT("cuMemcpyHtoD", 12000, PT | L, "cuMemcpyHtoD_v2_ptds");
     WANT("cuMemcpyHtoD", 13000, L, "cuMemcpyHtoD_v2");
     WANT("cuMemcpyHtoD", 13000, D, "cuMemcpyHtoD_v2");
-    WANT("cuMemcpyHtoD", 2000, PT, "cuMemcpyHtoD");
     WANT("cuLaunchKernel", 12000, PT, "cuLaunchKernel_ptsz");
     WANT("cuLaunchKernel", 12000, L, "cuLaunchKernel");
     WANT("cuStreamSynchronize", 7000, PT, "cuStreamSynchronize_ptsz");
@@ -92,35 +93,47 @@ int main(void)
     WANT("cuStreamBeginCapture", 10010, PT, "cuStreamBeginCapture_v2_ptsz");
     WANT("cuInit", 12000, PT, "cuInit");            /* none: the legacy one */
     WANT("cuMemAlloc", 12000, PT, "cuMemAlloc_v2");
+    WANT("cuGLMapBufferObject", 7000, PT, "cuGLMapBufferObject_v2_ptds");  /* interop */
 
-    /* Unknown names, versions before the name existed, bad arguments. */
+    /* Not found: CUDA_SUCCESS, a NULL pointer, the status saying why. */
     pfn = (void *)1;
     st = CU_GET_PROC_ADDRESS_SUCCESS;
-    EXPECT(CUDA_ERROR_NOT_FOUND, cuGetProcAddress("cuNoSuchFunction", &pfn, 12000, D, &st));
+    CK(cuGetProcAddress("cuNoSuchFunction", &pfn, 12000, D, &st));
     TRUE(pfn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     pfn = (void *)1;
-    EXPECT(CUDA_ERROR_NOT_FOUND, cuGetProcAddress("cuMemAlloc_v2", &pfn, 12000, D, &st));
+    CK(cuGetProcAddress("cuMemAlloc_v2", &pfn, 12000, D, &st));
     TRUE(pfn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);   /* base names only */
     pfn = (void *)1;
-    EXPECT(CUDA_ERROR_NOT_FOUND, cuGetProcAddress("cuMemAlloc", &pfn, 1000, D, &st));
+    CK(cuGetProcAddress("", &pfn, 0, D, &st));      /* NVIDIA's runtime's first question */
+    TRUE(pfn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    pfn = (void *)1;
+    CK(cuGetProcAddress("cuMemAlloc", &pfn, 1000, D, &st));
     TRUE(pfn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     pfn = (void *)1;
-    EXPECT(CUDA_ERROR_NOT_FOUND, cuGetProcAddress("cuLaunchKernelEx", &pfn, 11000, PT, &st));
+    CK(cuGetProcAddress("cuLaunchKernelEx", &pfn, 11000, PT, &st));
     TRUE(pfn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-    EXPECT(CUDA_SUCCESS, cuGetProcAddress("cuMemAlloc", &pfn, 12000, D, NULL));
+    /* A per-thread question before the per-thread variant existed finds
+     * nothing: no fallback to the legacy one. */
+    pfn = (void *)1;
+    CK(cuGetProcAddress("cuMemcpyHtoD", &pfn, 6050, PT, &st));
+    TRUE(pfn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    pfn = (void *)1;
+    CK(cuGetProcAddress("cuLaunchKernel", &pfn, 4000, PT, &st));
+    TRUE(pfn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    CK(cuGetProcAddress("cuMemAlloc", &pfn, 12000, D, NULL));
+    /* Bad arguments. */
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress("cuMemAlloc", &pfn, drv + 10, D, &st));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress("cuMemAlloc", &pfn, 12000, 4, &st));
-    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress("cuMemAlloc", &pfn, 12000, 3, &st));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress("cuMemAlloc", &pfn, 12000, 8, &st));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress(NULL, &pfn, 12000, D, &st));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress("cuMemAlloc", NULL, 12000, D, &st));
-    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress("cuMemAlloc", &pfn, 0, D, &st));
 
     /* The 11.x four-argument form, as exported under the plain name. */
     v1 = (CUresult(*)(const char *, void **, int, cuuint64_t))sym("cuGetProcAddress");
     CK(v1("cuMemAlloc", &pfn, 11000, D));
     TRUE(pfn == sym("cuMemAlloc_v2"));
     pfn = (void *)1;
-    EXPECT(CUDA_ERROR_NOT_FOUND, v1("cuNoSuchFunction", &pfn, 11000, D));
+    CK(v1("cuNoSuchFunction", &pfn, 11000, D));
     TRUE(pfn == NULL);
 
     /* A pointer it gives works: cuDriverGetVersion through the table. */
