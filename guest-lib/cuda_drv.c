@@ -660,15 +660,50 @@ VCU__EXPORT CUresult cuCtxGetDevice(CUdevice *device)
     return CUDA_SUCCESS;
 }
 
-VCU__EXPORT CUresult cuCtxSynchronize(void)
+/* ctx, or the current context where ctx is NULL (the CUDA 13 _v2 calls). */
+static CUresult vcu__ctx_or_cur(CUcontext ctx, vcu__ctx_t **out)
+{
+    CUresult e;
+
+    if (ctx == NULL)
+        return vcu__cur(out);
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(ctx, VCU__K_CTX))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = (vcu__ctx_t *)ctx;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__ctx_or_cur(ctx, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     struct vcu_cu_hdr h;
     vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e = vcu__ctx_or_cur(ctx, &c);
 
     if (e != CUDA_SUCCESS)
         return e;
     return vcu__call(c->dev, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuCtxSynchronize(void)
+{
+    return cuCtxSynchronize_v2(NULL);
 }
 
 /* ---- primary contexts ------------------------------------------------- */

@@ -71,6 +71,14 @@ int main(void)
     TRUE(cur == c2);
     CK(cuCtxGetDevice(&d));
     TRUE(d == dev);
+    /* The CUDA 13 forms name the context (NULL: the current one). */
+    CK(cuCtxGetDevice_v2(&d, c1));
+    TRUE(d == dev);
+    CK(cuCtxGetDevice_v2(&d, NULL));
+    CK(cuCtxSynchronize_v2(c1));
+    CK(cuCtxSynchronize_v2(NULL));
+    EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxSynchronize_v2((CUcontext)&d));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetDevice_v2(NULL, c1));
     CK(cuCtxPopCurrent(&popped));
     TRUE(popped == c2);
     CK(cuCtxGetCurrent(&cur));
