@@ -436,7 +436,6 @@ CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_
 #define VCU__CTX_STACK 64
 static __thread vcu__ctx_t *vcu__stack[VCU__CTX_STACK];
 static __thread int vcu__depth;
-static unsigned long long vcu__next_ctx_id = 1;
 
 CUresult vcu__cur(vcu__ctx_t **out)
 {
@@ -453,7 +452,7 @@ CUresult vcu__cur(vcu__ctx_t **out)
     return CUDA_SUCCESS;
 }
 
-static vcu__ctx_t *vcu__ctx_new(int dev, int primary, unsigned int flags)
+static vcu__ctx_t *vcu__ctx_new(int dev, int primary)
 {
     vcu__ctx_t *c = calloc(1, sizeof(*c));
 
@@ -461,8 +460,6 @@ static vcu__ctx_t *vcu__ctx_new(int dev, int primary, unsigned int flags)
         return NULL;
     c->dev = dev;
     c->primary = primary;
-    c->flags = flags;
-    c->id = __atomic_fetch_add(&vcu__next_ctx_id, 1, __ATOMIC_RELAXED);
     if (vcu__reg_add(c, VCU__K_CTX) != 0) {
         free(c);
         return NULL;
@@ -478,22 +475,28 @@ static CUresult vcu__push(vcu__ctx_t *c)
     return CUDA_SUCCESS;
 }
 
-#define VCU__CTX_FLAGS_OK                                                                 \
-    (CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_COREDUMP_ENABLE | \
-     CU_CTX_USER_COREDUMP_ENABLE | CU_CTX_SYNC_MEMOPS)
+/* Context flags cuda.h defines, with at most one scheduling mode. */
+static int vcu__ctx_flags_ok(unsigned int flags)
+{
+    const unsigned int known = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX |
+                               CU_CTX_COREDUMP_ENABLE | CU_CTX_USER_COREDUMP_ENABLE |
+                               CU_CTX_SYNC_MEMOPS;
+    unsigned int sched = flags & CU_CTX_SCHED_MASK;
+
+    return !(flags & ~known) && (sched & (sched - 1)) == 0;
+}
 
 static CUresult vcu__ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     vcu__ctx_t *c;
     CUresult e;
 
-    if (pctx == NULL || (flags & ~(unsigned int)VCU__CTX_FLAGS_OK) ||
-        (flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_MASK)
+    if (pctx == NULL || !vcu__ctx_flags_ok(flags))
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__check_dev(dev);
     if (e != CUDA_SUCCESS)
         return e;
-    c = vcu__ctx_new(dev, 0, flags);
+    c = vcu__ctx_new(dev, 0);
     if (c == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e = vcu__push(c);
@@ -727,7 +730,7 @@ VCU__EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     d = &vcu__drv.dev[dev];
     pthread_mutex_lock(&vcu__drv.lock);
     if (d->primary == NULL)
-        d->primary = vcu__ctx_new(dev, 1, 0);
+        d->primary = vcu__ctx_new(dev, 1);
     if (d->primary == NULL) {
         e = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
@@ -783,8 +786,7 @@ VCU__EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fl
     struct vcu_cu_u64_req r = { .value = flags };
     CUresult e;
 
-    if ((flags & ~(unsigned int)VCU__CTX_FLAGS_OK) ||
-        (flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_MASK)
+    if (!vcu__ctx_flags_ok(flags))
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__check_dev(dev);
     if (e != CUDA_SUCCESS)

@@ -298,19 +298,25 @@ typedef struct vcu__fatbin_hdr_s {
     uint64_t fat_size;
 } vcu__fatbin_hdr_t;
 
-/* End of a 64-bit ELF (a cubin): its furthest header or section. */
-static CUresult vcu__elf_size(const unsigned char *img, uint64_t *size)
+/* End of a 64-bit ELF (a cubin): its furthest header or section.  avail:
+ * bytes known to be there (UINT64_MAX: unknown, as cuModuleLoadData's). */
+static CUresult vcu__elf_size(const unsigned char *img, uint64_t avail, uint64_t *size)
 {
     Elf64_Ehdr eh;
-    uint64_t end;
+    uint64_t end, shend;
 
+    if (avail < sizeof(eh))
+        return CUDA_ERROR_INVALID_IMAGE;
     memcpy(&eh, img, sizeof(eh));
     if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
         eh.e_shoff > VCU_MAX_XFER || eh.e_phoff > VCU_MAX_XFER)
         return CUDA_ERROR_INVALID_IMAGE;
+    shend = eh.e_shoff + (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr);
+    if (shend > avail)
+        return CUDA_ERROR_INVALID_IMAGE;
     end = sizeof(eh);
-    if (eh.e_shoff + (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr) > end)
-        end = eh.e_shoff + (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr);
+    if (shend > end)
+        end = shend;
     if (eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > end)
         end = eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize;
     for (unsigned int i = 0; i < eh.e_shnum; i++) {
@@ -324,6 +330,8 @@ static CUresult vcu__elf_size(const unsigned char *img, uint64_t *size)
         if (sh.sh_offset + sh.sh_size > end)
             end = sh.sh_offset + sh.sh_size;
     }
+    if (end > avail)
+        return CUDA_ERROR_INVALID_IMAGE;
     *size = end;
     return CUDA_SUCCESS;
 }
@@ -332,16 +340,22 @@ static CUresult vcu__elf_size(const unsigned char *img, uint64_t *size)
  * cuModuleLoadData gets no length: it is read from the image, as the
  * driver does.  A fatbin (or the wrapper nvcc puts around one), a cubin
  * (ELF), or PTX (NUL-terminated text).  *image moves past a wrapper.
+ * avail: bytes known to be at *image (a file's size), or UINT64_MAX.
  */
-static CUresult vcu__image_size(const void **image, uint64_t *size)
+static CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
 {
     const unsigned char *img = *image;
     uint32_t magic;
 
+    if (avail < sizeof(vcu__fatbin_hdr_t))
+        return CUDA_ERROR_INVALID_IMAGE;
     memcpy(&magic, img, sizeof(magic));
     if (magic == VCU__FATBINC_MAGIC) {
         vcu__fatbin_wrapper_t w;
 
+        /* The wrapper holds a pointer: it exists in memory, never in a file. */
+        if (avail != UINT64_MAX || avail < sizeof(w))
+            return CUDA_ERROR_INVALID_IMAGE;
         memcpy(&w, img, sizeof(w));
         if (w.data == NULL)
             return CUDA_ERROR_INVALID_IMAGE;
@@ -355,14 +369,15 @@ static CUresult vcu__image_size(const void **image, uint64_t *size)
         vcu__fatbin_hdr_t h;
 
         memcpy(&h, img, sizeof(h));
-        if (h.header_size < sizeof(h) || h.fat_size == 0 || h.fat_size > VCU_MAX_XFER)
+        if (h.header_size < sizeof(h) || h.fat_size == 0 || h.fat_size > VCU_MAX_XFER ||
+            (uint64_t)h.header_size + h.fat_size > avail)
             return CUDA_ERROR_INVALID_IMAGE;
         *size = (uint64_t)h.header_size + h.fat_size;
         return CUDA_SUCCESS;
     }
     if (memcmp(img, ELFMAG, SELFMAG) == 0)
-        return vcu__elf_size(img, size);
-    *size = strlen((const char *)img);
+        return vcu__elf_size(img, avail, size);
+    *size = strnlen((const char *)img, avail < VCU_MAX_XFER + 1 ? avail : VCU_MAX_XFER + 1);
     if (*size == 0 || *size > VCU_MAX_XFER)
         return CUDA_ERROR_INVALID_IMAGE;
     return CUDA_SUCCESS;
@@ -408,7 +423,7 @@ VCU__EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 
     if (module == NULL || image == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__image_size(&image, &len);
+    e = vcu__image_size(&image, UINT64_MAX, &len);
     if (e != CUDA_SUCCESS)
         return e;
     return vcu__module_load(module, image, len);
@@ -455,6 +470,7 @@ VCU__EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image,
 VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
     struct stat sb;
+    const void *img;
     char *buf;
     ssize_t got;
     size_t off = 0;
@@ -486,15 +502,10 @@ VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
         free(buf);
         return CUDA_ERROR_FILE_NOT_FOUND;
     }
-    {
-        const void *img = buf;
-
-        e = vcu__image_size(&img, &len);
-        if (e == CUDA_SUCCESS && (const char *)img == buf && len > (uint64_t)sb.st_size)
-            e = CUDA_ERROR_INVALID_IMAGE;
-        if (e == CUDA_SUCCESS)
-            e = vcu__module_load(module, img, len);
-    }
+    img = buf;
+    e = vcu__image_size(&img, (uint64_t)sb.st_size, &len);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_load(module, img, len);
     free(buf);
     return e;
 }
@@ -824,7 +835,6 @@ VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     }
     s->ctx = c;
     s->h = o.value;
-    s->flags = Flags;
     if (vcu__reg_add(s, VCU__K_STREAM) != 0) {
         struct vcu_cu_u64_req d = { .value = s->h };
 
@@ -935,7 +945,6 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     v->ctx = c;
     v->dev = c->dev;
     v->h = o.value;
-    v->flags = Flags;
     if (vcu__reg_add(v, VCU__K_EVENT) != 0) {
         struct vcu_cu_u64_req d = { .value = v->h };
 

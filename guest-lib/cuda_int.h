@@ -10,8 +10,9 @@
  * session: every context of a device here shares it (docs/driver-api.md).
  *
  * Lock order: vcu__drv.lock (devices, primary contexts, module function
- * lists) -> the registry's own lock (a leaf).  No lock is held across a
- * call to the host except vcu__drv.lock around module function lookups.
+ * lists) -> the registry's own lock (a leaf).  vcu__drv.lock is held
+ * across a call to the host in two places only, both rare: the first
+ * CU_DEVICE_INFO of a device and a module function's first lookup.
  */
 #ifndef VCU_CUDA_INT_H
 #define VCU_CUDA_INT_H
@@ -46,8 +47,6 @@ enum {
 typedef struct vcu__ctx_s {
     int dev;                        /* program ordinal */
     int primary;
-    unsigned int flags;             /* cuCtxCreate flags (primary: in dev) */
-    unsigned long long id;
 } vcu__ctx_t;
 
 typedef struct vcu__dev_s {
@@ -98,14 +97,12 @@ struct vcu__func_s {
 typedef struct vcu__stream_s {
     vcu__ctx_t *ctx;
     uint64_t h;
-    unsigned int flags;
 } vcu__stream_t;
 
 typedef struct vcu__event_s {
     vcu__ctx_t *ctx;
     int dev;
     uint64_t h;
-    unsigned int flags;
 } vcu__event_t;
 
 /* Opens the session once (no cuInit needed); returns its result. */

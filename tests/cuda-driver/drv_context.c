@@ -114,7 +114,7 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(c1));
     EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxSetCurrent(c1));
     EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(NULL));
-    /* Destroyed while current elsewhere on the stack: calls then fail. */
+    /* Destroying the current context pops it. */
     CK(cuCtxPushCurrent(c2));
     CK(cuCtxDestroy(c2));
     CK(cuCtxGetCurrent(&cur));
@@ -122,6 +122,8 @@ int main(void)
 
     /* Bad flags and arguments. */
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxCreate(&c1, NULL, 0x80000000u, dev));
+    EXPECT(CUDA_ERROR_INVALID_VALUE,
+           cuCtxCreate(&c1, NULL, CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD, dev));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxCreate(NULL, NULL, 0, dev));
     EXPECT(CUDA_ERROR_INVALID_DEVICE, cuCtxCreate(&c1, NULL, 0, count));
 

@@ -111,8 +111,22 @@ int main(void)
         CK(cuCtxDestroy(other));
     }
 
-    /* A bad image; a kernel without parameters; a bad launch. */
-    EXPECT(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&mod, "\x7f" "ELF garbage"));
+    /* Bad images (an ELF header that is not a cubin's, a truncated cubin
+     * file); a kernel without parameters; bad launches. */
+    {
+        static unsigned char bad_elf[256] = { 0x7f, 'E', 'L', 'F' };
+        char path[] = "/tmp/vcu-drv-cubin-XXXXXX";
+        size_t clen;
+        void *cubin = vcu_drv_read_beside("vcu_drv_kernels.cubin", &clen);
+        int cfd = mkstemp(path);
+
+        EXPECT(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&mod, bad_elf));
+        TRUE(cfd >= 0 && write(cfd, cubin, clen / 2) == (ssize_t)(clen / 2));
+        close(cfd);
+        EXPECT(CUDA_ERROR_INVALID_IMAGE, cuModuleLoad(&mod, path));
+        unlink(path);
+        free(cubin);
+    }
     fatbin = vcu_drv_read_beside("vcu_drv_kernels.fatbin", NULL);
     CK(cuModuleLoadData(&mod, fatbin));
     CK(cuModuleGetFunction(&fn, mod, "vcu_drv_vadd"));
