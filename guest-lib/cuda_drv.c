@@ -217,7 +217,7 @@ VCU__EXPORT CUresult cuDriverGetVersion(int *driverVersion)
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__check_init(void)
+CUresult vcu__check_init(void)
 {
     return __atomic_load_n(&vcu__drv.initialized, __ATOMIC_ACQUIRE) ? CUDA_SUCCESS
                                                                      : CUDA_ERROR_NOT_INITIALIZED;
@@ -620,7 +620,9 @@ VCU__EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 
     if (e != CUDA_SUCCESS)
         return e;
-    if (ctx == NULL || !vcu__reg_has(ctx, VCU__K_CTX))
+    if (ctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;    /* as NVIDIA's answers */
+    if (!vcu__reg_has(ctx, VCU__K_CTX))
         return CUDA_ERROR_INVALID_CONTEXT;
     return vcu__push((vcu__ctx_t *)ctx);
 }

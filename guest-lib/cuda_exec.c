@@ -32,10 +32,36 @@ CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire)
         *wire = VCU_CU_STREAM_PER_THREAD;
         return CUDA_SUCCESS;
     }
-    if (!vcu__reg_has(st, VCU__K_STREAM) || st->ctx != ctx)
+    if (!vcu__reg_has(st, VCU__K_STREAM) || st->dev != ctx->dev)
         return CUDA_ERROR_INVALID_HANDLE;
     *wire = st->h;
     return CUDA_SUCCESS;
+}
+
+/* The device and wire handle of a stream named on its own (synchronize,
+ * query): a stream object needs no current context, the default streams
+ * are the current context's. */
+static CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire)
+{
+    vcu__stream_t *st = (vcu__stream_t *)s;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (s != NULL && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) {
+        e = vcu__check_init();
+        if (e != CUDA_SUCCESS)
+            return e;
+        if (!vcu__reg_has(st, VCU__K_STREAM))
+            return CUDA_ERROR_INVALID_HANDLE;
+        *dev = st->dev;
+        *wire = st->h;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *dev = c->dev;
+    return vcu__stream(c, s, ptsz, wire);
 }
 
 /* ---- memory ------------------------------------------------------------ */
@@ -402,7 +428,6 @@ static CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t l
         free(m);
         return e;
     }
-    m->ctx = c;
     m->dev = c->dev;
     m->h = o.value;
     if (vcu__reg_add(m, VCU__K_MODULE) != 0) {
@@ -706,6 +731,10 @@ static CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extr
     int have_size = 0;
 
     memset(buf, 0, f->param_bytes);
+    /* An extra holding only CU_LAUNCH_PARAM_END says nothing (NVIDIA's
+     * driver then takes kernelParams, measured). */
+    if (extra != NULL && extra[0] == CU_LAUNCH_PARAM_END)
+        extra = NULL;
     if (kernelParams != NULL && extra != NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (extra != NULL) {
@@ -833,7 +862,7 @@ VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
         free(s);
         return e;
     }
-    s->ctx = c;
+    s->dev = c->dev;
     s->h = o.value;
     if (vcu__reg_add(s, VCU__K_STREAM) != 0) {
         struct vcu_cu_u64_req d = { .value = s->h };
@@ -850,15 +879,14 @@ VCU__EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     vcu__stream_t *s = (vcu__stream_t *)hStream;
     struct vcu_cu_u64_req r;
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e = vcu__check_init();
 
     if (e != CUDA_SUCCESS)
         return e;
-    if (!vcu__reg_has(s, VCU__K_STREAM) || s->ctx != c)
+    if (!vcu__reg_has(s, VCU__K_STREAM))
         return CUDA_ERROR_INVALID_HANDLE;
     r.value = s->h;
-    e = vcu__call(c->dev, VCU_OP_CU_STREAM_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(s->dev, VCU_OP_CU_STREAM_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
     vcu__reg_del(s);
     free(s);
     return e;
@@ -872,14 +900,12 @@ VCU__EXPORT CUresult cuStreamDestroy(CUstream hStream)
 static CUresult vcu__stream_op(uint32_t op, CUstream hStream, int ptsz)
 {
     struct vcu_cu_u64_req r;
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    int dev;
+    CUresult e = vcu__stream_alone(hStream, ptsz, &dev, &r.value);
 
-    if (e == CUDA_SUCCESS)
-        e = vcu__stream(c, hStream, ptsz, &r.value);
     if (e != CUDA_SUCCESS)
         return e;
-    return vcu__call(c->dev, op, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__call(dev, op, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
 VCU__EXPORT CUresult cuStreamSynchronize(CUstream hStream)
@@ -942,7 +968,6 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
         free(v);
         return e;
     }
-    v->ctx = c;
     v->dev = c->dev;
     v->h = o.value;
     if (vcu__reg_add(v, VCU__K_EVENT) != 0) {

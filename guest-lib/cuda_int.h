@@ -75,10 +75,10 @@ extern vcu__drv_t vcu__drv;
 
 typedef struct vcu__func_s vcu__func_t;
 
-/* Objects keep their context's pointer (compared, never followed: the
- * context may be destroyed first) and its device. */
+/* Objects keep the device of the context that made them: the host's
+ * context of that device holds them, and every context of the device may
+ * use them. */
 typedef struct vcu__module_s {
-    vcu__ctx_t *ctx;
     int dev;
     uint64_t h;                     /* host handle */
     vcu__func_t *funcs;             /* under vcu__drv.lock */
@@ -94,19 +94,22 @@ struct vcu__func_s {
     vcu__func_t *next;
 };
 
+/* A stream serves every context of its device, as NVIDIA's may be
+ * synchronized, queried and destroyed from any context. */
 typedef struct vcu__stream_s {
-    vcu__ctx_t *ctx;
+    int dev;
     uint64_t h;
 } vcu__stream_t;
 
 typedef struct vcu__event_s {
-    vcu__ctx_t *ctx;
     int dev;
     uint64_t h;
 } vcu__event_t;
 
 /* Opens the session once (no cuInit needed); returns its result. */
 CUresult vcu__connect(void);
+/* CUDA_ERROR_NOT_INITIALIZED before cuInit. */
+CUresult vcu__check_init(void);
 /* cuInit done and the device valid. */
 CUresult vcu__check_dev(CUdevice dev);
 /* The calling thread's current context: CUDA_ERROR_NOT_INITIALIZED
@@ -122,8 +125,9 @@ CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_
                    unsigned int nbufs, void *resp, uint32_t resp_cap);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
-/* Program stream -> wire handle, checked against ctx.  ptsz: NULL means
- * the per-thread default stream. */
+/* Program stream -> wire handle, for work of ctx (a stream of another
+ * device is CUDA_ERROR_INVALID_HANDLE).  ptsz: NULL means the per-thread
+ * default stream. */
 CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
 
 #endif /* VCU_CUDA_INT_H */

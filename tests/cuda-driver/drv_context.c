@@ -113,7 +113,7 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy(c1));
     EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(c1));
     EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxSetCurrent(c1));
-    EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(NULL));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxPushCurrent(NULL));
     /* Destroying the current context pops it. */
     CK(cuCtxPushCurrent(c2));
     CK(cuCtxDestroy(c2));
