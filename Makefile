@@ -18,10 +18,11 @@
 TOP := $(abspath .)
 B := $(TOP)/build
 
-.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests demo qemu bench-build \
+.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests demo qemu \
+	bench-build \
 	bench test run fuzz gpu-suite install-guest clean
 
-all: backend fakecuda guest-lib guest-lib-loopback cuda-tests demo qemu bench-build
+all: backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests demo qemu bench-build
 
 backend:
 	$(MAKE) -C host-backend O=$(B)/host-backend
@@ -38,6 +39,10 @@ guest-lib-loopback: backend
 
 cuda-tests:
 	$(MAKE) -C tests/cuda O=$(B)/cuda-tests
+
+# Driver API programs and their kernels (run by scripts/driver-loopback.sh).
+cuda-driver-tests:
+	$(MAKE) -C tests/cuda-driver O=$(B)/cuda-driver
 
 # Into build/vm, which travels to a GPU host with the guest images.
 demo:

@@ -3,8 +3,6 @@
  * the registration ABI nvcc emits, kernel launches, function attributes
  * and occupancy.
  */
-#include <ctype.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,13 +26,6 @@ static __thread int vcu__dev_chosen;
 
 /* ---- connection and devices -------------------------------------------- */
 
-static const char *vcu__dev_path(void)
-{
-    const char *p = getenv("VCU_DEVICE");
-
-    return p != NULL && p[0] ? p : "/dev/vcuda0";
-}
-
 static cudaError_t vcu__raw_info(uint32_t vord, struct vcu_cu_device_info_resp *out)
 {
     struct vcu_cu_hdr h = { .device = vord };
@@ -49,101 +40,32 @@ static cudaError_t vcu__raw_info(uint32_t vord, struct vcu_cu_device_info_resp *
     return vcu__from_cu(out->r.result);
 }
 
-static void vcu__uuid_str(const uint8_t *u, char *buf, size_t len)
+static int vcu__uuid_of(void *arg, uint32_t vord, uint8_t uuid[16])
 {
-    snprintf(buf, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-             u[14], u[15]);
+    struct vcu_cu_device_info_resp info;
+
+    (void)arg;
+    if (vcu__raw_info(vord, &info) != cudaSuccess)
+        return -1;
+    memcpy(uuid, info.uuid, 16);
+    return 0;
 }
 
-/* CUDA_VISIBLE_DEVICES as NVIDIA's runtime reads it: indices or GPU-<uuid
- * prefix>; the list ends at the first invalid entry. */
 static void vcu__visible(uint32_t n)
 {
-    const char *env = getenv("CUDA_VISIBLE_DEVICES");
-    char *copy, *tok, *save = NULL;
-    int k = 0, j;
+    uint32_t vord[VCU_CU_MAX_DEVICES];
 
-    if (env == NULL) {
-        for (uint32_t i = 0; i < n && i < VCU_CU_MAX_DEVICES; i++)
-            vcu__rt.dev[k++].vord = i;
-        vcu__rt.ndev = k;
-        return;
-    }
-    copy = strdup(env);
-    if (copy == NULL) {
-        vcu__rt.ndev = 0;
-        return;
-    }
-    for (tok = strtok_r(copy, ",", &save); tok != NULL && k < (int)VCU_CU_MAX_DEVICES;
-         tok = strtok_r(NULL, ",", &save)) {
-        long idx = -1;
-        char *end;
-
-        while (isspace((unsigned char)*tok))
-            tok++;
-        if (isdigit((unsigned char)*tok)) {
-            idx = strtol(tok, &end, 10);
-            while (isspace((unsigned char)*end))
-                end++;
-            if (*end != '\0' || idx < 0 || idx >= (long)n)
-                break;
-        } else if (strncmp(tok, "GPU-", 4) == 0 && tok[4] != '\0') {
-            struct vcu_cu_device_info_resp info;
-            char u[64];
-            int match = -1, nmatch = 0;
-
-            for (uint32_t i = 0; i < n; i++) {
-                if (vcu__raw_info(i, &info) != cudaSuccess)
-                    continue;
-                vcu__uuid_str(info.uuid, u, sizeof(u));
-                if (strncasecmp(u, tok, strlen(tok)) == 0) {
-                    match = (int)i;
-                    nmatch++;
-                }
-            }
-            if (nmatch != 1)
-                break;
-            idx = match;
-        } else {
-            break;
-        }
-        for (j = 0; j < k; j++)
-            if (vcu__rt.dev[j].vord == (uint32_t)idx)
-                break;
-        if (j < k)
-            break;      /* a repeated device ends the list, as NVIDIA's does */
-        vcu__rt.dev[k++].vord = (uint32_t)idx;
-    }
-    free(copy);
-    vcu__rt.ndev = k;
+    vcu__rt.ndev = vcu__visible_devices(getenv("CUDA_VISIBLE_DEVICES"), n, vcu__uuid_of, NULL,
+                                        vord, VCU_CU_MAX_DEVICES);
+    for (int i = 0; i < vcu__rt.ndev; i++)
+        vcu__rt.dev[i].vord = vord[i];
 }
 
-/* Guest PCI address of the vcuda device; the virtual GPUs behind it get
- * consecutive device numbers from its slot.  The class device's parent is
- * the virtio device (.../0000:00:03.0/virtio0): the PCI function is the
- * nearest ancestor whose name is a PCI address. */
 static void vcu__pci_ids(void)
 {
-    const char *path = vcu__dev_path();
-    const char *base = strrchr(path, '/');
-    char sys[PATH_MAX], real[PATH_MAX];
-    unsigned int dom = 0, bus = 0, slot = 0, fn = 0;
-    int have = 0;
+    unsigned int dom = 0, bus = 0, slot = 0;
+    int have = vcu__pci_addr(vcu__dev_path(), &dom, &bus, &slot);
 
-    base = base != NULL ? base + 1 : path;
-    snprintf(sys, sizeof(sys), "/sys/class/vcuda/%s/device", base);
-    if (realpath(sys, real) != NULL) {
-        char *b;
-
-        while (!have && (b = strrchr(real, '/')) != NULL) {
-            char tail;
-
-            have = sscanf(b + 1, "%x:%x:%x.%x%c", &dom, &bus, &slot, &fn, &tail) == 4;
-            *b = '\0';
-        }
-    }
     for (int i = 0; i < vcu__rt.ndev; i++) {
         vcu__dev_t *d = &vcu__rt.dev[i];
 

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "vcu_common.h"
 #include "vcu_transport.h"
 
 #define VCU__EXPORT __attribute__((visibility("default")))
@@ -61,7 +62,6 @@ cudaError_t vcu__from_vcu(int err);                 /* VCU_E* -> cudaError_t */
 cudaError_t vcu__err(cudaError_t e);
 cudaError_t vcu__err_dev(int dev, cudaError_t e);
 int vcu__is_sticky(cudaError_t e);
-void vcu__log_once(int *flag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define VCU__NOT_SUPPORTED(name, why)                                                \
     do {                                                                             \
@@ -131,7 +131,7 @@ cudaError_t vcu__kernel_fn(vcu__kernel_t *k, int dev, const vcu__kfn_t **out);
 cudaError_t vcu__pack_params(const vcu__kfn_t *f, void **args, void *buf);
 cudaError_t vcu__symbol(const void *sym, int dev, uint64_t *dptr, uint64_t *size);
 
-/* ---- handle registry: is this pointer one of ours, alive, of this kind? */
+/* ---- kinds of the handle registry (vcu_common.h) ---------------------- */
 enum {
     VCU__H_STREAM = 1,
     VCU__H_EVENT,
@@ -141,9 +141,6 @@ enum {
     VCU__H_KERNEL,
     VCU__H_POOL,
 };
-int vcu__reg_add(const void *p, int kind);
-int vcu__reg_has(const void *p, int kind);
-void vcu__reg_del(const void *p);
 
 /* ---- memory (cudart_mem.c) ---------------------------------------------- */
 enum { VCU__M_DEVICE = 1, VCU__M_HOST, VCU__M_REGISTERED, VCU__M_SYMBOL, VCU__M_MANAGED };

@@ -9,9 +9,12 @@
 # driven as a hostile guest would, through QEMU's qtest interface, no guest
 # kernel), twins (the CPU stand-in's kernel twins match the parameter
 # layouts nvcc gave the test kernels), exports (our libcudart.so.13 exports
-# every name NVIDIA's does, with its symbol version), cuda-loopback (the CUDA test
+# every name NVIDIA's does, with its symbol version), libcuda-exports (our
+# libcuda.so.1 exports every name the toolkit's stub libcuda does, and
+# cuda_calls.list lists exactly those), cuda-loopback (the CUDA test
 # programs against guest-lib + backend + the CPU stand-in for libcuda, no
-# VM), cold (the first-run path of build-qemu.sh and guest-kernel.sh
+# VM), driver-loopback (the Driver API programs of tests/cuda-driver against
+# guest-lib's libcuda.so.1 + backend + the stand-in, no VM), cold (the first-run path of build-qemu.sh and guest-kernel.sh
 # against an empty cache, with local fixtures in place of the network, and
 # no pipeline under pipefail whose reader stops early; tests/cold/run.sh),
 # packaging: dkms (the guest module through DKMS against the 6.1 and 6.12
@@ -23,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports cuda-loopback dkms install-guest libvirt echo badinput hostmem cuda demo"}
+suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback dkms install-guest libvirt echo badinput hostmem cuda demo"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -76,7 +79,9 @@ for s in $suites; do
         build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;
     twins) run_suite twins one_check tests/cuda/check-twins.sh build/cuda-tests ;;
     exports) run_suite exports one_check guest-lib/check-exports.sh ;;
+    libcuda-exports) run_suite libcuda-exports one_check guest-lib/check-libcuda-exports.sh ;;
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
+    driver-loopback) run_suite driver-loopback scripts/driver-loopback.sh ;;
     dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
     install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;
     libvirt) run_suite libvirt timeout 120 tests/pkg/libvirt.sh ;;

@@ -8,7 +8,8 @@
  *
  *   check_twins [-v] PROGRAM...
  *
- * Reads the host executables' .nv_fatbin section itself (no cuobjdump).
+ * Reads the host executables' .nv_fatbin section itself (no cuobjdump);
+ * a PROGRAM may also be a cubin (an ELF for EM_CUDA), read as it is.
  * -v prints what it found, in a form close to the twins table.
  * Exit 0 when all agree, 1 on a mismatch, 2 on a file it cannot read.
  */
@@ -332,7 +333,8 @@ static void check_cubin(const char *prog, const unsigned char *elf, size_t len)
     check_objects(prog, elf, len);
 }
 
-/* Walks the fatbins in a host executable's .nv_fatbin section. */
+/* Walks the fatbins in a host executable's .nv_fatbin section, or checks
+ * a cubin. */
 static int check_program(const char *prog)
 {
     FILE *f;
@@ -365,6 +367,12 @@ static int check_program(const char *prog)
         free(buf);
         fprintf(stderr, "%s: not an ELF file\n", prog);
         return -1;
+    }
+    /* A cubin of its own (the Driver API tests load theirs at run time). */
+    if (eh->e_machine == EM_CUDA) {
+        check_cubin(prog, buf, len);
+        free(buf);
+        return 0;
     }
     for (unsigned s = 0; s < eh->e_shnum; s++) {
         const Elf64_Shdr *sh = shdr(buf, len, s);

@@ -629,6 +629,37 @@ static void tw_demo_sgemm(vcu_twin_launch_t *l, const void *pb)
 
 #define P(off, size) { (off), (size) }
 
+/* tests/cuda-driver/vcu_drv_kernels.cu (extern "C"): vcu_drv_vadd is
+ * vector_add; vcu_drv_fill(unsigned *p, char pad, unsigned long long v,
+ * unsigned step, int n); vcu_drv_flag_bump(unsigned *out). */
+static void tw_drv_fill(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *p = tw_ptr(pb, 0);
+    int8_t pad = tw_i8(pb, 8);
+    uint64_t v = tw_u64(pb, 16);
+    uint32_t step = (uint32_t)tw_i32(pb, 24);
+    int32_t n = tw_i32(pb, 28);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            p[i] = (uint32_t)v + (uint32_t)i * step + (uint32_t)(int32_t)pad;
+    }
+}
+
+static void tw_drv_flag_bump(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *out = tw_ptr(pb, 0);
+    uint32_t *flag = tw_global(l, "vcu_drv_flag");
+
+    if (flag == NULL)
+        return;
+    *out = *flag;
+    *flag += 1;
+}
+
 const vcu_twin_t vcu_twins[] = {
     { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
@@ -701,12 +732,19 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 4), P(4, 4), P(8, 8), P(16, 8) }, 10, 0 },
     { "_Z10demo_sgemmPKfS0_Pfi", tw_demo_sgemm, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 32, 2048 },
+    { "vcu_drv_vadd", tw_vector_add, 4,
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
+    { "vcu_drv_fill", tw_drv_fill, 5,
+      { P(0, 8), P(8, 1), P(16, 8), P(24, 4), P(28, 4) }, 8, 0 },
+    { "vcu_drv_flag_bump", tw_drv_flag_bump, 1,
+      { P(0, 8) }, 12, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
 
 static const int32_t tw_init_sym_init = 42;
 static const int32_t tw_init_mtu_a_scale = 3;
 static const int32_t tw_init_mtu_b_scale = 5;
+static const uint32_t tw_init_vcu_drv_flag = 7;
 
 const vcu_twin_global_t vcu_twin_globals[] = {
     /* symbols.cu */
@@ -718,5 +756,7 @@ const vcu_twin_global_t vcu_twin_globals[] = {
     { "mtu_a_scale", sizeof(int32_t), &tw_init_mtu_a_scale },
     { "mtu_b_scale", sizeof(int32_t), &tw_init_mtu_b_scale },
     { "mtu_b_offset", sizeof(int32_t), NULL },
+    /* tests/cuda-driver/vcu_drv_kernels.cu */
+    { "vcu_drv_flag", sizeof(uint32_t), &tw_init_vcu_drv_flag },
     { NULL, 0, NULL },
 };

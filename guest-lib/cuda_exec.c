@@ -1,0 +1,1080 @@
+/*
+ * libcuda.so.1: memory, modules, launches, streams and events over the
+ * wire protocol.  Every call waits for the host's reply, stream-ordered
+ * ones included (the host still runs them in stream order): an error
+ * shows at the call that caused it.
+ */
+#include <elf.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda_int.h"
+
+/* ---- streams (wire handles) -------------------------------------------- */
+
+CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire)
+{
+    vcu__stream_t *st = (vcu__stream_t *)s;
+
+    if (s == NULL) {
+        *wire = ptsz ? VCU_CU_STREAM_PER_THREAD : VCU_CU_STREAM_LEGACY;
+        return CUDA_SUCCESS;
+    }
+    if (s == CU_STREAM_LEGACY) {
+        *wire = VCU_CU_STREAM_LEGACY;
+        return CUDA_SUCCESS;
+    }
+    if (s == CU_STREAM_PER_THREAD) {
+        *wire = VCU_CU_STREAM_PER_THREAD;
+        return CUDA_SUCCESS;
+    }
+    if (!vcu__reg_has(st, VCU__K_STREAM) || st->dev != ctx->dev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *wire = st->h;
+    return CUDA_SUCCESS;
+}
+
+/* The device and wire handle of a stream named on its own (synchronize,
+ * query): a stream object needs no current context, the default streams
+ * are the current context's. */
+static CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire)
+{
+    vcu__stream_t *st = (vcu__stream_t *)s;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (s != NULL && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) {
+        e = vcu__check_init();
+        if (e != CUDA_SUCCESS)
+            return e;
+        if (!vcu__reg_has(st, VCU__K_STREAM))
+            return CUDA_ERROR_INVALID_HANDLE;
+        *dev = st->dev;
+        *wire = st->h;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *dev = c->dev;
+    return vcu__stream(c, s, ptsz, wire);
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+VCU__EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    struct vcu_cu_mem_alloc_req r = { .size = bytesize };
+    struct vcu_cu_u64_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (dptr == NULL || bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__call(c->dev, VCU_OP_CU_MEM_ALLOC, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *dptr = (CUdeviceptr)o.value;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    struct vcu_cu_u64_req r = { .value = dptr };
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (dptr == 0)
+        return CUDA_SUCCESS;
+    return vcu__call(c->dev, VCU_OP_CU_MEM_FREE, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    struct vcu_cu_hdr h;
+    struct vcu_cu_mem_info_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (free_bytes == NULL || total == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__call(c->dev, VCU_OP_CU_MEM_GET_INFO, &h, sizeof(h), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *free_bytes = (size_t)o.free;
+    *total = (size_t)o.total;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * One copy kind (VCU_OP_CU_MEMCPY_*), in pieces of at most the session's
+ * transfer limit.  stream: NULL for a synchronous copy, else the
+ * program's stream (ptsz: NULL names the per-thread one).
+ */
+static CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n,
+                          int async, CUstream stream, int ptsz)
+{
+    struct vcu_cu_memcpy_req r;
+    vcu_buf_t b;
+    uint64_t wire = 0;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (op != VCU_OP_CU_MEMCPY_DTOD && host == NULL && n > 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS && async)
+        e = vcu__stream(c, stream, ptsz, &wire);
+    if (e != CUDA_SUCCESS)
+        return e;
+    for (size_t off = 0; off < n;) {
+        size_t chunk = n - off;
+
+        if (op != VCU_OP_CU_MEMCPY_DTOD && chunk > vcu__drv.max_xfer)
+            chunk = (size_t)vcu__drv.max_xfer;
+        memset(&r, 0, sizeof(r));
+        r.dst = op == VCU_OP_CU_MEMCPY_DTOH ? 0 : dst + off;
+        r.src = op == VCU_OP_CU_MEMCPY_HTOD ? 0 : src + off;
+        r.size = chunk;
+        r.stream = wire;
+        r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+        b.addr = (char *)host + off;
+        b.len = chunk;
+        b.flags = op == VCU_OP_CU_MEMCPY_HTOD ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE;
+        e = vcu__call(c->dev, op, &r, sizeof(r), &b, op == VCU_OP_CU_MEMCPY_DTOD ? 0 : 1, NULL,
+                      0);
+        if (e != CUDA_SUCCESS)
+            return e;
+        off += chunk;
+    }
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_HTOD, dstDevice, 0, (void *)srcHost, ByteCount, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_DTOH, 0, srcDevice, dstHost, ByteCount, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                     size_t ByteCount)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_DTOD, dstDevice, srcDevice, NULL, ByteCount, 0, NULL, 0);
+}
+
+/* The per-thread default stream variants of the synchronous copies: a
+ * synchronous copy here waits for the legacy stream, which orders it
+ * after the per-thread stream's work too. */
+VCU__EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
+                                          size_t ByteCount)
+{
+    return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                          size_t ByteCount)
+{
+    return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+}
+
+VCU__EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
+                                          size_t ByteCount, CUstream hStream)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_HTOD, dstDevice, 0, (void *)srcHost, ByteCount, 1, hStream,
+                     0);
+}
+
+VCU__EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+                                               size_t ByteCount, CUstream hStream)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_HTOD, dstDevice, 0, (void *)srcHost, ByteCount, 1, hStream,
+                     1);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                          CUstream hStream)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_DTOH, 0, srcDevice, dstHost, ByteCount, 1, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
+                                               size_t ByteCount, CUstream hStream)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_DTOH, 0, srcDevice, dstHost, ByteCount, 1, hStream, 1);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                          size_t ByteCount, CUstream hStream)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_DTOD, dstDevice, srcDevice, NULL, ByteCount, 1, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                               size_t ByteCount, CUstream hStream)
+{
+    return vcu__copy(VCU_OP_CU_MEMCPY_DTOD, dstDevice, srcDevice, NULL, ByteCount, 1, hStream, 1);
+}
+
+static CUresult vcu__memset(CUdeviceptr dst, uint32_t value, uint32_t elem, size_t n,
+                            int async, CUstream stream, int ptsz)
+{
+    struct vcu_cu_memset_req r;
+    uint64_t wire = 0;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS && async)
+        e = vcu__stream(c, stream, ptsz, &wire);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (dst % elem != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.dst = dst;
+    r.width = n;
+    r.height = 1;
+    r.stream = wire;
+    r.value = value;
+    r.elem_size = elem;
+    r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+    return vcu__call(c->dev, VCU_OP_CU_MEMSET, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    return vcu__memset(dstDevice, uc, 1, N, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    return vcu__memset(dstDevice, uc, 1, N, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    return vcu__memset(dstDevice, ui, 4, N, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    return vcu__memset(dstDevice, ui, 4, N, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                     CUstream hStream)
+{
+    return vcu__memset(dstDevice, uc, 1, N, 1, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                          CUstream hStream)
+{
+    return vcu__memset(dstDevice, uc, 1, N, 1, hStream, 1);
+}
+
+VCU__EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                      CUstream hStream)
+{
+    return vcu__memset(dstDevice, ui, 4, N, 1, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                           CUstream hStream)
+{
+    return vcu__memset(dstDevice, ui, 4, N, 1, hStream, 1);
+}
+
+/* ---- modules ------------------------------------------------------------- */
+
+#define VCU__FATBINC_MAGIC 0x466243b1u
+#define VCU__FATBIN_MAGIC 0xBA55ED50u
+
+typedef struct vcu__fatbin_wrapper_s {
+    uint32_t magic;
+    uint32_t version;
+    const void *data;
+    void *filename_or_fatbins;
+} vcu__fatbin_wrapper_t;
+
+typedef struct vcu__fatbin_hdr_s {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t header_size;
+    uint64_t fat_size;
+} vcu__fatbin_hdr_t;
+
+/* End of a 64-bit ELF (a cubin): its furthest header or section.  avail:
+ * bytes known to be there (UINT64_MAX: unknown, as cuModuleLoadData's). */
+static CUresult vcu__elf_size(const unsigned char *img, uint64_t avail, uint64_t *size)
+{
+    Elf64_Ehdr eh;
+    uint64_t end, shend;
+
+    if (avail < sizeof(eh))
+        return CUDA_ERROR_INVALID_IMAGE;
+    memcpy(&eh, img, sizeof(eh));
+    if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
+        eh.e_shoff > VCU_MAX_XFER || eh.e_phoff > VCU_MAX_XFER)
+        return CUDA_ERROR_INVALID_IMAGE;
+    shend = eh.e_shoff + (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr);
+    if (shend > avail)
+        return CUDA_ERROR_INVALID_IMAGE;
+    end = sizeof(eh);
+    if (shend > end)
+        end = shend;
+    if (eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > end)
+        end = eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize;
+    for (unsigned int i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+
+        memcpy(&sh, img + eh.e_shoff + i * sizeof(sh), sizeof(sh));
+        if (sh.sh_type == SHT_NOBITS)
+            continue;
+        if (sh.sh_offset > VCU_MAX_XFER || sh.sh_size > VCU_MAX_XFER)
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (sh.sh_offset + sh.sh_size > end)
+            end = sh.sh_offset + sh.sh_size;
+    }
+    if (end > avail)
+        return CUDA_ERROR_INVALID_IMAGE;
+    *size = end;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * cuModuleLoadData gets no length: it is read from the image, as the
+ * driver does.  A fatbin (or the wrapper nvcc puts around one), a cubin
+ * (ELF), or PTX (NUL-terminated text).  *image moves past a wrapper.
+ * avail: bytes known to be at *image (a file's size), or UINT64_MAX.
+ */
+static CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
+{
+    const unsigned char *img = *image;
+    uint32_t magic;
+
+    if (avail < sizeof(vcu__fatbin_hdr_t))
+        return CUDA_ERROR_INVALID_IMAGE;
+    memcpy(&magic, img, sizeof(magic));
+    if (magic == VCU__FATBINC_MAGIC) {
+        vcu__fatbin_wrapper_t w;
+
+        /* The wrapper holds a pointer: it exists in memory, never in a file. */
+        if (avail != UINT64_MAX || avail < sizeof(w))
+            return CUDA_ERROR_INVALID_IMAGE;
+        memcpy(&w, img, sizeof(w));
+        if (w.data == NULL)
+            return CUDA_ERROR_INVALID_IMAGE;
+        img = w.data;
+        memcpy(&magic, img, sizeof(magic));
+        if (magic != VCU__FATBIN_MAGIC)
+            return CUDA_ERROR_INVALID_IMAGE;
+        *image = img;
+    }
+    if (magic == VCU__FATBIN_MAGIC) {
+        vcu__fatbin_hdr_t h;
+
+        memcpy(&h, img, sizeof(h));
+        if (h.header_size < sizeof(h) || h.fat_size == 0 || h.fat_size > VCU_MAX_XFER ||
+            (uint64_t)h.header_size + h.fat_size > avail)
+            return CUDA_ERROR_INVALID_IMAGE;
+        *size = (uint64_t)h.header_size + h.fat_size;
+        return CUDA_SUCCESS;
+    }
+    if (memcmp(img, ELFMAG, SELFMAG) == 0)
+        return vcu__elf_size(img, avail, size);
+    *size = strnlen((const char *)img, avail < VCU_MAX_XFER + 1 ? avail : VCU_MAX_XFER + 1);
+    if (*size == 0 || *size > VCU_MAX_XFER)
+        return CUDA_ERROR_INVALID_IMAGE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
+{
+    struct vcu_cu_module_load_req r = { .image_len = len };
+    struct vcu_cu_u64_resp o;
+    vcu__module_t *m;
+    vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__call(c->dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    if (e != CUDA_SUCCESS) {
+        free(m);
+        return e;
+    }
+    m->dev = c->dev;
+    m->h = o.value;
+    if (vcu__reg_add(m, VCU__K_MODULE) != 0) {
+        struct vcu_cu_u64_req u = { .value = m->h };
+
+        vcu__call(c->dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *module = (CUmodule)m;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    uint64_t len;
+    CUresult e;
+
+    if (module == NULL || image == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__image_size(&image, UINT64_MAX, &len);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__module_load(module, image, len);
+}
+
+/*
+ * JIT options change nothing here (the host loads the image as it is);
+ * they are checked, and the outputs a caller may read are filled: empty
+ * logs, zero wall time.
+ */
+VCU__EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image,
+                                        unsigned int numOptions, CUjit_option *options,
+                                        void **optionValues)
+{
+    if (numOptions > 0 && (options == NULL || optionValues == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < numOptions; i++)
+        if ((unsigned int)options[i] >= CU_JIT_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < numOptions; i++) {
+        switch (options[i]) {
+        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+            optionValues[i] = NULL;
+            break;
+        case CU_JIT_INFO_LOG_BUFFER:
+        case CU_JIT_ERROR_LOG_BUFFER:
+            if (optionValues[i] != NULL)
+                *(char *)optionValues[i] = '\0';
+            break;
+        case CU_JIT_WALL_TIME: {
+            float zero = 0.0f;
+
+            memcpy(&optionValues[i], &zero, sizeof(zero));
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    return cuModuleLoadData(module, image);
+}
+
+VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    struct stat sb;
+    const void *img;
+    char *buf;
+    ssize_t got;
+    size_t off = 0;
+    uint64_t len;
+    CUresult e;
+    int fd;
+
+    if (module == NULL || fname == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    fd = open(fname, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 ||
+        (uint64_t)sb.st_size > VCU_MAX_XFER) {
+        close(fd);
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    /* One NUL more: a PTX file is text. */
+    buf = calloc(1, (size_t)sb.st_size + 1);
+    if (buf == NULL) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    while (off < (size_t)sb.st_size &&
+           (got = read(fd, buf + off, (size_t)sb.st_size - off)) > 0)
+        off += (size_t)got;
+    close(fd);
+    if (off != (size_t)sb.st_size) {
+        free(buf);
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    }
+    img = buf;
+    e = vcu__image_size(&img, (uint64_t)sb.st_size, &len);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_load(module, img, len);
+    free(buf);
+    return e;
+}
+
+static void vcu__funcs_free(vcu__func_t *f)
+{
+    while (f != NULL) {
+        vcu__func_t *next = f->next;
+
+        vcu__reg_del(f);
+        free(f->name);
+        free(f->params);
+        free(f);
+        f = next;
+    }
+}
+
+VCU__EXPORT CUresult cuModuleUnload(CUmodule hmod)
+{
+    vcu__module_t *m = (vcu__module_t *)hmod;
+    struct vcu_cu_u64_req r;
+    vcu__func_t *funcs;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(m, VCU__K_MODULE))
+        return CUDA_ERROR_INVALID_HANDLE;
+    r.value = m->h;
+    e = vcu__call(m->dev, VCU_OP_CU_MODULE_UNLOAD, &r, sizeof(r), NULL, 0, NULL, 0);
+    vcu__reg_del(m);
+    pthread_mutex_lock(&vcu__drv.lock);
+    funcs = m->funcs;
+    m->funcs = NULL;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    vcu__funcs_free(funcs);
+    free(m);
+    return e;
+}
+
+/* A module handle usable from ctx: its own context's, or another of the
+ * same device (they share the host's). */
+static CUresult vcu__module_here(vcu__ctx_t *ctx, CUmodule hmod, vcu__module_t **out)
+{
+    vcu__module_t *m = (vcu__module_t *)hmod;
+
+    if (!vcu__reg_has(m, VCU__K_MODULE))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->dev != ctx->dev)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    struct {
+        struct vcu_cu_name_req r;
+        char name[VCU_CU_NAME_MAX];
+    } q;
+    struct {
+        struct vcu_cu_function_resp f;
+        struct vcu_cu_param p[VCU_CU_MAX_PARAMS];
+    } *o = NULL;
+    vcu__module_t *m;
+    vcu__func_t *f = NULL;
+    vcu__ctx_t *c;
+    size_t nlen;
+    CUresult e;
+
+    if (hfunc == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
+    if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
+        return CUDA_ERROR_NOT_FOUND;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_here(c, hmod, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    /* One handle per kernel and module, as CUDA gives; the lookup is
+     * serialized so two threads asking at once get the same one. */
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (f = m->funcs; f != NULL; f = f->next)
+        if (strcmp(f->name, name) == 0)
+            break;
+    if (f != NULL)
+        goto out;
+    o = calloc(1, sizeof(*o));
+    f = calloc(1, sizeof(*f));
+    if (o == NULL || f == NULL || (f->name = strdup(name)) == NULL) {
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    memset(&q.r, 0, sizeof(q.r));
+    q.r.module = m->h;
+    q.r.name_len = (uint32_t)nlen;
+    memcpy(q.name, name, nlen);
+    e = vcu__call(c->dev, VCU_OP_CU_MODULE_GET_FUNCTION, &q, (uint32_t)(sizeof(q.r) + nlen),
+                  NULL, 0, o, sizeof(*o));
+    if (e != CUDA_SUCCESS)
+        goto fail;
+    /* The host's layout is checked before a launch trusts it. */
+    if (o->f.nparams > VCU_CU_MAX_PARAMS || o->f.param_bytes > VCU_CU_MAX_PARAM_BYTES) {
+        e = CUDA_ERROR_UNKNOWN;
+        goto fail;
+    }
+    for (uint32_t i = 0; i < o->f.nparams; i++) {
+        if ((uint64_t)o->p[i].offset + o->p[i].size > o->f.param_bytes) {
+            e = CUDA_ERROR_UNKNOWN;
+            goto fail;
+        }
+    }
+    f->params = malloc(((size_t)o->f.nparams + 1) * sizeof(*f->params));
+    if (f->params == NULL) {
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    memcpy(f->params, o->p, (size_t)o->f.nparams * sizeof(*f->params));
+    f->nparams = o->f.nparams;
+    f->param_bytes = o->f.param_bytes;
+    f->h = o->f.function;
+    f->mod = m;
+    if (vcu__reg_add(f, VCU__K_FUNCTION) != 0) {
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    f->next = m->funcs;
+    m->funcs = f;
+out:
+    pthread_mutex_unlock(&vcu__drv.lock);
+    free(o);
+    *hfunc = (CUfunction)f;
+    return CUDA_SUCCESS;
+
+fail:
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (f != NULL) {
+        free(f->name);
+        free(f->params);
+        free(f);
+    }
+    free(o);
+    return e;
+}
+
+VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+                                          const char *name)
+{
+    struct {
+        struct vcu_cu_name_req r;
+        char name[VCU_CU_NAME_MAX];
+    } q;
+    struct vcu_cu_mem_range_resp o;
+    vcu__module_t *m;
+    vcu__ctx_t *c;
+    size_t nlen;
+    CUresult e;
+
+    if (name == NULL || (dptr == NULL && bytes == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
+    if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
+        return CUDA_ERROR_NOT_FOUND;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_here(c, hmod, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&q.r, 0, sizeof(q.r));
+    q.r.module = m->h;
+    q.r.name_len = (uint32_t)nlen;
+    memcpy(q.name, name, nlen);
+    e = vcu__call(c->dev, VCU_OP_CU_MODULE_GET_GLOBAL, &q, (uint32_t)(sizeof(q.r) + nlen), NULL,
+                  0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (dptr != NULL)
+        *dptr = (CUdeviceptr)o.base;
+    if (bytes != NULL)
+        *bytes = (size_t)o.size;
+    return CUDA_SUCCESS;
+}
+
+/* ---- launches ------------------------------------------------------------ */
+
+/*
+ * The parameter buffer, laid out by the offsets the host reported for
+ * the kernel (CU_MODULE_GET_FUNCTION, from cuFuncGetParamInfo): from
+ * kernelParams (one pointer per parameter) or from extra's
+ * CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE (the buffer as it is).
+ */
+static CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf)
+{
+    void *ebuf = NULL;
+    size_t esize = 0;
+    int have_size = 0;
+
+    memset(buf, 0, f->param_bytes);
+    /* An extra holding only CU_LAUNCH_PARAM_END says nothing (NVIDIA's
+     * driver then takes kernelParams, measured). */
+    if (extra != NULL && extra[0] == CU_LAUNCH_PARAM_END)
+        extra = NULL;
+    if (kernelParams != NULL && extra != NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (extra != NULL) {
+        for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (i >= 64)
+                return CUDA_ERROR_INVALID_VALUE;
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+                ebuf = extra[i + 1];
+            } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+                if (extra[i + 1] == NULL)
+                    return CUDA_ERROR_INVALID_VALUE;
+                esize = *(size_t *)extra[i + 1];
+                have_size = 1;
+            } else {
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+        }
+        if (f->param_bytes == 0)
+            return CUDA_SUCCESS;
+        if (ebuf == NULL || !have_size || esize < f->param_bytes)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy(buf, ebuf, f->param_bytes);
+        return CUDA_SUCCESS;
+    }
+    if (f->nparams > 0 && kernelParams == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (uint32_t i = 0; i < f->nparams; i++) {
+        if (kernelParams[i] == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy(buf + f->params[i].offset, kernelParams[i], f->params[i].size);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                            unsigned int bx, unsigned int by, unsigned int bz,
+                            unsigned int shmem, CUstream stream, void **kernelParams,
+                            void **extra, int ptsz)
+{
+    struct {
+        struct vcu_cu_launch_req r;
+        char params[VCU_CU_MAX_PARAM_BYTES];
+    } *q;
+    vcu__func_t *f = (vcu__func_t *)fn;
+    vcu__ctx_t *c;
+    uint64_t wire;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(f, VCU__K_FUNCTION))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (f->mod->dev != c->dev)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__stream(c, stream, ptsz, &wire);
+    if (e != CUDA_SUCCESS)
+        return e;
+    q = malloc(sizeof(*q));
+    if (q == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__pack(f, kernelParams, extra, q->params);
+    if (e == CUDA_SUCCESS) {
+        memset(&q->r, 0, sizeof(q->r));
+        q->r.function = f->h;
+        q->r.stream = wire;
+        q->r.grid[0] = gx;
+        q->r.grid[1] = gy;
+        q->r.grid[2] = gz;
+        q->r.block[0] = bx;
+        q->r.block[1] = by;
+        q->r.block[2] = bz;
+        q->r.shared_mem = shmem;
+        q->r.param_bytes = f->param_bytes;
+        e = vcu__call(c->dev, VCU_OP_CU_LAUNCH, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
+                      NULL, 0, NULL, 0);
+    }
+    free(q);
+    return e;
+}
+
+VCU__EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                    unsigned int gridDimZ, unsigned int blockDimX,
+                                    unsigned int blockDimY, unsigned int blockDimZ,
+                                    unsigned int sharedMemBytes, CUstream hStream,
+                                    void **kernelParams, void **extra)
+{
+    return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                       sharedMemBytes, hStream, kernelParams, extra, 0);
+}
+
+VCU__EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                         unsigned int gridDimY, unsigned int gridDimZ,
+                                         unsigned int blockDimX, unsigned int blockDimY,
+                                         unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                         CUstream hStream, void **kernelParams, void **extra)
+{
+    return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                       sharedMemBytes, hStream, kernelParams, extra, 1);
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    struct vcu_cu_stream_create_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__stream_t *s;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (phStream == NULL || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(&r, 0, sizeof(r));
+    r.flags = Flags;
+    e = vcu__call(c->dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS) {
+        free(s);
+        return e;
+    }
+    s->dev = c->dev;
+    s->h = o.value;
+    if (vcu__reg_add(s, VCU__K_STREAM) != 0) {
+        struct vcu_cu_u64_req d = { .value = s->h };
+
+        vcu__call(c->dev, VCU_OP_CU_STREAM_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
+        free(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *phStream = (CUstream)s;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    vcu__stream_t *s = (vcu__stream_t *)hStream;
+    struct vcu_cu_u64_req r;
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(s, VCU__K_STREAM))
+        return CUDA_ERROR_INVALID_HANDLE;
+    r.value = s->h;
+    e = vcu__call(s->dev, VCU_OP_CU_STREAM_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    vcu__reg_del(s);
+    free(s);
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamDestroy(CUstream hStream)
+{
+    return cuStreamDestroy_v2(hStream);
+}
+
+static CUresult vcu__stream_op(uint32_t op, CUstream hStream, int ptsz)
+{
+    struct vcu_cu_u64_req r;
+    int dev;
+    CUresult e = vcu__stream_alone(hStream, ptsz, &dev, &r.value);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__call(dev, op, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamSynchronize(CUstream hStream)
+{
+    return vcu__stream_op(VCU_OP_CU_STREAM_SYNCHRONIZE, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    return vcu__stream_op(VCU_OP_CU_STREAM_SYNCHRONIZE, hStream, 1);
+}
+
+VCU__EXPORT CUresult cuStreamQuery(CUstream hStream)
+{
+    return vcu__stream_op(VCU_OP_CU_STREAM_QUERY, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
+{
+    return vcu__stream_op(VCU_OP_CU_STREAM_QUERY, hStream, 1);
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out)
+{
+    vcu__event_t *v = (vcu__event_t *)ev;
+
+    if (!vcu__reg_has(v, VCU__K_EVENT))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (v->dev != c->dev)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = v;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    struct vcu_cu_u64_req r = { .value = Flags };
+    struct vcu_cu_u64_resp o;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (phEvent == NULL ||
+        (Flags & ~(unsigned int)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                                 CU_EVENT_INTERPROCESS)))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* As NVIDIA's: an interprocess event must not time. */
+    if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__call(c->dev, VCU_OP_CU_EVENT_CREATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS) {
+        free(v);
+        return e;
+    }
+    v->dev = c->dev;
+    v->h = o.value;
+    if (vcu__reg_add(v, VCU__K_EVENT) != 0) {
+        struct vcu_cu_u64_req d = { .value = v->h };
+
+        vcu__call(c->dev, VCU_OP_CU_EVENT_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
+        free(v);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *phEvent = (CUevent)v;
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, int ptsz)
+{
+    struct vcu_cu_pair_req r;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEvent, &v);
+    memset(&r, 0, sizeof(r));
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.b);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.a = v->h;
+    return vcu__call(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    return vcu__event_record(hEvent, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+    return vcu__event_record(hEvent, hStream, 1);
+}
+
+VCU__EXPORT CUresult cuEventSynchronize(CUevent hEvent)
+{
+    struct vcu_cu_u64_req r;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEvent, &v);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.value = v->h;
+    return vcu__call(c->dev, VCU_OP_CU_EVENT_SYNCHRONIZE, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    struct vcu_cu_pair_req r;
+    struct vcu_cu_elapsed_resp o;
+    vcu__event_t *a, *b;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pMilliseconds == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hStart, &a);
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEnd, &b);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.a = a->h;
+    r.b = b->h;
+    e = vcu__call(c->dev, VCU_OP_CU_EVENT_ELAPSED, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    memcpy(pMilliseconds, &o.ms_bits, sizeof(*pMilliseconds));
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
+}
+
+VCU__EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+    struct vcu_cu_u64_req r;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEvent, &v);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.value = v->h;
+    e = vcu__call(c->dev, VCU_OP_CU_EVENT_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    vcu__reg_del(v);
+    free(v);
+    return e;
+}
+
+VCU__EXPORT CUresult cuEventDestroy(CUevent hEvent)
+{
+    return cuEventDestroy_v2(hEvent);
+}

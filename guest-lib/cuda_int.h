@@ -1,0 +1,133 @@
+/*
+ * libcuda.so.1 internals: the CUDA Driver API over the wire protocol's
+ * CUDA opcodes (the same transport libcudart.so.13 uses).  Private names:
+ * vcu__.
+ *
+ * Handles (CUcontext, CUmodule, CUfunction, CUstream, CUevent) are
+ * pointers to objects this library allocates, validated through the
+ * handle registry (vcu_common.h) before they are dereferenced; the host's
+ * handles stay inside them.  The host runs one context per device per
+ * session: every context of a device here shares it (docs/driver-api.md).
+ *
+ * Lock order: vcu__drv.lock (devices, primary contexts, module function
+ * lists) -> the registry's own lock (a leaf).  vcu__drv.lock is held
+ * across a call to the host in two places only, both rare: the first
+ * CU_DEVICE_INFO of a device and a module function's first lookup.
+ */
+#ifndef VCU_CUDA_INT_H
+#define VCU_CUDA_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* As NVIDIA builds its driver: cuda.h then declares every ABI variant
+ * under its own exported name (cuMemAlloc and cuMemAlloc_v2, ..._ptds)
+ * instead of mapping the plain names to the newest. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include "cuda_gen.h"
+#include "vcu_common.h"
+#include "vcu_transport.h"
+
+#define VCU__EXPORT __attribute__((visibility("default")))
+/* The Driver API version this library implements (the headers it is
+ * built against): the most cuDriverGetVersion reports. */
+#define VCU__API_VERSION CUDA_VERSION
+
+/* Registry kinds (vcu_common.h). */
+enum {
+    VCU__K_CTX = 1,
+    VCU__K_MODULE,
+    VCU__K_FUNCTION,
+    VCU__K_STREAM,
+    VCU__K_EVENT,
+};
+
+typedef struct vcu__ctx_s {
+    int dev;                        /* program ordinal */
+    int primary;
+} vcu__ctx_t;
+
+typedef struct vcu__dev_s {
+    uint32_t vord;                  /* virtual ordinal on the wire */
+    int info_loaded;                /* under vcu__drv.lock */
+    struct vcu_cu_device_info_resp info;
+    unsigned int pci_domain, pci_bus, pci_device;
+    vcu__ctx_t *primary;            /* allocated at first retain, never freed */
+    int primary_refs;               /* under vcu__drv.lock */
+    unsigned int primary_flags;
+} vcu__dev_t;
+
+typedef struct vcu__drv_s {
+    pthread_once_t once;
+    CUresult conn_err;              /* written once in the once routine */
+    int initialized;                /* cuInit succeeded; atomic */
+    vcu_conn_t *conn;
+    uint64_t max_xfer;
+    int driver_version;             /* the host's, at most VCU__API_VERSION */
+    int ndev;
+    vcu__dev_t dev[VCU_CU_MAX_DEVICES];
+    pthread_mutex_t lock;
+} vcu__drv_t;
+
+extern vcu__drv_t vcu__drv;
+
+typedef struct vcu__func_s vcu__func_t;
+
+/* Objects keep the device of the context that made them: the host's
+ * context of that device holds them, and every context of the device may
+ * use them. */
+typedef struct vcu__module_s {
+    int dev;
+    uint64_t h;                     /* host handle */
+    vcu__func_t *funcs;             /* under vcu__drv.lock */
+} vcu__module_t;
+
+struct vcu__func_s {
+    vcu__module_t *mod;
+    uint64_t h;
+    char *name;
+    uint32_t nparams;
+    uint32_t param_bytes;
+    struct vcu_cu_param *params;
+    vcu__func_t *next;
+};
+
+/* A stream serves every context of its device, as NVIDIA's may be
+ * synchronized, queried and destroyed from any context. */
+typedef struct vcu__stream_s {
+    int dev;
+    uint64_t h;
+} vcu__stream_t;
+
+typedef struct vcu__event_s {
+    int dev;
+    uint64_t h;
+} vcu__event_t;
+
+/* Opens the session once (no cuInit needed); returns its result. */
+CUresult vcu__connect(void);
+/* CUDA_ERROR_NOT_INITIALIZED before cuInit. */
+CUresult vcu__check_init(void);
+/* cuInit done and the device valid. */
+CUresult vcu__check_dev(CUdevice dev);
+/* The calling thread's current context: CUDA_ERROR_NOT_INITIALIZED
+ * before cuInit, CUDA_ERROR_INVALID_CONTEXT with none or a destroyed one. */
+CUresult vcu__cur(vcu__ctx_t **out);
+/*
+ * One call to the host for program device dev, waiting for the reply.
+ * req starts with struct vcu_cu_hdr (filled here), resp (may be NULL)
+ * with struct vcu_cu_resp.  Returns the call's CUresult, or an earlier
+ * async call's deferred one.
+ */
+CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
+                   unsigned int nbufs, void *resp, uint32_t resp_cap);
+/* VCU_E* -> CUresult: the one translation. */
+CUresult vcu__from_vcu(int err);
+/* Program stream -> wire handle, for work of ctx (a stream of another
+ * device is CUDA_ERROR_INVALID_HANDLE).  ptsz: NULL means the per-thread
+ * default stream. */
+CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
+
+#endif /* VCU_CUDA_INT_H */

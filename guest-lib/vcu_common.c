@@ -1,0 +1,229 @@
+/*
+ * Shared by libcudart.so.13 and libcuda.so.1 (vcu_common.h): the handle
+ * registry, log-once messages, CUDA_VISIBLE_DEVICES and virtual PCI
+ * addresses.
+ */
+#include <ctype.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "vcu_common.h"
+
+void vcu__log_once(int *flag, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED))
+        return;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+const char *vcu__dev_path(void)
+{
+    const char *p = getenv("VCU_DEVICE");
+
+    return p != NULL && p[0] ? p : "/dev/vcuda0";
+}
+
+void vcu__uuid_str(const uint8_t *u, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+}
+
+int vcu__visible_devices(const char *env, uint32_t n,
+                         int (*uuid_of)(void *arg, uint32_t vord, uint8_t uuid[16]),
+                         void *arg, uint32_t *vord, int max)
+{
+    char *copy, *tok, *save = NULL;
+    int k = 0, j;
+
+    if (env == NULL) {
+        for (uint32_t i = 0; i < n && k < max; i++)
+            vord[k++] = i;
+        return k;
+    }
+    copy = strdup(env);
+    if (copy == NULL)
+        return 0;
+    for (tok = strtok_r(copy, ",", &save); tok != NULL && k < max;
+         tok = strtok_r(NULL, ",", &save)) {
+        long idx = -1;
+        char *end;
+
+        while (isspace((unsigned char)*tok))
+            tok++;
+        if (isdigit((unsigned char)*tok)) {
+            idx = strtol(tok, &end, 10);
+            while (isspace((unsigned char)*end))
+                end++;
+            if (*end != '\0' || idx < 0 || idx >= (long)n)
+                break;
+        } else if (strncmp(tok, "GPU-", 4) == 0 && tok[4] != '\0') {
+            uint8_t uuid[16];
+            char u[64];
+            int match = -1, nmatch = 0;
+
+            for (uint32_t i = 0; i < n; i++) {
+                if (uuid_of(arg, i, uuid) != 0)
+                    continue;
+                vcu__uuid_str(uuid, u, sizeof(u));
+                if (strncasecmp(u, tok, strlen(tok)) == 0) {
+                    match = (int)i;
+                    nmatch++;
+                }
+            }
+            if (nmatch != 1)
+                break;
+            idx = match;
+        } else {
+            break;
+        }
+        for (j = 0; j < k; j++)
+            if (vord[j] == (uint32_t)idx)
+                break;
+        if (j < k)
+            break;      /* a repeated device ends the list, as NVIDIA's does */
+        vord[k++] = (uint32_t)idx;
+    }
+    free(copy);
+    return k;
+}
+
+/* The class device's parent is the virtio device
+ * (.../0000:00:03.0/virtio0): the PCI function is the nearest ancestor
+ * whose name is a PCI address. */
+int vcu__pci_addr(const char *devpath, unsigned int *dom, unsigned int *bus,
+                  unsigned int *slot)
+{
+    const char *base = strrchr(devpath, '/');
+    char sys[PATH_MAX], real[PATH_MAX];
+    unsigned int fn;
+    int have = 0;
+
+    base = base != NULL ? base + 1 : devpath;
+    snprintf(sys, sizeof(sys), "/sys/class/vcuda/%s/device", base);
+    if (realpath(sys, real) == NULL)
+        return 0;
+    while (!have) {
+        char *b = strrchr(real, '/');
+        char tail;
+
+        if (b == NULL)
+            break;
+        have = sscanf(b + 1, "%x:%x:%x.%x%c", dom, bus, slot, &fn, &tail) == 4;
+        *b = '\0';
+    }
+    return have;
+}
+
+/* Handle registry: an open-addressing hash set of (pointer, kind). */
+typedef struct vcu__slot_s {
+    uintptr_t p;                    /* 0 empty, 1 deleted */
+    int kind;
+} vcu__slot_t;
+
+static pthread_mutex_t vcu__reg_mu = PTHREAD_MUTEX_INITIALIZER;  /* protects the set */
+static vcu__slot_t *vcu__set;
+static size_t vcu__set_cap, vcu__set_used;
+
+static size_t vcu__hash(uintptr_t p)
+{
+    uint64_t x = (uint64_t)p * 0x9e3779b97f4a7c15ULL;
+
+    return (size_t)(x >> 17);
+}
+
+static int vcu__set_grow(void)
+{
+    size_t ncap = vcu__set_cap ? vcu__set_cap * 2 : 256, i, j;
+    vcu__slot_t *n = calloc(ncap, sizeof(*n));
+
+    if (n == NULL)
+        return -1;
+    for (i = 0; i < vcu__set_cap; i++) {
+        if (vcu__set[i].p <= 1)
+            continue;
+        for (j = vcu__hash(vcu__set[i].p) & (ncap - 1); n[j].p; j = (j + 1) & (ncap - 1))
+            ;
+        n[j] = vcu__set[i];
+    }
+    free(vcu__set);
+    vcu__set = n;
+    vcu__set_cap = ncap;
+    return 0;
+}
+
+static vcu__slot_t *vcu__set_find(uintptr_t p)
+{
+    size_t j, n;
+
+    if (vcu__set_cap == 0)
+        return NULL;
+    for (j = vcu__hash(p) & (vcu__set_cap - 1), n = 0; n < vcu__set_cap;
+         j = (j + 1) & (vcu__set_cap - 1), n++) {
+        if (vcu__set[j].p == p)
+            return &vcu__set[j];
+        if (vcu__set[j].p == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+int vcu__reg_add(const void *p, int kind)
+{
+    uintptr_t v = (uintptr_t)p;
+    size_t j;
+    int ret = 0;
+
+    pthread_mutex_lock(&vcu__reg_mu);
+    if ((vcu__set_used + 1) * 2 > vcu__set_cap && vcu__set_grow() != 0) {
+        ret = VCU_ENOMEM;
+        goto out;
+    }
+    for (j = vcu__hash(v) & (vcu__set_cap - 1); vcu__set[j].p > 1; j = (j + 1) & (vcu__set_cap - 1))
+        ;
+    if (vcu__set[j].p == 0)
+        vcu__set_used++;
+    vcu__set[j].p = v;
+    vcu__set[j].kind = kind;
+out:
+    pthread_mutex_unlock(&vcu__reg_mu);
+    return ret;
+}
+
+int vcu__reg_has(const void *p, int kind)
+{
+    vcu__slot_t *s;
+    int ret;
+
+    if ((uintptr_t)p <= 1)
+        return 0;
+    pthread_mutex_lock(&vcu__reg_mu);
+    s = vcu__set_find((uintptr_t)p);
+    ret = s != NULL && s->kind == kind;
+    pthread_mutex_unlock(&vcu__reg_mu);
+    return ret;
+}
+
+void vcu__reg_del(const void *p)
+{
+    vcu__slot_t *s;
+
+    if ((uintptr_t)p <= 1)
+        return;
+    pthread_mutex_lock(&vcu__reg_mu);
+    s = vcu__set_find((uintptr_t)p);
+    if (s != NULL)
+        s->p = 1;
+    pthread_mutex_unlock(&vcu__reg_mu);
+}

@@ -1,0 +1,55 @@
+/*
+ * What libcudart.so.13 and libcuda.so.1 share beyond the transport: the
+ * handle registry, log-once messages, and the view of the VM's devices a
+ * program gets (CUDA_VISIBLE_DEVICES, virtual PCI addresses).  Each
+ * library links its own copy (hidden symbols): state is per library.
+ * Private names: vcu__.
+ */
+#ifndef VCU_COMMON_H
+#define VCU_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vcu_transport.h"
+
+/* Writes the message to stderr the first time *flag is seen clear. */
+void vcu__log_once(int *flag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Handle registry: is this pointer one of ours, alive, of this kind?  A
+ * handle a program passes is looked up by value before it is ever
+ * dereferenced.  Kinds are the library's own small positive numbers.
+ * vcu__reg_add returns 0 or VCU_ENOMEM.
+ */
+int vcu__reg_add(const void *p, int kind);
+int vcu__reg_has(const void *p, int kind);
+void vcu__reg_del(const void *p);
+
+/* The device file: $VCU_DEVICE, else /dev/vcuda0. */
+const char *vcu__dev_path(void);
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as nvidia-smi writes it. */
+void vcu__uuid_str(const uint8_t *u, char *buf, size_t len);
+
+/*
+ * The VM's devices (virtual ordinals 0..n-1) a program sees, in its
+ * order: CUDA_VISIBLE_DEVICES (env, may be NULL: all) as NVIDIA's driver
+ * reads it, indices or GPU-<uuid prefix>, the list ending at the first
+ * invalid or repeated entry.  uuid_of(arg, vord, uuid) gives a device's
+ * UUID (0) or fails (-1).  Fills vord[0..] (at most max) and returns how
+ * many.
+ */
+int vcu__visible_devices(const char *env, uint32_t n,
+                         int (*uuid_of)(void *arg, uint32_t vord, uint8_t uuid[16]),
+                         void *arg, uint32_t *vord, int max);
+
+/*
+ * The guest PCI address of the device file's virtio device (the virtual
+ * GPUs behind it take consecutive device numbers from its slot).
+ * Returns 1 and fills the three, or 0 where sysfs does not say.
+ */
+int vcu__pci_addr(const char *devpath, unsigned int *dom, unsigned int *bus,
+                  unsigned int *slot);
+
+#endif /* VCU_COMMON_H */

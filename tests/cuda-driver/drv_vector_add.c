@@ -1,0 +1,186 @@
+/*
+ * A driver-API program end to end: the fatbin through cuModuleLoadData,
+ * the cubin through cuModuleLoad, kernels launched with kernelParams and
+ * with extra (a packed buffer, a parameter layout with padding), a module
+ * global read and written, memsets, synchronous and stream-ordered
+ * copies, a stream, events and their elapsed time.
+ */
+#include "vcu_drv_test.h"
+
+#define N 1000
+
+int main(void)
+{
+    CUdevice dev;
+    CUcontext ctx, cur;
+    CUmodule mod, mod2;
+    CUfunction vadd, vadd_again, fill, bump;
+    CUdeviceptr a, b, c, flag;
+    CUstream s;
+    CUevent e0, e1;
+    size_t flen, flag_size, freeb, total;
+    float ha[N], hb[N], hc[N];
+    unsigned int hu[N], out;
+    int n = N;
+    float ms;
+    void *fatbin;
+
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuCtxGetCurrent(&cur));
+    TRUE(cur == ctx);
+    CK(cuMemGetInfo(&freeb, &total));
+    TRUE(total > 0 && freeb <= total);
+
+    fatbin = vcu_drv_read_beside("vcu_drv_kernels.fatbin", &flen);
+    CK(cuModuleLoadData(&mod, fatbin));
+    CK(cuModuleGetFunction(&vadd, mod, "vcu_drv_vadd"));
+    CK(cuModuleGetFunction(&vadd_again, mod, "vcu_drv_vadd"));
+    TRUE(vadd == vadd_again);       /* one handle per kernel and module */
+    CK(cuModuleGetFunction(&fill, mod, "vcu_drv_fill"));
+    CK(cuModuleGetFunction(&bump, mod, "vcu_drv_flag_bump"));
+    EXPECT(CUDA_ERROR_NOT_FOUND, cuModuleGetFunction(&vadd_again, mod, "no_such_kernel"));
+
+    for (int i = 0; i < N; i++) {
+        ha[i] = (float)i;
+        hb[i] = 0.5f * (float)i;
+    }
+    CK(cuMemAlloc(&a, sizeof(ha)));
+    CK(cuMemAlloc(&b, sizeof(hb)));
+    CK(cuMemAlloc(&c, sizeof(hc)));
+    CK(cuMemcpyHtoD(a, ha, sizeof(ha)));
+    CK(cuMemcpyHtoD(b, hb, sizeof(hb)));
+    {
+        void *args[] = { &a, &b, &c, &n };
+
+        CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+    }
+    memset(hc, 0, sizeof(hc));
+    CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+    for (int i = 0; i < N; i++)
+        TRUE(hc[i] == 1.5f * (float)i);
+
+    /* The same kernel through extra: the buffer as the ABI lays it out. */
+    {
+        struct {
+            CUdeviceptr a, b, c;
+            int n;
+            int pad;
+        } buf = { b, a, c, N / 2, 0 };
+        size_t size = 28;
+        void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &buf, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                          &size, CU_LAUNCH_PARAM_END };
+
+        CK(cuMemsetD32(c, 0, N));
+        CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, NULL, extra));
+        CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+        for (int i = 0; i < N; i++)
+            TRUE(hc[i] == (i < N / 2 ? 1.5f * (float)i : 0.0f));
+    }
+
+    /* Padding in the layout: char at 8, u64 at 16. */
+    {
+        char pad = 3;
+        unsigned long long v = 100;
+        unsigned int step = 2;
+        void *args[] = { &c, &pad, &v, &step, &n };
+
+        CK(cuLaunchKernel(fill, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+        CK(cuCtxSynchronize());
+        CK(cuMemcpyDtoH(hu, c, sizeof(hu)));
+        for (int i = 0; i < N; i++)
+            TRUE(hu[i] == 103u + 2u * (unsigned int)i);
+    }
+
+    /* Memsets. */
+    CK(cuMemsetD8(c, 0xab, sizeof(hu)));
+    CK(cuMemcpyDtoH(hu, c, sizeof(hu)));
+    for (int i = 0; i < N; i++)
+        TRUE(hu[i] == 0xababababu);
+    CK(cuMemsetD32(c, 0x12345678u, N));
+    CK(cuMemcpyDtoD(a, c, sizeof(hu)));
+    CK(cuMemcpyDtoH(hu, a, sizeof(hu)));
+    for (int i = 0; i < N; i++)
+        TRUE(hu[i] == 0x12345678u);
+
+    /* The module global: its initial value, then the kernel's. */
+    CK(cuModuleGetGlobal(&flag, &flag_size, mod, "vcu_drv_flag"));
+    TRUE(flag_size == sizeof(unsigned int));
+    CK(cuMemcpyDtoH(&out, flag, sizeof(out)));
+    TRUE(out == 7);
+    {
+        void *args[] = { &c };
+
+        CK(cuLaunchKernel(bump, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        CK(cuMemcpyDtoH(&out, c, sizeof(out)));
+        TRUE(out == 7);
+        CK(cuMemcpyDtoH(&out, flag, sizeof(out)));
+        TRUE(out == 8);
+        out = 41;
+        CK(cuMemcpyHtoD(flag, &out, sizeof(out)));
+        CK(cuLaunchKernel(bump, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        CK(cuMemcpyDtoH(&out, c, sizeof(out)));
+        TRUE(out == 41);
+    }
+
+    /* A stream, async copies, events. */
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    CK(cuEventRecord(e0, s));
+    CK(cuMemcpyHtoDAsync(a, hb, sizeof(hb), s));
+    CK(cuMemcpyHtoDAsync(b, ha, sizeof(ha), s));
+    {
+        void *args[] = { &a, &b, &c, &n };
+
+        CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
+    }
+    memset(hc, 0, sizeof(hc));
+    CK(cuMemcpyDtoHAsync(hc, c, sizeof(hc), s));
+    CK(cuEventRecord(e1, s));
+    CK(cuStreamSynchronize(s));
+    CK(cuStreamQuery(s));
+    CK(cuEventSynchronize(e1));
+    CK(cuEventElapsedTime(&ms, e0, e1));
+    TRUE(ms >= 0.0f);
+    for (int i = 0; i < N; i++)
+        TRUE(hc[i] == 1.5f * (float)i);
+    CK(cuMemsetD8Async(c, 0, sizeof(hc), s));
+    CK(cuMemsetD32Async(a, 5, N, s));
+    CK(cuMemcpyDtoDAsync(b, a, sizeof(hu), s));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemcpyDtoH(hu, b, sizeof(hu)));
+    TRUE(hu[0] == 5 && hu[N - 1] == 5);
+    CK(cuEventDestroy(e0));
+    CK(cuEventDestroy(e1));
+    CK(cuStreamDestroy(s));
+
+    /* The same kernels from the cubin, through cuModuleLoad. */
+    CK(cuModuleLoad(&mod2, vcu_drv_beside("vcu_drv_kernels.cubin")));
+    CK(cuModuleGetFunction(&vadd_again, mod2, "vcu_drv_vadd"));
+    TRUE(vadd_again != vadd);
+    {
+        void *args[] = { &a, &b, &c, &n };
+
+        CK(cuMemcpyHtoD(a, ha, sizeof(ha)));
+        CK(cuMemcpyHtoD(b, ha, sizeof(ha)));
+        CK(cuLaunchKernel(vadd_again, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+        CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+        for (int i = 0; i < N; i++)
+            TRUE(hc[i] == 2.0f * (float)i);
+    }
+    CK(cuModuleUnload(mod2));
+    EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(mod2));
+    EXPECT(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&mod2, "/nonexistent/kernels.cubin"));
+
+    CK(cuMemFree(a));
+    CK(cuMemFree(b));
+    CK(cuMemFree(c));
+    CK(cuModuleUnload(mod));
+    free(fatbin);
+    CK(cuDevicePrimaryCtxRelease(dev));
+    printf("PASS drv_vector_add\n");
+    return 0;
+}
