@@ -46,6 +46,10 @@ run_cuda() {
     LD_LIBRARY_PATH=/cuda/lib VCU_TEST_TIMEOUT=240 sh /cuda/run.sh /cuda 2>&1 |
         sed -e 's,^PASS \([^ ]*\)$,VCU-TEST cuda/\1 PASS,' \
             -e 's,^FAIL \([^ ]*\) *\(.*\)$,VCU-TEST cuda/\1 FAIL \2,'
+    # The Driver API programs (tests/cuda-driver) on our libcuda.so.1.
+    LD_LIBRARY_PATH=/cuda/lib VCU_TEST_TIMEOUT=240 sh /cuda-driver/run.sh /cuda-driver 2>&1 |
+        sed -e 's,^PASS \([^ ]*\)$,VCU-TEST cuda/\1 PASS,' \
+            -e 's,^FAIL \([^ ]*\) *\(.*\)$,VCU-TEST cuda/\1 FAIL \2,'
     # Every program has exited: nothing of theirs may stay pinned, mapped
     # or in flight in the driver (registered memory included).
     i=0

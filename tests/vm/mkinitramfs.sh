@@ -15,7 +15,9 @@
 #   VCU_MODULE       virtio_cuda.ko [build/guest-driver/$VCU_GUEST_KVER/virtio_cuda.ko]
 #   VCU_VM_BIN       echo_test, badinput_test [build/vm]
 #   VCU_CUDA_TESTS   CUDA test programs [build/cuda-tests]
+#   VCU_DRIVER_TESTS Driver API test programs [build/cuda-driver]
 #   VCU_CUDART       libcudart.so.13 [build/guest-lib/libcudart.so.13]
+#   VCU_GUEST_LIBCUDA our libcuda.so.1 [build/guest-lib/libcuda.so.1]
 #   VCU_BENCH_BIN    cudabench [build/bench/cudabench]
 #   VCU_DEMO_BIN     the main job's demo [build/vm/vcu_demo]
 set -eu
@@ -33,7 +35,9 @@ fi
 module=${VCU_MODULE:-$root/build/guest-driver/$VCU_GUEST_KVER/virtio_cuda.ko}
 vmbin=${VCU_VM_BIN:-$root/build/vm}
 cudatests=${VCU_CUDA_TESTS:-$root/build/cuda-tests}
+drvtests=${VCU_DRIVER_TESTS:-$root/build/cuda-driver}
 cudart=${VCU_CUDART:-$root/build/guest-lib/libcudart.so.13}
+glibcuda=${VCU_GUEST_LIBCUDA:-$root/build/guest-lib/libcuda.so.1}
 benchbin=${VCU_BENCH_BIN:-$root/build/bench/cudabench}
 demobin=${VCU_DEMO_BIN:-$root/build/vm/vcu_demo}
 [ -f "$module" ] || die "no module $module"
@@ -104,6 +108,20 @@ for s in "$@"; do
             n=$((n + 1))
         done
         [ "$n" -gt 0 ] || die "no CUDA test programs in $cudatests"
+        # The Driver API programs, on our libcuda.so.1, their kernels
+        # beside them.
+        [ -f "$glibcuda" ] || die "no $glibcuda"
+        [ -f "$drvtests/tests.list" ] && [ -f "$drvtests/run.sh" ] ||
+            die "no tests.list/run.sh in $drvtests"
+        cp "$glibcuda" "$r/cuda/lib/libcuda.so.1"
+        mkdir -p "$r/cuda-driver"
+        cp "$drvtests/tests.list" "$drvtests/run.sh" "$drvtests/vcu_drv_kernels.fatbin" \
+            "$drvtests/vcu_drv_kernels.cubin" "$r/cuda-driver/"
+        for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$drvtests/tests.list"); do
+            [ -x "$drvtests/$t" ] || die "no Driver API program $drvtests/$t"
+            cp "$drvtests/$t" "$r/cuda-driver/"
+            LD_LIBRARY_PATH=$r/cuda/lib copy_libs "$drvtests/$t"
+        done
         ;;
     demo)
         add_cudart

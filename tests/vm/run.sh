@@ -103,6 +103,8 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
         step "CUDA test programs"
         make -s -j"$jobs" -C "$root/tests/cuda" O="$build/cuda-tests" >&2 ||
             die "tests/cuda build failed"
+        make -s -C "$root/tests/cuda-driver" O="$build/cuda-driver" >&2 ||
+            die "tests/cuda-driver build failed"
     fi
     case " $suites " in *" demo "*)
         step "demo program"
