@@ -62,6 +62,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,11 @@
 #include "vcu_stage.h"
 
 #define VCU__W_PAGE 4096ull
+/* A job's own room for its request, reply and iovecs; free jobs kept. */
+#define VCU__JOB_REQ_INLINE 512u
+#define VCU__JOB_RESP_INLINE 512u
+#define VCU__JOB_IOV_INLINE 16u
+#define VCU__JOB_CACHE 64u
 /* How long the main thread may be away from the ring before the watch
  * thread takes it over, and how often that thread looks. */
 #define VCU__W_WATCH_NS 2000000ull
@@ -130,6 +136,12 @@ typedef struct vcu__job_s {
     struct iovec *iov;
     unsigned char *req;
     unsigned char *resp;
+    struct vcu__job_s *next;        /* in the cache */
+    /* Small requests (most: launches, queries) need no allocation: their
+     * bytes, reply and iovecs fit here; larger ones are malloc()ed. */
+    _Alignas(8) unsigned char req_in[VCU__JOB_REQ_INLINE];
+    _Alignas(8) unsigned char resp_in[VCU__JOB_RESP_INLINE];
+    struct iovec iov_in[VCU__JOB_IOV_INLINE];
 } vcu__job_t;
 
 static struct {
@@ -142,6 +154,9 @@ static struct {
     unsigned char *sbuf;            /* socket bytes not yet taken (main thread) */
     size_t scap, shave;
     pthread_mutex_t wlock;          /* writes to fd, the reply ring */
+    pthread_mutex_t jlock;          /* jobs, njobs: the cache of free jobs */
+    vcu__job_t *jobs;
+    unsigned int njobs;
     pthread_mutex_t alock;          /* regs */
     /* The request ring and the socket's read side (req, sbuf, fdq,
      * regions): held by the main thread while it pumps, by the watch
@@ -171,6 +186,7 @@ static struct {
     .wlock = PTHREAD_MUTEX_INITIALIZER,
     .alock = PTHREAD_MUTEX_INITIALIZER,
     .rlock = PTHREAD_MUTEX_INITIALIZER,
+    .jlock = PTHREAD_MUTEX_INITIALIZER,
     .watch_mu = PTHREAD_MUTEX_INITIALIZER,
     .watch_cv = PTHREAD_COND_INITIALIZER,
 };
@@ -457,12 +473,64 @@ static void vcu__reg_release(const struct vcu_ipc_range *rel, uint32_t n)
 
 /* ---- requests ---------------------------------------------------------- */
 
+/* A job with room for req_len request bytes and resp_cap reply bytes
+ * (zeroed), the rest of it cleared; NULL without memory. */
+static vcu__job_t *vcu__job_get(size_t req_len, size_t resp_cap)
+{
+    vcu__job_t *j;
+
+    pthread_mutex_lock(&vcu__w.jlock);
+    j = vcu__w.jobs;
+    if (j != NULL) {
+        vcu__w.jobs = j->next;
+        vcu__w.njobs--;
+    }
+    pthread_mutex_unlock(&vcu__w.jlock);
+    if (j == NULL && (j = malloc(sizeof(*j))) == NULL)
+        return NULL;
+    memset(j, 0, offsetof(vcu__job_t, req_in));
+    j->req = req_len <= sizeof(j->req_in) ? j->req_in : malloc(req_len);
+    j->resp = resp_cap <= sizeof(j->resp_in) ? j->resp_in : calloc(1, resp_cap);
+    if (j->req == NULL || j->resp == NULL) {
+        if (j->req != j->req_in)
+            free(j->req);
+        if (j->resp != j->resp_in)
+            free(j->resp);
+        free(j);
+        return NULL;
+    }
+    if (j->resp == j->resp_in)
+        memset(j->resp_in, 0, sizeof(j->resp_in));
+    return j;
+}
+
+/* Room for n iovecs in the job: its own, or allocated. */
+static struct iovec *vcu__job_iov(vcu__job_t *j, size_t n)
+{
+    if (n <= VCU__JOB_IOV_INLINE)
+        j->iov = j->iov_in;
+    else
+        j->iov = calloc(n, sizeof(*j->iov));
+    return j->iov;
+}
+
 static void vcu__job_free(vcu__job_t *j)
 {
     free(j->released);
-    free(j->iov);
-    free(j->req);
-    free(j->resp);
+    if (j->iov != j->iov_in)
+        free(j->iov);
+    if (j->req != j->req_in)
+        free(j->req);
+    if (j->resp != j->resp_in)
+        free(j->resp);
+    pthread_mutex_lock(&vcu__w.jlock);
+    if (vcu__w.njobs < VCU__JOB_CACHE) {
+        j->next = vcu__w.jobs;
+        vcu__w.jobs = j;
+        vcu__w.njobs++;
+        j = NULL;
+    }
+    pthread_mutex_unlock(&vcu__w.jlock);
     free(j);
 }
 
@@ -530,18 +598,12 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
         while (vcu__region(rg[k].region) == NULL)
             vcu__sock_pump(false);
     k = 0;
-    j = calloc(1, sizeof(*j));
+    j = vcu__job_get(ir.req_len, ir.resp_cap);
     if (j == NULL) {
         vcu__reply_status(tag, &h, VCU_S_ENOMEM);
         return;
     }
     j->tag = tag;
-    j->req = malloc(ir.req_len);
-    j->resp = calloc(1, ir.resp_cap);
-    if (j->req == NULL || j->resp == NULL) {
-        status = VCU_S_ENOMEM;
-        goto fail;
-    }
     memcpy(j->req, body + sizeof(ir), ir.req_len);
 
     if (h.nsegs > VCU_MAX_SEGS || h.payload_len > VCU_MAX_PAYLOAD)
@@ -597,8 +659,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
             niov += vcu__reg_split_locked(r, rg[k].off, rg[k].len, NULL);
         }
     }
-    j->iov = calloc(niov ? niov : 1, sizeof(*j->iov));
-    if (j->iov == NULL) {
+    if (vcu__job_iov(j, niov) == NULL) {
         pthread_mutex_unlock(&vcu__w.alock);
         status = VCU_S_ENOMEM;
         goto fail;

@@ -6,7 +6,7 @@
 #                                      DESTDIR and dkms installed, registered
 #                                      with DKMS and built for the running
 #                                      kernel (DKMS rebuilds it for new ones)
-#   $PREFIX/lib/virtio-cuda/           libcudart.so.13 (guest-lib)
+#   $PREFIX/lib/virtio-cuda/           libcudart.so.13 and libcuda.so.1 (guest-lib)
 #   /etc/ld.so.conf.d/virtio-cuda.conf puts that directory on the loader path
 #   /etc/modules-load.d/virtio-cuda.conf   loads virtio_cuda at boot
 #   /etc/udev/rules.d/70-virtio-cuda.rules /dev/vcudaN root-only (0600)
@@ -17,7 +17,8 @@
 #   DESTDIR     staging root (default: none, install into /)
 #   PREFIX      default /usr/local
 #   SYSCONFDIR  default /etc
-#   GUEST_LIB   the library to install (default build/guest-lib/libcudart.so.13)
+#   GUEST_LIB   the runtime to install (default build/guest-lib/libcudart.so.13)
+#   GUEST_LIBCUDA  the Driver API library (default build/guest-lib/libcuda.so.1)
 #   KDIR        kernel tree: build and install a module for it, no DKMS
 #   DKMS        auto (default): register with DKMS when dkms is installed and
 #               DESTDIR is empty; no: never
@@ -28,6 +29,7 @@ DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr/local}
 SYSCONFDIR=${SYSCONFDIR:-/etc}
 GUEST_LIB=${GUEST_LIB:-$root/build/guest-lib/libcudart.so.13}
+GUEST_LIBCUDA=${GUEST_LIBCUDA:-$root/build/guest-lib/libcuda.so.1}
 KDIR=${KDIR:-}
 DKMS=${DKMS:-auto}
 
@@ -38,6 +40,7 @@ case $PREFIX in /*) ;; *) die "PREFIX must be absolute, not $PREFIX" ;; esac
 case $SYSCONFDIR in /*) ;; *) die "SYSCONFDIR must be absolute, not $SYSCONFDIR" ;; esac
 case $DKMS in auto | no) ;; *) die "DKMS must be auto or no, not $DKMS" ;; esac
 [ -f "$GUEST_LIB" ] || die "no guest library at $GUEST_LIB (make guest-lib)"
+[ -f "$GUEST_LIBCUDA" ] || die "no guest library at $GUEST_LIBCUDA (make guest-lib)"
 
 pkg=virtio-cuda
 version=$(sed -n 's/^PACKAGE_VERSION="\([^"]*\)"$/\1/p' "$root/guest-driver/dkms.conf")
@@ -57,12 +60,14 @@ msg "module sources in $src"
 
 install -d -m 0755 "$DESTDIR$libdir"
 install -m 0755 "$GUEST_LIB" "$DESTDIR$libdir/"
-msg "guest library in $DESTDIR$libdir"
+install -m 0755 "$GUEST_LIBCUDA" "$DESTDIR$libdir/"
+msg "guest libraries in $DESTDIR$libdir"
 
 etc=$DESTDIR$SYSCONFDIR
 install -d -m 0755 "$etc/ld.so.conf.d" "$etc/modules-load.d" "$etc/udev/rules.d"
 cat >"$etc/ld.so.conf.d/virtio-cuda.conf" <<EOF
-# virtio-cuda: the CUDA runtime over /dev/vcudaN (libcudart.so.13)
+# virtio-cuda: the CUDA runtime and Driver API over /dev/vcudaN
+# (libcudart.so.13, libcuda.so.1)
 $libdir
 EOF
 cat >"$etc/modules-load.d/virtio-cuda.conf" <<EOF

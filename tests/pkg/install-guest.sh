@@ -41,6 +41,7 @@ expect "make install-guest DESTDIR=..." make -s install-guest DESTDIR="$d"
     echo etc/modules-load.d/virtio-cuda.conf
     echo etc/udev/rules.d/70-virtio-cuda.rules
     echo usr/local/lib/virtio-cuda/libcudart.so.13
+    echo usr/local/lib/virtio-cuda/libcuda.so.1
     echo "$src/Kbuild"
     echo "$src/dkms.conf"
     for f in guest-driver/*.c guest-driver/*.h guest-driver/uapi/*.h include/*.h; do echo "$src/$f"; done
@@ -60,6 +61,8 @@ cmp -s guest-driver/dkms.conf "$d/$src/dkms.conf" || { echo "differs: dkms.conf"
 [ $same = 1 ] && ok "module sources are the repository's" || bad "module sources are the repository's"
 cmp -s "$lib" "$d/usr/local/lib/virtio-cuda/libcudart.so.13" &&
     ok "guest library is build/guest-lib's" || bad "guest library is build/guest-lib's"
+cmp -s "$root/build/guest-lib/libcuda.so.1" "$d/usr/local/lib/virtio-cuda/libcuda.so.1" &&
+    ok "guest libcuda.so.1 is build/guest-lib's" || bad "guest libcuda.so.1 is build/guest-lib's"
 
 mode() { stat -c %a "$1"; }
 modes_ok=1
@@ -67,7 +70,9 @@ for f in etc/ld.so.conf.d/virtio-cuda.conf etc/modules-load.d/virtio-cuda.conf \
     etc/udev/rules.d/70-virtio-cuda.rules "$src/dkms.conf" "$src/guest-driver/virtio_cuda.c"; do
     [ "$(mode "$d/$f")" = 644 ] || { echo "mode $(mode "$d/$f"): $f"; modes_ok=0; }
 done
-[ "$(mode "$d/usr/local/lib/virtio-cuda/libcudart.so.13")" = 755 ] || { echo "library mode"; modes_ok=0; }
+for f in libcudart.so.13 libcuda.so.1; do
+    [ "$(mode "$d/usr/local/lib/virtio-cuda/$f")" = 755 ] || { echo "library mode: $f"; modes_ok=0; }
+done
 [ $modes_ok = 1 ] && ok "modes (0644 data, 0755 library)" || bad "modes"
 
 [ "$(grep -v '^#' "$d/etc/ld.so.conf.d/virtio-cuda.conf")" = /usr/local/lib/virtio-cuda ] &&
@@ -82,6 +87,11 @@ if ldconfig -r "$d" -X -f /etc/ld.so.conf.d/virtio-cuda.conf -C /etc/ld.so.cache
 else
     bad "ldconfig finds libcudart.so.13 through the installed configuration"
     cat "$work/ldconfig.log"
+fi
+if ldconfig -p -C "$d/etc/ld.so.cache" | grep 'libcuda.so.1 (libc6,x86-64) => /usr/local/lib/virtio-cuda/libcuda.so.1$' >/dev/null; then
+    ok "ldconfig finds libcuda.so.1 through the installed configuration"
+else
+    bad "ldconfig finds libcuda.so.1 through the installed configuration"
 fi
 rm -f "$d/etc/ld.so.cache"
 
@@ -156,7 +166,8 @@ if [ -d /var/lib/dkms ] && unshare --mount --propagation private true 2>/dev/nul
         grep -v -e "^usr/src/virtio-cuda-$version/" -e "^var/lib/dkms/virtio-cuda/" | LC_ALL=C sort) \
         >"$ns/written"
     printf '%s\n' etc/ld.so.cache etc/ld.so.conf.d/virtio-cuda.conf etc/modules-load.d/virtio-cuda.conf \
-        etc/udev/rules.d/70-virtio-cuda.rules usr/local/lib/virtio-cuda/libcudart.so.13 |
+        etc/udev/rules.d/70-virtio-cuda.rules usr/local/lib/virtio-cuda/libcudart.so.13 \
+        usr/local/lib/virtio-cuda/libcuda.so.1 |
         LC_ALL=C sort >"$ns/want"
     if diff -u "$ns/want" "$ns/written" >"$ns/diff" &&
         [ -f "$ns/upper/usr/src/virtio-cuda-$version/dkms.conf" ]; then
