@@ -5,7 +5,8 @@
  * its pages, scattered through guest RAM, and is used only until the
  * reply.  Copying it range by range from memory that is not registered
  * makes the driver stage every 4 KiB page on its own.  Instead, a large
- * CU_MEMCPY_HTOD segment is gathered (by several threads) into a pinned
+ * CU_MEMCPY_HTOD segment is gathered (by up to eight threads, half the
+ * online CPUs) into a pinned
  * staging buffer of the worker, which the backend copies from in one DMA;
  * a CU_MEMCPY_DTOH lands in such a buffer and is scattered to the guest's
  * pages before the reply.  The buffers are registered once and reused;
@@ -31,7 +32,9 @@
 #define VCU__STAGE_MIN_RANGES 1u
 /* Pinned staging memory per session. */
 #define VCU__STAGE_MAX (256ull << 20)
-#define VCU__STAGE_THREADS 4
+/* Threads of a gather or scatter: half the online CPUs, at most this
+ * many (the rest are QEMU's, the guest's and other sessions'). */
+#define VCU__STAGE_THREADS 8
 
 typedef struct vcu__sbuf_s {
     struct vcu__sbuf_s *next;
@@ -130,16 +133,28 @@ static void *vcu__spart_run(void *arg)
     return NULL;
 }
 
+static unsigned int vcu__stage_threads(void)
+{
+    static unsigned int n;
+    long cpus;
+
+    if (n == 0) {
+        cpus = sysconf(_SC_NPROCESSORS_ONLN) / 2;
+        n = cpus < 1 ? 1 : cpus > VCU__STAGE_THREADS ? VCU__STAGE_THREADS : (unsigned int)cpus;
+    }
+    return n;
+}
+
 /* Gathers or scatters the whole segment, in parallel. */
 static void vcu__stage_copy(const vcu_segment_t *s, unsigned char *buf, bool in)
 {
     vcu__spart_t w[VCU__STAGE_THREADS];
     pthread_t t[VCU__STAGE_THREADS];
     bool started[VCU__STAGE_THREADS] = { false };
-    uint64_t share = (s->len + VCU__STAGE_THREADS - 1) / VCU__STAGE_THREADS;
-    unsigned int k;
+    unsigned int k, nt = vcu__stage_threads();
+    uint64_t share = (s->len + nt - 1) / nt;
 
-    for (k = 0; k < VCU__STAGE_THREADS; k++) {
+    for (k = 0; k < nt; k++) {
         w[k].iov = s->iov;
         w[k].iovcnt = s->iovcnt;
         w[k].buf = buf;
@@ -150,7 +165,7 @@ static void vcu__stage_copy(const vcu_segment_t *s, unsigned char *buf, bool in)
             started[k] = pthread_create(&t[k], NULL, vcu__spart_run, &w[k]) == 0;
     }
     vcu__spart_run(&w[0]);
-    for (k = 1; k < VCU__STAGE_THREADS; k++) {
+    for (k = 1; k < nt; k++) {
         if (started[k])
             pthread_join(t[k], NULL);
         else if (w[k].from < w[k].to)

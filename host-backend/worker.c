@@ -49,6 +49,9 @@
  * arrives (CALLBACK_DONE runs inline; the rest is queued for the main
  * thread) until the main thread comes back for it.
  *
+ * A staged device-to-host copy is scattered to the guest's pages, and
+ * replied to, on a short-lived thread of its own (vcu__job_done()).
+ *
  * Replies are written by whichever thread completes a request, under
  * vcu__w.wlock.  vcu__w.alock protects the registration list.
  * Lock order: rlock -> alock, rlock -> wlock.
@@ -92,6 +95,8 @@
 /* Looks at an idle main thread this many times, then sleeps until the
  * main thread leaves the ring again. */
 #define VCU__W_WATCH_IDLE 100u
+/* Staged copies scattered on threads of their own at once, at most. */
+#define VCU__W_FINISHERS 4u
 
 typedef struct vcu__region_s {
     uint32_t id;
@@ -173,6 +178,7 @@ static struct {
     pthread_mutex_t watch_mu;       /* watch_parked, with watch_cv */
     pthread_cond_t watch_cv;
     _Atomic int watch_parked;
+    _Atomic unsigned int finishers; /* vcu__job_finish_thread()s running */
     unsigned char *rbuf;            /* a ring frame's body, copied out (rlock) */
     vcu__region_t regions[VCU_IPC_MAX_REGIONS];
     unsigned int nregions;
@@ -534,9 +540,9 @@ static void vcu__job_free(vcu__job_t *j)
     free(j);
 }
 
-static void vcu__job_done(vcu_request_t *breq)
+static void vcu__job_finish(vcu__job_t *j)
 {
-    vcu__job_t *j = breq->opaque;
+    vcu_request_t *breq = &j->breq;
     size_t len = breq->resp_len <= breq->resp_cap ? breq->resp_len : breq->resp_cap;
 
     /* Before the reply: the guest reads its pages once it has it. */
@@ -546,6 +552,43 @@ static void vcu__job_done(vcu_request_t *breq)
         vcu__reg_release(j->released, j->nreleased);
     vcu__send_frame(VCU_IPC_RESP, j->tag, j->resp, len);
     vcu__job_free(j);
+}
+
+static void *vcu__job_finish_thread(void *arg)
+{
+    vcu__job_finish(arg);
+    atomic_fetch_sub_explicit(&vcu__w.finishers, 1, memory_order_relaxed);
+    return NULL;
+}
+
+/*
+ * The backend is done with a request.  A staged device-to-host copy is
+ * scattered to the guest's pages before its reply, which takes
+ * milliseconds: that happens on a thread of its own (VCU__W_FINISHERS at
+ * once), so the session's thread goes on with the next request (the next
+ * chunk's DMA) meanwhile.
+ */
+static void vcu__job_done(vcu_request_t *breq)
+{
+    vcu__job_t *j = breq->opaque;
+    pthread_attr_t a;
+    pthread_t t;
+    bool ok = false;
+
+    if (j->stage.buf != NULL && j->stage.out &&
+        atomic_fetch_add_explicit(&vcu__w.finishers, 1, memory_order_relaxed) < VCU__W_FINISHERS) {
+        if (pthread_attr_init(&a) == 0) {
+            ok = pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) == 0 &&
+                 pthread_create(&t, &a, vcu__job_finish_thread, j) == 0;
+            pthread_attr_destroy(&a);
+        }
+        if (ok)
+            return;
+        atomic_fetch_sub_explicit(&vcu__w.finishers, 1, memory_order_relaxed);
+    } else if (j->stage.buf != NULL && j->stage.out) {
+        atomic_fetch_sub_explicit(&vcu__w.finishers, 1, memory_order_relaxed);
+    }
+    vcu__job_finish(j);
 }
 
 /* A reply of status alone, for a request the backend never saw. */
