@@ -179,11 +179,7 @@ int vcu_stage_in(vcu_backend_t *be, uint32_t opcode, uint32_t req_flags, vcu_seg
     vcu__sbuf_t *b;
 
     memset(st, 0, sizeof(*st));
-    /* A DTOH is scattered only once its reply says the copy succeeded: an
-     * async request's reply carries no result (its errors are deferred),
-     * so an async DTOH is copied as it is. */
-    if ((opcode != VCU_OP_CU_MEMCPY_HTOD &&
-         (opcode != VCU_OP_CU_MEMCPY_DTOH || (req_flags & VCU_REQ_F_ASYNC))) || nsegs != 1 ||
+    if ((opcode != VCU_OP_CU_MEMCPY_HTOD && opcode != VCU_OP_CU_MEMCPY_DTOH) || nsegs != 1 ||
         (segs[0].flags & VCU_SEG_F_STABLE) || segs[0].len < VCU__STAGE_MIN ||
         segs[0].iovcnt < VCU__STAGE_MIN_RANGES)
         return 0;
@@ -197,7 +193,7 @@ int vcu_stage_in(vcu_backend_t *be, uint32_t opcode, uint32_t req_flags, vcu_seg
     if (opcode == VCU_OP_CU_MEMCPY_HTOD)
         vcu__stage_copy(&segs[0], b->p, true);
     else
-        st->out = 1;
+        st->out = (req_flags & VCU_REQ_F_ASYNC) ? 2 : 1;
     segs[0].iov = &st->one;
     segs[0].iovcnt = 1;
     return 1;
@@ -209,14 +205,24 @@ void vcu_stage_out(vcu_stage_t *st, const void *resp, size_t resp_len)
 
     if (b == NULL)
         return;
-    /* A DTOH that succeeded wrote the whole buffer: it goes to the guest.
-     * (The reply: header, then struct vcu_cu_resp, result first.) */
-    if (st->out && resp_len >= sizeof(struct vcu_resp_hdr) + sizeof(struct vcu_cu_resp)) {
+    /*
+     * A DTOH that succeeded wrote the whole buffer: it goes to the guest.
+     * (The reply: header, then struct vcu_cu_resp, result first.)  An
+     * async one's reply is its header alone (its errors are deferred to
+     * a later reply): it goes to the guest when the request itself was
+     * accepted.  If its copy failed, the guest's buffer gets what the
+     * staging buffer held, this session's own earlier data, as CUDA
+     * leaves a failed copy's destination undefined.
+     */
+    if (st->out && resp_len >= sizeof(struct vcu_resp_hdr)) {
         struct vcu_resp_hdr h;
-        struct vcu_cu_resp r;
+        struct vcu_cu_resp r = { 1, 0 };
 
         memcpy(&h, resp, sizeof(h));
-        memcpy(&r, (const char *)resp + sizeof(h), sizeof(r));
+        if (st->out == 2)
+            r.result = 0;
+        else if (resp_len >= sizeof(h) + sizeof(r))
+            memcpy(&r, (const char *)resp + sizeof(h), sizeof(r));
         if (h.status == VCU_S_OK && r.result == 0)
             vcu__stage_copy(&st->guest, b->p, false);
     }

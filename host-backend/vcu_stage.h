@@ -14,7 +14,7 @@ typedef struct vcu_stage_s {
     void *buf;                      /* the staging buffer, NULL if not staged */
     vcu_segment_t guest;            /* the segment as it was */
     struct iovec one;               /* the segment's one iovec now */
-    int out;                        /* DTOH: scatter at the reply */
+    int out;                        /* DTOH: scatter at the reply (2: async) */
 } vcu_stage_t;
 
 /*
