@@ -368,7 +368,7 @@ static CUresult vcu__elf_size(const unsigned char *img, uint64_t avail, uint64_t
  * (ELF), or PTX (NUL-terminated text).  *image moves past a wrapper.
  * avail: bytes known to be at *image (a file's size), or UINT64_MAX.
  */
-static CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
+CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
 {
     const unsigned char *img = *image;
     uint32_t magic;
@@ -409,7 +409,7 @@ static CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *si
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
+CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
 {
     struct vcu_cu_module_load_req r = { .image_len = len };
     struct vcu_cu_u64_resp o;
@@ -533,6 +533,21 @@ VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
         e = vcu__module_load(module, img, len);
     free(buf);
     return e;
+}
+
+/* Modules are loaded whole, at load (the host's driver gets the whole
+ * image): eager, whatever CUDA_MODULE_LOADING says. */
+VCU__EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    CUresult e;
+
+    if (mode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    *mode = CU_MODULE_EAGER_LOADING;
+    return CUDA_SUCCESS;
 }
 
 static void vcu__funcs_free(vcu__func_t *f)
@@ -785,6 +800,13 @@ static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, uns
 
     if (e != CUDA_SUCCESS)
         return e;
+    /* A CUkernel serves as a CUfunction of the current context (cuda.h). */
+    if (!vcu__reg_has(f, VCU__K_FUNCTION) && vcu__reg_has(f, VCU__K_KERNEL)) {
+        e = cuKernelGetFunction(&fn, (CUkernel)f);
+        if (e != CUDA_SUCCESS)
+            return e;
+        f = (vcu__func_t *)fn;
+    }
     if (!vcu__reg_has(f, VCU__K_FUNCTION))
         return CUDA_ERROR_INVALID_HANDLE;
     if (f->mod->dev != c->dev)
