@@ -30,7 +30,7 @@ int vcu__cu_unsupported(int *once, const char *name)
 
 /* VCU_LIBCUDA_TRACE=1: every cuGetProcAddress and cuGetExportTable query
  * on stderr (what NVIDIA's runtime asks of a driver: docs/driver-api.md). */
-static int vcu__tracing(void)
+int vcu__tracing(void)
 {
     static int on = -1;
 
@@ -710,6 +710,21 @@ VCU__EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 VCU__EXPORT CUresult cuCtxSynchronize(void)
 {
     return cuCtxSynchronize_v2(NULL);
+}
+
+/* The docs' "3020": a context of the _v2 API (every context here). */
+VCU__EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (version == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__ctx_or_cur(ctx, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *version = 3020;
+    return CUDA_SUCCESS;
 }
 
 /* ---- primary contexts ------------------------------------------------- */

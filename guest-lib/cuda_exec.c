@@ -409,36 +409,43 @@ CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
     return CUDA_SUCCESS;
 }
 
-CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len)
 {
     struct vcu_cu_module_load_req r = { .image_len = len };
     struct vcu_cu_u64_resp o;
     vcu__module_t *m;
     vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e;
 
-    if (e != CUDA_SUCCESS)
-        return e;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e = vcu__call(c->dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1, &o, sizeof(o));
     if (e != CUDA_SUCCESS) {
         free(m);
         return e;
     }
-    m->dev = c->dev;
+    m->dev = dev;
     m->h = o.value;
     if (vcu__reg_add(m, VCU__K_MODULE) != 0) {
         struct vcu_cu_u64_req u = { .value = m->h };
 
-        vcu__call(c->dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
+        vcu__call(dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
         free(m);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *module = (CUmodule)m;
     return CUDA_SUCCESS;
+}
+
+CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
+{
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__module_load_dev(c->dev, module, image, len);
 }
 
 VCU__EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
@@ -601,7 +608,8 @@ static CUresult vcu__module_here(vcu__ctx_t *ctx, CUmodule hmod, vcu__module_t *
     return CUDA_SUCCESS;
 }
 
-VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+/* The function of that name in m (the host's context of m's device). */
+CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out)
 {
     struct {
         struct vcu_cu_name_req r;
@@ -611,22 +619,13 @@ VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
         struct vcu_cu_function_resp f;
         struct vcu_cu_param p[VCU_CU_MAX_PARAMS];
     } *o = NULL;
-    vcu__module_t *m;
     vcu__func_t *f = NULL;
-    vcu__ctx_t *c;
     size_t nlen;
     CUresult e;
 
-    if (hfunc == NULL || name == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
     if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
         return CUDA_ERROR_NOT_FOUND;
-    e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS)
-        e = vcu__module_here(c, hmod, &m);
-    if (e != CUDA_SUCCESS)
-        return e;
     /* One handle per kernel and module, as CUDA gives; the lookup is
      * serialized so two threads asking at once get the same one. */
     pthread_mutex_lock(&vcu__drv.lock);
@@ -645,7 +644,7 @@ VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
     q.r.module = m->h;
     q.r.name_len = (uint32_t)nlen;
     memcpy(q.name, name, nlen);
-    e = vcu__call(c->dev, VCU_OP_CU_MODULE_GET_FUNCTION, &q, (uint32_t)(sizeof(q.r) + nlen),
+    e = vcu__call(m->dev, VCU_OP_CU_MODULE_GET_FUNCTION, &q, (uint32_t)(sizeof(q.r) + nlen),
                   NULL, 0, o, sizeof(*o));
     if (e != CUDA_SUCCESS)
         goto fail;
@@ -679,7 +678,7 @@ VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
 out:
     pthread_mutex_unlock(&vcu__drv.lock);
     free(o);
-    *hfunc = (CUfunction)f;
+    *out = f;
     return CUDA_SUCCESS;
 
 fail:
@@ -691,6 +690,26 @@ fail:
     }
     free(o);
     return e;
+}
+
+VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    vcu__module_t *m;
+    vcu__func_t *f;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (hfunc == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_here(c, hmod, &m);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_function(m, name, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *hfunc = (CUfunction)f;
+    return CUDA_SUCCESS;
 }
 
 VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
@@ -952,6 +971,41 @@ VCU__EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
 
 /* ---- events -------------------------------------------------------------- */
 
+static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out);
+
+static CUresult vcu__stream_wait(CUstream hStream, CUevent hEvent, unsigned int Flags, int ptsz)
+{
+    struct vcu_cu_pair_req r;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (Flags & ~(unsigned int)CU_EVENT_WAIT_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    memset(&r, 0, sizeof(r));
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEvent, &v);
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.a);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.b = v->h;
+    r.c = Flags;
+    return vcu__call(c->dev, VCU_OP_CU_STREAM_WAIT_EVENT, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    return vcu__stream_wait(hStream, hEvent, Flags, 0);
+}
+
+VCU__EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent,
+                                            unsigned int Flags)
+{
+    return vcu__stream_wait(hStream, hEvent, Flags, 1);
+}
+
 static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out)
 {
     vcu__event_t *v = (vcu__event_t *)ev;
@@ -1044,6 +1098,21 @@ VCU__EXPORT CUresult cuEventSynchronize(CUevent hEvent)
         return e;
     r.value = v->h;
     return vcu__call(c->dev, VCU_OP_CU_EVENT_SYNCHRONIZE, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuEventQuery(CUevent hEvent)
+{
+    struct vcu_cu_u64_req r;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEvent, &v);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.value = v->h;
+    return vcu__call(c->dev, VCU_OP_CU_EVENT_QUERY, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
 VCU__EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)

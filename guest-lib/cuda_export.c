@@ -8,6 +8,7 @@
  * is a function that says once on stderr that it was called and returns
  * CUDA_ERROR_NOT_SUPPORTED.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +80,6 @@ static CUresult vcu__slot_unknown(int table, int slot)
         return vcu__slot_unknown(VCU__T_##t, n);           \
     }
 
-VCU__UNKNOWN(F8CFF951, 1)
 VCU__UNKNOWN(F8CFF951, 2)
 VCU__UNKNOWN(CUDART, 3)
 VCU__UNKNOWN(CUDART, 4)
@@ -236,9 +236,28 @@ static const void *const vcu__tls_table[3] = {
     VCU__FN(vcu__unk_TLS_2),
 };
 
+/*
+ * f8cff951 [1]: where the runtime reports its error messages (measured:
+ * called as ("CUDA", 0, printf format, va_list) when cudaSetDevice gets
+ * a bad ordinal, with the message the runtime's cudaGetErrorString does
+ * not give).  NVIDIA's driver keeps such messages for cuLogs*, which this
+ * library does not offer: they go to stderr with VCU_LIBCUDA_TRACE=1 and
+ * are dropped otherwise.
+ */
+static CUresult vcu__rt_log(const char *component, uintptr_t arg, const char *fmt, va_list ap)
+{
+    (void)arg;
+    if (fmt == NULL || !vcu__tracing())
+        return CUDA_SUCCESS;
+    fprintf(stderr, "libcuda (virtio-cuda): trace: %s: ", component != NULL ? component : "?");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    return CUDA_SUCCESS;
+}
+
 static const void *const vcu__f8cff951_table[3] = {
     VCU__SIZE(3),
-    VCU__FN(vcu__unk_F8CFF951_1),
+    VCU__FN(vcu__rt_log),
     VCU__FN(vcu__unk_F8CFF951_2),
 };
 

@@ -161,12 +161,19 @@ CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
 /* cuModuleLoadData's size of an image (cuda_exec.c): *image moves past
  * nvcc's wrapper; avail is what is known to be there, or UINT64_MAX. */
 CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
-/* A module from len bytes of image, in the current context's device. */
+/* A module from len bytes of image, in the current context's device or
+ * in device dev. */
 CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len);
+/* The function of that name in m (one handle per name and module). */
+CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
 
 /* The device's primary context, made at the first ask and never freed;
  * not retained here. */
 CUresult vcu__primary(CUdevice dev, vcu__ctx_t **out);
+
+/* VCU_LIBCUDA_TRACE=1 is set. */
+int vcu__tracing(void);
 
 /* cuda_export.c: the private table with this UUID, or NULL. */
 const void *vcu__export_table(const CUuuid *id);

@@ -30,39 +30,51 @@ static CUresult vcu__lib_options(CUjit_option *jitOptions, void **jitOptionsValu
     return CUDA_SUCCESS;
 }
 
-/* The library's module in the current context's device, loaded at the
- * first ask.  Two threads asking at once may both load; the first to
- * finish is kept. */
-static CUresult vcu__lib_module(vcu__library_t *l, vcu__module_t **out)
+/* The library's module in device dev, loaded at the first ask.  Two
+ * threads asking at once may both load; the first to finish is kept. */
+static CUresult vcu__lib_module_dev(vcu__library_t *l, int dev, vcu__module_t **out)
 {
     vcu__module_t *m;
     CUmodule mod;
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e;
 
-    if (e != CUDA_SUCCESS)
-        return e;
     pthread_mutex_lock(&vcu__drv.lock);
-    m = l->mod[c->dev];
+    m = l->mod[dev];
     pthread_mutex_unlock(&vcu__drv.lock);
     if (m != NULL) {
         *out = m;
         return CUDA_SUCCESS;
     }
-    e = vcu__module_load(&mod, l->image, l->len);
+    e = vcu__module_load_dev(dev, &mod, l->image, l->len);
     if (e != CUDA_SUCCESS)
         return e;
     pthread_mutex_lock(&vcu__drv.lock);
-    if (l->mod[c->dev] == NULL) {
-        l->mod[c->dev] = (vcu__module_t *)mod;
+    if (l->mod[dev] == NULL) {
+        l->mod[dev] = (vcu__module_t *)mod;
         mod = NULL;
     }
-    m = l->mod[c->dev];
+    m = l->mod[dev];
     pthread_mutex_unlock(&vcu__drv.lock);
-    if (mod != NULL)
-        cuModuleUnload(mod);
+    if (mod != NULL) {
+        struct vcu_cu_u64_req u = { .value = ((vcu__module_t *)mod)->h };
+
+        vcu__call(dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
+        vcu__reg_del(mod);
+        free(mod);
+    }
     *out = m;
     return CUDA_SUCCESS;
+}
+
+/* The same in the current context's device. */
+static CUresult vcu__lib_module(vcu__library_t *l, vcu__module_t **out)
+{
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__lib_module_dev(l, c->dev, out);
 }
 
 /*
@@ -320,4 +332,117 @@ VCU__EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibr
     if (e != CUDA_SUCCESS)
         return e;
     return cuModuleGetGlobal_v2(dptr, bytes, (CUmodule)m, name);
+}
+
+/* ---- function attributes ------------------------------------------------ */
+
+static CUresult vcu__func_get_attr(vcu__func_t *f, CUfunction_attribute attrib, int *pi)
+{
+    struct vcu_cu_u64_req r = { .value = f->h };
+    struct vcu_cu_func_attrs_resp o;
+    CUresult e;
+
+    if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__call(f->mod->dev, VCU_OP_CU_FUNC_GET_ATTRS, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *pi = (int)o.attrs[attrib];
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__func_set_attr(vcu__func_t *f, CUfunction_attribute attrib, int value)
+{
+    struct vcu_cu_attr_req r;
+
+    if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.handle = f->h;
+    r.attr = (uint32_t)attrib;
+    r.value = (uint64_t)(int64_t)value;
+    return vcu__call(f->mod->dev, VCU_OP_CU_FUNC_SET_ATTR, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+/* A function handle, or a kernel's function in the current context. */
+static CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
+{
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (vcu__reg_has(hfunc, VCU__K_KERNEL)) {
+        e = cuKernelGetFunction(&hfunc, (CUkernel)hfunc);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    if (!vcu__reg_has(hfunc, VCU__K_FUNCTION))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = (vcu__func_t *)hfunc;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (pi == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(hfunc, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_get_attr(f, attrib, pi);
+}
+
+VCU__EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__func_arg(hfunc, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_set_attr(f, attrib, value);
+}
+
+/* A kernel's function in device dev (no context needed). */
+static CUresult vcu__kernel_func_dev(CUkernel kernel, CUdevice dev, vcu__func_t **out)
+{
+    vcu__kernel_t *k = (vcu__kernel_t *)kernel;
+    vcu__module_t *m;
+    CUresult e = vcu__check_dev(dev);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(k, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__lib_module_dev(k->lib, dev, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__module_function(m, k->name, out);
+}
+
+VCU__EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel,
+                                          CUdevice dev)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (pi == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__kernel_func_dev(kernel, dev, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_get_attr(f, attrib, pi);
+}
+
+VCU__EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel,
+                                          CUdevice dev)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__kernel_func_dev(kernel, dev, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_set_attr(f, attrib, val);
 }
