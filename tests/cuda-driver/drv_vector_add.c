@@ -175,6 +175,67 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&mod2, "/nonexistent/kernels.cubin"));
 
+    /* Pitched memory, a 2D memset and 2D copies (a sub-rectangle). */
+    {
+        enum { W = 100, H = 37 };
+        static unsigned char host[H][W], back[H][W];
+        CUDA_MEMCPY2D cp;
+        CUdeviceptr d;
+        size_t pitch;
+
+        CK(cuMemAllocPitch(&d, &pitch, W, H, 4));
+        TRUE(pitch >= W && pitch % 4 == 0);
+        CK(cuMemsetD2D8(d, pitch, 0x5a, W, H));
+        memset(&cp, 0, sizeof(cp));
+        cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.srcDevice = d;
+        cp.srcPitch = pitch;
+        cp.dstMemoryType = CU_MEMORYTYPE_HOST;
+        cp.dstHost = back;
+        cp.dstPitch = W;
+        cp.WidthInBytes = W;
+        cp.Height = H;
+        CK(cuMemcpy2D(&cp));
+        TRUE(back[0][0] == 0x5a && back[H - 1][W - 1] == 0x5a);
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++)
+                host[y][x] = (unsigned char)(x + 3 * y);
+        memset(&cp, 0, sizeof(cp));
+        cp.srcMemoryType = CU_MEMORYTYPE_HOST;
+        cp.srcHost = host;
+        cp.srcPitch = W;
+        cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.dstDevice = d;
+        cp.dstPitch = pitch;
+        cp.WidthInBytes = W;
+        cp.Height = H;
+        CK(cuMemcpy2DAsync(&cp, NULL));
+        memset(back, 0, sizeof(back));
+        memset(&cp, 0, sizeof(cp));
+        cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.srcDevice = d;
+        cp.srcXInBytes = 10;
+        cp.srcY = 5;
+        cp.srcPitch = pitch;
+        cp.dstMemoryType = CU_MEMORYTYPE_HOST;
+        cp.dstHost = back;
+        cp.dstPitch = W;
+        cp.WidthInBytes = 20;
+        cp.Height = 7;
+        CK(cuMemcpy2DUnaligned(&cp));
+        for (int y = 0; y < 7; y++)
+            for (int x = 0; x < 20; x++)
+                TRUE(back[y][x] == host[y + 5][x + 10]);
+        cp.WidthInBytes = W + 1;    /* wider than the destination's pitch */
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&cp));
+        cp.WidthInBytes = 20;
+        cp.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuMemcpy2D(&cp));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocPitch(&d, &pitch, W, H, 3));
+        CK(cuMemFree(d));
+    }
+
     CK(cuMemFree(a));
     CK(cuMemFree(b));
     CK(cuMemFree(c));
