@@ -992,7 +992,7 @@ static CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extr
 static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
                             unsigned int bx, unsigned int by, unsigned int bz,
                             unsigned int shmem, CUstream stream, void **kernelParams,
-                            void **extra, int ptsz)
+                            void **extra, int ptsz, uint32_t flags)
 {
     struct {
         struct vcu_cu_launch_req r;
@@ -1036,6 +1036,7 @@ static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, uns
         q->r.block[1] = by;
         q->r.block[2] = bz;
         q->r.shared_mem = shmem;
+        q->r.flags = flags;
         q->r.param_bytes = f->param_bytes;
         e = vcu__call(c->dev, VCU_OP_CU_LAUNCH, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
                       NULL, 0, NULL, 0);
@@ -1051,7 +1052,7 @@ VCU__EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigne
                                     void **kernelParams, void **extra)
 {
     return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                       sharedMemBytes, hStream, kernelParams, extra, 0);
+                       sharedMemBytes, hStream, kernelParams, extra, 0, 0);
 }
 
 VCU__EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
@@ -1061,7 +1062,33 @@ VCU__EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
                                          CUstream hStream, void **kernelParams, void **extra)
 {
     return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                       sharedMemBytes, hStream, kernelParams, extra, 1);
+                       sharedMemBytes, hStream, kernelParams, extra, 1, 0);
+}
+
+/* All blocks resident at once (the host's driver checks the grid). */
+VCU__EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                               unsigned int gridDimY, unsigned int gridDimZ,
+                                               unsigned int blockDimX, unsigned int blockDimY,
+                                               unsigned int blockDimZ,
+                                               unsigned int sharedMemBytes, CUstream hStream,
+                                               void **kernelParams)
+{
+    return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                       sharedMemBytes, hStream, kernelParams, NULL, 0,
+                       VCU_CU_LAUNCH_F_COOPERATIVE);
+}
+
+VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                                    unsigned int gridDimY, unsigned int gridDimZ,
+                                                    unsigned int blockDimX,
+                                                    unsigned int blockDimY,
+                                                    unsigned int blockDimZ,
+                                                    unsigned int sharedMemBytes,
+                                                    CUstream hStream, void **kernelParams)
+{
+    return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                       sharedMemBytes, hStream, kernelParams, NULL, 1,
+                       VCU_CU_LAUNCH_F_COOPERATIVE);
 }
 
 /* ---- streams ------------------------------------------------------------ */

@@ -446,3 +446,41 @@ VCU__EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, 
         return e;
     return vcu__func_set_attr(f, attrib, val);
 }
+
+/* ---- occupancy ------------------------------------------------------------ */
+
+/* The host's driver answers for the kernel (CU_OCCUPANCY_BLOCKS). */
+VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+    struct vcu_cu_occupancy_req r;
+    struct vcu_cu_occupancy_resp o;
+    vcu__func_t *f;
+    CUresult e;
+
+    if (numBlocks == NULL || blockSize <= 0 ||
+        (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(func, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.function = f->h;
+    r.block_size = (uint32_t)blockSize;
+    r.flags = flags;
+    r.dyn_smem = dynamicSMemSize;
+    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_BLOCKS, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *numBlocks = (int)o.value0;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
+                                                                 int blockSize,
+                                                                 size_t dynamicSMemSize)
+{
+    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
+                                                                dynamicSMemSize, 0);
+}

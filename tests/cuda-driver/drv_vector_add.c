@@ -62,6 +62,25 @@ int main(void)
     for (int i = 0; i < N; i++)
         TRUE(hc[i] == 1.5f * (float)i);
 
+    /* Occupancy, and the same launch as a cooperative one. */
+    {
+        void *args[] = { &a, &b, &c, &n };
+        int per_sm = 0;
+
+        CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vadd, 128, 0));
+        TRUE(per_sm > 0);
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vadd, 0, 0));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, vadd, 128, 0, 8));
+        CK(cuMemsetD8(c, 0, sizeof(hc)));
+        CK(cuLaunchCooperativeKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args));
+        memset(hc, 0, sizeof(hc));
+        CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+        for (int i = 0; i < N; i++)
+            TRUE(hc[i] == 1.5f * (float)i);
+    }
+
     /* The same kernel through extra: the buffer as the ABI lays it out. */
     {
         struct {
