@@ -44,6 +44,7 @@ enum {
     VCU__K_EVENT,
     VCU__K_LIBRARY,
     VCU__K_KERNEL,
+    VCU__K_POOL,
 };
 
 /* A context-local storage entry (cuda_export.c). */

@@ -194,6 +194,34 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&mod2, "/nonexistent/kernels.cubin"));
 
+    /* The default pool and stream-ordered allocation from it. */
+    {
+        CUmemoryPool pool, cur;
+        cuuint64_t thr = 32ull << 20, got = 0;
+        unsigned int back[256];
+        CUdeviceptr d;
+
+        CK(cuDeviceGetDefaultMemPool(&pool, dev));
+        CK(cuDeviceGetMemPool(&cur, dev));
+        TRUE(pool == cur);
+        CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &got));
+        TRUE(got == thr);
+        CK(cuMemAllocAsync(&d, sizeof(back), NULL));
+        CK(cuMemsetD32Async(d, 0xabcd, 256, NULL));
+        CK(cuMemcpyDtoH(back, d, sizeof(back)));
+        TRUE(back[0] == 0xabcd && back[255] == 0xabcd);
+        CK(cuMemFreeAsync(d, NULL));
+        CK(cuMemAllocFromPoolAsync(&d, 4096, pool, NULL));
+        CK(cuMemFreeAsync(d, NULL));
+        CK(cuStreamSynchronize(NULL));
+        CK(cuMemPoolTrimTo(pool, 0));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocFromPoolAsync(&d, 4096, NULL, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuMemPoolTrimTo((CUmemoryPool)&got, 0));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocAsync(&d, 0, NULL));
+    }
+
     /* Pitched memory, a 2D memset and 2D copies (a sub-rectangle). */
     {
         enum { W = 100, H = 37 };
