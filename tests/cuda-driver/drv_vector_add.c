@@ -9,6 +9,20 @@
 
 #define N 1000
 
+static CUresult host_cb_status = CUDA_ERROR_UNKNOWN;
+
+static void host_fn(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void host_cb(CUstream s, CUresult status, void *arg)
+{
+    (void)s;
+    host_cb_status = status;
+    (*(int *)arg)++;
+}
+
 int main(void)
 {
     CUdevice dev;
@@ -172,6 +186,20 @@ int main(void)
     CK(cuStreamSynchronize(s));
     CK(cuMemcpyDtoH(hu, b, sizeof(hu)));
     TRUE(hu[0] == 5 && hu[N - 1] == 5);
+    /* Host functions run in stream order, after the work before them. */
+    {
+        static int nord;
+
+        nord = 0;
+        CK(cuLaunchHostFunc(s, host_fn, &nord));
+        CK(cuStreamAddCallback(s, host_cb, &nord, 0));
+        CK(cuLaunchHostFunc(NULL, host_fn, &nord));
+        CK(cuStreamSynchronize(s));
+        CK(cuStreamSynchronize(NULL));
+        TRUE(nord == 3 && host_cb_status == CUDA_SUCCESS);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuLaunchHostFunc(s, NULL, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamAddCallback(s, host_cb, NULL, 1));
+    }
     CK(cuEventDestroy(e0));
     CK(cuEventDestroy(e1));
     CK(cuStreamDestroy(s));
