@@ -18,11 +18,13 @@
 TOP := $(abspath .)
 B := $(TOP)/build
 
-.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests demo qemu \
+.PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests nvrt-tests \
+	demo qemu \
 	bench-build \
 	bench test run fuzz gpu-suite install-guest clean
 
-all: backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests demo qemu bench-build
+all: backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests nvrt-tests demo qemu \
+	bench-build
 
 backend:
 	$(MAKE) -C host-backend O=$(B)/host-backend
@@ -43,6 +45,11 @@ cuda-tests:
 # Driver API programs and their kernels (run by scripts/driver-loopback.sh).
 cuda-driver-tests:
 	$(MAKE) -C tests/cuda-driver O=$(B)/cuda-driver
+
+# tests/cuda programs built with nvcc's default static runtime, for
+# NVIDIA's runtime on our libcuda.so.1 (run by scripts/nvrt-loopback.sh).
+nvrt-tests:
+	$(MAKE) -C tests/nvrt O=$(B)/nvrt-tests
 
 # Into build/vm, which travels to a GPU host with the guest images.
 demo:

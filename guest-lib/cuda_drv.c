@@ -30,7 +30,7 @@ int vcu__cu_unsupported(int *once, const char *name)
 
 /* VCU_LIBCUDA_TRACE=1: every cuGetProcAddress and cuGetExportTable query
  * on stderr (what NVIDIA's runtime asks of a driver: docs/driver-api.md). */
-static int vcu__tracing(void)
+int vcu__tracing(void)
 {
     static int on = -1;
 
@@ -564,6 +564,7 @@ VCU__EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
         return e;
     if (c == NULL || !vcu__reg_has(c, VCU__K_CTX) || c->primary)
         return CUDA_ERROR_INVALID_CONTEXT;
+    vcu__cls_destroy(c);
     e = vcu__call(c->dev, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), NULL, 0, NULL, 0);
     vcu__reg_del(c);
     for (int i = 0; i < vcu__depth; i++) {
@@ -711,6 +712,21 @@ VCU__EXPORT CUresult cuCtxSynchronize(void)
     return cuCtxSynchronize_v2(NULL);
 }
 
+/* The docs' "3020": a context of the _v2 API (every context here). */
+VCU__EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (version == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__ctx_or_cur(ctx, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *version = 3020;
+    return CUDA_SUCCESS;
+}
+
 /* ---- primary contexts ------------------------------------------------- */
 
 /*
@@ -719,31 +735,7 @@ VCU__EXPORT CUresult cuCtxSynchronize(void)
  * release to zero makes it inactive (its flags may be set again); what
  * the host holds for the device stays until cuDevicePrimaryCtxReset.
  */
-VCU__EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-    vcu__dev_t *d;
-    CUresult e;
-
-    if (pctx == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_dev(dev);
-    if (e != CUDA_SUCCESS)
-        return e;
-    d = &vcu__drv.dev[dev];
-    pthread_mutex_lock(&vcu__drv.lock);
-    if (d->primary == NULL)
-        d->primary = vcu__ctx_new(dev, 1);
-    if (d->primary == NULL) {
-        e = CUDA_ERROR_OUT_OF_MEMORY;
-    } else {
-        d->primary_refs++;
-        *pctx = (CUcontext)d->primary;
-    }
-    pthread_mutex_unlock(&vcu__drv.lock);
-    return e;
-}
-
-VCU__EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+CUresult vcu__primary(CUdevice dev, vcu__ctx_t **out)
 {
     vcu__dev_t *d;
     CUresult e = vcu__check_dev(dev);
@@ -752,11 +744,50 @@ VCU__EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         return e;
     d = &vcu__drv.dev[dev];
     pthread_mutex_lock(&vcu__drv.lock);
-    if (d->primary_refs == 0)
-        e = CUDA_ERROR_INVALID_CONTEXT;
-    else
-        d->primary_refs--;
+    if (d->primary == NULL)
+        d->primary = vcu__ctx_new(dev, 1);
+    *out = d->primary;
     pthread_mutex_unlock(&vcu__drv.lock);
+    return *out != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+VCU__EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__primary(dev, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    vcu__drv.dev[dev].primary_refs++;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+/* A release to zero calls the context-local destructors, as a reset does. */
+VCU__EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    vcu__dev_t *d;
+    int last = 0;
+    CUresult e = vcu__check_dev(dev);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    d = &vcu__drv.dev[dev];
+    pthread_mutex_lock(&vcu__drv.lock);
+    if (d->primary_refs == 0) {
+        e = CUDA_ERROR_INVALID_CONTEXT;
+    } else {
+        d->primary_refs--;
+        last = d->primary_refs == 0;
+    }
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (last)
+        vcu__cls_destroy(d->primary);
     return e;
 }
 
@@ -820,6 +851,9 @@ VCU__EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
     if (e != CUDA_SUCCESS)
         return e;
+    /* The runtimes' destructors first: they free what they hold in it. */
+    if (vcu__drv.dev[dev].primary != NULL)
+        vcu__cls_destroy(vcu__drv.dev[dev].primary);
     e = vcu__call(dev, VCU_OP_CU_CTX_RESET, &h, sizeof(h), NULL, 0, NULL, 0);
     pthread_mutex_lock(&vcu__drv.lock);
     vcu__drv.dev[dev].primary_refs = 0;
@@ -920,9 +954,8 @@ VCU__EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVe
 }
 
 /*
- * NVIDIA's private tables (keyed by UUID) are not provided yet: each
- * UUID asked for is logged once, and the answer is
- * CUDA_ERROR_NOT_SUPPORTED.
+ * NVIDIA's private tables (keyed by UUID; cuda_export.c).  An unknown
+ * UUID is logged once and answered CUDA_ERROR_NOT_SUPPORTED.
  */
 #define VCU__MAX_UUIDS 64
 VCU__EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
@@ -930,13 +963,20 @@ VCU__EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;  /* protects seen, nseen */
     static CUuuid seen[VCU__MAX_UUIDS];
     static int nseen;
-    const unsigned char *u;
+    const void *t;
+    char id[37];
     int i, log = 0;
 
     if (ppExportTable == NULL || pExportTableId == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    vcu__uuid_fmt(pExportTableId->bytes, id);
+    t = vcu__export_table(pExportTableId);
+    if (t != NULL) {
+        vcu__trace("cuGetExportTable(%s) -> found\n", id);
+        *ppExportTable = t;
+        return CUDA_SUCCESS;
+    }
     *ppExportTable = NULL;
-    u = (const unsigned char *)pExportTableId->bytes;
     pthread_mutex_lock(&mu);
     for (i = 0; i < nseen; i++)
         if (memcmp(&seen[i], pExportTableId, sizeof(CUuuid)) == 0)
@@ -947,11 +987,6 @@ VCU__EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *
     }
     pthread_mutex_unlock(&mu);
     if (log || vcu__tracing())
-        fprintf(stderr,
-                "libcuda (virtio-cuda): cuGetExportTable "
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x "
-                "is not supported\n",
-                u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-                u[13], u[14], u[15]);
+        fprintf(stderr, "libcuda (virtio-cuda): cuGetExportTable %s is not supported\n", id);
     return CUDA_ERROR_NOT_SUPPORTED;
 }

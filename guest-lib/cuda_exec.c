@@ -6,6 +6,7 @@
  */
 #include <elf.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,6 +306,191 @@ VCU__EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int u
     return vcu__memset(dstDevice, ui, 4, N, 1, hStream, 1);
 }
 
+/* ---- pitched memory and 2D copies --------------------------------------- */
+
+/* Rows padded to 512 bytes, as our runtime's cudaMallocPitch. */
+VCU__EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                        size_t Height, unsigned int ElementSizeBytes)
+{
+    size_t pitch;
+
+    if (dptr == NULL || pPitch == NULL || WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (WidthInBytes > SIZE_MAX - 511)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pitch = (WidthInBytes + 511) & ~(size_t)511;
+    if (pitch > SIZE_MAX / Height)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pPitch = pitch;
+    return cuMemAlloc_v2(dptr, pitch * Height);
+}
+
+static CUresult vcu__memset2d(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem,
+                              size_t w, size_t h, int async, CUstream stream, int ptsz)
+{
+    struct vcu_cu_memset_req r;
+    uint64_t wire = 0;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS && async)
+        e = vcu__stream(c, stream, ptsz, &wire);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (w == 0 || h == 0)
+        return CUDA_SUCCESS;
+    if (dst % elem != 0 || pitch % elem != 0 || (h > 1 && w > pitch / elem))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.dst = dst;
+    r.pitch = pitch;
+    r.width = w;
+    r.height = h;
+    r.stream = wire;
+    r.value = value;
+    r.elem_size = elem;
+    r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+    return vcu__call(c->dev, VCU_OP_CU_MEMSET, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+#define VCU__MEMSET2D(name, type, elem, async, ptsz, ...)                                  \
+    VCU__EXPORT CUresult name(CUdeviceptr dstDevice, size_t dstPitch, type v, size_t Width, \
+                              size_t Height __VA_ARGS__)                                   \
+    {                                                                                      \
+        return vcu__memset2d(dstDevice, dstPitch, v, elem, Width, Height, async,           \
+                             VCU__MEMSET2D_STREAM_##async, ptsz);                          \
+    }
+#define VCU__MEMSET2D_STREAM_0 NULL
+#define VCU__MEMSET2D_STREAM_1 hStream
+
+/* The _ptds forms: a synchronous memset waits for the legacy stream,
+ * which orders it after the per-thread stream's work too. */
+VCU__MEMSET2D(cuMemsetD2D8_v2, unsigned char, 1, 0, 0)
+VCU__MEMSET2D(cuMemsetD2D8_v2_ptds, unsigned char, 1, 0, 0)
+VCU__MEMSET2D(cuMemsetD2D16_v2, unsigned short, 2, 0, 0)
+VCU__MEMSET2D(cuMemsetD2D16_v2_ptds, unsigned short, 2, 0, 0)
+VCU__MEMSET2D(cuMemsetD2D32_v2, unsigned int, 4, 0, 0)
+VCU__MEMSET2D(cuMemsetD2D32_v2_ptds, unsigned int, 4, 0, 0)
+VCU__MEMSET2D(cuMemsetD2D8Async, unsigned char, 1, 1, 0, , CUstream hStream)
+VCU__MEMSET2D(cuMemsetD2D8Async_ptsz, unsigned char, 1, 1, 1, , CUstream hStream)
+VCU__MEMSET2D(cuMemsetD2D16Async, unsigned short, 2, 1, 0, , CUstream hStream)
+VCU__MEMSET2D(cuMemsetD2D16Async_ptsz, unsigned short, 2, 1, 1, , CUstream hStream)
+VCU__MEMSET2D(cuMemsetD2D32Async, unsigned int, 4, 1, 0, , CUstream hStream)
+VCU__MEMSET2D(cuMemsetD2D32Async_ptsz, unsigned int, 4, 1, 1, , CUstream hStream)
+
+/*
+ * cuMemcpy2D*: host and device sides (arrays and unified addressing are
+ * not offered), in pieces of whole rows within the session's transfer
+ * limit.  Host to host is done here.
+ */
+static CUresult vcu__copy2d(const CUDA_MEMCPY2D *p, int async, CUstream stream, int ptsz)
+{
+    struct vcu_cu_memcpy2d_req r;
+    uint64_t wire = 0, src, dst;
+    size_t rows, hp;
+    vcu_buf_t b;
+    vcu__ctx_t *c;
+    uint32_t kind;
+    CUresult e;
+
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((p->srcMemoryType != CU_MEMORYTYPE_HOST && p->srcMemoryType != CU_MEMORYTYPE_DEVICE) ||
+        (p->dstMemoryType != CU_MEMORYTYPE_HOST && p->dstMemoryType != CU_MEMORYTYPE_DEVICE))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS && async)
+        e = vcu__stream(c, stream, ptsz, &wire);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (p->WidthInBytes == 0 || p->Height == 0)
+        return CUDA_SUCCESS;
+    if ((p->Height > 1 && (p->WidthInBytes > p->srcPitch || p->WidthInBytes > p->dstPitch)) ||
+        p->srcY > SIZE_MAX / (p->srcPitch ? p->srcPitch : 1) ||
+        p->dstY > SIZE_MAX / (p->dstPitch ? p->dstPitch : 1))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->srcMemoryType == CU_MEMORYTYPE_HOST)
+        src = (uint64_t)(uintptr_t)p->srcHost;
+    else
+        src = p->srcDevice;
+    if (p->dstMemoryType == CU_MEMORYTYPE_HOST)
+        dst = (uint64_t)(uintptr_t)p->dstHost;
+    else
+        dst = p->dstDevice;
+    if (src == 0 || dst == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    src += p->srcXInBytes + p->srcY * p->srcPitch;
+    dst += p->dstXInBytes + p->dstY * p->dstPitch;
+    if (p->srcMemoryType == CU_MEMORYTYPE_HOST && p->dstMemoryType == CU_MEMORYTYPE_HOST) {
+        for (size_t i = 0; i < p->Height; i++)
+            memmove((char *)(uintptr_t)dst + i * p->dstPitch,
+                    (const char *)(uintptr_t)src + i * p->srcPitch, p->WidthInBytes);
+        return CUDA_SUCCESS;
+    }
+    kind = p->srcMemoryType == CU_MEMORYTYPE_HOST   ? VCU_CU_COPY_HTOD
+           : p->dstMemoryType == CU_MEMORYTYPE_HOST ? VCU_CU_COPY_DTOH
+                                                    : VCU_CU_COPY_DTOD;
+    hp = kind == VCU_CU_COPY_HTOD ? p->srcPitch : p->dstPitch;
+    for (size_t row = 0; row < p->Height; row += rows) {
+        rows = p->Height - row;
+        if (kind != VCU_CU_COPY_DTOD && hp * (rows - 1) + p->WidthInBytes > vcu__drv.max_xfer)
+            rows = hp && vcu__drv.max_xfer / hp ? (size_t)(vcu__drv.max_xfer / hp) : 1;
+        if (kind != VCU_CU_COPY_DTOD && hp * (rows - 1) + p->WidthInBytes > vcu__drv.max_xfer)
+            return CUDA_ERROR_INVALID_VALUE;
+        memset(&r, 0, sizeof(r));
+        r.dst = dst + row * p->dstPitch;
+        r.dpitch = p->dstPitch;
+        r.src = src + row * p->srcPitch;
+        r.spitch = p->srcPitch;
+        r.width = p->WidthInBytes;
+        r.height = rows;
+        r.stream = wire;
+        r.kind = kind;
+        r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+        b.len = hp * (rows - 1) + p->WidthInBytes;
+        b.addr = (void *)(uintptr_t)(kind == VCU_CU_COPY_HTOD ? r.src : r.dst);
+        b.flags = kind == VCU_CU_COPY_HTOD ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE;
+        e = vcu__call(c->dev, VCU_OP_CU_MEMCPY_2D, &r, sizeof(r), &b,
+                      kind == VCU_CU_COPY_DTOD ? 0 : 1, NULL, 0);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Unaligned or not: the host's driver gets the pitches as they are.  The
+ * _ptds forms as the memsets above. */
+VCU__EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    return vcu__copy2d(pCopy, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    return vcu__copy2d(pCopy, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    return vcu__copy2d(pCopy, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    return vcu__copy2d(pCopy, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    return vcu__copy2d(pCopy, 1, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    return vcu__copy2d(pCopy, 1, hStream, 1);
+}
+
 /* ---- modules ------------------------------------------------------------- */
 
 #define VCU__FATBINC_MAGIC 0x466243b1u
@@ -368,7 +554,7 @@ static CUresult vcu__elf_size(const unsigned char *img, uint64_t avail, uint64_t
  * (ELF), or PTX (NUL-terminated text).  *image moves past a wrapper.
  * avail: bytes known to be at *image (a file's size), or UINT64_MAX.
  */
-static CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
+CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
 {
     const unsigned char *img = *image;
     uint32_t magic;
@@ -409,36 +595,43 @@ static CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *si
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len)
 {
     struct vcu_cu_module_load_req r = { .image_len = len };
     struct vcu_cu_u64_resp o;
     vcu__module_t *m;
     vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e;
 
-    if (e != CUDA_SUCCESS)
-        return e;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e = vcu__call(c->dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1, &o, sizeof(o));
     if (e != CUDA_SUCCESS) {
         free(m);
         return e;
     }
-    m->dev = c->dev;
+    m->dev = dev;
     m->h = o.value;
     if (vcu__reg_add(m, VCU__K_MODULE) != 0) {
         struct vcu_cu_u64_req u = { .value = m->h };
 
-        vcu__call(c->dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
+        vcu__call(dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
         free(m);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *module = (CUmodule)m;
     return CUDA_SUCCESS;
+}
+
+CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
+{
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__module_load_dev(c->dev, module, image, len);
 }
 
 VCU__EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
@@ -535,6 +728,21 @@ VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
     return e;
 }
 
+/* Modules are loaded whole, at load (the host's driver gets the whole
+ * image): eager, whatever CUDA_MODULE_LOADING says. */
+VCU__EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    CUresult e;
+
+    if (mode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    *mode = CU_MODULE_EAGER_LOADING;
+    return CUDA_SUCCESS;
+}
+
 static void vcu__funcs_free(vcu__func_t *f)
 {
     while (f != NULL) {
@@ -586,7 +794,8 @@ static CUresult vcu__module_here(vcu__ctx_t *ctx, CUmodule hmod, vcu__module_t *
     return CUDA_SUCCESS;
 }
 
-VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+/* The function of that name in m (the host's context of m's device). */
+CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out)
 {
     struct {
         struct vcu_cu_name_req r;
@@ -596,22 +805,13 @@ VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
         struct vcu_cu_function_resp f;
         struct vcu_cu_param p[VCU_CU_MAX_PARAMS];
     } *o = NULL;
-    vcu__module_t *m;
     vcu__func_t *f = NULL;
-    vcu__ctx_t *c;
     size_t nlen;
     CUresult e;
 
-    if (hfunc == NULL || name == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
     if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
         return CUDA_ERROR_NOT_FOUND;
-    e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS)
-        e = vcu__module_here(c, hmod, &m);
-    if (e != CUDA_SUCCESS)
-        return e;
     /* One handle per kernel and module, as CUDA gives; the lookup is
      * serialized so two threads asking at once get the same one. */
     pthread_mutex_lock(&vcu__drv.lock);
@@ -630,7 +830,7 @@ VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
     q.r.module = m->h;
     q.r.name_len = (uint32_t)nlen;
     memcpy(q.name, name, nlen);
-    e = vcu__call(c->dev, VCU_OP_CU_MODULE_GET_FUNCTION, &q, (uint32_t)(sizeof(q.r) + nlen),
+    e = vcu__call(m->dev, VCU_OP_CU_MODULE_GET_FUNCTION, &q, (uint32_t)(sizeof(q.r) + nlen),
                   NULL, 0, o, sizeof(*o));
     if (e != CUDA_SUCCESS)
         goto fail;
@@ -664,7 +864,7 @@ VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
 out:
     pthread_mutex_unlock(&vcu__drv.lock);
     free(o);
-    *hfunc = (CUfunction)f;
+    *out = f;
     return CUDA_SUCCESS;
 
 fail:
@@ -676,6 +876,26 @@ fail:
     }
     free(o);
     return e;
+}
+
+VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    vcu__module_t *m;
+    vcu__func_t *f;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (hfunc == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_here(c, hmod, &m);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_function(m, name, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *hfunc = (CUfunction)f;
+    return CUDA_SUCCESS;
 }
 
 VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
@@ -772,7 +992,7 @@ static CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extr
 static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
                             unsigned int bx, unsigned int by, unsigned int bz,
                             unsigned int shmem, CUstream stream, void **kernelParams,
-                            void **extra, int ptsz)
+                            void **extra, int ptsz, uint32_t flags)
 {
     struct {
         struct vcu_cu_launch_req r;
@@ -785,6 +1005,13 @@ static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, uns
 
     if (e != CUDA_SUCCESS)
         return e;
+    /* A CUkernel serves as a CUfunction of the current context (cuda.h). */
+    if (!vcu__reg_has(f, VCU__K_FUNCTION) && vcu__reg_has(f, VCU__K_KERNEL)) {
+        e = cuKernelGetFunction(&fn, (CUkernel)f);
+        if (e != CUDA_SUCCESS)
+            return e;
+        f = (vcu__func_t *)fn;
+    }
     if (!vcu__reg_has(f, VCU__K_FUNCTION))
         return CUDA_ERROR_INVALID_HANDLE;
     if (f->mod->dev != c->dev)
@@ -809,6 +1036,7 @@ static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, uns
         q->r.block[1] = by;
         q->r.block[2] = bz;
         q->r.shared_mem = shmem;
+        q->r.flags = flags;
         q->r.param_bytes = f->param_bytes;
         e = vcu__call(c->dev, VCU_OP_CU_LAUNCH, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
                       NULL, 0, NULL, 0);
@@ -824,7 +1052,7 @@ VCU__EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigne
                                     void **kernelParams, void **extra)
 {
     return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                       sharedMemBytes, hStream, kernelParams, extra, 0);
+                       sharedMemBytes, hStream, kernelParams, extra, 0, 0);
 }
 
 VCU__EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
@@ -834,7 +1062,33 @@ VCU__EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
                                          CUstream hStream, void **kernelParams, void **extra)
 {
     return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                       sharedMemBytes, hStream, kernelParams, extra, 1);
+                       sharedMemBytes, hStream, kernelParams, extra, 1, 0);
+}
+
+/* All blocks resident at once (the host's driver checks the grid). */
+VCU__EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                               unsigned int gridDimY, unsigned int gridDimZ,
+                                               unsigned int blockDimX, unsigned int blockDimY,
+                                               unsigned int blockDimZ,
+                                               unsigned int sharedMemBytes, CUstream hStream,
+                                               void **kernelParams)
+{
+    return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                       sharedMemBytes, hStream, kernelParams, NULL, 0,
+                       VCU_CU_LAUNCH_F_COOPERATIVE);
+}
+
+VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                                    unsigned int gridDimY, unsigned int gridDimZ,
+                                                    unsigned int blockDimX,
+                                                    unsigned int blockDimY,
+                                                    unsigned int blockDimZ,
+                                                    unsigned int sharedMemBytes,
+                                                    CUstream hStream, void **kernelParams)
+{
+    return vcu__launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                       sharedMemBytes, hStream, kernelParams, NULL, 1,
+                       VCU_CU_LAUNCH_F_COOPERATIVE);
 }
 
 /* ---- streams ------------------------------------------------------------ */
@@ -930,6 +1184,41 @@ VCU__EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
 
 /* ---- events -------------------------------------------------------------- */
 
+static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out);
+
+static CUresult vcu__stream_wait(CUstream hStream, CUevent hEvent, unsigned int Flags, int ptsz)
+{
+    struct vcu_cu_pair_req r;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (Flags & ~(unsigned int)CU_EVENT_WAIT_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    memset(&r, 0, sizeof(r));
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEvent, &v);
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.a);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.b = v->h;
+    r.c = Flags;
+    return vcu__call(c->dev, VCU_OP_CU_STREAM_WAIT_EVENT, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    return vcu__stream_wait(hStream, hEvent, Flags, 0);
+}
+
+VCU__EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent,
+                                            unsigned int Flags)
+{
+    return vcu__stream_wait(hStream, hEvent, Flags, 1);
+}
+
 static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out)
 {
     vcu__event_t *v = (vcu__event_t *)ev;
@@ -1022,6 +1311,21 @@ VCU__EXPORT CUresult cuEventSynchronize(CUevent hEvent)
         return e;
     r.value = v->h;
     return vcu__call(c->dev, VCU_OP_CU_EVENT_SYNCHRONIZE, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuEventQuery(CUevent hEvent)
+{
+    struct vcu_cu_u64_req r;
+    vcu__event_t *v;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__event_here(c, hEvent, &v);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.value = v->h;
+    return vcu__call(c->dev, VCU_OP_CU_EVENT_QUERY, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
 VCU__EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)

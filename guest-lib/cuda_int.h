@@ -42,12 +42,24 @@ enum {
     VCU__K_FUNCTION,
     VCU__K_STREAM,
     VCU__K_EVENT,
+    VCU__K_LIBRARY,
+    VCU__K_KERNEL,
+    VCU__K_POOL,
 };
+
+/* A context-local storage entry (cuda_export.c). */
+typedef struct vcu__cls_s vcu__cls_t;
 
 typedef struct vcu__ctx_s {
     int dev;                        /* program ordinal */
     int primary;
+    vcu__cls_t *cls;                /* under vcu__drv.lock */
 } vcu__ctx_t;
+
+/* What a runtime registers with a context-local value: called with the
+ * context, the key and the value when the context goes (destroyed,
+ * primary released to zero or reset). */
+typedef void (*vcu__cls_dtor_t)(CUcontext ctx, void *key, void *value);
 
 typedef struct vcu__dev_s {
     uint32_t vord;                  /* virtual ordinal on the wire */
@@ -106,6 +118,23 @@ typedef struct vcu__event_s {
     uint64_t h;
 } vcu__event_t;
 
+/* A library (cuda_library.c): context-independent; a module of its own
+ * image in each device where it is used, loaded at the first use. */
+typedef struct vcu__kernel_s vcu__kernel_t;
+
+typedef struct vcu__library_s {
+    void *image;                    /* a copy */
+    uint64_t len;
+    vcu__module_t *mod[VCU_CU_MAX_DEVICES];     /* under vcu__drv.lock */
+    vcu__kernel_t *kernels;         /* under vcu__drv.lock */
+} vcu__library_t;
+
+struct vcu__kernel_s {
+    vcu__library_t *lib;
+    char *name;
+    vcu__kernel_t *next;
+};
+
 /* Opens the session once (no cuInit needed); returns its result. */
 CUresult vcu__connect(void);
 /* CUDA_ERROR_NOT_INITIALIZED before cuInit. */
@@ -129,5 +158,30 @@ CUresult vcu__from_vcu(int err);
  * device is CUDA_ERROR_INVALID_HANDLE).  ptsz: NULL means the per-thread
  * default stream. */
 CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
+
+/* cuModuleLoadData's size of an image (cuda_exec.c): *image moves past
+ * nvcc's wrapper; avail is what is known to be there, or UINT64_MAX. */
+CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
+/* A module from len bytes of image, in the current context's device or
+ * in device dev. */
+CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len);
+/* The function of that name in m (one handle per name and module). */
+CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
+
+/* The device's primary context, made at the first ask and never freed;
+ * not retained here. */
+CUresult vcu__primary(CUdevice dev, vcu__ctx_t **out);
+
+/* VCU_LIBCUDA_TRACE=1 is set. */
+int vcu__tracing(void);
+
+/* cuda_export.c: the private table with this UUID, or NULL. */
+const void *vcu__export_table(const CUuuid *id);
+/* Calls and forgets every context-local value of c (the caller holds no
+ * lock: the destructors call back into this library). */
+void vcu__cls_destroy(vcu__ctx_t *c);
+/* A UUID in memory byte order, "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+void vcu__uuid_fmt(const void *id, char buf[37]);
 
 #endif /* VCU_CUDA_INT_H */

@@ -9,6 +9,20 @@
 
 #define N 1000
 
+static CUresult host_cb_status = CUDA_ERROR_UNKNOWN;
+
+static void host_fn(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void host_cb(CUstream s, CUresult status, void *arg)
+{
+    (void)s;
+    host_cb_status = status;
+    (*(int *)arg)++;
+}
+
 int main(void)
 {
     CUdevice dev;
@@ -61,6 +75,25 @@ int main(void)
     CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
     for (int i = 0; i < N; i++)
         TRUE(hc[i] == 1.5f * (float)i);
+
+    /* Occupancy, and the same launch as a cooperative one. */
+    {
+        void *args[] = { &a, &b, &c, &n };
+        int per_sm = 0;
+
+        CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vadd, 128, 0));
+        TRUE(per_sm > 0);
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vadd, 0, 0));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, vadd, 128, 0, 8));
+        CK(cuMemsetD8(c, 0, sizeof(hc)));
+        CK(cuLaunchCooperativeKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args));
+        memset(hc, 0, sizeof(hc));
+        CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+        for (int i = 0; i < N; i++)
+            TRUE(hc[i] == 1.5f * (float)i);
+    }
 
     /* The same kernel through extra: the buffer as the ABI lays it out. */
     {
@@ -153,6 +186,20 @@ int main(void)
     CK(cuStreamSynchronize(s));
     CK(cuMemcpyDtoH(hu, b, sizeof(hu)));
     TRUE(hu[0] == 5 && hu[N - 1] == 5);
+    /* Host functions run in stream order, after the work before them. */
+    {
+        static int nord;
+
+        nord = 0;
+        CK(cuLaunchHostFunc(s, host_fn, &nord));
+        CK(cuStreamAddCallback(s, host_cb, &nord, 0));
+        CK(cuLaunchHostFunc(NULL, host_fn, &nord));
+        CK(cuStreamSynchronize(s));
+        CK(cuStreamSynchronize(NULL));
+        TRUE(nord == 3 && host_cb_status == CUDA_SUCCESS);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuLaunchHostFunc(s, NULL, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamAddCallback(s, host_cb, NULL, 1));
+    }
     CK(cuEventDestroy(e0));
     CK(cuEventDestroy(e1));
     CK(cuStreamDestroy(s));
@@ -174,6 +221,95 @@ int main(void)
     CK(cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&mod2, "/nonexistent/kernels.cubin"));
+
+    /* The default pool and stream-ordered allocation from it. */
+    {
+        CUmemoryPool pool, cur;
+        cuuint64_t thr = 32ull << 20, got = 0;
+        unsigned int back[256];
+        CUdeviceptr d;
+
+        CK(cuDeviceGetDefaultMemPool(&pool, dev));
+        CK(cuDeviceGetMemPool(&cur, dev));
+        TRUE(pool == cur);
+        CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &got));
+        TRUE(got == thr);
+        CK(cuMemAllocAsync(&d, sizeof(back), NULL));
+        CK(cuMemsetD32Async(d, 0xabcd, 256, NULL));
+        CK(cuMemcpyDtoH(back, d, sizeof(back)));
+        TRUE(back[0] == 0xabcd && back[255] == 0xabcd);
+        CK(cuMemFreeAsync(d, NULL));
+        CK(cuMemAllocFromPoolAsync(&d, 4096, pool, NULL));
+        CK(cuMemFreeAsync(d, NULL));
+        CK(cuStreamSynchronize(NULL));
+        CK(cuMemPoolTrimTo(pool, 0));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocFromPoolAsync(&d, 4096, NULL, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuMemPoolTrimTo((CUmemoryPool)&got, 0));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocAsync(&d, 0, NULL));
+    }
+
+    /* Pitched memory, a 2D memset and 2D copies (a sub-rectangle). */
+    {
+        enum { W = 100, H = 37 };
+        static unsigned char host[H][W], back[H][W];
+        CUDA_MEMCPY2D cp;
+        CUdeviceptr d;
+        size_t pitch;
+
+        CK(cuMemAllocPitch(&d, &pitch, W, H, 4));
+        TRUE(pitch >= W && pitch % 4 == 0);
+        CK(cuMemsetD2D8(d, pitch, 0x5a, W, H));
+        memset(&cp, 0, sizeof(cp));
+        cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.srcDevice = d;
+        cp.srcPitch = pitch;
+        cp.dstMemoryType = CU_MEMORYTYPE_HOST;
+        cp.dstHost = back;
+        cp.dstPitch = W;
+        cp.WidthInBytes = W;
+        cp.Height = H;
+        CK(cuMemcpy2D(&cp));
+        TRUE(back[0][0] == 0x5a && back[H - 1][W - 1] == 0x5a);
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++)
+                host[y][x] = (unsigned char)(x + 3 * y);
+        memset(&cp, 0, sizeof(cp));
+        cp.srcMemoryType = CU_MEMORYTYPE_HOST;
+        cp.srcHost = host;
+        cp.srcPitch = W;
+        cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.dstDevice = d;
+        cp.dstPitch = pitch;
+        cp.WidthInBytes = W;
+        cp.Height = H;
+        CK(cuMemcpy2DAsync(&cp, NULL));
+        memset(back, 0, sizeof(back));
+        memset(&cp, 0, sizeof(cp));
+        cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.srcDevice = d;
+        cp.srcXInBytes = 10;
+        cp.srcY = 5;
+        cp.srcPitch = pitch;
+        cp.dstMemoryType = CU_MEMORYTYPE_HOST;
+        cp.dstHost = back;
+        cp.dstPitch = W;
+        cp.WidthInBytes = 20;
+        cp.Height = 7;
+        CK(cuMemcpy2DUnaligned(&cp));
+        for (int y = 0; y < 7; y++)
+            for (int x = 0; x < 20; x++)
+                TRUE(back[y][x] == host[y + 5][x + 10]);
+        cp.WidthInBytes = W + 1;    /* wider than the destination's pitch */
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&cp));
+        cp.WidthInBytes = 20;
+        cp.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuMemcpy2D(&cp));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocPitch(&d, &pitch, W, H, 3));
+        CK(cuMemFree(d));
+    }
 
     CK(cuMemFree(a));
     CK(cuMemFree(b));

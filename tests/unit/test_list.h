@@ -98,6 +98,10 @@
     X(ring_corrupt_index)               \
     X(proxy_ring_wrap_full)             \
     X(proxy_worker_killed)              \
-    X(proxy_ring_corrupt)
+    X(proxy_ring_corrupt)               \
+    /* test_integrity.c */              \
+    X(md2_rfc1319)                      \
+    X(integrity_steps)                  \
+    X(integrity_hmac)
 
 #endif /* VCU_TEST_LIST_H */

@@ -1,0 +1,509 @@
+/*
+ * NVIDIA's private tables (cuGetExportTable), answered in the guest:
+ * their function pointers are this process's, and the integrity check
+ * hashes this process's pointers, pid and thread with what this library
+ * reports of its devices, so none of it can come from the host
+ * (docs/driver-api.md says which slot does what and how that was
+ * checked against NVIDIA's driver).  A slot whose purpose is not known
+ * is a function that says once on stderr that it was called and returns
+ * CUDA_ERROR_NOT_SUPPORTED.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_integrity.h"
+#include "cuda_int.h"
+
+/* Each table, by UUID in memory byte order. */
+enum {
+    VCU__T_F8CFF951,                /* no name known; CUDA 13.0's runtime asks first */
+    VCU__T_CUDART,                  /* CUDART_INTERFACE */
+    VCU__T_HOOKS,                   /* TOOLS_RUNTIME_CALLBACK_HOOKS */
+    VCU__T_TLS,                     /* TOOLS_TLS */
+    VCU__T_CLS,                     /* context-local storage (V0301) */
+    VCU__T_CHECKS,                  /* CONTEXT_CHECKS */
+    VCU__T_INTEGRITY,               /* INTEGRITY_CHECK */
+    VCU__NTABLES
+};
+
+#define VCU__MAX_SLOTS 16
+
+static const unsigned char vcu__table_ids[VCU__NTABLES][16] = {
+    [VCU__T_F8CFF951] = { 0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e,
+                          0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9 },
+    [VCU__T_CUDART] = { 0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a,
+                        0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9 },
+    [VCU__T_HOOKS] = { 0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74,
+                       0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66 },
+    [VCU__T_TLS] = { 0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47,
+                     0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc },
+    [VCU__T_CLS] = { 0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11,
+                     0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93 },
+    [VCU__T_CHECKS] = { 0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43,
+                        0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e },
+    [VCU__T_INTEGRITY] = { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b,
+                           0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
+};
+
+void vcu__uuid_fmt(const void *id, char buf[37])
+{
+    const unsigned char *u = id;
+
+    snprintf(buf, 37,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+}
+
+/* ---- slots of unknown purpose ------------------------------------------- */
+
+static CUresult vcu__slot_unknown(int table, int slot)
+{
+    static int logged[VCU__NTABLES][VCU__MAX_SLOTS];
+    char id[37];
+
+    if (!__atomic_exchange_n(&logged[table][slot], 1, __ATOMIC_RELAXED)) {
+        vcu__uuid_fmt(vcu__table_ids[table], id);
+        fprintf(stderr, "libcuda (virtio-cuda): export table %s slot %d called\n", id, slot);
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* One function per slot, so the message can name it.  Callers pass
+ * arguments these ignore (the caller cleans up the stack on x86-64). */
+#define VCU__UNKNOWN(t, n)                                 \
+    static CUresult vcu__unk_##t##_##n(void)               \
+    {                                                      \
+        return vcu__slot_unknown(VCU__T_##t, n);           \
+    }
+
+VCU__UNKNOWN(F8CFF951, 2)
+VCU__UNKNOWN(CUDART, 3)
+VCU__UNKNOWN(CUDART, 4)
+VCU__UNKNOWN(CUDART, 5)
+VCU__UNKNOWN(CUDART, 9)
+VCU__UNKNOWN(CUDART, 11)
+VCU__UNKNOWN(HOOKS, 1)
+VCU__UNKNOWN(HOOKS, 3)
+VCU__UNKNOWN(HOOKS, 4)
+VCU__UNKNOWN(HOOKS, 5)
+VCU__UNKNOWN(TLS, 1)
+VCU__UNKNOWN(TLS, 2)
+VCU__UNKNOWN(CHECKS, 1)
+VCU__UNKNOWN(CHECKS, 4)
+VCU__UNKNOWN(CHECKS, 5)
+VCU__UNKNOWN(CHECKS, 6)
+VCU__UNKNOWN(CHECKS, 7)
+VCU__UNKNOWN(CHECKS, 8)
+VCU__UNKNOWN(CHECKS, 9)
+VCU__UNKNOWN(CHECKS, 10)
+VCU__UNKNOWN(CHECKS, 11)
+VCU__UNKNOWN(CHECKS, 12)
+VCU__UNKNOWN(CHECKS, 13)
+VCU__UNKNOWN(CHECKS, 14)
+VCU__UNKNOWN(INTEGRITY, 2)
+
+#define VCU__FN(f) ((const void *)(f))
+#define VCU__SIZE(n) ((const void *)(uintptr_t)((n) * sizeof(void *)))
+
+/* ---- CUDART_INTERFACE ------------------------------------------------------ */
+
+/* [1]: a module from nvcc's fatbin wrapper (what __cudaRegisterFatBinary
+ * gets). */
+static CUresult vcu__cudart_module(CUmodule *module, const void *wrapper)
+{
+    if (module == NULL || wrapper == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuModuleLoadData(module, wrapper);
+}
+
+/* Arguments 3 to 5 of [6] and [8]: what they carry is not known; the
+ * runtime has passed none (NULL, NULL, 0) in every run seen. */
+static CUresult vcu__cudart_extra(const char *slot, void *a3, void *a4, unsigned int a5)
+{
+    static int logged;
+
+    if (a3 == NULL && a4 == NULL && a5 == 0)
+        return CUDA_SUCCESS;
+    vcu__log_once(&logged,
+                  "libcuda (virtio-cuda): CUDART_INTERFACE %s with arguments %p %p %u: "
+                  "not supported\n", slot, a3, a4, a5);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* [6]: [1] with three more arguments. */
+static CUresult vcu__cudart_module_ext1(CUmodule *module, const void *wrapper, void *a3,
+                                        void *a4, unsigned int a5)
+{
+    CUresult e = vcu__cudart_extra("[6]", a3, a4, a5);
+
+    return e != CUDA_SUCCESS ? e : vcu__cudart_module(module, wrapper);
+}
+
+/* [8]: the image first (a fatbin, or its wrapper), then the result. */
+static CUresult vcu__cudart_module_ext2(const void *image, CUmodule *module, void *a3, void *a4,
+                                        unsigned int a5)
+{
+    CUresult e = vcu__cudart_extra("[8]", a3, a4, a5);
+
+    return e != CUDA_SUCCESS ? e : vcu__cudart_module(module, image);
+}
+
+/* [2]: the device's primary context, not retained (NVIDIA's driver
+ * leaves it inactive: measured). */
+static CUresult vcu__cudart_primary(CUcontext *pctx, CUdevice dev)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__primary(dev, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+/* [7]: takes one word and does nothing the runtime can see. */
+static CUresult vcu__cudart_fn7(size_t arg)
+{
+    (void)arg;
+    return CUDA_SUCCESS;
+}
+
+/* [12]: NVIDIA's loads its JIT compilers here; the host's driver has its
+ * own. */
+static CUresult vcu__cudart_load_compilers(void)
+{
+    return CUDA_SUCCESS;
+}
+
+static const void *const vcu__cudart_table[13] = {
+    VCU__SIZE(13),
+    VCU__FN(vcu__cudart_module),
+    VCU__FN(vcu__cudart_primary),
+    VCU__FN(vcu__unk_CUDART_3),
+    VCU__FN(vcu__unk_CUDART_4),
+    VCU__FN(vcu__unk_CUDART_5),
+    VCU__FN(vcu__cudart_module_ext1),
+    VCU__FN(vcu__cudart_fn7),
+    VCU__FN(vcu__cudart_module_ext2),
+    VCU__FN(vcu__unk_CUDART_9),
+    NULL,                           /* NULL in NVIDIA's too */
+    VCU__FN(vcu__unk_CUDART_11),
+    VCU__FN(vcu__cudart_load_compilers),
+};
+
+/* ---- TOOLS_RUNTIME_CALLBACK_HOOKS, TOOLS_TLS ------------------------------- */
+
+/* Buffers tools (CUPTI) would fill; all zero: no tool is attached. */
+static uint64_t vcu__hooks_buf2[1024];
+static uint8_t vcu__hooks_buf6[14];
+
+static void vcu__hooks_fn2(void **ptr, size_t *size)
+{
+    if (ptr != NULL)
+        *ptr = vcu__hooks_buf2;
+    if (size != NULL)
+        *size = sizeof(vcu__hooks_buf2);
+}
+
+static void vcu__hooks_fn6(void **ptr, size_t *size)
+{
+    if (ptr != NULL)
+        *ptr = vcu__hooks_buf6;
+    if (size != NULL)
+        *size = sizeof(vcu__hooks_buf6);
+}
+
+static const void *const vcu__hooks_table[7] = {
+    VCU__SIZE(7),
+    VCU__FN(vcu__unk_HOOKS_1),
+    VCU__FN(vcu__hooks_fn2),
+    VCU__FN(vcu__unk_HOOKS_3),
+    VCU__FN(vcu__unk_HOOKS_4),
+    VCU__FN(vcu__unk_HOOKS_5),
+    VCU__FN(vcu__hooks_fn6),
+};
+
+static const void *const vcu__tls_table[3] = {
+    VCU__SIZE(3),
+    VCU__FN(vcu__unk_TLS_1),
+    VCU__FN(vcu__unk_TLS_2),
+};
+
+/*
+ * f8cff951 [1]: where the runtime reports its error messages (measured:
+ * called as ("CUDA", 0, printf format, va_list) when cudaSetDevice gets
+ * a bad ordinal, with the message the runtime's cudaGetErrorString does
+ * not give).  NVIDIA's driver keeps such messages for cuLogs*, which this
+ * library does not offer: they go to stderr with VCU_LIBCUDA_TRACE=1 and
+ * are dropped otherwise.
+ */
+static CUresult vcu__rt_log(const char *component, uintptr_t arg, const char *fmt, va_list ap)
+{
+    (void)arg;
+    if (fmt == NULL || !vcu__tracing())
+        return CUDA_SUCCESS;
+    fprintf(stderr, "libcuda (virtio-cuda): trace: %s: ", component != NULL ? component : "?");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    return CUDA_SUCCESS;
+}
+
+static const void *const vcu__f8cff951_table[3] = {
+    VCU__SIZE(3),
+    VCU__FN(vcu__rt_log),
+    VCU__FN(vcu__unk_F8CFF951_2),
+};
+
+/* ---- context-local storage -------------------------------------------------- */
+
+/* One value per (context, key); each runtime instance in the process uses
+ * its own key.  Lists hang off the context, under vcu__drv.lock. */
+struct vcu__cls_s {
+    void *key;
+    void *value;
+    vcu__cls_dtor_t dtor;
+    vcu__cls_t *next;
+};
+
+static CUresult vcu__cls_ctx(CUcontext ctx, vcu__ctx_t **out)
+{
+    CUresult e;
+
+    if (ctx == NULL)
+        return vcu__cur(out);
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(ctx, VCU__K_CTX))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = (vcu__ctx_t *)ctx;
+    return CUDA_SUCCESS;
+}
+
+/* [0]: put(ctx, key, value, dtor); a key already there gets the new value. */
+static CUresult vcu__cls_put(CUcontext ctx, void *key, void *value, vcu__cls_dtor_t dtor)
+{
+    vcu__cls_t *n;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cls_ctx(ctx, &c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (n = c->cls; n != NULL; n = n->next)
+        if (n->key == key)
+            break;
+    if (n == NULL) {
+        n = calloc(1, sizeof(*n));
+        if (n == NULL) {
+            pthread_mutex_unlock(&vcu__drv.lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        n->key = key;
+        n->next = c->cls;
+        c->cls = n;
+    }
+    n->value = value;
+    n->dtor = dtor;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    return CUDA_SUCCESS;
+}
+
+/* [1]: delete(ctx, key): forgets the value without calling its destructor. */
+static CUresult vcu__cls_delete(CUcontext ctx, void *key)
+{
+    vcu__cls_t **p, *n = NULL;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cls_ctx(ctx, &c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (p = &c->cls; *p != NULL; p = &(*p)->next) {
+        if ((*p)->key == key) {
+            n = *p;
+            *p = n->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&vcu__drv.lock);
+    free(n);
+    return n != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* [2]: get(&value, ctx, key); no value is CUDA_ERROR_INVALID_HANDLE. */
+static CUresult vcu__cls_get(void **value, CUcontext ctx, void *key)
+{
+    vcu__cls_t *n;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (value == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cls_ctx(ctx, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (n = c->cls; n != NULL; n = n->next)
+        if (n->key == key)
+            break;
+    if (n != NULL)
+        *value = n->value;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    return n != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+void vcu__cls_destroy(vcu__ctx_t *c)
+{
+    vcu__cls_t *n;
+
+    pthread_mutex_lock(&vcu__drv.lock);
+    n = c->cls;
+    c->cls = NULL;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    /* Without the lock: a destructor calls back into this library. */
+    while (n != NULL) {
+        vcu__cls_t *next = n->next;
+
+        if (n->dtor != NULL)
+            n->dtor((CUcontext)c, n->key, n->value);
+        free(n);
+        n = next;
+    }
+}
+
+/* No size slot in this one; [3] is NULL in NVIDIA's too. */
+static const void *const vcu__cls_table[4] = {
+    VCU__FN(vcu__cls_put),
+    VCU__FN(vcu__cls_delete),
+    VCU__FN(vcu__cls_get),
+    NULL,
+};
+
+/* ---- CONTEXT_CHECKS --------------------------------------------------------- */
+
+/* [2]: is ctx (NULL: the current one) a wrapper around another context?
+ * Never here.  As NVIDIA's driver answered: *is_wrapped = 0 and
+ * *unwrapped untouched; no current context is CUDA_ERROR_INVALID_CONTEXT
+ * with nothing written. */
+static CUresult vcu__checks_context(CUcontext ctx, uint32_t *is_wrapped, CUcontext *unwrapped)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    (void)unwrapped;
+    if (is_wrapped == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cls_ctx(ctx, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *is_wrapped = 0;
+    return CUDA_SUCCESS;
+}
+
+/* [3]: NVIDIA's returns 0. */
+static int vcu__checks_fn3(void)
+{
+    return 0;
+}
+
+static const void *const vcu__checks_table[15] = {
+    VCU__SIZE(15),
+    VCU__FN(vcu__unk_CHECKS_1),
+    VCU__FN(vcu__checks_context),
+    VCU__FN(vcu__checks_fn3),
+    VCU__FN(vcu__unk_CHECKS_4),
+    VCU__FN(vcu__unk_CHECKS_5),
+    VCU__FN(vcu__unk_CHECKS_6),
+    VCU__FN(vcu__unk_CHECKS_7),
+    VCU__FN(vcu__unk_CHECKS_8),
+    VCU__FN(vcu__unk_CHECKS_9),
+    VCU__FN(vcu__unk_CHECKS_10),
+    VCU__FN(vcu__unk_CHECKS_11),
+    VCU__FN(vcu__unk_CHECKS_12),
+    VCU__FN(vcu__unk_CHECKS_13),
+    VCU__FN(vcu__unk_CHECKS_14),
+};
+
+/* ---- INTEGRITY_CHECK -------------------------------------------------------- */
+
+static CUresult vcu__integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t *result);
+
+static const void *const vcu__integrity_table[3] = {
+    VCU__SIZE(3),
+    VCU__FN(vcu__integrity_check),
+    VCU__FN(vcu__unk_INTEGRITY_2),
+};
+
+/*
+ * [1]: the runtime checks that the driver it talks to computes this from
+ * the same values it sees (cuda_integrity.c): this library's version,
+ * tables and devices as this library reports them.  Checked against
+ * NVIDIA's driver with tests/gpu/probe-integrity.c.
+ */
+static CUresult vcu__integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t *result)
+{
+    vcu__integrity_dev_t devs[VCU_CU_MAX_DEVICES];
+    vcu__integrity_in_t in;
+    int drv = 0, ndev = 0;
+
+    if (result == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cuDriverGetVersion(&drv);
+    if (cuDeviceGetCount(&ndev) != CUDA_SUCCESS)
+        ndev = 0;
+    if (ndev > (int)VCU_CU_MAX_DEVICES)
+        ndev = (int)VCU_CU_MAX_DEVICES;
+    memset(devs, 0, sizeof(devs));
+    for (int d = 0; d < ndev; d++) {
+        CUuuid u;
+        int v;
+
+        if (cuDeviceGetUuid_v2(&u, d) == CUDA_SUCCESS)
+            memcpy(devs[d].uuid, u.bytes, sizeof(devs[d].uuid));
+        if (cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d) == CUDA_SUCCESS)
+            devs[d].pci_domain = v;
+        if (cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d) == CUDA_SUCCESS)
+            devs[d].pci_bus = v;
+        if (cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d) == CUDA_SUCCESS)
+            devs[d].pci_device = v;
+    }
+    memset(&in, 0, sizeof(in));
+    in.driver_version = (uint32_t)drv;
+    in.version = version;
+    in.pid = (uint32_t)getpid();
+    in.tid = (uint32_t)(uintptr_t)pthread_self();
+    in.cudart_table = vcu__cudart_table;
+    in.integrity_table = vcu__integrity_table;
+    in.integrity_fn = vcu__integrity_table[1];
+    in.unix_seconds = unix_seconds;
+    vcu__integrity(&in, devs, ndev, result);
+    return CUDA_SUCCESS;
+}
+
+/* ---- cuGetExportTable ------------------------------------------------------- */
+
+static const void *const *const vcu__tables[VCU__NTABLES] = {
+    [VCU__T_F8CFF951] = vcu__f8cff951_table,
+    [VCU__T_CUDART] = vcu__cudart_table,
+    [VCU__T_HOOKS] = vcu__hooks_table,
+    [VCU__T_TLS] = vcu__tls_table,
+    [VCU__T_CLS] = vcu__cls_table,
+    [VCU__T_CHECKS] = vcu__checks_table,
+    [VCU__T_INTEGRITY] = vcu__integrity_table,
+};
+
+const void *vcu__export_table(const CUuuid *id)
+{
+    for (int i = 0; i < VCU__NTABLES; i++)
+        if (memcmp(vcu__table_ids[i], id->bytes, sizeof(id->bytes)) == 0)
+            return vcu__tables[i];
+    return NULL;
+}

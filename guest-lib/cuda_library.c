@@ -1,0 +1,486 @@
+/*
+ * libcuda.so.1: libraries and kernels (cuLibrary*, cuKernel*), the
+ * context-independent way to load code that NVIDIA's CUDA 13 runtime
+ * uses for the fatbins a program registers.  A library keeps a copy of
+ * its image and becomes a module of the host's context of a device the
+ * first time it is used there (loaded whole: the host's driver gets the
+ * whole image).  A kernel is a name in a library; its function in a
+ * context is that module's function of that name.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_int.h"
+
+/* Library options this library takes: none changes anything here. */
+static CUresult vcu__lib_options(CUjit_option *jitOptions, void **jitOptionsValues,
+                                 unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+                                 void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+    if (numJitOptions > 0 && (jitOptions == NULL || jitOptionsValues == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < numJitOptions; i++)
+        if ((unsigned int)jitOptions[i] >= CU_JIT_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+    if (numLibraryOptions > 0 && (libraryOptions == NULL || libraryOptionValues == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < numLibraryOptions; i++)
+        if ((unsigned int)libraryOptions[i] >= CU_LIBRARY_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* The library's module in device dev, loaded at the first ask.  Two
+ * threads asking at once may both load; the first to finish is kept. */
+static CUresult vcu__lib_module_dev(vcu__library_t *l, int dev, vcu__module_t **out)
+{
+    vcu__module_t *m;
+    CUmodule mod;
+    CUresult e;
+
+    pthread_mutex_lock(&vcu__drv.lock);
+    m = l->mod[dev];
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (m != NULL) {
+        *out = m;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__module_load_dev(dev, &mod, l->image, l->len);
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    if (l->mod[dev] == NULL) {
+        l->mod[dev] = (vcu__module_t *)mod;
+        mod = NULL;
+    }
+    m = l->mod[dev];
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (mod != NULL) {
+        struct vcu_cu_u64_req u = { .value = ((vcu__module_t *)mod)->h };
+
+        vcu__call(dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
+        vcu__reg_del(mod);
+        free(mod);
+    }
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+/* The same in the current context's device. */
+static CUresult vcu__lib_module(vcu__library_t *l, vcu__module_t **out)
+{
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__lib_module_dev(l, c->dev, out);
+}
+
+/*
+ * Loaded into the current context's device now, if there is one (so a
+ * bad image fails here, as NVIDIA's eager loading does), else at the
+ * first use.
+ */
+VCU__EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code,
+                                       CUjit_option *jitOptions, void **jitOptionsValues,
+                                       unsigned int numJitOptions,
+                                       CUlibraryOption *libraryOptions,
+                                       void **libraryOptionValues,
+                                       unsigned int numLibraryOptions)
+{
+    vcu__library_t *l;
+    vcu__module_t *m;
+    vcu__ctx_t *c;
+    uint64_t len;
+    CUresult e;
+
+    if (library == NULL || code == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__lib_options(jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                         libraryOptionValues, numLibraryOptions);
+    if (e == CUDA_SUCCESS)
+        e = vcu__check_init();
+    if (e == CUDA_SUCCESS)
+        e = vcu__image_size(&code, UINT64_MAX, &len);
+    if (e != CUDA_SUCCESS)
+        return e;
+    l = calloc(1, sizeof(*l));
+    if (l == NULL || (l->image = malloc(len)) == NULL) {
+        free(l);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(l->image, code, len);
+    l->len = len;
+    if (vcu__reg_add(l, VCU__K_LIBRARY) != 0) {
+        free(l->image);
+        free(l);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (vcu__cur(&c) == CUDA_SUCCESS) {
+        e = vcu__lib_module(l, &m);
+        if (e != CUDA_SUCCESS) {
+            vcu__reg_del(l);
+            free(l->image);
+            free(l);
+            return e;
+        }
+    }
+    *library = (CUlibrary)l;
+    return CUDA_SUCCESS;
+}
+
+/* Its modules are unloaded from every device (each in the host's
+ * context of that device, which needs no current context here). */
+VCU__EXPORT CUresult cuLibraryUnload(CUlibrary library)
+{
+    vcu__library_t *l = (vcu__library_t *)library;
+    vcu__kernel_t *k;
+    CUresult e = vcu__check_init(), r = CUDA_SUCCESS;
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(l, VCU__K_LIBRARY))
+        return CUDA_ERROR_INVALID_HANDLE;
+    vcu__reg_del(l);
+    for (int d = 0; d < (int)VCU_CU_MAX_DEVICES; d++) {
+        vcu__module_t *m = l->mod[d];
+        struct vcu_cu_u64_req u;
+        vcu__func_t *funcs;
+
+        if (m == NULL)
+            continue;
+        u.value = m->h;
+        e = vcu__call(m->dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
+        if (r == CUDA_SUCCESS)
+            r = e;
+        vcu__reg_del(m);
+        pthread_mutex_lock(&vcu__drv.lock);
+        funcs = m->funcs;
+        m->funcs = NULL;
+        pthread_mutex_unlock(&vcu__drv.lock);
+        while (funcs != NULL) {
+            vcu__func_t *next = funcs->next;
+
+            vcu__reg_del(funcs);
+            free(funcs->name);
+            free(funcs->params);
+            free(funcs);
+            funcs = next;
+        }
+        free(m);
+    }
+    k = l->kernels;
+    while (k != NULL) {
+        vcu__kernel_t *next = k->next;
+
+        vcu__reg_del(k);
+        free(k->name);
+        free(k);
+        k = next;
+    }
+    free(l->image);
+    free(l);
+    return r;
+}
+
+VCU__EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+    vcu__library_t *l = (vcu__library_t *)library;
+    vcu__module_t *m;
+    CUresult e;
+
+    if (pMod == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(l, VCU__K_LIBRARY))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__lib_module(l, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *pMod = (CUmodule)m;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * One handle per name and library.  The name is looked up in the
+ * current context's device (CUDA_ERROR_NOT_FOUND when the image has no
+ * such kernel) where there is a current context.
+ */
+VCU__EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+    vcu__library_t *l = (vcu__library_t *)library;
+    vcu__kernel_t *k;
+    vcu__module_t *m;
+    vcu__ctx_t *c;
+    CUfunction f;
+    size_t nlen;
+    CUresult e;
+
+    if (pKernel == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(l, VCU__K_LIBRARY))
+        return CUDA_ERROR_INVALID_HANDLE;
+    nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
+    if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
+        return CUDA_ERROR_NOT_FOUND;
+    if (vcu__cur(&c) == CUDA_SUCCESS) {
+        e = vcu__lib_module(l, &m);
+        if (e == CUDA_SUCCESS)
+            e = cuModuleGetFunction(&f, (CUmodule)m, name);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (k = l->kernels; k != NULL; k = k->next)
+        if (strcmp(k->name, name) == 0)
+            break;
+    if (k == NULL) {
+        k = calloc(1, sizeof(*k));
+        if (k != NULL && (k->name = strdup(name)) != NULL && vcu__reg_add(k, VCU__K_KERNEL) == 0) {
+            k->lib = l;
+            k->next = l->kernels;
+            l->kernels = k;
+        } else {
+            if (k != NULL)
+                free(k->name);
+            free(k);
+            k = NULL;
+        }
+    }
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (k == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pKernel = (CUkernel)k;
+    return CUDA_SUCCESS;
+}
+
+/* The kernel's function in the current context (its library's module in
+ * that device). */
+VCU__EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    vcu__kernel_t *k = (vcu__kernel_t *)kernel;
+    vcu__module_t *m;
+    CUresult e;
+
+    if (pFunc == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(k, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__lib_module(k->lib, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return cuModuleGetFunction(pFunc, (CUmodule)m, k->name);
+}
+
+VCU__EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
+{
+    vcu__kernel_t *k = (vcu__kernel_t *)kernel;
+    CUresult e;
+
+    if (pLib == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(k, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pLib = (CUlibrary)k->lib;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
+{
+    vcu__kernel_t *k = (vcu__kernel_t *)hfunc;
+    CUresult e;
+
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(k, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = k->name;
+    return CUDA_SUCCESS;
+}
+
+/* A global of the library's module in the current context's device. */
+VCU__EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                        const char *name)
+{
+    vcu__library_t *l = (vcu__library_t *)library;
+    vcu__module_t *m;
+    CUresult e;
+
+    if (name == NULL || (dptr == NULL && bytes == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(l, VCU__K_LIBRARY))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__lib_module(l, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return cuModuleGetGlobal_v2(dptr, bytes, (CUmodule)m, name);
+}
+
+/* ---- function attributes ------------------------------------------------ */
+
+static CUresult vcu__func_get_attr(vcu__func_t *f, CUfunction_attribute attrib, int *pi)
+{
+    struct vcu_cu_u64_req r = { .value = f->h };
+    struct vcu_cu_func_attrs_resp o;
+    CUresult e;
+
+    if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__call(f->mod->dev, VCU_OP_CU_FUNC_GET_ATTRS, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *pi = (int)o.attrs[attrib];
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__func_set_attr(vcu__func_t *f, CUfunction_attribute attrib, int value)
+{
+    struct vcu_cu_attr_req r;
+
+    if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.handle = f->h;
+    r.attr = (uint32_t)attrib;
+    r.value = (uint64_t)(int64_t)value;
+    return vcu__call(f->mod->dev, VCU_OP_CU_FUNC_SET_ATTR, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+/* A function handle, or a kernel's function in the current context. */
+static CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
+{
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (vcu__reg_has(hfunc, VCU__K_KERNEL)) {
+        e = cuKernelGetFunction(&hfunc, (CUkernel)hfunc);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    if (!vcu__reg_has(hfunc, VCU__K_FUNCTION))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = (vcu__func_t *)hfunc;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (pi == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(hfunc, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_get_attr(f, attrib, pi);
+}
+
+VCU__EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__func_arg(hfunc, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_set_attr(f, attrib, value);
+}
+
+/* A kernel's function in device dev (no context needed). */
+static CUresult vcu__kernel_func_dev(CUkernel kernel, CUdevice dev, vcu__func_t **out)
+{
+    vcu__kernel_t *k = (vcu__kernel_t *)kernel;
+    vcu__module_t *m;
+    CUresult e = vcu__check_dev(dev);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(k, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__lib_module_dev(k->lib, dev, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__module_function(m, k->name, out);
+}
+
+VCU__EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel,
+                                          CUdevice dev)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (pi == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__kernel_func_dev(kernel, dev, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_get_attr(f, attrib, pi);
+}
+
+VCU__EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel,
+                                          CUdevice dev)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__kernel_func_dev(kernel, dev, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__func_set_attr(f, attrib, val);
+}
+
+/* ---- occupancy ------------------------------------------------------------ */
+
+/* The host's driver answers for the kernel (CU_OCCUPANCY_BLOCKS). */
+VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+    struct vcu_cu_occupancy_req r;
+    struct vcu_cu_occupancy_resp o;
+    vcu__func_t *f;
+    CUresult e;
+
+    if (numBlocks == NULL || blockSize <= 0 ||
+        (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(func, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.function = f->h;
+    r.block_size = (uint32_t)blockSize;
+    r.flags = flags;
+    r.dyn_smem = dynamicSMemSize;
+    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_BLOCKS, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *numBlocks = (int)o.value0;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
+                                                                 int blockSize,
+                                                                 size_t dynamicSMemSize)
+{
+    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
+                                                                dynamicSMemSize, 0);
+}
