@@ -28,7 +28,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback dkms install-guest libvirt echo badinput hostmem cuda demo"}
+suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback dkms install-guest libvirt echo badinput hostmem cuda nvrt demo"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -88,7 +88,7 @@ for s in $suites; do
     dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
     install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;
     libvirt) run_suite libvirt timeout 120 tests/pkg/libvirt.sh ;;
-    echo | badinput | hostmem | cuda | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
+    echo | badinput | hostmem | cuda | nvrt | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac
 done

@@ -70,6 +70,16 @@ run_cuda() {
     fi
 }
 
+# NVIDIA's own runtime (libcudart.so.13, and programs built with its
+# static one) on our libcuda.so.1: no runtime of ours on the path.
+run_nvrt() {
+    for part in shared static; do
+        LD_LIBRARY_PATH=/nvrt/lib VCU_TEST_TIMEOUT=240 sh /nvrt/$part/run.sh /nvrt/$part 2>&1 |
+            sed -e "s,^PASS \([^ ]*\)\$,VCU-TEST nvrt/$part-\1 PASS," \
+                -e "s,^FAIL \([^ ]*\) *\(.*\)\$,VCU-TEST nvrt/$part-\1 FAIL \2,"
+    done
+}
+
 # The main job's demonstration (tests/demo/vcu_demo.cu) as a user would
 # run it, its output shown as it is: scripts/run.sh reads its figures.
 run_demo() {
@@ -158,6 +168,7 @@ for s in $suites; do
         badinput) timeout 540 /tests/badinput_test ;;
         hostmem) timeout 540 /tests/hostmem_test "$echo_mib" ;;
         cuda) run_cuda ;;
+        nvrt) run_nvrt ;;
         demo) run_demo ;;
         bench) run_bench ;;
         leaks) run_leaks ;;

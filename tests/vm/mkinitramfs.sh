@@ -18,6 +18,9 @@
 #   VCU_DRIVER_TESTS Driver API test programs [build/cuda-driver]
 #   VCU_CUDART       libcudart.so.13 [build/guest-lib/libcudart.so.13]
 #   VCU_GUEST_LIBCUDA our libcuda.so.1 [build/guest-lib/libcuda.so.1]
+#   VCU_NVRT_TESTS   NVIDIA's runtime test programs [build/nvrt-tests]
+#   VCU_NVIDIA_CUDART NVIDIA's libcudart.so.13 [/usr/local/cuda/lib64/libcudart.so.13,
+#                    else build/nvidia/libcudart.so.13]
 #   VCU_BENCH_BIN    cudabench [build/bench/cudabench]
 #   VCU_DEMO_BIN     the main job's demo [build/vm/vcu_demo]
 set -eu
@@ -38,6 +41,9 @@ cudatests=${VCU_CUDA_TESTS:-$root/build/cuda-tests}
 drvtests=${VCU_DRIVER_TESTS:-$root/build/cuda-driver}
 cudart=${VCU_CUDART:-$root/build/guest-lib/libcudart.so.13}
 glibcuda=${VCU_GUEST_LIBCUDA:-$root/build/guest-lib/libcuda.so.1}
+nvrttests=${VCU_NVRT_TESTS:-$root/build/nvrt-tests}
+nvcudart=${VCU_NVIDIA_CUDART:-/usr/local/cuda/lib64/libcudart.so.13}
+[ -f "$nvcudart" ] || nvcudart=$root/build/nvidia/libcudart.so.13
 benchbin=${VCU_BENCH_BIN:-$root/build/bench/cudabench}
 demobin=${VCU_DEMO_BIN:-$root/build/vm/vcu_demo}
 [ -f "$module" ] || die "no module $module"
@@ -121,6 +127,38 @@ for s in "$@"; do
             [ -x "$drvtests/$t" ] || die "no Driver API program $drvtests/$t"
             cp "$drvtests/$t" "$r/cuda-driver/"
             LD_LIBRARY_PATH=$r/cuda/lib copy_libs "$drvtests/$t"
+        done
+        ;;
+    nvrt)
+        # NVIDIA's runtime on our libcuda.so.1: the shared-runtime builds
+        # of tests/cuda that tests/nvrt/shared.list names, unchanged, and
+        # the default (static runtime) builds of tests/nvrt; no
+        # libcudart.so.13 of ours in the image.
+        [ -f "$glibcuda" ] || die "no $glibcuda"
+        [ -f "$nvcudart" ] || die "no NVIDIA libcudart.so.13 at $nvcudart"
+        [ -f "$nvrttests/shared.list" ] && [ -x "$nvrttests/static/run.sh" ] ||
+            die "no $nvrttests/shared.list or static/run.sh (make nvrt-tests)"
+        mkdir -p "$r/nvrt/lib" "$r/nvrt/shared" "$r/nvrt/static"
+        cp "$glibcuda" "$r/nvrt/lib/libcuda.so.1"
+        cp -L "$nvcudart" "$r/nvrt/lib/libcudart.so.13"
+        copy_libs "$nvcudart"
+        cp "$cudatests/run.sh" "$r/nvrt/shared/"
+        # Not printf: in a guest, device printf comes back from the host
+        # only through CU_TAKE_OUTPUT after a synchronizing call, which
+        # our libcudart.so.13 makes and libcuda.so.1 does not yet
+        # (docs/driver-api.md); natively (loopback) it is the process's.
+        grep -v -e '^[[:space:]]*\(#\|$\)' -e '^printf$' "$nvrttests/shared.list" \
+            >"$r/nvrt/shared/tests.list"
+        for t in $(cat "$r/nvrt/shared/tests.list"); do
+            [ -x "$cudatests/$t" ] || die "no CUDA program $cudatests/$t"
+            cp "$cudatests/$t" "$r/nvrt/shared/"
+            LD_LIBRARY_PATH=$r/nvrt/lib copy_libs "$cudatests/$t"
+        done
+        cp "$nvrttests/static/run.sh" "$nvrttests/static/tests.list" "$r/nvrt/static/"
+        for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$nvrttests/static/tests.list"); do
+            [ -x "$nvrttests/static/$t" ] || die "no program $nvrttests/static/$t"
+            cp "$nvrttests/static/$t" "$r/nvrt/static/"
+            LD_LIBRARY_PATH=$r/nvrt/lib copy_libs "$nvrttests/static/$t"
         done
         ;;
     demo)

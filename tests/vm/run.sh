@@ -2,7 +2,8 @@
 # Run VM suites: the one entry point.
 #
 #   tests/vm/run.sh SUITE[,SUITE...] [extra -device options for virtio-cuda-pci]
-#   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda | demo (the main job's tests/demo) |
+#   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda |
+#          nvrt (tests/cuda on NVIDIA's runtime over our libcuda.so.1) | demo (the main job's tests/demo) |
 #          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments)
 #
 # Builds what is missing or stale (guest kernel, module for its headers and
@@ -47,10 +48,10 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | cuda | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | cuda | nvrt | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
-case " $suites " in *" cuda "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
+case " $suites " in *" cuda "* | *" nvrt "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
 
 # ---- build -----------------------------------------------------------------
 # build/vm/guest.env + build/vm/vmlinuz-*: the guest kernel travels with
@@ -105,6 +106,8 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
             die "tests/cuda build failed"
         make -s -C "$root/tests/cuda-driver" O="$build/cuda-driver" >&2 ||
             die "tests/cuda-driver build failed"
+        make -s -C "$root/tests/nvrt" O="$build/nvrt-tests" >&2 ||
+            die "tests/nvrt build failed"
     fi
     case " $suites " in *" demo "*)
         step "demo program"
