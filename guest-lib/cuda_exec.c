@@ -122,8 +122,8 @@ VCU__EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
  * transfer limit.  stream: NULL for a synchronous copy, else the
  * program's stream (ptsz: NULL names the per-thread one).
  */
-static CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n,
-                          int async, CUstream stream, int ptsz)
+CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n, int async,
+                   CUstream stream, int ptsz)
 {
     struct vcu_cu_memcpy_req r;
     vcu_buf_t b;

@@ -169,6 +169,15 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
 /* The function of that name in m (one handle per name and module). */
 CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
 
+/*
+ * One copy kind (VCU_OP_CU_MEMCPY_HTOD/DTOH/DTOD) of n bytes, in pieces of
+ * the session's transfer limit (cuda_exec.c).  host: the host side (NULL
+ * for DTOD).  async: ordered in stream (ptsz: NULL names the per-thread
+ * default stream), else synchronous.
+ */
+CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n, int async,
+                   CUstream stream, int ptsz);
+
 /* The device's primary context, made at the first ask and never freed;
  * not retained here. */
 CUresult vcu__primary(CUdevice dev, vcu__ctx_t **out);

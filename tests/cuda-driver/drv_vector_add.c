@@ -222,6 +222,40 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&mod2, "/nonexistent/kernels.cubin"));
 
+    /* Pinned host memory and unified copies (host or device told apart
+     * by the library). */
+    {
+        unsigned int *pin, *pin2, flags = 99, page[64];
+        CUdeviceptr d, d2;
+
+        CK(cuMemHostAlloc((void **)&pin, 4096, CU_MEMHOSTALLOC_PORTABLE));
+        CK(cuMemAllocHost((void **)&pin2, 4096));
+        CK(cuMemHostGetFlags(&flags, pin + 10));
+        TRUE(flags == CU_MEMHOSTALLOC_PORTABLE);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostGetFlags(&flags, page));
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED,
+               cuMemHostAlloc((void **)&pin, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostAlloc((void **)&pin, 4096, 8));
+        CK(cuMemAlloc(&d, 4096));
+        CK(cuMemAlloc(&d2, 4096));
+        for (int i = 0; i < 1024; i++)
+            pin[i] = (unsigned int)i * 7u;
+        CK(cuMemcpy(d, (CUdeviceptr)(uintptr_t)pin, 4096));           /* pinned -> device */
+        CK(cuMemcpyAsync(d2, d, 4096, NULL));                         /* device -> device */
+        CK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)pin2, d2, 4096, NULL)); /* -> pinned */
+        CK(cuStreamSynchronize(NULL));
+        TRUE(pin2[0] == 0 && pin2[1023] == 1023u * 7u);
+        CK(cuMemcpy((CUdeviceptr)(uintptr_t)page, d2, sizeof(page)));   /* -> pageable */
+        TRUE(page[63] == 63u * 7u);
+        CK(cuMemcpy((CUdeviceptr)(uintptr_t)pin, (CUdeviceptr)(uintptr_t)page, sizeof(page)));
+        TRUE(pin[5] == 35);
+        CK(cuMemFree(d));
+        CK(cuMemFree(d2));
+        CK(cuMemFreeHost(pin));
+        CK(cuMemFreeHost(pin2));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemFreeHost(pin));
+    }
+
     /* The default pool and stream-ordered allocation from it. */
     {
         CUmemoryPool pool, cur;
