@@ -944,7 +944,7 @@ VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmo
  * kernelParams (one pointer per parameter) or from extra's
  * CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE (the buffer as it is).
  */
-static CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf)
+CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf)
 {
     void *ebuf = NULL;
     size_t esize = 0;
