@@ -122,8 +122,8 @@ VCU__EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
  * transfer limit.  stream: NULL for a synchronous copy, else the
  * program's stream (ptsz: NULL names the per-thread one).
  */
-static CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n,
-                          int async, CUstream stream, int ptsz)
+CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n, int async,
+                   CUstream stream, int ptsz)
 {
     struct vcu_cu_memcpy_req r;
     vcu_buf_t b;
@@ -944,7 +944,7 @@ VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmo
  * kernelParams (one pointer per parameter) or from extra's
  * CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE (the buffer as it is).
  */
-static CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf)
+CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf)
 {
     void *ebuf = NULL;
     size_t esize = 0;

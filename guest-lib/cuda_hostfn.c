@@ -15,6 +15,7 @@
 typedef struct vcu__hf_s {
     uint32_t gen;                   /* bumped on free; in the cookie */
     int used;
+    int persistent;                 /* a graph host node: runs many times */
     CUhostFn fn;
     CUstreamCallback cb;
     CUstream stream;
@@ -27,7 +28,8 @@ static vcu__hf_t vcu__hfs[VCU__MAX_HFS];
 static pthread_once_t vcu__hf_once = PTHREAD_ONCE_INIT;
 static int vcu__hf_thread_ok;
 
-static uint64_t vcu__hf_new(CUhostFn fn, CUstreamCallback cb, CUstream s, void *arg)
+static uint64_t vcu__hf_new(CUhostFn fn, CUstreamCallback cb, CUstream s, void *arg,
+                            int persistent)
 {
     uint64_t cookie = 0;
 
@@ -38,6 +40,7 @@ static uint64_t vcu__hf_new(CUhostFn fn, CUstreamCallback cb, CUstream s, void *
         if (h->used)
             continue;
         h->used = 1;
+        h->persistent = persistent;
         h->fn = fn;
         h->cb = cb;
         h->stream = s;
@@ -50,7 +53,8 @@ static uint64_t vcu__hf_new(CUhostFn fn, CUstreamCallback cb, CUstream s, void *
     return cookie;
 }
 
-/* Takes the slot of a live cookie (and frees it): 1, or 0 if none. */
+/* Takes the slot of a live cookie (and frees it unless persistent): 1,
+ * or 0 if none. */
 static int vcu__hf_take(uint64_t cookie, vcu__hf_t *out)
 {
     uint64_t idx = (cookie & 0xffffffffu) - VCU_CU_HANDLE_MIN;
@@ -61,8 +65,10 @@ static int vcu__hf_take(uint64_t cookie, vcu__hf_t *out)
     pthread_mutex_lock(&vcu__hf_mu);
     if (vcu__hfs[idx].used && vcu__hfs[idx].gen + 1 == (uint32_t)(cookie >> 32)) {
         *out = vcu__hfs[idx];
-        vcu__hfs[idx].used = 0;
-        vcu__hfs[idx].gen++;
+        if (!vcu__hfs[idx].persistent) {
+            vcu__hfs[idx].used = 0;
+            vcu__hfs[idx].gen++;
+        }
         ok = 1;
     }
     pthread_mutex_unlock(&vcu__hf_mu);
@@ -130,7 +136,7 @@ static CUresult vcu__host_func(CUstream stream, CUhostFn fn, CUstreamCallback cb
     pthread_once(&vcu__hf_once, vcu__hf_start_once);
     if (!vcu__hf_thread_ok)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    r.b = vcu__hf_new(fn, cb, stream, arg);
+    r.b = vcu__hf_new(fn, cb, stream, arg, 0);
     if (r.b == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e = vcu__call(c->dev, VCU_OP_CU_STREAM_HOST_FUNC, &r, sizeof(r), NULL, 0, NULL, 0);
@@ -140,6 +146,16 @@ static CUresult vcu__host_func(CUstream stream, CUhostFn fn, CUstreamCallback cb
         vcu__hf_take(r.b, &gone);
     }
     return e;
+}
+
+/* A graph host node's cookie: kept for the life of the process (an
+ * instantiated graph, or a clone, may run it after its graph is gone). */
+uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg)
+{
+    pthread_once(&vcu__hf_once, vcu__hf_start_once);
+    if (!vcu__hf_thread_ok)
+        return 0;
+    return vcu__hf_new(fn, NULL, NULL, arg, 1);
 }
 
 VCU__EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)

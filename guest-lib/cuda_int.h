@@ -45,6 +45,9 @@ enum {
     VCU__K_LIBRARY,
     VCU__K_KERNEL,
     VCU__K_POOL,
+    VCU__K_GRAPH,
+    VCU__K_GNODE,
+    VCU__K_GEXEC,
 };
 
 /* A context-local storage entry (cuda_export.c). */
@@ -168,6 +171,22 @@ CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len);
 /* The function of that name in m (one handle per name and module). */
 CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
+
+/*
+ * One copy kind (VCU_OP_CU_MEMCPY_HTOD/DTOH/DTOD) of n bytes, in pieces of
+ * the session's transfer limit (cuda_exec.c).  host: the host side (NULL
+ * for DTOD).  async: ordered in stream (ptsz: NULL names the per-thread
+ * default stream), else synchronous.
+ */
+CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n, int async,
+                   CUstream stream, int ptsz);
+
+/* A launch's parameter buffer (f->param_bytes) from kernelParams or
+ * extra (cuda_exec.c). */
+CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf);
+/* A persistent host-function cookie for a graph host node, or 0
+ * (cuda_hostfn.c). */
+uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg);
 
 /* The device's primary context, made at the first ask and never freed;
  * not retained here. */

@@ -200,6 +200,92 @@ int main(void)
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuLaunchHostFunc(s, NULL, NULL));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamAddCallback(s, host_cb, NULL, 1));
     }
+    /* A graph captured from the stream, and one built node by node. */
+    {
+        void *args[] = { &a, &b, &c, &n };
+        CUstreamCaptureStatus st;
+        CUgraph g, g2;
+        CUgraphExec x;
+        CUgraphNode ms, k, hn, list[4], deps[2];
+        CUDA_MEMSET_NODE_PARAMS mp;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        CUDA_HOST_NODE_PARAMS hp;
+        size_t nn = 0;
+        static int hits;
+
+        CK(cuMemsetD32(a, 1, N));
+        CK(cuMemsetD32(b, 2, N));
+        CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        CK(cuStreamIsCapturing(s, &st));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+        CK(cuMemsetD8Async(c, 0, sizeof(hc), s));
+        CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
+        CK(cuStreamEndCapture(s, &g));
+        CK(cuStreamIsCapturing(s, &st));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE);
+        CK(cuGraphGetNodes(g, NULL, &nn));
+        TRUE(nn == 2);
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphGetNodes(g, list, &nn));
+        CK(cuGraphInstantiate(&x, g, 0));
+        CK(cuGraphLaunch(x, s));
+        CK(cuGraphLaunch(x, s));
+        CK(cuStreamSynchronize(s));
+        CK(cuMemcpyDtoH(hu, c, sizeof(hu)));
+        /* The float kernel over ints' bits: compare with one run here. */
+        {
+            float fa, fb, fc;
+            unsigned int one = 1, two = 2, want;
+
+            memcpy(&fa, &one, 4);
+            memcpy(&fb, &two, 4);
+            fc = fa + fb;
+            memcpy(&want, &fc, 4);
+            TRUE(hu[0] == want && hu[N - 1] == want);
+        }
+        CK(cuGraphExecDestroy(x));
+        CK(cuGraphDestroy(g));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(g));
+        EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+               cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL));
+
+        CK(cuGraphCreate(&g, 0));
+        memset(&mp, 0, sizeof(mp));
+        mp.dst = c;
+        mp.value = 0;
+        mp.elementSize = 4;
+        mp.width = N;
+        mp.height = 1;
+        CK(cuGraphAddMemsetNode(&ms, g, NULL, 0, &mp, NULL));
+        memset(&kp, 0, sizeof(kp));
+        kp.func = vadd;
+        kp.gridDimX = (N + 127) / 128;
+        kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 128;
+        kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        deps[0] = ms;
+        CK(cuGraphAddKernelNode(&k, g, deps, 1, &kp));
+        hp.fn = host_fn;
+        hp.userData = &hits;
+        deps[0] = k;
+        CK(cuGraphAddHostNode(&hn, g, deps, 1, &hp));
+        nn = 4;
+        CK(cuGraphGetNodes(g, list, &nn));
+        TRUE(nn == 3 && list[0] == ms && list[1] == k && list[2] == hn && list[3] == NULL);
+        CK(cuGraphClone(&g2, g));
+        CK(cuGraphInstantiate(&x, g2, 0));
+        CK(cuGraphLaunch(x, s));
+        CK(cuGraphLaunch(x, NULL));
+        CK(cuStreamSynchronize(s));
+        CK(cuStreamSynchronize(NULL));
+        TRUE(hits == 2);
+        deps[0] = (CUgraphNode)&hits;
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddHostNode(&hn, g, deps, 1, &hp));
+        CK(cuGraphExecDestroy(x));
+        CK(cuGraphDestroy(g2));
+        CK(cuGraphDestroy(g));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphLaunch(x, s));
+    }
     CK(cuEventDestroy(e0));
     CK(cuEventDestroy(e1));
     CK(cuStreamDestroy(s));
@@ -221,6 +307,40 @@ int main(void)
     CK(cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&mod2, "/nonexistent/kernels.cubin"));
+
+    /* Pinned host memory and unified copies (host or device told apart
+     * by the library). */
+    {
+        unsigned int *pin, *pin2, flags = 99, page[64];
+        CUdeviceptr d, d2;
+
+        CK(cuMemHostAlloc((void **)&pin, 4096, CU_MEMHOSTALLOC_PORTABLE));
+        CK(cuMemAllocHost((void **)&pin2, 4096));
+        CK(cuMemHostGetFlags(&flags, pin + 10));
+        TRUE(flags == CU_MEMHOSTALLOC_PORTABLE);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostGetFlags(&flags, page));
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED,
+               cuMemHostAlloc((void **)&pin, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostAlloc((void **)&pin, 4096, 8));
+        CK(cuMemAlloc(&d, 4096));
+        CK(cuMemAlloc(&d2, 4096));
+        for (int i = 0; i < 1024; i++)
+            pin[i] = (unsigned int)i * 7u;
+        CK(cuMemcpy(d, (CUdeviceptr)(uintptr_t)pin, 4096));           /* pinned -> device */
+        CK(cuMemcpyAsync(d2, d, 4096, NULL));                         /* device -> device */
+        CK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)pin2, d2, 4096, NULL)); /* -> pinned */
+        CK(cuStreamSynchronize(NULL));
+        TRUE(pin2[0] == 0 && pin2[1023] == 1023u * 7u);
+        CK(cuMemcpy((CUdeviceptr)(uintptr_t)page, d2, sizeof(page)));   /* -> pageable */
+        TRUE(page[63] == 63u * 7u);
+        CK(cuMemcpy((CUdeviceptr)(uintptr_t)pin, (CUdeviceptr)(uintptr_t)page, sizeof(page)));
+        TRUE(pin[5] == 35);
+        CK(cuMemFree(d));
+        CK(cuMemFree(d2));
+        CK(cuMemFreeHost(pin));
+        CK(cuMemFreeHost(pin2));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemFreeHost(pin));
+    }
 
     /* The default pool and stream-ordered allocation from it. */
     {

@@ -1,0 +1,543 @@
+/*
+ * libcuda.so.1: stream capture and graphs, over the host's CU_GRAPH_* and
+ * CU_STREAM_*_CAPTURE opcodes, as our runtime does them.  CUgraph,
+ * CUgraphNode and CUgraphExec are records of this library naming host
+ * handles; a graph keeps the nodes made here so cuGraphGetNodes can list
+ * them (a captured or cloned graph's nodes are counted, not listed).
+ * Kernel, memset, host and empty nodes are offered.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_int.h"
+
+typedef struct vcu__gnode_s {
+    uint64_t h;
+    struct vcu__graph_s *g;
+    struct vcu__gnode_s *next;
+} vcu__gnode_t;
+
+typedef struct vcu__graph_s {
+    int dev;
+    uint64_t h;
+    vcu__gnode_t *nodes;            /* newest first; under vcu__drv.lock */
+    size_t nnodes;
+} vcu__graph_t;
+
+typedef struct vcu__gexec_s {
+    int dev;
+    uint64_t h;
+} vcu__gexec_t;
+
+static CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
+{
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(graph, VCU__K_GRAPH))
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = (vcu__graph_t *)graph;
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out)
+{
+    vcu__graph_t *g = calloc(1, sizeof(*g));
+
+    if (g == NULL || vcu__reg_add(g, VCU__K_GRAPH) != 0) {
+        struct vcu_cu_u64_req d = { .value = h };
+
+        free(g);
+        vcu__call(dev, VCU_OP_CU_GRAPH_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g->dev = dev;
+    g->h = h;
+    *out = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    struct vcu_cu_u64_req r = { .value = flags };
+    struct vcu_cu_u64_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (phGraph == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__call(c->dev, VCU_OP_CU_GRAPH_CREATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__graph_wrap(c->dev, o.value, phGraph);
+}
+
+/* Host node functions stay valid: an instantiated copy may still run
+ * them. */
+VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+{
+    struct vcu_cu_u64_req r;
+    vcu__gnode_t *n, *next;
+    vcu__graph_t *g;
+    CUresult e = vcu__graph_arg(hGraph, &g);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    vcu__reg_del(g);
+    r.value = g->h;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    for (n = g->nodes; n != NULL; n = next) {
+        next = n->next;
+        vcu__reg_del(n);
+        free(n);
+    }
+    free(g);
+    return e;
+}
+
+/* CU_GRAPH_ADD_NODE with the dependencies and trailing bytes. */
+static CUresult vcu__add_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphNode *deps,
+                              size_t ndeps, struct vcu_cu_graph_node_req *tmpl,
+                              const void *extra, uint32_t extra_len)
+{
+    struct vcu_cu_u64_resp o;
+    vcu__gnode_t *n;
+    uint64_t d;
+    char *q;
+    size_t len;
+    CUresult e;
+
+    if (out == NULL || (ndeps > 0 && deps == NULL) || ndeps > VCU_CU_MAX_DEPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    len = sizeof(*tmpl) + ndeps * 8 + extra_len;
+    q = malloc(len);
+    if (q == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    tmpl->graph = g->h;
+    tmpl->ndeps = (uint32_t)ndeps;
+    memcpy(q, tmpl, sizeof(*tmpl));
+    for (size_t i = 0; i < ndeps; i++) {
+        vcu__gnode_t *dn = (vcu__gnode_t *)deps[i];
+
+        if (!vcu__reg_has(dn, VCU__K_GNODE) || dn->g != g) {
+            free(q);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        d = dn->h;
+        memcpy(q + sizeof(*tmpl) + i * 8, &d, 8);
+    }
+    if (extra_len)
+        memcpy(q + sizeof(*tmpl) + ndeps * 8, extra, extra_len);
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_ADD_NODE, q, (uint32_t)len, NULL, 0, &o, sizeof(o));
+    free(q);
+    if (e != CUDA_SUCCESS)
+        return e;
+    n = calloc(1, sizeof(*n));
+    if (n == NULL || vcu__reg_add(n, VCU__K_GNODE) != 0) {
+        free(n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    n->h = o.value;
+    n->g = g;
+    pthread_mutex_lock(&vcu__drv.lock);
+    n->next = g->nodes;
+    g->nodes = n;
+    g->nnodes++;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    *out = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+/* func, or kern's function in the graph's device. */
+static CUresult vcu__kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                 const CUgraphNode *deps, size_t ndeps,
+                                 const CUDA_KERNEL_NODE_PARAMS *p, CUkernel kern)
+{
+    struct vcu_cu_graph_node_req r;
+    char *params;
+    vcu__graph_t *g;
+    vcu__func_t *f;
+    CUfunction fn;
+    CUresult e;
+
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    fn = p->func;
+    if (fn == NULL && kern != NULL) {
+        e = cuKernelGetFunction(&fn, kern);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    if (vcu__reg_has(fn, VCU__K_KERNEL)) {
+        e = cuKernelGetFunction(&fn, (CUkernel)fn);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    if (!vcu__reg_has(fn, VCU__K_FUNCTION))
+        return CUDA_ERROR_INVALID_HANDLE;
+    f = (vcu__func_t *)fn;
+    if (f->mod->dev != g->dev)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (p->gridDimX == 0 || p->gridDimY == 0 || p->gridDimZ == 0 || p->blockDimX == 0 ||
+        p->blockDimY == 0 || p->blockDimZ == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    params = malloc(VCU_CU_MAX_PARAM_BYTES);
+    if (params == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__pack(f, p->kernelParams, p->extra, params);
+    if (e == CUDA_SUCCESS) {
+        memset(&r, 0, sizeof(r));
+        r.kind = VCU_CU_NODE_KERNEL;
+        r.function = f->h;
+        r.grid[0] = p->gridDimX;
+        r.grid[1] = p->gridDimY;
+        r.grid[2] = p->gridDimZ;
+        r.block[0] = p->blockDimX;
+        r.block[1] = p->blockDimY;
+        r.block[2] = p->blockDimZ;
+        r.shared_mem = p->sharedMemBytes;
+        r.param_bytes = f->param_bytes;
+        e = vcu__add_node(phGraphNode, g, deps, ndeps, &r, params, f->param_bytes);
+    }
+    free(params);
+    return e;
+}
+
+VCU__EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             size_t numDependencies,
+                                             const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    return vcu__kernel_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams,
+                            nodeParams != NULL ? nodeParams->kern : NULL);
+}
+
+/* The 1-ABI struct lacks kern and ctx: the same first fields. */
+VCU__EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies,
+                                          size_t numDependencies,
+                                          const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    CUDA_KERNEL_NODE_PARAMS p;
+
+    if (nodeParams == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&p, 0, sizeof(p));
+    memcpy(&p, nodeParams, sizeof(*nodeParams));
+    return vcu__kernel_node(phGraphNode, hGraph, dependencies, numDependencies, &p, NULL);
+}
+
+VCU__EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies,
+                                          size_t numDependencies,
+                                          const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                          CUcontext ctx)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g;
+    CUresult e;
+
+    (void)ctx;
+    if (memsetParams == NULL || memsetParams->width == 0 || memsetParams->height == 0 ||
+        (memsetParams->elementSize != 1 && memsetParams->elementSize != 2 &&
+         memsetParams->elementSize != 4))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_MEMSET;
+    r.dst = memsetParams->dst;
+    r.pitch = memsetParams->pitch;
+    r.width = memsetParams->width;
+    r.height = memsetParams->height;
+    r.value = memsetParams->value;
+    r.elem_size = memsetParams->elementSize;
+    return vcu__add_node(phGraphNode, g, dependencies, numDependencies, &r, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                        const CUgraphNode *dependencies, size_t numDependencies,
+                                        const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g;
+    CUresult e;
+
+    if (nodeParams == NULL || nodeParams->fn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_HOST;
+    r.cookie = vcu__hostfn_cookie(nodeParams->fn, nodeParams->userData);
+    if (r.cookie == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return vcu__add_node(phGraphNode, g, dependencies, numDependencies, &r, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies,
+                                         size_t numDependencies)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g;
+    CUresult e = vcu__graph_arg(hGraph, &g);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_EMPTY;
+    return vcu__add_node(phGraphNode, g, dependencies, numDependencies, &r, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__graph_t *g;
+    CUresult e;
+
+    if (phGraphClone == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(originalGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.value = g->h;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_CLONE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__graph_wrap(g->dev, o.value, phGraphClone);
+}
+
+/* The count from the host; the nodes listed oldest first where this
+ * library made them all (a clone's or a capture's are not known here:
+ * CUDA_ERROR_NOT_SUPPORTED when asked to list them). */
+VCU__EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__graph_t *g;
+    CUresult e;
+
+    if (numNodes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.value = g->h;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_NODE_COUNT, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (nodes != NULL) {
+        vcu__gnode_t *nd;
+        size_t i = 0, n;
+
+        pthread_mutex_lock(&vcu__drv.lock);
+        n = g->nnodes;
+        if (n != o.value) {
+            static int logged;
+
+            pthread_mutex_unlock(&vcu__drv.lock);
+            vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphGetNodes listing a cloned "
+                                   "or captured graph is not supported (only the count)\n");
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        for (nd = g->nodes; nd != NULL && i < n; nd = nd->next, i++)
+            if (n - 1 - i < *numNodes)
+                nodes[n - 1 - i] = (CUgraphNode)nd;
+        pthread_mutex_unlock(&vcu__drv.lock);
+        for (i = n; i < *numNodes; i++)
+            nodes[i] = NULL;
+    }
+    *numNodes = (size_t)o.value;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                 unsigned long long flags)
+{
+    struct vcu_cu_pair_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__graph_t *g;
+    vcu__gexec_t *x;
+    CUresult e;
+
+    if (phGraphExec == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.a = g->h;
+    r.b = flags;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_INSTANTIATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    x = calloc(1, sizeof(*x));
+    if (x == NULL || vcu__reg_add(x, VCU__K_GEXEC) != 0) {
+        struct vcu_cu_u64_req d = { .value = o.value };
+
+        free(x);
+        vcu__call(g->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    x->dev = g->dev;
+    x->h = o.value;
+    *phGraphExec = (CUgraphExec)x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__graph_launch(CUgraphExec hGraphExec, CUstream hStream, int ptsz)
+{
+    struct vcu_cu_pair_req r;
+    vcu__gexec_t *x = (vcu__gexec_t *)hGraphExec;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(x, VCU__K_GEXEC))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (x->dev != c->dev)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    memset(&r, 0, sizeof(r));
+    r.a = x->h;
+    e = vcu__stream(c, hStream, ptsz, &r.b);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__call(c->dev, VCU_OP_CU_GRAPH_LAUNCH, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return vcu__graph_launch(hGraphExec, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return vcu__graph_launch(hGraphExec, hStream, 1);
+}
+
+VCU__EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    struct vcu_cu_u64_req r;
+    vcu__gexec_t *x = (vcu__gexec_t *)hGraphExec;
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(x, VCU__K_GEXEC))
+        return CUDA_ERROR_INVALID_VALUE;
+    vcu__reg_del(x);
+    r.value = x->h;
+    e = vcu__call(x->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    free(x);
+    return e;
+}
+
+/* ---- stream capture ------------------------------------------------------ */
+
+static CUresult vcu__begin_capture(CUstream hStream, CUstreamCaptureMode mode, int ptsz)
+{
+    struct vcu_cu_pair_req r;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if ((unsigned int)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    memset(&r, 0, sizeof(r));
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.a);
+    if (e != CUDA_SUCCESS)
+        return e;
+    /* As NVIDIA's: the legacy stream cannot be captured. */
+    if (r.a == VCU_CU_STREAM_LEGACY)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    r.b = (uint64_t)mode;
+    return vcu__call(c->dev, VCU_OP_CU_STREAM_BEGIN_CAPTURE, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    return vcu__begin_capture(hStream, mode, 0);
+}
+
+VCU__EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+    return vcu__begin_capture(hStream, mode, 1);
+}
+
+static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (phGraph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.value);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *phGraph = NULL;
+    e = vcu__call(c->dev, VCU_OP_CU_STREAM_END_CAPTURE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS || o.value == 0)
+        return e;
+    return vcu__graph_wrap(c->dev, o.value, phGraph);
+}
+
+VCU__EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    return vcu__end_capture(hStream, phGraph, 0);
+}
+
+VCU__EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+    return vcu__end_capture(hStream, phGraph, 1);
+}
+
+static CUresult vcu__capture_info(CUstream hStream, CUstreamCaptureStatus *st, cuuint64_t *id,
+                                  int ptsz)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_capture_info_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (st == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.value);
+    if (e == CUDA_SUCCESS)
+        e = vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_INFO, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *st = (CUstreamCaptureStatus)o.status;
+    if (id != NULL)
+        *id = o.id;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    return vcu__capture_info(hStream, captureStatus, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
+                                              CUstreamCaptureStatus *captureStatus)
+{
+    return vcu__capture_info(hStream, captureStatus, NULL, 1);
+}
