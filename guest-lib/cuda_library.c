@@ -119,6 +119,11 @@ VCU__EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code,
     }
     if (vcu__cur(&c) == CUDA_SUCCESS) {
         e = vcu__lib_module(l, &m);
+        /* A library may carry code for other GPUs only (cuBLAS registers
+         * one per architecture family): as with NVIDIA's lazy loading, that
+         * fails at the first use of one of its kernels, not here. */
+        if (e == CUDA_ERROR_NO_BINARY_FOR_GPU)
+            e = CUDA_SUCCESS;
         if (e != CUDA_SUCCESS) {
             vcu__reg_del(l);
             free(l->image);
@@ -474,6 +479,32 @@ VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     if (e != CUDA_SUCCESS)
         return e;
     *numBlocks = (int)o.value0;
+    return CUDA_SUCCESS;
+}
+
+/* The host's driver answers for the kernel (CU_OCCUPANCY_AVAIL_SMEM). */
+VCU__EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
+                                                             int numBlocks, int blockSize)
+{
+    struct vcu_cu_occupancy_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__func_t *f;
+    CUresult e;
+
+    if (dynamicSmemSize == NULL || numBlocks <= 0 || blockSize <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(func, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.function = f->h;
+    r.block_size = (uint32_t)blockSize;
+    r.flags = (uint32_t)numBlocks;
+    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *dynamicSmemSize = (size_t)o.value;
     return CUDA_SUCCESS;
 }
 

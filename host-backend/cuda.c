@@ -63,6 +63,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -155,6 +156,7 @@
     XX(cuFuncGetAttribute, 0)                                                \
     XX(cuFuncSetAttribute, 0)                                                \
     XX(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0)              \
+    XX(cuOccupancyAvailableDynamicSMemPerBlock, 0)                           \
     XX(cuOccupancyMaxPotentialBlockSizeWithFlags, 0)                         \
     XX(cuLaunchKernel, 1)                                                    \
     XX(cuLaunchCooperativeKernel, 0)                                         \
@@ -2920,6 +2922,24 @@ static uint32_t vcu__op_CU_OCCUPANCY_BLOCKS(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n, e->u.fn.f,
                      (int)rq.block_size, (size_t)rq.dyn_smem, rq.flags);
     o->rb.occ.value0 = (uint32_t)n;
+    return VCU_S_OK;
+}
+
+/* CU_OCCUPANCY_AVAIL_SMEM: dynamic shared memory a block can have with
+ * flags blocks of block_size threads per SM. */
+static uint32_t vcu__op_CU_OCCUPANCY_AVAIL_SMEM(vcu__op_t *o)
+{
+    struct vcu_cu_occupancy_req rq;
+    size_t bytes = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.dyn_smem != 0 || rq.flags > INT_MAX || rq.block_size > INT_MAX)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.function, VCU__H_FUNCTION);
+    o->res = VCU__CU(o->cu, cuOccupancyAvailableDynamicSMemPerBlock, &bytes, e->u.fn.f,
+                     (int)rq.flags, (int)rq.block_size);
+    o->rb.u64.value = (uint64_t)bytes;
     return VCU_S_OK;
 }
 

@@ -223,6 +223,8 @@ struct vcu_resp_hdr {
     XX(CU_OCCUPANCY_BLOCKS, 0x0306, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)         \
     XX(CU_OCCUPANCY_BLOCK_SIZE, 0x0307, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)     \
     XX(CU_LAUNCH, 0x0308, vcu_cu_launch_req, vcu_cu_resp)                                \
+    /* flags: the number of blocks per SM; reply: bytes */                                \
+    XX(CU_OCCUPANCY_AVAIL_SMEM, 0x0309, vcu_cu_occupancy_req, vcu_cu_u64_resp)            \
     /* CUDA: streams and host callbacks */                                               \
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \

@@ -3333,6 +3333,29 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
     return rc;
 }
 
+/* Dynamic shared memory each of numBlocks blocks can have on one SM, as
+ * fc_occupancy() counts shared memory (0 when the blocks cannot fit). */
+CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
+                                                         int numBlocks, int blockSize)
+{
+    fc_func_t *f;
+    CUresult rc;
+    size_t per, need;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(func, &f);
+    if (rc == CUDA_SUCCESS && (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        per = FC_SHARED_PER_SM / (size_t)numBlocks;
+        need = f->twin->static_shared + FC_SHARED_RESERVED;
+        per = per > need ? per - need : 0;
+        *dynamicSmemSize = per < (size_t)f->max_dyn_shared ? per : (size_t)f->max_dyn_shared;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 /*
  * The block size (a warp multiple up to blockSizeLimit) that keeps the
  * most threads resident per SM; ties go to the larger block.  The

@@ -17,6 +17,10 @@ VCU_BENCH_ARGS=--quick tests/vm/run.sh bench >/dev/null 2>&1 || true
 # and booted briefly, not run through here.
 VCU_VM_TIMEOUT=15 tests/vm/run.sh leaks >/dev/null 2>&1 || true
 [ -f build/vm/initrd-leaks.img ]
+# The libs image: NVIDIA's libraries are added on the GPU host
+# (tests/gpu/libs-run.sh), so here it stops at its setup check.
+VCU_VM_TIMEOUT=30 tests/vm/run.sh libs >/dev/null 2>&1 || true
+[ -f build/vm/initrd-libs.img ]
 [ -x build/vm/vcu_demo ]
 mkdir -p build/nvidia
 cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/

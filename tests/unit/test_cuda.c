@@ -817,6 +817,48 @@ TEST(cuda_module_unload_kills_funcs)
 
 /* ---- modules and launches ----------------------------------------------- */
 
+/* CU_OCCUPANCY_AVAIL_SMEM: the driver's answer for the function; bad
+ * requests and handles refused. */
+TEST(cuda_occupancy_avail_smem)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    struct vcu_cu_function_resp f;
+    struct vcu_cu_occupancy_req q;
+    struct vcu_cu_u64_resp one, two;
+    uint64_t mod = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&f, fr, sizeof(f));
+    memset(&q, 0, sizeof(q));
+    q.function = f.function;
+    q.block_size = 128;
+    q.flags = 1;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &one, sizeof(one)));
+    ASSERT_EQ(CUDA_SUCCESS, one.r.result);
+    q.flags = 16;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
+    ASSERT_EQ(CUDA_SUCCESS, two.r.result);
+    ASSERT_GT(one.value, 0);
+    ASSERT_GT(one.value, two.value);        /* sixteen blocks share the SM */
+    q.flags = 0;                            /* no block */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, two.r.result);
+    q.flags = 0x80000000u;                  /* not an int */
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
+    q.flags = 1;
+    q.dyn_smem = 1;                         /* reserved here */
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
+    q.dyn_smem = 0;
+    q.function = mod;                       /* not a function */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, two.r.result);
+    tc_close(&c);
+    return 0;
+}
+
 /* Loads the vector_add twin; *fn its handle. */
 static int tc_vadd(tc_t *c, uint64_t *fn)
 {

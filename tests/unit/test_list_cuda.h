@@ -23,6 +23,7 @@
     X(cuda_mem_free_foreign)            \
     X(cuda_handles_invalid)             \
     X(cuda_module_unload_kills_funcs)   \
+    X(cuda_occupancy_avail_smem)        \
     X(cuda_launch_vector_add)           \
     X(cuda_launch_param_bytes)          \
     X(cuda_events_elapsed)              \

@@ -80,6 +80,26 @@ run_nvrt() {
     done
 }
 
+# NVIDIA's libraries (from the GPU host, under /libs) on our libcuda.so.1.
+run_libs() {
+    if [ ! -e /libs/libcublas.so.13 ]; then
+        echo "VCU-TEST libs/setup FAIL no NVIDIA libraries in the image (tests/gpu/libs-run.sh adds them)"
+        return 0
+    fi
+    # VCU_LIBS_DEBUG=1 (kernel command line): cuBLAS's own log and every
+    # failing Driver API call, on the console.
+    lp=/nvrt/lib:/libs
+    if grep -q 'VCU_LIBS_DEBUG=1' /proc/cmdline; then
+        export CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=stderr CUBLASLT_LOG_LEVEL=5
+        # Every failing Driver API call, by name (tests/gpu/trace).
+        export VCU_TRACE_LIBCUDA=/nvrt/lib/libcuda.so.1
+        lp=/libs-test/trace:/libs
+    fi
+    LD_LIBRARY_PATH=$lp timeout 600 /libs-test/libs_check 2>&1 |
+        sed -e 's,^PASS \([^ ]*\)$,VCU-TEST libs/\1 PASS,' \
+            -e 's,^FAIL \([^ ]*\) *\(.*\)$,VCU-TEST libs/\1 FAIL \2,'
+}
+
 # The main job's demonstration (tests/demo/vcu_demo.cu) as a user would
 # run it, its output shown as it is: scripts/run.sh reads its figures.
 run_demo() {
@@ -169,6 +189,7 @@ for s in $suites; do
         hostmem) timeout 540 /tests/hostmem_test "$echo_mib" ;;
         cuda) run_cuda ;;
         nvrt) run_nvrt ;;
+        libs) run_libs ;;
         demo) run_demo ;;
         bench) run_bench ;;
         leaks) run_leaks ;;

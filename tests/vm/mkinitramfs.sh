@@ -42,6 +42,7 @@ drvtests=${VCU_DRIVER_TESTS:-$root/build/cuda-driver}
 cudart=${VCU_CUDART:-$root/build/guest-lib/libcudart.so.13}
 glibcuda=${VCU_GUEST_LIBCUDA:-$root/build/guest-lib/libcuda.so.1}
 nvrttests=${VCU_NVRT_TESTS:-$root/build/nvrt-tests}
+libstests=${VCU_LIBS_TESTS:-$root/build/libs-tests}
 nvcudart=${VCU_NVIDIA_CUDART:-/usr/local/cuda/lib64/libcudart.so.13}
 [ -f "$nvcudart" ] || nvcudart=$root/build/nvidia/libcudart.so.13
 benchbin=${VCU_BENCH_BIN:-$root/build/bench/cudabench}
@@ -160,6 +161,25 @@ for s in "$@"; do
             cp "$nvrttests/static/$t" "$r/nvrt/static/"
             LD_LIBRARY_PATH=$r/nvrt/lib copy_libs "$nvrttests/static/$t"
         done
+        ;;
+    libs)
+        # NVIDIA's libraries on our libcuda.so.1 (GPU suite only): the
+        # libraries themselves come from the GPU host, appended to this
+        # image there (tests/gpu/libs-run.sh) under /libs.
+        [ -f "$glibcuda" ] || die "no $glibcuda"
+        [ -x "$libstests/libs_check" ] || die "no $libstests/libs_check (make -C tests/libs)"
+        mkdir -p "$r/nvrt/lib" "$r/libs-test"
+        cp "$glibcuda" "$r/nvrt/lib/libcuda.so.1"
+        cp "$libstests/libs_check" "$r/libs-test/"
+        mkdir -p "$r/libs-test/trace"
+        cp "$libstests/trace/libcuda.so.1" "$r/libs-test/trace/"
+        # Its own libraries but NVIDIA's (librt, libm, ...), from here.
+        ldd "$libstests/libs_check" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }' |
+            grep -v -e libcublas -e libcudart | while read -r lib; do
+                [ -e "$r$lib" ] && continue
+                mkdir -p "$r$(dirname "$lib")"
+                cp -L "$lib" "$r$lib"
+            done
         ;;
     demo)
         add_cudart

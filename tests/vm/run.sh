@@ -4,6 +4,7 @@
 #   tests/vm/run.sh SUITE[,SUITE...] [extra -device options for virtio-cuda-pci]
 #   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda |
 #          nvrt (tests/cuda on NVIDIA's runtime over our libcuda.so.1) | demo (the main job's tests/demo) |
+#          libs (NVIDIA's libraries: GPU host only, tests/gpu/libs-run.sh) |
 #          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments)
 #
 # Builds what is missing or stale (guest kernel, module for its headers and
@@ -26,6 +27,7 @@
 #   VCU_QEMU_SHARE=DIR  firmware: qboot.rom, linuxboot_dma.bin [QEMU's ../share]
 #   VCU_VM_LOGDIR=DIR   where serial logs go [build/vm/logs]
 #   VCU_QMP=PATH        a QMP socket for the VM (tests/gpu/leaks.sh)
+#   VCU_GUEST_APPEND=S  more kernel command line (VCU_LIBS_DEBUG=1: the libs suite traces)
 set -u
 
 [ $# -ge 1 ] || { echo "usage: $0 SUITE[,SUITE...] [extra -device options]" >&2; exit 2; }
@@ -48,10 +50,10 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | cuda | nvrt | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | cuda | nvrt | libs | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
-case " $suites " in *" cuda "* | *" nvrt "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
+case " $suites " in *" cuda "* | *" nvrt "* | *" libs "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
 
 # ---- build -----------------------------------------------------------------
 # build/vm/guest.env + build/vm/vmlinuz-*: the guest kernel travels with
@@ -108,6 +110,9 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
             die "tests/cuda-driver build failed"
         make -s -C "$root/tests/nvrt" O="$build/nvrt-tests" >&2 ||
             die "tests/nvrt build failed"
+        case " $suites " in *" libs "*)
+            make -s -C "$root/tests/libs" O="$build/libs-tests" >&2 || die "tests/libs build failed" ;;
+        esac
     fi
     case " $suites " in *" demo "*)
         step "demo program"
@@ -160,7 +165,7 @@ for s in $suites; do
         ${VCU_QMP:+-qmp "unix:$VCU_QMP,server=on,wait=off"} \
         -bios "$share/qboot.rom" -L "$share" \
         -kernel "$VCU_GUEST_VMLINUZ" -initrd "$img" \
-        -append "console=ttyS0 panic=-1 quiet vcu.suite=$s vcu.echo_mib=${VCU_ECHO_MIB:-256} vcu.bench_args=${VCU_BENCH_ARGS:-}" \
+        -append "console=ttyS0 panic=-1 quiet vcu.suite=$s vcu.echo_mib=${VCU_ECHO_MIB:-256} vcu.bench_args=${VCU_BENCH_ARGS:-} ${VCU_GUEST_APPEND:-}" \
         -device "$dev" </dev/null >"$qlog" 2>&1
     qrc=$?
     secs=$(($(date +%s) - t0))

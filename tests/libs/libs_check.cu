@@ -1,0 +1,104 @@
+/*
+ * NVIDIA's libraries in a guest, on the guest's libcuda.so.1: each check
+ * computes something with a library and compares it with the CPU.  Built
+ * the default nvcc way (static runtime), linked with the toolkit's
+ * libraries; at run time the guest loads the GPU host's copies of them
+ * (tests/gpu/libs-run.sh puts them in the guest image).
+ *
+ * Prints "PASS <name>" or "FAIL <name> <why>" per check, the run.sh way;
+ * exits 1 if any failed.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failed;
+
+#define CHECK(name, cond, ...)                       \
+    do {                                             \
+        if (cond) {                                  \
+            printf("PASS %s\n", name);               \
+        } else {                                     \
+            printf("FAIL %s ", name);                \
+            printf(__VA_ARGS__);                     \
+            printf("\n");                            \
+            failed = 1;                              \
+        }                                            \
+        fflush(stdout);                              \
+    } while (0)
+
+/* C = A * B, column-major, n x n: cublasSgemm against the CPU. */
+static void check_sgemm(void)
+{
+    const int n = 256;
+    size_t bytes = (size_t)n * n * sizeof(float);
+    float *a = (float *)malloc(bytes), *b = (float *)malloc(bytes), *c = (float *)malloc(bytes);
+    float *ref = (float *)malloc(bytes), *da = NULL, *db = NULL, *dc = NULL;
+    const float one = 1.0f, zero = 0.0f;
+    cublasHandle_t h = NULL;
+    cublasStatus_t st;
+    cudaError_t e;
+    double maxerr = 0;
+
+    for (int i = 0; i < n * n; i++) {
+        a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+        b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    }
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < n; i++) {
+            double s = 0;
+
+            for (int k = 0; k < n; k++)
+                s += (double)a[i + k * n] * b[k + j * n];
+            ref[i + j * n] = (float)s;
+        }
+    e = cudaMalloc(&da, bytes);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&db, bytes);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&dc, bytes);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(db, b, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        CHECK("cublas_sgemm", 0, "CUDA setup: %s", cudaGetErrorString(e));
+        return;
+    }
+    st = cublasCreate(&h);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        CHECK("cublas_sgemm", 0, "cublasCreate: %s (%d)", cublasGetStatusName(st), (int)st);
+        return;
+    }
+    st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, da, n, db, n, &zero, dc, n);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        e = cudaMemcpy(c, dc, bytes, cudaMemcpyDeviceToHost);
+    if (st != CUBLAS_STATUS_SUCCESS || e != cudaSuccess) {
+        CHECK("cublas_sgemm", 0, "cublasSgemm: %d, copy back: %s", (int)st, cudaGetErrorString(e));
+        return;
+    }
+    for (int i = 0; i < n * n; i++) {
+        double d = fabs((double)c[i] - ref[i]);
+
+        if (d > maxerr)
+            maxerr = d;
+    }
+    CHECK("cublas_sgemm", maxerr < 1e-3, "max error %g against the CPU", maxerr);
+    cublasDestroy(h);
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+    free(a);
+    free(b);
+    free(c);
+    free(ref);
+}
+
+int main(void)
+{
+    check_sgemm();
+    return failed;
+}
