@@ -613,6 +613,7 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     }
     m->dev = dev;
     m->h = o.value;
+    vcu__printf_module(image, len);
     if (vcu__reg_add(m, VCU__K_MODULE) != 0) {
         struct vcu_cu_u64_req u = { .value = m->h };
 

@@ -192,6 +192,12 @@ uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg);
  * not retained here. */
 CUresult vcu__primary(CUdevice dev, vcu__ctx_t **out);
 
+/* Device printf (cuda_drv.c): a module image was loaded (see whether it
+ * uses printf); a call to the host returned (take the captured output
+ * after one that flushes it). */
+void vcu__printf_module(const void *image, uint64_t len);
+void vcu__printf_after(int dev, uint32_t op, const void *req);
+
 /* VCU_LIBCUDA_TRACE=1 is set. */
 int vcu__tracing(void);
 
