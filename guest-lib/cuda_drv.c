@@ -359,11 +359,12 @@ VCU__EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
      * pointer's device pointer differs from it outside loopback. */
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+    /* Managed memory (cuda_managed.c), not concurrently with the device. */
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
         *pi = 1;
         return CUDA_SUCCESS;
-    /* What this library does not provide: managed memory, pageable
-     * memory access, IPC. */
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    /* What this library does not provide: concurrent managed access,
+     * pageable memory access, IPC. */
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
@@ -451,6 +452,22 @@ void vcu__printf_after(int dev, uint32_t op, const void *req)
 CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
                    unsigned int nbufs, void *resp, uint32_t resp_cap)
 {
+    CUresult e = vcu__managed_before(dev, op, req);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__call_raw(dev, op, req, req_len, bufs, nbufs, resp, resp_cap);
+    /* Whatever the result: a failed synchronize may have flushed output
+     * (a fault after a printf). */
+    vcu__printf_after(dev, op, req);
+    if (e == CUDA_SUCCESS)
+        e = vcu__managed_after(dev, op, req);
+    return e;
+}
+
+CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
+                       unsigned int nbufs, void *resp, uint32_t resp_cap)
+{
     struct vcu_cu_resp local;
     struct vcu_cu_resp *r;
     uint32_t rlen = 0;
@@ -465,8 +482,6 @@ CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_
     r = resp;
     memset(r, 0, sizeof(*r));
     err = vcu_conn_call(vcu__drv.conn, op, 0, req, req_len, bufs, nbufs, resp, resp_cap, &rlen);
-    if (err == 0)
-        vcu__printf_after(dev, op, req);
     if (err != 0)
         return vcu__from_vcu(err);
     if (rlen < sizeof(*r))

@@ -95,6 +95,8 @@ VCU__EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
         return e;
     if (dptr == 0)
         return CUDA_SUCCESS;
+    if (vcu__managed_free(dptr, &e))
+        return e;
     return vcu__call(c->dev, VCU_OP_CU_MEM_FREE, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 

@@ -20,7 +20,8 @@
  *    they were given).
  *
  * Unified copies (cuMemcpy, cuMemcpyAsync) and cuPointerGetAttribute(s)
- * tell host from device memory here.
+ * tell host from device memory here (managed memory is device memory to
+ * both, as to NVIDIA's).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -368,6 +369,7 @@ typedef struct vcu__ptr_info_s {
     unsigned int type;              /* CU_MEMORYTYPE_HOST or _DEVICE; 0: unknown */
     int dev;
     vcu__ctx_t *ctx;                /* NULL: the device's primary context */
+    int managed;
     uint64_t start, size;           /* the allocation holding it */
     CUdeviceptr dptr;               /* 0: none */
     void *hptr;                     /* NULL: none */
@@ -382,6 +384,16 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
     CUresult e;
 
     memset(pi, 0, sizeof(*pi));
+    /* Managed memory: device memory with a host view at the same
+     * address (cuda_managed.c). */
+    if (vcu__managed_find(p, &pi->start, &pi->size, &pi->dev)) {
+        pi->type = CU_MEMORYTYPE_DEVICE;
+        pi->managed = 1;
+        pi->ctx = pi->dev == c->dev ? c : NULL;
+        pi->dptr = p;
+        pi->hptr = (void *)(uintptr_t)p;
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&vcu__hm_mu);
     h = vcu__hm_find_locked((uintptr_t)p);
     if (h != NULL) {
@@ -459,6 +471,10 @@ static CUresult vcu__ptr_attr(const vcu__ptr_info_t *pi, CUpointer_attribute a, 
         *(void **)data = pi->hptr;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned int *)data = (unsigned int)pi->managed;
+        return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:

@@ -155,6 +155,10 @@ CUresult vcu__cur(vcu__ctx_t **out);
  */
 CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
                    unsigned int nbufs, void *resp, uint32_t resp_cap);
+/* vcu__call without its hooks (device printf, managed memory): for the
+ * managed layer's own calls. */
+CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
+                       unsigned int nbufs, void *resp, uint32_t resp_cap);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another
@@ -197,6 +201,17 @@ CUresult vcu__primary(CUdevice dev, vcu__ctx_t **out);
  * after one that flushes it). */
 void vcu__printf_module(const void *image, uint64_t len);
 void vcu__printf_after(int dev, uint32_t op, const void *req);
+
+/* Managed memory (cuda_managed.c).  Around a call to the host: before
+ * it, the host's writes of managed memory the call's device work may
+ * touch go to the device; after a wait, the device's come back. */
+CUresult vcu__managed_before(int dev, uint32_t op, const void *req);
+CUresult vcu__managed_after(int dev, uint32_t op, const void *req);
+/* p is a managed allocation's start: 1, it is freed, *res the result;
+ * else 0. */
+int vcu__managed_free(CUdeviceptr p, CUresult *res);
+/* 1 and the managed allocation holding p, or 0. */
+int vcu__managed_find(CUdeviceptr p, uint64_t *base, uint64_t *size, int *dev);
 
 /* VCU_LIBCUDA_TRACE=1 is set. */
 int vcu__tracing(void);
