@@ -141,6 +141,17 @@ int main(void)
     TRUE(hy[0] == 0.0f && hy[N - 1] == 0.0f);
     CK(cuMemcpyDtoD(y, d, N * sizeof(float)));
     TRUE(hy[10] == 15.0f);
+    /* Named as host memory, managed memory is still device memory. */
+    CK(cuMemsetD32(d, 0, N));
+    CK(cuMemcpyHtoD(d, hy, N * sizeof(float)));
+    CK(cuMemcpyDtoH(host, d, sizeof(host)));
+    TRUE(host[10] == 15.0f);
+    CK(cuMemsetD32(y, 0, N));
+    CK(cuMemcpyDtoH(hy, d, N * sizeof(float)));
+    TRUE(hy[10] == 15.0f);
+    CK(cuMemcpyDtoHAsync(hx, d, N * sizeof(float), s));
+    CK(cuStreamSynchronize(s));
+    TRUE(hx[10] == 15.0f);
     printf("copies and memsets of managed memory\n");
 
     /* Pointer attributes. */
