@@ -12,7 +12,12 @@
  * Lock order: vcu__drv.lock (devices, primary contexts, module function
  * lists) -> the registry's own lock (a leaf).  vcu__drv.lock is held
  * across a call to the host in two places only, both rare: the first
- * CU_DEVICE_INFO of a device and a module function's first lookup.
+ * CU_DEVICE_INFO of a device and a module function's first lookup
+ * (neither an opcode the managed hooks act on).  The managed memory lock
+ * (vcu_managed.c) is taken by vcu__call's hooks and cuda_managed.c with
+ * no other lock of this library held, and held across calls to the host
+ * (vcu__call_raw only).  cuda_hostmem.c's list lock is a leaf, never held
+ * across a call to the host.
  */
 #ifndef VCU_CUDA_INT_H
 #define VCU_CUDA_INT_H
