@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda_int.h"
+#include "vcu_printf.h"
 #include "vcu_transport_int.h"
 
 _Static_assert(sizeof(CUresult) == sizeof(int), "the generated stubs return int");
@@ -354,16 +355,21 @@ VCU__EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
         *pi = (int)d->pci_domain;
         return CUDA_SUCCESS;
-    /* What this library does not provide: managed memory, mapped or
-     * registered host memory, IPC. */
+    /* Mapped and registered host memory (cuda_hostmem.c).  A registered
+     * pointer's device pointer differs from it outside loopback. */
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+    /* Managed memory (cuda_managed.c), not concurrently with the device. */
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+        *pi = 1;
+        return CUDA_SUCCESS;
+    /* What this library does not provide: concurrent managed access,
+     * pageable memory access, IPC. */
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
-    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
         *pi = 0;
         return CUDA_SUCCESS;
@@ -402,10 +408,65 @@ VCU__EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* ---- device printf ------------------------------------------------------ */
+
+/*
+ * As our runtime does it (cudart_printf.c): the host's driver writes what
+ * kernels print to the host process's stdout, and a host that captures it
+ * (a VM's) keeps it per session.  Once a module whose image uses printf
+ * is loaded, every call that flushes device printf natively
+ * (vcu_op_flushes_printf(): the synchronize calls, synchronous copies,
+ * context reset) is followed by CU_TAKE_OUTPUT, and what comes back goes
+ * to stdout; at exit the session is synchronized and emptied once more,
+ * as NVIDIA's context teardown flushes.  In loopback the host does not
+ * capture (the output is already on this process's stdout) and answers
+ * len 0.
+ */
+static int vcu__printf_on;          /* never cleared; atomic */
+
+static void vcu__printf_exit(void)
+{
+    if (vcu__drv.conn != NULL && vcu__drv.ndev > 0)
+        vcu__output_take(vcu__drv.conn, vcu__drv.dev[0].vord, VCU_CU_TAKE_F_SYNC);
+}
+
+void vcu__printf_module(const void *image, uint64_t len)
+{
+    if (__atomic_load_n(&vcu__printf_on, __ATOMIC_RELAXED) ||
+        !vcu_image_uses_printf(image, (size_t)len))
+        return;
+    /* Registered after the runtime's own teardown (registered when it
+     * loaded), so it runs before it, while the session is whole. */
+    if (!__atomic_exchange_n(&vcu__printf_on, 1, __ATOMIC_RELAXED))
+        atexit(vcu__printf_exit);
+}
+
+void vcu__printf_after(int dev, uint32_t op, const void *req)
+{
+    if (__atomic_load_n(&vcu__printf_on, __ATOMIC_RELAXED) && vcu_op_flushes_printf(op, req))
+        vcu__output_take(vcu__drv.conn, vcu__drv.dev[dev].vord, 0);
+}
+
 /* ---- calls to the host ------------------------------------------------- */
 
 CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
                    unsigned int nbufs, void *resp, uint32_t resp_cap)
+{
+    CUresult e = vcu__managed_before(dev, op, req);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__call_raw(dev, op, req, req_len, bufs, nbufs, resp, resp_cap);
+    /* Whatever the result: a failed synchronize may have flushed output
+     * (a fault after a printf). */
+    vcu__printf_after(dev, op, req);
+    if (e == CUDA_SUCCESS)
+        e = vcu__managed_after(dev, op, req);
+    return e;
+}
+
+CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
+                       unsigned int nbufs, void *resp, uint32_t resp_cap)
 {
     struct vcu_cu_resp local;
     struct vcu_cu_resp *r;

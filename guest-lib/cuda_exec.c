@@ -95,6 +95,8 @@ VCU__EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
         return e;
     if (dptr == 0)
         return CUDA_SUCCESS;
+    if (vcu__managed_free(dptr, &e))
+        return e;
     return vcu__call(c->dev, VCU_OP_CU_MEM_FREE, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
@@ -127,12 +129,25 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
 {
     struct vcu_cu_memcpy_req r;
     vcu_buf_t b;
-    uint64_t wire = 0;
+    uint64_t wire = 0, mbase, msize;
     vcu__ctx_t *c;
+    int mdev;
     CUresult e;
 
     if (op != VCU_OP_CU_MEMCPY_DTOD && host == NULL && n > 0)
         return CUDA_ERROR_INVALID_VALUE;
+    /* Managed memory named as the host side is device memory to copies,
+     * as to our runtime's: its device side is the one that is current at
+     * a stream-ordered point (and a shadow is read-only between waits). */
+    if (op != VCU_OP_CU_MEMCPY_DTOD && n > 0 &&
+        vcu__managed_find((CUdeviceptr)(uintptr_t)host, &mbase, &msize, &mdev)) {
+        if (op == VCU_OP_CU_MEMCPY_HTOD)
+            src = (uint64_t)(uintptr_t)host;
+        else
+            dst = (uint64_t)(uintptr_t)host;
+        op = VCU_OP_CU_MEMCPY_DTOD;
+        host = NULL;
+    }
     e = vcu__cur(&c);
     if (e == CUDA_SUCCESS && async)
         e = vcu__stream(c, stream, ptsz, &wire);
@@ -613,6 +628,7 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     }
     m->dev = dev;
     m->h = o.value;
+    vcu__printf_module(image, len);
     if (vcu__reg_add(m, VCU__K_MODULE) != 0) {
         struct vcu_cu_u64_req u = { .value = m->h };
 

@@ -1,26 +1,124 @@
 /*
- * libcuda.so.1: page-locked host memory (cuMemHostAlloc, cuMemAllocHost,
- * cuMemFreeHost, cuMemHostGetFlags): the transport's pinned memory, as
- * our runtime's cudaMallocHost, which copies may use after their call
- * returns.  The device does not map host memory here
- * (CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY is 0): CU_MEMHOSTALLOC_DEVICEMAP
- * is refused.  Unified copies (cuMemcpy, cuMemcpyAsync) tell host from
- * device memory here.
+ * libcuda.so.1: page-locked host memory, as our runtime does it
+ * (cudart_mem.c):
+ *
+ *  - cuMemHostAlloc, cuMemAllocHost, cuMemFreeHost: the transport's pinned
+ *    memory (the guest driver's, physically contiguous in chunks and never
+ *    moved), which copies may use after their call returns;
+ *  - cuMemHostRegister, cuMemHostUnregister: ordinary memory pinned in
+ *    place by the guest driver (VCUDA_IOC_HOST_REGISTER) until
+ *    unregistered;
+ *  - mapped memory (CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTREGISTER_DEVICEMAP,
+ *    cuMemHostGetDevicePointer): the host maps either kind whole into the
+ *    device's address space once (CU_HOST_DEVICE_POINTER, one stable
+ *    segment) and the pointer is valid until the memory is freed or
+ *    unregistered.  Only memory the driver keeps pinned ("stable") can be
+ *    mapped; in loopback the device reaches host memory at its own
+ *    address, so every pointer is its own device pointer.  As NVIDIA's
+ *    driver does with unified addressing, all pinned memory that can be
+ *    is mapped, DEVICEMAP or not (cuMemHostGetFlags gives the flags as
+ *    they were given).
+ *
+ * Unified copies (cuMemcpy, cuMemcpyAsync) and cuPointerGetAttribute(s)
+ * tell host from device memory here (managed memory is device memory to
+ * both, as to NVIDIA's).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_int.h"
+#include "vcu_transport_int.h"
+
+enum { VCU__HM_ALLOC = 1, VCU__HM_REGISTERED };
 
 typedef struct vcu__hostmem_s {
     void *p;
     size_t size;
-    unsigned int flags;
+    unsigned int flags;             /* as given */
+    int mapped;                     /* the device can map it */
+    int kind;                       /* VCU__HM_* */
+    int dev;                        /* program ordinal of the context it was made in */
+    vcu__ctx_t *ctx;                /* that context: may be destroyed since */
+    uint64_t dptr;                  /* device pointer of p; 0 until asked */
     struct vcu__hostmem_s *next;
 } vcu__hostmem_t;
 
 static pthread_mutex_t vcu__hm_mu = PTHREAD_MUTEX_INITIALIZER;    /* protects vcu__hms */
 static vcu__hostmem_t *vcu__hms;
+
+/* In loopback the library and the backend share one process. */
+static int vcu__loopback(void)
+{
+    return vcu__drv.conn->loop != NULL;
+}
+
+/* Whether the device can map memory the driver pinned (stable), or
+ * pinned for one request only (not). */
+static int vcu__mappable(int stable)
+{
+    return vcu__loopback() || stable;
+}
+
+static CUresult vcu__map_unsupported(void)
+{
+    static int logged;
+
+    vcu__log_once(&logged, "libcuda (virtio-cuda): mapped host memory is not supported "
+                           "without the guest driver's pinned memory\n");
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* The entry holding p (under vcu__hm_mu), or NULL. */
+static vcu__hostmem_t *vcu__hm_find_locked(uintptr_t p)
+{
+    vcu__hostmem_t *h;
+
+    for (h = vcu__hms; h != NULL; h = h->next)
+        if (p >= (uintptr_t)h->p && p - (uintptr_t)h->p < h->size)
+            return h;
+    return NULL;
+}
+
+static void vcu__hm_add(vcu__hostmem_t *h)
+{
+    pthread_mutex_lock(&vcu__hm_mu);
+    h->next = vcu__hms;
+    vcu__hms = h;
+    pthread_mutex_unlock(&vcu__hm_mu);
+}
+
+/* Takes the entry starting at p of this kind off the list, or NULL. */
+static vcu__hostmem_t *vcu__hm_del(void *p, int kind)
+{
+    vcu__hostmem_t **pp, *h = NULL;
+
+    pthread_mutex_lock(&vcu__hm_mu);
+    for (pp = &vcu__hms; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->p == p && (*pp)->kind == kind) {
+            h = *pp;
+            *pp = h->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&vcu__hm_mu);
+    return h;
+}
+
+/* Every device's work, which may still read or write the memory (copies
+ * run on the host after their call): the first error is returned. */
+static CUresult vcu__sync_all(void)
+{
+    CUresult e, r = CUDA_SUCCESS;
+
+    for (int d = 0; d < vcu__drv.ndev; d++) {
+        struct vcu_cu_hdr hdr;
+
+        e = vcu__call(d, VCU_OP_CU_CTX_SYNCHRONIZE, &hdr, sizeof(hdr), NULL, 0, NULL, 0);
+        if (r == CUDA_SUCCESS)
+            r = e;
+    }
+    return r;
+}
 
 VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
@@ -37,13 +135,6 @@ VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
     e = vcu__cur(&c);
     if (e != CUDA_SUCCESS)
         return e;
-    if (Flags & CU_MEMHOSTALLOC_DEVICEMAP) {
-        static int logged;
-
-        vcu__log_once(&logged, "libcuda (virtio-cuda): mapped host memory "
-                               "(CU_MEMHOSTALLOC_DEVICEMAP) is not supported\n");
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
     h = calloc(1, sizeof(*h));
     if (h == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -51,13 +142,19 @@ VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
         free(h);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if ((Flags & CU_MEMHOSTALLOC_DEVICEMAP) && !vcu__mappable(stable)) {
+        vcu_conn_hostmem_free(vcu__drv.conn, p, bytesize);
+        free(h);
+        return vcu__map_unsupported();
+    }
     h->p = p;
     h->size = bytesize;
     h->flags = Flags;
-    pthread_mutex_lock(&vcu__hm_mu);
-    h->next = vcu__hms;
-    vcu__hms = h;
-    pthread_mutex_unlock(&vcu__hm_mu);
+    h->mapped = vcu__mappable(stable);
+    h->kind = VCU__HM_ALLOC;
+    h->dev = c->dev;
+    h->ctx = c;
+    vcu__hm_add(h);
     *pp = p;
     return CUDA_SUCCESS;
 }
@@ -68,38 +165,115 @@ VCU__EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 }
 
 /* Waits for every device's work first, as NVIDIA's does: copies from
- * the memory may still be running on the host after their call. */
+ * the memory may still be running on the host after their call.  The
+ * memory goes even if that work failed: its error is returned. */
 VCU__EXPORT CUresult cuMemFreeHost(void *p)
 {
-    vcu__hostmem_t **pp, *h = NULL;
-    CUresult e = vcu__check_init(), r = CUDA_SUCCESS;
+    vcu__hostmem_t *h;
+    CUresult e = vcu__check_init();
 
     if (e != CUDA_SUCCESS)
         return e;
-    pthread_mutex_lock(&vcu__hm_mu);
-    for (pp = &vcu__hms; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->p == p) {
-            h = *pp;
-            *pp = h->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&vcu__hm_mu);
+    h = vcu__hm_del(p, VCU__HM_ALLOC);
     if (h == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    for (int d = 0; d < vcu__drv.ndev; d++) {
-        struct vcu_cu_hdr hdr;
-
-        e = vcu__call(d, VCU_OP_CU_CTX_SYNCHRONIZE, &hdr, sizeof(hdr), NULL, 0, NULL, 0);
-        if (r == CUDA_SUCCESS)
-            r = e;
-    }
+    e = vcu__sync_all();
     vcu_conn_hostmem_free(vcu__drv.conn, h->p, h->size);
     free(h);
-    return r;
+    return e;
 }
 
-/* The flags it was allocated with; p may point inside the allocation. */
+/*
+ * Ordinary memory, pinned in place until cuMemHostUnregister: copies are
+ * DMA and may run after the reply, and it can be mapped.  A range that
+ * overlaps one already registered (or this library's pinned memory) is
+ * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, as NVIDIA's.
+ */
+VCU__EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    vcu__hostmem_t *h;
+    vcu__ctx_t *c;
+    uintptr_t b = (uintptr_t)p;
+    int stable = 0, rc, busy;
+    CUresult e;
+
+    if (p == NULL || bytesize == 0 || bytesize > UINTPTR_MAX - b ||
+        (Flags & ~(unsigned int)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                 CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (Flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)) {
+        static int logged;
+
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuMemHostRegister with "
+                               "CU_MEMHOSTREGISTER_IOMEMORY or READ_ONLY is not supported: "
+                               "the guest driver pins memory for writing, and I/O memory "
+                               "cannot be pinned\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    pthread_mutex_lock(&vcu__hm_mu);
+    busy = 0;
+    for (h = vcu__hms; h != NULL; h = h->next)
+        if (b < (uintptr_t)h->p + h->size && (uintptr_t)h->p < b + bytesize)
+            busy = 1;
+    pthread_mutex_unlock(&vcu__hm_mu);
+    if (busy)
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = vcu_conn_host_register(vcu__drv.conn, p, bytesize, &stable);
+    if (rc != 0) {
+        free(h);
+        if (rc == VCU_EBUSY)
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        return rc == VCU_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    }
+    if ((Flags & CU_MEMHOSTREGISTER_DEVICEMAP) && !vcu__mappable(stable)) {
+        vcu_conn_host_unregister(vcu__drv.conn, p);
+        free(h);
+        return vcu__map_unsupported();
+    }
+    h->p = p;
+    h->size = bytesize;
+    h->flags = Flags;
+    h->mapped = vcu__mappable(stable);
+    h->kind = VCU__HM_REGISTERED;
+    h->dev = c->dev;
+    h->ctx = c;
+    vcu__hm_add(h);
+    return CUDA_SUCCESS;
+}
+
+/* The same ABI as the _v2 form (flags unsigned int, size size_t). */
+VCU__EXPORT CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    return cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+/* As cuMemFreeHost: the memory goes back to its owner only once work
+ * queued on it has finished; that work's error is returned. */
+VCU__EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    vcu__hostmem_t *h;
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    h = vcu__hm_del(p, VCU__HM_REGISTERED);
+    if (h == NULL)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    e = vcu__sync_all();
+    vcu_conn_host_unregister(vcu__drv.conn, h->p);
+    free(h);
+    return e;
+}
+
+/* The flags it was allocated or registered with; p may point inside. */
 VCU__EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
     vcu__hostmem_t *h;
@@ -111,19 +285,280 @@ VCU__EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
     if (e != CUDA_SUCCESS)
         return e;
     pthread_mutex_lock(&vcu__hm_mu);
-    for (h = vcu__hms; h != NULL; h = h->next)
-        if ((uintptr_t)p >= (uintptr_t)h->p && (uintptr_t)p - (uintptr_t)h->p < h->size)
-            break;
+    h = vcu__hm_find_locked((uintptr_t)p);
     if (h != NULL)
         *pFlags = h->flags;
     pthread_mutex_unlock(&vcu__hm_mu);
     return h != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/*
+ * The device pointer of the mapped memory holding p (0: p is none of
+ * this library's host memory).  The host maps the whole allocation or
+ * registration at its first ask; the answer is kept.
+ */
+static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *found)
+{
+    struct vcu_cu_u64_req r = { .value = 0 };
+    struct vcu_cu_u64_resp o;
+    vcu__hostmem_t *h;
+    vcu_buf_t b;
+    uintptr_t base;
+    size_t size;
+    uint64_t d;
+    int dev;
+    CUresult e;
+
+    *found = 0;
+    pthread_mutex_lock(&vcu__hm_mu);
+    h = vcu__hm_find_locked(p);
+    if (h == NULL || !h->mapped) {
+        pthread_mutex_unlock(&vcu__hm_mu);
+        if (h != NULL)
+            *found = 1;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *found = 1;
+    base = (uintptr_t)h->p;
+    size = h->size;
+    dev = h->dev;
+    d = h->dptr;
+    pthread_mutex_unlock(&vcu__hm_mu);
+    if (d == 0 && vcu__loopback())
+        d = base;
+    if (d == 0) {
+        b.addr = (void *)base;
+        b.len = size;
+        b.flags = VCU_SEG_TO_DEVICE;
+        e = vcu__call(dev, VCU_OP_CU_HOST_DEVICE_POINTER, &r, sizeof(r), &b, 1, &o, sizeof(o));
+        if (e != CUDA_SUCCESS)
+            return e;
+        if (o.value == 0)
+            return CUDA_ERROR_UNKNOWN;
+        d = o.value;
+        /* Still the same memory (not freed meanwhile): keep the answer. */
+        pthread_mutex_lock(&vcu__hm_mu);
+        h = vcu__hm_find_locked(base);
+        if (h != NULL && (uintptr_t)h->p == base)
+            h->dptr = d;
+        pthread_mutex_unlock(&vcu__hm_mu);
+    }
+    *out = d + (p - base);
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
+                                                  unsigned int Flags)
+{
+    vcu__ctx_t *c;
+    int found;
+    CUresult e;
+
+    if (pdptr == NULL || p == NULL || Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__host_dptr((uintptr_t)p, pdptr, &found);
+}
+
+/* ---- pointer attributes -------------------------------------------------- */
+
+/* What this library knows of a pointer. */
+typedef struct vcu__ptr_info_s {
+    unsigned int type;              /* CU_MEMORYTYPE_HOST or _DEVICE; 0: unknown */
+    int dev;
+    vcu__ctx_t *ctx;                /* NULL: the device's primary context */
+    int managed;
+    uint64_t start, size;           /* the allocation holding it */
+    CUdeviceptr dptr;               /* 0: none */
+    void *hptr;                     /* NULL: none */
+} vcu__ptr_info_t;
+
+static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
+{
+    struct vcu_cu_u64_req r = { .value = p };
+    struct vcu_cu_mem_range_resp o;
+    vcu__hostmem_t *h;
+    int found;
+    CUresult e;
+
+    memset(pi, 0, sizeof(*pi));
+    /* Managed memory: device memory with a host view at the same
+     * address (cuda_managed.c). */
+    if (vcu__managed_find(p, &pi->start, &pi->size, &pi->dev)) {
+        pi->type = CU_MEMORYTYPE_DEVICE;
+        pi->managed = 1;
+        pi->ctx = pi->dev == c->dev ? c : NULL;
+        pi->dptr = p;
+        pi->hptr = (void *)(uintptr_t)p;
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&vcu__hm_mu);
+    h = vcu__hm_find_locked((uintptr_t)p);
+    if (h != NULL) {
+        pi->type = CU_MEMORYTYPE_HOST;
+        pi->dev = h->dev;
+        pi->ctx = h->ctx;
+        pi->start = (uintptr_t)h->p;
+        pi->size = h->size;
+        pi->hptr = (void *)(uintptr_t)p;
+    }
+    pthread_mutex_unlock(&vcu__hm_mu);
+    if (h != NULL) {
+        if (vcu__host_dptr((uintptr_t)p, &pi->dptr, &found) != CUDA_SUCCESS)
+            pi->dptr = 0;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__call(c->dev, VCU_OP_CU_MEM_GET_RANGE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == CUDA_ERROR_NOT_FOUND || e == CUDA_ERROR_INVALID_VALUE)
+        return CUDA_SUCCESS;
+    if (e != CUDA_SUCCESS)
+        return e;
+    /* The host has one context per device: the current context is as
+     * good an answer as any context of the device. */
+    pi->type = CU_MEMORYTYPE_DEVICE;
+    pi->dev = c->dev;
+    pi->ctx = c;
+    pi->start = o.base;
+    pi->size = o.size;
+    pi->dptr = p;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * One attribute of a known or unknown (pi->type 0) pointer into data.
+ * strict: cuPointerGetAttribute, where an unknown pointer or a missing
+ * alias is CUDA_ERROR_INVALID_VALUE; else (cuPointerGetAttributes) they
+ * give zero values, as cuda.h says.  Booleans are written as unsigned
+ * int.
+ */
+static CUresult vcu__ptr_attr(const vcu__ptr_info_t *pi, CUpointer_attribute a, void *data,
+                              int strict)
+{
+    int known = pi->type != 0;
+    vcu__ctx_t *pc = NULL;
+    CUresult e;
+
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        /* The context it was made in, or the device's primary context
+         * where that one was destroyed since. */
+        if (known && pi->ctx != NULL && vcu__reg_has(pi->ctx, VCU__K_CTX)) {
+            pc = pi->ctx;
+        } else if (known) {
+            e = vcu__primary(pi->dev, &pc);
+            if (e != CUDA_SUCCESS)
+                return e;
+        }
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(CUcontext *)data = (CUcontext)pc;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned int *)data = pi->type;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        if (strict && pi->dptr == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(CUdeviceptr *)data = pi->dptr;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (strict && pi->hptr == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = pi->hptr;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned int *)data = (unsigned int)pi->managed;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(unsigned int *)data = known;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(int *)data = known ? pi->dev : -2;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(CUdeviceptr *)data = pi->start;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        if (strict && !known)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(size_t *)data = pi->size;
+        return CUDA_SUCCESS;
+    default: {
+        static int logged;
+
+        vcu__log_once(&logged, "libcuda (virtio-cuda): pointer attribute %d is not "
+                               "supported\n", (int)a);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    }
+}
+
+VCU__EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                                           CUdeviceptr ptr)
+{
+    vcu__ptr_info_t pi;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (data == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__ptr_info(c, ptr, &pi);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__ptr_attr(&pi, attribute, data, 1);
+}
+
+/* An unknown pointer gets zero values and CUDA_SUCCESS, as cuda.h says. */
+VCU__EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
+                                            CUpointer_attribute *attributes, void **data,
+                                            CUdeviceptr ptr)
+{
+    vcu__ptr_info_t pi;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (numAttributes == 0 || attributes == NULL || data == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < numAttributes; i++)
+        if (data[i] == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__ptr_info(c, ptr, &pi);
+    if (e != CUDA_SUCCESS)
+        return e;
+    for (unsigned int i = 0; i < numAttributes; i++) {
+        e = vcu__ptr_attr(&pi, attributes[i], data[i], 0);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* ---- unified copies ------------------------------------------------------ */
 
 /*
- * Device memory or not: this library's pinned memory is host memory;
+ * Device memory or not: this library's pinned and registered memory is
+ * host memory;
  * anything else is device memory where the host's driver knows an
  * allocation holding it (CU_MEM_GET_RANGE), else pageable host memory.
  */
@@ -135,9 +570,7 @@ static CUresult vcu__is_device(int dev, CUdeviceptr p, int *is_dev)
     CUresult e;
 
     pthread_mutex_lock(&vcu__hm_mu);
-    for (h = vcu__hms; h != NULL; h = h->next)
-        if (p >= (uintptr_t)h->p && p - (uintptr_t)h->p < h->size)
-            break;
+    h = vcu__hm_find_locked((uintptr_t)p);
     pthread_mutex_unlock(&vcu__hm_mu);
     if (h != NULL) {
         *is_dev = 0;

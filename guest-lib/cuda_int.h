@@ -12,7 +12,12 @@
  * Lock order: vcu__drv.lock (devices, primary contexts, module function
  * lists) -> the registry's own lock (a leaf).  vcu__drv.lock is held
  * across a call to the host in two places only, both rare: the first
- * CU_DEVICE_INFO of a device and a module function's first lookup.
+ * CU_DEVICE_INFO of a device and a module function's first lookup
+ * (neither an opcode the managed hooks act on).  The managed memory lock
+ * (vcu_managed.c) is taken by vcu__call's hooks and cuda_managed.c with
+ * no other lock of this library held, and held across calls to the host
+ * (vcu__call_raw only).  cuda_hostmem.c's list lock is a leaf, never held
+ * across a call to the host.
  */
 #ifndef VCU_CUDA_INT_H
 #define VCU_CUDA_INT_H
@@ -155,6 +160,10 @@ CUresult vcu__cur(vcu__ctx_t **out);
  */
 CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
                    unsigned int nbufs, void *resp, uint32_t resp_cap);
+/* vcu__call without its hooks (device printf, managed memory): for the
+ * managed layer's own calls. */
+CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
+                       unsigned int nbufs, void *resp, uint32_t resp_cap);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another
@@ -191,6 +200,23 @@ uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg);
 /* The device's primary context, made at the first ask and never freed;
  * not retained here. */
 CUresult vcu__primary(CUdevice dev, vcu__ctx_t **out);
+
+/* Device printf (cuda_drv.c): a module image was loaded (see whether it
+ * uses printf); a call to the host returned (take the captured output
+ * after one that flushes it). */
+void vcu__printf_module(const void *image, uint64_t len);
+void vcu__printf_after(int dev, uint32_t op, const void *req);
+
+/* Managed memory (cuda_managed.c).  Around a call to the host: before
+ * it, the host's writes of managed memory the call's device work may
+ * touch go to the device; after a wait, the device's come back. */
+CUresult vcu__managed_before(int dev, uint32_t op, const void *req);
+CUresult vcu__managed_after(int dev, uint32_t op, const void *req);
+/* p is a managed allocation's start: 1, it is freed, *res the result;
+ * else 0. */
+int vcu__managed_free(CUdeviceptr p, CUresult *res);
+/* 1 and the managed allocation holding p, or 0. */
+int vcu__managed_find(CUdeviceptr p, uint64_t *base, uint64_t *size, int *dev);
 
 /* VCU_LIBCUDA_TRACE=1 is set. */
 int vcu__tracing(void);

@@ -5,7 +5,7 @@
  * Lock order (outer first): vcu__rt.reg_lock (fatbins, kernels, module
  * loads) -> vcu__rt.dev_lock (device info cache) -> the handle registry's
  * and the allocation table's own locks (leaf locks, never held across a
- * call to the host).  The managed memory lock (cudart_managed.c) is taken
+ * call to the host).  The managed memory lock (vcu_managed.c) is taken
  * with none of the first two held, before the allocation table's, and is
  * held across calls to the host.
  */
@@ -161,7 +161,7 @@ int vcu__dev_range_known(int dev, uint64_t p, uint64_t len);
 /* [p, p + len) lies inside one stable host allocation. */
 int vcu__host_range_stable(const void *p, uint64_t len);
 
-/* ---- managed memory (cudart_managed.c) ---------------------------------- */
+/* ---- managed memory (cudart_managed.c over vcu_managed.c) --------------- */
 /* Before device work on stream ws of dev that may touch managed memory:
  * sends the host's writes, counts the device as writing. */
 cudaError_t vcu__managed_use(int dev, uint64_t ws);

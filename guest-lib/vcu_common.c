@@ -1,7 +1,7 @@
 /*
  * Shared by libcudart.so.13 and libcuda.so.1 (vcu_common.h): the handle
- * registry, log-once messages, CUDA_VISIBLE_DEVICES and virtual PCI
- * addresses.
+ * registry, log-once messages, CUDA_VISIBLE_DEVICES, virtual PCI
+ * addresses and device printf output.
  */
 #include <ctype.h>
 #include <limits.h>
@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "vcu_common.h"
+#include "vcu_proto.h"
 
 void vcu__log_once(int *flag, const char *fmt, ...)
 {
@@ -226,4 +227,34 @@ void vcu__reg_del(const void *p)
     if (s != NULL)
         s->p = 1;
     pthread_mutex_unlock(&vcu__reg_mu);
+}
+
+void vcu__output_take(vcu_conn_t *c, uint32_t vord, uint64_t flags)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_output_resp o;
+    unsigned char *buf;
+    uint32_t rlen;
+    int more = 1;
+
+    buf = malloc(VCU_MAX_PAYLOAD);
+    if (buf == NULL)
+        return;
+    while (more) {
+        memset(&r, 0, sizeof(r));
+        r.hdr.device = vord;
+        r.value = flags;
+        rlen = 0;
+        if (vcu_conn_call(c, VCU_OP_CU_TAKE_OUTPUT, 0, &r, sizeof(r), NULL, 0, buf,
+                          VCU_MAX_PAYLOAD, &rlen) != 0 || rlen < sizeof(o))
+            break;
+        memcpy(&o, buf, sizeof(o));
+        if (o.len > rlen - sizeof(o))
+            break;
+        if (o.len > 0)
+            fwrite(buf + sizeof(o), 1, o.len, stdout);
+        more = o.more != 0 && o.len > 0;
+        flags = 0;                  /* synchronized once is enough */
+    }
+    free(buf);
 }

@@ -52,4 +52,17 @@ int vcu__visible_devices(const char *env, uint32_t n,
 int vcu__pci_addr(const char *devpath, unsigned int *dom, unsigned int *bus,
                   unsigned int *slot);
 
+/*
+ * Device printf output the host captured for the session (CU_TAKE_OUTPUT
+ * in vcu_proto.h), moved to stdout with fwrite(): through the program's
+ * own stdio buffer, so that it lands in order with what the program
+ * printed before the call that flushed it.  vord: the device on the
+ * wire; flags: VCU_CU_TAKE_F_*.  A host that does not capture (loopback:
+ * the output already went to this process's stdout) answers len 0.
+ * Sent straight on the connection: it must not take an earlier call's
+ * deferred error.  Errors end it quietly: the output is lost, not the
+ * program's call.
+ */
+void vcu__output_take(vcu_conn_t *c, uint32_t vord, uint64_t flags);
+
 #endif /* VCU_COMMON_H */

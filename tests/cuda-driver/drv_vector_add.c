@@ -319,8 +319,6 @@ int main(void)
         CK(cuMemHostGetFlags(&flags, pin + 10));
         TRUE(flags == CU_MEMHOSTALLOC_PORTABLE);
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostGetFlags(&flags, page));
-        EXPECT(CUDA_ERROR_NOT_SUPPORTED,
-               cuMemHostAlloc((void **)&pin, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostAlloc((void **)&pin, 4096, 8));
         CK(cuMemAlloc(&d, 4096));
         CK(cuMemAlloc(&d2, 4096));

@@ -1,0 +1,66 @@
+/*
+ * Managed memory emulated by shadowing (vcu_managed.c), shared by
+ * libcudart.so.13 and libcuda.so.1.  Private names: vcu__.
+ *
+ * Errors: the functions return 0 or the library's own error code, the
+ * one its vcu__m_ops.call returned or its .oom and .unknown: the layer
+ * passes them on unchanged, so each library keeps its one translation.
+ */
+#ifndef VCU_MANAGED_H
+#define VCU_MANAGED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vcu_transport.h"
+
+typedef struct vcu__m_ops_s {
+    /*
+     * One call to the host for program device dev, waited for, with none
+     * of the library's own hooks (no managed coherence, no printf): req
+     * starts with struct vcu_cu_hdr, resp (may be NULL) with struct
+     * vcu_cu_resp.  Returns 0 or the library's error code.
+     */
+    int (*call)(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
+                unsigned int nbufs, void *resp, uint32_t resp_cap);
+    /* The transport is loopback: device pointers are host pointers. */
+    int (*loopback)(void);
+    /* Bytes one copy request may carry. */
+    uint64_t (*max_xfer)(void);
+    /* Called under the layer's lock once a new allocation is ready: 0, or
+     * non-zero to undo it (out of memory).  May be NULL. */
+    int (*track)(int dev, uint64_t base, uint64_t size, unsigned int flags);
+    int oom;                        /* the library's out-of-memory code */
+    int unknown;                    /* its code for "the host said nonsense" */
+    const char *name;               /* the allocating call, for messages */
+} vcu__m_ops_t;
+
+/* Defined by each library. */
+extern const vcu__m_ops_t vcu__m_ops;
+
+/* A managed allocation of size bytes on program device dev, zeroed;
+ * freed by vcu__m_release and the device memory's CU_MEM_FREE. */
+int vcu__m_alloc(int dev, size_t size, unsigned int flags, void **out);
+/*
+ * Forgets the managed allocation at base (its shadow goes): 0 with its
+ * device and the device pointer to CU_MEM_FREE, which is the caller's;
+ * -1 if base is no managed allocation's start.
+ */
+int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr);
+/* 1 and the allocation holding p, or 0. */
+int vcu__m_find(uint64_t p, uint64_t *base, uint64_t *size, int *dev);
+/* Some managed allocation lives. */
+int vcu__m_any(void);
+/* Device work on dev's stream ws may touch managed memory: the host's
+ * writes go to the device first. */
+int vcu__m_use(int dev, uint64_t ws);
+/* A wait on dev's stream ws (UINT64_MAX: none known) returned, or on
+ * all of the device (full): the device's writes come back. */
+int vcu__m_sync(int dev, uint64_t ws, int full);
+/* The host's writes of the allocation at base go to the device now
+ * (prefetch to the device). */
+int vcu__m_flush_one(uint64_t base);
+/* The device was reset: its managed allocations are gone. */
+void vcu__m_forget_dev(int dev);
+
+#endif /* VCU_MANAGED_H */
