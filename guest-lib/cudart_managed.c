@@ -101,9 +101,13 @@ VCU__EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned i
     int dev;
     cudaError_t e;
 
-    if (devPtr == NULL || size == 0 ||
-        (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
+    if (devPtr == NULL || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
         return vcu__err(cudaErrorInvalidValue);
+    /* As NVIDIA's runtime answers by itself, without the driver. */
+    if (size == 0) {
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
     e = vcu__enter(&dev);
     if (e != cudaSuccess)
         return vcu__err(e);
