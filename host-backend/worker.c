@@ -1014,9 +1014,13 @@ static void vcu__pump(void *opaque, int64_t timeout_ns)
         timeout_ns = 0;
     }
     vcu__take(timeout_ns, vcu__w.spin_ns);
-    atomic_store_explicit(&vcu__w.away_since, vcu__ring_now_ns(), memory_order_relaxed);
+    /* Away now; then a parked watch thread is woken.  Both seq_cst, as is
+     * the watch thread's pair (park, then look at away_since): one of the
+     * two sees the other's store, so the watch thread never sleeps while
+     * the main thread is away. */
+    atomic_store(&vcu__w.away_since, vcu__ring_now_ns());
     pthread_mutex_unlock(&vcu__w.rlock);
-    if (atomic_load_explicit(&vcu__w.watch_parked, memory_order_relaxed)) {
+    if (atomic_load(&vcu__w.watch_parked)) {
         pthread_mutex_lock(&vcu__w.watch_mu);
         atomic_store_explicit(&vcu__w.watch_parked, 0, memory_order_relaxed);
         pthread_cond_signal(&vcu__w.watch_cv);
@@ -1041,9 +1045,11 @@ static void *vcu__watch(void *arg)
 
         if (idle >= VCU__W_WATCH_IDLE) {
             pthread_mutex_lock(&vcu__w.watch_mu);
-            atomic_store_explicit(&vcu__w.watch_parked, 1, memory_order_relaxed);
-            while (atomic_load_explicit(&vcu__w.watch_parked, memory_order_relaxed))
+            atomic_store(&vcu__w.watch_parked, 1);
+            /* Only while the main thread is at the ring (see vcu__pump()). */
+            while (atomic_load(&vcu__w.watch_parked) && atomic_load(&vcu__w.away_since) == 0)
                 pthread_cond_wait(&vcu__w.watch_cv, &vcu__w.watch_mu);
+            atomic_store(&vcu__w.watch_parked, 0);
             pthread_mutex_unlock(&vcu__w.watch_mu);
             idle = 0;
         }

@@ -8,7 +8,8 @@
  * A host function runs ahead of the first synchronize: on the host, a
  * session that uses device printf synchronizes with a blocking call, and
  * the host function it waits for needs the guest's CALLBACK_DONE to be
- * taken in meanwhile (host-backend/worker.c, "Threads").
+ * taken in meanwhile (host-backend/worker.c, "Threads"), after an idle
+ * spell in which the worker's watch thread parks.
  *
  * run.sh sees only the last line, so the program checks its own output:
  * it runs itself again with stdout going to a file, line buffered as on
@@ -53,6 +54,8 @@ static int child(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("start\n");
     CK(cudaMalloc(&d, sizeof(h)));
+    /* Idle long enough for the host's watch thread to park first. */
+    usleep(300 * 1000);
     pf_hello<<<2, 4>>>(0, d);
     CK(cudaLaunchHostFunc(0, note, NULL));
     CK(cudaDeviceSynchronize());
