@@ -118,16 +118,9 @@ VCU__EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 
 static CUresult vcu__raw_info(uint32_t vord, struct vcu_cu_device_info_resp *out)
 {
-    struct vcu_cu_hdr h = { .device = vord };
-    int err;
+    int err = vcu__device_info(vcu__drv.conn, vord, out);
 
-    memset(out, 0, sizeof(*out));
-    err = vcu_conn_call(vcu__drv.conn, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), NULL, 0, out,
-                        sizeof(*out), NULL);
-    if (err != 0)
-        return vcu__from_vcu(err);
-    out->name[sizeof(out->name) - 1] = '\0';
-    return (CUresult)out->r.result;
+    return err != 0 ? vcu__from_vcu(err) : (CUresult)out->r.result;
 }
 
 static int vcu__uuid_of(void *arg, uint32_t vord, uint8_t uuid[16])
@@ -235,11 +228,16 @@ CUresult vcu__check_dev(CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Device dev's description (checked: initialized, a device we have),
+ * asked of the host once. */
 static CUresult vcu__dev_info(CUdevice dev, const struct vcu_cu_device_info_resp **out)
 {
-    vcu__dev_t *d = &vcu__drv.dev[dev];
-    CUresult e = CUDA_SUCCESS;
+    vcu__dev_t *d;
+    CUresult e = vcu__check_dev(dev);
 
+    if (e != CUDA_SUCCESS)
+        return e;
+    d = &vcu__drv.dev[dev];
     pthread_mutex_lock(&vcu__drv.lock);
     if (!d->info_loaded) {
         e = vcu__raw_info(d->vord, &d->info);
@@ -283,9 +281,7 @@ VCU__EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 
     if (name == NULL || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_dev(dev);
-    if (e == CUDA_SUCCESS)
-        e = vcu__dev_info(dev, &info);
+    e = vcu__dev_info(dev, &info);
     if (e != CUDA_SUCCESS)
         return e;
     snprintf(name, (size_t)len, "%s", info->name);
@@ -299,9 +295,7 @@ VCU__EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 
     if (uuid == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_dev(dev);
-    if (e == CUDA_SUCCESS)
-        e = vcu__dev_info(dev, &info);
+    e = vcu__dev_info(dev, &info);
     if (e != CUDA_SUCCESS)
         return e;
     memcpy(uuid->bytes, info->uuid, sizeof(uuid->bytes));
@@ -321,9 +315,7 @@ VCU__EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
     if (bytes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_dev(dev);
-    if (e == CUDA_SUCCESS)
-        e = vcu__dev_info(dev, &info);
+    e = vcu__dev_info(dev, &info);
     if (e != CUDA_SUCCESS)
         return e;
     *bytes = (size_t)info->total_mem;
@@ -338,9 +330,7 @@ VCU__EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
 
     if (pi == NULL || (int)attrib <= 0 || (int)attrib >= (int)CU_DEVICE_ATTRIBUTE_MAX)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_dev(dev);
-    if (e == CUDA_SUCCESS)
-        e = vcu__dev_info(dev, &info);
+    e = vcu__dev_info(dev, &info);
     if (e != CUDA_SUCCESS)
         return e;
     d = &vcu__drv.dev[dev];

@@ -610,10 +610,34 @@ CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
     return CUDA_SUCCESS;
 }
 
+/*
+ * Asks the host for a new object (op with its request and data; the
+ * reply's u64 is the handle, into *h) for the guest object obj, and
+ * registers obj as kind.  If obj cannot be registered, the host's object
+ * is dropped again (drop_op).  The caller frees obj on failure.
+ */
+static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t op, void *req,
+                                  uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs,
+                                  uint32_t drop_op, uint64_t *h)
+{
+    struct vcu_cu_u64_resp o;
+    CUresult e = vcu__call(dev, op, req, req_len, bufs, nbufs, &o, sizeof(o));
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    *h = o.value;
+    if (vcu__reg_add(obj, kind) != 0) {
+        struct vcu_cu_u64_req u = { .value = o.value };
+
+        vcu__call(dev, drop_op, &u, sizeof(u), NULL, 0, NULL, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len)
 {
     struct vcu_cu_module_load_req r = { .image_len = len };
-    struct vcu_cu_u64_resp o;
     vcu__module_t *m;
     vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
     CUresult e;
@@ -621,21 +645,14 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    m->dev = dev;
+    e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1,
+                          VCU_OP_CU_MODULE_UNLOAD, &m->h);
     if (e != CUDA_SUCCESS) {
         free(m);
         return e;
     }
-    m->dev = dev;
-    m->h = o.value;
     vcu__printf_module(image, len);
-    if (vcu__reg_add(m, VCU__K_MODULE) != 0) {
-        struct vcu_cu_u64_req u = { .value = m->h };
-
-        vcu__call(dev, VCU_OP_CU_MODULE_UNLOAD, &u, sizeof(u), NULL, 0, NULL, 0);
-        free(m);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     *module = (CUmodule)m;
     return CUDA_SUCCESS;
 }
@@ -1112,7 +1129,6 @@ VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
 VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     struct vcu_cu_stream_create_req r;
-    struct vcu_cu_u64_resp o;
     vcu__stream_t *s;
     vcu__ctx_t *c;
     CUresult e;
@@ -1127,19 +1143,12 @@ VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     memset(&r, 0, sizeof(r));
     r.flags = Flags;
-    e = vcu__call(c->dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    s->dev = c->dev;
+    e = vcu__host_obj_new(s, VCU__K_STREAM, c->dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL,
+                          0, VCU_OP_CU_STREAM_DESTROY, &s->h);
     if (e != CUDA_SUCCESS) {
         free(s);
         return e;
-    }
-    s->dev = c->dev;
-    s->h = o.value;
-    if (vcu__reg_add(s, VCU__K_STREAM) != 0) {
-        struct vcu_cu_u64_req d = { .value = s->h };
-
-        vcu__call(c->dev, VCU_OP_CU_STREAM_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
-        free(s);
-        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
@@ -1250,7 +1259,6 @@ static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out)
 VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     struct vcu_cu_u64_req r = { .value = Flags };
-    struct vcu_cu_u64_resp o;
     vcu__event_t *v;
     vcu__ctx_t *c;
     CUresult e;
@@ -1268,19 +1276,12 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     v = calloc(1, sizeof(*v));
     if (v == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e = vcu__call(c->dev, VCU_OP_CU_EVENT_CREATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    v->dev = c->dev;
+    e = vcu__host_obj_new(v, VCU__K_EVENT, c->dev, VCU_OP_CU_EVENT_CREATE, &r, sizeof(r), NULL, 0,
+                          VCU_OP_CU_EVENT_DESTROY, &v->h);
     if (e != CUDA_SUCCESS) {
         free(v);
         return e;
-    }
-    v->dev = c->dev;
-    v->h = o.value;
-    if (vcu__reg_add(v, VCU__K_EVENT) != 0) {
-        struct vcu_cu_u64_req d = { .value = v->h };
-
-        vcu__call(c->dev, VCU_OP_CU_EVENT_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
-        free(v);
-        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *phEvent = (CUevent)v;
     return CUDA_SUCCESS;

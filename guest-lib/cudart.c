@@ -28,16 +28,9 @@ static __thread int vcu__dev_chosen;
 
 static cudaError_t vcu__raw_info(uint32_t vord, struct vcu_cu_device_info_resp *out)
 {
-    struct vcu_cu_hdr h = { .device = vord };
-    int err;
+    int err = vcu__device_info(vcu__rt.conn, vord, out);
 
-    memset(out, 0, sizeof(*out));
-    err = vcu_conn_call(vcu__rt.conn, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), NULL, 0, out,
-                        sizeof(*out), NULL);
-    if (err != 0)
-        return vcu__from_vcu(err);
-    out->name[sizeof(out->name) - 1] = '\0';
-    return vcu__from_cu(out->r.result);
+    return err != 0 ? vcu__from_vcu(err) : vcu__from_cu(out->r.result);
 }
 
 static int vcu__uuid_of(void *arg, uint32_t vord, uint8_t uuid[16])

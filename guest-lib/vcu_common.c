@@ -26,6 +26,19 @@ void vcu__log_once(int *flag, const char *fmt, ...)
     va_end(ap);
 }
 
+int vcu__device_info(vcu_conn_t *conn, uint32_t vord, struct vcu_cu_device_info_resp *out)
+{
+    struct vcu_cu_hdr h = { .device = vord };
+    int err;
+
+    memset(out, 0, sizeof(*out));
+    err = vcu_conn_call(conn, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), NULL, 0, out,
+                        sizeof(*out), NULL);
+    if (err == 0)
+        out->name[sizeof(out->name) - 1] = '\0';
+    return err;
+}
+
 const char *vcu__dev_path(void)
 {
     const char *p = getenv("VCU_DEVICE");

@@ -26,6 +26,13 @@ int vcu__reg_add(const void *p, int kind);
 int vcu__reg_has(const void *p, int kind);
 void vcu__reg_del(const void *p);
 
+/*
+ * The host's description of virtual device vord (CU_DEVICE_INFO): 0 with
+ * out filled (its name NUL-terminated, r.result the driver's answer), or
+ * the transport's VCU_E* code.
+ */
+int vcu__device_info(vcu_conn_t *conn, uint32_t vord, struct vcu_cu_device_info_resp *out);
+
 /* The device file: $VCU_DEVICE, else /dev/vcuda0. */
 const char *vcu__dev_path(void);
 
