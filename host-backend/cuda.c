@@ -1701,6 +1701,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_driver_info_resp drv;
     struct vcu_cu_device_info_resp dev;
     struct vcu_cu_mem_info_resp mem;
+    struct vcu_cu_slice_info_resp slice;
     struct vcu_cu_priority_range_resp prio;
     struct vcu_cu_mem_range_resp range;
     struct vcu_cu_function_resp fn;
@@ -1951,6 +1952,39 @@ static uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuMemGetInfo, &fr, &tot);
     o->rb.mem.free = fr;
     o->rb.mem.total = tot;
+    return VCU_S_OK;
+}
+
+/*
+ * Without a VM-wide account (a backend on its own: loopback, tests) the
+ * slice is the whole GPU and this session the only one known.
+ */
+static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
+{
+    struct vcu_cu_slice_info_resp *r = &o->rb.slice;
+    size_t fr = 0, tot = 0;
+    int sms = 0;
+
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuMemGetInfo, &fr, &tot);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    if (VCU__CU(o->cu, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                o->cu->dev[vcu__dev_of(o)]) != CUDA_SUCCESS)
+        sms = 0;
+    r->mem_quota = 0;
+    r->mem_total = tot;
+    r->mem_used = VCU_SLICE_UNKNOWN64;
+    r->ctx_bytes = VCU_SLICE_UNKNOWN64;
+    r->compute_share = 0;
+    r->sm_count = (uint32_t)sms;
+    r->util_percent = VCU_SLICE_UNKNOWN32;
+    r->faults = VCU_SLICE_UNKNOWN64;
+    r->num_sessions = 1;
+    r->sessions[0].session = o->h->session;
+    r->sessions[0].mem_used = VCU_SLICE_UNKNOWN64;
+    r->sessions[0].ctx_bytes = VCU_SLICE_UNKNOWN64;
+    r->sessions[0].gpu_time_ns = VCU_SLICE_UNKNOWN64;
     return VCU_S_OK;
 }
 

@@ -197,6 +197,7 @@ struct vcu_resp_hdr {
     XX(CU_PROFILER, 0x010a, vcu_cu_u64_req, vcu_cu_resp)                                 \
     XX(CU_GET_DEFERRED_ERROR, 0x010b, vcu_cu_hdr, vcu_cu_resp)                           \
     XX(CU_TAKE_OUTPUT, 0x010c, vcu_cu_u64_req, vcu_cu_output_resp)                      \
+    XX(CU_SLICE_INFO, 0x010d, vcu_cu_hdr, vcu_cu_slice_info_resp)                        \
     /* CUDA: memory */                                                                   \
     XX(CU_MEM_ALLOC, 0x0200, vcu_cu_mem_alloc_req, vcu_cu_u64_resp)                      \
     XX(CU_MEM_FREE, 0x0201, vcu_cu_u64_req, vcu_cu_resp)                                 \
@@ -437,6 +438,43 @@ struct vcu_cu_mem_info_resp {
     struct vcu_cu_resp r;
     vcu_le64 free;
     vcu_le64 total;
+};
+
+/*
+ * CU_SLICE_INFO: the VM's slice of the GPU the header's device belongs
+ * to, as the host accounts it: what the guest's NVML (nvidia-smi) shows.
+ * Memory figures are what the host charges against the VM's quota
+ * (mem-quota on the device); the GPU memory each worker's CUDA context
+ * takes for itself is counted apart, in ctx_bytes.  sessions[] lists the
+ * VM's live sessions (every guest process with the device open), the
+ * asking one among them, by the id SESSION_OPEN gave each; the guest
+ * kernel knows which process holds which.  A field the host cannot tell
+ * is VCU_SLICE_UNKNOWN (all ones, of its width).
+ */
+#define VCU_SLICE_MAX_SESSIONS 64
+#define VCU_SLICE_UNKNOWN32 0xffffffffu
+#define VCU_SLICE_UNKNOWN64 0xffffffffffffffffull
+
+struct vcu_cu_slice_session {
+    vcu_le64 session;               /* vcu_session_open_resp.session */
+    vcu_le64 mem_used;              /* bytes charged to this session */
+    vcu_le64 ctx_bytes;             /* its context's own GPU memory */
+    vcu_le64 gpu_time_ns;           /* GPU time its work took */
+};
+
+struct vcu_cu_slice_info_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 mem_quota;             /* 0: no quota, the VM may use the whole GPU */
+    vcu_le64 mem_total;             /* what the guest is told: the quota, else the GPU's */
+    vcu_le64 mem_used;              /* charged to the VM, all its sessions */
+    vcu_le64 ctx_bytes;             /* the VM's workers' context overhead, apart */
+    vcu_le32 compute_share;         /* weight; 0: none set */
+    vcu_le32 sm_count;              /* SMs the VM's work may use */
+    vcu_le32 util_percent;          /* the VM's GPU busy share, last second */
+    vcu_le32 num_sessions;          /* valid entries of sessions[] */
+    vcu_le64 faults;                /* sessions of this VM ended by a GPU fault */
+    vcu_le64 reserved[3];
+    struct vcu_cu_slice_session sessions[VCU_SLICE_MAX_SESSIONS];
 };
 
 /*
@@ -697,6 +735,9 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_driver_info_resp) == 16, "vcu_cu_driver_in
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_device_info_resp) == 8 + 256 + 16 + 8 + 8 + 4 * VCU_CU_NUM_DEV_ATTRS,
                  "vcu_cu_device_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_info_resp) == 24, "vcu_cu_mem_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_slice_session) == 32, "vcu_cu_slice_session");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_slice_info_resp) == 88 + 32 * VCU_SLICE_MAX_SESSIONS,
+                 "vcu_cu_slice_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_output_resp) == 16, "vcu_cu_output_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_limit_req) == 24, "vcu_cu_limit_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_priority_range_resp) == 16, "vcu_cu_priority_range_resp");
