@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Combine the benchmark CSVs into one table: bench/results.csv.
 
-    combine.py NATIVE.csv GUEST.csv OVERHEAD.csv [-o results.csv]
+    combine.py NATIVE.csv GUEST.csv OVERHEAD.csv [GUEST_NVRT.csv] [-o results.csv]
 
 Inputs are "metric,size_bytes,value,unit" (cudabench, backend_overhead);
 '#' lines are comments.  A missing or empty input leaves its column empty.
@@ -16,6 +16,10 @@ Meaning of the columns:
       guest  = the same call as a request through the host backend
                (vcu_backend_execute / vcu_backend_submit).
       backend:echo has only the guest column: an ECHO request with no data.
+  nvrt rows, named "nvrt:X" (GUEST_NVRT.csv): the same cudabench binary
+      in the guest on NVIDIA's own libcudart.so.13 over virtio-cuda's
+      libcuda.so.1 instead of on virtio-cuda's libcudart.so.13; native as
+      for X.
   proxy rows, named "proxy:X" (backend_overhead, no VM): as backend:X,
       but the request goes through the QEMU device's proxy to a worker
       process (vcu_proxy_submit), as in the product.
@@ -69,7 +73,7 @@ def ratio(native, guest, unit):
     return guest / native if unit in HIGHER_BETTER else native / guest
 
 
-def combine(native_rows, guest_rows, overhead_rows):
+def combine(native_rows, guest_rows, overhead_rows, nvrt_rows=()):
     """[(metric, size, native, guest, unit, ratio)] in a stable order."""
     table = {}
     order = []
@@ -84,6 +88,11 @@ def combine(native_rows, guest_rows, overhead_rows):
     for rows, col in ((native_rows, "native"), (guest_rows, "guest")):
         for metric, size, value, unit in rows:
             put(metric, size, col, value, unit)
+
+    native = {(m, sz): v for m, sz, v, u in native_rows}
+    for metric, size, value, unit in nvrt_rows:
+        put("nvrt:" + metric, size, "native", native.get((metric, size)), unit)
+        put("nvrt:" + metric, size, "guest", value, unit)
 
     direct = {}
     for metric, size, value, unit in overhead_rows:
@@ -161,7 +170,8 @@ def print_table(rows, out=sys.stdout):
     prev = None
     for cells in body:
         m = cells[0]
-        group = m if m in BANDWIDTH else "backend" if m.startswith("backend") else "runtime"
+        group = (m if m in BANDWIDTH else "backend" if m.startswith("backend")
+                 else "nvrt" if m.startswith("nvrt:") else "runtime")
         if prev is not None and group != prev:
             print("", file=out)
         prev = group
@@ -184,12 +194,13 @@ def main(argv):
         else:
             args.append(argv[i])
             i += 1
-    if not 1 <= len(args) <= 3:
-        print("usage: combine.py NATIVE.csv [GUEST.csv [OVERHEAD.csv]] [-o results.csv]",
-              file=sys.stderr)
+    if not 1 <= len(args) <= 4:
+        print("usage: combine.py NATIVE.csv [GUEST.csv [OVERHEAD.csv [GUEST_NVRT.csv]]] "
+              "[-o results.csv]", file=sys.stderr)
         return 2
-    args += [None] * (3 - len(args))
-    rows = combine(read_rows(args[0]), read_rows(args[1]), read_rows(args[2]))
+    args += [None] * (4 - len(args))
+    rows = combine(read_rows(args[0]), read_rows(args[1]), read_rows(args[2]),
+                   read_rows(args[3]) if args[3] else ())
     if not rows:
         print("combine: no data", file=sys.stderr)
         return 1

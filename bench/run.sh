@@ -6,7 +6,8 @@
 #  1. cudabench natively, against NVIDIA's libcudart.so.13   -> OUTDIR/native.csv
 #  2. backend_overhead natively (no VM): direct, in-process backend, and
 #     proxy + worker process as QEMU runs them                 -> OUTDIR/overhead.csv
-#  3. cudabench in the guest, against virtio-cuda's libcudart -> OUTDIR/guest.csv
+#  3. cudabench in the guest, against virtio-cuda's libcudart -> OUTDIR/guest.csv,
+#     then on NVIDIA's libcudart over virtio-cuda's libcuda.so.1 -> OUTDIR/guest-nvrt.csv
 #  4. combine.py -> OUTDIR/results.csv (and a table), plot.py -> OUTDIR/bandwidth.png;
 #     both are copied to bench/ as well.
 # A step that fails is reported and leaves its CSV empty; the others still run.
@@ -55,6 +56,8 @@ run_in_guest() {
         VCU_BENCH_ARGS=$(echo "$*" | tr ' ' ',') "$root/tests/vm/run.sh" bench >&2 || return 1
     sed -n '/^VCU-BENCH-BEGIN/,/^VCU-BENCH-END/{//!p}' "$root/build/vm/logs/bench.log" \
         >"$VCU_GUEST_CSV"
+    sed -n '/^VCU-BENCH-NVRT-BEGIN/,/^VCU-BENCH-NVRT-END/{//!p}' "$root/build/vm/logs/bench.log" \
+        >"$VCU_GUEST_CSV.nvrt"
 }
 
 # ---- 1. native cudabench ----------------------------------------------------------
@@ -95,18 +98,23 @@ step "cudabench in the guest (budget ${budget} s)"
 if VCU_GUEST_CSV="$out/guest.csv.tmp" run_in_guest $quick --budget-seconds "$budget" &&
     grep -q '^metric,' "$out/guest.csv.tmp" 2>/dev/null; then
     mv "$out/guest.csv.tmp" "$out/guest.csv"
+    if grep -q '^metric,' "$out/guest.csv.tmp.nvrt" 2>/dev/null; then
+        mv "$out/guest.csv.tmp.nvrt" "$out/guest-nvrt.csv"
+    else
+        step "guest cudabench on NVIDIA's runtime: no results"; : >"$out/guest-nvrt.csv"
+    fi
 else
     step "guest cudabench: no results"; failed=1; : >"$out/guest.csv"
 fi
 
 # ---- 4. combine, plot ------------------------------------------------------------------
 step "combine"
-python3 "$here/combine.py" "$out/native.csv" "$out/guest.csv" "$out/overhead.csv" \
+python3 "$here/combine.py" "$out/native.csv" "$out/guest.csv" "$out/overhead.csv" "$out/guest-nvrt.csv" \
     -o "$out/results.csv" | tee "$out/results.txt" || failed=1
 if [ -s "$out/results.csv" ]; then
     python3 "$here/plot.py" "$out/results.csv" -o "$out/bandwidth.png" || failed=1
     cp "$out/results.csv" "$here/results.csv"
     [ -f "$out/bandwidth.png" ] && cp "$out/bandwidth.png" "$here/bandwidth.png"
 fi
-step "results in $out (results.csv, results.txt, bandwidth.png; raw: native.csv guest.csv overhead.csv)"
+step "results in $out (results.csv, results.txt, bandwidth.png; raw: native.csv guest.csv guest-nvrt.csv overhead.csv)"
 exit $failed

@@ -176,6 +176,17 @@ run_bench() {
     else
         echo "VCU-TEST bench/cudabench FAIL exit status $rc"
     fi
+    [ -f /nvrt/lib/libcudart.so.13 ] || return 0
+    # The same binary on NVIDIA's runtime over our libcuda.so.1.
+    echo "VCU-BENCH-NVRT-BEGIN"
+    LD_LIBRARY_PATH=/nvrt/lib timeout 900 /cuda/cudabench $bench_args
+    rc=$?
+    echo "VCU-BENCH-NVRT-END"
+    if [ $rc -eq 0 ]; then
+        echo "VCU-TEST bench/cudabench-nvrt PASS"
+    else
+        echo "VCU-TEST bench/cudabench-nvrt FAIL exit status $rc"
+    fi
 }
 
 for s in $suites; do
