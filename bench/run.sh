@@ -53,7 +53,9 @@ nvidia_cudart_dir() {
 # machine); VCU_NO_BUILD=0 builds it here instead.
 run_in_guest() {
     VCU_REAL_GPU=1 VCU_NO_BUILD=${VCU_NO_BUILD:-1} VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-1200} \
-        VCU_BENCH_ARGS=$(echo "$*" | tr ' ' ',') "$root/tests/vm/run.sh" bench >&2 || return 1
+        VCU_BENCH_ARGS=$(echo "$*" | tr ' ' ',') "$root/tests/vm/run.sh" bench >&2 ||
+        step "guest: a run failed (build/vm/logs/bench.log); taking what it printed"
+    [ -f "$root/build/vm/logs/bench.log" ] || return 1
     sed -n '/^VCU-BENCH-BEGIN/,/^VCU-BENCH-END/{//!p}' "$root/build/vm/logs/bench.log" \
         >"$VCU_GUEST_CSV"
     sed -n '/^VCU-BENCH-NVRT-BEGIN/,/^VCU-BENCH-NVRT-END/{//!p}' "$root/build/vm/logs/bench.log" \

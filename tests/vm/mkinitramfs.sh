@@ -75,6 +75,8 @@ cp "$module" "$r/modules/virtio_cuda.ko"
 copy_libs() {
     ldd "$1" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }' |
         while read -r lib; do
+            # Already in the image (a library found there first).
+            case $lib in "$r"/*) continue ;; esac
             [ -e "$r$lib" ] && continue
             mkdir -p "$r$(dirname "$lib")"
             cp -L "$lib" "$r$lib"
@@ -189,6 +191,7 @@ for s in "$@"; do
             mkdir -p "$r/nvrt/lib"
             cp "$glibcuda" "$r/nvrt/lib/libcuda.so.1"
             cp -L "$nvcudart" "$r/nvrt/lib/libcudart.so.13"
+            LD_LIBRARY_PATH=$r/nvrt/lib copy_libs "$benchbin"
         fi
         ;;
     leaks)
