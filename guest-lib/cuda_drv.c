@@ -141,9 +141,10 @@ static void vcu__connect_once(void)
     struct vcu_cu_driver_info_resp di;
     uint32_t vord[VCU_CU_MAX_DEVICES];
     unsigned int dom = 0, bus = 0, slot = 0;
+    const char *sync;
     int err, have;
 
-    err = vcu_conn_open(NULL, VCU_FEAT_CUDA, &vcu__drv.conn);
+    err = vcu_conn_open(NULL, VCU_FEAT_CUDA | VCU_FEAT_ASYNC, &vcu__drv.conn);
     if (err != 0) {
         vcu__drv.conn_err = err == VCU_EVERSION ? CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
                                                 : CUDA_ERROR_NO_DEVICE;
@@ -158,6 +159,11 @@ static void vcu__connect_once(void)
         return;
     }
     vcu__drv.max_xfer = vcu__drv.conn->max_xfer ? vcu__drv.conn->max_xfer : VCU_MAX_XFER;
+    /* As our runtime: VCU_SYNC_CALLS=1 makes every call wait, so that each
+     * error shows at the call that caused it (debugging). */
+    sync = getenv("VCU_SYNC_CALLS");
+    vcu__drv.async = (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_ASYNC) &&
+                     !(sync != NULL && strcmp(sync, "1") == 0);
     memset(&di, 0, sizeof(di));
     err = vcu_conn_call(vcu__drv.conn, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), NULL, 0, &di,
                         sizeof(di), NULL);
@@ -453,6 +459,26 @@ CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_
     if (e == CUDA_SUCCESS)
         e = vcu__managed_after(dev, op, req);
     return e;
+}
+
+CUresult vcu__call_async(int dev, uint32_t op, void *req, uint32_t req_len,
+                         const vcu_buf_t *bufs, unsigned int nbufs)
+{
+    CUresult e;
+    int err;
+
+    if (!vcu__drv.async)
+        return vcu__call(dev, op, req, req_len, bufs, nbufs, NULL, 0);
+    e = vcu__managed_before(dev, op, req);
+    if (e != CUDA_SUCCESS)
+        return e;
+    ((struct vcu_cu_hdr *)req)->device = vcu__drv.dev[dev].vord;
+    ((struct vcu_cu_hdr *)req)->reserved = 0;
+    err = vcu_conn_call(vcu__drv.conn, op, VCU_CALL_ASYNC, req, req_len, bufs, nbufs, NULL, 0,
+                        NULL);
+    if (err != 0)
+        return vcu__from_vcu(err);
+    return vcu__managed_after(dev, op, req);
 }
 
 CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,

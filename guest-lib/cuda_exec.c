@@ -1,8 +1,10 @@
 /*
  * libcuda.so.1: memory, modules, launches, streams and events over the
- * wire protocol.  Every call waits for the host's reply, stream-ordered
- * ones included (the host still runs them in stream order): an error
- * shows at the call that caused it.
+ * wire protocol.  Launches whose configuration is known good here, event
+ * records and stream waits go without waiting for the host's reply
+ * (vcu__call_async; the host runs them in order, and what fails on the
+ * GPU is reported by a later call, as CUDA reports it); every other call
+ * waits, so its error shows at the call that caused it.
  */
 #include <elf.h>
 #include <fcntl.h>
@@ -1071,8 +1073,12 @@ static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, uns
         q->r.shared_mem = shmem;
         q->r.flags = flags;
         q->r.param_bytes = f->param_bytes;
-        e = vcu__call(c->dev, VCU_OP_CU_LAUNCH, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
-                      NULL, 0, NULL, 0);
+        if (vcu__launch_may_defer(f, q->r.grid, q->r.block, shmem, flags))
+            e = vcu__call_async(c->dev, VCU_OP_CU_LAUNCH, q,
+                                (uint32_t)(sizeof(q->r) + f->param_bytes), NULL, 0);
+        else
+            e = vcu__call(c->dev, VCU_OP_CU_LAUNCH, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
+                          NULL, 0, NULL, 0);
     }
     free(q);
     return e;
@@ -1230,7 +1236,8 @@ static CUresult vcu__stream_wait(CUstream hStream, CUevent hEvent, unsigned int 
         return e;
     r.b = v->h;
     r.c = Flags;
-    return vcu__call(c->dev, VCU_OP_CU_STREAM_WAIT_EVENT, &r, sizeof(r), NULL, 0, NULL, 0);
+    /* Both handles are known good here: nothing is left to fail at the call. */
+    return vcu__call_async(c->dev, VCU_OP_CU_STREAM_WAIT_EVENT, &r, sizeof(r), NULL, 0);
 }
 
 VCU__EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
@@ -1302,7 +1309,7 @@ static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, int ptsz)
     if (e != CUDA_SUCCESS)
         return e;
     r.a = v->h;
-    return vcu__call(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__call_async(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0);
 }
 
 VCU__EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)

@@ -86,6 +86,8 @@ typedef struct vcu__drv_s {
     vcu_conn_t *conn;
     uint64_t max_xfer;
     int driver_version;             /* the host's, at most VCU__API_VERSION */
+    int async;                      /* stream-ordered calls may go without waiting:
+                                     * VCU_FEAT_ASYNC agreed, VCU_SYNC_CALLS not 1 */
     int ndev;
     vcu__dev_t dev[VCU_CU_MAX_DEVICES];
     pthread_mutex_t lock;
@@ -112,7 +114,16 @@ struct vcu__func_s {
     uint32_t param_bytes;
     struct vcu_cu_param *params;
     vcu__func_t *next;
+    /* What a launch must respect to go without waiting (vcu__launch_may_defer):
+     * 0 not asked yet, VCU__LIM_NEVER never (the kernel needs clusters),
+     * else VCU__LIM_KNOWN | max dynamic shared memory << 32 | max threads
+     * per block.  Atomic; cleared when an attribute is set. */
+    uint64_t lim;
+    uint32_t lim_block[3], lim_grid[3];     /* the device's, written before lim */
 };
+
+#define VCU__LIM_KNOWN (1ull << 31)
+#define VCU__LIM_NEVER UINT64_MAX
 
 /* A stream serves every context of its device, as NVIDIA's may be
  * synchronized, queried and destroyed from any context. */
@@ -160,10 +171,28 @@ CUresult vcu__cur(vcu__ctx_t **out);
  */
 CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
                    unsigned int nbufs, void *resp, uint32_t resp_cap);
+/*
+ * A stream-ordered call sent without waiting for its reply where the
+ * session agreed to that (else exactly vcu__call with no reply): the
+ * caller has checked everything CUDA checks at the call, so that only
+ * what happens on the GPU is left to fail, and that is reported by a
+ * later call, as CUDA reports it (the host defers it to the next reply).
+ */
+CUresult vcu__call_async(int dev, uint32_t op, void *req, uint32_t req_len,
+                         const vcu_buf_t *bufs, unsigned int nbufs);
 /* vcu__call without its hooks (device printf, managed memory): for the
  * managed layer's own calls. */
 CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_buf_t *bufs,
                        unsigned int nbufs, void *resp, uint32_t resp_cap);
+/*
+ * May this launch go without waiting (cuda_library.c)?  Only where
+ * everything the driver checks at the call is known to pass here: the
+ * kernel's thread and shared memory limits (asked of the host once per
+ * function), the device's block and grid limits, no cluster the kernel
+ * requires, no launch flags.
+ */
+int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsigned int block[3],
+                          unsigned int shmem, uint32_t flags);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another

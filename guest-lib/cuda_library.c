@@ -359,6 +359,7 @@ static CUresult vcu__func_get_attr(vcu__func_t *f, CUfunction_attribute attrib, 
 static CUresult vcu__func_set_attr(vcu__func_t *f, CUfunction_attribute attrib, int value)
 {
     struct vcu_cu_attr_req r;
+    CUresult e;
 
     if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
         return CUDA_ERROR_INVALID_VALUE;
@@ -366,7 +367,68 @@ static CUresult vcu__func_set_attr(vcu__func_t *f, CUfunction_attribute attrib, 
     r.handle = f->h;
     r.attr = (uint32_t)attrib;
     r.value = (uint64_t)(int64_t)value;
-    return vcu__call(f->mod->dev, VCU_OP_CU_FUNC_SET_ATTR, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(f->mod->dev, VCU_OP_CU_FUNC_SET_ATTR, &r, sizeof(r), NULL, 0, NULL, 0);
+    /* The launch limits are asked again at the next launch. */
+    __atomic_store_n(&f->lim, 0, __ATOMIC_RELEASE);
+    return e;
+}
+
+/* The kernel's and the device's launch limits, asked once (see vcu__func_t.lim). */
+static uint64_t vcu__launch_lim(vcu__func_t *f)
+{
+    static const CUdevice_attribute dattr[6] = {
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,  CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+    };
+    struct vcu_cu_u64_req r = { .value = f->h };
+    struct vcu_cu_func_attrs_resp o;
+    uint64_t lim = __atomic_load_n(&f->lim, __ATOMIC_ACQUIRE);
+    int v[6];
+
+    if (lim != 0)
+        return lim;
+    for (int i = 0; i < 6; i++)
+        if (cuDeviceGetAttribute(&v[i], dattr[i], f->mod->dev) != CUDA_SUCCESS || v[i] <= 0)
+            return VCU__LIM_NEVER;
+    if (vcu__call(f->mod->dev, VCU_OP_CU_FUNC_GET_ATTRS, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o)) != CUDA_SUCCESS)
+        return VCU__LIM_NEVER;      /* not stored: the launch will say why */
+    for (int i = 0; i < 3; i++) {
+        f->lim_block[i] = (uint32_t)v[i];
+        f->lim_grid[i] = (uint32_t)v[3 + i];
+    }
+    if (o.attrs[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] != 0 ||
+        o.attrs[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT] != 0 ||
+        o.attrs[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH] != 0 ||
+        o.attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] == 0 ||
+        o.attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] > 0x7fffffffu)
+        lim = VCU__LIM_NEVER;
+    else
+        lim = VCU__LIM_KNOWN | (uint64_t)o.attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES]
+                                   << 32 |
+              o.attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
+    __atomic_store_n(&f->lim, lim, __ATOMIC_RELEASE);
+    return lim;
+}
+
+int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsigned int block[3],
+                          unsigned int shmem, uint32_t flags)
+{
+    uint64_t lim, threads;
+
+    if (!vcu__drv.async || flags != 0)
+        return 0;
+    lim = vcu__launch_lim(f);
+    if (lim == VCU__LIM_NEVER)
+        return 0;
+    threads = (uint64_t)block[0] * block[1] * block[2];
+    if (threads > (lim & 0x7fffffffu) || shmem > (lim >> 32))
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (block[i] > f->lim_block[i] || grid[i] > f->lim_grid[i])
+            return 0;
+    return 1;
 }
 
 /* A function handle, or a kernel's function in the current context. */

@@ -644,8 +644,14 @@ static void tw_drv_fill(vcu_twin_launch_t *l, const void *pb)
     TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
         int32_t i = TW_GID_X(l, bi, ti);
 
-        if (i < n)
+        if (i < n) {
+            /* A store outside device memory faults, as on the GPU. */
+            if (!l->addressable(&p[i], sizeof(p[i]))) {
+                l->fault = TW_ILLEGAL_ADDRESS;
+                return;
+            }
             p[i] = (uint32_t)v + (uint32_t)i * step + (uint32_t)(int32_t)pad;
+        }
     }
 }
 

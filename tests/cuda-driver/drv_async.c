@@ -1,0 +1,102 @@
+/*
+ * Stream-ordered calls that go without waiting for the host (launches,
+ * event records, stream waits): what CUDA refuses at the call is still
+ * refused at the call (block and grid limits, the kernel's thread and
+ * shared memory limits, also after cuFuncSetAttribute raises one), the
+ * work runs in order, and what fails on the GPU shows at the next call
+ * that waits, as CUDA reports it.
+ */
+#include "vcu_drv_test.h"
+
+#define N 4096
+#define LAUNCHES 2000
+
+static CUresult fill_launch3(CUfunction fill, CUstream s, unsigned int bx, unsigned int by,
+                             unsigned int gx, unsigned int gz, unsigned int shmem, CUdeviceptr p,
+                             unsigned long long v, int n)
+{
+    char pad = 0;
+    unsigned int step = 1;
+    void *args[] = { &p, &pad, &v, &step, &n };
+
+    return cuLaunchKernel(fill, gx, 1, gz, bx, by, 1, shmem, s, args, NULL);
+}
+
+static CUresult fill_launch(CUfunction fill, CUstream s, unsigned int bx, unsigned int by,
+                            unsigned int gx, unsigned int shmem, CUdeviceptr p, unsigned long long v,
+                            int n)
+{
+    return fill_launch3(fill, s, bx, by, gx, 1, shmem, p, v, n);
+}
+
+int main(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction fill;
+    CUdeviceptr p;
+    CUstream s1, s2;
+    CUevent ev;
+    unsigned int host[N];
+    int maxthr = 0, maxdyn = 0, optin = 0;
+    void *fatbin;
+
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    fatbin = vcu_drv_read_beside("vcu_drv_kernels.fatbin", NULL);
+    CK(cuModuleLoadData(&mod, fatbin));
+    CK(cuModuleGetFunction(&fill, mod, "vcu_drv_fill"));
+    CK(cuMemAlloc(&p, N * sizeof(unsigned int)));
+    CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CK(cuFuncGetAttribute(&maxthr, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fill));
+    CK(cuFuncGetAttribute(&maxdyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fill));
+    CK(cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+    TRUE(maxthr > 0 && maxdyn >= 0 && optin > maxdyn + 1024);
+
+    /* A limit raised is a limit the next launch may use, and one lowered
+     * again refuses it again (the first launch learns the raised one). */
+    CK(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, maxdyn + 1024));
+    CK(fill_launch(fill, s1, 64, 1, 1, (unsigned int)maxdyn + 1024, p, 0, N));
+    CK(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, maxdyn));
+    TRUE(fill_launch(fill, s1, 64, 1, 1, (unsigned int)maxdyn + 1024, p, 0, N) != CUDA_SUCCESS);
+    CK(cuStreamSynchronize(s1));
+
+    /* Refused at the call, asynchronous or not. */
+    EXPECT(CUDA_ERROR_INVALID_VALUE, fill_launch(fill, s1, 2048, 1, 1, 0, p, 0, N));
+    TRUE(fill_launch(fill, s1, 1024, 2, 1, 0, p, 0, N) != CUDA_SUCCESS);
+    TRUE(fill_launch(fill, s1, 64, 1, 1, (unsigned int)maxdyn + 1024, p, 0, N) != CUDA_SUCCESS);
+    TRUE(fill_launch3(fill, s1, 64, 1, 1, 65536, 0, p, 0, N) != CUDA_SUCCESS);
+    /* Nothing of those ran or is reported later. */
+    CK(cuStreamSynchronize(s1));
+
+    /* Many launches in a row run in order: the last value stays.  An
+     * event recorded after them orders a second stream's work. */
+    for (int i = 0; i < LAUNCHES; i++)
+        CK(fill_launch(fill, s1, 256, 1, N / 256, 0, p, (unsigned long long)i * 10, N));
+    CK(cuEventRecord(ev, s1));
+    CK(cuStreamWaitEvent(s2, ev, 0));
+    CK(fill_launch(fill, s2, 256, 1, N / 256, 0, p, 5, N / 2));
+    CK(cuStreamSynchronize(s2));
+    CK(cuEventQuery(ev));
+    CK(cuMemcpyDtoH(host, p, sizeof(host)));
+    for (int i = 0; i < N; i++) {
+        unsigned int want = i < N / 2 ? 5u + (unsigned int)i
+                                      : (unsigned int)(LAUNCHES - 1) * 10u + (unsigned int)i;
+
+        if (host[i] != want) {
+            printf("FAIL element %d = %u, want %u\n", i, host[i], want);
+            return 1;
+        }
+    }
+
+    /* What fails on the GPU shows at the next call that waits. */
+    CK(fill_launch(fill, s1, 32, 1, 1, 0, (CUdeviceptr)16, 0, 32));
+    EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuStreamSynchronize(s1));
+    printf("PASS drv_async\n");
+    return 0;
+}
