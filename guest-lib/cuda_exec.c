@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cuda_int.h"
+#include "vcu_fatbin.h"
 
 /* ---- streams (wire handles) -------------------------------------------- */
 
@@ -639,22 +640,46 @@ static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t o
 
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len)
 {
-    struct vcu_cu_module_load_req r = { .image_len = len };
+    struct vcu_cu_module_load_req r;
     vcu__module_t *m;
     vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
+    void *trim = NULL;
+    int major = 0, minor = 0;
+    size_t tlen;
     CUresult e;
 
+    /* Only the code the device loads crosses to the host; a fatbin with
+     * none is refused here, as the driver would refuse it. */
+    if (cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) ==
+            CUDA_SUCCESS &&
+        cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) ==
+            CUDA_SUCCESS) {
+        switch (vcu_fatbin_trim(image, (size_t)len, (unsigned int)(major * 10 + minor), &trim,
+                                &tlen)) {
+        case VCU_FATBIN_NONE:
+            return CUDA_ERROR_NO_BINARY_FOR_GPU;
+        case VCU_FATBIN_TRIMMED:
+            b.addr = trim;
+            b.len = len = tlen;
+            break;
+        }
+    }
+    r.image_len = len;
     m = calloc(1, sizeof(*m));
-    if (m == NULL)
+    if (m == NULL) {
+        free(trim);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     m->dev = dev;
     e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1,
                           VCU_OP_CU_MODULE_UNLOAD, &m->h);
     if (e != CUDA_SUCCESS) {
+        free(trim);
         free(m);
         return e;
     }
-    vcu__printf_module(image, len);
+    vcu__printf_module(b.addr, len);
+    free(trim);
     *module = (CUmodule)m;
     return CUDA_SUCCESS;
 }

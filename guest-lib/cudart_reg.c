@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cudart_int.h"
+#include "vcu_fatbin.h"
 
 struct textureReference;
 struct surfaceReference;
@@ -257,6 +258,9 @@ static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
     struct vcu_cu_module_load_req r;
     struct vcu_cu_u64_resp o;
     vcu_buf_t b;
+    void *trim = NULL;
+    size_t tlen;
+    int arch;
     cudaError_t e;
 
     if (fb->module[dev] != 0) {
@@ -269,13 +273,26 @@ static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
     b.addr = (void *)fb->image;
     b.len = fb->len;
     b.flags = VCU_SEG_TO_DEVICE;
+    /* Only the code the device loads crosses to the host; a fatbin with
+     * none is refused here, as the driver would refuse it. */
+    arch = vcu__dev_attr(dev, cudaDevAttrComputeCapabilityMajor) * 10 +
+           vcu__dev_attr(dev, cudaDevAttrComputeCapabilityMinor);
+    switch (vcu_fatbin_trim(fb->image, (size_t)fb->len, (unsigned int)arch, &trim, &tlen)) {
+    case VCU_FATBIN_NONE:
+        return cudaErrorNoKernelImageForDevice;
+    case VCU_FATBIN_TRIMMED:
+        b.addr = trim;
+        b.len = r.image_len = tlen;
+        break;
+    }
     e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
-    if (e != cudaSuccess)
-        return e;
-    fb->module[dev] = o.value;
-    *mod = o.value;
-    vcu__printf_module(fb->image, fb->len);
-    return cudaSuccess;
+    if (e == cudaSuccess) {
+        fb->module[dev] = o.value;
+        *mod = o.value;
+        vcu__printf_module(b.addr, b.len);
+    }
+    free(trim);
+    return e;
 }
 
 void vcu__kernels_forget_dev(int dev)

@@ -12,36 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "vcu_fatbin.h"
 #include "vcu_proto.h"
-
-/* nvcc's fatbin container and entry headers (as cuobjdump reads them). */
-#define VCU_FATBIN_MAGIC 0xBA55ED50u
-#define VCU_FATBIN_KIND_PTX 1u
-#define VCU_FATBIN_KIND_ELF 2u
-/* Entry flags of a compressed payload: 0x2000 (LZ4), 0x8000 (CUDA 12.8+). */
-#define VCU_FATBIN_F_COMPRESSED 0xa000ull
-
-struct vcu_fatbin_hdr {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t header_size;
-    uint64_t fat_size;              /* entries that follow the header */
-};
-
-struct vcu_fatbin_entry {
-    uint16_t kind;                  /* VCU_FATBIN_KIND_* */
-    uint16_t unknown0;
-    uint32_t header_size;           /* payload follows at this offset */
-    uint64_t size;                  /* payload bytes */
-    uint32_t compressed_size;
-    uint32_t unknown1;
-    uint16_t minor, major;
-    uint32_t arch;
-    uint32_t name_offset, name_len;
-    uint64_t flags;
-    uint64_t zero;
-    uint64_t decompressed_size;     /* non-zero when compressed */
-};
 
 /* memmem() without _GNU_SOURCE. */
 static inline int vcu__has_vprintf(const void *p, size_t len)

@@ -102,6 +102,9 @@
     /* test_integrity.c */              \
     X(md2_rfc1319)                      \
     X(integrity_steps)                  \
-    X(integrity_hmac)
+    X(integrity_hmac)                   \
+    /* test_fatbin.c */                 \
+    X(fatbin_trim_choice)               \
+    X(fatbin_trim_refuses)
 
 #endif /* VCU_TEST_LIST_H */
