@@ -85,6 +85,7 @@ VCU__EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (e != CUDA_SUCCESS)
         return e;
     *dptr = (CUdeviceptr)o.value;
+    vcu__dr_add(c->dev, o.value, bytesize);
     return CUDA_SUCCESS;
 }
 
@@ -100,6 +101,7 @@ VCU__EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
         return CUDA_SUCCESS;
     if (vcu__managed_free(dptr, &e))
         return e;
+    vcu__dr_del(dptr);
     return vcu__call(c->dev, VCU_OP_CU_MEM_FREE, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
@@ -134,7 +136,7 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
     vcu_buf_t b;
     uint64_t wire = 0, mbase, msize;
     vcu__ctx_t *c;
-    int mdev;
+    int mdev, nowait;
     CUresult e;
 
     if (op != VCU_OP_CU_MEMCPY_DTOD && host == NULL && n > 0)
@@ -156,6 +158,15 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
         e = vcu__stream(c, stream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
+    /* A stream-ordered copy goes without waiting only where nothing is
+     * left to fail at the call (known device ranges) and the host memory
+     * stays put after it (this library's page-locked memory); from
+     * pageable memory it is synchronous, as in CUDA. */
+    nowait = async &&
+             (op == VCU_OP_CU_MEMCPY_DTOD
+                  ? vcu__dr_known(c->dev, dst, n) && vcu__dr_known(c->dev, src, n)
+                  : vcu__dr_known(c->dev, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, n) &&
+                        vcu__hm_stable(host, n));
     for (size_t off = 0; off < n;) {
         size_t chunk = n - off;
 
@@ -170,8 +181,12 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
         b.addr = (char *)host + off;
         b.len = chunk;
         b.flags = op == VCU_OP_CU_MEMCPY_HTOD ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE;
-        e = vcu__call(c->dev, op, &r, sizeof(r), &b, op == VCU_OP_CU_MEMCPY_DTOD ? 0 : 1, NULL,
-                      0);
+        if (nowait)
+            e = vcu__call_async(c->dev, op, &r, sizeof(r), &b,
+                                op == VCU_OP_CU_MEMCPY_DTOD ? 0 : 1);
+        else
+            e = vcu__call(c->dev, op, &r, sizeof(r), &b, op == VCU_OP_CU_MEMCPY_DTOD ? 0 : 1,
+                          NULL, 0);
         if (e != CUDA_SUCCESS)
             return e;
         off += chunk;
@@ -277,6 +292,9 @@ static CUresult vcu__memset(CUdeviceptr dst, uint32_t value, uint32_t elem, size
     r.value = value;
     r.elem_size = elem;
     r.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+    /* As a copy: without waiting where nothing is left to fail at the call. */
+    if (async && vcu__dr_known(c->dev, dst, (uint64_t)n * elem))
+        return vcu__call_async(c->dev, VCU_OP_CU_MEMSET, &r, sizeof(r), NULL, 0);
     return vcu__call(c->dev, VCU_OP_CU_MEMSET, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 

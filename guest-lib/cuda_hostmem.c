@@ -159,6 +159,19 @@ VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
     return CUDA_SUCCESS;
 }
 
+int vcu__hm_stable(const void *p, size_t n)
+{
+    vcu__hostmem_t *h;
+    int ok;
+
+    pthread_mutex_lock(&vcu__hm_mu);
+    h = vcu__hm_find_locked((uintptr_t)p);
+    ok = h != NULL && h->kind == VCU__HM_ALLOC && h->mapped &&
+         n <= h->size - ((uintptr_t)p - (uintptr_t)h->p);
+    pthread_mutex_unlock(&vcu__hm_mu);
+    return ok;
+}
+
 VCU__EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
     return cuMemHostAlloc(pp, bytesize, 0);

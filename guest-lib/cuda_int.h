@@ -193,6 +193,15 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
  */
 int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsigned int block[3],
                           unsigned int shmem, uint32_t flags);
+/* The device memory this process was given (cuda_ranges.c): a stream-
+ * ordered copy or memset of a known range may go without waiting. */
+void vcu__dr_add(int dev, uint64_t base, uint64_t size);
+void vcu__dr_del(uint64_t base);
+void vcu__dr_forget_dev(int dev);
+int vcu__dr_known(int dev, uint64_t p, uint64_t n);
+/* Whether [p, p + n) lies in page-locked memory of this library's own
+ * (cuMemHostAlloc) that copies may use after their call (cuda_hostmem.c). */
+int vcu__hm_stable(const void *p, size_t n);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another

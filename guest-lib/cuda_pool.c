@@ -170,6 +170,7 @@ static CUresult vcu__alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     if (e != CUDA_SUCCESS)
         return e;
     *dptr = (CUdeviceptr)o.value;
+    vcu__dr_add(c->dev, o.value, size);
     return CUDA_SUCCESS;
 }
 
@@ -215,6 +216,7 @@ static CUresult vcu__free_async(CUdeviceptr dptr, CUstream stream, int ptsz)
     e = vcu__stream(c, stream, ptsz, &r.stream);
     if (e != CUDA_SUCCESS)
         return e;
+    vcu__dr_del(dptr);
     return vcu__call(c->dev, VCU_OP_CU_MEM_FREE_ASYNC, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 

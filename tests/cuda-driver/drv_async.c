@@ -1,15 +1,18 @@
 /*
  * Stream-ordered calls that go without waiting for the host (launches,
- * event records, stream waits): what CUDA refuses at the call is still
- * refused at the call (block and grid limits, the kernel's thread and
- * shared memory limits, also after cuFuncSetAttribute raises one), the
- * work runs in order, and what fails on the GPU shows at the next call
- * that waits, as CUDA reports it.
+ * event records, stream waits, copies and memsets of known ranges): what
+ * CUDA refuses at the call is still refused at the call (block and grid
+ * limits, the kernel's thread and shared memory limits, also after
+ * cuFuncSetAttribute raises one; device ranges outside an allocation or
+ * freed), a copy from pageable memory still reads its source before it
+ * returns, the work runs in order, and what fails on the GPU shows at
+ * the next call that waits, as CUDA reports it.
  */
 #include "vcu_drv_test.h"
 
 #define N 4096
 #define LAUNCHES 2000
+#define BIG (4u << 20)
 
 static CUresult fill_launch3(CUfunction fill, CUstream s, unsigned int bx, unsigned int by,
                              unsigned int gx, unsigned int gz, unsigned int shmem, CUdeviceptr p,
@@ -35,8 +38,10 @@ int main(void)
     CUcontext ctx;
     CUmodule mod;
     CUfunction fill;
-    CUdeviceptr p;
+    CUdeviceptr p, big, gone;
     CUstream s1, s2;
+    unsigned int *pin, *pin2;
+    char *page;
     CUevent ev;
     unsigned int host[N];
     int maxthr = 0, maxdyn = 0, optin = 0;
@@ -93,6 +98,55 @@ int main(void)
             return 1;
         }
     }
+
+    /* Stream-ordered copies and memsets: from page-locked memory they may
+     * go without waiting, and arrive in order. */
+    CK(cuMemAllocHost((void **)&pin, BIG));
+    CK(cuMemAllocHost((void **)&pin2, BIG));
+    CK(cuMemAlloc(&big, BIG));
+    for (size_t i = 0; i < BIG / 4; i++)
+        pin[i] = (unsigned int)i * 3u;
+    CK(cuMemsetD32Async(big, 0xdeadbeef, BIG / 4, s1));
+    CK(cuMemcpyHtoDAsync(big, pin, BIG / 2, s1));
+    CK(cuMemcpyDtoDAsync(big + BIG / 2, big, BIG / 4, s1));
+    CK(cuMemcpyDtoHAsync(pin2, big, BIG, s1));
+    CK(cuStreamSynchronize(s1));
+    for (size_t i = 0; i < BIG / 4; i++) {
+        unsigned int want = i < BIG / 8 ? (unsigned int)i * 3u
+                            : i < 3 * BIG / 16 ? (unsigned int)(i - BIG / 8) * 3u
+                                               : 0xdeadbeefu;
+
+        if (pin2[i] != want) {
+            printf("FAIL word %zu = %#x, want %#x\n", i, pin2[i], want);
+            return 1;
+        }
+    }
+    /* From pageable memory a stream-ordered copy is synchronous, as in
+     * CUDA: the source may change once it returns. */
+    page = malloc(BIG);
+    TRUE(page != NULL);
+    memset(page, 0x11, BIG);
+    CK(cuMemcpyHtoDAsync(big, page, BIG, s1));
+    memset(page, 0x22, BIG);
+    CK(cuMemcpyDtoH(pin2, big, BIG));
+    for (size_t i = 0; i < BIG / 4; i++)
+        if (pin2[i] != 0x11111111u) {
+            printf("FAIL pageable source read after the call: word %zu = %#x\n", i, pin2[i]);
+            return 1;
+        }
+    /* Ranges not known good are refused at the call: past an allocation's
+     * end, not device memory, memory freed already. */
+    TRUE(cuMemcpyHtoDAsync(big + BIG - 8, pin, 64, s1) != CUDA_SUCCESS);
+    TRUE(cuMemcpyDtoHAsync(pin2, (CUdeviceptr)0x1000, 64, s1) != CUDA_SUCCESS);
+    CK(cuMemAlloc(&gone, 4096));
+    CK(cuMemFree(gone));
+    TRUE(cuMemsetD8Async(gone, 1, 4096, s1) != CUDA_SUCCESS);
+    TRUE(cuMemcpyDtoDAsync(big, gone, 64, s1) != CUDA_SUCCESS);
+    CK(cuStreamSynchronize(s1));
+    free(page);
+    CK(cuMemFreeHost(pin));
+    CK(cuMemFreeHost(pin2));
+    CK(cuMemFree(big));
 
     /* What fails on the GPU shows at the next call that waits. */
     CK(fill_launch(fill, s1, 32, 1, 1, 0, (CUdeviceptr)16, 0, 32));
