@@ -124,6 +124,11 @@ VCU__EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     return CUDA_SUCCESS;
 }
 
+/* Pieces of a pipelined pageable copy, and how many go between waits
+ * (as our runtime's, cudart_mem.c). */
+#define VCU__COPY_CHUNK (32ull << 20)
+#define VCU__COPY_WINDOW 4
+
 /*
  * One copy kind (VCU_OP_CU_MEMCPY_*), in pieces of at most the session's
  * transfer limit.  stream: NULL for a synchronous copy, else the
@@ -136,7 +141,7 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
     vcu_buf_t b;
     uint64_t wire = 0, mbase, msize;
     vcu__ctx_t *c;
-    int mdev, nowait;
+    int mdev, nowait, pipeline;
     CUresult e;
 
     if (op != VCU_OP_CU_MEMCPY_DTOD && host == NULL && n > 0)
@@ -167,11 +172,22 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
                   ? vcu__dr_known(c->dev, dst, n) && vcu__dr_known(c->dev, src, n)
                   : vcu__dr_known(c->dev, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, n) &&
                         vcu__hm_stable(host, n));
-    for (size_t off = 0; off < n;) {
+    /* A large copy from or to pageable memory goes in pieces, as our
+     * runtime sends it, of which only every VCU__COPY_WINDOW-th and the
+     * last wait: the guest pins the next piece while the host copies the
+     * last, and at most a window of them is pinned at once.  Only where
+     * the device range is known good, so that no piece after the first
+     * can fail at the call. */
+    pipeline = !nowait && op != VCU_OP_CU_MEMCPY_DTOD && vcu__drv.async &&
+               n > VCU__COPY_CHUNK &&
+               vcu__dr_known(c->dev, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, n);
+    for (size_t off = 0, i = 0; off < n; i++) {
         size_t chunk = n - off;
 
         if (op != VCU_OP_CU_MEMCPY_DTOD && chunk > vcu__drv.max_xfer)
             chunk = (size_t)vcu__drv.max_xfer;
+        if (pipeline && chunk > VCU__COPY_CHUNK)
+            chunk = VCU__COPY_CHUNK;
         memset(&r, 0, sizeof(r));
         r.dst = op == VCU_OP_CU_MEMCPY_DTOH ? 0 : dst + off;
         r.src = op == VCU_OP_CU_MEMCPY_HTOD ? 0 : src + off;
@@ -181,7 +197,7 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
         b.addr = (char *)host + off;
         b.len = chunk;
         b.flags = op == VCU_OP_CU_MEMCPY_HTOD ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE;
-        if (nowait)
+        if (nowait || (pipeline && off + chunk < n && (i + 1) % VCU__COPY_WINDOW != 0))
             e = vcu__call_async(c->dev, op, &r, sizeof(r), &b,
                                 op == VCU_OP_CU_MEMCPY_DTOD ? 0 : 1);
         else

@@ -13,6 +13,7 @@
 #define N 4096
 #define LAUNCHES 2000
 #define BIG (4u << 20)
+#define HUGE ((size_t)(150u << 20) + 12345)     /* several pieces and an odd end */
 
 static CUresult fill_launch3(CUfunction fill, CUstream s, unsigned int bx, unsigned int by,
                              unsigned int gx, unsigned int gz, unsigned int shmem, CUdeviceptr p,
@@ -38,7 +39,8 @@ int main(void)
     CUcontext ctx;
     CUmodule mod;
     CUfunction fill;
-    CUdeviceptr p, big, gone;
+    CUdeviceptr p, big, gone, huge;
+    unsigned char *hp, *hq;
     CUstream s1, s2;
     unsigned int *pin, *pin2;
     char *page;
@@ -134,6 +136,28 @@ int main(void)
             printf("FAIL pageable source read after the call: word %zu = %#x\n", i, pin2[i]);
             return 1;
         }
+    /* A large copy from and to pageable memory, sent in pieces of which
+     * only some wait: every byte where it belongs, and in place once the
+     * synchronous copy returns. */
+    CK(cuMemAlloc(&huge, HUGE));
+    hp = malloc(HUGE);
+    hq = malloc(HUGE);
+    TRUE(hp != NULL && hq != NULL);
+    for (size_t i = 0; i < HUGE; i += 4099)     /* a byte per page-ish run, cheap under TCG */
+        memset(hp + i, (int)(i / 4099 * 7 + 1), HUGE - i < 4099 ? HUGE - i : 4099);
+    CK(cuMemcpyHtoD(huge, hp, HUGE));
+    memset(hq, 0, HUGE);
+    CK(cuMemcpyDtoH(hq, huge, HUGE));
+    TRUE(memcmp(hp, hq, HUGE) == 0);
+    memset(hq, 0, HUGE);
+    CK(cuMemcpyHtoDAsync(huge, hq, HUGE, s1));
+    CK(cuMemcpyDtoHAsync(hp, huge, HUGE, s1));
+    for (size_t i = 0; i < HUGE; i += 4093)
+        TRUE(hp[i] == 0);
+    free(hp);
+    free(hq);
+    CK(cuMemFree(huge));
+
     /* Ranges not known good are refused at the call: past an allocation's
      * end, not device memory, memory freed already. */
     TRUE(cuMemcpyHtoDAsync(big + BIG - 8, pin, 64, s1) != CUDA_SUCCESS);
