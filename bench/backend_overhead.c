@@ -41,6 +41,7 @@
  *                                 handle the backend passes
  *   stream_query_direct_spaced    cuStreamQuery(NULL) timed alone, calls 2 us
  *                                 apart instead of back to back
+ *   stream_query_direct_spaced10  the same, 10 us apart
  *   worker_start_proxy            SESSION_OPEN submit to reply: the worker's
  *                                 spawn, driver load, cuInit (median of --starts)
  *   first_kernel_proxy            a new session's open + context + module load +
@@ -179,7 +180,7 @@ static void *fatbin_copy(void)
 
 typedef struct bo_direct_s {
     double stream_query_us, mem_get_info_us, launch_sync_us, launch_rate;
-    double stream_query_legacy_us, stream_query_spaced_us;
+    double stream_query_legacy_us, stream_query_spaced_us, stream_query_spaced10_us;
 } bo_direct_t;
 
 /* The direct side's context, module and kernel: kept for the paired
@@ -267,8 +268,8 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
         CU_CHECK(drv.cuStreamQuery(CU_STREAM_LEGACY));
     out->stream_query_legacy_us = (now_s() - t0) / iters * 1e6;
 
-    /* The call alone, 2 us apart (spinning, as a worker between
-     * requests): a program's calls are seldom back to back. */
+    /* The call alone, 2 us and 10 us apart (spinning, as a worker
+     * between requests): a program's calls are seldom back to back. */
     for (i = 0, spent = 0; i < iters; i++) {
         double t1 = now_s() + 2e-6;
 
@@ -279,6 +280,16 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
         spent += now_s() - t0;
     }
     out->stream_query_spaced_us = spent / iters * 1e6;
+    for (i = 0, spent = 0; i < iters; i++) {
+        double t1 = now_s() + 10e-6;
+
+        while (now_s() < t1)
+            ;
+        t0 = now_s();
+        CU_CHECK(drv.cuStreamQuery(NULL));
+        spent += now_s() - t0;
+    }
+    out->stream_query_spaced10_us = spent / iters * 1e6;
 
     t0 = now_s();
     for (i = 0; i < iters; i++)
@@ -910,6 +921,7 @@ int main(int argc, char **argv)
     row("stream_query_direct", d.stream_query_us, "us");
     row("stream_query_direct_legacy", d.stream_query_legacy_us, "us");
     row("stream_query_direct_spaced", d.stream_query_spaced_us, "us");
+    row("stream_query_direct_spaced10", d.stream_query_spaced10_us, "us");
     row("stream_query_backend", b.stream_query_us, "us");
     row("backend_overhead_stream_query", b.stream_query_us - d.stream_query_us, "us");
     row("mem_get_info_direct", d.mem_get_info_us, "us");
