@@ -40,13 +40,16 @@
  * Ring protocol (positions are free-running byte counts; an entry at
  * position p lies at p % size, wrapping):
  *   producer: writes the frame, stores tail (release), full fence, and if
- *             the consumer's sleeping flag is set, rings its doorbell;
+ *             the consumer's sleeping flag is set, rings its doorbell; it
+ *             reads head (acquire) only when the head it saw last leaves
+ *             too little room;
  *   consumer: reads tail (acquire), copies each whole frame out, stores
  *             head (release).  When idle past its spin time it sets
  *             sleeping, full fence, reads tail once more and only then
  *             blocks in poll() on its doorbell and the socket.
- * Each side checks what the other wrote: tail - head <= size, a frame's
- * length within the bytes published.  A broken ring ends the session.
+ * Each side checks what the other wrote: tail - head <= size, a head
+ * that never goes back, a frame's length within the bytes published.  A
+ * broken ring ends the session.
  */
 #ifndef VCU_IPC_H
 #define VCU_IPC_H
