@@ -34,6 +34,14 @@
  *                                 proxy (X: echo, stream_query, mem_get_info,
  *                                 launch_sync, launch_rate, launch)
  *   proxy_launch_rate_vs_direct   launch_rate_proxy / launch_rate_direct, %
+ *   proxy_launch_rate_vs_direct_paired  the same from alternating bursts of
+ *                                 launches/7 each, direct and through the
+ *                                 proxy: the median of the 7 ratios, %
+ *   stream_query_direct_legacy    cuStreamQuery(CU_STREAM_LEGACY), the
+ *                                 handle the backend passes
+ *   stream_query_direct_spaced    cuStreamQuery(NULL) timed alone, calls 2 us
+ *                                 apart instead of back to back
+ *   stream_query_direct_spaced10  the same, 10 us apart
  *   worker_start_proxy            SESSION_OPEN submit to reply: the worker's
  *                                 spawn, driver load, cuInit (median of --starts)
  *   first_kernel_proxy            a new session's open + context + module load +
@@ -172,22 +180,50 @@ static void *fatbin_copy(void)
 
 typedef struct bo_direct_s {
     double stream_query_us, mem_get_info_us, launch_sync_us, launch_rate;
+    double stream_query_legacy_us, stream_query_spaced_us, stream_query_spaced10_us;
 } bo_direct_t;
+
+/* The direct side's context, module and kernel: kept for the paired
+ * launch rate (direct_end() frees them). */
+static struct {
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction fn;
+    CUdeviceptr buf;
+    void *params[1];
+    void **kp;
+    void *image;
+} bo_d;
+
+/* n direct launches then a synchronize: launches per second. */
+static double direct_launch_rate(long n)
+{
+    double t0 = now_s();
+    long i;
+
+    for (i = 0; i < n; i++)
+        CU_CHECK(drv.cuLaunchKernel(bo_d.fn, 1, 1, 1, 1, 1, 1, 0, NULL, bo_d.kp, NULL));
+    CU_CHECK(drv.cuCtxSynchronize());
+    return n / (now_s() - t0);
+}
+
+static void direct_end(void)
+{
+    CU_CHECK(drv.cuMemFree(bo_d.buf));
+    CU_CHECK(drv.cuModuleUnload(bo_d.mod));
+    CU_CHECK(drv.cuCtxDestroy(bo_d.ctx));
+    free(bo_d.image);
+}
 
 static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
 {
     const char *path = getenv("VCU_LIBCUDA");
     void *dl;
     CUdevice dev;
-    CUcontext ctx;
-    CUmodule mod;
     CUfunction fn;
-    CUdeviceptr buf;
-    void *params[1] = {&buf};
-    void **kp = BO_NPARAMS ? params : NULL;
+    void **kp;
     size_t fr, tot;
-    void *image;
-    double t0;
+    double t0, spent;
     long i;
 
     if (path == NULL || path[0] == '\0')
@@ -204,11 +240,15 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
 
     CU_CHECK(drv.cuInit(0));
     CU_CHECK(drv.cuDeviceGet(&dev, gpu));
-    CU_CHECK(drv.cuCtxCreate(&ctx, NULL, 0, dev));
-    image = fatbin_copy();
-    CU_CHECK(drv.cuModuleLoadData(&mod, image));
-    CU_CHECK(drv.cuModuleGetFunction(&fn, mod, BO_KERNEL));
-    CU_CHECK(drv.cuMemAlloc(&buf, 64));
+    CU_CHECK(drv.cuCtxCreate(&bo_d.ctx, NULL, 0, dev));
+    bo_d.image = fatbin_copy();
+    CU_CHECK(drv.cuModuleLoadData(&bo_d.mod, bo_d.image));
+    CU_CHECK(drv.cuModuleGetFunction(&bo_d.fn, bo_d.mod, BO_KERNEL));
+    CU_CHECK(drv.cuMemAlloc(&bo_d.buf, 64));
+    bo_d.params[0] = &bo_d.buf;
+    bo_d.kp = BO_NPARAMS ? bo_d.params : NULL;
+    fn = bo_d.fn;
+    kp = bo_d.kp;
 
     for (i = 0; i < 100; i++) {
         CU_CHECK(drv.cuStreamQuery(NULL));
@@ -222,6 +262,35 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
         CU_CHECK(drv.cuStreamQuery(NULL));
     out->stream_query_us = (now_s() - t0) / iters * 1e6;
 
+    /* The legacy stream by its handle, as the backend names it. */
+    t0 = now_s();
+    for (i = 0; i < iters; i++)
+        CU_CHECK(drv.cuStreamQuery(CU_STREAM_LEGACY));
+    out->stream_query_legacy_us = (now_s() - t0) / iters * 1e6;
+
+    /* The call alone, 2 us and 10 us apart (spinning, as a worker
+     * between requests): a program's calls are seldom back to back. */
+    for (i = 0, spent = 0; i < iters; i++) {
+        double t1 = now_s() + 2e-6;
+
+        while (now_s() < t1)
+            ;
+        t0 = now_s();
+        CU_CHECK(drv.cuStreamQuery(NULL));
+        spent += now_s() - t0;
+    }
+    out->stream_query_spaced_us = spent / iters * 1e6;
+    for (i = 0, spent = 0; i < iters; i++) {
+        double t1 = now_s() + 10e-6;
+
+        while (now_s() < t1)
+            ;
+        t0 = now_s();
+        CU_CHECK(drv.cuStreamQuery(NULL));
+        spent += now_s() - t0;
+    }
+    out->stream_query_spaced10_us = spent / iters * 1e6;
+
     t0 = now_s();
     for (i = 0; i < iters; i++)
         CU_CHECK(drv.cuMemGetInfo(&fr, &tot));
@@ -234,16 +303,7 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
     }
     out->launch_sync_us = (now_s() - t0) / (iters / 10) * 1e6;
 
-    t0 = now_s();
-    for (i = 0; i < launches; i++)
-        CU_CHECK(drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, kp, NULL));
-    CU_CHECK(drv.cuCtxSynchronize());
-    out->launch_rate = launches / (now_s() - t0);
-
-    CU_CHECK(drv.cuMemFree(buf));
-    CU_CHECK(drv.cuModuleUnload(mod));
-    CU_CHECK(drv.cuCtxDestroy(ctx));
-    free(image);
+    out->launch_rate = direct_launch_rate(launches);
 }
 
 /* ---- through the backend --------------------------------------------------- */
@@ -597,6 +657,59 @@ static void backend_run(const char *gpus, long iters, long launches, bo_backend_
 
 /* ---- through the proxy and a worker process -------------------------------- */
 
+/*
+ * The launch rate through tx against the direct one, in alternating
+ * bursts of launches / BO_PAIRS each (launches, then one synchronize),
+ * so that both meet the same GPU and host state: the median of the
+ * bursts' ratios, in %.  Both rates drift by tens of percent within a
+ * run (the GPU's own pace for back-to-back kernels among them), which
+ * one burst of each, seconds apart, does not separate from the backend.
+ */
+#define BO_PAIRS 7
+
+static int cmp_double(const void *a, const void *b);
+
+static double paired_launch_ratio(bo_tx_t *tx, void *image, long launches)
+{
+    bo_req_t *t = calloc(1, sizeof(*t)), *launch = calloc(1, sizeof(*t));
+    bo_req_t *ring = calloc(BO_RING, sizeof(*ring));
+    double ratio[BO_PAIRS];
+    struct vcu_cu_hdr ch;
+    long n = launches / BO_PAIRS > 1000 ? launches / BO_PAIRS : 1000, i;
+    bo_sess_t ss;
+    int r;
+
+    if (t == NULL || launch == NULL || ring == NULL)
+        die("out of memory");
+    bo_session_setup(tx, t, launch, image, &ss);
+    memset(&ch, 0, sizeof(ch));
+    bo_build(tx, t, VCU_OP_CU_CTX_SYNCHRONIZE, 0, ss.session, &ch, sizeof(ch), NULL, 0);
+    for (r = 0; r < BO_PAIRS; r++) {
+        double direct = 0, via = 0, t0;
+        int k;
+
+        for (k = 0; k < 2; k++) {
+            if ((k == 0) == (r % 2 == 0)) {
+                direct = direct_launch_rate(n);
+                continue;
+            }
+            t0 = now_s();
+            for (i = 0; i < n; i++)
+                bo_submit_async(tx, &ring[i % BO_RING], launch);
+            bo_exec(tx, t, 1, "CU_CTX_SYNCHRONIZE");
+            via = n / (now_s() - t0);
+            bo_ring_drain(ring, n < BO_RING ? (int)n : BO_RING);
+        }
+        ratio[r] = via / direct * 100.0;
+    }
+    bo_session_close(tx, t, &ss);
+    qsort(ratio, BO_PAIRS, sizeof(double), cmp_double);
+    free(ring);
+    free(launch);
+    free(t);
+    return ratio[BO_PAIRS / 2];
+}
+
 typedef struct bo_start_s {
     double open_us;                 /* SESSION_OPEN submit to reply: spawn, dlopen, cuInit */
     double first_kernel_us;         /* open + context + module + first launch + sync */
@@ -615,7 +728,8 @@ static int cmp_double(const void *a, const void *b)
  * (median over starts) before the loops in one more session.
  */
 static void proxy_run(const char *worker, const char *gpus, const char *libcuda, long iters,
-                      long launches, int starts, bo_backend_t *out, bo_start_t *st)
+                      long launches, int starts, bo_backend_t *out, bo_start_t *st,
+                      double *paired)
 {
     vcu_proxy_config_t cfg;
     bo_tx_t tx;
@@ -683,6 +797,7 @@ static void proxy_run(const char *worker, const char *gpus, const char *libcuda,
     st->first_kernel_us = first_us[starts / 2];
 
     tx_run(&tx, image, iters, launches, out);
+    *paired = paired_launch_ratio(&tx, image, launches);
     vcu_proxy_free(tx.px);
     munmap(tx.ram, BO_RAM_SIZE);
     close(tx.ramfd);
@@ -748,6 +863,7 @@ int main(int argc, char **argv)
     bo_direct_t d;
     bo_backend_t b, p = { 0 };
     bo_start_t st = { 0 };
+    double paired = 0;
 
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
@@ -797,10 +913,15 @@ int main(int argc, char **argv)
     direct_run((int)gpu, iters, launches, &d);
     backend_run(gpus, iters, launches, &b);
     if (!noproxy)
-        proxy_run(worker, gpus, getenv("VCU_LIBCUDA"), iters, launches, (int)starts, &p, &st);
+        proxy_run(worker, gpus, getenv("VCU_LIBCUDA"), iters, launches, (int)starts, &p, &st,
+                  &paired);
+    direct_end();
 
     row("echo_backend", b.echo_us, "us");
     row("stream_query_direct", d.stream_query_us, "us");
+    row("stream_query_direct_legacy", d.stream_query_legacy_us, "us");
+    row("stream_query_direct_spaced", d.stream_query_spaced_us, "us");
+    row("stream_query_direct_spaced10", d.stream_query_spaced10_us, "us");
     row("stream_query_backend", b.stream_query_us, "us");
     row("backend_overhead_stream_query", b.stream_query_us - d.stream_query_us, "us");
     row("mem_get_info_direct", d.mem_get_info_us, "us");
@@ -824,6 +945,7 @@ int main(int argc, char **argv)
     row("proxy_overhead_launch_sync", p.launch_sync_us - d.launch_sync_us, "us");
     row("launch_rate_proxy", p.launch_rate, "kernels/s");
     row("proxy_launch_rate_vs_direct", p.launch_rate / d.launch_rate * 100.0, "%");
+    row("proxy_launch_rate_vs_direct_paired", paired, "%");
     row("proxy_overhead_launch", 1e6 / p.launch_rate - 1e6 / d.launch_rate, "us");
     row("worker_start_proxy", st.open_us, "us");
     row("first_kernel_proxy", st.first_kernel_us, "us");

@@ -92,7 +92,8 @@
 #define VCU__ITEM_INLINE 256u
 /* Largest reply of an opcode the guest sends with VCU_REQ_F_ASYNC. */
 #define VCU__ASYNC_REPLY_MAX 64u
-#define VCU__ITEM_CACHE 256u
+/* Free items kept: a virtqueue's worth in flight (1024) allocates nothing. */
+#define VCU__ITEM_CACHE 1024u
 
 /*
  * A request accepted for a worker.  The header is copied, so that what was

@@ -14,11 +14,26 @@
  * behind a full request ring, socket bytes behind a full socket.  So a
  * slow, stopped or dead worker never blocks the submitter.
  *
- * Lock order: vcu_proxy_t.mu -> vcu__psess_t.mu.  Neither is held across
- * a done callback, a wait for a process or a blocking socket call.
+ * The submitter polls: after a synchronous request that went straight
+ * onto the ring, it watches the reply ring itself for at most poll_ns
+ * (vcu__px_poll()) and completes what arrives, its own reply included,
+ * before it returns.  A short request then costs the cross-core hops to
+ * the worker and back and nothing more: no hand-over from the reader to
+ * the submitter's thread (in QEMU, no wake-up of the main loop for the
+ * bottom half).  The reader and a polling submitter take replies under
+ * rx_busy, which both only ever try to take: the submitter gives up
+ * polling at once when the reader is busy, and the reader spins while
+ * the submitter's bounded poll runs.
+ *
+ * Lock order: vcu_proxy_t.mu -> vcu__psess_t.mu; rx_busy ->
+ * vcu__psess_t.mu.  Neither mutex is held across a done callback, a wait
+ * for a process or a blocking socket call; rx_busy is held across done
+ * callbacks (so they must not submit).
  *   vcu_proxy_t.mu   the session table, the zombie list, counters.
  *   vcu__psess_t.mu  the session's send queue, its pending requests, the
  *                    regions it was sent, wid, its close request, stop.
+ *   rx_busy          the reply ring's consumer side (resp), and
+ *                    vcu_proxy_t.pbuf while the submitter polls.
  *
  * Lifetimes
  * ---------
@@ -63,6 +78,10 @@
 #define VCU__PX_MAX_SESSIONS 4096u
 #define VCU__PX_SPIN_US_DEFAULT 20u
 #define VCU__PX_SPIN_MIN_CPUS 4     /* fewer online CPUs: no spinning */
+/* How long a submitter polls for the reply of a synchronous request, at
+ * most (never longer than the spin): a bounded busy wait on QEMU's
+ * thread, as virtio's poll mode, long enough for a short driver call. */
+#define VCU__PX_POLL_US 10u
 /* The worker's fds: the socket, the shared area, the rings' doorbells. */
 #define VCU__PX_FD_SOCK 3
 #define VCU__PX_FD_SHM 4
@@ -96,6 +115,8 @@ struct vcu_proxy_s {
     int capture_printf;
     uint32_t ring_bytes;            /* request ring per session */
     unsigned int spin_us;
+    uint64_t poll_ns;               /* the submitter's poll; 0: none */
+    unsigned char *pbuf;            /* a reply body, copied out while polling */
 
     pthread_mutex_t mu;             /* see the lock order above */
     vcu__psess_t **sessions;        /* max_sessions slots */
@@ -118,7 +139,8 @@ struct vcu__psess_s {
     int wake_req;                   /* request ring's doorbell: we ring it */
     int wake_resp;                  /* reply ring's doorbell: the reader sleeps on it */
     int wake_peer[2];               /* their other ends, the worker's, until spawned */
-    vcu__ring_t resp;               /* the reader's alone */
+    vcu__ring_t resp;               /* consumed under rx_busy */
+    int rx_busy;                    /* taken (trylock only) to consume resp */
     pthread_t reader;
     pthread_t sender;
 
@@ -406,6 +428,21 @@ static void *vcu__px_sender(void *arg)
 
 /* ---- receiving --------------------------------------------------------- */
 
+/* Takes the reply ring's consumer side if nobody has it. */
+static bool vcu__px_rx_take(vcu__psess_t *s)
+{
+    int idle = 0;
+
+    return __atomic_load_n(&s->rx_busy, __ATOMIC_RELAXED) == 0 &&
+           __atomic_compare_exchange_n(&s->rx_busy, &idle, 1, false, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
+}
+
+static void vcu__px_rx_give(vcu__psess_t *s)
+{
+    __atomic_store_n(&s->rx_busy, 0, __ATOMIC_RELEASE);
+}
+
 static vcu__preq_t *vcu__px_take_locked(vcu__psess_t *s, uint64_t tag)
 {
     vcu__preq_t *prev = NULL, *p;
@@ -506,14 +543,18 @@ static void *vcu__px_reader(void *arg)
         ssize_t n;
         int rc;
 
-        while ((rc = vcu__ring_get(&s->resp, &h, rbuf, VCU_IPC_MAX_RESP_BODY,
-                                   VCU_IPC_MAX_RESP_BODY)) > 0) {
-            if (h.type != VCU_IPC_RESP)
-                goto broken;
-            vcu__px_reply(s, h.tag, rbuf, h.len);
+        if (!vcu__px_rx_take(s)) {
+            /* The submitter polls for its reply, briefly. */
+            vcu__cpu_relax();
+            continue;
         }
-        if (rc < 0)
-            goto broken;
+        while ((rc = vcu__ring_get(&s->resp, &h, rbuf, VCU_IPC_MAX_RESP_BODY,
+                                   VCU_IPC_MAX_RESP_BODY)) > 0 &&
+               h.type == VCU_IPC_RESP)
+            vcu__px_reply(s, h.tag, rbuf, h.len);
+        vcu__px_rx_give(s);
+        if (rc != 0)
+            goto broken;            /* a broken ring, or a frame that is no reply */
         if (vcu__ring_wait(&s->resp, s->fd, spin_ns, -1) == 0)
             continue;
 
@@ -532,10 +573,13 @@ static void *vcu__px_reader(void *arg)
             continue;
         if (n <= 0) {
             /* Replies it published before it went still count. */
+            while (!vcu__px_rx_take(s))
+                vcu__cpu_relax();
             while ((rc = vcu__ring_get(&s->resp, &h, rbuf, VCU_IPC_MAX_RESP_BODY,
                                        VCU_IPC_MAX_RESP_BODY)) > 0 &&
                    h.type == VCU_IPC_RESP)
                 vcu__px_reply(s, h.tag, rbuf, h.len);
+            vcu__px_rx_give(s);
             break;
         }
         have += (size_t)n;
@@ -910,6 +954,46 @@ static vcu__psess_t *vcu__px_lookup_locked(vcu_proxy_t *px, uint64_t id)
 
 /* ---- submit ------------------------------------------------------------ */
 
+/*
+ * The submitter, right after a synchronous request went onto the request
+ * ring: takes replies off the reply ring for at most px->poll_ns, until
+ * the one for tag, completing each as the reader would (earlier async
+ * requests' replies come first).  Returns at once if the reader is taking
+ * replies; what is left when the time is up is the reader's.
+ */
+static void vcu__px_poll(vcu__psess_t *s, uint64_t tag)
+{
+    vcu_proxy_t *px = s->px;
+    uint64_t t0;
+    unsigned int i = 0;
+
+    if (!vcu__px_rx_take(s))
+        return;
+    t0 = vcu__ring_now_ns();
+    for (;;) {
+        struct vcu_ipc_hdr h;
+        int rc = vcu__ring_get(&s->resp, &h, px->pbuf, VCU_IPC_MAX_RESP_BODY,
+                               VCU_IPC_MAX_RESP_BODY);
+
+        if (rc > 0 && h.type == VCU_IPC_RESP) {
+            vcu__px_reply(s, h.tag, px->pbuf, h.len);
+            if (h.tag == tag)
+                break;
+            continue;
+        }
+        if (rc != 0) {
+            /* A worker that breaks the link's rules: its end ends the
+             * session (the reader sees its socket close). */
+            vcu__px_kill(s);
+            break;
+        }
+        vcu__cpu_relax();
+        if ((++i & 15u) == 0 && vcu__ring_now_ns() - t0 > px->poll_ns)
+            break;
+    }
+    vcu__px_rx_give(s);
+}
+
 static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
                             bool open);
 
@@ -983,6 +1067,7 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     size_t pad, off;
     unsigned int i, j, ngf = 0;
     int newfd[VCU_MAX_SEGS];
+    bool poll = false;
 
     if (req->nsegs > VCU_MAX_SEGS)
         goto einval;
@@ -1118,6 +1203,10 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     s->pending_tail = p;
     if (vcu__ring_frame_bytes(body) <= s->req.size / 4) {
         vcu__px_ring_send_locked(s, rf);
+        /* On the ring now, nothing ahead of it queued: its reply may be
+         * microseconds away. */
+        poll = !open && !(h.flags & VCU_REQ_F_ASYNC) && s->px->poll_ns > 0 &&
+               s->rqhead == NULL && !s->broken;
     } else {
         /* Too large for the ring: on the socket, and its place in the
          * ring's order marked. */
@@ -1128,6 +1217,8 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     pthread_mutex_unlock(&s->mu);
     free(mf ? mf->buf : NULL);
     free(mf);
+    if (poll)
+        vcu__px_poll(s, ih.tag);
     return;
 
 efault:
@@ -1250,13 +1341,27 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
                               ? VCU__PX_SPIN_US_DEFAULT
                               : 0;
     }
+    {
+        const char *e = getenv("VCU_POLL_US");
+        unsigned long poll_us = e != NULL && e[0] != '\0' ? strtoul(e, NULL, 10)
+                                                           : VCU__PX_POLL_US;
+
+        /* Bounded: QEMU's thread holds the BQL meanwhile. */
+        if (poll_us > 100)
+            poll_us = 100;
+        if (poll_us > px->spin_us)
+            poll_us = px->spin_us;
+        px->poll_ns = (uint64_t)poll_us * 1000u;
+    }
     px->next_gen = 1;
+    px->pbuf = malloc(VCU_IPC_MAX_RESP_BODY);
     px->worker = strdup(cfg->worker);
     px->gpus = cfg->gpus ? strdup(cfg->gpus) : NULL;
     px->libcuda = cfg->libcuda ? strdup(cfg->libcuda) : NULL;
     px->sessions = calloc(px->max_sessions, sizeof(*px->sessions));
     if (px->worker == NULL || (cfg->gpus && !px->gpus) || (cfg->libcuda && !px->libcuda) ||
-        px->sessions == NULL || pthread_mutex_init(&px->mu, NULL) != 0) {
+        px->sessions == NULL || px->pbuf == NULL || pthread_mutex_init(&px->mu, NULL) != 0) {
+        free(px->pbuf);
         free(px->worker);
         free(px->gpus);
         free(px->libcuda);
@@ -1313,6 +1418,7 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
     vcu_proxy_reset(px);
     pthread_mutex_destroy(&px->mu);
     free(px->sessions);
+    free(px->pbuf);
     free(px->worker);
     free(px->gpus);
     free(px->libcuda);

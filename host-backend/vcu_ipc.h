@@ -40,13 +40,16 @@
  * Ring protocol (positions are free-running byte counts; an entry at
  * position p lies at p % size, wrapping):
  *   producer: writes the frame, stores tail (release), full fence, and if
- *             the consumer's sleeping flag is set, rings its doorbell;
+ *             the consumer's sleeping flag is set, rings its doorbell; it
+ *             reads head (acquire) only when the head it saw last leaves
+ *             too little room;
  *   consumer: reads tail (acquire), copies each whole frame out, stores
  *             head (release).  When idle past its spin time it sets
  *             sleeping, full fence, reads tail once more and only then
  *             blocks in poll() on its doorbell and the socket.
- * Each side checks what the other wrote: tail - head <= size, a frame's
- * length within the bytes published.  A broken ring ends the session.
+ * Each side checks what the other wrote: tail - head <= size, a head
+ * that never goes back, a frame's length within the bytes published.  A
+ * broken ring ends the session.
  */
 #ifndef VCU_IPC_H
 #define VCU_IPC_H
@@ -97,14 +100,23 @@ struct vcu_ipc_hello {
     char cuda_error[240];           /* "" when CUDA is available, else why not */
 };
 
-/* One ring's indices, each on a cache line of its own. */
+/*
+ * One ring's indices, each on a cache line of its own: the producer
+ * writes tail on every frame, the consumer head on every frame, and the
+ * producer reads sleeping after every frame, which the consumer writes
+ * only when it goes to sleep.  Kept apart, a frame moves the tail's line
+ * (and the frame's) from one core to the other, and nothing else: the
+ * producer reads head only when its last look at it shows too little
+ * room, and sleeping stays cached on both sides while nobody sleeps.
+ */
 struct vcu_ipc_ring_ctl {
     uint64_t tail;                  /* producer: bytes published */
     uint8_t pad0[56];
     uint64_t head;                  /* consumer: bytes consumed */
+    uint8_t pad1[56];
     uint32_t sleeping;              /* consumer: blocked or about to, wake me */
     uint32_t reserved;
-    uint8_t pad1[48];
+    uint8_t pad2[56];
 };
 
 /* The shared area: this header, then the request ring's bytes at
@@ -118,7 +130,7 @@ struct vcu_ipc_shm {
     struct vcu_ipc_ring_ctl resp;
 };
 
-#define VCU_IPC_SHM_MAGIC 0x31676e6972756376ull    /* "vcuring1" */
+#define VCU_IPC_SHM_MAGIC 0x32676e6972756376ull    /* "vcuring2" */
 #define VCU_IPC_SHM_HDR 4096u
 #define VCU_IPC_REQ_RING_DEFAULT (1u << 20)
 #define VCU_IPC_REQ_RING_MIN 4096u
@@ -143,8 +155,8 @@ _Static_assert(sizeof(struct vcu_ipc_region) == 16, "vcu_ipc_region");
 _Static_assert(sizeof(struct vcu_ipc_req) == 16, "vcu_ipc_req");
 _Static_assert(sizeof(struct vcu_ipc_range) == 24, "vcu_ipc_range");
 _Static_assert(sizeof(struct vcu_ipc_hello) == 248, "vcu_ipc_hello");
-_Static_assert(sizeof(struct vcu_ipc_ring_ctl) == 128, "vcu_ipc_ring_ctl");
-_Static_assert(sizeof(struct vcu_ipc_shm) == 320, "vcu_ipc_shm");
+_Static_assert(sizeof(struct vcu_ipc_ring_ctl) == 192, "vcu_ipc_ring_ctl");
+_Static_assert(sizeof(struct vcu_ipc_shm) == 448, "vcu_ipc_shm");
 _Static_assert(sizeof(struct vcu_ipc_shm) <= VCU_IPC_SHM_HDR, "vcu_ipc_shm header");
 _Static_assert(VCU_IPC_MAX_RESP_BODY + sizeof(struct vcu_ipc_hdr) + 8 <= VCU_IPC_RESP_RING / 2,
                "a reply frame fits the reply ring");

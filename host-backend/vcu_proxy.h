@@ -54,6 +54,10 @@ void vcu_proxy_free(vcu_proxy_t *px);
  * Queues a request; always ends in exactly one call of req->done.  Every
  * segment iovec needs its vcu_gref_t (seg->ref), or the request fails
  * with VCU_S_EFAULT.  Not thread safe: one caller at a time (the BQL).
+ * done may run before this returns, on the caller's thread: for a
+ * synchronous request the caller polls the worker's replies for up to
+ * 10 us ($VCU_POLL_US, at most 100 and at most the spin; none when the
+ * spin is 0), completing what arrives.  done must not submit.
  */
 void vcu_proxy_submit(vcu_proxy_t *px, vcu_request_t *req);
 

@@ -3,9 +3,11 @@
  * proxy and the worker each hold a producer of one ring and the consumer
  * of the other.  Private to host-backend (proxy.c, worker.c, the tests).
  *
- * Not thread safe: each side serializes its producers itself.  The peer
- * is not trusted: every index it wrote is checked, and a check that
- * fails reads as VCU__RING_BROKEN.
+ * Not thread safe: each side serializes its producers itself, and its
+ * consumers too (the proxy's reader and a submitter polling for its own
+ * reply); vcu__ring_ready() and vcu__ring_wait() may run beside the
+ * thread that consumes.  The peer is not trusted: every index it wrote
+ * is checked, and a check that fails reads as VCU__RING_BROKEN.
  *
  * All inline: QEMU links proxy.c alone, the worker worker.c.
  *
@@ -40,7 +42,11 @@ typedef struct vcu__ring_s {
     struct vcu_ipc_ring_ctl *ctl;   /* in the shared area */
     unsigned char *data;            /* size bytes in the shared area */
     uint64_t size;                  /* a power of two */
-    uint64_t pos;                   /* producer: our tail; consumer: our head */
+    /* Producer: our tail; consumer: our head, changed only by the one
+     * thread consuming at a time, read atomically (vcu__ring_ready()) by
+     * others that may wait on the same ring. */
+    uint64_t pos;
+    uint64_t head_seen;             /* producer: the consumer's head at our last look */
     int wake_fd;                    /* this side's end of the ring's doorbell */
 } vcu__ring_t;
 
@@ -84,6 +90,7 @@ static inline void vcu__ring_init(vcu__ring_t *r, struct vcu_ipc_ring_ctl *ctl, 
     r->data = data;
     r->size = size;
     r->pos = 0;
+    r->head_seen = 0;
     r->wake_fd = wake_fd;
 }
 
@@ -114,14 +121,21 @@ static inline void vcu__ring_read(const vcu__ring_t *r, uint64_t pos, void *dst,
  */
 static inline int vcu__ring_put(vcu__ring_t *r, const struct vcu_ipc_hdr *h, const void *body)
 {
-    uint64_t head = VCU__LOAD(&r->ctl->head);
-    uint64_t used = r->pos - head;
     uint64_t need = vcu__ring_frame_bytes(h->len);
 
-    if (used > r->size || (head & 7u) != 0)
-        return VCU__RING_BROKEN;
-    if (need > r->size - used)
-        return VCU__RING_FULL;
+    /* The consumer's head only moves forward: room seen at the last look
+     * is still there, so its cache line is read only when that is not
+     * enough (see struct vcu_ipc_ring_ctl). */
+    if (need > r->size - (r->pos - r->head_seen)) {
+        uint64_t head = VCU__LOAD(&r->ctl->head);
+
+        if (r->pos - head > r->size || head - r->head_seen > r->pos - r->head_seen ||
+            (head & 7u) != 0)
+            return VCU__RING_BROKEN;
+        r->head_seen = head;
+        if (need > r->size - (r->pos - head))
+            return VCU__RING_FULL;
+    }
     vcu__ring_write(r, r->pos, h, sizeof(*h));
     vcu__ring_write(r, r->pos + sizeof(*h), body, h->len);
     r->pos += need;
@@ -161,7 +175,7 @@ static inline int vcu__ring_get(vcu__ring_t *r, struct vcu_ipc_hdr *h, unsigned 
     if (h->len > max_body || h->len > cap || vcu__ring_frame_bytes(h->len) > avail)
         return VCU__RING_BROKEN;
     vcu__ring_read(r, r->pos + sizeof(*h), buf, h->len);
-    r->pos += vcu__ring_frame_bytes(h->len);
+    __atomic_store_n(&r->pos, r->pos + vcu__ring_frame_bytes(h->len), __ATOMIC_RELAXED);
     VCU__STORE(&r->ctl->head, r->pos);
     return 1;
 }
@@ -169,7 +183,7 @@ static inline int vcu__ring_get(vcu__ring_t *r, struct vcu_ipc_hdr *h, unsigned 
 /* Consumer: whether something is published past our head (a hint). */
 static inline int vcu__ring_ready(const vcu__ring_t *r)
 {
-    return VCU__LOAD(&r->ctl->tail) != r->pos;
+    return VCU__LOAD(&r->ctl->tail) != __atomic_load_n(&r->pos, __ATOMIC_RELAXED);
 }
 
 /*

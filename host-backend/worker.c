@@ -83,11 +83,13 @@
 #include "vcu_stage.h"
 
 #define VCU__W_PAGE 4096ull
-/* A job's own room for its request, reply and iovecs; free jobs kept. */
+/* A job's own room for its request, reply and iovecs; free jobs kept:
+ * as many as a virtqueue holds in flight, so that a stream of async
+ * launches (all taken in before the first runs) allocates nothing. */
 #define VCU__JOB_REQ_INLINE 512u
 #define VCU__JOB_RESP_INLINE 512u
 #define VCU__JOB_IOV_INLINE 16u
-#define VCU__JOB_CACHE 64u
+#define VCU__JOB_CACHE 1024u
 /* How long the main thread may be away from the ring before the watch
  * thread takes it over, and how often that thread looks. */
 #define VCU__W_WATCH_NS 2000000ull

@@ -98,6 +98,7 @@
     X(ring_corrupt_index)               \
     X(proxy_ring_wrap_full)             \
     X(proxy_worker_killed)              \
+    X(proxy_poll)                       \
     X(proxy_ring_corrupt)               \
     /* test_integrity.c */              \
     X(md2_rfc1319)                      \

@@ -88,6 +88,7 @@ TEST(ring_corrupt_index)
     vcu__ring_t p, c;
     unsigned char buf[256] = { 0 };
     struct vcu_ipc_hdr h = { .type = VCU_IPC_RESP, .len = 100, .tag = 1 };
+    int rc;
 
     ring_pair(&m, &p, &c);
     m.ctl.tail = sizeof(m.data) + 8;            /* more than the ring */
@@ -108,8 +109,19 @@ TEST(ring_corrupt_index)
     ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_get(&c, &h, buf, sizeof(buf), 100));  /* over max */
     ASSERT_EQ(c.pos, 0);
 
+    /* The producer reads the head when its last look leaves too little
+     * room: what it reads then is checked. */
     ring_pair(&m, &p, &c);
-    m.ctl.head = 64;                            /* ahead of the producer */
+    while ((rc = vcu__ring_put(&p, &h, buf)) > 0)
+        ;
+    ASSERT_EQ(VCU__RING_FULL, rc);
+    m.ctl.head = p.pos + 64;                    /* ahead of the producer */
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_put(&p, &h, buf));
+    m.ctl.head = 12;                            /* not 8-aligned */
+    ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_put(&p, &h, buf));
+    m.ctl.head = vcu__ring_frame_bytes(h.len);  /* one frame taken: room again */
+    ASSERT_EQ(1, vcu__ring_put(&p, &h, buf));
+    m.ctl.head = 8;                             /* went back */
     ASSERT_EQ(VCU__RING_BROKEN, vcu__ring_put(&p, &h, buf));
     return 0;
 }
@@ -371,6 +383,64 @@ TEST(proxy_worker_killed)
     return 0;
 }
 
+/*
+ * The submitter polls the reply ring for a synchronous request's reply
+ * (spin on): replies are taken by it or by the reader, and every request
+ * completes exactly once, with its own reply: a stream of ECHOs, a burst
+ * submitted without waiting (each submit takes the earlier ones' replies
+ * too), a delayed one the poll gives up on, and the same with no poll.
+ */
+static int px_poll_case(unsigned int spin_us, const char *poll_us)
+{
+    static ut_req_t *burst[64];
+    px_env_t e;
+    ut_req_t *slow = ut_req_new();
+    struct timespec ts = { 0, 50 * 1000 * 1000 };
+    unsigned int i;
+
+    setenv("VCU_POLL_US", poll_us, 1);
+    CHECK(px_env(&e, 0, spin_us));
+    unsetenv("VCU_POLL_US");
+    CHECK(px_open(&e));
+    for (i = 0; i < 300; i++)
+        CHECK(px_echo(&e, (i * 4099u) % (PX_RAM / 2), 1 + i * 97u % 4096, 1 + i % UT_MAX_IOV));
+    ut_echo_build(slow, e.sid, 7, 0, 20, NULL, 0);  /* 20 ms in the worker */
+    px_submit(&e, slow);
+    for (i = 0; i < 64; i++) {
+        burst[i] = ut_req_new();
+        ut_req_add_seg(burst[i], VCU_SEG_TO_DEVICE, e.ram + i * 128, 100);
+        ut_fill(e.ram + i * 128, 100, i);
+        ut_echo_build(burst[i], e.sid, i, 0, 0, NULL, 0);
+        px_refs_set(&e, burst[i], px_refs);
+        px_submit(&e, burst[i]);
+    }
+    for (i = 0; i < 64; i++) {
+        ASSERT_EQ(0, ut_wait_count(&burst[i]->ndone, 1));
+        ASSERT_EQ(VCU_S_OK, ut_status(burst[i]));
+        ASSERT_EQ_U64(ut_fnv(VCU_FNV64_INIT, e.ram + i * 128, 100),
+                      ((const struct vcu_echo_resp *)ut_resp_payload(burst[i]))->in_hash);
+    }
+    ASSERT_EQ(0, ut_wait_count(&slow->ndone, 1));
+    ASSERT_EQ(VCU_S_OK, ut_status(slow));
+    nanosleep(&ts, NULL);
+    ASSERT_EQ(1, atomic_load(&slow->ndone));
+    for (i = 0; i < 64; i++) {
+        ASSERT_EQ(1, atomic_load(&burst[i]->ndone));
+        free(burst[i]);
+    }
+    CHECK(px_echo(&e, 777, 5000, 3));
+    free(slow);
+    px_env_free(&e);
+    return 0;
+}
+
+TEST(proxy_poll)
+{
+    CHECK(px_poll_case(50, "100"));
+    CHECK(px_poll_case(50, "0"));
+    return 0;
+}
+
 /* The session's shared area as the proxy maps it in this process (the
  * one mapping of the memfd "vcu-ring"): what the worker shares with us. */
 static struct vcu_ipc_shm *px_shm(void)
@@ -407,16 +477,19 @@ static int px_close(px_env_t *e)
 /*
  * A worker that breaks a ring: an impossible tail in the reply ring (the
  * reader, spinning, takes it), an impossible head in the request ring
- * (the next submit finds it).  Either way the proxy kills the worker,
+ * (the proxy finds it when it next needs room).  Either way the proxy
+ * kills the worker,
  * fails what was pending with VCU_S_EIO, the session stays dead, and a
  * new session works.  The shared area is written from this side, as the
  * worker would.
  */
 TEST(proxy_ring_corrupt)
 {
+    static ut_req_t *burst[64];
     px_env_t e;
     ut_req_t *t = ut_req_new(), *u = ut_req_new();
     struct vcu_ipc_shm *shm;
+    unsigned int i;
     pid_t pid;
 
     /* 3 s of spin: the reader sees the tail without a wake-up. */
@@ -441,11 +514,32 @@ TEST(proxy_ring_corrupt)
 
     CHECK(px_open(&e));                         /* frees the dead one's area */
     CHECK(px_echo(&e, 4096, 5000, 2));
+    CHECK(px_close(&e));
+    px_env_free(&e);
+
+    /* The proxy reads the request ring's head only when it needs room:
+     * a 4 KiB ring, the worker stopped, filled until it looks. */
+    CHECK(px_env(&e, 4096, 0));
+    CHECK(px_open(&e));
+    CHECK(px_echo(&e, 4096, 5000, 2));
+    pid = px_worker_pid();
+    ASSERT_GT(pid, 0);
     shm = px_shm();
     ASSERT_NOT_NULL(shm);
-    __atomic_store_n(&shm->req.head, shm->req.tail + 64, __ATOMIC_RELEASE);
-    ut_echo_build(u, e.sid, 1, 0, 0, NULL, 0);
-    ASSERT_EQ(VCU_S_EIO, px_exec(&e, u));
+    ASSERT_EQ(0, kill(pid, SIGSTOP));
+    /* Ahead of all the proxy will have written when it looks. */
+    __atomic_store_n(&shm->req.head, shm->req.tail + 3 * 4096, __ATOMIC_RELEASE);
+    for (i = 0; i < 64; i++) {
+        burst[i] = ut_req_new();
+        ut_echo_build(burst[i], e.sid, i, 0, 0, NULL, 0);
+        px_submit(&e, burst[i]);
+    }
+    for (i = 0; i < 64; i++) {
+        ASSERT_EQ(0, ut_wait_count(&burst[i]->ndone, 1));
+        ASSERT_EQ(VCU_S_EIO, ut_status(burst[i]));
+        free(burst[i]);
+    }
+    ASSERT_EQ(-1, kill(pid, 0));                /* killed and reaped */
     CHECK(px_close(&e));
 
     CHECK(px_open(&e));
