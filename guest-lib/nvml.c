@@ -865,29 +865,49 @@ typedef struct vcu__nvml_proc_s {
 } vcu__nvml_proc_t;
 
 /*
+ * Whether sessions[] is the VM's list, by the guest's session ids: it
+ * has more than the asking session, and the asking one (this library's)
+ * is among them; where this library's own is unknown, one of the guest's
+ * is.  A host without a per-VM account lists only the asking session, or
+ * an id of its own making (a worker process's): it cannot say which
+ * process uses which GPU, or how much.
+ */
+static int vcu__nvml_lists_vm(const struct vcu_cu_slice_info_resp *s,
+                              const vcu__nvml_sess_t *sess, int n)
+{
+    if (s->num_sessions < 2)
+        return 0;
+    for (uint32_t k = 0; k < s->num_sessions; k++) {
+        if (vcu__nvml.own != 0 && s->sessions[k].session == vcu__nvml.own)
+            return 1;
+        for (int i = 0; i < n && vcu__nvml.own == 0; i++)
+            if (sess[i].session == s->sessions[k].session)
+                return 1;
+    }
+    return 0;
+}
+
+/*
  * The guest processes holding sessions (the sessions file), but this
- * library's own, one entry per process, with the GPU memory the host
- * charges their sessions (memory and context).  A host that lists only
- * the asking session cannot say which process uses which device or how
- * much: every process is shown, memory NVML_VALUE_NOT_AVAILABLE.
- * Returns how many, at most max.
+ * library's own, one entry per process.  Where sessions[] is the VM's
+ * list: those of its sessions, with the GPU memory the host charges them
+ * (memory and context).  Otherwise every process holding the device,
+ * memory NVML_VALUE_NOT_AVAILABLE.  Returns how many, at most max.
  */
 static int vcu__nvml_procs(const struct vcu_cu_slice_info_resp *s, vcu__nvml_proc_t *out,
                            int max)
 {
     vcu__nvml_sess_t sess[VCU__NVML_MAX_SESS];
-    int n = vcu__nvml_read_sessions(sess, VCU__NVML_MAX_SESS), np = 0, lists_vm = 0;
+    int n = vcu__nvml_read_sessions(sess, VCU__NVML_MAX_SESS), np = 0, lists_vm;
 
-    for (uint32_t k = 0; k < s->num_sessions; k++)
-        if (s->sessions[k].session != vcu__nvml.own)
-            lists_vm = 1;
+    lists_vm = vcu__nvml_lists_vm(s, sess, n);
     for (int i = 0; i < n; i++) {
         unsigned long long mem = (unsigned long long)NVML_VALUE_NOT_AVAILABLE;
         int found = 0, j;
 
         if (sess[i].session == vcu__nvml.own || sess[i].pid == 0)
             continue;
-        for (uint32_t k = 0; k < s->num_sessions && !found; k++) {
+        for (uint32_t k = 0; lists_vm && k < s->num_sessions && !found; k++) {
             const struct vcu_cu_slice_session *ss = &s->sessions[k];
 
             if (ss->session != sess[i].session)

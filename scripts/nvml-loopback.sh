@@ -2,7 +2,8 @@
 # guest-lib's libnvidia-ml.so.1 and vcuda-smi natively against the loopback
 # build (the host backend and the CPU stand-in for NVIDIA's libcuda in one
 # process, no VM): the library exports every name of NVIDIA's nvml.h and
-# nothing else, tests/nvml/nvml_api agrees with our libcuda.so.1, and
+# nothing else, the process-list join (tests/nvml/nvml_join) holds,
+# tests/nvml/nvml_api agrees with our libcuda.so.1, and
 # vcuda-smi prints the table, the list and the details, or fails cleanly
 # with no device.  Last line: "N passed, N failed".
 set -uo pipefail
@@ -16,7 +17,7 @@ failed=0
 ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
 
-if [ ! -e "$lib" ] || [ ! -x "$b/nvml-tests/nvml_api" ]; then
+if [ ! -e "$lib" ] || [ ! -x "$b/nvml-tests/nvml_api" ] || [ ! -x "$b/nvml-tests/nvml_join" ]; then
     echo "nvml-loopback: build first (make all)"
     echo "0 passed, 1 failed"
     exit 1
@@ -38,18 +39,26 @@ export VCU_TRANSPORT=loopback
 export VCU_LIBCUDA=$b/fakecuda/libcuda.so.1
 export LD_LIBRARY_PATH=$b/guest-lib-loopback
 
-out=$("$b/nvml-tests/nvml_api" 2>&1)
-rc=$?
-echo "$out" | grep -v '^[0-9]* passed, [0-9]* failed$'
-line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
-if [ -n "$line" ]; then
-    passed=$((passed + ${line%% passed*}))
-    f=${line#*passed, }
-    failed=$((failed + ${f%% failed*}))
-    [ "$rc" = 0 ] || [ "${f%% failed*}" != 0 ] || bad "nvml_api exited $rc"
-else
-    bad "nvml_api gave no result line (rc $rc)"
-fi
+# A test program's own "N passed, N failed", added to ours.
+run_prog() {
+    local out rc line f
+    out=$("$@" 2>&1)
+    rc=$?
+    echo "$out" | grep -v '^[0-9]* passed, [0-9]* failed$'
+    line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    if [ -n "$line" ]; then
+        passed=$((passed + ${line%% passed*}))
+        f=${line#*passed, }
+        failed=$((failed + ${f%% failed*}))
+        [ "$rc" = 0 ] || [ "${f%% failed*}" != 0 ] || bad "$1 exited $rc"
+    else
+        bad "$1 gave no result line (rc $rc)"
+    fi
+}
+
+# The process-list join (nvml.c compiled in, ASan/UBSan), then the API.
+run_prog "$b/nvml-tests/nvml_join"
+run_prog "$b/nvml-tests/nvml_api"
 
 list=$("$smi" -L 2>&1)
 if [ $? = 0 ] && grep -Eq '^GPU 0: .+ \(UUID: GPU-[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}\)$' <<<"$list"; then
