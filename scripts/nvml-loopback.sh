@@ -27,7 +27,7 @@ fi
 # only them; the hand-written ones strong, not the generated defaults.
 exp=$(nm -D --defined-only "$lib" | awk '{ print $3 }' | sort)
 want=$( (cat "$b/guest-lib-loopback/nvml.names"; echo nvmlErrorString) | sort)
-if [ "$exp" = "$want" ]; then ok; else bad "exports differ from nvml.h: $(diff <(echo "$want") <(echo "$exp") | head -n 5)"; fi
+if [ "$exp" = "$want" ]; then ok; else bad "exports differ from nvml.h: $(diff <(echo "$want") <(echo "$exp") | sed -n 1,5p)"; fi
 syms=$(nm -D --defined-only "$lib")
 if grep -q ' T nvmlDeviceGetMemoryInfo_v2$' <<<"$syms" &&
     grep -q ' W nvmlDeviceSetPersistenceMode$' <<<"$syms"; then ok; else
