@@ -243,8 +243,13 @@ static nvmlReturn_t vcu__nvml_open(unsigned int flags)
     err = vcu_conn_open(NULL, VCU_FEAT_CUDA, &vcu__nvml.conn);
     if (err != 0) {
         vcu__nvml.conn = NULL;
-        return err == VCU_EVERSION ? NVML_ERROR_LIB_RM_VERSION_MISMATCH
-                                   : NVML_ERROR_DRIVER_NOT_LOADED;
+        if (err == VCU_EVERSION)
+            return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+        /* The device file is there but not ours to open (udev's 0600). */
+        if (vcu__nvml.sessions_path[0] != '\0' && access(path, F_OK) == 0 &&
+            access(path, R_OK | W_OK) != 0)
+            return NVML_ERROR_NO_PERMISSION;
+        return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     vcu__nvml.own = nbefore >= 0 ? vcu__nvml_own_session(before, nbefore) : 0;
     if (!(vcu_conn_features(vcu__nvml.conn) & VCU_FEAT_CUDA)) {
