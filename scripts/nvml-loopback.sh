@@ -3,7 +3,8 @@
 # build (the host backend and the CPU stand-in for NVIDIA's libcuda in one
 # process, no VM): the library exports every name of NVIDIA's nvml.h and
 # nothing else, the process-list join (tests/nvml/nvml_join) holds,
-# tests/nvml/nvml_api agrees with our libcuda.so.1, and
+# tests/nvml/nvml_api agrees with our libcuda.so.1, pynvml and PyTorch's
+# ctypes calls work (tests/nvml/pynvml_check.py), and
 # vcuda-smi prints the table, the list and the details, or fails cleanly
 # with no device.  Last line: "N passed, N failed".
 set -uo pipefail
@@ -59,6 +60,13 @@ run_prog() {
 # The process-list join (nvml.c compiled in, ASan/UBSan), then the API.
 run_prog "$b/nvml-tests/nvml_join"
 run_prog "$b/nvml-tests/nvml_api"
+
+# Its Python users: pynvml, and PyTorch's ctypes path re-created.
+if pyd=$(scripts/nvml-header.sh pynvml); then
+    PYTHONPATH=$pyd run_prog python3 tests/nvml/pynvml_check.py
+else
+    bad "no pynvml (scripts/nvml-header.sh pynvml)"
+fi
 
 list=$("$smi" -L 2>&1)
 if [ $? = 0 ] && grep -Eq '^GPU 0: .+ \(UUID: GPU-[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}\)$' <<<"$list"; then
