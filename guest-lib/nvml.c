@@ -620,12 +620,18 @@ VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
-/* SMs times the CUDA cores of one SM of the architecture. */
+static nvmlReturn_t vcu__nvml_slice(nvmlDevice_t d, struct vcu_cu_slice_info_resp *s);
+
+/*
+ * The SMs the slice may use (CU_SLICE_INFO; the device's count where the
+ * host does not say) times the CUDA cores of one SM of the architecture.
+ */
 VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device,
                                                        unsigned int *numCores)
 {
     nvmlReturn_t r = vcu__nvml_check(device);
-    unsigned int cc, per_sm;
+    struct vcu_cu_slice_info_resp *s;
+    unsigned int cc, per_sm, sms;
 
     if (r != NVML_SUCCESS)
         return r;
@@ -639,7 +645,15 @@ VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device,
         per_sm = 128; break;
     default: return NVML_ERROR_NOT_SUPPORTED;
     }
-    *numCores = per_sm * vcu__nvml_attr(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    sms = vcu__nvml_attr(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    s = malloc(sizeof(*s));
+    if (s == NULL)
+        return NVML_ERROR_MEMORY;
+    if (vcu__nvml_slice(device, s) == NVML_SUCCESS && s->sm_count != VCU_SLICE_UNKNOWN32 &&
+        s->sm_count != 0 && s->sm_count < sms)
+        sms = s->sm_count;
+    free(s);
+    *numCores = per_sm * sms;
     return NVML_SUCCESS;
 }
 

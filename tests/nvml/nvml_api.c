@@ -56,7 +56,8 @@ static void check_device(unsigned int i, int cu_count)
     CUuuid u;
     CUdevice cd;
     unsigned int idx = 99, mig = 9, pend = 9, minor = 99, multi = 9;
-    int maj = 0, min = 0, cumaj = -1, cumin = -1;
+    int maj = 0, min = 0, cumaj = -1, cumin = -1, sms = 0;
+    unsigned int cores = 0;
     nvmlComputeMode_t cm;
     nvmlDeviceArchitecture_t arch;
 
@@ -104,6 +105,12 @@ static void check_device(unsigned int i, int cu_count)
     EXPECT(NVML_SUCCESS, nvmlDeviceGetCudaComputeCapability(d, &maj, &min));
     CHECK(maj == cumaj && min == cumin, "NVML cc %d.%d, libcuda %d.%d", maj, min, cumaj, cumin);
     EXPECT(NVML_SUCCESS, nvmlDeviceGetArchitecture(d, &arch));
+    CHECK(cumaj != 9 || arch == NVML_DEVICE_ARCH_HOPPER, "architecture %u", arch);
+    CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cd));
+    if (cumaj == 9 && cumin == 0) {
+        EXPECT(NVML_SUCCESS, nvmlDeviceGetNumGpuCores(d, &cores));
+        CHECK(cores == 128u * (unsigned int)sms, "%u cores for %d SMs", cores, sms);
+    }
     EXPECT(NVML_SUCCESS, nvmlDeviceGetMigMode(d, &mig, &pend));
     CHECK(mig == NVML_DEVICE_MIG_DISABLE && pend == NVML_DEVICE_MIG_DISABLE, "MIG %u %u", mig,
           pend);
