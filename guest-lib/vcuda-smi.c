@@ -7,8 +7,11 @@
  *                    used/total and utilization, then the processes
  *   vcuda-smi -L     one line per GPU: index, name, UUID
  *   vcuda-smi -q     details per GPU
+ *   vcuda-smi --query-gpu=FIELD,... --format=csv[,noheader][,nounits]
+ *                    nvidia-smi's CSV for the fields query_csv() knows
  *
- * Exit status: 0, or 1 when NVML cannot be loaded or initialized.
+ * Exit status: 0, 1 when NVML cannot be loaded or initialized, 2 for a
+ * bad command line.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -254,16 +257,137 @@ static int query(unsigned int n)
     return 0;
 }
 
+/*
+ * --query-gpu=FIELD,... --format=csv[,noheader][,nounits]: one CSV line
+ * per GPU, nvidia-smi's field names and header wording for the fields
+ * below; what NVML does not answer is "[N/A]", as nvidia-smi writes it.
+ */
+static const char *const csv_fields[] = {
+    "index", "name", "uuid", "pci.bus_id", "driver_version", "compute_cap",
+    "memory.total", "memory.used", "memory.free", "utilization.gpu",
+};
+static const char *const csv_heads[] = {
+    "index", "name", "uuid", "pci.bus_id", "driver_version", "compute_cap",
+    "memory.total [MiB]", "memory.used [MiB]", "memory.free [MiB]", "utilization.gpu [%]",
+};
+#define NFIELDS (sizeof(csv_fields) / sizeof(csv_fields[0]))
+
+static void csv_value(nvmlDevice_t d, unsigned int i, size_t f, int units, char *out, size_t len)
+{
+    char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    nvmlPciInfo_t pci;
+    nvmlMemory_t mem;
+    nvmlUtilization_t u;
+    int maj, min, ok;
+
+    snprintf(out, len, "[N/A]");
+    switch (f) {
+    case 0:
+        snprintf(out, len, "%u", i);
+        break;
+    case 1:
+        if (nv.DeviceGetName(d, buf, sizeof(buf)) == NVML_SUCCESS)
+            snprintf(out, len, "%s", buf);
+        break;
+    case 2:
+        if (nv.DeviceGetUUID(d, buf, sizeof(buf)) == NVML_SUCCESS)
+            snprintf(out, len, "%s", buf);
+        break;
+    case 3:
+        if (nv.DeviceGetPciInfo_v3(d, &pci) == NVML_SUCCESS)
+            snprintf(out, len, "%s", pci.busId);
+        break;
+    case 4:
+        if (nv.SystemGetDriverVersion(buf, sizeof(buf)) == NVML_SUCCESS)
+            snprintf(out, len, "%s", buf);
+        break;
+    case 5:
+        if (nv.DeviceGetCudaComputeCapability(d, &maj, &min) == NVML_SUCCESS)
+            snprintf(out, len, "%d.%d", maj, min);
+        break;
+    case 6: case 7: case 8:
+        if (nv.DeviceGetMemoryInfo(d, &mem) == NVML_SUCCESS)
+            snprintf(out, len, units ? "%llu MiB" : "%llu",
+                     mib(f == 6 ? mem.total : f == 7 ? mem.used : mem.free));
+        break;
+    case 9:
+        ok = nv.DeviceGetUtilizationRates(d, &u) == NVML_SUCCESS;
+        if (ok)
+            snprintf(out, len, units ? "%u %%" : "%u", u.gpu);
+        break;
+    }
+}
+
+static int query_csv(unsigned int n, const char *fields, const char *format)
+{
+    size_t sel[32], nsel = 0;
+    char *copy = strdup(fields), *tok, *save = NULL;
+    int header = strstr(format, "noheader") == NULL, units = strstr(format, "nounits") == NULL;
+
+    if (copy == NULL)
+        return 1;
+    for (tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        size_t f;
+
+        for (f = 0; f < NFIELDS && strcmp(tok, csv_fields[f]) != 0; f++)
+            ;
+        if (f == NFIELDS || nsel == sizeof(sel) / sizeof(sel[0])) {
+            fprintf(stderr, "vcuda-smi: field \"%s\" is not a valid field to query\n", tok);
+            free(copy);
+            return 2;
+        }
+        sel[nsel++] = f;
+    }
+    free(copy);
+    for (size_t k = 0; header && k < nsel; k++)
+        printf("%s%s", k ? ", " : "", csv_heads[sel[k]]);
+    if (header)
+        printf("\n");
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlDevice_t d;
+
+        if (nv.DeviceGetHandleByIndex_v2(i, &d) != NVML_SUCCESS)
+            continue;
+        for (size_t k = 0; k < nsel; k++) {
+            char v[128];
+
+            csv_value(d, i, sel[k], units, v, sizeof(v));
+            printf("%s%s", k ? ", " : "", v);
+        }
+        printf("\n");
+    }
+    return 0;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: vcuda-smi [-L | -q | --query-gpu=FIELD,... --format=csv[,noheader][,nounits]]\n"
+                    "fields: index, name, uuid, pci.bus_id, driver_version, compute_cap,\n"
+                    "        memory.total, memory.used, memory.free, utilization.gpu\n");
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
-    const char *mode = argc > 1 ? argv[1] : "";
+    const char *mode = argc > 1 ? argv[1] : "", *fields = NULL, *format = NULL;
     unsigned int n = 0;
     nvmlReturn_t r;
     int rc;
 
-    if (strcmp(mode, "") != 0 && strcmp(mode, "-L") != 0 && strcmp(mode, "-q") != 0) {
-        fprintf(stderr, "usage: vcuda-smi [-L | -q]\n");
-        return 2;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--query-gpu=", 12) == 0)
+            fields = argv[i] + 12;
+        else if (strncmp(argv[i], "--format=", 9) == 0)
+            format = argv[i] + 9;
+        else if (argc > 2)
+            return usage();
+    }
+    if (fields != NULL || format != NULL) {
+        if (fields == NULL || format == NULL || strncmp(format, "csv", 3) != 0)
+            return usage();
+        mode = "csv";
+    } else if (strcmp(mode, "") != 0 && strcmp(mode, "-L") != 0 && strcmp(mode, "-q") != 0) {
+        return usage();
     }
     if (load() != 0)
         return 1;
@@ -287,6 +411,8 @@ int main(int argc, char **argv)
         rc = 0;
     } else if (strcmp(mode, "-q") == 0) {
         rc = query(n);
+    } else if (strcmp(mode, "csv") == 0) {
+        rc = query_csv(n, fields, format);
     } else {
         rc = table(n);
     }

@@ -82,6 +82,16 @@ echo "$table"
 q=$("$smi" -q 2>&1)
 if grep -Eq '^ +Total +: [0-9]+ MiB$' <<<"$q"; then ok; else bad "vcuda-smi -q"; fi
 if ! "$smi" -x >/dev/null 2>&1; then ok; else bad "vcuda-smi -x accepted"; fi
+# nvidia-smi's CSV: the same figures as -q and -L.
+csv=$("$smi" --query-gpu=memory.total,uuid --format=csv,noheader,nounits 2>&1)
+qtotal=$(sed -n 's/^ *Total *: \([0-9]*\) MiB$/\1/p' <<<"$q")
+luuid=$(sed -n 's/^GPU 0: .* (UUID: \(.*\))$/\1/p' <<<"$list")
+if [ "$csv" = "$qtotal, $luuid" ]; then ok; else bad "csv '$csv', -q total $qtotal, -L $luuid"; fi
+csvh=$("$smi" --query-gpu=index,name,memory.used,utilization.gpu --format=csv 2>&1)
+if [ "$(sed -n 1p <<<"$csvh")" = "index, name, memory.used [MiB], utilization.gpu [%]" ] &&
+    grep -Eq '^0, .+, [0-9]+ MiB, \[N/A\]$' <<<"$csvh"; then ok; else bad "csv with header: $csvh"; fi
+"$smi" --query-gpu=bogus --format=csv >/dev/null 2>&1
+if [ $? = 2 ]; then ok; else bad "an unknown field accepted"; fi
 
 # No device: NVML says the driver is not loaded, vcuda-smi fails cleanly.
 nodev=$(VCU_TRANSPORT= VCU_DEVICE=/nonexistent/vcuda0 "$smi" 2>&1)
