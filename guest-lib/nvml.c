@@ -87,6 +87,44 @@ nvmlReturn_t vcu__nvml_default(int kind, const char *name)
     return kind == VCU__NVML_SETTER ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_NOT_SUPPORTED;
 }
 
+/*
+ * The one translation from the transport's VCU_E* codes (and the host
+ * driver's CUresult inside a reply) to NVML's.
+ */
+static nvmlReturn_t vcu__nvml_from_vcu(int err, uint32_t cu)
+{
+    switch (err) {
+    case VCU_OK:
+        return cu == CUDA_SUCCESS ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+    case VCU_EVERSION:
+        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    case VCU_ENODEV:
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    case VCU_ENOMEM:
+        return NVML_ERROR_MEMORY;
+    case VCU_ENOTSUP:
+        return NVML_ERROR_NOT_SUPPORTED;
+    case VCU_ECANCELED:             /* device reset or removed under the session */
+    case VCU_ENOSESSION:
+        return NVML_ERROR_GPU_IS_LOST;
+    default:
+        return NVML_ERROR_UNKNOWN;
+    }
+}
+
+/* One CU_* query of device dev; resp starts with struct vcu_cu_resp. */
+static nvmlReturn_t vcu__nvml_call(uint32_t opcode, uint32_t dev, void *resp, uint32_t cap)
+{
+    struct vcu_cu_hdr h = { .device = dev };
+    struct vcu_cu_resp r;
+    int err;
+
+    memset(resp, 0, cap);
+    err = vcu_conn_call(vcu__nvml.conn, opcode, 0, &h, sizeof(h), NULL, 0, resp, cap, NULL);
+    memcpy(&r, resp, sizeof(r));
+    return vcu__nvml_from_vcu(err, r.result);
+}
+
 /* A handle this library gave out, of a device that exists. */
 static nvmlReturn_t vcu__nvml_check(nvmlDevice_t d)
 {
@@ -225,12 +263,12 @@ static void vcu__nvml_close(void)
 /* Opens the session and reads what does not change; under mu. */
 static nvmlReturn_t vcu__nvml_open(unsigned int flags)
 {
-    struct vcu_cu_hdr h = { 0 };
     struct vcu_cu_driver_info_resp di;
     vcu__nvml_sess_t before[VCU__NVML_MAX_SESS];
     const char *path = vcu__dev_path(), *t = getenv("VCU_TRANSPORT");
     unsigned int dom = 0, bus = 0, slot = 0, pci_id, subsys;
     int nbefore, have, err;
+    nvmlReturn_t r;
 
     vcu__nvml.sessions_path[0] = '\0';
     if (t == NULL || strcmp(t, "loopback") != 0) {
@@ -243,13 +281,13 @@ static nvmlReturn_t vcu__nvml_open(unsigned int flags)
     err = vcu_conn_open(NULL, VCU_FEAT_CUDA, &vcu__nvml.conn);
     if (err != 0) {
         vcu__nvml.conn = NULL;
-        if (err == VCU_EVERSION)
-            return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
         /* The device file is there but not ours to open (udev's 0600). */
         if (vcu__nvml.sessions_path[0] != '\0' && access(path, F_OK) == 0 &&
             access(path, R_OK | W_OK) != 0)
             return NVML_ERROR_NO_PERMISSION;
-        return NVML_ERROR_DRIVER_NOT_LOADED;
+        /* No device file, or no session on it: no driver, as NVIDIA's says. */
+        r = vcu__nvml_from_vcu(err, CUDA_SUCCESS);
+        return r == NVML_ERROR_LIB_RM_VERSION_MISMATCH ? r : NVML_ERROR_DRIVER_NOT_LOADED;
     }
     vcu__nvml.own = nbefore >= 0 ? vcu__nvml_own_session(before, nbefore) : 0;
     if (!(vcu_conn_features(vcu__nvml.conn) & VCU_FEAT_CUDA)) {
@@ -257,10 +295,8 @@ static nvmlReturn_t vcu__nvml_open(unsigned int flags)
         vcu__nvml_close();
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
-    memset(&di, 0, sizeof(di));
-    err = vcu_conn_call(vcu__nvml.conn, VCU_OP_CU_DRIVER_INFO, 0, &h, sizeof(h), NULL, 0, &di,
-                        sizeof(di), NULL);
-    if (err != 0 || di.r.result != CUDA_SUCCESS) {
+    if (vcu__nvml_call(VCU_OP_CU_DRIVER_INFO, 0, &di, sizeof(di)) != NVML_SUCCESS) {
+        /* The host's driver failed: as if none were loaded. */
         vcu__nvml_close();
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
@@ -758,13 +794,10 @@ VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
 
 static nvmlReturn_t vcu__nvml_slice(nvmlDevice_t d, struct vcu_cu_slice_info_resp *s)
 {
-    struct vcu_cu_hdr h = { .device = d->index };
+    nvmlReturn_t r = vcu__nvml_call(VCU_OP_CU_SLICE_INFO, d->index, s, sizeof(*s));
 
-    memset(s, 0, sizeof(*s));
-    if (vcu_conn_call(vcu__nvml.conn, VCU_OP_CU_SLICE_INFO, 0, &h, sizeof(h), NULL, 0, s,
-                      sizeof(*s), NULL) != 0 ||
-        s->r.result != CUDA_SUCCESS)
-        return NVML_ERROR_UNKNOWN;
+    if (r != NVML_SUCCESS)
+        return r;
     if (s->num_sessions > VCU_SLICE_MAX_SESSIONS)
         s->num_sessions = VCU_SLICE_MAX_SESSIONS;
     return NVML_SUCCESS;
@@ -794,15 +827,9 @@ static nvmlReturn_t vcu__nvml_mem(nvmlDevice_t device, unsigned long long *total
             *used = *total;
         *fr = *total - *used;
     } else {
-        struct vcu_cu_hdr h = { .device = device->index };
         struct vcu_cu_mem_info_resp mi;
 
-        memset(&mi, 0, sizeof(mi));
-        r = NVML_SUCCESS;
-        if (vcu_conn_call(vcu__nvml.conn, VCU_OP_CU_MEM_GET_INFO, 0, &h, sizeof(h), NULL, 0,
-                          &mi, sizeof(mi), NULL) != 0 ||
-            mi.r.result != CUDA_SUCCESS)
-            r = NVML_ERROR_UNKNOWN;
+        r = vcu__nvml_call(VCU_OP_CU_MEM_GET_INFO, device->index, &mi, sizeof(mi));
         *total = mi.total;
         *fr = mi.free < mi.total ? mi.free : mi.total;
         *used = *total - *fr;
