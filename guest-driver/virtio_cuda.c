@@ -988,19 +988,25 @@ static DEVICE_ATTR_RO(hostmem_pages);
 /*
  * One line per open file: "<pid> <session> <comm>", the opener's process
  * id as the reader's pid namespace sees it (0 if it cannot), the id
- * SESSION_OPEN gave the file (0 until then), its name.  Files beyond a
- * page are left out.  The guest's libnvidia-ml reads it.
+ * SESSION_OPEN gave the file (0 until then), its name.  Only whole lines:
+ * files beyond a page are left out.  The guest's libnvidia-ml reads it.
  */
 static ssize_t sessions_show(struct device *d, struct device_attribute *attr, char *buf)
 {
 	struct vcuda_dev *dev = dev_get_drvdata(d);
 	struct vcuda_file *vf;
-	int len = 0;
+	char line[64];
+	int len = 0, n;
 
 	mutex_lock(&dev->files_lock);
-	list_for_each_entry(vf, &dev->files, node)
-		len += sysfs_emit_at(buf, len, "%d %llu %s\n", pid_vnr(vf->pid),
-				     READ_ONCE(vf->session), vf->comm);
+	list_for_each_entry(vf, &dev->files, node) {
+		n = scnprintf(line, sizeof(line), "%d %llu %s\n", pid_vnr(vf->pid),
+			      READ_ONCE(vf->session), vf->comm);
+		if (len + n >= PAGE_SIZE)
+			break;
+		memcpy(buf + len, line, n);
+		len += n;
+	}
 	mutex_unlock(&dev->files_lock);
 	return len;
 }

@@ -232,6 +232,22 @@ run_nvml() {
     sed 's/^/nvml_api: /' /tmp/api
     t_nvml nvml_api $rc "$(grep FAIL /tmp/api | head -n 3)"
 
+    # More open files than a page holds: whole lines only, the rest left out.
+    pids=
+    i=0
+    while [ $i -lt 400 ]; do
+        sleep 60 </dev/vcuda0 &   # opened by the forked shell: its name
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    sleep 1
+    lines=$(wc -l <$sf)
+    bad=$(grep -cvE '^[0-9]+ 0 [^ ]+$' $sf)
+    kill $pids
+    wait $pids 2>/dev/null
+    [ "$lines" -gt 200 ] && [ "$lines" -lt 400 ] && [ "$bad" = 0 ]
+    t_nvml sessions_page_full $? "$lines lines, $bad not whole"
+
     # Hostile: the file read in a loop while files open and close and
     # sessions open (vcuda-smi -L) for a while; the kernel log is checked
     # for oopses by the host.
