@@ -252,6 +252,29 @@ static int query(unsigned int n)
         else
             strcpy(buf, "N/A");
         q_val("Power Draw", buf);
+        printf("    Processes\n");
+        {
+            nvmlProcessInfo_t procs[256];
+            unsigned int cnt = 256;
+
+            if (nv.DeviceGetComputeRunningProcesses_v3(d, &cnt, procs) != NVML_SUCCESS)
+                cnt = 0;
+            if (cnt == 0)
+                printf("        None\n");
+            for (unsigned int k = 0; k < cnt; k++) {
+                char pname[256] = "N/A";
+
+                nv.SystemGetProcessName(procs[k].pid, pname, sizeof(pname));
+                snprintf(buf, sizeof(buf), "%u", procs[k].pid);
+                q_val("    Process ID", buf);
+                q_val("        Name", pname);
+                if (procs[k].usedGpuMemory == (unsigned long long)NVML_VALUE_NOT_AVAILABLE)
+                    strcpy(buf, "N/A");
+                else
+                    snprintf(buf, sizeof(buf), "%llu MiB", mib(procs[k].usedGpuMemory));
+                q_val("        Used GPU Memory", buf);
+            }
+        }
         printf("\n");
     }
     return 0;

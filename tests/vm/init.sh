@@ -212,8 +212,9 @@ run_nvml() {
     t_nvml smi_device_row $? "no device row"
     timeout 120 /nvml/vcuda-smi -L >/tmp/smiL 2>&1 && grep -qE '^GPU 0: .* \(UUID: GPU-' /tmp/smiL
     t_nvml smi_list $? "$(cat /tmp/smiL)"
-    timeout 120 /nvml/vcuda-smi -q >/tmp/smiq 2>&1 && grep -q 'Bus Id' /tmp/smiq
-    t_nvml smi_query $? "$(head -n 5 /tmp/smiq)"
+    timeout 120 /nvml/vcuda-smi -q >/tmp/smiq 2>&1 && grep -q 'Bus Id' /tmp/smiq &&
+        grep -qE "^ +Process ID +: $p1\$" /tmp/smiq && grep -qE "^ +Process ID +: $p2\$" /tmp/smiq
+    t_nvml smi_query $? "$(grep -A3 Processes /tmp/smiq | tr '\n' ';')"
 
     kill $p1 $p2
     wait $p1 $p2 2>/dev/null
