@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build the guest initramfs for the VM suites.
 #
-#   tests/vm/mkinitramfs.sh OUT.img SUITE...  (SUITE: echo badinput hostmem cuda demo bench)
+#   tests/vm/mkinitramfs.sh OUT.img SUITE...  (SUITE: echo badinput hostmem cuda nvrt nvml demo bench ...)
 #
 # Contents: busybox-static, /init (below), the virtio modules of the guest
 # kernel and virtio_cuda.ko, the guest test programs with the glibc
