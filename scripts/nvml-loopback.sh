@@ -60,6 +60,11 @@ run_prog() {
 # The process-list join (nvml.c compiled in, ASan/UBSan), then the API.
 run_prog "$b/nvml-tests/nvml_join"
 run_prog "$b/nvml-tests/nvml_api"
+# Two GPUs (the stand-in has two): NVML's index is the VM's ordinal,
+# whatever order the host gives them and whatever CUDA_VISIBLE_DEVICES
+# makes of CUDA's ordinals (PyTorch maps one onto the other).
+VCU_GPUS=0:1 run_prog "$b/nvml-tests/nvml_api"
+VCU_GPUS=1:0 CUDA_VISIBLE_DEVICES=1,0 run_prog "$b/nvml-tests/nvml_api"
 
 # Its Python users: pynvml, and PyTorch's ctypes path re-created.
 if pyd=$(scripts/nvml-header.sh pynvml); then

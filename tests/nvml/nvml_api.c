@@ -47,7 +47,41 @@ static int passed, failed;
         CHECK(c_ == CUDA_SUCCESS, "%s gave %d", #call, (int)c_);               \
     } while (0)
 
-static void check_device(unsigned int i, int cu_count)
+/* NVML index i: its handle knows its index and minor number. */
+static void check_index(unsigned int i)
+{
+    unsigned int idx = 99, minor = 99;
+    nvmlDevice_t d;
+
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(i, &d));
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetIndex(d, &idx));
+    CHECK(idx == i, "index %u of handle %u", idx, i);
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetMinorNumber(d, &minor));
+    CHECK(minor == i, "minor %u", minor);
+}
+
+/*
+ * NVML's index of CUDA's ordinal c, as PyTorch reads CUDA_VISIBLE_DEVICES
+ * (NVML ignores it): the c-th number of the list, or c without one.
+ * -1 for a list of UUIDs.
+ */
+static int nvml_index_of(int c)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    char *end;
+    long idx = c;
+
+    for (int k = 0; v != NULL && k <= c; k++) {
+        idx = strtol(v, &end, 10);
+        if (end == v)
+            return -1;
+        v = *end == ',' ? end + 1 : end;
+    }
+    return (int)idx;
+}
+
+/* CUDA's ordinal c: what NVML says of the same GPU, found by its UUID. */
+static void check_device(int c)
 {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE], cuname[256];
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], cuuuid[64], busid[32], small[4];
@@ -55,26 +89,13 @@ static void check_device(unsigned int i, int cu_count)
     nvmlPciInfo_t pci;
     CUuuid u;
     CUdevice cd;
-    unsigned int idx = 99, mig = 9, pend = 9, minor = 99, multi = 9;
+    unsigned int idx = 99, mig = 9, pend = 9, multi = 9;
     int maj = 0, min = 0, cumaj = -1, cumin = -1, sms = 0;
     unsigned int cores = 0;
     nvmlComputeMode_t cm;
     nvmlDeviceArchitecture_t arch;
 
-    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(i, &d));
-    EXPECT(NVML_SUCCESS, nvmlDeviceGetIndex(d, &idx));
-    CHECK(idx == i, "index %u of handle %u", idx, i);
-    EXPECT(NVML_SUCCESS, nvmlDeviceGetMinorNumber(d, &minor));
-    CHECK(minor == i, "minor %u", minor);
-    if ((int)i >= cu_count)
-        return;
-    /* CUDA_VISIBLE_DEVICES is unset: CUDA's ordinal i is NVML's index i. */
-    CU(cuDeviceGet(&cd, (int)i));
-    CU(cuDeviceGetName(cuname, sizeof(cuname), cd));
-    EXPECT(NVML_SUCCESS, nvmlDeviceGetName(d, name, sizeof(name)));
-    CHECK(strcmp(name, cuname) == 0, "NVML name '%s', libcuda '%s'", name, cuname);
-    EXPECT(NVML_ERROR_INSUFFICIENT_SIZE, nvmlDeviceGetName(d, small, sizeof(small)));
-
+    CU(cuDeviceGet(&cd, c));
     CU(cuDeviceGetUuid_v2(&u, cd));
     snprintf(cuuuid, sizeof(cuuuid),
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -84,10 +105,19 @@ static void check_device(unsigned int i, int cu_count)
              (unsigned char)u.bytes[9], (unsigned char)u.bytes[10], (unsigned char)u.bytes[11],
              (unsigned char)u.bytes[12], (unsigned char)u.bytes[13], (unsigned char)u.bytes[14],
              (unsigned char)u.bytes[15]);
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByUUID(cuuuid, &d));
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetIndex(d, &idx));
+    CHECK(nvml_index_of(c) < 0 || idx == (unsigned int)nvml_index_of(c),
+          "CUDA ordinal %d is NVML index %u, wanted %d", c, idx, nvml_index_of(c));
     EXPECT(NVML_SUCCESS, nvmlDeviceGetUUID(d, uuid, sizeof(uuid)));
     CHECK(strcmp(uuid, cuuuid) == 0, "NVML UUID %s, libcuda %s", uuid, cuuuid);
-    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByUUID(uuid, &d2));
-    CHECK(d2 == d, "handle by UUID");
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(idx, &d2));
+    CHECK(d2 == d, "handle by index and by UUID");
+
+    CU(cuDeviceGetName(cuname, sizeof(cuname), cd));
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetName(d, name, sizeof(name)));
+    CHECK(strcmp(name, cuname) == 0, "NVML name '%s', libcuda '%s'", name, cuname);
+    EXPECT(NVML_ERROR_INSUFFICIENT_SIZE, nvmlDeviceGetName(d, small, sizeof(small)));
 
     CU(cuDeviceGetPCIBusId(busid, sizeof(busid), cd));
     EXPECT(NVML_SUCCESS, nvmlDeviceGetPciInfo_v3(d, &pci));
@@ -136,10 +166,13 @@ static void check_memory(int loop)
     CUdeviceptr p;
     CUcontext ctx;
     CUdevice cd;
+    char busid[32];
 
     CU(cuDeviceGet(&cd, 0));
     CU(cuCtxCreate(&ctx, NULL, 0, cd));
-    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(0, &d));
+    /* The same GPU as CUDA's device 0, whatever CUDA_VISIBLE_DEVICES says. */
+    CU(cuDeviceGetPCIBusId(busid, sizeof(busid), cd));
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByPciBusId_v2(busid, &d));
     CU(cuMemGetInfo(&fr, &tot));
     EXPECT(NVML_SUCCESS, nvmlDeviceGetMemoryInfo(d, &m));
     CHECK(m.total == tot && m.used + m.free == m.total,
@@ -236,7 +269,10 @@ int main(void)
     CU(cuDriverGetVersion(&cuver));
 
     EXPECT(NVML_SUCCESS, nvmlDeviceGetCount_v2(&n));
-    CHECK((int)n == cu_count && n > 0, "NVML count %u, libcuda %d", n, cu_count);
+    /* NVML counts the VM's GPUs; CUDA those CUDA_VISIBLE_DEVICES leaves. */
+    CHECK(n > 0 && (getenv("CUDA_VISIBLE_DEVICES") != NULL ? (int)n >= cu_count
+                                                           : (int)n == cu_count),
+          "NVML count %u, libcuda %d", n, cu_count);
     EXPECT(NVML_SUCCESS, nvmlSystemGetCudaDriverVersion_v2(&nvver));
     CHECK(nvver == cuver, "NVML CUDA version %d, libcuda %d", nvver, cuver);
     EXPECT(NVML_SUCCESS, nvmlSystemGetCudaDriverVersion(&nvver));
@@ -247,7 +283,9 @@ int main(void)
     EXPECT(NVML_ERROR_INSUFFICIENT_SIZE, nvmlSystemGetDriverVersion(buf, 1));
 
     for (unsigned int i = 0; i < n; i++)
-        check_device(i, cu_count);
+        check_index(i);
+    for (int c = 0; c < cu_count; c++)
+        check_device(c);
     check_memory(loop);
     check_processes(loop);
 
