@@ -19,11 +19,12 @@ TOP := $(abspath .)
 B := $(TOP)/build
 
 .PHONY: all backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests nvrt-tests \
+	nvml-tests \
 	demo qemu \
 	bench-build \
 	bench test run fuzz gpu-suite install-guest clean
 
-all: backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests nvrt-tests demo qemu \
+all: backend fakecuda guest-lib guest-lib-loopback cuda-tests cuda-driver-tests nvrt-tests nvml-tests demo qemu \
 	bench-build
 
 backend:
@@ -45,6 +46,10 @@ cuda-tests:
 # Driver API programs and their kernels (run by scripts/driver-loopback.sh).
 cuda-driver-tests:
 	$(MAKE) -C tests/cuda-driver O=$(B)/cuda-driver
+
+# The NVML test program (run by scripts/nvml-loopback.sh and in a guest).
+nvml-tests: guest-lib
+	$(MAKE) -C tests/nvml O=$(B)/nvml-tests NVMLLIB=$(B)/guest-lib
 
 # tests/cuda programs built with nvcc's default static runtime, for
 # NVIDIA's runtime on our libcuda.so.1 (run by scripts/nvrt-loopback.sh).

@@ -5,6 +5,8 @@
  * vcuda_req.c (building, queueing and completing requests).
  *
  * Lock order (outer first):
+ *   vcuda_dev.files_lock   (mutex; open, release and the sessions file only,
+ *                           nothing else taken under it)
  *   vcuda_file.open_lock   (mutex; SESSION_OPEN only)
  *   mm->mmap_lock          (mmap() runs under it; SUBMIT takes it for reading
  *                           to look up host memory mappings)
@@ -21,6 +23,8 @@
 #include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
+#include <linux/pid.h>
+#include <linux/sched.h>
 #include <linux/scatterlist.h>
 #include <linux/spinlock.h>
 #include <linux/types.h>
@@ -73,12 +77,24 @@ struct vcuda_dev {
 	u32 minor;
 	struct cdev *cdev;
 	struct device *class_dev;
+
+	/*
+	 * Every open file of this device, for the sessions attribute (which
+	 * guest process holds which session: the guest's NVML joins it with
+	 * the host's per-session figures).  Taken by open(), release() and
+	 * the attribute's reader; no other lock is taken under it.
+	 */
+	struct mutex files_lock;
+	struct list_head files;		/* vcuda_file.node */
 };
 
 /* One per open file: the session. */
 struct vcuda_file {
 	struct kref ref;		/* the open file, and each request it sent */
 	struct vcuda_dev *dev;		/* holds a device reference */
+	struct list_head node;		/* on dev->files from open() to release() */
+	struct pid *pid;		/* opener's thread group, referenced */
+	char comm[TASK_COMM_LEN];	/* opener's name at open() */
 	struct mutex open_lock;		/* serialises SESSION_OPEN */
 	u64 session;			/* 0 until opened; set once under open_lock */
 	atomic_t inflight;		/* this file's requests on the device */

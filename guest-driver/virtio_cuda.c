@@ -74,6 +74,8 @@ static void vcuda_dev_release(struct kref *ref)
 	struct vcuda_dev *dev = container_of(ref, struct vcuda_dev, ref);
 
 	WARN_ON(!xa_empty(&dev->reqs));
+	WARN_ON(!list_empty(&dev->files));
+	mutex_destroy(&dev->files_lock);
 	xa_destroy(&dev->reqs);
 	kfree(dev);
 }
@@ -120,6 +122,7 @@ static void vcuda_file_release(struct kref *ref)
 		vcuda_hostmem_free_chunks(vf->dev, hm);
 	}
 	mutex_destroy(&vf->open_lock);
+	put_pid(vf->pid);
 	vcuda_dev_put(vf->dev);
 	kfree(vf);
 }
@@ -902,6 +905,11 @@ static int vcuda_open(struct inode *inode, struct file *filp)
 	spin_lock_init(&vf->hostmem_lock);
 	INIT_LIST_HEAD(&vf->hostmem_dead);
 	INIT_LIST_HEAD(&vf->regs);
+	vf->pid = get_pid(task_tgid(current));
+	get_task_comm(vf->comm, current);
+	mutex_lock(&dev->files_lock);
+	list_add_tail(&vf->node, &dev->files);
+	mutex_unlock(&dev->files_lock);
 	filp->private_data = vf;
 	return nonseekable_open(inode, filp);
 }
@@ -913,6 +921,9 @@ static int vcuda_release(struct inode *inode, struct file *filp)
 	LIST_HEAD(regs);
 	int err;
 
+	mutex_lock(&vf->dev->files_lock);
+	list_del(&vf->node);
+	mutex_unlock(&vf->dev->files_lock);
 	/*
 	 * No VMA maps vf's memory any more (each held the file); fences not
 	 * yet sent are not sent after the close.  Requests still in flight,
@@ -948,7 +959,7 @@ static const struct file_operations vcuda_fops = {
 	.compat_ioctl = compat_ptr_ioctl,
 };
 
-/* ---- sysfs: leak checks for tests --------------------------------------- */
+/* ---- sysfs: leak checks for tests, open sessions ------------------------ */
 
 static ssize_t inflight_show(struct device *d, struct device_attribute *attr, char *buf)
 {
@@ -974,10 +985,38 @@ static ssize_t hostmem_pages_show(struct device *d, struct device_attribute *att
 }
 static DEVICE_ATTR_RO(hostmem_pages);
 
+/*
+ * One line per open file: "<pid> <session> <comm>", the opener's process
+ * id as the reader's pid namespace sees it (0 if it cannot), the id
+ * SESSION_OPEN gave the file (0 until then), its name.  Only whole lines:
+ * files beyond a page are left out.  The guest's libnvidia-ml reads it.
+ */
+static ssize_t sessions_show(struct device *d, struct device_attribute *attr, char *buf)
+{
+	struct vcuda_dev *dev = dev_get_drvdata(d);
+	struct vcuda_file *vf;
+	char line[64];
+	int len = 0, n;
+
+	mutex_lock(&dev->files_lock);
+	list_for_each_entry(vf, &dev->files, node) {
+		n = scnprintf(line, sizeof(line), "%d %llu %s\n", pid_vnr(vf->pid),
+			      READ_ONCE(vf->session), vf->comm);
+		if (len + n >= PAGE_SIZE)
+			break;
+		memcpy(buf + len, line, n);
+		len += n;
+	}
+	mutex_unlock(&dev->files_lock);
+	return len;
+}
+static DEVICE_ATTR_RO(sessions);
+
 static struct attribute *vcuda_attrs[] = {
 	&dev_attr_inflight.attr,
 	&dev_attr_pinned_pages.attr,
 	&dev_attr_hostmem_pages.attr,
+	&dev_attr_sessions.attr,
 	NULL,
 };
 ATTRIBUTE_GROUPS(vcuda);
@@ -1078,6 +1117,8 @@ static int vcuda_probe(struct virtio_device *vdev)
 	atomic_set(&dev->inflight, 0);
 	atomic_long_set(&dev->pinned_pages, 0);
 	atomic_long_set(&dev->hostmem_pages, 0);
+	mutex_init(&dev->files_lock);
+	INIT_LIST_HEAD(&dev->files);
 	vdev->priv = dev;
 
 	err = xa_alloc(&vcuda_minors, &dev->minor, dev, XA_LIMIT(0, VCUDA_MAX_DEVS - 1),

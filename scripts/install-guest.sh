@@ -6,7 +6,9 @@
 #                                      DESTDIR and dkms installed, registered
 #                                      with DKMS and built for the running
 #                                      kernel (DKMS rebuilds it for new ones)
-#   $PREFIX/lib/virtio-cuda/           libcudart.so.13 and libcuda.so.1 (guest-lib)
+#   $PREFIX/lib/virtio-cuda/           libcudart.so.13, libcuda.so.1 and
+#                                      libnvidia-ml.so.1 (guest-lib)
+#   $PREFIX/bin/vcuda-smi              nvidia-smi's table from that NVML
 #   /etc/ld.so.conf.d/virtio-cuda.conf puts that directory on the loader path
 #   /etc/modules-load.d/virtio-cuda.conf   loads virtio_cuda at boot
 #   /etc/udev/rules.d/70-virtio-cuda.rules /dev/vcudaN root-only (0600)
@@ -19,6 +21,8 @@
 #   SYSCONFDIR  default /etc
 #   GUEST_LIB   the runtime to install (default build/guest-lib/libcudart.so.13)
 #   GUEST_LIBCUDA  the Driver API library (default build/guest-lib/libcuda.so.1)
+#   GUEST_LIBNVML  NVML (default build/guest-lib/libnvidia-ml.so.1; vcuda-smi
+#               is taken from beside it)
 #   KDIR        kernel tree: build and install a module for it, no DKMS
 #   DKMS        auto (default): register with DKMS when dkms is installed and
 #               DESTDIR is empty; no: never
@@ -30,6 +34,8 @@ PREFIX=${PREFIX:-/usr/local}
 SYSCONFDIR=${SYSCONFDIR:-/etc}
 GUEST_LIB=${GUEST_LIB:-$root/build/guest-lib/libcudart.so.13}
 GUEST_LIBCUDA=${GUEST_LIBCUDA:-$root/build/guest-lib/libcuda.so.1}
+GUEST_LIBNVML=${GUEST_LIBNVML:-$root/build/guest-lib/libnvidia-ml.so.1}
+GUEST_SMI=$(dirname "$GUEST_LIBNVML")/vcuda-smi
 KDIR=${KDIR:-}
 DKMS=${DKMS:-auto}
 
@@ -41,6 +47,8 @@ case $SYSCONFDIR in /*) ;; *) die "SYSCONFDIR must be absolute, not $SYSCONFDIR"
 case $DKMS in auto | no) ;; *) die "DKMS must be auto or no, not $DKMS" ;; esac
 [ -f "$GUEST_LIB" ] || die "no guest library at $GUEST_LIB (make guest-lib)"
 [ -f "$GUEST_LIBCUDA" ] || die "no guest library at $GUEST_LIBCUDA (make guest-lib)"
+[ -f "$GUEST_LIBNVML" ] || die "no guest library at $GUEST_LIBNVML (make guest-lib)"
+[ -f "$GUEST_SMI" ] || die "no vcuda-smi at $GUEST_SMI (make guest-lib)"
 
 pkg=virtio-cuda
 version=$(sed -n 's/^PACKAGE_VERSION="\([^"]*\)"$/\1/p' "$root/guest-driver/dkms.conf")
@@ -61,13 +69,17 @@ msg "module sources in $src"
 install -d -m 0755 "$DESTDIR$libdir"
 install -m 0755 "$GUEST_LIB" "$DESTDIR$libdir/"
 install -m 0755 "$GUEST_LIBCUDA" "$DESTDIR$libdir/"
+install -m 0755 "$GUEST_LIBNVML" "$DESTDIR$libdir/"
 msg "guest libraries in $DESTDIR$libdir"
+install -d -m 0755 "$DESTDIR$PREFIX/bin"
+install -m 0755 "$GUEST_SMI" "$DESTDIR$PREFIX/bin/"
+msg "vcuda-smi in $DESTDIR$PREFIX/bin"
 
 etc=$DESTDIR$SYSCONFDIR
 install -d -m 0755 "$etc/ld.so.conf.d" "$etc/modules-load.d" "$etc/udev/rules.d"
 cat >"$etc/ld.so.conf.d/virtio-cuda.conf" <<EOF
-# virtio-cuda: the CUDA runtime and Driver API over /dev/vcudaN
-# (libcudart.so.13, libcuda.so.1)
+# virtio-cuda: the CUDA runtime, Driver API and NVML over /dev/vcudaN
+# (libcudart.so.13, libcuda.so.1, libnvidia-ml.so.1)
 $libdir
 EOF
 cat >"$etc/modules-load.d/virtio-cuda.conf" <<EOF

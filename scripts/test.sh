@@ -16,19 +16,22 @@
 # VM), driver-loopback (the Driver API programs of tests/cuda-driver against
 # guest-lib's libcuda.so.1 + backend + the stand-in, no VM), nvrt-loopback
 # (NVIDIA's own CUDA runtime, shared and static, running tests/cuda
-# programs on guest-lib's libcuda.so.1 + backend + the stand-in, no VM), cold (the first-run path of build-qemu.sh and guest-kernel.sh
+# programs on guest-lib's libcuda.so.1 + backend + the stand-in, no VM),
+# nvml-loopback (guest-lib's libnvidia-ml.so.1 and vcuda-smi against our
+# libcuda.so.1 + backend + the stand-in, no VM), cold (the first-run path of build-qemu.sh and guest-kernel.sh
 # against an empty cache, with local fixtures in place of the network, and
 # no pipeline under pipefail whose reader stops early; tests/cold/run.sh),
 # packaging: dkms (the guest module through DKMS against the 6.1 and 6.12
 # headers), install-guest (make install-guest into a DESTDIR), libvirt (the
 # domain example against libvirt's schema), and in a TCG guest: echo,
-# badinput, hostmem, cuda, demo (the main job's program).
+# badinput, hostmem, cuda, nvrt, nvml (libnvidia-ml.so.1, vcuda-smi and
+# the driver's sessions file), demo (the main job's program).
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback dkms install-guest libvirt echo badinput hostmem cuda nvrt demo"}
+suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem cuda nvrt nvml demo"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -85,10 +88,11 @@ for s in $suites; do
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
     driver-loopback) run_suite driver-loopback scripts/driver-loopback.sh ;;
     nvrt-loopback) run_suite nvrt-loopback scripts/nvrt-loopback.sh ;;
+    nvml-loopback) run_suite nvml-loopback scripts/nvml-loopback.sh ;;
     dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
     install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;
     libvirt) run_suite libvirt timeout 120 tests/pkg/libvirt.sh ;;
-    echo | badinput | hostmem | cuda | nvrt | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
+    echo | badinput | hostmem | cuda | nvrt | nvml | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac
 done

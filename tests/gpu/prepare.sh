@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 make -s all
 # Builds every guest image and checks it once here against the stand-in.
-tests/vm/run.sh cuda,nvrt,demo,echo,badinput
+tests/vm/run.sh cuda,nvrt,nvml,demo,echo,badinput
 # The bench image; the stand-in has no twin for the benchmark's kernels,
 # so this run is expected to stop at the first launch.
 VCU_BENCH_ARGS=--quick tests/vm/run.sh bench >/dev/null 2>&1 || true

@@ -42,6 +42,8 @@ expect "make install-guest DESTDIR=..." make -s install-guest DESTDIR="$d"
     echo etc/udev/rules.d/70-virtio-cuda.rules
     echo usr/local/lib/virtio-cuda/libcudart.so.13
     echo usr/local/lib/virtio-cuda/libcuda.so.1
+    echo usr/local/lib/virtio-cuda/libnvidia-ml.so.1
+    echo usr/local/bin/vcuda-smi
     echo "$src/Kbuild"
     echo "$src/dkms.conf"
     for f in guest-driver/*.c guest-driver/*.h guest-driver/uapi/*.h include/*.h; do echo "$src/$f"; done
@@ -63,6 +65,10 @@ cmp -s "$lib" "$d/usr/local/lib/virtio-cuda/libcudart.so.13" &&
     ok "guest library is build/guest-lib's" || bad "guest library is build/guest-lib's"
 cmp -s "$root/build/guest-lib/libcuda.so.1" "$d/usr/local/lib/virtio-cuda/libcuda.so.1" &&
     ok "guest libcuda.so.1 is build/guest-lib's" || bad "guest libcuda.so.1 is build/guest-lib's"
+cmp -s "$root/build/guest-lib/libnvidia-ml.so.1" "$d/usr/local/lib/virtio-cuda/libnvidia-ml.so.1" &&
+    cmp -s "$root/build/guest-lib/vcuda-smi" "$d/usr/local/bin/vcuda-smi" &&
+    ok "guest libnvidia-ml.so.1 and vcuda-smi are build/guest-lib's" ||
+    bad "guest libnvidia-ml.so.1 and vcuda-smi are build/guest-lib's"
 
 mode() { stat -c %a "$1"; }
 modes_ok=1
@@ -70,8 +76,9 @@ for f in etc/ld.so.conf.d/virtio-cuda.conf etc/modules-load.d/virtio-cuda.conf \
     etc/udev/rules.d/70-virtio-cuda.rules "$src/dkms.conf" "$src/guest-driver/virtio_cuda.c"; do
     [ "$(mode "$d/$f")" = 644 ] || { echo "mode $(mode "$d/$f"): $f"; modes_ok=0; }
 done
-for f in libcudart.so.13 libcuda.so.1; do
-    [ "$(mode "$d/usr/local/lib/virtio-cuda/$f")" = 755 ] || { echo "library mode: $f"; modes_ok=0; }
+for f in lib/virtio-cuda/libcudart.so.13 lib/virtio-cuda/libcuda.so.1 \
+    lib/virtio-cuda/libnvidia-ml.so.1 bin/vcuda-smi; do
+    [ "$(mode "$d/usr/local/$f")" = 755 ] || { echo "library mode: $f"; modes_ok=0; }
 done
 [ $modes_ok = 1 ] && ok "modes (0644 data, 0755 library)" || bad "modes"
 
@@ -92,6 +99,11 @@ if ldconfig -p -C "$d/etc/ld.so.cache" | grep 'libcuda.so.1 (libc6,x86-64) => /u
     ok "ldconfig finds libcuda.so.1 through the installed configuration"
 else
     bad "ldconfig finds libcuda.so.1 through the installed configuration"
+fi
+if ldconfig -p -C "$d/etc/ld.so.cache" | grep 'libnvidia-ml.so.1 (libc6,x86-64) => /usr/local/lib/virtio-cuda/libnvidia-ml.so.1$' >/dev/null; then
+    ok "ldconfig finds libnvidia-ml.so.1 through the installed configuration"
+else
+    bad "ldconfig finds libnvidia-ml.so.1 through the installed configuration"
 fi
 rm -f "$d/etc/ld.so.cache"
 
@@ -167,7 +179,8 @@ if [ -d /var/lib/dkms ] && unshare --mount --propagation private true 2>/dev/nul
         >"$ns/written"
     printf '%s\n' etc/ld.so.cache etc/ld.so.conf.d/virtio-cuda.conf etc/modules-load.d/virtio-cuda.conf \
         etc/udev/rules.d/70-virtio-cuda.rules usr/local/lib/virtio-cuda/libcudart.so.13 \
-        usr/local/lib/virtio-cuda/libcuda.so.1 |
+        usr/local/lib/virtio-cuda/libcuda.so.1 usr/local/lib/virtio-cuda/libnvidia-ml.so.1 \
+        usr/local/bin/vcuda-smi |
         LC_ALL=C sort >"$ns/want"
     if diff -u "$ns/want" "$ns/written" >"$ns/diff" &&
         [ -f "$ns/upper/usr/src/virtio-cuda-$version/dkms.conf" ]; then

@@ -1,7 +1,7 @@
 #!/bin/sh
 # /init of the VM-suite initramfs (copied there by mkinitramfs.sh).
 #
-# Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,demo,bench (which suites
+# Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,nvml,demo,bench (which suites
 # to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
@@ -165,6 +165,117 @@ run_leaks() {
     sleep 120
 }
 
+# NVML in the guest: the driver's sessions file with two processes holding
+# the device, vcuda-smi's table listing both, tests/nvml/nvml_api, the
+# file read while sessions open and close, and empty again at the end.
+t_nvml() {
+    if [ "$2" = 0 ]; then echo "VCU-TEST nvml/$1 PASS"; else echo "VCU-TEST nvml/$1 FAIL $3"; fi
+}
+nvml_wait_hold() {
+    i=0
+    while ! grep -q holding "$1" && [ $i -lt 1200 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    grep -q holding "$1"
+}
+run_nvml() {
+    export LD_LIBRARY_PATH=/nvml/lib
+    sf=/sys/class/vcuda/vcuda0/sessions
+    [ -r $sf ] && [ -z "$(cat $sf)" ]
+    t_nvml sessions_empty $? "$(cat $sf 2>&1)"
+
+    /nvml/nvml_hold 32 >/tmp/h1 2>&1 &
+    p1=$!
+    /nvml/nvml_hold 64 >/tmp/h2 2>&1 &
+    p2=$!
+    nvml_wait_hold /tmp/h1 && nvml_wait_hold /tmp/h2
+    t_nvml holders_started $? "$(cat /tmp/h1 /tmp/h2)"
+    cat $sf | sed 's/^/sessions: /'
+    # One line each, "<pid> <session> nvml_hold", sessions nonzero and apart.
+    s1=$(awk -v p=$p1 '$1 == p && $3 == "nvml_hold" && $2 != 0 { print $2 }' $sf)
+    s2=$(awk -v p=$p2 '$1 == p && $3 == "nvml_hold" && $2 != 0 { print $2 }' $sf)
+    [ -n "$s1" ] && [ -n "$s2" ] && [ "$s1" != "$s2" ] && [ "$(wc -l <$sf)" = 2 ]
+    t_nvml sessions_two_holders $? "pids $p1 $p2: $(tr '\n' ';' <$sf)"
+
+    timeout 120 /nvml/vcuda-smi >/tmp/smi 2>&1
+    rc=$?
+    sed 's/^/smi: /' /tmp/smi
+    # Both holders in the process table, with their names; vcuda-smi's
+    # own session is not.
+    n=$(grep -cE '^\| +0 +[0-9]+ +/nvml/nvml_hold ' /tmp/smi)
+    [ $rc = 0 ] && grep -qE "^\| +0 +$p1 +/nvml/nvml_hold " /tmp/smi &&
+        grep -qE "^\| +0 +$p2 +/nvml/nvml_hold " /tmp/smi && [ "$n" = 2 ] &&
+        [ "$(grep -cE '^\| +0 +[0-9]+ ' /tmp/smi)" = 2 ]
+    t_nvml smi_lists_holders $? "rc $rc, $n holder lines"
+    grep -qE '^\|   0  .* \| [0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0 +\| +[0-9]+MiB / [0-9]+MiB ' /tmp/smi
+    t_nvml smi_device_row $? "no device row"
+    timeout 120 /nvml/vcuda-smi -L >/tmp/smiL 2>&1 && grep -qE '^GPU 0: .* \(UUID: GPU-' /tmp/smiL
+    t_nvml smi_list $? "$(cat /tmp/smiL)"
+    timeout 120 /nvml/vcuda-smi -q >/tmp/smiq 2>&1 && grep -q 'Bus Id' /tmp/smiq &&
+        grep -qE "^ +Process ID +: $p1\$" /tmp/smiq && grep -qE "^ +Process ID +: $p2\$" /tmp/smiq
+    t_nvml smi_query $? "$(grep -A3 Processes /tmp/smiq | tr '\n' ';')"
+
+    kill $p1 $p2
+    wait $p1 $p2 2>/dev/null
+    i=0
+    while [ -n "$(cat $sf)" ] && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    [ -z "$(cat $sf)" ]
+    t_nvml sessions_empty_after $? "$(tr '\n' ';' <$sf)"
+
+    # The API test, nothing else holding the device: NVML's answers
+    # against libcuda's, the process list holding this process only.
+    timeout 240 /nvml/nvml_api >/tmp/api 2>&1
+    rc=$?
+    sed 's/^/nvml_api: /' /tmp/api
+    t_nvml nvml_api $rc "$(grep FAIL /tmp/api | head -n 3)"
+
+    # More open files than a page holds: whole lines only, the rest left out.
+    pids=
+    i=0
+    while [ $i -lt 400 ]; do
+        sleep 60 </dev/vcuda0 &   # opened by the forked shell: its name
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    sleep 1
+    lines=$(wc -l <$sf)
+    bad=$(grep -cvE '^[0-9]+ 0 [^ ]+$' $sf)
+    kill $pids
+    wait $pids 2>/dev/null
+    [ "$lines" -gt 200 ] && [ "$lines" -lt 400 ] && [ "$bad" = 0 ]
+    t_nvml sessions_page_full $? "$lines lines, $bad not whole"
+
+    # Hostile: the file read in a loop while files open and close and
+    # sessions open (vcuda-smi -L) for a while; the kernel log is checked
+    # for oopses by the host.
+    ( end=$(($(cut -d. -f1 /proc/uptime) + 20))
+      while [ "$(cut -d. -f1 /proc/uptime)" -lt $end ]; do exec 3<>/dev/vcuda0; exec 3>&-; done ) &
+    o1=$!
+    ( end=$(($(cut -d. -f1 /proc/uptime) + 20))
+      while [ "$(cut -d. -f1 /proc/uptime)" -lt $end ]; do /nvml/vcuda-smi -L >/dev/null 2>&1; done ) &
+    o2=$!
+    reads=0
+    end=$(($(cut -d. -f1 /proc/uptime) + 20))
+    while [ "$(cut -d. -f1 /proc/uptime)" -lt $end ]; do
+        cat $sf >/dev/null || break
+        reads=$((reads + 1))
+    done
+    wait $o1 $o2
+    i=0
+    while [ -n "$(cat $sf)" ] && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    echo "nvml: $reads reads of the sessions file while it changed"
+    [ $reads -gt 10 ] && [ -z "$(cat $sf)" ]
+    t_nvml sessions_read_while_churning $? "$reads reads; left: $(tr '\n' ';' <$sf)"
+    unset LD_LIBRARY_PATH
+}
+
 # The benchmark in the guest: its CSV between markers, for bench/run.sh.
 run_bench() {
     echo "VCU-BENCH-BEGIN"
@@ -200,6 +311,7 @@ for s in $suites; do
         hostmem) timeout 540 /tests/hostmem_test "$echo_mib" ;;
         cuda) run_cuda ;;
         nvrt) run_nvrt ;;
+        nvml) run_nvml ;;
         libs) run_libs ;;
         demo) run_demo ;;
         bench) run_bench ;;

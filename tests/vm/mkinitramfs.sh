@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build the guest initramfs for the VM suites.
 #
-#   tests/vm/mkinitramfs.sh OUT.img SUITE...  (SUITE: echo badinput hostmem cuda demo bench)
+#   tests/vm/mkinitramfs.sh OUT.img SUITE...  (SUITE: echo badinput hostmem cuda nvrt nvml demo bench ...)
 #
 # Contents: busybox-static, /init (below), the virtio modules of the guest
 # kernel and virtio_cuda.ko, the guest test programs with the glibc
@@ -18,6 +18,7 @@
 #   VCU_DRIVER_TESTS Driver API test programs [build/cuda-driver]
 #   VCU_CUDART       libcudart.so.13 [build/guest-lib/libcudart.so.13]
 #   VCU_GUEST_LIBCUDA our libcuda.so.1 [build/guest-lib/libcuda.so.1]
+#   VCU_NVML_TESTS   NVML test programs [build/nvml-tests]
 #   VCU_NVRT_TESTS   NVIDIA's runtime test programs [build/nvrt-tests]
 #   VCU_NVIDIA_CUDART NVIDIA's libcudart.so.13 [/usr/local/cuda/lib64/libcudart.so.13,
 #                    else build/nvidia/libcudart.so.13]
@@ -42,6 +43,7 @@ drvtests=${VCU_DRIVER_TESTS:-$root/build/cuda-driver}
 cudart=${VCU_CUDART:-$root/build/guest-lib/libcudart.so.13}
 glibcuda=${VCU_GUEST_LIBCUDA:-$root/build/guest-lib/libcuda.so.1}
 nvrttests=${VCU_NVRT_TESTS:-$root/build/nvrt-tests}
+nvmltests=${VCU_NVML_TESTS:-$root/build/nvml-tests}
 libstests=${VCU_LIBS_TESTS:-$root/build/libs-tests}
 nvcudart=${VCU_NVIDIA_CUDART:-/usr/local/cuda/lib64/libcudart.so.13}
 [ -f "$nvcudart" ] || nvcudart=$root/build/nvidia/libcudart.so.13
@@ -194,6 +196,22 @@ for s in "$@"; do
             cp -L "$nvcudart" "$r/nvrt/lib/libcudart.so.13"
             LD_LIBRARY_PATH=$r/nvrt/lib copy_libs "$benchbin"
         fi
+        ;;
+    nvml)
+        # Our libcuda.so.1 and libnvidia-ml.so.1 (with vcuda-smi from
+        # beside it), the NVML test and the program that holds the device.
+        glnvml=$(dirname "$glibcuda")/libnvidia-ml.so.1
+        for f in "$glibcuda" "$glnvml" "$(dirname "$glnvml")/vcuda-smi" "$nvmltests/nvml_api" \
+            "$nvmltests/nvml_hold"; do
+            [ -f "$f" ] || die "no $f"
+        done
+        mkdir -p "$r/nvml/lib"
+        cp "$glibcuda" "$glnvml" "$r/nvml/lib/"
+        for f in "$(dirname "$glnvml")/vcuda-smi" "$nvmltests/nvml_api" "$nvmltests/nvml_hold"; do
+            cp "$f" "$r/nvml/"
+            LD_LIBRARY_PATH=$r/nvml/lib copy_libs "$f"
+        done
+        copy_libs "$glnvml"
         ;;
     leaks)
         add_cudart

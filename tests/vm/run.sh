@@ -5,6 +5,7 @@
 #   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda |
 #          nvrt (tests/cuda on NVIDIA's runtime over our libcuda.so.1) | demo (the main job's tests/demo) |
 #          libs (NVIDIA's libraries: GPU host only, tests/gpu/libs-run.sh) |
+#          nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file) |
 #          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments)
 #
 # Builds what is missing or stale (guest kernel, module for its headers and
@@ -50,10 +51,10 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | cuda | nvrt | libs | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | cuda | nvrt | nvml | libs | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
-case " $suites " in *" cuda "* | *" nvrt "* | *" libs "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
+case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
 
 # ---- build -----------------------------------------------------------------
 # build/vm/guest.env + build/vm/vmlinuz-*: the guest kernel travels with
@@ -110,6 +111,8 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
             die "tests/cuda-driver build failed"
         make -s -C "$root/tests/nvrt" O="$build/nvrt-tests" >&2 ||
             die "tests/nvrt build failed"
+        make -s -C "$root/tests/nvml" O="$build/nvml-tests" NVMLLIB="$build/guest-lib" >&2 ||
+            die "tests/nvml build failed"
         case " $suites " in *" libs "*)
             make -s -C "$root/tests/libs" O="$build/libs-tests" >&2 || die "tests/libs build failed" ;;
         esac
