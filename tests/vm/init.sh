@@ -100,6 +100,27 @@ run_libs() {
             -e 's,^FAIL \([^ ]*\) *\(.*\)$,VCU-TEST libs/\1 FAIL \2,'
 }
 
+# GPU suite, torch: PyTorch from the disk tests/gpu/torch-run.sh makes
+# of the GPU host's own files (its /usr, its Python, its virtual
+# environment), on our libcuda.so.1 and libnvidia-ml.so.1.
+run_torch() {
+    if ! insmod /modules/virtio_blk.ko || ! mkdir -p /disk ||
+        ! mount -t ext4 -o ro /dev/vda /disk; then
+        echo "VCU-TEST torch/setup FAIL no disk (tests/gpu/torch-run.sh attaches it)"
+        return 0
+    fi
+    mount -t proc proc /disk/proc && mount -t sysfs sysfs /disk/sys &&
+        mount -t devtmpfs devtmpfs /disk/dev && mount -t tmpfs tmpfs /disk/tmp ||
+        { echo "VCU-TEST torch/setup FAIL mounts in the disk"; return 0; }
+    mkdir -p /disk/tmp/vcu/lib /disk/tmp/triton
+    cp /torch/lib/* /disk/tmp/vcu/lib/ && cp /torch/torch_check.py /disk/tmp/vcu/
+    chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
+        LD_LIBRARY_PATH=/tmp/vcu/lib TRITON_CACHE_DIR=/tmp/triton \
+        timeout 1500 /opt/torch/.venv/bin/python3 /tmp/vcu/torch_check.py 2>&1 |
+        sed -e 's,^PASS torch/\([^ ]*\)\(.*\)$,VCU-TEST torch/\1 PASS\2,' \
+            -e 's,^FAIL torch/\([^ ]*\) *\(.*\)$,VCU-TEST torch/\1 FAIL \2,'
+}
+
 # The main job's demonstration (tests/demo/vcu_demo.cu) as a user would
 # run it, its output shown as it is: scripts/run.sh reads its figures.
 run_demo() {
@@ -313,6 +334,7 @@ for s in $suites; do
         nvrt) run_nvrt ;;
         nvml) run_nvml ;;
         libs) run_libs ;;
+        torch) run_torch ;;
         demo) run_demo ;;
         bench) run_bench ;;
         leaks) run_leaks ;;

@@ -197,6 +197,26 @@ for s in "$@"; do
             LD_LIBRARY_PATH=$r/nvrt/lib copy_libs "$benchbin"
         fi
         ;;
+    torch)
+        # PyTorch runs from a disk of the GPU host's own files
+        # (tests/gpu/torch-run.sh); here only what the guest adds to it:
+        # our libcuda.so.1 and libnvidia-ml.so.1, the check, and the
+        # virtio-blk driver, from the guest kernel's package.
+        glnvml=$(dirname "$glibcuda")/libnvidia-ml.so.1
+        for f in "$glibcuda" "$glnvml" "$root/tests/torch/torch_check.py"; do
+            [ -f "$f" ] || die "no $f"
+        done
+        mkdir -p "$r/torch/lib"
+        cp "$glibcuda" "$glnvml" "$r/torch/lib/"
+        cp "$root/tests/torch/torch_check.py" "$r/torch/"
+        kdeb=
+        for f in "$(dirname "$VCU_GUEST_MODDIR")"/linux-image-*.deb; do [ -f "$f" ] && kdeb=$f; done
+        [ -n "$kdeb" ] || die "no guest kernel package beside $VCU_GUEST_MODDIR"
+        dpkg-deb --fsys-tarfile "$kdeb" |
+            tar -xO --wildcards '*/kernel/drivers/block/virtio_blk.ko' >"$r/modules/virtio_blk.ko" ||
+            die "no virtio_blk.ko in $kdeb"
+        [ -s "$r/modules/virtio_blk.ko" ] || die "no virtio_blk.ko in $kdeb"
+        ;;
     nvml)
         # Our libcuda.so.1 and libnvidia-ml.so.1 (with vcuda-smi from
         # beside it), the NVML test and the program that holds the device.

@@ -29,6 +29,9 @@
 #   VCU_VM_LOGDIR=DIR   where serial logs go [build/vm/logs]
 #   VCU_QMP=PATH        a QMP socket for the VM (tests/gpu/leaks.sh)
 #   VCU_GUEST_APPEND=S  more kernel command line (VCU_LIBS_DEBUG=1: the libs suite traces)
+#   VCU_VM_MEM=MIB      guest RAM [3072]
+#   VCU_VM_DISK=IMG     a raw disk image the guest sees read-only as /dev/vda
+#                       (the torch suite's root: tests/gpu/torch-run.sh)
 set -u
 
 [ $# -ge 1 ] || { echo "usage: $0 SUITE[,SUITE...] [extra -device options]" >&2; exit 2; }
@@ -51,10 +54,10 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | cuda | nvrt | nvml | libs | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | cuda | nvrt | nvml | libs | torch | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
-case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
+case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" torch "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
 
 # ---- build -----------------------------------------------------------------
 # build/vm/guest.env + build/vm/vmlinuz-*: the guest kernel travels with
@@ -162,8 +165,11 @@ for s in $suites; do
     step "booting VM for suite $s (log: $log)"
     t0=$(date +%s)
     timeout -k 10 "$vm_timeout" "$qemu" \
-        -accel tcg -cpu max -smp 2 -m 3072 \
-        -object memory-backend-memfd,id=mem,size=3072M,share=on -machine memory-backend=mem \
+        -accel tcg -cpu max -smp 2 -m "${VCU_VM_MEM:-3072}" \
+        -object memory-backend-memfd,id=mem,size="${VCU_VM_MEM:-3072}M",share=on \
+        -machine memory-backend=mem \
+        ${VCU_VM_DISK:+-drive "file=$VCU_VM_DISK,if=none,id=vd0,format=raw,readonly=on"} \
+        ${VCU_VM_DISK:+-device virtio-blk-pci,drive=vd0} \
         -display none -nodefaults -monitor none -serial "file:$log" -no-reboot \
         ${VCU_QMP:+-qmp "unix:$VCU_QMP,server=on,wait=off"} \
         -bios "$share/qboot.rom" -L "$share" \

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# On the GPU machine: PyTorch in a guest (VM suite torch).  The guest's
+# root is a disk made here of this host's own files, as they are: its
+# /usr (Python 3.12, glibc), /etc, and the PyTorch virtual environment
+# under /opt (torch, NVIDIA's library wheels, Triton); NVIDIA's driver
+# libraries (libcuda, libnvidia-*) are left out, so the guest's only
+# driver is ours.  Hard links into a staging folder, then mke2fs -d.
+#
+#   tests/gpu/torch-run.sh native   the check natively, for the times to compare
+#   tests/gpu/torch-run.sh guest    the check in a guest (needs build/vm/initrd-torch.img)
+#
+# VCU_TORCH_VENV   the virtual environment [/opt/torch/.venv]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+venv=${VCU_TORCH_VENV:-/opt/torch/.venv}
+what=${1:-guest}
+[ -x "$venv/bin/python3" ] || { echo "torch-run: no $venv/bin/python3"; echo "0 passed, 1 failed"; exit 1; }
+
+if [ "$what" = native ]; then
+    "$venv/bin/python3" tests/torch/torch_check.py
+    exit $?
+fi
+
+img=build/vm/initrd-torch.img
+[ -f "$img" ] || { echo "torch-run: no $img (tests/gpu/prepare.sh)"; echo "0 passed, 1 failed"; exit 1; }
+work=$(mktemp -d /var/tmp/vcu-torch.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+st=$work/root
+mkdir -p "$st"/{proc,sys,dev,tmp,opt,run,var}
+t0=$(date +%s)
+# /usr without /usr/local (the CUDA toolkit) and without NVIDIA's driver
+# libraries; hard links cost nothing.
+cp -al /usr "$st/usr" || { echo "torch-run: cannot link /usr (another filesystem?)"; exit 1; }
+rm -rf "$st/usr/local" "$st/usr/src" "$st/usr/share/doc"
+find "$st/usr/lib" \( -name 'libcuda.so*' -o -name 'libnvidia-*' -o -name 'libcudadebugger*' \) \
+    -exec rm -f {} +
+for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$st/$l"; done
+cp -a /etc "$st/etc" 2>/dev/null
+mkdir -p "$st$(dirname "$venv")"
+cp -al "$venv" "$st$venv"
+# What the check does not import (the environment holds JAX, CuPy, ...).
+for p in jax jaxlib jax_plugins cupy cupy_backends pyarrow onnxruntime cv2 opencv_python_headless.libs \
+    llvmlite transformers pandas scipy cmake; do
+    rm -rf "$st$venv"/lib/python3*/site-packages/"$p"
+done
+size=$(du -sm "$st" | cut -f1)
+echo "torch-run: guest root $size MiB staged in $(($(date +%s) - t0)) s"
+disk=$work/torch.ext4
+mke2fs -q -t ext4 -O ^has_journal,^metadata_csum -E root_owner=0:0 -d "$st" "$disk" \
+    "$((size + size / 8 + 256))M" || { echo "torch-run: mke2fs failed"; exit 1; }
+echo "torch-run: disk made in $(($(date +%s) - t0)) s"
+rm -rf "$st"
+VCU_NO_BUILD=1 VCU_VM_DISK=$disk VCU_VM_MEM=${VCU_VM_MEM:-12288} \
+    VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-480} tests/gpu/run.sh torch

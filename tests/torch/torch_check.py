@@ -1,0 +1,154 @@
+"""PyTorch on a GPU, step by step: run natively on the GPU host and in a
+virtio-cuda guest (VM suite torch, tests/gpu/torch-run.sh), each step
+printing "PASS torch/<step> <seconds>" or "FAIL torch/<step> <why>", so
+that a step that fails says where and the others still run.
+
+Steps: import, is_available, properties, elementwise, matmul (checked
+against the CPU), cnn (a small CNN trained for a few hundred steps; its
+loss must fall), graphs (capture and replay), compile (torch.compile of
+a small function, Triton).
+"""
+import os
+import sys
+import time
+import traceback
+
+results = []
+
+
+def step(name, fn):
+    t0 = time.time()
+    try:
+        detail = fn()
+        dt = time.time() - t0
+        print("PASS torch/%s %.2f%s" % (name, dt, (" " + detail) if detail else ""), flush=True)
+        results.append((name, True))
+    except Exception as e:  # the next steps still run
+        dt = time.time() - t0
+        msg = ("%s: %s" % (type(e).__name__, e)).replace("\n", " ")[:400]
+        print("FAIL torch/%s %.2f %s" % (name, dt, msg), flush=True)
+        if os.environ.get("VCU_TORCH_TRACEBACK"):
+            traceback.print_exc()
+        results.append((name, False))
+
+
+torch = None
+
+
+def s_import():
+    global torch
+    import torch as t
+    torch = t
+    return "torch %s cuda %s" % (t.__version__, t.version.cuda)
+
+
+def s_available():
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch.cuda.is_available() is False")
+    return "devices %d" % torch.cuda.device_count()
+
+
+def s_properties():
+    p = torch.cuda.get_device_properties(0)
+    if p.total_memory <= 0 or p.multi_processor_count <= 0:
+        raise RuntimeError("bad properties %r" % (p,))
+    return "%s, %d MiB, %d SMs, sm_%d%d" % (p.name.replace(" ", "_"), p.total_memory >> 20,
+                                            p.multi_processor_count, p.major, p.minor)
+
+
+def s_elementwise():
+    x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    y = (x * 2 + 1).sum().item()
+    n = 1 << 20
+    want = float(n * (n - 1) + n)
+    if abs(y - want) > want * 1e-5:
+        raise RuntimeError("sum %r, want %r" % (y, want))
+
+
+def s_matmul():
+    torch.manual_seed(0)
+    a = torch.randn(2048, 2048)
+    b = torch.randn(2048, 2048)
+    want = a.double() @ b.double()
+    got = (a.cuda() @ b.cuda()).double().cpu()
+    err = ((got - want).abs().max() / want.abs().max()).item()
+    if err > 1e-2:
+        raise RuntimeError("relative error %g" % err)
+    return "max rel err %.2g" % err
+
+
+def s_cnn():
+    import torch.nn as nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(16, 2)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lossf = nn.CrossEntropyLoss()
+    # Two classes: bright top half or bright bottom half.
+    g = torch.Generator().manual_seed(1)
+    xs = torch.rand(512, 1, 16, 16, generator=g) * 0.5
+    ys = torch.randint(0, 2, (512,), generator=g)
+    xs[ys == 0, :, :8, :] += 0.5
+    xs[ys == 1, :, 8:, :] += 0.5
+    xs, ys = xs.cuda(), ys.cuda()
+    first = last = None
+    for i in range(300):
+        idx = torch.randint(0, 512, (64,), device="cuda")
+        loss = lossf(model(xs[idx]), ys[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i == 0:
+            first = loss.item()
+    last = loss.item()
+    if not last < first * 0.5:
+        raise RuntimeError("loss %g -> %g did not fall" % (first, last))
+    return "loss %.3f -> %.3f" % (first, last)
+
+
+def s_graphs():
+    s = torch.cuda.Stream()
+    x = torch.zeros(1 << 16, device="cuda")
+    with torch.cuda.stream(s):
+        for _ in range(3):        # warm up on a side stream, as the docs say
+            y = x * 2 + 1
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2 + 1
+    for v in (1.0, 5.0):
+        x.fill_(v)
+        g.replay()
+        torch.cuda.synchronize()
+        if not torch.all(y == v * 2 + 1).item():
+            raise RuntimeError("replay with x=%g gave %r" % (v, y[:4].tolist()))
+
+
+def s_compile():
+    def f(a, b):
+        return torch.sin(a) * torch.cos(b) + a * b
+
+    cf = torch.compile(f)
+    a = torch.randn(4096, device="cuda")
+    b = torch.randn(4096, device="cuda")
+    got = cf(a, b)
+    want = f(a, b)
+    err = (got - want).abs().max().item()
+    if err > 1e-4:
+        raise RuntimeError("max error %g" % err)
+
+
+step("import", s_import)
+if torch is not None:
+    for name, fn in (("is_available", s_available), ("properties", s_properties),
+                     ("elementwise", s_elementwise), ("matmul", s_matmul), ("cnn", s_cnn),
+                     ("graphs", s_graphs), ("compile", s_compile)):
+        if name != "is_available" and not results[-1][1] and results[-1][0] == "is_available":
+            print("FAIL torch/%s skipped: no CUDA" % name, flush=True)
+            results.append((name, False))
+            continue
+        step(name, fn)
+print("torch: %d passed, %d failed" % (sum(1 for _, ok in results if ok),
+                                       sum(1 for _, ok in results if not ok)), flush=True)
+sys.exit(0 if all(ok for _, ok in results) else 1)
