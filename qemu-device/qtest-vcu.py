@@ -356,7 +356,7 @@ if os.path.exists(FAKECUDA):
     fr, tot = struct.unpack('<QQ', r[32:48]) if ln >= 48 else (-1, -1)
     quota_check(f'mem-quota: cuMemGetInfo free {fr} total {tot}', cu_result(r) == 0 and (fr, tot) == (0, 8 << 20))
     ln, r = vq.submit([(REQ, hdr(opcode=0x101, payload_len=8, session=qb) + struct.pack('<II', 0, 0))], 8192)
-    tm = struct.unpack('<Q', r[304:312])[0] if ln >= 312 else -1
+    tm = struct.unpack('<Q', vq.rmem(RESP + 304, 8))[0] if ln >= 312 else -1   # past the 256 read
     quota_check(f'mem-quota: the device\'s total memory {tm}', cu_result(r) == 0 and tm == 8 << 20)
     ln, r = vq.submit([(REQ, hdr(opcode=0x10d, payload_len=8, session=qb) + struct.pack('<II', 0, 0))], 4096)
     q, tot, used, ctx = struct.unpack('<QQQQ', r[32:64]) if ln >= 64 else (0, 0, 0, 0)

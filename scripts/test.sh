@@ -22,13 +22,14 @@
 # packaging: dkms (the guest module through DKMS against the 6.1 and 6.12
 # headers), install-guest (make install-guest into a DESTDIR), libvirt (the
 # domain example against libvirt's schema), and in a TCG guest: echo,
-# badinput, hostmem, cuda, demo (the main job's program).
+# badinput, hostmem, quota (two guest processes against mem-quota), cuda,
+# demo (the main job's program).
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback dkms install-guest libvirt echo badinput hostmem cuda nvrt demo"}
+suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt demo"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -88,7 +89,7 @@ for s in $suites; do
     dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
     install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;
     libvirt) run_suite libvirt timeout 120 tests/pkg/libvirt.sh ;;
-    echo | badinput | hostmem | cuda | nvrt | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
+    echo | badinput | hostmem | quota | cuda | nvrt | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac
 done
