@@ -62,6 +62,7 @@
     X(quota_pool)                       \
     X(quota_module_globals)             \
     X(quota_limits)                     \
+    X(quota_faults)                     \
     X(quota_proxy_worker_killed)
 
 #endif /* VCU_TEST_LIST_CUDA_H */

@@ -466,6 +466,62 @@ TEST(quota_limits)
     return 0;
 }
 
+/* A session that met a GPU fault counts in CU_SLICE_INFO's faults once it
+ * has ended; a healthy one does not. */
+TEST(quota_faults)
+{
+    static const char img[] = "//\n.version 8.0\n.target sm_90\n"
+                              ".visible .entry _Z13err_oob_writePi(.param .u64 p)\n{\n}\n";
+    vcu_account_t *a;
+    unsigned char p[sizeof(struct vcu_cu_launch_req) + 8];
+    unsigned char nq[sizeof(struct vcu_cu_name_req) + 32];
+    struct vcu_cu_name_req name;
+    struct vcu_cu_launch_req lq;
+    struct vcu_cu_function_resp fr;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    struct vcu_cu_slice_info_resp *si = calloc(1, sizeof(*si));
+    uint64_t m, ptr = 0, q;
+    tq_t c, d;
+
+    ASSERT_NOT_NULL(si);
+    ASSERT_EQ(0, vcu__acct_new(0, 8, &a));
+    CHECK(tq_open(&c, a));
+    CHECK(tq_open_more(&d, &c));
+    ASSERT_EQ(0, (int)tq_alloc(&d, 4096, &q));          /* a healthy session */
+    ASSERT_EQ(0, (int)tq_module(&c, img, &m));
+    memset(&name, 0, sizeof(name));
+    name.module = m;
+    name.name_len = (uint32_t)strlen("_Z13err_oob_writePi");
+    memcpy(nq, &name, sizeof(name));
+    memcpy(nq + sizeof(name), "_Z13err_oob_writePi", name.name_len);
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_MODULE_GET_FUNCTION, nq,
+                              (uint32_t)(sizeof(name) + name.name_len), &fr, sizeof(fr)));
+    ASSERT_EQ(0, (int)fr.r.result);
+    memset(&lq, 0, sizeof(lq));
+    lq.function = fr.function;
+    lq.grid[0] = lq.grid[1] = lq.grid[2] = 1;
+    lq.block[0] = lq.block[1] = lq.block[2] = 1;
+    lq.param_bytes = 8;
+    memcpy(p, &lq, sizeof(lq));
+    memcpy(p + sizeof(lq), &ptr, 8);
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_LAUNCH, p, sizeof(p), &rp, sizeof(rp)));
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_ILLEGAL_ADDRESS, rp.result ? rp.result : rp.deferred);
+    CHECK(tq_slice(&d, si));
+    ASSERT_EQ_U64(0, si->faults);                        /* not ended yet */
+    ASSERT_EQ_U64(4096, si->mem_used);
+    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));
+    CHECK(tq_slice(&d, si));
+    ASSERT_EQ_U64(1, si->faults);
+    ASSERT_EQ(1, (int)si->num_sessions);
+    tq_close(&d);
+    ASSERT_EQ_U64(1, atomic_load(&a->hdr->faults));     /* the healthy one added none */
+    vcu__acct_put(a);
+    free(si);
+    return 0;
+}
+
 /* ---- the proxy: one account for the VM's workers ------------------------- */
 
 #define TQ_RAM (4u << 20)
