@@ -3115,6 +3115,35 @@ static char *vcu__name(const vcu__op_t *o, struct vcu_cu_name_req *rq)
     return name;
 }
 
+/*
+ * With lazy loading (the driver's default) a kernel's code and the data
+ * it uses reach the GPU when the function or global is first looked up,
+ * not at the module's load.  Free memory before and after the lookup
+ * (fr0: 0 if not measured) says what it took; it is recorded with the
+ * module, and given back with it.  It is recorded, not admitted: it has
+ * happened already, so past the quota the allocations after it fail.
+ */
+static size_t vcu__mod_free_before(vcu__op_t *o)
+{
+    size_t fr = 0, tot = 0;
+
+    if (o->cu->acct == NULL || VCU__CU(o->cu, cuMemGetInfo, &fr, &tot) != CUDA_SUCCESS)
+        return 0;
+    return fr;
+}
+
+static void vcu__mod_grew(vcu__op_t *o, vcu__mod_t *m, size_t fr0)
+{
+    size_t fr1 = 0, tot = 0;
+    uint64_t n;
+
+    if (fr0 == 0 || VCU__CU(o->cu, cuMemGetInfo, &fr1, &tot) != CUDA_SUCCESS || fr1 >= fr0)
+        return;
+    n = vcu__grain(fr0 - fr1);
+    (void)vcu__acct_add(o->cu->acct, o->cs->aslot, m->dev, n);
+    m->charge += n;
+}
+
 static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
 {
     struct vcu_cu_name_req rq;
@@ -3125,7 +3154,7 @@ static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
     vcu__hent_t *e;
     uint64_t h;
     char *name;
-    size_t need;
+    size_t need, fr0;
 
     name = vcu__name(o, &rq);
     if (name == NULL)
@@ -3136,7 +3165,9 @@ static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
     if (e == NULL)
         goto out;
     mod = e->u.mod;
+    fr0 = vcu__mod_free_before(o);
     o->res = o->cu->fn.cuModuleGetFunction(&f, mod->mod, name);
+    vcu__mod_grew(o, mod, fr0);
     if (o->res != CUDA_SUCCESS)
         goto out;
     if (o->cu->fn.cuFuncGetParamInfo == NULL) {
@@ -3218,7 +3249,10 @@ static uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o)
         vcu__hent_t *e = vcu__get(o, rq.module, VCU__H_MODULE);
 
         if (e != NULL) {
+            size_t fr0 = vcu__mod_free_before(o);
+
             o->res = VCU__CU(o->cu, cuModuleGetGlobal, &p, &sz, e->u.mod->mod, name);
+            vcu__mod_grew(o, e->u.mod, fr0);
             o->rb.range.base = p;
             o->rb.range.size = sz;
         }
