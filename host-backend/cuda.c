@@ -59,7 +59,9 @@
  * process-wide), other sessions' memory through the device's shared
  * default pool (each session has pools of its own), modules freed under
  * graphs that still run their code (counted, see vcu__mod_t), host
- * memory without bound (VCU__SESS_HOST_BUDGET).
+ * memory without bound (VCU__SESS_HOST_BUDGET), GPU memory past the VM's
+ * quota (the account of vcu_account.h: every allocation is charged to it
+ * first, vcu__charge()).
  */
 #include <dlfcn.h>
 #include <errno.h>
