@@ -19,6 +19,9 @@
  *   vcu_proxy_t.mu   the session table, the zombie list, counters.
  *   vcu__psess_t.mu  the session's send queue, its pending requests, the
  *                    regions it was sent, wid, its close request, stop.
+ *   vcu_account_t.mu which memory account slots are handed out
+ *                    (vcu_account.h); innermost, taken under
+ *                    vcu__psess_t.mu when a reaped worker's slot is freed.
  *
  * Lifetimes
  * ---------
@@ -714,7 +717,9 @@ static void vcu__px_reap_zombies(vcu_proxy_t *px)
 
 /*
  * Starts the worker with its end of the socket as fd 3 and, for a
- * session (s), the shared area and the rings' doorbells as fds 4, 5, 6.
+ * session (s), the shared area and the rings' doorbells as fds 4, 5, 6
+ * and the VM's memory account as fd 7 (with the session's slot in it and
+ * the quota on the command line).
  * Every fd given is above them first, so that no dup2 overwrites
  * another's source.
  */
