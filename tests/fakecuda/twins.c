@@ -758,7 +758,5 @@ const vcu_twin_global_t vcu_twin_globals[] = {
     { "mtu_b_offset", sizeof(int32_t), NULL },
     /* tests/cuda-driver/vcu_drv_kernels.cu */
     { "vcu_drv_flag", sizeof(uint32_t), &tw_init_vcu_drv_flag },
-    /* tests/unit/test_quota.c: a module whose globals take GPU memory */
-    { "vcu_quota_global", 1u << 20, NULL },
     { NULL, 0, NULL },
 };

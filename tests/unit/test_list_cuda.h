@@ -62,6 +62,7 @@
     X(quota_pool)                       \
     X(quota_module_globals)             \
     X(quota_limits)                     \
+    X(quota_ctx_reset)                  \
     X(quota_faults)                     \
     X(quota_proxy_worker_killed)
 

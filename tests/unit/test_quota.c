@@ -404,29 +404,30 @@ TEST(quota_pool)
     return 0;
 }
 
-/* A module's globals take GPU memory: charged while it is loaded, and a
- * load that would pass the quota fails as out of memory. */
+/* A module's globals take GPU memory (the stand-in's twin of
+ * tests/cuda/symbols.cu's sym_table: 1 KiB): charged while it is loaded,
+ * and a load that would pass the quota fails as out of memory. */
 TEST(quota_module_globals)
 {
     static const char img[] = "//\n.version 8.0\n.target sm_90\n"
-                              ".global .align 4 .b8 vcu_quota_global[1048576];\n";
+                              ".global .align 4 .f32 sym_table[256];\n";
     vcu_account_t *a;
     uint64_t m, m2, p;
     struct vcu_cu_u64_req rq = {{0, 0}, 0};
     struct vcu_cu_resp rp;
     tq_t c;
 
-    ASSERT_EQ(0, vcu__acct_new(3 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(2 * MiB, 8, &a));
     CHECK(tq_open(&c, a));
     ASSERT_EQ(0, (int)tq_module(&c, img, &m));
-    ASSERT_EQ_U64(1 * MiB, vcu__acct_used(a, 0));
-    ASSERT_EQ(0, (int)tq_alloc(&c, 2 * MiB, &p));
+    ASSERT_EQ_U64(1024, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 2 * MiB - 1024, &p));
     ASSERT_EQ(OOM, tq_module(&c, img, &m2));
-    ASSERT_EQ_U64(3 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * MiB, vcu__acct_used(a, 0));
     rq.value = m;
     ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_MODULE_UNLOAD, &rq, sizeof(rq), &rp, sizeof(rp)));
     ASSERT_EQ(0, (int)rp.result);
-    ASSERT_EQ_U64(2 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * MiB - 1024, vcu__acct_used(a, 0));
     ASSERT_EQ(0, (int)tq_module(&c, img, &m));
     tq_close(&c);
     ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
@@ -461,6 +462,43 @@ TEST(quota_limits)
     ASSERT_EQ(0, (int)rp.result);
     ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
     ASSERT_EQ(0, (int)tq_alloc(&c, 64 * MiB, &p));
+    tq_close(&c);
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* A context reset (cudaDeviceReset) frees everything the context held:
+ * its allocations, pool blocks, modules and limits are no longer charged,
+ * nor is its context's overhead reported. */
+TEST(quota_ctx_reset)
+{
+    static const char img[] = "//\n.version 8.0\n.target sm_90\n"
+                              ".global .align 4 .f32 sym_table[256];\n";
+    vcu_account_t *a;
+    struct vcu_cu_limit_req lq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    uint64_t p, q, m;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(64 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 3 * MiB, &p));
+    ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 2 * MiB, &q));
+    ASSERT_EQ(0, (int)tq_module(&c, img, &m));
+    memset(&lq, 0, sizeof(lq));
+    lq.limit = CU_LIMIT_PRINTF_FIFO_SIZE;
+    lq.value = 32 * MiB;
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &lq, sizeof(lq), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_GT(vcu__acct_used(a, 0), 5 * MiB + 20 * MiB);
+    ASSERT_GT(vcu__acct_ctx(a, 0), 0);
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_RESET, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(0, vcu__acct_ctx(a, 0));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, p));  /* gone with it */
+    ASSERT_EQ(0, (int)tq_alloc(&c, 64 * MiB, &p));    /* a new context, all of it */
     tq_close(&c);
     vcu__acct_put(a);
     return 0;
