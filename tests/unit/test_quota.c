@@ -4,7 +4,6 @@
  * CPU stand-in (sessions of one VM), then the proxy with real workers
  * (a killed worker's charge comes back).
  */
-#define _GNU_SOURCE                 /* memfd_create */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
