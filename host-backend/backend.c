@@ -673,7 +673,7 @@ static int vcu__sess_cuda(vcu__sess_t *s)
 
     if (s->cs)
         return 0;
-    rc = vcu__cuda_sess_new(s->be->cu, &cs);
+    rc = vcu__cuda_sess_new(s->be->cu, s->id, &cs);
     if (rc == 0 && !cs)
         rc = VCU_EIO;
     if (rc < 0)

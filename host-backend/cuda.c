@@ -59,7 +59,9 @@
  * process-wide), other sessions' memory through the device's shared
  * default pool (each session has pools of its own), modules freed under
  * graphs that still run their code (counted, see vcu__mod_t), host
- * memory without bound (VCU__SESS_HOST_BUDGET).
+ * memory without bound (VCU__SESS_HOST_BUDGET), GPU memory past the VM's
+ * quota (the account of vcu_account.h: every allocation is charged to it
+ * first, vcu__charge()).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -75,6 +77,7 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 
+#include "vcu_account.h"
 #include "vcu_backend_int.h"
 #include "vcu_printf.h"
 #include "cuda_tab.h"
@@ -216,6 +219,8 @@ struct vcu__cuda_s {
     int driver_version;
     int capture;                            /* device printf captured (capture.c) */
     int worker;                             /* vcu_backend_config_t.worker */
+    vcu_account_t *acct;                    /* the VM's memory account, or NULL */
+    int acct_slot;                          /* vcu_backend_config_t.account_slot */
 
     pthread_mutex_t mu;                     /* protects ram_ctx, ram */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
@@ -302,6 +307,7 @@ typedef struct vcu__mod_s {
     CUmodule mod;
     uint32_t dev;
     unsigned int refs;
+    uint64_t charge;                        /* GPU memory its load took (account) */
 } vcu__mod_t;
 
 /* Modules, each counted once by the set (graphs, execs, captures). */
@@ -330,6 +336,21 @@ struct vcu__cuda_sess_s {
     vcu__modset_t *cap_mods;
     vcu__htab_t tab;
     vcu__pset_t allocs;                     /* device pointers this session owns */
+    /* The session's slot in the VM's memory account (-1: none), and
+     * whether it claimed it itself (in-process) rather than being given
+     * it (a worker).  Per device: what its pool's live blocks were
+     * charged, what the pool is charged in all (at least what it
+     * reserves), and the context limits that take GPU memory (malloc
+     * heap, printf FIFO): their values before the guest first set them,
+     * and the charge for what it set above those.  See "Memory quota" in
+     * docs/design.md. */
+    int aslot;
+    bool aowned;
+    uint64_t pool_live[VCU_CU_MAX_DEVICES];
+    uint64_t pool_charge[VCU_CU_MAX_DEVICES];
+    size_t lim_base[VCU_CU_MAX_DEVICES][2];
+    bool lim_known[VCU_CU_MAX_DEVICES][2];
+    uint64_t lim_charge[VCU_CU_MAX_DEVICES][2];
     uint32_t deferred;                      /* pending CUresult of an async request */
     vcu__gate_t gate;
     struct vcu__op_s *op;                   /* the worker's scratch for vcu__cuda_exec */
@@ -344,9 +365,25 @@ struct vcu__cuda_sess_s {
     vcu__out_t *out;
 };
 
-/* Tracked allocation flags (vcu__pset value = dev | flags). */
+/* Tracked allocations: vcu__pset value = dev | flags | the bytes charged
+ * for it, in VCU__ACCT_GRAIN units, from bit VCU__ALLOC_SHIFT. */
 #define VCU__ALLOC_ASYNC 0x10000u
-#define VCU__ALLOC_DEV(v) ((v) & 0xffffu)
+#define VCU__ALLOC_DEV(v) ((uint32_t)(v) & 0xffffu)
+#define VCU__ALLOC_SHIFT 24
+#define VCU__ALLOC_CHARGE(v) (((v) >> VCU__ALLOC_SHIFT) * VCU__ACCT_GRAIN)
+
+/*
+ * Memory account (vcu_account.h).  Allocations are charged in steps of
+ * VCU__ACCT_GRAIN bytes (what the driver aligns every allocation to, at
+ * least); no GPU has VCU__ACCT_MAX bytes, and a request for more fails as
+ * the driver fails it.  A worker's context takes VCU__CTX_BYTES of GPU
+ * memory of its own: reported apart, never charged (measured on H100 with
+ * driver 580 and the default stack limit, /work/shared/SHARING-FACTS.md
+ * P5: cuMemGetInfo cannot be asked before a context exists).
+ */
+#define VCU__ACCT_GRAIN 512u
+#define VCU__ACCT_MAX ((uint64_t)1 << 48)
+#define VCU__CTX_BYTES ((uint64_t)524 << 20)
 
 /*
  * Context flags a guest may set (CU_CTX_SET_FLAGS, kept for cuCtxCreate):
@@ -370,6 +407,32 @@ struct vcu__cuda_sess_s {
  * docs/design.md, "Isolation".
  */
 #define VCU__SESS_HOST_BUDGET ((size_t)256 << 20)
+
+/* n rounded up to the account's grain; above VCU__ACCT_MAX for a size no
+ * GPU has (or that overflows). */
+static uint64_t vcu__grain(uint64_t n)
+{
+    if (n > VCU__ACCT_MAX)
+        return VCU__ACCT_MAX + 1;
+    return (n + VCU__ACCT_GRAIN - 1) & ~(uint64_t)(VCU__ACCT_GRAIN - 1);
+}
+
+/* Charges n bytes of device d to the session: 0, or -1 past the VM's
+ * quota (nothing charged).  Without an account, always 0. */
+static int vcu__charge(vcu__cuda_sess_t *cs, uint32_t d, uint64_t n)
+{
+    if (cs->cu->acct == NULL || n == 0)
+        return 0;
+    if (n > VCU__ACCT_MAX)
+        return -1;
+    return vcu__acct_charge(cs->cu->acct, cs->aslot, d, n);
+}
+
+static void vcu__uncharge(vcu__cuda_sess_t *cs, uint32_t d, uint64_t n)
+{
+    if (cs->cu->acct != NULL)
+        vcu__acct_uncharge(cs->cu->acct, cs->aslot, d, n);
+}
 
 /* Takes n bytes of the session's budget: 0, or -1 (nothing taken). */
 static int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n)
@@ -620,6 +683,8 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
         p = q + 1;
     }
     cu->worker = cfg != NULL && cfg->worker;
+    cu->acct = cfg != NULL ? cfg->account : NULL;
+    cu->acct_slot = cfg != NULL ? cfg->account_slot : -1;
     if (cu->worker) {
         unsigned int i;
 
@@ -809,7 +874,7 @@ int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len)
 
 /* ---- sessions ----------------------------------------------------------- */
 
-int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out)
+int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
 {
     vcu__cuda_sess_t *cs;
 
@@ -820,6 +885,17 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out)
     if (cs == NULL)
         return VCU_ENOMEM;
     cs->cu = cu;
+    cs->aslot = -1;
+    if (cu->acct != NULL && cu->acct_slot >= 0) {
+        cs->aslot = cu->acct_slot;
+    } else if (cu->acct != NULL) {
+        cs->aslot = vcu__acct_claim(cu->acct, id);
+        cs->aowned = cs->aslot >= 0;
+        if (cs->aslot < 0) {
+            free(cs);
+            return VCU_EBUSY;
+        }
+    }
     vcu__htab_init(&cs->tab);
     vcu__pset_init(&cs->allocs);
     pthread_mutex_init(&cs->gate.mu, NULL);
@@ -865,6 +941,8 @@ static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
             cs->ctx[d] = NULL;
             return r;
         }
+        if (cu->acct != NULL)
+            vcu__acct_set_ctx(cu->acct, cs->aslot, d, VCU__CTX_BYTES);
     }
     return vcu__cur(cs, cs->ctx[d]);
 }
@@ -882,6 +960,7 @@ static CUresult vcu__mod_put(vcu__cuda_sess_t *cs, vcu__mod_t *m)
     r = vcu__cur(cs, cs->ctx[m->dev]);
     if (r == CUDA_SUCCESS)
         r = cs->cu->fn.cuModuleUnload(m->mod);
+    vcu__uncharge(cs, m->dev, m->charge);
     free(m);
     vcu__mem_give(cs, sizeof(*m));
     return r;
@@ -1339,6 +1418,27 @@ static void vcu__waits_ctx_gone(vcu__cuda_sess_t *cs, uint32_t d)
     cs->pool[d].n = 0;
 }
 
+/*
+ * Brings the charge of the session's pool on device d down to what the
+ * pool holds now: its live blocks' charges, or what the driver says it
+ * reserves where that is more (freed blocks it keeps until a
+ * synchronization, or past the guest's release threshold).
+ */
+static void vcu__pool_settle(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    cuuint64_t res = 0;
+    uint64_t want = cs->pool_live[d];
+
+    if (cs->mpool[d] != NULL &&
+        VCU__CU(cs->cu, cuMemPoolGetAttribute, cs->mpool[d], CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                &res) == CUDA_SUCCESS && vcu__grain(res) > want)
+        want = vcu__grain(res);
+    if (want < cs->pool_charge[d]) {
+        vcu__uncharge(cs, d, cs->pool_charge[d] - want);
+        cs->pool_charge[d] = want;
+    }
+}
+
 /* Does entry e go with device d's context: made there, or (a function, a
  * graph, an exec) using a module loaded there? */
 static int vcu__on_dev(const vcu__hent_t *e, uint32_t d)
@@ -1415,9 +1515,22 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
             continue;
         if (cs->ctx[d] != NULL && (cs->allocs.vals[i] & VCU__ALLOC_ASYNC))
             cu->fn.cuMemFree((CUdeviceptr)k);
+        if (cs->allocs.vals[i] & VCU__ALLOC_ASYNC)
+            cs->pool_live[d] -= VCU__ALLOC_CHARGE(cs->allocs.vals[i]);
+        else
+            vcu__uncharge(cs, d, VCU__ALLOC_CHARGE(cs->allocs.vals[i]));
         vcu__pset_del(&cs->allocs, k);
     }
+    /* Limits go back to their defaults with the context. */
+    for (i = 0; i < 2; i++) {
+        vcu__uncharge(cs, d, cs->lim_charge[d][i]);
+        cs->lim_charge[d][i] = 0;
+        cs->lim_known[d][i] = false;
+    }
     if (cs->ctx[d] != NULL) {
+        vcu__pool_settle(cs, d);
+        if (cu->acct != NULL)
+            vcu__acct_set_ctx(cu->acct, cs->aslot, d, 0);
         vcu__cur(cs, NULL);
         if (cu->worker)
             cu->fn.cuDevicePrimaryCtxRelease(cu->dev[d]);
@@ -1469,8 +1582,15 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
         VCU__CU(cs->cu, cuMemPoolDestroy, cs->mpool[d]);
         cs->mpool[d] = NULL;
     }
-    for (d = 0; d < cs->cu->ndev; d++)
+    for (d = 0; d < cs->cu->ndev; d++) {
         vcu__ctx_destroy(cs, d);
+        vcu__uncharge(cs, d, cs->pool_charge[d]);  /* pools gone with the contexts */
+        cs->pool_charge[d] = 0;
+    }
+    /* A slot the session claimed (in-process) is free again; a worker's
+     * is the proxy's to free, once the process is gone. */
+    if (cs->aowned)
+        vcu__acct_release(cs->cu->acct, cs->aslot);
     vcu__mods_free(cs, cs->cap_mods);   /* emptied by the contexts' end */
     cs->cap_mods = NULL;
     /* Contexts gone, and the waits' events with them: what is left of a
@@ -1927,6 +2047,10 @@ static uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o)
         memcpy(r->uuid, u.bytes, sizeof(r->uuid));
     if (VCU__CU(cu, cuDeviceTotalMem, &total, dev) == CUDA_SUCCESS)
         r->total_mem = total;
+    /* The VM's slice: what cuDeviceTotalMem and totalGlobalMem say in
+     * the guest (as CU_MEM_GET_INFO's total). */
+    if (cu->acct != NULL && cu->acct->quota != 0 && cu->acct->quota < r->total_mem)
+        r->total_mem = cu->acct->quota;
     r->host_ordinal = (uint32_t)cu->host_ordinal[d];
     n = CU_DEVICE_ATTRIBUTE_MAX < VCU_CU_NUM_DEV_ATTRS ? (uint32_t)CU_DEVICE_ATTRIBUTE_MAX
                                                         : VCU_CU_NUM_DEV_ATTRS;
@@ -1944,31 +2068,87 @@ static uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * What the guest is told of device d's memory: with a quota, total is
+ * the quota (never more than the GPU has) and free what the VM's charges
+ * leave of it (never more than the GPU has free); without, the GPU's.
+ */
+static void vcu__mem_view(vcu__cuda_sess_t *cs, uint32_t d, size_t *fr, size_t *tot)
+{
+    vcu_account_t *a = cs->cu->acct;
+    uint64_t used;
+
+    if (a == NULL || a->quota == 0)
+        return;
+    vcu__pool_settle(cs, d);
+    if (a->quota < *tot)
+        *tot = (size_t)a->quota;
+    used = vcu__acct_used(a, d);
+    if (used >= *tot)
+        *fr = 0;
+    else if (*tot - used < *fr)
+        *fr = (size_t)(*tot - used);
+}
+
 static uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o)
 {
     size_t fr = 0, tot = 0;
 
     VCU__ENTER(o);
     o->res = VCU__CU(o->cu, cuMemGetInfo, &fr, &tot);
+    if (o->res == CUDA_SUCCESS)
+        vcu__mem_view(o->cs, vcu__dev_of(o), &fr, &tot);
     o->rb.mem.free = fr;
     o->rb.mem.total = tot;
     return VCU_S_OK;
 }
 
 /*
- * Without a VM-wide account (a backend on its own: loopback, tests) the
- * slice is the whole GPU and this session the only one known.
+ * From the VM's account: its quota, what is charged to it (each live
+ * session's part), its workers' context overhead, and the sessions that
+ * ended by a GPU fault.  Without one (a backend on its own: loopback,
+ * tests) the slice is the whole GPU and this session the only one known.
  */
 static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
 {
     struct vcu_cu_slice_info_resp *r = &o->rb.slice;
+    vcu_account_t *a = o->cu->acct;
     size_t fr = 0, tot = 0;
+    uint32_t d = vcu__dev_of(o), i, n = 0;
     int sms = 0;
 
     VCU__ENTER(o);
     o->res = VCU__CU(o->cu, cuMemGetInfo, &fr, &tot);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
+    if (a != NULL) {
+        vcu__mem_view(o->cs, d, &fr, &tot);
+        vcu__pool_settle(o->cs, d);
+        if (VCU__CU(o->cu, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                    o->cu->dev[d]) != CUDA_SUCCESS)
+            sms = 0;
+        r->mem_quota = a->quota;
+        r->mem_total = tot;
+        r->mem_used = vcu__acct_used(a, d);
+        r->ctx_bytes = vcu__acct_ctx(a, d);
+        r->compute_share = 0;
+        r->sm_count = (uint32_t)sms;
+        r->util_percent = VCU_SLICE_UNKNOWN32;
+        r->faults = atomic_load(&a->hdr->faults);
+        for (i = 0; i < a->nslots && n < VCU_SLICE_MAX_SESSIONS; i++) {
+            uint64_t id = atomic_load(&a->slot[i].session);
+
+            if (id == 0)
+                continue;
+            r->sessions[n].session = id;
+            r->sessions[n].mem_used = atomic_load(&a->slot[i].charged[d]);
+            r->sessions[n].ctx_bytes = atomic_load(&a->slot[i].ctx[d]);
+            r->sessions[n].gpu_time_ns = VCU_SLICE_UNKNOWN64;
+            n++;
+        }
+        r->num_sessions = n;
+        return VCU_S_OK;
+    }
     if (VCU__CU(o->cu, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                 o->cu->dev[vcu__dev_of(o)]) != CUDA_SUCCESS)
         sms = 0;
@@ -2087,13 +2267,50 @@ static uint32_t vcu__op_CU_CTX_SET_FLAGS(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * The malloc heap and the printf FIFO are GPU memory the context holds
+ * for the guest: what it sets above their values before its first set
+ * (part of the context's own overhead) is charged, like an allocation.
+ */
 static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
 {
     struct vcu_cu_limit_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
+    uint32_t d = vcu__dev_of(o);
+    uint64_t ch, old;
+    int k;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
+    k = rq.limit == CU_LIMIT_MALLOC_HEAP_SIZE ? 0 : rq.limit == CU_LIMIT_PRINTF_FIFO_SIZE ? 1 : -1;
+    if (k < 0 || o->cu->acct == NULL) {
+        o->res = VCU__CU(o->cu, cuCtxSetLimit, (CUlimit)rq.limit, (size_t)rq.value);
+        return VCU_S_OK;
+    }
+    if (!cs->lim_known[d][k]) {
+        size_t v = 0;
+
+        o->res = VCU__CU(o->cu, cuCtxGetLimit, &v, (CUlimit)rq.limit);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
+        cs->lim_base[d][k] = v;
+        cs->lim_known[d][k] = true;
+    }
+    ch = rq.value > cs->lim_base[d][k] ? vcu__grain(rq.value - cs->lim_base[d][k]) : 0;
+    old = cs->lim_charge[d][k];
+    if (ch > old && vcu__charge(cs, d, ch - old) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuCtxSetLimit, (CUlimit)rq.limit, (size_t)rq.value);
+    if (o->res != CUDA_SUCCESS) {
+        if (ch > old)
+            vcu__uncharge(cs, d, ch - old);
+        return VCU_S_OK;
+    }
+    if (ch < old)
+        vcu__uncharge(cs, d, old - ch);
+    cs->lim_charge[d][k] = ch;
     return VCU_S_OK;
 }
 
@@ -2160,33 +2377,52 @@ static uint32_t vcu__op_CU_GET_DEFERRED_ERROR(vcu__op_t *o)
 
 /* --- memory --- */
 
-static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags)
+/* Records p, charged ch bytes; on failure frees it (the caller gives
+ * the charge back). */
+static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags, uint64_t ch)
 {
-    if (p == 0 || vcu__pset_add(&o->cs->allocs, p, vcu__dev_of(o) | flags) == 0)
+    uint64_t v = vcu__dev_of(o) | flags | ((ch / VCU__ACCT_GRAIN) << VCU__ALLOC_SHIFT);
+
+    if (p == 0 || vcu__pset_add(&o->cs->allocs, p, v) == 0)
         return 0;
     o->cu->fn.cuMemFree(p);
     o->res = CUDA_ERROR_OUT_OF_MEMORY;
     return -1;
 }
 
+/* Charged before the driver is asked: past the VM's quota the guest gets
+ * CUDA_ERROR_OUT_OF_MEMORY, as from a full GPU, and nothing else
+ * changes.  Size 0 charges nothing (the driver refuses it). */
 static uint32_t vcu__op_CU_MEM_ALLOC(vcu__op_t *o)
 {
     struct vcu_cu_mem_alloc_req rq;
     CUdeviceptr p = 0;
+    uint32_t d = vcu__dev_of(o);
+    uint64_t ch;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
+    ch = vcu__grain(rq.size);
+    if (ch > VCU__ACCT_MAX || vcu__charge(o->cs, d, ch) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     o->res = o->cu->fn.cuMemAlloc(&p, (size_t)rq.size);
-    if (o->res == CUDA_SUCCESS && vcu__track(o, p, 0) == 0)
+    if (o->res == CUDA_SUCCESS && vcu__track(o, p, 0, ch) == 0) {
         o->rb.u64.value = p;
+        if (p == 0)
+            vcu__uncharge(o->cs, d, ch);
+        return VCU_S_OK;
+    }
+    vcu__uncharge(o->cs, d, ch);
     return VCU_S_OK;
 }
 
 /* Only pointers this session allocated may be freed (CUDA would refuse
  * others anyway; pool memory, though, is not bound to one context). */
-static int vcu__untrack(vcu__op_t *o, CUdeviceptr p)
+static int vcu__untrack(vcu__op_t *o, CUdeviceptr p, uint64_t *val)
 {
-    if (!vcu__pset_find(&o->cs->allocs, p, NULL)) {
+    if (!vcu__pset_find(&o->cs->allocs, p, val)) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return -1;
     }
@@ -2196,14 +2432,22 @@ static int vcu__untrack(vcu__op_t *o, CUdeviceptr p)
 static uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
+    uint64_t v = 0;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
-    if (vcu__untrack(o, rq.value) != 0)
+    if (vcu__untrack(o, rq.value, &v) != 0)
         return VCU_S_OK;
     o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
-    if (o->res == CUDA_SUCCESS)
+    if (o->res == CUDA_SUCCESS) {
         vcu__pset_del(&o->cs->allocs, rq.value);
+        if (v & VCU__ALLOC_ASYNC) {
+            o->cs->pool_live[VCU__ALLOC_DEV(v)] -= VCU__ALLOC_CHARGE(v);
+            vcu__pool_settle(o->cs, VCU__ALLOC_DEV(v));
+        } else {
+            vcu__uncharge(o->cs, VCU__ALLOC_DEV(v), VCU__ALLOC_CHARGE(v));
+        }
+    }
     return VCU_S_OK;
 }
 
@@ -2484,17 +2728,26 @@ out:
 static uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
 {
     struct vcu_cu_memcpy_req rq;
+    uint64_t v = 0;
 
     memcpy(&rq, o->p, sizeof(rq));
     if (o->nsegs != 0)
         return VCU_S_EINVAL;
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
-    if (vcu__untrack(o, rq.dst) != 0)
+    if (vcu__untrack(o, rq.dst, &v) != 0)
         return VCU_S_OK;
     o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
-    if (o->res == CUDA_SUCCESS)
+    if (o->res == CUDA_SUCCESS) {
         vcu__pset_del(&o->cs->allocs, rq.dst);
+        /* Pool memory stays charged while the pool keeps it reserved. */
+        if (v & VCU__ALLOC_ASYNC) {
+            o->cs->pool_live[VCU__ALLOC_DEV(v)] -= VCU__ALLOC_CHARGE(v);
+            vcu__pool_settle(o->cs, VCU__ALLOC_DEV(v));
+        } else {
+            vcu__uncharge(o->cs, VCU__ALLOC_DEV(v), VCU__ALLOC_CHARGE(v));
+        }
+    }
     return VCU_S_OK;
 }
 
@@ -2526,26 +2779,76 @@ static CUresult vcu__sess_pool(vcu__cuda_sess_t *cs, uint32_t d, CUmemoryPool *o
     return CUDA_SUCCESS;
 }
 
+/*
+ * A session's pool is charged for at least what it reserves (driver's
+ * CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) and for every live block: before
+ * the allocation, for the block on top of the live ones (or what is
+ * reserved already, if more); after it, for anything more the pool
+ * reserved to serve it.  If that pushed the VM past its quota the block is
+ * given back and the guest gets CUDA_ERROR_OUT_OF_MEMORY.  Freed blocks
+ * stay charged while the pool keeps them (vcu__pool_settle).
+ */
 static uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
 {
     struct vcu_cu_mem_alloc_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
     CUmemoryPool pool;
     CUdeviceptr p = 0;
+    uint32_t d = vcu__dev_of(o);
+    cuuint64_t res = 0;
+    uint64_t ch, want;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
     if (rq.pool == 0) {
         /* The device's current pool, as the guest sees it: the session's. */
-        o->res = vcu__sess_pool(o->cs, vcu__dev_of(o), &pool);
-        if (o->res == CUDA_SUCCESS)
-            o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
+        o->res = vcu__sess_pool(cs, d, &pool);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
     } else {
         VCU__GET(o, e, rq.pool, VCU__H_POOL);
-        o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, e->u.pool, st);
+        pool = e->u.pool;
     }
-    if (o->res == CUDA_SUCCESS && vcu__track(o, p, VCU__ALLOC_ASYNC) == 0)
+    ch = vcu__grain(rq.size);
+    if (ch > VCU__ACCT_MAX || d >= VCU_CU_MAX_DEVICES) {   /* d: checked by VCU__ENTER */
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    if (o->cu->acct != NULL) {
+        want = cs->pool_live[d] + ch;
+        if (VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                    &res) == CUDA_SUCCESS && vcu__grain(res) > want)
+            want = vcu__grain(res);
+        if (want > cs->pool_charge[d]) {
+            if (vcu__charge(cs, d, want - cs->pool_charge[d]) != 0) {
+                o->res = CUDA_ERROR_OUT_OF_MEMORY;
+                return VCU_S_OK;
+            }
+            cs->pool_charge[d] = want;
+        }
+    }
+    o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
+    if (o->res == CUDA_SUCCESS && vcu__track(o, p, VCU__ALLOC_ASYNC, ch) == 0) {
         o->rb.u64.value = p;
+        if (p != 0)
+            cs->pool_live[d] += ch;
+    }
+    if (o->cu->acct != NULL && o->res == CUDA_SUCCESS &&
+        VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                &res) == CUDA_SUCCESS && vcu__grain(res) > cs->pool_charge[d]) {
+        int over = vcu__acct_add(o->cu->acct, cs->aslot, d, vcu__grain(res) - cs->pool_charge[d]);
+
+        cs->pool_charge[d] = vcu__grain(res);
+        if (over != 0 && p != 0) {
+            VCU__CU(o->cu, cuMemFreeAsync, p, st);
+            vcu__pset_del(&cs->allocs, p);
+            cs->pool_live[d] -= ch;
+            o->rb.u64.value = 0;
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    vcu__pool_settle(cs, d);
     return VCU_S_OK;
 }
 
@@ -2646,6 +2949,7 @@ static uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, e, rq.handle, VCU__H_POOL);
     o->res = VCU__CU(o->cu, cuMemPoolTrimTo, e->u.pool, (size_t)rq.value);
+    vcu__pool_settle(o->cs, vcu__dev_of(o));
     return VCU_S_OK;
 }
 
@@ -2697,7 +3001,8 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     vcu__mod_t *m;
     char *img;
     vcu__hent_t *e;
-    uint64_t h;
+    uint64_t h, cost = 0;
+    size_t fr0 = 0, fr1 = 0, tot = 0;
 
     memcpy(&rq, o->p, sizeof(rq));
     s = vcu__seg(o, VCU_SEG_TO_DEVICE);
@@ -2717,7 +3022,14 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     }
     vcu__gather(s, img, (size_t)rq.image_len);
     img[rq.image_len] = '\0';
+    /* What the load takes of the GPU (code, constant banks, globals) is
+     * measured: free memory before and after, in the session's context. */
+    if (o->cu->acct != NULL && VCU__CU(o->cu, cuMemGetInfo, &fr0, &tot) != CUDA_SUCCESS)
+        fr0 = 0;
     o->res = o->cu->fn.cuModuleLoadData(&mod, img);
+    if (o->res == CUDA_SUCCESS && fr0 != 0 &&
+        VCU__CU(o->cu, cuMemGetInfo, &fr1, &tot) == CUDA_SUCCESS && fr1 < fr0)
+        cost = vcu__grain(fr0 - fr1);
     if (o->res == CUDA_SUCCESS && o->cu->capture && o->cs->out == NULL &&
         vcu_image_uses_printf(img, (size_t)rq.image_len) && vcu__out_new(&o->cs->out) != 0)
         o->cs->out = NULL;          /* its output goes to our stdout, as without capture */
@@ -2725,9 +3037,13 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     vcu__mem_give(o->cs, (size_t)rq.image_len + 1);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
-    if (vcu__mem_take(o->cs, sizeof(*m)) != 0) {
+    if (cost > VCU__ACCT_MAX || vcu__charge(o->cs, vcu__dev_of(o), cost) != 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         goto err_unload;
+    }
+    if (vcu__mem_take(o->cs, sizeof(*m)) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        goto err_uncharge;
     }
     m = malloc(sizeof(*m));
     if (m == NULL) {
@@ -2740,6 +3056,7 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     m->mod = mod;
     m->dev = vcu__dev_of(o);
     m->refs = 1;                    /* the guest's handle */
+    m->charge = cost;
     e->u.mod = m;
     o->rb.u64.value = h;
     return VCU_S_OK;
@@ -2748,6 +3065,8 @@ err_free:
     free(m);
 err_give:
     vcu__mem_give(o->cs, sizeof(*m));
+err_uncharge:
+    vcu__uncharge(o->cs, vcu__dev_of(o), cost);
 err_unload:
     o->cu->fn.cuModuleUnload(mod);
     return VCU_S_OK;
@@ -2798,6 +3117,35 @@ static char *vcu__name(const vcu__op_t *o, struct vcu_cu_name_req *rq)
     return name;
 }
 
+/*
+ * With lazy loading (the driver's default) a kernel's code and the data
+ * it uses reach the GPU when the function or global is first looked up,
+ * not at the module's load.  Free memory before and after the lookup
+ * (fr0: 0 if not measured) says what it took; it is recorded with the
+ * module, and given back with it.  It is recorded, not admitted: it has
+ * happened already, so past the quota the allocations after it fail.
+ */
+static size_t vcu__mod_free_before(vcu__op_t *o)
+{
+    size_t fr = 0, tot = 0;
+
+    if (o->cu->acct == NULL || VCU__CU(o->cu, cuMemGetInfo, &fr, &tot) != CUDA_SUCCESS)
+        return 0;
+    return fr;
+}
+
+static void vcu__mod_grew(vcu__op_t *o, vcu__mod_t *m, size_t fr0)
+{
+    size_t fr1 = 0, tot = 0;
+    uint64_t n;
+
+    if (fr0 == 0 || VCU__CU(o->cu, cuMemGetInfo, &fr1, &tot) != CUDA_SUCCESS || fr1 >= fr0)
+        return;
+    n = vcu__grain(fr0 - fr1);
+    (void)vcu__acct_add(o->cu->acct, o->cs->aslot, m->dev, n);
+    m->charge += n;
+}
+
 static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
 {
     struct vcu_cu_name_req rq;
@@ -2808,7 +3156,7 @@ static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
     vcu__hent_t *e;
     uint64_t h;
     char *name;
-    size_t need;
+    size_t need, fr0;
 
     name = vcu__name(o, &rq);
     if (name == NULL)
@@ -2819,7 +3167,9 @@ static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
     if (e == NULL)
         goto out;
     mod = e->u.mod;
+    fr0 = vcu__mod_free_before(o);
     o->res = o->cu->fn.cuModuleGetFunction(&f, mod->mod, name);
+    vcu__mod_grew(o, mod, fr0);
     if (o->res != CUDA_SUCCESS)
         goto out;
     if (o->cu->fn.cuFuncGetParamInfo == NULL) {
@@ -2901,7 +3251,10 @@ static uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o)
         vcu__hent_t *e = vcu__get(o, rq.module, VCU__H_MODULE);
 
         if (e != NULL) {
+            size_t fr0 = vcu__mod_free_before(o);
+
             o->res = VCU__CU(o->cu, cuModuleGetGlobal, &p, &sz, e->u.mod->mod, name);
+            vcu__mod_grew(o, e->u.mod, fr0);
             o->rb.range.base = p;
             o->rb.range.size = sz;
         }
@@ -3777,6 +4130,25 @@ static uint32_t vcu__dispatch(vcu__op_t *o, uint32_t op)
     return VCU_S_ENOTSUP;
 }
 
+/* A GPU fault that ends the context (the account counts sessions that
+ * saw one: CU_SLICE_INFO's faults). */
+static bool vcu__sticky(CUresult r)
+{
+    switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ASSERT:
+        return true;
+    default:
+        return false;
+    }
+}
+
 uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
                         const vcu_segment_t *segs, unsigned int nsegs, void *out, size_t out_cap,
                         size_t *out_len, vcu_request_t *req, vcu__cuda_wait_t **wait)
@@ -3840,6 +4212,9 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
             vcu__out_touch(cs->out);
         st = vcu__dispatch(o, op);
     }
+
+    if (cs->cu->acct != NULL && (vcu__sticky(o->res) || vcu__sticky((CUresult)cs->deferred)))
+        vcu__acct_fault(cs->cu->acct, cs->aslot);
 
     /* An async request has no reader: its first failure waits for the
      * next reply.  A malformed one counts as CUDA_ERROR_INVALID_VALUE. */

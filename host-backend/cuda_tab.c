@@ -152,7 +152,8 @@ static int vcu__pset_grow(vcu__pset_t *s)
 {
     uint32_t ncap = 64, i;
     uint64_t *ok = s->keys;
-    uint32_t *ov = s->vals, ocap = s->cap;
+    uint64_t *ov = s->vals;
+    uint32_t ocap = s->cap;
 
     /* Rehashing drops the tombstones; size for a load of at most 1/4. */
     while ((uint64_t)(s->live + 1) * 4 > ncap)
@@ -177,7 +178,7 @@ static int vcu__pset_grow(vcu__pset_t *s)
     return 0;
 }
 
-int vcu__pset_add(vcu__pset_t *s, uint64_t key, uint32_t val)
+int vcu__pset_add(vcu__pset_t *s, uint64_t key, uint64_t val)
 {
     uint32_t i;
 
@@ -215,7 +216,7 @@ static int vcu__pset_slot(const vcu__pset_t *s, uint64_t key, uint32_t *slot)
     return 0;
 }
 
-int vcu__pset_find(const vcu__pset_t *s, uint64_t key, uint32_t *val)
+int vcu__pset_find(const vcu__pset_t *s, uint64_t key, uint64_t *val)
 {
     uint32_t i;
 

@@ -92,10 +92,10 @@ void vcu__htab_del(vcu__htab_t *t, uint64_t h);
 /* Handle of entry index i (for scans), or 0 if the slot is free. */
 uint64_t vcu__htab_handle_at(const vcu__htab_t *t, uint32_t i);
 
-/* Set of device pointers: key -> small value (device and flags). */
+/* Set of device pointers: key -> value (device, flags, bytes charged). */
 typedef struct vcu__pset_s {
     uint64_t *keys;                 /* 0 empty, VCU__PSET_TOMB deleted */
-    uint32_t *vals;
+    uint64_t *vals;
     uint32_t cap;                   /* power of two, or 0 */
     uint32_t used;                  /* live + tombstones */
     uint32_t live;
@@ -106,9 +106,9 @@ typedef struct vcu__pset_s {
 void vcu__pset_init(vcu__pset_t *s);
 void vcu__pset_fini(vcu__pset_t *s);
 /* 0 or VCU_ENOMEM. key must not be 0 or VCU__PSET_TOMB. */
-int vcu__pset_add(vcu__pset_t *s, uint64_t key, uint32_t val);
+int vcu__pset_add(vcu__pset_t *s, uint64_t key, uint64_t val);
 /* 1 and *val if present, else 0. */
-int vcu__pset_find(const vcu__pset_t *s, uint64_t key, uint32_t *val);
+int vcu__pset_find(const vcu__pset_t *s, uint64_t key, uint64_t *val);
 void vcu__pset_del(vcu__pset_t *s, uint64_t key);
 
 #endif /* VCU_CUDA_TAB_H */

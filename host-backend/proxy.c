@@ -34,6 +34,9 @@
  *                    regions it was sent, wid, its close request, stop.
  *   rx_busy          the reply ring's consumer side (resp), and
  *                    vcu_proxy_t.pbuf while the submitter polls.
+ *   vcu_account_t.mu which memory account slots are handed out
+ *                    (vcu_account.h); innermost, taken under
+ *                    vcu__psess_t.mu when a reaped worker's slot is freed.
  *
  * Lifetimes
  * ---------
@@ -68,6 +71,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vcu_account.h"
 #include "vcu_ipc.h"
 #include "vcu_proxy.h"
 #include "vcu_ring.h"
@@ -87,6 +91,7 @@
 #define VCU__PX_FD_SHM 4
 #define VCU__PX_FD_WAKE_REQ 5
 #define VCU__PX_FD_WAKE_RESP 6
+#define VCU__PX_FD_ACCT 7
 
 extern char **environ;
 
@@ -126,12 +131,17 @@ struct vcu_proxy_s {
     vcu__psess_t *zombies;          /* closed, threads to join */
     vcu__psess_t *closing;          /* SESSION_CLOSE sent, worker not yet gone */
     char cuda_error[256];           /* the probe's answer: "" when CUDA works */
+    /* The VM's GPU memory account (vcu_account.h), shared with every
+     * worker; a session's slot is freed once its worker is reaped.  Its
+     * own lock; reaper threads hold a reference. */
+    vcu_account_t *acct;
 };
 
 struct vcu__psess_s {
     vcu_proxy_t *px;
     uint64_t id;                    /* the guest's session id */
     unsigned int slot;
+    int acct_slot;                  /* in px->acct; -1 once released */
     pid_t pid;
     int fd;
     void *shm;                      /* the shared area, shm_len bytes */
@@ -500,6 +510,15 @@ static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *bo
     req->done(req);
 }
 
+/* The session's worker is gone (reaped) or never ran: what it had
+ * charged to the VM's memory account comes back. */
+static void vcu__px_acct_release(vcu__psess_t *s)
+{
+    if (s->acct_slot >= 0)
+        vcu__acct_release(s->px->acct, s->acct_slot);
+    s->acct_slot = -1;
+}
+
 /* Waits for the killed worker to be gone, unless a reset comes first
  * (which does not wait). */
 static void vcu__px_wait_exit(vcu__psess_t *s)
@@ -513,6 +532,7 @@ static void vcu__px_wait_exit(vcu__psess_t *s)
         r = waitpid(s->pid, NULL, WNOHANG);
         if (r == s->pid || (r < 0 && errno != EINTR)) {
             s->pid = -1;
+            vcu__px_acct_release(s);
             pthread_mutex_unlock(&s->mu);
             return;
         }
@@ -636,12 +656,23 @@ ended:
 
 /* ---- sessions ---------------------------------------------------------- */
 
+/* A worker to reap after a reset, and its account slot to free then. */
+typedef struct vcu__preap_s {
+    pid_t pid;
+    vcu_account_t *acct;            /* a reference */
+    int acct_slot;
+} vcu__preap_t;
+
 static void *vcu__px_reaper(void *arg)
 {
-    pid_t pid = (pid_t)(intptr_t)arg;
+    vcu__preap_t *r = arg;
 
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
         ;
+    if (r->acct_slot >= 0)
+        vcu__acct_release(r->acct, r->acct_slot);
+    vcu__acct_put(r->acct);
+    free(r);
     return NULL;
 }
 
@@ -661,12 +692,28 @@ static void vcu__px_sess_end(vcu__psess_t *s)
     pthread_join(s->reader, NULL);
     pthread_join(s->sender, NULL);
     vcu__px_cancel_all(s, VCU_S_ECANCELED);
-    if (s->pid > 0 && pthread_attr_init(&a) == 0) {
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &a, vcu__px_reaper, (void *)(intptr_t)s->pid) != 0)
+    if (s->pid > 0) {
+        vcu__preap_t *r = malloc(sizeof(*r));
+
+        if (r != NULL && pthread_attr_init(&a) == 0) {
+            r->pid = s->pid;
+            r->acct = vcu__acct_get(s->px->acct);
+            r->acct_slot = s->acct_slot;
+            pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+            if (pthread_create(&t, &a, vcu__px_reaper, r) == 0) {
+                s->acct_slot = -1;  /* the reaper's now */
+                r = NULL;
+            } else {
+                vcu__acct_put(r->acct);
+            }
+            pthread_attr_destroy(&a);
+        }
+        free(r);
+        /* No reaper: the process is killed; what it held goes with it. */
+        if (s->acct_slot >= 0)
             waitpid(s->pid, NULL, WNOHANG);
-        pthread_attr_destroy(&a);
     }
+    vcu__px_acct_release(s);
 }
 
 static void vcu__px_sess_free(vcu__psess_t *s)
@@ -714,7 +761,9 @@ static void vcu__px_reap_zombies(vcu_proxy_t *px)
 
 /*
  * Starts the worker with its end of the socket as fd 3 and, for a
- * session (s), the shared area and the rings' doorbells as fds 4, 5, 6.
+ * session (s), the shared area and the rings' doorbells as fds 4, 5, 6
+ * and the VM's memory account as fd 7 (with the session's slot in it and
+ * the quota on the command line).
  * Every fd given is above them first, so that no dup2 overwrites
  * another's source.
  */
@@ -724,9 +773,9 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
     posix_spawnattr_t at;
     sigset_t none, all;
     char cap[2] = { px->capture_printf ? '1' : '0', '\0' };
-    char spin[16];
-    char *argv[20];
-    int src[4] = { -1, -1, -1, -1 };
+    char spin[16], aslot[16], quota[24];
+    char *argv[28];
+    int src[5] = { -1, -1, -1, -1, -1 };
     int argc = 0, rc, i;
 
     src[0] = fcntl(child_fd, F_DUPFD_CLOEXEC, 16);
@@ -739,6 +788,7 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
         }
         src[2] = fcntl(s->wake_peer[0], F_DUPFD_CLOEXEC, 16);
         src[3] = fcntl(s->wake_peer[1], F_DUPFD_CLOEXEC, 16);
+        src[4] = fcntl(px->acct->fd, F_DUPFD_CLOEXEC, 16);
         if (src[1] < 0 || ftruncate(src[1], (off_t)s->shm_len) != 0 ||
             (s->shm = mmap(NULL, s->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, src[1], 0)) ==
                 MAP_FAILED) {
@@ -747,7 +797,7 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
             goto out;
         }
     }
-    for (i = 0; i < (s != NULL ? 4 : 1); i++)
+    for (i = 0; i < (s != NULL ? 5 : 1); i++)
         if (src[i] < 0) {
             rc = VCU_EIO;
             goto out;
@@ -779,6 +829,14 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
         argv[argc++] = (char *)"6";
         argv[argc++] = (char *)"--spin-us";
         argv[argc++] = spin;
+        snprintf(aslot, sizeof(aslot), "%d", s->acct_slot);
+        snprintf(quota, sizeof(quota), "%llu", (unsigned long long)px->acct->quota);
+        argv[argc++] = (char *)"--account";
+        argv[argc++] = (char *)"7";
+        argv[argc++] = (char *)"--account-slot";
+        argv[argc++] = aslot;
+        argv[argc++] = (char *)"--mem-quota";
+        argv[argc++] = quota;
     }
     if (px->gpus != NULL) {
         argv[argc++] = (char *)"--gpus";
@@ -813,12 +871,13 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
         posix_spawn_file_actions_adddup2(&fa, src[1], VCU__PX_FD_SHM);
         posix_spawn_file_actions_adddup2(&fa, src[2], VCU__PX_FD_WAKE_REQ);
         posix_spawn_file_actions_adddup2(&fa, src[3], VCU__PX_FD_WAKE_RESP);
+        posix_spawn_file_actions_adddup2(&fa, src[4], VCU__PX_FD_ACCT);
     }
     rc = posix_spawn(pid, px->worker, &fa, &at, argv, environ) == 0 ? 0 : VCU_EIO;
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
 out:
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < 5; i++)
         if (src[i] >= 0)
             close(src[i]);
     return rc;
@@ -853,6 +912,7 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
         goto fail;
     s->px = px;
     s->pid = -1;
+    s->acct_slot = -1;
     s->fd = -1;
     s->wake_req = -1;
     s->wake_resp = -1;
@@ -878,6 +938,13 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
     px->nlive++;
     pthread_mutex_unlock(&px->mu);
 
+    /* Slots are twice the sessions: a reset's workers hold theirs until
+     * they are reaped, while new sessions start. */
+    s->acct_slot = vcu__acct_claim(px->acct, s->id);
+    if (s->acct_slot < 0) {
+        status = VCU_S_EBUSY;
+        goto fail_slot;
+    }
     status = VCU_S_EIO;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         goto fail_slot;
@@ -898,6 +965,7 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
     s->wake_peer[0] = s->wake_peer[1] = -1;
     if (rc != 0)
         goto fail_slot;
+    vcu__acct_set_pid(px->acct, s->acct_slot, (uint32_t)s->pid);
     if (pthread_create(&s->sender, NULL, vcu__px_sender, s) != 0)
         goto fail_kill;
     if (pthread_create(&s->reader, NULL, vcu__px_reader, s) != 0) {
@@ -915,6 +983,7 @@ fail_kill:
     kill(s->pid, SIGKILL);
     waitpid(s->pid, NULL, 0);
 fail_slot:
+    vcu__px_acct_release(s);
     pthread_mutex_lock(&px->mu);
     px->sessions[s->slot] = NULL;
     px->nlive--;
@@ -1360,7 +1429,10 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
     px->libcuda = cfg->libcuda ? strdup(cfg->libcuda) : NULL;
     px->sessions = calloc(px->max_sessions, sizeof(*px->sessions));
     if (px->worker == NULL || (cfg->gpus && !px->gpus) || (cfg->libcuda && !px->libcuda) ||
-        px->sessions == NULL || px->pbuf == NULL || pthread_mutex_init(&px->mu, NULL) != 0) {
+        px->sessions == NULL || px->pbuf == NULL ||
+        vcu__acct_new(cfg->mem_quota, px->max_sessions * 2, &px->acct) != 0 ||
+        pthread_mutex_init(&px->mu, NULL) != 0) {
+        vcu__acct_put(px->acct);
         free(px->pbuf);
         free(px->worker);
         free(px->gpus);
@@ -1417,6 +1489,7 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
         return;
     vcu_proxy_reset(px);
     pthread_mutex_destroy(&px->mu);
+    vcu__acct_put(px->acct);        /* reapers still out hold it */
     free(px->sessions);
     free(px->pbuf);
     free(px->worker);

@@ -77,6 +77,18 @@ typedef struct vcu_backend_config_s {
      */
     void (*pump)(void *opaque, int64_t timeout_ns);
     void *pump_opaque;
+    /*
+     * The VM's GPU memory account (vcu_account.h): every allocation of
+     * device memory is charged to it first, and the memory figures the
+     * guest sees come from it when it has a quota.  NULL: no account (the
+     * guest sees the whole GPU).  The caller keeps it alive until
+     * vcu_backend_free().
+     */
+    struct vcu_account_s *account;
+    /* The slot of this process's one session (a worker: the proxy's
+     * choice); -1: each session claims a slot of its own while it lives
+     * (in-process backends). */
+    int account_slot;
 } vcu_backend_config_t;
 
 /*

@@ -28,8 +28,9 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len);
 int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len);
 
 /* Called on the session's worker thread, first and last.  sess_free
- * synchronizes every context before it releases anything. */
-int vcu__cuda_sess_new(vcu__cuda_t *cu, vcu__cuda_sess_t **out);
+ * synchronizes every context before it releases anything.  id: the
+ * session's, for the memory account (vcu_backend_config_t.account). */
+int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out);
 void vcu__cuda_sess_free(vcu__cuda_sess_t *cs);
 
 /*

@@ -39,6 +39,8 @@ typedef struct vcu_proxy_config_s {
                                        the worker) spins before it sleeps; 0 means
                                        $VCU_SPIN_US if set (0 there: no spin), else
                                        20 with 4 or more online CPUs, else none */
+    uint64_t mem_quota;             /* GPU memory the VM's sessions may hold together,
+                                       per device, in bytes; 0: no quota */
 } vcu_proxy_config_t;
 
 /* Checks the config (the worker must be an executable file) and creates

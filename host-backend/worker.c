@@ -2,7 +2,11 @@
  * vcu-worker: one guest session's host process.
  *
  *   vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] [--spin-us N]
+ *              [--account FD --account-slot N --mem-quota BYTES]
  *              [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1] [--probe]
+ *
+ * --account: the VM's GPU memory account (vcu_account.h), this session's
+ * slot in it and the quota to enforce (0: none).
  *
  * --probe: load the driver, resolve the GPU list, say so (VCU_IPC_HELLO)
  * and exit: QEMU checks its configuration this way at start.
@@ -77,6 +81,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vcu_account.h"
 #include "vcu_backend.h"
 #include "vcu_ipc.h"
 #include "vcu_ring.h"
@@ -1076,10 +1081,37 @@ static void *vcu__watch(void *arg)
 
 /* ---- main -------------------------------------------------------------- */
 
+/* The VM's memory account, for the backend to charge this session's GPU
+ * memory to (vcu_account.h).  The quota comes from the command line (the
+ * proxy's word), never from the shared area. */
+static void vcu__map_account(vcu_backend_config_t *cfg, int fd, const char *slot, const char *quota)
+{
+    vcu_account_t *a;
+    char *end;
+    unsigned long long q;
+    long n;
+
+    if (fd < 0)
+        return;
+    if (slot == NULL || quota == NULL)
+        vcu__die("--account needs --account-slot and --mem-quota");
+    n = strtol(slot, &end, 10);
+    if (*end != '\0' || n < 0 || n > INT_MAX)
+        vcu__die("bad --account-slot");
+    q = strtoull(quota, &end, 10);
+    if (*end != '\0' || quota[0] == '-')
+        vcu__die("bad --mem-quota");
+    if (vcu__acct_map(fd, (uint64_t)q, &a) != 0 || (uint32_t)n >= a->nslots)
+        vcu__die("cannot map the memory account");
+    cfg->account = a;
+    cfg->account_slot = (int)n;
+}
+
 static void vcu__usage(void)
 {
     fprintf(stderr, "usage: vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] "
                     "[--spin-us N]\n"
+                    "                  [--account FD --account-slot N --mem-quota BYTES]\n"
                     "                  [--gpus LIST] [--libcuda PATH] "
                     "[--capture-printf 0|1] [--probe]\n"
                     "Started by QEMU's virtio-cuda-pci device, one per guest session.\n");
@@ -1091,9 +1123,9 @@ int main(int argc, char **argv)
     vcu_backend_config_t cfg;
     struct vcu_ipc_hello hello;
     pthread_t watch;
-    const char *cerr;
+    const char *cerr, *aslot = NULL, *quota = NULL;
     bool probe = false;
-    int i, shm_fd = -1, wake_req = -1, wake_resp = -1;
+    int i, shm_fd = -1, wake_req = -1, wake_resp = -1, acct_fd = -1;
 
     memset(&cfg, 0, sizeof(cfg));
     for (i = 1; i < argc; i++) {
@@ -1106,7 +1138,8 @@ int main(int argc, char **argv)
         if (v == NULL)
             vcu__usage();
         if (strcmp(a, "--fd") == 0 || strcmp(a, "--shm") == 0 || strcmp(a, "--wake-req") == 0 ||
-            strcmp(a, "--wake-resp") == 0 || strcmp(a, "--spin-us") == 0) {
+            strcmp(a, "--wake-resp") == 0 || strcmp(a, "--spin-us") == 0 ||
+            strcmp(a, "--account") == 0) {
             char *end;
             long n = strtol(v, &end, 10);
 
@@ -1120,6 +1153,8 @@ int main(int argc, char **argv)
                 wake_req = (int)n;
             else if (strcmp(a, "--wake-resp") == 0)
                 wake_resp = (int)n;
+            else if (strcmp(a, "--account") == 0)
+                acct_fd = (int)n;
             else
                 vcu__w.spin_ns = (uint64_t)n * 1000u;
         } else if (strcmp(a, "--gpus") == 0) {
@@ -1128,6 +1163,10 @@ int main(int argc, char **argv)
             cfg.libcuda = v;
         } else if (strcmp(a, "--capture-printf") == 0) {
             cfg.capture_printf = strcmp(v, "0") != 0;
+        } else if (strcmp(a, "--account-slot") == 0) {
+            aslot = v;
+        } else if (strcmp(a, "--mem-quota") == 0) {
+            quota = v;
         } else {
             vcu__usage();
         }
@@ -1148,6 +1187,7 @@ int main(int argc, char **argv)
     cfg.register_ram = 1;
     cfg.worker = 1;
     cfg.pump = vcu__pump;
+    vcu__map_account(&cfg, acct_fd, aslot, quota);
     if (vcu_backend_new(&cfg, &vcu__w.be) != 0)
         vcu__die("cannot create the backend");
     memset(&hello, 0, sizeof(hello));

@@ -314,5 +314,63 @@ if os.path.exists(FAKECUDA):
     va.close()
     vb.close()
 
+# ---- mem-quota --------------------------------------------------------
+# One VM with mem-quota=8M on the stand-in: two guest processes (a worker
+# each) share the 8 MiB; one byte past fails as on a full GPU
+# (CUDA_ERROR_OUT_OF_MEMORY, 2) and the session goes on; the guest is told
+# total = 8 MiB and free = what is left; the first process's worker
+# killed, its 6 MiB come back to the second.
+def vm_workers(v):
+    out = []
+    for d in os.listdir('/proc'):
+        if not d.isdigit():
+            continue
+        try:
+            st = open(f'/proc/{d}/stat').read()
+        except OSError:
+            continue
+        fields = st[st.rindex(')') + 2:].split()
+        if st[st.index('(') + 1:st.rindex(')')] == 'vcu-worker' and int(fields[1]) == v.p.pid \
+                and fields[0] != 'Z':
+            out.append(int(d))
+    return sorted(out)
+def cu_alloc(v, sess, n):
+    rq = struct.pack('<IIQQQ', 0, 0, n, 0, 0)
+    ln, r = v.submit([(REQ, hdr(opcode=0x200, payload_len=len(rq), session=sess) + rq)], 256)
+    return cu_result(r) if ln >= 32 else -1
+def quota_check(name, ok):
+    global passes, fails
+    print(('PASS' if ok else 'FAIL'), name)
+    passes += bool(ok)
+    fails += not ok
+if os.path.exists(FAKECUDA):
+    vq = Guest(QEMU, sys.argv[2:], mem_mib=256, device_opts=f',libcuda={FAKECUDA},mem-quota=8M', quiet=True)
+    qa = cuda_session(vq)
+    wa = vm_workers(vq)
+    qb = cuda_session(vq)
+    quota_check('mem-quota: two processes fill the 8 MiB',
+                cu_alloc(vq, qa, 6 << 20) == 0 and cu_alloc(vq, qb, 2 << 20) == 0)
+    quota_check('mem-quota: one byte past it is CUDA_ERROR_OUT_OF_MEMORY, in either process',
+                cu_alloc(vq, qb, 1) == 2 and cu_alloc(vq, qa, 1) == 2)
+    ln, r = vq.submit([(REQ, hdr(opcode=0x102, payload_len=8, session=qb) + struct.pack('<II', 0, 0))], 256)
+    fr, tot = struct.unpack('<QQ', r[32:48]) if ln >= 48 else (-1, -1)
+    quota_check(f'mem-quota: cuMemGetInfo free {fr} total {tot}', cu_result(r) == 0 and (fr, tot) == (0, 8 << 20))
+    ln, r = vq.submit([(REQ, hdr(opcode=0x101, payload_len=8, session=qb) + struct.pack('<II', 0, 0))], 8192)
+    tm = struct.unpack('<Q', vq.rmem(RESP + 304, 8))[0] if ln >= 312 else -1   # past the 256 read
+    quota_check(f'mem-quota: the device\'s total memory {tm}', cu_result(r) == 0 and tm == 8 << 20)
+    ln, r = vq.submit([(REQ, hdr(opcode=0x10d, payload_len=8, session=qb) + struct.pack('<II', 0, 0))], 4096)
+    q, tot, used, ctx = struct.unpack('<QQQQ', r[32:64]) if ln >= 64 else (0, 0, 0, 0)
+    nsess = struct.unpack('<I', r[76:80])[0] if ln >= 80 else 0
+    quota_check(f'mem-quota: CU_SLICE_INFO quota {q} total {tot} used {used} sessions {nsess}',
+                cu_result(r) == 0 and (q, tot, used, nsess) == (8 << 20, 8 << 20, 8 << 20, 2) and ctx > 0)
+    if len(wa) == 1:
+        os.kill(wa[0], 9)
+    t0 = time.time()
+    while cu_alloc(vq, qb, 6 << 20) != 0 and time.time() - t0 < 10:
+        time.sleep(0.05)
+    quota_check('mem-quota: a killed process\'s charge comes back to the other',
+                len(wa) == 1 and cu_alloc(vq, qb, 1) == 2 and time.time() - t0 < 10)
+    vq.close()
+
 print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)

@@ -620,6 +620,7 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         .libcuda = s->libcuda,
         .max_sessions = s->max_sessions,
         .capture_printf = s->capture_printf,
+        .mem_quota = s->mem_quota,
     };
     char err[256] = "";
     int rc;
@@ -688,6 +689,10 @@ static const Property virtio_cuda_properties[] = {
     DEFINE_PROP_STRING("worker", VirtIOCuda, worker),
     DEFINE_PROP_BOOL("capture-printf", VirtIOCuda, capture_printf, true),
     DEFINE_PROP_UINT32("max-sessions", VirtIOCuda, max_sessions, 64),
+    /* The VM's GPU memory, enforced by the host across all its sessions:
+     * past it allocations fail as on a full GPU, and the guest sees it as
+     * the GPU's total (host-backend/vcu_account.h). */
+    DEFINE_PROP_SIZE("mem-quota", VirtIOCuda, mem_quota, 0),
 };
 
 static void virtio_cuda_class_init(ObjectClass *klass, void *data)

@@ -38,6 +38,7 @@ struct VirtIOCuda {
     char *worker;           /* vcu-worker; default beside the QEMU binary */
     bool capture_printf;    /* device printf to the guest, not our stdout */
     uint32_t max_sessions;
+    uint64_t mem_quota;     /* GPU memory of all sessions together, per GPU; 0: none */
 
     /* One worker process per guest session (host-backend/vcu_proxy.h). */
     VirtIOCudaProxy *proxy;

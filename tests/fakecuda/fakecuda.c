@@ -412,6 +412,8 @@ static void fc_mem_remove(size_t i)
             fc_pool_put(m.pool, m.raw, m.cap, m.size);
         else
             free(m.raw);
+    } else if (m.kind == FC_MEM_GLOBAL) {
+        g_dev_used[m.dev] -= m.size;    /* the module frees the memory itself */
     }
 }
 
@@ -3024,6 +3026,8 @@ static CUresult fc_module_globals(fc_module_t *m)
             free(mg->raw);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        /* Module globals are device memory: cuMemGetInfo shows them. */
+        g_dev_used[e.dev] += size;
         m->nglobals++;
     }
     return CUDA_SUCCESS;

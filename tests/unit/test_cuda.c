@@ -265,7 +265,7 @@ TEST(cuda_htab)
 TEST(cuda_pset)
 {
     vcu__pset_t s;
-    uint32_t v = 0;
+    uint64_t v = 0;
     uint64_t i;
 
     vcu__pset_init(&s);
@@ -1217,7 +1217,7 @@ TEST(cuda_callback_session_end)
 
     memset(&cfg, 0, sizeof(cfg));
     ASSERT_EQ(0, vcu__cuda_init(&cfg, &cu, err, sizeof(err)));
-    ASSERT_EQ(0, vcu__cuda_sess_new(cu, &cs));
+    ASSERT_EQ(0, vcu__cuda_sess_new(cu, 1, &cs));
     memset(&x, 0, sizeof(x));
     atomic_init(&x.finished, 0);
     x.cs = cs;

@@ -53,6 +53,17 @@
     X(sec_function_handle_cost)         \
     X(sec_mempool_per_session)          \
     X(sec_capture_global_confined)      \
-    X(sec_ctx_reset_cross_device_function)
+    X(sec_ctx_reset_cross_device_function) \
+    /* test_quota.c */                  \
+    X(quota_account)                    \
+    X(quota_alloc_exact)                \
+    X(quota_hostile)                    \
+    X(quota_two_sessions)               \
+    X(quota_pool)                       \
+    X(quota_module_globals)             \
+    X(quota_limits)                     \
+    X(quota_ctx_reset)                  \
+    X(quota_faults)                     \
+    X(quota_proxy_worker_killed)
 
 #endif /* VCU_TEST_LIST_CUDA_H */

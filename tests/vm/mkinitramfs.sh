@@ -102,7 +102,7 @@ add_cuda_prog() {
 
 for s in "$@"; do
     case $s in
-    echo | badinput | hostmem)
+    echo | badinput | hostmem | quota)
         prog=${s}_test
         [ -x "$vmbin/$prog" ] || die "no $vmbin/$prog"
         cp "$vmbin/$prog" "$r/tests/"

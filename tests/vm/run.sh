@@ -2,7 +2,8 @@
 # Run VM suites: the one entry point.
 #
 #   tests/vm/run.sh SUITE[,SUITE...] [extra -device options for virtio-cuda-pci]
-#   SUITE: echo | badinput | hostmem (driver-owned pinned memory) | cuda |
+#   SUITE: echo | badinput | hostmem (driver-owned pinned memory) |
+#          quota (two guest processes against mem-quota=64M) | cuda |
 #          nvrt (tests/cuda on NVIDIA's runtime over our libcuda.so.1) | demo (the main job's tests/demo) |
 #          libs (NVIDIA's libraries: GPU host only, tests/gpu/libs-run.sh) |
 #          nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file) |
@@ -54,7 +55,7 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | cuda | nvrt | nvml | libs | torch | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | quota | cuda | nvrt | nvml | libs | torch | demo | bench | leaks) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
 case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" torch "* | *" demo "* | *" bench "*) want_cuda=yes ;; esac
@@ -162,6 +163,9 @@ for s in $suites; do
             die "mkinitramfs failed"
     fi
     rm -f "$log" "$qlog"
+    # The quota suite's VM has a GPU memory quota (tests/vm/quota_test.c).
+    sdev=$dev
+    [ "$s" = quota ] && sdev="$dev,mem-quota=64M"
     step "booting VM for suite $s (log: $log)"
     t0=$(date +%s)
     timeout -k 10 "$vm_timeout" "$qemu" \
@@ -175,7 +179,7 @@ for s in $suites; do
         -bios "$share/qboot.rom" -L "$share" \
         -kernel "$VCU_GUEST_VMLINUZ" -initrd "$img" \
         -append "console=ttyS0 panic=-1 quiet vcu.suite=$s vcu.echo_mib=${VCU_ECHO_MIB:-256} vcu.bench_args=${VCU_BENCH_ARGS:-} ${VCU_GUEST_APPEND:-}" \
-        -device "$dev" </dev/null >"$qlog" 2>&1
+        -device "$sdev" </dev/null >"$qlog" 2>&1
     qrc=$?
     secs=$(($(date +%s) - t0))
     [ -f "$log" ] || : >"$log"

@@ -1,0 +1,388 @@
+/*
+ * The VM's GPU memory account: one small shared-memory area per device
+ * (per VM), made by the session proxy in QEMU when the device is
+ * realized and mapped by every worker process it spawns, so that the
+ * VM's quota (mem-quota) holds across all of its guest processes at once.
+ * docs/design.md, "Memory quota".
+ *
+ * Layout: a header (the quota, for reporting; the admission lock; the
+ * count of sessions ended by a GPU fault) and one slot per session:
+ * the guest's session id and the worker's pid (written by the proxy),
+ * then per virtual device the bytes charged to the session and its
+ * context's own GPU memory (written by that session's worker alone).
+ *
+ * Who is trusted: the proxy.  A worker is host code but runs what its
+ * guest sends, so the proxy reads nothing of the area but to report, and
+ * never for its own decisions: slots are handed out from a table private
+ * to the proxy; the quota a worker enforces comes from its command line,
+ * not from the area; and a session's charges come back by the proxy
+ * zeroing its slot once the worker has been reaped (its process is gone,
+ * and the driver has freed every byte it held).  So a worker that dies at
+ * any instruction leaves nothing behind: what it had charged is exactly
+ * what its slot says, since it is the slot's only writer.
+ *
+ * Admission: with a quota, a charge takes the area's lock (a word holding
+ * the holder's slot + 1), sums the device's column of every slot, adds to
+ * its own slot if the sum stays within the quota, and lets go.  Releases
+ * only lower the worker's own slot and need no lock.  A holder that dies
+ * with the lock has it broken by the proxy once it is reaped; until then
+ * others wait (bounded: VCU__ACCT_LOCK_NS, then the charge fails as out of
+ * memory).  The sum is over a few hundred words at most, against a
+ * cuMemAlloc that takes tens of microseconds.  Why not a VM-wide total
+ * updated by compare-and-swap: a worker killed between its add to the
+ * total and its add to its own slot would leave the total wrong for good,
+ * and the proxy would have to trust a slot's figure to correct it.
+ *
+ * All inline: QEMU links proxy.c alone, the worker worker.c.
+ */
+#ifndef VCU_ACCOUNT_H
+#define VCU_ACCOUNT_H
+
+#include <errno.h>
+#include <linux/memfd.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vcu_proto.h"
+
+#define VCU_ACCT_MAGIC 0x31746363612d7576ull    /* "vu-acct1" */
+#define VCU_ACCT_DEVS VCU_CU_MAX_DEVICES
+#define VCU_ACCT_F_FAULT 1u                     /* slot flags: a sticky GPU fault */
+/* How long a charge waits for the admission lock before it fails. */
+#define VCU__ACCT_LOCK_NS (2ull * 1000 * 1000 * 1000)
+
+struct vcu_acct_slot {
+    _Atomic uint64_t session;       /* the guest's session id; 0: free (proxy) */
+    _Atomic uint32_t pid;           /* the worker's (proxy) */
+    _Atomic uint32_t flags;         /* VCU_ACCT_F_* (worker) */
+    _Atomic uint64_t charged[VCU_ACCT_DEVS];    /* bytes charged (worker) */
+    _Atomic uint64_t ctx[VCU_ACCT_DEVS];        /* context overhead, apart (worker) */
+};
+
+struct vcu_acct_hdr {
+    uint64_t magic;
+    uint64_t quota;                 /* bytes per device; 0: none (reporting only) */
+    uint32_t nslots;
+    _Atomic uint32_t lock;          /* admission: 0, or the holder's slot + 1 */
+    _Atomic uint64_t faults;        /* sessions ended by a GPU fault (proxy) */
+    uint64_t reserved[4];
+};
+
+_Static_assert(sizeof(struct vcu_acct_slot) == 16 + 16 * VCU_ACCT_DEVS, "vcu_acct_slot");
+_Static_assert(sizeof(struct vcu_acct_hdr) == 64, "vcu_acct_hdr");
+
+/* One process's view of the area. */
+typedef struct vcu_account_s {
+    struct vcu_acct_hdr *hdr;
+    struct vcu_acct_slot *slot;
+    size_t len;
+    int fd;                         /* the memfd, for spawning (proxy); -1 in a worker */
+    uint64_t quota;                 /* what this process enforces */
+    uint32_t nslots;
+    _Atomic unsigned int refs;
+    /* The proxy's own record of which slots are handed out (never read
+     * from the shared area); mu protects it: the submitting thread
+     * claims, readers and reaper threads release. */
+    pthread_mutex_t mu;
+    unsigned char *busy;
+} vcu_account_t;
+
+static inline size_t vcu__acct_len(uint32_t nslots)
+{
+    return sizeof(struct vcu_acct_hdr) + (size_t)nslots * sizeof(struct vcu_acct_slot);
+}
+
+static inline vcu_account_t *vcu__acct_alloc(void)
+{
+    vcu_account_t *a = calloc(1, sizeof(*a));
+
+    if (a == NULL)
+        return NULL;
+    a->fd = -1;
+    atomic_init(&a->refs, 1);
+    pthread_mutex_init(&a->mu, NULL);
+    return a;
+}
+
+/* The proxy's: a new area of nslots slots.  0 or VCU_E*. */
+static inline int vcu__acct_new(uint64_t quota, uint32_t nslots, vcu_account_t **out)
+{
+    vcu_account_t *a;
+    void *p;
+
+    *out = NULL;
+    if (nslots == 0)
+        return VCU_EINVAL;
+    a = vcu__acct_alloc();
+    if (a == NULL)
+        return VCU_ENOMEM;
+    a->len = vcu__acct_len(nslots);
+    a->busy = calloc(nslots, 1);
+    /* The syscall itself: memfd_create() needs _GNU_SOURCE before every
+     * header of the file that includes this one. */
+    a->fd = (int)syscall(SYS_memfd_create, "vcu-account", MFD_CLOEXEC);
+    if (a->busy == NULL || a->fd < 0 || ftruncate(a->fd, (off_t)a->len) != 0)
+        goto fail;
+    p = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+    if (p == MAP_FAILED)
+        goto fail;
+    a->hdr = p;
+    a->slot = (struct vcu_acct_slot *)(a->hdr + 1);
+    a->quota = quota;
+    a->nslots = nslots;
+    a->hdr->magic = VCU_ACCT_MAGIC;
+    a->hdr->quota = quota;
+    a->hdr->nslots = nslots;
+    *out = a;
+    return 0;
+
+fail:
+    if (a->fd >= 0)
+        close(a->fd);
+    free(a->busy);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+    return VCU_EIO;
+}
+
+/* A worker's: maps the proxy's area (fd is closed), enforcing quota.  The
+ * slot count is what the file's size holds, whatever the header says. */
+static inline int vcu__acct_map(int fd, uint64_t quota, vcu_account_t **out)
+{
+    vcu_account_t *a;
+    struct stat st;
+    void *p;
+
+    *out = NULL;
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)vcu__acct_len(1) ||
+        (uint64_t)st.st_size > vcu__acct_len(1u << 20)) {
+        close(fd);
+        return VCU_EINVAL;
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return VCU_EIO;
+    a = vcu__acct_alloc();
+    if (a == NULL) {
+        munmap(p, (size_t)st.st_size);
+        return VCU_ENOMEM;
+    }
+    a->hdr = p;
+    a->slot = (struct vcu_acct_slot *)(a->hdr + 1);
+    a->len = (size_t)st.st_size;
+    a->nslots = (uint32_t)((a->len - sizeof(struct vcu_acct_hdr)) / sizeof(struct vcu_acct_slot));
+    a->quota = quota;
+    *out = a;
+    return 0;
+}
+
+static inline vcu_account_t *vcu__acct_get(vcu_account_t *a)
+{
+    atomic_fetch_add(&a->refs, 1);
+    return a;
+}
+
+static inline void vcu__acct_put(vcu_account_t *a)
+{
+    if (a == NULL || atomic_fetch_sub(&a->refs, 1) != 1)
+        return;
+    munmap(a->hdr, a->len);
+    if (a->fd >= 0)
+        close(a->fd);
+    free(a->busy);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+/* Trusted side: a free slot for a new session, zeroed, or -1 if none. */
+static inline int vcu__acct_claim(vcu_account_t *a, uint64_t session)
+{
+    struct vcu_acct_slot *s;
+    uint32_t i;
+    unsigned int d;
+
+    pthread_mutex_lock(&a->mu);
+    for (i = 0; i < a->nslots && a->busy[i]; i++)
+        ;
+    if (i == a->nslots) {
+        pthread_mutex_unlock(&a->mu);
+        return -1;
+    }
+    a->busy[i] = 1;
+    pthread_mutex_unlock(&a->mu);
+    s = &a->slot[i];
+    for (d = 0; d < VCU_ACCT_DEVS; d++) {
+        atomic_store(&s->charged[d], 0);
+        atomic_store(&s->ctx[d], 0);
+    }
+    atomic_store(&s->flags, 0);
+    atomic_store(&s->pid, 0);
+    atomic_store(&s->session, session);
+    return (int)i;
+}
+
+static inline void vcu__acct_set_pid(vcu_account_t *a, int slot, uint32_t pid)
+{
+    if (slot >= 0 && (uint32_t)slot < a->nslots)
+        atomic_store(&a->slot[slot].pid, pid);
+}
+
+/*
+ * Trusted side, once the slot's worker is gone (reaped) or never ran:
+ * its charges come back, a lock it died holding is broken, a fault it
+ * reported is counted, and the slot is free again.
+ */
+static inline void vcu__acct_release(vcu_account_t *a, int slot)
+{
+    struct vcu_acct_slot *s;
+    uint32_t mine = (uint32_t)slot + 1;
+    unsigned int d;
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots)
+        return;
+    s = &a->slot[slot];
+    if (atomic_load(&s->flags) & VCU_ACCT_F_FAULT)
+        atomic_fetch_add(&a->hdr->faults, 1);
+    for (d = 0; d < VCU_ACCT_DEVS; d++) {
+        atomic_store(&s->charged[d], 0);
+        atomic_store(&s->ctx[d], 0);
+    }
+    atomic_store(&s->flags, 0);
+    atomic_store(&s->pid, 0);
+    atomic_store(&s->session, 0);
+    atomic_compare_exchange_strong(&a->hdr->lock, &mine, 0);
+    pthread_mutex_lock(&a->mu);
+    if (a->busy != NULL)
+        a->busy[slot] = 0;
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Device dev's bytes charged to the whole VM (saturating: a figure a
+ * worker wrote is not trusted to be small). */
+static inline uint64_t vcu__acct_used(const vcu_account_t *a, uint32_t dev)
+{
+    uint64_t sum = 0, v;
+    uint32_t i;
+
+    if (dev >= VCU_ACCT_DEVS)
+        return 0;
+    for (i = 0; i < a->nslots; i++) {
+        v = atomic_load(&a->slot[i].charged[dev]);
+        sum = v > UINT64_MAX - sum ? UINT64_MAX : sum + v;
+    }
+    return sum;
+}
+
+static inline uint64_t vcu__acct_ctx(const vcu_account_t *a, uint32_t dev)
+{
+    uint64_t sum = 0, v;
+    uint32_t i;
+
+    if (dev >= VCU_ACCT_DEVS)
+        return 0;
+    for (i = 0; i < a->nslots; i++) {
+        v = atomic_load(&a->slot[i].ctx[dev]);
+        sum = v > UINT64_MAX - sum ? UINT64_MAX : sum + v;
+    }
+    return sum;
+}
+
+static inline uint64_t vcu__acct_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Worker side: charges n bytes of device dev to slot.  0, or -1 when the
+ * VM's charges would pass the quota (or the lock stays held past
+ * VCU__ACCT_LOCK_NS): nothing is charged then.
+ */
+static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uint64_t n)
+{
+    struct vcu_acct_slot *s;
+    uint32_t mine = (uint32_t)slot + 1, free_ = 0;
+    uint64_t used, t0 = 0;
+    unsigned int spins = 0;
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots || dev >= VCU_ACCT_DEVS)
+        return -1;
+    s = &a->slot[slot];
+    if (n == 0)
+        return 0;
+    if (a->quota == 0) {
+        atomic_fetch_add(&s->charged[dev], n);
+        return 0;
+    }
+    if (n > a->quota)
+        return -1;
+    while (!atomic_compare_exchange_weak(&a->hdr->lock, &free_, mine)) {
+        free_ = 0;
+        if (++spins < 64)
+            continue;
+        if (t0 == 0)
+            t0 = vcu__acct_now_ns();
+        else if (vcu__acct_now_ns() - t0 > VCU__ACCT_LOCK_NS)
+            return -1;
+        sched_yield();
+    }
+    used = vcu__acct_used(a, dev);
+    if (used > a->quota - n) {
+        atomic_store(&a->hdr->lock, 0);
+        return -1;
+    }
+    atomic_fetch_add(&s->charged[dev], n);
+    atomic_store(&a->hdr->lock, 0);
+    return 0;
+}
+
+/* Worker side: records n bytes already taken outside its control (a
+ * memory pool that reserved more than it was asked for), without
+ * admission.  0, or -1 if the VM is past its quota now. */
+static inline int vcu__acct_add(vcu_account_t *a, int slot, uint32_t dev, uint64_t n)
+{
+    if (slot < 0 || (uint32_t)slot >= a->nslots || dev >= VCU_ACCT_DEVS)
+        return -1;
+    atomic_fetch_add(&a->slot[slot].charged[dev], n);
+    return a->quota != 0 && vcu__acct_used(a, dev) > a->quota ? -1 : 0;
+}
+
+/* Worker side: gives back n bytes (never below zero). */
+static inline void vcu__acct_uncharge(vcu_account_t *a, int slot, uint32_t dev, uint64_t n)
+{
+    struct vcu_acct_slot *s;
+    uint64_t cur;
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots || dev >= VCU_ACCT_DEVS || n == 0)
+        return;
+    s = &a->slot[slot];
+    cur = atomic_load(&s->charged[dev]);
+    while (!atomic_compare_exchange_weak(&s->charged[dev], &cur, cur > n ? cur - n : 0))
+        ;
+}
+
+static inline void vcu__acct_set_ctx(vcu_account_t *a, int slot, uint32_t dev, uint64_t bytes)
+{
+    if (slot >= 0 && (uint32_t)slot < a->nslots && dev < VCU_ACCT_DEVS)
+        atomic_store(&a->slot[slot].ctx[dev], bytes);
+}
+
+static inline void vcu__acct_fault(vcu_account_t *a, int slot)
+{
+    if (slot >= 0 && (uint32_t)slot < a->nslots)
+        atomic_fetch_or(&a->slot[slot].flags, VCU_ACCT_F_FAULT);
+}
+
+#endif /* VCU_ACCOUNT_H */

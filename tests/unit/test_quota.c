@@ -1,0 +1,680 @@
+/*
+ * The VM's GPU memory quota (host-backend/vcu_account.h, cuda.c, proxy.c):
+ * the account on its own, then backends sharing one account against the
+ * CPU stand-in (sessions of one VM), then the proxy with real workers
+ * (a killed worker's charge comes back).
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "ut.h"
+#include "vcu_account.h"
+#include "vcu_proxy.h"
+
+#ifndef VCU_TEST_WORKER
+#define VCU_TEST_WORKER "build/unit/backend/vcu-worker"
+#endif
+
+#define MiB (1ull << 20)
+#define OOM ((uint32_t)CUDA_ERROR_OUT_OF_MEMORY)
+
+/* ---- the account alone --------------------------------------------------- */
+
+/* Charges up to the quota, not a byte past; releases make room; a slot
+ * released by the trusted side gives back all it held, a lock its holder
+ * died with included; a slot full of garbage (a confused worker) only
+ * denies its own VM until it is released. */
+TEST(quota_account)
+{
+    vcu_account_t *a;
+    int s0, s1;
+
+    ASSERT_EQ(0, vcu__acct_new(10 * MiB, 4, &a));
+    s0 = vcu__acct_claim(a, 0x100000001ull);
+    s1 = vcu__acct_claim(a, 0x100000002ull);
+    ASSERT_EQ(0, s0);
+    ASSERT_EQ(1, s1);
+    ASSERT_EQ(0, vcu__acct_charge(a, s0, 0, 6 * MiB));
+    ASSERT_EQ(0, vcu__acct_charge(a, s1, 0, 4 * MiB));
+    ASSERT_EQ(-1, vcu__acct_charge(a, s1, 0, 1));
+    ASSERT_EQ(0, vcu__acct_charge(a, s1, 1, 10 * MiB));    /* per device */
+    ASSERT_EQ(-1, vcu__acct_charge(a, s1, 0, UINT64_MAX));
+    ASSERT_EQ(-1, vcu__acct_charge(a, 7, 0, 1));           /* no such slot */
+    ASSERT_EQ(-1, vcu__acct_charge(a, -1, 0, 1));
+    ASSERT_EQ(-1, vcu__acct_charge(a, s0, VCU_ACCT_DEVS, 1));
+    ASSERT_EQ_U64(10 * MiB, vcu__acct_used(a, 0));
+    vcu__acct_uncharge(a, s1, 0, 1 * MiB);
+    ASSERT_EQ(0, vcu__acct_charge(a, s0, 0, 1 * MiB));
+    vcu__acct_uncharge(a, s1, 0, UINT64_MAX);              /* never below zero */
+    ASSERT_EQ_U64(7 * MiB, vcu__acct_used(a, 0));
+
+    /* s0 dies holding the lock: the proxy's release breaks it. */
+    atomic_store(&a->hdr->lock, (uint32_t)s0 + 1);
+    vcu__acct_release(a, s0);
+    ASSERT_EQ(0, (int)atomic_load(&a->hdr->lock));
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, vcu__acct_charge(a, s1, 0, 10 * MiB));
+
+    /* A slot a worker filled with garbage. */
+    s0 = vcu__acct_claim(a, 0x200000001ull);
+    ASSERT_EQ(0, s0);
+    atomic_store(&a->slot[s0].charged[0], UINT64_MAX);
+    atomic_store(&a->slot[s0].charged[2], UINT64_MAX - 5);
+    ASSERT_EQ_U64(UINT64_MAX, vcu__acct_used(a, 0));        /* saturates */
+    ASSERT_EQ(-1, vcu__acct_charge(a, s1, 2, 1));
+    vcu__acct_fault(a, s0);
+    vcu__acct_release(a, s0);
+    ASSERT_EQ(0, vcu__acct_charge(a, s1, 2, 10 * MiB));
+    ASSERT_EQ_U64(1, atomic_load(&a->hdr->faults));
+    vcu__acct_release(a, 99);                              /* ignored */
+
+    /* Every slot taken: no more sessions. */
+    ASSERT_EQ(0, vcu__acct_claim(a, 3));
+    ASSERT_EQ(2, vcu__acct_claim(a, 4));
+    ASSERT_EQ(3, vcu__acct_claim(a, 5));
+    ASSERT_EQ(-1, vcu__acct_claim(a, 6));
+    vcu__acct_put(a);
+
+    /* Without a quota charges are only recorded. */
+    ASSERT_EQ(0, vcu__acct_new(0, 2, &a));
+    s0 = vcu__acct_claim(a, 1);
+    ASSERT_EQ(0, vcu__acct_charge(a, s0, 0, 1ull << 50));
+    ASSERT_EQ_U64(1ull << 50, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* ---- backends sharing one account (one VM's sessions) -------------------- */
+
+typedef struct {
+    vcu_backend_t *be;
+    uint64_t s;
+} tq_t;
+
+static int tq_open(tq_t *c, vcu_account_t *a)
+{
+    vcu_backend_config_t cfg;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gpus = "0";
+    cfg.account = a;
+    cfg.account_slot = -1;
+    c->be = NULL;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &c->be));
+    if (vcu_backend_cuda_error(c->be) != NULL)
+        VCU_TEST_FAIL_("no CUDA (is VCU_LIBCUDA the stand-in?): %s", vcu_backend_cuda_error(c->be));
+    ASSERT_EQ(VCU_S_OK, ut_open(c->be, &c->s));
+    return 0;
+}
+
+/* A second session of c's backend (one VM, two guest processes). */
+static int tq_open_more(tq_t *d, const tq_t *c)
+{
+    d->be = c->be;
+    ASSERT_EQ(VCU_S_OK, ut_open(d->be, &d->s));
+    return 0;
+}
+
+static void tq_close(tq_t *c)
+{
+    ut_close(c->be, c->s);
+    vcu_backend_free(c->be);
+}
+
+static uint32_t tq_do(tq_t *c, uint32_t op, const void *p, uint32_t plen, void *resp, size_t rlen)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    ut_req_build(t, op, c->s, p, plen);
+    vcu_backend_execute(c->be, &t->r);
+    st = ut_status(t);
+    if (resp != NULL) {
+        size_t n = ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen;
+
+        memset(resp, 0, rlen);
+        memcpy(resp, ut_resp_payload(t), n);
+    }
+    free(t);
+    return st;
+}
+
+/* CU_MEM_ALLOC (or _ASYNC on the legacy stream): the CUresult. */
+static uint32_t tq_alloc_op(tq_t *c, uint32_t op, uint64_t size, uint64_t *ptr)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    struct vcu_cu_u64_resp rp;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.size = size;
+    rq.stream = VCU_CU_STREAM_LEGACY;
+    if (tq_do(c, op, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    if (ptr != NULL)
+        *ptr = rp.value;
+    return rp.r.result;
+}
+
+static uint32_t tq_alloc(tq_t *c, uint64_t size, uint64_t *ptr)
+{
+    return tq_alloc_op(c, VCU_OP_CU_MEM_ALLOC, size, ptr);
+}
+
+static uint32_t tq_free(tq_t *c, uint64_t ptr)
+{
+    struct vcu_cu_u64_req rq = {{0, 0}, ptr};
+    struct vcu_cu_resp rp;
+
+    if (tq_do(c, VCU_OP_CU_MEM_FREE, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    return rp.result;
+}
+
+static uint32_t tq_free_async(tq_t *c, uint64_t ptr)
+{
+    struct vcu_cu_memcpy_req rq;
+    struct vcu_cu_resp rp;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.dst = ptr;
+    rq.stream = VCU_CU_STREAM_LEGACY;
+    if (tq_do(c, VCU_OP_CU_MEM_FREE_ASYNC, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    return rp.result;
+}
+
+static int tq_meminfo(tq_t *c, uint64_t *fr, uint64_t *tot)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_mem_info_resp rp;
+
+    ASSERT_EQ(VCU_S_OK, tq_do(c, VCU_OP_CU_MEM_GET_INFO, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.r.result);
+    *fr = rp.free;
+    *tot = rp.total;
+    return 0;
+}
+
+static int tq_slice(tq_t *c, struct vcu_cu_slice_info_resp *r)
+{
+    struct vcu_cu_hdr h = {0, 0};
+
+    ASSERT_EQ(VCU_S_OK, tq_do(c, VCU_OP_CU_SLICE_INFO, &h, sizeof(h), r, sizeof(*r)));
+    ASSERT_EQ(0, (int)r->r.result);
+    return 0;
+}
+
+static uint32_t tq_module(tq_t *c, const char *image, uint64_t *mod)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_module_load_req rq;
+    struct vcu_cu_u64_resp rp;
+    size_t len = strlen(image);
+    uint32_t st;
+
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, (void *)image, len);
+    memset(&rq, 0, sizeof(rq));
+    rq.image_len = len;
+    ut_req_build(t, VCU_OP_CU_MODULE_LOAD, c->s, &rq, sizeof(rq));
+    vcu_backend_execute(c->be, &t->r);
+    st = ut_status(t);
+    memcpy(&rp, ut_resp_payload(t), sizeof(rp));
+    free(t);
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *mod = rp.value;
+    return rp.r.result;
+}
+
+/* Allocations up to the quota succeed, one byte past fails as on a full
+ * GPU, freeing makes room again; the guest sees total = quota and free =
+ * quota - used in cuMemGetInfo, and total = quota in the device's
+ * description; the session goes on working. */
+TEST(quota_alloc_exact)
+{
+    vcu_account_t *a;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_device_info_resp di;
+    uint64_t p[4], q, fr, tot;
+    unsigned int i;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(4 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    for (i = 0; i < 4; i++)
+        ASSERT_EQ(0, (int)tq_alloc(&c, 1 * MiB, &p[i]));
+    ASSERT_EQ(OOM, tq_alloc(&c, 1, &q));
+    CHECK(tq_meminfo(&c, &fr, &tot));
+    ASSERT_EQ_U64(4 * MiB, tot);
+    ASSERT_EQ_U64(0, fr);
+    ASSERT_EQ(0, (int)tq_free(&c, p[1]));
+    CHECK(tq_meminfo(&c, &fr, &tot));
+    ASSERT_EQ_U64(1 * MiB, fr);
+    ASSERT_EQ(OOM, tq_alloc(&c, 1 * MiB + 1, &q));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 1 * MiB - 512, &p[1]));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 512, &q));             /* the last grain */
+    ASSERT_EQ(OOM, tq_alloc(&c, 1, NULL));
+    ASSERT_EQ(0, (int)tq_free(&c, q));
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_DEVICE_INFO, &h, sizeof(h), &di, sizeof(di)));
+    ASSERT_EQ_U64(4 * MiB, di.total_mem);
+    for (i = 0; i < 4; i++)
+        ASSERT_EQ(0, (int)tq_free(&c, p[i]));
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 4 * MiB, &q));        /* all of it, at once */
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));              /* the session's end gives back */
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* Hostile sizes and frees: nothing drifts the count. */
+TEST(quota_hostile)
+{
+    vcu_account_t *a;
+    uint64_t p, q, r;
+    tq_t c, d;
+
+    ASSERT_EQ(0, vcu__acct_new(8 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    CHECK(tq_open(&d, a));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_alloc(&c, 0, &q));
+    ASSERT_EQ(OOM, tq_alloc(&c, UINT64_MAX, &q));
+    ASSERT_EQ(OOM, tq_alloc(&c, UINT64_MAX - 511, &q));
+    ASSERT_EQ(OOM, tq_alloc(&c, 1ull << 63, &q));
+    ASSERT_EQ(OOM, tq_alloc(&c, 8 * MiB + 1, &q));
+    ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, UINT64_MAX, &q));
+    ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 1ull << 62, &q));
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 3 * MiB, &p));
+    ASSERT_EQ(0, (int)tq_free(&c, p));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, p));   /* twice */
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, p + 512));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free_async(&c, p));
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    /* Another session's pointer is not ours to free (or to uncharge). */
+    ASSERT_EQ(0, (int)tq_alloc(&d, 5 * MiB, &r));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, r));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free_async(&c, r));
+    ASSERT_EQ_U64(5 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB + 1, &q));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 3 * MiB, &q));
+    ASSERT_EQ(0, (int)tq_free(&d, r));
+    ASSERT_EQ(0, (int)tq_free(&c, q));
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    tq_close(&c);
+    tq_close(&d);
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* Two sessions of one VM share the quota; one's end gives its share to
+ * the other; CU_SLICE_INFO's figures add up. */
+TEST(quota_two_sessions)
+{
+    vcu_account_t *a;
+    struct vcu_cu_slice_info_resp *si = calloc(1, sizeof(*si));
+    uint64_t p, q, fr, tot;
+    uint32_t i;
+    tq_t c, d;
+
+    ASSERT_NOT_NULL(si);
+    ASSERT_EQ(0, vcu__acct_new(16 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    CHECK(tq_open_more(&d, &c));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 10 * MiB, &p));
+    ASSERT_EQ(OOM, tq_alloc(&d, 6 * MiB + 1, &q));
+    ASSERT_EQ(0, (int)tq_alloc(&d, 6 * MiB, &q));
+    CHECK(tq_meminfo(&d, &fr, &tot));
+    ASSERT_EQ_U64(16 * MiB, tot);
+    ASSERT_EQ_U64(0, fr);
+
+    CHECK(tq_slice(&c, si));
+    ASSERT_EQ_U64(16 * MiB, si->mem_quota);
+    ASSERT_EQ_U64(16 * MiB, si->mem_total);
+    ASSERT_EQ_U64(16 * MiB, si->mem_used);
+    ASSERT_EQ(2, (int)si->num_sessions);
+    {
+        uint64_t sum = 0, ctx = 0;
+        int seen_c = 0, seen_d = 0;
+
+        for (i = 0; i < si->num_sessions; i++) {
+            sum += si->sessions[i].mem_used;
+            ctx += si->sessions[i].ctx_bytes;
+            if (si->sessions[i].session == c.s) {
+                seen_c = 1;
+                ASSERT_EQ_U64(10 * MiB, si->sessions[i].mem_used);
+            }
+            if (si->sessions[i].session == d.s) {
+                seen_d = 1;
+                ASSERT_EQ_U64(6 * MiB, si->sessions[i].mem_used);
+            }
+            ASSERT_GT(si->sessions[i].ctx_bytes, 0);
+        }
+        ASSERT_TRUE(seen_c && seen_d);
+        ASSERT_EQ_U64(si->mem_used, sum);
+        ASSERT_EQ_U64(si->ctx_bytes, ctx);
+        ASSERT_EQ_U64(0, si->faults);
+    }
+
+    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));     /* its 10 MiB come back */
+    ASSERT_EQ_U64(6 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&d, 10 * MiB, &p));
+    CHECK(tq_slice(&d, si));
+    ASSERT_EQ(1, (int)si->num_sessions);
+    ASSERT_EQ_U64(16 * MiB, si->mem_used);
+    tq_close(&d);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    free(si);
+    return 0;
+}
+
+/* Stream-ordered allocations from the session's pool count as well; a
+ * freed block is charged while the pool holds it, and no longer. */
+TEST(quota_pool)
+{
+    vcu_account_t *a;
+    uint64_t p, q, r, fr, tot;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(8 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 5 * MiB, &p));
+    ASSERT_EQ_U64(5 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB + 1, &q));
+    ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 3 * MiB + 1, &q));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 2 * MiB, &q));
+    ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 1 * MiB, &r));
+    CHECK(tq_meminfo(&c, &fr, &tot));
+    ASSERT_EQ_U64(0, fr);
+    ASSERT_EQ(0, (int)tq_free_async(&c, p));
+    ASSERT_EQ(0, (int)tq_free(&c, r));  /* a pool block freed at once */
+    ASSERT_EQ_U64(2 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 6 * MiB, &p));
+    ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 1, &r));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* A module's globals take GPU memory (the stand-in's twin of
+ * tests/cuda/symbols.cu's sym_table: 1 KiB): charged while it is loaded,
+ * and a load that would pass the quota fails as out of memory. */
+TEST(quota_module_globals)
+{
+    static const char img[] = "//\n.version 8.0\n.target sm_90\n"
+                              ".global .align 4 .f32 sym_table[256];\n";
+    vcu_account_t *a;
+    uint64_t m, m2, p;
+    struct vcu_cu_u64_req rq = {{0, 0}, 0};
+    struct vcu_cu_resp rp;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(2 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_module(&c, img, &m));
+    ASSERT_EQ_U64(1024, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 2 * MiB - 1024, &p));
+    ASSERT_EQ(OOM, tq_module(&c, img, &m2));
+    ASSERT_EQ_U64(2 * MiB, vcu__acct_used(a, 0));
+    rq.value = m;
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_MODULE_UNLOAD, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_EQ_U64(2 * MiB - 1024, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_module(&c, img, &m));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* The device malloc heap the guest asks for is GPU memory too. */
+TEST(quota_limits)
+{
+    vcu_account_t *a;
+    struct vcu_cu_limit_req rq;
+    struct vcu_cu_resp rp;
+    uint64_t p;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(64 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    memset(&rq, 0, sizeof(rq));
+    rq.limit = CU_LIMIT_MALLOC_HEAP_SIZE;
+    rq.value = 1ull << 40;
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ(OOM, rp.result);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    rq.value = 48 * MiB;
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_GT(vcu__acct_used(a, 0), 30 * MiB);
+    ASSERT_EQ(OOM, tq_alloc(&c, 40 * MiB, &p));
+    rq.value = 1 * MiB;                 /* below the default: nothing charged */
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 64 * MiB, &p));
+    tq_close(&c);
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* A context reset (cudaDeviceReset) frees everything the context held:
+ * its allocations, pool blocks, modules and limits are no longer charged,
+ * nor is its context's overhead reported. */
+TEST(quota_ctx_reset)
+{
+    static const char img[] = "//\n.version 8.0\n.target sm_90\n"
+                              ".global .align 4 .f32 sym_table[256];\n";
+    vcu_account_t *a;
+    struct vcu_cu_limit_req lq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    uint64_t p, q, m;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(64 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 3 * MiB, &p));
+    ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 2 * MiB, &q));
+    ASSERT_EQ(0, (int)tq_module(&c, img, &m));
+    memset(&lq, 0, sizeof(lq));
+    lq.limit = CU_LIMIT_PRINTF_FIFO_SIZE;
+    lq.value = 32 * MiB;
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &lq, sizeof(lq), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_GT(vcu__acct_used(a, 0), 5 * MiB + 20 * MiB);
+    ASSERT_GT(vcu__acct_ctx(a, 0), 0);
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_RESET, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(0, vcu__acct_ctx(a, 0));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, p));  /* gone with it */
+    ASSERT_EQ(0, (int)tq_alloc(&c, 64 * MiB, &p));    /* a new context, all of it */
+    tq_close(&c);
+    vcu__acct_put(a);
+    return 0;
+}
+
+/* A session that met a GPU fault counts in CU_SLICE_INFO's faults once it
+ * has ended; a healthy one does not. */
+TEST(quota_faults)
+{
+    static const char img[] = "//\n.version 8.0\n.target sm_90\n"
+                              ".visible .entry _Z13err_oob_writePi(.param .u64 p)\n{\n}\n";
+    vcu_account_t *a;
+    unsigned char p[sizeof(struct vcu_cu_launch_req) + 8];
+    unsigned char nq[sizeof(struct vcu_cu_name_req) + 32];
+    struct vcu_cu_name_req name;
+    struct vcu_cu_launch_req lq;
+    struct vcu_cu_function_resp fr;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    struct vcu_cu_slice_info_resp *si = calloc(1, sizeof(*si));
+    uint64_t m, ptr = 0, q;
+    tq_t c, d;
+
+    ASSERT_NOT_NULL(si);
+    ASSERT_EQ(0, vcu__acct_new(0, 8, &a));
+    CHECK(tq_open(&c, a));
+    CHECK(tq_open_more(&d, &c));
+    ASSERT_EQ(0, (int)tq_alloc(&d, 4096, &q));          /* a healthy session */
+    ASSERT_EQ(0, (int)tq_module(&c, img, &m));
+    memset(&name, 0, sizeof(name));
+    name.module = m;
+    name.name_len = (uint32_t)strlen("_Z13err_oob_writePi");
+    memcpy(nq, &name, sizeof(name));
+    memcpy(nq + sizeof(name), "_Z13err_oob_writePi", name.name_len);
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_MODULE_GET_FUNCTION, nq,
+                              (uint32_t)(sizeof(name) + name.name_len), &fr, sizeof(fr)));
+    ASSERT_EQ(0, (int)fr.r.result);
+    memset(&lq, 0, sizeof(lq));
+    lq.function = fr.function;
+    lq.grid[0] = lq.grid[1] = lq.grid[2] = 1;
+    lq.block[0] = lq.block[1] = lq.block[2] = 1;
+    lq.param_bytes = 8;
+    memcpy(p, &lq, sizeof(lq));
+    memcpy(p + sizeof(lq), &ptr, 8);
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_LAUNCH, p, sizeof(p), &rp, sizeof(rp)));
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_ILLEGAL_ADDRESS, rp.result ? rp.result : rp.deferred);
+    CHECK(tq_slice(&d, si));
+    ASSERT_EQ_U64(0, si->faults);                        /* not ended yet */
+    ASSERT_EQ_U64(4096, si->mem_used);
+    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));
+    CHECK(tq_slice(&d, si));
+    ASSERT_EQ_U64(1, si->faults);
+    ASSERT_EQ(1, (int)si->num_sessions);
+    tq_close(&d);
+    ASSERT_EQ_U64(1, atomic_load(&a->hdr->faults));     /* the healthy one added none */
+    vcu__acct_put(a);
+    free(si);
+    return 0;
+}
+
+/* ---- the proxy: one account for the VM's workers ------------------------- */
+
+#define TQ_RAM (4u << 20)
+
+static uint32_t tq_px_exec(vcu_proxy_t *px, ut_req_t *t)
+{
+    int n = atomic_load(&t->ndone);
+
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
+    vcu_proxy_submit(px, &t->r);
+    if (ut_wait_count(&t->ndone, n + 1) != 0)
+        return 0xdeadu;
+    return ut_status(t);
+}
+
+static int tq_px_open(vcu_proxy_t *px, uint64_t *sid)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_session_open_req o;
+
+    memset(&o, 0, sizeof(o));
+    o.version_min = o.version_max = VCU_PROTO_VERSION;
+    o.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA;
+    ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
+    ASSERT_EQ(VCU_S_OK, tq_px_exec(px, t));
+    ASSERT_TRUE(((const struct vcu_session_open_resp *)ut_resp_payload(t))->features &
+                VCU_FEAT_CUDA);
+    *sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
+    free(t);
+    return 0;
+}
+
+static uint32_t tq_px_alloc(vcu_proxy_t *px, uint64_t sid, uint64_t size)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_mem_alloc_req rq;
+    uint32_t st, res;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.size = size;
+    ut_req_build(t, VCU_OP_CU_MEM_ALLOC, sid, &rq, sizeof(rq));
+    st = tq_px_exec(px, t);
+    res = st == VCU_S_OK ? ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result
+                         : 0x10000 + st;
+    free(t);
+    return res;
+}
+
+/* Our children named vcu-worker, newest (highest pid) last. */
+static pid_t tq_worker_pid(pid_t not)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t found = -1;
+
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        char path[300], buf[512], *p;
+        int ppid = 0;
+        FILE *f;
+
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || atoi(de->d_name) == not)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(buf, sizeof(buf), f) != NULL && strstr(buf, "(vcu-worker)") != NULL &&
+            (p = strrchr(buf, ')')) != NULL && p[2] != 'Z' &&
+            sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid())
+            found = (pid_t)atoi(de->d_name);
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Two guest processes, each with its worker process: together they hit
+ * the quota; the first one's worker is killed (a crash, the OOM killer)
+ * and its charge comes back once the proxy has reaped it. */
+TEST(quota_proxy_worker_killed)
+{
+    vcu_proxy_config_t cfg;
+    vcu_proxy_t *px;
+    char err[256];
+    uint64_t sa, sb;
+    pid_t pa;
+    double t0;
+    uint32_t r;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.worker = VCU_TEST_WORKER;
+    cfg.gpus = "0";
+    cfg.mem_quota = 8 * MiB;
+    if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
+        fprintf(stderr, "vcu_proxy_new: %s\n", err);
+        return -1;
+    }
+    if (vcu_proxy_cuda_error(px) != NULL)
+        VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(px));
+    CHECK(tq_px_open(px, &sa));
+    pa = tq_worker_pid(-1);
+    ASSERT_GT(pa, 0);
+    CHECK(tq_px_open(px, &sb));
+    ASSERT_EQ(0, (int)tq_px_alloc(px, sa, 6 * MiB));
+    ASSERT_EQ(0, (int)tq_px_alloc(px, sb, 2 * MiB));
+    ASSERT_EQ(OOM, tq_px_alloc(px, sb, 1));
+    ASSERT_EQ(OOM, tq_px_alloc(px, sa, 512));
+    ASSERT_EQ(0, kill(pa, SIGKILL));
+    t0 = ut_now();
+    do {
+        r = tq_px_alloc(px, sb, 6 * MiB);
+    } while (r == OOM && ut_now() - t0 < 10.0);
+    ASSERT_EQ(0, (int)r);
+    ASSERT_EQ(OOM, tq_px_alloc(px, sb, 1));
+    vcu_proxy_free(px);
+    return 0;
+}

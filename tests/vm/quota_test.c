@@ -1,0 +1,200 @@
+/*
+ * quota suite: the VM's GPU memory quota (device property mem-quota, set
+ * by run.sh for this suite), seen from two guest processes, each with its
+ * own session and so its own worker process on the host.
+ *
+ * Process A takes most of the quota; process B sees total = quota and
+ * free = what A left, takes the rest, and one byte more fails as on a
+ * full GPU (CUDA_ERROR_OUT_OF_MEMORY) without disturbing either; A is
+ * killed, and its charge comes back to B.  Raw protocol (the transport
+ * library), so that the figures are the host's own.
+ *
+ * Usage: quota_test [quota_mib]   (default 64: run.sh's mem-quota)
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vcu_transport.h"
+#include "vmtest.h"
+
+#define MIB (1024ull * 1024)
+#define OOM 2u                      /* CUDA_ERROR_OUT_OF_MEMORY */
+
+/* CU_MEM_ALLOC of n bytes on device 0: the CUresult, or 0x10000 + the
+ * transport's error; *ptr the pointer. */
+static uint32_t cu_alloc(vcu_conn_t *c, uint64_t n, uint64_t *ptr)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    struct vcu_cu_u64_resp rp;
+    int err;
+
+    memset(&rq, 0, sizeof(rq));
+    memset(&rp, 0, sizeof(rp));
+    rq.size = n;
+    err = vcu_conn_call(c, VCU_OP_CU_MEM_ALLOC, 0, &rq, sizeof(rq), NULL, 0, &rp, sizeof(rp), NULL);
+    if (err != 0)
+        return 0x10000u + (uint32_t)-err;
+    if (ptr != NULL)
+        *ptr = rp.value;
+    return rp.r.result;
+}
+
+static uint32_t cu_free(vcu_conn_t *c, uint64_t p)
+{
+    struct vcu_cu_u64_req rq = { { 0, 0 }, p };
+    struct vcu_cu_resp rp;
+    int err;
+
+    memset(&rp, 0, sizeof(rp));
+    err = vcu_conn_call(c, VCU_OP_CU_MEM_FREE, 0, &rq, sizeof(rq), NULL, 0, &rp, sizeof(rp), NULL);
+    return err != 0 ? 0x10000u + (uint32_t)-err : rp.result;
+}
+
+static int meminfo(vcu_conn_t *c, uint64_t *fr, uint64_t *tot)
+{
+    struct vcu_cu_hdr h = { 0, 0 };
+    struct vcu_cu_mem_info_resp rp;
+
+    memset(&rp, 0, sizeof(rp));
+    if (vcu_conn_call(c, VCU_OP_CU_MEM_GET_INFO, 0, &h, sizeof(h), NULL, 0, &rp, sizeof(rp),
+                      NULL) != 0 || rp.r.result != 0)
+        return -1;
+    *fr = rp.free;
+    *tot = rp.total;
+    return 0;
+}
+
+static int total_mem(vcu_conn_t *c, uint64_t *tot)
+{
+    struct vcu_cu_hdr h = { 0, 0 };
+    static struct vcu_cu_device_info_resp rp;
+
+    memset(&rp, 0, sizeof(rp));
+    if (vcu_conn_call(c, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), NULL, 0, &rp, sizeof(rp),
+                      NULL) != 0 || rp.r.result != 0)
+        return -1;
+    *tot = rp.total_mem;
+    return 0;
+}
+
+static int slice(vcu_conn_t *c, struct vcu_cu_slice_info_resp *rp)
+{
+    struct vcu_cu_hdr h = { 0, 0 };
+
+    memset(rp, 0, sizeof(*rp));
+    if (vcu_conn_call(c, VCU_OP_CU_SLICE_INFO, 0, &h, sizeof(h), NULL, 0, rp, sizeof(*rp),
+                      NULL) != 0 || rp->r.result != 0)
+        return -1;
+    return 0;
+}
+
+/* Process A: takes `take` bytes, says so on `up`, then waits to die. */
+static void proc_a(uint64_t take, int up)
+{
+    vcu_conn_t *c = NULL;
+    uint64_t p = 0;
+    char ok;
+    int err = vcu_conn_open(NULL, VCU_FEAT_CUDA, &c);
+
+    ok = err == 0 && cu_alloc(c, take, &p) == 0 && p != 0 ? 'y' : 'n';
+    if (write(up, &ok, 1) != 1)
+        _exit(1);
+    for (;;)
+        pause();
+}
+
+int main(int argc, char **argv)
+{
+    static struct vcu_cu_slice_info_resp si;
+    uint64_t quota = (argc > 1 ? strtoull(argv[1], NULL, 10) : 64) * MIB;
+    uint64_t a_take = quota / 8 * 5, fr = 0, tot = 0, p = 0, q = 0;
+    vcu_conn_t *c = NULL;
+    int up[2], err, st;
+    uint32_t r;
+    pid_t a;
+    char ok = 'n';
+
+    vt_suite = "quota";
+    if (pipe(up) != 0) {
+        vt_fail("setup", "pipe: %s", strerror(errno));
+        return 1;
+    }
+    /* A forks before anything opens the device: its own session. */
+    a = fork();
+    if (a == 0) {
+        close(up[0]);
+        proc_a(a_take, up[1]);
+    }
+    close(up[1]);
+    if (a < 0 || read(up[0], &ok, 1) != 1 || ok != 'y') {
+        vt_fail("setup", "process A could not take %llu bytes", (unsigned long long)a_take);
+        return 1;
+    }
+    err = vcu_conn_open(NULL, VCU_FEAT_CUDA, &c);
+    if (err != 0 || !(vcu_conn_features(c) & VCU_FEAT_CUDA)) {
+        vt_fail("setup", "vcu_conn_open -> %d, no CUDA", err);
+        kill(a, SIGKILL);
+        return 1;
+    }
+
+    if (meminfo(c, &fr, &tot) == 0 && tot == quota && fr == quota - a_take)
+        vt_pass("meminfo_total_is_quota");
+    else
+        vt_fail("meminfo_total_is_quota", "free %llu total %llu (quota %llu, A holds %llu)",
+                (unsigned long long)fr, (unsigned long long)tot, (unsigned long long)quota,
+                (unsigned long long)a_take);
+    if (total_mem(c, &tot) == 0 && tot == quota)
+        vt_pass("device_total_mem_is_quota");
+    else
+        vt_fail("device_total_mem_is_quota", "total_mem %llu", (unsigned long long)tot);
+
+    /* B takes the rest: together they hit the quota. */
+    r = cu_alloc(c, quota - a_take, &p);
+    if (r == 0)
+        vt_pass("two_processes_fill_quota");
+    else
+        vt_fail("two_processes_fill_quota", "alloc of the rest -> %u", r);
+    r = cu_alloc(c, 1, &q);
+    if (r == OOM)
+        vt_pass("one_byte_past_is_oom");
+    else
+        vt_fail("one_byte_past_is_oom", "-> %u", r);
+    if (slice(c, &si) == 0 && si.mem_quota == quota && si.mem_used == quota &&
+        si.num_sessions == 2 && si.ctx_bytes != 0)
+        vt_pass("slice_info");
+    else
+        vt_fail("slice_info", "quota %llu used %llu sessions %u ctx %llu",
+                (unsigned long long)si.mem_quota, (unsigned long long)si.mem_used,
+                si.num_sessions, (unsigned long long)si.ctx_bytes);
+    /* The session goes on: free and take again. */
+    if (cu_free(c, p) == 0 && cu_alloc(c, quota - a_take, &p) == 0)
+        vt_pass("session_goes_on");
+    else
+        vt_fail("session_goes_on", "free and alloc again failed");
+
+    /* A dies: its charge comes back (once the host has reaped its worker). */
+    kill(a, SIGKILL);
+    waitpid(a, &st, 0);
+    {
+        uint64_t t0 = vt_now_us();
+
+        while ((r = cu_alloc(c, a_take, &q)) == OOM && vt_now_us() - t0 < 10000000ull)
+            vt_sleep_ms(50);
+    }
+    if (r == 0 && cu_alloc(c, 1, NULL) == OOM)
+        vt_pass("killed_process_charge_returns");
+    else
+        vt_fail("killed_process_charge_returns", "alloc of A's share -> %u", r);
+    if (slice(c, &si) == 0 && si.num_sessions == 1 && si.mem_used == quota)
+        vt_pass("slice_info_after_kill");
+    else
+        vt_fail("slice_info_after_kill", "used %llu sessions %u", (unsigned long long)si.mem_used,
+                si.num_sessions);
+    vcu_conn_close(c);
+    return vt_nfail() ? 1 : 0;
+}
