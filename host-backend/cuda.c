@@ -2117,13 +2117,20 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
     uint32_t d = vcu__dev_of(o), i, n = 0;
     int sms = 0;
 
-    VCU__ENTER(o);
-    o->res = VCU__CU(o->cu, cuMemGetInfo, &fr, &tot);
-    if (o->res != CUDA_SUCCESS)
-        return VCU_S_OK;
     if (a != NULL) {
-        vcu__mem_view(o->cs, d, &fr, &tot);
-        vcu__pool_settle(o->cs, d);
+        /* From the account, with no context of its own: a guest's NVML
+         * (nvidia-smi, a monitoring agent) costs the GPU nothing. */
+        if (d >= o->cu->ndev) {
+            o->res = CUDA_ERROR_INVALID_DEVICE;
+            return VCU_S_OK;
+        }
+        if (o->cs->ctx[d] != NULL && vcu__ctx(o->cs, d) == CUDA_SUCCESS)
+            vcu__pool_settle(o->cs, d);
+        o->res = VCU__CU(o->cu, cuDeviceTotalMem, &tot, o->cu->dev[d]);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
+        if (a->quota != 0 && a->quota < tot)
+            tot = (size_t)a->quota;
         if (VCU__CU(o->cu, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                     o->cu->dev[d]) != CUDA_SUCCESS)
             sms = 0;
@@ -2149,6 +2156,10 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
         r->num_sessions = n;
         return VCU_S_OK;
     }
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuMemGetInfo, &fr, &tot);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
     if (VCU__CU(o->cu, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                 o->cu->dev[vcu__dev_of(o)]) != CUDA_SUCCESS)
         sms = 0;

@@ -360,6 +360,27 @@ TEST(quota_two_sessions)
         ASSERT_EQ_U64(si->ctx_bytes, ctx);
         ASSERT_EQ_U64(0, si->faults);
     }
+    {
+        /* A session that only asks for the slice (a guest's nvidia-smi)
+         * makes no context: it shows with no memory and no overhead. */
+        tq_t e;
+        int seen = 0;
+
+        CHECK(tq_open_more(&e, &c));
+        CHECK(tq_slice(&e, si));
+        ASSERT_EQ_U64(16 * MiB, si->mem_total);
+        ASSERT_EQ_U64(16 * MiB, si->mem_used);
+        ASSERT_EQ(3, (int)si->num_sessions);
+        for (i = 0; i < si->num_sessions; i++) {
+            if (si->sessions[i].session != e.s)
+                continue;
+            seen = 1;
+            ASSERT_EQ_U64(0, si->sessions[i].mem_used);
+            ASSERT_EQ_U64(0, si->sessions[i].ctx_bytes);
+        }
+        ASSERT_TRUE(seen);
+        ASSERT_EQ(VCU_S_OK, ut_close(e.be, e.s));
+    }
 
     ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));     /* its 10 MiB come back */
     ASSERT_EQ_U64(6 * MiB, vcu__acct_used(a, 0));
