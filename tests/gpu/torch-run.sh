@@ -30,8 +30,12 @@ mkdir -p "$st"/{proc,sys,dev,tmp,opt,run,var}
 t0=$(date +%s)
 # /usr without /usr/local (the CUDA toolkit) and without NVIDIA's driver
 # libraries; hard links cost nothing.
-cp -al /usr "$st/usr" || { echo "torch-run: cannot link /usr (another filesystem?)"; exit 1; }
-rm -rf "$st/usr/local" "$st/usr/src" "$st/usr/share/doc"
+mkdir -p "$st/usr"
+for d in /usr/*; do
+    case $d in /usr/local | /usr/src) continue ;; esac
+    cp -al "$d" "$st/usr/" || { echo "torch-run: cannot link $d (another filesystem?)"; exit 1; }
+done
+rm -rf "$st/usr/share/doc"
 find "$st/usr/lib" \( -name 'libcuda.so*' -o -name 'libnvidia-*' -o -name 'libcudadebugger*' \) \
     -exec rm -f {} +
 for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$st/$l"; done
