@@ -1022,16 +1022,132 @@ CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
-                            unsigned int bx, unsigned int by, unsigned int bz,
-                            unsigned int shmem, CUstream stream, void **kernelParams,
-                            void **extra, int ptsz, uint32_t flags)
+/* cuda.h's names of the launch attributes, for the refusals' log. */
+static const char *vcu__attr_name(unsigned int id)
+{
+    static const char *const names[] = {
+        "IGNORE", "ACCESS_POLICY_WINDOW", "COOPERATIVE", "SYNCHRONIZATION_POLICY",
+        "CLUSTER_DIMENSION", "CLUSTER_SCHEDULING_POLICY_PREFERENCE",
+        "PROGRAMMATIC_STREAM_SERIALIZATION", "PROGRAMMATIC_EVENT", "PRIORITY",
+        "MEM_SYNC_DOMAIN_MAP", "MEM_SYNC_DOMAIN", "PREFERRED_CLUSTER_DIMENSION",
+        "LAUNCH_COMPLETION_EVENT", "DEVICE_UPDATABLE_KERNEL_NODE",
+        "PREFERRED_SHARED_MEMORY_CARVEOUT", "15", "NVLINK_UTIL_CENTRIC_SCHEDULING",
+    };
+
+    return id < sizeof(names) / sizeof(names[0]) ? names[id] : "unknown";
+}
+
+/*
+ * A CUlaunchConfig's attributes on the wire (out: VCU_CU_MAX_LAUNCH_ATTRS
+ * entries, *n those used; IGNORE entries are dropped).  Events must be of
+ * the context's device.  An attribute this library does not carry is
+ * CUDA_ERROR_NOT_SUPPORTED, logged once with its name.
+ */
+static CUresult vcu__attrs_wire(vcu__ctx_t *c, const CUlaunchConfig *cfg,
+                                struct vcu_cu_launch_attr *out, uint32_t *n)
+{
+    static int logged[32], too_many;
+    vcu__event_t *ev;
+
+    *n = 0;
+    if (cfg->numAttrs > 0 && cfg->attrs == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < cfg->numAttrs; i++) {
+        const CUlaunchAttribute *a = &cfg->attrs[i];
+        const CUlaunchAttributeValue *v = &a->value;
+        struct vcu_cu_launch_attr w;
+
+        memset(&w, 0, sizeof(w));
+        w.id = (uint32_t)a->id;
+        switch (a->id) {
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+            continue;
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            w.v[0] = (uint32_t)v->cooperative;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+            w.v[0] = (uint32_t)v->programmaticStreamSerializationAllowed;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+            w.v[0] = (uint32_t)v->priority;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+            w.v[0] = (uint32_t)v->memSyncDomain;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+            w.v[0] = v->memSyncDomainMap.default_;
+            w.v[1] = v->memSyncDomainMap.remote;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+            w.v[0] = (uint32_t)v->clusterSchedulingPolicyPreference;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+            w.v[0] = v->sharedMemCarveout;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            w.v[0] = v->clusterDim.x;
+            w.v[1] = v->clusterDim.y;
+            w.v[2] = v->clusterDim.z;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+            w.v[0] = v->preferredClusterDim.x;
+            w.v[1] = v->preferredClusterDim.y;
+            w.v[2] = v->preferredClusterDim.z;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+            ev = (vcu__event_t *)v->programmaticEvent.event;
+            if (!vcu__reg_has(ev, VCU__K_EVENT) || ev->dev != c->dev)
+                return CUDA_ERROR_INVALID_HANDLE;
+            w.handle = ev->h;
+            w.v[0] = (uint32_t)v->programmaticEvent.flags;
+            w.v[1] = (uint32_t)v->programmaticEvent.triggerAtBlockStart;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+            ev = (vcu__event_t *)v->launchCompletionEvent.event;
+            if (!vcu__reg_has(ev, VCU__K_EVENT) || ev->dev != c->dev)
+                return CUDA_ERROR_INVALID_HANDLE;
+            w.handle = ev->h;
+            w.v[0] = (uint32_t)v->launchCompletionEvent.flags;
+            break;
+        default:
+            vcu__log_once(&logged[(unsigned int)a->id % 32],
+                          "libcuda (virtio-cuda): cuLaunchKernelEx: launch attribute "
+                          "CU_LAUNCH_ATTRIBUTE_%s (%u) is not supported\n",
+                          vcu__attr_name((unsigned int)a->id), (unsigned int)a->id);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        if (*n == VCU_CU_MAX_LAUNCH_ATTRS) {
+            vcu__log_once(&too_many, "libcuda (virtio-cuda): cuLaunchKernelEx: more than %u "
+                                     "launch attributes are not supported\n",
+                          VCU_CU_MAX_LAUNCH_ATTRS);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        out[(*n)++] = w;
+    }
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Every launch, and the cluster occupancy queries, which describe one:
+ * the function (or a kernel's function in the current context), dims and
+ * stream checked, then op sent.  CU_LAUNCH carries flags; CU_LAUNCH_EX
+ * and the queries cfg's attributes (flags 0).  The queries send no
+ * parameters and get *value back.
+ */
+static CUresult vcu__launch_op(uint32_t op, CUfunction fn, const CUlaunchConfig *cfg,
+                               void **kernelParams, void **extra, int ptsz, uint32_t flags,
+                               uint64_t *value)
 {
     struct {
-        struct vcu_cu_launch_req r;
+        struct vcu_cu_launch_ex_req r;
+        struct vcu_cu_launch_attr attrs[VCU_CU_MAX_LAUNCH_ATTRS];
         char params[VCU_CU_MAX_PARAM_BYTES];
     } *q;
     vcu__func_t *f = (vcu__func_t *)fn;
+    struct vcu_cu_u64_resp o;
+    size_t head;
+    char *params;
+    uint32_t nattrs = 0;
     vcu__ctx_t *c;
     uint64_t wire;
     CUresult e = vcu__cur(&c);
@@ -1049,32 +1165,115 @@ static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, uns
         return CUDA_ERROR_INVALID_HANDLE;
     if (f->mod->dev != c->dev)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
+    if (cfg->gridDimX == 0 || cfg->gridDimY == 0 || cfg->gridDimZ == 0 ||
+        cfg->blockDimX == 0 || cfg->blockDimY == 0 || cfg->blockDimZ == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__stream(c, stream, ptsz, &wire);
+    e = vcu__stream(c, cfg->hStream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
     q = malloc(sizeof(*q));
     if (q == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e = vcu__pack(f, kernelParams, extra, q->params);
+    memset(&q->r, 0, sizeof(q->r));
+    if (op == VCU_OP_CU_LAUNCH) {
+        head = sizeof(q->r.l);
+    } else {
+        e = vcu__attrs_wire(c, cfg, q->attrs, &nattrs);
+        head = sizeof(q->r) + nattrs * sizeof(q->attrs[0]);
+    }
+    /* The parameters follow the attributes (none for CU_LAUNCH). */
+    params = (char *)q + head;
+    if (e == CUDA_SUCCESS && op != VCU_OP_CU_OCCUPANCY_CLUSTERS &&
+        op != VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE)
+        e = vcu__pack(f, kernelParams, extra, params);
     if (e == CUDA_SUCCESS) {
-        memset(&q->r, 0, sizeof(q->r));
-        q->r.function = f->h;
-        q->r.stream = wire;
-        q->r.grid[0] = gx;
-        q->r.grid[1] = gy;
-        q->r.grid[2] = gz;
-        q->r.block[0] = bx;
-        q->r.block[1] = by;
-        q->r.block[2] = bz;
-        q->r.shared_mem = shmem;
-        q->r.flags = flags;
-        q->r.param_bytes = f->param_bytes;
-        e = vcu__call(c->dev, VCU_OP_CU_LAUNCH, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
-                      NULL, 0, NULL, 0);
+        int query = op == VCU_OP_CU_OCCUPANCY_CLUSTERS || op == VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE;
+
+        q->r.l.function = f->h;
+        q->r.l.stream = wire;
+        q->r.l.grid[0] = cfg->gridDimX;
+        q->r.l.grid[1] = cfg->gridDimY;
+        q->r.l.grid[2] = cfg->gridDimZ;
+        q->r.l.block[0] = cfg->blockDimX;
+        q->r.l.block[1] = cfg->blockDimY;
+        q->r.l.block[2] = cfg->blockDimZ;
+        q->r.l.shared_mem = cfg->sharedMemBytes;
+        q->r.l.flags = flags;
+        q->r.l.param_bytes = query ? 0 : f->param_bytes;
+        if (op != VCU_OP_CU_LAUNCH)
+            q->r.nattrs = nattrs;
+        e = vcu__call(c->dev, op, q, (uint32_t)(head + q->r.l.param_bytes), NULL, 0,
+                      query ? &o : NULL, query ? sizeof(o) : 0);
+        if (e == CUDA_SUCCESS && query)
+            *value = o.value;
     }
     free(q);
+    return e;
+}
+
+static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                            unsigned int bx, unsigned int by, unsigned int bz,
+                            unsigned int shmem, CUstream stream, void **kernelParams,
+                            void **extra, int ptsz, uint32_t flags)
+{
+    CUlaunchConfig cfg;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = gx;
+    cfg.gridDimY = gy;
+    cfg.gridDimZ = gz;
+    cfg.blockDimX = bx;
+    cfg.blockDimY = by;
+    cfg.blockDimZ = bz;
+    cfg.sharedMemBytes = shmem;
+    cfg.hStream = stream;
+    return vcu__launch_op(VCU_OP_CU_LAUNCH, fn, &cfg, kernelParams, extra, ptsz, flags, NULL);
+}
+
+/* With launch attributes (CU_LAUNCH_EX); the host checks them again. */
+VCU__EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                                      void **kernelParams, void **extra)
+{
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__launch_op(VCU_OP_CU_LAUNCH_EX, f, config, kernelParams, extra, 0, 0, NULL);
+}
+
+VCU__EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                           void **kernelParams, void **extra)
+{
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__launch_op(VCU_OP_CU_LAUNCH_EX, f, config, kernelParams, extra, 1, 0, NULL);
+}
+
+/* The host's driver answers for the config (CU_OCCUPANCY_CLUSTERS). */
+VCU__EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+                                                  const CUlaunchConfig *config)
+{
+    uint64_t v = 0;
+    CUresult e;
+
+    if (numClusters == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__launch_op(VCU_OP_CU_OCCUPANCY_CLUSTERS, func, config, NULL, NULL, 0, 0, &v);
+    if (e == CUDA_SUCCESS)
+        *numClusters = v > INT32_MAX ? INT32_MAX : (int)v;
+    return e;
+}
+
+/* The host's driver answers for the config (CU_OCCUPANCY_CLUSTER_SIZE). */
+VCU__EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+                                                        const CUlaunchConfig *config)
+{
+    uint64_t v = 0;
+    CUresult e;
+
+    if (clusterSize == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__launch_op(VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE, func, config, NULL, NULL, 0, 0, &v);
+    if (e == CUDA_SUCCESS)
+        *clusterSize = v > INT32_MAX ? INT32_MAX : (int)v;
     return e;
 }
 

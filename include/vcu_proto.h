@@ -226,6 +226,11 @@ struct vcu_resp_hdr {
     XX(CU_LAUNCH, 0x0308, vcu_cu_launch_req, vcu_cu_resp)                                \
     /* flags: the number of blocks per SM; reply: bytes */                                \
     XX(CU_OCCUPANCY_AVAIL_SMEM, 0x0309, vcu_cu_occupancy_req, vcu_cu_u64_resp)            \
+    XX(CU_LAUNCH_EX, 0x030a, vcu_cu_launch_ex_req, vcu_cu_resp)                          \
+    /* the launch config of cuOccupancyMaxActiveClusters, no parameters; reply: clusters */ \
+    XX(CU_OCCUPANCY_CLUSTERS, 0x030b, vcu_cu_launch_ex_req, vcu_cu_u64_resp)              \
+    /* cuOccupancyMaxPotentialClusterSize's config; reply: blocks per cluster */          \
+    XX(CU_OCCUPANCY_CLUSTER_SIZE, 0x030c, vcu_cu_launch_ex_req, vcu_cu_u64_resp)          \
     /* CUDA: streams and host callbacks */                                               \
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
@@ -660,6 +665,43 @@ struct vcu_cu_launch_req {
     vcu_le32 reserved;
 };
 
+/*
+ * CU_LAUNCH_EX: cuLaunchKernelEx.  The fixed struct's launch part is
+ * CU_LAUNCH's (flags 0), then nattrs struct vcu_cu_launch_attr, then
+ * param_bytes of parameters as for CU_LAUNCH.  CU_OCCUPANCY_CLUSTERS and
+ * CU_OCCUPANCY_CLUSTER_SIZE take the same struct, param_bytes 0, stream
+ * and attributes of the CUlaunchConfig they ask about.
+ *
+ * An attribute: id is a CUlaunchAttributeID; handle is a session event for
+ * PROGRAMMATIC_EVENT and LAUNCH_COMPLETION_EVENT, else 0; v[] holds the
+ * value's other fields in the order cuda.h's CUlaunchAttributeValue gives
+ * them, one 32-bit word each (MEM_SYNC_DOMAIN_MAP: default, remote):
+ *   COOPERATIVE, PROGRAMMATIC_STREAM_SERIALIZATION, PRIORITY,
+ *   MEM_SYNC_DOMAIN, CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+ *   PREFERRED_SHARED_MEMORY_CARVEOUT      v[0]
+ *   CLUSTER_DIMENSION, PREFERRED_CLUSTER_DIMENSION   v[0..2] = x, y, z
+ *   PROGRAMMATIC_EVENT      handle, v[0] = flags, v[1] = triggerAtBlockStart
+ *   LAUNCH_COMPLETION_EVENT handle, v[0] = flags
+ *   MEM_SYNC_DOMAIN_MAP     v[0] = default, v[1] = remote
+ *   IGNORE                  nothing
+ * Any other id is CUDA_ERROR_NOT_SUPPORTED.
+ */
+#define VCU_CU_MAX_LAUNCH_ATTRS 16u
+#define VCU_CU_MAX_CLUSTER_BLOCKS 32u   /* above any GPU's non-portable size */
+
+struct vcu_cu_launch_attr {
+    vcu_le32 id;                    /* CUlaunchAttributeID */
+    vcu_le32 reserved;
+    vcu_le64 handle;                /* an event, or 0 */
+    vcu_le32 v[4];
+};
+
+struct vcu_cu_launch_ex_req {
+    struct vcu_cu_launch_req l;     /* flags 0 */
+    vcu_le32 nattrs;                /* <= VCU_CU_MAX_LAUNCH_ATTRS */
+    vcu_le32 reserved;
+};
+
 struct vcu_cu_stream_create_req {
     struct vcu_cu_hdr hdr;
     vcu_le32 flags;                 /* CU_STREAM_* */
@@ -756,6 +798,8 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_func_attrs_resp) == 8 + 4 * VCU_CU_NUM_FUN
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_req) == 32, "vcu_cu_occupancy_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_resp) == 16, "vcu_cu_occupancy_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_req) == 64, "vcu_cu_launch_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_attr) == 32, "vcu_cu_launch_attr");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_ex_req) == 72, "vcu_cu_launch_ex_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_stream_create_req) == 16, "vcu_cu_stream_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");

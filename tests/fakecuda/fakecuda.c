@@ -203,6 +203,7 @@ typedef struct fc_kernel_s {
     unsigned int grid[3], block[3];
     unsigned int shared;
     int cooperative;
+    unsigned int cluster[3];    /* blocks per cluster; 0s: none given */
     void *params;               /* packed, owned by the node */
     size_t params_len;
 } fc_kernel_t;
@@ -1251,6 +1252,9 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     if (!launch.shared)
         return CUDA_ERROR_OUT_OF_MEMORY;
     launch.cooperative = k->cooperative;
+    launch.cluster = (vcu_twin_dim3_t){ k->cluster[0] ? k->cluster[0] : 1,
+                                        k->cluster[1] ? k->cluster[1] : 1,
+                                        k->cluster[2] ? k->cluster[2] : 1 };
     launch.global = fc_twin_global;
     launch.module = f->mod;
     launch.addressable = fc_twin_addressable;
@@ -3401,9 +3405,15 @@ out:
 /* ------------------------------------------------------------------ */
 /* Launches                                                            */
 
-static CUresult fc_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-                          CUstream hStream, void **kernelParams, void **extra, int coop)
+static CUresult fc_event_check(CUevent hEvent);
+static CUresult fc_event_record(CUevent hEvent, CUstream hStream, unsigned int flags);
+
+/* cluster: blocks per cluster (cuLaunchKernelEx), already checked; NULL
+ * for none. */
+static CUresult fc_launch_cl(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                             unsigned int bx, unsigned int by, unsigned int bz,
+                             unsigned int shared, CUstream hStream, void **kernelParams,
+                             void **extra, int coop, const unsigned int *cluster)
 {
     const unsigned int grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
     fc_ctx_t *ctx;
@@ -3419,10 +3429,197 @@ static CUresult fc_launch(CUfunction f, unsigned int gx, unsigned int gy, unsign
         fc_node_free(n);
         rc = CUDA_ERROR_INVALID_HANDLE;
     }
+    if (rc == CUDA_SUCCESS && cluster != NULL)
+        memcpy(n->u.kernel.cluster, cluster, sizeof(n->u.kernel.cluster));
     if (rc == CUDA_SUCCESS)
         rc = fc_submit(ctx, s, n);
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+static CUresult fc_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                          CUstream hStream, void **kernelParams, void **extra, int coop)
+{
+    return fc_launch_cl(f, gx, gy, gz, bx, by, bz, shared, hStream, kernelParams, extra, coop,
+                        NULL);
+}
+
+/* Largest cluster sm_90 runs: 8 blocks, 16 where the kernel allows a
+ * non-portable size. */
+static unsigned int fc_cluster_max(const fc_func_t *f)
+{
+    return f->non_portable_cluster ? 16u : 8u;
+}
+
+/*
+ * The launch attributes of a config, as cuda.h describes them: *coop,
+ * cluster[3] (0s: none; the kernel's required dims otherwise), events
+ * to record after the launch.  Caller holds nothing.
+ */
+static CUresult fc_config(const CUlaunchConfig *config, const fc_func_t *f, int *coop,
+                          unsigned int cluster[3], CUevent ev[2])
+{
+    const unsigned int grid[3] = { config->gridDimX, config->gridDimY, config->gridDimZ };
+
+    *coop = 0;
+    memset(cluster, 0, 3 * sizeof(*cluster));
+    ev[0] = ev[1] = NULL;
+    if (config->numAttrs > 0 && config->attrs == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < config->numAttrs; i++) {
+        const CUlaunchAttribute *a = &config->attrs[i];
+
+        switch (a->id) {
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            *coop = a->value.cooperative != 0;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            cluster[0] = a->value.clusterDim.x;
+            cluster[1] = a->value.clusterDim.y;
+            cluster[2] = a->value.clusterDim.z;
+            if (!cluster[0] || !cluster[1] || !cluster[2])
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+            ev[0] = a->value.programmaticEvent.event;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+            ev[1] = a->value.launchCompletionEvent.event;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+            if (a->value.clusterSchedulingPolicyPreference >
+                CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+        case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+            break;
+        default:
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    if (cluster[0] == 0 && f->cluster[0] > 0) {
+        for (int i = 0; i < 3; i++)
+            cluster[i] = f->cluster[i] > 0 ? (unsigned int)f->cluster[i] : 1u;
+    }
+    if (cluster[0] == 0)
+        return CUDA_SUCCESS;
+    if ((uint64_t)cluster[0] * cluster[1] * cluster[2] > fc_cluster_max(f))
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    for (int i = 0; i < 3; i++)
+        if (grid[i] % cluster[i] != 0)
+            return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_launch_ex(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                             void **extra)
+{
+    unsigned int cluster[3];
+    CUevent ev[2];
+    CUresult rc;
+    int coop;
+
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = (f && fc_list_has(g_funcs, f)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&g_lock);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_config(config, (fc_func_t *)f, &coop, cluster, ev);
+    for (int i = 0; i < 2 && rc == CUDA_SUCCESS; i++)
+        if (ev[i] != NULL)
+            rc = fc_event_check(ev[i]);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_launch_cl(f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                          config->blockDimX, config->blockDimY, config->blockDimZ,
+                          config->sharedMemBytes, config->hStream, kernelParams, extra, coop,
+                          cluster[0] ? cluster : NULL);
+    /* The stand-in runs the whole kernel at once: both events mean done. */
+    for (int i = 0; i < 2 && rc == CUDA_SUCCESS; i++)
+        if (ev[i] != NULL)
+            rc = fc_event_record(ev[i], config->hStream, CU_EVENT_RECORD_DEFAULT);
+    return rc;
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                                  void **kernelParams, void **extra)
+{
+    return fc_launch_ex(config, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                       void **kernelParams, void **extra)
+{
+    return fc_launch_ex(config, f, kernelParams, extra);
+}
+
+/*
+ * Clusters of the config's size resident at once: the blocks one SM
+ * holds times the SMs, in whole clusters, on 8 GPCs of 16 SMs (a cluster
+ * never spans GPCs).
+ */
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+                                              const CUlaunchConfig *config)
+{
+    unsigned int cluster[3], size;
+    CUevent ev[2];
+    CUresult rc;
+    int coop, per_sm;
+
+    if (numClusters == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = (func && fc_list_has(g_funcs, func)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&g_lock);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_config(config, (fc_func_t *)func, &coop, cluster, ev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (cluster[0] == 0)
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    size = cluster[0] * cluster[1] * cluster[2];
+    pthread_mutex_lock(&g_lock);
+    per_sm = fc_occupancy((fc_func_t *)func,
+                          (int)(config->blockDimX * config->blockDimY * config->blockDimZ),
+                          config->sharedMemBytes);
+    pthread_mutex_unlock(&g_lock);
+    *numClusters = (int)(8u * (16u * (unsigned int)per_sm / size));
+    return CUDA_SUCCESS;
+}
+
+/* The largest cluster the kernel can run with the config's blocks. */
+CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+                                                    const CUlaunchConfig *config)
+{
+    unsigned int cluster[3];
+    CUevent ev[2];
+    CUresult rc;
+    int coop, per_sm;
+
+    if (clusterSize == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = (func && fc_list_has(g_funcs, func)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&g_lock);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_config(config, (fc_func_t *)func, &coop, cluster, ev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g_lock);
+    per_sm = fc_occupancy((fc_func_t *)func,
+                          (int)(config->blockDimX * config->blockDimY * config->blockDimZ),
+                          config->sharedMemBytes);
+    *clusterSize = per_sm > 0 ? (int)fc_cluster_max((fc_func_t *)func) : 0;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -3835,7 +4032,9 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
     return rc;
 }
 
-CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+/* Called inside the stand-in too: cuEventRecord* may resolve to another
+ * libcuda.so.1 loaded first (the loopback guest library). */
+static CUresult fc_event_record(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
     fc_ctx_t *ctx;
     fc_stream_t *s;
@@ -3873,9 +4072,14 @@ out:
     return rc;
 }
 
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    return fc_event_record(hEvent, hStream, flags);
+}
+
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    return cuEventRecordWithFlags(hEvent, hStream, CU_EVENT_RECORD_DEFAULT);
+    return fc_event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT);
 }
 
 /* Recorded work is done work: nothing to wait for. */
