@@ -660,7 +660,7 @@ static void tw_drv_flag_bump(vcu_twin_launch_t *l, const void *pb)
     *flag += 1;
 }
 
-/* vcu_drv_cluster(unsigned *out): each block's rank in its cluster, the
+/* vcu_drv_cluster(unsigned *out), and cluster.cu's cluster_ids: each block's rank in its cluster, the
  * cluster's size and its linear index, numbered as sm_90 numbers them. */
 static void tw_drv_cluster(vcu_twin_launch_t *l, const void *pb)
 {
@@ -757,6 +757,8 @@ const vcu_twin_t vcu_twins[] = {
     { "vcu_drv_flag_bump", tw_drv_flag_bump, 1,
       { P(0, 8) }, 12, 0 },
     { "vcu_drv_cluster", tw_drv_cluster, 1,
+      { P(0, 8) }, 15, 0 },
+    { "_Z11cluster_idsPj", tw_drv_cluster, 1,
       { P(0, 8) }, 15, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
