@@ -215,13 +215,50 @@ int main(void)
 
         CK(cuMemsetD32(a, 1, N));
         CK(cuMemsetD32(b, 2, N));
+        cuuint64_t cap_id = 0, cap_id2 = 0;
+        CUgraph cap_g = (CUgraph)&cap_id;
+        const CUgraphNode *cap_deps = (const CUgraphNode *)&cap_id;
+        size_t cap_n = 99;
+
+        CK(cuStreamGetCaptureInfo_v3(s, &st, &cap_id, &cap_g, &cap_deps, NULL, &cap_n));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE && cap_g == NULL && cap_deps == NULL &&
+             cap_n == 0);
         CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
         CK(cuStreamIsCapturing(s, &st));
         TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+        /* cuStreamGetCaptureInfo's three ABIs (the older two as a runtime
+         * built for CUDA 10.1 and 11.3 finds them): the same id. */
+        {
+            CUresult (*v1)(CUstream, CUstreamCaptureStatus *, cuuint64_t *) = NULL;
+            CUresult (*v2)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                           const CUgraphNode **, size_t *) = NULL;
+
+            CK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v1, 10010, 0, NULL));
+            CK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v2, 11030, 0, NULL));
+            TRUE(v1 != NULL && v2 != NULL);
+            st = CU_STREAM_CAPTURE_STATUS_NONE;
+            CK(v1(s, &st, &cap_id));
+            TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && cap_id != 0);
+            CK(v2(s, &st, &cap_id2, NULL, NULL, NULL));
+            TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && cap_id2 == cap_id);
+        }
+        cap_id2 = 0;
+        CK(cuStreamGetCaptureInfo_v3(s, &st, &cap_id2, NULL, NULL, NULL, NULL));
+        TRUE(cap_id2 == cap_id);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetCaptureInfo_v3(s, NULL, &cap_id2, NULL,
+                                                                   NULL, NULL, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, NULL,
+                                                                   (const CUgraphEdgeData **)&cap_deps,
+                                                                   NULL));
+        /* The captured graph has no handle in the guest: refused, logged. */
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuStreamGetCaptureInfo_v3(s, &st, NULL, &cap_g, NULL,
+                                                                   NULL, NULL));
         CK(cuMemsetD8Async(c, 0, sizeof(hc), s));
         CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
         CK(cuStreamEndCapture(s, &g));
         CK(cuStreamIsCapturing(s, &st));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE);
+        CK(cuStreamGetCaptureInfo(s, &st, &cap_id2, NULL, NULL, NULL, NULL));
         TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE);
         CK(cuGraphGetNodes(g, NULL, &nn));
         TRUE(nn == 2);
