@@ -1598,3 +1598,128 @@ VCU__EXPORT CUresult cuEventDestroy(CUevent hEvent)
 {
     return cuEventDestroy_v2(hEvent);
 }
+
+/* ---- tensor maps ---------------------------------------------------------- */
+
+/*
+ * A CUtensorMap is made by the host's driver (CU_TENSOR_MAP) in the
+ * current context's device: its 128 bytes come back and are passed to
+ * kernels as they are.
+ */
+static CUresult vcu__tmap(struct vcu_cu_tmap_req *r, CUtensorMap *tensorMap)
+{
+    struct vcu_cu_tmap_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (tensorMap == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__call(c->dev, VCU_OP_CU_TENSOR_MAP, r, sizeof(*r), NULL, 0, &o, sizeof(o));
+    if (e == CUDA_SUCCESS)
+        memcpy(tensorMap, o.map, sizeof(o.map));
+    return e;
+}
+
+/* The fields the encoders share, checked; rank entries of each array. */
+static CUresult vcu__tmap_common(struct vcu_cu_tmap_req *r, uint32_t kind,
+                                 CUtensorMapDataType type, cuuint32_t rank, void *addr,
+                                 const cuuint64_t *dim, const cuuint64_t *strides,
+                                 const cuuint32_t *estrides, CUtensorMapInterleave il,
+                                 CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+                                 CUtensorMapFloatOOBfill oob)
+{
+    memset(r, 0, sizeof(*r));
+    if (rank == 0 || rank > VCU_CU_TMAP_MAX_RANK || dim == NULL || estrides == NULL ||
+        (rank > 1 && strides == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    r->kind = kind;
+    r->data_type = (uint32_t)type;
+    r->rank = rank;
+    r->interleave = (uint32_t)il;
+    r->swizzle = (uint32_t)sw;
+    r->l2_promotion = (uint32_t)l2;
+    r->oob_fill = (uint32_t)oob;
+    r->global_address = (uint64_t)(uintptr_t)addr;
+    for (cuuint32_t i = 0; i < rank; i++) {
+        r->global_dim[i] = dim[i];
+        r->element_strides[i] = estrides[i];
+        if (i + 1 < rank)
+            r->global_strides[i] = strides[i];
+    }
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap,
+                                            CUtensorMapDataType tensorDataType,
+                                            cuuint32_t tensorRank, void *globalAddress,
+                                            const cuuint64_t *globalDim,
+                                            const cuuint64_t *globalStrides,
+                                            const cuuint32_t *boxDim,
+                                            const cuuint32_t *elementStrides,
+                                            CUtensorMapInterleave interleave,
+                                            CUtensorMapSwizzle swizzle,
+                                            CUtensorMapL2promotion l2Promotion,
+                                            CUtensorMapFloatOOBfill oobFill)
+{
+    struct vcu_cu_tmap_req r;
+    CUresult e = vcu__tmap_common(&r, VCU_CU_TMAP_TILED, tensorDataType, tensorRank,
+                                  globalAddress, globalDim, globalStrides, elementStrides,
+                                  interleave, swizzle, l2Promotion, oobFill);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (boxDim == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i < tensorRank; i++)
+        r.box_dim[i] = boxDim[i];
+    return vcu__tmap(&r, tensorMap);
+}
+
+VCU__EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap,
+                                             CUtensorMapDataType tensorDataType,
+                                             cuuint32_t tensorRank, void *globalAddress,
+                                             const cuuint64_t *globalDim,
+                                             const cuuint64_t *globalStrides,
+                                             const int *pixelBoxLowerCorner,
+                                             const int *pixelBoxUpperCorner,
+                                             cuuint32_t channelsPerPixel,
+                                             cuuint32_t pixelsPerColumn,
+                                             const cuuint32_t *elementStrides,
+                                             CUtensorMapInterleave interleave,
+                                             CUtensorMapSwizzle swizzle,
+                                             CUtensorMapL2promotion l2Promotion,
+                                             CUtensorMapFloatOOBfill oobFill)
+{
+    struct vcu_cu_tmap_req r;
+    CUresult e = vcu__tmap_common(&r, VCU_CU_TMAP_IM2COL, tensorDataType, tensorRank,
+                                  globalAddress, globalDim, globalStrides, elementStrides,
+                                  interleave, swizzle, l2Promotion, oobFill);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (tensorRank < 3 || pixelBoxLowerCorner == NULL || pixelBoxUpperCorner == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i + 2 < tensorRank; i++) {
+        r.lower_corner[i] = (uint32_t)pixelBoxLowerCorner[i];
+        r.upper_corner[i] = (uint32_t)pixelBoxUpperCorner[i];
+    }
+    r.channels_per_pixel = channelsPerPixel;
+    r.pixels_per_column = pixelsPerColumn;
+    return vcu__tmap(&r, tensorMap);
+}
+
+VCU__EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+    struct vcu_cu_tmap_req r;
+
+    if (tensorMap == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_TMAP_REPLACE_ADDRESS;
+    r.global_address = (uint64_t)(uintptr_t)globalAddress;
+    memcpy(r.map, tensorMap, sizeof(r.map));
+    return vcu__tmap(&r, tensorMap);
+}

@@ -163,6 +163,9 @@
     XX(cuLaunchKernelEx, 0)                                                  \
     XX(cuOccupancyMaxActiveClusters, 0)                                      \
     XX(cuOccupancyMaxPotentialClusterSize, 0)                                \
+    XX(cuTensorMapEncodeTiled, 0)                                            \
+    XX(cuTensorMapEncodeIm2col, 0)                                           \
+    XX(cuTensorMapReplaceAddress, 0)                                         \
     XX(cuLaunchHostFunc, 0)                                                  \
     XX(cuStreamCreateWithPriority, 0)                                        \
     XX(cuStreamDestroy, 0)                                                   \
@@ -1713,6 +1716,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_capture_info_resp cap;
     struct vcu_cu_elapsed_resp el;
     struct vcu_cu_output_resp out;
+    struct vcu_cu_tmap_resp tmap;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -3302,6 +3306,72 @@ static uint32_t vcu__op_CU_OCCUPANCY_CLUSTER_SIZE(vcu__op_t *o)
         return VCU_S_EINVAL;
     o->res = VCU__CU(o->cu, cuOccupancyMaxPotentialClusterSize, &n, fe->u.fn.f, &cfg);
     o->rb.u64.value = n > 0 ? (uint64_t)n : 0;
+    return VCU_S_OK;
+}
+
+/*
+ * CU_TENSOR_MAP: the arrays are fixed in the request; rank says how many
+ * entries the driver reads, so it is checked first, and the rest must be
+ * zero.  The driver checks the values (alignment, ranges) itself.
+ */
+static uint32_t vcu__op_CU_TENSOR_MAP(vcu__op_t *o)
+{
+    CUtensorMap map;
+    struct vcu_cu_tmap_req rq;
+    int lower[VCU_CU_TMAP_MAX_RANK - 2], upper[VCU_CU_TMAP_MAX_RANK - 2];
+    unsigned int i, r;
+
+    _Static_assert(sizeof(CUtensorMap) == VCU_CU_TMAP_BYTES, "CUtensorMap");
+    memcpy(&rq, o->p, sizeof(rq));
+    r = rq.rank;
+    if (rq.reserved != 0 || o->nsegs != 0)
+        return VCU_S_EINVAL;
+    if (rq.kind == VCU_CU_TMAP_REPLACE_ADDRESS) {
+        VCU__ENTER(o);
+        memcpy(&map, rq.map, sizeof(map));
+        o->res = VCU__CU(o->cu, cuTensorMapReplaceAddress, &map,
+                         (void *)(uintptr_t)rq.global_address);
+        if (o->res == CUDA_SUCCESS)
+            memcpy(o->rb.tmap.map, &map, sizeof(map));
+        return VCU_S_OK;
+    }
+    if ((rq.kind != VCU_CU_TMAP_TILED && rq.kind != VCU_CU_TMAP_IM2COL) || r == 0 ||
+        r > VCU_CU_TMAP_MAX_RANK || (rq.kind == VCU_CU_TMAP_IM2COL && r < 3))
+        return VCU_S_EINVAL;
+    for (i = r; i < VCU_CU_TMAP_MAX_RANK; i++)
+        if (rq.global_dim[i] != 0 || rq.box_dim[i] != 0 || rq.element_strides[i] != 0 ||
+            rq.global_strides[i - 1] != 0)
+            return VCU_S_EINVAL;
+    for (i = 0; i < VCU_CU_TMAP_MAX_RANK - 2; i++) {
+        if (rq.kind != VCU_CU_TMAP_IM2COL || i + 2 >= r) {
+            if (rq.lower_corner[i] != 0 || rq.upper_corner[i] != 0)
+                return VCU_S_EINVAL;
+        }
+        lower[i] = (int)rq.lower_corner[i];
+        upper[i] = (int)rq.upper_corner[i];
+    }
+    if (rq.kind == VCU_CU_TMAP_TILED && (rq.channels_per_pixel != 0 || rq.pixels_per_column != 0))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    memset(&map, 0, sizeof(map));
+    if (rq.kind == VCU_CU_TMAP_TILED)
+        o->res = VCU__CU(o->cu, cuTensorMapEncodeTiled, &map, (CUtensorMapDataType)rq.data_type,
+                         r, (void *)(uintptr_t)rq.global_address, rq.global_dim,
+                         rq.global_strides, rq.box_dim, rq.element_strides,
+                         (CUtensorMapInterleave)rq.interleave, (CUtensorMapSwizzle)rq.swizzle,
+                         (CUtensorMapL2promotion)rq.l2_promotion,
+                         (CUtensorMapFloatOOBfill)rq.oob_fill);
+    else
+        o->res = VCU__CU(o->cu, cuTensorMapEncodeIm2col, &map,
+                         (CUtensorMapDataType)rq.data_type, r,
+                         (void *)(uintptr_t)rq.global_address, rq.global_dim,
+                         rq.global_strides, lower, upper, rq.channels_per_pixel,
+                         rq.pixels_per_column, rq.element_strides,
+                         (CUtensorMapInterleave)rq.interleave, (CUtensorMapSwizzle)rq.swizzle,
+                         (CUtensorMapL2promotion)rq.l2_promotion,
+                         (CUtensorMapFloatOOBfill)rq.oob_fill);
+    if (o->res == CUDA_SUCCESS)
+        memcpy(o->rb.tmap.map, &map, sizeof(map));
     return VCU_S_OK;
 }
 

@@ -4482,3 +4482,111 @@ CUresult CUDAAPI cuProfilerStop(void)
 {
     return cuProfilerStart();
 }
+
+/* ------------------------------------------------------------------ */
+/* Tensor maps                                                         */
+
+/*
+ * The checks cuda.h lists for cuTensorMapEncode*, and an encoding of the
+ * stand-in's own (opaque[0] the address, [1..5] the dims, [6..9] the
+ * strides, [10] the box or corners, [11] the element strides, [12] the
+ * enums, [13] the kind): no kernel of the stand-in reads it.
+ */
+static CUresult fc_tmap(CUtensorMap *map, int kind, CUtensorMapDataType type, cuuint32_t rank,
+                        void *addr, const cuuint64_t *dim, const cuuint64_t *strides,
+                        const cuuint32_t *box, const cuuint32_t *estrides,
+                        CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                        CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob, uint64_t extra)
+{
+    static const unsigned int esize[] = { 1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4, 1, 1, 1 };
+    uintptr_t align = il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16;
+
+    if (map == NULL || (unsigned int)type > CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B ||
+        rank == 0 || rank > 5 || (il != CU_TENSOR_MAP_INTERLEAVE_NONE && rank < 3) ||
+        (unsigned int)il > CU_TENSOR_MAP_INTERLEAVE_32B ||
+        (unsigned int)sw > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B ||
+        (unsigned int)l2 > CU_TENSOR_MAP_L2_PROMOTION_L2_256B ||
+        (unsigned int)oob > CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA ||
+        addr == NULL || (uintptr_t)addr % align != 0 || dim == NULL || estrides == NULL ||
+        (rank > 1 && strides == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof(*map));
+    for (cuuint32_t i = 0; i < rank; i++) {
+        if (dim[i] == 0 || dim[i] > (1ull << 32) || estrides[i] == 0 || estrides[i] > 8)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (i + 1 < rank && (strides[i] % 16 != 0 || strides[i] >= (1ull << 40)))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (box != NULL && (box[i] == 0 || box[i] > 256))
+            return CUDA_ERROR_INVALID_VALUE;
+        map->opaque[1 + i] = dim[i];
+        if (i + 1 < rank)
+            map->opaque[6 + i] = strides[i];
+        if (box != NULL)
+            map->opaque[10] |= (uint64_t)box[i] << (12 * i);
+        map->opaque[11] |= (uint64_t)estrides[i] << (4 * i);
+    }
+    if (box != NULL && il == CU_TENSOR_MAP_INTERLEAVE_NONE &&
+        (box[0] * esize[type]) % 16 != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (box == NULL)
+        map->opaque[10] = extra;
+    map->opaque[0] = (uint64_t)(uintptr_t)addr;
+    map->opaque[12] = (uint64_t)type | (uint64_t)rank << 8 | (uint64_t)il << 16 |
+                      (uint64_t)sw << 24 | (uint64_t)l2 << 32 | (uint64_t)oob << 40;
+    map->opaque[13] = (uint64_t)kind;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
+                                        cuuint32_t tensorRank, void *globalAddress,
+                                        const cuuint64_t *globalDim,
+                                        const cuuint64_t *globalStrides, const cuuint32_t *boxDim,
+                                        const cuuint32_t *elementStrides,
+                                        CUtensorMapInterleave interleave,
+                                        CUtensorMapSwizzle swizzle,
+                                        CUtensorMapL2promotion l2Promotion,
+                                        CUtensorMapFloatOOBfill oobFill)
+{
+    if (boxDim == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_tmap(tensorMap, 1, tensorDataType, tensorRank, globalAddress, globalDim,
+                   globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion,
+                   oobFill, 0);
+}
+
+CUresult CUDAAPI cuTensorMapEncodeIm2col(CUtensorMap *tensorMap,
+                                         CUtensorMapDataType tensorDataType,
+                                         cuuint32_t tensorRank, void *globalAddress,
+                                         const cuuint64_t *globalDim,
+                                         const cuuint64_t *globalStrides,
+                                         const int *pixelBoxLowerCorner,
+                                         const int *pixelBoxUpperCorner,
+                                         cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn,
+                                         const cuuint32_t *elementStrides,
+                                         CUtensorMapInterleave interleave,
+                                         CUtensorMapSwizzle swizzle,
+                                         CUtensorMapL2promotion l2Promotion,
+                                         CUtensorMapFloatOOBfill oobFill)
+{
+    uint64_t corners = 0;
+
+    if (tensorRank < 3 || pixelBoxLowerCorner == NULL || pixelBoxUpperCorner == NULL ||
+        channelsPerPixel == 0 || channelsPerPixel > 256 || pixelsPerColumn == 0 ||
+        pixelsPerColumn > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i + 2 < tensorRank; i++)
+        corners |= (uint64_t)(pixelBoxLowerCorner[i] & 0xff) << (16 * i) |
+                   (uint64_t)(pixelBoxUpperCorner[i] & 0xff) << (16 * i + 8);
+    return fc_tmap(tensorMap, 2, tensorDataType, tensorRank, globalAddress, globalDim,
+                   globalStrides, NULL, elementStrides, interleave, swizzle, l2Promotion,
+                   oobFill, corners);
+}
+
+CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+    if (tensorMap == NULL || globalAddress == NULL || (uintptr_t)globalAddress % 16 != 0 ||
+        tensorMap->opaque[13] == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    tensorMap->opaque[0] = (uint64_t)(uintptr_t)globalAddress;
+    return CUDA_SUCCESS;
+}

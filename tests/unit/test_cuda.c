@@ -2268,6 +2268,132 @@ TEST(cuda_occupancy_clusters)
     return 0;
 }
 
+/* ---- tensor maps ----------------------------------------------------------- */
+
+static uint32_t tc_tmap(tc_t *c, const struct vcu_cu_tmap_req *q, struct vcu_cu_tmap_resp *rp)
+{
+    uint32_t st = tc_do(c, VCU_OP_CU_TENSOR_MAP, 0, q, sizeof(*q), rp, sizeof(*rp));
+
+    return st != VCU_S_OK ? 0x10000 + st : rp->r.result;
+}
+
+/* A 2-D tiled map of 64 x 32 floats at p, 16 x 8 boxes. */
+static void tc_tmap_tiled(struct vcu_cu_tmap_req *q, uint64_t p)
+{
+    memset(q, 0, sizeof(*q));
+    q->kind = VCU_CU_TMAP_TILED;
+    q->data_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    q->rank = 2;
+    q->global_address = p;
+    q->global_dim[0] = 64;
+    q->global_dim[1] = 32;
+    q->global_strides[0] = 64 * 4;
+    q->box_dim[0] = 16;
+    q->box_dim[1] = 8;
+    q->element_strides[0] = q->element_strides[1] = 1;
+}
+
+/* CU_TENSOR_MAP: the driver's map comes back; the arrays are bounded by
+ * rank and what lies beyond it is refused. */
+TEST(cuda_tensor_map)
+{
+    struct vcu_cu_tmap_req q;
+    struct vcu_cu_tmap_resp rp;
+    uint64_t p = 0, w[16];
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64 * 32 * 4, &p));
+    tc_tmap_tiled(&q, p);
+    ASSERT_EQ(CUDA_SUCCESS, tc_tmap(&c, &q, &rp));
+    memcpy(w, rp.map, sizeof(w));
+    ASSERT_EQ_U64(p, w[0]);                 /* the stand-in's encoding */
+    ASSERT_EQ_U64(64, w[1]);
+    ASSERT_EQ_U64(32, w[2]);
+    ASSERT_EQ_U64(256, w[6]);
+    ASSERT_EQ_U64(1, w[13]);
+    /* A new address in the same map. */
+    memset(&q, 0, sizeof(q));
+    q.kind = VCU_CU_TMAP_REPLACE_ADDRESS;
+    q.global_address = p + 1024;
+    memcpy(q.map, rp.map, sizeof(q.map));
+    ASSERT_EQ(CUDA_SUCCESS, tc_tmap(&c, &q, &rp));
+    memcpy(w, rp.map, sizeof(w));
+    ASSERT_EQ_U64(p + 1024, w[0]);
+    ASSERT_EQ_U64(64, w[1]);
+    q.global_address = p + 4;               /* misaligned: the driver says so */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_tmap(&c, &q, &rp));
+    /* The driver's own checks. */
+    tc_tmap_tiled(&q, p + 4);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.box_dim[0] = 0;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_tmap(&c, &q, &rp));
+    /* Ours: rank, kinds, entries past the rank, fields of the other kind. */
+    tc_tmap_tiled(&q, p);
+    q.rank = 0;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    q.rank = 6;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    q.rank = 0xffffffffu;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.kind = 9;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.global_dim[2] = 5;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.global_strides[1] = 16;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.box_dim[4] = 1;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.lower_corner[0] = 1;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.channels_per_pixel = 8;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.reserved = 1;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.hdr.device = 7;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_tmap(&c, &q, &rp));
+    /* Im2col: rank 3 to 5, corners for rank - 2 dims. */
+    memset(&q, 0, sizeof(q));
+    q.kind = VCU_CU_TMAP_IM2COL;
+    q.data_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    q.rank = 3;
+    q.global_address = p;
+    q.global_dim[0] = 16;           /* channels */
+    q.global_dim[1] = 32;           /* width */
+    q.global_dim[2] = 4;            /* batch */
+    q.global_strides[0] = 16 * 2;
+    q.global_strides[1] = 16 * 2 * 32;
+    q.element_strides[0] = q.element_strides[1] = q.element_strides[2] = 1;
+    q.lower_corner[0] = (uint32_t)-1;
+    q.upper_corner[0] = 1;
+    q.channels_per_pixel = 16;
+    q.pixels_per_column = 32;
+    ASSERT_EQ(CUDA_SUCCESS, tc_tmap(&c, &q, &rp));
+    memcpy(w, rp.map, sizeof(w));
+    ASSERT_EQ_U64(2, w[13]);
+    ASSERT_EQ_U64(0x1ff, w[10]);
+    q.lower_corner[1] = 1;          /* past rank - 2 */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    q.lower_corner[1] = 0;
+    q.rank = 2;
+    q.global_dim[2] = 0;
+    q.global_strides[1] = 0;
+    q.element_strides[2] = 0;
+    q.lower_corner[0] = q.upper_corner[0] = 0;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_close(&c);
+    return 0;
+}
+
 static uint32_t tc_kernel_node(tc_t *c, uint64_t g, uint64_t fn, const unsigned char *params,
                                uint64_t *node)
 {

@@ -29,6 +29,7 @@
     X(cuda_launch_ex)                   \
     X(cuda_launch_ex_hostile)           \
     X(cuda_occupancy_clusters)          \
+    X(cuda_tensor_map)                  \
     X(cuda_events_elapsed)              \
     X(cuda_streams)                     \
     X(cuda_deferred_error)              \
