@@ -1325,11 +1325,49 @@ VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
 
 /* ---- streams ------------------------------------------------------------ */
 
-VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+/* The current context's stream priorities (CU_CTX_PRIORITY_RANGE). */
+static CUresult vcu__prio_range(vcu__ctx_t *c, int *least, int *greatest)
+{
+    struct vcu_cu_hdr h;
+    struct vcu_cu_priority_range_resp o;
+    CUresult e;
+
+    memset(&h, 0, sizeof(h));
+    e = vcu__call(c->dev, VCU_OP_CU_CTX_PRIORITY_RANGE, &h, sizeof(h), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *least = (int32_t)o.least;
+    *greatest = (int32_t)o.greatest;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    vcu__ctx_t *c;
+    int l, g;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__prio_range(c, &l, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (leastPriority != NULL)
+        *leastPriority = l;
+    if (greatestPriority != NULL)
+        *greatestPriority = g;
+    return CUDA_SUCCESS;
+}
+
+/* A stream of the current context; priority clamped to the context's
+ * range as the driver clamps it (cuda.h), and kept for
+ * cuStreamGetPriority. */
+static CUresult vcu__stream_create(CUstream *phStream, unsigned int Flags, int priority,
+                                   int prio_given)
 {
     struct vcu_cu_stream_create_req r;
     vcu__stream_t *s;
     vcu__ctx_t *c;
+    int least = 0, greatest = 0;
     CUresult e;
 
     if (phStream == NULL || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
@@ -1337,11 +1375,20 @@ VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     e = vcu__cur(&c);
     if (e != CUDA_SUCCESS)
         return e;
+    if (prio_given) {
+        e = vcu__prio_range(c, &least, &greatest);
+        if (e != CUDA_SUCCESS)
+            return e;
+        priority = priority > least ? least : priority < greatest ? greatest : priority;
+    }
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     memset(&r, 0, sizeof(r));
     r.flags = Flags;
+    r.priority = (uint32_t)priority;
+    s->flags = Flags;
+    s->priority = priority;
     s->dev = c->dev;
     e = vcu__host_obj_new(s, VCU__K_STREAM, c->dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL,
                           0, VCU_OP_CU_STREAM_DESTROY, &s->h);
@@ -1351,6 +1398,106 @@ VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     }
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    return vcu__stream_create(phStream, Flags, 0, 0);
+}
+
+VCU__EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                int priority)
+{
+    return vcu__stream_create(phStream, flags, priority, 1);
+}
+
+/* A stream's flags and priority as created; the default streams' are 0
+ * (a blocking stream of the default priority). */
+static CUresult vcu__stream_props(CUstream hStream, unsigned int *flags, int *priority)
+{
+    vcu__stream_t *s = (vcu__stream_t *)hStream;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+        e = vcu__cur(&c);
+        if (e != CUDA_SUCCESS)
+            return e;
+        *flags = 0;
+        *priority = 0;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(s, VCU__K_STREAM))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *flags = s->flags;
+    *priority = s->priority;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
+{
+    int prio;
+
+    if (flags == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__stream_props(hStream, flags, &prio);
+}
+
+VCU__EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
+{
+    return cuStreamGetFlags(hStream, flags);
+}
+
+VCU__EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
+{
+    unsigned int flags;
+
+    if (priority == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__stream_props(hStream, &flags, priority);
+}
+
+VCU__EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
+{
+    return cuStreamGetPriority(hStream, priority);
+}
+
+/* Limits of the current context's device (CU_CTX_SET_LIMIT, CU_CTX_GET_LIMIT). */
+VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    struct vcu_cu_limit_req r;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.limit = (uint32_t)limit;
+    r.value = value;
+    return vcu__call(c->dev, VCU_OP_CU_CTX_SET_LIMIT, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    struct vcu_cu_limit_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pvalue == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.limit = (uint32_t)limit;
+    e = vcu__call(c->dev, VCU_OP_CU_CTX_GET_LIMIT, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == CUDA_SUCCESS)
+        *pvalue = (size_t)o.value;
+    return e;
 }
 
 VCU__EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)

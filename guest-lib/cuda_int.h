@@ -119,6 +119,8 @@ struct vcu__func_s {
 typedef struct vcu__stream_s {
     int dev;
     uint64_t h;
+    unsigned int flags;             /* as created */
+    int priority;                   /* as the host's driver clamped it */
 } vcu__stream_t;
 
 typedef struct vcu__event_s {

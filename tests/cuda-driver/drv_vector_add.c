@@ -158,6 +158,46 @@ int main(void)
         TRUE(out == 41);
     }
 
+    /* Stream priorities and flags, context limits. */
+    {
+        int least = 1, greatest = 1, prio = 7;
+        unsigned int fl = 7;
+        size_t stack = 0, stack2 = 0;
+        CUstream hi, lo;
+
+        CK(cuCtxGetStreamPriorityRange(&least, &greatest));
+        TRUE(greatest <= least);
+        CK(cuCtxGetStreamPriorityRange(NULL, &greatest));
+        CK(cuStreamCreateWithPriority(&hi, CU_STREAM_NON_BLOCKING, greatest - 100));
+        CK(cuStreamCreateWithPriority(&lo, 0, least + 100));
+        CK(cuStreamGetPriority(hi, &prio));
+        TRUE(prio == greatest);                 /* clamped, as the driver does */
+        CK(cuStreamGetPriority(lo, &prio));
+        TRUE(prio == least);
+        CK(cuStreamGetFlags(hi, &fl));
+        TRUE(fl == CU_STREAM_NON_BLOCKING);
+        CK(cuStreamGetFlags(lo, &fl));
+        TRUE(fl == 0);
+        CK(cuStreamGetPriority(NULL, &prio));
+        TRUE(prio == 0);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetPriority(hi, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetFlags(hi, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamCreateWithPriority(&lo, 4, 0));
+        CK(cuMemsetD8Async(c, 0, 16, hi));
+        CK(cuStreamSynchronize(hi));
+        CK(cuStreamDestroy(hi));
+        CK(cuStreamDestroy(lo));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuStreamGetPriority(hi, &prio));
+        CK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+        TRUE(stack > 0);
+        CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack + 1024));
+        CK(cuCtxGetLimit(&stack2, CU_LIMIT_STACK_SIZE));
+        TRUE(stack2 >= stack + 1024);
+        CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetLimit(NULL, CU_LIMIT_STACK_SIZE));
+        TRUE(cuCtxGetLimit(&stack, (CUlimit)1000) != CUDA_SUCCESS);
+    }
+
     /* A stream, async copies, events. */
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
