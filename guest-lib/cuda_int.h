@@ -62,6 +62,7 @@ typedef struct vcu__ctx_s {
     int dev;                        /* program ordinal */
     int primary;
     vcu__cls_t *cls;                /* under vcu__drv.lock */
+    int cache_config;               /* CUfunc_cache: cuCtxSetCacheConfig's hint */
 } vcu__ctx_t;
 
 /* What a runtime registers with a context-local value: called with the

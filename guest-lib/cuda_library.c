@@ -452,6 +452,64 @@ VCU__EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, 
     return vcu__func_set_attr(f, attrib, val);
 }
 
+/*
+ * Cache configurations are preferences the driver may ignore (cuda.h);
+ * the host's driver picks the split per launch from the kernels' shared
+ * memory.  Checked and accepted; the context's is kept for
+ * cuCtxGetCacheConfig.
+ */
+static int vcu__cache_config_ok(CUfunc_cache config)
+{
+    return (unsigned int)config <= CU_FUNC_CACHE_PREFER_EQUAL;
+}
+
+VCU__EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__func_arg(hfunc, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__cache_config_ok(config) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+VCU__EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__kernel_func_dev(kernel, dev, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__cache_config_ok(config) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+VCU__EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__cache_config_ok(config))
+        return CUDA_ERROR_INVALID_VALUE;
+    c->cache_config = (int)config;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pconfig == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *pconfig = (CUfunc_cache)c->cache_config;
+    return CUDA_SUCCESS;
+}
+
 /* ---- occupancy ------------------------------------------------------------ */
 
 /* The host's driver answers for the kernel (CU_OCCUPANCY_BLOCKS). */

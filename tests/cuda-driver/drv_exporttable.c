@@ -150,6 +150,26 @@ int main(void)
     TRUE(v > 0);
     CK(cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, dev));
     TRUE(v > 0);
+    /* Cache configurations: preferences, checked. */
+    {
+        CUfunc_cache cc = CU_FUNC_CACHE_PREFER_EQUAL;
+
+        CK(cuKernelSetCacheConfig(k, CU_FUNC_CACHE_PREFER_SHARED, dev));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuKernelSetCacheConfig(k, (CUfunc_cache)9, dev));
+        EXPECT(CUDA_ERROR_INVALID_DEVICE, cuKernelSetCacheConfig(k, CU_FUNC_CACHE_PREFER_L1, 99));
+        CK(cuFuncSetCacheConfig(fn, CU_FUNC_CACHE_PREFER_L1));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncSetCacheConfig(fn, (CUfunc_cache)9));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuFuncSetCacheConfig((CUfunction)&cc,
+                                                               CU_FUNC_CACHE_PREFER_L1));
+        CK(cuCtxGetCacheConfig(&cc));
+        TRUE(cc == CU_FUNC_CACHE_PREFER_NONE);
+        CK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_SHARED));
+        CK(cuCtxGetCacheConfig(&cc));
+        TRUE(cc == CU_FUNC_CACHE_PREFER_SHARED);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxSetCacheConfig((CUfunc_cache)9));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetCacheConfig(NULL));
+        CK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_NONE));
+    }
     {
         CUdeviceptr a, b, c;
         float ha[64], hb[64], hc[64];
