@@ -3075,6 +3075,8 @@ static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+static void vcu__event_rerecord(vcu__op_t *o, vcu__hent_t *e);
+
 /* One log line per attribute id a guest asked for that is not offered. */
 static void vcu__attr_refused(uint32_t id)
 {
@@ -3165,11 +3167,10 @@ static int vcu__launch_attrs(vcu__op_t *o, const unsigned char *wa, uint32_t n,
                 o->res = CUDA_ERROR_INVALID_HANDLE;
                 return -1;
             }
-            if (a.v[0] > INT_MAX)
+            if (a.v[0] > INT_MAX ||
+                (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT && a.v[1] > 1))
                 return -1;
             if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
-                if (a.v[1] > 1)
-                    return -1;
                 v->programmaticEvent.event = e->u.ev;
                 v->programmaticEvent.flags = (int)a.v[0];
                 v->programmaticEvent.triggerAtBlockStart = (int)a.v[1];
@@ -3254,7 +3255,7 @@ static uint32_t vcu__op_CU_LAUNCH_EX(vcu__op_t *o)
     CUlaunchConfig cfg;
     vcu__hent_t *fe;
     size_t at;
-    uint32_t st = vcu__launch_ex_prep(o, &rq, &cfg, attrs, &fe, &at);
+    uint32_t i, st = vcu__launch_ex_prep(o, &rq, &cfg, attrs, &fe, &at);
     void **kp;
 
     if (st != VCU_S_OK || fe == NULL)
@@ -3266,6 +3267,23 @@ static uint32_t vcu__op_CU_LAUNCH_EX(vcu__op_t *o)
     kp = vcu__params(o, fe, o->p + at, rq.l.param_bytes);
     if (kp == NULL)
         return VCU_S_OK;
+    /* The launch records its events: as CU_EVENT_RECORD does, once
+     * nothing can refuse the request any more. */
+    for (i = 0; i < rq.nattrs; i++) {
+        struct vcu_cu_launch_attr a;
+        vcu__hent_t *e;
+
+        memcpy(&a, o->p + sizeof(rq) + (size_t)i * sizeof(a), sizeof(a));
+        if (a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT &&
+            a.id != CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
+            continue;
+        e = vcu__htab_get(&o->cs->tab, a.handle, VCU__H_EVENT);
+        vcu__event_rerecord(o, e);
+        if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT)
+            attrs[i].value.programmaticEvent.event = e->u.ev;
+        else
+            attrs[i].value.launchCompletionEvent.event = e->u.ev;
+    }
     o->res = VCU__CU(o->cu, cuLaunchKernelEx, &cfg, fe->u.fn.f, kp, NULL);
     vcu__params_free(o, fe, kp);
     return VCU_S_OK;
@@ -3703,26 +3721,29 @@ static uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* Before e is recorded again: a parked synchronize waits for the record
+ * before this one, so it keeps the old CUevent and the guest's handle
+ * gets a new one. */
+static void vcu__event_rerecord(vcu__op_t *o, vcu__hent_t *e)
+{
+    vcu__cuda_wait_t *w = vcu__gev_waiter(o->cs, e->u.ev);
+    CUevent ev = NULL;
+
+    if (w != NULL && VCU__CU(o->cu, cuEventCreate, &ev, e->xflags) == CUDA_SUCCESS) {
+        w->own_gev = 1;
+        e->u.ev = ev;
+    }
+}
+
 static uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
-    vcu__cuda_wait_t *w;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.a, VCU__H_EVENT);
     VCU__STREAM(o, st, rq.b);
-    w = vcu__gev_waiter(o->cs, e->u.ev);
-    if (w != NULL) {
-        CUevent ev = NULL;
-
-        /* A parked synchronize waits for the record before this one: it
-         * keeps the old CUevent, the guest's handle gets a new one. */
-        if (VCU__CU(o->cu, cuEventCreate, &ev, e->xflags) == CUDA_SUCCESS) {
-            w->own_gev = 1;
-            e->u.ev = ev;
-        }
-    }
+    vcu__event_rerecord(o, e);
     o->res = VCU__CU(o->cu, cuEventRecordWithFlags, e->u.ev, st, (unsigned int)rq.c);
     return VCU_S_OK;
 }
