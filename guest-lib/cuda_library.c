@@ -452,6 +452,73 @@ VCU__EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, 
     return vcu__func_set_attr(f, attrib, val);
 }
 
+/* A parameter's place from the layout the host reported with the
+ * function (cuFuncGetParamInfo on the host). */
+static CUresult vcu__param_info(const vcu__func_t *f, size_t i, size_t *off, size_t *size)
+{
+    if (off == NULL || size == NULL || i >= f->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    *off = f->params[i].offset;
+    *size = f->params[i].size;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex,
+                                        size_t *paramOffset, size_t *paramSize)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__func_arg(func, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__param_info(f, paramIndex, paramOffset, paramSize);
+}
+
+/* The kernel's function in the current context's device. */
+VCU__EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex,
+                                          size_t *paramOffset, size_t *paramSize)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(kernel, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__func_arg((CUfunction)kernel, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__param_info(f, paramIndex, paramOffset, paramSize);
+}
+
+VCU__EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(hfunc, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *name = f->name;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (hmod == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(hfunc, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *hmod = (CUmodule)f->mod;
+    return CUDA_SUCCESS;
+}
+
 /*
  * Cache configurations are preferences the driver may ignore (cuda.h);
  * the host's driver picks the split per launch from the kernels' shared

@@ -150,6 +150,14 @@ int main(void)
     TRUE(v > 0);
     CK(cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, dev));
     TRUE(v > 0);
+    {
+        size_t po = 99, ps = 99;
+
+        CK(cuKernelGetParamInfo(k, 3, &po, &ps));
+        TRUE(po == 24 && ps == 4);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuKernelGetParamInfo(k, 4, &po, &ps));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuKernelGetParamInfo((CUkernel)&po, 0, &po, &ps));
+    }
     /* Cache configurations: preferences, checked. */
     {
         CUfunc_cache cc = CU_FUNC_CACHE_PREFER_EQUAL;

@@ -56,6 +56,27 @@ int main(void)
     CK(cuModuleGetFunction(&fill, mod, "vcu_drv_fill"));
     CK(cuModuleGetFunction(&bump, mod, "vcu_drv_flag_bump"));
     EXPECT(CUDA_ERROR_NOT_FOUND, cuModuleGetFunction(&vadd_again, mod, "no_such_kernel"));
+    /* The parameter layout with padding, name and module of a function. */
+    {
+        static const size_t off[5] = { 0, 8, 16, 24, 28 }, sz[5] = { 8, 1, 8, 4, 4 };
+        size_t po = 99, ps = 99;
+        const char *fname = NULL;
+        CUmodule fmod = NULL;
+
+        for (size_t i = 0; i < 5; i++) {
+            CK(cuFuncGetParamInfo(fill, i, &po, &ps));
+            TRUE(po == off[i] && ps == sz[i]);
+        }
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncGetParamInfo(fill, 5, &po, &ps));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncGetParamInfo(fill, 0, NULL, &ps));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuFuncGetParamInfo((CUfunction)&po, 0, &po, &ps));
+        CK(cuFuncGetName(&fname, fill));
+        TRUE(fname != NULL && strcmp(fname, "vcu_drv_fill") == 0);
+        CK(cuFuncGetModule(&fmod, fill));
+        TRUE(fmod == mod);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncGetName(NULL, fill));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuFuncGetModule(&fmod, (CUfunction)&po));
+    }
 
     for (int i = 0; i < N; i++) {
         ha[i] = (float)i;
