@@ -1389,6 +1389,7 @@ static CUresult vcu__stream_create(CUstream *phStream, unsigned int Flags, int p
     r.priority = (uint32_t)priority;
     s->flags = Flags;
     s->priority = priority;
+    s->id = vcu__next_id();
     s->dev = c->dev;
     e = vcu__host_obj_new(s, VCU__K_STREAM, c->dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL,
                           0, VCU_OP_CU_STREAM_DESTROY, &s->h);
@@ -1463,6 +1464,113 @@ VCU__EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 VCU__EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
 {
     return cuStreamGetPriority(hStream, priority);
+}
+
+/*
+ * The device, context and id of a stream: a default stream is the current
+ * context's; a stream object serves every context of its device, so its
+ * context is the current one where that is of its device, else the
+ * device's primary context.
+ */
+static CUresult vcu__stream_where(CUstream hStream, vcu__ctx_t **ctx, unsigned long long *id)
+{
+    vcu__stream_t *s = (vcu__stream_t *)hStream;
+    vcu__ctx_t *c = NULL;
+    CUresult e;
+
+    if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+        e = vcu__cur(&c);
+        if (e != CUDA_SUCCESS)
+            return e;
+        *ctx = c;
+        *id = hStream == CU_STREAM_PER_THREAD ? 2 : 1;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(s, VCU__K_STREAM))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (vcu__cur(&c) != CUDA_SUCCESS || c->dev != s->dev) {
+        e = vcu__primary(s->dev, &c);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    *ctx = c;
+    *id = s->id;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    unsigned long long id;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__stream_where(hStream, &c, &id);
+    if (e == CUDA_SUCCESS)
+        *pctx = (CUcontext)c;
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
+{
+    return cuStreamGetCtx(hStream, pctx);
+}
+
+/* No green contexts here: *pGreenCtx is always NULL. */
+VCU__EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    CUresult e;
+
+    if (pCtx == NULL || pGreenCtx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = cuStreamGetCtx(hStream, pCtx);
+    if (e == CUDA_SUCCESS)
+        *pGreenCtx = NULL;
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx,
+                                            CUgreenCtx *pGreenCtx)
+{
+    return cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
+}
+
+VCU__EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
+{
+    unsigned long long id;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__stream_where(hStream, &c, &id);
+    if (e == CUDA_SUCCESS)
+        *device = c->dev;
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
+{
+    return cuStreamGetDevice(hStream, device);
+}
+
+VCU__EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    vcu__ctx_t *c;
+
+    if (streamId == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__stream_where(hStream, &c, streamId);
+}
+
+/* NULL is the per-thread stream here. */
+VCU__EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+    return cuStreamGetId(hStream == NULL ? CU_STREAM_PER_THREAD : hStream, streamId);
 }
 
 /* Limits of the current context's device (CU_CTX_SET_LIMIT, CU_CTX_GET_LIMIT). */

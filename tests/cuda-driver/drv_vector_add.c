@@ -204,6 +204,30 @@ int main(void)
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetPriority(hi, NULL));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetFlags(hi, NULL));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamCreateWithPriority(&lo, 4, 0));
+        /* Context, device and id of streams. */
+        {
+            unsigned long long id1 = 0, id2 = 0, id3 = 0, cid = 0, cid2 = 0;
+            CUcontext sc = NULL;
+            CUdevice sd = -1;
+
+            CK(cuStreamGetId(hi, &id1));
+            CK(cuStreamGetId(lo, &id2));
+            CK(cuStreamGetId(NULL, &id3));
+            TRUE(id1 != 0 && id2 != 0 && id1 != id2 && id3 != id1 && id3 != id2);
+            CK(cuStreamGetCtx(hi, &sc));
+            TRUE(sc == ctx);
+            CK(cuStreamGetCtx(NULL, &sc));
+            TRUE(sc == ctx);
+            CK(cuStreamGetDevice(hi, &sd));
+            TRUE(sd == dev);
+            CK(cuCtxGetId(ctx, &cid));
+            CK(cuCtxGetId(NULL, &cid2));
+            TRUE(cid != 0 && cid == cid2);
+            EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetId(hi, NULL));
+            EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetId(ctx, NULL));
+            EXPECT(CUDA_ERROR_INVALID_HANDLE, cuStreamGetCtx((CUstream)&sc, &sc));
+            EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetId((CUcontext)&sc, &cid));
+        }
         CK(cuMemsetD8Async(c, 0, 16, hi));
         CK(cuStreamSynchronize(hi));
         CK(cuStreamDestroy(hi));
