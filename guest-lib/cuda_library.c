@@ -22,7 +22,10 @@ static CUresult vcu__lib_options(CUjit_option *jitOptions, void **jitOptionsValu
     for (unsigned int i = 0; i < numJitOptions; i++)
         if ((unsigned int)jitOptions[i] >= CU_JIT_NUM_OPTIONS)
             return CUDA_ERROR_INVALID_VALUE;
-    if (numLibraryOptions > 0 && (libraryOptions == NULL || libraryOptionValues == NULL))
+    /* No library option's value is read here, and cuBLASLt 13 passes
+     * CU_LIBRARY_BINARY_IS_PRESERVED with no values array at all. */
+    (void)libraryOptionValues;
+    if (numLibraryOptions > 0 && libraryOptions == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < numLibraryOptions; i++)
         if ((unsigned int)libraryOptions[i] >= CU_LIBRARY_NUM_OPTIONS)

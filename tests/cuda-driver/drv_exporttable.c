@@ -22,10 +22,12 @@ static const unsigned char ids[][16] = {
     { 0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93 },
     { 0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e },
     { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
+    { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
 };
-enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, NT };
-/* Sizes NVIDIA's driver 580.159.04 gives (CLS has no size slot). */
-static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18 };
+enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, T_21318C60, NT };
+/* Sizes NVIDIA's driver 580.159.04 gives (CLS has no size slot); 21318c60's
+ * is 595.99.02's, not measured on 580. */
+static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18, 95 * 8 };
 
 typedef CUresult (*cls_put_t)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *));
 typedef CUresult (*cls_delete_t)(CUcontext, void *);
@@ -90,13 +92,15 @@ int main(void)
     TRUE(p == NULL);
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(NULL, (const CUuuid *)ids[0]));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(&p, NULL));
-    printf("seven tables, sized as NVIDIA's\n");
+    printf("eight tables, sized as NVIDIA's\n");
 
     /* Slots of unknown purpose: NOT_SUPPORTED each time (logged once). */
     for (int i = 0; i < 3; i++)
         EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_CUDART][3])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_TLS][1])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_CHECKS][14])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][1])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][94])());
     TRUE(t[T_CUDART][10] == NULL && t[T_CLS][3] == NULL);
     printf("unknown slots: CUDA_ERROR_NOT_SUPPORTED\n");
 
@@ -140,6 +144,15 @@ int main(void)
 
     /* Libraries and kernels, as the runtime loads code. */
     w.data = fatbin;
+    /* A library option with no values array, as cuBLASLt 13 passes it. */
+    {
+        CUlibraryOption lo = CU_LIBRARY_BINARY_IS_PRESERVED;
+        CUlibrary l2;
+
+        CK(cuLibraryLoadData(&l2, &w, NULL, NULL, 0, &lo, NULL, 1));
+        CK(cuLibraryUnload(l2));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuLibraryLoadData(&l2, &w, NULL, NULL, 0, NULL, NULL, 1));
+    }
     CK(cuLibraryLoadData(&lib, &w, NULL, NULL, 0, NULL, NULL, 0));
     CK(cuLibraryGetKernel(&k, lib, "vcu_drv_vadd"));
     CK(cuLibraryGetKernel(&k2, lib, "vcu_drv_vadd"));
@@ -256,6 +269,28 @@ int main(void)
     TRUE(wrapped == 77);
     TRUE(((int (*)(void))t[T_CHECKS][3])() == 0);
     printf("CONTEXT_CHECKS: not wrapped\n");
+
+    /* TOOLS_TLS [2]: the thread's current context (none: NULL);
+     * 21318c60 [4]: a context's number, as cuCtxGetId. */
+    {
+        unsigned long long id = 0, want_id = 0;
+
+        got = (CUcontext)&key1;
+        CK(((CUresult (*)(CUcontext *))t[T_TLS][2])(&got));
+        TRUE(got == NULL);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, ((CUresult (*)(CUcontext *))t[T_TLS][2])(NULL));
+        CK(cuCtxSetCurrent(prim));
+        CK(((CUresult (*)(CUcontext *))t[T_TLS][2])(&got));
+        TRUE(got == prim);
+        CK(cuCtxGetId(prim, &want_id));
+        CK(((CUresult (*)(CUcontext, unsigned long long *))t[T_21318C60][4])(prim, &id));
+        TRUE(id == want_id && id != 0);
+        id = 0;
+        CK(((CUresult (*)(CUcontext, unsigned long long *))t[T_21318C60][4])(NULL, &id));
+        TRUE(id == want_id);
+        CK(cuCtxSetCurrent(NULL));
+    }
+    printf("TOOLS_TLS [2], 21318c60 [4]: current context, context number\n");
 
     /* INTEGRITY_CHECK: from what this library reports. */
     vcu__integrity_in_t in = {
