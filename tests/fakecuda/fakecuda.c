@@ -1019,6 +1019,45 @@ static const vcu_twin_t *fc_twin_find(const char *name)
     return NULL;
 }
 
+/*
+ * VCU_FAKECUDA_ANY_KERNEL=1, a diagnostic mode for tracing what NVIDIA's
+ * libraries ask of a driver (tests/gpu/trace) without a GPU: a kernel
+ * with no twin gets one that does nothing and takes no parameters, made
+ * once per name (kept for the process's life).  Results are then
+ * meaningless; only the calls matter.
+ */
+static void fc_twin_noop(vcu_twin_launch_t *l, const void *params)
+{
+    (void)l;
+    (void)params;
+}
+
+static const vcu_twin_t *fc_twin_any(const char *name)
+{
+    static struct fc_any_s {
+        vcu_twin_t t;
+        struct fc_any_s *next;
+    } *any;
+    const char *env = getenv("VCU_FAKECUDA_ANY_KERNEL");
+    struct fc_any_s *a;
+
+    if (env == NULL || strcmp(env, "1") != 0)
+        return NULL;
+    for (a = any; a != NULL; a = a->next)
+        if (strcmp(a->t.name, name) == 0)
+            return &a->t;
+    a = calloc(1, sizeof(*a));
+    if (a == NULL || (a->t.name = strdup(name)) == NULL) {
+        free(a);
+        return NULL;
+    }
+    a->t.fn = fc_twin_noop;
+    a->t.num_regs = 32;
+    a->next = any;
+    any = a;
+    return &a->t;
+}
+
 static int fc_ident_char(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -2994,43 +3033,80 @@ static void fc_module_free(fc_module_t *m)
 }
 
 /* Gives the module its own copy of each device symbol its image names. */
+/* Appends a copy of global g to m (zeroed or g's initial bytes). */
+static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
+{
+    size_t size = g->size ? g->size : 1;
+    fc_global_t *mg, *grown;
+    fc_mem_t e = { 0 };
+
+    grown = realloc(m->globals, (m->nglobals + 1) * sizeof(*m->globals));
+    if (!grown)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->globals = grown;
+    mg = &m->globals[m->nglobals];
+    memset(mg, 0, sizeof(*mg));
+    mg->raw = calloc(1, size + FC_ALIGN);
+    if (!mg->raw)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    mg->mem = (void *)(((uintptr_t)mg->raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
+    mg->def = g;
+    if (g->init)
+        memcpy(mg->mem, g->init, g->size);
+    e.base = (uintptr_t)mg->mem;
+    e.size = size;
+    e.kind = FC_MEM_GLOBAL;
+    e.ctx = m->ctx;
+    e.dev = m->ctx->dev;
+    if (fc_mem_insert(&e) != CUDA_SUCCESS) {
+        free(mg->raw);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->nglobals++;
+    return CUDA_SUCCESS;
+}
+
 static CUresult fc_module_globals(fc_module_t *m)
 {
-    size_t n = 0;
-
     if (!vcu_twin_globals)
         return CUDA_SUCCESS;
-    for (const vcu_twin_global_t *g = vcu_twin_globals; g->name; g++)
-        n++;
-    m->globals = calloc(n ? n : 1, sizeof(*m->globals));
-    if (!m->globals)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     for (const vcu_twin_global_t *g = vcu_twin_globals; g->name; g++) {
-        fc_global_t *mg = &m->globals[m->nglobals];
-        size_t size = g->size ? g->size : 1;
-        fc_mem_t e = { 0 };
+        CUresult rc;
 
         if (!fc_image_has(m, g->name))
             continue;
-        mg->raw = calloc(1, size + FC_ALIGN);
-        if (!mg->raw)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        mg->mem = (void *)(((uintptr_t)mg->raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
-        mg->def = g;
-        if (g->init)
-            memcpy(mg->mem, g->init, g->size);
-        e.base = (uintptr_t)mg->mem;
-        e.size = size;
-        e.kind = FC_MEM_GLOBAL;
-        e.ctx = m->ctx;
-        e.dev = m->ctx->dev;
-        if (fc_mem_insert(&e) != CUDA_SUCCESS) {
-            free(mg->raw);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        m->nglobals++;
+        rc = fc_module_add_global(m, g);
+        if (rc != CUDA_SUCCESS)
+            return rc;
     }
     return CUDA_SUCCESS;
+}
+
+/* VCU_FAKECUDA_ANY_KERNEL=1 (fc_twin_any): a global with no twin is 64
+ * KiB of zeros, one definition per name. */
+static const vcu_twin_global_t *fc_global_any(const char *name)
+{
+    static struct fc_anyg_s {
+        vcu_twin_global_t g;
+        struct fc_anyg_s *next;
+    } *any;
+    const char *env = getenv("VCU_FAKECUDA_ANY_KERNEL");
+    struct fc_anyg_s *a;
+
+    if (env == NULL || strcmp(env, "1") != 0)
+        return NULL;
+    for (a = any; a != NULL; a = a->next)
+        if (strcmp(a->g.name, name) == 0)
+            return &a->g;
+    a = calloc(1, sizeof(*a));
+    if (a == NULL || (a->g.name = strdup(name)) == NULL) {
+        free(a);
+        return NULL;
+    }
+    a->g.size = 64 << 10;
+    a->next = any;
+    any = a;
+    return &a->g;
 }
 
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
@@ -3112,6 +3188,8 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
         goto out;
     }
     t = fc_twin_find(name);
+    if (!t)
+        t = fc_twin_any(name);
     if (!t || !fc_image_has(m, name)) {
         rc = CUDA_ERROR_NOT_FOUND;
         goto out;
@@ -3161,15 +3239,22 @@ CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule hm
         goto out;
     }
     rc = CUDA_ERROR_NOT_FOUND;
-    for (size_t i = 0; i < m->nglobals; i++) {
-        if (strcmp(m->globals[i].def->name, name) == 0) {
-            if (dptr)
-                *dptr = (CUdeviceptr)(uintptr_t)m->globals[i].mem;
-            if (bytes)
-                *bytes = m->globals[i].def->size;
-            rc = CUDA_SUCCESS;
-            break;
+    for (int pass = 0; pass < 2 && rc == CUDA_ERROR_NOT_FOUND; pass++) {
+        const vcu_twin_global_t *any;
+
+        for (size_t i = 0; i < m->nglobals; i++) {
+            if (strcmp(m->globals[i].def->name, name) == 0) {
+                if (dptr)
+                    *dptr = (CUdeviceptr)(uintptr_t)m->globals[i].mem;
+                if (bytes)
+                    *bytes = m->globals[i].def->size;
+                rc = CUDA_SUCCESS;
+                break;
+            }
         }
+        if (rc == CUDA_ERROR_NOT_FOUND && pass == 0 && (any = fc_global_any(name)) != NULL &&
+            fc_module_add_global(m, any) != CUDA_SUCCESS)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
 out:
     pthread_mutex_unlock(&g_lock);
