@@ -27,6 +27,7 @@ enum {
     VCU__T_CHECKS,                  /* CONTEXT_CHECKS */
     VCU__T_INTEGRITY,               /* INTEGRITY_CHECK */
     VCU__T_21318C60,                /* no name known; CUDA 13 libraries ask */
+    VCU__T_1734DC26,                /* no name known; cuBLASLt 13 asks */
     VCU__NTABLES
 };
 
@@ -49,6 +50,8 @@ static const unsigned char vcu__table_ids[VCU__NTABLES][16] = {
                            0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
     [VCU__T_21318C60] = { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
                           0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
+    [VCU__T_1734DC26] = { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
+                          0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca },
 };
 
 void vcu__uuid_fmt(const void *id, char buf[37])
@@ -108,6 +111,37 @@ VCU__UNKNOWN(CHECKS, 13)
 VCU__UNKNOWN(CHECKS, 14)
 VCU__UNKNOWN(INTEGRITY, 2)
 VCU__UNKNOWN(21318C60, 1)
+VCU__UNKNOWN(1734DC26, 1)
+VCU__UNKNOWN(1734DC26, 2)
+VCU__UNKNOWN(1734DC26, 3)
+VCU__UNKNOWN(1734DC26, 4)
+VCU__UNKNOWN(1734DC26, 5)
+VCU__UNKNOWN(1734DC26, 6)
+VCU__UNKNOWN(1734DC26, 7)
+VCU__UNKNOWN(1734DC26, 8)
+VCU__UNKNOWN(1734DC26, 9)
+VCU__UNKNOWN(1734DC26, 10)
+VCU__UNKNOWN(1734DC26, 11)
+VCU__UNKNOWN(1734DC26, 12)
+VCU__UNKNOWN(1734DC26, 13)
+VCU__UNKNOWN(1734DC26, 14)
+VCU__UNKNOWN(1734DC26, 15)
+VCU__UNKNOWN(1734DC26, 16)
+VCU__UNKNOWN(1734DC26, 17)
+VCU__UNKNOWN(1734DC26, 18)
+VCU__UNKNOWN(1734DC26, 19)
+VCU__UNKNOWN(1734DC26, 20)
+VCU__UNKNOWN(1734DC26, 21)
+VCU__UNKNOWN(1734DC26, 22)
+VCU__UNKNOWN(1734DC26, 23)
+VCU__UNKNOWN(1734DC26, 24)
+VCU__UNKNOWN(1734DC26, 25)
+VCU__UNKNOWN(1734DC26, 26)
+VCU__UNKNOWN(1734DC26, 27)
+VCU__UNKNOWN(1734DC26, 28)
+VCU__UNKNOWN(1734DC26, 29)
+VCU__UNKNOWN(1734DC26, 30)
+VCU__UNKNOWN(1734DC26, 31)
 VCU__UNKNOWN(21318C60, 2)
 VCU__UNKNOWN(21318C60, 3)
 VCU__UNKNOWN(21318C60, 5)
@@ -144,7 +178,6 @@ VCU__UNKNOWN(21318C60, 35)
 VCU__UNKNOWN(21318C60, 36)
 VCU__UNKNOWN(21318C60, 37)
 VCU__UNKNOWN(21318C60, 38)
-VCU__UNKNOWN(21318C60, 39)
 VCU__UNKNOWN(21318C60, 40)
 VCU__UNKNOWN(21318C60, 41)
 VCU__UNKNOWN(21318C60, 42)
@@ -156,7 +189,6 @@ VCU__UNKNOWN(21318C60, 47)
 VCU__UNKNOWN(21318C60, 48)
 VCU__UNKNOWN(21318C60, 49)
 VCU__UNKNOWN(21318C60, 50)
-VCU__UNKNOWN(21318C60, 51)
 VCU__UNKNOWN(21318C60, 52)
 VCU__UNKNOWN(21318C60, 53)
 VCU__UNKNOWN(21318C60, 54)
@@ -347,13 +379,58 @@ static const void *const vcu__tls_table[3] = {
 };
 
 /*
+ * 21318c60 [51] (ctx, which, void **out): cuBLAS 13 calls it from
+ * cublasSgemm with the current context, 0 and a slot to fill, and fails
+ * with CUBLAS_STATUS_INTERNAL_ERROR when it is refused (seen against the
+ * stand-in).  What the object is, is not known; LUPINE answers with a
+ * zeroed 512-byte object (and CUDA_ERROR_INVALID_HANDLE for which = ~0),
+ * which is what this does: one per process, never written here.
+ */
+static CUresult vcu__21318c60_51(CUcontext ctx, uint64_t which, void **out)
+{
+    static _Alignas(64) unsigned char obj[512];
+    vcu__ctx_t *c = (vcu__ctx_t *)ctx;
+    CUresult e;
+
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (which == UINT64_MAX)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (c == NULL) {
+        e = vcu__cur(&c);
+        if (e != CUDA_SUCCESS)
+            return e;
+    } else if (!vcu__reg_has(c, VCU__K_CTX)) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *out = obj;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * 21318c60 [39] (ctx, object, uint64_t *out): cuBLAS 13 calls it after
+ * [51] with the current context and, it seems, [51]'s object (seen
+ * against the stand-in, *out zero before).  Answered as LUPINE does:
+ * *out = 0.
+ */
+static CUresult vcu__21318c60_39(CUcontext ctx, const void *object, uint64_t *out)
+{
+    (void)ctx;
+    (void)object;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = 0;
+    return CUDA_SUCCESS;
+}
+
+/*
  * 21318c60: asked for by CUDA 13 libraries (cuBLASLt 13); 95 slots with
  * the size, as on NVIDIA's driver 595.99.02 (DRIVER-API-FACTS.md: not
  * measured on 580).  [4] is a context's unique number, as cuCtxGetId
  * (ctx, &id) (cuBLASLt calls it right after TOOLS_TLS [2]; public tracers
  * name it "get context number", LUPINE answers it with a nonzero
- * value).  What the other slots do is not known: each says once that it
- * was called and returns CUDA_ERROR_NOT_SUPPORTED.
+ * value), [39] and [51] above.  What the other slots do is not known: each says
+ * once that it was called and returns CUDA_ERROR_NOT_SUPPORTED.
  */
 static const void *const vcu__21318c60_table[95] = {
     VCU__SIZE(95),
@@ -395,7 +472,7 @@ static const void *const vcu__21318c60_table[95] = {
     VCU__FN(vcu__unk_21318C60_36),
     VCU__FN(vcu__unk_21318C60_37),
     VCU__FN(vcu__unk_21318C60_38),
-    VCU__FN(vcu__unk_21318C60_39),
+    VCU__FN(vcu__21318c60_39),
     VCU__FN(vcu__unk_21318C60_40),
     VCU__FN(vcu__unk_21318C60_41),
     VCU__FN(vcu__unk_21318C60_42),
@@ -407,7 +484,7 @@ static const void *const vcu__21318c60_table[95] = {
     VCU__FN(vcu__unk_21318C60_48),
     VCU__FN(vcu__unk_21318C60_49),
     VCU__FN(vcu__unk_21318C60_50),
-    VCU__FN(vcu__unk_21318C60_51),
+    VCU__FN(vcu__21318c60_51),
     VCU__FN(vcu__unk_21318C60_52),
     VCU__FN(vcu__unk_21318C60_53),
     VCU__FN(vcu__unk_21318C60_54),
@@ -705,6 +782,47 @@ static CUresult vcu__integrity_check(uint32_t version, uint64_t unix_seconds, ui
     return CUDA_SUCCESS;
 }
 
+/*
+ * 1734dc26: cuBLASLt 13 asks for it and crashes when refused (it follows
+ * the NULL pointer; seen against the stand-in).  Its size and slots on
+ * NVIDIA's driver are not known: 32 slots, each saying once that it was
+ * called and refusing, so that what a library calls shows in the log.
+ */
+static const void *const vcu__1734dc26_table[32] = {
+    VCU__SIZE(32),
+    VCU__FN(vcu__unk_1734DC26_1),
+    VCU__FN(vcu__unk_1734DC26_2),
+    VCU__FN(vcu__unk_1734DC26_3),
+    VCU__FN(vcu__unk_1734DC26_4),
+    VCU__FN(vcu__unk_1734DC26_5),
+    VCU__FN(vcu__unk_1734DC26_6),
+    VCU__FN(vcu__unk_1734DC26_7),
+    VCU__FN(vcu__unk_1734DC26_8),
+    VCU__FN(vcu__unk_1734DC26_9),
+    VCU__FN(vcu__unk_1734DC26_10),
+    VCU__FN(vcu__unk_1734DC26_11),
+    VCU__FN(vcu__unk_1734DC26_12),
+    VCU__FN(vcu__unk_1734DC26_13),
+    VCU__FN(vcu__unk_1734DC26_14),
+    VCU__FN(vcu__unk_1734DC26_15),
+    VCU__FN(vcu__unk_1734DC26_16),
+    VCU__FN(vcu__unk_1734DC26_17),
+    VCU__FN(vcu__unk_1734DC26_18),
+    VCU__FN(vcu__unk_1734DC26_19),
+    VCU__FN(vcu__unk_1734DC26_20),
+    VCU__FN(vcu__unk_1734DC26_21),
+    VCU__FN(vcu__unk_1734DC26_22),
+    VCU__FN(vcu__unk_1734DC26_23),
+    VCU__FN(vcu__unk_1734DC26_24),
+    VCU__FN(vcu__unk_1734DC26_25),
+    VCU__FN(vcu__unk_1734DC26_26),
+    VCU__FN(vcu__unk_1734DC26_27),
+    VCU__FN(vcu__unk_1734DC26_28),
+    VCU__FN(vcu__unk_1734DC26_29),
+    VCU__FN(vcu__unk_1734DC26_30),
+    VCU__FN(vcu__unk_1734DC26_31),
+};
+
 /* ---- cuGetExportTable ------------------------------------------------------- */
 
 static const void *const *const vcu__tables[VCU__NTABLES] = {
@@ -716,6 +834,7 @@ static const void *const *const vcu__tables[VCU__NTABLES] = {
     [VCU__T_CHECKS] = vcu__checks_table,
     [VCU__T_INTEGRITY] = vcu__integrity_table,
     [VCU__T_21318C60] = vcu__21318c60_table,
+    [VCU__T_1734DC26] = vcu__1734dc26_table,
 };
 
 const void *vcu__export_table(const CUuuid *id)

@@ -23,11 +23,12 @@ static const unsigned char ids[][16] = {
     { 0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e },
     { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
     { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
+    { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca },
 };
-enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, T_21318C60, NT };
+enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, T_21318C60, T_1734DC26, NT };
 /* Sizes NVIDIA's driver 580.159.04 gives (CLS has no size slot); 21318c60's
- * is 595.99.02's, not measured on 580. */
-static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18, 95 * 8 };
+ * is 595.99.02's and 1734dc26's ours, neither measured on 580. */
+static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18, 95 * 8, 32 * 8 };
 
 typedef CUresult (*cls_put_t)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *));
 typedef CUresult (*cls_delete_t)(CUcontext, void *);
@@ -92,7 +93,7 @@ int main(void)
     TRUE(p == NULL);
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(NULL, (const CUuuid *)ids[0]));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(&p, NULL));
-    printf("eight tables, sized as NVIDIA's\n");
+    printf("nine tables, sized as NVIDIA's\n");
 
     /* Slots of unknown purpose: NOT_SUPPORTED each time (logged once). */
     for (int i = 0; i < 3; i++)
@@ -101,6 +102,8 @@ int main(void)
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_CHECKS][14])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][1])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][94])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][4])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][31])());
     TRUE(t[T_CUDART][10] == NULL && t[T_CLS][3] == NULL);
     printf("unknown slots: CUDA_ERROR_NOT_SUPPORTED\n");
 
@@ -288,6 +291,24 @@ int main(void)
         id = 0;
         CK(((CUresult (*)(CUcontext, unsigned long long *))t[T_21318C60][4])(NULL, &id));
         TRUE(id == want_id);
+        /* [51]: an object for the context; [39]: 0 for it. */
+        {
+            typedef CUresult (*obj_t)(CUcontext, uint64_t, void **);
+            typedef CUresult (*zero_t)(CUcontext, const void *, uint64_t *);
+            void *obj = NULL, *obj2 = NULL;
+            uint64_t z = 99;
+
+            CK(((obj_t)t[T_21318C60][51])(prim, 0, &obj));
+            CK(((obj_t)t[T_21318C60][51])(NULL, 0, &obj2));
+            TRUE(obj != NULL && obj == obj2 && ((unsigned char *)obj)[0] == 0);
+            EXPECT(CUDA_ERROR_INVALID_HANDLE, ((obj_t)t[T_21318C60][51])(prim, UINT64_MAX, &obj));
+            EXPECT(CUDA_ERROR_INVALID_VALUE, ((obj_t)t[T_21318C60][51])(prim, 0, NULL));
+            EXPECT(CUDA_ERROR_INVALID_CONTEXT,
+                   ((obj_t)t[T_21318C60][51])((CUcontext)&z, 0, &obj));
+            CK(((zero_t)t[T_21318C60][39])(prim, obj, &z));
+            TRUE(z == 0);
+            EXPECT(CUDA_ERROR_INVALID_VALUE, ((zero_t)t[T_21318C60][39])(prim, obj, NULL));
+        }
         CK(cuCtxSetCurrent(NULL));
     }
     printf("TOOLS_TLS [2], 21318c60 [4]: current context, context number\n");
