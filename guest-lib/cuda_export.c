@@ -28,6 +28,7 @@ enum {
     VCU__T_INTEGRITY,               /* INTEGRITY_CHECK */
     VCU__T_21318C60,                /* no name known; CUDA 13 libraries ask */
     VCU__T_1734DC26,                /* no name known; cuBLASLt 13 asks */
+    VCU__T_6E163FBE,                /* "private module iterator" (LUPINE); cuFFT 12 asks */
     VCU__NTABLES
 };
 
@@ -52,6 +53,8 @@ static const unsigned char vcu__table_ids[VCU__NTABLES][16] = {
                           0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
     [VCU__T_1734DC26] = { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
                           0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca },
+    [VCU__T_6E163FBE] = { 0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
+                          0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e },
 };
 
 void vcu__uuid_fmt(const void *id, char buf[37])
@@ -111,6 +114,21 @@ VCU__UNKNOWN(CHECKS, 13)
 VCU__UNKNOWN(CHECKS, 14)
 VCU__UNKNOWN(INTEGRITY, 2)
 VCU__UNKNOWN(21318C60, 1)
+VCU__UNKNOWN(6E163FBE, 1)
+VCU__UNKNOWN(6E163FBE, 2)
+VCU__UNKNOWN(6E163FBE, 3)
+VCU__UNKNOWN(6E163FBE, 4)
+VCU__UNKNOWN(6E163FBE, 5)
+VCU__UNKNOWN(6E163FBE, 6)
+VCU__UNKNOWN(6E163FBE, 7)
+VCU__UNKNOWN(6E163FBE, 8)
+VCU__UNKNOWN(6E163FBE, 9)
+VCU__UNKNOWN(6E163FBE, 10)
+VCU__UNKNOWN(6E163FBE, 11)
+VCU__UNKNOWN(6E163FBE, 12)
+VCU__UNKNOWN(6E163FBE, 13)
+VCU__UNKNOWN(6E163FBE, 14)
+VCU__UNKNOWN(6E163FBE, 15)
 VCU__UNKNOWN(1734DC26, 1)
 VCU__UNKNOWN(1734DC26, 2)
 VCU__UNKNOWN(1734DC26, 3)
@@ -823,6 +841,31 @@ static const void *const vcu__1734dc26_table[32] = {
     VCU__FN(vcu__unk_1734DC26_31),
 };
 
+/*
+ * 6e163fbe: cuFFT 12 asks for it (cufftPlan1d fails without it); LUPINE
+ * calls it a private module iterator and answers [7], which enumerates a
+ * module's functions as driver-internal objects this library does not
+ * have.  16 slots, each saying once that it was called and refusing.
+ */
+static const void *const vcu__6e163fbe_table[16] = {
+    VCU__SIZE(16),
+    VCU__FN(vcu__unk_6E163FBE_1),
+    VCU__FN(vcu__unk_6E163FBE_2),
+    VCU__FN(vcu__unk_6E163FBE_3),
+    VCU__FN(vcu__unk_6E163FBE_4),
+    VCU__FN(vcu__unk_6E163FBE_5),
+    VCU__FN(vcu__unk_6E163FBE_6),
+    VCU__FN(vcu__unk_6E163FBE_7),
+    VCU__FN(vcu__unk_6E163FBE_8),
+    VCU__FN(vcu__unk_6E163FBE_9),
+    VCU__FN(vcu__unk_6E163FBE_10),
+    VCU__FN(vcu__unk_6E163FBE_11),
+    VCU__FN(vcu__unk_6E163FBE_12),
+    VCU__FN(vcu__unk_6E163FBE_13),
+    VCU__FN(vcu__unk_6E163FBE_14),
+    VCU__FN(vcu__unk_6E163FBE_15),
+};
+
 /* ---- cuGetExportTable ------------------------------------------------------- */
 
 static const void *const *const vcu__tables[VCU__NTABLES] = {
@@ -835,6 +878,7 @@ static const void *const *const vcu__tables[VCU__NTABLES] = {
     [VCU__T_INTEGRITY] = vcu__integrity_table,
     [VCU__T_21318C60] = vcu__21318c60_table,
     [VCU__T_1734DC26] = vcu__1734dc26_table,
+    [VCU__T_6E163FBE] = vcu__6e163fbe_table,
 };
 
 const void *vcu__export_table(const CUuuid *id)

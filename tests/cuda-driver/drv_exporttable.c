@@ -24,11 +24,13 @@ static const unsigned char ids[][16] = {
     { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
     { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
     { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca },
+    { 0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e },
 };
-enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, T_21318C60, T_1734DC26, NT };
+enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, T_21318C60, T_1734DC26,
+       T_6E163FBE, NT };
 /* Sizes NVIDIA's driver 580.159.04 gives (CLS has no size slot); 21318c60's
- * is 595.99.02's and 1734dc26's ours, neither measured on 580. */
-static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18, 95 * 8, 32 * 8 };
+ * is 595.99.02's, 1734dc26's and 6e163fbe's ours, none measured on 580. */
+static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18, 95 * 8, 32 * 8, 16 * 8 };
 
 typedef CUresult (*cls_put_t)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *));
 typedef CUresult (*cls_delete_t)(CUcontext, void *);
@@ -93,7 +95,7 @@ int main(void)
     TRUE(p == NULL);
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(NULL, (const CUuuid *)ids[0]));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(&p, NULL));
-    printf("nine tables, sized as NVIDIA's\n");
+    printf("ten tables, sized as NVIDIA's\n");
 
     /* Slots of unknown purpose: NOT_SUPPORTED each time (logged once). */
     for (int i = 0; i < 3; i++)
@@ -104,6 +106,7 @@ int main(void)
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][94])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][4])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][31])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_6E163FBE][7])());
     TRUE(t[T_CUDART][10] == NULL && t[T_CLS][3] == NULL);
     printf("unknown slots: CUDA_ERROR_NOT_SUPPORTED\n");
 
