@@ -16,7 +16,10 @@
 # VM), driver-loopback (the Driver API programs of tests/cuda-driver against
 # guest-lib's libcuda.so.1 + backend + the stand-in, no VM), nvrt-loopback
 # (NVIDIA's own CUDA runtime, shared and static, running tests/cuda
-# programs on guest-lib's libcuda.so.1 + backend + the stand-in, no VM), cold (the first-run path of build-qemu.sh and guest-kernel.sh
+# programs on guest-lib's libcuda.so.1 + backend + the stand-in, no VM),
+# libs-loopback (NVIDIA's cuBLAS and cuBLASLt on guest-lib's libcuda.so.1 +
+# backend + the stand-in's do-nothing kernels: every driver call they make
+# is answered), cold (the first-run path of build-qemu.sh and guest-kernel.sh
 # against an empty cache, with local fixtures in place of the network, and
 # no pipeline under pipefail whose reader stops early; tests/cold/run.sh),
 # packaging: dkms (the guest module through DKMS against the 6.1 and 6.12
@@ -28,7 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback dkms install-guest libvirt echo badinput hostmem cuda nvrt demo"}
+suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback dkms install-guest libvirt echo badinput hostmem cuda nvrt demo"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -85,6 +88,7 @@ for s in $suites; do
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
     driver-loopback) run_suite driver-loopback scripts/driver-loopback.sh ;;
     nvrt-loopback) run_suite nvrt-loopback scripts/nvrt-loopback.sh ;;
+    libs-loopback) run_suite libs-loopback scripts/libs-loopback.sh ;;
     dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
     install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;
     libvirt) run_suite libvirt timeout 120 tests/pkg/libvirt.sh ;;
