@@ -17,7 +17,7 @@
 # guest-lib's libcuda.so.1 + backend + the stand-in, no VM), nvrt-loopback
 # (NVIDIA's own CUDA runtime, shared and static, running tests/cuda
 # programs on guest-lib's libcuda.so.1 + backend + the stand-in, no VM),
-# libs-loopback (NVIDIA's cuBLAS and cuBLASLt on guest-lib's libcuda.so.1 +
+# libs-loopback (NVIDIA's cuBLAS, cuBLASLt, cuRAND, cuSPARSE on guest-lib's libcuda.so.1 +
 # backend + the stand-in's do-nothing kernels: every driver call they make
 # is answered), cold (the first-run path of build-qemu.sh and guest-kernel.sh
 # against an empty cache, with local fixtures in place of the network, and
