@@ -532,6 +532,13 @@ CUresult vcu__cur(vcu__ctx_t **out)
     return CUDA_SUCCESS;
 }
 
+unsigned long long vcu__next_id(void)
+{
+    static unsigned long long next = 16;
+
+    return __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+}
+
 static vcu__ctx_t *vcu__ctx_new(int dev, int primary)
 {
     vcu__ctx_t *c = calloc(1, sizeof(*c));
@@ -540,6 +547,7 @@ static vcu__ctx_t *vcu__ctx_new(int dev, int primary)
         return NULL;
     c->dev = dev;
     c->primary = primary;
+    c->id = vcu__next_id();
     if (vcu__reg_add(c, VCU__K_CTX) != 0) {
         free(c);
         return NULL;
@@ -759,6 +767,20 @@ static CUresult vcu__ctx_or_cur(CUcontext ctx, vcu__ctx_t **out)
     if (!vcu__reg_has(ctx, VCU__K_CTX))
         return CUDA_ERROR_INVALID_CONTEXT;
     *out = (vcu__ctx_t *)ctx;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (ctxId == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__ctx_or_cur(ctx, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *ctxId = c->id;
     return CUDA_SUCCESS;
 }
 

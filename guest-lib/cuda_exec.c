@@ -1083,16 +1083,132 @@ CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
-                            unsigned int bx, unsigned int by, unsigned int bz,
-                            unsigned int shmem, CUstream stream, void **kernelParams,
-                            void **extra, int ptsz, uint32_t flags)
+/* cuda.h's names of the launch attributes, for the refusals' log. */
+static const char *vcu__attr_name(unsigned int id)
+{
+    static const char *const names[] = {
+        "IGNORE", "ACCESS_POLICY_WINDOW", "COOPERATIVE", "SYNCHRONIZATION_POLICY",
+        "CLUSTER_DIMENSION", "CLUSTER_SCHEDULING_POLICY_PREFERENCE",
+        "PROGRAMMATIC_STREAM_SERIALIZATION", "PROGRAMMATIC_EVENT", "PRIORITY",
+        "MEM_SYNC_DOMAIN_MAP", "MEM_SYNC_DOMAIN", "PREFERRED_CLUSTER_DIMENSION",
+        "LAUNCH_COMPLETION_EVENT", "DEVICE_UPDATABLE_KERNEL_NODE",
+        "PREFERRED_SHARED_MEMORY_CARVEOUT", "15", "NVLINK_UTIL_CENTRIC_SCHEDULING",
+    };
+
+    return id < sizeof(names) / sizeof(names[0]) ? names[id] : "unknown";
+}
+
+/*
+ * A CUlaunchConfig's attributes on the wire (out: VCU_CU_MAX_LAUNCH_ATTRS
+ * entries, *n those used; IGNORE entries are dropped).  Events must be of
+ * the context's device.  An attribute this library does not carry is
+ * CUDA_ERROR_NOT_SUPPORTED, logged once with its name.
+ */
+static CUresult vcu__attrs_wire(vcu__ctx_t *c, const CUlaunchConfig *cfg,
+                                struct vcu_cu_launch_attr *out, uint32_t *n)
+{
+    static int logged[32], too_many;
+    vcu__event_t *ev;
+
+    *n = 0;
+    if (cfg->numAttrs > 0 && cfg->attrs == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < cfg->numAttrs; i++) {
+        const CUlaunchAttribute *a = &cfg->attrs[i];
+        const CUlaunchAttributeValue *v = &a->value;
+        struct vcu_cu_launch_attr w;
+
+        memset(&w, 0, sizeof(w));
+        w.id = (uint32_t)a->id;
+        switch (a->id) {
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+            continue;
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            w.v[0] = (uint32_t)v->cooperative;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+            w.v[0] = (uint32_t)v->programmaticStreamSerializationAllowed;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+            w.v[0] = (uint32_t)v->priority;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+            w.v[0] = (uint32_t)v->memSyncDomain;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+            w.v[0] = v->memSyncDomainMap.default_;
+            w.v[1] = v->memSyncDomainMap.remote;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+            w.v[0] = (uint32_t)v->clusterSchedulingPolicyPreference;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+            w.v[0] = v->sharedMemCarveout;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            w.v[0] = v->clusterDim.x;
+            w.v[1] = v->clusterDim.y;
+            w.v[2] = v->clusterDim.z;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+            w.v[0] = v->preferredClusterDim.x;
+            w.v[1] = v->preferredClusterDim.y;
+            w.v[2] = v->preferredClusterDim.z;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+            ev = (vcu__event_t *)v->programmaticEvent.event;
+            if (!vcu__reg_has(ev, VCU__K_EVENT) || ev->dev != c->dev)
+                return CUDA_ERROR_INVALID_HANDLE;
+            w.handle = ev->h;
+            w.v[0] = (uint32_t)v->programmaticEvent.flags;
+            w.v[1] = (uint32_t)v->programmaticEvent.triggerAtBlockStart;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+            ev = (vcu__event_t *)v->launchCompletionEvent.event;
+            if (!vcu__reg_has(ev, VCU__K_EVENT) || ev->dev != c->dev)
+                return CUDA_ERROR_INVALID_HANDLE;
+            w.handle = ev->h;
+            w.v[0] = (uint32_t)v->launchCompletionEvent.flags;
+            break;
+        default:
+            vcu__log_once(&logged[(unsigned int)a->id % 32],
+                          "libcuda (virtio-cuda): cuLaunchKernelEx: launch attribute "
+                          "CU_LAUNCH_ATTRIBUTE_%s (%u) is not supported\n",
+                          vcu__attr_name((unsigned int)a->id), (unsigned int)a->id);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        if (*n == VCU_CU_MAX_LAUNCH_ATTRS) {
+            vcu__log_once(&too_many, "libcuda (virtio-cuda): cuLaunchKernelEx: more than %u "
+                                     "launch attributes are not supported\n",
+                          VCU_CU_MAX_LAUNCH_ATTRS);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        out[(*n)++] = w;
+    }
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Every launch, and the cluster occupancy queries, which describe one:
+ * the function (or a kernel's function in the current context), dims and
+ * stream checked, then op sent.  CU_LAUNCH carries flags; CU_LAUNCH_EX
+ * and the queries cfg's attributes (flags 0).  The queries send no
+ * parameters and get *value back.
+ */
+static CUresult vcu__launch_op(uint32_t op, CUfunction fn, const CUlaunchConfig *cfg,
+                               void **kernelParams, void **extra, int ptsz, uint32_t flags,
+                               uint64_t *value)
 {
     struct {
-        struct vcu_cu_launch_req r;
+        struct vcu_cu_launch_ex_req r;
+        struct vcu_cu_launch_attr attrs[VCU_CU_MAX_LAUNCH_ATTRS];
         char params[VCU_CU_MAX_PARAM_BYTES];
     } *q;
     vcu__func_t *f = (vcu__func_t *)fn;
+    struct vcu_cu_u64_resp o;
+    size_t head;
+    char *params;
+    uint32_t nattrs = 0;
     vcu__ctx_t *c;
     uint64_t wire;
     CUresult e = vcu__cur(&c);
@@ -1110,36 +1226,122 @@ static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, uns
         return CUDA_ERROR_INVALID_HANDLE;
     if (f->mod->dev != c->dev)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
+    if (cfg->gridDimX == 0 || cfg->gridDimY == 0 || cfg->gridDimZ == 0 ||
+        cfg->blockDimX == 0 || cfg->blockDimY == 0 || cfg->blockDimZ == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__stream(c, stream, ptsz, &wire);
+    e = vcu__stream(c, cfg->hStream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
     q = malloc(sizeof(*q));
     if (q == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e = vcu__pack(f, kernelParams, extra, q->params);
+    memset(&q->r, 0, sizeof(q->r));
+    if (op == VCU_OP_CU_LAUNCH) {
+        head = sizeof(q->r.l);
+    } else {
+        e = vcu__attrs_wire(c, cfg, q->attrs, &nattrs);
+        head = sizeof(q->r) + nattrs * sizeof(q->attrs[0]);
+    }
+    /* The parameters follow the attributes (none for CU_LAUNCH). */
+    params = (char *)q + head;
+    if (e == CUDA_SUCCESS && op != VCU_OP_CU_OCCUPANCY_CLUSTERS &&
+        op != VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE)
+        e = vcu__pack(f, kernelParams, extra, params);
     if (e == CUDA_SUCCESS) {
-        memset(&q->r, 0, sizeof(q->r));
-        q->r.function = f->h;
-        q->r.stream = wire;
-        q->r.grid[0] = gx;
-        q->r.grid[1] = gy;
-        q->r.grid[2] = gz;
-        q->r.block[0] = bx;
-        q->r.block[1] = by;
-        q->r.block[2] = bz;
-        q->r.shared_mem = shmem;
-        q->r.flags = flags;
-        q->r.param_bytes = f->param_bytes;
-        if (vcu__launch_may_defer(f, q->r.grid, q->r.block, shmem, flags))
-            e = vcu__call_async(c->dev, VCU_OP_CU_LAUNCH, q,
-                                (uint32_t)(sizeof(q->r) + f->param_bytes), NULL, 0);
+        int query = op == VCU_OP_CU_OCCUPANCY_CLUSTERS || op == VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE;
+
+        q->r.l.function = f->h;
+        q->r.l.stream = wire;
+        q->r.l.grid[0] = cfg->gridDimX;
+        q->r.l.grid[1] = cfg->gridDimY;
+        q->r.l.grid[2] = cfg->gridDimZ;
+        q->r.l.block[0] = cfg->blockDimX;
+        q->r.l.block[1] = cfg->blockDimY;
+        q->r.l.block[2] = cfg->blockDimZ;
+        q->r.l.shared_mem = cfg->sharedMemBytes;
+        q->r.l.flags = flags;
+        q->r.l.param_bytes = query ? 0 : f->param_bytes;
+        if (op != VCU_OP_CU_LAUNCH)
+            q->r.nattrs = nattrs;
+        /* A plain launch whose configuration is known good goes without
+         * waiting (vcu__launch_may_defer); launches with attributes and
+         * the occupancy queries wait. */
+        if (op == VCU_OP_CU_LAUNCH &&
+            vcu__launch_may_defer(f, q->r.l.grid, q->r.l.block, cfg->sharedMemBytes, flags))
+            e = vcu__call_async(c->dev, op, q, (uint32_t)(head + q->r.l.param_bytes), NULL, 0);
         else
-            e = vcu__call(c->dev, VCU_OP_CU_LAUNCH, q, (uint32_t)(sizeof(q->r) + f->param_bytes),
-                          NULL, 0, NULL, 0);
+            e = vcu__call(c->dev, op, q, (uint32_t)(head + q->r.l.param_bytes), NULL, 0,
+                          query ? &o : NULL, query ? sizeof(o) : 0);
+        if (e == CUDA_SUCCESS && query)
+            *value = o.value;
     }
     free(q);
+    return e;
+}
+
+static CUresult vcu__launch(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                            unsigned int bx, unsigned int by, unsigned int bz,
+                            unsigned int shmem, CUstream stream, void **kernelParams,
+                            void **extra, int ptsz, uint32_t flags)
+{
+    CUlaunchConfig cfg;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = gx;
+    cfg.gridDimY = gy;
+    cfg.gridDimZ = gz;
+    cfg.blockDimX = bx;
+    cfg.blockDimY = by;
+    cfg.blockDimZ = bz;
+    cfg.sharedMemBytes = shmem;
+    cfg.hStream = stream;
+    return vcu__launch_op(VCU_OP_CU_LAUNCH, fn, &cfg, kernelParams, extra, ptsz, flags, NULL);
+}
+
+/* With launch attributes (CU_LAUNCH_EX); the host checks them again. */
+VCU__EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                                      void **kernelParams, void **extra)
+{
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__launch_op(VCU_OP_CU_LAUNCH_EX, f, config, kernelParams, extra, 0, 0, NULL);
+}
+
+VCU__EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                           void **kernelParams, void **extra)
+{
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__launch_op(VCU_OP_CU_LAUNCH_EX, f, config, kernelParams, extra, 1, 0, NULL);
+}
+
+/* The host's driver answers for the config (CU_OCCUPANCY_CLUSTERS). */
+VCU__EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+                                                  const CUlaunchConfig *config)
+{
+    uint64_t v = 0;
+    CUresult e;
+
+    if (numClusters == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__launch_op(VCU_OP_CU_OCCUPANCY_CLUSTERS, func, config, NULL, NULL, 0, 0, &v);
+    if (e == CUDA_SUCCESS)
+        *numClusters = v > INT32_MAX ? INT32_MAX : (int)v;
+    return e;
+}
+
+/* The host's driver answers for the config (CU_OCCUPANCY_CLUSTER_SIZE). */
+VCU__EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+                                                        const CUlaunchConfig *config)
+{
+    uint64_t v = 0;
+    CUresult e;
+
+    if (clusterSize == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__launch_op(VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE, func, config, NULL, NULL, 0, 0, &v);
+    if (e == CUDA_SUCCESS)
+        *clusterSize = v > INT32_MAX ? INT32_MAX : (int)v;
     return e;
 }
 
@@ -1191,11 +1393,49 @@ VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
 
 /* ---- streams ------------------------------------------------------------ */
 
-VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+/* The current context's stream priorities (CU_CTX_PRIORITY_RANGE). */
+static CUresult vcu__prio_range(vcu__ctx_t *c, int *least, int *greatest)
+{
+    struct vcu_cu_hdr h;
+    struct vcu_cu_priority_range_resp o;
+    CUresult e;
+
+    memset(&h, 0, sizeof(h));
+    e = vcu__call(c->dev, VCU_OP_CU_CTX_PRIORITY_RANGE, &h, sizeof(h), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *least = (int32_t)o.least;
+    *greatest = (int32_t)o.greatest;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    vcu__ctx_t *c;
+    int l, g;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__prio_range(c, &l, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (leastPriority != NULL)
+        *leastPriority = l;
+    if (greatestPriority != NULL)
+        *greatestPriority = g;
+    return CUDA_SUCCESS;
+}
+
+/* A stream of the current context; priority clamped to the context's
+ * range as the driver clamps it (cuda.h), and kept for
+ * cuStreamGetPriority. */
+static CUresult vcu__stream_create(CUstream *phStream, unsigned int Flags, int priority,
+                                   int prio_given)
 {
     struct vcu_cu_stream_create_req r;
     vcu__stream_t *s;
     vcu__ctx_t *c;
+    int least = 0, greatest = 0;
     CUresult e;
 
     if (phStream == NULL || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
@@ -1203,11 +1443,21 @@ VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     e = vcu__cur(&c);
     if (e != CUDA_SUCCESS)
         return e;
+    if (prio_given) {
+        e = vcu__prio_range(c, &least, &greatest);
+        if (e != CUDA_SUCCESS)
+            return e;
+        priority = priority > least ? least : priority < greatest ? greatest : priority;
+    }
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     memset(&r, 0, sizeof(r));
     r.flags = Flags;
+    r.priority = (uint32_t)priority;
+    s->flags = Flags;
+    s->priority = priority;
+    s->id = vcu__next_id();
     s->dev = c->dev;
     e = vcu__host_obj_new(s, VCU__K_STREAM, c->dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL,
                           0, VCU_OP_CU_STREAM_DESTROY, &s->h);
@@ -1217,6 +1467,213 @@ VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     }
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    return vcu__stream_create(phStream, Flags, 0, 0);
+}
+
+VCU__EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                int priority)
+{
+    return vcu__stream_create(phStream, flags, priority, 1);
+}
+
+/* A stream's flags and priority as created; the default streams' are 0
+ * (a blocking stream of the default priority). */
+static CUresult vcu__stream_props(CUstream hStream, unsigned int *flags, int *priority)
+{
+    vcu__stream_t *s = (vcu__stream_t *)hStream;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+        e = vcu__cur(&c);
+        if (e != CUDA_SUCCESS)
+            return e;
+        *flags = 0;
+        *priority = 0;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(s, VCU__K_STREAM))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *flags = s->flags;
+    *priority = s->priority;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
+{
+    int prio;
+
+    if (flags == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__stream_props(hStream, flags, &prio);
+}
+
+VCU__EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
+{
+    return cuStreamGetFlags(hStream, flags);
+}
+
+VCU__EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
+{
+    unsigned int flags;
+
+    if (priority == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__stream_props(hStream, &flags, priority);
+}
+
+VCU__EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
+{
+    return cuStreamGetPriority(hStream, priority);
+}
+
+/*
+ * The device, context and id of a stream: a default stream is the current
+ * context's; a stream object serves every context of its device, so its
+ * context is the current one where that is of its device, else the
+ * device's primary context.
+ */
+static CUresult vcu__stream_where(CUstream hStream, vcu__ctx_t **ctx, unsigned long long *id)
+{
+    vcu__stream_t *s = (vcu__stream_t *)hStream;
+    vcu__ctx_t *c = NULL;
+    CUresult e;
+
+    if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+        e = vcu__cur(&c);
+        if (e != CUDA_SUCCESS)
+            return e;
+        *ctx = c;
+        *id = hStream == CU_STREAM_PER_THREAD ? 2 : 1;
+        return CUDA_SUCCESS;
+    }
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(s, VCU__K_STREAM))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (vcu__cur(&c) != CUDA_SUCCESS || c->dev != s->dev) {
+        e = vcu__primary(s->dev, &c);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    *ctx = c;
+    *id = s->id;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    unsigned long long id;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__stream_where(hStream, &c, &id);
+    if (e == CUDA_SUCCESS)
+        *pctx = (CUcontext)c;
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
+{
+    return cuStreamGetCtx(hStream, pctx);
+}
+
+/* No green contexts here: *pGreenCtx is always NULL. */
+VCU__EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    CUresult e;
+
+    if (pCtx == NULL || pGreenCtx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = cuStreamGetCtx(hStream, pCtx);
+    if (e == CUDA_SUCCESS)
+        *pGreenCtx = NULL;
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx,
+                                            CUgreenCtx *pGreenCtx)
+{
+    return cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
+}
+
+VCU__EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
+{
+    unsigned long long id;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__stream_where(hStream, &c, &id);
+    if (e == CUDA_SUCCESS)
+        *device = c->dev;
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
+{
+    return cuStreamGetDevice(hStream, device);
+}
+
+VCU__EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    vcu__ctx_t *c;
+
+    if (streamId == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__stream_where(hStream, &c, streamId);
+}
+
+/* NULL is the per-thread stream here. */
+VCU__EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+    return cuStreamGetId(hStream == NULL ? CU_STREAM_PER_THREAD : hStream, streamId);
+}
+
+/* Limits of the current context's device (CU_CTX_SET_LIMIT, CU_CTX_GET_LIMIT). */
+VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    struct vcu_cu_limit_req r;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.limit = (uint32_t)limit;
+    r.value = value;
+    return vcu__call(c->dev, VCU_OP_CU_CTX_SET_LIMIT, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    struct vcu_cu_limit_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pvalue == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.limit = (uint32_t)limit;
+    e = vcu__call(c->dev, VCU_OP_CU_CTX_GET_LIMIT, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == CUDA_SUCCESS)
+        *pvalue = (size_t)o.value;
+    return e;
 }
 
 VCU__EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
@@ -1464,4 +1921,129 @@ VCU__EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 VCU__EXPORT CUresult cuEventDestroy(CUevent hEvent)
 {
     return cuEventDestroy_v2(hEvent);
+}
+
+/* ---- tensor maps ---------------------------------------------------------- */
+
+/*
+ * A CUtensorMap is made by the host's driver (CU_TENSOR_MAP) in the
+ * current context's device: its 128 bytes come back and are passed to
+ * kernels as they are.
+ */
+static CUresult vcu__tmap(struct vcu_cu_tmap_req *r, CUtensorMap *tensorMap)
+{
+    struct vcu_cu_tmap_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (tensorMap == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__call(c->dev, VCU_OP_CU_TENSOR_MAP, r, sizeof(*r), NULL, 0, &o, sizeof(o));
+    if (e == CUDA_SUCCESS)
+        memcpy(tensorMap, o.map, sizeof(o.map));
+    return e;
+}
+
+/* The fields the encoders share, checked; rank entries of each array. */
+static CUresult vcu__tmap_common(struct vcu_cu_tmap_req *r, uint32_t kind,
+                                 CUtensorMapDataType type, cuuint32_t rank, void *addr,
+                                 const cuuint64_t *dim, const cuuint64_t *strides,
+                                 const cuuint32_t *estrides, CUtensorMapInterleave il,
+                                 CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+                                 CUtensorMapFloatOOBfill oob)
+{
+    memset(r, 0, sizeof(*r));
+    if (rank == 0 || rank > VCU_CU_TMAP_MAX_RANK || dim == NULL || estrides == NULL ||
+        (rank > 1 && strides == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    r->kind = kind;
+    r->data_type = (uint32_t)type;
+    r->rank = rank;
+    r->interleave = (uint32_t)il;
+    r->swizzle = (uint32_t)sw;
+    r->l2_promotion = (uint32_t)l2;
+    r->oob_fill = (uint32_t)oob;
+    r->global_address = (uint64_t)(uintptr_t)addr;
+    for (cuuint32_t i = 0; i < rank; i++) {
+        r->global_dim[i] = dim[i];
+        r->element_strides[i] = estrides[i];
+        if (i + 1 < rank)
+            r->global_strides[i] = strides[i];
+    }
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap,
+                                            CUtensorMapDataType tensorDataType,
+                                            cuuint32_t tensorRank, void *globalAddress,
+                                            const cuuint64_t *globalDim,
+                                            const cuuint64_t *globalStrides,
+                                            const cuuint32_t *boxDim,
+                                            const cuuint32_t *elementStrides,
+                                            CUtensorMapInterleave interleave,
+                                            CUtensorMapSwizzle swizzle,
+                                            CUtensorMapL2promotion l2Promotion,
+                                            CUtensorMapFloatOOBfill oobFill)
+{
+    struct vcu_cu_tmap_req r;
+    CUresult e = vcu__tmap_common(&r, VCU_CU_TMAP_TILED, tensorDataType, tensorRank,
+                                  globalAddress, globalDim, globalStrides, elementStrides,
+                                  interleave, swizzle, l2Promotion, oobFill);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (boxDim == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i < tensorRank; i++)
+        r.box_dim[i] = boxDim[i];
+    return vcu__tmap(&r, tensorMap);
+}
+
+VCU__EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap,
+                                             CUtensorMapDataType tensorDataType,
+                                             cuuint32_t tensorRank, void *globalAddress,
+                                             const cuuint64_t *globalDim,
+                                             const cuuint64_t *globalStrides,
+                                             const int *pixelBoxLowerCorner,
+                                             const int *pixelBoxUpperCorner,
+                                             cuuint32_t channelsPerPixel,
+                                             cuuint32_t pixelsPerColumn,
+                                             const cuuint32_t *elementStrides,
+                                             CUtensorMapInterleave interleave,
+                                             CUtensorMapSwizzle swizzle,
+                                             CUtensorMapL2promotion l2Promotion,
+                                             CUtensorMapFloatOOBfill oobFill)
+{
+    struct vcu_cu_tmap_req r;
+    CUresult e = vcu__tmap_common(&r, VCU_CU_TMAP_IM2COL, tensorDataType, tensorRank,
+                                  globalAddress, globalDim, globalStrides, elementStrides,
+                                  interleave, swizzle, l2Promotion, oobFill);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (tensorRank < 3 || pixelBoxLowerCorner == NULL || pixelBoxUpperCorner == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i + 2 < tensorRank; i++) {
+        r.lower_corner[i] = (uint32_t)pixelBoxLowerCorner[i];
+        r.upper_corner[i] = (uint32_t)pixelBoxUpperCorner[i];
+    }
+    r.channels_per_pixel = channelsPerPixel;
+    r.pixels_per_column = pixelsPerColumn;
+    return vcu__tmap(&r, tensorMap);
+}
+
+VCU__EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+    struct vcu_cu_tmap_req r;
+
+    if (tensorMap == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_TMAP_REPLACE_ADDRESS;
+    r.global_address = (uint64_t)(uintptr_t)globalAddress;
+    memcpy(r.map, tensorMap, sizeof(r.map));
+    return vcu__tmap(&r, tensorMap);
 }

@@ -26,10 +26,13 @@ enum {
     VCU__T_CLS,                     /* context-local storage (V0301) */
     VCU__T_CHECKS,                  /* CONTEXT_CHECKS */
     VCU__T_INTEGRITY,               /* INTEGRITY_CHECK */
+    VCU__T_21318C60,                /* no name known; CUDA 13 libraries ask */
+    VCU__T_1734DC26,                /* no name known; cuBLASLt 13 asks */
+    VCU__T_6E163FBE,                /* "private module iterator" (LUPINE); cuFFT 12 asks */
     VCU__NTABLES
 };
 
-#define VCU__MAX_SLOTS 16
+#define VCU__MAX_SLOTS 95
 
 static const unsigned char vcu__table_ids[VCU__NTABLES][16] = {
     [VCU__T_F8CFF951] = { 0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e,
@@ -46,6 +49,12 @@ static const unsigned char vcu__table_ids[VCU__NTABLES][16] = {
                         0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e },
     [VCU__T_INTEGRITY] = { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b,
                            0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
+    [VCU__T_21318C60] = { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
+                          0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
+    [VCU__T_1734DC26] = { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
+                          0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca },
+    [VCU__T_6E163FBE] = { 0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
+                          0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e },
 };
 
 void vcu__uuid_fmt(const void *id, char buf[37])
@@ -91,7 +100,6 @@ VCU__UNKNOWN(HOOKS, 3)
 VCU__UNKNOWN(HOOKS, 4)
 VCU__UNKNOWN(HOOKS, 5)
 VCU__UNKNOWN(TLS, 1)
-VCU__UNKNOWN(TLS, 2)
 VCU__UNKNOWN(CHECKS, 1)
 VCU__UNKNOWN(CHECKS, 4)
 VCU__UNKNOWN(CHECKS, 5)
@@ -105,6 +113,143 @@ VCU__UNKNOWN(CHECKS, 12)
 VCU__UNKNOWN(CHECKS, 13)
 VCU__UNKNOWN(CHECKS, 14)
 VCU__UNKNOWN(INTEGRITY, 2)
+VCU__UNKNOWN(21318C60, 1)
+VCU__UNKNOWN(6E163FBE, 1)
+VCU__UNKNOWN(6E163FBE, 2)
+VCU__UNKNOWN(6E163FBE, 3)
+VCU__UNKNOWN(6E163FBE, 4)
+VCU__UNKNOWN(6E163FBE, 5)
+VCU__UNKNOWN(6E163FBE, 6)
+VCU__UNKNOWN(6E163FBE, 7)
+VCU__UNKNOWN(6E163FBE, 8)
+VCU__UNKNOWN(6E163FBE, 9)
+VCU__UNKNOWN(6E163FBE, 10)
+VCU__UNKNOWN(6E163FBE, 11)
+VCU__UNKNOWN(6E163FBE, 12)
+VCU__UNKNOWN(6E163FBE, 13)
+VCU__UNKNOWN(6E163FBE, 14)
+VCU__UNKNOWN(6E163FBE, 15)
+VCU__UNKNOWN(1734DC26, 1)
+VCU__UNKNOWN(1734DC26, 2)
+VCU__UNKNOWN(1734DC26, 3)
+VCU__UNKNOWN(1734DC26, 4)
+VCU__UNKNOWN(1734DC26, 5)
+VCU__UNKNOWN(1734DC26, 6)
+VCU__UNKNOWN(1734DC26, 7)
+VCU__UNKNOWN(1734DC26, 8)
+VCU__UNKNOWN(1734DC26, 9)
+VCU__UNKNOWN(1734DC26, 10)
+VCU__UNKNOWN(1734DC26, 11)
+VCU__UNKNOWN(1734DC26, 12)
+VCU__UNKNOWN(1734DC26, 13)
+VCU__UNKNOWN(1734DC26, 14)
+VCU__UNKNOWN(1734DC26, 15)
+VCU__UNKNOWN(1734DC26, 16)
+VCU__UNKNOWN(1734DC26, 17)
+VCU__UNKNOWN(1734DC26, 18)
+VCU__UNKNOWN(1734DC26, 19)
+VCU__UNKNOWN(1734DC26, 20)
+VCU__UNKNOWN(1734DC26, 21)
+VCU__UNKNOWN(1734DC26, 22)
+VCU__UNKNOWN(1734DC26, 23)
+VCU__UNKNOWN(1734DC26, 24)
+VCU__UNKNOWN(1734DC26, 25)
+VCU__UNKNOWN(1734DC26, 26)
+VCU__UNKNOWN(1734DC26, 27)
+VCU__UNKNOWN(1734DC26, 28)
+VCU__UNKNOWN(1734DC26, 29)
+VCU__UNKNOWN(1734DC26, 30)
+VCU__UNKNOWN(1734DC26, 31)
+VCU__UNKNOWN(21318C60, 2)
+VCU__UNKNOWN(21318C60, 3)
+VCU__UNKNOWN(21318C60, 5)
+VCU__UNKNOWN(21318C60, 6)
+VCU__UNKNOWN(21318C60, 7)
+VCU__UNKNOWN(21318C60, 8)
+VCU__UNKNOWN(21318C60, 9)
+VCU__UNKNOWN(21318C60, 10)
+VCU__UNKNOWN(21318C60, 11)
+VCU__UNKNOWN(21318C60, 12)
+VCU__UNKNOWN(21318C60, 13)
+VCU__UNKNOWN(21318C60, 14)
+VCU__UNKNOWN(21318C60, 15)
+VCU__UNKNOWN(21318C60, 16)
+VCU__UNKNOWN(21318C60, 17)
+VCU__UNKNOWN(21318C60, 18)
+VCU__UNKNOWN(21318C60, 19)
+VCU__UNKNOWN(21318C60, 20)
+VCU__UNKNOWN(21318C60, 21)
+VCU__UNKNOWN(21318C60, 22)
+VCU__UNKNOWN(21318C60, 23)
+VCU__UNKNOWN(21318C60, 24)
+VCU__UNKNOWN(21318C60, 25)
+VCU__UNKNOWN(21318C60, 26)
+VCU__UNKNOWN(21318C60, 27)
+VCU__UNKNOWN(21318C60, 28)
+VCU__UNKNOWN(21318C60, 29)
+VCU__UNKNOWN(21318C60, 30)
+VCU__UNKNOWN(21318C60, 31)
+VCU__UNKNOWN(21318C60, 32)
+VCU__UNKNOWN(21318C60, 33)
+VCU__UNKNOWN(21318C60, 34)
+VCU__UNKNOWN(21318C60, 35)
+VCU__UNKNOWN(21318C60, 36)
+VCU__UNKNOWN(21318C60, 37)
+VCU__UNKNOWN(21318C60, 38)
+VCU__UNKNOWN(21318C60, 40)
+VCU__UNKNOWN(21318C60, 41)
+VCU__UNKNOWN(21318C60, 42)
+VCU__UNKNOWN(21318C60, 43)
+VCU__UNKNOWN(21318C60, 44)
+VCU__UNKNOWN(21318C60, 45)
+VCU__UNKNOWN(21318C60, 46)
+VCU__UNKNOWN(21318C60, 47)
+VCU__UNKNOWN(21318C60, 48)
+VCU__UNKNOWN(21318C60, 49)
+VCU__UNKNOWN(21318C60, 50)
+VCU__UNKNOWN(21318C60, 52)
+VCU__UNKNOWN(21318C60, 53)
+VCU__UNKNOWN(21318C60, 54)
+VCU__UNKNOWN(21318C60, 55)
+VCU__UNKNOWN(21318C60, 56)
+VCU__UNKNOWN(21318C60, 57)
+VCU__UNKNOWN(21318C60, 58)
+VCU__UNKNOWN(21318C60, 59)
+VCU__UNKNOWN(21318C60, 60)
+VCU__UNKNOWN(21318C60, 61)
+VCU__UNKNOWN(21318C60, 62)
+VCU__UNKNOWN(21318C60, 63)
+VCU__UNKNOWN(21318C60, 64)
+VCU__UNKNOWN(21318C60, 65)
+VCU__UNKNOWN(21318C60, 66)
+VCU__UNKNOWN(21318C60, 67)
+VCU__UNKNOWN(21318C60, 68)
+VCU__UNKNOWN(21318C60, 69)
+VCU__UNKNOWN(21318C60, 70)
+VCU__UNKNOWN(21318C60, 71)
+VCU__UNKNOWN(21318C60, 72)
+VCU__UNKNOWN(21318C60, 73)
+VCU__UNKNOWN(21318C60, 74)
+VCU__UNKNOWN(21318C60, 75)
+VCU__UNKNOWN(21318C60, 76)
+VCU__UNKNOWN(21318C60, 77)
+VCU__UNKNOWN(21318C60, 78)
+VCU__UNKNOWN(21318C60, 79)
+VCU__UNKNOWN(21318C60, 80)
+VCU__UNKNOWN(21318C60, 81)
+VCU__UNKNOWN(21318C60, 82)
+VCU__UNKNOWN(21318C60, 83)
+VCU__UNKNOWN(21318C60, 84)
+VCU__UNKNOWN(21318C60, 85)
+VCU__UNKNOWN(21318C60, 86)
+VCU__UNKNOWN(21318C60, 87)
+VCU__UNKNOWN(21318C60, 88)
+VCU__UNKNOWN(21318C60, 89)
+VCU__UNKNOWN(21318C60, 90)
+VCU__UNKNOWN(21318C60, 91)
+VCU__UNKNOWN(21318C60, 92)
+VCU__UNKNOWN(21318C60, 93)
+VCU__UNKNOWN(21318C60, 94)
 
 #define VCU__FN(f) ((const void *)(f))
 #define VCU__SIZE(n) ((const void *)(uintptr_t)((n) * sizeof(void *)))
@@ -230,10 +375,177 @@ static const void *const vcu__hooks_table[7] = {
     VCU__FN(vcu__hooks_fn6),
 };
 
+/*
+ * TOOLS_TLS [2]: the calling thread's current context into *pctx, as
+ * cuCtxGetCurrent.  cuBLASLt 13 calls it for its kernel registry (seen
+ * against the stand-in: its first argument points at a zeroed slot; with
+ * the call refused every matmul is CUBLAS_STATUS_NOT_SUPPORTED); public
+ * tracers name the slot "get thread context".  Not measured on NVIDIA's
+ * driver.
+ */
+static CUresult vcu__tls_current_context(CUcontext *pctx)
+{
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuCtxGetCurrent(pctx);
+}
+
 static const void *const vcu__tls_table[3] = {
     VCU__SIZE(3),
     VCU__FN(vcu__unk_TLS_1),
-    VCU__FN(vcu__unk_TLS_2),
+    VCU__FN(vcu__tls_current_context),
+};
+
+/*
+ * 21318c60 [51] (ctx, which, void **out): cuBLAS 13 calls it from
+ * cublasSgemm with the current context, 0 and a slot to fill, and fails
+ * with CUBLAS_STATUS_INTERNAL_ERROR when it is refused (seen against the
+ * stand-in).  What the object is, is not known; LUPINE answers with a
+ * zeroed 512-byte object (and CUDA_ERROR_INVALID_HANDLE for which = ~0),
+ * which is what this does: one per process, never written here.
+ */
+static CUresult vcu__21318c60_51(CUcontext ctx, uint64_t which, void **out)
+{
+    static _Alignas(64) unsigned char obj[512];
+    vcu__ctx_t *c = (vcu__ctx_t *)ctx;
+    CUresult e;
+
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (which == UINT64_MAX)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (c == NULL) {
+        e = vcu__cur(&c);
+        if (e != CUDA_SUCCESS)
+            return e;
+    } else if (!vcu__reg_has(c, VCU__K_CTX)) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *out = obj;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * 21318c60 [39] (ctx, object, uint64_t *out): cuBLAS 13 calls it after
+ * [51] with the current context and, it seems, [51]'s object (seen
+ * against the stand-in, *out zero before).  Answered as LUPINE does:
+ * *out = 0.
+ */
+static CUresult vcu__21318c60_39(CUcontext ctx, const void *object, uint64_t *out)
+{
+    (void)ctx;
+    (void)object;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = 0;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * 21318c60: asked for by CUDA 13 libraries (cuBLASLt 13); 95 slots with
+ * the size, as on NVIDIA's driver 595.99.02 (DRIVER-API-FACTS.md: not
+ * measured on 580).  [4] is a context's unique number, as cuCtxGetId
+ * (ctx, &id) (cuBLASLt calls it right after TOOLS_TLS [2]; public tracers
+ * name it "get context number", LUPINE answers it with a nonzero
+ * value), [39] and [51] above.  What the other slots do is not known: each says
+ * once that it was called and returns CUDA_ERROR_NOT_SUPPORTED.
+ */
+static const void *const vcu__21318c60_table[95] = {
+    VCU__SIZE(95),
+    VCU__FN(vcu__unk_21318C60_1),
+    VCU__FN(vcu__unk_21318C60_2),
+    VCU__FN(vcu__unk_21318C60_3),
+    VCU__FN(cuCtxGetId),
+    VCU__FN(vcu__unk_21318C60_5),
+    VCU__FN(vcu__unk_21318C60_6),
+    VCU__FN(vcu__unk_21318C60_7),
+    VCU__FN(vcu__unk_21318C60_8),
+    VCU__FN(vcu__unk_21318C60_9),
+    VCU__FN(vcu__unk_21318C60_10),
+    VCU__FN(vcu__unk_21318C60_11),
+    VCU__FN(vcu__unk_21318C60_12),
+    VCU__FN(vcu__unk_21318C60_13),
+    VCU__FN(vcu__unk_21318C60_14),
+    VCU__FN(vcu__unk_21318C60_15),
+    VCU__FN(vcu__unk_21318C60_16),
+    VCU__FN(vcu__unk_21318C60_17),
+    VCU__FN(vcu__unk_21318C60_18),
+    VCU__FN(vcu__unk_21318C60_19),
+    VCU__FN(vcu__unk_21318C60_20),
+    VCU__FN(vcu__unk_21318C60_21),
+    VCU__FN(vcu__unk_21318C60_22),
+    VCU__FN(vcu__unk_21318C60_23),
+    VCU__FN(vcu__unk_21318C60_24),
+    VCU__FN(vcu__unk_21318C60_25),
+    VCU__FN(vcu__unk_21318C60_26),
+    VCU__FN(vcu__unk_21318C60_27),
+    VCU__FN(vcu__unk_21318C60_28),
+    VCU__FN(vcu__unk_21318C60_29),
+    VCU__FN(vcu__unk_21318C60_30),
+    VCU__FN(vcu__unk_21318C60_31),
+    VCU__FN(vcu__unk_21318C60_32),
+    VCU__FN(vcu__unk_21318C60_33),
+    VCU__FN(vcu__unk_21318C60_34),
+    VCU__FN(vcu__unk_21318C60_35),
+    VCU__FN(vcu__unk_21318C60_36),
+    VCU__FN(vcu__unk_21318C60_37),
+    VCU__FN(vcu__unk_21318C60_38),
+    VCU__FN(vcu__21318c60_39),
+    VCU__FN(vcu__unk_21318C60_40),
+    VCU__FN(vcu__unk_21318C60_41),
+    VCU__FN(vcu__unk_21318C60_42),
+    VCU__FN(vcu__unk_21318C60_43),
+    VCU__FN(vcu__unk_21318C60_44),
+    VCU__FN(vcu__unk_21318C60_45),
+    VCU__FN(vcu__unk_21318C60_46),
+    VCU__FN(vcu__unk_21318C60_47),
+    VCU__FN(vcu__unk_21318C60_48),
+    VCU__FN(vcu__unk_21318C60_49),
+    VCU__FN(vcu__unk_21318C60_50),
+    VCU__FN(vcu__21318c60_51),
+    VCU__FN(vcu__unk_21318C60_52),
+    VCU__FN(vcu__unk_21318C60_53),
+    VCU__FN(vcu__unk_21318C60_54),
+    VCU__FN(vcu__unk_21318C60_55),
+    VCU__FN(vcu__unk_21318C60_56),
+    VCU__FN(vcu__unk_21318C60_57),
+    VCU__FN(vcu__unk_21318C60_58),
+    VCU__FN(vcu__unk_21318C60_59),
+    VCU__FN(vcu__unk_21318C60_60),
+    VCU__FN(vcu__unk_21318C60_61),
+    VCU__FN(vcu__unk_21318C60_62),
+    VCU__FN(vcu__unk_21318C60_63),
+    VCU__FN(vcu__unk_21318C60_64),
+    VCU__FN(vcu__unk_21318C60_65),
+    VCU__FN(vcu__unk_21318C60_66),
+    VCU__FN(vcu__unk_21318C60_67),
+    VCU__FN(vcu__unk_21318C60_68),
+    VCU__FN(vcu__unk_21318C60_69),
+    VCU__FN(vcu__unk_21318C60_70),
+    VCU__FN(vcu__unk_21318C60_71),
+    VCU__FN(vcu__unk_21318C60_72),
+    VCU__FN(vcu__unk_21318C60_73),
+    VCU__FN(vcu__unk_21318C60_74),
+    VCU__FN(vcu__unk_21318C60_75),
+    VCU__FN(vcu__unk_21318C60_76),
+    VCU__FN(vcu__unk_21318C60_77),
+    VCU__FN(vcu__unk_21318C60_78),
+    VCU__FN(vcu__unk_21318C60_79),
+    VCU__FN(vcu__unk_21318C60_80),
+    VCU__FN(vcu__unk_21318C60_81),
+    VCU__FN(vcu__unk_21318C60_82),
+    VCU__FN(vcu__unk_21318C60_83),
+    VCU__FN(vcu__unk_21318C60_84),
+    VCU__FN(vcu__unk_21318C60_85),
+    VCU__FN(vcu__unk_21318C60_86),
+    VCU__FN(vcu__unk_21318C60_87),
+    VCU__FN(vcu__unk_21318C60_88),
+    VCU__FN(vcu__unk_21318C60_89),
+    VCU__FN(vcu__unk_21318C60_90),
+    VCU__FN(vcu__unk_21318C60_91),
+    VCU__FN(vcu__unk_21318C60_92),
+    VCU__FN(vcu__unk_21318C60_93),
+    VCU__FN(vcu__unk_21318C60_94),
 };
 
 /*
@@ -488,6 +800,72 @@ static CUresult vcu__integrity_check(uint32_t version, uint64_t unix_seconds, ui
     return CUDA_SUCCESS;
 }
 
+/*
+ * 1734dc26: cuBLASLt 13 asks for it and crashes when refused (it follows
+ * the NULL pointer; seen against the stand-in).  Its size and slots on
+ * NVIDIA's driver are not known: 32 slots, each saying once that it was
+ * called and refusing, so that what a library calls shows in the log.
+ */
+static const void *const vcu__1734dc26_table[32] = {
+    VCU__SIZE(32),
+    VCU__FN(vcu__unk_1734DC26_1),
+    VCU__FN(vcu__unk_1734DC26_2),
+    VCU__FN(vcu__unk_1734DC26_3),
+    VCU__FN(vcu__unk_1734DC26_4),
+    VCU__FN(vcu__unk_1734DC26_5),
+    VCU__FN(vcu__unk_1734DC26_6),
+    VCU__FN(vcu__unk_1734DC26_7),
+    VCU__FN(vcu__unk_1734DC26_8),
+    VCU__FN(vcu__unk_1734DC26_9),
+    VCU__FN(vcu__unk_1734DC26_10),
+    VCU__FN(vcu__unk_1734DC26_11),
+    VCU__FN(vcu__unk_1734DC26_12),
+    VCU__FN(vcu__unk_1734DC26_13),
+    VCU__FN(vcu__unk_1734DC26_14),
+    VCU__FN(vcu__unk_1734DC26_15),
+    VCU__FN(vcu__unk_1734DC26_16),
+    VCU__FN(vcu__unk_1734DC26_17),
+    VCU__FN(vcu__unk_1734DC26_18),
+    VCU__FN(vcu__unk_1734DC26_19),
+    VCU__FN(vcu__unk_1734DC26_20),
+    VCU__FN(vcu__unk_1734DC26_21),
+    VCU__FN(vcu__unk_1734DC26_22),
+    VCU__FN(vcu__unk_1734DC26_23),
+    VCU__FN(vcu__unk_1734DC26_24),
+    VCU__FN(vcu__unk_1734DC26_25),
+    VCU__FN(vcu__unk_1734DC26_26),
+    VCU__FN(vcu__unk_1734DC26_27),
+    VCU__FN(vcu__unk_1734DC26_28),
+    VCU__FN(vcu__unk_1734DC26_29),
+    VCU__FN(vcu__unk_1734DC26_30),
+    VCU__FN(vcu__unk_1734DC26_31),
+};
+
+/*
+ * 6e163fbe: cuFFT 12 asks for it (cufftPlan1d fails without it); LUPINE
+ * calls it a private module iterator and answers [7], which enumerates a
+ * module's functions as driver-internal objects this library does not
+ * have.  16 slots, each saying once that it was called and refusing.
+ */
+static const void *const vcu__6e163fbe_table[16] = {
+    VCU__SIZE(16),
+    VCU__FN(vcu__unk_6E163FBE_1),
+    VCU__FN(vcu__unk_6E163FBE_2),
+    VCU__FN(vcu__unk_6E163FBE_3),
+    VCU__FN(vcu__unk_6E163FBE_4),
+    VCU__FN(vcu__unk_6E163FBE_5),
+    VCU__FN(vcu__unk_6E163FBE_6),
+    VCU__FN(vcu__unk_6E163FBE_7),
+    VCU__FN(vcu__unk_6E163FBE_8),
+    VCU__FN(vcu__unk_6E163FBE_9),
+    VCU__FN(vcu__unk_6E163FBE_10),
+    VCU__FN(vcu__unk_6E163FBE_11),
+    VCU__FN(vcu__unk_6E163FBE_12),
+    VCU__FN(vcu__unk_6E163FBE_13),
+    VCU__FN(vcu__unk_6E163FBE_14),
+    VCU__FN(vcu__unk_6E163FBE_15),
+};
+
 /* ---- cuGetExportTable ------------------------------------------------------- */
 
 static const void *const *const vcu__tables[VCU__NTABLES] = {
@@ -498,6 +876,9 @@ static const void *const *const vcu__tables[VCU__NTABLES] = {
     [VCU__T_CLS] = vcu__cls_table,
     [VCU__T_CHECKS] = vcu__checks_table,
     [VCU__T_INTEGRITY] = vcu__integrity_table,
+    [VCU__T_21318C60] = vcu__21318c60_table,
+    [VCU__T_1734DC26] = vcu__1734dc26_table,
+    [VCU__T_6E163FBE] = vcu__6e163fbe_table,
 };
 
 const void *vcu__export_table(const CUuuid *id)

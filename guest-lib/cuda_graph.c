@@ -541,3 +541,96 @@ VCU__EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
 {
     return vcu__capture_info(hStream, captureStatus, NULL, 1);
 }
+
+/*
+ * cuStreamGetCaptureInfo in its three ABIs: status and id from the host.
+ * The graph being captured and the stream's dependencies are the host's
+ * and have no handle here: asked for during a capture they are
+ * CUDA_ERROR_NOT_SUPPORTED, logged once; outside a capture they are not
+ * valid data (cuda.h) and come back NULL and 0.
+ */
+static CUresult vcu__capture_info_all(CUstream hStream, CUstreamCaptureStatus *st,
+                                      cuuint64_t *id, CUgraph *graph,
+                                      const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                                      size_t *ndeps, int ptsz)
+{
+    static int logged;
+    CUresult e;
+
+    if (edges != NULL && deps == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__capture_info(hStream, st, id, ptsz);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (*st == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
+        (graph != NULL || deps != NULL || edges != NULL || ndeps != NULL)) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuStreamGetCaptureInfo: the captured "
+                               "graph and dependencies are not supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (graph != NULL)
+        *graph = NULL;
+    if (deps != NULL)
+        *deps = NULL;
+    if (edges != NULL)
+        *edges = NULL;
+    if (ndeps != NULL)
+        *ndeps = 0;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream,
+                                            CUstreamCaptureStatus *captureStatus_out,
+                                            cuuint64_t *id_out)
+{
+    return vcu__capture_info_all(hStream, captureStatus_out, id_out, NULL, NULL, NULL, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream,
+                                                 CUstreamCaptureStatus *captureStatus_out,
+                                                 cuuint64_t *id_out)
+{
+    return vcu__capture_info_all(hStream, captureStatus_out, id_out, NULL, NULL, NULL, NULL, 1);
+}
+
+VCU__EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                               CUstreamCaptureStatus *captureStatus_out,
+                                               cuuint64_t *id_out, CUgraph *graph_out,
+                                               const CUgraphNode **dependencies_out,
+                                               size_t *numDependencies_out)
+{
+    return vcu__capture_info_all(hStream, captureStatus_out, id_out, graph_out,
+                                 dependencies_out, NULL, numDependencies_out, 0);
+}
+
+VCU__EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
+                                                    CUstreamCaptureStatus *captureStatus_out,
+                                                    cuuint64_t *id_out, CUgraph *graph_out,
+                                                    const CUgraphNode **dependencies_out,
+                                                    size_t *numDependencies_out)
+{
+    return vcu__capture_info_all(hStream, captureStatus_out, id_out, graph_out,
+                                 dependencies_out, NULL, numDependencies_out, 1);
+}
+
+VCU__EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                               CUstreamCaptureStatus *captureStatus_out,
+                                               cuuint64_t *id_out, CUgraph *graph_out,
+                                               const CUgraphNode **dependencies_out,
+                                               const CUgraphEdgeData **edgeData_out,
+                                               size_t *numDependencies_out)
+{
+    return vcu__capture_info_all(hStream, captureStatus_out, id_out, graph_out,
+                                 dependencies_out, edgeData_out, numDependencies_out, 0);
+}
+
+VCU__EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
+                                                    CUstreamCaptureStatus *captureStatus_out,
+                                                    cuuint64_t *id_out, CUgraph *graph_out,
+                                                    const CUgraphNode **dependencies_out,
+                                                    const CUgraphEdgeData **edgeData_out,
+                                                    size_t *numDependencies_out)
+{
+    return vcu__capture_info_all(hStream, captureStatus_out, id_out, graph_out,
+                                 dependencies_out, edgeData_out, numDependencies_out, 1);
+}

@@ -62,6 +62,8 @@ typedef struct vcu__ctx_s {
     int dev;                        /* program ordinal */
     int primary;
     vcu__cls_t *cls;                /* under vcu__drv.lock */
+    int cache_config;               /* CUfunc_cache: cuCtxSetCacheConfig's hint */
+    unsigned long long id;          /* cuCtxGetId: unique in the process, set once */
 } vcu__ctx_t;
 
 /* What a runtime registers with a context-local value: called with the
@@ -130,7 +132,14 @@ struct vcu__func_s {
 typedef struct vcu__stream_s {
     int dev;
     uint64_t h;
+    unsigned int flags;             /* as created */
+    int priority;                   /* as the host's driver clamped it */
+    unsigned long long id;          /* cuStreamGetId: unique in the process */
 } vcu__stream_t;
+
+/* Ids of contexts and streams (cuCtxGetId, cuStreamGetId); the default
+ * streams have 1 (legacy) and 2 (per-thread). */
+unsigned long long vcu__next_id(void);
 
 typedef struct vcu__event_s {
     int dev;

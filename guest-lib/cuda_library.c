@@ -22,7 +22,10 @@ static CUresult vcu__lib_options(CUjit_option *jitOptions, void **jitOptionsValu
     for (unsigned int i = 0; i < numJitOptions; i++)
         if ((unsigned int)jitOptions[i] >= CU_JIT_NUM_OPTIONS)
             return CUDA_ERROR_INVALID_VALUE;
-    if (numLibraryOptions > 0 && (libraryOptions == NULL || libraryOptionValues == NULL))
+    /* No library option's value is read here, and cuBLASLt 13 passes
+     * CU_LIBRARY_BINARY_IS_PRESERVED with no values array at all. */
+    (void)libraryOptionValues;
+    if (numLibraryOptions > 0 && libraryOptions == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < numLibraryOptions; i++)
         if ((unsigned int)libraryOptions[i] >= CU_LIBRARY_NUM_OPTIONS)
@@ -512,6 +515,131 @@ VCU__EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, 
     if (e != CUDA_SUCCESS)
         return e;
     return vcu__func_set_attr(f, attrib, val);
+}
+
+/* A parameter's place from the layout the host reported with the
+ * function (cuFuncGetParamInfo on the host). */
+static CUresult vcu__param_info(const vcu__func_t *f, size_t i, size_t *off, size_t *size)
+{
+    if (off == NULL || size == NULL || i >= f->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    *off = f->params[i].offset;
+    *size = f->params[i].size;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex,
+                                        size_t *paramOffset, size_t *paramSize)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__func_arg(func, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__param_info(f, paramIndex, paramOffset, paramSize);
+}
+
+/* The kernel's function in the current context's device. */
+VCU__EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex,
+                                          size_t *paramOffset, size_t *paramSize)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(kernel, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__func_arg((CUfunction)kernel, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__param_info(f, paramIndex, paramOffset, paramSize);
+}
+
+VCU__EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(hfunc, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *name = f->name;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
+{
+    vcu__func_t *f;
+    CUresult e;
+
+    if (hmod == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__func_arg(hfunc, &f);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *hmod = (CUmodule)f->mod;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Cache configurations are preferences the driver may ignore (cuda.h);
+ * the host's driver picks the split per launch from the kernels' shared
+ * memory.  Checked and accepted; the context's is kept for
+ * cuCtxGetCacheConfig.
+ */
+static int vcu__cache_config_ok(CUfunc_cache config)
+{
+    return (unsigned int)config <= CU_FUNC_CACHE_PREFER_EQUAL;
+}
+
+VCU__EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__func_arg(hfunc, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__cache_config_ok(config) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+VCU__EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    vcu__func_t *f;
+    CUresult e = vcu__kernel_func_dev(kernel, dev, &f);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__cache_config_ok(config) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+VCU__EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__cache_config_ok(config))
+        return CUDA_ERROR_INVALID_VALUE;
+    c->cache_config = (int)config;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pconfig == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *pconfig = (CUfunc_cache)c->cache_config;
+    return CUDA_SUCCESS;
 }
 
 /* ---- occupancy ------------------------------------------------------------ */

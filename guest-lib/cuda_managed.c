@@ -76,6 +76,7 @@ CUresult vcu__managed_before(int dev, uint32_t op, const void *req)
         return CUDA_SUCCESS;
     switch (op) {
     case VCU_OP_CU_LAUNCH:
+    case VCU_OP_CU_LAUNCH_EX:           /* starts with CU_LAUNCH's struct */
         memcpy(&l, req, sizeof(l));
         return (CUresult)vcu__m_use(dev, l.stream);
     case VCU_OP_CU_GRAPH_LAUNCH:

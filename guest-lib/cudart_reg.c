@@ -647,13 +647,26 @@ out:
     return e;
 }
 
-cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, size_t shmem,
-                        cudaStream_t stream, int ptsz, uint32_t flags)
+/*
+ * A launch; with launch attributes (nattrs > 0, wire form) it is a
+ * CU_LAUNCH_EX, cooperative then one of them.  The runtime's attribute
+ * ids are the driver's, which the wire carries.
+ */
+_Static_assert((int)cudaLaunchAttributeCooperative == 2 &&
+               (int)cudaLaunchAttributeClusterDimension == 4 &&
+               (int)cudaLaunchAttributeClusterSchedulingPolicyPreference == 5,
+               "cudaLaunchAttributeID is CUlaunchAttributeID");
+static cudaError_t vcu__launch_attrs(vcu__kernel_t *k, dim3 grid, dim3 block, void **args,
+                                     size_t shmem, cudaStream_t stream, int ptsz, uint32_t flags,
+                                     const struct vcu_cu_launch_attr *attrs, uint32_t nattrs)
 {
     struct {
-        struct vcu_cu_launch_req r;
+        struct vcu_cu_launch_ex_req r;
+        struct vcu_cu_launch_attr attrs[VCU_CU_MAX_LAUNCH_ATTRS + 1];
         uint8_t params[VCU_CU_MAX_PARAM_BYTES];
     } *q;
+    size_t head;
+    uint8_t *params;
     const vcu__kfn_t *f;
     uint64_t ws;
     int dev, nowait;
@@ -680,28 +693,54 @@ cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, si
         e = vcu__managed_use(dev, ws);
     if (e != cudaSuccess)
         return e;
+    if (nattrs > VCU_CU_MAX_LAUNCH_ATTRS)
+        return cudaErrorNotSupported;
+    /* The host checks attributes the runtime does not (a grid in whole
+     * clusters): wait for its answer, so that a refusal shows at the
+     * launch as NVIDIA's runtime reports it. */
+    if (nattrs > 0)
+        nowait = 0;
     q = malloc(sizeof(*q));
     if (q == NULL)
         return cudaErrorMemoryAllocation;
     memset(&q->r, 0, sizeof(q->r));
-    e = vcu__pack_params(f, args, q->params);
+    if (nattrs > 0) {
+        memcpy(q->attrs, attrs, nattrs * sizeof(*attrs));
+        if (flags & VCU_CU_LAUNCH_F_COOPERATIVE) {
+            memset(&q->attrs[nattrs], 0, sizeof(q->attrs[0]));
+            q->attrs[nattrs].id = cudaLaunchAttributeCooperative;
+            q->attrs[nattrs++].v[0] = 1;
+        }
+        q->r.nattrs = nattrs;
+        head = sizeof(q->r) + nattrs * sizeof(q->attrs[0]);
+    } else {
+        head = sizeof(q->r.l);
+        q->r.l.flags = flags;
+    }
+    params = (uint8_t *)q + head;
+    e = vcu__pack_params(f, args, params);
     if (e == cudaSuccess) {
-        q->r.function = f->fn;
-        q->r.stream = ws;
-        q->r.grid[0] = grid.x;
-        q->r.grid[1] = grid.y;
-        q->r.grid[2] = grid.z;
-        q->r.block[0] = block.x;
-        q->r.block[1] = block.y;
-        q->r.block[2] = block.z;
-        q->r.shared_mem = (uint32_t)shmem;
-        q->r.flags = flags;
-        q->r.param_bytes = f->param_bytes;
-        e = vcu__call(dev, VCU_OP_CU_LAUNCH, nowait, q,
-                      (uint32_t)(sizeof(q->r) + f->param_bytes), NULL, 0, NULL, 0);
+        q->r.l.function = f->fn;
+        q->r.l.stream = ws;
+        q->r.l.grid[0] = grid.x;
+        q->r.l.grid[1] = grid.y;
+        q->r.l.grid[2] = grid.z;
+        q->r.l.block[0] = block.x;
+        q->r.l.block[1] = block.y;
+        q->r.l.block[2] = block.z;
+        q->r.l.shared_mem = (uint32_t)shmem;
+        q->r.l.param_bytes = f->param_bytes;
+        e = vcu__call(dev, nattrs > 0 ? VCU_OP_CU_LAUNCH_EX : VCU_OP_CU_LAUNCH, nowait, q,
+                      (uint32_t)(head + f->param_bytes), NULL, 0, NULL, 0);
     }
     free(q);
     return e;
+}
+
+cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, size_t shmem,
+                        cudaStream_t stream, int ptsz, uint32_t flags)
+{
+    return vcu__launch_attrs(k, grid, block, args, shmem, stream, ptsz, flags, NULL, 0);
 }
 
 VCU__EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
@@ -1007,27 +1046,33 @@ VCU__EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func,
 }
 
 /*
- * Launch attributes: cooperative becomes a cooperative launch; hints whose
- * absence only makes the launch more conservative are accepted and
- * dropped; what would change the result (clusters, events triggered by
- * the launch, device-updatable nodes) is not supported.
+ * Launch attributes: cooperative becomes a cooperative launch; clusters
+ * and their scheduling policy travel (CU_LAUNCH_EX); hints whose absence
+ * only makes the launch more conservative are accepted and dropped; what
+ * would change the result otherwise (events triggered by the launch,
+ * device-updatable nodes) is not supported.
  */
 static cudaError_t vcu__launch_ex(const cudaLaunchConfig_t *c, const void *func, void **args,
                                   int ptsz)
 {
-    uint32_t flags = 0;
+    struct vcu_cu_launch_attr w[2];
+    uint32_t flags = 0, nw = 0;
 
     if (c == NULL || (c->numAttrs > 0 && c->attrs == NULL))
         return cudaErrorInvalidValue;
+    memset(w, 0, sizeof(w));
     for (unsigned int i = 0; i < c->numAttrs; i++) {
         const cudaLaunchAttribute *a = &c->attrs[i];
         static int once;
 
         switch (a->id) {
+        case cudaLaunchAttributeClusterSchedulingPolicyPreference:
+            w[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+            w[1].v[0] = (uint32_t)a->val.clusterSchedulingPolicyPreference;
+            break;
         case cudaLaunchAttributeIgnore:
         case cudaLaunchAttributeAccessPolicyWindow:
         case cudaLaunchAttributeSynchronizationPolicy:
-        case cudaLaunchAttributeClusterSchedulingPolicyPreference:
         case cudaLaunchAttributeProgrammaticStreamSerialization:
         case cudaLaunchAttributePriority:
         case cudaLaunchAttributeMemSyncDomainMap:
@@ -1041,17 +1086,29 @@ static cudaError_t vcu__launch_ex(const cudaLaunchConfig_t *c, const void *func,
                 flags |= VCU_CU_LAUNCH_F_COOPERATIVE;
             break;
         case cudaLaunchAttributeClusterDimension:
-            if ((uint64_t)a->val.clusterDim.x * a->val.clusterDim.y * a->val.clusterDim.z <= 1)
-                break;
-            /* fall through */
+            w[0].id = cudaLaunchAttributeClusterDimension;
+            w[0].v[0] = a->val.clusterDim.x;
+            w[0].v[1] = a->val.clusterDim.y;
+            w[0].v[2] = a->val.clusterDim.z;
+            break;
         default:
             vcu__log_once(&once, "virtio-cuda: cudaLaunchKernelExC with launch attribute %d "
                                  "is not supported\n", (int)a->id);
             return cudaErrorNotSupported;
         }
     }
-    return vcu__launch(vcu__kernel_by_host(func), c->gridDim, c->blockDim, args,
-                       c->dynamicSmemBytes, c->stream, ptsz, flags);
+    /* Clusters of one block and a policy without clusters are plain
+     * launches. */
+    if (w[0].id != 0 &&
+        (uint64_t)w[0].v[0] * w[0].v[1] * w[0].v[2] == 1)
+        w[0].id = 0;
+    if (w[0].id != 0) {
+        nw = 1;
+        if (w[1].id != 0)
+            w[nw++] = w[1];
+    }
+    return vcu__launch_attrs(vcu__kernel_by_host(func), c->gridDim, c->blockDim, args,
+                             c->dynamicSmemBytes, c->stream, ptsz, flags, w, nw);
 }
 
 VCU__EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func,

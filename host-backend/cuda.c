@@ -163,6 +163,12 @@
     XX(cuOccupancyMaxPotentialBlockSizeWithFlags, 0)                         \
     XX(cuLaunchKernel, 1)                                                    \
     XX(cuLaunchCooperativeKernel, 0)                                         \
+    XX(cuLaunchKernelEx, 0)                                                  \
+    XX(cuOccupancyMaxActiveClusters, 0)                                      \
+    XX(cuOccupancyMaxPotentialClusterSize, 0)                                \
+    XX(cuTensorMapEncodeTiled, 0)                                            \
+    XX(cuTensorMapEncodeIm2col, 0)                                           \
+    XX(cuTensorMapReplaceAddress, 0)                                         \
     XX(cuLaunchHostFunc, 0)                                                  \
     XX(cuStreamCreateWithPriority, 0)                                        \
     XX(cuStreamDestroy, 0)                                                   \
@@ -1830,6 +1836,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_capture_info_resp cap;
     struct vcu_cu_elapsed_resp el;
     struct vcu_cu_output_resp out;
+    struct vcu_cu_tmap_resp tmap;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -3432,6 +3439,324 @@ static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+static void vcu__event_rerecord(vcu__op_t *o, vcu__hent_t *e);
+
+/* One log line per attribute id a guest asked for that is not offered. */
+static void vcu__attr_refused(uint32_t id)
+{
+    static uint64_t logged;
+
+    if (id < 64 && (logged & (1ull << id)))
+        return;
+    if (id < 64)
+        logged |= 1ull << id;
+    fprintf(stderr, "vcu-backend: launch attribute %u (CUlaunchAttributeID) is not supported\n",
+            id);
+}
+
+/*
+ * The attributes of a CU_LAUNCH_EX-shaped request, checked and turned into
+ * the driver's (out has VCU_CU_MAX_LAUNCH_ATTRS entries): ids offered,
+ * values in range, events the session's on the request's device.  The
+ * request's device is current.  -1 with o->res set where one is refused.
+ */
+static int vcu__launch_attrs(vcu__op_t *o, const unsigned char *wa, uint32_t n,
+                             CUlaunchAttribute *out)
+{
+    uint32_t i;
+
+    memset(out, 0, sizeof(*out) * n);
+    for (i = 0; i < n; i++) {
+        struct vcu_cu_launch_attr a;
+        CUlaunchAttributeValue *v = &out[i].value;
+        vcu__hent_t *e = NULL;
+
+        memcpy(&a, wa + (size_t)i * sizeof(a), sizeof(a));
+        out[i].id = (CUlaunchAttributeID)a.id;
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        if (a.reserved != 0 || (a.handle != 0 && a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT &&
+                                a.id != CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT))
+            return -1;
+        switch (a.id) {
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+            break;
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            v->cooperative = a.v[0] != 0;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+            v->programmaticStreamSerializationAllowed = a.v[0] != 0;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+            /* The driver clamps a priority to the context's range. */
+            v->priority = (int)a.v[0];
+            break;
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+            if (a.v[0] > CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE)
+                return -1;
+            v->memSyncDomain = (CUlaunchMemSyncDomain)a.v[0];
+            break;
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+            if (a.v[0] > CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE ||
+                a.v[1] > CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE)
+                return -1;
+            v->memSyncDomainMap.default_ = (unsigned char)a.v[0];
+            v->memSyncDomainMap.remote = (unsigned char)a.v[1];
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+            if (a.v[0] > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+                return -1;
+            v->clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)a.v[0];
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+            /* A percentage, or CU_SHAREDMEM_CARVEOUT_DEFAULT (-1). */
+            if (a.v[0] > 100 && a.v[0] != (uint32_t)CU_SHAREDMEM_CARVEOUT_DEFAULT)
+                return -1;
+            v->sharedMemCarveout = a.v[0];
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+            if (a.v[0] == 0 || a.v[1] == 0 || a.v[2] == 0 ||
+                a.v[0] > VCU_CU_MAX_CLUSTER_BLOCKS || a.v[1] > VCU_CU_MAX_CLUSTER_BLOCKS ||
+                a.v[2] > VCU_CU_MAX_CLUSTER_BLOCKS ||
+                (uint64_t)a.v[0] * a.v[1] * a.v[2] > VCU_CU_MAX_CLUSTER_BLOCKS)
+                return -1;
+            v->clusterDim.x = a.v[0];
+            v->clusterDim.y = a.v[1];
+            v->clusterDim.z = a.v[2];
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+            e = vcu__htab_get(&o->cs->tab, a.handle, VCU__H_EVENT);
+            if (e == NULL || e->dev != vcu__dev_of(o)) {
+                o->res = CUDA_ERROR_INVALID_HANDLE;
+                return -1;
+            }
+            if (a.v[0] > INT_MAX ||
+                (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT && a.v[1] > 1))
+                return -1;
+            if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
+                v->programmaticEvent.event = e->u.ev;
+                v->programmaticEvent.flags = (int)a.v[0];
+                v->programmaticEvent.triggerAtBlockStart = (int)a.v[1];
+            } else {
+                v->launchCompletionEvent.event = e->u.ev;
+                v->launchCompletionEvent.flags = (int)a.v[0];
+            }
+            break;
+        default:
+            vcu__attr_refused(a.id);
+            o->res = CUDA_ERROR_NOT_SUPPORTED;
+            return -1;
+        }
+    }
+    o->res = CUDA_SUCCESS;
+    return 0;
+}
+
+/*
+ * The fixed part and attributes of a CU_LAUNCH_EX-shaped request: sizes
+ * within the payload (*params: where the parameters start), flags 0,
+ * dims nonzero and within what any GPU takes, the function and stream the
+ * session's; the request's device made current.  VCU_S_OK with o->res
+ * set where the request is well formed but refused.
+ */
+static uint32_t vcu__launch_ex_prep(vcu__op_t *o, struct vcu_cu_launch_ex_req *rq,
+                                    CUlaunchConfig *cfg, CUlaunchAttribute *attrs,
+                                    vcu__hent_t **fe, size_t *params)
+{
+    uint64_t threads;
+    size_t abytes;
+    unsigned int i;
+
+    memcpy(rq, o->p, sizeof(*rq));
+    *fe = NULL;
+    if (rq->nattrs > VCU_CU_MAX_LAUNCH_ATTRS || rq->reserved != 0 || rq->l.flags != 0 ||
+        rq->l.param_bytes > VCU_CU_MAX_PARAM_BYTES || o->nsegs != 0)
+        return VCU_S_EINVAL;
+    abytes = (size_t)rq->nattrs * sizeof(struct vcu_cu_launch_attr);
+    if (o->plen - sizeof(*rq) < abytes ||
+        o->plen - sizeof(*rq) - abytes < (size_t)rq->l.param_bytes)
+        return VCU_S_EINVAL;
+    *params = sizeof(*rq) + abytes;
+    VCU__ENTER(o);
+    threads = (uint64_t)rq->l.block[0] * rq->l.block[1] * rq->l.block[2];
+    for (i = 0; i < 3; i++)
+        if (rq->l.grid[i] == 0 || rq->l.block[i] == 0)
+            break;
+    if (i < 3 || rq->l.grid[0] > INT_MAX || rq->l.grid[1] > 65535 || rq->l.grid[2] > 65535 ||
+        threads > 1024) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    *fe = vcu__get(o, rq->l.function, VCU__H_FUNCTION);
+    if (*fe == NULL)
+        return VCU_S_OK;
+    memset(cfg, 0, sizeof(*cfg));
+    if (vcu__stream(o, rq->l.stream, &cfg->hStream) != 0) {
+        *fe = NULL;
+        return VCU_S_OK;
+    }
+    if (vcu__launch_attrs(o, o->p + sizeof(*rq), rq->nattrs, attrs) != 0) {
+        *fe = NULL;
+        return VCU_S_OK;
+    }
+    cfg->gridDimX = rq->l.grid[0];
+    cfg->gridDimY = rq->l.grid[1];
+    cfg->gridDimZ = rq->l.grid[2];
+    cfg->blockDimX = rq->l.block[0];
+    cfg->blockDimY = rq->l.block[1];
+    cfg->blockDimZ = rq->l.block[2];
+    cfg->sharedMemBytes = rq->l.shared_mem;
+    cfg->attrs = rq->nattrs > 0 ? attrs : NULL;
+    cfg->numAttrs = rq->nattrs;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_LAUNCH_EX(vcu__op_t *o)
+{
+    CUlaunchAttribute attrs[VCU_CU_MAX_LAUNCH_ATTRS];
+    struct vcu_cu_launch_ex_req rq;
+    CUlaunchConfig cfg;
+    vcu__hent_t *fe;
+    size_t at;
+    uint32_t i, st = vcu__launch_ex_prep(o, &rq, &cfg, attrs, &fe, &at);
+    void **kp;
+
+    if (st != VCU_S_OK || fe == NULL)
+        return st;
+    if (o->cs->capture && vcu__mods_add(o->cs, &o->cs->cap_mods, fe->u.fn.mod) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    kp = vcu__params(o, fe, o->p + at, rq.l.param_bytes);
+    if (kp == NULL)
+        return VCU_S_OK;
+    /* The launch records its events: as CU_EVENT_RECORD does, once
+     * nothing can refuse the request any more. */
+    for (i = 0; i < rq.nattrs; i++) {
+        struct vcu_cu_launch_attr a;
+        vcu__hent_t *e;
+
+        memcpy(&a, o->p + sizeof(rq) + (size_t)i * sizeof(a), sizeof(a));
+        if (a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT &&
+            a.id != CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
+            continue;
+        e = vcu__htab_get(&o->cs->tab, a.handle, VCU__H_EVENT);
+        vcu__event_rerecord(o, e);
+        if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT)
+            attrs[i].value.programmaticEvent.event = e->u.ev;
+        else
+            attrs[i].value.launchCompletionEvent.event = e->u.ev;
+    }
+    o->res = VCU__CU(o->cu, cuLaunchKernelEx, &cfg, fe->u.fn.f, kp, NULL);
+    vcu__params_free(o, fe, kp);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_OCCUPANCY_CLUSTERS(vcu__op_t *o)
+{
+    CUlaunchAttribute attrs[VCU_CU_MAX_LAUNCH_ATTRS];
+    struct vcu_cu_launch_ex_req rq;
+    CUlaunchConfig cfg;
+    vcu__hent_t *fe;
+    size_t at;
+    uint32_t st = vcu__launch_ex_prep(o, &rq, &cfg, attrs, &fe, &at);
+    int n = 0;
+
+    if (st != VCU_S_OK || fe == NULL)
+        return st;
+    if (rq.l.param_bytes != 0)
+        return VCU_S_EINVAL;
+    o->res = VCU__CU(o->cu, cuOccupancyMaxActiveClusters, &n, fe->u.fn.f, &cfg);
+    o->rb.u64.value = n > 0 ? (uint64_t)n : 0;
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_OCCUPANCY_CLUSTER_SIZE(vcu__op_t *o)
+{
+    CUlaunchAttribute attrs[VCU_CU_MAX_LAUNCH_ATTRS];
+    struct vcu_cu_launch_ex_req rq;
+    CUlaunchConfig cfg;
+    vcu__hent_t *fe;
+    size_t at;
+    uint32_t st = vcu__launch_ex_prep(o, &rq, &cfg, attrs, &fe, &at);
+    int n = 0;
+
+    if (st != VCU_S_OK || fe == NULL)
+        return st;
+    if (rq.l.param_bytes != 0)
+        return VCU_S_EINVAL;
+    o->res = VCU__CU(o->cu, cuOccupancyMaxPotentialClusterSize, &n, fe->u.fn.f, &cfg);
+    o->rb.u64.value = n > 0 ? (uint64_t)n : 0;
+    return VCU_S_OK;
+}
+
+/*
+ * CU_TENSOR_MAP: the arrays are fixed in the request; rank says how many
+ * entries the driver reads, so it is checked first, and the rest must be
+ * zero.  The driver checks the values (alignment, ranges) itself.
+ */
+static uint32_t vcu__op_CU_TENSOR_MAP(vcu__op_t *o)
+{
+    CUtensorMap map;
+    struct vcu_cu_tmap_req rq;
+    int lower[VCU_CU_TMAP_MAX_RANK - 2], upper[VCU_CU_TMAP_MAX_RANK - 2];
+    unsigned int i, r;
+
+    _Static_assert(sizeof(CUtensorMap) == VCU_CU_TMAP_BYTES, "CUtensorMap");
+    memcpy(&rq, o->p, sizeof(rq));
+    r = rq.rank;
+    if (rq.reserved != 0 || o->nsegs != 0)
+        return VCU_S_EINVAL;
+    if (rq.kind == VCU_CU_TMAP_REPLACE_ADDRESS) {
+        VCU__ENTER(o);
+        memcpy(&map, rq.map, sizeof(map));
+        o->res = VCU__CU(o->cu, cuTensorMapReplaceAddress, &map,
+                         (void *)(uintptr_t)rq.global_address);
+        if (o->res == CUDA_SUCCESS)
+            memcpy(o->rb.tmap.map, &map, sizeof(map));
+        return VCU_S_OK;
+    }
+    if ((rq.kind != VCU_CU_TMAP_TILED && rq.kind != VCU_CU_TMAP_IM2COL) || r == 0 ||
+        r > VCU_CU_TMAP_MAX_RANK || (rq.kind == VCU_CU_TMAP_IM2COL && r < 3))
+        return VCU_S_EINVAL;
+    for (i = r; i < VCU_CU_TMAP_MAX_RANK; i++)
+        if (rq.global_dim[i] != 0 || rq.box_dim[i] != 0 || rq.element_strides[i] != 0 ||
+            rq.global_strides[i - 1] != 0)
+            return VCU_S_EINVAL;
+    for (i = 0; i < VCU_CU_TMAP_MAX_RANK - 2; i++) {
+        if (rq.kind != VCU_CU_TMAP_IM2COL || i + 2 >= r) {
+            if (rq.lower_corner[i] != 0 || rq.upper_corner[i] != 0)
+                return VCU_S_EINVAL;
+        }
+        lower[i] = (int)rq.lower_corner[i];
+        upper[i] = (int)rq.upper_corner[i];
+    }
+    if (rq.kind == VCU_CU_TMAP_TILED && (rq.channels_per_pixel != 0 || rq.pixels_per_column != 0))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    memset(&map, 0, sizeof(map));
+    if (rq.kind == VCU_CU_TMAP_TILED)
+        o->res = VCU__CU(o->cu, cuTensorMapEncodeTiled, &map, (CUtensorMapDataType)rq.data_type,
+                         r, (void *)(uintptr_t)rq.global_address, rq.global_dim,
+                         rq.global_strides, rq.box_dim, rq.element_strides,
+                         (CUtensorMapInterleave)rq.interleave, (CUtensorMapSwizzle)rq.swizzle,
+                         (CUtensorMapL2promotion)rq.l2_promotion,
+                         (CUtensorMapFloatOOBfill)rq.oob_fill);
+    else
+        o->res = VCU__CU(o->cu, cuTensorMapEncodeIm2col, &map,
+                         (CUtensorMapDataType)rq.data_type, r,
+                         (void *)(uintptr_t)rq.global_address, rq.global_dim,
+                         rq.global_strides, lower, upper, rq.channels_per_pixel,
+                         rq.pixels_per_column, rq.element_strides,
+                         (CUtensorMapInterleave)rq.interleave, (CUtensorMapSwizzle)rq.swizzle,
+                         (CUtensorMapL2promotion)rq.l2_promotion,
+                         (CUtensorMapFloatOOBfill)rq.oob_fill);
+    if (o->res == CUDA_SUCCESS)
+        memcpy(o->rb.tmap.map, &map, sizeof(map));
+    return VCU_S_OK;
+}
+
 /* --- streams and host callbacks --- */
 
 static uint32_t vcu__op_CU_STREAM_CREATE(vcu__op_t *o)
@@ -3760,26 +4085,29 @@ static uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* Before e is recorded again: a parked synchronize waits for the record
+ * before this one, so it keeps the old CUevent and the guest's handle
+ * gets a new one. */
+static void vcu__event_rerecord(vcu__op_t *o, vcu__hent_t *e)
+{
+    vcu__cuda_wait_t *w = vcu__gev_waiter(o->cs, e->u.ev);
+    CUevent ev = NULL;
+
+    if (w != NULL && VCU__CU(o->cu, cuEventCreate, &ev, e->xflags) == CUDA_SUCCESS) {
+        w->own_gev = 1;
+        e->u.ev = ev;
+    }
+}
+
 static uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
-    vcu__cuda_wait_t *w;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.a, VCU__H_EVENT);
     VCU__STREAM(o, st, rq.b);
-    w = vcu__gev_waiter(o->cs, e->u.ev);
-    if (w != NULL) {
-        CUevent ev = NULL;
-
-        /* A parked synchronize waits for the record before this one: it
-         * keeps the old CUevent, the guest's handle gets a new one. */
-        if (VCU__CU(o->cu, cuEventCreate, &ev, e->xflags) == CUDA_SUCCESS) {
-            w->own_gev = 1;
-            e->u.ev = ev;
-        }
-    }
+    vcu__event_rerecord(o, e);
     o->res = VCU__CU(o->cu, cuEventRecordWithFlags, e->u.ev, st, (unsigned int)rq.c);
     return VCU_S_OK;
 }
@@ -4219,7 +4547,8 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
             vcu__wait_block(cs, o->wait);
         vcu__out_sync_end(cs->out);
     } else {
-        if (cs->out != NULL && (op == VCU_OP_CU_LAUNCH || op == VCU_OP_CU_GRAPH_LAUNCH))
+        if (cs->out != NULL && (op == VCU_OP_CU_LAUNCH || op == VCU_OP_CU_LAUNCH_EX ||
+                                 op == VCU_OP_CU_GRAPH_LAUNCH))
             vcu__out_touch(cs->out);
         st = vcu__dispatch(o, op);
     }

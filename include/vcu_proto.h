@@ -226,6 +226,12 @@ struct vcu_resp_hdr {
     XX(CU_LAUNCH, 0x0308, vcu_cu_launch_req, vcu_cu_resp)                                \
     /* flags: the number of blocks per SM; reply: bytes */                                \
     XX(CU_OCCUPANCY_AVAIL_SMEM, 0x0309, vcu_cu_occupancy_req, vcu_cu_u64_resp)            \
+    XX(CU_LAUNCH_EX, 0x030a, vcu_cu_launch_ex_req, vcu_cu_resp)                          \
+    /* the launch config of cuOccupancyMaxActiveClusters, no parameters; reply: clusters */ \
+    XX(CU_OCCUPANCY_CLUSTERS, 0x030b, vcu_cu_launch_ex_req, vcu_cu_u64_resp)              \
+    /* cuOccupancyMaxPotentialClusterSize's config; reply: blocks per cluster */          \
+    XX(CU_OCCUPANCY_CLUSTER_SIZE, 0x030c, vcu_cu_launch_ex_req, vcu_cu_u64_resp)          \
+    XX(CU_TENSOR_MAP, 0x030d, vcu_cu_tmap_req, vcu_cu_tmap_resp)                        \
     /* CUDA: streams and host callbacks */                                               \
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
@@ -660,6 +666,85 @@ struct vcu_cu_launch_req {
     vcu_le32 reserved;
 };
 
+/*
+ * CU_LAUNCH_EX: cuLaunchKernelEx.  The fixed struct's launch part is
+ * CU_LAUNCH's (flags 0), then nattrs struct vcu_cu_launch_attr, then
+ * param_bytes of parameters as for CU_LAUNCH.  CU_OCCUPANCY_CLUSTERS and
+ * CU_OCCUPANCY_CLUSTER_SIZE take the same struct, param_bytes 0, stream
+ * and attributes of the CUlaunchConfig they ask about.
+ *
+ * An attribute: id is a CUlaunchAttributeID; handle is a session event for
+ * PROGRAMMATIC_EVENT and LAUNCH_COMPLETION_EVENT, else 0; v[] holds the
+ * value's other fields in the order cuda.h's CUlaunchAttributeValue gives
+ * them, one 32-bit word each (MEM_SYNC_DOMAIN_MAP: default, remote):
+ *   COOPERATIVE, PROGRAMMATIC_STREAM_SERIALIZATION, PRIORITY,
+ *   MEM_SYNC_DOMAIN, CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+ *   PREFERRED_SHARED_MEMORY_CARVEOUT      v[0]
+ *   CLUSTER_DIMENSION, PREFERRED_CLUSTER_DIMENSION   v[0..2] = x, y, z
+ *   PROGRAMMATIC_EVENT      handle, v[0] = flags, v[1] = triggerAtBlockStart
+ *   LAUNCH_COMPLETION_EVENT handle, v[0] = flags
+ *   MEM_SYNC_DOMAIN_MAP     v[0] = default, v[1] = remote
+ *   IGNORE                  nothing
+ * Any other id is CUDA_ERROR_NOT_SUPPORTED.
+ */
+#define VCU_CU_MAX_LAUNCH_ATTRS 16u
+#define VCU_CU_MAX_CLUSTER_BLOCKS 32u   /* above any GPU's non-portable size */
+
+struct vcu_cu_launch_attr {
+    vcu_le32 id;                    /* CUlaunchAttributeID */
+    vcu_le32 reserved;
+    vcu_le64 handle;                /* an event, or 0 */
+    vcu_le32 v[4];
+};
+
+struct vcu_cu_launch_ex_req {
+    struct vcu_cu_launch_req l;     /* flags 0 */
+    vcu_le32 nattrs;                /* <= VCU_CU_MAX_LAUNCH_ATTRS */
+    vcu_le32 reserved;
+};
+
+/*
+ * CU_TENSOR_MAP: the host's driver encodes a CUtensorMap (TILED:
+ * cuTensorMapEncodeTiled; IM2COL: cuTensorMapEncodeIm2col) or changes
+ * map's address (REPLACE_ADDRESS: cuTensorMapReplaceAddress; only map and
+ * global_address used).  The reply's 128 bytes are the map, passed to
+ * kernels as they are: the global address in it is a device address,
+ * the same in guest and host.  Arrays hold rank entries (strides rank -
+ * 1, corners rank - 2), the rest zero.
+ */
+#define VCU_CU_TMAP_TILED 1u
+#define VCU_CU_TMAP_IM2COL 2u
+#define VCU_CU_TMAP_REPLACE_ADDRESS 3u
+#define VCU_CU_TMAP_MAX_RANK 5u
+#define VCU_CU_TMAP_BYTES 128u
+
+struct vcu_cu_tmap_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 kind;                  /* VCU_CU_TMAP_* */
+    vcu_le32 data_type;             /* CUtensorMapDataType */
+    vcu_le32 rank;                  /* 1..5; IM2COL 3..5 */
+    vcu_le32 interleave;            /* CUtensorMapInterleave */
+    vcu_le32 swizzle;               /* CUtensorMapSwizzle */
+    vcu_le32 l2_promotion;          /* CUtensorMapL2promotion */
+    vcu_le32 oob_fill;              /* CUtensorMapFloatOOBfill */
+    vcu_le32 channels_per_pixel;    /* IM2COL */
+    vcu_le32 pixels_per_column;     /* IM2COL */
+    vcu_le32 reserved;
+    vcu_le64 global_address;
+    vcu_le64 global_dim[VCU_CU_TMAP_MAX_RANK];
+    vcu_le64 global_strides[VCU_CU_TMAP_MAX_RANK - 1];
+    vcu_le32 box_dim[VCU_CU_TMAP_MAX_RANK];          /* TILED */
+    vcu_le32 element_strides[VCU_CU_TMAP_MAX_RANK];
+    vcu_le32 lower_corner[VCU_CU_TMAP_MAX_RANK - 2]; /* IM2COL, as int32 */
+    vcu_le32 upper_corner[VCU_CU_TMAP_MAX_RANK - 2]; /* IM2COL, as int32 */
+    vcu_u8 map[VCU_CU_TMAP_BYTES];                   /* REPLACE_ADDRESS */
+};
+
+struct vcu_cu_tmap_resp {
+    struct vcu_cu_resp r;
+    vcu_u8 map[VCU_CU_TMAP_BYTES];
+};
+
 struct vcu_cu_stream_create_req {
     struct vcu_cu_hdr hdr;
     vcu_le32 flags;                 /* CU_STREAM_* */
@@ -756,6 +841,10 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_func_attrs_resp) == 8 + 4 * VCU_CU_NUM_FUN
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_req) == 32, "vcu_cu_occupancy_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_resp) == 16, "vcu_cu_occupancy_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_req) == 64, "vcu_cu_launch_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_attr) == 32, "vcu_cu_launch_attr");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_ex_req) == 72, "vcu_cu_launch_ex_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tmap_req) == 320, "vcu_cu_tmap_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tmap_resp) == 136, "vcu_cu_tmap_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_stream_create_req) == 16, "vcu_cu_stream_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");

@@ -17,8 +17,11 @@
 # guest-lib's libcuda.so.1 + backend + the stand-in, no VM), nvrt-loopback
 # (NVIDIA's own CUDA runtime, shared and static, running tests/cuda
 # programs on guest-lib's libcuda.so.1 + backend + the stand-in, no VM),
-# nvml-loopback (guest-lib's libnvidia-ml.so.1 and vcuda-smi against our
-# libcuda.so.1 + backend + the stand-in, no VM), cold (the first-run path of build-qemu.sh and guest-kernel.sh
+# libs-loopback (NVIDIA's cuBLAS, cuBLASLt, cuRAND, cuSPARSE on guest-lib's libcuda.so.1 +
+# backend + the stand-in's do-nothing kernels: every driver call they make
+# is answered), nvml-loopback (guest-lib's libnvidia-ml.so.1 and vcuda-smi
+# against our libcuda.so.1 + backend + the stand-in, no VM), cold (the
+# first-run path of build-qemu.sh and guest-kernel.sh
 # against an empty cache, with local fixtures in place of the network, and
 # no pipeline under pipefail whose reader stops early; tests/cold/run.sh),
 # packaging: dkms (the guest module through DKMS against the 6.1 and 6.12
@@ -32,7 +35,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo"}
+suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -89,6 +92,7 @@ for s in $suites; do
     cuda-loopback) run_suite cuda-loopback scripts/cuda-loopback.sh ;;
     driver-loopback) run_suite driver-loopback scripts/driver-loopback.sh ;;
     nvrt-loopback) run_suite nvrt-loopback scripts/nvrt-loopback.sh ;;
+    libs-loopback) run_suite libs-loopback scripts/libs-loopback.sh ;;
     nvml-loopback) run_suite nvml-loopback scripts/nvml-loopback.sh ;;
     dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
     install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;

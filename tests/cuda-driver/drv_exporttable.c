@@ -22,10 +22,15 @@ static const unsigned char ids[][16] = {
     { 0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93 },
     { 0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e },
     { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
+    { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
+    { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca },
+    { 0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e },
 };
-enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, NT };
-/* Sizes NVIDIA's driver 580.159.04 gives (CLS has no size slot). */
-static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18 };
+enum { T_F8, T_CUDART, T_HOOKS, T_TLS, T_CLS, T_CHECKS, T_INTEGRITY, T_21318C60, T_1734DC26,
+       T_6E163FBE, NT };
+/* Sizes NVIDIA's driver 580.159.04 gives (CLS has no size slot); 21318c60's
+ * is 595.99.02's, 1734dc26's and 6e163fbe's ours, none measured on 580. */
+static const size_t sizes[NT] = { 0x18, 0x68, 0x38, 0x18, 0, 0x78, 0x18, 95 * 8, 32 * 8, 16 * 8 };
 
 typedef CUresult (*cls_put_t)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *));
 typedef CUresult (*cls_delete_t)(CUcontext, void *);
@@ -90,13 +95,18 @@ int main(void)
     TRUE(p == NULL);
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(NULL, (const CUuuid *)ids[0]));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(&p, NULL));
-    printf("seven tables, sized as NVIDIA's\n");
+    printf("ten tables, sized as NVIDIA's\n");
 
     /* Slots of unknown purpose: NOT_SUPPORTED each time (logged once). */
     for (int i = 0; i < 3; i++)
         EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_CUDART][3])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_TLS][1])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_CHECKS][14])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][1])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][94])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][4])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][31])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_6E163FBE][7])());
     TRUE(t[T_CUDART][10] == NULL && t[T_CLS][3] == NULL);
     printf("unknown slots: CUDA_ERROR_NOT_SUPPORTED\n");
 
@@ -140,6 +150,15 @@ int main(void)
 
     /* Libraries and kernels, as the runtime loads code. */
     w.data = fatbin;
+    /* A library option with no values array, as cuBLASLt 13 passes it. */
+    {
+        CUlibraryOption lo = CU_LIBRARY_BINARY_IS_PRESERVED;
+        CUlibrary l2;
+
+        CK(cuLibraryLoadData(&l2, &w, NULL, NULL, 0, &lo, NULL, 1));
+        CK(cuLibraryUnload(l2));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuLibraryLoadData(&l2, &w, NULL, NULL, 0, NULL, NULL, 1));
+    }
     CK(cuLibraryLoadData(&lib, &w, NULL, NULL, 0, NULL, NULL, 0));
     CK(cuLibraryGetKernel(&k, lib, "vcu_drv_vadd"));
     CK(cuLibraryGetKernel(&k2, lib, "vcu_drv_vadd"));
@@ -150,6 +169,34 @@ int main(void)
     TRUE(v > 0);
     CK(cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, dev));
     TRUE(v > 0);
+    {
+        size_t po = 99, ps = 99;
+
+        CK(cuKernelGetParamInfo(k, 3, &po, &ps));
+        TRUE(po == 24 && ps == 4);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuKernelGetParamInfo(k, 4, &po, &ps));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuKernelGetParamInfo((CUkernel)&po, 0, &po, &ps));
+    }
+    /* Cache configurations: preferences, checked. */
+    {
+        CUfunc_cache cc = CU_FUNC_CACHE_PREFER_EQUAL;
+
+        CK(cuKernelSetCacheConfig(k, CU_FUNC_CACHE_PREFER_SHARED, dev));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuKernelSetCacheConfig(k, (CUfunc_cache)9, dev));
+        EXPECT(CUDA_ERROR_INVALID_DEVICE, cuKernelSetCacheConfig(k, CU_FUNC_CACHE_PREFER_L1, 99));
+        CK(cuFuncSetCacheConfig(fn, CU_FUNC_CACHE_PREFER_L1));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncSetCacheConfig(fn, (CUfunc_cache)9));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuFuncSetCacheConfig((CUfunction)&cc,
+                                                               CU_FUNC_CACHE_PREFER_L1));
+        CK(cuCtxGetCacheConfig(&cc));
+        TRUE(cc == CU_FUNC_CACHE_PREFER_NONE);
+        CK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_SHARED));
+        CK(cuCtxGetCacheConfig(&cc));
+        TRUE(cc == CU_FUNC_CACHE_PREFER_SHARED);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxSetCacheConfig((CUfunc_cache)9));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetCacheConfig(NULL));
+        CK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_NONE));
+    }
     {
         CUdeviceptr a, b, c;
         float ha[64], hb[64], hc[64];
@@ -228,6 +275,46 @@ int main(void)
     TRUE(wrapped == 77);
     TRUE(((int (*)(void))t[T_CHECKS][3])() == 0);
     printf("CONTEXT_CHECKS: not wrapped\n");
+
+    /* TOOLS_TLS [2]: the thread's current context (none: NULL);
+     * 21318c60 [4]: a context's number, as cuCtxGetId. */
+    {
+        unsigned long long id = 0, want_id = 0;
+
+        got = (CUcontext)&key1;
+        CK(((CUresult (*)(CUcontext *))t[T_TLS][2])(&got));
+        TRUE(got == NULL);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, ((CUresult (*)(CUcontext *))t[T_TLS][2])(NULL));
+        CK(cuCtxSetCurrent(prim));
+        CK(((CUresult (*)(CUcontext *))t[T_TLS][2])(&got));
+        TRUE(got == prim);
+        CK(cuCtxGetId(prim, &want_id));
+        CK(((CUresult (*)(CUcontext, unsigned long long *))t[T_21318C60][4])(prim, &id));
+        TRUE(id == want_id && id != 0);
+        id = 0;
+        CK(((CUresult (*)(CUcontext, unsigned long long *))t[T_21318C60][4])(NULL, &id));
+        TRUE(id == want_id);
+        /* [51]: an object for the context; [39]: 0 for it. */
+        {
+            typedef CUresult (*obj_t)(CUcontext, uint64_t, void **);
+            typedef CUresult (*zero_t)(CUcontext, const void *, uint64_t *);
+            void *obj = NULL, *obj2 = NULL;
+            uint64_t z = 99;
+
+            CK(((obj_t)t[T_21318C60][51])(prim, 0, &obj));
+            CK(((obj_t)t[T_21318C60][51])(NULL, 0, &obj2));
+            TRUE(obj != NULL && obj == obj2 && ((unsigned char *)obj)[0] == 0);
+            EXPECT(CUDA_ERROR_INVALID_HANDLE, ((obj_t)t[T_21318C60][51])(prim, UINT64_MAX, &obj));
+            EXPECT(CUDA_ERROR_INVALID_VALUE, ((obj_t)t[T_21318C60][51])(prim, 0, NULL));
+            EXPECT(CUDA_ERROR_INVALID_CONTEXT,
+                   ((obj_t)t[T_21318C60][51])((CUcontext)&z, 0, &obj));
+            CK(((zero_t)t[T_21318C60][39])(prim, obj, &z));
+            TRUE(z == 0);
+            EXPECT(CUDA_ERROR_INVALID_VALUE, ((zero_t)t[T_21318C60][39])(prim, obj, NULL));
+        }
+        CK(cuCtxSetCurrent(NULL));
+    }
+    printf("TOOLS_TLS [2], 21318c60 [4]: current context, context number\n");
 
     /* INTEGRITY_CHECK: from what this library reports. */
     vcu__integrity_in_t in = {

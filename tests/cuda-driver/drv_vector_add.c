@@ -56,6 +56,27 @@ int main(void)
     CK(cuModuleGetFunction(&fill, mod, "vcu_drv_fill"));
     CK(cuModuleGetFunction(&bump, mod, "vcu_drv_flag_bump"));
     EXPECT(CUDA_ERROR_NOT_FOUND, cuModuleGetFunction(&vadd_again, mod, "no_such_kernel"));
+    /* The parameter layout with padding, name and module of a function. */
+    {
+        static const size_t off[5] = { 0, 8, 16, 24, 28 }, sz[5] = { 8, 1, 8, 4, 4 };
+        size_t po = 99, ps = 99;
+        const char *fname = NULL;
+        CUmodule fmod = NULL;
+
+        for (size_t i = 0; i < 5; i++) {
+            CK(cuFuncGetParamInfo(fill, i, &po, &ps));
+            TRUE(po == off[i] && ps == sz[i]);
+        }
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncGetParamInfo(fill, 5, &po, &ps));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncGetParamInfo(fill, 0, NULL, &ps));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuFuncGetParamInfo((CUfunction)&po, 0, &po, &ps));
+        CK(cuFuncGetName(&fname, fill));
+        TRUE(fname != NULL && strcmp(fname, "vcu_drv_fill") == 0);
+        CK(cuFuncGetModule(&fmod, fill));
+        TRUE(fmod == mod);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuFuncGetName(NULL, fill));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuFuncGetModule(&fmod, (CUfunction)&po));
+    }
 
     for (int i = 0; i < N; i++) {
         ha[i] = (float)i;
@@ -158,6 +179,70 @@ int main(void)
         TRUE(out == 41);
     }
 
+    /* Stream priorities and flags, context limits. */
+    {
+        int least = 1, greatest = 1, prio = 7;
+        unsigned int fl = 7;
+        size_t stack = 0, stack2 = 0;
+        CUstream hi, lo;
+
+        CK(cuCtxGetStreamPriorityRange(&least, &greatest));
+        TRUE(greatest <= least);
+        CK(cuCtxGetStreamPriorityRange(NULL, &greatest));
+        CK(cuStreamCreateWithPriority(&hi, CU_STREAM_NON_BLOCKING, greatest - 100));
+        CK(cuStreamCreateWithPriority(&lo, 0, least + 100));
+        CK(cuStreamGetPriority(hi, &prio));
+        TRUE(prio == greatest);                 /* clamped, as the driver does */
+        CK(cuStreamGetPriority(lo, &prio));
+        TRUE(prio == least);
+        CK(cuStreamGetFlags(hi, &fl));
+        TRUE(fl == CU_STREAM_NON_BLOCKING);
+        CK(cuStreamGetFlags(lo, &fl));
+        TRUE(fl == 0);
+        CK(cuStreamGetPriority(NULL, &prio));
+        TRUE(prio == 0);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetPriority(hi, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetFlags(hi, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamCreateWithPriority(&lo, 4, 0));
+        /* Context, device and id of streams. */
+        {
+            unsigned long long id1 = 0, id2 = 0, id3 = 0, cid = 0, cid2 = 0;
+            CUcontext sc = NULL;
+            CUdevice sd = -1;
+
+            CK(cuStreamGetId(hi, &id1));
+            CK(cuStreamGetId(lo, &id2));
+            CK(cuStreamGetId(NULL, &id3));
+            TRUE(id1 != 0 && id2 != 0 && id1 != id2 && id3 != id1 && id3 != id2);
+            CK(cuStreamGetCtx(hi, &sc));
+            TRUE(sc == ctx);
+            CK(cuStreamGetCtx(NULL, &sc));
+            TRUE(sc == ctx);
+            CK(cuStreamGetDevice(hi, &sd));
+            TRUE(sd == dev);
+            CK(cuCtxGetId(ctx, &cid));
+            CK(cuCtxGetId(NULL, &cid2));
+            TRUE(cid != 0 && cid == cid2);
+            EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetId(hi, NULL));
+            EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetId(ctx, NULL));
+            EXPECT(CUDA_ERROR_INVALID_HANDLE, cuStreamGetCtx((CUstream)&sc, &sc));
+            EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetId((CUcontext)&sc, &cid));
+        }
+        CK(cuMemsetD8Async(c, 0, 16, hi));
+        CK(cuStreamSynchronize(hi));
+        CK(cuStreamDestroy(hi));
+        CK(cuStreamDestroy(lo));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuStreamGetPriority(hi, &prio));
+        CK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+        TRUE(stack > 0);
+        CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack + 1024));
+        CK(cuCtxGetLimit(&stack2, CU_LIMIT_STACK_SIZE));
+        TRUE(stack2 >= stack + 1024);
+        CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetLimit(NULL, CU_LIMIT_STACK_SIZE));
+        TRUE(cuCtxGetLimit(&stack, (CUlimit)1000) != CUDA_SUCCESS);
+    }
+
     /* A stream, async copies, events. */
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
@@ -215,13 +300,50 @@ int main(void)
 
         CK(cuMemsetD32(a, 1, N));
         CK(cuMemsetD32(b, 2, N));
+        cuuint64_t cap_id = 0, cap_id2 = 0;
+        CUgraph cap_g = (CUgraph)&cap_id;
+        const CUgraphNode *cap_deps = (const CUgraphNode *)&cap_id;
+        size_t cap_n = 99;
+
+        CK(cuStreamGetCaptureInfo_v3(s, &st, &cap_id, &cap_g, &cap_deps, NULL, &cap_n));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE && cap_g == NULL && cap_deps == NULL &&
+             cap_n == 0);
         CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
         CK(cuStreamIsCapturing(s, &st));
         TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+        /* cuStreamGetCaptureInfo's three ABIs (the older two as a runtime
+         * built for CUDA 10.1 and 11.3 finds them): the same id. */
+        {
+            CUresult (*v1)(CUstream, CUstreamCaptureStatus *, cuuint64_t *) = NULL;
+            CUresult (*v2)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                           const CUgraphNode **, size_t *) = NULL;
+
+            CK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v1, 10010, 0, NULL));
+            CK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v2, 11030, 0, NULL));
+            TRUE(v1 != NULL && v2 != NULL);
+            st = CU_STREAM_CAPTURE_STATUS_NONE;
+            CK(v1(s, &st, &cap_id));
+            TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && cap_id != 0);
+            CK(v2(s, &st, &cap_id2, NULL, NULL, NULL));
+            TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && cap_id2 == cap_id);
+        }
+        cap_id2 = 0;
+        CK(cuStreamGetCaptureInfo_v3(s, &st, &cap_id2, NULL, NULL, NULL, NULL));
+        TRUE(cap_id2 == cap_id);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetCaptureInfo_v3(s, NULL, &cap_id2, NULL,
+                                                                   NULL, NULL, NULL));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, NULL,
+                                                                   (const CUgraphEdgeData **)&cap_deps,
+                                                                   NULL));
+        /* The captured graph has no handle in the guest: refused, logged. */
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuStreamGetCaptureInfo_v3(s, &st, NULL, &cap_g, NULL,
+                                                                   NULL, NULL));
         CK(cuMemsetD8Async(c, 0, sizeof(hc), s));
         CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
         CK(cuStreamEndCapture(s, &g));
         CK(cuStreamIsCapturing(s, &st));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE);
+        CK(cuStreamGetCaptureInfo(s, &st, &cap_id2, NULL, NULL, NULL, NULL));
         TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE);
         CK(cuGraphGetNodes(g, NULL, &nn));
         TRUE(nn == 2);

@@ -35,3 +35,28 @@ extern "C" __global__ void vcu_drv_flag_bump(unsigned int *out)
         vcu_drv_flag += 1;
     }
 }
+
+/*
+ * out[block] = rank | size << 8 | cluster << 16, as the hardware numbers
+ * them: the block's rank in its cluster (%cluster_ctarank), the blocks in
+ * its cluster (%cluster_nctarank) and its cluster's linear index in the
+ * grid (%clusterid, x fastest).  Without clusters every block is a
+ * cluster of one.
+ */
+extern "C" __global__ void vcu_drv_cluster(unsigned int *out)
+{
+    unsigned int rank, n, cx, cy, cz, ncx, ncy;
+
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(cx));
+    asm volatile("mov.u32 %0, %%clusterid.y;" : "=r"(cy));
+    asm volatile("mov.u32 %0, %%clusterid.z;" : "=r"(cz));
+    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(ncx));
+    asm volatile("mov.u32 %0, %%nclusterid.y;" : "=r"(ncy));
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        unsigned int b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+
+        out[b] = rank | (n << 8) | ((cx + ncx * (cy + ncy * cz)) << 16);
+    }
+}

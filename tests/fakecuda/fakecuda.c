@@ -203,6 +203,7 @@ typedef struct fc_kernel_s {
     unsigned int grid[3], block[3];
     unsigned int shared;
     int cooperative;
+    unsigned int cluster[3];    /* blocks per cluster; 0s: none given */
     void *params;               /* packed, owned by the node */
     size_t params_len;
 } fc_kernel_t;
@@ -1020,6 +1021,45 @@ static const vcu_twin_t *fc_twin_find(const char *name)
     return NULL;
 }
 
+/*
+ * VCU_FAKECUDA_ANY_KERNEL=1, a diagnostic mode for tracing what NVIDIA's
+ * libraries ask of a driver (tests/gpu/trace) without a GPU: a kernel
+ * with no twin gets one that does nothing and takes no parameters, made
+ * once per name (kept for the process's life).  Results are then
+ * meaningless; only the calls matter.
+ */
+static void fc_twin_noop(vcu_twin_launch_t *l, const void *params)
+{
+    (void)l;
+    (void)params;
+}
+
+static const vcu_twin_t *fc_twin_any(const char *name)
+{
+    static struct fc_any_s {
+        vcu_twin_t t;
+        struct fc_any_s *next;
+    } *any;
+    const char *env = getenv("VCU_FAKECUDA_ANY_KERNEL");
+    struct fc_any_s *a;
+
+    if (env == NULL || strcmp(env, "1") != 0)
+        return NULL;
+    for (a = any; a != NULL; a = a->next)
+        if (strcmp(a->t.name, name) == 0)
+            return &a->t;
+    a = calloc(1, sizeof(*a));
+    if (a == NULL || (a->t.name = strdup(name)) == NULL) {
+        free(a);
+        return NULL;
+    }
+    a->t.fn = fc_twin_noop;
+    a->t.num_regs = 32;
+    a->next = any;
+    any = a;
+    return &a->t;
+}
+
 static int fc_ident_char(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -1253,6 +1293,9 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     if (!launch.shared)
         return CUDA_ERROR_OUT_OF_MEMORY;
     launch.cooperative = k->cooperative;
+    launch.cluster = (vcu_twin_dim3_t){ k->cluster[0] ? k->cluster[0] : 1,
+                                        k->cluster[1] ? k->cluster[1] : 1,
+                                        k->cluster[2] ? k->cluster[2] : 1 };
     launch.global = fc_twin_global;
     launch.module = f->mod;
     launch.addressable = fc_twin_addressable;
@@ -2992,45 +3035,82 @@ static void fc_module_free(fc_module_t *m)
 }
 
 /* Gives the module its own copy of each device symbol its image names. */
+/* Appends a copy of global g to m (zeroed or g's initial bytes). */
+static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
+{
+    size_t size = g->size ? g->size : 1;
+    fc_global_t *mg, *grown;
+    fc_mem_t e = { 0 };
+
+    grown = realloc(m->globals, (m->nglobals + 1) * sizeof(*m->globals));
+    if (!grown)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->globals = grown;
+    mg = &m->globals[m->nglobals];
+    memset(mg, 0, sizeof(*mg));
+    mg->raw = calloc(1, size + FC_ALIGN);
+    if (!mg->raw)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    mg->mem = (void *)(((uintptr_t)mg->raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
+    mg->def = g;
+    if (g->init)
+        memcpy(mg->mem, g->init, g->size);
+    e.base = (uintptr_t)mg->mem;
+    e.size = size;
+    e.kind = FC_MEM_GLOBAL;
+    e.ctx = m->ctx;
+    e.dev = m->ctx->dev;
+    if (fc_mem_insert(&e) != CUDA_SUCCESS) {
+        free(mg->raw);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* Module globals are device memory: cuMemGetInfo shows them. */
+    g_dev_used[e.dev] += size;
+    m->nglobals++;
+    return CUDA_SUCCESS;
+}
+
 static CUresult fc_module_globals(fc_module_t *m)
 {
-    size_t n = 0;
-
     if (!vcu_twin_globals)
         return CUDA_SUCCESS;
-    for (const vcu_twin_global_t *g = vcu_twin_globals; g->name; g++)
-        n++;
-    m->globals = calloc(n ? n : 1, sizeof(*m->globals));
-    if (!m->globals)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     for (const vcu_twin_global_t *g = vcu_twin_globals; g->name; g++) {
-        fc_global_t *mg = &m->globals[m->nglobals];
-        size_t size = g->size ? g->size : 1;
-        fc_mem_t e = { 0 };
+        CUresult rc;
 
         if (!fc_image_has(m, g->name))
             continue;
-        mg->raw = calloc(1, size + FC_ALIGN);
-        if (!mg->raw)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        mg->mem = (void *)(((uintptr_t)mg->raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
-        mg->def = g;
-        if (g->init)
-            memcpy(mg->mem, g->init, g->size);
-        e.base = (uintptr_t)mg->mem;
-        e.size = size;
-        e.kind = FC_MEM_GLOBAL;
-        e.ctx = m->ctx;
-        e.dev = m->ctx->dev;
-        if (fc_mem_insert(&e) != CUDA_SUCCESS) {
-            free(mg->raw);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        /* Module globals are device memory: cuMemGetInfo shows them. */
-        g_dev_used[e.dev] += size;
-        m->nglobals++;
+        rc = fc_module_add_global(m, g);
+        if (rc != CUDA_SUCCESS)
+            return rc;
     }
     return CUDA_SUCCESS;
+}
+
+/* VCU_FAKECUDA_ANY_KERNEL=1 (fc_twin_any): a global with no twin is 64
+ * KiB of zeros, one definition per name. */
+static const vcu_twin_global_t *fc_global_any(const char *name)
+{
+    static struct fc_anyg_s {
+        vcu_twin_global_t g;
+        struct fc_anyg_s *next;
+    } *any;
+    const char *env = getenv("VCU_FAKECUDA_ANY_KERNEL");
+    struct fc_anyg_s *a;
+
+    if (env == NULL || strcmp(env, "1") != 0)
+        return NULL;
+    for (a = any; a != NULL; a = a->next)
+        if (strcmp(a->g.name, name) == 0)
+            return &a->g;
+    a = calloc(1, sizeof(*a));
+    if (a == NULL || (a->g.name = strdup(name)) == NULL) {
+        free(a);
+        return NULL;
+    }
+    a->g.size = 64 << 10;
+    a->next = any;
+    any = a;
+    return &a->g;
 }
 
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
@@ -3112,6 +3192,8 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
         goto out;
     }
     t = fc_twin_find(name);
+    if (!t)
+        t = fc_twin_any(name);
     if (!t || !fc_image_has(m, name)) {
         rc = CUDA_ERROR_NOT_FOUND;
         goto out;
@@ -3161,15 +3243,22 @@ CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule hm
         goto out;
     }
     rc = CUDA_ERROR_NOT_FOUND;
-    for (size_t i = 0; i < m->nglobals; i++) {
-        if (strcmp(m->globals[i].def->name, name) == 0) {
-            if (dptr)
-                *dptr = (CUdeviceptr)(uintptr_t)m->globals[i].mem;
-            if (bytes)
-                *bytes = m->globals[i].def->size;
-            rc = CUDA_SUCCESS;
-            break;
+    for (int pass = 0; pass < 2 && rc == CUDA_ERROR_NOT_FOUND; pass++) {
+        const vcu_twin_global_t *any;
+
+        for (size_t i = 0; i < m->nglobals; i++) {
+            if (strcmp(m->globals[i].def->name, name) == 0) {
+                if (dptr)
+                    *dptr = (CUdeviceptr)(uintptr_t)m->globals[i].mem;
+                if (bytes)
+                    *bytes = m->globals[i].def->size;
+                rc = CUDA_SUCCESS;
+                break;
+            }
         }
+        if (rc == CUDA_ERROR_NOT_FOUND && pass == 0 && (any = fc_global_any(name)) != NULL &&
+            fc_module_add_global(m, any) != CUDA_SUCCESS)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
 out:
     pthread_mutex_unlock(&g_lock);
@@ -3405,9 +3494,15 @@ out:
 /* ------------------------------------------------------------------ */
 /* Launches                                                            */
 
-static CUresult fc_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-                          CUstream hStream, void **kernelParams, void **extra, int coop)
+static CUresult fc_event_check(CUevent hEvent);
+static CUresult fc_event_record(CUevent hEvent, CUstream hStream, unsigned int flags);
+
+/* cluster: blocks per cluster (cuLaunchKernelEx), already checked; NULL
+ * for none. */
+static CUresult fc_launch_cl(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                             unsigned int bx, unsigned int by, unsigned int bz,
+                             unsigned int shared, CUstream hStream, void **kernelParams,
+                             void **extra, int coop, const unsigned int *cluster)
 {
     const unsigned int grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
     fc_ctx_t *ctx;
@@ -3423,10 +3518,197 @@ static CUresult fc_launch(CUfunction f, unsigned int gx, unsigned int gy, unsign
         fc_node_free(n);
         rc = CUDA_ERROR_INVALID_HANDLE;
     }
+    if (rc == CUDA_SUCCESS && cluster != NULL)
+        memcpy(n->u.kernel.cluster, cluster, sizeof(n->u.kernel.cluster));
     if (rc == CUDA_SUCCESS)
         rc = fc_submit(ctx, s, n);
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+static CUresult fc_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                          CUstream hStream, void **kernelParams, void **extra, int coop)
+{
+    return fc_launch_cl(f, gx, gy, gz, bx, by, bz, shared, hStream, kernelParams, extra, coop,
+                        NULL);
+}
+
+/* Largest cluster sm_90 runs: 8 blocks, 16 where the kernel allows a
+ * non-portable size. */
+static unsigned int fc_cluster_max(const fc_func_t *f)
+{
+    return f->non_portable_cluster ? 16u : 8u;
+}
+
+/*
+ * The launch attributes of a config, as cuda.h describes them: *coop,
+ * cluster[3] (0s: none; the kernel's required dims otherwise), events
+ * to record after the launch.  Caller holds nothing.
+ */
+static CUresult fc_config(const CUlaunchConfig *config, const fc_func_t *f, int *coop,
+                          unsigned int cluster[3], CUevent ev[2])
+{
+    const unsigned int grid[3] = { config->gridDimX, config->gridDimY, config->gridDimZ };
+
+    *coop = 0;
+    memset(cluster, 0, 3 * sizeof(*cluster));
+    ev[0] = ev[1] = NULL;
+    if (config->numAttrs > 0 && config->attrs == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < config->numAttrs; i++) {
+        const CUlaunchAttribute *a = &config->attrs[i];
+
+        switch (a->id) {
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            *coop = a->value.cooperative != 0;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            cluster[0] = a->value.clusterDim.x;
+            cluster[1] = a->value.clusterDim.y;
+            cluster[2] = a->value.clusterDim.z;
+            if (!cluster[0] || !cluster[1] || !cluster[2])
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+            ev[0] = a->value.programmaticEvent.event;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+            ev[1] = a->value.launchCompletionEvent.event;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+            if (a->value.clusterSchedulingPolicyPreference >
+                CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+        case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+            break;
+        default:
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    if (cluster[0] == 0 && f->cluster[0] > 0) {
+        for (int i = 0; i < 3; i++)
+            cluster[i] = f->cluster[i] > 0 ? (unsigned int)f->cluster[i] : 1u;
+    }
+    if (cluster[0] == 0)
+        return CUDA_SUCCESS;
+    if ((uint64_t)cluster[0] * cluster[1] * cluster[2] > fc_cluster_max(f))
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    for (int i = 0; i < 3; i++)
+        if (grid[i] % cluster[i] != 0)
+            return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_launch_ex(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                             void **extra)
+{
+    unsigned int cluster[3];
+    CUevent ev[2];
+    CUresult rc;
+    int coop;
+
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = (f && fc_list_has(g_funcs, f)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&g_lock);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_config(config, (fc_func_t *)f, &coop, cluster, ev);
+    for (int i = 0; i < 2 && rc == CUDA_SUCCESS; i++)
+        if (ev[i] != NULL)
+            rc = fc_event_check(ev[i]);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_launch_cl(f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                          config->blockDimX, config->blockDimY, config->blockDimZ,
+                          config->sharedMemBytes, config->hStream, kernelParams, extra, coop,
+                          cluster[0] ? cluster : NULL);
+    /* The stand-in runs the whole kernel at once: both events mean done. */
+    for (int i = 0; i < 2 && rc == CUDA_SUCCESS; i++)
+        if (ev[i] != NULL)
+            rc = fc_event_record(ev[i], config->hStream, CU_EVENT_RECORD_DEFAULT);
+    return rc;
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                                  void **kernelParams, void **extra)
+{
+    return fc_launch_ex(config, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                       void **kernelParams, void **extra)
+{
+    return fc_launch_ex(config, f, kernelParams, extra);
+}
+
+/*
+ * Clusters of the config's size resident at once: the blocks one SM
+ * holds times the SMs, in whole clusters, on 8 GPCs of 16 SMs (a cluster
+ * never spans GPCs).
+ */
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+                                              const CUlaunchConfig *config)
+{
+    unsigned int cluster[3], size;
+    CUevent ev[2];
+    CUresult rc;
+    int coop, per_sm;
+
+    if (numClusters == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = (func && fc_list_has(g_funcs, func)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&g_lock);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_config(config, (fc_func_t *)func, &coop, cluster, ev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (cluster[0] == 0)
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    size = cluster[0] * cluster[1] * cluster[2];
+    pthread_mutex_lock(&g_lock);
+    per_sm = fc_occupancy((fc_func_t *)func,
+                          (int)(config->blockDimX * config->blockDimY * config->blockDimZ),
+                          config->sharedMemBytes);
+    pthread_mutex_unlock(&g_lock);
+    *numClusters = (int)(8u * (16u * (unsigned int)per_sm / size));
+    return CUDA_SUCCESS;
+}
+
+/* The largest cluster the kernel can run with the config's blocks. */
+CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+                                                    const CUlaunchConfig *config)
+{
+    unsigned int cluster[3];
+    CUevent ev[2];
+    CUresult rc;
+    int coop, per_sm;
+
+    if (clusterSize == NULL || config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = (func && fc_list_has(g_funcs, func)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&g_lock);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_config(config, (fc_func_t *)func, &coop, cluster, ev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g_lock);
+    per_sm = fc_occupancy((fc_func_t *)func,
+                          (int)(config->blockDimX * config->blockDimY * config->blockDimZ),
+                          config->sharedMemBytes);
+    *clusterSize = per_sm > 0 ? (int)fc_cluster_max((fc_func_t *)func) : 0;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -3839,7 +4121,9 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
     return rc;
 }
 
-CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+/* Called inside the stand-in too: cuEventRecord* may resolve to another
+ * libcuda.so.1 loaded first (the loopback guest library). */
+static CUresult fc_event_record(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
     fc_ctx_t *ctx;
     fc_stream_t *s;
@@ -3877,9 +4161,14 @@ out:
     return rc;
 }
 
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    return fc_event_record(hEvent, hStream, flags);
+}
+
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    return cuEventRecordWithFlags(hEvent, hStream, CU_EVENT_RECORD_DEFAULT);
+    return fc_event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT);
 }
 
 /* Recorded work is done work: nothing to wait for. */
@@ -4281,4 +4570,112 @@ CUresult CUDAAPI cuProfilerStart(void)
 CUresult CUDAAPI cuProfilerStop(void)
 {
     return cuProfilerStart();
+}
+
+/* ------------------------------------------------------------------ */
+/* Tensor maps                                                         */
+
+/*
+ * The checks cuda.h lists for cuTensorMapEncode*, and an encoding of the
+ * stand-in's own (opaque[0] the address, [1..5] the dims, [6..9] the
+ * strides, [10] the box or corners, [11] the element strides, [12] the
+ * enums, [13] the kind): no kernel of the stand-in reads it.
+ */
+static CUresult fc_tmap(CUtensorMap *map, int kind, CUtensorMapDataType type, cuuint32_t rank,
+                        void *addr, const cuuint64_t *dim, const cuuint64_t *strides,
+                        const cuuint32_t *box, const cuuint32_t *estrides,
+                        CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                        CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob, uint64_t extra)
+{
+    static const unsigned int esize[] = { 1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4, 1, 1, 1 };
+    uintptr_t align = il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16;
+
+    if (map == NULL || (unsigned int)type > CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B ||
+        rank == 0 || rank > 5 || (il != CU_TENSOR_MAP_INTERLEAVE_NONE && rank < 3) ||
+        (unsigned int)il > CU_TENSOR_MAP_INTERLEAVE_32B ||
+        (unsigned int)sw > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B ||
+        (unsigned int)l2 > CU_TENSOR_MAP_L2_PROMOTION_L2_256B ||
+        (unsigned int)oob > CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA ||
+        addr == NULL || (uintptr_t)addr % align != 0 || dim == NULL || estrides == NULL ||
+        (rank > 1 && strides == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof(*map));
+    for (cuuint32_t i = 0; i < rank; i++) {
+        if (dim[i] == 0 || dim[i] > (1ull << 32) || estrides[i] == 0 || estrides[i] > 8)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (i + 1 < rank && (strides[i] % 16 != 0 || strides[i] >= (1ull << 40)))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (box != NULL && (box[i] == 0 || box[i] > 256))
+            return CUDA_ERROR_INVALID_VALUE;
+        map->opaque[1 + i] = dim[i];
+        if (i + 1 < rank)
+            map->opaque[6 + i] = strides[i];
+        if (box != NULL)
+            map->opaque[10] |= (uint64_t)box[i] << (12 * i);
+        map->opaque[11] |= (uint64_t)estrides[i] << (4 * i);
+    }
+    if (box != NULL && il == CU_TENSOR_MAP_INTERLEAVE_NONE &&
+        (box[0] * esize[type]) % 16 != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (box == NULL)
+        map->opaque[10] = extra;
+    map->opaque[0] = (uint64_t)(uintptr_t)addr;
+    map->opaque[12] = (uint64_t)type | (uint64_t)rank << 8 | (uint64_t)il << 16 |
+                      (uint64_t)sw << 24 | (uint64_t)l2 << 32 | (uint64_t)oob << 40;
+    map->opaque[13] = (uint64_t)kind;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
+                                        cuuint32_t tensorRank, void *globalAddress,
+                                        const cuuint64_t *globalDim,
+                                        const cuuint64_t *globalStrides, const cuuint32_t *boxDim,
+                                        const cuuint32_t *elementStrides,
+                                        CUtensorMapInterleave interleave,
+                                        CUtensorMapSwizzle swizzle,
+                                        CUtensorMapL2promotion l2Promotion,
+                                        CUtensorMapFloatOOBfill oobFill)
+{
+    if (boxDim == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_tmap(tensorMap, 1, tensorDataType, tensorRank, globalAddress, globalDim,
+                   globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion,
+                   oobFill, 0);
+}
+
+CUresult CUDAAPI cuTensorMapEncodeIm2col(CUtensorMap *tensorMap,
+                                         CUtensorMapDataType tensorDataType,
+                                         cuuint32_t tensorRank, void *globalAddress,
+                                         const cuuint64_t *globalDim,
+                                         const cuuint64_t *globalStrides,
+                                         const int *pixelBoxLowerCorner,
+                                         const int *pixelBoxUpperCorner,
+                                         cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn,
+                                         const cuuint32_t *elementStrides,
+                                         CUtensorMapInterleave interleave,
+                                         CUtensorMapSwizzle swizzle,
+                                         CUtensorMapL2promotion l2Promotion,
+                                         CUtensorMapFloatOOBfill oobFill)
+{
+    uint64_t corners = 0;
+
+    if (tensorRank < 3 || pixelBoxLowerCorner == NULL || pixelBoxUpperCorner == NULL ||
+        channelsPerPixel == 0 || channelsPerPixel > 256 || pixelsPerColumn == 0 ||
+        pixelsPerColumn > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i + 2 < tensorRank; i++)
+        corners |= (uint64_t)(pixelBoxLowerCorner[i] & 0xff) << (16 * i) |
+                   (uint64_t)(pixelBoxUpperCorner[i] & 0xff) << (16 * i + 8);
+    return fc_tmap(tensorMap, 2, tensorDataType, tensorRank, globalAddress, globalDim,
+                   globalStrides, NULL, elementStrides, interleave, swizzle, l2Promotion,
+                   oobFill, corners);
+}
+
+CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+    if (tensorMap == NULL || globalAddress == NULL || (uintptr_t)globalAddress % 16 != 0 ||
+        tensorMap->opaque[13] == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    tensorMap->opaque[0] = (uint64_t)(uintptr_t)globalAddress;
+    return CUDA_SUCCESS;
 }

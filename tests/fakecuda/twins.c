@@ -666,6 +666,24 @@ static void tw_drv_flag_bump(vcu_twin_launch_t *l, const void *pb)
     *flag += 1;
 }
 
+/* vcu_drv_cluster(unsigned *out), and cluster.cu's cluster_ids: each block's rank in its cluster, the
+ * cluster's size and its linear index, numbered as sm_90 numbers them. */
+static void tw_drv_cluster(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *out = tw_ptr(pb, 0);
+    const vcu_twin_dim3_t c = l->cluster, g = l->grid;
+    uint32_t ncx = g.x / c.x, ncy = g.y / c.y;
+    vcu_twin_dim3_t bi;
+
+    TW_FOR_BLOCKS(l, bi) {
+        uint32_t b = bi.x + g.x * (bi.y + g.y * bi.z);
+        uint32_t rank = bi.x % c.x + c.x * (bi.y % c.y + c.y * (bi.z % c.z));
+        uint32_t id = bi.x / c.x + ncx * (bi.y / c.y + ncy * (bi.z / c.z));
+
+        out[b] = rank | (c.x * c.y * c.z) << 8 | id << 16;
+    }
+}
+
 const vcu_twin_t vcu_twins[] = {
     { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
@@ -744,6 +762,10 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8), P(8, 1), P(16, 8), P(24, 4), P(28, 4) }, 8, 0 },
     { "vcu_drv_flag_bump", tw_drv_flag_bump, 1,
       { P(0, 8) }, 12, 0 },
+    { "vcu_drv_cluster", tw_drv_cluster, 1,
+      { P(0, 8) }, 15, 0 },
+    { "_Z11cluster_idsPj", tw_drv_cluster, 1,
+      { P(0, 8) }, 15, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
 

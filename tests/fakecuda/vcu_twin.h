@@ -26,6 +26,7 @@ typedef struct vcu_twin_launch_s {
     size_t shared_mem;              /* dynamic shared memory bytes asked for */
     void *shared;                   /* shared_mem bytes, zeroed, per launch */
     int cooperative;                /* launched with cuLaunchCooperativeKernel */
+    vcu_twin_dim3_t cluster;        /* blocks per cluster (1, 1, 1 without) */
     /*
      * Set by a twin to report what the GPU would have reported: a
      * CUresult (e.g. 700, CUDA_ERROR_ILLEGAL_ADDRESS, for an out-of-bounds

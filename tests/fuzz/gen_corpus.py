@@ -40,6 +40,13 @@ seeds = {
  "memset": req("CU_MEMSET", pad(8) + u64(0) + u64(0) + u64(64) + u64(1) + u64(0) + u32(7) + u32(4) + pad(8), [(1, "dptr")]),
  "memcpy2d": req("CU_MEMCPY_2D", pad(8) + u64(0) + u64(64) + u64(0) + u64(32) + u64(32) + u64(4) + u64(0) + u32(1) + u32(0), [(1, "dptr")], [(0x40, 0, 128, 0)]),
  "launch": req("CU_LAUNCH", pad(8) + u64(0) + u64(0) + u32(1)*3 + u32(32) + u32(1)*2 + u32(0) + u32(0) + u32(28) + u32(0) + pad(28), [(1, "func"), (2, "stream"), (8, "dptr"), (9, "dptr"), (10, "dptr")]),
+ "launch_ex": req("CU_LAUNCH_EX", pad(8) + u64(0) + u64(0) + u32(2) + u32(1)*2 + u32(32) + u32(1)*2 + u32(0) + u32(0) + u32(28) + u32(0) + u32(2) + u32(0)
+                + u32(4) + u32(0) + u64(0) + u32(2) + u32(1) + u32(1) + u32(0)
+                + u32(12) + u32(0) + u64(0) + pad(16) + pad(28),
+                [(1, "func"), (2, "stream"), (14, "event"), (17, "dptr"), (18, "dptr"), (19, "dptr")])
+              + req("CU_OCCUPANCY_CLUSTERS", pad(8) + u64(0) + u64(0) + u32(2) + u32(1)*2 + u32(32) + u32(1)*2 + pad(16) + u32(1) + u32(0)
+                + u32(4) + u32(0) + u64(0) + u32(2) + u32(1) + u32(1) + u32(0), [(1, "func")])
+              + req("CU_OCCUPANCY_CLUSTER_SIZE", pad(8) + u64(0) + u64(0) + u32(2) + u32(1)*2 + u32(32) + u32(1)*2 + pad(16) + pad(8), [(1, "func")]),
  "funcattrs": req("CU_FUNC_GET_ATTRS", pad(16), [(1, "func")]) + req("CU_OCCUPANCY_BLOCKS", pad(8) + u64(0) + u32(128) + u32(0) + u64(0), [(1, "func")]),
  "getfunc": req("CU_MODULE_GET_FUNCTION", pad(8) + u64(0) + u32(23) + u32(0) + b"_Z10vector_addPKfS0_Pfi", [(1, "module")]),
  "getglobal": req("CU_MODULE_GET_GLOBAL", pad(8) + u64(0) + u32(3) + u32(0) + b"abc", [(1, "module")]),

@@ -1975,6 +1975,425 @@ static int tc_vadd_check(tc_t *c, uint64_t dc, int n)
     return 0;
 }
 
+/* ---- cuLaunchKernelEx and cluster occupancy ------------------------------ */
+
+/* One launch attribute on the wire. */
+static struct vcu_cu_launch_attr tc_attr(uint32_t id, uint64_t handle, uint32_t v0, uint32_t v1,
+                                         uint32_t v2)
+{
+    struct vcu_cu_launch_attr a;
+
+    memset(&a, 0, sizeof(a));
+    a.id = id;
+    a.handle = handle;
+    a.v[0] = v0;
+    a.v[1] = v1;
+    a.v[2] = v2;
+    return a;
+}
+
+/*
+ * A CU_LAUNCH_EX-shaped request (op: LAUNCH_EX or a cluster occupancy
+ * query) for fn on stream, grid gx x gy x 1 of 64-thread blocks; sends
+ * plen_cut bytes fewer than it built.  Returns the CUresult, or 0x10000 +
+ * wire status; *value the reply's value.
+ */
+static uint32_t tc_launch_ex(tc_t *c, uint32_t op, uint32_t dev, uint64_t fn, uint64_t stream,
+                             uint32_t gx, uint32_t gy, uint32_t block,
+                             const struct vcu_cu_launch_attr *attrs, uint32_t nattrs,
+                             uint32_t nattrs_field, const unsigned char *params,
+                             uint32_t pbytes, uint32_t plen_cut, uint64_t *value)
+{
+    static unsigned char p[sizeof(struct vcu_cu_launch_ex_req) +
+                           20 * sizeof(struct vcu_cu_launch_attr) + 256];
+    struct vcu_cu_launch_ex_req rq;
+    struct vcu_cu_u64_resp rp;
+    size_t off = sizeof(rq);
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.l.hdr.device = dev;
+    rq.l.function = fn;
+    rq.l.stream = stream;
+    rq.l.grid[0] = gx;
+    rq.l.grid[1] = gy;
+    rq.l.grid[2] = 1;
+    rq.l.block[0] = block;
+    rq.l.block[1] = rq.l.block[2] = 1;
+    rq.l.param_bytes = pbytes;
+    rq.nattrs = nattrs_field;
+    memcpy(p, &rq, sizeof(rq));
+    if (nattrs > 0)
+        memcpy(p + off, attrs, nattrs * sizeof(*attrs));
+    off += nattrs * sizeof(*attrs);
+    if (pbytes > 0)
+        memcpy(p + off, params, pbytes);
+    off += pbytes;
+    st = tc_do(c, op, 0, p, (uint32_t)(off - plen_cut), &rp, sizeof(rp));
+    if (value != NULL)
+        *value = rp.value;
+    return st != VCU_S_OK ? 0x10000 + st : rp.r.result;
+}
+
+/* CU_LAUNCH_EX runs the kernel with every attribute the wire carries. */
+TEST(cuda_launch_ex)
+{
+    struct vcu_cu_launch_attr a[12];
+    unsigned char params[32];
+    uint64_t fn = 0, dc = 0, ev = 0, s;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd_setup(&c, &fn, &dc, params, 64));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, CU_EVENT_DISABLE_TIMING, &ev));
+    /* No attribute. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, fn, 0, 1, 1, 64, NULL, 0, 0,
+                                         params, 28, 0, NULL));
+    CHECK(tc_vadd_check(&c, dc, 64));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, dc, 0, 4, 64, 1, 0, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 2, 1, 1);
+    a[1] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, 0,
+                   CU_CLUSTER_SCHEDULING_POLICY_SPREAD, 0, 0);
+    a[2] = tc_attr(CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 0, 1, 0, 0);
+    a[3] = tc_attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 0, 1, 0, 0);
+    a[4] = tc_attr(CU_LAUNCH_ATTRIBUTE_PRIORITY, 0, (uint32_t)-1, 0, 0);
+    a[5] = tc_attr(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, 0, CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE, 0, 0);
+    a[6] = tc_attr(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, 0, 0, 1, 0);
+    a[7] = tc_attr(CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 0, 50, 0, 0);
+    a[8] = tc_attr(CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, ev, 0, 0, 0);
+    a[9] = tc_attr(CU_LAUNCH_ATTRIBUTE_IGNORE, 0, 0, 0, 0);
+    /* Two blocks of 32: the second block adds the upper half. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, fn, s, 2, 1, 32, a, 10, 10,
+                                         params, 28, 0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, ev, NULL));
+    CHECK(tc_vadd_check(&c, dc, 64));
+    /* A programmatic event, triggered at block start; the default carveout. */
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, ev, 0, 1, 0);
+    a[1] = tc_attr(CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 0,
+                   (uint32_t)CU_SHAREDMEM_CARVEOUT_DEFAULT, 0, 0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, fn, s, 1, 1, 64, a, 2, 2,
+                                         params, 28, 0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    /* The stand-in refuses a grid that is not whole clusters: the
+     * attribute reached it. */
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 2, 1, 1);
+    ASSERT_EQ(CUDA_ERROR_INVALID_CLUSTER_SIZE,
+              tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, fn, 0, 3, 1, 32, a, 1, 1, params, 28, 0,
+                           NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/* CU_LAUNCH_EX from a hostile guest: each field checked before the driver. */
+TEST(cuda_launch_ex_hostile)
+{
+    struct vcu_cu_launch_attr a[20];
+    unsigned char params[32];
+    uint64_t fn = 0, dc = 0, ev = 0, ev1 = 0, dead_ev = 0, s;
+    unsigned int i;
+    tc_t c;
+
+#define LX(n, nf, gx, gy, blk, pb, cut) \
+    tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, fn, 0, gx, gy, blk, a, n, nf, params, pb, cut, NULL)
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd_setup(&c, &fn, &dc, params, 64));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, CU_EVENT_DISABLE_TIMING, &ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 1, CU_EVENT_DISABLE_TIMING, &ev1));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &dead_ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_DESTROY, 0, dead_ev, NULL));
+    for (i = 0; i < 20; i++)
+        a[i] = tc_attr(CU_LAUNCH_ATTRIBUTE_PRIORITY, 0, 0, 0, 0);
+    ASSERT_EQ(CUDA_SUCCESS, LX(16, 16, 1, 1, 64, 28, 0));
+    CHECK(tc_vadd_check(&c, dc, 64));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, dc, 0, 4, 64, 1, 0, 0));
+    /* Counts and sizes: too many attributes, fewer than the count says,
+     * parameters past the payload, over the limit. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, LX(17, 17, 1, 1, 64, 28, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, LX(0, 0xffffffffu, 1, 1, 64, 28, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, LX(2, 3, 1, 1, 64, 0, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, LX(2, 2, 1, 1, 64, 28, 1));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, LX(2, 2, 1, 1, 64, 28, 28 + 64));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(2, 2, 1, 1, 64, 24, 0));   /* not the layout */
+    /* Dims: zero, too many threads, grid y beyond 65535. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(0, 0, 0, 1, 64, 28, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(0, 0, 1, 0, 64, 28, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(0, 0, 1, 1, 0, 28, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(0, 0, 1, 1, 1025, 28, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(0, 0, 1, 65536, 64, 28, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(0, 0, 0x80000000u, 1, 64, 28, 0));
+    /* Attribute ids the wire does not carry, named in the log. */
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, 0, 0, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, 0, 1, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(0xffffffffu, 0, 0, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, LX(1, 1, 1, 1, 64, 28, 0));
+    /* Values out of range. */
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PRIORITY, 0, 0, 0, 0);
+    a[0].reserved = 1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PRIORITY, ev, 0, 0, 0);       /* a handle where none is */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 0, 1, 1);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 1, 1, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 0x80000000u, 2, 2);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION, 0, 8, 8, 1);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, 0, 3, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, 0, 2, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, 0, 0, 2, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 0, 101, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, ev, 0, 2, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, ev, 0x80000000u, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, LX(1, 1, 1, 1, 64, 28, 0));
+    /* Events that are not the session's on this device. */
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, s, 0, 0, 0);        /* a stream */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, dead_ev, 0, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, 0x1234567890ull, 0, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, ev1, 0, 0, 0); /* device 1 */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, LX(1, 1, 1, 1, 64, 28, 0));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, 0, 0, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, LX(1, 1, 1, 1, 64, 28, 0));
+    /* Flags and reserved fields of the request. */
+    {
+        unsigned char p[sizeof(struct vcu_cu_launch_ex_req) + 32];
+        struct vcu_cu_launch_ex_req rq;
+        struct vcu_cu_resp rp;
+
+        memset(&rq, 0, sizeof(rq));
+        rq.l.function = fn;
+        rq.l.grid[0] = rq.l.grid[1] = rq.l.grid[2] = 1;
+        rq.l.block[0] = 64;
+        rq.l.block[1] = rq.l.block[2] = 1;
+        rq.l.param_bytes = 28;
+        rq.l.flags = VCU_CU_LAUNCH_F_COOPERATIVE;       /* an attribute here */
+        memcpy(p, &rq, sizeof(rq));
+        memcpy(p + sizeof(rq), params, 28);
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_LAUNCH_EX, 0, p, sizeof(rq) + 28, &rp, sizeof(rp)));
+        rq.l.flags = 0;
+        rq.reserved = 1;
+        memcpy(p, &rq, sizeof(rq));
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_LAUNCH_EX, 0, p, sizeof(rq) + 28, &rp, sizeof(rp)));
+        rq.reserved = 0;
+        memcpy(p, &rq, sizeof(rq));
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_LAUNCH_EX, 0, p, sizeof(rq) - 1, &rp, sizeof(rp)));
+    }
+    /* Function, stream and device handles. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, fn + 1, 0, 1, 1, 64, a, 0, 0, params, 28, 0,
+                           NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, ev, 0, 1, 1, 64, a, 0, 0, params, 28, 0,
+                           NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 0, fn, ev, 1, 1, 64, a, 0, 0, params, 28, 0,
+                           NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE,
+              tc_launch_ex(&c, VCU_OP_CU_LAUNCH_EX, 9, fn, 0, 1, 1, 64, a, 0, 0, params, 28, 0,
+                           NULL));
+    /* Nothing above ran the kernel: dc is as the setup left it. */
+    CHECK(tc_vadd_check(&c, dc, 0));
+#undef LX
+    tc_close(&c);
+    return 0;
+}
+
+/* CU_OCCUPANCY_CLUSTERS and CU_OCCUPANCY_CLUSTER_SIZE: the driver's
+ * answers for a config; the same checks as a launch, no parameters. */
+TEST(cuda_occupancy_clusters)
+{
+    struct vcu_cu_launch_attr a[2];
+    unsigned char params[32];
+    uint64_t fn = 0, dc = 0, two = 0, four = 0, size = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    CHECK(tc_vadd_setup(&c, &fn, &dc, params, 64));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 2, 1, 1);
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTERS, 0, fn, 0, 8, 1, 128, a,
+                                         1, 1, NULL, 0, 0, &two));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 4, 1, 1);
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTERS, 0, fn, 0, 8, 1, 128, a,
+                                         1, 1, NULL, 0, 0, &four));
+    ASSERT_GT(two, 0);
+    ASSERT_GT(two, four);                   /* bigger clusters, fewer of them */
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE, 0, fn, 0, 8, 1, 128,
+                                         a, 0, 0, NULL, 0, 0, &size));
+    ASSERT_EQ(8, size);
+    /* No cluster size given, none required by the kernel. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_CLUSTER_SIZE,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTERS, 0, fn, 0, 8, 1, 128, a, 0, 0, NULL,
+                           0, 0, NULL));
+    /* Parameters are not part of the question. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTERS, 0, fn, 0, 8, 1, 128, a, 1, 1, params,
+                           28, 0, NULL));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE, 0, fn, 0, 8, 1, 128, a, 1, 1,
+                           params, 28, 0, NULL));
+    /* The launch's checks. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTERS, 0, fn, 0, 8, 1, 128, a, 1, 17, NULL,
+                           0, 0, NULL));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 0, 0, 1, 1);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTERS, 0, fn, 0, 8, 1, 128, a, 1, 1, NULL,
+                           0, 0, NULL));
+    a[0] = tc_attr(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, 0, 0, 0, 0);
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE, 0, fn, 0, 8, 1, 128, a, 1, 1,
+                           NULL, 0, 0, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE, 0, fn, 0, 8, 1, 0, a, 0, 0,
+                           NULL, 0, 0, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_launch_ex(&c, VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE, 0, dc, 0, 8, 1, 128, a, 0, 0,
+                           NULL, 0, 0, NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- tensor maps ----------------------------------------------------------- */
+
+static uint32_t tc_tmap(tc_t *c, const struct vcu_cu_tmap_req *q, struct vcu_cu_tmap_resp *rp)
+{
+    uint32_t st = tc_do(c, VCU_OP_CU_TENSOR_MAP, 0, q, sizeof(*q), rp, sizeof(*rp));
+
+    return st != VCU_S_OK ? 0x10000 + st : rp->r.result;
+}
+
+/* A 2-D tiled map of 64 x 32 floats at p, 16 x 8 boxes. */
+static void tc_tmap_tiled(struct vcu_cu_tmap_req *q, uint64_t p)
+{
+    memset(q, 0, sizeof(*q));
+    q->kind = VCU_CU_TMAP_TILED;
+    q->data_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    q->rank = 2;
+    q->global_address = p;
+    q->global_dim[0] = 64;
+    q->global_dim[1] = 32;
+    q->global_strides[0] = 64 * 4;
+    q->box_dim[0] = 16;
+    q->box_dim[1] = 8;
+    q->element_strides[0] = q->element_strides[1] = 1;
+}
+
+/* CU_TENSOR_MAP: the driver's map comes back; the arrays are bounded by
+ * rank and what lies beyond it is refused. */
+TEST(cuda_tensor_map)
+{
+    struct vcu_cu_tmap_req q;
+    struct vcu_cu_tmap_resp rp;
+    uint64_t p = 0, w[16];
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64 * 32 * 4, &p));
+    tc_tmap_tiled(&q, p);
+    ASSERT_EQ(CUDA_SUCCESS, tc_tmap(&c, &q, &rp));
+    memcpy(w, rp.map, sizeof(w));
+    ASSERT_EQ_U64(p, w[0]);                 /* the stand-in's encoding */
+    ASSERT_EQ_U64(64, w[1]);
+    ASSERT_EQ_U64(32, w[2]);
+    ASSERT_EQ_U64(256, w[6]);
+    ASSERT_EQ_U64(1, w[13]);
+    /* A new address in the same map. */
+    memset(&q, 0, sizeof(q));
+    q.kind = VCU_CU_TMAP_REPLACE_ADDRESS;
+    q.global_address = p + 1024;
+    memcpy(q.map, rp.map, sizeof(q.map));
+    ASSERT_EQ(CUDA_SUCCESS, tc_tmap(&c, &q, &rp));
+    memcpy(w, rp.map, sizeof(w));
+    ASSERT_EQ_U64(p + 1024, w[0]);
+    ASSERT_EQ_U64(64, w[1]);
+    q.global_address = p + 4;               /* misaligned: the driver says so */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_tmap(&c, &q, &rp));
+    /* The driver's own checks. */
+    tc_tmap_tiled(&q, p + 4);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.box_dim[0] = 0;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_tmap(&c, &q, &rp));
+    /* Ours: rank, kinds, entries past the rank, fields of the other kind. */
+    tc_tmap_tiled(&q, p);
+    q.rank = 0;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    q.rank = 6;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    q.rank = 0xffffffffu;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.kind = 9;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.global_dim[2] = 5;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.global_strides[1] = 16;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.box_dim[4] = 1;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.lower_corner[0] = 1;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.channels_per_pixel = 8;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.reserved = 1;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_tmap_tiled(&q, p);
+    q.hdr.device = 7;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_tmap(&c, &q, &rp));
+    /* Im2col: rank 3 to 5, corners for rank - 2 dims. */
+    memset(&q, 0, sizeof(q));
+    q.kind = VCU_CU_TMAP_IM2COL;
+    q.data_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    q.rank = 3;
+    q.global_address = p;
+    q.global_dim[0] = 16;           /* channels */
+    q.global_dim[1] = 32;           /* width */
+    q.global_dim[2] = 4;            /* batch */
+    q.global_strides[0] = 16 * 2;
+    q.global_strides[1] = 16 * 2 * 32;
+    q.element_strides[0] = q.element_strides[1] = q.element_strides[2] = 1;
+    q.lower_corner[0] = (uint32_t)-1;
+    q.upper_corner[0] = 1;
+    q.channels_per_pixel = 16;
+    q.pixels_per_column = 32;
+    ASSERT_EQ(CUDA_SUCCESS, tc_tmap(&c, &q, &rp));
+    memcpy(w, rp.map, sizeof(w));
+    ASSERT_EQ_U64(2, w[13]);
+    ASSERT_EQ_U64(0x1ff, w[10]);
+    q.lower_corner[1] = 1;          /* past rank - 2 */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    q.lower_corner[1] = 0;
+    q.rank = 2;
+    q.global_dim[2] = 0;
+    q.global_strides[1] = 0;
+    q.element_strides[2] = 0;
+    q.lower_corner[0] = q.upper_corner[0] = 0;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_tmap(&c, &q, &rp));
+    tc_close(&c);
+    return 0;
+}
+
 static uint32_t tc_kernel_node(tc_t *c, uint64_t g, uint64_t fn, const unsigned char *params,
                                uint64_t *node)
 {

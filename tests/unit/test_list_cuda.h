@@ -26,6 +26,10 @@
     X(cuda_occupancy_avail_smem)        \
     X(cuda_launch_vector_add)           \
     X(cuda_launch_param_bytes)          \
+    X(cuda_launch_ex)                   \
+    X(cuda_launch_ex_hostile)           \
+    X(cuda_occupancy_clusters)          \
+    X(cuda_tensor_map)                  \
     X(cuda_events_elapsed)              \
     X(cuda_streams)                     \
     X(cuda_deferred_error)              \
