@@ -45,6 +45,7 @@ extern "C" __global__ void vcu_drv_flag_bump(unsigned int *out)
  */
 extern "C" __global__ void vcu_drv_cluster(unsigned int *out)
 {
+#if __CUDA_ARCH__ >= 900    /* clusters are sm_90's; drv_fatbin builds for sm_80 too */
     unsigned int rank, n, cx, cy, cz, ncx, ncy;
 
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
@@ -59,4 +60,7 @@ extern "C" __global__ void vcu_drv_cluster(unsigned int *out)
 
         out[b] = rank | (n << 8) | ((cx + ncx * (cy + ncy * cz)) << 16);
     }
+#else
+    (void)out;
+#endif
 }
