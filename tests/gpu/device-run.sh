@@ -20,7 +20,7 @@ else
 fi
 rc=0
 case ",$what," in *,suite,*)
-    VCU_NO_BUILD=1 tests/gpu/run.sh cuda,nvrt,nvml,demo,echo,badinput >"$out/gpu-suite.log" 2>&1 || rc=1
+    VCU_NO_BUILD=1 tests/gpu/run.sh cuda,nvrt,nvml,quota,demo,echo,badinput >"$out/gpu-suite.log" 2>&1 || rc=1
     tail -n 5 "$out/gpu-suite.log"
     tests/gpu/leaks.sh >"$out/leaks.log" 2>&1 || rc=1
     tail -n 12 "$out/leaks.log"

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 make -s all
 # Builds every guest image and checks it once here against the stand-in.
-tests/vm/run.sh cuda,nvrt,nvml,demo,echo,badinput
+tests/vm/run.sh cuda,nvrt,nvml,quota,demo,echo,badinput
 # The bench image; the stand-in has no twin for the benchmark's kernels,
 # so this run is expected to stop at the first launch.
 VCU_BENCH_ARGS=--quick tests/vm/run.sh bench >/dev/null 2>&1 || true
@@ -21,6 +21,10 @@ VCU_VM_TIMEOUT=15 tests/vm/run.sh leaks >/dev/null 2>&1 || true
 # (tests/gpu/libs-run.sh), so here it stops at its setup check.
 VCU_VM_TIMEOUT=30 tests/vm/run.sh libs >/dev/null 2>&1 || true
 [ -f build/vm/initrd-libs.img ]
+# The torch image: its root disk is made on the GPU host
+# (tests/gpu/torch-run.sh), so here it stops at its setup check.
+VCU_VM_TIMEOUT=30 tests/vm/run.sh torch >/dev/null 2>&1 || true
+[ -f build/vm/initrd-torch.img ]
 [ -x build/vm/vcu_demo ]
 mkdir -p build/nvidia
 cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/
