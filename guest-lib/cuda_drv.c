@@ -31,6 +31,21 @@ int vcu__cu_unsupported(int *once, const char *name)
 
 /* VCU_LIBCUDA_TRACE=1: every cuGetProcAddress and cuGetExportTable query
  * on stderr (what NVIDIA's runtime asks of a driver: docs/driver-api.md). */
+/* VCU_LIBCUDA_TRACE=modules: each module load, its size as given and as
+ * sent, and how long it took (the whole trace includes it). */
+int vcu__tracing_modules(void)
+{
+    static int on = -1;
+
+    if (__atomic_load_n(&on, __ATOMIC_RELAXED) < 0) {
+        const char *t = getenv("VCU_LIBCUDA_TRACE");
+
+        __atomic_store_n(&on, t != NULL && (strcmp(t, "1") == 0 || strcmp(t, "modules") == 0),
+                         __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&on, __ATOMIC_RELAXED);
+}
+
 int vcu__tracing(void)
 {
     static int on = -1;

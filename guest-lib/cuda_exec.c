@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_int.h"
@@ -679,7 +680,9 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
     void *trim = NULL;
     int major = 0, minor = 0;
+    struct timespec t0 = { 0, 0 };
     size_t tlen;
+    int trimmed;
     CUresult e;
 
     /* Only the code the device loads crosses to the host; a fatbin with
@@ -699,6 +702,8 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
         }
     }
     r.image_len = len;
+    if (vcu__tracing_modules())
+        clock_gettime(CLOCK_MONOTONIC, &t0);
     m = calloc(1, sizeof(*m));
     if (m == NULL) {
         free(trim);
@@ -713,7 +718,16 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
         return e;
     }
     vcu__printf_module(b.addr, len);
+    trimmed = trim != NULL;
     free(trim);
+    if (vcu__tracing_modules()) {
+        struct timespec t1;
+
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        fprintf(stderr, "libcuda (virtio-cuda): module loaded, %llu bytes sent (%s), %.1f ms\n",
+                (unsigned long long)len, trimmed ? "trimmed" : "as given",
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    }
     *module = (CUmodule)m;
     return CUDA_SUCCESS;
 }

@@ -267,6 +267,7 @@ int vcu__managed_find(CUdeviceptr p, uint64_t *base, uint64_t *size, int *dev);
 
 /* VCU_LIBCUDA_TRACE=1 is set. */
 int vcu__tracing(void);
+int vcu__tracing_modules(void);
 
 /* cuda_export.c: the private table with this UUID, or NULL. */
 const void *vcu__export_table(const CUuuid *id);

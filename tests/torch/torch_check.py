@@ -16,6 +16,33 @@ import traceback
 results = []
 
 
+def watchdog(period):
+    """Every period seconds: the Python stack of every thread and each
+    thread's state (R running, S sleeping), to tell slow from stuck."""
+    import faulthandler
+    import threading
+    faulthandler.dump_traceback_later(period, repeat=True, file=sys.stderr)
+
+    def states():
+        while True:
+            time.sleep(period)
+            out = []
+            for tid in sorted(os.listdir("/proc/self/task")):
+                try:
+                    st = open("/proc/self/task/%s/stat" % tid).read().rsplit(")", 1)[1].split()
+                    wchan = open("/proc/self/task/%s/wchan" % tid).read()
+                    out.append("%s:%s:%s" % (tid, st[0], wchan or "-"))
+                except OSError:
+                    pass
+            print("watchdog: threads " + " ".join(out), file=sys.stderr, flush=True)
+
+    threading.Thread(target=states, daemon=True).start()
+
+
+if os.environ.get("VCU_TORCH_WATCHDOG"):
+    watchdog(float(os.environ["VCU_TORCH_WATCHDOG"]))
+
+
 def step(name, fn):
     t0 = time.time()
     try:
