@@ -113,13 +113,15 @@ run_torch() {
         mount -t devtmpfs devtmpfs /disk/dev && mount -t tmpfs tmpfs /disk/tmp ||
         { echo "VCU-TEST torch/setup FAIL mounts in the disk"; return 0; }
     mkdir -p /disk/tmp/vcu/lib /disk/tmp/triton
-    cp /torch/lib/* /disk/tmp/vcu/lib/ && cp /torch/torch_check.py /disk/tmp/vcu/
+    cp /torch/lib/* /disk/tmp/vcu/lib/ && cp /torch/torch_check.py /disk/tmp/vcu/ &&
+        ln -s libcuda.so.1 /disk/tmp/vcu/lib/libcuda.so
     # VCU_TORCH_DEBUG=1 (kernel command line): module loads and a
     # watchdog's stacks and thread states every 60 s, on the console.
     dbg=
     grep -q 'VCU_TORCH_DEBUG=1' /proc/cmdline && dbg="VCU_LIBCUDA_TRACE=modules VCU_TORCH_WATCHDOG=60"
     chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
-        LD_LIBRARY_PATH=/tmp/vcu/lib TRITON_CACHE_DIR=/tmp/triton $dbg \
+        LD_LIBRARY_PATH=/tmp/vcu/lib TRITON_CACHE_DIR=/tmp/triton TRITON_LIBCUDA_PATH=/tmp/vcu/lib \
+        $dbg \
         timeout 1500 /opt/torch/.venv/bin/python3 /tmp/vcu/torch_check.py 2>&1 |
         sed -e 's,^PASS torch/\([^ ]*\)\(.*\)$,VCU-TEST torch/\1 PASS\2,' \
             -e 's,^FAIL torch/\([^ ]*\) *\(.*\)$,VCU-TEST torch/\1 FAIL \2,'
