@@ -1498,6 +1498,43 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
     free(px);
 }
 
+VCU_EXPORT int vcu_proxy_stats(vcu_proxy_t *px, vcu_proxy_stats_t *out,
+                               vcu_proxy_session_stats_t *sess, uint32_t cap)
+{
+    struct vcu__acct_seen *seen = NULL;
+    vcu_account_t *a;
+    uint32_t d, i;
+
+    if (px == NULL || out == NULL || (sess == NULL && cap != 0))
+        return VCU_EINVAL;
+    a = px->acct;
+    memset(out, 0, sizeof(*out));
+    out->mem_quota = a->quota;
+    for (d = 0; d < VCU_ACCT_DEVS; d++) {
+        out->mem_used[d] = vcu__acct_used(a, d);
+        out->ctx_bytes[d] = vcu__acct_ctx(a, d);
+    }
+    out->faults = atomic_load(&a->hdr->faults);
+    pthread_mutex_lock(&px->mu);
+    out->sessions = px->nlive;
+    pthread_mutex_unlock(&px->mu);
+    if (cap > a->nslots)
+        cap = a->nslots;
+    if (cap > 0 && (seen = calloc(cap, sizeof(*seen))) == NULL)
+        return VCU_ENOMEM;
+    out->workers = vcu__acct_report(a, seen, cap);
+    out->nsess = out->workers < cap ? out->workers : cap;
+    for (i = 0; i < out->nsess; i++) {
+        sess[i].session = seen[i].session;
+        sess[i].pid = seen[i].pid;
+        sess[i].fault = seen[i].fault;
+        memcpy(sess[i].mem, seen[i].charged, sizeof(sess[i].mem));
+        memcpy(sess[i].ctx, seen[i].ctx, sizeof(sess[i].ctx));
+    }
+    free(seen);
+    return 0;
+}
+
 VCU_EXPORT const char *vcu_proxy_cuda_error(const vcu_proxy_t *px)
 {
     return px->cuda_error[0] ? px->cuda_error : NULL;

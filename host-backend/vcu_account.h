@@ -94,7 +94,21 @@ typedef struct vcu_account_s {
      * claims, readers and reaper threads release. */
     pthread_mutex_t mu;
     unsigned char *busy;
+    /* Under mu too: each handed-out slot's session id and worker pid as
+     * the proxy wrote them, so that reports name sessions from the
+     * proxy's own memory, not from what a worker may have overwritten. */
+    uint64_t *own_session;
+    uint32_t *own_pid;
 } vcu_account_t;
+
+/* One handed-out slot as the proxy reports it (vcu__acct_report()). */
+struct vcu__acct_seen {
+    uint64_t session;               /* the proxy's record */
+    uint32_t pid;                   /* the proxy's record: the worker's host pid; 0 before spawn */
+    uint32_t fault;                 /* 1: the worker flagged a GPU fault */
+    uint64_t charged[VCU_ACCT_DEVS];    /* as the worker wrote them: not trusted */
+    uint64_t ctx[VCU_ACCT_DEVS];
+};
 
 static inline size_t vcu__acct_len(uint32_t nslots)
 {
@@ -127,10 +141,13 @@ static inline int vcu__acct_new(uint64_t quota, uint32_t nslots, vcu_account_t *
         return VCU_ENOMEM;
     a->len = vcu__acct_len(nslots);
     a->busy = calloc(nslots, 1);
+    a->own_session = calloc(nslots, sizeof(*a->own_session));
+    a->own_pid = calloc(nslots, sizeof(*a->own_pid));
     /* The syscall itself: memfd_create() needs _GNU_SOURCE before every
      * header of the file that includes this one. */
     a->fd = (int)syscall(SYS_memfd_create, "vcu-account", MFD_CLOEXEC);
-    if (a->busy == NULL || a->fd < 0 || ftruncate(a->fd, (off_t)a->len) != 0)
+    if (a->busy == NULL || a->own_session == NULL || a->own_pid == NULL || a->fd < 0 ||
+        ftruncate(a->fd, (off_t)a->len) != 0)
         goto fail;
     p = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
     if (p == MAP_FAILED)
@@ -149,6 +166,8 @@ fail:
     if (a->fd >= 0)
         close(a->fd);
     free(a->busy);
+    free(a->own_session);
+    free(a->own_pid);
     pthread_mutex_destroy(&a->mu);
     free(a);
     return VCU_EIO;
@@ -200,6 +219,8 @@ static inline void vcu__acct_put(vcu_account_t *a)
     if (a->fd >= 0)
         close(a->fd);
     free(a->busy);
+    free(a->own_session);
+    free(a->own_pid);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }
@@ -219,6 +240,8 @@ static inline int vcu__acct_claim(vcu_account_t *a, uint64_t session)
         return -1;
     }
     a->busy[i] = 1;
+    a->own_session[i] = session;
+    a->own_pid[i] = 0;
     pthread_mutex_unlock(&a->mu);
     s = &a->slot[i];
     for (d = 0; d < VCU_ACCT_DEVS; d++) {
@@ -233,8 +256,13 @@ static inline int vcu__acct_claim(vcu_account_t *a, uint64_t session)
 
 static inline void vcu__acct_set_pid(vcu_account_t *a, int slot, uint32_t pid)
 {
-    if (slot >= 0 && (uint32_t)slot < a->nslots)
-        atomic_store(&a->slot[slot].pid, pid);
+    if (slot < 0 || (uint32_t)slot >= a->nslots)
+        return;
+    atomic_store(&a->slot[slot].pid, pid);
+    pthread_mutex_lock(&a->mu);
+    if (a->own_pid != NULL)
+        a->own_pid[slot] = pid;
+    pthread_mutex_unlock(&a->mu);
 }
 
 /*
@@ -262,8 +290,11 @@ static inline void vcu__acct_release(vcu_account_t *a, int slot)
     atomic_store(&s->session, 0);
     atomic_compare_exchange_strong(&a->hdr->lock, &mine, 0);
     pthread_mutex_lock(&a->mu);
-    if (a->busy != NULL)
+    if (a->busy != NULL) {
         a->busy[slot] = 0;
+        a->own_session[slot] = 0;
+        a->own_pid[slot] = 0;
+    }
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -295,6 +326,43 @@ static inline uint64_t vcu__acct_ctx(const vcu_account_t *a, uint32_t dev)
         sum = v > UINT64_MAX - sum ? UINT64_MAX : sum + v;
     }
     return sum;
+}
+
+/*
+ * Trusted side, for reporting only: the slots handed out (the proxy's
+ * own table says which, and names their session and worker), at most
+ * cap of them into out, lowest slot first.  Returns how many are handed
+ * out, which may be more than cap.  The figures are the worker's and
+ * taken as they are (one load each, so each is a value the worker
+ * stored, never a torn one); sums over them saturate.
+ */
+static inline uint32_t vcu__acct_report(vcu_account_t *a, struct vcu__acct_seen *out, uint32_t cap)
+{
+    uint32_t i, n = 0;
+    unsigned int d;
+
+    if (a->busy == NULL)
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    for (i = 0; i < a->nslots; i++) {
+        const struct vcu_acct_slot *s = &a->slot[i];
+        struct vcu__acct_seen *o;
+
+        if (!a->busy[i])
+            continue;
+        if (n++ >= cap)
+            continue;
+        o = &out[n - 1];
+        o->session = a->own_session[i];
+        o->pid = a->own_pid[i];
+        o->fault = (atomic_load(&s->flags) & VCU_ACCT_F_FAULT) != 0;
+        for (d = 0; d < VCU_ACCT_DEVS; d++) {
+            o->charged[d] = atomic_load(&s->charged[d]);
+            o->ctx[d] = atomic_load(&s->ctx[d]);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return n;
 }
 
 static inline uint64_t vcu__acct_now_ns(void)

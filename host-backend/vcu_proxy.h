@@ -70,6 +70,45 @@ void vcu_proxy_submit(vcu_proxy_t *px, vcu_request_t *req);
  */
 void vcu_proxy_reset(vcu_proxy_t *px);
 
+/*
+ * The VM's usage, for the host's monitoring (QEMU's QOM properties): what
+ * the VM's memory account says and the proxy's own counts.  Per device
+ * (the VM's virtual device numbers, all VCU_CU_MAX_DEVICES of them: the
+ * proxy does not know how many the workers found).  GPU time and compute
+ * shares are not measured: there is nothing of them here.
+ */
+typedef struct vcu_proxy_session_stats_s {
+    uint64_t session;               /* the guest's session id */
+    uint32_t pid;                   /* the worker's host pid (not a guest pid); 0 before spawn */
+    uint32_t fault;                 /* 1: the worker flagged a GPU fault */
+    uint64_t mem[VCU_CU_MAX_DEVICES];   /* bytes charged, as the worker wrote them */
+    uint64_t ctx[VCU_CU_MAX_DEVICES];   /* its contexts' own GPU memory, likewise */
+} vcu_proxy_session_stats_t;
+
+typedef struct vcu_proxy_stats_s {
+    uint64_t mem_quota;             /* bytes per device; 0: none */
+    uint64_t mem_used[VCU_CU_MAX_DEVICES];  /* all slots' charges (saturating sums) */
+    uint64_t ctx_bytes[VCU_CU_MAX_DEVICES]; /* all slots' context overhead, apart */
+    uint64_t faults;                /* sessions ended by a GPU fault since realize */
+    uint32_t sessions;              /* the guest's open sessions */
+    uint32_t workers;               /* workers holding memory account slots (after a
+                                       reset, old ones until reaped): may pass cap */
+    uint32_t nsess;                 /* entries written to the caller's array */
+    uint32_t reserved;
+} vcu_proxy_stats_t;
+
+/*
+ * Fills out, and up to cap entries of sess (the caller's; NULL when cap
+ * is 0), one per worker holding an account slot, lowest slot first.
+ * Session ids and pids come from the proxy's own records; the memory
+ * figures are written by workers (which run guest requests): each is
+ * reported as found and every sum saturates at UINT64_MAX.  Any thread;
+ * it takes the proxy's and the account's locks briefly.  0, VCU_EINVAL or
+ * VCU_ENOMEM.
+ */
+int vcu_proxy_stats(vcu_proxy_t *px, vcu_proxy_stats_t *out,
+                    vcu_proxy_session_stats_t *sess, uint32_t cap);
+
 /* Why a worker found no usable CUDA when the proxy was created (the
  * driver, the GPU list), or NULL if it did. */
 const char *vcu_proxy_cuda_error(const vcu_proxy_t *px);

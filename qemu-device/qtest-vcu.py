@@ -372,5 +372,122 @@ if os.path.exists(FAKECUDA):
                 len(wa) == 1 and cu_alloc(vq, qb, 1) == 2 and time.time() - t0 < 10)
     vq.close()
 
+# ---- monitoring: the VM's usage through QMP ---------------------------
+# One VM with mem-quota=8M and a QMP socket: qom-get on the device's
+# read-only properties before any session, with two sessions holding
+# memory, after one is closed and the other's worker killed; then
+# scripts/vcu-metrics against the same socket: Prometheus text that parses
+# and carries the same numbers.
+import importlib.machinery, importlib.util, re, tempfile
+METRICS_TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'scripts', 'vcu-metrics')
+def load_metrics_tool():
+    loader = importlib.machinery.SourceFileLoader('vcu_metrics', METRICS_TOOL)
+    spec = importlib.util.spec_from_loader('vcu_metrics', loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+PROM_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*",?)*)\} ([0-9]+)$')
+def prom_parse(text):
+    """{(name, frozenset(labels)): value}, or None if a line does not parse
+    or a family's samples come before its # HELP and # TYPE."""
+    out, helped, typed = {}, set(), set()
+    for line in text.splitlines():
+        if line.startswith('# HELP '):
+            helped.add(line.split()[2])
+            continue
+        if line.startswith('# TYPE '):
+            if len(line.split()) != 4 or line.split()[3] not in ('gauge', 'counter'):
+                return None
+            typed.add(line.split()[2])
+            continue
+        m = PROM_LINE.match(line)
+        if not m or m.group(1) not in helped or m.group(1) not in typed:
+            print('  bad line:', repr(line))
+            return None
+        lab = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2)))
+        out[(m.group(1), lab)] = int(m.group(3))
+    return out
+if os.path.exists(FAKECUDA):
+    tmpd = tempfile.mkdtemp(prefix='vcu-qmp-')
+    qsock = os.path.join(tmpd, 'vm.qmp')
+    msock = os.path.join(tmpd, 'metrics.qmp')   # a QMP socket serves one client at a time
+    vm = Guest(QEMU, sys.argv[2:] + ['-qmp', f'unix:{qsock},server=on,wait=off',
+                                     '-qmp', f'unix:{msock},server=on,wait=off'], mem_mib=256,
+               device_opts=f',id=vcu0,libcuda={FAKECUDA},mem-quota=8M', quiet=True)
+    tool = load_metrics_tool()
+    mon = tool.QMP(qsock, 10)
+    DEVP = '/machine/peripheral/vcu0'
+    def qget(prop, path=DEVP):
+        return mon.execute('qom-get', path=path, property=prop)
+    st = qget('stats')
+    quota_check(f'qom-get before any session: mem-quota {qget("mem-quota")} mem-used {qget("mem-used")} '
+                f'sessions {qget("sessions")} faults {qget("faults")} stats {st}',
+                (qget('mem-quota'), qget('mem-used'), qget('mem-ctx-bytes'), qget('sessions'), qget('faults')) ==
+                (8 << 20, 0, 0, 0, 0) and st['session-list'] == [] and st['workers'] == 0 and
+                st['devices'] == [{'index': 0, 'mem-used': 0, 'mem-ctx-bytes': 0}])
+    quota_check('qom-get on the virtio backend object too',
+                qget('mem-quota', DEVP + '/virtio-backend') == 8 << 20 and
+                qget('sessions', DEVP + '/virtio-backend') == 0)
+    try:
+        mon.execute('qom-set', path=DEVP, property='mem-used', value=1)
+        ro = False
+    except tool.QMPError:
+        ro = True
+    quota_check('mem-used is read-only', ro)
+    ma = cuda_session(vm)
+    wa = vm_workers(vm)
+    mb = cuda_session(vm)
+    wb = [w for w in vm_workers(vm) if w not in wa]
+    allocs = cu_alloc(vm, ma, 3 << 20) == 0 and cu_alloc(vm, mb, 1 << 20) == 0
+    st = qget('stats')
+    sl = {x['session']: x for x in st['session-list']}
+    quota_check(f'two sessions holding 3 + 1 MiB: mem-used {qget("mem-used")} sessions {qget("sessions")} '
+                f'stats {st}',
+                allocs and len(wa) == 1 and len(wb) == 1 and qget('mem-used') == 4 << 20 and
+                qget('sessions') == 2 and st['mem-used'] == 4 << 20 and st['workers'] == 2 and
+                set(sl) == {ma, mb} and sl[ma]['mem-used'] == 3 << 20 and sl[mb]['mem-used'] == 1 << 20 and
+                sl[ma]['host-pid'] == wa[0] and sl[mb]['host-pid'] == wb[0] and
+                sl[ma]['fault'] is False and st['devices'][0]['mem-used'] == 4 << 20 and
+                qget('mem-ctx-bytes') == st['mem-ctx-bytes'] ==
+                sl[ma]['mem-ctx-bytes'] + sl[mb]['mem-ctx-bytes'])
+    r = subprocess.run([sys.executable, METRICS_TOOL, '--vm', f'vm1={msock}'],
+                       capture_output=True, text=True, timeout=60)
+    prom = prom_parse(r.stdout)
+    L = lambda **kw: frozenset(dict(vm='vm1', device='vcu0', **kw).items())
+    want = {('vcu_mem_quota_bytes', L()): 8 << 20, ('vcu_mem_used_bytes', L()): 4 << 20,
+            ('vcu_sessions', L()): 2, ('vcu_workers', L()): 2, ('vcu_faults_total', L()): 0,
+            ('vcu_ctx_bytes', L()): st['mem-ctx-bytes'],
+            ('vcu_gpu_mem_used_bytes', L(gpu='0')): 4 << 20,
+            ('vcu_session_mem_bytes', L(session=str(ma), host_pid=str(wa[0]) if wa else '')): 3 << 20,
+            ('vcu_session_mem_bytes', L(session=str(mb), host_pid=str(wb[0]) if wb else '')): 1 << 20,
+            ('vcu_up', frozenset({('vm', 'vm1')})): 1}
+    miss = {k: v for k, v in want.items() if prom is None or prom.get(k) != v}
+    quota_check(f'vcu-metrics: exit {r.returncode}, Prometheus text that parses, same numbers '
+                f'(mismatched: {miss}) {r.stderr.strip()}',
+                r.returncode == 0 and prom is not None and not miss)
+    check('SESSION_CLOSE of the 3 MiB session',
+          vm.submit([(REQ, hdr(opcode=2, payload_len=0, session=ma))], 64), S_OK)
+    expect('its memory and session leave the count',
+           lambda: qget('mem-used') == 1 << 20 and qget('sessions') == 1 and qget('stats')['workers'] == 1)
+    if wb:
+        os.kill(wb[0], 9)
+    expect('a killed worker\'s memory leaves the count once reaped (the guest has not closed)',
+           lambda: qget('mem-used') == 0 and qget('stats')['session-list'] == [] and qget('faults') == 0, 10)
+    r = subprocess.run([sys.executable, METRICS_TOOL, '--vm', f'vm1={msock}',
+                        '--vm', f'gone={os.path.join(tmpd, "none.qmp")}'],
+                       capture_output=True, text=True, timeout=60)
+    prom = prom_parse(r.stdout)
+    quota_check(f'vcu-metrics with a VM that does not answer: exit {r.returncode}, vcu_up 0, the other VM read',
+                r.returncode == 1 and prom is not None and
+                prom.get(('vcu_up', frozenset({('vm', 'gone')}))) == 0 and
+                prom.get(('vcu_mem_used_bytes', L())) == 0 and
+                not any(('vm', 'gone') in k[1] for k in prom if k[0] != 'vcu_up'))
+    mon.close()
+    vm.close()
+    for f in (qsock, msock):
+        if os.path.exists(f):
+            os.unlink(f)
+    os.rmdir(tmpd)
+
 print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)

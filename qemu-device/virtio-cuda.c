@@ -38,6 +38,8 @@
 #include "qemu/module.h"
 #include "qemu/rcu.h"
 #include "qapi/error.h"
+#include "qapi/visitor.h"
+#include "qemu/host-utils.h"
 #include "hw/qdev-properties.h"
 #include "hw/virtio/virtio.h"
 #include "hw/virtio/virtio-cuda.h"
@@ -683,6 +685,204 @@ static void virtio_cuda_unrealize(DeviceState *dev)
     virtio_cleanup(vdev);
 }
 
+/*
+ * The VM's usage, read-only, for the host's monitoring: qom-get on the
+ * device (or its virtio-cuda-pci proxy, which aliases these) from QMP or
+ * HMP.  Everything comes from vcu_proxy_stats(): the proxy's counts and
+ * the VM's memory account.  The account's figures are written by workers
+ * that run guest requests, so they are only reported, never used here,
+ * and every sum saturates.  GPU time and compute shares are not measured
+ * and are not reported.  docs/design.md, "Monitoring".
+ */
+typedef enum {
+    VIRTIO_CUDA_STAT_MEM_USED,
+    VIRTIO_CUDA_STAT_CTX_BYTES,
+    VIRTIO_CUDA_STAT_SESSIONS,
+    VIRTIO_CUDA_STAT_FAULTS,
+} VirtIOCudaStat;
+
+static uint64_t virtio_cuda_sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+
+    return uadd64_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static uint64_t virtio_cuda_sum(const uint64_t *v)
+{
+    uint64_t sum = 0;
+    unsigned int d;
+
+    for (d = 0; d < VCU_CU_MAX_DEVICES; d++) {
+        sum = virtio_cuda_sat_add(sum, v[d]);
+    }
+    return sum;
+}
+
+static bool virtio_cuda_read_stats(VirtIOCuda *s, vcu_proxy_stats_t *st,
+                                   vcu_proxy_session_stats_t *sess,
+                                   uint32_t cap, Error **errp)
+{
+    if (!s->proxy) {
+        error_setg(errp, "virtio-cuda: the device is not realized");
+        return false;
+    }
+    if (vcu_proxy_stats(s->proxy, st, sess, cap) != 0) {
+        error_setg(errp, "virtio-cuda: usage unavailable (out of memory)");
+        return false;
+    }
+    return true;
+}
+
+static void virtio_cuda_get_stat(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    VirtIOCuda *s = VIRTIO_CUDA(obj);
+    vcu_proxy_stats_t st;
+    uint64_t val = 0;
+
+    if (!virtio_cuda_read_stats(s, &st, NULL, 0, errp)) {
+        return;
+    }
+    switch ((VirtIOCudaStat)(uintptr_t)opaque) {
+    case VIRTIO_CUDA_STAT_MEM_USED:
+        val = virtio_cuda_sum(st.mem_used);
+        break;
+    case VIRTIO_CUDA_STAT_CTX_BYTES:
+        val = virtio_cuda_sum(st.ctx_bytes);
+        break;
+    case VIRTIO_CUDA_STAT_SESSIONS:
+        val = st.sessions;
+        break;
+    case VIRTIO_CUDA_STAT_FAULTS:
+        val = st.faults;
+        break;
+    }
+    visit_type_uint64(v, name, &val, errp);
+}
+
+/* The devices reported: up to the highest one with anything on it, and
+ * at least device 0 (the proxy does not know how many the VM has). */
+static unsigned int virtio_cuda_ndev(const uint64_t *mem, const uint64_t *ctx)
+{
+    unsigned int d, n = 1;
+
+    for (d = 0; d < VCU_CU_MAX_DEVICES; d++) {
+        if (mem[d] || ctx[d]) {
+            n = d + 1;
+        }
+    }
+    return n;
+}
+
+/* "devices": [{"index", "mem-used", "mem-ctx-bytes"}, ...] */
+static bool virtio_cuda_visit_devices(Visitor *v, unsigned int ndev,
+                                      uint64_t *mem, uint64_t *ctx,
+                                      Error **errp)
+{
+    unsigned int d;
+    bool ok = false;
+
+    if (!visit_start_list(v, "devices", NULL, 0, errp)) {
+        return false;
+    }
+    for (d = 0; d < ndev; d++) {
+        uint32_t index = d;
+
+        if (!visit_start_struct(v, NULL, NULL, 0, errp)) {
+            goto out;
+        }
+        ok = visit_type_uint32(v, "index", &index, errp) &&
+             visit_type_uint64(v, "mem-used", &mem[d], errp) &&
+             visit_type_uint64(v, "mem-ctx-bytes", &ctx[d], errp) &&
+             visit_check_struct(v, errp);
+        visit_end_struct(v, NULL);
+        if (!ok) {
+            goto out;
+        }
+    }
+    ok = visit_check_list(v, errp);
+out:
+    visit_end_list(v, NULL);
+    return ok;
+}
+
+static bool virtio_cuda_visit_session(Visitor *v,
+                                      vcu_proxy_session_stats_t *ss,
+                                      Error **errp)
+{
+    uint64_t mem = virtio_cuda_sum(ss->mem);
+    uint64_t ctx = virtio_cuda_sum(ss->ctx);
+    bool fault = ss->fault != 0;
+    bool ok;
+
+    if (!visit_start_struct(v, NULL, NULL, 0, errp)) {
+        return false;
+    }
+    ok = visit_type_uint64(v, "session", &ss->session, errp) &&
+         visit_type_uint32(v, "host-pid", &ss->pid, errp) &&
+         visit_type_bool(v, "fault", &fault, errp) &&
+         visit_type_uint64(v, "mem-used", &mem, errp) &&
+         visit_type_uint64(v, "mem-ctx-bytes", &ctx, errp) &&
+         virtio_cuda_visit_devices(v, virtio_cuda_ndev(ss->mem, ss->ctx),
+                                   ss->mem, ss->ctx, errp) &&
+         visit_check_struct(v, errp);
+    visit_end_struct(v, NULL);
+    return ok;
+}
+
+/*
+ * "stats": the whole picture in one JSON object (docs/design.md,
+ * "Monitoring", lists its members).  host-pid is the worker's pid on the
+ * host: the guest process's own pid is not known to the host.
+ */
+static void virtio_cuda_get_stats(Object *obj, Visitor *v, const char *name,
+                                  void *opaque, Error **errp)
+{
+    VirtIOCuda *s = VIRTIO_CUDA(obj);
+    uint32_t cap = s->max_sessions * 2, i;
+    g_autofree vcu_proxy_session_stats_t *sess =
+        g_new0(vcu_proxy_session_stats_t, cap);
+    vcu_proxy_stats_t st;
+    uint64_t mem, ctx;
+    bool ok = false;
+
+    if (!virtio_cuda_read_stats(s, &st, sess, cap, errp)) {
+        return;
+    }
+    mem = virtio_cuda_sum(st.mem_used);
+    ctx = virtio_cuda_sum(st.ctx_bytes);
+    if (!visit_start_struct(v, name, NULL, 0, errp)) {
+        return;
+    }
+    if (!visit_type_uint64(v, "mem-quota", &st.mem_quota, errp) ||
+        !visit_type_uint64(v, "mem-used", &mem, errp) ||
+        !visit_type_uint64(v, "mem-ctx-bytes", &ctx, errp) ||
+        !visit_type_uint32(v, "sessions", &st.sessions, errp) ||
+        !visit_type_uint32(v, "workers", &st.workers, errp) ||
+        !visit_type_uint64(v, "faults", &st.faults, errp) ||
+        !virtio_cuda_visit_devices(v, virtio_cuda_ndev(st.mem_used,
+                                                       st.ctx_bytes),
+                                   st.mem_used, st.ctx_bytes, errp)) {
+        goto out;
+    }
+    if (!visit_start_list(v, "session-list", NULL, 0, errp)) {
+        goto out;
+    }
+    for (i = 0; i < st.nsess && i < cap; i++) {
+        if (!virtio_cuda_visit_session(v, &sess[i], errp)) {
+            break;
+        }
+    }
+    ok = i == MIN(st.nsess, cap) && visit_check_list(v, errp);
+    visit_end_list(v, NULL);
+    if (ok) {
+        visit_check_struct(v, errp);
+    }
+out:
+    visit_end_struct(v, NULL);
+}
+
 static const Property virtio_cuda_properties[] = {
     DEFINE_PROP_STRING("gpus", VirtIOCuda, gpus),
     DEFINE_PROP_STRING("libcuda", VirtIOCuda, libcuda),
@@ -701,6 +901,30 @@ static void virtio_cuda_class_init(ObjectClass *klass, void *data)
     VirtioDeviceClass *vdc = VIRTIO_DEVICE_CLASS(klass);
 
     device_class_set_props(dc, virtio_cuda_properties);
+    object_class_property_add(klass, "mem-used", "uint64", virtio_cuda_get_stat,
+                              NULL, NULL,
+                              (void *)(uintptr_t)VIRTIO_CUDA_STAT_MEM_USED);
+    object_class_property_set_description(klass, "mem-used",
+        "GPU memory charged to the VM's sessions, all devices (bytes)");
+    object_class_property_add(klass, "mem-ctx-bytes", "uint64",
+                              virtio_cuda_get_stat, NULL, NULL,
+                              (void *)(uintptr_t)VIRTIO_CUDA_STAT_CTX_BYTES);
+    object_class_property_set_description(klass, "mem-ctx-bytes",
+        "GPU memory of the sessions' CUDA contexts, apart (bytes)");
+    object_class_property_add(klass, "sessions", "uint64", virtio_cuda_get_stat,
+                              NULL, NULL,
+                              (void *)(uintptr_t)VIRTIO_CUDA_STAT_SESSIONS);
+    object_class_property_set_description(klass, "sessions",
+        "The guest's open sessions (CUDA processes)");
+    object_class_property_add(klass, "faults", "uint64", virtio_cuda_get_stat,
+                              NULL, NULL,
+                              (void *)(uintptr_t)VIRTIO_CUDA_STAT_FAULTS);
+    object_class_property_set_description(klass, "faults",
+        "Sessions ended by a GPU fault");
+    object_class_property_add(klass, "stats", "VirtioCudaStats",
+                              virtio_cuda_get_stats, NULL, NULL, NULL);
+    object_class_property_set_description(klass, "stats",
+        "The VM's usage, per device and per session (JSON object)");
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);
     vdc->realize = virtio_cuda_realize;
     vdc->unrealize = virtio_cuda_unrealize;

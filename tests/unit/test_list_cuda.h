@@ -60,6 +60,7 @@
     X(sec_ctx_reset_cross_device_function) \
     /* test_quota.c */                  \
     X(quota_account)                    \
+    X(quota_report_hostile)             \
     X(quota_alloc_exact)                \
     X(quota_hostile)                    \
     X(quota_two_sessions)               \
@@ -68,6 +69,7 @@
     X(quota_limits)                     \
     X(quota_ctx_reset)                  \
     X(quota_faults)                     \
-    X(quota_proxy_worker_killed)
+    X(quota_proxy_worker_killed)        \
+    X(quota_proxy_stats)
 
 #endif /* VCU_TEST_LIST_CUDA_H */

@@ -89,6 +89,62 @@ TEST(quota_account)
     return 0;
 }
 
+/* The proxy's report of a hand-made account: sessions and pids are its
+ * own records, whatever a worker wrote over them; garbage figures are
+ * shown as found and their sums saturate; the report never passes its
+ * array, nor the account's slots. */
+TEST(quota_report_hostile)
+{
+    struct vcu__acct_seen seen[4];
+    vcu_account_t *a;
+    int s0, s1, s2;
+
+    ASSERT_EQ(0, vcu__acct_new(10 * MiB, 4, &a));
+    ASSERT_EQ(0u, vcu__acct_report(a, seen, 4));
+    s0 = vcu__acct_claim(a, 0x100000001ull);
+    s1 = vcu__acct_claim(a, 0x100000002ull);
+    s2 = vcu__acct_claim(a, 0x100000003ull);
+    ASSERT_EQ(2, s2);
+    vcu__acct_set_pid(a, s0, 1111);
+    vcu__acct_set_pid(a, s1, 2222);
+    vcu__acct_release(a, s2);                              /* not reported */
+    ASSERT_EQ(0, vcu__acct_charge(a, s0, 0, 3 * MiB));
+    vcu__acct_set_ctx(a, s1, 1, 5 * MiB);
+    ASSERT_EQ(2u, vcu__acct_report(a, seen, 4));
+    ASSERT_EQ_U64(0x100000001ull, seen[0].session);
+    ASSERT_EQ(1111, (int)seen[0].pid);
+    ASSERT_EQ_U64(3 * MiB, seen[0].charged[0]);
+    ASSERT_EQ_U64(0x100000002ull, seen[1].session);
+    ASSERT_EQ_U64(5 * MiB, seen[1].ctx[1]);
+
+    /* A worker writes garbage over its slot, the free ones, the header. */
+    atomic_store(&a->slot[s1].session, UINT64_MAX);
+    atomic_store(&a->slot[s1].pid, 1);
+    atomic_store(&a->slot[s1].flags, UINT32_MAX);
+    atomic_store(&a->slot[s1].charged[0], UINT64_MAX - 1);
+    atomic_store(&a->slot[s1].ctx[15], UINT64_MAX);
+    atomic_store(&a->slot[3].session, 77);
+    atomic_store(&a->slot[3].charged[15], UINT64_MAX);
+    memset(seen, 0xa5, sizeof(seen));
+    ASSERT_EQ(2u, vcu__acct_report(a, seen, 1));           /* two held, one room */
+    ASSERT_EQ_U64(0x100000001ull, seen[0].session);
+    ASSERT_EQ(0xa5, ((unsigned char *)&seen[1])[0]);       /* untouched */
+    ASSERT_EQ(2u, vcu__acct_report(a, seen, 4));
+    ASSERT_EQ_U64(0x100000002ull, seen[1].session);
+    ASSERT_EQ(2222, (int)seen[1].pid);
+    ASSERT_EQ(1, (int)seen[1].fault);
+    ASSERT_EQ_U64(UINT64_MAX - 1, seen[1].charged[0]);
+    ASSERT_EQ_U64(UINT64_MAX, vcu__acct_used(a, 0));       /* saturates */
+    ASSERT_EQ_U64(UINT64_MAX, vcu__acct_ctx(a, 15));
+    ASSERT_EQ_U64(UINT64_MAX, vcu__acct_used(a, 15));      /* a free slot's garbage counts */
+    ASSERT_EQ(2u, vcu__acct_report(a, NULL, 0));
+    vcu__acct_release(a, s1);
+    ASSERT_EQ(1u, vcu__acct_report(a, seen, 4));
+    ASSERT_EQ_U64(1, atomic_load(&a->hdr->faults));        /* its flag, counted once */
+    vcu__acct_put(a);
+    return 0;
+}
+
 /* ---- backends sharing one account (one VM's sessions) -------------------- */
 
 typedef struct {
@@ -696,6 +752,73 @@ TEST(quota_proxy_worker_killed)
     } while (r == OOM && ut_now() - t0 < 10.0);
     ASSERT_EQ(0, (int)r);
     ASSERT_EQ(OOM, tq_px_alloc(px, sb, 1));
+    vcu_proxy_free(px);
+    return 0;
+}
+
+/* What the host's monitoring reads (vcu_proxy_stats): nothing before any
+ * session; two sessions' charges, each under its own id and worker pid;
+ * a killed worker's share gone once it is reaped. */
+TEST(quota_proxy_stats)
+{
+    vcu_proxy_session_stats_t ss[4];
+    vcu_proxy_config_t cfg;
+    vcu_proxy_stats_t st;
+    vcu_proxy_t *px;
+    char err[256];
+    uint64_t sa, sb;
+    pid_t pa, pb;
+    double t0;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.worker = VCU_TEST_WORKER;
+    cfg.gpus = "0";
+    cfg.mem_quota = 8 * MiB;
+    if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
+        fprintf(stderr, "vcu_proxy_new: %s\n", err);
+        return -1;
+    }
+    if (vcu_proxy_cuda_error(px) != NULL)
+        VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(px));
+    ASSERT_EQ(VCU_EINVAL, vcu_proxy_stats(px, &st, NULL, 1));
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
+    ASSERT_EQ_U64(8 * MiB, st.mem_quota);
+    ASSERT_EQ_U64(0, st.mem_used[0]);
+    ASSERT_EQ(0, (int)(st.sessions + st.workers + st.nsess));
+    CHECK(tq_px_open(px, &sa));
+    pa = tq_worker_pid(-1);
+    CHECK(tq_px_open(px, &sb));
+    pb = tq_worker_pid(-1);
+    ASSERT_GT(pa, 0);
+    ASSERT_GT(pb, pa);
+    ASSERT_EQ(0, (int)tq_px_alloc(px, sa, 6 * MiB));
+    ASSERT_EQ(0, (int)tq_px_alloc(px, sb, 2 * MiB));
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
+    ASSERT_EQ_U64(8 * MiB, st.mem_used[0]);
+    ASSERT_EQ_U64(0, st.mem_used[1]);
+    ASSERT_EQ(2, (int)st.sessions);
+    ASSERT_EQ(2, (int)st.workers);
+    ASSERT_EQ(2, (int)st.nsess);
+    ASSERT_EQ_U64(sa, ss[0].session);
+    ASSERT_EQ((int)pa, (int)ss[0].pid);
+    ASSERT_EQ_U64(6 * MiB, ss[0].mem[0]);
+    ASSERT_EQ_U64(sb, ss[1].session);
+    ASSERT_EQ((int)pb, (int)ss[1].pid);
+    ASSERT_EQ_U64(2 * MiB, ss[1].mem[0]);
+    ASSERT_EQ_U64(ss[0].ctx[0] + ss[1].ctx[0], st.ctx_bytes[0]);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 1));         /* room for one */
+    ASSERT_EQ(2, (int)st.workers);
+    ASSERT_EQ(1, (int)st.nsess);
+    ASSERT_EQ(0, kill(pa, SIGKILL));
+    t0 = ut_now();
+    do {
+        ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
+    } while (st.workers != 1 && ut_now() - t0 < 10.0);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));         /* the sums were read first */
+    ASSERT_EQ(1, (int)st.workers);
+    ASSERT_EQ_U64(sb, ss[0].session);
+    ASSERT_EQ_U64(2 * MiB, st.mem_used[0]);
+    ASSERT_EQ_U64(0, st.faults);
     vcu_proxy_free(px);
     return 0;
 }
