@@ -35,7 +35,7 @@ int main(void)
     CUfunction vadd;
     CUstream s, s2;
     CUevent fork, join;
-    CUdeviceptr a, b, c, scratch = 0;
+    CUdeviceptr a, b, c, scratch = 0, scratch2 = 0, bad = 0;
     CUgraph cg, cg2, g;
     CUgraphExec x;
     CUstreamCaptureStatus st;
@@ -152,8 +152,7 @@ int main(void)
     CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
     CK(cuStreamGetCaptureInfo_v3(s, &st, &id2, &cg, NULL, NULL, NULL));
     TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && id2 != id && cg != NULL);
-    CK(cuMemFree(scratch));
-    CK(cuMemAlloc(&scratch, 4096));
+    CK(cuMemAlloc(&scratch2, 4096));
     CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
     CK(cuStreamEndCapture(s, &g));
     TRUE(g == cg);
@@ -169,7 +168,7 @@ int main(void)
     CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, &cg, NULL, NULL, NULL));
     TRUE(cg != NULL);
-    EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemFree(scratch));
+    EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc(&bad, 4096));
     CK(cuStreamIsCapturing(s, &st));
     TRUE(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
     cg2 = (CUgraph)&id;
@@ -182,6 +181,7 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphInstantiateWithFlags(&x, cg, 0));
 
     CK(cuMemFree(scratch));
+    CK(cuMemFree(scratch2));
     CK(cuMemFree(a));
     CK(cuMemFree(b));
     CK(cuMemFree(c));
