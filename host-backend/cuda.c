@@ -342,6 +342,10 @@ struct vcu__cuda_sess_s {
     bool capture;
     vcu__modset_t *cap_mods;
     uint32_t cap_graphs;                    /* graph entries with a cap_id */
+    /* The interaction mode the guest set (CU_THREAD_CAPTURE_MODE), made
+     * the thread's by vcu__enter: a driven backend runs many sessions on
+     * one thread.  Worker only. */
+    CUstreamCaptureMode cap_mode;
     vcu__htab_t tab;
     vcu__pset_t allocs;                     /* device pointers this session owns */
     /* The session's slot in the VM's memory account (-1: none), and
@@ -1885,12 +1889,22 @@ static size_t vcu__resp_size(uint32_t op)
 }
 
 /* Makes the request's device current; on failure the result says why. */
+/* The capture interaction mode this thread was given here. */
+static __thread CUstreamCaptureMode vcu__thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
 static int vcu__enter(vcu__op_t *o)
 {
     struct vcu_cu_hdr hd;
 
     memcpy(&hd, o->p, sizeof(hd));
     o->res = vcu__ctx(o->cs, hd.device);
+    if (o->res == CUDA_SUCCESS && vcu__thread_mode != o->cs->cap_mode) {
+        CUstreamCaptureMode m = o->cs->cap_mode;
+
+        o->res = VCU__CU(o->cu, cuThreadExchangeStreamCaptureMode, &m);
+        if (o->res == CUDA_SUCCESS)
+            vcu__thread_mode = o->cs->cap_mode;
+    }
     return o->res == CUDA_SUCCESS ? 0 : -1;
 }
 
@@ -3901,6 +3915,7 @@ static uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
     VCU__GET(o, e, rq.value, VCU__H_STREAM);
     if (vcu__orphan(o, e->u.st) == 0) {
         vcu__htab_del(&o->cs->tab, rq.value);
+        vcu__cap_graphs_prune(o->cs);       /* an orphan's capture is out of reach */
         o->res = CUDA_SUCCESS;
         return VCU_S_OK;
     }
@@ -4123,15 +4138,16 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
 }
 
 /*
- * The worker's capture interaction mode: the worker makes all of the
+ * The session's capture interaction mode: one thread makes all of the
  * session's calls, so the mode a guest thread set last stands for the
  * session (cudaMalloc under a RELAXED guard during a capture, as
- * PyTorch's allocator does).  Only the session's own captures see it.
+ * PyTorch's allocator does).  Set on the thread by vcu__enter, for this
+ * session's calls only.  The previous one is returned.
  */
 static uint32_t vcu__op_CU_THREAD_CAPTURE_MODE(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
-    CUstreamCaptureMode mode;
+    CUstreamCaptureMode prev = o->cs->cap_mode;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
@@ -4139,10 +4155,12 @@ static uint32_t vcu__op_CU_THREAD_CAPTURE_MODE(vcu__op_t *o)
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
-    mode = (CUstreamCaptureMode)rq.value;
-    o->res = VCU__CU(o->cu, cuThreadExchangeStreamCaptureMode, &mode);
-    if (o->res == CUDA_SUCCESS)
-        o->rb.u64.value = (uint64_t)mode;
+    if (o->cu->fn.cuThreadExchangeStreamCaptureMode == NULL) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    o->cs->cap_mode = (CUstreamCaptureMode)rq.value;
+    o->rb.u64.value = (uint64_t)prev;
     return VCU_S_OK;
 }
 

@@ -1512,6 +1512,22 @@ TEST(cuda_capture_graph)
                                    CU_STREAM_CAPTURE_MODE_RELAXED, &prev));
     ASSERT_EQ(CU_STREAM_CAPTURE_MODE_GLOBAL, prev);
     ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d2));
+    /* The mode is this session's: another's capture still refuses. */
+    {
+        uint64_t s3, d3 = 0;
+        tc_t c2;
+
+        CHECK(tc_open(&c2));
+        s3 = tc_stream_new(&c2);
+        ASSERT_NE(0, s3);
+        ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c2, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s3,
+                                        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, 0, NULL, 0));
+        ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, tc_alloc(&c2, 64, &d3));
+        ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                  tc_u64(&c2, VCU_OP_CU_STREAM_END_CAPTURE, 0, s3, NULL));
+        tc_close(&c2);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d2));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_THREAD_CAPTURE_MODE, 0,
                                    CU_STREAM_CAPTURE_MODE_GLOBAL, &prev));
     ASSERT_EQ(CU_STREAM_CAPTURE_MODE_RELAXED, prev);
