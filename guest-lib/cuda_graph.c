@@ -409,6 +409,36 @@ VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
     return CUDA_SUCCESS;
 }
 
+/*
+ * The 10000 and 11000 ABIs (cuGetProcAddress "cuGraphInstantiate"): no
+ * flags; the error node is NULL and the log empty (the host gives only
+ * the result).
+ */
+static CUresult vcu__instantiate_log(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                     CUgraphNode *phErrorNode, char *logBuffer,
+                                     size_t bufferSize)
+{
+    if (phErrorNode != NULL)
+        *phErrorNode = NULL;
+    if (logBuffer != NULL && bufferSize > 0)
+        logBuffer[0] = '\0';
+    return cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
+}
+
+VCU__EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                        CUgraphNode *phErrorNode, char *logBuffer,
+                                        size_t bufferSize)
+{
+    return vcu__instantiate_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+
+VCU__EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                           CUgraphNode *phErrorNode, char *logBuffer,
+                                           size_t bufferSize)
+{
+    return vcu__instantiate_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+
 static CUresult vcu__graph_launch(CUgraphExec hGraphExec, CUstream hStream, int ptsz)
 {
     struct vcu_cu_pair_req r;

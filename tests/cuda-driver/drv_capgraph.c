@@ -156,7 +156,17 @@ int main(void)
     CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
     CK(cuStreamEndCapture(s, &g));
     TRUE(g == cg);
-    CK(cuGraphInstantiateWithFlags(&x, g, 0));
+    /* The 11000 ABI of cuGraphInstantiate, as an older runtime asks. */
+    {
+        CUresult (*inst)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t) = NULL;
+        CUgraphNode err = (CUgraphNode)&id;
+        char log[64] = "x";
+
+        CK(cuGetProcAddress("cuGraphInstantiate", (void **)&inst, 11000, 0, NULL));
+        TRUE(inst != NULL);
+        CK(inst(&x, g, &err, log, sizeof(log)));
+        TRUE(err == NULL && log[0] == '\0');
+    }
     CK(cuGraphLaunch(x, s));
     CK(cuStreamSynchronize(s));
     check_sum(c, ha, hb);
