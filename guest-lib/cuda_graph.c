@@ -22,7 +22,16 @@ typedef struct vcu__graph_s {
     uint64_t h;
     vcu__gnode_t *nodes;            /* newest first; under vcu__drv.lock */
     size_t nnodes;
+    /* A capture's graph (cuStreamGetCaptureInfo's graph_out): nonzero
+     * capture id while the capture owns it, and on vcu__cap_graphs.  Both
+     * under vcu__drv.lock. */
+    uint64_t cap_id;
+    struct vcu__graph_s *cap_next;
 } vcu__graph_t;
+
+/* The graphs of captures asked for and not yet ended; under
+ * vcu__drv.lock. */
+static vcu__graph_t *vcu__cap_graphs;
 
 typedef struct vcu__gexec_s {
     int dev;
@@ -86,6 +95,11 @@ VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 
     if (e != CUDA_SUCCESS)
         return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    e = g->cap_id != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (e != CUDA_SUCCESS)
+        return e;           /* the capture's (cuda.h) */
     vcu__reg_del(g);
     r.value = g->h;
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
@@ -395,6 +409,36 @@ VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
     return CUDA_SUCCESS;
 }
 
+/*
+ * The 10000 and 11000 ABIs (cuGetProcAddress "cuGraphInstantiate"): no
+ * flags; the error node is NULL and the log empty (the host gives only
+ * the result).
+ */
+static CUresult vcu__instantiate_log(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                     CUgraphNode *phErrorNode, char *logBuffer,
+                                     size_t bufferSize)
+{
+    if (phErrorNode != NULL)
+        *phErrorNode = NULL;
+    if (logBuffer != NULL && bufferSize > 0)
+        logBuffer[0] = '\0';
+    return cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
+}
+
+VCU__EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                        CUgraphNode *phErrorNode, char *logBuffer,
+                                        size_t bufferSize)
+{
+    return vcu__instantiate_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+
+VCU__EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                           CUgraphNode *phErrorNode, char *logBuffer,
+                                           size_t bufferSize)
+{
+    return vcu__instantiate_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+
 static CUresult vcu__graph_launch(CUgraphExec hGraphExec, CUstream hStream, int ptsz)
 {
     struct vcu_cu_pair_req r;
@@ -476,11 +520,59 @@ VCU__EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCapt
     return vcu__begin_capture(hStream, mode, 1);
 }
 
+/* The record on vcu__cap_graphs naming host graph h of dev; under
+ * vcu__drv.lock. */
+static vcu__graph_t *vcu__cap_graph_find(int dev, uint64_t h)
+{
+    vcu__graph_t *g;
+
+    for (g = vcu__cap_graphs; g != NULL; g = g->cap_next)
+        if (g->dev == dev && g->h == h)
+            return g;
+    return NULL;
+}
+
+/*
+ * Ends capture id: its graph record, if it was asked for, becomes the
+ * caller's when the host returned it (handle h, 0 if the capture
+ * failed); otherwise it goes, as the capture's graph went.
+ */
+static vcu__graph_t *vcu__cap_graph_end(int dev, uint64_t id, uint64_t h)
+{
+    vcu__graph_t **pp, *g, *kept = NULL, *gone = NULL;
+
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (pp = &vcu__cap_graphs; (g = *pp) != NULL;) {
+        if (g->dev == dev && ((h != 0 && g->h == h) || (id != 0 && g->cap_id == id))) {
+            *pp = g->cap_next;
+            g->cap_id = 0;
+            if (h != 0 && g->h == h) {
+                kept = g;
+            } else {
+                g->cap_next = gone;
+                gone = g;
+            }
+            continue;
+        }
+        pp = &g->cap_next;
+    }
+    pthread_mutex_unlock(&vcu__drv.lock);
+    for (; gone != NULL; gone = g) {
+        g = gone->cap_next;
+        vcu__reg_del(gone);
+        free(gone);
+    }
+    return kept;
+}
+
 static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
 {
     struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
+    struct vcu_cu_capture_info_resp ci;
+    vcu__graph_t *g;
     vcu__ctx_t *c;
+    int asked;
     CUresult e;
 
     if (phGraph == NULL)
@@ -491,9 +583,26 @@ static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
     if (e != CUDA_SUCCESS)
         return e;
     *phGraph = NULL;
+    pthread_mutex_lock(&vcu__drv.lock);
+    asked = vcu__cap_graphs != NULL;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    /* Which capture ends, for the graph record it may have. */
+    memset(&ci, 0, sizeof(ci));
+    if (asked &&
+        vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_INFO, &r, sizeof(r), NULL, 0, &ci,
+                  sizeof(ci)) != CUDA_SUCCESS)
+        ci.id = 0;
+    o.value = 0;
     e = vcu__call(c->dev, VCU_OP_CU_STREAM_END_CAPTURE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        o.value = 0;
+    g = asked ? vcu__cap_graph_end(c->dev, ci.id, o.value) : NULL;
     if (e != CUDA_SUCCESS || o.value == 0)
         return e;
+    if (g != NULL) {
+        *phGraph = (CUgraph)g;
+        return CUDA_SUCCESS;
+    }
     return vcu__graph_wrap(c->dev, o.value, phGraph);
 }
 
@@ -542,12 +651,52 @@ VCU__EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
     return vcu__capture_info(hStream, captureStatus, NULL, 1);
 }
 
+/* The guest record of the capture's graph h: the same one each time. */
+static CUresult vcu__cap_graph_get(int dev, uint64_t id, uint64_t h, CUgraph *out)
+{
+    vcu__graph_t *g, *ng;
+
+    pthread_mutex_lock(&vcu__drv.lock);
+    g = vcu__cap_graph_find(dev, h);
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (g != NULL) {
+        *out = (CUgraph)g;
+        return CUDA_SUCCESS;
+    }
+    ng = calloc(1, sizeof(*ng));
+    if (ng == NULL || vcu__reg_add(ng, VCU__K_GRAPH) != 0) {
+        free(ng);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    ng->dev = dev;
+    ng->h = h;
+    ng->cap_id = id;
+    pthread_mutex_lock(&vcu__drv.lock);
+    g = vcu__cap_graph_find(dev, h);        /* another thread's, meanwhile */
+    if (g == NULL) {
+        ng->cap_next = vcu__cap_graphs;
+        vcu__cap_graphs = ng;
+        g = ng;
+        ng = NULL;
+    }
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (ng != NULL) {
+        vcu__reg_del(ng);
+        free(ng);
+    }
+    *out = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+
 /*
- * cuStreamGetCaptureInfo in its three ABIs: status and id from the host.
- * The graph being captured and the stream's dependencies are the host's
- * and have no handle here: asked for during a capture they are
- * CUDA_ERROR_NOT_SUPPORTED, logged once; outside a capture they are not
- * valid data (cuda.h) and come back NULL and 0.
+ * cuStreamGetCaptureInfo in its three ABIs.  Status and id from the host;
+ * during a capture, the graph being captured (CU_STREAM_CAPTURE_GRAPH):
+ * owned by the capture, the same CUgraph each time, and the one
+ * cuStreamEndCapture returns.  The stream's dependencies are counted;
+ * their nodes have no handles here, so asking for the list while there
+ * are any is CUDA_ERROR_NOT_SUPPORTED (logged once); with none the list
+ * is NULL.  Outside a capture these are not valid data (cuda.h) and come
+ * back NULL and 0.
  */
 static CUresult vcu__capture_info_all(CUstream hStream, CUstreamCaptureStatus *st,
                                       cuuint64_t *id, CUgraph *graph,
@@ -555,27 +704,47 @@ static CUresult vcu__capture_info_all(CUstream hStream, CUstreamCaptureStatus *s
                                       size_t *ndeps, int ptsz)
 {
     static int logged;
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_capture_graph_resp o;
+    vcu__ctx_t *c;
     CUresult e;
 
     if (edges != NULL && deps == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__capture_info(hStream, st, id, ptsz);
+    if (graph == NULL && deps == NULL && edges == NULL && ndeps == NULL)
+        return vcu__capture_info(hStream, st, id, ptsz);
+    if (st == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.value);
+    if (e == CUDA_SUCCESS)
+        e = vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_GRAPH, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
-    if (*st == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
-        (graph != NULL || deps != NULL || edges != NULL || ndeps != NULL)) {
-        vcu__log_once(&logged, "libcuda (virtio-cuda): cuStreamGetCaptureInfo: the captured "
-                               "graph and dependencies are not supported\n");
+    if (o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && deps != NULL && o.ndeps > 0) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuStreamGetCaptureInfo: the list of "
+                               "a capture's dependencies is not supported (only the count)\n");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    if (graph != NULL)
+    if (graph != NULL) {
         *graph = NULL;
+        if (o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && o.graph != 0) {
+            e = vcu__cap_graph_get(c->dev, o.id, o.graph, graph);
+            if (e != CUDA_SUCCESS)
+                return e;
+        }
+    }
+    *st = (CUstreamCaptureStatus)o.status;
+    if (id != NULL)
+        *id = o.id;
     if (deps != NULL)
         *deps = NULL;
     if (edges != NULL)
         *edges = NULL;
     if (ndeps != NULL)
-        *ndeps = 0;
+        *ndeps = o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (size_t)o.ndeps : 0;
     return CUDA_SUCCESS;
 }
 
@@ -633,4 +802,70 @@ VCU__EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
 {
     return vcu__capture_info_all(hStream, captureStatus_out, id_out, graph_out,
                                  dependencies_out, edgeData_out, numDependencies_out, 1);
+}
+
+/*
+ * This thread's capture interaction mode, kept here (the previous one is
+ * this thread's) and sent to the host, whose worker makes the session's
+ * calls: the mode a thread set last stands there for the whole session.
+ * Without a context only this thread's record changes.
+ */
+static __thread CUstreamCaptureMode vcu__capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+VCU__EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    CUstreamCaptureMode prev;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (mode == NULL || (unsigned int)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (vcu__cur(&c) == CUDA_SUCCESS) {
+        memset(&r, 0, sizeof(r));
+        r.value = (uint64_t)*mode;
+        e = vcu__call(c->dev, VCU_OP_CU_THREAD_CAPTURE_MODE, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    prev = vcu__capture_mode;
+    vcu__capture_mode = *mode;
+    *mode = prev;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * cuGraphUpload: the exec and the stream checked; the upload itself is
+ * left to the first launch, which makes it anyway (an optimization
+ * only, in stream order either way).
+ */
+static CUresult vcu__graph_upload(CUgraphExec hGraphExec, CUstream hStream, int ptsz)
+{
+    vcu__gexec_t *x = (vcu__gexec_t *)hGraphExec;
+    vcu__ctx_t *c;
+    uint64_t st;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(x, VCU__K_GEXEC))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (x->dev != c->dev)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return vcu__stream(c, hStream, ptsz, &st);
+}
+
+VCU__EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return vcu__graph_upload(hGraphExec, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return vcu__graph_upload(hGraphExec, hStream, 1);
 }

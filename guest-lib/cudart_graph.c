@@ -21,6 +21,11 @@ typedef struct vcu__graph_s {
     uint64_t h;
     vcu__node_t *nodes;             /* newest first; protected by vcu__graph_mu */
     size_t nnodes;
+    /* A capture's graph (cudaStreamGetCaptureInfo's graph_out): nonzero
+     * capture id while the capture owns it, and on vcu__cap_graphs.  Both
+     * under vcu__graph_mu. */
+    unsigned long long cap_id;
+    struct vcu__graph_s *cap_next;
 } vcu__graph_t;
 
 typedef struct vcu__exec_s {
@@ -30,6 +35,10 @@ typedef struct vcu__exec_s {
 } vcu__exec_t;
 
 static pthread_mutex_t vcu__graph_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The graphs of captures asked for and not yet ended; under
+ * vcu__graph_mu. */
+static vcu__graph_t *vcu__cap_graphs;
 
 static cudaError_t vcu__graph(cudaGraph_t g, vcu__graph_t **out)
 {
@@ -84,6 +93,11 @@ VCU__EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 
     if (!vcu__reg_has(graph, VCU__H_GRAPH))
         return vcu__err(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&vcu__graph_mu);
+    e = g->cap_id != 0 ? cudaErrorInvalidValue : cudaSuccess;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    if (e != cudaSuccess)
+        return vcu__err(e);         /* the capture's */
     vcu__reg_del(graph);
     r.value = g->h;
     e = vcu__check_dev(g->dev);
@@ -631,11 +645,55 @@ VCU__EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
     return vcu__err(vcu__begin_capture(stream, mode, 1));
 }
 
+/* The record on vcu__cap_graphs naming host graph h of dev; under
+ * vcu__graph_mu. */
+static vcu__graph_t *vcu__cap_graph_find(int dev, uint64_t h)
+{
+    vcu__graph_t *g;
+
+    for (g = vcu__cap_graphs; g != NULL; g = g->cap_next)
+        if (g->dev == dev && g->h == h)
+            return g;
+    return NULL;
+}
+
+/* Ends capture id: its graph record becomes the caller's when the host
+ * returned it (handle h, 0 if the capture failed), else it goes. */
+static vcu__graph_t *vcu__cap_graph_end(int dev, unsigned long long id, uint64_t h)
+{
+    vcu__graph_t **pp, *g, *kept = NULL, *gone = NULL;
+
+    pthread_mutex_lock(&vcu__graph_mu);
+    for (pp = &vcu__cap_graphs; (g = *pp) != NULL;) {
+        if (g->dev == dev && ((h != 0 && g->h == h) || (id != 0 && g->cap_id == id))) {
+            *pp = g->cap_next;
+            g->cap_id = 0;
+            if (h != 0 && g->h == h) {
+                kept = g;
+            } else {
+                g->cap_next = gone;
+                gone = g;
+            }
+            continue;
+        }
+        pp = &g->cap_next;
+    }
+    pthread_mutex_unlock(&vcu__graph_mu);
+    for (; gone != NULL; gone = g) {
+        g = gone->cap_next;
+        vcu__reg_del(gone);
+        free(gone);
+    }
+    return kept;
+}
+
 static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, int ptsz)
 {
     struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
-    int dev;
+    struct vcu_cu_capture_info_resp ci;
+    vcu__graph_t *g;
+    int dev, asked;
     cudaError_t e;
 
     if (pGraph == NULL)
@@ -646,11 +704,25 @@ static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, in
     if (e != cudaSuccess)
         return e;
     *pGraph = NULL;
+    pthread_mutex_lock(&vcu__graph_mu);
+    asked = vcu__cap_graphs != NULL;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    /* Which capture ends, for the graph record it may have. */
+    memset(&ci, 0, sizeof(ci));
+    if (asked && vcu__call(dev, VCU_OP_CU_STREAM_CAPTURE_INFO, 0, &r, sizeof(r), NULL, 0, &ci,
+                           sizeof(ci)) != cudaSuccess)
+        ci.id = 0;
+    o.value = 0;
     e = vcu__call(dev, VCU_OP_CU_STREAM_END_CAPTURE, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != cudaSuccess)
+        o.value = 0;
+    g = asked ? vcu__cap_graph_end(dev, ci.id, o.value) : NULL;
+    if (e != cudaSuccess || o.value == 0)
         return e;
-    if (o.value == 0)
+    if (g != NULL) {
+        *pGraph = (cudaGraph_t)g;
         return cudaSuccess;
+    }
     return vcu__graph_wrap(dev, o.value, pGraph);
 }
 
@@ -703,6 +775,51 @@ VCU__EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
     return vcu__err(vcu__capture_info(stream, st, NULL, 1));
 }
 
+/* The record of the capture's graph h: the same one each time. */
+static cudaError_t vcu__cap_graph_get(int dev, unsigned long long id, uint64_t h,
+                                      cudaGraph_t *out)
+{
+    vcu__graph_t *g, *ng;
+
+    pthread_mutex_lock(&vcu__graph_mu);
+    g = vcu__cap_graph_find(dev, h);
+    pthread_mutex_unlock(&vcu__graph_mu);
+    if (g != NULL) {
+        *out = (cudaGraph_t)g;
+        return cudaSuccess;
+    }
+    ng = calloc(1, sizeof(*ng));
+    if (ng == NULL || vcu__reg_add(ng, VCU__H_GRAPH) != 0) {
+        free(ng);
+        return cudaErrorMemoryAllocation;
+    }
+    ng->dev = dev;
+    ng->h = h;
+    ng->cap_id = id;
+    pthread_mutex_lock(&vcu__graph_mu);
+    g = vcu__cap_graph_find(dev, h);        /* another thread's, meanwhile */
+    if (g == NULL) {
+        ng->cap_next = vcu__cap_graphs;
+        vcu__cap_graphs = ng;
+        g = ng;
+        ng = NULL;
+    }
+    pthread_mutex_unlock(&vcu__graph_mu);
+    if (ng != NULL) {
+        vcu__reg_del(ng);
+        free(ng);
+    }
+    *out = (cudaGraph_t)g;
+    return cudaSuccess;
+}
+
+/*
+ * During a capture, the graph being captured (CU_STREAM_CAPTURE_GRAPH):
+ * owned by the capture, the same cudaGraph_t each time, and the one
+ * cudaStreamEndCapture returns.  The open dependencies are counted;
+ * their nodes have no records here, so their list is refused
+ * (cudaErrorNotSupported) while there are any.
+ */
 static cudaError_t vcu__get_capture_info(cudaStream_t stream,
                                          enum cudaStreamCaptureStatus *st,
                                          unsigned long long *id, cudaGraph_t *graph_out,
@@ -710,17 +827,44 @@ static cudaError_t vcu__get_capture_info(cudaStream_t stream,
                                          const cudaGraphEdgeData **edges_out, size_t *ndeps_out,
                                          int ptsz)
 {
-    /* The graph being captured and its open dependencies live on the
-     * host only. */
-    if (graph_out != NULL)
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_capture_graph_resp o;
+    int dev;
+    cudaError_t e;
+
+    if (graph_out == NULL && deps_out == NULL && edges_out == NULL && ndeps_out == NULL)
+        return vcu__capture_info(stream, st, id, ptsz);
+    if (st == NULL || (edges_out != NULL && deps_out == NULL))
+        return cudaErrorInvalidValue;
+    e = vcu__stream(stream, ptsz, &dev, &r.value);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_STREAM_CAPTURE_GRAPH, 0, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
+    if (e != cudaSuccess)
+        return e;
+    if (o.status == cudaStreamCaptureStatusActive && deps_out != NULL && o.ndeps > 0)
+        VCU__NOT_SUPPORTED("cudaStreamGetCaptureInfo listing a capture's dependencies",
+                           "only the count");
+    if (graph_out != NULL) {
         *graph_out = NULL;
+        if (o.status == cudaStreamCaptureStatusActive && o.graph != 0) {
+            e = vcu__cap_graph_get(dev, o.id, o.graph, graph_out);
+            if (e != cudaSuccess)
+                return e;
+        }
+    }
+    *st = (enum cudaStreamCaptureStatus)o.status;
+    if (id != NULL)
+        *id = o.id;
     if (deps_out != NULL)
         *deps_out = NULL;
     if (edges_out != NULL)
         *edges_out = NULL;
     if (ndeps_out != NULL)
-        *ndeps_out = 0;
-    return vcu__capture_info(stream, st, id, ptsz);
+        *ndeps_out = o.status == cudaStreamCaptureStatusActive ? (size_t)o.ndeps : 0;
+    return cudaSuccess;
 }
 
 VCU__EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
@@ -751,19 +895,33 @@ VCU__EXPORT cudaError_t cudaStreamGetCaptureInfo_ptsz(
 }
 
 /*
- * The thread's capture interaction mode, kept in the guest.  The host
- * applies the mode each capture began with; this thread's mode for
- * unsafe calls made during another thread's capture is not sent.
+ * The thread's capture interaction mode, kept in the guest (the previous
+ * one is this thread's) and sent to the host, whose worker makes the
+ * session's calls: the mode a thread set last stands there for the whole
+ * session.
  */
 static __thread enum cudaStreamCaptureMode vcu__capture_mode = cudaStreamCaptureModeGlobal;
 
 VCU__EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
 {
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
     enum cudaStreamCaptureMode prev;
+    int dev;
+    cudaError_t e;
 
     if (mode == NULL || *mode < cudaStreamCaptureModeGlobal ||
         *mode > cudaStreamCaptureModeRelaxed)
         return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e == cudaSuccess) {
+        memset(&r, 0, sizeof(r));
+        r.value = (uint64_t)*mode;
+        e = vcu__call(dev, VCU_OP_CU_THREAD_CAPTURE_MODE, 0, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
+    }
+    if (e != cudaSuccess)
+        return vcu__err(e);
     prev = vcu__capture_mode;
     vcu__capture_mode = *mode;
     *mode = prev;

@@ -178,6 +178,7 @@
     XX(cuStreamBeginCapture, 0)                                              \
     XX(cuStreamEndCapture, 0)                                                \
     XX(cuStreamGetCaptureInfo, 0)                                            \
+    XX(cuThreadExchangeStreamCaptureMode, 0)                                 \
     XX(cuEventCreate, 0)                                                     \
     XX(cuEventDestroy, 0)                                                    \
     XX(cuEventRecordWithFlags, 0)                                            \
@@ -340,6 +341,11 @@ struct vcu__cuda_sess_s {
      * ends with copies.  Cleared when no stream of the session captures. */
     bool capture;
     vcu__modset_t *cap_mods;
+    uint32_t cap_graphs;                    /* graph entries with a cap_id */
+    /* The interaction mode the guest set (CU_THREAD_CAPTURE_MODE), made
+     * the thread's by vcu__enter: a driven backend runs many sessions on
+     * one thread.  Worker only. */
+    CUstreamCaptureMode cap_mode;
     vcu__htab_t tab;
     vcu__pset_t allocs;                     /* device pointers this session owns */
     /* The session's slot in the VM's memory account (-1: none), and
@@ -1060,6 +1066,8 @@ static void vcu__del(vcu__cuda_sess_t *cs, uint64_t h)
         break;
     case VCU__H_GRAPH:
         mods = e->u.graph.mods;
+        if (e->u.graph.cap_id != 0)
+            cs->cap_graphs--;
         break;
     case VCU__H_GRAPH_EXEC:
         mods = e->u.exec.mods;
@@ -1495,7 +1503,7 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
             if (cs->ctx[e->dev] != NULL) {
                 if (e->type == VCU__H_GRAPH_EXEC)
                     VCU__CU(cu, cuGraphExecDestroy, e->u.exec.ge);
-                else if (e->type == VCU__H_GRAPH)
+                else if (e->type == VCU__H_GRAPH && e->u.graph.cap_id == 0)
                     VCU__CU(cu, cuGraphDestroy, e->u.graph.g);
             }
             vcu__del(cs, h);
@@ -1834,6 +1842,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_func_attrs_resp fattr;
     struct vcu_cu_occupancy_resp occ;
     struct vcu_cu_capture_info_resp cap;
+    struct vcu_cu_capture_graph_resp capg;
     struct vcu_cu_elapsed_resp el;
     struct vcu_cu_output_resp out;
     struct vcu_cu_tmap_resp tmap;
@@ -1880,12 +1889,22 @@ static size_t vcu__resp_size(uint32_t op)
 }
 
 /* Makes the request's device current; on failure the result says why. */
+/* The capture interaction mode this thread was given here. */
+static __thread CUstreamCaptureMode vcu__thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
 static int vcu__enter(vcu__op_t *o)
 {
     struct vcu_cu_hdr hd;
 
     memcpy(&hd, o->p, sizeof(hd));
     o->res = vcu__ctx(o->cs, hd.device);
+    if (o->res == CUDA_SUCCESS && vcu__thread_mode != o->cs->cap_mode) {
+        CUstreamCaptureMode m = o->cs->cap_mode;
+
+        o->res = VCU__CU(o->cu, cuThreadExchangeStreamCaptureMode, &m);
+        if (o->res == CUDA_SUCCESS)
+            vcu__thread_mode = o->cs->cap_mode;
+    }
     return o->res == CUDA_SUCCESS ? 0 : -1;
 }
 
@@ -3821,6 +3840,72 @@ err_mem:
     return -1;
 }
 
+/* Forgets graph entry h and its nodes' entries. */
+static void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h)
+{
+    uint32_t i;
+
+    vcu__del(cs, h);
+    for (i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *n = &cs->tab.ent[i];
+
+        if (n->type == VCU__H_GRAPH_NODE && n->u.node.graph == h)
+            vcu__htab_del(&cs->tab, vcu__htab_handle_at(&cs->tab, i));
+    }
+}
+
+/* Is capture id in progress on a stream of the session?  (Switches
+ * contexts.) */
+static bool vcu__cap_live(vcu__cuda_sess_t *cs, uint64_t id)
+{
+    CUstreamCaptureStatus status;
+    cuuint64_t sid;
+    uint32_t d, i;
+
+    if (cs->cu->fn.cuStreamGetCaptureInfo == NULL)
+        return false;
+    for (d = 0; d < cs->cu->ndev; d++) {
+        status = CU_STREAM_CAPTURE_STATUS_NONE;
+        sid = 0;
+        if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS &&
+            cs->cu->fn.cuStreamGetCaptureInfo(CU_STREAM_PER_THREAD, &status, &sid, NULL, NULL,
+                                              NULL, NULL) == CUDA_SUCCESS &&
+            status != CU_STREAM_CAPTURE_STATUS_NONE && sid == id)
+            return true;
+    }
+    for (i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        status = CU_STREAM_CAPTURE_STATUS_NONE;
+        sid = 0;
+        if (e->type == VCU__H_STREAM && vcu__cur(cs, cs->ctx[e->dev]) == CUDA_SUCCESS &&
+            cs->cu->fn.cuStreamGetCaptureInfo(e->u.st, &status, &sid, NULL, NULL, NULL, NULL) ==
+                CUDA_SUCCESS &&
+            status != CU_STREAM_CAPTURE_STATUS_NONE && sid == id)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Forgets the graph entries of captures that ended (failed, or their
+ * streams destroyed): the driver destroyed or owns those graphs, and a
+ * later use of the handle is refused as stale.  After END_CAPTURE and
+ * STREAM_DESTROY; nothing to do unless a capture's graph was asked for.
+ */
+static void vcu__cap_graphs_prune(vcu__cuda_sess_t *cs)
+{
+    uint32_t i;
+
+    for (i = 0; cs->cap_graphs > 0 && i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_GRAPH && e->u.graph.cap_id != 0 &&
+            !vcu__cap_live(cs, e->u.graph.cap_id))
+            vcu__graph_drop(cs, vcu__htab_handle_at(&cs->tab, i));
+    }
+}
+
 static uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
@@ -3830,12 +3915,15 @@ static uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
     VCU__GET(o, e, rq.value, VCU__H_STREAM);
     if (vcu__orphan(o, e->u.st) == 0) {
         vcu__htab_del(&o->cs->tab, rq.value);
+        vcu__cap_graphs_prune(o->cs);       /* an orphan's capture is out of reach */
         o->res = CUDA_SUCCESS;
         return VCU_S_OK;
     }
     o->res = VCU__CU(o->cu, cuStreamDestroy, e->u.st);
-    if (o->res == CUDA_SUCCESS)
+    if (o->res == CUDA_SUCCESS) {
         vcu__htab_del(&o->cs->tab, rq.value);
+        vcu__cap_graphs_prune(o->cs);
+    }
     return VCU_S_OK;
 }
 
@@ -3938,6 +4026,47 @@ static void vcu__capture_settle(vcu__cuda_sess_t *cs)
 
 static uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods);
 
+/* The handle of the entry a capture owns for graph g, or 0. */
+static uint64_t vcu__cap_graph_find(vcu__cuda_sess_t *cs, CUgraph g)
+{
+    uint32_t i;
+
+    for (i = 0; cs->cap_graphs > 0 && i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_GRAPH && e->u.graph.cap_id != 0 && e->u.graph.g == g)
+            return vcu__htab_handle_at(&cs->tab, i);
+    }
+    return 0;
+}
+
+/*
+ * A successful capture's graph: the entry CU_STREAM_CAPTURE_GRAPH made
+ * for it becomes the caller's (the same handle), or a new one.  Its
+ * kernel nodes may use any module launched during captures.
+ */
+static void vcu__cap_graph_adopt(vcu__op_t *o, CUgraph g)
+{
+    vcu__cuda_sess_t *cs = o->cs;
+    uint64_t h = vcu__cap_graph_find(cs, g);
+    vcu__hent_t *e;
+
+    if (h == 0) {
+        vcu__graph_put(o, g, cs->cap_mods);
+        return;
+    }
+    e = &cs->tab.ent[(uint32_t)h];
+    e->u.graph.cap_id = 0;
+    cs->cap_graphs--;
+    if (vcu__mods_add_all(cs, &e->u.graph.mods, cs->cap_mods) != 0) {
+        VCU__CU(o->cu, cuGraphDestroy, g);
+        vcu__graph_drop(cs, h);
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return;
+    }
+    o->rb.u64.value = h;
+}
+
 static uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
@@ -3948,7 +4077,8 @@ static uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o)
     VCU__STREAM(o, st, rq.value);
     o->res = VCU__CU(o->cu, cuStreamEndCapture, st, &g);
     if (o->res == CUDA_SUCCESS && g != NULL)
-        vcu__graph_put(o, g, o->cs->cap_mods);
+        vcu__cap_graph_adopt(o, g);
+    vcu__cap_graphs_prune(o->cs);
     vcu__capture_settle(o->cs);
     return VCU_S_OK;
 }
@@ -3965,6 +4095,72 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuStreamGetCaptureInfo, st, &status, &id, NULL, NULL, NULL, NULL);
     o->rb.cap.status = (uint32_t)status;
     o->rb.cap.id = id;
+    return VCU_S_OK;
+}
+
+/*
+ * The capture's graph under a handle the capture owns: the same entry
+ * each time, and the one END_CAPTURE hands over (vcu__cap_graph_adopt).
+ * The dependencies are counted only: their nodes have no handles.
+ */
+static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    CUgraph g = NULL;
+    size_t ndeps = 0;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.value);
+    o->res = VCU__CU(o->cu, cuStreamGetCaptureInfo, st, &status, &id, &g, NULL, NULL, &ndeps);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    o->rb.capg.status = (uint32_t)status;
+    o->rb.capg.id = id;
+    if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || g == NULL || id == 0)
+        return VCU_S_OK;
+    o->rb.capg.ndeps = ndeps;
+    h = vcu__cap_graph_find(o->cs, g);
+    if (h == 0) {
+        e = vcu__new(o, VCU__H_GRAPH, &h);
+        if (e == NULL)
+            return VCU_S_OK;
+        e->u.graph.g = g;
+        e->u.graph.cap_id = id;
+        o->cs->cap_graphs++;
+    }
+    o->rb.capg.graph = h;
+    return VCU_S_OK;
+}
+
+/*
+ * The session's capture interaction mode: one thread makes all of the
+ * session's calls, so the mode a guest thread set last stands for the
+ * session (cudaMalloc under a RELAXED guard during a capture, as
+ * PyTorch's allocator does).  Set on the thread by vcu__enter, for this
+ * session's calls only.  The previous one is returned.
+ */
+static uint32_t vcu__op_CU_THREAD_CAPTURE_MODE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUstreamCaptureMode prev = o->cs->cap_mode;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (rq.value > CU_STREAM_CAPTURE_MODE_RELAXED) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    if (o->cu->fn.cuThreadExchangeStreamCaptureMode == NULL) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    o->cs->cap_mode = (CUstreamCaptureMode)rq.value;
+    o->rb.u64.value = (uint64_t)prev;
     return VCU_S_OK;
 }
 
@@ -4199,21 +4395,19 @@ static uint32_t vcu__op_CU_GRAPH_CREATE(vcu__op_t *o)
 static uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
-    uint32_t i;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    /* A capture's graph is the capture's (cuda.h). */
+    if (e->u.graph.cap_id != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuGraphDestroy, e->u.graph.g);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
-    vcu__del(o->cs, rq.value);
-    for (i = 0; i < o->cs->tab.cap; i++) {
-        vcu__hent_t *n = &o->cs->tab.ent[i];
-
-        if (n->type == VCU__H_GRAPH_NODE && n->u.node.graph == rq.value)
-            vcu__htab_del(&o->cs->tab, vcu__htab_handle_at(&o->cs->tab, i));
-    }
+    vcu__graph_drop(o->cs, rq.value);
     return VCU_S_OK;
 }
 
@@ -4366,6 +4560,10 @@ static uint32_t vcu__op_CU_GRAPH_CLONE(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    if (e->u.graph.cap_id != 0 && vcu__mods_add_all(o->cs, &e->u.graph.mods, o->cs->cap_mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuGraphClone, &g, e->u.graph.g);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
@@ -4383,6 +4581,10 @@ static uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.a, VCU__H_GRAPH);
+    if (e->u.graph.cap_id != 0 && vcu__mods_add_all(o->cs, &e->u.graph.mods, o->cs->cap_mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuGraphInstantiate, &ge, e->u.graph.g, (unsigned long long)rq.b);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;

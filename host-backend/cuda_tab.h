@@ -56,6 +56,9 @@ typedef struct vcu__hent_s {
         struct {
             CUgraph g;
             struct vcu__modset_s *mods;     /* modules its kernel nodes use */
+            /* Nonzero: the graph of this capture (CU_STREAM_CAPTURE_GRAPH),
+             * the capture's, never destroyed here. */
+            uint64_t cap_id;
         } graph;
         struct {
             CUgraphExec ge;

@@ -244,6 +244,8 @@ struct vcu_resp_hdr {
     XX(CU_STREAM_HOST_FUNC, 0x0408, vcu_cu_pair_req, vcu_cu_resp)                        \
     XX(CU_CALLBACK_WAIT, 0x0409, vcu_cu_hdr, vcu_cu_u64_resp)                            \
     XX(CU_CALLBACK_DONE, 0x040a, vcu_cu_u64_req, vcu_cu_resp)                            \
+    XX(CU_STREAM_CAPTURE_GRAPH, 0x040b, vcu_cu_u64_req, vcu_cu_capture_graph_resp)       \
+    XX(CU_THREAD_CAPTURE_MODE, 0x040c, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
     /* CUDA: events */                                                                   \
     XX(CU_EVENT_CREATE, 0x0500, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
     XX(CU_EVENT_DESTROY, 0x0501, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -414,6 +416,8 @@ struct vcu_cu_pair_req {
  *   CU_PROFILER 1 start / 0 stop; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
  *   CU_TAKE_OUTPUT flags (VCU_CU_TAKE_F_*);
+ *   CU_THREAD_CAPTURE_MODE the worker's new CUstreamCaptureMode (the
+ *   previous one returned);
  *   CU_HOST_DEVICE_POINTER flags (0);
  *   everything else the handle it names.
  */
@@ -758,6 +762,24 @@ struct vcu_cu_capture_info_resp {
     vcu_le64 id;
 };
 
+/*
+ * CU_STREAM_CAPTURE_GRAPH: cuStreamGetCaptureInfo with the graph.  While
+ * the capture is active, graph is a session handle of the graph being
+ * captured, owned by the capture: the same handle each time it is asked
+ * for, refused by CU_GRAPH_DESTROY, and the one CU_STREAM_END_CAPTURE
+ * returns when the capture succeeds (it is then the caller's).  It is
+ * gone when the capture fails or its streams and context are.  0 when
+ * not capturing.
+ */
+struct vcu_cu_capture_graph_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 status;                /* OUT CUstreamCaptureStatus */
+    vcu_le32 reserved;
+    vcu_le64 id;                    /* OUT capture id */
+    vcu_le64 graph;                 /* OUT graph handle, or 0 */
+    vcu_le64 ndeps;                 /* OUT the stream's open dependencies */
+};
+
 struct vcu_cu_elapsed_resp {
     struct vcu_cu_resp r;
     vcu_le32 ms_bits;               /* IEEE-754 single of the milliseconds */
@@ -847,6 +869,7 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tmap_req) == 320, "vcu_cu_tmap_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tmap_resp) == 136, "vcu_cu_tmap_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_stream_create_req) == 16, "vcu_cu_stream_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_graph_resp) == 40, "vcu_cu_capture_graph_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
 

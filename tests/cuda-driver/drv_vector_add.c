@@ -335,12 +335,14 @@ int main(void)
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, NULL,
                                                                    (const CUgraphEdgeData **)&cap_deps,
                                                                    NULL));
-        /* The captured graph has no handle in the guest: refused, logged. */
-        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuStreamGetCaptureInfo_v3(s, &st, NULL, &cap_g, NULL,
-                                                                   NULL, NULL));
+        /* The graph being captured, owned by the capture. */
+        cap_g = NULL;
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, &cap_g, NULL, NULL, NULL));
+        TRUE(cap_g != NULL);
         CK(cuMemsetD8Async(c, 0, sizeof(hc), s));
         CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
         CK(cuStreamEndCapture(s, &g));
+        TRUE(g == cap_g);
         CK(cuStreamIsCapturing(s, &st));
         TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE);
         CK(cuStreamGetCaptureInfo(s, &st, &cap_id2, NULL, NULL, NULL, NULL));

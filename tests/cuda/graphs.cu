@@ -1,7 +1,10 @@
 /*
  * CUDA graphs: one captured from a stream (memset, kernels, D2D copy) and
  * launched three times; one built node by node (memset, kernel, host
- * nodes with dependencies), cloned, and both launched.
+ * nodes with dependencies), cloned, and both launched; one captured as
+ * PyTorch's CUDAGraph does (thread-local capture, the graph asked for
+ * during it, a relaxed cudaMalloc, a fork and join, AutoFreeOnLaunch,
+ * upload, replays over new inputs).
  */
 #define TEST_NAME "graphs"
 #include "vcu_test.h"
@@ -154,6 +157,94 @@ static void explicit_graph(cudaStream_t s, int n)
     CK(cudaFree(dc));
 }
 
+static void fill(int *d, int n, int v)
+{
+    int *h = (int *)malloc(n * sizeof(int));
+
+    for (int i = 0; i < n; i++)
+        h[i] = v;
+    CK(cudaMemcpy(d, h, n * sizeof(int), cudaMemcpyHostToDevice));
+    free(h);
+}
+
+static void torch_like(int n)
+{
+    cudaStream_t s, s2;
+    cudaEvent_t fork, join;
+    cudaGraph_t cg = NULL, cg2 = NULL, graph = NULL;
+    cudaGraphExec_t exec;
+    cudaStreamCaptureStatus status;
+    cudaStreamCaptureMode mode;
+    unsigned long long id = 0, id2 = 0;
+    size_t nd = 99;
+    int *da, *db, *dc, *scratch = NULL;
+
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    CK(cudaMalloc(&da, n * sizeof(int)));
+    CK(cudaMalloc(&db, n * sizeof(int)));
+    CK(cudaMalloc(&dc, n * sizeof(int)));
+
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CK(cudaStreamGetCaptureInfo(s, &status, &id, &cg, NULL, NULL, &nd));
+    EXPECT(status == cudaStreamCaptureStatusActive && id != 0, "capture not active");
+    EXPECT(cg != NULL, "no graph from cudaStreamGetCaptureInfo during the capture");
+    EXPECT(nd == 0, "%zu dependencies at the start", nd);
+    CK(cudaStreamGetCaptureInfo(s, &status, &id2, &cg2, NULL, NULL, NULL));
+    EXPECT(cg2 == cg && id2 == id, "another graph or id the second time");
+    /* The allocator's cudaMalloc during a capture, under a relaxed mode. */
+    mode = cudaStreamCaptureModeRelaxed;
+    CK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CK(cudaMalloc(&scratch, 4096));
+    CK(cudaThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(mode == cudaStreamCaptureModeRelaxed, "mode %d restored", (int)mode);
+    CK(cudaStreamIsCapturing(s, &status));
+    EXPECT(status == cudaStreamCaptureStatusActive, "capture ended by cudaMalloc");
+    CK(cudaEventRecord(fork, s));
+    CK(cudaStreamWaitEvent(s2, fork, 0));
+    cg2 = NULL;
+    CK(cudaStreamGetCaptureInfo(s2, &status, &id2, &cg2, NULL, NULL, NULL));
+    EXPECT(cg2 == cg && id2 == id, "the forked stream names another capture");
+    CK(cudaMemsetAsync(dc, 0, n * sizeof(int), s2));
+    CK(cudaEventRecord(join, s2));
+    CK(cudaStreamWaitEvent(s, join, 0));
+    g_accum<<<(n + 255) / 256, 256, 0, s>>>(dc, da, n);
+    g_accum<<<(n + 255) / 256, 256, 0, s>>>(dc, db, n);
+    CK(cudaGetLastError());
+    nd = 0;
+    CK(cudaStreamGetCaptureInfo(s, &status, NULL, NULL, NULL, NULL, &nd));
+    EXPECT(nd == 1, "%zu dependencies after the kernel", nd);
+    CK(cudaStreamEndCapture(s, &graph));
+    EXPECT(graph == cg, "cudaStreamEndCapture's graph is not the capture's");
+
+    CK(cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+    CK(cudaGraphUpload(exec, s));
+    fill(da, n, 3);
+    fill(db, n, 4);
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    check("c", dc, n, 7);
+    fill(da, n, -10);
+    fill(db, n, 25);
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    check("c again", dc, n, 15);
+    printf("PyTorch-style capture replayed twice ok\n");
+
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaFree(scratch));
+    CK(cudaFree(da));
+    CK(cudaFree(db));
+    CK(cudaFree(dc));
+    CK(cudaEventDestroy(fork));
+    CK(cudaEventDestroy(join));
+    CK(cudaStreamDestroy(s2));
+    CK(cudaStreamDestroy(s));
+}
+
 int main(void)
 {
     cudaStream_t s;
@@ -161,6 +252,7 @@ int main(void)
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     captured(s, 10000);
     explicit_graph(s, 5000);
+    torch_like(3000);
     CK(cudaStreamDestroy(s));
     vcu_test_pass();
     return 0;

@@ -2261,13 +2261,32 @@ CUresult CUDAAPI cuMemGetInfo(size_t *free_out, size_t *total)
 /*
  * A "potentially unsafe" call (cuMemAlloc, cuMemFree) while a capture
  * forbids it: any GLOBAL capture of the process, or a THREAD_LOCAL one
- * this thread began.  The call fails and invalidates those captures, as
+ * this thread began, unless this thread's mode is RELAXED.  The call fails and invalidates those captures, as
  * CUDA does.  g_lock held.
  */
+/* This thread's interaction mode (cuThreadExchangeStreamCaptureMode):
+ * RELAXED lets it make unsafe calls during any capture. */
+static __thread CUstreamCaptureMode fc_thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    CUstreamCaptureMode prev = fc_thread_mode;
+
+    if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                  *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                  *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_thread_mode = *mode;
+    *mode = prev;
+    return CUDA_SUCCESS;
+}
+
 static CUresult fc_unsafe_check(void)
 {
     CUresult rc = CUDA_SUCCESS;
 
+    if (fc_thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return rc;
     for (fc_obj_t *o = g_caps; o; o = o->next) {
         fc_cap_t *cap = (fc_cap_t *)o;
 

@@ -1453,6 +1453,148 @@ TEST(cuda_graph_capture)
     return 0;
 }
 
+/* CU_STREAM_CAPTURE_GRAPH on stream s; the CUresult (or 0x10000 + the
+ * wire status), the reply in *o. */
+static uint32_t tc_capg(tc_t *c, uint64_t s, struct vcu_cu_capture_graph_resp *o)
+{
+    struct vcu_cu_u64_req rq = {{0, 0}, s};
+    uint32_t st;
+
+    memset(o, 0, sizeof(*o));
+    st = tc_do(c, VCU_OP_CU_STREAM_CAPTURE_GRAPH, 0, &rq, sizeof(rq), o, sizeof(*o));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    return o->r.result;
+}
+
+/*
+ * The graph of a capture under a handle the capture owns: the same one
+ * each time and the one END_CAPTURE returns; refused by GRAPH_DESTROY
+ * while the capture owns it; stale (refused, never used) once its
+ * capture failed or its stream went.  Bad stream handles and modes.
+ */
+TEST(cuda_capture_graph)
+{
+    struct vcu_cu_capture_graph_resp o;
+    uint64_t s, s2, h, g = 0, cnt = 0, d = 0, d2 = 0, prev = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    /* Not capturing: no graph. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_NONE, o.status);
+    ASSERT_EQ(0, o.graph);
+    /* Hostile handles. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_capg(&c, 0x123456789abcull, &o));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_capg(&c, d, &o));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, s, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_THREAD_CAPTURE_MODE, 0, 9, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_THREAD_CAPTURE_MODE, 0, ~0ull, NULL));
+
+    /* A capture that succeeds. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, o.status);
+    ASSERT_NE(0, o.id);
+    ASSERT_GE(o.graph, VCU_CU_HANDLE_MIN);
+    ASSERT_EQ(0, o.ndeps);
+    h = o.graph;
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    ASSERT_EQ(h, o.graph);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, h, NULL));
+    /* Under a relaxed worker mode, allocation during the capture. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_THREAD_CAPTURE_MODE, 0,
+                                   CU_STREAM_CAPTURE_MODE_RELAXED, &prev));
+    ASSERT_EQ(CU_STREAM_CAPTURE_MODE_GLOBAL, prev);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d2));
+    /* The mode is this session's: another's capture still refuses. */
+    {
+        uint64_t s3, d3 = 0;
+        tc_t c2;
+
+        CHECK(tc_open(&c2));
+        s3 = tc_stream_new(&c2);
+        ASSERT_NE(0, s3);
+        ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c2, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s3,
+                                        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, 0, NULL, 0));
+        ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, tc_alloc(&c2, 64, &d3));
+        ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                  tc_u64(&c2, VCU_OP_CU_STREAM_END_CAPTURE, 0, s3, NULL));
+        tc_close(&c2);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_THREAD_CAPTURE_MODE, 0,
+                                   CU_STREAM_CAPTURE_MODE_GLOBAL, &prev));
+    ASSERT_EQ(CU_STREAM_CAPTURE_MODE_RELAXED, prev);
+    {
+        struct vcu_cu_memset_req mq;
+        struct vcu_cu_resp r;
+
+        memset(&mq, 0, sizeof(mq));
+        mq.dst = d;
+        mq.value = 1;
+        mq.elem_size = 1;
+        mq.width = 64;
+        mq.height = 1;
+        mq.stream = s;
+        mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMSET, 0, &mq, sizeof(mq), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    ASSERT_EQ(1, o.ndeps);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(h, g);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(1, cnt);
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    ASSERT_EQ(0, o.graph);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+
+    /* A failed capture: its graph's handle goes stale. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    h = o.graph;
+    ASSERT_GE(h, VCU_CU_HANDLE_MIN);
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, tc_alloc(&c, 64, &d2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_INVALIDATED, o.status);
+    ASSERT_EQ(0, o.graph);
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+              tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, h, &cnt));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, h, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_CLONE, 0, h, NULL));
+
+    /* A capture whose stream is destroyed: the same. */
+    s2 = tc_stream_new(&c);
+    ASSERT_NE(0, s2);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s2,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s2, &o));
+    h = o.graph;
+    ASSERT_GE(h, VCU_CU_HANDLE_MIN);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, s2, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, h, &cnt));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, h, NULL));
+
+    /* A capture left running at the session's end: its graph is not
+     * destroyed by the session (the capture's). */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_capg(&c, s, &o));
+    ASSERT_GE(o.graph, VCU_CU_HANDLE_MIN);
+    tc_close(&c);
+    return 0;
+}
+
 /*
  * Fuzzer find: CU_STREAM_HOST_FUNC on a capturing stream becomes a host
  * node of the captured graph, which runs any number of times or never;

@@ -1,0 +1,207 @@
+/*
+ * Stream capture as PyTorch's CUDAGraph does it: a capture begun
+ * thread-local or relaxed, cuStreamGetCaptureInfo asked for the graph
+ * being captured (the same CUgraph each time, from every stream of the
+ * capture, and the one cuStreamEndCapture returns), the dependencies
+ * counted, a fork and join through events, memory allocated during the
+ * capture under a relaxed thread mode, the graph instantiated with
+ * AUTO_FREE_ON_LAUNCH, uploaded and replayed over new inputs; a failed
+ * capture takes its graph with it.
+ */
+#include "vcu_drv_test.h"
+
+#define N 1024
+
+static void check_sum(CUdeviceptr c, const float *ha, const float *hb)
+{
+    float hc[N];
+    int i;
+
+    CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+    for (i = 0; i < N; i++)
+        if (hc[i] != ha[i] + hb[i]) {
+            printf("FAIL c[%d] = %g, want %g\n", i, hc[i], ha[i] + hb[i]);
+            exit(1);
+        }
+}
+
+int main(void)
+{
+    CUresult (*v2)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                   const CUgraphNode **, size_t *) = NULL;
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction vadd;
+    CUstream s, s2;
+    CUevent fork, join;
+    CUdeviceptr a, b, c, scratch = 0, scratch2 = 0, bad = 0;
+    CUgraph cg, cg2, g;
+    CUgraphExec x;
+    CUstreamCaptureStatus st;
+    CUstreamCaptureMode mode;
+    const CUgraphNode *deps;
+    cuuint64_t id = 0, id2 = 0;
+    size_t nd;
+    float ha[N], hb[N];
+    int n = N, i;
+    void *args[] = { &a, &b, &c, &n };
+    void *fatbin;
+
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    fatbin = vcu_drv_read_beside("vcu_drv_kernels.fatbin", NULL);
+    CK(cuModuleLoadData(&mod, fatbin));
+    CK(cuModuleGetFunction(&vadd, mod, "vcu_drv_vadd"));
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+    CK(cuMemAlloc(&a, sizeof(ha)));
+    CK(cuMemAlloc(&b, sizeof(hb)));
+    CK(cuMemAlloc(&c, sizeof(ha)));
+    CK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v2, 11030, 0, NULL));
+    TRUE(v2 != NULL);
+
+    /* Not capturing: no graph, no dependencies. */
+    cg = (CUgraph)&id;
+    nd = 99;
+    CK(cuStreamGetCaptureInfo_v3(s, &st, &id, &cg, NULL, NULL, &nd));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE && cg == NULL && nd == 0);
+
+    /* A thread-local capture, as torch.cuda.graph's. */
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    deps = (const CUgraphNode *)&id;
+    nd = 99;
+    CK(cuStreamGetCaptureInfo_v3(s, &st, &id, &cg, &deps, NULL, &nd));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && id != 0 && cg != NULL);
+    TRUE(nd == 0 && deps == NULL);
+    cg2 = NULL;
+    CK(v2(s, &st, &id2, &cg2, NULL, NULL));
+    TRUE(cg2 == cg && id2 == id);
+    /* The capture's graph is not the caller's to destroy. */
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(cg));
+    /* Memory allocated during the capture under a relaxed thread mode, as
+     * PyTorch's allocator does; the capture goes on. */
+    mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CK(cuThreadExchangeStreamCaptureMode(&mode));
+    TRUE(mode == CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CK(cuMemAlloc(&scratch, 4096));
+    CK(cuThreadExchangeStreamCaptureMode(&mode));
+    TRUE(mode == CU_STREAM_CAPTURE_MODE_RELAXED);
+    mode = (CUstreamCaptureMode)7;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuThreadExchangeStreamCaptureMode(NULL));
+    CK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    /* Fork into s2 and join back: s2's capture info names the same graph. */
+    CK(cuEventRecord(fork, s));
+    CK(cuStreamWaitEvent(s2, fork, 0));
+    cg2 = NULL;
+    CK(cuStreamGetCaptureInfo_v3(s2, &st, &id2, &cg2, NULL, NULL, NULL));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && id2 == id && cg2 == cg);
+    CK(cuMemsetD8Async(c, 0, sizeof(ha), s2));
+    CK(cuEventRecord(join, s2));
+    CK(cuStreamWaitEvent(s, join, 0));
+    CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
+    /* One open dependency: counted; its node has no handle here. */
+    nd = 0;
+    CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, NULL, NULL, &nd));
+    TRUE(nd == 1);
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL,
+                                                               &nd));
+    g = NULL;
+    CK(cuStreamEndCapture(s, &g));
+    TRUE(g == cg);
+    cg2 = (CUgraph)&id;
+    CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, &cg2, NULL, NULL, NULL));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_NONE && cg2 == NULL);
+    nd = 0;
+    CK(cuGraphGetNodes(g, NULL, &nd));
+    TRUE(nd >= 2);
+    CK(cuGraphInstantiateWithFlags(&x, g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+    CK(cuGraphUpload(x, s));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphUpload((CUgraphExec)&id, s));
+    /* Replayed twice over different inputs. */
+    for (i = 0; i < N; i++) {
+        ha[i] = (float)i;
+        hb[i] = 0.5f;
+    }
+    CK(cuMemcpyHtoD(a, ha, sizeof(ha)));
+    CK(cuMemcpyHtoD(b, hb, sizeof(hb)));
+    CK(cuGraphLaunch(x, s));
+    CK(cuStreamSynchronize(s));
+    check_sum(c, ha, hb);
+    for (i = 0; i < N; i++) {
+        ha[i] = (float)(3 * i);
+        hb[i] = -2.0f;
+    }
+    CK(cuMemcpyHtoD(a, ha, sizeof(ha)));
+    CK(cuMemcpyHtoD(b, hb, sizeof(hb)));
+    CK(cuGraphLaunch(x, s));
+    CK(cuStreamSynchronize(s));
+    check_sum(c, ha, hb);
+    CK(cuGraphExecDestroy(x));
+    /* Now the caller's. */
+    CK(cuGraphDestroy(g));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(g));
+
+    /* A relaxed capture: allocation allowed; its graph handed over. */
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CK(cuStreamGetCaptureInfo_v3(s, &st, &id2, &cg, NULL, NULL, NULL));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && id2 != id && cg != NULL);
+    CK(cuMemAlloc(&scratch2, 4096));
+    CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
+    CK(cuStreamEndCapture(s, &g));
+    TRUE(g == cg);
+    /* The 11000 ABI of cuGraphInstantiate, as an older runtime asks. */
+    {
+        CUresult (*inst)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t) = NULL;
+        CUgraphNode err = (CUgraphNode)&id;
+        char log[64] = "x";
+
+        CK(cuGetProcAddress("cuGraphInstantiate", (void **)&inst, 11000, 0, NULL));
+        TRUE(inst != NULL);
+        CK(inst(&x, g, &err, log, sizeof(log)));
+        TRUE(err == NULL && log[0] == '\0');
+    }
+    CK(cuGraphLaunch(x, s));
+    CK(cuStreamSynchronize(s));
+    check_sum(c, ha, hb);
+    CK(cuGraphExecDestroy(x));
+    CK(cuGraphDestroy(g));
+
+    /* A failed capture: an unsafe call in the capturing thread invalidates
+     * it, and its graph goes with it. */
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, &cg, NULL, NULL, NULL));
+    TRUE(cg != NULL);
+    EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc(&bad, 4096));
+    CK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    cg2 = (CUgraph)&id;
+    CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, &cg2, NULL, NULL, NULL));
+    TRUE(cg2 == NULL);
+    g = (CUgraph)&id;
+    EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s, &g));
+    TRUE(g == NULL);
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(cg));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphInstantiateWithFlags(&x, cg, 0));
+
+    CK(cuMemFree(scratch));
+    CK(cuMemFree(scratch2));
+    CK(cuMemFree(a));
+    CK(cuMemFree(b));
+    CK(cuMemFree(c));
+    CK(cuEventDestroy(fork));
+    CK(cuEventDestroy(join));
+    CK(cuStreamDestroy(s2));
+    CK(cuStreamDestroy(s));
+    CK(cuModuleUnload(mod));
+    CK(cuDevicePrimaryCtxRelease(dev));
+    free(fatbin);
+    printf("PASS drv_capgraph\n");
+    return 0;
+}
