@@ -138,6 +138,8 @@ typedef struct vcu__alias_s {
 typedef struct vcu__job_s {
     vcu_request_t breq;
     uint64_t tag;
+    uint64_t seq;                   /* order taken in (vcu__w.next_seq) */
+    bool scattering;                /* listed in vcu__w.scat */
     bool fence;
     /* A fence's released ranges, dropped from the registrations at its
      * reply: region, page-rounded offset and length. */
@@ -186,6 +188,16 @@ static struct {
     pthread_cond_t watch_cv;
     _Atomic int watch_parked;
     _Atomic unsigned int finishers; /* vcu__job_finish_thread()s running */
+    /* Requests are numbered as they are taken in; the scatters running on
+     * finisher threads, by number (under smu, with scv): no reply leaves
+     * before every earlier request's scatter is done, so that a reply
+     * means the guest's pages hold what every request before it wrote
+     * (a pipelined copy waits only for its last piece's reply). */
+    _Atomic uint64_t next_seq;
+    pthread_mutex_t smu;
+    pthread_cond_t scv;
+    uint64_t scat[VCU__W_FINISHERS];
+    unsigned int nscat;
     unsigned char *rbuf;            /* a ring frame's body, copied out (rlock) */
     vcu__region_t regions[VCU_IPC_MAX_REGIONS];
     unsigned int nregions;
@@ -201,6 +213,8 @@ static struct {
     .rlock = PTHREAD_MUTEX_INITIALIZER,
     .jlock = PTHREAD_MUTEX_INITIALIZER,
     .watch_mu = PTHREAD_MUTEX_INITIALIZER,
+    .smu = PTHREAD_MUTEX_INITIALIZER,
+    .scv = PTHREAD_COND_INITIALIZER,
     .watch_cv = PTHREAD_COND_INITIALIZER,
 };
 
@@ -547,6 +561,15 @@ static void vcu__job_free(vcu__job_t *j)
     free(j);
 }
 
+/* Whether a scatter of a request taken in before seq still runs (smu). */
+static bool vcu__scatter_before_locked(uint64_t seq)
+{
+    for (unsigned int i = 0; i < vcu__w.nscat; i++)
+        if (vcu__w.scat[i] < seq)
+            return true;
+    return false;
+}
+
 static void vcu__job_finish(vcu__job_t *j)
 {
     vcu_request_t *breq = &j->breq;
@@ -554,6 +577,21 @@ static void vcu__job_finish(vcu__job_t *j)
 
     /* Before the reply: the guest reads its pages once it has it. */
     vcu_stage_out(&j->stage, j->resp, len);
+    pthread_mutex_lock(&vcu__w.smu);
+    if (j->scattering) {
+        for (unsigned int i = 0; i < vcu__w.nscat; i++) {
+            if (vcu__w.scat[i] == j->seq) {
+                vcu__w.scat[i] = vcu__w.scat[--vcu__w.nscat];
+                break;
+            }
+        }
+        j->scattering = false;
+        pthread_cond_broadcast(&vcu__w.scv);
+    }
+    /* Nor before earlier requests' scatters (milliseconds at most). */
+    while (vcu__scatter_before_locked(j->seq))
+        pthread_cond_wait(&vcu__w.scv, &vcu__w.smu);
+    pthread_mutex_unlock(&vcu__w.smu);
     /* Before the reply: the guest frees the pages once it has it. */
     if (j->fence && j->nreleased > 0)
         vcu__reg_release(j->released, j->nreleased);
@@ -584,6 +622,13 @@ static void vcu__job_done(vcu_request_t *breq)
 
     if (j->stage.buf != NULL && j->stage.out &&
         atomic_fetch_add_explicit(&vcu__w.finishers, 1, memory_order_relaxed) < VCU__W_FINISHERS) {
+        /* Listed before it runs: a later request's reply waits for it. */
+        pthread_mutex_lock(&vcu__w.smu);
+        if (vcu__w.nscat < VCU__W_FINISHERS) {
+            vcu__w.scat[vcu__w.nscat++] = j->seq;
+            j->scattering = true;
+        }
+        pthread_mutex_unlock(&vcu__w.smu);
         if (pthread_attr_init(&a) == 0) {
             ok = pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) == 0 &&
                  pthread_create(&t, &a, vcu__job_finish_thread, j) == 0;
@@ -654,6 +699,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
         return;
     }
     j->tag = tag;
+    j->seq = atomic_fetch_add_explicit(&vcu__w.next_seq, 1, memory_order_relaxed);
     memcpy(j->req, body + sizeof(ir), ir.req_len);
 
     if (h.nsegs > VCU_MAX_SEGS || h.payload_len > VCU_MAX_PAYLOAD)

@@ -100,6 +100,7 @@
     X(proxy_worker_killed)              \
     X(proxy_poll)                       \
     X(proxy_ring_corrupt)               \
+    X(proxy_reply_after_scatter)        \
     /* test_integrity.c */              \
     X(md2_rfc1319)                      \
     X(integrity_steps)                  \

@@ -549,3 +549,123 @@ TEST(proxy_ring_corrupt)
     px_env_free(&e);
     return 0;
 }
+
+/*
+ * A reply means the guest's pages hold what every earlier request wrote.
+ * A large device-to-host copy into pageable memory is staged and
+ * scattered on a thread of its own, while the session's thread goes on:
+ * the reply of a small request that came after it must still wait for
+ * that scatter (the guest library's pipelined copies wait only for their
+ * last piece, so an earlier piece still being scattered was data the
+ * program read too early).
+ */
+#define PX_SCAT_BYTES (48u << 20)
+
+static uint32_t px_cuda_do(vcu_proxy_t *px, ut_req_t *t)
+{
+    int n = atomic_load(&t->ndone);
+
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
+    vcu_proxy_submit(px, &t->r);
+    if (ut_wait_count(&t->ndone, n + 1) != 0)
+        return 0xdeadu;
+    return ut_status(t);
+}
+
+TEST(proxy_reply_after_scatter)
+{
+    vcu_proxy_config_t cfg;
+    vcu_proxy_t *px;
+    ut_req_t *t = ut_req_new(), *q = ut_req_new();
+    struct vcu_session_open_req o;
+    struct vcu_cu_mem_alloc_req ar;
+    struct vcu_cu_memset_req ms;
+    struct vcu_cu_memcpy_req mc;
+    struct vcu_cu_hdr h = { 0, 0 };
+    vcu_gref_t refs[1][UT_MAX_IOV];
+    unsigned char *ram;
+    uint64_t sid, dptr;
+    char err[256];
+    int fd;
+
+    fd = memfd_create("ut-guest-ram-scatter", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(0, ftruncate(fd, PX_SCAT_BYTES));
+    ram = mmap(NULL, PX_SCAT_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(ram != MAP_FAILED);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.worker = VCU_TEST_WORKER;
+    cfg.gpus = "0";
+    if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
+        fprintf(stderr, "vcu_proxy_new: %s\n", err);
+        return -1;
+    }
+    if (vcu_proxy_cuda_error(px) != NULL)
+        VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(px));
+    memset(&o, 0, sizeof(o));
+    o.version_min = o.version_max = VCU_PROTO_VERSION;
+    o.features = VCU_FEAT_CUDA | VCU_FEAT_ASYNC;
+    ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
+    ASSERT_EQ(VCU_S_OK, px_cuda_do(px, t));
+    sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
+
+    memset(&ar, 0, sizeof(ar));
+    ar.size = PX_SCAT_BYTES;
+    ut_req_build(t, VCU_OP_CU_MEM_ALLOC, sid, &ar, sizeof(ar));
+    ASSERT_EQ(VCU_S_OK, px_cuda_do(px, t));
+    ASSERT_EQ(0, (int)((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result);
+    dptr = ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->value;
+
+    for (int round = 0; round < 4; round++) {
+        unsigned char v = (unsigned char)(0x5a + round);
+        size_t bad = 0;
+
+        memset(&ms, 0, sizeof(ms));
+        ms.dst = dptr;
+        ms.width = PX_SCAT_BYTES;
+        ms.height = 1;
+        ms.value = v;
+        ms.elem_size = 1;
+        ut_req_build(t, VCU_OP_CU_MEMSET, sid, &ms, sizeof(ms));
+        ASSERT_EQ(VCU_S_OK, px_cuda_do(px, t));
+        ASSERT_EQ(0, (int)((const struct vcu_cu_resp *)ut_resp_payload(t))->result);
+        memset(ram, 0, PX_SCAT_BYTES);
+
+        /* The copy, sent without waiting (a pipelined piece)... */
+        free(t);
+        t = ut_req_new();
+        ut_req_add_seg(t, VCU_SEG_FROM_DEVICE, ram, PX_SCAT_BYTES);
+        memset(&mc, 0, sizeof(mc));
+        mc.src = dptr;
+        mc.size = PX_SCAT_BYTES;
+        mc.stream = VCU_CU_STREAM_LEGACY;
+        ut_req_build(t, VCU_OP_CU_MEMCPY_DTOH, sid, &mc, sizeof(mc));
+        ut_hdr(t)->flags = VCU_REQ_F_ASYNC;
+        for (unsigned int j = 0; j < t->segs[0].iovcnt; j++) {
+            refs[0][j].fd = fd;
+            refs[0][j].off = (uint64_t)((unsigned char *)t->segs[0].iov[j].iov_base - ram);
+        }
+        t->segs[0].ref = refs[0];
+        ut_wseg(t, 0)->nranges = t->segs[0].iovcnt;
+        t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
+        vcu_proxy_submit(px, &t->r);
+        /* ...then a small request that waits: once it is answered, every
+         * byte of the copy is in the guest's pages. */
+        ut_req_build(q, VCU_OP_CU_MEM_GET_INFO, sid, &h, sizeof(h));
+        ASSERT_EQ(VCU_S_OK, px_cuda_do(px, q));
+        for (size_t i = 0; i < PX_SCAT_BYTES; i++)
+            bad += ram[i] != v;
+        if (bad != 0)
+            VCU_TEST_FAIL_("round %d: %zu of %u bytes not yet written when a later reply came",
+                           round, bad, PX_SCAT_BYTES);
+        ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
+        free(t);
+        t = ut_req_new();
+    }
+    vcu_proxy_free(px);
+    free(t);
+    free(q);
+    munmap(ram, PX_SCAT_BYTES);
+    close(fd);
+    return 0;
+}
