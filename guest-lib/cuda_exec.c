@@ -21,22 +21,89 @@
 
 /* ---- streams (wire handles) -------------------------------------------- */
 
+/*
+ * Each guest thread's per-thread default stream (CU_STREAM_PER_THREAD,
+ * the _ptsz forms' NULL): a host stream of its own per device, made at
+ * its first use, blocking (it synchronizes with the legacy stream, as the
+ * per-thread stream does), and destroyed when the thread exits.  The
+ * worker's own per-thread stream would be one for every thread of the
+ * guest process: their work would be serialized, and a thread's host
+ * function waiting for another thread's per-thread work would never end.
+ * A context reset takes the host's streams: gen tells.
+ */
+typedef struct {
+    uint64_t h[VCU_CU_MAX_DEVICES];
+    unsigned int gen[VCU_CU_MAX_DEVICES];
+} vcu__pts_t;
+
+static __thread vcu__pts_t *vcu__pts;
+static pthread_key_t vcu__pts_key;
+static pthread_once_t vcu__pts_once = PTHREAD_ONCE_INIT;
+
+static void vcu__pts_free(void *arg)
+{
+    vcu__pts_t *p = arg;
+
+    for (unsigned int d = 0; d < VCU_CU_MAX_DEVICES; d++) {
+        struct vcu_cu_u64_req r = { .value = p->h[d] };
+
+        if (p->h[d] != 0 && p->gen[d] == __atomic_load_n(&vcu__drv.gen[d], __ATOMIC_ACQUIRE))
+            vcu__call((int)d, VCU_OP_CU_STREAM_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    }
+    free(p);
+}
+
+static void vcu__pts_init(void)
+{
+    if (pthread_key_create(&vcu__pts_key, vcu__pts_free) != 0)
+        vcu__pts_key = (pthread_key_t)-1;
+}
+
+static CUresult vcu__per_thread(int dev, uint64_t *wire)
+{
+    struct vcu_cu_stream_create_req r;
+    struct vcu_cu_u64_resp o;
+    unsigned int gen = __atomic_load_n(&vcu__drv.gen[dev], __ATOMIC_ACQUIRE);
+    CUresult e;
+
+    if (vcu__pts == NULL) {
+        pthread_once(&vcu__pts_once, vcu__pts_init);
+        if (vcu__pts_key == (pthread_key_t)-1 || (vcu__pts = calloc(1, sizeof(*vcu__pts))) == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (pthread_setspecific(vcu__pts_key, vcu__pts) != 0) {
+            free(vcu__pts);
+            vcu__pts = NULL;
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (vcu__pts->h[dev] != 0 && vcu__pts->gen[dev] == gen) {
+        *wire = vcu__pts->h[dev];
+        return CUDA_SUCCESS;
+    }
+    memset(&r, 0, sizeof(r));
+    e = vcu__call(dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    vcu__pts->h[dev] = o.value;
+    vcu__pts->gen[dev] = gen;
+    *wire = o.value;
+    return CUDA_SUCCESS;
+}
+
 CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire)
 {
     vcu__stream_t *st = (vcu__stream_t *)s;
 
-    if (s == NULL) {
-        *wire = ptsz ? VCU_CU_STREAM_PER_THREAD : VCU_CU_STREAM_LEGACY;
+    if (s == NULL && !ptsz) {
+        *wire = VCU_CU_STREAM_LEGACY;
         return CUDA_SUCCESS;
     }
     if (s == CU_STREAM_LEGACY) {
         *wire = VCU_CU_STREAM_LEGACY;
         return CUDA_SUCCESS;
     }
-    if (s == CU_STREAM_PER_THREAD) {
-        *wire = VCU_CU_STREAM_PER_THREAD;
-        return CUDA_SUCCESS;
-    }
+    if (s == NULL || s == CU_STREAM_PER_THREAD)
+        return vcu__per_thread(ctx->dev, wire);
     if (!vcu__reg_has(st, VCU__K_STREAM) || st->dev != ctx->dev)
         return CUDA_ERROR_INVALID_HANDLE;
     *wire = st->h;

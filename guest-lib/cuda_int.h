@@ -88,6 +88,9 @@ typedef struct vcu__drv_s {
     vcu_conn_t *conn;
     uint64_t max_xfer;
     int driver_version;             /* the host's, at most VCU__API_VERSION */
+    unsigned int gen[VCU_CU_MAX_DEVICES];   /* bumped at each context reset: the
+                                             * host's streams of the device are gone;
+                                             * atomic */
     int async;                      /* stream-ordered calls may go without waiting:
                                      * VCU_FEAT_ASYNC agreed, VCU_SYNC_CALLS not 1 */
     int ndev;
