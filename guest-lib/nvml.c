@@ -67,6 +67,7 @@ static struct {
     int refs;                       /* nvmlInit calls not yet shut down */
     vcu_conn_t *conn;
     int cuda_version;               /* cuDriverGetVersion of the host, e.g. 13000 */
+    char driver_version[16];        /* the host's NVIDIA driver; "" if unknown */
     unsigned int ndev;
     uint64_t own;                   /* this library's session, 0 if unknown */
     char sessions_path[PATH_MAX];   /* "" where there is none (loopback) */
@@ -301,6 +302,19 @@ static nvmlReturn_t vcu__nvml_open(unsigned int flags)
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     vcu__nvml.cuda_version = (int)di.driver_version;
+    /* The host's NVIDIA driver version, as NVIDIA's NVML reports it. */
+    vcu__nvml.driver_version[0] = '\0';
+    if (di.device_count > 0) {
+        struct vcu_cu_slice_info_resp *si = calloc(1, sizeof(*si));
+
+        if (si != NULL &&
+            vcu__nvml_call(VCU_OP_CU_SLICE_INFO, 0, si, sizeof(*si)) == NVML_SUCCESS) {
+            memcpy(vcu__nvml.driver_version, si->driver_version,
+                   sizeof(vcu__nvml.driver_version));
+            vcu__nvml.driver_version[sizeof(vcu__nvml.driver_version) - 1] = '\0';
+        }
+        free(si);
+    }
     have = vcu__pci_addr(path, &dom, &bus, &slot);
     vcu__nvml_pci_ids(path, &pci_id, &subsys);
     for (uint32_t i = 0; i < di.device_count && i < VCU_CU_MAX_DEVICES; i++) {
@@ -415,7 +429,10 @@ VCU__NVML_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned
 {
     if (!vcu__nvml_inited())
         return NVML_ERROR_UNINITIALIZED;
-    return vcu__nvml_str(version, length, VCU_VERSION);
+    /* The host's driver where it says, else this project's version. */
+    return vcu__nvml_str(version, length,
+                         vcu__nvml.driver_version[0] != '\0' ? vcu__nvml.driver_version
+                                                             : VCU_VERSION);
 }
 
 VCU__NVML_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)

@@ -2130,6 +2130,40 @@ static uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o)
 }
 
 /*
+ * The host's NVIDIA kernel driver version as nvidia-smi shows it
+ * ("580.159.04"), read once from the module's sysfs file
+ * ($VCU_NVIDIA_VERSION_FILE instead, for tests); digits and dots only,
+ * else "".
+ */
+static char vcu__nv_version[16];
+static pthread_once_t vcu__nv_version_once = PTHREAD_ONCE_INIT;
+
+static void vcu__nv_version_read(void)
+{
+    const char *path = getenv("VCU_NVIDIA_VERSION_FILE");
+    char buf[32] = "";
+    FILE *f = fopen(path != NULL ? path : "/sys/module/nvidia/version", "re");
+    size_t n;
+
+    if (f == NULL)
+        return;
+    if (fgets(buf, sizeof(buf), f) == NULL)
+        buf[0] = '\0';
+    fclose(f);
+    n = strcspn(buf, "\n");
+    if (n == 0 || n >= sizeof(vcu__nv_version) || strspn(buf, "0123456789.") != n)
+        return;
+    memcpy(vcu__nv_version, buf, n);
+    vcu__nv_version[n] = '\0';
+}
+
+static void vcu__slice_driver_version(struct vcu_cu_slice_info_resp *r)
+{
+    pthread_once(&vcu__nv_version_once, vcu__nv_version_read);
+    memcpy(r->driver_version, vcu__nv_version, sizeof(r->driver_version));
+}
+
+/*
  * From the VM's account: its quota, what is charged to it (each live
  * session's part), its workers' context overhead, and the sessions that
  * ended by a GPU fault.  Without one (a backend on its own: loopback,
@@ -2143,6 +2177,7 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
     uint32_t d = vcu__dev_of(o), i, n = 0;
     int sms = 0;
 
+    vcu__slice_driver_version(r);
     if (a != NULL) {
         /* From the account, with no context of its own: a guest's NVML
          * (nvidia-smi, a monitoring agent) costs the GPU nothing. */

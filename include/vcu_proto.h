@@ -483,7 +483,9 @@ struct vcu_cu_slice_info_resp {
     vcu_le32 util_percent;          /* the VM's GPU busy share, last second */
     vcu_le32 num_sessions;          /* valid entries of sessions[] */
     vcu_le64 faults;                /* sessions of this VM ended by a GPU fault */
-    vcu_le64 reserved[3];
+    char driver_version[16];        /* the host's NVIDIA driver, "580.159.04",
+                                     * NUL terminated; "" where unknown */
+    vcu_le64 reserved[1];
     struct vcu_cu_slice_session sessions[VCU_SLICE_MAX_SESSIONS];
 };
 

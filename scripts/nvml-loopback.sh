@@ -65,6 +65,15 @@ run_prog "$b/nvml-tests/nvml_api"
 # makes of CUDA's ordinals (PyTorch maps one onto the other).
 VCU_GPUS=0:1 run_prog "$b/nvml-tests/nvml_api"
 VCU_GPUS=1:0 CUDA_VISIBLE_DEVICES=1,0 run_prog "$b/nvml-tests/nvml_api"
+# The host's NVIDIA driver version reaches nvmlSystemGetDriverVersion;
+# a version file with anything but digits and dots is not passed on.
+vfile=$(mktemp)
+echo 580.159.04 >"$vfile"
+VCU_NVIDIA_VERSION_FILE=$vfile VCU_TEST_DRIVER_VERSION=580.159.04 run_prog "$b/nvml-tests/nvml_api"
+printf '580.1; echo owned %%n\n' >"$vfile"
+ours=$(sed -n 's/^PACKAGE_VERSION="\([^"]*\)"$/\1/p' guest-driver/dkms.conf)
+VCU_NVIDIA_VERSION_FILE=$vfile VCU_TEST_DRIVER_VERSION=$ours run_prog "$b/nvml-tests/nvml_api"
+rm -f "$vfile"
 
 # Its Python users: pynvml, and PyTorch's ctypes path re-created.
 if pyd=$(scripts/nvml-header.sh pynvml); then

@@ -278,6 +278,11 @@ int main(void)
     EXPECT(NVML_SUCCESS, nvmlSystemGetCudaDriverVersion(&nvver));
     EXPECT(NVML_SUCCESS, nvmlSystemGetDriverVersion(buf, sizeof(buf)));
     CHECK(buf[0] != '\0', "empty driver version");
+    /* The host's NVIDIA driver, where the test set one (the backend reads
+     * $VCU_NVIDIA_VERSION_FILE in place of the module's sysfs file). */
+    if (getenv("VCU_TEST_DRIVER_VERSION") != NULL)
+        CHECK(strcmp(buf, getenv("VCU_TEST_DRIVER_VERSION")) == 0, "driver version %s, want %s",
+              buf, getenv("VCU_TEST_DRIVER_VERSION"));
     EXPECT(NVML_SUCCESS, nvmlSystemGetNVMLVersion(buf, sizeof(buf)));
     CHECK(strncmp(buf, NVML_API_VERSION_STR ".", 3) == 0, "NVML version %s", buf);
     EXPECT(NVML_ERROR_INSUFFICIENT_SIZE, nvmlSystemGetDriverVersion(buf, 1));
