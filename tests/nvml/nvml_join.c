@@ -4,7 +4,7 @@
  * hosts that list the VM's sessions and hosts that cannot (only the
  * asking session, or ids of their own), a process with two sessions,
  * this library's own session left out, and a file with junk in it.
- * guest-lib/nvml.c is compiled in, the transport stubbed.
+ * guest-lib/nvml.c is compiled in, its transport replaced by a test double.
  * Last line: "N passed, N failed".
  */
 #include "../../guest-lib/nvml.c"

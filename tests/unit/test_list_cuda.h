@@ -67,6 +67,7 @@
     X(quota_two_sessions)               \
     X(quota_pool)                       \
     X(quota_module_globals)             \
+    X(quota_slice_hostile)              \
     X(quota_limits)                     \
     X(quota_ctx_reset)                  \
     X(quota_faults)                     \

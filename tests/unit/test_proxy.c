@@ -169,21 +169,31 @@ static void px_env_free(px_env_t *e)
 
 /* Submits t: its reply buffer as large as the link allows (the worker
  * refuses larger ones, as QEMU never asks for them). */
-static void px_submit(px_env_t *e, ut_req_t *t)
+static void px_submit_to(vcu_proxy_t *px, ut_req_t *t)
 {
     t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
-    vcu_proxy_submit(e->px, &t->r);
+    vcu_proxy_submit(px, &t->r);
+}
+
+static void px_submit(px_env_t *e, ut_req_t *t)
+{
+    px_submit_to(e->px, t);
 }
 
 /* Runs t through the proxy and waits (30 s at most); its status. */
-static uint32_t px_exec(px_env_t *e, ut_req_t *t)
+static uint32_t px_exec_on(vcu_proxy_t *px, ut_req_t *t)
 {
     int n = atomic_load(&t->ndone);
 
-    px_submit(e, t);
+    px_submit_to(px, t);
     if (ut_wait_count(&t->ndone, n + 1) != 0)
         return 0xdeadu;
     return ut_status(t);
+}
+
+static uint32_t px_exec(px_env_t *e, ut_req_t *t)
+{
+    return px_exec_on(e->px, t);
 }
 
 static int px_open(px_env_t *e)
@@ -561,17 +571,6 @@ TEST(proxy_ring_corrupt)
  */
 #define PX_SCAT_BYTES (48u << 20)
 
-static uint32_t px_cuda_do(vcu_proxy_t *px, ut_req_t *t)
-{
-    int n = atomic_load(&t->ndone);
-
-    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
-    vcu_proxy_submit(px, &t->r);
-    if (ut_wait_count(&t->ndone, n + 1) != 0)
-        return 0xdeadu;
-    return ut_status(t);
-}
-
 TEST(proxy_reply_after_scatter)
 {
     vcu_proxy_config_t cfg;
@@ -606,13 +605,13 @@ TEST(proxy_reply_after_scatter)
     o.version_min = o.version_max = VCU_PROTO_VERSION;
     o.features = VCU_FEAT_CUDA | VCU_FEAT_ASYNC;
     ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
-    ASSERT_EQ(VCU_S_OK, px_cuda_do(px, t));
+    ASSERT_EQ(VCU_S_OK, px_exec_on(px, t));
     sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
 
     memset(&ar, 0, sizeof(ar));
     ar.size = PX_SCAT_BYTES;
     ut_req_build(t, VCU_OP_CU_MEM_ALLOC, sid, &ar, sizeof(ar));
-    ASSERT_EQ(VCU_S_OK, px_cuda_do(px, t));
+    ASSERT_EQ(VCU_S_OK, px_exec_on(px, t));
     ASSERT_EQ(0, (int)((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result);
     dptr = ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->value;
 
@@ -627,7 +626,7 @@ TEST(proxy_reply_after_scatter)
         ms.value = v;
         ms.elem_size = 1;
         ut_req_build(t, VCU_OP_CU_MEMSET, sid, &ms, sizeof(ms));
-        ASSERT_EQ(VCU_S_OK, px_cuda_do(px, t));
+        ASSERT_EQ(VCU_S_OK, px_exec_on(px, t));
         ASSERT_EQ(0, (int)((const struct vcu_cu_resp *)ut_resp_payload(t))->result);
         memset(ram, 0, PX_SCAT_BYTES);
 
@@ -647,12 +646,11 @@ TEST(proxy_reply_after_scatter)
         }
         t->segs[0].ref = refs[0];
         ut_wseg(t, 0)->nranges = t->segs[0].iovcnt;
-        t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
-        vcu_proxy_submit(px, &t->r);
+        px_submit_to(px, t);
         /* ...then a small request that waits: once it is answered, every
          * byte of the copy is in the guest's pages. */
         ut_req_build(q, VCU_OP_CU_MEM_GET_INFO, sid, &h, sizeof(h));
-        ASSERT_EQ(VCU_S_OK, px_cuda_do(px, q));
+        ASSERT_EQ(VCU_S_OK, px_exec_on(px, q));
         for (size_t i = 0; i < PX_SCAT_BYTES; i++)
             bad += ram[i] != v;
         if (bad != 0)

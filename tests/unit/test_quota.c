@@ -511,6 +511,46 @@ TEST(quota_module_globals)
     return 0;
 }
 
+/* CU_SLICE_INFO from a hostile guest: a device it does not have, a reply
+ * buffer too small for the answer, a payload too short; each refused,
+ * nothing written past the reply, the session still answered after. */
+TEST(quota_slice_hostile)
+{
+    vcu_account_t *a;
+    struct vcu_cu_slice_info_resp *si = calloc(1, sizeof(*si));
+    struct vcu_cu_hdr h = { 99, 0 };
+    ut_req_t *t;
+    tq_t c;
+
+    ASSERT_NOT_NULL(si);
+    ASSERT_EQ(0, vcu__acct_new(16 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_SLICE_INFO, &h, sizeof(h), si, sizeof(*si)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, (int)si->r.result);
+    /* Room for the header only. */
+    t = ut_req_new();
+    h.device = 0;
+    ut_req_build(t, VCU_OP_CU_SLICE_INFO, c.s, &h, sizeof(h));
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + 8;
+    memset((unsigned char *)t->respbuf + t->r.resp_cap, 0x5c, 64);
+    vcu_backend_execute(c.be, &t->r);
+    ASSERT_NE(VCU_S_OK, ut_status(t));
+    for (int i = 0; i < 64; i++)
+        ASSERT_EQ(0x5c, ((unsigned char *)t->respbuf)[t->r.resp_cap + (size_t)i]);
+    /* No header at all. */
+    ut_req_build(t, VCU_OP_CU_SLICE_INFO, c.s, &h, 4);
+    t->r.resp_cap = sizeof(t->respbuf);
+    vcu_backend_execute(c.be, &t->r);
+    ASSERT_NE(VCU_S_OK, ut_status(t));
+    free(t);
+    CHECK(tq_slice(&c, si));
+    ASSERT_EQ_U64(16 * MiB, si->mem_quota);
+    tq_close(&c);
+    vcu__acct_put(a);
+    free(si);
+    return 0;
+}
+
 /* The device malloc heap the guest asks for is GPU memory too. */
 TEST(quota_limits)
 {
