@@ -468,11 +468,11 @@ CUresult vcu__call(int dev, uint32_t op, void *req, uint32_t req_len, const vcu_
     if (e != CUDA_SUCCESS)
         return e;
     e = vcu__call_raw(dev, op, req, req_len, bufs, nbufs, resp, resp_cap);
-    /* A reset context's memory is gone, whatever the result. */
-    if (op == VCU_OP_CU_CTX_RESET)
+    /* A reset context's memory and streams are gone, whatever the result. */
+    if (op == VCU_OP_CU_CTX_RESET) {
         vcu__dr_forget_dev(dev);
-    if (op == VCU_OP_CU_CTX_RESET)
         __atomic_add_fetch(&vcu__drv.gen[dev], 1, __ATOMIC_RELEASE);
+    }
     /* Whatever the result: a failed synchronize may have flushed output
      * (a fault after a printf). */
     vcu__printf_after(dev, op, req);

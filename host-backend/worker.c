@@ -577,11 +577,16 @@ static void vcu__job_finish(vcu__job_t *j)
 
     /* Before the reply: the guest reads its pages once it has it. */
     vcu_stage_out(&j->stage, j->resp, len);
+    /* Most replies find no scatter listed: no lock for them (a scatter is
+     * listed by the session's thread before any later request runs). */
+    if (!j->scattering && __atomic_load_n(&vcu__w.nscat, __ATOMIC_ACQUIRE) == 0)
+        goto send;
     pthread_mutex_lock(&vcu__w.smu);
     if (j->scattering) {
         for (unsigned int i = 0; i < vcu__w.nscat; i++) {
             if (vcu__w.scat[i] == j->seq) {
-                vcu__w.scat[i] = vcu__w.scat[--vcu__w.nscat];
+                vcu__w.scat[i] = vcu__w.scat[vcu__w.nscat - 1];
+                __atomic_store_n(&vcu__w.nscat, vcu__w.nscat - 1, __ATOMIC_RELEASE);
                 break;
             }
         }
@@ -592,6 +597,7 @@ static void vcu__job_finish(vcu__job_t *j)
     while (vcu__scatter_before_locked(j->seq))
         pthread_cond_wait(&vcu__w.scv, &vcu__w.smu);
     pthread_mutex_unlock(&vcu__w.smu);
+send:
     /* Before the reply: the guest frees the pages once it has it. */
     if (j->fence && j->nreleased > 0)
         vcu__reg_release(j->released, j->nreleased);
@@ -625,7 +631,8 @@ static void vcu__job_done(vcu_request_t *breq)
         /* Listed before it runs: a later request's reply waits for it. */
         pthread_mutex_lock(&vcu__w.smu);
         if (vcu__w.nscat < VCU__W_FINISHERS) {
-            vcu__w.scat[vcu__w.nscat++] = j->seq;
+            vcu__w.scat[vcu__w.nscat] = j->seq;
+            __atomic_store_n(&vcu__w.nscat, vcu__w.nscat + 1, __ATOMIC_RELEASE);
             j->scattering = true;
         }
         pthread_mutex_unlock(&vcu__w.smu);
