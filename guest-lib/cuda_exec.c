@@ -1891,13 +1891,18 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, int ptsz)
+/* flags: CU_EVENT_RECORD_DEFAULT, or CU_EVENT_RECORD_EXTERNAL (in a
+ * capture, an event record node of the graph; elsewhere the same). */
+static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, unsigned int flags, int ptsz)
 {
     struct vcu_cu_pair_req r;
     vcu__event_t *v;
     vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e;
 
+    if (flags & ~(unsigned int)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
     if (e == CUDA_SUCCESS)
         e = vcu__event_here(c, hEvent, &v);
     memset(&r, 0, sizeof(r));
@@ -1906,17 +1911,29 @@ static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, int ptsz)
     if (e != CUDA_SUCCESS)
         return e;
     r.a = v->h;
+    r.c = flags;
     return vcu__call_async(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0);
 }
 
 VCU__EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    return vcu__event_record(hEvent, hStream, 0);
+    return vcu__event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT, 0);
 }
 
 VCU__EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-    return vcu__event_record(hEvent, hStream, 1);
+    return vcu__event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT, 1);
+}
+
+VCU__EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    return vcu__event_record(hEvent, hStream, flags, 0);
+}
+
+VCU__EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                                 unsigned int flags)
+{
+    return vcu__event_record(hEvent, hStream, flags, 1);
 }
 
 VCU__EXPORT CUresult cuEventSynchronize(CUevent hEvent)

@@ -4336,6 +4336,10 @@ static uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o)
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
+    if (rq.c & ~(uint64_t)CU_EVENT_RECORD_EXTERNAL) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
     VCU__GET(o, e, rq.a, VCU__H_EVENT);
     VCU__STREAM(o, st, rq.b);
     vcu__event_rerecord(o, e);

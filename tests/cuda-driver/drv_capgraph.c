@@ -34,7 +34,8 @@ int main(void)
     CUmodule mod;
     CUfunction vadd;
     CUstream s, s2;
-    CUevent fork, join;
+    CUevent fork, join, ext;
+    CUresult r;
     CUdeviceptr a, b, c, scratch = 0, scratch2 = 0, bad = 0;
     CUgraph cg, cg2, g;
     CUgraphExec x;
@@ -59,6 +60,13 @@ int main(void)
     CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
     CK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
     CK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventCreate(&ext, CU_EVENT_DISABLE_TIMING));
+    /* Outside a capture an external record is a plain one; other flags
+     * are refused. */
+    CK(cuEventRecordWithFlags(ext, NULL, CU_EVENT_RECORD_EXTERNAL));
+    CK(cuEventRecordWithFlags(ext, NULL, CU_EVENT_RECORD_DEFAULT));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuEventRecordWithFlags(ext, NULL, 2));
+    CK(cuEventSynchronize(ext));
     CK(cuMemAlloc(&a, sizeof(ha)));
     CK(cuMemAlloc(&b, sizeof(hb)));
     CK(cuMemAlloc(&c, sizeof(ha)));
@@ -106,6 +114,16 @@ int main(void)
     CK(cuEventRecord(join, s2));
     CK(cuStreamWaitEvent(s, join, 0));
     CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
+    /* An external record in a capture: a node of the graph. */
+    {
+        /* The per-thread ABI, as a runtime built for it finds it. */
+        CUresult (*rec)(CUevent, CUstream, unsigned int) = NULL;
+
+        CK(cuGetProcAddress("cuEventRecordWithFlags", (void **)&rec, 11010,
+                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL));
+        TRUE(rec != NULL && rec != cuEventRecordWithFlags);
+        CK(rec(ext, s, CU_EVENT_RECORD_EXTERNAL));
+    }
     /* One open dependency: counted; its node has no handle here. */
     nd = 0;
     CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, NULL, NULL, &nd));
@@ -188,7 +206,11 @@ int main(void)
     EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s, &g));
     TRUE(g == NULL);
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(cg));
-    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphInstantiateWithFlags(&x, cg, 0));
+    /* A dead capture's graph is refused (the library finds it gone,
+     * INVALID_VALUE, or the host does, INVALID_HANDLE), never run. */
+    x = NULL;
+    r = cuGraphInstantiateWithFlags(&x, cg, 0);
+    TRUE((r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE) && x == NULL);
 
     CK(cuMemFree(scratch));
     CK(cuMemFree(scratch2));
@@ -197,6 +219,7 @@ int main(void)
     CK(cuMemFree(c));
     CK(cuEventDestroy(fork));
     CK(cuEventDestroy(join));
+    CK(cuEventDestroy(ext));
     CK(cuStreamDestroy(s2));
     CK(cuStreamDestroy(s));
     CK(cuModuleUnload(mod));

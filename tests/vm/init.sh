@@ -119,6 +119,9 @@ run_torch() {
     # watchdog's stacks and thread states every 60 s, on the console.
     dbg=
     grep -q 'VCU_TORCH_DEBUG=1' /proc/cmdline && dbg="VCU_LIBCUDA_TRACE=modules VCU_TORCH_WATCHDOG=60"
+    # VCU_TORCH_STEPS=a,b (kernel command line): only those steps.
+    steps=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^VCU_TORCH_STEPS=//p')
+    [ -n "$steps" ] && dbg="$dbg VCU_TORCH_STEPS=$steps"
     chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
         LD_LIBRARY_PATH=/tmp/vcu/lib TRITON_CACHE_DIR=/tmp/triton TRITON_LIBCUDA_PATH=/tmp/vcu/lib \
         $dbg \
