@@ -843,8 +843,8 @@ static const void *const vcu__1734dc26_table[32] = {
 /*
  * 6e163fbe [7] (ctx, module, callback, arg): calls callback(arg, f) for
  * each kernel f of the module and returns how many; 0 for a bad context
- * or module.  cuFFT 12 calls it for each module it loads from its
- * run-time PTX (one kernel each) with a callback that keeps f, uses f
+ * or module.  cuFFT 12 calls it for each module it loads from PTX (one
+ * kernel each) with a callback that keeps f, uses f
  * as a CUfunction (launches), and takes any result but 1 as
  * CUFFT_INTERNAL_ERROR (read in its code: so the result is a count or a
  * boolean, not a CUresult; for one kernel both are 1).  NVIDIA's driver

@@ -19,8 +19,8 @@
 
 #include "vcu_fatbin.h"
 
-/* A payload compressed with LZ4 (raw blocks; what nvcc and NVIDIA's
- * libraries use up to CUDA 12.7, cuFFT 12's run-time PTX among them). */
+/* A payload compressed with LZ4 (raw blocks: nvcc's "speed" mode, and
+ * cuFFT 12's PTX modules). */
 #define VCU_FATBIN_F_LZ4 0x2000ull
 /* Larger payloads than this are not decompressed here. */
 #define VCU_KERNELS_MAX_PAYLOAD (256u << 20)
