@@ -1066,7 +1066,10 @@ fail:
     return e;
 }
 
-/* The names vcu_image_kernels finds, each once. */
+/* The names vcu_image_kernels finds, each once.  VCU__NAMES_NOMEM stops
+ * it (vcu_kernel_fn's negative results are its own). */
+#define VCU__NAMES_NOMEM (-2)
+
 typedef struct {
     char **names;
     unsigned int n, cap;
@@ -1085,12 +1088,12 @@ static int vcu__names_add(void *arg, const char *name, size_t len)
         char **p = realloc(v->names, cap * sizeof(*p));
 
         if (p == NULL)
-            return -2;
+            return VCU__NAMES_NOMEM;
         v->names = p;
         v->cap = cap;
     }
     if ((s = strndup(name, len)) == NULL)
-        return -2;
+        return VCU__NAMES_NOMEM;
     v->names[v->n++] = s;
     return 0;
 }
@@ -1116,7 +1119,7 @@ CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction 
         return e;
     r = vcu_image_kernels(img, (size_t)len, (unsigned int)(major * 10 + minor), vcu__names_add,
                           &v);
-    if (r == -2) {
+    if (r == VCU__NAMES_NOMEM) {
         e = CUDA_ERROR_OUT_OF_MEMORY;
     } else if (r < 0) {
         vcu__log_once(&logged, "libcuda (virtio-cuda): a module's kernels cannot be listed "
