@@ -93,5 +93,9 @@ for spec in "${specs[@]}"; do
         grep -qE "^(PASS $c\$|FAIL $c .*against the CPU\$)" "$out"
         check $? "$prog/$c" "$(grep -E "^FAIL $c " "$out" | sed -n 1p)"
     done
+    if [ "$prog" = first_gemm ]; then
+        grep -qE '^first_gemm loopback: process start to first SGEMM [0-9.]+ s ' "$out"
+        check $? "$prog/times" "no times printed"
+    fi
 done
 finish
