@@ -6,6 +6,7 @@
  * GPU is reported by a later call, as CUDA reports it); every other call
  * waits, so its error shows at the call that caused it.
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -1098,6 +1099,35 @@ static int vcu__names_add(void *arg, const char *name, size_t len)
     return 0;
 }
 
+/* zstd, for fatbin entries compressed with it: the system's libzstd.so.1,
+ * loaded at the first need (none: such entries are not read). */
+static size_t (*vcu__zstd_decompress)(void *, size_t, const void *, size_t);
+static unsigned (*vcu__zstd_is_error)(size_t);
+static pthread_once_t vcu__zstd_once = PTHREAD_ONCE_INIT;
+
+static void vcu__zstd_load(void)
+{
+    void *lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+
+    if (lib == NULL)
+        return;
+    *(void **)&vcu__zstd_is_error = dlsym(lib, "ZSTD_isError");
+    *(void **)&vcu__zstd_decompress = dlsym(lib, "ZSTD_decompress");
+    if (vcu__zstd_is_error == NULL)
+        vcu__zstd_decompress = NULL;
+}
+
+static size_t vcu__unzstd(void *dst, size_t cap, const void *src, size_t n)
+{
+    size_t r;
+
+    pthread_once(&vcu__zstd_once, vcu__zstd_load);
+    if (vcu__zstd_decompress == NULL)
+        return 0;
+    r = vcu__zstd_decompress(dst, cap, src, n);
+    return vcu__zstd_is_error(r) ? 0 : r;
+}
+
 CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
                              unsigned int *count)
 {
@@ -1118,12 +1148,12 @@ CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction 
     if (e != CUDA_SUCCESS)
         return e;
     r = vcu_image_kernels(img, (size_t)len, (unsigned int)(major * 10 + minor), vcu__names_add,
-                          &v);
+                          &v, vcu__unzstd);
     if (r == VCU__NAMES_NOMEM) {
         e = CUDA_ERROR_OUT_OF_MEMORY;
     } else if (r < 0) {
         vcu__log_once(&logged, "libcuda (virtio-cuda): a module's kernels cannot be listed "
-                               "(its image is not read here: another compression?)\n");
+                               "(its image is not read here; zstd needs libzstd.so.1)\n");
         e = CUDA_ERROR_NOT_SUPPORTED;
     }
     for (unsigned int i = 0; i < v.n && e == CUDA_SUCCESS; i++) {

@@ -6,8 +6,8 @@
  * 6e163fbe [7]).  A cubin's kernels are its ELF symbols of type FUNC
  * marked as CUDA entries (st_other 0x10, as readelf shows them); PTX's
  * are its .entry directives; a fatbin's are those of the entries the
- * device loads (vcu_fatbin_trim's choice), LZ4-compressed payloads
- * included.  User space only; everything read is bounds-checked.
+ * device loads (vcu_fatbin_trim's choice), LZ4- and zstd-compressed
+ * payloads included.  User space only; everything read is bounds-checked.
  */
 #ifndef VCU_KERNELS_H
 #define VCU_KERNELS_H
@@ -20,8 +20,15 @@
 #include "vcu_fatbin.h"
 
 /* A payload compressed with LZ4 (raw blocks: nvcc's "speed" mode, and
- * cuFFT 12's PTX modules). */
+ * cuFFT 12's PTX modules), or with zstd (a zstd frame: nvcc 13's default
+ * mode). */
 #define VCU_FATBIN_F_LZ4 0x2000ull
+#define VCU_FATBIN_F_ZSTD 0x8000ull
+
+/* Decompresses a zstd frame of n bytes into exactly cap bytes at dst;
+ * returns cap, or anything else on failure.  The caller of
+ * vcu_image_kernels supplies it (the guest library loads libzstd). */
+typedef size_t (*vcu_unzstd_fn)(void *dst, size_t cap, const void *src, size_t n);
 /* Larger payloads than this are not decompressed here. */
 #define VCU_KERNELS_MAX_PAYLOAD (256u << 20)
 
@@ -200,24 +207,26 @@ static inline long vcu_ptx_kernels(const unsigned char *p, size_t len, vcu_kerne
     return n;
 }
 
-/* One fatbin entry's payload (decompressed where it is LZ4). */
+/* One fatbin entry's payload (decompressed where it is compressed). */
 static inline long vcu_fatbin_entry_kernels(const unsigned char *pay,
                                             const struct vcu_fatbin_entry *e,
-                                            vcu_kernel_fn fn, void *arg)
+                                            vcu_kernel_fn fn, void *arg, vcu_unzstd_fn unzstd)
 {
+    uint64_t how = e->flags & VCU_FATBIN_F_COMPRESSED;
     unsigned char *plain = NULL;
     size_t plen = (size_t)e->size;
     long n;
 
-    if (e->flags & VCU_FATBIN_F_COMPRESSED) {
-        if ((e->flags & VCU_FATBIN_F_COMPRESSED) != VCU_FATBIN_F_LZ4 ||
+    if (how != 0) {
+        if ((how != VCU_FATBIN_F_LZ4 && (how != VCU_FATBIN_F_ZSTD || unzstd == NULL)) ||
             e->decompressed_size == 0 || e->decompressed_size > VCU_KERNELS_MAX_PAYLOAD ||
             e->compressed_size > e->size)
             return VCU_KERNELS_UNREADABLE;
         plen = (size_t)e->decompressed_size;
         plain = malloc(plen);
         if (plain == NULL ||
-            vcu_lz4_block(pay, e->compressed_size, plain, plen) != 0) {
+            (how == VCU_FATBIN_F_LZ4 ? vcu_lz4_block(pay, e->compressed_size, plain, plen) != 0
+                                     : unzstd(plain, plen, pay, e->compressed_size) != plen)) {
             free(plain);
             return VCU_KERNELS_UNREADABLE;
         }
@@ -233,13 +242,14 @@ static inline long vcu_fatbin_entry_kernels(const unsigned char *pay,
  * Calls fn for each kernel of the image (len bytes: a fatbin, a cubin or
  * PTX) as a device of compute capability arch (major * 10 + minor) loads
  * it.  In a fatbin, the entries vcu_fatbin_trim would keep (several of
- * them may name the same kernel: the caller drops repeats).  Returns the
+ * them may name the same kernel: the caller drops repeats); zstd payloads
+ * through unzstd (NULL: not read).  Returns the
  * number of calls, fn's negative result where it stopped, or
  * VCU_KERNELS_UNREADABLE (a container, entry or compression not read
  * here, or nothing for arch).
  */
 static inline long vcu_image_kernels(const void *img, size_t len, unsigned int arch,
-                                     vcu_kernel_fn fn, void *arg)
+                                     vcu_kernel_fn fn, void *arg, vcu_unzstd_fn unzstd)
 {
     const unsigned char *b = img;
     struct vcu_fatbin_hdr h;
@@ -278,7 +288,7 @@ static inline long vcu_image_kernels(const void *img, size_t len, unsigned int a
         if (!(elf ? (e.kind == VCU_FATBIN_KIND_ELF && e.arch == elf)
                   : (e.kind == VCU_FATBIN_KIND_PTX && e.arch == ptx)))
             continue;
-        r = vcu_fatbin_entry_kernels(b + off + e.header_size, &e, fn, arg);
+        r = vcu_fatbin_entry_kernels(b + off + e.header_size, &e, fn, arg, unzstd);
         if (r < 0)
             return r;
         n += r;

@@ -189,7 +189,8 @@ int main(void)
     printf("CUDART_INTERFACE [1], [8]: modules from a wrapper and a fatbin\n");
 
     /* 6e163fbe [7]: a module's kernels, from a fatbin, a cubin file and
-     * PTX (LZ4-compressed in a fatbin, as cuFFT's), and a library's. */
+     * PTX (compressed in a fatbin: LZ4 as cuFFT's, zstd as nvcc 13's
+     * default), and a library's. */
     {
         each_fn_t each = (each_fn_t)t[T_6E163FBE][7];
         struct seen s = { { NULL }, 0 };
@@ -209,6 +210,12 @@ int main(void)
         CK(cuModuleUnload(mod));
         free(img);
         img = vcu_drv_read_beside("vcu_drv_kernels_ptx_lz4.fatbin", NULL);
+        CK(cuModuleLoadData(&mod, img));
+        TRUE(module_kernels_ok(each, prim, mod));
+        CK(cuModuleUnload(mod));
+        free(img);
+        /* zstd: through the system's libzstd.so.1. */
+        img = vcu_drv_read_beside("vcu_drv_kernels_ptx_zstd.fatbin", NULL);
         CK(cuModuleLoadData(&mod, img));
         TRUE(module_kernels_ok(each, prim, mod));
         CK(cuModuleUnload(mod));

@@ -2,7 +2,7 @@
  * vcu_image_kernels (include/vcu_kernels.h): the kernels a module image
  * holds, as the guest lists them for cuFFT's module iterator: a cubin's
  * entry symbols, PTX's .entry directives (comments skipped), a fatbin's
- * entries for the device, LZ4-compressed ones included; and that
+ * entries for the device, compressed ones included; and that
  * whatever the bytes, it reads nothing past them (ASan) and says so when
  * it cannot read an image.
  */
@@ -136,6 +136,16 @@ static size_t kn_fatbin(unsigned char *b, uint16_t kind, unsigned int arch, cons
     return sizeof(h) + sizeof(e) + padded;
 }
 
+/* A stand-in for zstd: the "compressed" payload is the plain one (the
+ * plumbing: sizes, flags, the result checked). */
+static size_t kn_unzstd(void *dst, size_t cap, const void *src, size_t n)
+{
+    if (n != cap)
+        return 0;
+    memcpy(dst, src, n);
+    return n;
+}
+
 TEST(kernels_lists)
 {
     static const unsigned char match[] = { 0x13, '\n', 1, 0, 0x20, 'a', 'b' };
@@ -153,30 +163,38 @@ TEST(kernels_lists)
 
     n = kn_elf(elf);
     memset(&s, 0, sizeof(s));
-    ASSERT_EQ(2, vcu_image_kernels(elf, n, 90, kn_add, &s));
+    ASSERT_EQ(2, vcu_image_kernels(elf, n, 90, kn_add, &s, NULL));
     ASSERT_STR_EQ("ka|kb|", s.buf);
     memset(&s, 0, sizeof(s));
-    ASSERT_EQ(3, vcu_image_kernels(kn_ptx, sizeof(kn_ptx), 90, kn_add, &s));
+    ASSERT_EQ(3, vcu_image_kernels(kn_ptx, sizeof(kn_ptx), 90, kn_add, &s, NULL));
     ASSERT_STR_EQ("_Z4kernPf|k2|k3|", s.buf);
     /* Stopped by the callback: its result. */
     memset(&s, 0, sizeof(s));
     s.stop_at = 2;
-    ASSERT_EQ(-7, vcu_image_kernels(kn_ptx, sizeof(kn_ptx), 90, kn_add, &s));
+    ASSERT_EQ(-7, vcu_image_kernels(kn_ptx, sizeof(kn_ptx), 90, kn_add, &s, NULL));
 
     /* Fatbins: a cubin for the device; LZ4 PTX, as cuFFT's; nothing for
      * it; another compression. */
     n = kn_fatbin(fb, VCU_FATBIN_KIND_ELF, 90, elf, kn_elf(elf), 0, 0);
     memset(&s, 0, sizeof(s));
-    ASSERT_EQ(2, vcu_image_kernels(fb, n, 90, kn_add, &s));
+    ASSERT_EQ(2, vcu_image_kernels(fb, n, 90, kn_add, &s, NULL));
     ASSERT_STR_EQ("ka|kb|", s.buf);
-    ASSERT_EQ(VCU_KERNELS_UNREADABLE, vcu_image_kernels(fb, n, 80, kn_add, &s));
+    ASSERT_EQ(VCU_KERNELS_UNREADABLE, vcu_image_kernels(fb, n, 80, kn_add, &s, NULL));
     zn = kn_lz4_literals(z, kn_ptx, sizeof(kn_ptx));
     n = kn_fatbin(fb, VCU_FATBIN_KIND_PTX, 75, z, zn, sizeof(kn_ptx), 1);
     memset(&s, 0, sizeof(s));
-    ASSERT_EQ(3, vcu_image_kernels(fb, n, 90, kn_add, &s));
+    ASSERT_EQ(3, vcu_image_kernels(fb, n, 90, kn_add, &s, NULL));
     ASSERT_STR_EQ("_Z4kernPf|k2|k3|", s.buf);
-    ((struct vcu_fatbin_entry *)(fb + sizeof(struct vcu_fatbin_hdr)))->flags = 0x8000;
-    ASSERT_EQ(VCU_KERNELS_UNREADABLE, vcu_image_kernels(fb, n, 90, kn_add, &s));
+    /* zstd: through the caller's decompressor, none without one; a
+     * compression not known here (both bits). */
+    n = kn_fatbin(fb, VCU_FATBIN_KIND_PTX, 75, kn_ptx, sizeof(kn_ptx), sizeof(kn_ptx), 1);
+    ((struct vcu_fatbin_entry *)(fb + sizeof(struct vcu_fatbin_hdr)))->flags = VCU_FATBIN_F_ZSTD;
+    memset(&s, 0, sizeof(s));
+    ASSERT_EQ(3, vcu_image_kernels(fb, n, 90, kn_add, &s, kn_unzstd));
+    ASSERT_STR_EQ("_Z4kernPf|k2|k3|", s.buf);
+    ASSERT_EQ(VCU_KERNELS_UNREADABLE, vcu_image_kernels(fb, n, 90, kn_add, &s, NULL));
+    ((struct vcu_fatbin_entry *)(fb + sizeof(struct vcu_fatbin_hdr)))->flags = 0xa000;
+    ASSERT_EQ(VCU_KERNELS_UNREADABLE, vcu_image_kernels(fb, n, 90, kn_add, &s, kn_unzstd));
     free(elf);
     free(fb);
     free(z);
@@ -209,7 +227,7 @@ TEST(kernels_hostile)
         for (int k = rand() % 4; k >= 0; k--)
             m[(size_t)rand() % lens[w]] = (unsigned char)rand();
         memset(&s, 0, sizeof(s));
-        r = vcu_image_kernels(m, len, (unsigned int)(rand() % 130), kn_add, &s);
+        r = vcu_image_kernels(m, len, (unsigned int)(rand() % 130), kn_add, &s, kn_unzstd);
         ASSERT_TRUE(r == VCU_KERNELS_UNREADABLE || (r >= 0 && r == s.calls));
     }
     /* LZ4 garbage of every short length. */

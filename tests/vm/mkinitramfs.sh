@@ -100,6 +100,18 @@ add_cuda_prog() {
     LD_LIBRARY_PATH=$r/cuda/lib copy_libs "$1"
 }
 
+# The system's libzstd.so.1, which our libcuda.so.1 opens to read
+# zstd-compressed fatbin entries (include/vcu_kernels.h).
+add_libzstd() {
+    for lib in /lib/x86_64-linux-gnu/libzstd.so.1 /usr/lib/x86_64-linux-gnu/libzstd.so.1; do
+        if [ -e "$lib" ] && [ ! -e "$r$lib" ]; then
+            mkdir -p "$r$(dirname "$lib")"
+            cp -L "$lib" "$r$lib"
+            return 0
+        fi
+    done
+}
+
 # The virtio-blk driver, from the guest kernel's package (the torch and
 # libs suites' disks).
 add_virtio_blk() {
@@ -141,7 +153,9 @@ for s in "$@"; do
         cp "$drvtests/tests.list" "$drvtests/run.sh" "$drvtests/vcu_drv_kernels.fatbin" \
             "$drvtests/vcu_drv_kernels.cubin" "$drvtests/vcu_drv_kernels_multi.fatbin" \
             "$drvtests/vcu_drv_kernels_sm80.fatbin" "$drvtests/vcu_drv_kernels_ptx_lz4.fatbin" \
-            "$r/cuda-driver/"
+            "$drvtests/vcu_drv_kernels_ptx_zstd.fatbin" "$r/cuda-driver/"
+        # Our libcuda.so.1 reads zstd-compressed fatbins with it.
+        add_libzstd
         for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$drvtests/tests.list"); do
             [ -x "$drvtests/$t" ] || die "no Driver API program $drvtests/$t"
             cp "$drvtests/$t" "$r/cuda-driver/"
@@ -207,6 +221,7 @@ for s in "$@"; do
                 cp -L "$lib" "$r$lib"
             fi
         done
+        add_libzstd
         add_virtio_blk
         ;;
     demo)
