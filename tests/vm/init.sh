@@ -97,7 +97,7 @@ libs_one() {
         return 0
     fi
     t0=$(cut -d' ' -f1 /proc/uptime)
-    LD_LIBRARY_PATH=$lp timeout 300 "/libs-test/$1" $2 >/tmp/libs.out 2>&1
+    LD_LIBRARY_PATH=$lp timeout 240 "/libs-test/$1" $2 >/tmp/libs.out 2>&1
     rc=$?
     t1=$(cut -d' ' -f1 /proc/uptime)
     echo "libs: $1${2:+ $2}: exit status $rc after $(echo "$t0 $t1" | awk '{ printf "%.1f", $2 - $1 }') s"
