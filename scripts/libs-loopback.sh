@@ -58,7 +58,9 @@ for spec in "${specs[@]}"; do
         [ -e "$cuda/lib64/$l" ] || missing="$missing $l"
     done
     if [ -n "$missing" ]; then
-        check 1 "$prog/toolkit" "not in $cuda/lib64:$missing"
+        for c in $checks; do
+            check 1 "$prog/$c" "not in $cuda/lib64:$missing"
+        done
         continue
     fi
     if ! make -s -C tests/libs O="$PWD/build/libs-tests" "$PWD/build/libs-tests/$prog" \
