@@ -6,6 +6,7 @@
  * GPU is reported by a later call, as CUDA reports it); every other call
  * waits, so its error shows at the call that caused it.
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 
 #include "cuda_int.h"
 #include "vcu_fatbin.h"
+#include "vcu_kernels.h"
 
 /* ---- streams (wire handles) -------------------------------------------- */
 
@@ -740,7 +742,8 @@ static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t o
     return CUDA_SUCCESS;
 }
 
-CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len)
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
+                              vcu__library_t *lib)
 {
     struct vcu_cu_module_load_req r;
     vcu__module_t *m;
@@ -786,7 +789,17 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     }
     vcu__printf_module(b.addr, len);
     trimmed = trim != NULL;
-    free(trim);
+    /* Kept for vcu__module_kernels: a library keeps its own image. */
+    if (lib != NULL) {
+        m->lib = lib;
+        free(trim);
+    } else if (trim != NULL) {
+        m->image = trim;
+        m->image_len = len;
+    } else if ((m->image = malloc(len)) != NULL) {
+        memcpy(m->image, image, len);
+        m->image_len = len;
+    }
     if (vcu__tracing_modules()) {
         struct timespec t1;
 
@@ -806,7 +819,7 @@ CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
 
     if (e != CUDA_SUCCESS)
         return e;
-    return vcu__module_load_dev(c->dev, module, image, len);
+    return vcu__module_load_dev(c->dev, module, image, len, NULL);
 }
 
 VCU__EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
@@ -951,6 +964,7 @@ VCU__EXPORT CUresult cuModuleUnload(CUmodule hmod)
     m->funcs = NULL;
     pthread_mutex_unlock(&vcu__drv.lock);
     vcu__funcs_free(funcs);
+    free(m->image);
     free(m);
     return e;
 }
@@ -1050,6 +1064,110 @@ fail:
         free(f);
     }
     free(o);
+    return e;
+}
+
+/* The names vcu_image_kernels finds, each once.  VCU__NAMES_NOMEM stops
+ * it (vcu_kernel_fn's negative results are its own). */
+#define VCU__NAMES_NOMEM (-2)
+
+typedef struct {
+    char **names;
+    unsigned int n, cap;
+} vcu__names_t;
+
+static int vcu__names_add(void *arg, const char *name, size_t len)
+{
+    vcu__names_t *v = arg;
+    char *s;
+
+    for (unsigned int i = 0; i < v->n; i++)
+        if (strncmp(v->names[i], name, len) == 0 && v->names[i][len] == '\0')
+            return 0;
+    if (v->n == v->cap) {
+        unsigned int cap = v->cap ? v->cap * 2 : 16;
+        char **p = realloc(v->names, cap * sizeof(*p));
+
+        if (p == NULL)
+            return VCU__NAMES_NOMEM;
+        v->names = p;
+        v->cap = cap;
+    }
+    if ((s = strndup(name, len)) == NULL)
+        return VCU__NAMES_NOMEM;
+    v->names[v->n++] = s;
+    return 0;
+}
+
+/* zstd, for fatbin entries compressed with it: the system's libzstd.so.1,
+ * loaded at the first need (none: such entries are not read). */
+static size_t (*vcu__zstd_decompress)(void *, size_t, const void *, size_t);
+static unsigned (*vcu__zstd_is_error)(size_t);
+static pthread_once_t vcu__zstd_once = PTHREAD_ONCE_INIT;
+
+static void vcu__zstd_load(void)
+{
+    void *lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+
+    if (lib == NULL)
+        return;
+    *(void **)&vcu__zstd_is_error = dlsym(lib, "ZSTD_isError");
+    *(void **)&vcu__zstd_decompress = dlsym(lib, "ZSTD_decompress");
+    if (vcu__zstd_is_error == NULL)
+        vcu__zstd_decompress = NULL;
+}
+
+static size_t vcu__unzstd(void *dst, size_t cap, const void *src, size_t n)
+{
+    size_t r;
+
+    pthread_once(&vcu__zstd_once, vcu__zstd_load);
+    if (vcu__zstd_decompress == NULL)
+        return 0;
+    r = vcu__zstd_decompress(dst, cap, src, n);
+    return vcu__zstd_is_error(r) ? 0 : r;
+}
+
+CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
+                             unsigned int *count)
+{
+    static int logged;
+    vcu__names_t v = { NULL, 0, 0 };
+    const void *img = m->lib != NULL ? m->lib->image : m->image;
+    uint64_t len = m->lib != NULL ? m->lib->len : m->image_len;
+    int major = 0, minor = 0;
+    CUresult e = CUDA_SUCCESS;
+    long r;
+
+    *count = 0;
+    if (img == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;       /* the copy failed at the load */
+    e = cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->dev);
+    if (e == CUDA_SUCCESS)
+        e = cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->dev);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r = vcu_image_kernels(img, (size_t)len, (unsigned int)(major * 10 + minor), vcu__names_add,
+                          &v, vcu__unzstd);
+    if (r == VCU__NAMES_NOMEM) {
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (r < 0) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): a module's kernels cannot be listed "
+                               "(its image is not read here; zstd needs libzstd.so.1)\n");
+        e = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    for (unsigned int i = 0; i < v.n && e == CUDA_SUCCESS; i++) {
+        vcu__func_t *f;
+
+        e = vcu__module_function(m, v.names[i], &f);
+        if (e == CUDA_SUCCESS) {
+            fn(arg, (CUfunction)f);
+            (*count)++;
+        }
+    }
+    for (unsigned int i = 0; i < v.n; i++)
+        free(v.names[i]);
+    free(v.names);
     return e;
 }
 

@@ -109,6 +109,12 @@ typedef struct vcu__module_s {
     int dev;
     uint64_t h;                     /* host handle */
     vcu__func_t *funcs;             /* under vcu__drv.lock */
+    /* What its kernels are read from (vcu__module_kernels): a library's
+     * module, its library's image; any other, a copy of the image as
+     * sent, owned.  Set at the load, read-only after. */
+    struct vcu__library_s *lib;
+    void *image;
+    uint64_t image_len;
 } vcu__module_t;
 
 struct vcu__func_s {
@@ -157,6 +163,9 @@ typedef struct vcu__library_s {
     void *image;                    /* a copy */
     uint64_t len;
     vcu__module_t *mod[VCU_CU_MAX_DEVICES];     /* under vcu__drv.lock */
+    /* 1: it has no code for that device (found at the first ask, in the
+     * guest: vcu__module_load_dev).  Under vcu__drv.lock. */
+    unsigned char nobin[VCU_CU_MAX_DEVICES];
     vcu__kernel_t *kernels;         /* under vcu__drv.lock */
 } vcu__library_t;
 
@@ -211,6 +220,10 @@ void vcu__dr_add(int dev, uint64_t base, uint64_t size);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);
 int vcu__dr_known(int dev, uint64_t p, uint64_t n);
+/* The buffer ID of the allocation starting at base (0: none known), and
+ * a new one for an allocation made elsewhere (unique in the process). */
+uint64_t vcu__dr_id(int dev, uint64_t base);
+uint64_t vcu__buffer_id_new(void);
 /* Whether [p, p + n) lies in page-locked memory of this library's own
  * (cuMemHostAlloc) that copies may use after their call (cuda_hostmem.c). */
 int vcu__hm_stable(const void *p, size_t n);
@@ -225,11 +238,18 @@ CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
  * nvcc's wrapper; avail is what is known to be there, or UINT64_MAX. */
 CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
 /* A module from len bytes of image, in the current context's device or
- * in device dev. */
+ * in device dev (for a library's module: lib, whose image it is). */
 CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);
-CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len);
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
+                              struct vcu__library_s *lib);
 /* The function of that name in m (one handle per name and module). */
 CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
+/* Each kernel of m, in its image's order, once each: fn(arg, f) (with
+ * vcu__drv.lock not held); *count the number of calls.  Read from the
+ * image in the guest (include/vcu_kernels.h): CUDA_ERROR_NOT_SUPPORTED
+ * where that is not read here (logged once). */
+CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
+                             unsigned int *count);
 
 /*
  * One copy kind (VCU_OP_CU_MEMCPY_HTOD/DTOH/DTOD) of n bytes, in pieces of

@@ -43,12 +43,20 @@ static CUresult vcu__lib_module_dev(vcu__library_t *l, int dev, vcu__module_t **
 
     pthread_mutex_lock(&vcu__drv.lock);
     m = l->mod[dev];
+    e = l->nobin[dev] ? CUDA_ERROR_NO_BINARY_FOR_GPU : CUDA_SUCCESS;
     pthread_mutex_unlock(&vcu__drv.lock);
     if (m != NULL) {
         *out = m;
         return CUDA_SUCCESS;
     }
-    e = vcu__module_load_dev(dev, &mod, l->image, l->len);
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__module_load_dev(dev, &mod, l->image, l->len, l);
+    if (e == CUDA_ERROR_NO_BINARY_FOR_GPU) {
+        pthread_mutex_lock(&vcu__drv.lock);
+        l->nobin[dev] = 1;
+        pthread_mutex_unlock(&vcu__drv.lock);
+    }
     if (e != CUDA_SUCCESS)
         return e;
     pthread_mutex_lock(&vcu__drv.lock);
@@ -215,7 +223,8 @@ VCU__EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 /*
  * One handle per name and library.  The name is looked up in the
  * current context's device (CUDA_ERROR_NOT_FOUND when the image has no
- * such kernel) where there is a current context.
+ * such kernel) where there is a current context and the library has code
+ * for it.
  */
 VCU__EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -237,11 +246,16 @@ VCU__EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, co
     nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
     if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
         return CUDA_ERROR_NOT_FOUND;
+    /* A library with no code for this GPU gives kernels all the same, as
+     * NVIDIA's lazy loading does (nothing is loaded before a function is
+     * needed): their use fails (cuKernelGetFunction, launches) with
+     * CUDA_ERROR_NO_BINARY_FOR_GPU.  cuDNN 9 asks for the kernels of its
+     * libraries for every GPU generation (thousands at cudnnCreate). */
     if (vcu__cur(&c) == CUDA_SUCCESS) {
         e = vcu__lib_module(l, &m);
         if (e == CUDA_SUCCESS)
             e = cuModuleGetFunction(&f, (CUmodule)m, name);
-        if (e != CUDA_SUCCESS)
+        if (e != CUDA_SUCCESS && e != CUDA_ERROR_NO_BINARY_FOR_GPU)
             return e;
     }
     pthread_mutex_lock(&vcu__drv.lock);

@@ -3,7 +3,8 @@
  * (the guest sends only what the device loads), and code for other GPUs
  * only is refused with CUDA_ERROR_NO_BINARY_FOR_GPU at cuModuleLoadData,
  * as NVIDIA's driver refuses it, while cuLibraryLoadData takes it and
- * refuses it where a kernel of it is first asked for (lazy loading).
+ * gives its kernels, and refuses it where a kernel's function is first
+ * needed (lazy loading).
  */
 #include "vcu_drv_test.h"
 
@@ -46,12 +47,13 @@ int main(void)
 
     if (major != 8) {
         EXPECT(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleLoadData(&mod, sm80));
-        /* Taken; refused where a kernel of it is first asked for. */
+        /* Taken, and its kernels too; refused where a kernel of it is
+         * first needed in a context (lazy loading). */
         CK(cuLibraryLoadData(&lib, sm80, NULL, NULL, 0, NULL, NULL, 0));
-        rc = cuLibraryGetKernel(&k, lib, "vcu_drv_fill");
-        if (rc == CUDA_SUCCESS)
-            rc = cuKernelGetFunction(&kf, k);
+        CK(cuLibraryGetKernel(&k, lib, "vcu_drv_fill"));
+        rc = cuKernelGetFunction(&kf, k);
         EXPECT(CUDA_ERROR_NO_BINARY_FOR_GPU, rc);
+        EXPECT(CUDA_ERROR_NO_BINARY_FOR_GPU, cuKernelGetFunction(&kf, k));
         CK(cuLibraryUnload(lib));
     }
     CK(cuMemFree(p));

@@ -107,6 +107,9 @@
     X(integrity_hmac)                   \
     /* test_fatbin.c */                 \
     X(fatbin_trim_choice)               \
-    X(fatbin_trim_refuses)
+    X(fatbin_trim_refuses)              \
+    /* test_kernels.c */                \
+    X(kernels_lists)                    \
+    X(kernels_hostile)
 
 #endif /* VCU_TEST_LIST_H */
