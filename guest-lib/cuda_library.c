@@ -246,16 +246,17 @@ VCU__EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, co
     nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
     if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
         return CUDA_ERROR_NOT_FOUND;
-    /* A library with no code for this GPU gives kernels all the same, as
-     * NVIDIA's lazy loading does (nothing is loaded before a function is
-     * needed): their use fails (cuKernelGetFunction, launches) with
-     * CUDA_ERROR_NO_BINARY_FOR_GPU.  cuDNN 9 asks for the kernels of its
-     * libraries for every GPU generation (thousands at cudnnCreate). */
+    /* A library with no code for this GPU: CUDA_ERROR_NO_BINARY_FOR_GPU
+     * for every name, known or not, as NVIDIA's driver answers (measured,
+     * tests/gpu/probe-libs.c).  cuDNN 9 asks for the kernels of its
+     * libraries for every GPU generation (thousands at cudnnCreate) and
+     * takes that answer; the library remembers it (nobin), so the image
+     * is not trimmed again for each. */
     if (vcu__cur(&c) == CUDA_SUCCESS) {
         e = vcu__lib_module(l, &m);
         if (e == CUDA_SUCCESS)
             e = cuModuleGetFunction(&f, (CUmodule)m, name);
-        if (e != CUDA_SUCCESS && e != CUDA_ERROR_NO_BINARY_FOR_GPU)
+        if (e != CUDA_SUCCESS)
             return e;
     }
     pthread_mutex_lock(&vcu__drv.lock);
