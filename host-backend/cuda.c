@@ -178,6 +178,7 @@
     XX(cuStreamBeginCapture, 0)                                              \
     XX(cuStreamEndCapture, 0)                                                \
     XX(cuStreamGetCaptureInfo, 0)                                            \
+    XX(cuStreamUpdateCaptureDependencies, 0)                                 \
     XX(cuThreadExchangeStreamCaptureMode, 0)                                 \
     XX(cuEventCreate, 0)                                                     \
     XX(cuEventDestroy, 0)                                                    \
@@ -1843,6 +1844,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_occupancy_resp occ;
     struct vcu_cu_capture_info_resp cap;
     struct vcu_cu_capture_graph_resp capg;
+    struct vcu_cu_capture_deps_resp capd;
     struct vcu_cu_elapsed_resp el;
     struct vcu_cu_output_resp out;
     struct vcu_cu_tmap_resp tmap;
@@ -4138,6 +4140,24 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o)
  * each time, and the one END_CAPTURE hands over (vcu__cap_graph_adopt).
  * The dependencies are counted only: their nodes have no handles.
  */
+/* The handle of capture id's graph g, made at the first ask; 0 (result
+ * OUT_OF_MEMORY) over quota. */
+static uint64_t vcu__cap_graph_handle(vcu__op_t *o, CUgraph g, uint64_t id)
+{
+    uint64_t h = vcu__cap_graph_find(o->cs, g);
+    vcu__hent_t *e;
+
+    if (h == 0) {
+        e = vcu__new(o, VCU__H_GRAPH, &h);
+        if (e == NULL)
+            return 0;
+        e->u.graph.g = g;
+        e->u.graph.cap_id = id;
+        o->cs->cap_graphs++;
+    }
+    return h;
+}
+
 static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
@@ -4145,8 +4165,6 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
     cuuint64_t id = 0;
     CUgraph g = NULL;
     size_t ndeps = 0;
-    vcu__hent_t *e;
-    uint64_t h;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
@@ -4159,16 +4177,86 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
     if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || g == NULL || id == 0)
         return VCU_S_OK;
     o->rb.capg.ndeps = ndeps;
-    h = vcu__cap_graph_find(o->cs, g);
-    if (h == 0) {
-        e = vcu__new(o, VCU__H_GRAPH, &h);
-        if (e == NULL)
-            return VCU_S_OK;
-        e->u.graph.g = g;
-        e->u.graph.cap_id = id;
-        o->cs->cap_graphs++;
+    o->rb.capg.graph = vcu__cap_graph_handle(o, g, id);
+    return VCU_S_OK;
+}
+
+/* The handle of node n of the graph with handle gh: the one it has, or a
+ * new one (0, result OUT_OF_MEMORY, over quota).  Nodes go with their
+ * graph (vcu__graph_drop). */
+static uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh)
+{
+    vcu__cuda_sess_t *cs = o->cs;
+    vcu__hent_t *e;
+    uint32_t i;
+    uint64_t h;
+
+    for (i = 0; i < cs->tab.cap; i++) {
+        e = &cs->tab.ent[i];
+        if (e->type == VCU__H_GRAPH_NODE && e->u.node.n == n && e->u.node.graph == gh)
+            return vcu__htab_handle_at(&cs->tab, i);
     }
-    o->rb.capg.graph = h;
+    e = vcu__new(o, VCU__H_GRAPH_NODE, &h);
+    if (e == NULL)
+        return 0;
+    e->u.node.n = n;
+    e->u.node.graph = gh;
+    return h;
+}
+
+static uint32_t vcu__op_CU_STREAM_CAPTURE_DEPS(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUgraphNode *deps = NULL;
+    cuuint64_t id = 0;
+    CUgraph g = NULL;
+    size_t ndeps = 0, i;
+    uint64_t gh;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.value);
+    o->res = VCU__CU(o->cu, cuStreamGetCaptureInfo, st, &status, &id, &g, &deps, NULL, &ndeps);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    o->rb.capd.status = (uint32_t)status;
+    if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || g == NULL || id == 0)
+        return VCU_S_OK;
+    gh = vcu__cap_graph_handle(o, g, id);
+    if (gh == 0)
+        return VCU_S_OK;
+    o->rb.capd.graph = gh;
+    o->rb.capd.ndeps = ndeps;
+    for (i = 0; deps != NULL && i < ndeps && i < VCU_CU_MAX_CAPTURE_DEPS; i++) {
+        o->rb.capd.node[i] = vcu__node_handle(o, deps[i], gh);
+        if (o->rb.capd.node[i] == 0)
+            return VCU_S_OK;
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_UPDATE_DEPS(vcu__op_t *o)
+{
+    struct vcu_cu_update_deps_req rq;
+    CUgraphNode nodes[VCU_CU_MAX_CAPTURE_DEPS];
+    uint32_t i;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.ndeps > VCU_CU_MAX_CAPTURE_DEPS ||
+        (rq.flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
+         rq.flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    for (i = 0; i < rq.ndeps; i++) {
+        VCU__GET(o, e, rq.node[i], VCU__H_GRAPH_NODE);
+        nodes[i] = e->u.node.n;
+    }
+    o->res = VCU__CU(o->cu, cuStreamUpdateCaptureDependencies, st, nodes, NULL, rq.ndeps,
+                     rq.flags);
     return VCU_S_OK;
 }
 

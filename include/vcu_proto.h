@@ -246,6 +246,8 @@ struct vcu_resp_hdr {
     XX(CU_CALLBACK_DONE, 0x040a, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_STREAM_CAPTURE_GRAPH, 0x040b, vcu_cu_u64_req, vcu_cu_capture_graph_resp)       \
     XX(CU_THREAD_CAPTURE_MODE, 0x040c, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
+    XX(CU_STREAM_CAPTURE_DEPS, 0x040d, vcu_cu_u64_req, vcu_cu_capture_deps_resp)         \
+    XX(CU_STREAM_UPDATE_DEPS, 0x040e, vcu_cu_update_deps_req, vcu_cu_resp)               \
     /* CUDA: events */                                                                   \
     XX(CU_EVENT_CREATE, 0x0500, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
     XX(CU_EVENT_DESTROY, 0x0501, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -379,6 +381,7 @@ static inline vcu_u8 vcu_echo_byte(vcu_le64 seed, vcu_le64 off)
 #define VCU_CU_MAX_PARAMS 1024u
 #define VCU_CU_MAX_PARAM_BYTES 32764u
 #define VCU_CU_MAX_DEPS 256u
+#define VCU_CU_MAX_CAPTURE_DEPS 64u /* a capture's open dependencies, listed */
 #define VCU_CU_MAX_DEVICES 16u
 
 struct vcu_cu_hdr {
@@ -782,6 +785,36 @@ struct vcu_cu_capture_graph_resp {
     vcu_le64 ndeps;                 /* OUT the stream's open dependencies */
 };
 
+/*
+ * CU_STREAM_CAPTURE_DEPS: the open dependencies of the capture on the
+ * stream (request: value = stream), as node handles of the capture's
+ * graph (graph: its handle, as CU_STREAM_CAPTURE_GRAPH gives it).  A node
+ * keeps its handle while its graph lives; nodes the guest added have the
+ * handle CU_GRAPH_ADD_NODE gave.  ndeps is the whole count; node[] holds
+ * the first VCU_CU_MAX_CAPTURE_DEPS.  No capture: status says so, ndeps 0.
+ */
+struct vcu_cu_capture_deps_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 status;                /* OUT CUstreamCaptureStatus */
+    vcu_le32 reserved;
+    vcu_le64 graph;                 /* OUT the capture's graph handle */
+    vcu_le64 ndeps;                 /* OUT */
+    vcu_le64 node[VCU_CU_MAX_CAPTURE_DEPS];
+};
+
+/*
+ * CU_STREAM_UPDATE_DEPS: cuStreamUpdateCaptureDependencies.  flags is
+ * CU_STREAM_ADD_CAPTURE_DEPENDENCIES or CU_STREAM_SET_CAPTURE_DEPENDENCIES;
+ * node[0..ndeps-1] are node handles (their edges the default ones).
+ */
+struct vcu_cu_update_deps_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 stream;
+    vcu_le32 flags;
+    vcu_le32 ndeps;                 /* <= VCU_CU_MAX_CAPTURE_DEPS */
+    vcu_le64 node[VCU_CU_MAX_CAPTURE_DEPS];
+};
+
 struct vcu_cu_elapsed_resp {
     struct vcu_cu_resp r;
     vcu_le32 ms_bits;               /* IEEE-754 single of the milliseconds */
@@ -873,6 +906,10 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_stream_create_req) == 16, "vcu_cu_stream_c
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_graph_resp) == 40, "vcu_cu_capture_graph_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_deps_resp) == 32 + 8 * VCU_CU_MAX_CAPTURE_DEPS,
+                 "vcu_cu_capture_deps_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_update_deps_req) == 24 + 8 * VCU_CU_MAX_CAPTURE_DEPS,
+                 "vcu_cu_update_deps_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
 
 #endif /* VCU_PROTO_H */

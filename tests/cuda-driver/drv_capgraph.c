@@ -124,12 +124,48 @@ int main(void)
         TRUE(rec != NULL && rec != cuEventRecordWithFlags);
         CK(rec(ext, s, CU_EVENT_RECORD_EXTERNAL));
     }
-    /* One open dependency: counted; its node has no handle here. */
+    /* One open dependency: counted, and listed as a node of the capture's
+     * graph, the same CUgraphNode each time, its edge a default one. */
     nd = 0;
     CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, NULL, NULL, &nd));
     TRUE(nd == 1);
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL,
-                                                               &nd));
+    deps = NULL;
+    CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+    TRUE(nd == 1 && deps != NULL && deps[0] != NULL);
+    {
+        const CUgraphEdgeData *edges = NULL;
+        CUgraphNode last = deps[0], empty = NULL, forged = (CUgraphNode)&id;
+
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, &edges, &nd));
+        TRUE(nd == 1 && deps[0] == last && edges != NULL && edges[0].type == 0);
+        /* A node added to the capture's graph after it becomes the
+         * capture's one dependency (as libraries splice work in). */
+        CK(cuGraphAddEmptyNode(&empty, cg, &last, 1));
+        CK(cuStreamUpdateCaptureDependencies(s, &empty, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+        TRUE(nd == 1 && deps[0] == empty);
+        {
+            /* The first ABI (no edge data), as an older runtime asks. */
+            CUresult (*upd)(CUstream, CUgraphNode *, size_t, unsigned int) = NULL;
+
+            CK(cuGetProcAddress("cuStreamUpdateCaptureDependencies", (void **)&upd, 11030, 0,
+                                NULL));
+            TRUE(upd != NULL);
+            CK(upd(s, &last, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+        }
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+        TRUE(nd == 2 && ((deps[0] == empty && deps[1] == last) ||
+                         (deps[0] == last && deps[1] == empty)));
+        CK(cuStreamUpdateCaptureDependencies(s, &empty, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamUpdateCaptureDependencies(s, &empty, NULL, 1, 2));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuStreamUpdateCaptureDependencies(s, &forged, NULL, 1,
+                                                 CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuStreamUpdateCaptureDependencies(s, NULL, NULL, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && nd == 1 && deps[0] == empty);
+    }
     g = NULL;
     CK(cuStreamEndCapture(s, &g));
     TRUE(g == cg);

@@ -4066,6 +4066,39 @@ out:
     return rc;
 }
 
+/* Test double: the capture's open dependencies replaced (SET) or added
+ * to (ADD); each node must be of the capture's graph. */
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies,
+                                                      const CUgraphEdgeData *dependencyData,
+                                                      size_t numDependencies, unsigned int flags)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && (flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES ||
+                               (numDependencies && !dependencies) || dependencyData))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && (!s->cap || s->cap->invalidated))
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
+        fc_node_t *n = (fc_node_t *)dependencies[i];
+        fc_graph_t *g = s->cap->graph;
+
+        if (!n || n->graph != g || n->index >= g->n || g->nodes[n->index] != n)
+            rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        if (flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+            s->ndeps = 0;
+        rc = fc_deps_merge(s, (fc_node_t *const *)dependencies, numDependencies);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     fc_ctx_t *ctx;
@@ -4282,13 +4315,26 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
 }
 
 /* Adds a node built by the caller (taking it over) to a listed graph. */
+/* A graph nodes may be added to: a listed one, or a capture's (cuda.h:
+ * every operation but destroying it and removing nodes is allowed on
+ * the graph of a capture in progress). */
+static int fc_graph_addable(CUgraph hGraph)
+{
+    if (fc_list_has(g_graphs, hGraph))
+        return 1;
+    for (fc_obj_t *o = g_caps; o; o = o->next)
+        if ((CUgraph)((fc_cap_t *)o)->graph == hGraph)
+            return 1;
+    return 0;
+}
+
 static CUresult fc_graph_add_api(CUgraphNode *phGraphNode, CUgraph hGraph,
                                  const CUgraphNode *dependencies, size_t numDependencies,
                                  fc_node_t *n)
 {
     CUresult rc;
 
-    if (!phGraphNode || !fc_list_has(g_graphs, hGraph) || (numDependencies && !dependencies)) {
+    if (!phGraphNode || !fc_graph_addable(hGraph) || (numDependencies && !dependencies)) {
         fc_node_free(n);
         return CUDA_ERROR_INVALID_VALUE;
     }

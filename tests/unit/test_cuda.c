@@ -1474,6 +1474,119 @@ static uint32_t tc_capg(tc_t *c, uint64_t s, struct vcu_cu_capture_graph_resp *o
     return o->r.result;
 }
 
+/* CU_STREAM_CAPTURE_DEPS on stream s (CUresult or 0x10000 + status). */
+static uint32_t tc_capd(tc_t *c, uint64_t s, struct vcu_cu_capture_deps_resp *o)
+{
+    struct vcu_cu_u64_req rq = {{0, 0}, s};
+    uint32_t st;
+
+    memset(o, 0, sizeof(*o));
+    st = tc_do(c, VCU_OP_CU_STREAM_CAPTURE_DEPS, 0, &rq, sizeof(rq), o, sizeof(*o));
+    return st != VCU_S_OK ? 0x10000 + st : o->r.result;
+}
+
+static uint32_t tc_updd(tc_t *c, uint64_t s, uint32_t flags, uint32_t n, const uint64_t *nodes,
+                        uint32_t plen)
+{
+    struct vcu_cu_update_deps_req rq;
+    struct vcu_cu_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.stream = s;
+    rq.flags = flags;
+    rq.ndeps = n;
+    for (uint32_t i = 0; i < n && i < VCU_CU_MAX_CAPTURE_DEPS; i++)
+        rq.node[i] = nodes[i];
+    st = tc_do(c, VCU_OP_CU_STREAM_UPDATE_DEPS, 0, &rq, plen, &rp, sizeof(rp));
+    return st != VCU_S_OK ? 0x10000 + st : rp.result;
+}
+
+/*
+ * A capture's open dependencies as node handles of its graph, the same
+ * handle each time; updating them from a hostile guest: bad flags, too
+ * many nodes (read past the host's array without the check), handles of
+ * another type, forged, stale after their graph went, a short payload.
+ */
+TEST(cuda_capture_deps)
+{
+    struct vcu_cu_capture_deps_resp o;
+    struct vcu_cu_memset_req mq;
+    struct vcu_cu_resp r;
+    uint64_t s, d = 0, g = 0, n1, many[VCU_CU_MAX_CAPTURE_DEPS + 1];
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_NONE, o.status);
+    ASSERT_EQ(0, o.ndeps);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_capd(&c, 0x123456789abcull, &o));
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    memset(&mq, 0, sizeof(mq));
+    mq.dst = d;
+    mq.value = 1;
+    mq.elem_size = 1;
+    mq.width = 64;
+    mq.height = 1;
+    mq.stream = s;
+    mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMSET, 0, &mq, sizeof(mq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, o.status);
+    ASSERT_EQ(1, o.ndeps);
+    ASSERT_GE(o.graph, VCU_CU_HANDLE_MIN);
+    ASSERT_GE(o.node[0], VCU_CU_HANDLE_MIN);
+    n1 = o.node[0];
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(n1, o.node[0]);
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_updd(&c, s, CU_STREAM_SET_CAPTURE_DEPENDENCIES, 1, &n1,
+                                    sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_updd(&c, s, 2, 1, &n1, sizeof(struct vcu_cu_update_deps_req)));
+    for (size_t i = 0; i < VCU_CU_MAX_CAPTURE_DEPS + 1; i++)
+        many[i] = n1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_updd(&c, s, 0, VCU_CU_MAX_CAPTURE_DEPS + 1, many,
+                      sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_updd(&c, s, 0, 0xffffffffu, many, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, &s, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, &o.graph, sizeof(struct vcu_cu_update_deps_req)));
+    many[0] = n1 ^ (1ull << 32);    /* another generation */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, many, sizeof(struct vcu_cu_update_deps_req)));
+    many[0] = 0;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, many, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_updd(&c, s, 0, 1, &n1, sizeof(struct vcu_cu_update_deps_req) - 8));
+    /* The capture still stands, with its one dependency. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, o.status);
+    ASSERT_EQ(1, o.ndeps);
+    ASSERT_EQ(n1, o.node[0]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    /* Its nodes went with the graph. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, &n1, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    tc_close(&c);
+    return 0;
+}
+
 /*
  * The graph of a capture under a handle the capture owns: the same one
  * each time and the one END_CAPTURE returns; refused by GRAPH_DESTROY
