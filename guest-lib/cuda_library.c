@@ -434,8 +434,7 @@ int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsi
     return 1;
 }
 
-/* A function handle, or a kernel's function in the current context. */
-static CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
+CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
 {
     CUresult e = vcu__check_init();
 

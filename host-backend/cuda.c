@@ -81,6 +81,9 @@
 #include "vcu_backend_int.h"
 #include "vcu_printf.h"
 #include "cuda_tab.h"
+/* Generated from guest-lib/cuda_calls.list (host-backend/Makefile). */
+#include "vcu_calls.h"
+#include "cuda_calls_fns.h"
 
 #define VCU__STR2(x) #x
 #define VCU__STR(x) VCU__STR2(x)
@@ -220,6 +223,7 @@ typedef struct vcu__ram_s {
 struct vcu__cuda_s {
     void *dl;
     vcu__cu_fns_t fn;
+    vcu__gen_fns_t gfn;                     /* the generated calls' (cuda_calls.inc) */
     unsigned int ndev;
     CUdevice dev[VCU_CU_MAX_DEVICES];       /* virtual ordinal -> host device */
     int host_ordinal[VCU_CU_MAX_DEVICES];
@@ -639,6 +643,9 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
     }
     VCU__CU_FUNCS(VCU__FN_LOAD)
 #undef VCU__FN_LOAD
+#define VCU__GEN_LOAD(name) *(void **)(&cu->gfn.p_##name) = dlsym(cu->dl, #name);
+    VCU__GEN_FUNCS(VCU__GEN_LOAD)
+#undef VCU__GEN_LOAD
 
     r = cu->fn.cuInit(0);
     if (r != CUDA_SUCCESS) {
@@ -4682,6 +4689,56 @@ static uint32_t vcu__op_CU_GRAPH_NODE_COUNT(vcu__op_t *o)
     o->rb.u64.value = n;
     return VCU_S_OK;
 }
+
+/* --- the generated calls (CU_CALL) --- */
+
+/* A handle argument of a generated call: the session's, of that type and
+ * made on the request's device; else CUDA_ERROR_INVALID_HANDLE. */
+static vcu__hent_t *vcu__gen_get(vcu__op_t *o, uint64_t h, uint8_t type)
+{
+    vcu__hent_t *e = vcu__htab_get(&o->cs->tab, h, type);
+
+    if (e == NULL || e->dev != vcu__dev_of(o)) {
+        o->res = CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
+    }
+    return e;
+}
+
+/* A stream argument: a default stream, or a stream handle as above. */
+static int vcu__gen_stream(vcu__op_t *o, uint64_t h, CUstream *out)
+{
+    vcu__hent_t *e;
+
+    if (h == VCU_CU_STREAM_LEGACY || h == VCU_CU_STREAM_PER_THREAD)
+        return vcu__stream(o, h, out);
+    e = vcu__gen_get(o, h, VCU__H_STREAM);
+    if (e == NULL)
+        return -1;
+    *out = e->u.st;
+    return 0;
+}
+
+/* A device argument: a virtual ordinal of the VM's, as the host's device. */
+static int vcu__gen_dev(vcu__op_t *o, uint64_t v, CUdevice *out)
+{
+    if (v >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_DEVICE;
+        return -1;
+    }
+    *out = o->cu->dev[v];
+    return 0;
+}
+
+/* The call's reply struct after its vcu_cu_resp (which exec writes). */
+static void vcu__gen_reply(vcu__op_t *o, const void *rp, size_t len)
+{
+    memcpy(o->out + sizeof(struct vcu_cu_resp), (const unsigned char *)rp + sizeof(struct vcu_cu_resp),
+           len - sizeof(struct vcu_cu_resp));
+    o->len = len;
+}
+
+#include "cuda_calls.inc"
 
 /* --- dispatch --- */
 

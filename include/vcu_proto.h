@@ -174,7 +174,8 @@ struct vcu_resp_hdr {
  * Opcodes.  XX(name, number, request struct, reply struct).  Ranges:
  * 0x00xx transport, 0x01xx CUDA device and context, 0x02xx memory, 0x03xx
  * modules and launches, 0x04xx streams and host callbacks, 0x05xx events,
- * 0x06xx graphs.  A struct named vcu_none means an empty payload.
+ * 0x06xx graphs, 0x07xx the generated calls.  A struct named vcu_none
+ * means an empty payload.
  * "+ trailing" in a comment means bytes follow the fixed struct.
  */
 #define VCU_OP_MAP(XX)                                                                   \
@@ -261,7 +262,9 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_INSTANTIATE, 0x0604, vcu_cu_pair_req, vcu_cu_u64_resp)                   \
     XX(CU_GRAPH_LAUNCH, 0x0605, vcu_cu_pair_req, vcu_cu_resp)                            \
     XX(CU_GRAPH_EXEC_DESTROY, 0x0606, vcu_cu_u64_req, vcu_cu_resp)                       \
-    XX(CU_GRAPH_NODE_COUNT, 0x0607, vcu_cu_u64_req, vcu_cu_u64_resp)
+    XX(CU_GRAPH_NODE_COUNT, 0x0607, vcu_cu_u64_req, vcu_cu_u64_resp)                     \
+    /* CUDA: the generated calls (struct vcu_cu_call_req) */                             \
+    XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -825,6 +828,28 @@ struct vcu_cu_graph_node_req {
     vcu_le64 cookie;
 };
 
+/*
+ * CU_CALL: one Driver API call of guest-lib/cuda_calls.list's "remote"
+ * kind, generated on both sides from the list and cuda.h's prototype.
+ * call is the list's number for it; hash is the list's (VCU_CALLS_HASH),
+ * and a host built from another list answers VCU_S_EVERSION rather than
+ * read the arguments by its own layout.  The arguments follow, laid out
+ * by the generated struct vcu_call_<name>_req (build/.../vcu_calls.h):
+ * one le64 slot per handle, device and scalar argument in the
+ * prototype's order, then each struct argument's bytes, padded to 8;
+ * the payload is exactly that long.  The reply is a vcu_cu_resp and
+ * the call's results (struct vcu_call_<name>_resp): a slot per scalar
+ * result, then each struct result's bytes.  Handles are the session's
+ * handles of the header's device; unknown call numbers get
+ * VCU_S_ENOTSUP, a payload of the wrong length or a slot its C type
+ * cannot hold VCU_S_EINVAL.
+ */
+struct vcu_cu_call_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 call;                  /* VCU_CALL_* */
+    vcu_le32 hash;                  /* VCU_CALLS_HASH */
+};
+
 /* ---- size asserts ------------------------------------------------------- */
 VCU_PROTO_ASSERT(sizeof(struct vcu_req_hdr) == 32, "vcu_req_hdr");
 VCU_PROTO_ASSERT(sizeof(struct vcu_seg) == 16, "vcu_seg");
@@ -874,5 +899,6 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_graph_resp) == 40, "vcu_cu_capture_graph_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_call_req) == 16, "vcu_cu_call_req");
 
 #endif /* VCU_PROTO_H */

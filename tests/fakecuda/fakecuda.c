@@ -140,6 +140,8 @@ struct fc_stream_s {
     fc_cap_t *cap;              /* capture this stream takes part in */
     fc_node_t **deps;           /* capture: what the next node depends on */
     size_t ndeps;
+    /* cuStreamSetAttribute's values (priority apart), by attribute id. */
+    CUstreamAttrValue attrs[CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING + 1];
 };
 
 struct fc_ctx_s {
@@ -231,6 +233,7 @@ struct fc_graph_s {
 struct fc_exec_s {
     fc_obj_t hdr;
     fc_graph_t *graph;          /* a private clone, on no list */
+    unsigned long long flags;   /* as instantiated (cuGraphExecGetFlags) */
 };
 
 typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG } fc_mem_kind_t;
@@ -4499,6 +4502,7 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
+    x->flags = flags;
     fc_list_add(&g_execs, x);
     *phGraphExec = (CUgraphExec)x;
 out:
@@ -4572,10 +4576,117 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     return rc;
 }
 
-/* ------------------------------------------------------------------ */
-/* Profiler: nothing to profile                                        */
+CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
+{
+    fc_exec_t *x = (fc_exec_t *)hGraphExec;
+    CUresult rc = CUDA_SUCCESS;
 
-CUresult CUDAAPI cuProfilerStart(void)
+    pthread_mutex_lock(&g_lock);
+    if (!flags || !fc_list_has(g_execs, x))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *flags = x->flags;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stream attributes, the L2 persisting cache, stream memory operations */
+
+/*
+ * The attributes cuda.h says are valid for streams, checked as the
+ * driver documents them: an access policy window of at most the
+ * device's CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE bytes, a hit
+ * ratio in [0, 1], a miss property that is not persisting.
+ */
+static CUresult fc_stream_attr_check(CUstreamAttrID attr, const CUstreamAttrValue *v)
+{
+    const CUaccessPolicyWindow *w = &v->accessPolicyWindow;
+
+    switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        if (w->num_bytes > (size_t)134213632 || !(w->hitRatio >= 0.0f && w->hitRatio <= 1.0f) ||
+            (unsigned int)w->hitProp > CU_ACCESS_PROPERTY_PERSISTING ||
+            (unsigned int)w->missProp > CU_ACCESS_PROPERTY_STREAMING)
+            return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        return v->syncPolicy >= CU_SYNC_POLICY_AUTO && v->syncPolicy <= CU_SYNC_POLICY_BLOCKING_SYNC
+                   ? CUDA_SUCCESS
+                   : CUDA_ERROR_INVALID_VALUE;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        return (unsigned int)v->memSyncDomain <= CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE ? CUDA_SUCCESS
+                                                                                 : CUDA_ERROR_INVALID_VALUE;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && (!value_out || (attr != CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_PRIORITY &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        *value_out = s->attrs[attr];
+        if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+            value_out->priority = s->priority;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = value ? fc_stream_attr_check(attr, value) : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+            s->priority = value->priority;
+        else
+            s->attrs[attr] = *value;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamCopyAttributes(CUstream dst, CUstream src)
+{
+    fc_ctx_t *cd, *cs;
+    fc_stream_t *d, *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(dst, &cd, &d);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_stream_get(src, &cs, &s);
+    if (rc == CUDA_SUCCESS && cd != cs)
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS)
+        memcpy(d->attrs, s->attrs, sizeof(d->attrs));
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxResetPersistingL2Cache(void)
 {
     fc_ctx_t *ctx;
     CUresult rc;
@@ -4586,9 +4697,158 @@ CUresult CUDAAPI cuProfilerStart(void)
     return rc;
 }
 
+CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(hfunc, &f);
+    if (rc == CUDA_SUCCESS && (unsigned int)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The two devices reach each other over nothing: every attribute 0. */
+CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+                                         CUdevice dstDevice)
+{
+    if (!value || (unsigned int)attrib > CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (srcDevice < 0 || srcDevice >= FC_NDEV || dstDevice < 0 || dstDevice >= FC_NDEV ||
+        srcDevice == dstDevice)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *value = 0;
+    return CUDA_SUCCESS;
+}
+
+/* A stream memory operation on an allocation (the stream's work runs at
+ * once); n bytes at addr, naturally aligned. */
+static CUresult fc_memop(CUstream stream, CUdeviceptr addr, size_t n, unsigned int flags,
+                         unsigned int maxflag, void **p)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc = fc_stream_work(stream, &ctx, &s);
+
+    if (rc == CUDA_SUCCESS && (flags > maxflag || addr % n))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_check((uintptr_t)addr, n);
+    if (rc == CUDA_SUCCESS && s->cap)
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    *p = (void *)(uintptr_t)addr;
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 4, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, &p);
+    if (rc == CUDA_SUCCESS)
+        memcpy(p, &value, 4);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 8, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, &p);
+    if (rc == CUDA_SUCCESS)
+        memcpy(p, &value, 8);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Whether a wait's condition holds (cuda.h's CUstreamWaitValue_flags). */
+static int fc_wait_holds(uint64_t have, uint64_t want, unsigned int flags, uint64_t mask)
+{
+    switch (flags & 3u) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+        return have >= want;
+    case CU_STREAM_WAIT_VALUE_EQ:
+        return have == want;
+    case CU_STREAM_WAIT_VALUE_AND:
+        return (have & want) != 0;
+    default:
+        return (~(have | want) & mask) != 0;
+    }
+}
+
+/*
+ * The stand-in runs a stream's work at once, so a wait whose condition
+ * does not hold yet would wait forever: it fails with
+ * CUDA_ERROR_NOT_SUPPORTED instead (tests wait for values already
+ * written).
+ */
+CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    uint32_t have;
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 4, flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH,
+                  CU_STREAM_WAIT_VALUE_NOR, &p);
+    if (rc == CUDA_SUCCESS) {
+        memcpy(&have, p, 4);
+        if (!fc_wait_holds(have, value, flags, UINT32_MAX))
+            rc = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    uint64_t have;
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 8, flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH,
+                  CU_STREAM_WAIT_VALUE_NOR, &p);
+    if (rc == CUDA_SUCCESS) {
+        memcpy(&have, p, 8);
+        if (!fc_wait_holds(have, value, flags, UINT64_MAX))
+            rc = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Profiler: nothing to profile                                        */
+
+/* Not cuProfilerStop calling cuProfilerStart: in a loopback process the
+ * guest library's exported cuProfilerStart would answer that call. */
+static CUresult fc_profiler(void)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuProfilerStart(void)
+{
+    return fc_profiler();
+}
+
 CUresult CUDAAPI cuProfilerStop(void)
 {
-    return cuProfilerStart();
+    return fc_profiler();
 }
 
 /* ------------------------------------------------------------------ */

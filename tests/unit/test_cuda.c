@@ -14,6 +14,7 @@
 #include "ut.h"
 #include "vcu_backend_int.h"
 #include "cuda_tab.h"
+#include "vcu_calls.h"
 
 /* The stand-in's twin of tests/cuda/vector_add.cu. */
 #define TC_VADD "_Z10vector_addPKfS0_Pfi"
@@ -2944,6 +2945,217 @@ TEST(sec_ctx_reset_cross_device_function)
         ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_LAUNCH, 0, lp, sizeof(lp), &r, sizeof(r)));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.result);
     }
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- CU_CALL: the generated calls (cuda_calls.list's "remote") --------- */
+
+/* A CU_CALL request of len bytes (its call and hash as given); the
+ * CUresult, or 0x10000 + the wire status. */
+static uint32_t tc_call(tc_t *c, const void *rq, uint32_t len, void *resp, size_t rlen)
+{
+    struct vcu_cu_resp r;
+    uint32_t st = tc_do(c, VCU_OP_CU_CALL, 0, rq, len, resp ? resp : &r, resp ? rlen : sizeof(r));
+
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    return resp ? ((struct vcu_cu_resp *)resp)->result : r.result;
+}
+
+#define TC_CALL_INIT(rq, name, dev)                                          \
+    do {                                                                     \
+        memset(&(rq), 0, sizeof(rq));                                        \
+        (rq).c.hdr.device = (dev);                                           \
+        (rq).c.call = VCU_CALL_##name;                                       \
+        (rq).c.hash = VCU_CALLS_HASH;                                        \
+    } while (0)
+
+/* A stream on device dev. */
+static uint64_t tc_stream_on(tc_t *c, uint32_t dev)
+{
+    struct vcu_cu_stream_create_req sq = {{dev, 0}, 0, 0};
+    struct vcu_cu_u64_resp sr;
+
+    if (tc_do(c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)) != VCU_S_OK ||
+        sr.r.result != CUDA_SUCCESS)
+        return 0;
+    return sr.value;
+}
+
+/* A well-formed call reaches the driver and its struct result comes back. */
+TEST(cuda_call_roundtrip)
+{
+    struct vcu_call_cuStreamSetAttribute_req sq;
+    struct vcu_call_cuStreamGetAttribute_req gq;
+    struct vcu_call_cuStreamGetAttribute_resp gr;
+    struct vcu_call_cuDeviceGetP2PAttribute_req pq;
+    struct vcu_call_cuDeviceGetP2PAttribute_resp pr;
+    CUstreamAttrValue v, w;
+    tc_t c;
+    uint64_t s;
+
+    if (tc_open(&c) != 0)
+        return 1;
+    s = tc_stream_on(&c, 0);
+    ASSERT_GE(s, VCU_CU_HANDLE_MIN);
+    memset(&v, 0, sizeof(v));
+    v.accessPolicyWindow.base_ptr = (void *)(uintptr_t)0x10000;
+    v.accessPolicyWindow.num_bytes = 4096;
+    v.accessPolicyWindow.hitRatio = 0.5f;
+    v.accessPolicyWindow.hitProp = CU_ACCESS_PROPERTY_PERSISTING;
+    TC_CALL_INIT(sq, cuStreamSetAttribute, 0);
+    sq.hStream = s;
+    sq.attr = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+    memcpy(sq.value, &v, sizeof(v));
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    TC_CALL_INIT(gq, cuStreamGetAttribute, 0);
+    gq.hStream = s;
+    gq.attr = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &gq, sizeof(gq), &gr, sizeof(gr)));
+    memcpy(&w, gr.value_out, sizeof(w));
+    ASSERT_EQ(4096, w.accessPolicyWindow.num_bytes);
+    ASSERT_EQ(0x10000, (uintptr_t)w.accessPolicyWindow.base_ptr);
+    /* The legacy stream is anyone's. */
+    gq.hStream = VCU_CU_STREAM_LEGACY;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &gq, sizeof(gq), &gr, sizeof(gr)));
+    /* Two devices: a peer attribute the stand-in answers. */
+    TC_CALL_INIT(pq, cuDeviceGetP2PAttribute, 0);
+    pq.attrib = CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
+    pq.srcDevice = 0;
+    pq.dstDevice = 1;
+    memset(&pr, 0xff, sizeof(pr));
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    ASSERT_EQ(0, pr.value);
+    tc_close(&c);
+    return 0;
+}
+
+/*
+ * What a hostile guest may put in a CU_CALL: an unknown call number,
+ * another list's hash, a payload shorter or longer than the call's (a
+ * struct argument of the wrong size among them), slots their C type
+ * cannot hold, selectors the list does not carry, handles of another
+ * type, forged, destroyed or of another device, devices out of range, a
+ * reply buffer too small.  Each is refused before the driver sees it.
+ */
+TEST(cuda_call_hostile)
+{
+    struct vcu_call_cuStreamSetAttribute_req sq;
+    struct vcu_call_cuStreamGetAttribute_req gq;
+    struct vcu_call_cuStreamGetAttribute_resp gr;
+    struct vcu_call_cuDeviceGetP2PAttribute_req pq;
+    struct vcu_call_cuDeviceGetP2PAttribute_resp pr;
+    struct vcu_call_cuCtxResetPersistingL2Cache_req lq;
+    unsigned char big[sizeof(sq) + 16];
+    CUstreamAttrValue v;
+    uint64_t s, s1, ev = 0, gone;
+    tc_t c;
+
+    if (tc_open(&c) != 0)
+        return 1;
+    s = tc_stream_on(&c, 0);
+    s1 = tc_stream_on(&c, 1);
+    gone = tc_stream_on(&c, 0);
+    ASSERT_GE(s, VCU_CU_HANDLE_MIN);
+    ASSERT_GE(s1, VCU_CU_HANDLE_MIN);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, gone, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, CU_EVENT_DISABLE_TIMING, &ev));
+    memset(&v, 0, sizeof(v));
+    v.syncPolicy = CU_SYNC_POLICY_YIELD;
+    TC_CALL_INIT(sq, cuStreamSetAttribute, 0);
+    sq.hStream = s;
+    sq.attr = CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    memcpy(sq.value, &v, sizeof(v));
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+
+    /* Call numbers and the list's hash. */
+    sq.c.call = 0xfffe;
+    ASSERT_EQ(0x10000 + VCU_S_ENOTSUP, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.call = 0;
+    ASSERT_EQ(0x10000 + VCU_S_ENOTSUP, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.call = VCU_CALL_cuStreamSetAttribute;
+    sq.c.hash = VCU_CALLS_HASH ^ 1;
+    ASSERT_EQ(0x10000 + VCU_S_EVERSION, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hash = VCU_CALLS_HASH;
+
+    /* Lengths: exactly the call's, the struct argument whole. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(sq) - 8, NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(sq) - 1, NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(struct vcu_cu_call_req), NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, 8, NULL, 0));
+    memset(big, 0, sizeof(big));
+    memcpy(big, &sq, sizeof(sq));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, big, sizeof(sq) + 8, NULL, 0));
+    TC_CALL_INIT(lq, cuCtxResetPersistingL2Cache, 0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &lq, sizeof(lq), NULL, 0));
+    memcpy(big, &lq, sizeof(lq));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, big, sizeof(lq) + 8, NULL, 0));
+
+    /* Slots: an enum that does not fit 32 bits; selectors not carried
+     * (an event member would name a guest object; the priority is the
+     * guest's to keep). */
+    sq.attr = (1ull << 32) | CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+    v.programmaticEvent.event = (CUevent)(uintptr_t)ev;
+    memcpy(sq.value, &v, sizeof(v));
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = 999;
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    v.syncPolicy = CU_SYNC_POLICY_YIELD;
+    memcpy(sq.value, &v, sizeof(v));
+
+    /* Handles: another type, forged, destroyed, another device's, values
+     * below VCU_CU_HANDLE_MIN that are not default streams. */
+    sq.hStream = ev;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s ^ (1ull << 40);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s + 1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = gone;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hdr.device = 1;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hdr.device = 0;
+    sq.hStream = 5;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s;
+    sq.c.hdr.device = 7;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hdr.device = 0;
+
+    /* Device arguments: only the VM's. */
+    TC_CALL_INIT(pq, cuDeviceGetP2PAttribute, 0);
+    pq.attrib = CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
+    pq.dstDevice = 2;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    pq.dstDevice = 1ull << 32;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    pq.dstDevice = 1;
+    pq.srcDevice = UINT64_MAX;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+
+    /* A reply buffer that cannot hold the result struct. */
+    TC_CALL_INIT(gq, cuStreamGetAttribute, 0);
+    gq.hStream = s;
+    gq.attr = CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    {
+        ut_req_t *t = ut_req_new();
+
+        t->r.resp_cap = sizeof(struct vcu_resp_hdr) + sizeof(gr) - 8;
+        ASSERT_EQ(VCU_S_ERANGE, tc_run(&c, t, VCU_OP_CU_CALL, 0, &gq, sizeof(gq)));
+        free(t);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &gq, sizeof(gq), &gr, sizeof(gr)));
+    memcpy(&v, gr.value_out, sizeof(v));
+    ASSERT_EQ(CU_SYNC_POLICY_YIELD, v.syncPolicy);
     tc_close(&c);
     return 0;
 }
