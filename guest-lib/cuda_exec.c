@@ -1722,7 +1722,8 @@ VCU__EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *st
     return cuStreamGetId(hStream == NULL ? CU_STREAM_PER_THREAD : hStream, streamId);
 }
 
-/* Limits of the current context's device (CU_CTX_SET_LIMIT, CU_CTX_GET_LIMIT). */
+/* A limit of the current context's device (CU_CTX_SET_LIMIT, charged on
+ * the host; cuCtxGetLimit is a remote call). */
 VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
     struct vcu_cu_limit_req r;
@@ -1735,26 +1736,6 @@ VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     r.limit = (uint32_t)limit;
     r.value = value;
     return vcu__call(c->dev, VCU_OP_CU_CTX_SET_LIMIT, &r, sizeof(r), NULL, 0, NULL, 0);
-}
-
-VCU__EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
-{
-    struct vcu_cu_limit_req r;
-    struct vcu_cu_u64_resp o;
-    vcu__ctx_t *c;
-    CUresult e;
-
-    if (pvalue == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.limit = (uint32_t)limit;
-    e = vcu__call(c->dev, VCU_OP_CU_CTX_GET_LIMIT, &r, sizeof(r), NULL, 0, &o, sizeof(o));
-    if (e == CUDA_SUCCESS)
-        *pvalue = (size_t)o.value;
-    return e;
 }
 
 VCU__EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
@@ -1949,33 +1930,7 @@ VCU__EXPORT CUresult cuEventQuery(CUevent hEvent)
     return vcu__call(c->dev, VCU_OP_CU_EVENT_QUERY, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
-VCU__EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
-{
-    struct vcu_cu_pair_req r;
-    struct vcu_cu_elapsed_resp o;
-    vcu__event_t *a, *b;
-    vcu__ctx_t *c;
-    CUresult e;
-
-    if (pMilliseconds == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hStart, &a);
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEnd, &b);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.a = a->h;
-    r.b = b->h;
-    e = vcu__call(c->dev, VCU_OP_CU_EVENT_ELAPSED, &r, sizeof(r), NULL, 0, &o, sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    memcpy(pMilliseconds, &o.ms_bits, sizeof(*pMilliseconds));
-    return CUDA_SUCCESS;
-}
-
+/* The first ABI, the same as the remote cuEventElapsedTime_v2's. */
 VCU__EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
     return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);

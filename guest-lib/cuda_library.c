@@ -643,60 +643,8 @@ VCU__EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 
 /* ---- occupancy ------------------------------------------------------------ */
 
-/* The host's driver answers for the kernel (CU_OCCUPANCY_BLOCKS). */
-VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-    int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
-{
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_occupancy_resp o;
-    vcu__func_t *f;
-    CUresult e;
-
-    if (numBlocks == NULL || blockSize <= 0 ||
-        (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__func_arg(func, &f);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.function = f->h;
-    r.block_size = (uint32_t)blockSize;
-    r.flags = flags;
-    r.dyn_smem = dynamicSMemSize;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_BLOCKS, &r, sizeof(r), NULL, 0, &o,
-                  sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    *numBlocks = (int)o.value0;
-    return CUDA_SUCCESS;
-}
-
-/* The host's driver answers for the kernel (CU_OCCUPANCY_AVAIL_SMEM). */
-VCU__EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
-                                                             int numBlocks, int blockSize)
-{
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_u64_resp o;
-    vcu__func_t *f;
-    CUresult e;
-
-    if (dynamicSmemSize == NULL || numBlocks <= 0 || blockSize <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__func_arg(func, &f);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.function = f->h;
-    r.block_size = (uint32_t)blockSize;
-    r.flags = (uint32_t)numBlocks;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, &r, sizeof(r), NULL, 0, &o,
-                  sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    *dynamicSmemSize = (size_t)o.value;
-    return CUDA_SUCCESS;
-}
-
+/* The flags form and cuOccupancyAvailableDynamicSMemPerBlock are remote
+ * calls (cuda_calls.list). */
 VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
                                                                  int blockSize,
                                                                  size_t dynamicSMemSize)

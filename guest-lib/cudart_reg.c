@@ -609,8 +609,8 @@ static cudaError_t vcu__check_fn_launch(vcu__kfn_t *f, int dev, dim3 grid, dim3 
         goto out;
     }
     if (flags & VCU_CU_LAUNCH_F_COOPERATIVE) {
-        struct vcu_cu_occupancy_req r;
-        struct vcu_cu_occupancy_resp o;
+        struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_req r;
+        struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_resp o;
         vcu__occ_t *c = NULL;
 
         if (vcu__dev_attr(dev, cudaDevAttrCooperativeLaunch) != 1) {
@@ -621,17 +621,17 @@ static cudaError_t vcu__check_fn_launch(vcu__kfn_t *f, int dev, dim3 grid, dim3 
             if (f->occ[i].block == threads && f->occ[i].dyn_smem == shmem)
                 c = &f->occ[i];
         if (c == NULL) {
-            memset(&r, 0, sizeof(r));
-            r.function = f->fn;
-            r.block_size = (uint32_t)threads;
-            r.dyn_smem = shmem;
-            if (vcu__call(dev, VCU_OP_CU_OCCUPANCY_BLOCKS, 0, &r, sizeof(r), NULL, 0, &o,
-                          sizeof(o)) != cudaSuccess)
+            VCU_CALL_INIT(r, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+            r.func = f->fn;
+            r.blockSize = (uint64_t)threads;
+            r.dynamicSMemSize = shmem;
+            if (vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o)) !=
+                cudaSuccess)
                 goto out;   /* the host decides, synchronously */
             c = &f->occ[f->occ_next++ % VCU__OCC_CACHE];
             c->block = (uint32_t)threads;
             c->dyn_smem = (uint32_t)shmem;
-            c->blocks = o.value0;
+            c->blocks = (uint32_t)o.numBlocks;
         }
         sms = vcu__dev_attr(dev, cudaDevAttrMultiProcessorCount);
         if (sms <= 0)
@@ -916,8 +916,8 @@ VCU__EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCa
 VCU__EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_occupancy_resp o;
+    struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_req r;
+    struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_resp o;
     const vcu__kfn_t *f;
     int dev;
     cudaError_t e;
@@ -927,14 +927,14 @@ VCU__EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     e = vcu__func_here(func, &dev, &f);
     if (e != cudaSuccess)
         return vcu__err(e);
-    memset(&r, 0, sizeof(r));
-    r.function = f->fn;
-    r.block_size = (uint32_t)blockSize;
+    VCU_CALL_INIT(r, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+    r.func = f->fn;
+    r.blockSize = (uint64_t)(int64_t)blockSize;
     r.flags = flags;
-    r.dyn_smem = dynamicSMemSize;
-    e = vcu__call(dev, VCU_OP_CU_OCCUPANCY_BLOCKS, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    r.dynamicSMemSize = dynamicSMemSize;
+    e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e == cudaSuccess)
-        *numBlocks = (int)o.value0;
+        *numBlocks = (int)o.numBlocks;
     return vcu__err(e);
 }
 

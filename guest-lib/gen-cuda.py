@@ -343,7 +343,7 @@ def remote_calls(remote, ptext, inc):
             else:
                 what = "a new object (its handle is made by hand)" if q["ptr"] and ty in HANDLES \
                     else "guest memory of no fixed size" if ty in ("void", "char") \
-                    else "a type the generator does not carry"
+                    else "a type the generator does not carry (a callback, a struct by value, an opaque value)"
                 errors.append("%s: argument '%s' is %s: keep the call local" % (name, p, what))
                 break
             q["wire"] = "u32" if ty in enums else SCALARS.get(ty, "")
@@ -436,6 +436,14 @@ def gen_calls_h(calls, inc):
          " * and a host built from another list refuses the request. */\n",
          "#define VCU_CALLS_HASH 0x%08xu\n\n" % calls_hash(calls),
          "/* A struct argument's bytes on the wire. */\n#define VCU_CALL_BLOB(T) ((sizeof(T) + 7) / 8 * 8)\n\n",
+         "/* A request of call name, zeroed but for its number and the hash\n"
+         " * (memset: string.h). */\n"
+         "#define VCU_CALL_INIT(rq, name)                                      \\\n"
+         "    do {                                                             \\\n"
+         "        memset(&(rq), 0, sizeof(rq));                                \\\n"
+         "        (rq).c.call = VCU_CALL_##name;                               \\\n"
+         "        (rq).c.hash = VCU_CALLS_HASH;                                \\\n"
+         "    } while (0)\n\n",
          "/* XX(name, number) */\n#define VCU_CALLS_MAP(XX) \\\n"]
     o.append("".join("    XX(%s, 0x%04x) \\\n" % (c["name"], c["num"]) for c in calls))
     o.append("\n\n#define VCU_CALL_ENUM_(name, num) VCU_CALL_##name = (num),\n"

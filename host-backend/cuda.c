@@ -104,7 +104,6 @@
     XX(cuDeviceGetName, 0)                                                   \
     XX(cuDeviceTotalMem, 0)                                                  \
     XX(cuDeviceGetAttribute, 0)                                              \
-    XX(cuDeviceCanAccessPeer, 0)                                             \
     XX(cuCtxCreate, 1)                                                       \
     XX(cuDevicePrimaryCtxRetain, 0)                                          \
     XX(cuDevicePrimaryCtxRelease, 0)                                         \
@@ -161,8 +160,6 @@
     XX(cuFuncGetParamInfo, 0)                                                \
     XX(cuFuncGetAttribute, 0)                                                \
     XX(cuFuncSetAttribute, 0)                                                \
-    XX(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0)              \
-    XX(cuOccupancyAvailableDynamicSMemPerBlock, 0)                           \
     XX(cuOccupancyMaxPotentialBlockSizeWithFlags, 0)                         \
     XX(cuLaunchKernel, 1)                                                    \
     XX(cuLaunchCooperativeKernel, 0)                                         \
@@ -187,7 +184,6 @@
     XX(cuEventRecordWithFlags, 0)                                            \
     XX(cuEventSynchronize, 0)                                                \
     XX(cuEventQuery, 0)                                                      \
-    XX(cuEventElapsedTime, 0)                                                \
     XX(cuGraphCreate, 0)                                                     \
     XX(cuGraphDestroy, 0)                                                    \
     XX(cuGraphAddKernelNode, 0)                                              \
@@ -199,9 +195,7 @@
     XX(cuGraphInstantiate, 0)                                                \
     XX(cuGraphLaunch, 0)                                                     \
     XX(cuGraphExecDestroy, 0)                                                \
-    XX(cuGraphGetNodes, 0)                                                   \
-    XX(cuProfilerStart, 0)                                                   \
-    XX(cuProfilerStop, 0)
+    XX(cuGraphGetNodes, 0)
 
 typedef struct vcu__cu_fns_s {
 #define VCU__FN_FIELD(name, req) __typeof__(name) *name;
@@ -1850,7 +1844,6 @@ typedef union vcu__resp_u {
     struct vcu_cu_occupancy_resp occ;
     struct vcu_cu_capture_info_resp cap;
     struct vcu_cu_capture_graph_resp capg;
-    struct vcu_cu_elapsed_resp el;
     struct vcu_cu_output_resp out;
     struct vcu_cu_tmap_resp tmap;
 } vcu__resp_t;
@@ -2393,18 +2386,6 @@ static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-static uint32_t vcu__op_CU_CTX_GET_LIMIT(vcu__op_t *o)
-{
-    struct vcu_cu_limit_req rq;
-    size_t v = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    o->res = VCU__CU(o->cu, cuCtxGetLimit, &v, (CUlimit)rq.limit);
-    o->rb.u64.value = v;
-    return VCU_S_OK;
-}
-
 static uint32_t vcu__op_CU_CTX_PRIORITY_RANGE(vcu__op_t *o)
 {
     int least = 0, greatest = 0;
@@ -2413,37 +2394,6 @@ static uint32_t vcu__op_CU_CTX_PRIORITY_RANGE(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuCtxGetStreamPriorityRange, &least, &greatest);
     o->rb.prio.least = (uint32_t)least;
     o->rb.prio.greatest = (uint32_t)greatest;
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_DEVICE_CAN_ACCESS_PEER(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-    uint32_t d = vcu__dev_of(o);
-    int can = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    if (d >= o->cu->ndev || rq.value >= o->cu->ndev) {
-        o->res = CUDA_ERROR_INVALID_DEVICE;
-        return VCU_S_OK;
-    }
-    o->res = VCU__CU(o->cu, cuDeviceCanAccessPeer, &can, o->cu->dev[d], o->cu->dev[rq.value]);
-    o->rb.u64.value = (uint64_t)can;
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_PROFILER(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    if (rq.value == 1)
-        o->res = VCU__CU(o->cu, cuProfilerStart);
-    else if (rq.value == 0)
-        o->res = VCU__CU(o->cu, cuProfilerStop);
-    else
-        o->res = CUDA_ERROR_INVALID_VALUE;
     return VCU_S_OK;
 }
 
@@ -3374,38 +3324,6 @@ static uint32_t vcu__op_CU_FUNC_SET_ATTR(vcu__op_t *o)
     VCU__GET(o, e, rq.handle, VCU__H_FUNCTION);
     o->res = VCU__CU(o->cu, cuFuncSetAttribute, e->u.fn.f, (CUfunction_attribute)rq.attr,
                      (int)rq.value);
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_OCCUPANCY_BLOCKS(vcu__op_t *o)
-{
-    struct vcu_cu_occupancy_req rq;
-    int n = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.function, VCU__H_FUNCTION);
-    o->res = VCU__CU(o->cu, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n, e->u.fn.f,
-                     (int)rq.block_size, (size_t)rq.dyn_smem, rq.flags);
-    o->rb.occ.value0 = (uint32_t)n;
-    return VCU_S_OK;
-}
-
-/* CU_OCCUPANCY_AVAIL_SMEM: dynamic shared memory a block can have with
- * flags blocks of block_size threads per SM. */
-static uint32_t vcu__op_CU_OCCUPANCY_AVAIL_SMEM(vcu__op_t *o)
-{
-    struct vcu_cu_occupancy_req rq;
-    size_t bytes = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    if (rq.dyn_smem != 0 || rq.flags > INT_MAX || rq.block_size > INT_MAX)
-        return VCU_S_EINVAL;
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.function, VCU__H_FUNCTION);
-    o->res = VCU__CU(o->cu, cuOccupancyAvailableDynamicSMemPerBlock, &bytes, e->u.fn.f,
-                     (int)rq.flags, (int)rq.block_size);
-    o->rb.u64.value = (uint64_t)bytes;
     return VCU_S_OK;
 }
 
@@ -4376,20 +4294,6 @@ static uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_EVENT);
     o->res = VCU__CU(o->cu, cuEventQuery, e->u.ev);
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_EVENT_ELAPSED(vcu__op_t *o)
-{
-    struct vcu_cu_pair_req rq;
-    float ms = 0.0f;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, a, rq.a, VCU__H_EVENT);
-    VCU__GET(o, b, rq.b, VCU__H_EVENT);
-    o->res = VCU__CU(o->cu, cuEventElapsedTime, &ms, a->u.ev, b->u.ev);
-    memcpy(&o->rb.el.ms_bits, &ms, sizeof(ms));
     return VCU_S_OK;
 }
 

@@ -192,10 +192,7 @@ struct vcu_resp_hdr {
     XX(CU_CTX_RESET, 0x0104, vcu_cu_hdr, vcu_cu_resp)                                    \
     XX(CU_CTX_SET_FLAGS, 0x0105, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_CTX_SET_LIMIT, 0x0106, vcu_cu_limit_req, vcu_cu_resp)                          \
-    XX(CU_CTX_GET_LIMIT, 0x0107, vcu_cu_limit_req, vcu_cu_u64_resp)                      \
     XX(CU_CTX_PRIORITY_RANGE, 0x0108, vcu_cu_hdr, vcu_cu_priority_range_resp)            \
-    XX(CU_DEVICE_CAN_ACCESS_PEER, 0x0109, vcu_cu_u64_req, vcu_cu_u64_resp)               \
-    XX(CU_PROFILER, 0x010a, vcu_cu_u64_req, vcu_cu_resp)                                 \
     XX(CU_GET_DEFERRED_ERROR, 0x010b, vcu_cu_hdr, vcu_cu_resp)                           \
     XX(CU_TAKE_OUTPUT, 0x010c, vcu_cu_u64_req, vcu_cu_output_resp)                      \
     XX(CU_SLICE_INFO, 0x010d, vcu_cu_hdr, vcu_cu_slice_info_resp)                        \
@@ -222,11 +219,8 @@ struct vcu_resp_hdr {
     XX(CU_MODULE_GET_GLOBAL, 0x0303, vcu_cu_name_req, vcu_cu_mem_range_resp)             \
     XX(CU_FUNC_GET_ATTRS, 0x0304, vcu_cu_u64_req, vcu_cu_func_attrs_resp)                \
     XX(CU_FUNC_SET_ATTR, 0x0305, vcu_cu_attr_req, vcu_cu_resp)                           \
-    XX(CU_OCCUPANCY_BLOCKS, 0x0306, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)         \
     XX(CU_OCCUPANCY_BLOCK_SIZE, 0x0307, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)     \
     XX(CU_LAUNCH, 0x0308, vcu_cu_launch_req, vcu_cu_resp)                                \
-    /* flags: the number of blocks per SM; reply: bytes */                                \
-    XX(CU_OCCUPANCY_AVAIL_SMEM, 0x0309, vcu_cu_occupancy_req, vcu_cu_u64_resp)            \
     XX(CU_LAUNCH_EX, 0x030a, vcu_cu_launch_ex_req, vcu_cu_resp)                          \
     /* the launch config of cuOccupancyMaxActiveClusters, no parameters; reply: clusters */ \
     XX(CU_OCCUPANCY_CLUSTERS, 0x030b, vcu_cu_launch_ex_req, vcu_cu_u64_resp)              \
@@ -253,7 +247,6 @@ struct vcu_resp_hdr {
     XX(CU_EVENT_RECORD, 0x0502, vcu_cu_pair_req, vcu_cu_resp)                            \
     XX(CU_EVENT_SYNCHRONIZE, 0x0503, vcu_cu_u64_req, vcu_cu_resp)                        \
     XX(CU_EVENT_QUERY, 0x0504, vcu_cu_u64_req, vcu_cu_resp)                              \
-    XX(CU_EVENT_ELAPSED, 0x0505, vcu_cu_pair_req, vcu_cu_elapsed_resp)                   \
     /* CUDA: graphs */                                                                   \
     XX(CU_GRAPH_CREATE, 0x0600, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
     XX(CU_GRAPH_DESTROY, 0x0601, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -411,12 +404,10 @@ struct vcu_cu_pair_req {
  *   CU_STREAM_BEGIN_CAPTURE a = stream, b = CUstreamCaptureMode
  *   CU_STREAM_HOST_FUNC    a = stream, b = guest cookie (returned by CALLBACK_WAIT)
  *   CU_EVENT_RECORD        a = event, b = stream, c = flags
- *   CU_EVENT_ELAPSED       a = start event, b = end event
  *   CU_GRAPH_INSTANTIATE   a = graph, b = flags
  *   CU_GRAPH_LAUNCH        a = graph exec, b = stream
  * vcu_cu_u64_req value:
- *   CU_CTX_SET_FLAGS flags; CU_DEVICE_CAN_ACCESS_PEER peer ordinal;
- *   CU_PROFILER 1 start / 0 stop; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
+ *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
  *   CU_TAKE_OUTPUT flags (VCU_CU_TAKE_F_*);
  *   CU_THREAD_CAPTURE_MODE the worker's new CUstreamCaptureMode (the
@@ -638,8 +629,6 @@ struct vcu_cu_func_attrs_resp {
 };
 
 /*
- * CU_OCCUPANCY_BLOCKS: cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
- *   (block_size, dyn_smem, flags) -> value0 = blocks.
  * CU_OCCUPANCY_BLOCK_SIZE: cuOccupancyMaxPotentialBlockSizeWithFlags with a
  *   fixed dyn_smem (block_size = limit) -> value0 = min grid, value1 = block.
  */
@@ -785,12 +774,6 @@ struct vcu_cu_capture_graph_resp {
     vcu_le64 ndeps;                 /* OUT the stream's open dependencies */
 };
 
-struct vcu_cu_elapsed_resp {
-    struct vcu_cu_resp r;
-    vcu_le32 ms_bits;               /* IEEE-754 single of the milliseconds */
-    vcu_le32 reserved;
-};
-
 /*
  * CU_GRAPH_ADD_NODE: followed by ndeps le64 node handles, then by the
  * kind's trailing data (a kernel node's param_bytes of parameters).
@@ -829,6 +812,13 @@ struct vcu_cu_graph_node_req {
 };
 
 /*
+ * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
+ * 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a CU_PROFILER, 0x0306
+ * CU_OCCUPANCY_BLOCKS, 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505
+ * CU_EVENT_ELAPSED: now CU_CALL's cuCtxGetLimit, cuDeviceCanAccessPeer,
+ * cuProfilerStart/Stop, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+ * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2.
+ *
  * CU_CALL: one Driver API call of guest-lib/cuda_calls.list's "remote"
  * kind, generated on both sides from the list and cuda.h's prototype.
  * call is the list's number for it; hash is the list's (VCU_CALLS_HASH),
@@ -897,7 +887,6 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tmap_resp) == 136, "vcu_cu_tmap_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_stream_create_req) == 16, "vcu_cu_stream_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_graph_resp) == 40, "vcu_cu_capture_graph_resp");
-VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_call_req) == 16, "vcu_cu_call_req");
 

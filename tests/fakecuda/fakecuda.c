@@ -3439,8 +3439,10 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
 
     pthread_mutex_lock(&g_lock);
     rc = fc_func_get(func, &f);
+    /* A block of no threads is refused, as NVIDIA's driver refuses it
+     * (drv_vector_add on an H100). */
     if (rc == CUDA_SUCCESS &&
-        (!numBlocks || (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)))
+        (!numBlocks || blockSize <= 0 || (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
         *numBlocks = fc_occupancy(f, blockSize, dynamicSMemSize);

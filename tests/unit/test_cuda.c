@@ -120,6 +120,26 @@ static uint32_t tc_alloc(tc_t *c, uint64_t size, uint64_t *ptr)
     return rp.r.result;
 }
 
+/* A CU_CALL request of len bytes (its call and hash as given); the
+ * CUresult, or 0x10000 + the wire status. */
+static uint32_t tc_call(tc_t *c, const void *rq, uint32_t len, void *resp, size_t rlen)
+{
+    struct vcu_cu_resp r;
+    uint32_t st = tc_do(c, VCU_OP_CU_CALL, 0, rq, len, resp ? resp : &r, resp ? rlen : sizeof(r));
+
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    return resp ? ((struct vcu_cu_resp *)resp)->result : r.result;
+}
+
+#define TC_CALL_INIT(rq, name, dev)                                          \
+    do {                                                                     \
+        memset(&(rq), 0, sizeof(rq));                                        \
+        (rq).c.hdr.device = (dev);                                           \
+        (rq).c.call = VCU_CALL_##name;                                       \
+        (rq).c.hash = VCU_CALLS_HASH;                                        \
+    } while (0)
+
 /* HtoD / DtoH with the host side split into iovecs of the given sizes;
  * segflags is added to the segment's direction (VCU_SEG_F_STABLE). */
 static uint32_t tc_copy_ex(tc_t *c, int htod, uint64_t dptr, void *host, size_t len,
@@ -755,7 +775,15 @@ TEST(cuda_handles_invalid)
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_STREAM_WAIT_EVENT, s, s, 0, NULL, 0));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, g, 0, 0, NULL, 0));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, s, 0, 0, NULL, 0));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, ev, s, 0, NULL, 0));
+    {
+        struct vcu_call_cuEventElapsedTime_v2_req eq;
+        struct vcu_call_cuEventElapsedTime_v2_resp er;
+
+        TC_CALL_INIT(eq, cuEventElapsedTime_v2, 0);
+        eq.hStart = ev;
+        eq.hEnd = s;
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &eq, sizeof(eq), &er, sizeof(er)));
+    }
     memset(&aq, 0, sizeof(aq));
     aq.handle = s;
     aq.attr = CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
@@ -818,14 +846,14 @@ TEST(cuda_module_unload_kills_funcs)
 
 /* ---- modules and launches ----------------------------------------------- */
 
-/* CU_OCCUPANCY_AVAIL_SMEM: the driver's answer for the function; bad
- * requests and handles refused. */
+/* cuOccupancyAvailableDynamicSMemPerBlock (a CU_CALL): the driver's
+ * answer for the function; bad requests and handles refused. */
 TEST(cuda_occupancy_avail_smem)
 {
     unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
     struct vcu_cu_function_resp f;
-    struct vcu_cu_occupancy_req q;
-    struct vcu_cu_u64_resp one, two;
+    struct vcu_call_cuOccupancyAvailableDynamicSMemPerBlock_req q;
+    struct vcu_call_cuOccupancyAvailableDynamicSMemPerBlock_resp one, two;
     uint64_t mod = 0;
     tc_t c;
 
@@ -833,29 +861,26 @@ TEST(cuda_occupancy_avail_smem)
     ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
     ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
     memcpy(&f, fr, sizeof(f));
-    memset(&q, 0, sizeof(q));
-    q.function = f.function;
-    q.block_size = 128;
-    q.flags = 1;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &one, sizeof(one)));
-    ASSERT_EQ(CUDA_SUCCESS, one.r.result);
-    q.flags = 16;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    ASSERT_EQ(CUDA_SUCCESS, two.r.result);
-    ASSERT_GT(one.value, 0);
-    ASSERT_GT(one.value, two.value);        /* sixteen blocks share the SM */
-    q.flags = 0;                            /* no block */
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, two.r.result);
-    q.flags = 0x80000000u;                  /* not an int */
-    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    q.flags = 1;
-    q.dyn_smem = 1;                         /* reserved here */
-    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    q.dyn_smem = 0;
-    q.function = mod;                       /* not a function */
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, two.r.result);
+    TC_CALL_INIT(q, cuOccupancyAvailableDynamicSMemPerBlock, 0);
+    q.func = f.function;
+    q.blockSize = 128;
+    q.numBlocks = 1;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &q, sizeof(q), &one, sizeof(one)));
+    q.numBlocks = 16;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    ASSERT_GT(one.dynamicSmemSize, 0);
+    ASSERT_GT(one.dynamicSmemSize, two.dynamicSmemSize);    /* sixteen blocks share the SM */
+    q.numBlocks = 0;                        /* no block */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = (uint64_t)(int64_t)-1;    /* an int, the driver's to refuse */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = 0x80000000u;              /* not an int */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = 0xffffffffu;              /* -1 not sign-extended */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = 1;
+    q.func = mod;                           /* not a function */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
     tc_close(&c);
     return 0;
 }
@@ -948,8 +973,10 @@ TEST(cuda_launch_param_bytes)
 
 TEST(cuda_events_elapsed)
 {
-    struct vcu_cu_elapsed_resp er;
+    struct vcu_call_cuEventElapsedTime_v2_req eq;
+    struct vcu_call_cuEventElapsedTime_v2_resp er;
     uint64_t e1 = 0, e2 = 0, s;
+    uint32_t bits;
     float ms = -1;
     tc_t c;
 
@@ -963,13 +990,17 @@ TEST(cuda_events_elapsed)
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, e2, NULL));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, e2, NULL));
-    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, e1, e2, 0, &er, sizeof(er)));
-    memcpy(&ms, &er.ms_bits, 4);
+    TC_CALL_INIT(eq, cuEventElapsedTime_v2, 0);
+    eq.hStart = e1;
+    eq.hEnd = e2;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &eq, sizeof(eq), &er, sizeof(er)));
+    ASSERT_LE(er.pMilliseconds, UINT32_MAX);
+    bits = (uint32_t)er.pMilliseconds;
+    memcpy(&ms, &bits, 4);
     ASSERT_TRUE(ms >= 0.0f && ms < 10000.0f);
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_WAIT_EVENT, 0, e1, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_DESTROY, 0, e1, NULL));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
-              tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, e1, e2, 0, &er, sizeof(er)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &eq, sizeof(eq), &er, sizeof(er)));
     tc_close(&c);
     return 0;
 }
@@ -1319,9 +1350,15 @@ TEST(cuda_bad_payloads)
         free(t);
     }
     /* Limits and peer ordinals. */
-    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_u64(&c, VCU_OP_CU_DEVICE_CAN_ACCESS_PEER, 0, 2, NULL));
+    {
+        struct vcu_call_cuDeviceCanAccessPeer_req pq;
+        struct vcu_call_cuDeviceCanAccessPeer_resp pr;
+
+        TC_CALL_INIT(pq, cuDeviceCanAccessPeer, 0);
+        pq.peerDev = 2;
+        ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    }
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, 1ull << 40, NULL));
-    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_PROFILER, 0, 2, NULL));
     /* Still alive. */
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
     tc_close(&c);
@@ -2950,26 +2987,6 @@ TEST(sec_ctx_reset_cross_device_function)
 }
 
 /* ---- CU_CALL: the generated calls (cuda_calls.list's "remote") --------- */
-
-/* A CU_CALL request of len bytes (its call and hash as given); the
- * CUresult, or 0x10000 + the wire status. */
-static uint32_t tc_call(tc_t *c, const void *rq, uint32_t len, void *resp, size_t rlen)
-{
-    struct vcu_cu_resp r;
-    uint32_t st = tc_do(c, VCU_OP_CU_CALL, 0, rq, len, resp ? resp : &r, resp ? rlen : sizeof(r));
-
-    if (st != VCU_S_OK)
-        return 0x10000 + st;
-    return resp ? ((struct vcu_cu_resp *)resp)->result : r.result;
-}
-
-#define TC_CALL_INIT(rq, name, dev)                                          \
-    do {                                                                     \
-        memset(&(rq), 0, sizeof(rq));                                        \
-        (rq).c.hdr.device = (dev);                                           \
-        (rq).c.call = VCU_CALL_##name;                                       \
-        (rq).c.hash = VCU_CALLS_HASH;                                        \
-    } while (0)
 
 /* A stream on device dev. */
 static uint64_t tc_stream_on(tc_t *c, uint32_t dev)
