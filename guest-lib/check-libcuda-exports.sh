@@ -5,7 +5,8 @@
 # may hold more than the stub (graphics interop, which NVIDIA's Linux
 # driver exports and its stub does not).  Also fails if gen-cuda.py
 # accepts a "remote" line it cannot carry (guest memory of no fixed size,
-# a new object, a callback, a number taken twice) instead of failing the
+# a new object, a callback, an array beside its count, a number taken
+# twice, a union without its selector's values) instead of failing the
 # build with the reason.
 #
 #   guest-lib/check-libcuda-exports.sh [OURLIB] [STUB]
@@ -72,12 +73,14 @@ refuse "cuStreamCreate as remote" "phStream' is a new object" \
     -e 's/^cuStreamCreate .*/cuStreamCreate remote 0x7f01/'
 refuse "cuLaunchHostFunc as remote" "CUhostFn fn' is a type the generator does not carry" \
     -e 's/^cuLaunchHostFunc .*/cuLaunchHostFunc remote 0x7f02/'
+refuse "cuMemDiscardBatchAsync as remote" "beside the count 'count' is an array" \
+    -e 's/^cuMemDiscardBatchAsync .*/cuMemDiscardBatchAsync remote 0x7f03/'
 refuse "a call number given twice" "call number 0x0001 is 0 or taken" \
     -e 's/^cuGraphExecGetFlags .*/cuGraphExecGetFlags remote 0x0001/'
 refuse "a union argument without its selector's values" "needs its selector's allowed values" \
     -e 's/^\(cuStreamGetAttribute  *remote 0x0001\).*/\1/'
 
 if [ $rc -eq 0 ]; then
-    echo "check-libcuda-exports: all $(wc -l <"$tmp/stub") names of the stub exported ($(wc -l <"$tmp/ours") in ours, as cuda_calls.list says); gen-cuda.py refuses 5 calls it cannot carry"
+    echo "check-libcuda-exports: all $(wc -l <"$tmp/stub") names of the stub exported ($(wc -l <"$tmp/ours") in ours, as cuda_calls.list says); gen-cuda.py refuses 6 calls it cannot carry"
 fi
 exit $rc

@@ -349,6 +349,12 @@ def remote_calls(remote, ptext, inc):
             q["wire"] = "u32" if ty in enums else SCALARS.get(ty, "")
             params.append(q)
         else:
+            # A pointer beside a count is an array, whatever its type says.
+            counts = [q["name"] for q in params if not q["ptr"] and q["type"] == "size_t" and
+                      re.fullmatch(r"count|num[A-Z]\w*|\w+Count", q["name"])]
+            if counts and any(q["cls"] in ("out", "outblob") for q in params):
+                errors.append("%s: a pointer beside the count '%s' is an array: keep the call "
+                              "local" % (name, counts[0]))
             names = [q["name"] for q in params]
             for a, vals in allow.items():
                 q = next((q for q in params if q["name"] == a), None)
@@ -593,7 +599,7 @@ def gen_host(calls, inc):
                 o.append("    %s b_%s;\n" % (q["type"], q["name"]))
         if not any(q["cls"] in ("out", "outblob") for q in ps):
             o.append("    (void)rp;\n")
-        if not ps:
+        if not any(q["cls"] in ("handle", "dev", "scalar", "inblob") for q in ps):
             o.append("    (void)rq;\n")
         o.append("\n")
         for q in ps:

@@ -4,7 +4,9 @@
  * the device's reported limits, the synchronization policy, copies
  * between streams, the per-thread forms), the persisting L2 cache reset,
  * a function's shared memory configuration, peer attributes, a graph
- * exec's flags, stream memory operations, the profiler; and what the
+ * exec's flags, stream memory operations, the profiler, graph node types
+ * and kernel node attributes, function loading, execution affinity, graph
+ * memory trims, RDMA flushes, shared memory banks; and what the
  * guest and the host refuse: NULL results, garbage and destroyed
  * handles, devices out of range, selectors the list does not carry.
  */
@@ -161,6 +163,98 @@ int main(void)
 
     CK(cuProfilerStart());
     CK(cuProfilerStop());
+
+    /* Graph node types and kernel node attributes. */
+    {
+        char pad = 0;
+        unsigned long long fv = 3;
+        unsigned int step = 1;
+        int cnt = 64;
+        void *args[] = { &p, &pad, &fv, &step, &cnt };
+        CUDA_KERNEL_NODE_PARAMS kp;
+        CUgraphNode kn, kn2, en;
+        CUgraphNodeType type;
+
+        CK(cuGraphCreate(&g, 0));
+        memset(&kp, 0, sizeof(kp));
+        kp.func = fill;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 64;
+        kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        CK(cuGraphAddKernelNode(&kn, g, NULL, 0, &kp));
+        CK(cuGraphAddKernelNode(&kn2, g, &kn, 1, &kp));
+        CK(cuGraphAddEmptyNode(&en, g, &kn2, 1));
+        CK(cuGraphNodeGetType(kn, &type));
+        TRUE(type == CU_GRAPH_NODE_TYPE_KERNEL);
+        CK(cuGraphNodeGetType(en, &type));
+        TRUE(type == CU_GRAPH_NODE_TYPE_EMPTY);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphNodeGetType((CUgraphNode)(uintptr_t)0xdead0, &type));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphNodeGetType(kn, NULL));
+        memset(&v, 0, sizeof(v));
+        v.accessPolicyWindow.base_ptr = (void *)(uintptr_t)p;
+        v.accessPolicyWindow.num_bytes = 4096;
+        v.accessPolicyWindow.hitRatio = 1.0f;
+        v.accessPolicyWindow.hitProp = CU_ACCESS_PROPERTY_PERSISTING;
+        CK(cuGraphKernelNodeSetAttribute(kn, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
+        memset(&v, 0, sizeof(v));
+        v.priority = -2;
+        CK(cuGraphKernelNodeSetAttribute(kn, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+        CK(cuGraphKernelNodeCopyAttributes(kn2, kn));
+        memset(&w, 0, sizeof(w));
+        CK(cuGraphKernelNodeGetAttribute(kn2, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &w));
+        TRUE(w.accessPolicyWindow.num_bytes == 4096 && w.accessPolicyWindow.hitRatio == 1.0f);
+        CK(cuGraphKernelNodeGetAttribute(kn2, CU_LAUNCH_ATTRIBUTE_PRIORITY, &w));
+        TRUE(w.priority == -2);
+        CK(cuGraphKernelNodeGetAttribute(kn, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &w));
+        TRUE(w.cooperative == 0);
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuGraphKernelNodeSetAttribute(en, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED,
+               cuGraphKernelNodeSetAttribute(kn, CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, &v));
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED,
+               cuGraphKernelNodeSetAttribute(kn, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuGraphKernelNodeGetAttribute((CUgraphNode)(uintptr_t)0xdead0, CU_LAUNCH_ATTRIBUTE_PRIORITY, &w));
+        /* The graph still runs, its attributes with it. */
+        CK(cuGraphInstantiateWithFlags(&x, g, 0));
+        CK(cuGraphLaunch(x, s));
+        CK(cuStreamSynchronize(s));
+        CK(cuMemcpyDtoH(&u32, p, sizeof(u32)));
+        TRUE(u32 == 3);
+        CK(cuGraphExecDestroy(x));
+        CK(cuGraphDestroy(g));
+    }
+
+    /* Loading state, execution affinity, graph memory, RDMA flushes,
+     * shared memory banks. */
+    {
+        CUfunctionLoadingState ls = CU_FUNCTION_LOADING_STATE_UNLOADED;
+        CUsharedconfig sc = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
+
+        CK(cuFuncIsLoaded(&ls, fill));
+        TRUE(ls == CU_FUNCTION_LOADING_STATE_LOADED);
+        CK(cuFuncLoad(fill));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuFuncLoad((CUfunction)(uintptr_t)0xdead0));
+        val = -1;
+        CK(cuDeviceGetExecAffinitySupport(&val, CU_EXEC_AFFINITY_TYPE_SM_COUNT, dev));
+        TRUE(val == 0);
+        EXPECT(CUDA_ERROR_INVALID_DEVICE,
+               cuDeviceGetExecAffinitySupport(&val, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 9));
+        CK(cuDeviceGraphMemTrim(dev));
+        CK(cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                      CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                          (CUflushGPUDirectRDMAWritesScope)7));
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        CK(cuCtxSetSharedMemConfig(CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE));
+        CK(cuCtxGetSharedMemConfig(&sc));
+        TRUE(sc == CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE);
+        CK(cuCtxSetSharedMemConfig(CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE));
+#pragma GCC diagnostic pop
+    }
 
     CK(cuStreamDestroy(s));
     CK(cuStreamDestroy(s2));

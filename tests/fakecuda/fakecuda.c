@@ -150,6 +150,7 @@ struct fc_ctx_s {
     unsigned int flags;
     CUresult sticky;            /* a twin's fault; ends with the context */
     size_t limits[CU_LIMIT_MAX];
+    CUsharedconfig smem_config; /* cuCtxSetSharedMemConfig's, kept */
     fc_stream_t null_stream;    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
 };
 
@@ -216,6 +217,8 @@ struct fc_node_s {
     fc_node_type_t type;
     size_t *deps;               /* indices of the nodes it depends on */
     size_t ndeps;
+    /* A kernel node's cuGraphKernelNodeSetAttribute values, by id. */
+    CUkernelNodeAttrValue attrs[CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING + 1];
     union {
         fc_kernel_t kernel;
         CUDA_MEMCPY3D copy;
@@ -4823,6 +4826,209 @@ CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64
         if (!fc_wait_holds(have, value, flags, UINT64_MAX))
             rc = CUDA_ERROR_NOT_SUPPORTED;
     }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Graph node queries and kernel node attributes                       */
+
+/* A node of a live graph, or NULL (the handle is compared, never
+ * followed, before it is found). */
+static fc_node_t *fc_node_find(CUgraphNode h)
+{
+    for (fc_obj_t *o = g_graphs; o; o = o->next)
+        if (fc_graph_has_node((fc_graph_t *)o, (const fc_node_t *)h))
+            return (fc_node_t *)h;
+    return NULL;
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    static const CUgraphNodeType types[] = {
+        [FC_NODE_KERNEL] = CU_GRAPH_NODE_TYPE_KERNEL, [FC_NODE_MEMCPY] = CU_GRAPH_NODE_TYPE_MEMCPY,
+        [FC_NODE_MEMSET] = CU_GRAPH_NODE_TYPE_MEMSET, [FC_NODE_HOST] = CU_GRAPH_NODE_TYPE_HOST,
+        [FC_NODE_EMPTY] = CU_GRAPH_NODE_TYPE_EMPTY,
+    };
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    if (!n || !type)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *type = types[n->type];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The attributes cuda.h says are valid for graph nodes. */
+static CUresult fc_node_attr_check(CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *v)
+{
+    switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        return fc_stream_attr_check(attr, v);
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static fc_node_t *fc_kernel_node_find(CUgraphNode h)
+{
+    fc_node_t *n = fc_node_find(h);
+
+    return n && n->type == FC_NODE_KERNEL ? n : NULL;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               CUkernelNodeAttrValue *value_out)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_kernel_node_find(hNode);
+    if (!n || !value_out || (unsigned int)attr > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING ||
+        fc_node_attr_check(attr, &n->attrs[attr]) == CUDA_ERROR_INVALID_VALUE)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *value_out = n->attrs[attr];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               const CUkernelNodeAttrValue *value)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_kernel_node_find(hNode);
+    if (!n || !value || (unsigned int)attr > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = fc_node_attr_check(attr, value);
+    if (rc == CUDA_SUCCESS)
+        n->attrs[attr] = *value;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+    fc_node_t *d, *s;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    d = fc_kernel_node_find(dst);
+    s = fc_kernel_node_find(src);
+    if (!d || !s)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        memcpy(d->attrs, s->attrs, sizeof(d->attrs));
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading state, affinity, flushes, shared memory banks               */
+
+/* Every function is loaded with its module (no lazy loading here). */
+CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(function, &f);
+    if (rc == CUDA_SUCCESS && !state)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *state = CU_FUNCTION_LOADING_STATE_LOADED;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuFuncLoad(CUfunction function)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(function, &f);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* No execution affinity (no green contexts or SM partitions here). */
+CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    if (!pi || (unsigned int)type >= CU_EXEC_AFFINITY_TYPE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= FC_NDEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = 0;
+    return CUDA_SUCCESS;
+}
+
+/* No graph memory nodes: nothing to trim. */
+CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device)
+{
+    return device >= 0 && device < FC_NDEV ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult CUDAAPI cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target,
+                                            CUflushGPUDirectRDMAWritesScope scope)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if (target != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX ||
+        (scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER &&
+         scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if (!pConfig)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        *pConfig = ctx->smem_config;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if ((unsigned int)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        ctx->smem_config = config;
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
