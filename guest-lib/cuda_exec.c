@@ -1474,19 +1474,21 @@ VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
 
 /* ---- streams ------------------------------------------------------------ */
 
-/* The current context's stream priorities (CU_CTX_PRIORITY_RANGE). */
+/* The current context's stream priorities (the host side of
+ * cuCtxGetStreamPriorityRange is generated; either pointer may be NULL
+ * here). */
 static CUresult vcu__prio_range(vcu__ctx_t *c, int *least, int *greatest)
 {
-    struct vcu_cu_hdr h;
-    struct vcu_cu_priority_range_resp o;
+    struct vcu_call_cuCtxGetStreamPriorityRange_req r;
+    struct vcu_call_cuCtxGetStreamPriorityRange_resp o;
     CUresult e;
 
-    memset(&h, 0, sizeof(h));
-    e = vcu__call(c->dev, VCU_OP_CU_CTX_PRIORITY_RANGE, &h, sizeof(h), NULL, 0, &o, sizeof(o));
+    VCU_CALL_INIT(r, cuCtxGetStreamPriorityRange);
+    e = vcu__call(c->dev, VCU_OP_CU_CALL, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
-    *least = (int32_t)o.least;
-    *greatest = (int32_t)o.greatest;
+    *least = (int)o.leastPriority;
+    *greatest = (int)o.greatestPriority;
     return CUDA_SUCCESS;
 }
 

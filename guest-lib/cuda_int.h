@@ -32,6 +32,7 @@
 #include <cuda.h>
 
 #include "cuda_gen.h"
+#include "vcu_calls.h"
 #include "vcu_common.h"
 #include "vcu_transport.h"
 

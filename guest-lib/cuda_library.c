@@ -361,16 +361,16 @@ static CUresult vcu__func_get_attr(vcu__func_t *f, CUfunction_attribute attrib, 
 
 static CUresult vcu__func_set_attr(vcu__func_t *f, CUfunction_attribute attrib, int value)
 {
-    struct vcu_cu_attr_req r;
+    struct vcu_call_cuFuncSetAttribute_req r;
     CUresult e;
 
     if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
         return CUDA_ERROR_INVALID_VALUE;
-    memset(&r, 0, sizeof(r));
-    r.handle = f->h;
-    r.attr = (uint32_t)attrib;
+    VCU_CALL_INIT(r, cuFuncSetAttribute);
+    r.hfunc = f->h;
+    r.attrib = (uint32_t)attrib;
     r.value = (uint64_t)(int64_t)value;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_FUNC_SET_ATTR, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(f->mod->dev, VCU_OP_CU_CALL, &r, sizeof(r), NULL, 0, NULL, 0);
     /* The launch limits are asked again at the next launch. */
     __atomic_store_n(&f->lim, 0, __ATOMIC_RELEASE);
     return e;

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cuda_int.h"
-#include "vcu_calls.h"
 
 CUresult vcu__rc_at_ctx(vcu__rc_t *rc)
 {

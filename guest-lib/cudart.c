@@ -604,20 +604,20 @@ VCU__EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
 
 VCU__EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    struct vcu_cu_hdr h;
-    struct vcu_cu_priority_range_resp o;
+    struct vcu_call_cuCtxGetStreamPriorityRange_req r;
+    struct vcu_call_cuCtxGetStreamPriorityRange_resp o;
     int dev;
     cudaError_t e = vcu__enter(&dev);
 
+    VCU_CALL_INIT(r, cuCtxGetStreamPriorityRange);
     if (e == cudaSuccess)
-        e = vcu__call(dev, VCU_OP_CU_CTX_PRIORITY_RANGE, 0, &h, sizeof(h), NULL, 0, &o,
-                      sizeof(o));
+        e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != cudaSuccess)
         return vcu__err(e);
     if (leastPriority != NULL)
-        *leastPriority = (int32_t)o.least;
+        *leastPriority = (int)o.leastPriority;
     if (greatestPriority != NULL)
-        *greatestPriority = (int32_t)o.greatest;
+        *greatestPriority = (int)o.greatestPriority;
     return cudaSuccess;
 }
 

@@ -858,7 +858,7 @@ VCU__EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, c
 static cudaError_t vcu__func_set_attr(vcu__kernel_t *k, int dev, enum cudaFuncAttribute attr,
                                       int value)
 {
-    struct vcu_cu_attr_req r;
+    struct vcu_call_cuFuncSetAttribute_req r;
     const vcu__kfn_t *f;
     cudaError_t e;
 
@@ -867,11 +867,11 @@ static cudaError_t vcu__func_set_attr(vcu__kernel_t *k, int dev, enum cudaFuncAt
     e = vcu__kernel_fn(k, dev, &f);
     if (e != cudaSuccess)
         return e;
-    memset(&r, 0, sizeof(r));
-    r.handle = f->fn;
-    r.attr = (uint32_t)attr;    /* cudaFuncAttribute values equal CUfunction_attribute's */
+    VCU_CALL_INIT(r, cuFuncSetAttribute);
+    r.hfunc = f->fn;
+    r.attrib = (uint32_t)attr;  /* cudaFuncAttribute values equal CUfunction_attribute's */
     r.value = (uint64_t)(int64_t)value;
-    e = vcu__call(dev, VCU_OP_CU_FUNC_SET_ATTR, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, NULL, 0);
     if (e == cudaSuccess) {
         /* The limits launches are checked against may have moved. */
         pthread_mutex_lock(&vcu__rt.reg_lock);

@@ -45,7 +45,8 @@ def die(msg):
 def read_list(path):
     """calls: name -> local|unsupported|remote; remote: name -> (call
     number or None for a per-thread variant, {argument: [allowed enum
-    values]}, line)."""
+    values]}, line, whether the entry point is hand-written) for the
+    remote names and the local names that have a number."""
     calls = {}
     order = []
     remote = {}
@@ -56,9 +57,9 @@ def read_list(path):
                 continue
             parts = line.split()
             if len(parts) < 2 or parts[1] not in ("local", "unsupported", "remote") or \
-                    (parts[1] != "remote" and len(parts) != 2):
-                die("%s:%d: want 'NAME local|unsupported' or 'NAME remote [NUMBER] [ARG=V|V...]'"
-                    % (path, ln))
+                    (parts[1] == "unsupported" and len(parts) != 2):
+                die("%s:%d: want 'NAME unsupported', 'NAME local [NUMBER [ARG=V|V...]]' or "
+                    "'NAME remote [NUMBER] [ARG=V|V...]'" % (path, ln))
             name, how = parts[:2]
             if not re.fullmatch(r"cu[A-Za-z0-9_]+", name):
                 die("%s:%d: bad name %s" % (path, ln, name))
@@ -66,19 +67,21 @@ def read_list(path):
                 die("%s:%d: %s listed twice" % (path, ln, name))
             calls[name] = how
             order.append(name)
-            if how != "remote":
+            if how == "unsupported" or (how == "local" and len(parts) == 2):
                 continue
             rest = parts[2:]
             num = None
             if rest and re.fullmatch(r"0x[0-9a-fA-F]{4}", rest[0]):
                 num = int(rest.pop(0), 16)
+            if how == "local" and num is None:
+                die("%s:%d: a local call with a generated host side needs its number" % (path, ln))
             allow = {}
             for a in rest:
                 m = re.fullmatch(r"(\w+)=(CU_\w+(?:\|CU_\w+)*)", a)
                 if not m:
                     die("%s:%d: bad annotation %s (want ARG=CU_VALUE|CU_VALUE...)" % (path, ln, a))
                 allow[m.group(1)] = m.group(2).split("|")
-            remote[name] = (num, allow, ln)
+            remote[name] = (num, allow, ln, how == "local")
     return calls, order, remote
 
 
@@ -301,9 +304,9 @@ def remote_calls(remote, ptext, inc):
     that is not plain."""
     enums, values = read_enums(inc)
     bynum, byname, errors = {}, {}, []
-    for name, (num, allow, ln) in sorted(remote.items(), key=lambda kv: kv[1][2]):
+    for name, (num, allow, ln, local) in sorted(remote.items(), key=lambda kv: kv[1][2]):
         m = re.fullmatch(r"(\w+?)(_ptsz|_ptds)", name)
-        if m:
+        if m and not local:
             if num is not None or allow:
                 errors.append("line %d: %s: a per-thread variant takes its base's number "
                               "and annotations" % (ln, name))
@@ -369,15 +372,16 @@ def remote_calls(remote, ptext, inc):
                               "values (ARG=CU_...|...)" % (ln, name))
             if len(names) != len(set(names)):
                 errors.append("%s: repeated argument names" % name)
-            c = {"name": name, "num": num, "params": params, "variants": [(name, 0)]}
+            c = {"name": name, "num": num, "params": params, "local": local,
+                 "variants": [] if local else [(name, 0)]}
             bynum[num] = c
             byname[name] = c
-    for name, (num, allow, ln) in remote.items():
+    for name, (num, allow, ln, local) in remote.items():
         m = re.fullmatch(r"(\w+?)(_ptsz|_ptds)", name)
-        if not m:
+        if not m or local:
             continue
         base = byname.get(m.group(1))
-        if base is None:
+        if base is None or base["local"]:
             errors.append("line %d: %s: its base %s is not a remote call" % (ln, name, m.group(1)))
             continue
         if not any(q["type"] == "CUstream" for q in base["params"]):
@@ -412,7 +416,7 @@ def fnv32(data):
 
 
 def calls_hash(calls):
-    text = ";".join("%d %s %s %s" % (c["num"], c["name"],
+    text = ";".join("%d %s%s %s %s" % (c["num"], c["name"], " local" if c["local"] else "",
                                       ",".join("%s%s%s %s" % ("const " if q["const"] else "", q["type"],
                                                             "*" if q["ptr"] else "", q["cls"])
                                                for q in c["params"]),
@@ -456,7 +460,8 @@ def gen_calls_h(calls, inc):
              "enum { VCU_CALLS_MAP(VCU_CALL_ENUM_) };\n#undef VCU_CALL_ENUM_\n\n")
     for c in calls:
         n = c["name"]
-        o.append("/* %s */\n" % proto_of(c, n))
+        o.append("/* %s%s */\n" % (proto_of(c, n), "\n * (the guest's entry point is written by hand)"
+                                     if c["local"] else ""))
         o.append("struct vcu_call_%s_req {\n    struct vcu_cu_call_req c;\n" % n)
         size = "16"
         for q in c["params"]:
@@ -578,7 +583,8 @@ def gen_host(calls, inc):
          " * slot a value of its type, selectors within their allowed values,\n"
          " * devices the VM's, handles the session's of their type and of the\n"
          " * request's device; then the driver function, in the request\n"
-         " * device's context. */\n\n" % inc]
+         " * device's context (a call on devices alone, with no handle, makes\n"
+         " * no context). */\n\n" % inc]
     for c in calls:
         n = c["name"]
         ps = c["params"]
@@ -624,7 +630,13 @@ def gen_host(calls, inc):
             if q["cls"] == "dev":
                 o.append("    if (vcu__gen_dev(o, rq->%s, &a_%s) != 0)\n        return VCU_S_OK;\n" %
                          (q["name"], q["name"]))
-        o.append("    VCU__ENTER(o);\n")
+        if any(q["cls"] == "dev" for q in ps) and not any(q["cls"] == "handle" for q in ps):
+            # A device's own call needs no context: none is made for it
+            # (a context costs GPU memory), the header's device is checked.
+            o.append("    if (vcu__dev_of(o) >= o->cu->ndev) {\n"
+                     "        o->res = CUDA_ERROR_INVALID_DEVICE;\n        return VCU_S_OK;\n    }\n")
+        else:
+            o.append("    VCU__ENTER(o);\n")
         for q in ps:
             if q["cls"] == "handle" and q["type"] == "CUstream":
                 o.append("    if (vcu__gen_stream(o, rq->%s, &a_%s) != 0)\n        return VCU_S_OK;\n" %

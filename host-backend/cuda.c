@@ -117,7 +117,6 @@
     XX(cuCtxSetFlags, 0)                                                     \
     XX(cuCtxSetLimit, 0)                                                     \
     XX(cuCtxGetLimit, 0)                                                     \
-    XX(cuCtxGetStreamPriorityRange, 0)                                       \
     XX(cuMemGetInfo, 0)                                                      \
     XX(cuMemAlloc, 1)                                                        \
     XX(cuMemFree, 1)                                                         \
@@ -159,7 +158,6 @@
     XX(cuModuleGetGlobal, 0)                                                 \
     XX(cuFuncGetParamInfo, 0)                                                \
     XX(cuFuncGetAttribute, 0)                                                \
-    XX(cuFuncSetAttribute, 0)                                                \
     XX(cuOccupancyMaxPotentialBlockSizeWithFlags, 0)                         \
     XX(cuLaunchKernel, 1)                                                    \
     XX(cuLaunchCooperativeKernel, 0)                                         \
@@ -1837,7 +1835,6 @@ typedef union vcu__resp_u {
     struct vcu_cu_device_info_resp dev;
     struct vcu_cu_mem_info_resp mem;
     struct vcu_cu_slice_info_resp slice;
-    struct vcu_cu_priority_range_resp prio;
     struct vcu_cu_mem_range_resp range;
     struct vcu_cu_function_resp fn;
     struct vcu_cu_func_attrs_resp fattr;
@@ -2383,17 +2380,6 @@ static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
     if (ch < old)
         vcu__uncharge(cs, d, old - ch);
     cs->lim_charge[d][k] = ch;
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_CTX_PRIORITY_RANGE(vcu__op_t *o)
-{
-    int least = 0, greatest = 0;
-
-    VCU__ENTER(o);
-    o->res = VCU__CU(o->cu, cuCtxGetStreamPriorityRange, &least, &greatest);
-    o->rb.prio.least = (uint32_t)least;
-    o->rb.prio.greatest = (uint32_t)greatest;
     return VCU_S_OK;
 }
 
@@ -3312,18 +3298,6 @@ static uint32_t vcu__op_CU_FUNC_GET_ATTRS(vcu__op_t *o)
         if (o->cu->fn.cuFuncGetAttribute(&v, (CUfunction_attribute)i, e->u.fn.f) == CUDA_SUCCESS)
             o->rb.fattr.attrs[i] = (uint32_t)v;
     }
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_FUNC_SET_ATTR(vcu__op_t *o)
-{
-    struct vcu_cu_attr_req rq;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.handle, VCU__H_FUNCTION);
-    o->res = VCU__CU(o->cu, cuFuncSetAttribute, e->u.fn.f, (CUfunction_attribute)rq.attr,
-                     (int)rq.value);
     return VCU_S_OK;
 }
 

@@ -192,7 +192,6 @@ struct vcu_resp_hdr {
     XX(CU_CTX_RESET, 0x0104, vcu_cu_hdr, vcu_cu_resp)                                    \
     XX(CU_CTX_SET_FLAGS, 0x0105, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_CTX_SET_LIMIT, 0x0106, vcu_cu_limit_req, vcu_cu_resp)                          \
-    XX(CU_CTX_PRIORITY_RANGE, 0x0108, vcu_cu_hdr, vcu_cu_priority_range_resp)            \
     XX(CU_GET_DEFERRED_ERROR, 0x010b, vcu_cu_hdr, vcu_cu_resp)                           \
     XX(CU_TAKE_OUTPUT, 0x010c, vcu_cu_u64_req, vcu_cu_output_resp)                      \
     XX(CU_SLICE_INFO, 0x010d, vcu_cu_hdr, vcu_cu_slice_info_resp)                        \
@@ -218,7 +217,6 @@ struct vcu_resp_hdr {
     XX(CU_MODULE_GET_FUNCTION, 0x0302, vcu_cu_name_req, vcu_cu_function_resp)            \
     XX(CU_MODULE_GET_GLOBAL, 0x0303, vcu_cu_name_req, vcu_cu_mem_range_resp)             \
     XX(CU_FUNC_GET_ATTRS, 0x0304, vcu_cu_u64_req, vcu_cu_func_attrs_resp)                \
-    XX(CU_FUNC_SET_ATTR, 0x0305, vcu_cu_attr_req, vcu_cu_resp)                           \
     XX(CU_OCCUPANCY_BLOCK_SIZE, 0x0307, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)     \
     XX(CU_LAUNCH, 0x0308, vcu_cu_launch_req, vcu_cu_resp)                                \
     XX(CU_LAUNCH_EX, 0x030a, vcu_cu_launch_ex_req, vcu_cu_resp)                          \
@@ -509,12 +507,6 @@ struct vcu_cu_limit_req {
     vcu_le64 value;
 };
 
-struct vcu_cu_priority_range_resp {
-    struct vcu_cu_resp r;
-    vcu_le32 least;                 /* as int32 */
-    vcu_le32 greatest;
-};
-
 struct vcu_cu_mem_alloc_req {
     struct vcu_cu_hdr hdr;
     vcu_le64 size;
@@ -585,8 +577,7 @@ struct vcu_cu_mem_range_resp {
 
 /*
  * Attributes of pools (CU_MEMPOOL_*: handle = pool, attr = CUmemPool_attribute,
- * value; TRIM: value = minBytesToKeep) and functions (CU_FUNC_SET_ATTR:
- * handle = function, attr = CUfunction_attribute).
+ * value; TRIM: value = minBytesToKeep).
  */
 struct vcu_cu_attr_req {
     struct vcu_cu_hdr hdr;
@@ -813,10 +804,12 @@ struct vcu_cu_graph_node_req {
 
 /*
  * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
- * 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a CU_PROFILER, 0x0306
- * CU_OCCUPANCY_BLOCKS, 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505
- * CU_EVENT_ELAPSED: now CU_CALL's cuCtxGetLimit, cuDeviceCanAccessPeer,
- * cuProfilerStart/Stop, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+ * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
+ * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
+ * 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505 CU_EVENT_ELAPSED: now CU_CALL's
+ * cuCtxGetLimit, cuCtxGetStreamPriorityRange, cuDeviceCanAccessPeer,
+ * cuProfilerStart/Stop, cuFuncSetAttribute,
+ * cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
  * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2.
  *
  * CU_CALL: one Driver API call of guest-lib/cuda_calls.list's "remote"
@@ -864,7 +857,6 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_slice_info_resp) == 88 + 32 * VCU_SLICE_MA
                  "vcu_cu_slice_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_output_resp) == 16, "vcu_cu_output_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_limit_req) == 24, "vcu_cu_limit_req");
-VCU_PROTO_ASSERT(sizeof(struct vcu_cu_priority_range_resp) == 16, "vcu_cu_priority_range_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_alloc_req) == 32, "vcu_cu_mem_alloc_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy_req) == 48, "vcu_cu_memcpy_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");

@@ -75,7 +75,7 @@ seeds = {
  "modload": req("CU_MODULE_LOAD", pad(8) + u64(64), segs=[(0x40, 0, 64, 0)]) + req("CU_MODULE_UNLOAD", pad(16), [(1, "module")]),
  "ptrs": req("CU_MEM_GET_RANGE", pad(16), [(1, "dptr2")]) + req("CU_HOST_DEVICE_POINTER", pad(16), segs=[(0x44, 0, 4096, 0)]) + req("CU_MEM_FREE", pad(16), [(1, "dptr")]),
  "async": req("CU_MEMCPY_DTOD", pad(48), [(1, "dptr"), (2, "dptr2")], flags=1) + req("CU_GET_DEFERRED_ERROR", pad(8)) + req("SESSION_FENCE") + req("CU_TAKE_OUTPUT", pad(16)),
- "ctx": req("CU_CALL", call("cuCtxGetLimit", u64(0))) + req("CU_CTX_PRIORITY_RANGE", pad(8)) + req("CU_CALL", call("cuDeviceCanAccessPeer", u64(0) + u64(1)))
+ "ctx": req("CU_CALL", call("cuCtxGetLimit", u64(0))) + req("CU_CALL", call("cuCtxGetStreamPriorityRange")) + req("CU_CALL", call("cuDeviceCanAccessPeer", u64(0) + u64(1)))
         + req("CU_CTX_SYNCHRONIZE", pad(8)) + req("CU_CTX_RESET", pad(8)),
  "call": req("CU_CALL", call("cuStreamSetAttribute", u64(0) + u64(3) + u32(2) + pad(60)), [(2, "stream")])
          + req("CU_CALL", call("cuStreamGetAttribute", u64(0) + u64(1)), [(2, "stream")])

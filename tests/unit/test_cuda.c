@@ -1008,19 +1008,19 @@ TEST(cuda_events_elapsed)
 TEST(cuda_streams)
 {
     struct vcu_cu_stream_create_req sq = {{0, 0}, CU_STREAM_NON_BLOCKING, 0};
-    struct vcu_cu_priority_range_resp pr;
-    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_call_cuCtxGetStreamPriorityRange_req pq;
+    struct vcu_call_cuCtxGetStreamPriorityRange_resp pr;
     struct vcu_cu_u64_resp sr;
     uint64_t s[3];
     int i;
     tc_t c;
 
     CHECK(tc_open(&c));
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_PRIORITY_RANGE, 0, &h, sizeof(h), &pr, sizeof(pr)));
-    ASSERT_EQ(CUDA_SUCCESS, pr.r.result);
-    ASSERT_LE((int32_t)pr.greatest, (int32_t)pr.least);
+    TC_CALL_INIT(pq, cuCtxGetStreamPriorityRange, 0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    ASSERT_LE((int64_t)pr.greatestPriority, (int64_t)pr.leastPriority);
     for (i = 0; i < 3; i++) {
-        sq.priority = pr.greatest;
+        sq.priority = (uint32_t)pr.greatestPriority;
         ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
         ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
         s[i] = sr.value;
