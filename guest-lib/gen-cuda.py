@@ -663,8 +663,7 @@ def gen_host(calls, inc):
                 args.append("&v_%s" % q["name"])
             else:
                 args.append("&b_%s" % q["name"])
-        o.append("    o->res = o->cu->gfn.p_%s != NULL ? o->cu->gfn.p_%s(%s)\n"
-                 "                                 : CUDA_ERROR_NOT_SUPPORTED;\n" % (n, n, ", ".join(args)))
+        o.append("    o->res = VCU__GEN_CU(o->cu, %s%s);\n" % (n, "".join(", " + a for a in args)))
         outs = [q for q in ps if q["cls"] in ("out", "outblob")]
         if outs:
             o.append("    if (o->res != CUDA_SUCCESS)\n        return VCU_S_OK;\n")

@@ -4608,6 +4608,10 @@ static int vcu__gen_dev(vcu__op_t *o, uint64_t v, CUdevice *out)
     return 0;
 }
 
+/* A generated call's driver function; a missing one: not supported. */
+#define VCU__GEN_CU(cu, name, ...)                                                     \
+    ((cu)->gfn.p_##name != NULL ? (cu)->gfn.p_##name(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
 /* The call's reply struct after its vcu_cu_resp (which exec writes). */
 static void vcu__gen_reply(vcu__op_t *o, const void *rp, size_t len)
 {
