@@ -1592,19 +1592,21 @@ VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
 
 /* ---- streams ------------------------------------------------------------ */
 
-/* The current context's stream priorities (CU_CTX_PRIORITY_RANGE). */
+/* The current context's stream priorities (the host side of
+ * cuCtxGetStreamPriorityRange is generated; either pointer may be NULL
+ * here). */
 static CUresult vcu__prio_range(vcu__ctx_t *c, int *least, int *greatest)
 {
-    struct vcu_cu_hdr h;
-    struct vcu_cu_priority_range_resp o;
+    struct vcu_call_cuCtxGetStreamPriorityRange_req r;
+    struct vcu_call_cuCtxGetStreamPriorityRange_resp o;
     CUresult e;
 
-    memset(&h, 0, sizeof(h));
-    e = vcu__call(c->dev, VCU_OP_CU_CTX_PRIORITY_RANGE, &h, sizeof(h), NULL, 0, &o, sizeof(o));
+    VCU_CALL_INIT(r, cuCtxGetStreamPriorityRange);
+    e = vcu__call(c->dev, VCU_OP_CU_CALL, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
-    *least = (int32_t)o.least;
-    *greatest = (int32_t)o.greatest;
+    *least = (int)o.leastPriority;
+    *greatest = (int)o.greatestPriority;
     return CUDA_SUCCESS;
 }
 
@@ -1840,7 +1842,8 @@ VCU__EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *st
     return cuStreamGetId(hStream == NULL ? CU_STREAM_PER_THREAD : hStream, streamId);
 }
 
-/* Limits of the current context's device (CU_CTX_SET_LIMIT, CU_CTX_GET_LIMIT). */
+/* A limit of the current context's device (CU_CTX_SET_LIMIT, charged on
+ * the host; cuCtxGetLimit is a remote call). */
 VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
     struct vcu_cu_limit_req r;
@@ -1853,26 +1856,6 @@ VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     r.limit = (uint32_t)limit;
     r.value = value;
     return vcu__call(c->dev, VCU_OP_CU_CTX_SET_LIMIT, &r, sizeof(r), NULL, 0, NULL, 0);
-}
-
-VCU__EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
-{
-    struct vcu_cu_limit_req r;
-    struct vcu_cu_u64_resp o;
-    vcu__ctx_t *c;
-    CUresult e;
-
-    if (pvalue == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.limit = (uint32_t)limit;
-    e = vcu__call(c->dev, VCU_OP_CU_CTX_GET_LIMIT, &r, sizeof(r), NULL, 0, &o, sizeof(o));
-    if (e == CUDA_SUCCESS)
-        *pvalue = (size_t)o.value;
-    return e;
 }
 
 VCU__EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
@@ -2084,33 +2067,7 @@ VCU__EXPORT CUresult cuEventQuery(CUevent hEvent)
     return vcu__call(c->dev, VCU_OP_CU_EVENT_QUERY, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
-VCU__EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
-{
-    struct vcu_cu_pair_req r;
-    struct vcu_cu_elapsed_resp o;
-    vcu__event_t *a, *b;
-    vcu__ctx_t *c;
-    CUresult e;
-
-    if (pMilliseconds == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hStart, &a);
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEnd, &b);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.a = a->h;
-    r.b = b->h;
-    e = vcu__call(c->dev, VCU_OP_CU_EVENT_ELAPSED, &r, sizeof(r), NULL, 0, &o, sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    memcpy(pMilliseconds, &o.ms_bits, sizeof(*pMilliseconds));
-    return CUDA_SUCCESS;
-}
-
+/* The first ABI, the same as the remote cuEventElapsedTime_v2's. */
 VCU__EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
     return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);

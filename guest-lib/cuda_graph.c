@@ -13,36 +13,9 @@
 
 #include "cuda_int.h"
 
-typedef struct vcu__gnode_s {
-    uint64_t h;
-    struct vcu__graph_s *g;
-    struct vcu__gnode_s *next;
-} vcu__gnode_t;
-
-typedef struct vcu__graph_s {
-    int dev;
-    uint64_t h;
-    vcu__gnode_t *nodes;            /* newest first; under vcu__drv.lock */
-    size_t nnodes;
-    /* A capture's graph (cuStreamGetCaptureInfo's graph_out): nonzero
-     * capture id while the capture owns it, and on vcu__cap_graphs.  Both
-     * under vcu__drv.lock. */
-    uint64_t cap_id;
-    struct vcu__graph_s *cap_next;
-    /* cuStreamGetCaptureInfo's dependency list (and its default edges),
-     * valid until the next such call: made at the first ask. */
-    CUgraphNode *deps_out;
-    CUgraphEdgeData *edges_out;
-} vcu__graph_t;
-
 /* The graphs of captures asked for and not yet ended; under
  * vcu__drv.lock. */
 static vcu__graph_t *vcu__cap_graphs;
-
-typedef struct vcu__gexec_s {
-    int dev;
-    uint64_t h;
-} vcu__gexec_t;
 
 static CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
 {

@@ -32,6 +32,7 @@
 #include <cuda.h>
 
 #include "cuda_gen.h"
+#include "vcu_calls.h"
 #include "vcu_common.h"
 #include "vcu_transport.h"
 
@@ -155,6 +156,41 @@ typedef struct vcu__event_s {
     uint64_t h;
 } vcu__event_t;
 
+/* A pool handle names the host's default pool of one device; made at
+ * the first ask and kept for the life of the process (cuda_pool.c). */
+typedef struct vcu__pool_s {
+    int dev;
+    uint64_t h;
+} vcu__pool_t;
+
+/* Graphs, their nodes and executable graphs (cuda_graph.c). */
+typedef struct vcu__gnode_s {
+    uint64_t h;
+    struct vcu__graph_s *g;
+    struct vcu__gnode_s *next;
+} vcu__gnode_t;
+
+typedef struct vcu__graph_s {
+    int dev;
+    uint64_t h;
+    vcu__gnode_t *nodes;            /* newest first; under vcu__drv.lock */
+    size_t nnodes;
+    /* A capture's graph (cuStreamGetCaptureInfo's graph_out): nonzero
+     * capture id while the capture owns it, and on vcu__cap_graphs.  Both
+     * under vcu__drv.lock. */
+    uint64_t cap_id;
+    struct vcu__graph_s *cap_next;
+    /* cuStreamGetCaptureInfo's dependency list (and its default edges),
+     * valid until the next such call: made at the first ask. */
+    CUgraphNode *deps_out;
+    CUgraphEdgeData *edges_out;
+} vcu__graph_t;
+
+typedef struct vcu__gexec_s {
+    int dev;
+    uint64_t h;
+} vcu__gexec_t;
+
 /* A library (cuda_library.c): context-independent; a module of its own
  * image in each device where it is used, loaded at the first use. */
 typedef struct vcu__kernel_s vcu__kernel_t;
@@ -174,6 +210,36 @@ struct vcu__kernel_s {
     char *name;
     vcu__kernel_t *next;
 };
+
+/* A function handle, or a kernel's function in the current context
+ * (cuda_library.c). */
+CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out);
+
+/*
+ * The generated remote calls' helpers (cuda_remote.c, used by the
+ * forwarders gen-cuda.py writes from cuda_calls.list).  A call runs on
+ * one device: its first CUdevice argument's (vcu__rc_at_dev), else its
+ * first handle's (vcu__rc_at_obj: an object's own device; a default
+ * stream or a CUkernel, the current context's), else the current
+ * context's (vcu__rc_at_ctx).  Every handle argument must be of that
+ * device.
+ */
+typedef struct vcu__rc_s {
+    int dev;
+} vcu__rc_t;
+
+CUresult vcu__rc_at_ctx(vcu__rc_t *rc);
+CUresult vcu__rc_at_dev(vcu__rc_t *rc, CUdevice dev);
+CUresult vcu__rc_at_obj(vcu__rc_t *rc, int kind, const void *h, int ptsz);
+/* A handle argument of kind VCU__K_* -> its wire handle; ptsz: NULL is
+ * the per-thread default stream. */
+CUresult vcu__rc_handle(vcu__rc_t *rc, int kind, const void *h, int ptsz, uint64_t *wire);
+/* A device argument -> its virtual ordinal. */
+CUresult vcu__rc_device(CUdevice dev, uint64_t *wire);
+/* Sends a CU_CALL request (req starts with its struct vcu_cu_call_req)
+ * and waits for the reply (resp starts with struct vcu_cu_resp). */
+CUresult vcu__rc_call(vcu__rc_t *rc, uint32_t call, struct vcu_cu_call_req *req, uint32_t req_len,
+                      struct vcu_cu_resp *resp, uint32_t resp_cap);
 
 /* Opens the session once (no cuInit needed); returns its result. */
 CUresult vcu__connect(void);

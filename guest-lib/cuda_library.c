@@ -376,16 +376,16 @@ static CUresult vcu__func_get_attr(vcu__func_t *f, CUfunction_attribute attrib, 
 
 static CUresult vcu__func_set_attr(vcu__func_t *f, CUfunction_attribute attrib, int value)
 {
-    struct vcu_cu_attr_req r;
+    struct vcu_call_cuFuncSetAttribute_req r;
     CUresult e;
 
     if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
         return CUDA_ERROR_INVALID_VALUE;
-    memset(&r, 0, sizeof(r));
-    r.handle = f->h;
-    r.attr = (uint32_t)attrib;
+    VCU_CALL_INIT(r, cuFuncSetAttribute);
+    r.hfunc = f->h;
+    r.attrib = (uint32_t)attrib;
     r.value = (uint64_t)(int64_t)value;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_FUNC_SET_ATTR, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(f->mod->dev, VCU_OP_CU_CALL, &r, sizeof(r), NULL, 0, NULL, 0);
     /* The launch limits are asked again at the next launch. */
     __atomic_store_n(&f->lim, 0, __ATOMIC_RELEASE);
     return e;
@@ -449,8 +449,7 @@ int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsi
     return 1;
 }
 
-/* A function handle, or a kernel's function in the current context. */
-static CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
+CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
 {
     CUresult e = vcu__check_init();
 
@@ -659,60 +658,8 @@ VCU__EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 
 /* ---- occupancy ------------------------------------------------------------ */
 
-/* The host's driver answers for the kernel (CU_OCCUPANCY_BLOCKS). */
-VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-    int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
-{
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_occupancy_resp o;
-    vcu__func_t *f;
-    CUresult e;
-
-    if (numBlocks == NULL || blockSize <= 0 ||
-        (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__func_arg(func, &f);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.function = f->h;
-    r.block_size = (uint32_t)blockSize;
-    r.flags = flags;
-    r.dyn_smem = dynamicSMemSize;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_BLOCKS, &r, sizeof(r), NULL, 0, &o,
-                  sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    *numBlocks = (int)o.value0;
-    return CUDA_SUCCESS;
-}
-
-/* The host's driver answers for the kernel (CU_OCCUPANCY_AVAIL_SMEM). */
-VCU__EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
-                                                             int numBlocks, int blockSize)
-{
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_u64_resp o;
-    vcu__func_t *f;
-    CUresult e;
-
-    if (dynamicSmemSize == NULL || numBlocks <= 0 || blockSize <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__func_arg(func, &f);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.function = f->h;
-    r.block_size = (uint32_t)blockSize;
-    r.flags = (uint32_t)numBlocks;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, &r, sizeof(r), NULL, 0, &o,
-                  sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    *dynamicSmemSize = (size_t)o.value;
-    return CUDA_SUCCESS;
-}
-
+/* The flags form and cuOccupancyAvailableDynamicSMemPerBlock are remote
+ * calls (cuda_calls.list). */
 VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
                                                                  int blockSize,
                                                                  size_t dynamicSMemSize)
