@@ -1707,6 +1707,47 @@ static CUresult vcu__stream_props(CUstream hStream, unsigned int *flags, int *pr
     return CUDA_SUCCESS;
 }
 
+/*
+ * cuStreamCopyAttributes[_ptsz] (CU_CALL, generated wire): the driver
+ * copies every stream attribute, the priority too (measured on the H100:
+ * the copy's CU_LAUNCH_ATTRIBUTE_PRIORITY is then the source's), so the
+ * record cuStreamGetPriority answers from takes the source's priority.
+ */
+static CUresult vcu__stream_copy_attrs(CUstream dst, CUstream src, int ptsz)
+{
+    struct vcu_call_cuStreamCopyAttributes_req r;
+    struct vcu_call_cuStreamCopyAttributes_resp o;
+    unsigned int fl;
+    vcu__rc_t rc;
+    int prio = 0;
+    CUresult e;
+
+    memset(&r, 0, sizeof(r));
+    memset(&o, 0, sizeof(o));
+    e = vcu__rc_at_obj(&rc, VCU__K_STREAM, (const void *)dst, ptsz);
+    if (e == CUDA_SUCCESS)
+        e = vcu__rc_handle(&rc, VCU__K_STREAM, (const void *)dst, ptsz, &r.dst);
+    if (e == CUDA_SUCCESS)
+        e = vcu__rc_handle(&rc, VCU__K_STREAM, (const void *)src, ptsz, &r.src);
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream_props(src, &fl, &prio);
+    if (e == CUDA_SUCCESS)
+        e = vcu__rc_call(&rc, VCU_CALL_cuStreamCopyAttributes, &r.c, sizeof(r), &o.r, sizeof(o));
+    if (e == CUDA_SUCCESS && dst != NULL && dst != CU_STREAM_LEGACY && dst != CU_STREAM_PER_THREAD)
+        ((vcu__stream_t *)dst)->priority = prio;
+    return e;
+}
+
+VCU__EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
+{
+    return vcu__stream_copy_attrs(dst, src, 0);
+}
+
+VCU__EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
+{
+    return vcu__stream_copy_attrs(dst, src, 1);
+}
+
 VCU__EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
     int prio;
@@ -1993,7 +2034,9 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 }
 
 /* flags: CU_EVENT_RECORD_DEFAULT, or CU_EVENT_RECORD_EXTERNAL (in a
- * capture, an event record node of the graph; elsewhere the same). */
+ * capture, an event record node of the graph; outside one the driver
+ * refuses it, CUDA_ERROR_ILLEGAL_STATE on the H100, so it is sent
+ * synchronously: the refusal is this call's, as natively). */
 static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, unsigned int flags, int ptsz)
 {
     struct vcu_cu_pair_req r;
@@ -2013,6 +2056,8 @@ static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, unsigned int
         return e;
     r.a = v->h;
     r.c = flags;
+    if (flags & CU_EVENT_RECORD_EXTERNAL)
+        return vcu__call(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0, NULL, 0);
     return vcu__call_async(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0);
 }
 

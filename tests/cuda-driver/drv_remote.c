@@ -43,7 +43,7 @@ int main(void)
     cuuint64_t flags = 0;
     unsigned int u32 = 0;
     unsigned long long u64 = 0;
-    int maxw = 0, l2 = 0, val = -1, prio = 0;
+    int maxw = 0, l2 = 0, val = -1, prio = 0, prio2 = 0;
     void *fatbin;
 
     CK(cuInit(0));
@@ -83,7 +83,12 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
     CK(cuCtxResetPersistingL2Cache());
 
-    /* Copied to another stream; the synchronization policy. */
+    /* Copied to another stream; the synchronization policy.  Before the
+     * copy, s2's priority is the one it was made with, both ways. */
+    memset(&w, 0, sizeof(w));
+    CK(cuStreamGetAttribute(s2, CU_LAUNCH_ATTRIBUTE_PRIORITY, &w));
+    CK(cuStreamGetPriority(s2, &prio));
+    TRUE(prio == -1 && w.priority == -1);
     CK(cuStreamCopyAttributes(s2, s));
     memset(&w, 0, sizeof(w));
     CK(cuStreamGetAttribute(s2, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &w));
@@ -93,9 +98,13 @@ int main(void)
     CK(cuStreamSetAttribute(s2, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
     CK(cuStreamGetAttribute(s2, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &w));
     TRUE(w.syncPolicy == CU_SYNC_POLICY_YIELD);
+    /* The copy took the source's priority too, and cuStreamGetPriority
+     * says so (s2 was made with -1, s with 0). */
     CK(cuStreamGetAttribute(s2, CU_LAUNCH_ATTRIBUTE_PRIORITY, &w));
     CK(cuStreamGetPriority(s2, &prio));
     TRUE(w.priority == prio);
+    CK(cuStreamGetPriority(s, &prio2));
+    TRUE(prio == prio2);
     CK(cuStreamGetAttribute(NULL, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &w));
     CK(((get_attr_fn)pt_proc("cuStreamGetAttribute"))(NULL, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &w));
 

@@ -4196,6 +4196,9 @@ static CUresult fc_event_record(CUevent hEvent, CUstream hStream, unsigned int f
         rc = CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_SUCCESS && (flags & ~(unsigned int)CU_EVENT_RECORD_EXTERNAL))
         rc = CUDA_ERROR_INVALID_VALUE;
+    /* EXTERNAL is for captures (NVIDIA's driver 580: ILLEGAL_STATE). */
+    if (rc == CUDA_SUCCESS && (flags & CU_EVENT_RECORD_EXTERNAL) && !s->cap)
+        rc = CUDA_ERROR_ILLEGAL_STATE;
     if (rc != CUDA_SUCCESS)
         goto out;
     if (s->cap) {
@@ -4731,8 +4734,11 @@ CUresult CUDAAPI cuStreamCopyAttributes(CUstream dst, CUstream src)
         rc = fc_stream_get(src, &cs, &s);
     if (rc == CUDA_SUCCESS && cd != cs)
         rc = CUDA_ERROR_INVALID_CONTEXT;
-    if (rc == CUDA_SUCCESS)
+    /* Every attribute, the priority too (NVIDIA's driver 580, measured). */
+    if (rc == CUDA_SUCCESS) {
         memcpy(d->attrs, s->attrs, sizeof(d->attrs));
+        d->priority = s->priority;
+    }
     pthread_mutex_unlock(&g_lock);
     return rc;
 }

@@ -988,10 +988,11 @@ TEST(cuda_events_elapsed)
     ASSERT_NE(e1, e2);
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e1, s, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 0, NULL, 0));
-    /* Flags: CU_EVENT_RECORD_EXTERNAL and nothing else, in all 64 bits
-     * (a driver taking 32 would see 0). */
-    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, CU_EVENT_RECORD_EXTERNAL,
-                                    NULL, 0));
+    /* Flags: CU_EVENT_RECORD_EXTERNAL (the driver's to judge: outside a
+     * capture it refuses it) and nothing else, in all 64 bits (a driver
+     * taking 32 would see 0). */
+    ASSERT_EQ(CUDA_ERROR_ILLEGAL_STATE, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s,
+                                                CU_EVENT_RECORD_EXTERNAL, NULL, 0));
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 2, NULL, 0));
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
               tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 1ull << 32, NULL, 0));
