@@ -743,14 +743,16 @@ static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t o
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len)
 {
     struct vcu_cu_module_load_req r;
+    struct vcu_cu_module_hash_req hr;
     vcu__module_t *m;
     vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
     void *trim = NULL;
     int major = 0, minor = 0;
-    struct timespec t0 = { 0, 0 };
+    struct timespec t0 = { 0, 0 }, th = { 0, 0 };
+    const char *how = "sent";
     size_t tlen;
     int trimmed;
-    CUresult e;
+    CUresult e = CUDA_ERROR_FILE_NOT_FOUND;
 
     /* Only the code the device loads crosses to the host; a fatbin with
      * none is refused here, as the driver would refuse it. */
@@ -777,8 +779,18 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     m->dev = dev;
-    e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1,
-                          VCU_OP_CU_MODULE_UNLOAD, &m->h);
+    /* An image the host's module cache holds is named, not sent: the
+     * cache answers CUDA_ERROR_FILE_NOT_FOUND for one it lacks. */
+    if (vcu__module_hash_req(vcu__drv.conn, 0, b.addr, len, &hr)) {
+        if (vcu__tracing_modules())
+            clock_gettime(CLOCK_MONOTONIC, &th);
+        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD_HASH, &hr, sizeof(hr),
+                              NULL, 0, VCU_OP_CU_MODULE_UNLOAD, &m->h);
+        how = e == CUDA_SUCCESS ? "by hash, not sent" : "sent, not in the host's cache";
+    }
+    if (e == CUDA_ERROR_FILE_NOT_FOUND)
+        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1,
+                              VCU_OP_CU_MODULE_UNLOAD, &m->h);
     if (e != CUDA_SUCCESS) {
         free(trim);
         free(m);
@@ -791,9 +803,15 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
         struct timespec t1;
 
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        fprintf(stderr, "libcuda (virtio-cuda): module loaded, %llu bytes sent (%s), %.1f ms\n",
-                (unsigned long long)len, trimmed ? "trimmed" : "as given",
-                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+        fprintf(stderr,
+                "libcuda (virtio-cuda): module loaded, %llu bytes (%s, %s), %.1f ms "
+                "(hashing %.1f ms)\n",
+                (unsigned long long)len, trimmed ? "trimmed" : "as given", how,
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+                th.tv_sec == 0 && th.tv_nsec == 0
+                    ? 0.0
+                    : (double)(th.tv_sec - t0.tv_sec) * 1e3 +
+                          (double)(th.tv_nsec - t0.tv_nsec) / 1e6);
     }
     *module = (CUmodule)m;
     return CUDA_SUCCESS;

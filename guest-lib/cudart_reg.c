@@ -256,6 +256,7 @@ VCU__EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *device
 static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
 {
     struct vcu_cu_module_load_req r;
+    struct vcu_cu_module_hash_req hr;
     struct vcu_cu_u64_resp o;
     vcu_buf_t b;
     void *trim = NULL;
@@ -285,7 +286,14 @@ static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
         b.len = r.image_len = tlen;
         break;
     }
-    e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    /* An image the host's module cache holds is named, not sent
+     * (CUDA_ERROR_FILE_NOT_FOUND: the cache lacks it). */
+    e = cudaErrorFileNotFound;
+    if (vcu__module_hash_req(vcu__rt.conn, 0, b.addr, b.len, &hr))
+        e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD_HASH, 0, &hr, sizeof(hr), NULL, 0, &o,
+                      sizeof(o));
+    if (e == cudaErrorFileNotFound)
+        e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
     if (e == cudaSuccess) {
         fb->module[dev] = o.value;
         *mod = o.value;

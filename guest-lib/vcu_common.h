@@ -72,4 +72,13 @@ int vcu__pci_addr(const char *devpath, unsigned int *dom, unsigned int *bus,
  */
 void vcu__output_take(vcu_conn_t *c, uint32_t vord, uint64_t flags);
 
+/*
+ * The host's module cache (CU_MODULE_LOAD_HASH): 1 with r filled (device
+ * vord, the image's length and SHA-256) where a module should first be
+ * asked for by hash, the session having agreed VCU_FEAT_MODULE_CACHE and
+ * $VCU_MODULE_CACHE not being "off"; else 0 (the image goes whole).
+ */
+int vcu__module_hash_req(const vcu_conn_t *c, uint32_t vord, const void *img, uint64_t len,
+                         struct vcu_cu_module_hash_req *r);
+
 #endif /* VCU_COMMON_H */

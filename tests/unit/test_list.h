@@ -107,6 +107,12 @@
     X(integrity_hmac)                   \
     /* test_fatbin.c */                 \
     X(fatbin_trim_choice)               \
-    X(fatbin_trim_refuses)
+    X(fatbin_trim_refuses)              \
+    /* test_modcache.c */               \
+    X(sha256_vectors)                   \
+    X(modcache_store_hit_miss)          \
+    X(modcache_corrupt_file)            \
+    X(modcache_eviction_lru)            \
+    X(modcache_bad_dir)
 
 #endif /* VCU_TEST_LIST_H */
