@@ -5,6 +5,11 @@
  * the image it would send; the host hashes what it received before it
  * stores it and what it read back before it loads it.  User space only.
  *
+ * Portable C, about 280 MB/s on the build machine; on x86-64 CPUs with
+ * the SHA extensions (Intel since Ice Lake and Goldmont, AMD since Zen)
+ * their instructions, several times that: a guest hashes each module it
+ * loads, and 40 MB of cuBLASLt modules took 140 ms in C.
+ *
  *   vcu_sha256(data, len, digest);               one buffer
  *   vcu_sha256_init / _update / _final            in pieces
  */
@@ -14,6 +19,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define VCU_SHA256_NI 1
+#endif
 
 #define VCU_SHA256_LEN 32
 
@@ -34,10 +45,7 @@ static inline uint32_t vcu__sha_be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Hashes n whole 64-byte blocks at p into h. */
-static inline void vcu__sha256_blocks(uint32_t h[8], const unsigned char *p, size_t n)
-{
-    static const uint32_t k[64] = {
+static const uint32_t vcu__sha256_k[64] = {
         0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
         0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
         0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
@@ -48,7 +56,78 @@ static inline void vcu__sha256_blocks(uint32_t h[8], const unsigned char *p, siz
         0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
         0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
         0xc67178f2,
-    };
+};
+
+#ifdef VCU_SHA256_NI
+/*
+ * The SHA extensions: two rounds per SHA256RNDS2, the message schedule
+ * by SHA256MSG1/MSG2 (Intel's "New Instructions Supporting the Secure
+ * Hash Algorithm on Intel Architecture Processors", 2013).  The state
+ * lives as ABEF and CDGH.  Group g of four rounds uses the message words
+ * in m[g % 4]; from g = 3 on it completes the words of group g + 1, and
+ * groups 1 to 12 start those of group g + 3.
+ */
+__attribute__((target("sha,sse4.1,ssse3"))) static inline void
+vcu__sha256_blocks_ni(uint32_t h[8], const unsigned char *p, size_t n)
+{
+    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bll, 0x0405060700010203ll);
+    __m128i s0, s1, t, m[4];
+
+    t = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[0]), 0xb1);   /* CDAB */
+    s1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[4]), 0x1b);  /* EFGH */
+    s0 = _mm_alignr_epi8(t, s1, 8);                                        /* ABEF */
+    s1 = _mm_blend_epi16(s1, t, 0xf0);                                     /* CDGH */
+    for (; n > 0; n--, p += 64) {
+        __m128i abef = s0, cdgh = s1;
+
+        for (unsigned int g = 0; g < 16; g++) {
+            __m128i w, msg;
+
+            if (g < 4)
+                m[g] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * g)), bswap);
+            w = m[g & 3];
+            msg = _mm_add_epi32(w, _mm_loadu_si128((const __m128i *)&vcu__sha256_k[4 * g]));
+            s1 = _mm_sha256rnds2_epu32(s1, s0, msg);
+            if (g >= 3 && g <= 14) {
+                __m128i *nx = &m[(g + 1) & 3];
+
+                *nx = _mm_add_epi32(*nx, _mm_alignr_epi8(w, m[(g + 3) & 3], 4));
+                *nx = _mm_sha256msg2_epu32(*nx, w);
+            }
+            s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(msg, 0x0e));
+            if (g >= 1 && g <= 12)
+                m[(g + 3) & 3] = _mm_sha256msg1_epu32(m[(g + 3) & 3], w);
+        }
+        s0 = _mm_add_epi32(s0, abef);
+        s1 = _mm_add_epi32(s1, cdgh);
+    }
+    t = _mm_shuffle_epi32(s0, 0x1b);                                       /* FEBA */
+    s1 = _mm_shuffle_epi32(s1, 0xb1);                                      /* DCHG */
+    _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(t, s1, 0xf0));      /* DCBA */
+    _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(s1, t, 8));         /* HGFE */
+}
+
+/* 1 where the CPU has the SHA extensions, SSSE3 and SSE4.1; once. */
+static inline int vcu__sha256_has_ni(void)
+{
+    static int has = -1;
+    int v = __atomic_load_n(&has, __ATOMIC_RELAXED);
+
+    if (v < 0) {
+        unsigned int a, b, c, d;
+
+        v = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSSE3) && (c & bit_SSE4_1) &&
+            __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
+        __atomic_store_n(&has, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#endif
+
+/* Hashes n whole 64-byte blocks at p into h, in C. */
+static inline void vcu__sha256_blocks_c(uint32_t h[8], const unsigned char *p, size_t n)
+{
+    const uint32_t *k = vcu__sha256_k;
 
     for (; n > 0; n--, p += 64) {
         uint32_t w[64], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6],
@@ -89,6 +168,18 @@ static inline void vcu__sha256_blocks(uint32_t h[8], const unsigned char *p, siz
         h[6] += g;
         h[7] += hh;
     }
+}
+
+/* Hashes n whole 64-byte blocks at p into h. */
+static inline void vcu__sha256_blocks(uint32_t h[8], const unsigned char *p, size_t n)
+{
+#ifdef VCU_SHA256_NI
+    if (n > 0 && vcu__sha256_has_ni()) {
+        vcu__sha256_blocks_ni(h, p, n);
+        return;
+    }
+#endif
+    vcu__sha256_blocks_c(h, p, n);
 }
 
 static inline void vcu_sha256_init(vcu_sha256_t *s)

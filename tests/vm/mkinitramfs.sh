@@ -128,7 +128,8 @@ for s in "$@"; do
         mkdir -p "$r/cuda-driver"
         cp "$drvtests/tests.list" "$drvtests/run.sh" "$drvtests/vcu_drv_kernels.fatbin" \
             "$drvtests/vcu_drv_kernels.cubin" "$drvtests/vcu_drv_kernels_multi.fatbin" \
-            "$drvtests/vcu_drv_kernels_sm80.fatbin" "$r/cuda-driver/"
+            "$drvtests/vcu_drv_kernels_sm80.fatbin" "$drvtests/vcu_drv_kernels.ptx" \
+            "$r/cuda-driver/"
         for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$drvtests/tests.list"); do
             [ -x "$drvtests/$t" ] || die "no Driver API program $drvtests/$t"
             cp "$drvtests/$t" "$r/cuda-driver/"

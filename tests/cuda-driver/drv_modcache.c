@@ -1,0 +1,145 @@
+/*
+ * The host's module cache (CU_MODULE_LOAD_HASH): a module one process
+ * loaded is named by its SHA-256, not sent again, when a second process
+ * (a session of its own, so a new host worker) loads it, and the module
+ * works there.  The image is the test kernels' PTX padded with comments
+ * to 6 MB and made unique to this run, so the first load is a miss
+ * wherever the cache lives.  Each process reports its load with
+ * VCU_LIBCUDA_TRACE=modules (into a file); the times go out as info:
+ * lines: load sent (miss), load by hash (hit), and the guest's hashing.
+ * Where the host keeps no cache (the feature is not agreed) both loads
+ * are sent, which is checked as such.
+ */
+#include <stdint.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "vcu_drv_test.h"
+
+#define N 256
+#define IMG_BYTES (6u << 20)
+
+static double now_ms(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* One process: loads img, runs its fill kernel, checks the result, and
+ * writes its module trace (stderr) into trace. */
+static void load_and_run(const char *img, const char *trace, const char *what)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction fill;
+    CUdeviceptr p;
+    unsigned int host[N];
+    unsigned long long v = 7;
+    unsigned int step = 3;
+    char pad = 0;
+    int n = N;
+    void *args[] = { &p, &pad, &v, &step, &n };
+    double t0, t1;
+
+    setenv("VCU_LIBCUDA_TRACE", "modules", 1);
+    TRUE(freopen(trace, "w", stderr) != NULL);
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    t0 = now_ms();
+    CK(cuModuleLoadData(&mod, img));
+    t1 = now_ms();
+    printf("info: drv_modcache: %s: cuModuleLoadData of %u bytes took %.1f ms\n", what,
+           (unsigned int)strlen(img) + 1, t1 - t0);
+    CK(cuModuleGetFunction(&fill, mod, "vcu_drv_fill"));
+    CK(cuMemAlloc(&p, sizeof(host)));
+    CK(cuLaunchKernel(fill, 1, 1, 1, N, 1, 1, 0, NULL, args, NULL));
+    CK(cuMemcpyDtoH(host, p, sizeof(host)));
+    for (int i = 0; i < N; i++)
+        TRUE(host[i] == 7u + 3u * (unsigned int)i);
+    CK(cuMemFree(p));
+    CK(cuModuleUnload(mod));
+    fflush(stdout);
+    fflush(stderr);
+}
+
+static void in_child(const char *img, const char *trace, const char *what)
+{
+    pid_t pid;
+    int st = 0;
+
+    fflush(stdout);
+    pid = fork();
+    TRUE(pid >= 0);
+    if (pid == 0) {
+        load_and_run(img, trace, what);
+        exit(0);
+    }
+    TRUE(waitpid(pid, &st, 0) == pid);
+    TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The trace line of the module load, into line (the first). */
+static void trace_line(const char *trace, char *line, size_t cap)
+{
+    FILE *f = fopen(trace, "r");
+
+    TRUE(f != NULL);
+    line[0] = '\0';
+    while (fgets(line, (int)cap, f) != NULL)
+        if (strstr(line, "module loaded") != NULL)
+            break;
+    fclose(f);
+    TRUE(strstr(line, "module loaded") != NULL);
+    line[strcspn(line, "\n")] = '\0';
+}
+
+int main(void)
+{
+    size_t plen, off;
+    char *ptx = vcu_drv_read_beside("vcu_drv_kernels.ptx", &plen);
+    char *img = malloc(IMG_BYTES + 1);
+    char t1[64], t2[64], l1[512], l2[512];
+    struct timespec ts;
+    unsigned int line = 0;
+
+    TRUE(img != NULL);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    off = (size_t)snprintf(img, IMG_BYTES, "%s\n// drv_modcache run %ld.%09ld pid %ld\n", ptx,
+                           (long)ts.tv_sec, ts.tv_nsec, (long)getpid());
+    TRUE(off < IMG_BYTES / 2);
+    /* Comment lines, all different, to the size of a library's module. */
+    while (off + 80 < IMG_BYTES) {
+        off += (size_t)snprintf(img + off, IMG_BYTES - off,
+                                "// padding line %08u of the module cache test, %08x\n", line,
+                                line * 2654435761u);
+        line++;
+    }
+    img[off] = '\0';
+    free(ptx);
+
+    snprintf(t1, sizeof(t1), "/tmp/drv_modcache.%ld.1", (long)getpid());
+    snprintf(t2, sizeof(t2), "/tmp/drv_modcache.%ld.2", (long)getpid());
+    in_child(img, t1, "first process");
+    in_child(img, t2, "second process");
+    trace_line(t1, l1, sizeof(l1));
+    trace_line(t2, l2, sizeof(l2));
+    unlink(t1);
+    unlink(t2);
+    printf("info: drv_modcache: first:  %s\n", l1);
+    printf("info: drv_modcache: second: %s\n", l2);
+    if (strstr(l1, "not in the host's cache") != NULL) {
+        /* The host has a cache: the second process sent nothing. */
+        TRUE(strstr(l2, "by hash, not sent") != NULL);
+    } else {
+        printf("info: drv_modcache: the host keeps no module cache; both loads sent\n");
+        TRUE(strstr(l1, ", sent)") != NULL && strstr(l2, ", sent)") != NULL);
+    }
+    free(img);
+    printf("PASS drv_modcache\n");
+    return 0;
+}
