@@ -666,8 +666,9 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
     }
     rc = vcu_proxy_new(&cfg, &s->proxy, err, sizeof(err));
     if (rc < 0) {
-        error_setg(errp, "virtio-cuda: %s (set the worker property to the "
-                   "path of vcu-worker)", err);
+        error_setg(errp, "virtio-cuda: %s%s", err,
+                   strstr(err, "worker") ? " (set the worker property to the "
+                                           "path of vcu-worker)" : "");
         s->proxy = NULL;
         return;
     }
