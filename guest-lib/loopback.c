@@ -123,10 +123,8 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
     cfg.gpus = getenv("VCU_GPUS");
     cfg.libcuda = getenv("VCU_LIBCUDA");
     /* The in-process backend's module cache: a directory, as the device's
-     * module-cache property (tests); unset or "off": none. */
-    cfg.module_cache = getenv("VCU_MODULE_CACHE");
-    if (cfg.module_cache != NULL && strcmp(cfg.module_cache, "off") == 0)
-        cfg.module_cache = NULL;
+     * module-cache property (tests); unset: none. */
+    cfg.module_cache = getenv("VCU_LOOPBACK_MODULE_CACHE");
     err = vcu_backend_new(&cfg, &l->be);
     if (err != 0)
         goto err_new;

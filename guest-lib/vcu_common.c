@@ -14,7 +14,6 @@
 
 #include "vcu_common.h"
 #include "vcu_proto.h"
-#include "vcu_sha256.h"
 
 void vcu__log_once(int *flag, const char *fmt, ...)
 {
@@ -271,18 +270,4 @@ void vcu__output_take(vcu_conn_t *c, uint32_t vord, uint64_t flags)
         flags = 0;                  /* synchronized once is enough */
     }
     free(buf);
-}
-
-int vcu__module_hash_req(const vcu_conn_t *c, uint32_t vord, const void *img, uint64_t len,
-                         struct vcu_cu_module_hash_req *r)
-{
-    const char *e = getenv("VCU_MODULE_CACHE");
-
-    if (!(vcu_conn_features(c) & VCU_FEAT_MODULE_CACHE) || (e != NULL && strcmp(e, "off") == 0))
-        return 0;
-    memset(r, 0, sizeof(*r));
-    r->hdr.device = vord;
-    r->image_len = len;
-    vcu_sha256(img, (size_t)len, r->sha256);
-    return 1;
 }

@@ -73,12 +73,33 @@ int vcu__pci_addr(const char *devpath, unsigned int *dom, unsigned int *bus,
 void vcu__output_take(vcu_conn_t *c, uint32_t vord, uint64_t flags);
 
 /*
- * The host's module cache (CU_MODULE_LOAD_HASH): 1 with r filled (device
- * vord, the image's length and SHA-256) where a module should first be
- * asked for by hash, the session having agreed VCU_FEAT_MODULE_CACHE and
- * $VCU_MODULE_CACHE not being "off"; else 0 (the image goes whole).
+ * How a module goes to the host (vcu_modhash.c): sent (CU_MODULE_LOAD, or
+ * with keep CU_MODULE_LOAD_KEEP, whose reply's hash vcu__module_remember()
+ * keeps), or first named by req (CU_MODULE_LOAD_HASH), the hash computed
+ * here or remembered; a miss (CUDA_ERROR_FILE_NOT_FOUND) is then sent.
  */
-int vcu__module_hash_req(const vcu_conn_t *c, uint32_t vord, const void *img, uint64_t len,
-                         struct vcu_cu_module_hash_req *r);
+#define VCU__MN_SEND 0
+#define VCU__MN_NAMED 1
+#define VCU__MN_REMEMBERED 2
+
+typedef struct vcu__modname_s {
+    int how;                        /* VCU__MN_* */
+    int keep;                       /* send with CU_MODULE_LOAD_KEEP, remember the hash */
+    int dfd;                        /* the memo directory */
+    char memo[65];                  /* the memo file of this image */
+    struct vcu_cu_module_hash_req req;
+} vcu__modname_t;
+
+/*
+ * Decides, for the image img (len bytes, as it would be sent) made from
+ * src (src_len bytes, trimmed for arch; NULL: not from a file), on
+ * device vord: nothing of the cache without VCU_FEAT_MODULE_CACHE or with
+ * $VCU_MODULE_CACHE "off".
+ */
+void vcu__module_name(const vcu_conn_t *c, uint32_t vord, const void *img, uint64_t len,
+                      const void *src, uint64_t src_len, unsigned int arch, vcu__modname_t *n);
+
+/* After a CU_MODULE_LOAD_KEEP that succeeded: remembers its hash. */
+void vcu__module_remember(const vcu__modname_t *n, const unsigned char *sha256);
 
 #endif /* VCU_COMMON_H */

@@ -1233,7 +1233,8 @@ VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
             st = VCU_S_ENODEV;
         else if (vcu__op_is_cuda(hdr.opcode) && !(s->features & VCU_FEAT_CUDA))
             st = VCU_S_ENOTSUP;
-        else if (hdr.opcode == VCU_OP_CU_MODULE_LOAD_HASH &&
+        else if ((hdr.opcode == VCU_OP_CU_MODULE_LOAD_HASH ||
+                  hdr.opcode == VCU_OP_CU_MODULE_LOAD_KEEP) &&
                  !(s->features & VCU_FEAT_MODULE_CACHE))
             st = VCU_S_ENOTSUP;
         if (st != VCU_S_OK) {

@@ -1849,6 +1849,7 @@ static uint32_t vcu__cb_done(vcu__cuda_sess_t *cs, const void *payload, void *ou
 typedef union vcu__resp_u {
     struct vcu_cu_resp r;
     struct vcu_cu_u64_resp u64;
+    struct vcu_cu_module_keep_resp keep;
     struct vcu_cu_driver_info_resp drv;
     struct vcu_cu_device_info_resp dev;
     struct vcu_cu_mem_info_resp mem;
@@ -3084,11 +3085,14 @@ static uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
 
 /*
  * Loads img (len bytes and a NUL after them, of the session's budget:
- * the caller gives both back) as a new module of the session.  A module
- * received in full (store) goes into the module cache, under the hash
- * computed here over the bytes received, once the driver took it.
+ * the caller gives both back) as a new module of the session; its handle
+ * goes to o->rb.u64.value (CU_MODULE_LOAD_KEEP's reply begins the same).
+ * A module received in full (store) goes into the module cache, under
+ * the hash computed here over the bytes received (into hash, if not
+ * NULL), once the driver took it.
  */
-static void vcu__module_image(vcu__op_t *o, char *img, uint64_t len, bool store)
+static void vcu__module_image(vcu__op_t *o, char *img, uint64_t len, bool store,
+                              unsigned char *hash)
 {
     CUmodule mod = NULL;
     vcu__mod_t *m;
@@ -3110,7 +3114,9 @@ static void vcu__module_image(vcu__op_t *o, char *img, uint64_t len, bool store)
     /* Only what the driver loaded: a cache of images that fail would
      * only hold bytes nobody can use.  Its errors are not the load's. */
     if (o->res == CUDA_SUCCESS && store && o->cu->mc != NULL)
-        (void)vcu_modcache_put(o->cu->mc, img, len);
+        (void)vcu_modcache_put(o->cu->mc, img, len, hash);
+    else if (o->res == CUDA_SUCCESS && hash != NULL)
+        vcu_sha256(img, (size_t)len, hash);
     if (o->res != CUDA_SUCCESS)
         return;
     if (cost > VCU__ACCT_MAX || vcu__charge(o->cs, vcu__dev_of(o), cost) != 0) {
@@ -3173,7 +3179,8 @@ static void vcu__image_free(vcu__op_t *o, char *img, uint64_t len)
     vcu__mem_give(o->cs, (size_t)len + 1);
 }
 
-static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
+/* A module sent whole: CU_MODULE_LOAD, and with hash CU_MODULE_LOAD_KEEP. */
+static uint32_t vcu__module_sent(vcu__op_t *o, unsigned char *hash)
 {
     struct vcu_cu_module_load_req rq;
     const vcu_segment_t *s;
@@ -3188,9 +3195,22 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     if (img == NULL)
         return VCU_S_OK;
     vcu__gather(s, img, (size_t)rq.image_len);
-    vcu__module_image(o, img, rq.image_len, true);
+    vcu__module_image(o, img, rq.image_len, true, hash);
     vcu__image_free(o, img, rq.image_len);
     return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
+{
+    return vcu__module_sent(o, NULL);
+}
+
+/* CU_MODULE_LOAD, and the SHA-256 of the image received in the reply:
+ * the guest names it by that later (CU_MODULE_LOAD_HASH) without hashing
+ * it itself, which under TCG costs more than sending it. */
+static uint32_t vcu__op_CU_MODULE_LOAD_KEEP(vcu__op_t *o)
+{
+    return vcu__module_sent(o, o->rb.keep.sha256);
 }
 
 /*
@@ -3218,7 +3238,7 @@ static uint32_t vcu__op_CU_MODULE_LOAD_HASH(vcu__op_t *o)
     if (vcu_modcache_get(o->cu->mc, rq.sha256, img, rq.image_len) != 0)
         o->res = CUDA_ERROR_FILE_NOT_FOUND;
     else
-        vcu__module_image(o, img, rq.image_len, false);
+        vcu__module_image(o, img, rq.image_len, false, NULL);
     vcu__image_free(o, img, rq.image_len);
     return VCU_S_OK;
 }

@@ -253,9 +253,9 @@ out:
     flock(mc->dfd, LOCK_UN);
 }
 
-static int vcu__mc_put(vcu_modcache_t *mc, const void *img, uint64_t len)
+static int vcu__mc_put(vcu_modcache_t *mc, const void *img, uint64_t len,
+                       const unsigned char hash[VCU_SHA256_LEN])
 {
-    unsigned char hash[VCU_SHA256_LEN];
     char name[VCU__MC_NAME_LEN + 1], tmp[64];
     struct stat st;
     uint64_t off = 0;
@@ -263,7 +263,6 @@ static int vcu__mc_put(vcu_modcache_t *mc, const void *img, uint64_t len)
 
     if (len == 0 || len > mc->max / 4)
         return VCU_E2BIG;
-    vcu_sha256(img, len, hash);
     vcu__mc_name(hash, name);
     if (fstatat(mc->dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
         (uint64_t)st.st_size == len) {
@@ -315,12 +314,17 @@ int vcu_modcache_get(vcu_modcache_t *mc, const unsigned char hash[VCU_SHA256_LEN
     return rc;
 }
 
-int vcu_modcache_put(vcu_modcache_t *mc, const void *img, uint64_t len)
+int vcu_modcache_put(vcu_modcache_t *mc, const void *img, uint64_t len,
+                     unsigned char hash[VCU_SHA256_LEN])
 {
+    unsigned char h[VCU_SHA256_LEN];
     int rc;
 
+    vcu_sha256(img, (size_t)len, h);
+    if (hash != NULL)
+        memcpy(hash, h, sizeof(h));
     pthread_mutex_lock(&mc->mu);
-    rc = vcu__mc_put(mc, img, len);
+    rc = vcu__mc_put(mc, img, len, h);
     pthread_mutex_unlock(&mc->mu);
     return rc;
 }

@@ -165,13 +165,15 @@ int vcu_modcache_get(vcu_modcache_t *mc, const unsigned char hash[VCU_SHA256_LEN
                      uint64_t len);
 
 /*
- * Stores len bytes of img under their SHA-256 (computed here), unless
- * that file is there already (then only marks it used).  Atomic: written
- * to a temporary file in the directory and renamed; a reader never sees a
- * partial file.  An image larger than a quarter of the bound is not
- * stored (VCU_E2BIG).  May evict.  0, or VCU_E* (nothing stored).
+ * Stores len bytes of img under their SHA-256 (computed here, into hash
+ * if not NULL, whatever the outcome), unless that file is there already
+ * (then only marks it used).  Atomic: written to a temporary file in the
+ * directory and renamed; a reader never sees a partial file.  An image
+ * larger than a quarter of the bound is not stored (VCU_E2BIG).  May
+ * evict.  0, or VCU_E* (nothing stored).
  */
-int vcu_modcache_put(vcu_modcache_t *mc, const void *img, uint64_t len);
+int vcu_modcache_put(vcu_modcache_t *mc, const void *img, uint64_t len,
+                     unsigned char hash[VCU_SHA256_LEN]);
 
 /* Bytes the cache's files took at its last look (tests, stats). */
 uint64_t vcu_modcache_bytes(const vcu_modcache_t *mc);

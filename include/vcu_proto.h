@@ -235,6 +235,8 @@ struct vcu_resp_hdr {
     XX(CU_TENSOR_MAP, 0x030d, vcu_cu_tmap_req, vcu_cu_tmap_resp)                        \
     /* a module the host's cache holds, named by its SHA-256; no segment */              \
     XX(CU_MODULE_LOAD_HASH, 0x030e, vcu_cu_module_hash_req, vcu_cu_u64_resp)             \
+    /* CU_MODULE_LOAD that also returns the image's SHA-256 (the cache's name) */       \
+    XX(CU_MODULE_LOAD_KEEP, 0x030f, vcu_cu_module_load_req, vcu_cu_module_keep_resp)     \
     /* CUDA: streams and host callbacks */                                               \
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
@@ -627,6 +629,18 @@ struct vcu_cu_module_hash_req {
     vcu_u8 sha256[32];
 };
 
+/*
+ * CU_MODULE_LOAD_KEEP (only with VCU_FEAT_MODULE_CACHE): CU_MODULE_LOAD,
+ * whose reply also gives the SHA-256 the host computed over the image it
+ * received (and stored it under, if the load succeeded), so that a guest
+ * can name that image later without hashing it itself.
+ */
+struct vcu_cu_module_keep_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 module;
+    vcu_u8 sha256[32];
+};
+
 /* Followed by name_len bytes of symbol name (no NUL). */
 struct vcu_cu_name_req {
     struct vcu_cu_hdr hdr;
@@ -877,6 +891,7 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_r
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_attr_req) == 32, "vcu_cu_attr_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_load_req) == 16, "vcu_cu_module_load_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_hash_req) == 48, "vcu_cu_module_hash_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_keep_resp) == 48, "vcu_cu_module_keep_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_name_req) == 24, "vcu_cu_name_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_param) == 8, "vcu_cu_param");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_function_resp) == 24, "vcu_cu_function_resp");

@@ -350,9 +350,10 @@ if os.path.exists(FAKECUDA):
     mc_check('module cache: a module no VM loaded misses (301)', by_hash(mb, sb, MC_IMG)[:2] == (0, 301))
     ma.wmem(DATA, MC_IMG)
     rq = struct.pack('<IIQ', 0, 0, len(MC_IMG))
-    ln, r = ma.submit([(REQ, hdr(opcode=0x300, payload_len=len(rq), nsegs=1, session=sa) + rq +
+    ln, r = ma.submit([(REQ, hdr(opcode=0x30f, payload_len=len(rq), nsegs=1, session=sa) + rq +
                         seg(len(MC_IMG), 1, 1) + rng(DATA, len(MC_IMG)))], 256)
-    mc_check('module cache: VM A sends the module whole', ln >= 40 and cu_result(r) == 0)
+    mc_check('module cache: VM A sends the module whole (CU_MODULE_LOAD_KEEP), told its SHA-256',
+             ln >= 72 and cu_result(r) == 0 and r[40:72] == hashlib.sha256(MC_IMG).digest())
     fpath = os.path.join(mcdir, hashlib.sha256(MC_IMG).hexdigest())
     mode = stat_mod.S_IMODE(os.stat(fpath).st_mode) if os.path.exists(fpath) else -1
     mc_check(f'module cache: stored under its SHA-256, mode {mode:o}', mode == 0o600)

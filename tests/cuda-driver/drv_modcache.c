@@ -4,14 +4,20 @@
  * (a session of its own, so a new host worker) loads it, and the module
  * works there.  The image is the test kernels' PTX padded with comments
  * to 6 MB and made unique to this run, so the first load is a miss
- * wherever the cache lives.  Each process reports its load with
- * VCU_LIBCUDA_TRACE=modules (into a file); the times go out as info:
- * lines: load sent (miss), load by hash (hit), and the guest's hashing.
- * Where the host keeps no cache (the feature is not agreed) both loads
- * are sent, which is checked as such.
+ * wherever the cache lives; it is loaded from a read-only mapping of a
+ * file, as libraries' fatbins are.  The first process sends it and keeps
+ * the hash the host answers (CU_MODULE_LOAD_KEEP) in the guest library's
+ * memo (vcu_modhash.c); the second names it by that hash, hashing
+ * nothing; a third, with VCU_MODULE_MEMO=off and VCU_MODULE_CACHE=all,
+ * hashes it itself and names it.  Each process
+ * reports its load with VCU_LIBCUDA_TRACE=modules (into a file); the
+ * times go out as info: lines.  Where the host keeps no cache (the
+ * feature is not agreed) every load is sent, which is checked as such.
  */
 #include <cpuid.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -30,7 +36,8 @@ static double now_ms(void)
 
 /* One process: loads img, runs its fill kernel, checks the result, and
  * writes its module trace (stderr) into trace. */
-static void load_and_run(const char *img, const char *trace, const char *what)
+static void load_and_run(const char *img, const char *trace, const char *what, const char *xdg,
+                         int memo)
 {
     CUdevice dev;
     CUcontext ctx;
@@ -46,6 +53,14 @@ static void load_and_run(const char *img, const char *trace, const char *what)
     double t0, t1;
 
     setenv("VCU_LIBCUDA_TRACE", "modules", 1);
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    if (!memo) {
+        const char *e = getenv("VCU_MODULE_CACHE");
+
+        setenv("VCU_MODULE_MEMO", "off", 1);
+        if (e == NULL || strcmp(e, "off") != 0)
+            setenv("VCU_MODULE_CACHE", "all", 1);
+    }
     TRUE(freopen(trace, "w", stderr) != NULL);
     CK(cuInit(0));
     CK(cuDeviceGet(&dev, 0));
@@ -68,7 +83,8 @@ static void load_and_run(const char *img, const char *trace, const char *what)
     fflush(stderr);
 }
 
-static void in_child(const char *img, const char *trace, const char *what)
+static void in_child(const char *img, const char *trace, const char *what, const char *xdg,
+                     int memo)
 {
     pid_t pid;
     int st = 0;
@@ -77,7 +93,7 @@ static void in_child(const char *img, const char *trace, const char *what)
     pid = fork();
     TRUE(pid >= 0);
     if (pid == 0) {
-        load_and_run(img, trace, what);
+        load_and_run(img, trace, what, xdg, memo);
         exit(0);
     }
     TRUE(waitpid(pid, &st, 0) == pid);
@@ -99,14 +115,23 @@ static void trace_line(const char *trace, char *line, size_t cap)
     line[strcspn(line, "\n")] = '\0';
 }
 
+static void rm_rf(const char *dir)
+{
+    char cmd[256];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    TRUE(system(cmd) == 0);
+}
+
 int main(void)
 {
     size_t plen, off;
     char *ptx = vcu_drv_read_beside("vcu_drv_kernels.ptx", &plen);
-    char *img = malloc(IMG_BYTES + 1);
-    char t1[64], t2[64], l1[512], l2[512];
+    char *img = malloc(IMG_BYTES + 1), *mapped;
+    char t[3][64], l[3][512], file[64], xdg[64];
     struct timespec ts;
     unsigned int line = 0;
+    int fd;
 
     TRUE(img != NULL);
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -122,15 +147,29 @@ int main(void)
     }
     img[off] = '\0';
     free(ptx);
+    /* In a file, mapped read-only, as a library's fatbin section is. */
+    snprintf(file, sizeof(file), "/tmp/drv_modcache.%ld.img", (long)getpid());
+    snprintf(xdg, sizeof(xdg), "/tmp/drv_modcache.%ld.xdg", (long)getpid());
+    fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    TRUE(fd >= 0);
+    TRUE(write(fd, img, off + 1) == (ssize_t)(off + 1));
+    mapped = mmap(NULL, off + 1, PROT_READ, MAP_PRIVATE, fd, 0);
+    TRUE(mapped != MAP_FAILED);
+    close(fd);
+    free(img);
 
-    snprintf(t1, sizeof(t1), "/tmp/drv_modcache.%ld.1", (long)getpid());
-    snprintf(t2, sizeof(t2), "/tmp/drv_modcache.%ld.2", (long)getpid());
-    in_child(img, t1, "first process");
-    in_child(img, t2, "second process");
-    trace_line(t1, l1, sizeof(l1));
-    trace_line(t2, l2, sizeof(l2));
-    unlink(t1);
-    unlink(t2);
+    for (int i = 0; i < 3; i++)
+        snprintf(t[i], sizeof(t[i]), "/tmp/drv_modcache.%ld.%d", (long)getpid(), i);
+    in_child(mapped, t[0], "first process", xdg, 1);
+    in_child(mapped, t[1], "second process", xdg, 1);
+    in_child(mapped, t[2], "third process (hashing it itself)", xdg, 0);
+    for (int i = 0; i < 3; i++) {
+        trace_line(t[i], l[i], sizeof(l[i]));
+        unlink(t[i]);
+    }
+    munmap(mapped, off + 1);
+    unlink(file);
+    rm_rf(xdg);
     {
         unsigned int a, b = 0, c, d;
 
@@ -138,16 +177,18 @@ int main(void)
         printf("info: drv_modcache: CPU SHA extensions: %s\n",
                __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29)) ? "yes" : "no");
     }
-    printf("info: drv_modcache: first:  %s\n", l1);
-    printf("info: drv_modcache: second: %s\n", l2);
-    if (strstr(l1, "not in the host's cache") != NULL) {
-        /* The host has a cache: the second process sent nothing. */
-        TRUE(strstr(l2, "by hash, not sent") != NULL);
+    for (int i = 0; i < 3; i++)
+        printf("info: drv_modcache: process %d: %s\n", i + 1, l[i]);
+    if (strstr(l[0], "sent; hash kept") != NULL) {
+        /* The host has a cache: the second and third processes sent
+         * nothing; the second took the hash from the memo. */
+        TRUE(strstr(l[1], "by hash, not sent; hash remembered") != NULL);
+        TRUE(strstr(l[2], "by hash, not sent)") != NULL);
     } else {
-        printf("info: drv_modcache: the host keeps no module cache; both loads sent\n");
-        TRUE(strstr(l1, ", sent)") != NULL && strstr(l2, ", sent)") != NULL);
+        printf("info: drv_modcache: the host keeps no module cache; every load sent\n");
+        for (int i = 0; i < 3; i++)
+            TRUE(strstr(l[i], ", sent)") != NULL);
     }
-    free(img);
     printf("PASS drv_modcache\n");
     return 0;
 }

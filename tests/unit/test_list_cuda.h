@@ -75,6 +75,7 @@
     X(quota_proxy_stats)                \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
+    X(cuda_module_cache_keep)           \
     X(cuda_module_cache_hostile)        \
     X(cuda_module_cache_bad_dir)
 

@@ -153,7 +153,7 @@ TEST(modcache_store_hit_miss)
     ASSERT_EQ(0, vcu_modcache_open(dir, 1 << 20, 0, &mc, err, sizeof(err)));
     vcu_sha256(img, sizeof(img), h);
     ASSERT_EQ(VCU_EINVAL, vcu_modcache_get(mc, h, buf, sizeof(img)));
-    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img)));
+    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img), NULL));
     mc_path(dir, img, sizeof(img), path, sizeof(path));
     ASSERT_EQ(0, stat(path, &st));
     ASSERT_EQ(0600, st.st_mode & 0777);
@@ -162,7 +162,7 @@ TEST(modcache_store_hit_miss)
     ASSERT_EQ(0, vcu_modcache_get(mc, h, buf, sizeof(img)));
     ASSERT_EQ(0, memcmp(buf, img, sizeof(img)));
     /* Storing it again changes nothing; no temporary file is left. */
-    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img)));
+    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img), NULL));
     ASSERT_EQ(1, mc_count(dir));
     /* The guest's length is wrong: a miss, and the file stays. */
     ASSERT_EQ(VCU_EINVAL, vcu_modcache_get(mc, h, buf, sizeof(img) - 1));
@@ -176,10 +176,10 @@ TEST(modcache_store_hit_miss)
         char *b = calloc(1, big);
 
         ASSERT_TRUE(b != NULL);
-        ASSERT_EQ(VCU_E2BIG, vcu_modcache_put(mc, b, big));
+        ASSERT_EQ(VCU_E2BIG, vcu_modcache_put(mc, b, big, NULL));
         free(b);
     }
-    ASSERT_EQ(VCU_E2BIG, vcu_modcache_put(mc, img, 0));
+    ASSERT_EQ(VCU_E2BIG, vcu_modcache_put(mc, img, 0, NULL));
     ASSERT_EQ(1, mc_count(dir));
     vcu_modcache_free(mc);
     rmdir(sub);
@@ -200,7 +200,7 @@ TEST(modcache_corrupt_file)
     int fd;
 
     ASSERT_EQ(0, vcu_modcache_open(dir, 0, 0, &mc, err, sizeof(err)));
-    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img)));
+    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img), NULL));
     mc_path(dir, img, sizeof(img), path, sizeof(path));
     fd = open(path, O_WRONLY);
     ASSERT_GE(fd, 0);
@@ -214,7 +214,7 @@ TEST(modcache_corrupt_file)
     ASSERT_NE(0, vcu_modcache_get(mc, h, buf, sizeof(img)));
     unlink(path);
     /* Stored again after that, it is found again. */
-    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img)));
+    ASSERT_EQ(0, vcu_modcache_put(mc, img, sizeof(img), NULL));
     ASSERT_EQ(0, vcu_modcache_get(mc, h, buf, sizeof(img)));
     vcu_modcache_free(mc);
     mc_rmrf(dir);
@@ -259,15 +259,15 @@ TEST(modcache_eviction_lru)
         memset(img[i], i + 1, SZ);
     ASSERT_EQ(0, vcu_modcache_open(dir, BOUND, 0, &mc, err, sizeof(err)));
     for (i = 0; i < 6; i++) {
-        ASSERT_EQ(0, vcu_modcache_put(mc, img[i], SZ));
+        ASSERT_EQ(0, vcu_modcache_put(mc, img[i], SZ, NULL));
         ASSERT_EQ(0, mc_age(dir, img[i], SZ, 1000 + i));
     }
     ASSERT_EQ(6, mc_count(dir));
     /* img[0] is the oldest, but used now: img[1] goes first. */
     vcu_sha256(img[0], SZ, h);
     ASSERT_EQ(0, vcu_modcache_get(mc, h, buf, SZ));
-    ASSERT_EQ(0, vcu_modcache_put(mc, img[6], SZ));
-    ASSERT_EQ(0, vcu_modcache_put(mc, img[7], SZ));
+    ASSERT_EQ(0, vcu_modcache_put(mc, img[6], SZ, NULL));
+    ASSERT_EQ(0, vcu_modcache_put(mc, img[7], SZ, NULL));
     ASSERT_LE(vcu_modcache_bytes(mc), BOUND);
     ASSERT_TRUE(mc_has(dir, img[0], SZ));
     ASSERT_TRUE(!mc_has(dir, img[1], SZ));
@@ -275,7 +275,7 @@ TEST(modcache_eviction_lru)
     /* Many more: the directory stays within its bound, give or take what
      * one worker stores between looks (a sixteenth of it). */
     for (i = 8; i < 40; i++) {
-        ASSERT_EQ(0, vcu_modcache_put(mc, img[i], SZ));
+        ASSERT_EQ(0, vcu_modcache_put(mc, img[i], SZ, NULL));
         ASSERT_LE((unsigned long long)mc_count(dir) * SZ, BOUND + BOUND / 16 + SZ);
     }
     ASSERT_TRUE(mc_has(dir, img[39], SZ));
@@ -292,7 +292,7 @@ TEST(modcache_eviction_lru)
         close(fd);
         ASSERT_EQ(0, utimensat(AT_FDCWD, tmp, ts, 0));
         for (i = 0; i < 8; i++)
-            ASSERT_EQ(0, vcu_modcache_put(mc, img[i], SZ));
+            ASSERT_EQ(0, vcu_modcache_put(mc, img[i], SZ, NULL));
         ASSERT_NE(0, access(tmp, F_OK));
     }
     vcu_modcache_free(mc);
@@ -416,6 +416,32 @@ static uint32_t mc_full(mc_be_t *b, const char *img, uint64_t *mod)
     return rp.r.result;
 }
 
+/* CU_MODULE_LOAD_KEEP of img: the CUresult (or 0x10000 + status); the
+ * module and the hash the host returned. */
+static uint32_t mc_keep(mc_be_t *b, const char *img, uint64_t *mod, unsigned char *hash)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_module_load_req rq;
+    struct vcu_cu_module_keep_resp rp;
+    uint32_t st;
+
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, (void *)img, strlen(img));
+    memset(&rq, 0, sizeof(rq));
+    rq.image_len = strlen(img);
+    ut_req_build(t, VCU_OP_CU_MODULE_LOAD_KEEP, b->s, &rq, sizeof(rq));
+    vcu_backend_execute(b->be, &t->r);
+    st = ut_status(t);
+    memset(&rp, 0, sizeof(rp));
+    if (ut_resp(t)->payload_len >= sizeof(rp))
+        memcpy(&rp, ut_resp_payload(t), sizeof(rp));
+    free(t);
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *mod = rp.module;
+    memcpy(hash, rp.sha256, VCU_SHA256_LEN);
+    return rp.r.result;
+}
+
 static uint32_t mc_func(mc_be_t *b, uint64_t mod, const char *name)
 {
     unsigned char p[sizeof(struct vcu_cu_name_req) + 64];
@@ -474,6 +500,40 @@ TEST(cuda_module_cache_hit)
     return 0;
 }
 
+/*
+ * CU_MODULE_LOAD_KEEP loads what it is sent, stores it, and answers the
+ * hash it stored it under, by which the next session loads it.
+ */
+TEST(cuda_module_cache_keep)
+{
+    char *dir = mc_tmpdir();
+    struct vcu_cu_module_hash_req rq;
+    unsigned char want[VCU_SHA256_LEN];
+    mc_be_t a, b;
+    uint64_t mod = 0;
+
+    if (mc_be_open(&a, dir) != 0)
+        return 1;
+    memset(&rq, 0, sizeof(rq));
+    rq.image_len = strlen(MC_IMG);
+    ASSERT_EQ(CUDA_SUCCESS, mc_keep(&a, MC_IMG, &mod, rq.sha256));
+    ASSERT_NE(0, mod);
+    vcu_sha256(MC_IMG, strlen(MC_IMG), want);
+    ASSERT_EQ(0, memcmp(want, rq.sha256, sizeof(want)));
+    ASSERT_EQ(CUDA_SUCCESS, mc_func(&a, mod, "_Z10vector_addPKfS0_Pfi"));
+    ASSERT_EQ(1, mc_count(dir));
+    /* An image the driver refuses: its error, no hash, nothing stored. */
+    ASSERT_NE(CUDA_SUCCESS, mc_keep(&a, "//\nno version directive\n", &mod, want));
+    ASSERT_EQ(1, mc_count(dir));
+    mc_be_close(&a);
+    if (mc_be_open(&b, dir) != 0)
+        return 1;
+    ASSERT_EQ(CUDA_SUCCESS, mc_by_hash(&b, &rq, 0, &mod));
+    mc_be_close(&b);
+    mc_rmrf(dir);
+    return 0;
+}
+
 /* What a hostile guest may put in CU_MODULE_LOAD_HASH. */
 TEST(cuda_module_cache_hostile)
 {
@@ -518,6 +578,11 @@ TEST(cuda_module_cache_hostile)
         return 1;
     ASSERT_EQ(0, n.feat & VCU_FEAT_MODULE_CACHE);
     ASSERT_EQ(0x10000 + VCU_S_ENOTSUP, mc_by_hash(&n, &rq, 0, NULL));
+    {
+        unsigned char h[VCU_SHA256_LEN];
+
+        ASSERT_EQ(0x10000 + VCU_S_ENOTSUP, mc_keep(&n, MC_IMG, &mod, h));
+    }
     mc_be_close(&n);
     mc_rmrf(dir);
     return 0;
