@@ -752,7 +752,8 @@ static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t o
                                sizeof(o), h);
 }
 
-CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len)
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
+                              const char *src_id)
 {
     struct vcu_cu_module_load_req r;
     vcu__modname_t mn;
@@ -762,10 +763,17 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     int major = 0, minor = 0;
     struct timespec t0 = { 0, 0 }, th = { 0, 0 };
     const char *how = "sent";
-    uint64_t ilen = len;
+    char id[VCU__SRC_ID_LEN];
     size_t tlen;
     int trimmed;
     CUresult e = CUDA_ERROR_FILE_NOT_FOUND;
+
+    /* The module cache names images by their place in a library's file. */
+    id[0] = '\0';
+    if (src_id == NULL && (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE))
+        vcu__module_src_id(image, len, id, sizeof(id));
+    if (src_id == NULL)
+        src_id = id;
 
     /* Only the code the device loads crosses to the host; a fatbin with
      * none is refused here, as the driver would refuse it. */
@@ -794,8 +802,8 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     m->dev = dev;
     /* An image the host's module cache holds is named, not sent: the
      * cache answers CUDA_ERROR_FILE_NOT_FOUND for one it lacks. */
-    vcu__module_name(vcu__drv.conn, 0, b.addr, len, image, ilen,
-                     (unsigned int)(major * 10 + minor), &mn);
+    vcu__module_name(vcu__drv.conn, 0, b.addr, len, src_id, (unsigned int)(major * 10 + minor),
+                     &mn);
     if (vcu__tracing_modules())
         clock_gettime(CLOCK_MONOTONIC, &th);
     if (mn.how != VCU__MN_SEND) {
@@ -851,7 +859,7 @@ CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len)
 
     if (e != CUDA_SUCCESS)
         return e;
-    return vcu__module_load_dev(c->dev, module, image, len);
+    return vcu__module_load_dev(c->dev, module, image, len, NULL);
 }
 
 VCU__EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)

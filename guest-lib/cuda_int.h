@@ -156,6 +156,7 @@ typedef struct vcu__kernel_s vcu__kernel_t;
 typedef struct vcu__library_s {
     void *image;                    /* a copy */
     uint64_t len;
+    char src_id[160];               /* where the copy came from (vcu__module_src_id) */
     vcu__module_t *mod[VCU_CU_MAX_DEVICES];     /* under vcu__drv.lock */
     vcu__kernel_t *kernels;         /* under vcu__drv.lock */
 } vcu__library_t;
@@ -227,7 +228,10 @@ CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
 /* A module from len bytes of image, in the current context's device or
  * in device dev. */
 CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);
-CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len);
+/* src_id: where image came from (vcu__module_src_id); NULL: taken now
+ * from image itself. */
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
+                              const char *src_id);
 /* The function of that name in m (one handle per name and module). */
 CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
 

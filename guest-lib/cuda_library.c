@@ -48,7 +48,7 @@ static CUresult vcu__lib_module_dev(vcu__library_t *l, int dev, vcu__module_t **
         *out = m;
         return CUDA_SUCCESS;
     }
-    e = vcu__module_load_dev(dev, &mod, l->image, l->len);
+    e = vcu__module_load_dev(dev, &mod, l->image, l->len, l->src_id);
     if (e != CUDA_SUCCESS)
         return e;
     pthread_mutex_lock(&vcu__drv.lock);
@@ -115,6 +115,10 @@ VCU__EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code,
     }
     memcpy(l->image, code, len);
     l->len = len;
+    /* Where the copy came from, now that both hold the same bytes: the
+     * module cache names images by their place in a library's file. */
+    if (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE)
+        vcu__module_src_id(code, len, l->src_id, sizeof(l->src_id));
     if (vcu__reg_add(l, VCU__K_LIBRARY) != 0) {
         free(l->image);
         free(l);

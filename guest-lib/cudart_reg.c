@@ -257,6 +257,7 @@ static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
 {
     struct vcu_cu_module_load_req r;
     vcu__modname_t mn;
+    char id[VCU__SRC_ID_LEN];
     struct vcu_cu_u64_resp o;
     vcu_buf_t b;
     void *trim = NULL;
@@ -289,8 +290,10 @@ static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
     /* An image the host's module cache holds is named, not sent
      * (CUDA_ERROR_FILE_NOT_FOUND: the cache lacks it; vcu_modhash.c). */
     e = cudaErrorFileNotFound;
-    vcu__module_name(vcu__rt.conn, 0, b.addr, b.len, fb->image, fb->len, (unsigned int)arch,
-                     &mn);
+    id[0] = '\0';
+    if (vcu_conn_features(vcu__rt.conn) & VCU_FEAT_MODULE_CACHE)
+        vcu__module_src_id(fb->image, fb->len, id, sizeof(id));
+    vcu__module_name(vcu__rt.conn, 0, b.addr, b.len, id, (unsigned int)arch, &mn);
     if (mn.how != VCU__MN_SEND)
         e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD_HASH, 0, &mn.req, sizeof(mn.req), NULL, 0, &o,
                       sizeof(o));

@@ -25,6 +25,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,23 @@ static pthread_mutex_t vcu__mh_lock = PTHREAD_MUTEX_INITIALIZER;
 static vcu__fmap_t *vcu__maps;
 static size_t vcu__nmaps;
 static int vcu__memo_dfd = -2;      /* -2: not opened yet; -1: no memo */
+static unsigned long long vcu__maps_gen = ~0ull;   /* loader's adds + subs at the last read */
+
+static int vcu__gen_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    *(unsigned long long *)arg = info->dlpi_adds + info->dlpi_subs;
+    return 1;
+}
+
+/* Changes whenever the loader maps or unmaps an object. */
+static unsigned long long vcu__loader_gen(void)
+{
+    unsigned long long g = 0;
+
+    dl_iterate_phdr(vcu__gen_cb, &g);
+    return g;
+}
 
 static void vcu__maps_free(void)
 {
@@ -162,38 +180,58 @@ static int vcu__memo_dir(void)
     return fd;
 }
 
-/*
- * The memo file name for the image at src (src_len bytes, trimmed for
- * arch), or 0 where src is not in a read-only mapping of a file that is
- * still the one mapped.  Caller holds the lock.
- */
-static int vcu__memo_name(const void *src, uint64_t src_len, unsigned int arch, char name[65])
+/* Fills id from the mapping of src; caller holds the lock. */
+static int vcu__src_id_locked(const void *src, uint64_t src_len, char *id, size_t cap)
 {
     const vcu__fmap_t *m = vcu__maps_find((uintptr_t)src, src_len);
-    unsigned char h[VCU_SHA256_LEN];
-    char key[512];
     struct stat st;
     int n;
 
-    if (m == NULL) {
-        vcu__maps_read();           /* a library loaded since */
+    /* Not found: read the mappings again only if a library came or went
+     * since (an image in the heap is never found, and reading them under
+     * TCG costs). */
+    if (m == NULL && vcu__loader_gen() != vcu__maps_gen) {
+        vcu__maps_gen = vcu__loader_gen();
+        vcu__maps_read();
         m = vcu__maps_find((uintptr_t)src, src_len);
     }
     if (m == NULL || stat(m->path, &st) != 0 || st.st_ino != m->ino ||
         major(st.st_dev) != m->major || minor(st.st_dev) != m->minor)
         return 0;
-    n = snprintf(key, sizeof(key), "trim1 %u:%u %llu %lld %lld.%09ld %lld.%09ld %llu %llu %u",
-                 m->major, m->minor, (unsigned long long)st.st_ino, (long long)st.st_size,
+    n = snprintf(id, cap, "%u:%u %llu %lld %lld.%09ld %lld.%09ld %llu %llu", m->major, m->minor,
+                 (unsigned long long)st.st_ino, (long long)st.st_size,
                  (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec,
-                 st.st_ctim.tv_nsec,
-                 (unsigned long long)(m->off + ((uintptr_t)src - m->start)),
-                 (unsigned long long)src_len, arch);
-    if (n < 0 || (size_t)n >= sizeof(key))
+                 st.st_ctim.tv_nsec, (unsigned long long)(m->off + ((uintptr_t)src - m->start)),
+                 (unsigned long long)src_len);
+    return n > 0 && (size_t)n < cap;
+}
+
+int vcu__module_src_id(const void *src, uint64_t src_len, char *id, size_t cap)
+{
+    const char *e = getenv("VCU_MODULE_MEMO");
+    int ok;
+
+    id[0] = '\0';
+    if (e != NULL && strcmp(e, "off") == 0)
         return 0;
-    vcu_sha256(key, (size_t)n, h);
+    pthread_mutex_lock(&vcu__mh_lock);
+    ok = vcu__src_id_locked(src, src_len, id, cap);
+    pthread_mutex_unlock(&vcu__mh_lock);
+    if (!ok)
+        id[0] = '\0';
+    return ok;
+}
+
+/* The memo file name of the image from src_id trimmed for arch. */
+static void vcu__memo_name(const char *src_id, unsigned int arch, char name[65])
+{
+    unsigned char h[VCU_SHA256_LEN];
+    char key[256];
+    int n = snprintf(key, sizeof(key), "trim1 %s %u", src_id, arch);
+
+    vcu_sha256(key, n > 0 && (size_t)n < sizeof(key) ? (size_t)n : strlen(key), h);
     for (int i = 0; i < VCU_SHA256_LEN; i++)
         snprintf(name + 2 * i, 3, "%02x", h[i]);
-    return 1;
 }
 
 static int vcu__memo_get(int dfd, const char *name, uint64_t len, unsigned char *sha)
@@ -233,10 +271,9 @@ static void vcu__memo_put(int dfd, const char *name, uint64_t len, const unsigne
 }
 
 void vcu__module_name(const vcu_conn_t *c, uint32_t vord, const void *img, uint64_t len,
-                      const void *src, uint64_t src_len, unsigned int arch, vcu__modname_t *n)
+                      const char *src_id, unsigned int arch, vcu__modname_t *n)
 {
     const char *e = getenv("VCU_MODULE_CACHE");
-    int dfd;
 
     memset(n, 0, sizeof(*n));
     n->how = VCU__MN_SEND;
@@ -245,13 +282,14 @@ void vcu__module_name(const vcu_conn_t *c, uint32_t vord, const void *img, uint6
         return;
     n->req.hdr.device = vord;
     n->req.image_len = len;
-    pthread_mutex_lock(&vcu__mh_lock);
-    dfd = src != NULL ? vcu__memo_dir() : -1;
-    if (dfd >= 0 && vcu__memo_name(src, src_len, arch, n->memo))
-        n->dfd = dfd;
-    pthread_mutex_unlock(&vcu__mh_lock);
+    if (src_id != NULL && src_id[0] != '\0') {
+        pthread_mutex_lock(&vcu__mh_lock);
+        n->dfd = vcu__memo_dir();
+        pthread_mutex_unlock(&vcu__mh_lock);
+    }
     if (n->dfd >= 0) {
         /* Named by the memo, or sent and its hash kept from the reply. */
+        vcu__memo_name(src_id, arch, n->memo);
         n->how = vcu__memo_get(n->dfd, n->memo, len, n->req.sha256) ? VCU__MN_REMEMBERED
                                                                     : VCU__MN_SEND;
         n->keep = 1;

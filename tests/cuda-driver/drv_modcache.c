@@ -9,7 +9,10 @@
  * the hash the host answers (CU_MODULE_LOAD_KEEP) in the guest library's
  * memo (vcu_modhash.c); the second names it by that hash, hashing
  * nothing; a third, with VCU_MODULE_MEMO=off and VCU_MODULE_CACHE=all,
- * hashes it itself and names it.  Each process
+ * hashes it itself and names it; a fourth loads it as NVIDIA's runtime
+ * does, with cuLibraryLoadData (which keeps a copy), and names it from
+ * the memo too; after a chmod of the file (its ctime changes, as with any
+ * write), a fifth finds no memo and sends it again.  Each process
  * reports its load with VCU_LIBCUDA_TRACE=modules (into a file); the
  * times go out as info: lines.  Where the host keeps no cache (the
  * feature is not agreed) every load is sent, which is checked as such.
@@ -18,6 +21,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -37,8 +41,10 @@ static double now_ms(void)
 /* One process: loads img, runs its fill kernel, checks the result, and
  * writes its module trace (stderr) into trace. */
 static void load_and_run(const char *img, const char *trace, const char *what, const char *xdg,
-                         int memo)
+                         int memo, int lib)
 {
+    CUlibrary l = NULL;
+    CUkernel k;
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
@@ -67,24 +73,35 @@ static void load_and_run(const char *img, const char *trace, const char *what, c
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CK(cuCtxSetCurrent(ctx));
     t0 = now_ms();
-    CK(cuModuleLoadData(&mod, img));
+    if (lib)
+        CK(cuLibraryLoadData(&l, img, NULL, NULL, 0, NULL, NULL, 0));
+    else
+        CK(cuModuleLoadData(&mod, img));
     t1 = now_ms();
-    printf("info: drv_modcache: %s: cuModuleLoadData of %u bytes took %.1f ms\n", what,
-           (unsigned int)strlen(img) + 1, t1 - t0);
-    CK(cuModuleGetFunction(&fill, mod, "vcu_drv_fill"));
+    printf("info: drv_modcache: %s: %s of %u bytes took %.1f ms\n", what,
+           lib ? "cuLibraryLoadData" : "cuModuleLoadData", (unsigned int)strlen(img) + 1, t1 - t0);
+    if (lib) {
+        CK(cuLibraryGetKernel(&k, l, "vcu_drv_fill"));
+        CK(cuKernelGetFunction(&fill, k));
+    } else {
+        CK(cuModuleGetFunction(&fill, mod, "vcu_drv_fill"));
+    }
     CK(cuMemAlloc(&p, sizeof(host)));
     CK(cuLaunchKernel(fill, 1, 1, 1, N, 1, 1, 0, NULL, args, NULL));
     CK(cuMemcpyDtoH(host, p, sizeof(host)));
     for (int i = 0; i < N; i++)
         TRUE(host[i] == 7u + 3u * (unsigned int)i);
     CK(cuMemFree(p));
-    CK(cuModuleUnload(mod));
+    if (lib)
+        CK(cuLibraryUnload(l));
+    else
+        CK(cuModuleUnload(mod));
     fflush(stdout);
     fflush(stderr);
 }
 
 static void in_child(const char *img, const char *trace, const char *what, const char *xdg,
-                     int memo)
+                     int memo, int lib)
 {
     pid_t pid;
     int st = 0;
@@ -93,7 +110,7 @@ static void in_child(const char *img, const char *trace, const char *what, const
     pid = fork();
     TRUE(pid >= 0);
     if (pid == 0) {
-        load_and_run(img, trace, what, xdg, memo);
+        load_and_run(img, trace, what, xdg, memo, lib);
         exit(0);
     }
     TRUE(waitpid(pid, &st, 0) == pid);
@@ -128,7 +145,7 @@ int main(void)
     size_t plen, off;
     char *ptx = vcu_drv_read_beside("vcu_drv_kernels.ptx", &plen);
     char *img = malloc(IMG_BYTES + 1), *mapped;
-    char t[3][64], l[3][512], file[64], xdg[64];
+    char t[5][64], l[5][512], file[64], xdg[64];
     struct timespec ts;
     unsigned int line = 0;
     int fd;
@@ -158,12 +175,16 @@ int main(void)
     close(fd);
     free(img);
 
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         snprintf(t[i], sizeof(t[i]), "/tmp/drv_modcache.%ld.%d", (long)getpid(), i);
-    in_child(mapped, t[0], "first process", xdg, 1);
-    in_child(mapped, t[1], "second process", xdg, 1);
-    in_child(mapped, t[2], "third process (hashing it itself)", xdg, 0);
-    for (int i = 0; i < 3; i++) {
+    in_child(mapped, t[0], "first process", xdg, 1, 0);
+    in_child(mapped, t[1], "second process", xdg, 1, 0);
+    in_child(mapped, t[2], "third process (hashing it itself)", xdg, 0, 0);
+    in_child(mapped, t[3], "fourth process (a library)", xdg, 1, 1);
+    usleep(20000);                  /* a ctime of its own, whatever the clock's grain */
+    TRUE(chmod(file, 0400) == 0);
+    in_child(mapped, t[4], "fifth process (the file changed)", xdg, 1, 0);
+    for (int i = 0; i < 5; i++) {
         trace_line(t[i], l[i], sizeof(l[i]));
         unlink(t[i]);
     }
@@ -177,16 +198,18 @@ int main(void)
         printf("info: drv_modcache: CPU SHA extensions: %s\n",
                __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29)) ? "yes" : "no");
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         printf("info: drv_modcache: process %d: %s\n", i + 1, l[i]);
     if (strstr(l[0], "sent; hash kept") != NULL) {
         /* The host has a cache: the second and third processes sent
          * nothing; the second took the hash from the memo. */
         TRUE(strstr(l[1], "by hash, not sent; hash remembered") != NULL);
         TRUE(strstr(l[2], "by hash, not sent)") != NULL);
+        TRUE(strstr(l[3], "by hash, not sent; hash remembered") != NULL);
+        TRUE(strstr(l[4], "sent; hash kept") != NULL);
     } else {
         printf("info: drv_modcache: the host keeps no module cache; every load sent\n");
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 5; i++)
             TRUE(strstr(l[i], ", sent)") != NULL);
     }
     printf("PASS drv_modcache\n");
