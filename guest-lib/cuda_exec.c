@@ -6,6 +6,7 @@
  * GPU is reported by a later call, as CUDA reports it); every other call
  * waits, so its error shows at the call that caused it.
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 
 #include "cuda_int.h"
 #include "vcu_fatbin.h"
+#include "vcu_kernels.h"
 
 /* ---- streams (wire handles) -------------------------------------------- */
 
@@ -753,7 +755,7 @@ static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t o
 }
 
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
-                              const char *src_id)
+                              vcu__library_t *lib)
 {
     struct vcu_cu_module_load_req r;
     vcu__modname_t mn;
@@ -764,16 +766,18 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     struct timespec t0 = { 0, 0 }, th = { 0, 0 };
     const char *how = "sent";
     char id[VCU__SRC_ID_LEN];
+    const char *src_id = id;
     size_t tlen;
     int trimmed;
     CUresult e = CUDA_ERROR_FILE_NOT_FOUND;
 
-    /* The module cache names images by their place in a library's file. */
+    /* The module cache names images by their place in a library's file
+     * (a library's copy: where it was copied from). */
     id[0] = '\0';
-    if (src_id == NULL && (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE))
+    if (lib != NULL)
+        src_id = lib->src_id;
+    else if (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE)
         vcu__module_src_id(image, len, id, sizeof(id));
-    if (src_id == NULL)
-        src_id = id;
 
     /* Only the code the device loads crosses to the host; a fatbin with
      * none is refused here, as the driver would refuse it. */
@@ -833,7 +837,17 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     }
     vcu__printf_module(b.addr, len);
     trimmed = trim != NULL;
-    free(trim);
+    /* Kept for vcu__module_kernels: a library keeps its own image. */
+    if (lib != NULL) {
+        m->lib = lib;
+        free(trim);
+    } else if (trim != NULL) {
+        m->image = trim;
+        m->image_len = len;
+    } else if ((m->image = malloc(len)) != NULL) {
+        memcpy(m->image, image, len);
+        m->image_len = len;
+    }
     if (vcu__tracing_modules()) {
         struct timespec t1;
 
@@ -1004,6 +1018,7 @@ VCU__EXPORT CUresult cuModuleUnload(CUmodule hmod)
     m->funcs = NULL;
     pthread_mutex_unlock(&vcu__drv.lock);
     vcu__funcs_free(funcs);
+    free(m->image);
     free(m);
     return e;
 }
@@ -1103,6 +1118,110 @@ fail:
         free(f);
     }
     free(o);
+    return e;
+}
+
+/* The names vcu_image_kernels finds, each once.  VCU__NAMES_NOMEM stops
+ * it (vcu_kernel_fn's negative results are its own). */
+#define VCU__NAMES_NOMEM (-2)
+
+typedef struct {
+    char **names;
+    unsigned int n, cap;
+} vcu__names_t;
+
+static int vcu__names_add(void *arg, const char *name, size_t len)
+{
+    vcu__names_t *v = arg;
+    char *s;
+
+    for (unsigned int i = 0; i < v->n; i++)
+        if (strncmp(v->names[i], name, len) == 0 && v->names[i][len] == '\0')
+            return 0;
+    if (v->n == v->cap) {
+        unsigned int cap = v->cap ? v->cap * 2 : 16;
+        char **p = realloc(v->names, cap * sizeof(*p));
+
+        if (p == NULL)
+            return VCU__NAMES_NOMEM;
+        v->names = p;
+        v->cap = cap;
+    }
+    if ((s = strndup(name, len)) == NULL)
+        return VCU__NAMES_NOMEM;
+    v->names[v->n++] = s;
+    return 0;
+}
+
+/* zstd, for fatbin entries compressed with it: the system's libzstd.so.1,
+ * loaded at the first need (none: such entries are not read). */
+static size_t (*vcu__zstd_decompress)(void *, size_t, const void *, size_t);
+static unsigned (*vcu__zstd_is_error)(size_t);
+static pthread_once_t vcu__zstd_once = PTHREAD_ONCE_INIT;
+
+static void vcu__zstd_load(void)
+{
+    void *lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+
+    if (lib == NULL)
+        return;
+    *(void **)&vcu__zstd_is_error = dlsym(lib, "ZSTD_isError");
+    *(void **)&vcu__zstd_decompress = dlsym(lib, "ZSTD_decompress");
+    if (vcu__zstd_is_error == NULL)
+        vcu__zstd_decompress = NULL;
+}
+
+static size_t vcu__unzstd(void *dst, size_t cap, const void *src, size_t n)
+{
+    size_t r;
+
+    pthread_once(&vcu__zstd_once, vcu__zstd_load);
+    if (vcu__zstd_decompress == NULL)
+        return 0;
+    r = vcu__zstd_decompress(dst, cap, src, n);
+    return vcu__zstd_is_error(r) ? 0 : r;
+}
+
+CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
+                             unsigned int *count)
+{
+    static int logged;
+    vcu__names_t v = { NULL, 0, 0 };
+    const void *img = m->lib != NULL ? m->lib->image : m->image;
+    uint64_t len = m->lib != NULL ? m->lib->len : m->image_len;
+    int major = 0, minor = 0;
+    CUresult e = CUDA_SUCCESS;
+    long r;
+
+    *count = 0;
+    if (img == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;       /* the copy failed at the load */
+    e = cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->dev);
+    if (e == CUDA_SUCCESS)
+        e = cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->dev);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r = vcu_image_kernels(img, (size_t)len, (unsigned int)(major * 10 + minor), vcu__names_add,
+                          &v, vcu__unzstd);
+    if (r == VCU__NAMES_NOMEM) {
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (r < 0) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): a module's kernels cannot be listed "
+                               "(its image is not read here; zstd needs libzstd.so.1)\n");
+        e = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    for (unsigned int i = 0; i < v.n && e == CUDA_SUCCESS; i++) {
+        vcu__func_t *f;
+
+        e = vcu__module_function(m, v.names[i], &f);
+        if (e == CUDA_SUCCESS) {
+            fn(arg, (CUfunction)f);
+            (*count)++;
+        }
+    }
+    for (unsigned int i = 0; i < v.n; i++)
+        free(v.names[i]);
+    free(v.names);
     return e;
 }
 
@@ -1527,19 +1646,21 @@ VCU__EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
 
 /* ---- streams ------------------------------------------------------------ */
 
-/* The current context's stream priorities (CU_CTX_PRIORITY_RANGE). */
+/* The current context's stream priorities (the host side of
+ * cuCtxGetStreamPriorityRange is generated; either pointer may be NULL
+ * here). */
 static CUresult vcu__prio_range(vcu__ctx_t *c, int *least, int *greatest)
 {
-    struct vcu_cu_hdr h;
-    struct vcu_cu_priority_range_resp o;
+    struct vcu_call_cuCtxGetStreamPriorityRange_req r;
+    struct vcu_call_cuCtxGetStreamPriorityRange_resp o;
     CUresult e;
 
-    memset(&h, 0, sizeof(h));
-    e = vcu__call(c->dev, VCU_OP_CU_CTX_PRIORITY_RANGE, &h, sizeof(h), NULL, 0, &o, sizeof(o));
+    VCU_CALL_INIT(r, cuCtxGetStreamPriorityRange);
+    e = vcu__call(c->dev, VCU_OP_CU_CALL, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
-    *least = (int32_t)o.least;
-    *greatest = (int32_t)o.greatest;
+    *least = (int)o.leastPriority;
+    *greatest = (int)o.greatestPriority;
     return CUDA_SUCCESS;
 }
 
@@ -1775,7 +1896,8 @@ VCU__EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *st
     return cuStreamGetId(hStream == NULL ? CU_STREAM_PER_THREAD : hStream, streamId);
 }
 
-/* Limits of the current context's device (CU_CTX_SET_LIMIT, CU_CTX_GET_LIMIT). */
+/* A limit of the current context's device (CU_CTX_SET_LIMIT, charged on
+ * the host; cuCtxGetLimit is a remote call). */
 VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
     struct vcu_cu_limit_req r;
@@ -1788,26 +1910,6 @@ VCU__EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     r.limit = (uint32_t)limit;
     r.value = value;
     return vcu__call(c->dev, VCU_OP_CU_CTX_SET_LIMIT, &r, sizeof(r), NULL, 0, NULL, 0);
-}
-
-VCU__EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
-{
-    struct vcu_cu_limit_req r;
-    struct vcu_cu_u64_resp o;
-    vcu__ctx_t *c;
-    CUresult e;
-
-    if (pvalue == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.limit = (uint32_t)limit;
-    e = vcu__call(c->dev, VCU_OP_CU_CTX_GET_LIMIT, &r, sizeof(r), NULL, 0, &o, sizeof(o));
-    if (e == CUDA_SUCCESS)
-        *pvalue = (size_t)o.value;
-    return e;
 }
 
 VCU__EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
@@ -1944,13 +2046,18 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, int ptsz)
+/* flags: CU_EVENT_RECORD_DEFAULT, or CU_EVENT_RECORD_EXTERNAL (in a
+ * capture, an event record node of the graph; elsewhere the same). */
+static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, unsigned int flags, int ptsz)
 {
     struct vcu_cu_pair_req r;
     vcu__event_t *v;
     vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e;
 
+    if (flags & ~(unsigned int)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
     if (e == CUDA_SUCCESS)
         e = vcu__event_here(c, hEvent, &v);
     memset(&r, 0, sizeof(r));
@@ -1959,17 +2066,29 @@ static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, int ptsz)
     if (e != CUDA_SUCCESS)
         return e;
     r.a = v->h;
+    r.c = flags;
     return vcu__call_async(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0);
 }
 
 VCU__EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    return vcu__event_record(hEvent, hStream, 0);
+    return vcu__event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT, 0);
 }
 
 VCU__EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-    return vcu__event_record(hEvent, hStream, 1);
+    return vcu__event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT, 1);
+}
+
+VCU__EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    return vcu__event_record(hEvent, hStream, flags, 0);
+}
+
+VCU__EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                                 unsigned int flags)
+{
+    return vcu__event_record(hEvent, hStream, flags, 1);
 }
 
 VCU__EXPORT CUresult cuEventSynchronize(CUevent hEvent)
@@ -2002,33 +2121,7 @@ VCU__EXPORT CUresult cuEventQuery(CUevent hEvent)
     return vcu__call(c->dev, VCU_OP_CU_EVENT_QUERY, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
-VCU__EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
-{
-    struct vcu_cu_pair_req r;
-    struct vcu_cu_elapsed_resp o;
-    vcu__event_t *a, *b;
-    vcu__ctx_t *c;
-    CUresult e;
-
-    if (pMilliseconds == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hStart, &a);
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEnd, &b);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.a = a->h;
-    r.b = b->h;
-    e = vcu__call(c->dev, VCU_OP_CU_EVENT_ELAPSED, &r, sizeof(r), NULL, 0, &o, sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    memcpy(pMilliseconds, &o.ms_bits, sizeof(*pMilliseconds));
-    return CUDA_SUCCESS;
-}
-
+/* The first ABI, the same as the remote cuEventElapsedTime_v2's. */
 VCU__EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
     return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);

@@ -120,7 +120,6 @@ VCU__UNKNOWN(6E163FBE, 3)
 VCU__UNKNOWN(6E163FBE, 4)
 VCU__UNKNOWN(6E163FBE, 5)
 VCU__UNKNOWN(6E163FBE, 6)
-VCU__UNKNOWN(6E163FBE, 7)
 VCU__UNKNOWN(6E163FBE, 8)
 VCU__UNKNOWN(6E163FBE, 9)
 VCU__UNKNOWN(6E163FBE, 10)
@@ -842,10 +841,56 @@ static const void *const vcu__1734dc26_table[32] = {
 };
 
 /*
+ * 6e163fbe [7] (ctx, module, callback, arg): calls callback(arg, f) for
+ * each kernel f of the module and returns how many; 0 for a bad context
+ * or module.  cuFFT 12 calls it for each module it loads from PTX (one
+ * kernel each) with a callback that keeps f, uses f
+ * as a CUfunction (launches), and takes any result but 1 as
+ * CUFFT_INTERNAL_ERROR (read in its code: so the result is a count or a
+ * boolean, not a CUresult; for one kernel both are 1).  NVIDIA's driver
+ * hands the callback its own function objects, which a CUfunction is;
+ * here it is this library's CUfunction, the one cuModuleGetFunction
+ * gives for that name.  Public tracers call the table "ToolsModule"
+ * (CU_ETID_ToolsModule).  Measured on NVIDIA's driver 580
+ * (tests/gpu/probe-libs.c): the count of kernels, also with a NULL
+ * context and with a NULL callback (no calls); 0 for a bad module; the
+ * callback gets (arg, f, ...) with f what cuModuleGetFunction gives, and
+ * further arguments (the name, the module) cuFFT does not read.
+ */
+/* With no callback, NVIDIA's driver still counts (measured). */
+static void vcu__6e163fbe_7_count(void *arg, CUfunction f)
+{
+    (void)arg;
+    (void)f;
+}
+
+static int vcu__6e163fbe_7(CUcontext ctx, CUmodule hmod, void (*cb)(void *arg, CUfunction f),
+                           void *arg)
+{
+    vcu__ctx_t *c = (vcu__ctx_t *)ctx;
+    vcu__module_t *m = (vcu__module_t *)hmod;
+    unsigned int n = 0;
+
+    if (cb == NULL)
+        cb = vcu__6e163fbe_7_count;
+    if (c == NULL) {
+        if (vcu__cur(&c) != CUDA_SUCCESS)
+            return 0;
+    } else if (!vcu__reg_has(c, VCU__K_CTX)) {
+        return 0;
+    }
+    if (!vcu__reg_has(m, VCU__K_MODULE) || m->dev != c->dev)
+        return 0;
+    /* A kernel that cannot be had stops the walk: n says how far it got. */
+    vcu__module_kernels(m, cb, arg, &n);
+    return (int)n;
+}
+
+/*
  * 6e163fbe: cuFFT 12 asks for it (cufftPlan1d fails without it); LUPINE
- * calls it a private module iterator and answers [7], which enumerates a
- * module's functions as driver-internal objects this library does not
- * have.  16 slots, each saying once that it was called and refusing.
+ * calls it a private module iterator.  16 slots (cuFFT checks there are
+ * more than 7); [7] above, the others each say once that they were
+ * called and refuse.
  */
 static const void *const vcu__6e163fbe_table[16] = {
     VCU__SIZE(16),
@@ -855,7 +900,7 @@ static const void *const vcu__6e163fbe_table[16] = {
     VCU__FN(vcu__unk_6E163FBE_4),
     VCU__FN(vcu__unk_6E163FBE_5),
     VCU__FN(vcu__unk_6E163FBE_6),
-    VCU__FN(vcu__unk_6E163FBE_7),
+    VCU__FN(vcu__6e163fbe_7),
     VCU__FN(vcu__unk_6E163FBE_8),
     VCU__FN(vcu__unk_6E163FBE_9),
     VCU__FN(vcu__unk_6E163FBE_10),

@@ -3,7 +3,9 @@
  * CU_STREAM_*_CAPTURE opcodes, as our runtime does them.  CUgraph,
  * CUgraphNode and CUgraphExec are records of this library naming host
  * handles; a graph keeps the nodes made here so cuGraphGetNodes can list
- * them (a captured or cloned graph's nodes are counted, not listed).
+ * them (a captured or cloned graph's nodes are counted, not listed, but
+ * when every one of them has a record here: added, or listed as a
+ * capture's dependency).
  * Kernel, memset, host and empty nodes are offered.
  */
 #include <stdlib.h>
@@ -11,32 +13,9 @@
 
 #include "cuda_int.h"
 
-typedef struct vcu__gnode_s {
-    uint64_t h;
-    struct vcu__graph_s *g;
-    struct vcu__gnode_s *next;
-} vcu__gnode_t;
-
-typedef struct vcu__graph_s {
-    int dev;
-    uint64_t h;
-    vcu__gnode_t *nodes;            /* newest first; under vcu__drv.lock */
-    size_t nnodes;
-    /* A capture's graph (cuStreamGetCaptureInfo's graph_out): nonzero
-     * capture id while the capture owns it, and on vcu__cap_graphs.  Both
-     * under vcu__drv.lock. */
-    uint64_t cap_id;
-    struct vcu__graph_s *cap_next;
-} vcu__graph_t;
-
 /* The graphs of captures asked for and not yet ended; under
  * vcu__drv.lock. */
 static vcu__graph_t *vcu__cap_graphs;
-
-typedef struct vcu__gexec_s {
-    int dev;
-    uint64_t h;
-} vcu__gexec_t;
 
 static CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
 {
@@ -108,6 +87,8 @@ VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
         vcu__reg_del(n);
         free(n);
     }
+    free(g->deps_out);
+    free(g->edges_out);
     free(g);
     return e;
 }
@@ -688,22 +669,127 @@ static CUresult vcu__cap_graph_get(int dev, uint64_t id, uint64_t h, CUgraph *ou
     return CUDA_SUCCESS;
 }
 
+/* The node of g with host handle h: the record made here before (a node
+ * added here, or listed before), else a new one.  NULL: out of memory. */
+static vcu__gnode_t *vcu__gnode_of(vcu__graph_t *g, uint64_t h)
+{
+    vcu__gnode_t *n, *nn;
+
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (n = g->nodes; n != NULL && n->h != h; n = n->next)
+        ;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (n != NULL)
+        return n;
+    nn = calloc(1, sizeof(*nn));
+    if (nn == NULL || vcu__reg_add(nn, VCU__K_GNODE) != 0) {
+        free(nn);
+        return NULL;
+    }
+    nn->h = h;
+    nn->g = g;
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (n = g->nodes; n != NULL && n->h != h; n = n->next)
+        ;
+    if (n == NULL) {                /* not another thread's, meanwhile */
+        nn->next = g->nodes;
+        g->nodes = nn;
+        g->nnodes++;
+        n = nn;
+        nn = NULL;
+    }
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (nn != NULL) {
+        vcu__reg_del(nn);
+        free(nn);
+    }
+    return n;
+}
+
+/*
+ * The open dependencies of the capture on stream hs (host handle) as
+ * nodes of its graph, into *deps (and default edges into *edges), the
+ * graph's own array, valid until the next ask: CU_STREAM_CAPTURE_DEPS.
+ * More than VCU_CU_MAX_CAPTURE_DEPS: CUDA_ERROR_NOT_SUPPORTED (logged).
+ */
+static CUresult vcu__capture_deps(vcu__ctx_t *c, uint64_t hs, uint64_t id,
+                                  const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                                  size_t *ndeps)
+{
+    static int logged;
+    struct vcu_cu_u64_req r = { .value = hs };
+    struct vcu_cu_capture_deps_resp *o;
+    vcu__graph_t *g;
+    CUgraph cg;
+    CUresult e;
+    size_t i;
+
+    o = malloc(sizeof(*o));
+    if (o == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_DEPS, &r, sizeof(r), NULL, 0, o, sizeof(*o));
+    if (e == CUDA_SUCCESS && o->ndeps > VCU_CU_MAX_CAPTURE_DEPS) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuStreamGetCaptureInfo: a capture with "
+                               "more than %u open dependencies cannot be listed\n",
+                      VCU_CU_MAX_CAPTURE_DEPS);
+        e = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (e == CUDA_SUCCESS && (o->status != CU_STREAM_CAPTURE_STATUS_ACTIVE || o->ndeps == 0)) {
+        *deps = NULL;       /* ended meanwhile, or nothing open */
+        if (edges != NULL)
+            *edges = NULL;
+        *ndeps = 0;
+        free(o);
+        return CUDA_SUCCESS;
+    }
+    if (e == CUDA_SUCCESS)
+        e = vcu__cap_graph_get(c->dev, id, o->graph, &cg);
+    if (e != CUDA_SUCCESS) {
+        free(o);
+        return e;
+    }
+    g = (vcu__graph_t *)cg;
+    pthread_mutex_lock(&vcu__drv.lock);
+    if (g->deps_out == NULL) {
+        g->deps_out = calloc(VCU_CU_MAX_CAPTURE_DEPS, sizeof(*g->deps_out));
+        g->edges_out = calloc(VCU_CU_MAX_CAPTURE_DEPS, sizeof(*g->edges_out));
+    }
+    e = g->deps_out != NULL && g->edges_out != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    for (i = 0; e == CUDA_SUCCESS && i < o->ndeps; i++) {
+        vcu__gnode_t *n = vcu__gnode_of(g, o->node[i]);
+
+        if (n == NULL)
+            e = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            g->deps_out[i] = (CUgraphNode)n;
+    }
+    if (e == CUDA_SUCCESS) {
+        *deps = g->deps_out;
+        if (edges != NULL)
+            *edges = g->edges_out;      /* all default: else the host's query was lossy */
+        *ndeps = o->ndeps;
+    }
+    free(o);
+    return e;
+}
+
 /*
  * cuStreamGetCaptureInfo in its three ABIs.  Status and id from the host;
  * during a capture, the graph being captured (CU_STREAM_CAPTURE_GRAPH):
  * owned by the capture, the same CUgraph each time, and the one
- * cuStreamEndCapture returns.  The stream's dependencies are counted;
- * their nodes have no handles here, so asking for the list while there
- * are any is CUDA_ERROR_NOT_SUPPORTED (logged once); with none the list
- * is NULL.  Outside a capture these are not valid data (cuda.h) and come
- * back NULL and 0.
+ * cuStreamEndCapture returns.  The stream's open dependencies, when asked
+ * for, as nodes of that graph (CU_STREAM_CAPTURE_DEPS; the same CUgraphNode
+ * for the same node each time, and for a node added here the one
+ * cuGraphAdd*Node gave); their edges are the default ones (a capture with
+ * other edges is CUDA_ERROR_LOSSY_QUERY, as cuda.h says).  Outside a
+ * capture these are not valid data (cuda.h) and come back NULL and 0.
  */
 static CUresult vcu__capture_info_all(CUstream hStream, CUstreamCaptureStatus *st,
                                       cuuint64_t *id, CUgraph *graph,
                                       const CUgraphNode **deps, const CUgraphEdgeData **edges,
                                       size_t *ndeps, int ptsz)
 {
-    static int logged;
     struct vcu_cu_u64_req r;
     struct vcu_cu_capture_graph_resp o;
     vcu__ctx_t *c;
@@ -723,11 +809,6 @@ static CUresult vcu__capture_info_all(CUstream hStream, CUstreamCaptureStatus *s
                       sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
-    if (o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && deps != NULL && o.ndeps > 0) {
-        vcu__log_once(&logged, "libcuda (virtio-cuda): cuStreamGetCaptureInfo: the list of "
-                               "a capture's dependencies is not supported (only the count)\n");
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
     if (graph != NULL) {
         *graph = NULL;
         if (o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && o.graph != 0) {
@@ -745,7 +826,97 @@ static CUresult vcu__capture_info_all(CUstream hStream, CUstreamCaptureStatus *s
         *edges = NULL;
     if (ndeps != NULL)
         *ndeps = o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (size_t)o.ndeps : 0;
+    if (deps != NULL && o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && o.ndeps > 0) {
+        size_t n = 0;
+
+        e = vcu__capture_deps(c, r.value, o.id, deps, edges, &n);
+        if (e != CUDA_SUCCESS)
+            return e;
+        if (ndeps != NULL)
+            *ndeps = n;
+    }
     return CUDA_SUCCESS;
+}
+
+/*
+ * cuStreamUpdateCaptureDependencies in its ABIs: nodes of the capture's
+ * graph made here (added, or listed by cuStreamGetCaptureInfo), with the
+ * default edges (others: CUDA_ERROR_NOT_SUPPORTED, logged once).
+ */
+static CUresult vcu__update_deps(CUstream hStream, CUgraphNode *deps,
+                                 const CUgraphEdgeData *edges, size_t n, unsigned int flags,
+                                 int ptsz)
+{
+    static int logged;
+    struct vcu_cu_update_deps_req r;
+    vcu__ctx_t *c;
+    CUresult e;
+    size_t i;
+
+    if ((n > 0 && deps == NULL) || (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
+                                     flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n > VCU_CU_MAX_CAPTURE_DEPS) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuStreamUpdateCaptureDependencies "
+                               "with more than %u nodes is not supported\n",
+                      VCU_CU_MAX_CAPTURE_DEPS);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    for (i = 0; edges != NULL && i < n; i++) {
+        static const CUgraphEdgeData none;
+
+        if (memcmp(&edges[i], &none, sizeof(none)) != 0) {
+            vcu__log_once(&logged, "libcuda (virtio-cuda): cuStreamUpdateCaptureDependencies "
+                                   "with edge data is not supported\n");
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+    }
+    memset(&r, 0, sizeof(r));
+    for (i = 0; i < n; i++) {
+        vcu__gnode_t *nd = (vcu__gnode_t *)deps[i];
+
+        if (!vcu__reg_has(nd, VCU__K_GNODE))
+            return CUDA_ERROR_INVALID_VALUE;
+        r.node[i] = nd->h;
+    }
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.stream);
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.flags = flags;
+    r.ndeps = (uint32_t)n;
+    return vcu__call(c->dev, VCU_OP_CU_STREAM_UPDATE_DEPS, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies,
+                                                       size_t numDependencies, unsigned int flags)
+{
+    return vcu__update_deps(hStream, dependencies, NULL, numDependencies, flags, 0);
+}
+
+VCU__EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream,
+                                                            CUgraphNode *dependencies,
+                                                            size_t numDependencies,
+                                                            unsigned int flags)
+{
+    return vcu__update_deps(hStream, dependencies, NULL, numDependencies, flags, 1);
+}
+
+VCU__EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream,
+                                                          CUgraphNode *dependencies,
+                                                          const CUgraphEdgeData *dependencyData,
+                                                          size_t numDependencies,
+                                                          unsigned int flags)
+{
+    return vcu__update_deps(hStream, dependencies, dependencyData, numDependencies, flags, 0);
+}
+
+VCU__EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(
+    CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+    size_t numDependencies, unsigned int flags)
+{
+    return vcu__update_deps(hStream, dependencies, dependencyData, numDependencies, flags, 1);
 }
 
 VCU__EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream,

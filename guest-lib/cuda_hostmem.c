@@ -40,6 +40,7 @@ typedef struct vcu__hostmem_s {
     int dev;                        /* program ordinal of the context it was made in */
     vcu__ctx_t *ctx;                /* that context: may be destroyed since */
     uint64_t dptr;                  /* device pointer of p; 0 until asked */
+    uint64_t id;                    /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
     struct vcu__hostmem_s *next;
 } vcu__hostmem_t;
 
@@ -81,6 +82,7 @@ static vcu__hostmem_t *vcu__hm_find_locked(uintptr_t p)
 
 static void vcu__hm_add(vcu__hostmem_t *h)
 {
+    h->id = vcu__buffer_id_new();
     pthread_mutex_lock(&vcu__hm_mu);
     h->next = vcu__hms;
     vcu__hms = h;
@@ -386,6 +388,7 @@ typedef struct vcu__ptr_info_s {
     uint64_t start, size;           /* the allocation holding it */
     CUdeviceptr dptr;               /* 0: none */
     void *hptr;                     /* NULL: none */
+    uint64_t id;                    /* buffer ID; 0: not known */
 } vcu__ptr_info_t;
 
 static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
@@ -416,6 +419,7 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
         pi->start = (uintptr_t)h->p;
         pi->size = h->size;
         pi->hptr = (void *)(uintptr_t)p;
+        pi->id = h->id;
     }
     pthread_mutex_unlock(&vcu__hm_mu);
     if (h != NULL) {
@@ -436,6 +440,7 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
     pi->start = o.base;
     pi->size = o.size;
     pi->dptr = p;
+    pi->id = vcu__dr_id(c->dev, o.base);
     return CUDA_SUCCESS;
 }
 
@@ -513,6 +518,23 @@ static CUresult vcu__ptr_attr(const vcu__ptr_info_t *pi, CUpointer_attribute a, 
             return CUDA_ERROR_INVALID_VALUE;
         *(size_t *)data = pi->size;
         return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        /* cuFFT asks it of its work areas (and fails its plans without
+         * it).  Known for the allocations this library made: device
+         * memory (cuda_ranges.c) and page-locked host memory; managed
+         * memory, module globals and ranges forgotten after a reset
+         * are not (NOT_SUPPORTED, below). */
+        if (!known) {
+            if (strict)
+                return CUDA_ERROR_INVALID_VALUE;
+            *(unsigned long long *)data = 0;
+            return CUDA_SUCCESS;
+        }
+        if (pi->id != 0) {
+            *(unsigned long long *)data = pi->id;
+            return CUDA_SUCCESS;
+        }
+        /* fall through */
     default: {
         static int logged;
 

@@ -32,6 +32,7 @@
 #include <cuda.h>
 
 #include "cuda_gen.h"
+#include "vcu_calls.h"
 #include "vcu_common.h"
 #include "vcu_transport.h"
 
@@ -109,6 +110,12 @@ typedef struct vcu__module_s {
     int dev;
     uint64_t h;                     /* host handle */
     vcu__func_t *funcs;             /* under vcu__drv.lock */
+    /* What its kernels are read from (vcu__module_kernels): a library's
+     * module, its library's image; any other, a copy of the image as
+     * sent, owned.  Set at the load, read-only after. */
+    struct vcu__library_s *lib;
+    void *image;
+    uint64_t image_len;
 } vcu__module_t;
 
 struct vcu__func_s {
@@ -149,6 +156,41 @@ typedef struct vcu__event_s {
     uint64_t h;
 } vcu__event_t;
 
+/* A pool handle names the host's default pool of one device; made at
+ * the first ask and kept for the life of the process (cuda_pool.c). */
+typedef struct vcu__pool_s {
+    int dev;
+    uint64_t h;
+} vcu__pool_t;
+
+/* Graphs, their nodes and executable graphs (cuda_graph.c). */
+typedef struct vcu__gnode_s {
+    uint64_t h;
+    struct vcu__graph_s *g;
+    struct vcu__gnode_s *next;
+} vcu__gnode_t;
+
+typedef struct vcu__graph_s {
+    int dev;
+    uint64_t h;
+    vcu__gnode_t *nodes;            /* newest first; under vcu__drv.lock */
+    size_t nnodes;
+    /* A capture's graph (cuStreamGetCaptureInfo's graph_out): nonzero
+     * capture id while the capture owns it, and on vcu__cap_graphs.  Both
+     * under vcu__drv.lock. */
+    uint64_t cap_id;
+    struct vcu__graph_s *cap_next;
+    /* cuStreamGetCaptureInfo's dependency list (and its default edges),
+     * valid until the next such call: made at the first ask. */
+    CUgraphNode *deps_out;
+    CUgraphEdgeData *edges_out;
+} vcu__graph_t;
+
+typedef struct vcu__gexec_s {
+    int dev;
+    uint64_t h;
+} vcu__gexec_t;
+
 /* A library (cuda_library.c): context-independent; a module of its own
  * image in each device where it is used, loaded at the first use. */
 typedef struct vcu__kernel_s vcu__kernel_t;
@@ -158,6 +200,9 @@ typedef struct vcu__library_s {
     uint64_t len;
     char src_id[160];               /* where the copy came from (vcu__module_src_id) */
     vcu__module_t *mod[VCU_CU_MAX_DEVICES];     /* under vcu__drv.lock */
+    /* 1: it has no code for that device (found at the first ask, in the
+     * guest: vcu__module_load_dev).  Under vcu__drv.lock. */
+    unsigned char nobin[VCU_CU_MAX_DEVICES];
     vcu__kernel_t *kernels;         /* under vcu__drv.lock */
 } vcu__library_t;
 
@@ -166,6 +211,36 @@ struct vcu__kernel_s {
     char *name;
     vcu__kernel_t *next;
 };
+
+/* A function handle, or a kernel's function in the current context
+ * (cuda_library.c). */
+CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out);
+
+/*
+ * The generated remote calls' helpers (cuda_remote.c, used by the
+ * forwarders gen-cuda.py writes from cuda_calls.list).  A call runs on
+ * one device: its first CUdevice argument's (vcu__rc_at_dev), else its
+ * first handle's (vcu__rc_at_obj: an object's own device; a default
+ * stream or a CUkernel, the current context's), else the current
+ * context's (vcu__rc_at_ctx).  Every handle argument must be of that
+ * device.
+ */
+typedef struct vcu__rc_s {
+    int dev;
+} vcu__rc_t;
+
+CUresult vcu__rc_at_ctx(vcu__rc_t *rc);
+CUresult vcu__rc_at_dev(vcu__rc_t *rc, CUdevice dev);
+CUresult vcu__rc_at_obj(vcu__rc_t *rc, int kind, const void *h, int ptsz);
+/* A handle argument of kind VCU__K_* -> its wire handle; ptsz: NULL is
+ * the per-thread default stream. */
+CUresult vcu__rc_handle(vcu__rc_t *rc, int kind, const void *h, int ptsz, uint64_t *wire);
+/* A device argument -> its virtual ordinal. */
+CUresult vcu__rc_device(CUdevice dev, uint64_t *wire);
+/* Sends a CU_CALL request (req starts with its struct vcu_cu_call_req)
+ * and waits for the reply (resp starts with struct vcu_cu_resp). */
+CUresult vcu__rc_call(vcu__rc_t *rc, uint32_t call, struct vcu_cu_call_req *req, uint32_t req_len,
+                      struct vcu_cu_resp *resp, uint32_t resp_cap);
 
 /* Opens the session once (no cuInit needed); returns its result. */
 CUresult vcu__connect(void);
@@ -212,6 +287,10 @@ void vcu__dr_add(int dev, uint64_t base, uint64_t size);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);
 int vcu__dr_known(int dev, uint64_t p, uint64_t n);
+/* The buffer ID of the allocation starting at base (0: none known), and
+ * a new one for an allocation made elsewhere (unique in the process). */
+uint64_t vcu__dr_id(int dev, uint64_t base);
+uint64_t vcu__buffer_id_new(void);
 /* Whether [p, p + n) lies in page-locked memory of this library's own
  * (cuMemHostAlloc) that copies may use after their call (cuda_hostmem.c). */
 int vcu__hm_stable(const void *p, size_t n);
@@ -226,14 +305,20 @@ CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
  * nvcc's wrapper; avail is what is known to be there, or UINT64_MAX. */
 CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
 /* A module from len bytes of image, in the current context's device or
- * in device dev. */
+ * in device dev (for a library's module: lib, whose image it is). */
 CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);
-/* src_id: where image came from (vcu__module_src_id); NULL: taken now
- * from image itself. */
+/* lib: the library whose copy image is (its module keeps it, and the
+ * module cache names it by where the copy came from), or NULL. */
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
-                              const char *src_id);
+                              struct vcu__library_s *lib);
 /* The function of that name in m (one handle per name and module). */
 CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
+/* Each kernel of m, in its image's order, once each: fn(arg, f) (with
+ * vcu__drv.lock not held); *count the number of calls.  Read from the
+ * image in the guest (include/vcu_kernels.h): CUDA_ERROR_NOT_SUPPORTED
+ * where that is not read here (logged once). */
+CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
+                             unsigned int *count);
 
 /*
  * One copy kind (VCU_OP_CU_MEMCPY_HTOD/DTOH/DTOD) of n bytes, in pieces of

@@ -43,12 +43,20 @@ static CUresult vcu__lib_module_dev(vcu__library_t *l, int dev, vcu__module_t **
 
     pthread_mutex_lock(&vcu__drv.lock);
     m = l->mod[dev];
+    e = l->nobin[dev] ? CUDA_ERROR_NO_BINARY_FOR_GPU : CUDA_SUCCESS;
     pthread_mutex_unlock(&vcu__drv.lock);
     if (m != NULL) {
         *out = m;
         return CUDA_SUCCESS;
     }
-    e = vcu__module_load_dev(dev, &mod, l->image, l->len, l->src_id);
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__module_load_dev(dev, &mod, l->image, l->len, l);
+    if (e == CUDA_ERROR_NO_BINARY_FOR_GPU) {
+        pthread_mutex_lock(&vcu__drv.lock);
+        l->nobin[dev] = 1;
+        pthread_mutex_unlock(&vcu__drv.lock);
+    }
     if (e != CUDA_SUCCESS)
         return e;
     pthread_mutex_lock(&vcu__drv.lock);
@@ -219,7 +227,8 @@ VCU__EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 /*
  * One handle per name and library.  The name is looked up in the
  * current context's device (CUDA_ERROR_NOT_FOUND when the image has no
- * such kernel) where there is a current context.
+ * such kernel) where there is a current context and the library has code
+ * for it.
  */
 VCU__EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -241,6 +250,12 @@ VCU__EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, co
     nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
     if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
         return CUDA_ERROR_NOT_FOUND;
+    /* A library with no code for this GPU: CUDA_ERROR_NO_BINARY_FOR_GPU
+     * for every name, known or not, as NVIDIA's driver answers (measured,
+     * tests/gpu/probe-libs.c).  cuDNN 9 asks for the kernels of its
+     * libraries for every GPU generation (thousands at cudnnCreate) and
+     * takes that answer; the library remembers it (nobin), so the image
+     * is not trimmed again for each. */
     if (vcu__cur(&c) == CUDA_SUCCESS) {
         e = vcu__lib_module(l, &m);
         if (e == CUDA_SUCCESS)
@@ -365,16 +380,16 @@ static CUresult vcu__func_get_attr(vcu__func_t *f, CUfunction_attribute attrib, 
 
 static CUresult vcu__func_set_attr(vcu__func_t *f, CUfunction_attribute attrib, int value)
 {
-    struct vcu_cu_attr_req r;
+    struct vcu_call_cuFuncSetAttribute_req r;
     CUresult e;
 
     if ((unsigned int)attrib >= VCU_CU_NUM_FUNC_ATTRS)
         return CUDA_ERROR_INVALID_VALUE;
-    memset(&r, 0, sizeof(r));
-    r.handle = f->h;
-    r.attr = (uint32_t)attrib;
+    VCU_CALL_INIT(r, cuFuncSetAttribute);
+    r.hfunc = f->h;
+    r.attrib = (uint32_t)attrib;
     r.value = (uint64_t)(int64_t)value;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_FUNC_SET_ATTR, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(f->mod->dev, VCU_OP_CU_CALL, &r, sizeof(r), NULL, 0, NULL, 0);
     /* The launch limits are asked again at the next launch. */
     __atomic_store_n(&f->lim, 0, __ATOMIC_RELEASE);
     return e;
@@ -438,8 +453,7 @@ int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsi
     return 1;
 }
 
-/* A function handle, or a kernel's function in the current context. */
-static CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
+CUresult vcu__func_arg(CUfunction hfunc, vcu__func_t **out)
 {
     CUresult e = vcu__check_init();
 
@@ -648,60 +662,8 @@ VCU__EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 
 /* ---- occupancy ------------------------------------------------------------ */
 
-/* The host's driver answers for the kernel (CU_OCCUPANCY_BLOCKS). */
-VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-    int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
-{
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_occupancy_resp o;
-    vcu__func_t *f;
-    CUresult e;
-
-    if (numBlocks == NULL || blockSize <= 0 ||
-        (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__func_arg(func, &f);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.function = f->h;
-    r.block_size = (uint32_t)blockSize;
-    r.flags = flags;
-    r.dyn_smem = dynamicSMemSize;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_BLOCKS, &r, sizeof(r), NULL, 0, &o,
-                  sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    *numBlocks = (int)o.value0;
-    return CUDA_SUCCESS;
-}
-
-/* The host's driver answers for the kernel (CU_OCCUPANCY_AVAIL_SMEM). */
-VCU__EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
-                                                             int numBlocks, int blockSize)
-{
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_u64_resp o;
-    vcu__func_t *f;
-    CUresult e;
-
-    if (dynamicSmemSize == NULL || numBlocks <= 0 || blockSize <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__func_arg(func, &f);
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.function = f->h;
-    r.block_size = (uint32_t)blockSize;
-    r.flags = (uint32_t)numBlocks;
-    e = vcu__call(f->mod->dev, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, &r, sizeof(r), NULL, 0, &o,
-                  sizeof(o));
-    if (e != CUDA_SUCCESS)
-        return e;
-    *dynamicSmemSize = (size_t)o.value;
-    return CUDA_SUCCESS;
-}
-
+/* The flags form and cuOccupancyAvailableDynamicSMemPerBlock are remote
+ * calls (cuda_calls.list). */
 VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
                                                                  int blockSize,
                                                                  size_t dynamicSMemSize)

@@ -8,13 +8,6 @@
 
 #include "cuda_int.h"
 
-/* A pool handle names the host's default pool of one device; made at
- * the first ask and kept for the life of the process. */
-typedef struct vcu__pool_s {
-    int dev;
-    uint64_t h;
-} vcu__pool_t;
-
 static vcu__pool_t *vcu__pools[VCU_CU_MAX_DEVICES];   /* under vcu__drv.lock */
 
 VCU__EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)

@@ -5,7 +5,9 @@
  * nothing wrong at the call: a range inside one allocation of the device.
  * Anything else (module globals, pointers from elsewhere, memory freed
  * meanwhile) waits for the host's verdict, as before.  What is forgotten
- * here is only a copy that waits when it need not.
+ * here is only a copy that waits when it need not (and a buffer ID:
+ * each allocation gets the next number of the process when it is made,
+ * never reused, as CU_POINTER_ATTRIBUTE_BUFFER_ID promises).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +16,16 @@
 
 typedef struct {
     uint64_t base, size;
+    uint64_t id;                    /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
     int dev;
 } vcu__dr_t;
+
+static uint64_t vcu__buffer_ids;    /* the last handed out; atomic */
+
+uint64_t vcu__buffer_id_new(void)
+{
+    return __atomic_add_fetch(&vcu__buffer_ids, 1, __ATOMIC_RELAXED);
+}
 
 static pthread_rwlock_t vcu__dr_lock = PTHREAD_RWLOCK_INITIALIZER;
 static vcu__dr_t *vcu__drs;         /* sorted by base, never overlapping */
@@ -67,7 +77,7 @@ void vcu__dr_add(int dev, uint64_t base, uint64_t size)
         vcu__dr_cap = cap;
     }
     memmove(&vcu__drs[i + 1], &vcu__drs[i], (vcu__ndr - i) * sizeof(*vcu__drs));
-    vcu__drs[i] = (vcu__dr_t){ base, size, dev };
+    vcu__drs[i] = (vcu__dr_t){ base, size, vcu__buffer_id_new(), dev };
     vcu__ndr++;
     pthread_rwlock_unlock(&vcu__dr_lock);
 }
@@ -113,4 +123,17 @@ int vcu__dr_known(int dev, uint64_t p, uint64_t n)
     }
     pthread_rwlock_unlock(&vcu__dr_lock);
     return known;
+}
+
+uint64_t vcu__dr_id(int dev, uint64_t base)
+{
+    uint64_t id = 0;
+    size_t i;
+
+    pthread_rwlock_rdlock(&vcu__dr_lock);
+    i = vcu__dr_upper(base);
+    if (i > 0 && vcu__drs[i - 1].base == base && vcu__drs[i - 1].dev == dev)
+        id = vcu__drs[i - 1].id;
+    pthread_rwlock_unlock(&vcu__dr_lock);
+    return id;
 }

@@ -586,44 +586,46 @@ VCU__EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 
 VCU__EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
 {
-    struct vcu_cu_limit_req r = { .limit = (uint32_t)limit };
-    struct vcu_cu_u64_resp o;
+    struct vcu_call_cuCtxGetLimit_req r;
+    struct vcu_call_cuCtxGetLimit_resp o;
     int dev;
     cudaError_t e;
 
     if (pValue == NULL)
         return vcu__err(cudaErrorInvalidValue);
+    VCU_CALL_INIT(r, cuCtxGetLimit);
+    r.limit = (uint32_t)limit;      /* cudaLimit values equal CUlimit's */
     e = vcu__enter(&dev);
     if (e == cudaSuccess)
-        e = vcu__call(dev, VCU_OP_CU_CTX_GET_LIMIT, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+        e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e == cudaSuccess)
-        *pValue = o.value;
+        *pValue = o.pvalue;
     return vcu__err(e);
 }
 
 VCU__EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    struct vcu_cu_hdr h;
-    struct vcu_cu_priority_range_resp o;
+    struct vcu_call_cuCtxGetStreamPriorityRange_req r;
+    struct vcu_call_cuCtxGetStreamPriorityRange_resp o;
     int dev;
     cudaError_t e = vcu__enter(&dev);
 
+    VCU_CALL_INIT(r, cuCtxGetStreamPriorityRange);
     if (e == cudaSuccess)
-        e = vcu__call(dev, VCU_OP_CU_CTX_PRIORITY_RANGE, 0, &h, sizeof(h), NULL, 0, &o,
-                      sizeof(o));
+        e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != cudaSuccess)
         return vcu__err(e);
     if (leastPriority != NULL)
-        *leastPriority = (int32_t)o.least;
+        *leastPriority = (int)o.leastPriority;
     if (greatestPriority != NULL)
-        *greatestPriority = (int32_t)o.greatest;
+        *greatestPriority = (int)o.greatestPriority;
     return cudaSuccess;
 }
 
 VCU__EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
 {
-    struct vcu_cu_u64_req r;
-    struct vcu_cu_u64_resp o;
+    struct vcu_call_cuDeviceCanAccessPeer_req r;
+    struct vcu_call_cuDeviceCanAccessPeer_resp o;
     cudaError_t e;
 
     if (canAccessPeer == NULL)
@@ -637,11 +639,12 @@ VCU__EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, 
         *canAccessPeer = 0;
         return cudaSuccess;
     }
-    r.value = vcu__rt.dev[peerDevice].vord;
-    e = vcu__call(device, VCU_OP_CU_DEVICE_CAN_ACCESS_PEER, 0, &r, sizeof(r), NULL, 0, &o,
-                  sizeof(o));
+    VCU_CALL_INIT(r, cuDeviceCanAccessPeer);
+    r.dev = vcu__rt.dev[device].vord;
+    r.peerDev = vcu__rt.dev[peerDevice].vord;
+    e = vcu__call(device, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e == cudaSuccess)
-        *canAccessPeer = o.value != 0;
+        *canAccessPeer = o.canAccessPeer != 0;
     return vcu__err(e);
 }
 
@@ -674,23 +677,25 @@ VCU__EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
 
 VCU__EXPORT cudaError_t cudaProfilerStart(void)
 {
-    struct vcu_cu_u64_req r = { .value = 1 };
+    struct vcu_call_cuProfilerStart_req r;
     int dev;
     cudaError_t e = vcu__enter(&dev);
 
+    VCU_CALL_INIT(r, cuProfilerStart);
     if (e == cudaSuccess)
-        e = vcu__call(dev, VCU_OP_CU_PROFILER, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+        e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, NULL, 0);
     return vcu__err(e);
 }
 
 VCU__EXPORT cudaError_t cudaProfilerStop(void)
 {
-    struct vcu_cu_u64_req r = { .value = 0 };
+    struct vcu_call_cuProfilerStop_req r;
     int dev;
     cudaError_t e = vcu__enter(&dev);
 
+    VCU_CALL_INIT(r, cuProfilerStop);
     if (e == cudaSuccess)
-        e = vcu__call(dev, VCU_OP_CU_PROFILER, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+        e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, NULL, 0);
     return vcu__err(e);
 }
 

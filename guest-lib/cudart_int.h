@@ -17,9 +17,12 @@
 #include <stdio.h>
 
 #include <cuda_runtime_api.h>
+/* The wire structs of the generated calls (CU_CALL) name driver types. */
+#include <cuda.h>
 
 #include "vcu_common.h"
 #include "vcu_transport.h"
+#include "vcu_calls.h"
 
 #define VCU__EXPORT __attribute__((visibility("default")))
 #define VCU__CUDART_VERSION 13000

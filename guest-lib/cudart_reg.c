@@ -631,8 +631,8 @@ static cudaError_t vcu__check_fn_launch(vcu__kfn_t *f, int dev, dim3 grid, dim3 
         goto out;
     }
     if (flags & VCU_CU_LAUNCH_F_COOPERATIVE) {
-        struct vcu_cu_occupancy_req r;
-        struct vcu_cu_occupancy_resp o;
+        struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_req r;
+        struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_resp o;
         vcu__occ_t *c = NULL;
 
         if (vcu__dev_attr(dev, cudaDevAttrCooperativeLaunch) != 1) {
@@ -643,17 +643,17 @@ static cudaError_t vcu__check_fn_launch(vcu__kfn_t *f, int dev, dim3 grid, dim3 
             if (f->occ[i].block == threads && f->occ[i].dyn_smem == shmem)
                 c = &f->occ[i];
         if (c == NULL) {
-            memset(&r, 0, sizeof(r));
-            r.function = f->fn;
-            r.block_size = (uint32_t)threads;
-            r.dyn_smem = shmem;
-            if (vcu__call(dev, VCU_OP_CU_OCCUPANCY_BLOCKS, 0, &r, sizeof(r), NULL, 0, &o,
-                          sizeof(o)) != cudaSuccess)
+            VCU_CALL_INIT(r, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+            r.func = f->fn;
+            r.blockSize = (uint64_t)threads;
+            r.dynamicSMemSize = shmem;
+            if (vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o)) !=
+                cudaSuccess)
                 goto out;   /* the host decides, synchronously */
             c = &f->occ[f->occ_next++ % VCU__OCC_CACHE];
             c->block = (uint32_t)threads;
             c->dyn_smem = (uint32_t)shmem;
-            c->blocks = o.value0;
+            c->blocks = (uint32_t)o.numBlocks;
         }
         sms = vcu__dev_attr(dev, cudaDevAttrMultiProcessorCount);
         if (sms <= 0)
@@ -880,7 +880,7 @@ VCU__EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, c
 static cudaError_t vcu__func_set_attr(vcu__kernel_t *k, int dev, enum cudaFuncAttribute attr,
                                       int value)
 {
-    struct vcu_cu_attr_req r;
+    struct vcu_call_cuFuncSetAttribute_req r;
     const vcu__kfn_t *f;
     cudaError_t e;
 
@@ -889,11 +889,11 @@ static cudaError_t vcu__func_set_attr(vcu__kernel_t *k, int dev, enum cudaFuncAt
     e = vcu__kernel_fn(k, dev, &f);
     if (e != cudaSuccess)
         return e;
-    memset(&r, 0, sizeof(r));
-    r.handle = f->fn;
-    r.attr = (uint32_t)attr;    /* cudaFuncAttribute values equal CUfunction_attribute's */
+    VCU_CALL_INIT(r, cuFuncSetAttribute);
+    r.hfunc = f->fn;
+    r.attrib = (uint32_t)attr;  /* cudaFuncAttribute values equal CUfunction_attribute's */
     r.value = (uint64_t)(int64_t)value;
-    e = vcu__call(dev, VCU_OP_CU_FUNC_SET_ATTR, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, NULL, 0);
     if (e == cudaSuccess) {
         /* The limits launches are checked against may have moved. */
         pthread_mutex_lock(&vcu__rt.reg_lock);
@@ -938,8 +938,8 @@ VCU__EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCa
 VCU__EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
-    struct vcu_cu_occupancy_req r;
-    struct vcu_cu_occupancy_resp o;
+    struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_req r;
+    struct vcu_call_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_resp o;
     const vcu__kfn_t *f;
     int dev;
     cudaError_t e;
@@ -949,14 +949,14 @@ VCU__EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     e = vcu__func_here(func, &dev, &f);
     if (e != cudaSuccess)
         return vcu__err(e);
-    memset(&r, 0, sizeof(r));
-    r.function = f->fn;
-    r.block_size = (uint32_t)blockSize;
+    VCU_CALL_INIT(r, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+    r.func = f->fn;
+    r.blockSize = (uint64_t)(int64_t)blockSize;
     r.flags = flags;
-    r.dyn_smem = dynamicSMemSize;
-    e = vcu__call(dev, VCU_OP_CU_OCCUPANCY_BLOCKS, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    r.dynamicSMemSize = dynamicSMemSize;
+    e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e == cudaSuccess)
-        *numBlocks = (int)o.value0;
+        *numBlocks = (int)o.numBlocks;
     return vcu__err(e);
 }
 

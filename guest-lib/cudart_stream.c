@@ -590,9 +590,10 @@ VCU__EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
 
 VCU__EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-    struct vcu_cu_pair_req r;
-    struct vcu_cu_elapsed_resp o;
+    struct vcu_call_cuEventElapsedTime_v2_req r;
+    struct vcu_call_cuEventElapsedTime_v2_resp o;
     vcu__event_t *a, *b;
+    uint32_t bits;
     cudaError_t e;
 
     if (ms == NULL)
@@ -602,15 +603,16 @@ VCU__EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaE
         e = vcu__event(end, &b);
     if (e != cudaSuccess)
         return vcu__err(e);
-    memset(&r, 0, sizeof(r));
-    r.a = a->h;
-    r.b = b->h;
-    e = vcu__call(a->dev, VCU_OP_CU_EVENT_ELAPSED, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    VCU_CALL_INIT(r, cuEventElapsedTime_v2);
+    r.hStart = a->h;
+    r.hEnd = b->h;
+    e = vcu__call(a->dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e == cudaErrorNotReady)
         return e;
     if (e != cudaSuccess)
         return vcu__err(e);
-    memcpy(ms, &o.ms_bits, sizeof(*ms));
+    bits = (uint32_t)o.pMilliseconds;
+    memcpy(ms, &bits, sizeof(*ms));
     return cudaSuccess;
 }
 

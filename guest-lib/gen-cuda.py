@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Generates libcuda.so.1's tables from the one call list.
+"""Generates libcuda.so.1's tables and the remote calls from the one call list.
 
-    gen-cuda.py LIST CUDA_INCLUDE CUDART_ERRLIST OUT.c
+    gen-cuda.py LIST CUDA_INCLUDE CUDART_ERRLIST OUT.c FWD.c CALLS.h
+    gen-cuda.py --host LIST CUDA_INCLUDE OUTDIR
 
 LIST (cuda_calls.list) names every Driver API entry point and how ours
-provides it (local: by hand; unsupported: a generated stub).  From CUDA's
+provides it (local: by hand; unsupported: a generated stub; remote: a
+generated forwarder over the generic opcode CU_CALL).  From CUDA's
 headers it derives:
 
   - the cuGetProcAddress table: every (base name, CUDA version, per-thread)
@@ -19,7 +21,14 @@ headers it derives:
   - the CUresult names and messages (cuda.h's enum cudaError_enum; the
     message is NVIDIA's runtime wording from cudart_errlist.h where the
     runtime has the same number, else the first sentence of cuda.h's
-    comment).
+    comment);
+  - for the remote names, from each prototype in cuda.h: the wire structs
+    and call numbers both sides share (CALLS.h, vcu_calls.h), the guest's
+    entry points (FWD.c) and, with --host, the host's decoding, checks and
+    driver calls (cuda_calls.inc, included by host-backend/cuda.c) and
+    its table of driver functions (cuda_calls_fns.h).  An argument the
+    generator cannot carry (guest memory of no fixed size, arrays,
+    callbacks, new objects) fails the build with the reason.
 
 Fails (exit 1) with the reason if the headers and the list disagree.
 """
@@ -34,24 +43,46 @@ def die(msg):
 
 
 def read_list(path):
+    """calls: name -> local|unsupported|remote; remote: name -> (call
+    number or None for a per-thread variant, {argument: [allowed enum
+    values]}, line, whether the entry point is hand-written) for the
+    remote names and the local names that have a number."""
     calls = {}
     order = []
+    remote = {}
     with open(path) as f:
         for ln, line in enumerate(f, 1):
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             parts = line.split()
-            if len(parts) != 2 or parts[1] not in ("local", "unsupported"):
-                die("%s:%d: want 'NAME local|unsupported'" % (path, ln))
-            name, how = parts
+            if len(parts) < 2 or parts[1] not in ("local", "unsupported", "remote") or \
+                    (parts[1] == "unsupported" and len(parts) != 2):
+                die("%s:%d: want 'NAME unsupported', 'NAME local [NUMBER [ARG=V|V...]]' or "
+                    "'NAME remote [NUMBER] [ARG=V|V...]'" % (path, ln))
+            name, how = parts[:2]
             if not re.fullmatch(r"cu[A-Za-z0-9_]+", name):
                 die("%s:%d: bad name %s" % (path, ln, name))
             if name in calls:
                 die("%s:%d: %s listed twice" % (path, ln, name))
             calls[name] = how
             order.append(name)
-    return calls, order
+            if how == "unsupported" or (how == "local" and len(parts) == 2):
+                continue
+            rest = parts[2:]
+            num = None
+            if rest and re.fullmatch(r"0x[0-9a-fA-F]{4}", rest[0]):
+                num = int(rest.pop(0), 16)
+            if how == "local" and num is None:
+                die("%s:%d: a local call with a generated host side needs its number" % (path, ln))
+            allow = {}
+            for a in rest:
+                m = re.fullmatch(r"(\w+)=(CU_\w+(?:\|CU_\w+)*)", a)
+                if not m:
+                    die("%s:%d: bad annotation %s (want ARG=CU_VALUE|CU_VALUE...)" % (path, ln, a))
+                allow[m.group(1)] = m.group(2).split("|")
+            remote[name] = (num, allow, ln, how == "local")
+    return calls, order, remote
 
 
 # The graphics-interop headers count too: the toolkit's stub exports none of
@@ -101,7 +132,7 @@ def read_signatures(inc, defines):
     each prototype in the API headers (by function name)."""
     pfn = re.compile(r"\(\s*CUDAAPI\s*\*\s*PFN_(cu\w+)\s*\)\s*\(([^;]*?)\)\s*;", re.S)
     proto = re.compile(r"CUresult\s+CUDAAPI\s+(cu\w+)\s*\(([^;]*?)\)\s*;", re.S)
-    nparams, protos = {}, {}
+    nparams, protos, ptext = {}, {}, {}
     for h in TYPEDEF_HEADERS:
         p = os.path.join(inc, h)
         if os.path.exists(p):
@@ -122,7 +153,8 @@ def read_signatures(inc, defines):
             if name in defines and m.start() < undef.get(name, len(src)):
                 name = defines[name]
             protos.setdefault(name, count_params(m.group(2)))
-    return nparams, protos
+            ptext.setdefault(name, " ".join(m.group(2).split()))
+    return nparams, protos, ptext
 
 
 def read_defines(inc):
@@ -208,13 +240,496 @@ def read_errors(inc, errlist):
     return out
 
 
-def main():
-    if len(sys.argv) != 5:
-        die("usage: gen-cuda.py LIST CUDA_INCLUDE CUDART_ERRLIST OUT.c")
-    lst, inc, errlist, outp = sys.argv[1:]
-    calls, order = read_list(lst)
+# ---- remote calls: plain forwarders, one generic opcode (CU_CALL) --------
+
+# Handle types: the guest's object kind and the host's table type and the
+# field of a table entry that holds the driver's object.  A handle names
+# an object of the request's device (the guest checks, the host again).
+HANDLES = {
+    "CUstream": ("VCU__K_STREAM", "VCU__H_STREAM", "st"),
+    "CUevent": ("VCU__K_EVENT", "VCU__H_EVENT", "ev"),
+    "CUfunction": ("VCU__K_FUNCTION", "VCU__H_FUNCTION", "fn.f"),
+    "CUgraph": ("VCU__K_GRAPH", "VCU__H_GRAPH", "graph.g"),
+    "CUgraphExec": ("VCU__K_GEXEC", "VCU__H_GRAPH_EXEC", "exec.ge"),
+    "CUgraphNode": ("VCU__K_GNODE", "VCU__H_GRAPH_NODE", "node.n"),
+    "CUmemoryPool": ("VCU__K_POOL", "VCU__H_POOL", "pool"),
+}
+# Scalar types and how they travel in their 64-bit slot: i32 sign
+# extended, u32 and enums zero extended, f32 as its IEEE bits; the host
+# refuses a slot its type cannot hold (VCU_S_EINVAL).
+SCALARS = {
+    "int": "i32", "unsigned int": "u32", "cuuint32_t": "u32", "size_t": "u64",
+    "CUdeviceptr": "u64", "cuuint64_t": "u64", "unsigned long long": "u64", "float": "f32",
+}
+# Fixed-size structs and unions that may travel as bytes (a pointer to
+# one: in if const, else out).  These unions hold a guest event handle
+# in one member (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT and
+# LAUNCH_COMPLETION_EVENT), which must never reach the host's driver:
+# a call passing one must name the selector values it carries
+# (ARG=CU_...|...), and the host refuses every other value.
+BLOBS = {"CUstreamAttrValue", "CUkernelNodeAttrValue", "CUlaunchAttributeValue"}
+
+
+def read_enums(inc):
+    """Enum type names of cuda.h, typedef chains followed."""
+    with open(os.path.join(inc, "cuda.h")) as f:
+        src = f.read()
+    enums = set(m.group(1) for m in re.finditer(r"typedef\s+enum\s+\w*\s*\{[^}]*\}\s*(\w+)\s*;", src))
+    alias = dict((m.group(2), m.group(1)) for m in re.finditer(r"typedef\s+(\w+)\s+(\w+)\s*;", src))
+    changed = True
+    while changed:
+        changed = False
+        for new, old in alias.items():
+            if old in enums and new not in enums:
+                enums.add(new)
+                changed = True
+    values = set(m.group(1) for m in re.finditer(r"\b(CU_[A-Z0-9_]+)\s*=", src))
+    return enums, values
+
+
+def parse_param(text):
+    t = " ".join(text.replace("*", " * ").split())
+    if "[" in t or "(" in t or t.count("*") > 1:
+        return None
+    m = re.fullmatch(r"(const )?([A-Za-z_][\w ]*?)( \*)? (\w+)", t)
+    if not m:
+        return None
+    return {"const": bool(m.group(1)), "type": m.group(2), "ptr": bool(m.group(3)),
+            "name": m.group(4)}
+
+
+def remote_calls(remote, ptext, inc):
+    """The remote calls by number: name, params with their wire class,
+    allow-lists, per-thread variants.  Dies with the reason for anything
+    that is not plain."""
+    enums, values = read_enums(inc)
+    bynum, byname, errors = {}, {}, []
+    for name, (num, allow, ln, local) in sorted(remote.items(), key=lambda kv: kv[1][2]):
+        m = re.fullmatch(r"(\w+?)(_ptsz|_ptds)", name)
+        if m and not local:
+            if num is not None or allow:
+                errors.append("line %d: %s: a per-thread variant takes its base's number "
+                              "and annotations" % (ln, name))
+            continue
+        if num is None:
+            errors.append("line %d: %s: a remote call needs a number (0x0001..0xffff)" % (ln, name))
+            continue
+        if num == 0 or num in bynum:
+            errors.append("line %d: %s: call number 0x%04x is 0 or taken" % (ln, name, num))
+            continue
+        if name not in ptext:
+            errors.append("line %d: %s: no prototype in the API headers" % (ln, name))
+            continue
+        params = []
+        raw = ptext[name]
+        plist = [] if raw.strip() in ("", "void") else split_params(raw)
+        for p in plist:
+            q = parse_param(p)
+            if q is None:
+                errors.append("%s: argument '%s' is not plain (an array, a function or a "
+                              "pointer to a pointer): keep the call local" % (name, p))
+                break
+            ty = q["type"]
+            if q["name"] in ("c", "r"):
+                errors.append("%s: argument name %s is reserved" % (name, q["name"]))
+                break
+            if not q["ptr"] and ty in HANDLES:
+                q["cls"] = "handle"
+            elif not q["ptr"] and ty == "CUdevice":
+                q["cls"] = "dev"
+            elif not q["ptr"] and (ty in SCALARS or ty in enums):
+                q["cls"] = "scalar"
+            elif q["ptr"] and not q["const"] and (ty in SCALARS or ty in enums):
+                q["cls"] = "out"
+            elif q["ptr"] and ty in BLOBS:
+                q["cls"] = "inblob" if q["const"] else "outblob"
+            else:
+                what = "a new object (its handle is made by hand)" if q["ptr"] and ty in HANDLES \
+                    else "guest memory of no fixed size" if ty in ("void", "char") \
+                    else "a type the generator does not carry (a callback, a struct by value, an opaque value)"
+                errors.append("%s: argument '%s' is %s: keep the call local" % (name, p, what))
+                break
+            q["wire"] = "u32" if ty in enums else SCALARS.get(ty, "")
+            params.append(q)
+        else:
+            # A pointer beside a count is an array, whatever its type says.
+            counts = [q["name"] for q in params if not q["ptr"] and q["type"] == "size_t" and
+                      re.fullmatch(r"count|num[A-Z]\w*|\w+Count", q["name"])]
+            if counts and any(q["cls"] in ("out", "outblob") for q in params):
+                errors.append("%s: a pointer beside the count '%s' is an array: keep the call "
+                              "local" % (name, counts[0]))
+            names = [q["name"] for q in params]
+            for a, vals in allow.items():
+                q = next((q for q in params if q["name"] == a), None)
+                if q is None or q["cls"] != "scalar" or q["type"] not in enums:
+                    errors.append("line %d: %s: %s is not an enum argument" % (ln, name, a))
+                for v in vals:
+                    if v not in values:
+                        errors.append("line %d: %s: %s is not in cuda.h" % (ln, name, v))
+                q and q.setdefault("allow", vals)
+            if any(q["cls"] in ("inblob", "outblob") for q in params) and not allow:
+                errors.append("line %d: %s: a union argument needs its selector's allowed "
+                              "values (ARG=CU_...|...)" % (ln, name))
+            if len(names) != len(set(names)):
+                errors.append("%s: repeated argument names" % name)
+            c = {"name": name, "num": num, "params": params, "local": local,
+                 "variants": [] if local else [(name, 0)]}
+            bynum[num] = c
+            byname[name] = c
+    for name, (num, allow, ln, local) in remote.items():
+        m = re.fullmatch(r"(\w+?)(_ptsz|_ptds)", name)
+        if not m or local:
+            continue
+        base = byname.get(m.group(1))
+        if base is None or base["local"]:
+            errors.append("line %d: %s: its base %s is not a remote call" % (ln, name, m.group(1)))
+            continue
+        if not any(q["type"] == "CUstream" for q in base["params"]):
+            errors.append("line %d: %s: a per-thread variant of a call without a stream" % (ln, name))
+        base["variants"].append((name, 1))
+    if errors:
+        die("; ".join(errors))
+    return [bynum[n] for n in sorted(bynum)]
+
+
+def split_params(text):
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [p.strip() for p in out]
+
+
+def fnv32(data):
+    h = 0x811c9dc5
+    for b in data.encode():
+        h = ((h ^ b) * 0x01000193) & 0xffffffff
+    return h
+
+
+def calls_hash(calls):
+    text = ";".join("%d %s%s %s %s" % (c["num"], c["name"], " local" if c["local"] else "",
+                                      ",".join("%s%s%s %s" % ("const " if q["const"] else "", q["type"],
+                                                            "*" if q["ptr"] else "", q["cls"])
+                                               for q in c["params"]),
+                                      ",".join("%s=%s" % (q["name"], "|".join(q["allow"]))
+                                               for q in c["params"] if "allow" in q))
+                    for c in calls)
+    return fnv32(text)
+
+
+def proto_of(c, name):
+    ps = ", ".join("%s%s %s%s" % ("const " if q["const"] else "", q["type"], "*" if q["ptr"] else "",
+                                  q["name"]) for q in c["params"])
+    return "CUresult CUDAAPI %s(%s)" % (name, ps or "void")
+
+
+def gen_calls_h(calls, inc):
+    o = ["/* Generated by guest-lib/gen-cuda.py from cuda_calls.list and CUDA's\n"
+         " * headers (%s); do not edit.\n *\n"
+         " * The remote calls: each a Driver API call carried by CU_CALL (vcu_proto.h)\n"
+         " * as its number, then one 64-bit slot per handle, device and scalar\n"
+         " * argument in the prototype's order, then the bytes of each struct it\n"
+         " * reads (padded to 8).  The reply: vcu_cu_resp, then a slot per scalar\n"
+         " * result, then the bytes of each struct it fills.  Include after cuda.h. */\n" % inc,
+         "#ifndef VCU_CALLS_H\n#define VCU_CALLS_H\n\n#include \"vcu_proto.h\"\n\n",
+         "#ifndef CUDA_VERSION\n#error \"include cuda.h before vcu_calls.h\"\n#endif\n\n",
+         "/* Both sides are built from one list; CU_CALL carries this hash of it\n"
+         " * and a host built from another list refuses the request. */\n",
+         "#define VCU_CALLS_HASH 0x%08xu\n\n" % calls_hash(calls),
+         "/* A struct argument's bytes on the wire. */\n#define VCU_CALL_BLOB(T) ((sizeof(T) + 7) / 8 * 8)\n\n",
+         "/* A request of call name, zeroed but for its number and the hash\n"
+         " * (memset: string.h). */\n"
+         "#define VCU_CALL_INIT(rq, name)                                      \\\n"
+         "    do {                                                             \\\n"
+         "        memset(&(rq), 0, sizeof(rq));                                \\\n"
+         "        (rq).c.call = VCU_CALL_##name;                               \\\n"
+         "        (rq).c.hash = VCU_CALLS_HASH;                                \\\n"
+         "    } while (0)\n\n",
+         "/* XX(name, number) */\n#define VCU_CALLS_MAP(XX) \\\n"]
+    o.append("".join("    XX(%s, 0x%04x) \\\n" % (c["name"], c["num"]) for c in calls))
+    o.append("\n\n#define VCU_CALL_ENUM_(name, num) VCU_CALL_##name = (num),\n"
+             "enum { VCU_CALLS_MAP(VCU_CALL_ENUM_) };\n#undef VCU_CALL_ENUM_\n\n")
+    for c in calls:
+        n = c["name"]
+        o.append("/* %s%s */\n" % (proto_of(c, n), "\n * (the guest's entry point is written by hand)"
+                                     if c["local"] else ""))
+        o.append("struct vcu_call_%s_req {\n    struct vcu_cu_call_req c;\n" % n)
+        size = "16"
+        for q in c["params"]:
+            if q["cls"] in ("handle", "dev", "scalar"):
+                o.append("    vcu_le64 %s;\n" % q["name"])
+                size += " + 8"
+        for q in c["params"]:
+            if q["cls"] == "inblob":
+                o.append("    vcu_u8 %s[VCU_CALL_BLOB(%s)];\n" % (q["name"], q["type"]))
+                size += " + VCU_CALL_BLOB(%s)" % q["type"]
+        o.append("};\nVCU_PROTO_ASSERT(sizeof(struct vcu_call_%s_req) == %s, \"%s req\");\n" %
+                 (n, size, n))
+        o.append("struct vcu_call_%s_resp {\n    struct vcu_cu_resp r;\n" % n)
+        size = "8"
+        for q in c["params"]:
+            if q["cls"] == "out":
+                o.append("    vcu_le64 %s;\n" % q["name"])
+                size += " + 8"
+        for q in c["params"]:
+            if q["cls"] == "outblob":
+                o.append("    vcu_u8 %s[VCU_CALL_BLOB(%s)];\n" % (q["name"], q["type"]))
+                size += " + VCU_CALL_BLOB(%s)" % q["type"]
+        o.append("};\nVCU_PROTO_ASSERT(sizeof(struct vcu_call_%s_resp) == %s, \"%s resp\");\n\n" %
+                 (n, size, n))
+    o.append("#endif /* VCU_CALLS_H */\n")
+    return "".join(o)
+
+
+def enc(q, expr):
+    """C expression: argument -> its 64-bit slot."""
+    w = q["wire"]
+    if w == "i32":
+        return "(uint64_t)(int64_t)%s" % expr
+    if w == "u32":
+        return "(uint64_t)(uint32_t)%s" % expr
+    return "(uint64_t)%s" % expr
+
+
+def gen_fwd(calls, inc):
+    o = ["/* Generated by guest-lib/gen-cuda.py from cuda_calls.list and CUDA's\n"
+         " * headers (%s); do not edit.\n *\n"
+         " * The remote calls' entry points: check the result pointers, name the\n"
+         " * device, translate handles, send one CU_CALL and wait for its reply\n"
+         " * (cuda_remote.c has the helpers). */\n" % inc,
+         "#include <string.h>\n\n#include \"cuda_int.h\"\n#include \"vcu_calls.h\"\n"]
+    for c in calls:
+        n = c["name"]
+        ps = c["params"]
+        for vname, ptsz in c["variants"]:
+            o.append("\nVCU__EXPORT %s\n{\n" % proto_of(c, vname).replace("CUresult CUDAAPI", "CUresult"))
+            o.append("    struct vcu_call_%s_req r;\n    struct vcu_call_%s_resp o;\n" % (n, n))
+            o.append("    vcu__rc_t rc;\n    CUresult e;\n\n")
+            ptrs = [q["name"] for q in ps if q["cls"] in ("out", "inblob", "outblob")]
+            if ptrs:
+                o.append("    if (%s)\n        return CUDA_ERROR_INVALID_VALUE;\n" %
+                         " || ".join("%s == NULL" % p for p in ptrs))
+            o.append("    memset(&r, 0, sizeof(r));\n    memset(&o, 0, sizeof(o));\n")
+            dev = next((q for q in ps if q["cls"] == "dev"), None)
+            h = next((q for q in ps if q["cls"] == "handle"), None)
+            if dev is not None:
+                o.append("    e = vcu__rc_at_dev(&rc, %s);\n" % dev["name"])
+            elif h is not None:
+                o.append("    e = vcu__rc_at_obj(&rc, %s, (const void *)%s, %d);\n" %
+                         (HANDLES[h["type"]][0], h["name"], ptsz))
+            else:
+                o.append("    e = vcu__rc_at_ctx(&rc);\n")
+            for q in ps:
+                if q["cls"] == "handle":
+                    o.append("    if (e == CUDA_SUCCESS)\n        e = vcu__rc_handle(&rc, %s, "
+                             "(const void *)%s, %d, &r.%s);\n" %
+                             (HANDLES[q["type"]][0], q["name"], ptsz, q["name"]))
+                elif q["cls"] == "dev":
+                    o.append("    if (e == CUDA_SUCCESS)\n        e = vcu__rc_device(%s, &r.%s);\n" %
+                             (q["name"], q["name"]))
+            o.append("    if (e != CUDA_SUCCESS)\n        return e;\n")
+            for q in ps:
+                if q["cls"] == "scalar":
+                    if q["wire"] == "f32":
+                        o.append("    {\n        uint32_t b;\n\n        memcpy(&b, &%s, sizeof(b));\n"
+                                 "        r.%s = b;\n    }\n" % (q["name"], q["name"]))
+                    else:
+                        o.append("    r.%s = %s;\n" % (q["name"], enc(q, q["name"])))
+                elif q["cls"] == "inblob":
+                    o.append("    memcpy(r.%s, %s, sizeof(*%s));\n" % (q["name"], q["name"], q["name"]))
+            o.append("    e = vcu__rc_call(&rc, VCU_CALL_%s, &r.c, sizeof(r), &o.r, sizeof(o));\n" % n)
+            o.append("    if (e != CUDA_SUCCESS)\n        return e;\n")
+            for q in ps:
+                if q["cls"] == "out":
+                    if q["wire"] == "f32":
+                        o.append("    {\n        uint32_t b = (uint32_t)o.%s;\n\n"
+                                 "        memcpy(%s, &b, sizeof(b));\n    }\n" % (q["name"], q["name"]))
+                    else:
+                        o.append("    *%s = (%s)o.%s;\n" % (q["name"], q["type"], q["name"]))
+                elif q["cls"] == "outblob":
+                    o.append("    memcpy(%s, o.%s, sizeof(*%s));\n" % (q["name"], q["name"], q["name"]))
+            o.append("    return CUDA_SUCCESS;\n}\n")
+    return "".join(o)
+
+
+def gen_host_fns(calls, inc):
+    o = ["/* Generated by guest-lib/gen-cuda.py from cuda_calls.list and CUDA's\n"
+         " * headers (%s); do not edit.\n *\n"
+         " * The driver functions of the remote calls, resolved as the executor's own (cuda.c): a missing one makes\n"
+         " * its call CUDA_ERROR_NOT_SUPPORTED. */\n" % inc,
+         "typedef struct vcu__gen_fns_s {\n"]
+    for c in calls:
+        ps = ", ".join("%s%s%s" % ("const " if q["const"] else "", q["type"], " *" if q["ptr"] else "")
+                       for q in c["params"]) or "void"
+        o.append("    CUresult (CUDAAPI *p_%s)(%s);\n" % (c["name"], ps))
+    o.append("} vcu__gen_fns_t;\n\n#define VCU__GEN_FUNCS(XX) \\\n")
+    o.append("".join("    XX(%s) \\\n" % c["name"] for c in calls))
+    o.append("\n")
+    return "".join(o)
+
+
+def gen_host(calls, inc):
+    o = ["/* Generated by guest-lib/gen-cuda.py from cuda_calls.list and CUDA's\n"
+         " * headers (%s); do not edit.\n *\n"
+         " * Included by cuda.c: CU_CALL's decoding, checks and calls.  Each\n"
+         " * call: the payload exactly its size, every slot a value of its\n"
+         " * type, selectors within their allowed values,\n"
+         " * devices the VM's, handles the session's of their type and of the\n"
+         " * request's device; then the driver function, in the request\n"
+         " * device's context (a call on devices alone, with no handle, makes\n"
+         " * no context). */\n\n" % inc]
+    for c in calls:
+        n = c["name"]
+        ps = c["params"]
+        o.append("static uint32_t vcu__run_%s(vcu__op_t *o, const struct vcu_call_%s_req *rq,\n"
+                 "        struct vcu_call_%s_resp *rp)\n{\n" % (n, n, n))
+        for q in ps:
+            if q["cls"] == "handle" and q["type"] == "CUstream":
+                o.append("    CUstream a_%s;\n" % q["name"])
+            elif q["cls"] == "handle":
+                o.append("    vcu__hent_t *e_%s;\n" % q["name"])
+            elif q["cls"] == "dev":
+                o.append("    CUdevice a_%s;\n" % q["name"])
+            elif q["cls"] == "scalar" and q["wire"] == "f32":
+                o.append("    float a_%s;\n" % q["name"])
+            elif q["cls"] in ("out",):
+                o.append("    %s v_%s = 0;\n" % (q["type"], q["name"]))
+            elif q["cls"] in ("inblob", "outblob"):
+                o.append("    %s b_%s;\n" % (q["type"], q["name"]))
+        if not any(q["cls"] in ("out", "outblob") for q in ps):
+            o.append("    (void)rp;\n")
+        if not any(q["cls"] in ("handle", "dev", "scalar", "inblob") for q in ps):
+            o.append("    (void)rq;\n")
+        o.append("\n")
+        for q in ps:
+            if q["cls"] != "scalar":
+                continue
+            w = q["wire"]
+            if w == "i32":
+                o.append("    if ((int64_t)rq->%s < INT_MIN || (int64_t)rq->%s > INT_MAX)\n"
+                         "        return VCU_S_EINVAL;\n" % (q["name"], q["name"]))
+            elif w in ("u32", "f32"):
+                o.append("    if (rq->%s > UINT32_MAX)\n        return VCU_S_EINVAL;\n" % q["name"])
+            if w == "f32":
+                o.append("    {\n        uint32_t b = (uint32_t)rq->%s;\n\n"
+                         "        memcpy(&a_%s, &b, sizeof(b));\n    }\n" % (q["name"], q["name"]))
+        for q in ps:
+            if "allow" in q:
+                o.append("    switch (rq->%s) {\n" % q["name"])
+                o.append("".join("    case %s:\n" % v for v in q["allow"]))
+                o.append("        break;\n    default:\n        o->res = CUDA_ERROR_NOT_SUPPORTED;\n"
+                         "        return VCU_S_OK;\n    }\n")
+        for q in ps:
+            if q["cls"] == "dev":
+                o.append("    if (vcu__gen_dev(o, rq->%s, &a_%s) != 0)\n        return VCU_S_OK;\n" %
+                         (q["name"], q["name"]))
+        if any(q["cls"] == "dev" for q in ps) and not any(q["cls"] == "handle" for q in ps):
+            # A device's own call needs no context: none is made for it
+            # (a context costs GPU memory), the header's device is checked.
+            o.append("    if (vcu__dev_of(o) >= o->cu->ndev) {\n"
+                     "        o->res = CUDA_ERROR_INVALID_DEVICE;\n        return VCU_S_OK;\n    }\n")
+        else:
+            o.append("    VCU__ENTER(o);\n")
+        for q in ps:
+            if q["cls"] == "handle" and q["type"] == "CUstream":
+                o.append("    if (vcu__gen_stream(o, rq->%s, &a_%s) != 0)\n        return VCU_S_OK;\n" %
+                         (q["name"], q["name"]))
+            elif q["cls"] == "handle":
+                o.append("    if ((e_%s = vcu__gen_get(o, rq->%s, %s)) == NULL)\n        return VCU_S_OK;\n" %
+                         (q["name"], q["name"], HANDLES[q["type"]][1]))
+            elif q["cls"] == "inblob":
+                o.append("    memcpy(&b_%s, rq->%s, sizeof(b_%s));\n" % (q["name"], q["name"], q["name"]))
+            elif q["cls"] == "outblob":
+                o.append("    memset(&b_%s, 0, sizeof(b_%s));\n" % (q["name"], q["name"]))
+        args = []
+        for q in ps:
+            cl = q["cls"]
+            if cl == "handle":
+                args.append("a_%s" % q["name"] if q["type"] == "CUstream" else
+                            "e_%s->u.%s" % (q["name"], HANDLES[q["type"]][2]))
+            elif cl == "dev":
+                args.append("a_%s" % q["name"])
+            elif cl == "scalar":
+                args.append("a_%s" % q["name"] if q["wire"] == "f32" else
+                            "(%s)rq->%s" % (q["type"], q["name"]))
+            elif cl == "out":
+                args.append("&v_%s" % q["name"])
+            else:
+                args.append("&b_%s" % q["name"])
+        o.append("    o->res = VCU__GEN_CU(o->cu, %s%s);\n" % (n, "".join(", " + a for a in args)))
+        outs = [q for q in ps if q["cls"] in ("out", "outblob")]
+        if outs:
+            o.append("    if (o->res != CUDA_SUCCESS)\n        return VCU_S_OK;\n")
+        for q in outs:
+            if q["cls"] == "outblob":
+                o.append("    memcpy(rp->%s, &b_%s, sizeof(b_%s));\n" % (q["name"], q["name"], q["name"]))
+            elif q["wire"] == "f32":
+                o.append("    {\n        uint32_t b;\n\n        memcpy(&b, &v_%s, sizeof(b));\n"
+                         "        rp->%s = b;\n    }\n" % (q["name"], q["name"]))
+            else:
+                o.append("    rp->%s = %s;\n" % (q["name"], enc(q, "v_" + q["name"])))
+        o.append("    return VCU_S_OK;\n}\n\n")
+        o.append("static uint32_t vcu__call_%s(vcu__op_t *o)\n{\n"
+                 "    struct vcu_call_%s_req rq;\n    struct vcu_call_%s_resp rp;\n    uint32_t st;\n\n"
+                 "    if (o->plen != sizeof(rq))\n        return VCU_S_EINVAL;\n"
+                 "    if (o->cap < sizeof(rp))\n        return VCU_S_ERANGE;\n"
+                 "    memcpy(&rq, o->p, sizeof(rq));\n    memset(&rp, 0, sizeof(rp));\n"
+                 "    st = vcu__run_%s(o, &rq, &rp);\n"
+                 "    if (st == VCU_S_OK)\n        vcu__gen_reply(o, &rp, sizeof(rp));\n"
+                 "    return st;\n}\n\n" % (n, n, n, n))
+    o.append("/* CU_CALL: the call's number, then its own decoder. */\n"
+             "static uint32_t vcu__op_CU_CALL(vcu__op_t *o)\n{\n"
+             "    struct vcu_cu_call_req c;\n\n    memcpy(&c, o->p, sizeof(c));\n"
+             "    if (c.hash != VCU_CALLS_HASH)\n        return VCU_S_EVERSION;\n"
+             "    switch (c.call) {\n"
+             "#define VCU__CALL_CASE(name, num) case VCU_CALL_##name: return vcu__call_##name(o);\n"
+             "    VCU_CALLS_MAP(VCU__CALL_CASE)\n#undef VCU__CALL_CASE\n    }\n"
+             "    return VCU_S_ENOTSUP;\n}\n")
+    return "".join(o)
+
+
+def write(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main_host(argv):
+    """gen-cuda.py --host LIST CUDA_INCLUDE OUTDIR: vcu_calls.h,
+    cuda_calls_fns.h and cuda_calls.inc for the host backend."""
+    if len(argv) != 3:
+        die("usage: gen-cuda.py --host LIST CUDA_INCLUDE OUTDIR")
+    lst, inc, outd = argv
+    calls, order, remote = read_list(lst)
     defines = read_defines(inc)
-    nparams, protos = read_signatures(inc, defines)
+    _, _, ptext = read_signatures(inc, defines)
+    rc = remote_calls(remote, ptext, inc)
+    write(os.path.join(outd, "vcu_calls.h"), gen_calls_h(rc, inc))
+    write(os.path.join(outd, "cuda_calls_fns.h"), gen_host_fns(rc, inc))
+    write(os.path.join(outd, "cuda_calls.inc"), gen_host(rc, inc))
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--host":
+        main_host(sys.argv[2:])
+        return
+    if len(sys.argv) != 7:
+        die("usage: gen-cuda.py LIST CUDA_INCLUDE CUDART_ERRLIST OUT.c FWD.c CALLS.h")
+    lst, inc, errlist, outp, fwdp, callsp = sys.argv[1:]
+    calls, order, remote = read_list(lst)
+    defines = read_defines(inc)
+    nparams, protos, ptext = read_signatures(inc, defines)
+    rc = remote_calls(remote, ptext, inc)
     rows = proc_table(read_typedefs(inc), defines, calls, nparams, protos)
     errs = read_errors(inc, errlist)
     o = []
@@ -232,9 +747,10 @@ def main():
     for n in order:
         if calls[n] == "unsupported":
             o.append("VCU__STUB(%s)\n" % n)
-    o.append("\n/* The hand-written entry points, by address only (types in cuda.h). */\n")
+    o.append("\n/* The hand-written and remote entry points, by address only (types in\n"
+             " * cuda.h). */\n")
     for n in order:
-        if calls[n] == "local":
+        if calls[n] in ("local", "remote"):
             o.append("void %s(void);\n" % n)
     o.append("\nconst vcu__proc_t vcu__procs[] = {\n")
     for base, v, pt, n, abi in rows:
@@ -244,10 +760,9 @@ def main():
     for val, name, msg in errs:
         o.append('    { %d, "%s", "%s" },\n' % (val, name, msg))
     o.append("};\nconst size_t vcu__nerrnames = sizeof(vcu__errnames) / sizeof(vcu__errnames[0]);\n")
-    tmp = outp + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("".join(o))
-    os.replace(tmp, outp)
+    write(outp, "".join(o))
+    write(fwdp, gen_fwd(rc, inc))
+    write(callsp, gen_calls_h(rc, inc))
 
 
 if __name__ == "__main__":

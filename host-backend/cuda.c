@@ -82,6 +82,9 @@
 #include "vcu_modcache.h"
 #include "vcu_printf.h"
 #include "cuda_tab.h"
+/* Generated from guest-lib/cuda_calls.list (host-backend/Makefile). */
+#include "vcu_calls.h"
+#include "cuda_calls_fns.h"
 
 #define VCU__STR2(x) #x
 #define VCU__STR(x) VCU__STR2(x)
@@ -102,7 +105,6 @@
     XX(cuDeviceGetName, 0)                                                   \
     XX(cuDeviceTotalMem, 0)                                                  \
     XX(cuDeviceGetAttribute, 0)                                              \
-    XX(cuDeviceCanAccessPeer, 0)                                             \
     XX(cuCtxCreate, 1)                                                       \
     XX(cuDevicePrimaryCtxRetain, 0)                                          \
     XX(cuDevicePrimaryCtxRelease, 0)                                         \
@@ -116,7 +118,6 @@
     XX(cuCtxSetFlags, 0)                                                     \
     XX(cuCtxSetLimit, 0)                                                     \
     XX(cuCtxGetLimit, 0)                                                     \
-    XX(cuCtxGetStreamPriorityRange, 0)                                       \
     XX(cuMemGetInfo, 0)                                                      \
     XX(cuMemAlloc, 1)                                                        \
     XX(cuMemFree, 1)                                                         \
@@ -158,9 +159,6 @@
     XX(cuModuleGetGlobal, 0)                                                 \
     XX(cuFuncGetParamInfo, 0)                                                \
     XX(cuFuncGetAttribute, 0)                                                \
-    XX(cuFuncSetAttribute, 0)                                                \
-    XX(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0)              \
-    XX(cuOccupancyAvailableDynamicSMemPerBlock, 0)                           \
     XX(cuOccupancyMaxPotentialBlockSizeWithFlags, 0)                         \
     XX(cuLaunchKernel, 1)                                                    \
     XX(cuLaunchCooperativeKernel, 0)                                         \
@@ -179,13 +177,13 @@
     XX(cuStreamBeginCapture, 0)                                              \
     XX(cuStreamEndCapture, 0)                                                \
     XX(cuStreamGetCaptureInfo, 0)                                            \
+    XX(cuStreamUpdateCaptureDependencies, 0)                                 \
     XX(cuThreadExchangeStreamCaptureMode, 0)                                 \
     XX(cuEventCreate, 0)                                                     \
     XX(cuEventDestroy, 0)                                                    \
     XX(cuEventRecordWithFlags, 0)                                            \
     XX(cuEventSynchronize, 0)                                                \
     XX(cuEventQuery, 0)                                                      \
-    XX(cuEventElapsedTime, 0)                                                \
     XX(cuGraphCreate, 0)                                                     \
     XX(cuGraphDestroy, 0)                                                    \
     XX(cuGraphAddKernelNode, 0)                                              \
@@ -197,9 +195,7 @@
     XX(cuGraphInstantiate, 0)                                                \
     XX(cuGraphLaunch, 0)                                                     \
     XX(cuGraphExecDestroy, 0)                                                \
-    XX(cuGraphGetNodes, 0)                                                   \
-    XX(cuProfilerStart, 0)                                                   \
-    XX(cuProfilerStop, 0)
+    XX(cuGraphGetNodes, 0)
 
 typedef struct vcu__cu_fns_s {
 #define VCU__FN_FIELD(name, req) __typeof__(name) *name;
@@ -221,6 +217,7 @@ typedef struct vcu__ram_s {
 struct vcu__cuda_s {
     void *dl;
     vcu__cu_fns_t fn;
+    vcu__gen_fns_t gfn;                     /* the generated calls' (cuda_calls.inc) */
     unsigned int ndev;
     CUdevice dev[VCU_CU_MAX_DEVICES];       /* virtual ordinal -> host device */
     int host_ordinal[VCU_CU_MAX_DEVICES];
@@ -641,6 +638,9 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
     }
     VCU__CU_FUNCS(VCU__FN_LOAD)
 #undef VCU__FN_LOAD
+#define VCU__GEN_LOAD(name) *(void **)(&cu->gfn.p_##name) = dlsym(cu->dl, #name);
+    VCU__GEN_FUNCS(VCU__GEN_LOAD)
+#undef VCU__GEN_LOAD
 
     r = cu->fn.cuInit(0);
     if (r != CUDA_SUCCESS) {
@@ -1854,14 +1854,13 @@ typedef union vcu__resp_u {
     struct vcu_cu_device_info_resp dev;
     struct vcu_cu_mem_info_resp mem;
     struct vcu_cu_slice_info_resp slice;
-    struct vcu_cu_priority_range_resp prio;
     struct vcu_cu_mem_range_resp range;
     struct vcu_cu_function_resp fn;
     struct vcu_cu_func_attrs_resp fattr;
     struct vcu_cu_occupancy_resp occ;
     struct vcu_cu_capture_info_resp cap;
     struct vcu_cu_capture_graph_resp capg;
-    struct vcu_cu_elapsed_resp el;
+    struct vcu_cu_capture_deps_resp capd;
     struct vcu_cu_output_resp out;
     struct vcu_cu_tmap_resp tmap;
 } vcu__resp_t;
@@ -2401,60 +2400,6 @@ static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
     if (ch < old)
         vcu__uncharge(cs, d, old - ch);
     cs->lim_charge[d][k] = ch;
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_CTX_GET_LIMIT(vcu__op_t *o)
-{
-    struct vcu_cu_limit_req rq;
-    size_t v = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    o->res = VCU__CU(o->cu, cuCtxGetLimit, &v, (CUlimit)rq.limit);
-    o->rb.u64.value = v;
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_CTX_PRIORITY_RANGE(vcu__op_t *o)
-{
-    int least = 0, greatest = 0;
-
-    VCU__ENTER(o);
-    o->res = VCU__CU(o->cu, cuCtxGetStreamPriorityRange, &least, &greatest);
-    o->rb.prio.least = (uint32_t)least;
-    o->rb.prio.greatest = (uint32_t)greatest;
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_DEVICE_CAN_ACCESS_PEER(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-    uint32_t d = vcu__dev_of(o);
-    int can = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    if (d >= o->cu->ndev || rq.value >= o->cu->ndev) {
-        o->res = CUDA_ERROR_INVALID_DEVICE;
-        return VCU_S_OK;
-    }
-    o->res = VCU__CU(o->cu, cuDeviceCanAccessPeer, &can, o->cu->dev[d], o->cu->dev[rq.value]);
-    o->rb.u64.value = (uint64_t)can;
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_PROFILER(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    if (rq.value == 1)
-        o->res = VCU__CU(o->cu, cuProfilerStart);
-    else if (rq.value == 0)
-        o->res = VCU__CU(o->cu, cuProfilerStop);
-    else
-        o->res = CUDA_ERROR_INVALID_VALUE;
     return VCU_S_OK;
 }
 
@@ -3457,50 +3402,6 @@ static uint32_t vcu__op_CU_FUNC_GET_ATTRS(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-static uint32_t vcu__op_CU_FUNC_SET_ATTR(vcu__op_t *o)
-{
-    struct vcu_cu_attr_req rq;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.handle, VCU__H_FUNCTION);
-    o->res = VCU__CU(o->cu, cuFuncSetAttribute, e->u.fn.f, (CUfunction_attribute)rq.attr,
-                     (int)rq.value);
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_OCCUPANCY_BLOCKS(vcu__op_t *o)
-{
-    struct vcu_cu_occupancy_req rq;
-    int n = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.function, VCU__H_FUNCTION);
-    o->res = VCU__CU(o->cu, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n, e->u.fn.f,
-                     (int)rq.block_size, (size_t)rq.dyn_smem, rq.flags);
-    o->rb.occ.value0 = (uint32_t)n;
-    return VCU_S_OK;
-}
-
-/* CU_OCCUPANCY_AVAIL_SMEM: dynamic shared memory a block can have with
- * flags blocks of block_size threads per SM. */
-static uint32_t vcu__op_CU_OCCUPANCY_AVAIL_SMEM(vcu__op_t *o)
-{
-    struct vcu_cu_occupancy_req rq;
-    size_t bytes = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    if (rq.dyn_smem != 0 || rq.flags > INT_MAX || rq.block_size > INT_MAX)
-        return VCU_S_EINVAL;
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.function, VCU__H_FUNCTION);
-    o->res = VCU__CU(o->cu, cuOccupancyAvailableDynamicSMemPerBlock, &bytes, e->u.fn.f,
-                     (int)rq.flags, (int)rq.block_size);
-    o->rb.u64.value = (uint64_t)bytes;
-    return VCU_S_OK;
-}
-
 static uint32_t vcu__op_CU_OCCUPANCY_BLOCK_SIZE(vcu__op_t *o)
 {
     struct vcu_cu_occupancy_req rq;
@@ -4237,6 +4138,24 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o)
  * each time, and the one END_CAPTURE hands over (vcu__cap_graph_adopt).
  * The dependencies are counted only: their nodes have no handles.
  */
+/* The handle of capture id's graph g, made at the first ask; 0 (result
+ * OUT_OF_MEMORY) over quota. */
+static uint64_t vcu__cap_graph_handle(vcu__op_t *o, CUgraph g, uint64_t id)
+{
+    uint64_t h = vcu__cap_graph_find(o->cs, g);
+    vcu__hent_t *e;
+
+    if (h == 0) {
+        e = vcu__new(o, VCU__H_GRAPH, &h);
+        if (e == NULL)
+            return 0;
+        e->u.graph.g = g;
+        e->u.graph.cap_id = id;
+        o->cs->cap_graphs++;
+    }
+    return h;
+}
+
 static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
@@ -4244,8 +4163,6 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
     cuuint64_t id = 0;
     CUgraph g = NULL;
     size_t ndeps = 0;
-    vcu__hent_t *e;
-    uint64_t h;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
@@ -4258,16 +4175,86 @@ static uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
     if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || g == NULL || id == 0)
         return VCU_S_OK;
     o->rb.capg.ndeps = ndeps;
-    h = vcu__cap_graph_find(o->cs, g);
-    if (h == 0) {
-        e = vcu__new(o, VCU__H_GRAPH, &h);
-        if (e == NULL)
-            return VCU_S_OK;
-        e->u.graph.g = g;
-        e->u.graph.cap_id = id;
-        o->cs->cap_graphs++;
+    o->rb.capg.graph = vcu__cap_graph_handle(o, g, id);
+    return VCU_S_OK;
+}
+
+/* The handle of node n of the graph with handle gh: the one it has, or a
+ * new one (0, result OUT_OF_MEMORY, over quota).  Nodes go with their
+ * graph (vcu__graph_drop). */
+static uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh)
+{
+    vcu__cuda_sess_t *cs = o->cs;
+    vcu__hent_t *e;
+    uint32_t i;
+    uint64_t h;
+
+    for (i = 0; i < cs->tab.cap; i++) {
+        e = &cs->tab.ent[i];
+        if (e->type == VCU__H_GRAPH_NODE && e->u.node.n == n && e->u.node.graph == gh)
+            return vcu__htab_handle_at(&cs->tab, i);
     }
-    o->rb.capg.graph = h;
+    e = vcu__new(o, VCU__H_GRAPH_NODE, &h);
+    if (e == NULL)
+        return 0;
+    e->u.node.n = n;
+    e->u.node.graph = gh;
+    return h;
+}
+
+static uint32_t vcu__op_CU_STREAM_CAPTURE_DEPS(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUgraphNode *deps = NULL;
+    cuuint64_t id = 0;
+    CUgraph g = NULL;
+    size_t ndeps = 0, i;
+    uint64_t gh;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.value);
+    o->res = VCU__CU(o->cu, cuStreamGetCaptureInfo, st, &status, &id, &g, &deps, NULL, &ndeps);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    o->rb.capd.status = (uint32_t)status;
+    if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || g == NULL || id == 0)
+        return VCU_S_OK;
+    gh = vcu__cap_graph_handle(o, g, id);
+    if (gh == 0)
+        return VCU_S_OK;
+    o->rb.capd.graph = gh;
+    o->rb.capd.ndeps = ndeps;
+    for (i = 0; deps != NULL && i < ndeps && i < VCU_CU_MAX_CAPTURE_DEPS; i++) {
+        o->rb.capd.node[i] = vcu__node_handle(o, deps[i], gh);
+        if (o->rb.capd.node[i] == 0)
+            return VCU_S_OK;
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_STREAM_UPDATE_DEPS(vcu__op_t *o)
+{
+    struct vcu_cu_update_deps_req rq;
+    CUgraphNode nodes[VCU_CU_MAX_CAPTURE_DEPS];
+    uint32_t i;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.ndeps > VCU_CU_MAX_CAPTURE_DEPS ||
+        (rq.flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
+         rq.flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    for (i = 0; i < rq.ndeps; i++) {
+        VCU__GET(o, e, rq.node[i], VCU__H_GRAPH_NODE);
+        nodes[i] = e->u.node.n;
+    }
+    o->res = VCU__CU(o->cu, cuStreamUpdateCaptureDependencies, st, nodes, NULL, rq.ndeps,
+                     rq.flags);
     return VCU_S_OK;
 }
 
@@ -4435,6 +4422,10 @@ static uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o)
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
+    if (rq.c & ~(uint64_t)CU_EVENT_RECORD_EXTERNAL) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
     VCU__GET(o, e, rq.a, VCU__H_EVENT);
     VCU__STREAM(o, st, rq.b);
     vcu__event_rerecord(o, e);
@@ -4468,20 +4459,6 @@ static uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_EVENT);
     o->res = VCU__CU(o->cu, cuEventQuery, e->u.ev);
-    return VCU_S_OK;
-}
-
-static uint32_t vcu__op_CU_EVENT_ELAPSED(vcu__op_t *o)
-{
-    struct vcu_cu_pair_req rq;
-    float ms = 0.0f;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, a, rq.a, VCU__H_EVENT);
-    VCU__GET(o, b, rq.b, VCU__H_EVENT);
-    o->res = VCU__CU(o->cu, cuEventElapsedTime, &ms, a->u.ev, b->u.ev);
-    memcpy(&o->rb.el.ms_bits, &ms, sizeof(ms));
     return VCU_S_OK;
 }
 
@@ -4781,6 +4758,60 @@ static uint32_t vcu__op_CU_GRAPH_NODE_COUNT(vcu__op_t *o)
     o->rb.u64.value = n;
     return VCU_S_OK;
 }
+
+/* --- the generated calls (CU_CALL) --- */
+
+/* A handle argument of a generated call: the session's, of that type and
+ * made on the request's device; else CUDA_ERROR_INVALID_HANDLE. */
+static vcu__hent_t *vcu__gen_get(vcu__op_t *o, uint64_t h, uint8_t type)
+{
+    vcu__hent_t *e = vcu__htab_get(&o->cs->tab, h, type);
+
+    if (e == NULL || e->dev != vcu__dev_of(o)) {
+        o->res = CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
+    }
+    return e;
+}
+
+/* A stream argument: a default stream, or a stream handle as above. */
+static int vcu__gen_stream(vcu__op_t *o, uint64_t h, CUstream *out)
+{
+    vcu__hent_t *e;
+
+    if (h == VCU_CU_STREAM_LEGACY || h == VCU_CU_STREAM_PER_THREAD)
+        return vcu__stream(o, h, out);
+    e = vcu__gen_get(o, h, VCU__H_STREAM);
+    if (e == NULL)
+        return -1;
+    *out = e->u.st;
+    return 0;
+}
+
+/* A device argument: a virtual ordinal of the VM's, as the host's device. */
+static int vcu__gen_dev(vcu__op_t *o, uint64_t v, CUdevice *out)
+{
+    if (v >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_DEVICE;
+        return -1;
+    }
+    *out = o->cu->dev[v];
+    return 0;
+}
+
+/* A generated call's driver function; a missing one: not supported. */
+#define VCU__GEN_CU(cu, name, ...)                                                     \
+    ((cu)->gfn.p_##name != NULL ? (cu)->gfn.p_##name(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
+/* The call's reply struct after its vcu_cu_resp (which exec writes). */
+static void vcu__gen_reply(vcu__op_t *o, const void *rp, size_t len)
+{
+    memcpy(o->out + sizeof(struct vcu_cu_resp), (const unsigned char *)rp + sizeof(struct vcu_cu_resp),
+           len - sizeof(struct vcu_cu_resp));
+    o->len = len;
+}
+
+#include "cuda_calls.inc"
 
 /* --- dispatch --- */
 

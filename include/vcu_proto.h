@@ -175,7 +175,8 @@ struct vcu_resp_hdr {
  * Opcodes.  XX(name, number, request struct, reply struct).  Ranges:
  * 0x00xx transport, 0x01xx CUDA device and context, 0x02xx memory, 0x03xx
  * modules and launches, 0x04xx streams and host callbacks, 0x05xx events,
- * 0x06xx graphs.  A struct named vcu_none means an empty payload.
+ * 0x06xx graphs, 0x07xx the generated calls.  A struct named vcu_none
+ * means an empty payload.
  * "+ trailing" in a comment means bytes follow the fixed struct.
  */
 #define VCU_OP_MAP(XX)                                                                   \
@@ -192,10 +193,6 @@ struct vcu_resp_hdr {
     XX(CU_CTX_RESET, 0x0104, vcu_cu_hdr, vcu_cu_resp)                                    \
     XX(CU_CTX_SET_FLAGS, 0x0105, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_CTX_SET_LIMIT, 0x0106, vcu_cu_limit_req, vcu_cu_resp)                          \
-    XX(CU_CTX_GET_LIMIT, 0x0107, vcu_cu_limit_req, vcu_cu_u64_resp)                      \
-    XX(CU_CTX_PRIORITY_RANGE, 0x0108, vcu_cu_hdr, vcu_cu_priority_range_resp)            \
-    XX(CU_DEVICE_CAN_ACCESS_PEER, 0x0109, vcu_cu_u64_req, vcu_cu_u64_resp)               \
-    XX(CU_PROFILER, 0x010a, vcu_cu_u64_req, vcu_cu_resp)                                 \
     XX(CU_GET_DEFERRED_ERROR, 0x010b, vcu_cu_hdr, vcu_cu_resp)                           \
     XX(CU_TAKE_OUTPUT, 0x010c, vcu_cu_u64_req, vcu_cu_output_resp)                      \
     XX(CU_SLICE_INFO, 0x010d, vcu_cu_hdr, vcu_cu_slice_info_resp)                        \
@@ -221,12 +218,8 @@ struct vcu_resp_hdr {
     XX(CU_MODULE_GET_FUNCTION, 0x0302, vcu_cu_name_req, vcu_cu_function_resp)            \
     XX(CU_MODULE_GET_GLOBAL, 0x0303, vcu_cu_name_req, vcu_cu_mem_range_resp)             \
     XX(CU_FUNC_GET_ATTRS, 0x0304, vcu_cu_u64_req, vcu_cu_func_attrs_resp)                \
-    XX(CU_FUNC_SET_ATTR, 0x0305, vcu_cu_attr_req, vcu_cu_resp)                           \
-    XX(CU_OCCUPANCY_BLOCKS, 0x0306, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)         \
     XX(CU_OCCUPANCY_BLOCK_SIZE, 0x0307, vcu_cu_occupancy_req, vcu_cu_occupancy_resp)     \
     XX(CU_LAUNCH, 0x0308, vcu_cu_launch_req, vcu_cu_resp)                                \
-    /* flags: the number of blocks per SM; reply: bytes */                                \
-    XX(CU_OCCUPANCY_AVAIL_SMEM, 0x0309, vcu_cu_occupancy_req, vcu_cu_u64_resp)            \
     XX(CU_LAUNCH_EX, 0x030a, vcu_cu_launch_ex_req, vcu_cu_resp)                          \
     /* the launch config of cuOccupancyMaxActiveClusters, no parameters; reply: clusters */ \
     XX(CU_OCCUPANCY_CLUSTERS, 0x030b, vcu_cu_launch_ex_req, vcu_cu_u64_resp)              \
@@ -251,13 +244,14 @@ struct vcu_resp_hdr {
     XX(CU_CALLBACK_DONE, 0x040a, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_STREAM_CAPTURE_GRAPH, 0x040b, vcu_cu_u64_req, vcu_cu_capture_graph_resp)       \
     XX(CU_THREAD_CAPTURE_MODE, 0x040c, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
+    XX(CU_STREAM_CAPTURE_DEPS, 0x040d, vcu_cu_u64_req, vcu_cu_capture_deps_resp)         \
+    XX(CU_STREAM_UPDATE_DEPS, 0x040e, vcu_cu_update_deps_req, vcu_cu_resp)               \
     /* CUDA: events */                                                                   \
     XX(CU_EVENT_CREATE, 0x0500, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
     XX(CU_EVENT_DESTROY, 0x0501, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_EVENT_RECORD, 0x0502, vcu_cu_pair_req, vcu_cu_resp)                            \
     XX(CU_EVENT_SYNCHRONIZE, 0x0503, vcu_cu_u64_req, vcu_cu_resp)                        \
     XX(CU_EVENT_QUERY, 0x0504, vcu_cu_u64_req, vcu_cu_resp)                              \
-    XX(CU_EVENT_ELAPSED, 0x0505, vcu_cu_pair_req, vcu_cu_elapsed_resp)                   \
     /* CUDA: graphs */                                                                   \
     XX(CU_GRAPH_CREATE, 0x0600, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
     XX(CU_GRAPH_DESTROY, 0x0601, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -266,7 +260,9 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_INSTANTIATE, 0x0604, vcu_cu_pair_req, vcu_cu_u64_resp)                   \
     XX(CU_GRAPH_LAUNCH, 0x0605, vcu_cu_pair_req, vcu_cu_resp)                            \
     XX(CU_GRAPH_EXEC_DESTROY, 0x0606, vcu_cu_u64_req, vcu_cu_resp)                       \
-    XX(CU_GRAPH_NODE_COUNT, 0x0607, vcu_cu_u64_req, vcu_cu_u64_resp)
+    XX(CU_GRAPH_NODE_COUNT, 0x0607, vcu_cu_u64_req, vcu_cu_u64_resp)                     \
+    /* CUDA: the generated calls (struct vcu_cu_call_req) */                             \
+    XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -384,6 +380,7 @@ static inline vcu_u8 vcu_echo_byte(vcu_le64 seed, vcu_le64 off)
 #define VCU_CU_MAX_PARAMS 1024u
 #define VCU_CU_MAX_PARAM_BYTES 32764u
 #define VCU_CU_MAX_DEPS 256u
+#define VCU_CU_MAX_CAPTURE_DEPS 64u /* a capture's open dependencies, listed */
 #define VCU_CU_MAX_DEVICES 16u
 
 struct vcu_cu_hdr {
@@ -413,12 +410,10 @@ struct vcu_cu_pair_req {
  *   CU_STREAM_BEGIN_CAPTURE a = stream, b = CUstreamCaptureMode
  *   CU_STREAM_HOST_FUNC    a = stream, b = guest cookie (returned by CALLBACK_WAIT)
  *   CU_EVENT_RECORD        a = event, b = stream, c = flags
- *   CU_EVENT_ELAPSED       a = start event, b = end event
  *   CU_GRAPH_INSTANTIATE   a = graph, b = flags
  *   CU_GRAPH_LAUNCH        a = graph exec, b = stream
  * vcu_cu_u64_req value:
- *   CU_CTX_SET_FLAGS flags; CU_DEVICE_CAN_ACCESS_PEER peer ordinal;
- *   CU_PROFILER 1 start / 0 stop; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
+ *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
  *   CU_TAKE_OUTPUT flags (VCU_CU_TAKE_F_*);
  *   CU_THREAD_CAPTURE_MODE the worker's new CUstreamCaptureMode (the
@@ -520,12 +515,6 @@ struct vcu_cu_limit_req {
     vcu_le64 value;
 };
 
-struct vcu_cu_priority_range_resp {
-    struct vcu_cu_resp r;
-    vcu_le32 least;                 /* as int32 */
-    vcu_le32 greatest;
-};
-
 struct vcu_cu_mem_alloc_req {
     struct vcu_cu_hdr hdr;
     vcu_le64 size;
@@ -596,8 +585,7 @@ struct vcu_cu_mem_range_resp {
 
 /*
  * Attributes of pools (CU_MEMPOOL_*: handle = pool, attr = CUmemPool_attribute,
- * value; TRIM: value = minBytesToKeep) and functions (CU_FUNC_SET_ATTR:
- * handle = function, attr = CUfunction_attribute).
+ * value; TRIM: value = minBytesToKeep).
  */
 struct vcu_cu_attr_req {
     struct vcu_cu_hdr hdr;
@@ -668,8 +656,6 @@ struct vcu_cu_func_attrs_resp {
 };
 
 /*
- * CU_OCCUPANCY_BLOCKS: cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
- *   (block_size, dyn_smem, flags) -> value0 = blocks.
  * CU_OCCUPANCY_BLOCK_SIZE: cuOccupancyMaxPotentialBlockSizeWithFlags with a
  *   fixed dyn_smem (block_size = limit) -> value0 = min grid, value1 = block.
  */
@@ -815,10 +801,34 @@ struct vcu_cu_capture_graph_resp {
     vcu_le64 ndeps;                 /* OUT the stream's open dependencies */
 };
 
-struct vcu_cu_elapsed_resp {
+/*
+ * CU_STREAM_CAPTURE_DEPS: the open dependencies of the capture on the
+ * stream (request: value = stream), as node handles of the capture's
+ * graph (graph: its handle, as CU_STREAM_CAPTURE_GRAPH gives it).  A node
+ * keeps its handle while its graph lives; nodes the guest added have the
+ * handle CU_GRAPH_ADD_NODE gave.  ndeps is the whole count; node[] holds
+ * the first VCU_CU_MAX_CAPTURE_DEPS.  No capture: status says so, ndeps 0.
+ */
+struct vcu_cu_capture_deps_resp {
     struct vcu_cu_resp r;
-    vcu_le32 ms_bits;               /* IEEE-754 single of the milliseconds */
+    vcu_le32 status;                /* OUT CUstreamCaptureStatus */
     vcu_le32 reserved;
+    vcu_le64 graph;                 /* OUT the capture's graph handle */
+    vcu_le64 ndeps;                 /* OUT */
+    vcu_le64 node[VCU_CU_MAX_CAPTURE_DEPS];
+};
+
+/*
+ * CU_STREAM_UPDATE_DEPS: cuStreamUpdateCaptureDependencies.  flags is
+ * CU_STREAM_ADD_CAPTURE_DEPENDENCIES or CU_STREAM_SET_CAPTURE_DEPENDENCIES;
+ * node[0..ndeps-1] are node handles (their edges the default ones).
+ */
+struct vcu_cu_update_deps_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 stream;
+    vcu_le32 flags;
+    vcu_le32 ndeps;                 /* <= VCU_CU_MAX_CAPTURE_DEPS */
+    vcu_le64 node[VCU_CU_MAX_CAPTURE_DEPS];
 };
 
 /*
@@ -858,6 +868,37 @@ struct vcu_cu_graph_node_req {
     vcu_le64 cookie;
 };
 
+/*
+ * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
+ * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
+ * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
+ * 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505 CU_EVENT_ELAPSED: now CU_CALL's
+ * cuCtxGetLimit, cuCtxGetStreamPriorityRange, cuDeviceCanAccessPeer,
+ * cuProfilerStart/Stop, cuFuncSetAttribute,
+ * cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+ * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2.
+ *
+ * CU_CALL: one Driver API call of guest-lib/cuda_calls.list's "remote"
+ * kind, generated on both sides from the list and cuda.h's prototype.
+ * call is the list's number for it; hash is the list's (VCU_CALLS_HASH),
+ * and a host built from another list answers VCU_S_EVERSION rather than
+ * read the arguments by its own layout.  The arguments follow, laid out
+ * by the generated struct vcu_call_<name>_req (build/.../vcu_calls.h):
+ * one le64 slot per handle, device and scalar argument in the
+ * prototype's order, then each struct argument's bytes, padded to 8;
+ * the payload is exactly that long.  The reply is a vcu_cu_resp and
+ * the call's results (struct vcu_call_<name>_resp): a slot per scalar
+ * result, then each struct result's bytes.  Handles are the session's
+ * handles of the header's device; unknown call numbers get
+ * VCU_S_ENOTSUP, a payload of the wrong length or a slot its C type
+ * cannot hold VCU_S_EINVAL.
+ */
+struct vcu_cu_call_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 call;                  /* VCU_CALL_* */
+    vcu_le32 hash;                  /* VCU_CALLS_HASH */
+};
+
 /* ---- size asserts ------------------------------------------------------- */
 VCU_PROTO_ASSERT(sizeof(struct vcu_req_hdr) == 32, "vcu_req_hdr");
 VCU_PROTO_ASSERT(sizeof(struct vcu_seg) == 16, "vcu_seg");
@@ -882,7 +923,6 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_slice_info_resp) == 88 + 32 * VCU_SLICE_MA
                  "vcu_cu_slice_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_output_resp) == 16, "vcu_cu_output_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_limit_req) == 24, "vcu_cu_limit_req");
-VCU_PROTO_ASSERT(sizeof(struct vcu_cu_priority_range_resp) == 16, "vcu_cu_priority_range_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_alloc_req) == 32, "vcu_cu_mem_alloc_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy_req) == 48, "vcu_cu_memcpy_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");
@@ -907,7 +947,11 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tmap_resp) == 136, "vcu_cu_tmap_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_stream_create_req) == 16, "vcu_cu_stream_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_info_resp) == 24, "vcu_cu_capture_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_graph_resp) == 40, "vcu_cu_capture_graph_resp");
-VCU_PROTO_ASSERT(sizeof(struct vcu_cu_elapsed_resp) == 16, "vcu_cu_elapsed_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_deps_resp) == 32 + 8 * VCU_CU_MAX_CAPTURE_DEPS,
+                 "vcu_cu_capture_deps_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_update_deps_req) == 24 + 8 * VCU_CU_MAX_CAPTURE_DEPS,
+                 "vcu_cu_update_deps_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_call_req) == 16, "vcu_cu_call_req");
 
 #endif /* VCU_PROTO_H */

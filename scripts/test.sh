@@ -17,7 +17,7 @@
 # guest-lib's libcuda.so.1 + backend + the stand-in, no VM), nvrt-loopback
 # (NVIDIA's own CUDA runtime, shared and static, running tests/cuda
 # programs on guest-lib's libcuda.so.1 + backend + the stand-in, no VM),
-# libs-loopback (NVIDIA's cuBLAS, cuBLASLt, cuRAND, cuSPARSE on guest-lib's libcuda.so.1 +
+# libs-loopback (NVIDIA's cuBLAS, cuBLASLt, cuRAND, cuSPARSE, cuFFT, cuDNN on guest-lib's libcuda.so.1 +
 # backend + the stand-in's do-nothing kernels: every driver call they make
 # is answered), nvml-loopback (guest-lib's libnvidia-ml.so.1 and vcuda-smi
 # against our libcuda.so.1 + backend + the stand-in, no VM), cold (the

@@ -34,7 +34,8 @@ int main(void)
     CUmodule mod;
     CUfunction vadd;
     CUstream s, s2;
-    CUevent fork, join;
+    CUevent fork, join, ext;
+    CUresult r;
     CUdeviceptr a, b, c, scratch = 0, scratch2 = 0, bad = 0;
     CUgraph cg, cg2, g;
     CUgraphExec x;
@@ -59,6 +60,13 @@ int main(void)
     CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
     CK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
     CK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventCreate(&ext, CU_EVENT_DISABLE_TIMING));
+    /* Outside a capture an external record is a plain one; other flags
+     * are refused. */
+    CK(cuEventRecordWithFlags(ext, NULL, CU_EVENT_RECORD_EXTERNAL));
+    CK(cuEventRecordWithFlags(ext, NULL, CU_EVENT_RECORD_DEFAULT));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuEventRecordWithFlags(ext, NULL, 2));
+    CK(cuEventSynchronize(ext));
     CK(cuMemAlloc(&a, sizeof(ha)));
     CK(cuMemAlloc(&b, sizeof(hb)));
     CK(cuMemAlloc(&c, sizeof(ha)));
@@ -106,12 +114,58 @@ int main(void)
     CK(cuEventRecord(join, s2));
     CK(cuStreamWaitEvent(s, join, 0));
     CK(cuLaunchKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, args, NULL));
-    /* One open dependency: counted; its node has no handle here. */
+    /* An external record in a capture: a node of the graph. */
+    {
+        /* The per-thread ABI, as a runtime built for it finds it. */
+        CUresult (*rec)(CUevent, CUstream, unsigned int) = NULL;
+
+        CK(cuGetProcAddress("cuEventRecordWithFlags", (void **)&rec, 11010,
+                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL));
+        TRUE(rec != NULL && rec != cuEventRecordWithFlags);
+        CK(rec(ext, s, CU_EVENT_RECORD_EXTERNAL));
+    }
+    /* One open dependency: counted, and listed as a node of the capture's
+     * graph, the same CUgraphNode each time, its edge a default one. */
     nd = 0;
     CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, NULL, NULL, &nd));
     TRUE(nd == 1);
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL,
-                                                               &nd));
+    deps = NULL;
+    CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+    TRUE(nd == 1 && deps != NULL && deps[0] != NULL);
+    {
+        const CUgraphEdgeData *edges = NULL;
+        CUgraphNode last = deps[0], empty = NULL, forged = (CUgraphNode)&id;
+
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, &edges, &nd));
+        TRUE(nd == 1 && deps[0] == last && edges != NULL && edges[0].type == 0);
+        /* A node added to the capture's graph after it becomes the
+         * capture's one dependency (as libraries splice work in). */
+        CK(cuGraphAddEmptyNode(&empty, cg, &last, 1));
+        CK(cuStreamUpdateCaptureDependencies(s, &empty, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+        TRUE(nd == 1 && deps[0] == empty);
+        {
+            /* The first ABI (no edge data), as an older runtime asks. */
+            CUresult (*upd)(CUstream, CUgraphNode *, size_t, unsigned int) = NULL;
+
+            CK(cuGetProcAddress("cuStreamUpdateCaptureDependencies", (void **)&upd, 11030, 0,
+                                NULL));
+            TRUE(upd != NULL);
+            CK(upd(s, &last, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+        }
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+        TRUE(nd == 2 && ((deps[0] == empty && deps[1] == last) ||
+                         (deps[0] == last && deps[1] == empty)));
+        CK(cuStreamUpdateCaptureDependencies(s, &empty, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamUpdateCaptureDependencies(s, &empty, NULL, 1, 2));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuStreamUpdateCaptureDependencies(s, &forged, NULL, 1,
+                                                 CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuStreamUpdateCaptureDependencies(s, NULL, NULL, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+        CK(cuStreamGetCaptureInfo_v3(s, &st, NULL, NULL, &deps, NULL, &nd));
+        TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && nd == 1 && deps[0] == empty);
+    }
     g = NULL;
     CK(cuStreamEndCapture(s, &g));
     TRUE(g == cg);
@@ -188,7 +242,11 @@ int main(void)
     EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s, &g));
     TRUE(g == NULL);
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(cg));
-    EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphInstantiateWithFlags(&x, cg, 0));
+    /* A dead capture's graph is refused (the library finds it gone,
+     * INVALID_VALUE, or the host does, INVALID_HANDLE), never run. */
+    x = NULL;
+    r = cuGraphInstantiateWithFlags(&x, cg, 0);
+    TRUE((r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE) && x == NULL);
 
     CK(cuMemFree(scratch));
     CK(cuMemFree(scratch2));
@@ -197,6 +255,7 @@ int main(void)
     CK(cuMemFree(c));
     CK(cuEventDestroy(fork));
     CK(cuEventDestroy(join));
+    CK(cuEventDestroy(ext));
     CK(cuStreamDestroy(s2));
     CK(cuStreamDestroy(s));
     CK(cuModuleUnload(mod));

@@ -42,6 +42,46 @@ typedef CUresult (*check_t)(CUcontext, uint32_t *, CUcontext *);
 typedef CUresult (*integrity_t)(uint32_t, uint64_t, uint64_t *);
 typedef CUresult (*unknown_t)(void);
 typedef void (*buffer_t)(void **, size_t *);
+typedef int (*each_fn_t)(CUcontext, CUmodule, void (*)(void *, CUfunction), void *);
+
+/* What 6e163fbe [7] hands its callback. */
+struct seen {
+    CUfunction f[8];
+    int n;
+};
+
+static void seen_add(void *arg, CUfunction f)
+{
+    struct seen *s = arg;
+
+    if (s->n < 8)
+        s->f[s->n] = f;
+    s->n++;
+}
+
+/* The module's kernels as 6e163fbe [7] lists them: each of the four of
+ * vcu_drv_kernels.cu once, as cuModuleGetFunction gives it. */
+static int module_kernels_ok(each_fn_t each, CUcontext ctx, CUmodule mod)
+{
+    static const char *const names[] = { "vcu_drv_vadd", "vcu_drv_fill", "vcu_drv_flag_bump",
+                                         "vcu_drv_cluster" };
+    struct seen s = { { NULL }, 0 };
+
+    if (each(ctx, mod, seen_add, &s) != 4 || s.n != 4)
+        return 0;
+    for (int i = 0; i < 4; i++) {
+        CUfunction f;
+        int found = 0;
+
+        if (cuModuleGetFunction(&f, mod, names[i]) != CUDA_SUCCESS)
+            return 0;
+        for (int j = 0; j < 4; j++)
+            found += s.f[j] == f;
+        if (found != 1)
+            return 0;
+    }
+    return 1;
+}
 
 static int dtor_calls;
 static void *dtor_value;
@@ -106,7 +146,7 @@ int main(void)
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_21318C60][94])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][4])());
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_1734DC26][31])());
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_6E163FBE][7])());
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, ((unknown_t)t[T_6E163FBE][6])());
     TRUE(t[T_CUDART][10] == NULL && t[T_CLS][3] == NULL);
     printf("unknown slots: CUDA_ERROR_NOT_SUPPORTED\n");
 
@@ -147,6 +187,46 @@ int main(void)
     w.data = NULL;
     EXPECT(CUDA_ERROR_INVALID_IMAGE, ((wrapper_t)t[T_CUDART][1])(&mod, &w));
     printf("CUDART_INTERFACE [1], [8]: modules from a wrapper and a fatbin\n");
+
+    /* 6e163fbe [7]: a module's kernels, from a fatbin, a cubin file and
+     * PTX (compressed in a fatbin: LZ4 as cuFFT's, zstd as nvcc 13's
+     * default), and a library's. */
+    {
+        each_fn_t each = (each_fn_t)t[T_6E163FBE][7];
+        struct seen s = { { NULL }, 0 };
+        void *img;
+
+        CK(cuModuleLoadData(&mod, fatbin));
+        TRUE(module_kernels_ok(each, prim, mod));
+        TRUE(module_kernels_ok(each, NULL, mod));
+        /* No callback: still the count (NVIDIA's driver, measured). */
+        TRUE(each(prim, mod, NULL, &s) == 4 && s.n == 0);
+        TRUE(each((CUcontext)&s, mod, seen_add, &s) == 0 && s.n == 0);
+        TRUE(each(prim, (CUmodule)&s, seen_add, &s) == 0 && s.n == 0);
+        CK(cuModuleUnload(mod));
+        TRUE(each(prim, mod, seen_add, &s) == 0 && s.n == 0);
+        img = vcu_drv_read_beside("vcu_drv_kernels.cubin", NULL);
+        CK(cuModuleLoadData(&mod, img));
+        TRUE(module_kernels_ok(each, prim, mod));
+        CK(cuModuleUnload(mod));
+        free(img);
+        img = vcu_drv_read_beside("vcu_drv_kernels_ptx_lz4.fatbin", NULL);
+        CK(cuModuleLoadData(&mod, img));
+        TRUE(module_kernels_ok(each, prim, mod));
+        CK(cuModuleUnload(mod));
+        free(img);
+        /* zstd: through the system's libzstd.so.1. */
+        img = vcu_drv_read_beside("vcu_drv_kernels_ptx_zstd.fatbin", NULL);
+        CK(cuModuleLoadData(&mod, img));
+        TRUE(module_kernels_ok(each, prim, mod));
+        CK(cuModuleUnload(mod));
+        free(img);
+        CK(cuLibraryLoadData(&lib, fatbin, NULL, NULL, 0, NULL, NULL, 0));
+        CK(cuLibraryGetModule(&mod, lib));
+        TRUE(module_kernels_ok(each, prim, mod));
+        CK(cuLibraryUnload(lib));
+    }
+    printf("6e163fbe [7]: a module's kernels, each once\n");
 
     /* Libraries and kernels, as the runtime loads code. */
     w.data = fatbin;

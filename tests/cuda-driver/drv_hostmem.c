@@ -132,6 +132,33 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d));
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_P2P_TOKENS, d));
     {
+        /* Buffer IDs: one per allocation, anywhere in it, never reused
+         * (cuFFT asks them of its work areas). */
+        unsigned long long id1 = 0, id2 = 0, id3 = 0, idh = 0, idu = 7;
+        CUdeviceptr d2;
+        CUpointer_attribute at = CU_POINTER_ATTRIBUTE_BUFFER_ID;
+        void *data[] = { &idu };
+
+        CK(cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, d));
+        CK(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, d + 100));
+        TRUE(id1 != 0 && id1 == id2);
+        CK(cuMemAlloc(&d2, 4096));
+        CK(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, d2));
+        TRUE(id2 != 0 && id2 != id1);
+        CK(cuMemFree(d2));
+        CK(cuMemAlloc(&d2, 4096));
+        CK(cuPointerGetAttribute(&id3, CU_POINTER_ATTRIBUTE_BUFFER_ID, d2));
+        TRUE(id3 != 0 && id3 != id2 && id3 != id1);
+        CK(cuMemFree(d2));
+        CK(cuPointerGetAttribute(&idh, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)(uintptr_t)b));
+        TRUE(idh != 0 && idh != id1 && idh != id2 && idh != id3);
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                     (CUdeviceptr)(uintptr_t)pageable));
+        CK(cuPointerGetAttributes(1, &at, data, (CUdeviceptr)(uintptr_t)pageable));
+        TRUE(idu == 0);
+    }
+    {
         /* As NVIDIA's runtime asks in cudaPointerGetAttributes. */
         CUpointer_attribute at[] = {
             CU_POINTER_ATTRIBUTE_CONTEXT,        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
@@ -157,7 +184,7 @@ int main(void)
         data[2] = NULL;
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuPointerGetAttributes(6, at, data, d));
     }
-    printf("pointer attributes of pinned, device and unknown memory\n");
+    printf("pointer attributes of pinned, device and unknown memory, buffer IDs\n");
 
     /* 3. Registered memory: copies, then mapped for a kernel. */
     r1 = page_alloc(N * sizeof(float));

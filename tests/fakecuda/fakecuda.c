@@ -140,6 +140,8 @@ struct fc_stream_s {
     fc_cap_t *cap;              /* capture this stream takes part in */
     fc_node_t **deps;           /* capture: what the next node depends on */
     size_t ndeps;
+    /* cuStreamSetAttribute's values (priority apart), by attribute id. */
+    CUstreamAttrValue attrs[CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING + 1];
 };
 
 struct fc_ctx_s {
@@ -148,6 +150,7 @@ struct fc_ctx_s {
     unsigned int flags;
     CUresult sticky;            /* a twin's fault; ends with the context */
     size_t limits[CU_LIMIT_MAX];
+    CUsharedconfig smem_config; /* cuCtxSetSharedMemConfig's, kept */
     fc_stream_t null_stream;    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
 };
 
@@ -214,6 +217,8 @@ struct fc_node_s {
     fc_node_type_t type;
     size_t *deps;               /* indices of the nodes it depends on */
     size_t ndeps;
+    /* A kernel node's cuGraphKernelNodeSetAttribute values, by id. */
+    CUkernelNodeAttrValue attrs[CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING + 1];
     union {
         fc_kernel_t kernel;
         CUDA_MEMCPY3D copy;
@@ -231,6 +236,7 @@ struct fc_graph_s {
 struct fc_exec_s {
     fc_obj_t hdr;
     fc_graph_t *graph;          /* a private clone, on no list */
+    unsigned long long flags;   /* as instantiated (cuGraphExecGetFlags) */
 };
 
 typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG } fc_mem_kind_t;
@@ -3436,8 +3442,10 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
 
     pthread_mutex_lock(&g_lock);
     rc = fc_func_get(func, &f);
+    /* A block of no threads is refused, as NVIDIA's driver refuses it
+     * (drv_vector_add on an H100). */
     if (rc == CUDA_SUCCESS &&
-        (!numBlocks || (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)))
+        (!numBlocks || blockSize <= 0 || (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
         *numBlocks = fc_occupancy(f, blockSize, dynamicSMemSize);
@@ -4066,6 +4074,39 @@ out:
     return rc;
 }
 
+/* Test double: the capture's open dependencies replaced (SET) or added
+ * to (ADD); each node must be of the capture's graph. */
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies,
+                                                      const CUgraphEdgeData *dependencyData,
+                                                      size_t numDependencies, unsigned int flags)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && (flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES ||
+                               (numDependencies && !dependencies) || dependencyData))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && (!s->cap || s->cap->invalidated))
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
+        fc_node_t *n = (fc_node_t *)dependencies[i];
+        fc_graph_t *g = s->cap->graph;
+
+        if (!n || n->graph != g || n->index >= g->n || g->nodes[n->index] != n)
+            rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        if (flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+            s->ndeps = 0;
+        rc = fc_deps_merge(s, (fc_node_t *const *)dependencies, numDependencies);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     fc_ctx_t *ctx;
@@ -4282,13 +4323,26 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
 }
 
 /* Adds a node built by the caller (taking it over) to a listed graph. */
+/* A graph nodes may be added to: a listed one, or a capture's (cuda.h:
+ * every operation but destroying it and removing nodes is allowed on
+ * the graph of a capture in progress). */
+static int fc_graph_addable(CUgraph hGraph)
+{
+    if (fc_list_has(g_graphs, hGraph))
+        return 1;
+    for (fc_obj_t *o = g_caps; o; o = o->next)
+        if ((CUgraph)((fc_cap_t *)o)->graph == hGraph)
+            return 1;
+    return 0;
+}
+
 static CUresult fc_graph_add_api(CUgraphNode *phGraphNode, CUgraph hGraph,
                                  const CUgraphNode *dependencies, size_t numDependencies,
                                  fc_node_t *n)
 {
     CUresult rc;
 
-    if (!phGraphNode || !fc_list_has(g_graphs, hGraph) || (numDependencies && !dependencies)) {
+    if (!phGraphNode || !fc_graph_addable(hGraph) || (numDependencies && !dependencies)) {
         fc_node_free(n);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -4499,6 +4553,7 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
+    x->flags = flags;
     fc_list_add(&g_execs, x);
     *phGraphExec = (CUgraphExec)x;
 out:
@@ -4572,10 +4627,117 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     return rc;
 }
 
-/* ------------------------------------------------------------------ */
-/* Profiler: nothing to profile                                        */
+CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
+{
+    fc_exec_t *x = (fc_exec_t *)hGraphExec;
+    CUresult rc = CUDA_SUCCESS;
 
-CUresult CUDAAPI cuProfilerStart(void)
+    pthread_mutex_lock(&g_lock);
+    if (!flags || !fc_list_has(g_execs, x))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *flags = x->flags;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stream attributes, the L2 persisting cache, stream memory operations */
+
+/*
+ * The attributes cuda.h says are valid for streams, checked as the
+ * driver documents them: an access policy window of at most the
+ * device's CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE bytes, a hit
+ * ratio in [0, 1], a miss property that is not persisting.
+ */
+static CUresult fc_stream_attr_check(CUstreamAttrID attr, const CUstreamAttrValue *v)
+{
+    const CUaccessPolicyWindow *w = &v->accessPolicyWindow;
+
+    switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        if (w->num_bytes > (size_t)134213632 || !(w->hitRatio >= 0.0f && w->hitRatio <= 1.0f) ||
+            (unsigned int)w->hitProp > CU_ACCESS_PROPERTY_PERSISTING ||
+            (unsigned int)w->missProp > CU_ACCESS_PROPERTY_STREAMING)
+            return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        return v->syncPolicy >= CU_SYNC_POLICY_AUTO && v->syncPolicy <= CU_SYNC_POLICY_BLOCKING_SYNC
+                   ? CUDA_SUCCESS
+                   : CUDA_ERROR_INVALID_VALUE;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        return (unsigned int)v->memSyncDomain <= CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE ? CUDA_SUCCESS
+                                                                                 : CUDA_ERROR_INVALID_VALUE;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && (!value_out || (attr != CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_PRIORITY &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP &&
+                                              attr != CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        *value_out = s->attrs[attr];
+        if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+            value_out->priority = s->priority;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = value ? fc_stream_attr_check(attr, value) : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+            s->priority = value->priority;
+        else
+            s->attrs[attr] = *value;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamCopyAttributes(CUstream dst, CUstream src)
+{
+    fc_ctx_t *cd, *cs;
+    fc_stream_t *d, *s;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_stream_get(dst, &cd, &d);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_stream_get(src, &cs, &s);
+    if (rc == CUDA_SUCCESS && cd != cs)
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS)
+        memcpy(d->attrs, s->attrs, sizeof(d->attrs));
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxResetPersistingL2Cache(void)
 {
     fc_ctx_t *ctx;
     CUresult rc;
@@ -4586,9 +4748,361 @@ CUresult CUDAAPI cuProfilerStart(void)
     return rc;
 }
 
+CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(hfunc, &f);
+    if (rc == CUDA_SUCCESS && (unsigned int)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The two devices reach each other over nothing: every attribute 0. */
+CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+                                         CUdevice dstDevice)
+{
+    if (!value || (unsigned int)attrib > CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (srcDevice < 0 || srcDevice >= FC_NDEV || dstDevice < 0 || dstDevice >= FC_NDEV ||
+        srcDevice == dstDevice)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *value = 0;
+    return CUDA_SUCCESS;
+}
+
+/* A stream memory operation on an allocation (the stream's work runs at
+ * once); n bytes at addr, naturally aligned. */
+static CUresult fc_memop(CUstream stream, CUdeviceptr addr, size_t n, unsigned int flags,
+                         unsigned int maxflag, void **p)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc = fc_stream_work(stream, &ctx, &s);
+
+    if (rc == CUDA_SUCCESS && (flags > maxflag || addr % n))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = fc_mem_check((uintptr_t)addr, n);
+    if (rc == CUDA_SUCCESS && s->cap)
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    *p = (void *)(uintptr_t)addr;
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 4, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, &p);
+    if (rc == CUDA_SUCCESS)
+        memcpy(p, &value, 4);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 8, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, &p);
+    if (rc == CUDA_SUCCESS)
+        memcpy(p, &value, 8);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Whether a wait's condition holds (cuda.h's CUstreamWaitValue_flags). */
+static int fc_wait_holds(uint64_t have, uint64_t want, unsigned int flags, uint64_t mask)
+{
+    switch (flags & 3u) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+        return have >= want;
+    case CU_STREAM_WAIT_VALUE_EQ:
+        return have == want;
+    case CU_STREAM_WAIT_VALUE_AND:
+        return (have & want) != 0;
+    default:
+        return (~(have | want) & mask) != 0;
+    }
+}
+
+/*
+ * The stand-in runs a stream's work at once, so a wait whose condition
+ * does not hold yet would wait forever: it fails with
+ * CUDA_ERROR_NOT_SUPPORTED instead (tests wait for values already
+ * written).
+ */
+CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    uint32_t have;
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 4, flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH,
+                  CU_STREAM_WAIT_VALUE_NOR, &p);
+    if (rc == CUDA_SUCCESS) {
+        memcpy(&have, p, 4);
+        if (!fc_wait_holds(have, value, flags, UINT32_MAX))
+            rc = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    uint64_t have;
+    void *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memop(stream, addr, 8, flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH,
+                  CU_STREAM_WAIT_VALUE_NOR, &p);
+    if (rc == CUDA_SUCCESS) {
+        memcpy(&have, p, 8);
+        if (!fc_wait_holds(have, value, flags, UINT64_MAX))
+            rc = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Graph node queries and kernel node attributes                       */
+
+/* A node of a live graph, or NULL (the handle is compared, never
+ * followed, before it is found). */
+static fc_node_t *fc_node_find(CUgraphNode h)
+{
+    for (fc_obj_t *o = g_graphs; o; o = o->next)
+        if (fc_graph_has_node((fc_graph_t *)o, (const fc_node_t *)h))
+            return (fc_node_t *)h;
+    return NULL;
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    static const CUgraphNodeType types[] = {
+        [FC_NODE_KERNEL] = CU_GRAPH_NODE_TYPE_KERNEL, [FC_NODE_MEMCPY] = CU_GRAPH_NODE_TYPE_MEMCPY,
+        [FC_NODE_MEMSET] = CU_GRAPH_NODE_TYPE_MEMSET, [FC_NODE_HOST] = CU_GRAPH_NODE_TYPE_HOST,
+        [FC_NODE_EMPTY] = CU_GRAPH_NODE_TYPE_EMPTY,
+    };
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    if (!n || !type)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *type = types[n->type];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The attributes cuda.h says are valid for graph nodes. */
+static CUresult fc_node_attr_check(CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *v)
+{
+    switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        return fc_stream_attr_check(attr, v);
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static fc_node_t *fc_kernel_node_find(CUgraphNode h)
+{
+    fc_node_t *n = fc_node_find(h);
+
+    return n && n->type == FC_NODE_KERNEL ? n : NULL;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               CUkernelNodeAttrValue *value_out)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_kernel_node_find(hNode);
+    if (!n || !value_out || (unsigned int)attr > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING ||
+        fc_node_attr_check(attr, &n->attrs[attr]) == CUDA_ERROR_INVALID_VALUE)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *value_out = n->attrs[attr];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               const CUkernelNodeAttrValue *value)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_kernel_node_find(hNode);
+    if (!n || !value || (unsigned int)attr > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = fc_node_attr_check(attr, value);
+    if (rc == CUDA_SUCCESS)
+        n->attrs[attr] = *value;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+    fc_node_t *d, *s;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    d = fc_kernel_node_find(dst);
+    s = fc_kernel_node_find(src);
+    if (!d || !s)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        memcpy(d->attrs, s->attrs, sizeof(d->attrs));
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading state, affinity, flushes, shared memory banks               */
+
+/* Every function is loaded with its module (no lazy loading here). */
+CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(function, &f);
+    if (rc == CUDA_SUCCESS && !state)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *state = CU_FUNCTION_LOADING_STATE_LOADED;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuFuncLoad(CUfunction function)
+{
+    fc_func_t *f;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_func_get(function, &f);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* No execution affinity (no green contexts or SM partitions here). */
+CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    if (!pi || (unsigned int)type >= CU_EXEC_AFFINITY_TYPE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= FC_NDEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = 0;
+    return CUDA_SUCCESS;
+}
+
+/* No graph memory nodes: nothing to trim. */
+CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device)
+{
+    return device >= 0 && device < FC_NDEV ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult CUDAAPI cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target,
+                                            CUflushGPUDirectRDMAWritesScope scope)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if (target != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX ||
+        (scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER &&
+         scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if (!pConfig)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        *pConfig = ctx->smem_config;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if ((unsigned int)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS)
+        ctx->smem_config = config;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Profiler: nothing to profile                                        */
+
+/* Not cuProfilerStop calling cuProfilerStart: in a loopback process the
+ * guest library's exported cuProfilerStart would answer that call. */
+static CUresult fc_profiler(void)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuProfilerStart(void)
+{
+    return fc_profiler();
+}
+
 CUresult CUDAAPI cuProfilerStop(void)
 {
-    return cuProfilerStart();
+    return fc_profiler();
 }
 
 /* ------------------------------------------------------------------ */

@@ -5,7 +5,7 @@
    gen_corpus.py --regressions [OUTDIR]    the slow inputs of the past
                                            (default: regressions/)
 """
-import os, re, struct, sys
+import importlib.util, os, re, struct, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 args = sys.argv[1:]
@@ -29,6 +29,20 @@ def req(op, payload=b"", patches=(), segs=(), flags=0):
         b += bytes([d]) + struct.pack("<HH", off, ln) + bytes([sp])
     return b + payload
 
+# CU_CALL: the generated calls' numbers and hash, from the one list.
+_spec = importlib.util.spec_from_file_location("gencuda", os.path.join(here, "..", "..", "guest-lib", "gen-cuda.py"))
+_gen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_gen)
+_inc = os.environ.get("CUDA_INC", "/usr/local/cuda/include")
+_, _, _remote = _gen.read_list(os.path.join(here, "..", "..", "guest-lib", "cuda_calls.list"))
+_calls = _gen.remote_calls(_remote, _gen.read_signatures(_inc, _gen.read_defines(_inc))[2], _inc)
+CALL = {c["name"]: c["num"] for c in _calls}
+CALLS_HASH = _gen.calls_hash(_calls)
+
+def call(name, args=b""):
+    """A CU_CALL payload: header, number, hash, then the call's slots."""
+    return pad(8) + u32(CALL[name]) + u32(CALLS_HASH) + args
+
 def pad(n): return b"\0" * n
 u64 = lambda v: struct.pack("<Q", v)
 u32 = lambda v: struct.pack("<I", v)
@@ -47,10 +61,11 @@ seeds = {
               + req("CU_OCCUPANCY_CLUSTERS", pad(8) + u64(0) + u64(0) + u32(2) + u32(1)*2 + u32(32) + u32(1)*2 + pad(16) + u32(1) + u32(0)
                 + u32(4) + u32(0) + u64(0) + u32(2) + u32(1) + u32(1) + u32(0), [(1, "func")])
               + req("CU_OCCUPANCY_CLUSTER_SIZE", pad(8) + u64(0) + u64(0) + u32(2) + u32(1)*2 + u32(32) + u32(1)*2 + pad(16) + pad(8), [(1, "func")]),
- "funcattrs": req("CU_FUNC_GET_ATTRS", pad(16), [(1, "func")]) + req("CU_OCCUPANCY_BLOCKS", pad(8) + u64(0) + u32(128) + u32(0) + u64(0), [(1, "func")]),
+ "funcattrs": req("CU_FUNC_GET_ATTRS", pad(16), [(1, "func")])
+              + req("CU_CALL", call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", u64(0) + u64(128) + u64(0) + u64(0)), [(2, "func")]),
  "getfunc": req("CU_MODULE_GET_FUNCTION", pad(8) + u64(0) + u32(23) + u32(0) + b"_Z10vector_addPKfS0_Pfi", [(1, "module")]),
  "getglobal": req("CU_MODULE_GET_GLOBAL", pad(8) + u64(0) + u32(3) + u32(0) + b"abc", [(1, "module")]),
- "events": req("CU_EVENT_RECORD", pad(32), [(1, "event"), (2, "stream")]) + req("CU_EVENT_SYNCHRONIZE", pad(16), [(1, "event")]) + req("CU_EVENT_ELAPSED", pad(32), [(1, "event"), (2, "event")]),
+ "events": req("CU_EVENT_RECORD", pad(32), [(1, "event"), (2, "stream")]) + req("CU_EVENT_SYNCHRONIZE", pad(16), [(1, "event")]) + req("CU_CALL", call("cuEventElapsedTime_v2", u64(0) + u64(0)), [(2, "event"), (3, "event")]),
  "stream": req("CU_STREAM_WAIT_EVENT", pad(32), [(1, "stream"), (2, "event")]) + req("CU_STREAM_SYNCHRONIZE", pad(16), [(1, "stream")]) + req("CU_STREAM_DESTROY", pad(16), [(1, "stream")]),
  "capture": req("CU_STREAM_BEGIN_CAPTURE", pad(32), [(1, "stream")]) + req("CU_MEMSET", pad(8) + u64(0) + u64(0) + u64(16) + u64(1) + u64(0) + u32(1) + u32(1) + u32(1) + u32(0), [(1, "dptr"), (5, "stream")]) + req("CU_STREAM_CAPTURE_INFO", pad(16), [(1, "stream")]) + req("CU_STREAM_END_CAPTURE", pad(16), [(1, "stream")]),
  "capture_graph": req("CU_STREAM_BEGIN_CAPTURE", pad(32), [(1, "stream")]) + req("CU_STREAM_CAPTURE_GRAPH", pad(16), [(1, "stream")]) + req("CU_THREAD_CAPTURE_MODE", pad(8) + u64(2)) + req("CU_MEM_ALLOC", pad(8) + u64(4096) + pad(16)) + req("CU_GRAPH_DESTROY", pad(16), [(1, "graph")]) + req("CU_STREAM_END_CAPTURE", pad(16), [(1, "stream")]) + req("CU_STREAM_CAPTURE_GRAPH", pad(16), [(1, "stream")]),
@@ -60,7 +75,11 @@ seeds = {
  "modload": req("CU_MODULE_LOAD", pad(8) + u64(64), segs=[(0x40, 0, 64, 0)]) + req("CU_MODULE_UNLOAD", pad(16), [(1, "module")]),
  "ptrs": req("CU_MEM_GET_RANGE", pad(16), [(1, "dptr2")]) + req("CU_HOST_DEVICE_POINTER", pad(16), segs=[(0x44, 0, 4096, 0)]) + req("CU_MEM_FREE", pad(16), [(1, "dptr")]),
  "async": req("CU_MEMCPY_DTOD", pad(48), [(1, "dptr"), (2, "dptr2")], flags=1) + req("CU_GET_DEFERRED_ERROR", pad(8)) + req("SESSION_FENCE") + req("CU_TAKE_OUTPUT", pad(16)),
- "ctx": req("CU_CTX_GET_LIMIT", pad(24)) + req("CU_CTX_PRIORITY_RANGE", pad(8)) + req("CU_DEVICE_CAN_ACCESS_PEER", pad(8) + u64(1)) + req("CU_CTX_SYNCHRONIZE", pad(8)) + req("CU_CTX_RESET", pad(8)),
+ "ctx": req("CU_CALL", call("cuCtxGetLimit", u64(0))) + req("CU_CALL", call("cuCtxGetStreamPriorityRange")) + req("CU_CALL", call("cuDeviceCanAccessPeer", u64(0) + u64(1)))
+        + req("CU_CTX_SYNCHRONIZE", pad(8)) + req("CU_CTX_RESET", pad(8)),
+ "call": req("CU_CALL", call("cuStreamSetAttribute", u64(0) + u64(3) + u32(2) + pad(60)), [(2, "stream")])
+         + req("CU_CALL", call("cuStreamGetAttribute", u64(0) + u64(1)), [(2, "stream")])
+         + req("CU_CALL", call("cuStreamWriteValue32_v2", u64(0) + u64(0) + u64(7) + u64(0)), [(2, "stream"), (3, "dptr")]),
 }
 # Inputs that once made an execution take seconds (regressions/README.md).
 slow = {

@@ -17,10 +17,15 @@ VCU_BENCH_ARGS=--quick tests/vm/run.sh bench >/dev/null 2>&1 || true
 # and booted briefly, not run through here.
 VCU_VM_TIMEOUT=15 tests/vm/run.sh leaks >/dev/null 2>&1 || true
 [ -f build/vm/initrd-leaks.img ]
-# The libs image: NVIDIA's libraries are added on the GPU host
+# The libs image: NVIDIA's libraries go on a disk made on the GPU host
 # (tests/gpu/libs-run.sh), so here it stops at its setup check.
 VCU_VM_TIMEOUT=30 tests/vm/run.sh libs >/dev/null 2>&1 || true
 [ -f build/vm/initrd-libs.img ]
+# The probe of NVIDIA's answers to what the libraries ask (docs/driver-api.md).
+mkdir -p build/probes
+cc -O1 -I/usr/local/cuda/include -o build/probes/probe-libs tests/gpu/probe-libs.c -ldl
+cp build/cuda-driver/vcu_drv_kernels.fatbin build/cuda-driver/vcu_drv_kernels_ptx_lz4.fatbin \
+    build/cuda-driver/vcu_drv_kernels_sm80.fatbin build/probes/
 # The torch image: its root disk is made on the GPU host
 # (tests/gpu/torch-run.sh), so here it stops at its setup check.
 VCU_VM_TIMEOUT=30 tests/vm/run.sh torch >/dev/null 2>&1 || true
@@ -32,4 +37,4 @@ git rev-parse HEAD >build/commit
 rm -rf build/vm/logs
 # Not used on the GPU machine (the carried outputs must stay under 64 MiB).
 rm -f build/vm/initrd-hostmem.img
-du -sh build/qemu build/vm build/bench build/nvidia
+du -sh build/qemu build/vm build/bench build/nvidia build/probes

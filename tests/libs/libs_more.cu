@@ -1,8 +1,9 @@
 /*
  * More of NVIDIA's libraries on the guest's libcuda.so.1, each against the
- * CPU: cuRAND's host API (a device generator against cuRAND's host
- * generator of the same kind and seed, which gives the same numbers) and
- * cuSPARSE (a CSR matrix times a vector).  A separate program from
+ * CPU: cuRAND's host API (device generators against cuRAND's host
+ * generators of the same kind and seed, which give the same numbers:
+ * XORWOW uniforms, and Philox normals whose mean and standard deviation
+ * are checked too) and cuSPARSE (a CSR matrix times a vector).  A separate program from
  * libs_check, so that an image without these libraries still runs that
  * one.  Prints "PASS <name>" or "FAIL <name> <why>" per check; a FAIL
  * that reached the comparison ends with "against the CPU".
@@ -68,6 +69,68 @@ static void check_curand(void)
             diff++;
     CHECK("curand_uniform", diff == 0, "%zu of %zu numbers differ from the host generator's, "
           "against the CPU", diff, n);
+    curandDestroyGenerator(g);
+    curandDestroyGenerator(hg);
+    cudaFree(d);
+    free(h);
+    free(ref);
+}
+
+/*
+ * Philox normals (mean 1.5, standard deviation 2): the device's against
+ * the host generator's, to a float's rounding (both are Box-Muller on the
+ * same bits; the device's logarithm and sine may differ in the last
+ * bits), and the sample's mean and deviation within 5 standard errors.
+ */
+static void check_curand_normal(void)
+{
+    const size_t n = 1 << 18;
+    const float mean = 1.5f, sd = 2.0f;
+    float *d = NULL, *h = (float *)malloc(n * sizeof(float)), *ref = (float *)malloc(n * sizeof(float));
+    curandGenerator_t g = NULL, hg = NULL;
+    curandStatus_t st;
+    size_t diff = 0;
+    double s = 0, s2 = 0, m, dev;
+
+    if (cudaMalloc(&d, n * sizeof(float)) != cudaSuccess) {
+        CHECK("curand_normal", 0, "cudaMalloc failed");
+        return;
+    }
+    st = curandCreateGenerator(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10);
+    if (st == CURAND_STATUS_SUCCESS)
+        st = curandSetPseudoRandomGeneratorSeed(g, 42);
+    if (st == CURAND_STATUS_SUCCESS)
+        st = curandGenerateNormal(g, d, n, mean, sd);
+    if (st != CURAND_STATUS_SUCCESS) {
+        CHECK("curand_normal", 0, "device generator: status %d", (int)st);
+        return;
+    }
+    if (cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        CHECK("curand_normal", 0, "copy back failed");
+        return;
+    }
+    st = curandCreateGeneratorHost(&hg, CURAND_RNG_PSEUDO_PHILOX4_32_10);
+    if (st == CURAND_STATUS_SUCCESS)
+        st = curandSetPseudoRandomGeneratorSeed(hg, 42);
+    if (st == CURAND_STATUS_SUCCESS)
+        st = curandGenerateNormal(hg, ref, n, mean, sd);
+    if (st != CURAND_STATUS_SUCCESS) {
+        CHECK("curand_normal", 0, "host generator: status %d", (int)st);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!(fabs((double)h[i] - ref[i]) <= 1e-5 * (1 + fabs((double)ref[i]))))
+            diff++;
+        s += h[i];
+        s2 += (double)h[i] * h[i];
+    }
+    m = s / n;
+    dev = sqrt(s2 / n - m * m);
+    CHECK("curand_normal",
+          diff == 0 && fabs(m - mean) < 5 * sd / sqrt((double)n) &&
+              fabs(dev - sd) < 5 * sd / sqrt(2.0 * n),
+          "%zu of %zu numbers differ from the host generator's; mean %g (%g), standard "
+          "deviation %g (%g), against the CPU", diff, n, m, (double)mean, dev, (double)sd);
     curandDestroyGenerator(g);
     curandDestroyGenerator(hg);
     cudaFree(d);
@@ -176,6 +239,7 @@ static void check_cusparse(void)
 int main(void)
 {
     check_curand();
+    check_curand_normal();
     check_cusparse();
     return failed;
 }

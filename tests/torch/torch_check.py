@@ -6,7 +6,8 @@ that a step that fails says where and the others still run.
 Steps: import, is_available, properties, elementwise, matmul (checked
 against the CPU), cnn (a small CNN trained for a few hundred steps; its
 loss must fall), graphs (capture and replay), compile (torch.compile of
-a small function, Triton).
+a small function, Triton).  VCU_TORCH_STEPS=graphs,compile runs only
+the steps named (import always runs).
 """
 import os
 import sys
@@ -182,6 +183,9 @@ if torch is not None:
     for name, fn in (("is_available", s_available), ("properties", s_properties),
                      ("elementwise", s_elementwise), ("matmul", s_matmul), ("cnn", s_cnn),
                      ("graphs", s_graphs), ("compile", s_compile)):
+        only = os.environ.get("VCU_TORCH_STEPS")
+        if only and name not in only.split(","):
+            continue
         if name != "is_available" and not results[-1][1] and results[-1][0] == "is_available":
             print("FAIL torch/%s skipped: no CUDA" % name, flush=True)
             results.append((name, False))

@@ -14,6 +14,7 @@
 #include "ut.h"
 #include "vcu_backend_int.h"
 #include "cuda_tab.h"
+#include "vcu_calls.h"
 
 /* The stand-in's twin of tests/cuda/vector_add.cu. */
 #define TC_VADD "_Z10vector_addPKfS0_Pfi"
@@ -118,6 +119,26 @@ static uint32_t tc_alloc(tc_t *c, uint64_t size, uint64_t *ptr)
     *ptr = rp.value;
     return rp.r.result;
 }
+
+/* A CU_CALL request of len bytes (its call and hash as given); the
+ * CUresult, or 0x10000 + the wire status. */
+static uint32_t tc_call(tc_t *c, const void *rq, uint32_t len, void *resp, size_t rlen)
+{
+    struct vcu_cu_resp r;
+    uint32_t st = tc_do(c, VCU_OP_CU_CALL, 0, rq, len, resp ? resp : &r, resp ? rlen : sizeof(r));
+
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    return resp ? ((struct vcu_cu_resp *)resp)->result : r.result;
+}
+
+#define TC_CALL_INIT(rq, name, dev)                                          \
+    do {                                                                     \
+        memset(&(rq), 0, sizeof(rq));                                        \
+        (rq).c.hdr.device = (dev);                                           \
+        (rq).c.call = VCU_CALL_##name;                                       \
+        (rq).c.hash = VCU_CALLS_HASH;                                        \
+    } while (0)
 
 /* HtoD / DtoH with the host side split into iovecs of the given sizes;
  * segflags is added to the segment's direction (VCU_SEG_F_STABLE). */
@@ -754,7 +775,15 @@ TEST(cuda_handles_invalid)
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_STREAM_WAIT_EVENT, s, s, 0, NULL, 0));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, g, 0, 0, NULL, 0));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, s, 0, 0, NULL, 0));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, ev, s, 0, NULL, 0));
+    {
+        struct vcu_call_cuEventElapsedTime_v2_req eq;
+        struct vcu_call_cuEventElapsedTime_v2_resp er;
+
+        TC_CALL_INIT(eq, cuEventElapsedTime_v2, 0);
+        eq.hStart = ev;
+        eq.hEnd = s;
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &eq, sizeof(eq), &er, sizeof(er)));
+    }
     memset(&aq, 0, sizeof(aq));
     aq.handle = s;
     aq.attr = CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
@@ -817,14 +846,14 @@ TEST(cuda_module_unload_kills_funcs)
 
 /* ---- modules and launches ----------------------------------------------- */
 
-/* CU_OCCUPANCY_AVAIL_SMEM: the driver's answer for the function; bad
- * requests and handles refused. */
+/* cuOccupancyAvailableDynamicSMemPerBlock (a CU_CALL): the driver's
+ * answer for the function; bad requests and handles refused. */
 TEST(cuda_occupancy_avail_smem)
 {
     unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
     struct vcu_cu_function_resp f;
-    struct vcu_cu_occupancy_req q;
-    struct vcu_cu_u64_resp one, two;
+    struct vcu_call_cuOccupancyAvailableDynamicSMemPerBlock_req q;
+    struct vcu_call_cuOccupancyAvailableDynamicSMemPerBlock_resp one, two;
     uint64_t mod = 0;
     tc_t c;
 
@@ -832,29 +861,26 @@ TEST(cuda_occupancy_avail_smem)
     ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
     ASSERT_EQ(CUDA_SUCCESS, tc_func(&c, mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
     memcpy(&f, fr, sizeof(f));
-    memset(&q, 0, sizeof(q));
-    q.function = f.function;
-    q.block_size = 128;
-    q.flags = 1;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &one, sizeof(one)));
-    ASSERT_EQ(CUDA_SUCCESS, one.r.result);
-    q.flags = 16;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    ASSERT_EQ(CUDA_SUCCESS, two.r.result);
-    ASSERT_GT(one.value, 0);
-    ASSERT_GT(one.value, two.value);        /* sixteen blocks share the SM */
-    q.flags = 0;                            /* no block */
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, two.r.result);
-    q.flags = 0x80000000u;                  /* not an int */
-    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    q.flags = 1;
-    q.dyn_smem = 1;                         /* reserved here */
-    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    q.dyn_smem = 0;
-    q.function = mod;                       /* not a function */
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_OCCUPANCY_AVAIL_SMEM, 0, &q, sizeof(q), &two, sizeof(two)));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, two.r.result);
+    TC_CALL_INIT(q, cuOccupancyAvailableDynamicSMemPerBlock, 0);
+    q.func = f.function;
+    q.blockSize = 128;
+    q.numBlocks = 1;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &q, sizeof(q), &one, sizeof(one)));
+    q.numBlocks = 16;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    ASSERT_GT(one.dynamicSmemSize, 0);
+    ASSERT_GT(one.dynamicSmemSize, two.dynamicSmemSize);    /* sixteen blocks share the SM */
+    q.numBlocks = 0;                        /* no block */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = (uint64_t)(int64_t)-1;    /* an int, the driver's to refuse */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = 0x80000000u;              /* not an int */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = 0xffffffffu;              /* -1 not sign-extended */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
+    q.numBlocks = 1;
+    q.func = mod;                           /* not a function */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &q, sizeof(q), &two, sizeof(two)));
     tc_close(&c);
     return 0;
 }
@@ -947,8 +973,10 @@ TEST(cuda_launch_param_bytes)
 
 TEST(cuda_events_elapsed)
 {
-    struct vcu_cu_elapsed_resp er;
+    struct vcu_call_cuEventElapsedTime_v2_req eq;
+    struct vcu_call_cuEventElapsedTime_v2_resp er;
     uint64_t e1 = 0, e2 = 0, s;
+    uint32_t bits;
     float ms = -1;
     tc_t c;
 
@@ -960,15 +988,26 @@ TEST(cuda_events_elapsed)
     ASSERT_NE(e1, e2);
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e1, s, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 0, NULL, 0));
+    /* Flags: CU_EVENT_RECORD_EXTERNAL and nothing else, in all 64 bits
+     * (a driver taking 32 would see 0). */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, CU_EVENT_RECORD_EXTERNAL,
+                                    NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 2, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 1ull << 32, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, e2, NULL));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, e2, NULL));
-    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, e1, e2, 0, &er, sizeof(er)));
-    memcpy(&ms, &er.ms_bits, 4);
+    TC_CALL_INIT(eq, cuEventElapsedTime_v2, 0);
+    eq.hStart = e1;
+    eq.hEnd = e2;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &eq, sizeof(eq), &er, sizeof(er)));
+    ASSERT_LE(er.pMilliseconds, UINT32_MAX);
+    bits = (uint32_t)er.pMilliseconds;
+    memcpy(&ms, &bits, 4);
     ASSERT_TRUE(ms >= 0.0f && ms < 10000.0f);
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_WAIT_EVENT, 0, e1, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_DESTROY, 0, e1, NULL));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
-              tc_pair(&c, VCU_OP_CU_EVENT_ELAPSED, e1, e2, 0, &er, sizeof(er)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &eq, sizeof(eq), &er, sizeof(er)));
     tc_close(&c);
     return 0;
 }
@@ -976,19 +1015,19 @@ TEST(cuda_events_elapsed)
 TEST(cuda_streams)
 {
     struct vcu_cu_stream_create_req sq = {{0, 0}, CU_STREAM_NON_BLOCKING, 0};
-    struct vcu_cu_priority_range_resp pr;
-    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_call_cuCtxGetStreamPriorityRange_req pq;
+    struct vcu_call_cuCtxGetStreamPriorityRange_resp pr;
     struct vcu_cu_u64_resp sr;
     uint64_t s[3];
     int i;
     tc_t c;
 
     CHECK(tc_open(&c));
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_PRIORITY_RANGE, 0, &h, sizeof(h), &pr, sizeof(pr)));
-    ASSERT_EQ(CUDA_SUCCESS, pr.r.result);
-    ASSERT_LE((int32_t)pr.greatest, (int32_t)pr.least);
+    TC_CALL_INIT(pq, cuCtxGetStreamPriorityRange, 0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    ASSERT_LE((int64_t)pr.greatestPriority, (int64_t)pr.leastPriority);
     for (i = 0; i < 3; i++) {
-        sq.priority = pr.greatest;
+        sq.priority = (uint32_t)pr.greatestPriority;
         ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
         ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
         s[i] = sr.value;
@@ -1318,9 +1357,15 @@ TEST(cuda_bad_payloads)
         free(t);
     }
     /* Limits and peer ordinals. */
-    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_u64(&c, VCU_OP_CU_DEVICE_CAN_ACCESS_PEER, 0, 2, NULL));
+    {
+        struct vcu_call_cuDeviceCanAccessPeer_req pq;
+        struct vcu_call_cuDeviceCanAccessPeer_resp pr;
+
+        TC_CALL_INIT(pq, cuDeviceCanAccessPeer, 0);
+        pq.peerDev = 2;
+        ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    }
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_CTX_SET_FLAGS, 0, 1ull << 40, NULL));
-    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_PROFILER, 0, 2, NULL));
     /* Still alive. */
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
     tc_close(&c);
@@ -1465,6 +1510,119 @@ static uint32_t tc_capg(tc_t *c, uint64_t s, struct vcu_cu_capture_graph_resp *o
     if (st != VCU_S_OK)
         return 0x10000 + st;
     return o->r.result;
+}
+
+/* CU_STREAM_CAPTURE_DEPS on stream s (CUresult or 0x10000 + status). */
+static uint32_t tc_capd(tc_t *c, uint64_t s, struct vcu_cu_capture_deps_resp *o)
+{
+    struct vcu_cu_u64_req rq = {{0, 0}, s};
+    uint32_t st;
+
+    memset(o, 0, sizeof(*o));
+    st = tc_do(c, VCU_OP_CU_STREAM_CAPTURE_DEPS, 0, &rq, sizeof(rq), o, sizeof(*o));
+    return st != VCU_S_OK ? 0x10000 + st : o->r.result;
+}
+
+static uint32_t tc_updd(tc_t *c, uint64_t s, uint32_t flags, uint32_t n, const uint64_t *nodes,
+                        uint32_t plen)
+{
+    struct vcu_cu_update_deps_req rq;
+    struct vcu_cu_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.stream = s;
+    rq.flags = flags;
+    rq.ndeps = n;
+    for (uint32_t i = 0; i < n && i < VCU_CU_MAX_CAPTURE_DEPS; i++)
+        rq.node[i] = nodes[i];
+    st = tc_do(c, VCU_OP_CU_STREAM_UPDATE_DEPS, 0, &rq, plen, &rp, sizeof(rp));
+    return st != VCU_S_OK ? 0x10000 + st : rp.result;
+}
+
+/*
+ * A capture's open dependencies as node handles of its graph, the same
+ * handle each time; updating them from a hostile guest: bad flags, too
+ * many nodes (read past the host's array without the check), handles of
+ * another type, forged, stale after their graph went, a short payload.
+ */
+TEST(cuda_capture_deps)
+{
+    struct vcu_cu_capture_deps_resp o;
+    struct vcu_cu_memset_req mq;
+    struct vcu_cu_resp r;
+    uint64_t s, d = 0, g = 0, n1, many[VCU_CU_MAX_CAPTURE_DEPS + 1];
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_NONE, o.status);
+    ASSERT_EQ(0, o.ndeps);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_capd(&c, 0x123456789abcull, &o));
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    memset(&mq, 0, sizeof(mq));
+    mq.dst = d;
+    mq.value = 1;
+    mq.elem_size = 1;
+    mq.width = 64;
+    mq.height = 1;
+    mq.stream = s;
+    mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMSET, 0, &mq, sizeof(mq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, o.status);
+    ASSERT_EQ(1, o.ndeps);
+    ASSERT_GE(o.graph, VCU_CU_HANDLE_MIN);
+    ASSERT_GE(o.node[0], VCU_CU_HANDLE_MIN);
+    n1 = o.node[0];
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(n1, o.node[0]);
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_updd(&c, s, CU_STREAM_SET_CAPTURE_DEPENDENCIES, 1, &n1,
+                                    sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_updd(&c, s, 2, 1, &n1, sizeof(struct vcu_cu_update_deps_req)));
+    for (size_t i = 0; i < VCU_CU_MAX_CAPTURE_DEPS + 1; i++)
+        many[i] = n1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_updd(&c, s, 0, VCU_CU_MAX_CAPTURE_DEPS + 1, many,
+                      sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_updd(&c, s, 0, 0xffffffffu, many, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, &s, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, &o.graph, sizeof(struct vcu_cu_update_deps_req)));
+    many[0] = n1 ^ (1ull << 32);    /* another generation */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, many, sizeof(struct vcu_cu_update_deps_req)));
+    many[0] = 0;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, many, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_updd(&c, s, 0, 1, &n1, sizeof(struct vcu_cu_update_deps_req) - 8));
+    /* The capture still stands, with its one dependency. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_capd(&c, s, &o));
+    ASSERT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, o.status);
+    ASSERT_EQ(1, o.ndeps);
+    ASSERT_EQ(n1, o.node[0]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    /* Its nodes went with the graph. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_updd(&c, s, 0, 1, &n1, sizeof(struct vcu_cu_update_deps_req)));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    tc_close(&c);
+    return 0;
 }
 
 /*
@@ -2944,6 +3102,197 @@ TEST(sec_ctx_reset_cross_device_function)
         ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_LAUNCH, 0, lp, sizeof(lp), &r, sizeof(r)));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.result);
     }
+    tc_close(&c);
+    return 0;
+}
+
+/* ---- CU_CALL: the generated calls (cuda_calls.list's "remote") --------- */
+
+/* A stream on device dev. */
+static uint64_t tc_stream_on(tc_t *c, uint32_t dev)
+{
+    struct vcu_cu_stream_create_req sq = {{dev, 0}, 0, 0};
+    struct vcu_cu_u64_resp sr;
+
+    if (tc_do(c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)) != VCU_S_OK ||
+        sr.r.result != CUDA_SUCCESS)
+        return 0;
+    return sr.value;
+}
+
+/* A well-formed call reaches the driver and its struct result comes back. */
+TEST(cuda_call_roundtrip)
+{
+    struct vcu_call_cuStreamSetAttribute_req sq;
+    struct vcu_call_cuStreamGetAttribute_req gq;
+    struct vcu_call_cuStreamGetAttribute_resp gr;
+    struct vcu_call_cuDeviceGetP2PAttribute_req pq;
+    struct vcu_call_cuDeviceGetP2PAttribute_resp pr;
+    CUstreamAttrValue v, w;
+    tc_t c;
+    uint64_t s;
+
+    if (tc_open(&c) != 0)
+        return 1;
+    s = tc_stream_on(&c, 0);
+    ASSERT_GE(s, VCU_CU_HANDLE_MIN);
+    memset(&v, 0, sizeof(v));
+    v.accessPolicyWindow.base_ptr = (void *)(uintptr_t)0x10000;
+    v.accessPolicyWindow.num_bytes = 4096;
+    v.accessPolicyWindow.hitRatio = 0.5f;
+    v.accessPolicyWindow.hitProp = CU_ACCESS_PROPERTY_PERSISTING;
+    TC_CALL_INIT(sq, cuStreamSetAttribute, 0);
+    sq.hStream = s;
+    sq.attr = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+    memcpy(sq.value, &v, sizeof(v));
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    TC_CALL_INIT(gq, cuStreamGetAttribute, 0);
+    gq.hStream = s;
+    gq.attr = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &gq, sizeof(gq), &gr, sizeof(gr)));
+    memcpy(&w, gr.value_out, sizeof(w));
+    ASSERT_EQ(4096, w.accessPolicyWindow.num_bytes);
+    ASSERT_EQ(0x10000, (uintptr_t)w.accessPolicyWindow.base_ptr);
+    /* The legacy stream is anyone's. */
+    gq.hStream = VCU_CU_STREAM_LEGACY;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &gq, sizeof(gq), &gr, sizeof(gr)));
+    /* Two devices: a peer attribute the stand-in answers. */
+    TC_CALL_INIT(pq, cuDeviceGetP2PAttribute, 0);
+    pq.attrib = CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
+    pq.srcDevice = 0;
+    pq.dstDevice = 1;
+    memset(&pr, 0xff, sizeof(pr));
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    ASSERT_EQ(0, pr.value);
+    tc_close(&c);
+    return 0;
+}
+
+/*
+ * What a hostile guest may put in a CU_CALL: an unknown call number,
+ * another list's hash, a payload shorter or longer than the call's (a
+ * struct argument of the wrong size among them), slots their C type
+ * cannot hold, selectors the list does not carry, handles of another
+ * type, forged, destroyed or of another device, devices out of range, a
+ * reply buffer too small.  Each is refused before the driver sees it.
+ */
+TEST(cuda_call_hostile)
+{
+    struct vcu_call_cuStreamSetAttribute_req sq;
+    struct vcu_call_cuStreamGetAttribute_req gq;
+    struct vcu_call_cuStreamGetAttribute_resp gr;
+    struct vcu_call_cuDeviceGetP2PAttribute_req pq;
+    struct vcu_call_cuDeviceGetP2PAttribute_resp pr;
+    struct vcu_call_cuCtxResetPersistingL2Cache_req lq;
+    unsigned char big[sizeof(sq) + 16];
+    CUstreamAttrValue v;
+    uint64_t s, s1, ev = 0, gone;
+    tc_t c;
+
+    if (tc_open(&c) != 0)
+        return 1;
+    s = tc_stream_on(&c, 0);
+    s1 = tc_stream_on(&c, 1);
+    gone = tc_stream_on(&c, 0);
+    ASSERT_GE(s, VCU_CU_HANDLE_MIN);
+    ASSERT_GE(s1, VCU_CU_HANDLE_MIN);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, gone, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, CU_EVENT_DISABLE_TIMING, &ev));
+    memset(&v, 0, sizeof(v));
+    v.syncPolicy = CU_SYNC_POLICY_YIELD;
+    TC_CALL_INIT(sq, cuStreamSetAttribute, 0);
+    sq.hStream = s;
+    sq.attr = CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    memcpy(sq.value, &v, sizeof(v));
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+
+    /* Call numbers and the list's hash. */
+    sq.c.call = 0xfffe;
+    ASSERT_EQ(0x10000 + VCU_S_ENOTSUP, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.call = 0;
+    ASSERT_EQ(0x10000 + VCU_S_ENOTSUP, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.call = VCU_CALL_cuStreamSetAttribute;
+    sq.c.hash = VCU_CALLS_HASH ^ 1;
+    ASSERT_EQ(0x10000 + VCU_S_EVERSION, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hash = VCU_CALLS_HASH;
+
+    /* Lengths: exactly the call's, the struct argument whole. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(sq) - 8, NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(sq) - 1, NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(struct vcu_cu_call_req), NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, 8, NULL, 0));
+    memset(big, 0, sizeof(big));
+    memcpy(big, &sq, sizeof(sq));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, big, sizeof(sq) + 8, NULL, 0));
+    TC_CALL_INIT(lq, cuCtxResetPersistingL2Cache, 0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &lq, sizeof(lq), NULL, 0));
+    memcpy(big, &lq, sizeof(lq));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, big, sizeof(lq) + 8, NULL, 0));
+
+    /* Slots: an enum that does not fit 32 bits; selectors not carried
+     * (an event member would name a guest object; the priority is the
+     * guest's to keep). */
+    sq.attr = (1ull << 32) | CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+    v.programmaticEvent.event = (CUevent)(uintptr_t)ev;
+    memcpy(sq.value, &v, sizeof(v));
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = 999;
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.attr = CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    v.syncPolicy = CU_SYNC_POLICY_YIELD;
+    memcpy(sq.value, &v, sizeof(v));
+
+    /* Handles: another type, forged, destroyed, another device's, values
+     * below VCU_CU_HANDLE_MIN that are not default streams. */
+    sq.hStream = ev;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s ^ (1ull << 40);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s + 1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = gone;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hdr.device = 1;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hdr.device = 0;
+    sq.hStream = 5;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.hStream = s;
+    sq.c.hdr.device = 7;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &sq, sizeof(sq), NULL, 0));
+    sq.c.hdr.device = 0;
+
+    /* Device arguments: only the VM's. */
+    TC_CALL_INIT(pq, cuDeviceGetP2PAttribute, 0);
+    pq.attrib = CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
+    pq.dstDevice = 2;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    pq.dstDevice = 1ull << 32;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+    pq.dstDevice = 1;
+    pq.srcDevice = UINT64_MAX;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
+
+    /* A reply buffer that cannot hold the result struct. */
+    TC_CALL_INIT(gq, cuStreamGetAttribute, 0);
+    gq.hStream = s;
+    gq.attr = CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY;
+    {
+        ut_req_t *t = ut_req_new();
+
+        t->r.resp_cap = sizeof(struct vcu_resp_hdr) + sizeof(gr) - 8;
+        ASSERT_EQ(VCU_S_ERANGE, tc_run(&c, t, VCU_OP_CU_CALL, 0, &gq, sizeof(gq)));
+        free(t);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &gq, sizeof(gq), &gr, sizeof(gr)));
+    memcpy(&v, gr.value_out, sizeof(v));
+    ASSERT_EQ(CU_SYNC_POLICY_YIELD, v.syncPolicy);
     tc_close(&c);
     return 0;
 }

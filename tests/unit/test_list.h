@@ -108,6 +108,9 @@
     /* test_fatbin.c */                 \
     X(fatbin_trim_choice)               \
     X(fatbin_trim_refuses)              \
+    /* test_kernels.c */                \
+    X(kernels_lists)                    \
+    X(kernels_hostile)                  \
     /* test_modcache.c */               \
     X(sha256_vectors)                   \
     X(modcache_store_hit_miss)          \

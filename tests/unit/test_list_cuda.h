@@ -42,6 +42,7 @@
     X(cuda_graph_capture)               \
     X(cuda_host_func_captured)          \
     X(cuda_capture_graph)               \
+    X(cuda_capture_deps)                \
     X(cuda_ctx_reset)                   \
     X(cuda_mempool)                     \
     X(cuda_memcpy_stable_async)         \
@@ -59,6 +60,8 @@
     X(sec_mempool_per_session)          \
     X(sec_capture_global_confined)      \
     X(sec_ctx_reset_cross_device_function) \
+    X(cuda_call_roundtrip)              \
+    X(cuda_call_hostile)                \
     /* test_quota.c */                  \
     X(quota_account)                    \
     X(quota_report_hostile)             \

@@ -80,24 +80,77 @@ run_nvrt() {
     done
 }
 
-# NVIDIA's libraries (from the GPU host, under /libs) on our libcuda.so.1.
-run_libs() {
-    if [ ! -e /libs/libcublas.so.13 ]; then
-        echo "VCU-TEST libs/setup FAIL no NVIDIA libraries in the image (tests/gpu/libs-run.sh adds them)"
+# NVIDIA's libraries (the GPU host's own, on the disk
+# tests/gpu/libs-run.sh makes) on our libcuda.so.1.  One program per
+# library family; each expected check gets a line: its own, or a FAIL
+# naming the missing library or the program's exit status.
+# libs_one PROG ARG "LIBRARIES" "CHECKS"
+libs_one() {
+    missing=
+    for l in $3; do
+        [ -e "/disk/libs/$l" ] || missing="$missing $l"
+    done
+    if [ -n "$missing" ]; then
+        for c in $4; do
+            echo "VCU-TEST libs/$c FAIL not found on the GPU host:$missing"
+        done
         return 0
     fi
-    # VCU_LIBS_DEBUG=1 (kernel command line): cuBLAS's own log and every
-    # failing Driver API call, on the console.
-    lp=/nvrt/lib:/libs
-    if grep -q 'VCU_LIBS_DEBUG=1' /proc/cmdline; then
-        export CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=stderr CUBLASLT_LOG_LEVEL=5
-        # Every failing Driver API call, by name (tests/gpu/trace).
-        export VCU_TRACE_LIBCUDA=/nvrt/lib/libcuda.so.1
-        lp=/libs-test/trace:/libs
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    LD_LIBRARY_PATH=$lp timeout 240 "/libs-test/$1" $2 >/tmp/libs.out 2>&1
+    rc=$?
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    echo "libs: $1${2:+ $2}: exit status $rc after $(echo "$t0 $t1" | awk '{ printf "%.1f", $2 - $1 }') s"
+    # What the program said besides its checks (first_gemm's times,
+    # cuDNN's choice, errors); all of it when tracing.
+    if [ -n "$debug" ]; then
+        grep -v -E '^(PASS|FAIL) ' /tmp/libs.out | sed "s,^,libs: $1: ,"
+    else
+        grep -v -E '^(PASS|FAIL) ' /tmp/libs.out | tail -n 20 | sed "s,^,libs: $1: ,"
     fi
-    LD_LIBRARY_PATH=$lp timeout 600 /libs-test/libs_check 2>&1 |
-        sed -e 's,^PASS \([^ ]*\)$,VCU-TEST libs/\1 PASS,' \
-            -e 's,^FAIL \([^ ]*\) *\(.*\)$,VCU-TEST libs/\1 FAIL \2,'
+    for c in $4; do
+        if grep -q "^PASS $c\$" /tmp/libs.out; then
+            echo "VCU-TEST libs/$c PASS"
+        elif grep -q "^FAIL $c " /tmp/libs.out; then
+            echo "VCU-TEST libs/$c FAIL $(grep -m 1 "^FAIL $c " /tmp/libs.out | cut -d' ' -f3-)"
+        else
+            echo "VCU-TEST libs/$c FAIL no result: $1 ended with status $rc"
+        fi
+    done
+}
+run_libs() {
+    if ! insmod /modules/virtio_blk.ko || ! mkdir -p /disk ||
+        ! mount -t ext4 -o ro /dev/vda /disk; then
+        echo "VCU-TEST libs/setup FAIL no disk (tests/gpu/libs-run.sh attaches it)"
+        return 0
+    fi
+    if [ ! -f /disk/libs/MANIFEST ]; then
+        echo "VCU-TEST libs/setup FAIL no /libs/MANIFEST on the disk"
+        return 0
+    fi
+    sed 's,^,libs: from the GPU host: ,' /disk/libs/MANIFEST
+    # VCU_LIBS_DEBUG=1 (kernel command line): the libraries' own logs and
+    # every failing Driver API call (tests/gpu/trace), on the console.
+    lp=/nvrt/lib:/disk/libs
+    debug=
+    if grep -q 'VCU_LIBS_DEBUG=1' /proc/cmdline; then
+        debug=1
+        export CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=stderr CUBLASLT_LOG_LEVEL=5
+        export CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr
+        export VCU_TRACE_LIBCUDA=/nvrt/lib/libcuda.so.1
+        lp=/libs-test/trace:/disk/libs
+    fi
+    # first_gemm first, twice: the guest's first process to use cuBLAS
+    # (cold), then the next (warm: what the host kept from the first).
+    libs_one first_gemm cold "libcublas.so.13 libcublasLt.so.13" first_gemm_cold
+    libs_one first_gemm warm "libcublas.so.13 libcublasLt.so.13" first_gemm_warm
+    libs_one libs_check "" "libcublas.so.13 libcublasLt.so.13" "cublas_sgemm cublaslt_hgemm"
+    libs_one libs_more "" "libcurand.so.10 libcusparse.so.12 libnvJitLink.so.13" \
+        "curand_uniform curand_normal cusparse_spmv"
+    libs_one libs_fft "" "libcufft.so.12" "cufft_c2c cufft_r2c_2d"
+    libs_one libs_dnn "" "libcudnn.so.9 libcudnn_graph.so.9 libcudnn_ops.so.9 libcudnn_cnn.so.9 \
+libcudnn_heuristic.so.9 libcudnn_engines_precompiled.so.9 libcudnn_engines_runtime_compiled.so.9" \
+        cudnn_conv_fwd
 }
 
 # GPU suite, torch: PyTorch from the disk tests/gpu/torch-run.sh makes
@@ -119,6 +172,9 @@ run_torch() {
     # watchdog's stacks and thread states every 60 s, on the console.
     dbg=
     grep -q 'VCU_TORCH_DEBUG=1' /proc/cmdline && dbg="VCU_LIBCUDA_TRACE=modules VCU_TORCH_WATCHDOG=60"
+    # VCU_TORCH_STEPS=a,b (kernel command line): only those steps.
+    steps=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^VCU_TORCH_STEPS=//p')
+    [ -n "$steps" ] && dbg="$dbg VCU_TORCH_STEPS=$steps"
     chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
         LD_LIBRARY_PATH=/tmp/vcu/lib TRITON_CACHE_DIR=/tmp/triton TRITON_LIBCUDA_PATH=/tmp/vcu/lib \
         $dbg \

@@ -100,6 +100,30 @@ add_cuda_prog() {
     LD_LIBRARY_PATH=$r/cuda/lib copy_libs "$1"
 }
 
+# The system's libzstd.so.1, which our libcuda.so.1 opens to read
+# zstd-compressed fatbin entries (include/vcu_kernels.h).
+add_libzstd() {
+    for lib in /lib/x86_64-linux-gnu/libzstd.so.1 /usr/lib/x86_64-linux-gnu/libzstd.so.1; do
+        if [ -e "$lib" ] && [ ! -e "$r$lib" ]; then
+            mkdir -p "$r$(dirname "$lib")"
+            cp -L "$lib" "$r$lib"
+            return 0
+        fi
+    done
+}
+
+# The virtio-blk driver, from the guest kernel's package (the torch and
+# libs suites' disks).
+add_virtio_blk() {
+    kdeb=
+    for f in "$(dirname "$VCU_GUEST_MODDIR")"/linux-image-*.deb; do [ -f "$f" ] && kdeb=$f; done
+    [ -n "$kdeb" ] || die "no guest kernel package beside $VCU_GUEST_MODDIR"
+    dpkg-deb --fsys-tarfile "$kdeb" |
+        tar -xO --wildcards '*/kernel/drivers/block/virtio_blk.ko' >"$r/modules/virtio_blk.ko" ||
+        die "no virtio_blk.ko in $kdeb"
+    [ -s "$r/modules/virtio_blk.ko" ] || die "no virtio_blk.ko in $kdeb"
+}
+
 for s in "$@"; do
     case $s in
     echo | badinput | hostmem | quota)
@@ -128,8 +152,11 @@ for s in "$@"; do
         mkdir -p "$r/cuda-driver"
         cp "$drvtests/tests.list" "$drvtests/run.sh" "$drvtests/vcu_drv_kernels.fatbin" \
             "$drvtests/vcu_drv_kernels.cubin" "$drvtests/vcu_drv_kernels_multi.fatbin" \
-            "$drvtests/vcu_drv_kernels_sm80.fatbin" "$drvtests/vcu_drv_kernels.ptx" \
+            "$drvtests/vcu_drv_kernels_sm80.fatbin" "$drvtests/vcu_drv_kernels_ptx_lz4.fatbin" \
+            "$drvtests/vcu_drv_kernels_ptx_zstd.fatbin" "$drvtests/vcu_drv_kernels.ptx" \
             "$r/cuda-driver/"
+        # Our libcuda.so.1 reads zstd-compressed fatbins with it.
+        add_libzstd
         for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$drvtests/tests.list"); do
             [ -x "$drvtests/$t" ] || die "no Driver API program $drvtests/$t"
             cp "$drvtests/$t" "$r/cuda-driver/"
@@ -165,22 +192,38 @@ for s in "$@"; do
         ;;
     libs)
         # NVIDIA's libraries on our libcuda.so.1 (GPU suite only): the
-        # libraries themselves come from the GPU host, appended to this
-        # image there (tests/gpu/libs-run.sh) under /libs.
+        # libraries themselves are the GPU host's, on a disk
+        # tests/gpu/libs-run.sh makes there; here the programs, our
+        # libcuda.so.1, the call tracer, the virtio-blk driver, and what
+        # the programs and NVIDIA's libraries link but NVIDIA's own
+        # (glibc, libstdc++, zlib for cuDNN), from here.
         [ -f "$glibcuda" ] || die "no $glibcuda"
-        [ -x "$libstests/libs_check" ] || die "no $libstests/libs_check (make -C tests/libs)"
-        mkdir -p "$r/nvrt/lib" "$r/libs-test"
+        mkdir -p "$r/nvrt/lib" "$r/libs-test/trace"
         cp "$glibcuda" "$r/nvrt/lib/libcuda.so.1"
-        cp "$libstests/libs_check" "$r/libs-test/"
-        mkdir -p "$r/libs-test/trace"
-        cp "$libstests/trace/libcuda.so.1" "$r/libs-test/trace/"
-        # Its own libraries but NVIDIA's (librt, libm, ...), from here.
-        ldd "$libstests/libs_check" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }' |
-            grep -v -e libcublas -e libcudart | while read -r lib; do
-                [ -e "$r$lib" ] && continue
+        cp "$libstests/trace/libcuda.so.1" "$r/libs-test/trace/" ||
+            die "no $libstests/trace/libcuda.so.1 (make -C tests/libs)"
+        for prog in libs_check libs_more libs_fft libs_dnn first_gemm; do
+            [ -x "$libstests/$prog" ] || die "no $libstests/$prog (make -C tests/libs)"
+            cp "$libstests/$prog" "$r/libs-test/"
+        done
+        for f in "$libstests"/libs_check "$libstests"/libs_more "$libstests"/libs_fft \
+            "$libstests"/libs_dnn "$libstests"/first_gemm /usr/local/cuda/lib64/libcudnn_graph.so.9; do
+            [ -e "$f" ] || continue
+            ldd "$f" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'
+        done | grep -v -e '/libcu' -e '/libnv' | sort -u | while read -r lib; do
+            [ -e "$r$lib" ] && continue
+            mkdir -p "$r$(dirname "$lib")"
+            cp -L "$lib" "$r$lib"
+        done
+        # cuDNN opens zlib; without the toolkit's cuDNN here, ldd did not see it.
+        for lib in /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1; do
+            if [ -e "$lib" ] && [ ! -e "$r$lib" ]; then
                 mkdir -p "$r$(dirname "$lib")"
                 cp -L "$lib" "$r$lib"
-            done
+            fi
+        done
+        add_libzstd
+        add_virtio_blk
         ;;
     demo)
         add_cudart
@@ -210,13 +253,7 @@ for s in "$@"; do
         mkdir -p "$r/torch/lib"
         cp "$glibcuda" "$glnvml" "$r/torch/lib/"
         cp "$root/tests/torch/torch_check.py" "$r/torch/"
-        kdeb=
-        for f in "$(dirname "$VCU_GUEST_MODDIR")"/linux-image-*.deb; do [ -f "$f" ] && kdeb=$f; done
-        [ -n "$kdeb" ] || die "no guest kernel package beside $VCU_GUEST_MODDIR"
-        dpkg-deb --fsys-tarfile "$kdeb" |
-            tar -xO --wildcards '*/kernel/drivers/block/virtio_blk.ko' >"$r/modules/virtio_blk.ko" ||
-            die "no virtio_blk.ko in $kdeb"
-        [ -s "$r/modules/virtio_blk.ko" ] || die "no virtio_blk.ko in $kdeb"
+        add_virtio_blk
         ;;
     nvml)
         # Our libcuda.so.1 and libnvidia-ml.so.1 (with vcuda-smi from
