@@ -159,7 +159,8 @@ static void vcu__connect_once(void)
     const char *sync;
     int err, have;
 
-    err = vcu_conn_open(NULL, VCU_FEAT_CUDA | VCU_FEAT_ASYNC, &vcu__drv.conn);
+    err = vcu_conn_open(NULL, VCU_FEAT_CUDA | VCU_FEAT_ASYNC | VCU_FEAT_MODULE_CACHE,
+                        &vcu__drv.conn);
     if (err != 0) {
         vcu__drv.conn_err = err == VCU_EVERSION ? CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
                                                 : CUDA_ERROR_NO_DEVICE;

@@ -723,15 +723,16 @@ CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size)
  * registers obj as kind.  If obj cannot be registered, the host's object
  * is dropped again (drop_op).  The caller frees obj on failure.
  */
-static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t op, void *req,
-                                  uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs,
-                                  uint32_t drop_op, uint64_t *h)
+static CUresult vcu__host_obj_new_r(const void *obj, int kind, int dev, uint32_t op, void *req,
+                                    uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs,
+                                    uint32_t drop_op, void *resp, uint32_t resp_len, uint64_t *h)
 {
     struct vcu_cu_u64_resp o;
-    CUresult e = vcu__call(dev, op, req, req_len, bufs, nbufs, &o, sizeof(o));
+    CUresult e = vcu__call(dev, op, req, req_len, bufs, nbufs, resp, resp_len);
 
     if (e != CUDA_SUCCESS)
         return e;
+    memcpy(&o, resp, sizeof(o));
     *h = o.value;
     if (vcu__reg_add(obj, kind) != 0) {
         struct vcu_cu_u64_req u = { .value = o.value };
@@ -742,18 +743,41 @@ static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t o
     return CUDA_SUCCESS;
 }
 
+/* The reply of op begins with a vcu_cu_u64_resp, and is nothing more. */
+static CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t op, void *req,
+                                  uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs,
+                                  uint32_t drop_op, uint64_t *h)
+{
+    struct vcu_cu_u64_resp o;
+
+    return vcu__host_obj_new_r(obj, kind, dev, op, req, req_len, bufs, nbufs, drop_op, &o,
+                               sizeof(o), h);
+}
+
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
                               vcu__library_t *lib)
 {
     struct vcu_cu_module_load_req r;
+    vcu__modname_t mn;
     vcu__module_t *m;
     vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
     void *trim = NULL;
     int major = 0, minor = 0;
-    struct timespec t0 = { 0, 0 };
+    struct timespec t0 = { 0, 0 }, th = { 0, 0 };
+    const char *how = "sent";
+    char id[VCU__SRC_ID_LEN];
+    const char *src_id = id;
     size_t tlen;
     int trimmed;
-    CUresult e;
+    CUresult e = CUDA_ERROR_FILE_NOT_FOUND;
+
+    /* The module cache names images by their place in a library's file
+     * (a library's copy: where it was copied from). */
+    id[0] = '\0';
+    if (lib != NULL)
+        src_id = lib->src_id;
+    else if (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE)
+        vcu__module_src_id(image, len, id, sizeof(id));
 
     /* Only the code the device loads crosses to the host; a fatbin with
      * none is refused here, as the driver would refuse it. */
@@ -780,8 +804,32 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     m->dev = dev;
-    e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1,
-                          VCU_OP_CU_MODULE_UNLOAD, &m->h);
+    /* An image the host's module cache holds is named, not sent: the
+     * cache answers CUDA_ERROR_FILE_NOT_FOUND for one it lacks. */
+    vcu__module_name(vcu__drv.conn, 0, b.addr, len, src_id, (unsigned int)(major * 10 + minor),
+                     &mn);
+    if (vcu__tracing_modules())
+        clock_gettime(CLOCK_MONOTONIC, &th);
+    if (mn.how != VCU__MN_SEND) {
+        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD_HASH, &mn.req,
+                              sizeof(mn.req), NULL, 0, VCU_OP_CU_MODULE_UNLOAD, &m->h);
+        how = e != CUDA_SUCCESS ? "sent, not in the host's cache"
+              : mn.how == VCU__MN_REMEMBERED ? "by hash, not sent; hash remembered"
+                                             : "by hash, not sent";
+    }
+    if (e == CUDA_ERROR_FILE_NOT_FOUND && mn.keep) {
+        struct vcu_cu_module_keep_resp k;
+
+        e = vcu__host_obj_new_r(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD_KEEP, &r, sizeof(r),
+                                &b, 1, VCU_OP_CU_MODULE_UNLOAD, &k, sizeof(k), &m->h);
+        if (e == CUDA_SUCCESS)
+            vcu__module_remember(&mn, k.sha256);
+        if (mn.how == VCU__MN_SEND)
+            how = "sent; hash kept";
+    } else if (e == CUDA_ERROR_FILE_NOT_FOUND) {
+        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1,
+                              VCU_OP_CU_MODULE_UNLOAD, &m->h);
+    }
     if (e != CUDA_SUCCESS) {
         free(trim);
         free(m);
@@ -804,9 +852,15 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
         struct timespec t1;
 
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        fprintf(stderr, "libcuda (virtio-cuda): module loaded, %llu bytes sent (%s), %.1f ms\n",
-                (unsigned long long)len, trimmed ? "trimmed" : "as given",
-                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+        fprintf(stderr,
+                "libcuda (virtio-cuda): module loaded, %llu bytes (%s, %s), %.1f ms "
+                "(naming %.1f ms)\n",
+                (unsigned long long)len, trimmed ? "trimmed" : "as given", how,
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+                th.tv_sec == 0 && th.tv_nsec == 0
+                    ? 0.0
+                    : (double)(th.tv_sec - t0.tv_sec) * 1e3 +
+                          (double)(th.tv_nsec - t0.tv_nsec) / 1e6);
     }
     *module = (CUmodule)m;
     return CUDA_SUCCESS;

@@ -198,6 +198,7 @@ typedef struct vcu__kernel_s vcu__kernel_t;
 typedef struct vcu__library_s {
     void *image;                    /* a copy */
     uint64_t len;
+    char src_id[160];               /* where the copy came from (vcu__module_src_id) */
     vcu__module_t *mod[VCU_CU_MAX_DEVICES];     /* under vcu__drv.lock */
     /* 1: it has no code for that device (found at the first ask, in the
      * guest: vcu__module_load_dev).  Under vcu__drv.lock. */
@@ -306,6 +307,8 @@ CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
 /* A module from len bytes of image, in the current context's device or
  * in device dev (for a library's module: lib, whose image it is). */
 CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);
+/* lib: the library whose copy image is (its module keeps it, and the
+ * module cache names it by where the copy came from), or NULL. */
 CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
                               struct vcu__library_s *lib);
 /* The function of that name in m (one handle per name and module). */

@@ -123,6 +123,10 @@ VCU__EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code,
     }
     memcpy(l->image, code, len);
     l->len = len;
+    /* Where the copy came from, now that both hold the same bytes: the
+     * module cache names images by their place in a library's file. */
+    if (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE)
+        vcu__module_src_id(code, len, l->src_id, sizeof(l->src_id));
     if (vcu__reg_add(l, VCU__K_LIBRARY) != 0) {
         free(l->image);
         free(l);

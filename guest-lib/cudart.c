@@ -76,7 +76,8 @@ static void vcu__init_once(void)
     const char *a;
     int err;
 
-    err = vcu_conn_open(NULL, VCU_FEAT_CUDA | VCU_FEAT_ASYNC, &vcu__rt.conn);
+    err = vcu_conn_open(NULL, VCU_FEAT_CUDA | VCU_FEAT_ASYNC | VCU_FEAT_MODULE_CACHE,
+                        &vcu__rt.conn);
     if (err != 0) {
         vcu__rt.init_err = err == VCU_EVERSION ? cudaErrorInsufficientDriver : cudaErrorNoDevice;
         vcu__log_once(&logged, "virtio-cuda: cannot open a session on %s: %s\n",

@@ -256,6 +256,8 @@ VCU__EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *device
 static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
 {
     struct vcu_cu_module_load_req r;
+    vcu__modname_t mn;
+    char id[VCU__SRC_ID_LEN];
     struct vcu_cu_u64_resp o;
     vcu_buf_t b;
     void *trim = NULL;
@@ -285,7 +287,27 @@ static cudaError_t vcu__module_locked(vcu__fatbin_t *fb, int dev, uint64_t *mod)
         b.len = r.image_len = tlen;
         break;
     }
-    e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    /* An image the host's module cache holds is named, not sent
+     * (CUDA_ERROR_FILE_NOT_FOUND: the cache lacks it; vcu_modhash.c). */
+    e = cudaErrorFileNotFound;
+    id[0] = '\0';
+    if (vcu_conn_features(vcu__rt.conn) & VCU_FEAT_MODULE_CACHE)
+        vcu__module_src_id(fb->image, fb->len, id, sizeof(id));
+    vcu__module_name(vcu__rt.conn, 0, b.addr, b.len, id, (unsigned int)arch, &mn);
+    if (mn.how != VCU__MN_SEND)
+        e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD_HASH, 0, &mn.req, sizeof(mn.req), NULL, 0, &o,
+                      sizeof(o));
+    if (e == cudaErrorFileNotFound && mn.keep) {
+        struct vcu_cu_module_keep_resp k;
+
+        e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD_KEEP, 0, &r, sizeof(r), &b, 1, &k, sizeof(k));
+        if (e == cudaSuccess) {
+            o.value = k.module;
+            vcu__module_remember(&mn, k.sha256);
+        }
+    } else if (e == cudaErrorFileNotFound) {
+        e = vcu__call(dev, VCU_OP_CU_MODULE_LOAD, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    }
     if (e == cudaSuccess) {
         fb->module[dev] = o.value;
         *mod = o.value;

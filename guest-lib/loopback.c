@@ -122,6 +122,9 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
     memset(&cfg, 0, sizeof(cfg));
     cfg.gpus = getenv("VCU_GPUS");
     cfg.libcuda = getenv("VCU_LIBCUDA");
+    /* The in-process backend's module cache: a directory, as the device's
+     * module-cache property (tests); unset: none. */
+    cfg.module_cache = getenv("VCU_LOOPBACK_MODULE_CACHE");
     err = vcu_backend_new(&cfg, &l->be);
     if (err != 0)
         goto err_new;

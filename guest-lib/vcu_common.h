@@ -72,4 +72,45 @@ int vcu__pci_addr(const char *devpath, unsigned int *dom, unsigned int *bus,
  */
 void vcu__output_take(vcu_conn_t *c, uint32_t vord, uint64_t flags);
 
+/*
+ * How a module goes to the host (vcu_modhash.c): sent (CU_MODULE_LOAD, or
+ * with keep CU_MODULE_LOAD_KEEP, whose reply's hash vcu__module_remember()
+ * keeps), or first named by req (CU_MODULE_LOAD_HASH), the hash computed
+ * here or remembered; a miss (CUDA_ERROR_FILE_NOT_FOUND) is then sent.
+ */
+#define VCU__MN_SEND 0
+#define VCU__MN_NAMED 1
+#define VCU__MN_REMEMBERED 2
+
+typedef struct vcu__modname_s {
+    int how;                        /* VCU__MN_* */
+    int keep;                       /* send with CU_MODULE_LOAD_KEEP, remember the hash */
+    int dfd;                        /* the memo directory */
+    char memo[65];                  /* the memo file of this image */
+    struct vcu_cu_module_hash_req req;
+} vcu__modname_t;
+
+/*
+ * Where the image at src (src_len bytes) comes from, as the memo knows
+ * images: the file of the read-only mapping holding it (device, inode,
+ * size, mtime, ctime), the offset and the length, into id (cap bytes;
+ * 128 are enough).  1, or 0 with id "" (not in such a mapping, or
+ * $VCU_MODULE_MEMO is "off").  To be taken while the bytes at src are
+ * those that will be loaded (a library's copy: when it is made).
+ */
+#define VCU__SRC_ID_LEN 160
+int vcu__module_src_id(const void *src, uint64_t src_len, char *id, size_t cap);
+
+/*
+ * Decides, for the image img (len bytes, as it would be sent, trimmed
+ * for arch from the source src_id names, NULL or "": none), on device
+ * vord: nothing of the cache without VCU_FEAT_MODULE_CACHE or with
+ * $VCU_MODULE_CACHE "off".
+ */
+void vcu__module_name(const vcu_conn_t *c, uint32_t vord, const void *img, uint64_t len,
+                      const char *src_id, unsigned int arch, vcu__modname_t *n);
+
+/* After a CU_MODULE_LOAD_KEEP that succeeded: remembers its hash. */
+void vcu__module_remember(const vcu__modname_t *n, const unsigned char *sha256);
+
 #endif /* VCU_COMMON_H */

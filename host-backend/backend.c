@@ -1088,7 +1088,8 @@ static uint32_t vcu__session_open(vcu_backend_t *be, vcu_request_t *req, const u
     vcu__queue_init(&s->queue);
     vcu__queue_init(&s->prio);
     vcu__queue_init(&s->waiting);
-    offered = VCU__OFFERED_ALWAYS | (be->cu ? VCU_FEAT_CUDA : 0);
+    offered = VCU__OFFERED_ALWAYS | (be->cu ? VCU_FEAT_CUDA : 0) |
+              (be->cu && vcu__cuda_has_modcache(be->cu) ? VCU_FEAT_MODULE_CACHE : 0);
     s->features = oq.features & offered;
     if (pthread_condattr_init(&ca) != 0) {
         free(s);
@@ -1231,6 +1232,10 @@ VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
         else if (vcu__op_is_cuda(hdr.opcode) && !be->cu)
             st = VCU_S_ENODEV;
         else if (vcu__op_is_cuda(hdr.opcode) && !(s->features & VCU_FEAT_CUDA))
+            st = VCU_S_ENOTSUP;
+        else if ((hdr.opcode == VCU_OP_CU_MODULE_LOAD_HASH ||
+                  hdr.opcode == VCU_OP_CU_MODULE_LOAD_KEEP) &&
+                 !(s->features & VCU_FEAT_MODULE_CACHE))
             st = VCU_S_ENOTSUP;
         if (st != VCU_S_OK) {
             pthread_mutex_unlock(&be->lock);

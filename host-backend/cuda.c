@@ -79,6 +79,7 @@
 
 #include "vcu_account.h"
 #include "vcu_backend_int.h"
+#include "vcu_modcache.h"
 #include "vcu_printf.h"
 #include "cuda_tab.h"
 /* Generated from guest-lib/cuda_calls.list (host-backend/Makefile). */
@@ -225,6 +226,7 @@ struct vcu__cuda_s {
     int worker;                             /* vcu_backend_config_t.worker */
     vcu_account_t *acct;                    /* the VM's memory account, or NULL */
     int acct_slot;                          /* vcu_backend_config_t.account_slot */
+    vcu_modcache_t *mc;                     /* the module cache, or NULL */
 
     pthread_mutex_t mu;                     /* protects ram_ctx, ram */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
@@ -725,6 +727,15 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
     /* Without it device printf goes to this process's stdout: a warning
      * would only add to it, and nothing else depends on it. */
     cu->capture = cfg != NULL && cfg->capture_printf && vcu__cap_start() == 0;
+    /* Without its cache a worker sends whole images, as before: said
+     * once, never a reason to refuse CUDA. */
+    if (cfg != NULL && cfg->module_cache != NULL && cfg->module_cache[0] != '\0') {
+        char mcerr[256];
+
+        if (vcu_modcache_open(cfg->module_cache, cfg->module_cache_bytes, 1, &cu->mc, mcerr,
+                              sizeof(mcerr)) != 0)
+            fprintf(stderr, "vcu: %s; running without it\n", mcerr);
+    }
     *out = cu;
     return 0;
 
@@ -752,12 +763,18 @@ static void vcu__ram_leave(vcu__cuda_t *cu, CUcontext prev)
     cu->fn.cuCtxSetCurrent(prev);
 }
 
+int vcu__cuda_has_modcache(const vcu__cuda_t *cu)
+{
+    return cu->mc != NULL;
+}
+
 void vcu__cuda_fini(vcu__cuda_t *cu)
 {
     vcu__ram_t *r, *n;
 
     if (cu == NULL)
         return;
+    vcu_modcache_free(cu->mc);
     if (cu->ram_ctx != NULL) {
         CUcontext prev;
 
@@ -1832,6 +1849,7 @@ static uint32_t vcu__cb_done(vcu__cuda_sess_t *cs, const void *payload, void *ou
 typedef union vcu__resp_u {
     struct vcu_cu_resp r;
     struct vcu_cu_u64_resp u64;
+    struct vcu_cu_module_keep_resp keep;
     struct vcu_cu_driver_info_resp drv;
     struct vcu_cu_device_info_resp dev;
     struct vcu_cu_mem_info_resp mem;
@@ -3010,35 +3028,23 @@ static uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
 
 /* --- modules, functions, launches --- */
 
-static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
+/*
+ * Loads img (len bytes and a NUL after them, of the session's budget:
+ * the caller gives both back) as a new module of the session; its handle
+ * goes to o->rb.u64.value (CU_MODULE_LOAD_KEEP's reply begins the same).
+ * A module received in full (store) goes into the module cache, under
+ * the hash computed here over the bytes received (into hash, if not
+ * NULL), once the driver took it.
+ */
+static void vcu__module_image(vcu__op_t *o, char *img, uint64_t len, bool store,
+                              unsigned char *hash)
 {
-    struct vcu_cu_module_load_req rq;
-    const vcu_segment_t *s;
     CUmodule mod = NULL;
     vcu__mod_t *m;
-    char *img;
     vcu__hent_t *e;
     uint64_t h, cost = 0;
     size_t fr0 = 0, fr1 = 0, tot = 0;
 
-    memcpy(&rq, o->p, sizeof(rq));
-    s = vcu__seg(o, VCU_SEG_TO_DEVICE);
-    if (s == NULL || rq.image_len == 0 || s->len != rq.image_len || rq.image_len > VCU_MAX_XFER)
-        return VCU_S_EINVAL;
-    VCU__ENTER(o);
-    /* One NUL after the image: PTX is loaded as a C string. */
-    if (vcu__mem_take(o->cs, (size_t)rq.image_len + 1) != 0) {
-        o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return VCU_S_OK;
-    }
-    img = malloc((size_t)rq.image_len + 1);
-    if (img == NULL) {
-        vcu__mem_give(o->cs, (size_t)rq.image_len + 1);
-        o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return VCU_S_OK;
-    }
-    vcu__gather(s, img, (size_t)rq.image_len);
-    img[rq.image_len] = '\0';
     /* What the load takes of the GPU (code, constant banks, globals) is
      * measured: free memory before and after, in the session's context. */
     if (o->cu->acct != NULL && VCU__CU(o->cu, cuMemGetInfo, &fr0, &tot) != CUDA_SUCCESS)
@@ -3048,12 +3054,16 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
         VCU__CU(o->cu, cuMemGetInfo, &fr1, &tot) == CUDA_SUCCESS && fr1 < fr0)
         cost = vcu__grain(fr0 - fr1);
     if (o->res == CUDA_SUCCESS && o->cu->capture && o->cs->out == NULL &&
-        vcu_image_uses_printf(img, (size_t)rq.image_len) && vcu__out_new(&o->cs->out) != 0)
+        vcu_image_uses_printf(img, (size_t)len) && vcu__out_new(&o->cs->out) != 0)
         o->cs->out = NULL;          /* its output goes to our stdout, as without capture */
-    free(img);
-    vcu__mem_give(o->cs, (size_t)rq.image_len + 1);
+    /* Only what the driver loaded: a cache of images that fail would
+     * only hold bytes nobody can use.  Its errors are not the load's. */
+    if (o->res == CUDA_SUCCESS && store && o->cu->mc != NULL)
+        (void)vcu_modcache_put(o->cu->mc, img, len, hash);
+    else if (o->res == CUDA_SUCCESS && hash != NULL)
+        vcu_sha256(img, (size_t)len, hash);
     if (o->res != CUDA_SUCCESS)
-        return VCU_S_OK;
+        return;
     if (cost > VCU__ACCT_MAX || vcu__charge(o->cs, vcu__dev_of(o), cost) != 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         goto err_unload;
@@ -3076,7 +3086,7 @@ static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
     m->charge = cost;
     e->u.mod = m;
     o->rb.u64.value = h;
-    return VCU_S_OK;
+    return;
 
 err_free:
     free(m);
@@ -3086,6 +3096,95 @@ err_uncharge:
     vcu__uncharge(o->cs, vcu__dev_of(o), cost);
 err_unload:
     o->cu->fn.cuModuleUnload(mod);
+}
+
+/* len bytes of an image and a NUL, of the session's budget; NULL (the
+ * result says why) if it has not that much left. */
+static char *vcu__image_buf(vcu__op_t *o, uint64_t len)
+{
+    char *img;
+
+    if (vcu__mem_take(o->cs, (size_t)len + 1) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    img = malloc((size_t)len + 1);
+    if (img == NULL) {
+        vcu__mem_give(o->cs, (size_t)len + 1);
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    img[len] = '\0';                /* PTX is loaded as a C string */
+    return img;
+}
+
+static void vcu__image_free(vcu__op_t *o, char *img, uint64_t len)
+{
+    free(img);
+    vcu__mem_give(o->cs, (size_t)len + 1);
+}
+
+/* A module sent whole: CU_MODULE_LOAD, and with hash CU_MODULE_LOAD_KEEP. */
+static uint32_t vcu__module_sent(vcu__op_t *o, unsigned char *hash)
+{
+    struct vcu_cu_module_load_req rq;
+    const vcu_segment_t *s;
+    char *img;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    s = vcu__seg(o, VCU_SEG_TO_DEVICE);
+    if (s == NULL || rq.image_len == 0 || s->len != rq.image_len || rq.image_len > VCU_MAX_XFER)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    img = vcu__image_buf(o, rq.image_len);
+    if (img == NULL)
+        return VCU_S_OK;
+    vcu__gather(s, img, (size_t)rq.image_len);
+    vcu__module_image(o, img, rq.image_len, true, hash);
+    vcu__image_free(o, img, rq.image_len);
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
+{
+    return vcu__module_sent(o, NULL);
+}
+
+/* CU_MODULE_LOAD, and the SHA-256 of the image received in the reply:
+ * the guest names it by that later (CU_MODULE_LOAD_HASH) without hashing
+ * it itself, which under TCG costs more than sending it. */
+static uint32_t vcu__op_CU_MODULE_LOAD_KEEP(vcu__op_t *o)
+{
+    return vcu__module_sent(o, o->rb.keep.sha256);
+}
+
+/*
+ * A module by the SHA-256 of its image, from the module cache: read
+ * (counted in the session's host memory as a sent image is), hashed
+ * again, and loaded; anything short of that is a miss,
+ * CUDA_ERROR_FILE_NOT_FOUND, and the guest sends the image.
+ */
+static uint32_t vcu__op_CU_MODULE_LOAD_HASH(vcu__op_t *o)
+{
+    struct vcu_cu_module_hash_req rq;
+    char *img;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 0 || rq.image_len == 0 || rq.image_len > VCU_MAX_XFER)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    if (o->cu->mc == NULL) {
+        o->res = CUDA_ERROR_FILE_NOT_FOUND;
+        return VCU_S_OK;
+    }
+    img = vcu__image_buf(o, rq.image_len);
+    if (img == NULL)
+        return VCU_S_OK;
+    if (vcu_modcache_get(o->cu->mc, rq.sha256, img, rq.image_len) != 0)
+        o->res = CUDA_ERROR_FILE_NOT_FOUND;
+    else
+        vcu__module_image(o, img, rq.image_len, false, NULL);
+    vcu__image_free(o, img, rq.image_len);
     return VCU_S_OK;
 }
 

@@ -73,6 +73,7 @@
 
 #include "vcu_account.h"
 #include "vcu_ipc.h"
+#include "vcu_modcache.h"
 #include "vcu_proxy.h"
 #include "vcu_ring.h"
 
@@ -117,6 +118,8 @@ struct vcu_proxy_s {
     char *worker;
     char *gpus;
     char *libcuda;
+    char *module_cache;             /* NULL: none */
+    uint64_t module_cache_bytes;
     int capture_printf;
     uint32_t ring_bytes;            /* request ring per session */
     unsigned int spin_us;
@@ -773,8 +776,8 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
     posix_spawnattr_t at;
     sigset_t none, all;
     char cap[2] = { px->capture_printf ? '1' : '0', '\0' };
-    char spin[16], aslot[16], quota[24];
-    char *argv[28];
+    char spin[16], aslot[16], quota[24], mcsize[24];
+    char *argv[32];
     int src[5] = { -1, -1, -1, -1, -1 };
     int argc = 0, rc, i;
 
@@ -845,6 +848,13 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
     if (px->libcuda != NULL) {
         argv[argc++] = (char *)"--libcuda";
         argv[argc++] = px->libcuda;
+    }
+    if (px->module_cache != NULL) {
+        snprintf(mcsize, sizeof(mcsize), "%llu", (unsigned long long)px->module_cache_bytes);
+        argv[argc++] = (char *)"--module-cache";
+        argv[argc++] = px->module_cache;
+        argv[argc++] = (char *)"--module-cache-size";
+        argv[argc++] = mcsize;
     }
     if (probe)
         argv[argc++] = (char *)"--probe";
@@ -1369,6 +1379,7 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
                              size_t errlen)
 {
     vcu_proxy_t *px;
+    bool mc;
 
     *out = NULL;
     if (cfg == NULL || cfg->worker == NULL || cfg->worker[0] == '\0') {
@@ -1389,6 +1400,17 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
     if (cfg->max_sessions > VCU__PX_MAX_SESSIONS) {
         snprintf(err, errlen, "at most %u sessions", VCU__PX_MAX_SESSIONS);
         return VCU_EINVAL;
+    }
+    /* The module cache's directory is checked here, once, with a reason
+     * the user sees; each worker checks it again when it opens it. */
+    mc = cfg->module_cache != NULL && cfg->module_cache[0] != '\0' &&
+         strcmp(cfg->module_cache, "off") != 0;
+    if (mc) {
+        int dfd, rc = vcu_modcache_dir_open(cfg->module_cache, 1, &dfd, err, errlen);
+
+        if (rc != 0)
+            return rc;
+        close(dfd);
     }
     px = calloc(1, sizeof(*px));
     if (px == NULL)
@@ -1427,9 +1449,13 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
     px->worker = strdup(cfg->worker);
     px->gpus = cfg->gpus ? strdup(cfg->gpus) : NULL;
     px->libcuda = cfg->libcuda ? strdup(cfg->libcuda) : NULL;
+    if (mc)
+        px->module_cache = strdup(cfg->module_cache);
+    px->module_cache_bytes = cfg->module_cache_bytes ? cfg->module_cache_bytes
+                                                     : VCU_MODCACHE_DEFAULT_BYTES;
     px->sessions = calloc(px->max_sessions, sizeof(*px->sessions));
     if (px->worker == NULL || (cfg->gpus && !px->gpus) || (cfg->libcuda && !px->libcuda) ||
-        px->sessions == NULL || px->pbuf == NULL ||
+        (mc && !px->module_cache) || px->sessions == NULL || px->pbuf == NULL ||
         vcu__acct_new(cfg->mem_quota, px->max_sessions * 2, &px->acct) != 0 ||
         pthread_mutex_init(&px->mu, NULL) != 0) {
         vcu__acct_put(px->acct);
@@ -1437,6 +1463,7 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
         free(px->worker);
         free(px->gpus);
         free(px->libcuda);
+        free(px->module_cache);
         free(px->sessions);
         free(px);
         goto enomem;
@@ -1495,6 +1522,7 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
     free(px->worker);
     free(px->gpus);
     free(px->libcuda);
+    free(px->module_cache);
     free(px);
 }
 

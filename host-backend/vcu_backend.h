@@ -89,6 +89,14 @@ typedef struct vcu_backend_config_s {
      * choice); -1: each session claims a slot of its own while it lives
      * (in-process backends). */
     int account_slot;
+    /*
+     * The module cache's directory (vcu_modcache.h), shared with other
+     * processes naming it; NULL or "": no cache.  A directory that cannot
+     * be used (another user's, writable by others, not creatable) leaves
+     * the cache off, with one line on stderr; loads work as without it.
+     */
+    const char *module_cache;
+    uint64_t module_cache_bytes;    /* its bound; 0: VCU_MODCACHE_DEFAULT_BYTES */
 } vcu_backend_config_t;
 
 /*

@@ -20,6 +20,8 @@ typedef struct vcu__cuda_sess_s vcu__cuda_sess_t;
  */
 int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err, size_t errlen);
 void vcu__cuda_fini(vcu__cuda_t *cu);
+/* Whether the executor has a module cache (VCU_FEAT_MODULE_CACHE). */
+int vcu__cuda_has_modcache(const vcu__cuda_t *cu);
 
 /* Registers host memory backing guest RAM with the driver (portable), in
  * a backend-wide context on virtual device 0; the same range again only

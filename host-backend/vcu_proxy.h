@@ -41,6 +41,12 @@ typedef struct vcu_proxy_config_s {
                                        20 with 4 or more online CPUs, else none */
     uint64_t mem_quota;             /* GPU memory the VM's sessions may hold together,
                                        per device, in bytes; 0: no quota */
+    const char *module_cache;       /* the module cache's directory (vcu_modcache.h,
+                                       vcu_modcache_default_dir() for the usual one),
+                                       created if missing; refused (vcu_proxy_new fails)
+                                       if another user's or writable by others; NULL,
+                                       "" or "off": no cache */
+    uint64_t module_cache_bytes;    /* its bound; 0 means 1 GiB */
 } vcu_proxy_config_t;
 
 /* Checks the config (the worker must be an executable file) and creates

@@ -3,10 +3,14 @@
  *
  *   vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] [--spin-us N]
  *              [--account FD --account-slot N --mem-quota BYTES]
- *              [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1] [--probe]
+ *              [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1]
+ *              [--module-cache DIR --module-cache-size BYTES] [--probe]
  *
  * --account: the VM's GPU memory account (vcu_account.h), this session's
  * slot in it and the quota to enforce (0: none).
+ *
+ * --module-cache: the host's module cache (vcu_modcache.h), shared with
+ * every other worker naming it, and its bound.
  *
  * --probe: load the driver, resolve the GPU list, say so (VCU_IPC_HELLO)
  * and exit: QEMU checks its configuration this way at start.
@@ -1166,7 +1170,9 @@ static void vcu__usage(void)
                     "[--spin-us N]\n"
                     "                  [--account FD --account-slot N --mem-quota BYTES]\n"
                     "                  [--gpus LIST] [--libcuda PATH] "
-                    "[--capture-printf 0|1] [--probe]\n"
+                    "[--capture-printf 0|1]\n"
+                    "                  [--module-cache DIR --module-cache-size BYTES] "
+                    "[--probe]\n"
                     "Started by QEMU's virtio-cuda-pci device, one per guest session.\n");
     exit(2);
 }
@@ -1220,6 +1226,14 @@ int main(int argc, char **argv)
             aslot = v;
         } else if (strcmp(a, "--mem-quota") == 0) {
             quota = v;
+        } else if (strcmp(a, "--module-cache") == 0) {
+            cfg.module_cache = v;
+        } else if (strcmp(a, "--module-cache-size") == 0) {
+            char *end;
+
+            cfg.module_cache_bytes = strtoull(v, &end, 10);
+            if (*end != '\0' || v[0] == '-')
+                vcu__usage();
         } else {
             vcu__usage();
         }

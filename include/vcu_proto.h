@@ -78,6 +78,7 @@ typedef uint8_t vcu_u8;
 #define VCU_FEAT_ECHO (1ULL << 0)   /* ECHO opcode */
 #define VCU_FEAT_CUDA (1ULL << 1)   /* the CUDA opcodes; set only where a driver loaded */
 #define VCU_FEAT_ASYNC (1ULL << 2)  /* VCU_REQ_F_ASYNC requests */
+#define VCU_FEAT_MODULE_CACHE (1ULL << 3) /* CU_MODULE_LOAD_HASH; only where the host keeps a cache */
 
 /* Limits; the device rejects anything beyond them with VCU_S_E2BIG. */
 #define VCU_MAX_PAYLOAD (64u * 1024)        /* request and response payload */
@@ -225,6 +226,10 @@ struct vcu_resp_hdr {
     /* cuOccupancyMaxPotentialClusterSize's config; reply: blocks per cluster */          \
     XX(CU_OCCUPANCY_CLUSTER_SIZE, 0x030c, vcu_cu_launch_ex_req, vcu_cu_u64_resp)          \
     XX(CU_TENSOR_MAP, 0x030d, vcu_cu_tmap_req, vcu_cu_tmap_resp)                        \
+    /* a module the host's cache holds, named by its SHA-256; no segment */              \
+    XX(CU_MODULE_LOAD_HASH, 0x030e, vcu_cu_module_hash_req, vcu_cu_u64_resp)             \
+    /* CU_MODULE_LOAD that also returns the image's SHA-256 (the cache's name) */       \
+    XX(CU_MODULE_LOAD_KEEP, 0x030f, vcu_cu_module_load_req, vcu_cu_module_keep_resp)     \
     /* CUDA: streams and host callbacks */                                               \
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
@@ -596,6 +601,34 @@ struct vcu_cu_module_load_req {
     vcu_le64 image_len;
 };
 
+/*
+ * CU_MODULE_LOAD_HASH (only with VCU_FEAT_MODULE_CACHE): load the image
+ * of image_len bytes whose SHA-256 is sha256, from the host's module
+ * cache, without sending it.  No data segment.  The reply is
+ * CU_MODULE_LOAD's; result CUDA_ERROR_FILE_NOT_FOUND (which a load of
+ * bytes never answers) means the host does not have it, and the guest
+ * then sends the image with CU_MODULE_LOAD, after which the host has it.
+ * The host stores only images it received, under the hash it computed
+ * itself, and hashes what it reads back before loading it.
+ */
+struct vcu_cu_module_hash_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 image_len;             /* 1..VCU_MAX_XFER */
+    vcu_u8 sha256[32];
+};
+
+/*
+ * CU_MODULE_LOAD_KEEP (only with VCU_FEAT_MODULE_CACHE): CU_MODULE_LOAD,
+ * whose reply also gives the SHA-256 the host computed over the image it
+ * received (and stored it under, if the load succeeded), so that a guest
+ * can name that image later without hashing it itself.
+ */
+struct vcu_cu_module_keep_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 module;
+    vcu_u8 sha256[32];
+};
+
 /* Followed by name_len bytes of symbol name (no NUL). */
 struct vcu_cu_name_req {
     struct vcu_cu_hdr hdr;
@@ -897,6 +930,8 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy2d_req) == 72, "vcu_cu_memcpy2d_req"
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_attr_req) == 32, "vcu_cu_attr_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_load_req) == 16, "vcu_cu_module_load_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_hash_req) == 48, "vcu_cu_module_hash_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_keep_resp) == 48, "vcu_cu_module_keep_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_name_req) == 24, "vcu_cu_name_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_param) == 8, "vcu_cu_param");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_function_resp) == 24, "vcu_cu_function_resp");

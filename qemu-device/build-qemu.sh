@@ -184,7 +184,9 @@ for f in "$root"/qemu-device/*.h; do [ -e "$f" ] && sync_file "$f" "$tree/includ
 bdir="$tree/hw/virtio/vcu-backend"
 mkdir -p "$bdir"
 declare -A want=()
-sync_file "$root/include/vcu_proto.h" "$bdir/vcu_proto.h"; want[vcu_proto.h]=1
+for f in vcu_proto.h vcu_sha256.h; do
+    sync_file "$root/include/$f" "$bdir/$f"; want[$f]=1
+done
 for f in "$root"/host-backend/*.h "$backend_src"/*.h "$backend_src"/proxy.c; do
     [ -e "$f" ] || continue
     sync_file "$f" "$bdir/$(basename "$f")"

@@ -314,6 +314,70 @@ if os.path.exists(FAKECUDA):
     va.close()
     vb.close()
 
+# ---- module cache -----------------------------------------------------
+# Two VMs naming one module-cache directory, on the stand-in: a module
+# VM A's session loaded (sent whole) is loaded in VM B by its SHA-256
+# alone, a request with no data segment at all (CU_MODULE_LOAD_HASH,
+# 0x30e); before that, B's request misses (CUDA_ERROR_FILE_NOT_FOUND,
+# 301).  A session that did not agree the feature gets ENOTSUP; a cache
+# directory others may write to keeps QEMU from starting, and
+# module-cache=off starts without a cache.
+import hashlib, stat as stat_mod, tempfile
+MC_IMG = (b'//\n.version 8.0\n.target sm_90\n.visible .entry _Z10vector_addPKfS0_Pfi()\n{\n}\n'
+          b'// qtest module cache ' + str(time.time()).encode() + b'\n')
+def cache_session(v, feat):
+    ln, r = v.submit([(REQ, hdr(opcode=1, payload_len=32) + struct.pack('<IIQQQ', 1, 1, feat, 0, 0))], 256)
+    return struct.unpack('<QQ', r[24 + 8:24 + 24]) if ln >= 64 else (0, 0)
+def mc_check(name, ok):
+    global passes, fails
+    print(('PASS' if ok else 'FAIL'), name)
+    passes += bool(ok)
+    fails += not ok
+def by_hash(v, sess, img):
+    rq = struct.pack('<IIQ', 0, 0, len(img)) + hashlib.sha256(img).digest()
+    ln, r = v.submit([(REQ, hdr(opcode=0x30e, payload_len=len(rq), session=sess) + rq)], 256)
+    st = struct.unpack('<I', r[:4])[0]
+    return st, (cu_result(r) if ln >= 32 and st == 0 else -1), (struct.unpack('<Q', r[32:40])[0] if ln >= 40 else 0)
+if os.path.exists(FAKECUDA):
+    mcdir = tempfile.mkdtemp(prefix='vcu-qtest-mc-')
+    opts = f',libcuda={FAKECUDA},module-cache={mcdir}'
+    ma = Guest(QEMU, sys.argv[2:], mem_mib=256, device_opts=opts, quiet=True)
+    mb = Guest(QEMU, sys.argv[2:], mem_mib=256, device_opts=opts, quiet=True)
+    feat_a, sa = cache_session(ma, 0xb)
+    feat_b, sb = cache_session(mb, 0xb)
+    mc_check(f'module cache: VCU_FEAT_MODULE_CACHE agreed ({feat_a:#x}, {feat_b:#x})',
+                feat_a & 8 and feat_b & 8)
+    mc_check('module cache: a module no VM loaded misses (301)', by_hash(mb, sb, MC_IMG)[:2] == (0, 301))
+    ma.wmem(DATA, MC_IMG)
+    rq = struct.pack('<IIQ', 0, 0, len(MC_IMG))
+    ln, r = ma.submit([(REQ, hdr(opcode=0x30f, payload_len=len(rq), nsegs=1, session=sa) + rq +
+                        seg(len(MC_IMG), 1, 1) + rng(DATA, len(MC_IMG)))], 256)
+    mc_check('module cache: VM A sends the module whole (CU_MODULE_LOAD_KEEP), told its SHA-256',
+             ln >= 72 and cu_result(r) == 0 and r[40:72] == hashlib.sha256(MC_IMG).digest())
+    fpath = os.path.join(mcdir, hashlib.sha256(MC_IMG).hexdigest())
+    mode = stat_mod.S_IMODE(os.stat(fpath).st_mode) if os.path.exists(fpath) else -1
+    mc_check(f'module cache: stored under its SHA-256, mode {mode:o}', mode == 0o600)
+    st, res, h = by_hash(mb, sb, MC_IMG)
+    mc_check(f'module cache: VM B loads it by hash, no data segment (status {st}, CUresult {res})',
+                st == 0 and res == 0 and h != 0)
+    name = b'_Z10vector_addPKfS0_Pfi'
+    rq = struct.pack('<IIQII', 0, 0, h, len(name), 0) + name
+    ln, r = mb.submit([(REQ, hdr(opcode=0x302, payload_len=len(rq), session=sb) + rq +
+                        bytes(-len(rq) % 8))], 256)
+    mc_check('module cache: its function is there', ln >= 32 and cu_result(r) == 0)
+    _, sc = cache_session(mb, 0x3)
+    mc_check('module cache: refused (ENOTSUP) in a session without the feature',
+                by_hash(mb, sc, MC_IMG)[0] == ENOTSUP)
+    ma.close()
+    mb.close()
+    os.chmod(mcdir, 0o777)
+    check_opts('module-cache writable by others is refused', f'module-cache={mcdir}', False,
+               'writable by group or others')
+    os.chmod(mcdir, 0o700)
+    check_opts('module-cache=off', 'module-cache=off', True, None)
+    import shutil
+    shutil.rmtree(mcdir, ignore_errors=True)
+
 # ---- mem-quota --------------------------------------------------------
 # One VM with mem-quota=8M on the stand-in: two guest processes (a worker
 # each) share the 8 MiB; one byte past fails as on a full GPU

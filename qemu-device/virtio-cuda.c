@@ -53,6 +53,7 @@
 #include "trace.h"
 
 #include "vcu_proxy.h"
+#include "vcu_modcache.h"
 
 QEMU_BUILD_BUG_ON(VCU_VIRTIO_ID != VIRTIO_ID_CUDA);
 QEMU_BUILD_BUG_ON(sizeof(struct vcu_req_hdr) != 32);
@@ -623,8 +624,11 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         .max_sessions = s->max_sessions,
         .capture_printf = s->capture_printf,
         .mem_quota = s->mem_quota,
+        .module_cache = s->module_cache,
+        .module_cache_bytes = s->module_cache_size,
     };
     char err[256] = "";
+    char mcdir[PATH_MAX];
     int rc;
 
     if (s->max_sessions == 0 || s->max_sessions > 4096) {
@@ -636,10 +640,35 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
     if (!virtio_cuda_ram_shared(errp)) {
         return;
     }
+    /*
+     * The default module cache is shared by this user's VMs.  If it cannot
+     * be used, the device works without it; a directory the user named
+     * must work (vcu_proxy_new says why not).
+     */
+    if (!s->module_cache) {
+        int dfd;
+
+        if (vcu_modcache_default_dir(mcdir, sizeof(mcdir)) != 0 ||
+            vcu_modcache_dir_open(mcdir, 1, &dfd, err, sizeof(err)) != 0) {
+            warn_report("virtio-cuda: %s; running without a module cache",
+                        err[0] ? err : "no default module cache directory");
+            cfg.module_cache = NULL;
+            err[0] = '\0';
+        } else {
+            close(dfd);
+            cfg.module_cache = mcdir;
+        }
+    }
+    if (s->module_cache_size == 0) {
+        error_setg(errp, "virtio-cuda: module-cache-size must not be 0 "
+                   "(module-cache=off turns the cache off)");
+        return;
+    }
     rc = vcu_proxy_new(&cfg, &s->proxy, err, sizeof(err));
     if (rc < 0) {
-        error_setg(errp, "virtio-cuda: %s (set the worker property to the "
-                   "path of vcu-worker)", err);
+        error_setg(errp, "virtio-cuda: %s%s", err,
+                   strstr(err, "worker") ? " (set the worker property to the "
+                                           "path of vcu-worker)" : "");
         s->proxy = NULL;
         return;
     }
@@ -893,6 +922,13 @@ static const Property virtio_cuda_properties[] = {
      * past it allocations fail as on a full GPU, and the guest sees it as
      * the GPU's total (host-backend/vcu_account.h). */
     DEFINE_PROP_SIZE("mem-quota", VirtIOCuda, mem_quota, 0),
+    /* Module images by content hash, shared by every VM naming the same
+     * directory (host-backend/vcu_modcache.h); unset: the default,
+     * $XDG_CACHE_HOME/virtio-cuda/modules (or ~/.cache/..., or
+     * /var/tmp/virtio-cuda-UID/modules); "off": none. */
+    DEFINE_PROP_STRING("module-cache", VirtIOCuda, module_cache),
+    DEFINE_PROP_SIZE("module-cache-size", VirtIOCuda, module_cache_size,
+                     VCU_MODCACHE_DEFAULT_BYTES),
 };
 
 static void virtio_cuda_class_init(ObjectClass *klass, void *data)

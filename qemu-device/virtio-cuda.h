@@ -39,6 +39,8 @@ struct VirtIOCuda {
     bool capture_printf;    /* device printf to the guest, not our stdout */
     uint32_t max_sessions;
     uint64_t mem_quota;     /* GPU memory of all sessions together, per GPU; 0: none */
+    char *module_cache;     /* module cache directory; NULL: the default, "off": none */
+    uint64_t module_cache_size;
 
     /* One worker process per guest session (host-backend/vcu_proxy.h). */
     VirtIOCudaProxy *proxy;

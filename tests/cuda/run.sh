@@ -1,5 +1,7 @@
 #!/bin/sh
 # Runs the CUDA test programs: run.sh [BINDIR [TEST...]]
+# A passing program's "info:" lines (measurements) follow its PASS line,
+# indented.
 #
 # POSIX sh; runs under busybox in the guest.  BINDIR (default: this
 # script's folder) holds the programs and tests.list.  Each program must
@@ -39,6 +41,7 @@ check() {
     last=$(grep -v '^info:' "$3" | tail -n 1)
     if [ "$2" = 0 ] && [ "$last" = "PASS $1" ]; then
         echo "PASS $1"
+        grep '^info:' "$3" | sed 's/^/    /'
         passed=$((passed + 1))
     else
         echo "FAIL $1 (rc=$2)"

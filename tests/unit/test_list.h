@@ -110,6 +110,12 @@
     X(fatbin_trim_refuses)              \
     /* test_kernels.c */                \
     X(kernels_lists)                    \
-    X(kernels_hostile)
+    X(kernels_hostile)                  \
+    /* test_modcache.c */               \
+    X(sha256_vectors)                   \
+    X(modcache_store_hit_miss)          \
+    X(modcache_corrupt_file)            \
+    X(modcache_eviction_lru)            \
+    X(modcache_bad_dir)
 
 #endif /* VCU_TEST_LIST_H */

@@ -75,6 +75,11 @@
     X(quota_ctx_reset)                  \
     X(quota_faults)                     \
     X(quota_proxy_worker_killed)        \
-    X(quota_proxy_stats)
+    X(quota_proxy_stats)                \
+    /* test_modcache.c */               \
+    X(cuda_module_cache_hit)            \
+    X(cuda_module_cache_keep)           \
+    X(cuda_module_cache_hostile)        \
+    X(cuda_module_cache_bad_dir)
 
 #endif /* VCU_TEST_LIST_CUDA_H */

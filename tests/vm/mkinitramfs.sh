@@ -153,7 +153,8 @@ for s in "$@"; do
         cp "$drvtests/tests.list" "$drvtests/run.sh" "$drvtests/vcu_drv_kernels.fatbin" \
             "$drvtests/vcu_drv_kernels.cubin" "$drvtests/vcu_drv_kernels_multi.fatbin" \
             "$drvtests/vcu_drv_kernels_sm80.fatbin" "$drvtests/vcu_drv_kernels_ptx_lz4.fatbin" \
-            "$drvtests/vcu_drv_kernels_ptx_zstd.fatbin" "$r/cuda-driver/"
+            "$drvtests/vcu_drv_kernels_ptx_zstd.fatbin" "$drvtests/vcu_drv_kernels.ptx" \
+            "$r/cuda-driver/"
         # Our libcuda.so.1 reads zstd-compressed fatbins with it.
         add_libzstd
         for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$drvtests/tests.list"); do
