@@ -19,4 +19,5 @@ if ! ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1 ' >/dev/null; then
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export VCU_REAL_GPU=1
-VCU_ECHO_MIB=${VCU_ECHO_MIB:-256} tests/vm/run.sh "${1:-cuda,nvrt,nvml,quota,demo,echo,badinput}"
+# A second argument: one more virtio-cuda-pci option ("module-cache=DIR").
+VCU_ECHO_MIB=${VCU_ECHO_MIB:-256} tests/vm/run.sh "${1:-cuda,nvrt,nvml,quota,demo,echo,badinput}" ${2:+"$2"}
