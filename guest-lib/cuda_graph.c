@@ -228,6 +228,104 @@ VCU__EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGra
     return vcu__kernel_node(phGraphNode, hGraph, dependencies, numDependencies, &p, NULL);
 }
 
+/*
+ * One side of a graph memcpy node as a device address: device memory as
+ * it is; host memory (CU_MEMORYTYPE_HOST, or a UNIFIED address that is
+ * not device memory) through the device pointer of its page-locked or
+ * registered allocation, which the session's worker maps, so the node
+ * reads or writes the guest's pages when the graph runs.  Pageable host
+ * memory has no such pointer: the worker could not reach it when the
+ * graph runs (CUDA_ERROR_NOT_SUPPORTED, logged once).
+ */
+static CUresult vcu__memcpy_side(int dev, CUmemorytype t, const void *host, CUdeviceptr dptr,
+                                 CUarray arr, size_t x, size_t n, uint64_t *out)
+{
+    static int logged;
+    unsigned int mt = 0;
+    CUdeviceptr d;
+
+    (void)dev;
+    switch (t) {
+    case CU_MEMORYTYPE_DEVICE:
+        *out = dptr + x;
+        return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_UNIFIED:
+        if (cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr + x) ==
+                CUDA_SUCCESS &&
+            mt == CU_MEMORYTYPE_DEVICE) {
+            *out = dptr + x;
+            return CUDA_SUCCESS;
+        }
+        return vcu__memcpy_side(dev, CU_MEMORYTYPE_HOST, (const void *)(uintptr_t)dptr, 0, arr,
+                                x, n, out);
+    case CU_MEMORYTYPE_HOST:
+        if (host == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (vcu__host_range_dptr((const char *)host + x, n, &d) != CUDA_SUCCESS) {
+            vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: pageable "
+                                   "host memory is not supported (page-locked or registered "
+                                   "memory is)\n");
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        *out = d;
+        return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_ARRAY:
+        (void)arr;
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: CUDA arrays are "
+                               "not supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/*
+ * cuGraphAddMemcpyNode: a one-dimensional copy (Height and Depth 1, rows
+ * and slices 0; others CUDA_ERROR_NOT_SUPPORTED, logged once) between
+ * device memory and device or page-locked/registered host memory, as a
+ * device-to-device copy node on the host (vcu__memcpy_side).
+ */
+VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies,
+                                          size_t numDependencies,
+                                          const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    static int logged;
+    const CUDA_MEMCPY3D *m = copyParams;
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g;
+    uint64_t src, dst;
+    CUresult e;
+
+    (void)ctx;
+    if (m == NULL || phGraphNode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if ((m->Height > 1 || m->Depth > 1 || m->srcY || m->srcZ || m->dstY || m->dstZ ||
+         m->srcLOD || m->dstLOD)) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: only "
+                               "one-dimensional copies are supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (m->WidthInBytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__memcpy_side(g->dev, m->srcMemoryType, m->srcHost, m->srcDevice, m->srcArray,
+                         m->srcXInBytes, m->WidthInBytes, &src);
+    if (e == CUDA_SUCCESS)
+        e = vcu__memcpy_side(g->dev, m->dstMemoryType, m->dstHost, m->dstDevice, m->dstArray,
+                             m->dstXInBytes, m->WidthInBytes, &dst);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_MEMCPY;
+    r.dst = dst;
+    r.src = src;
+    r.size = m->WidthInBytes;
+    return vcu__add_node(phGraphNode, g, dependencies, numDependencies, &r, NULL, 0);
+}
+
 VCU__EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                           const CUgraphNode *dependencies,
                                           size_t numDependencies,

@@ -362,6 +362,20 @@ static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *found)
     return CUDA_SUCCESS;
 }
 
+CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out)
+{
+    vcu__hostmem_t *h;
+    int found, in;
+
+    pthread_mutex_lock(&vcu__hm_mu);
+    h = vcu__hm_find_locked((uintptr_t)p);
+    in = h != NULL && n <= h->size - ((uintptr_t)p - (uintptr_t)h->p);
+    pthread_mutex_unlock(&vcu__hm_mu);
+    if (!in)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__host_dptr((uintptr_t)p, out, &found);
+}
+
 VCU__EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
                                                   unsigned int Flags)
 {

@@ -294,6 +294,11 @@ uint64_t vcu__buffer_id_new(void);
 /* Whether [p, p + n) lies in page-locked memory of this library's own
  * (cuMemHostAlloc) that copies may use after their call (cuda_hostmem.c). */
 int vcu__hm_stable(const void *p, size_t n);
+/* The device pointer through which the device reaches [p, p + n), all in
+ * one page-locked or registered allocation of this library's (the host
+ * maps it at the first ask); CUDA_ERROR_INVALID_VALUE for any other host
+ * memory (cuda_hostmem.c). */
+CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another

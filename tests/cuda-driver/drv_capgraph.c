@@ -248,6 +248,76 @@ int main(void)
     r = cuGraphInstantiateWithFlags(&x, cg, 0);
     TRUE((r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE) && x == NULL);
 
+    /* Graph memcpy nodes that read and write host memory: page-locked
+     * in, registered out (as a unified address), read and written when
+     * the graph runs, each replay; pageable memory and 2D are refused.
+     * Through a worker only (a VM, or the GPU): in the loopback transport
+     * the library hands host addresses as they are, which the stand-in
+     * does not take as device memory, where a worker registers them. */
+    if (getenv("VCU_TRANSPORT") == NULL || strcmp(getenv("VCU_TRANSPORT"), "loopback") != 0) {
+        size_t sz = sizeof(ha);
+        float *hin = NULL, *hout = aligned_alloc(4096, (sz + 4095) & ~(size_t)4095);
+        float pg[4] = { 0 };
+        CUgraph mg;
+        CUgraphExec mx;
+        CUgraphNode n1, n2, n3;
+        CUDA_MEMCPY3D m;
+
+        TRUE(hout != NULL);
+        CK(cuMemHostAlloc((void **)&hin, sz, 0));
+        CK(cuMemHostRegister(hout, (sz + 4095) & ~(size_t)4095, 0));
+        CK(cuGraphCreate(&mg, 0));
+        memset(&m, 0, sizeof(m));
+        m.srcMemoryType = CU_MEMORYTYPE_HOST;
+        m.srcHost = hin;
+        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.dstDevice = a;
+        m.WidthInBytes = sz;
+        m.Height = 1;
+        m.Depth = 1;
+        CK(cuGraphAddMemcpyNode(&n1, mg, NULL, 0, &m, ctx));
+        memset(&m, 0, sizeof(m));
+        m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.srcDevice = a;
+        m.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+        m.dstDevice = (CUdeviceptr)(uintptr_t)hout;
+        m.WidthInBytes = sz;
+        m.Height = 1;
+        m.Depth = 1;
+        CK(cuGraphAddMemcpyNode(&n2, mg, &n1, 1, &m, ctx));
+        CK(cuGraphInstantiateWithFlags(&mx, mg, 0));
+        for (int rep = 0; rep < 2; rep++) {
+            for (i = 0; i < N; i++) {
+                hin[i] = rep ? -(float)i : 0.25f * (float)i;
+                hout[i] = 7.0f;
+            }
+            CK(cuGraphLaunch(mx, s));
+            CK(cuStreamSynchronize(s));
+            TRUE(memcmp(hout, hin, sz) == 0);
+        }
+        /* Pageable host memory, a 2D copy: refused, not copied wrongly. */
+        memset(&m, 0, sizeof(m));
+        m.srcMemoryType = CU_MEMORYTYPE_HOST;
+        m.srcHost = pg;
+        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.dstDevice = a;
+        m.WidthInBytes = sizeof(pg);
+        m.Height = 1;
+        m.Depth = 1;
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode(&n3, mg, NULL, 0, &m, ctx));
+        m.srcHost = hin;
+        m.WidthInBytes = sz + 4;    /* past the allocation's end */
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode(&n3, mg, NULL, 0, &m, ctx));
+        m.WidthInBytes = 16;
+        m.Height = 2;
+        m.srcPitch = m.dstPitch = 16;
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode(&n3, mg, NULL, 0, &m, ctx));
+        CK(cuGraphExecDestroy(mx));
+        CK(cuGraphDestroy(mg));
+        CK(cuMemHostUnregister(hout));
+        CK(cuMemFreeHost(hin));
+        free(hout);
+    }
     CK(cuMemFree(scratch));
     CK(cuMemFree(scratch2));
     CK(cuMemFree(a));
