@@ -18,20 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failed;
-
-#define CHECK(name, cond, ...)                       \
-    do {                                             \
-        if (cond) {                                  \
-            printf("PASS %s\n", name);               \
-        } else {                                     \
-            printf("FAIL %s ", name);                \
-            printf(__VA_ARGS__);                     \
-            printf("\n");                            \
-            failed = 1;                              \
-        }                                            \
-        fflush(stdout);                              \
-    } while (0)
+#include "libs_test.h"
 
 /* C = A * B, column-major, n x n: cublasSgemm against the CPU. */
 static void check_sgemm(void)

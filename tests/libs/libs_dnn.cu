@@ -14,30 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failed;
-
-#define CHECK(name, cond, ...)                       \
-    do {                                             \
-        if (cond) {                                  \
-            printf("PASS %s\n", name);               \
-        } else {                                     \
-            printf("FAIL %s ", name);                \
-            printf(__VA_ARGS__);                     \
-            printf("\n");                            \
-            failed = 1;                              \
-        }                                            \
-        fflush(stdout);                              \
-    } while (0)
-
-static float input(unsigned i, unsigned salt)
-{
-    unsigned x = i * 2654435761u + salt * 40503u + 12345u;
-
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    return (float)(x & 0xffff) / 32768.0f - 1.0f;
-}
+#include "libs_test.h"
 
 static void check_conv(void)
 {

@@ -15,20 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failed;
-
-#define CHECK(name, cond, ...)                       \
-    do {                                             \
-        if (cond) {                                  \
-            printf("PASS %s\n", name);               \
-        } else {                                     \
-            printf("FAIL %s ", name);                \
-            printf(__VA_ARGS__);                     \
-            printf("\n");                            \
-            failed = 1;                              \
-        }                                            \
-        fflush(stdout);                              \
-    } while (0)
+#include "libs_test.h"
 
 static void check_curand(void)
 {
