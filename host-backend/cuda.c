@@ -154,6 +154,10 @@
     XX(cuMemHostUnregister, 0)                                               \
     XX(cuMemHostGetDevicePointer, 0)                                         \
     XX(cuModuleLoadData, 1)                                                  \
+    XX(cuLinkCreate, 0)                                                      \
+    XX(cuLinkAddData, 0)                                                     \
+    XX(cuLinkComplete, 0)                                                    \
+    XX(cuLinkDestroy, 0)                                                     \
     XX(cuModuleUnload, 1)                                                    \
     XX(cuModuleGetFunction, 1)                                               \
     XX(cuModuleGetGlobal, 0)                                                 \
@@ -1863,6 +1867,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_capture_deps_resp capd;
     struct vcu_cu_output_resp out;
     struct vcu_cu_tmap_resp tmap;
+    struct vcu_cu_link_resp link;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -3812,6 +3817,122 @@ static uint32_t vcu__op_CU_TENSOR_MAP(vcu__op_t *o)
 }
 
 /* --- streams and host callbacks --- */
+
+/* The JIT options a guest may give a link: plain values, none that
+ * points at memory or is written back. */
+static int vcu__link_opt_ok(uint32_t id)
+{
+    switch (id) {
+    case CU_JIT_MAX_REGISTERS:
+    case CU_JIT_OPTIMIZATION_LEVEL:
+    case CU_JIT_TARGET_FROM_CUCONTEXT:
+    case CU_JIT_TARGET:
+    case CU_JIT_FALLBACK_STRATEGY:
+    case CU_JIT_GENERATE_DEBUG_INFO:
+    case CU_JIT_LOG_VERBOSE:
+    case CU_JIT_GENERATE_LINE_INFO:
+    case CU_JIT_CACHE_MODE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/*
+ * CU_LINK: the whole link in the worker (struct vcu_cu_link_req).  Every
+ * record is checked against the input's bounds before the driver sees
+ * it; the inputs count against the session's host-memory budget.
+ */
+static uint32_t vcu__op_CU_LINK(vcu__op_t *o)
+{
+    struct vcu_cu_link_req rq;
+    CUjit_option opts[VCU_CU_MAX_LINK_OPTS + 2];
+    void *vals[VCU_CU_MAX_LINK_OPTS + 2];
+    const vcu_segment_t *in, *out;
+    unsigned char *buf = NULL;
+    char *name = NULL;
+    CUlinkState ls = NULL;
+    void *image = NULL;
+    size_t image_len = 0, len, off = 0;
+    uint32_t i, n = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 2 || VCU_SEG_DIR(o->segs[0].flags) != VCU_SEG_TO_DEVICE ||
+        VCU_SEG_DIR(o->segs[1].flags) != VCU_SEG_FROM_DEVICE)
+        return VCU_S_EINVAL;
+    in = &o->segs[0];
+    out = &o->segs[1];
+    if (rq.nopts > VCU_CU_MAX_LINK_OPTS || rq.ninputs == 0 ||
+        rq.ninputs > VCU_CU_MAX_LINK_INPUTS || in->len > VCU_CU_MAX_LINK_BYTES) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    for (i = 0; i < rq.nopts; i++) {
+        if (!vcu__link_opt_ok(rq.opt[i].id)) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            return VCU_S_OK;
+        }
+        opts[n] = (CUjit_option)rq.opt[i].id;
+        vals[n++] = (void *)(uintptr_t)rq.opt[i].value;
+    }
+    opts[n] = CU_JIT_ERROR_LOG_BUFFER;
+    vals[n++] = o->rb.link.log;
+    opts[n] = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+    vals[n++] = (void *)(uintptr_t)(VCU_CU_LINK_LOG - 1);
+    VCU__ENTER(o);
+    len = (size_t)in->len;
+    if (vcu__mem_take(o->cs, len + VCU_CU_NAME_MAX + 1) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    buf = malloc(len ? len : 1);
+    name = malloc(VCU_CU_NAME_MAX + 1);
+    if (buf == NULL || name == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    vcu__gather(in, buf, len);
+    o->res = VCU__CU(o->cu, cuLinkCreate, n, opts, vals, &ls);
+    for (i = 0; o->res == CUDA_SUCCESS && i < rq.ninputs; i++) {
+        struct vcu_cu_link_input r;
+
+        if (len - off < sizeof(r)) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        memcpy(&r, buf + off, sizeof(r));
+        off += sizeof(r);
+        if (r.name_len > VCU_CU_NAME_MAX || r.name_len > len - off ||
+            r.data_len == 0 || r.data_len > len - off - r.name_len ||
+            r.type > CU_JIT_INPUT_LIBRARY) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        memcpy(name, buf + off, r.name_len);
+        name[r.name_len] = '\0';
+        off += r.name_len;
+        o->res = VCU__CU(o->cu, cuLinkAddData, ls, (CUjitInputType)r.type, buf + off,
+                         (size_t)r.data_len, name, 0, NULL, NULL);
+        off += (size_t)r.data_len;
+    }
+    if (o->res == CUDA_SUCCESS && off != len)
+        o->res = CUDA_ERROR_INVALID_VALUE;      /* bytes after the last record */
+    if (o->res == CUDA_SUCCESS)
+        o->res = VCU__CU(o->cu, cuLinkComplete, ls, &image, &image_len);
+    if (o->res == CUDA_SUCCESS) {
+        o->rb.link.image_len = image_len;
+        if (image_len <= out->len)
+            vcu__scatter(out, image, image_len);
+    }
+done:
+    o->rb.link.log[VCU_CU_LINK_LOG - 1] = '\0';
+    if (ls != NULL)
+        VCU__CU(o->cu, cuLinkDestroy, ls);
+    free(buf);
+    free(name);
+    vcu__mem_give(o->cs, len + VCU_CU_NAME_MAX + 1);
+    return VCU_S_OK;
+}
 
 static uint32_t vcu__op_CU_STREAM_CREATE(vcu__op_t *o)
 {

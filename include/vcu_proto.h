@@ -230,6 +230,7 @@ struct vcu_resp_hdr {
     XX(CU_MODULE_LOAD_HASH, 0x030e, vcu_cu_module_hash_req, vcu_cu_u64_resp)             \
     /* CU_MODULE_LOAD that also returns the image's SHA-256 (the cache's name) */       \
     XX(CU_MODULE_LOAD_KEEP, 0x030f, vcu_cu_module_load_req, vcu_cu_module_keep_resp)     \
+    XX(CU_LINK, 0x0310, vcu_cu_link_req, vcu_cu_link_resp)                               \
     /* CUDA: streams and host callbacks */                                               \
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
@@ -832,6 +833,47 @@ struct vcu_cu_update_deps_req {
 };
 
 /*
+ * CU_LINK: cuLinkCreate .. cuLinkComplete in one request, run by the
+ * session's worker.  Segment 0 (VCU_SEG_TO_DEVICE, at most
+ * VCU_CU_MAX_LINK_BYTES) holds ninputs records, each a struct
+ * vcu_cu_link_input then name_len bytes of name (no NUL) then data_len
+ * bytes of data; segment 1 (VCU_SEG_FROM_DEVICE) receives the linked
+ * image.  opt[] are the link's options (JIT options of plain values
+ * only; logs come back in the reply).  Reply: image_len, the image's
+ * size (written only when segment 1 holds it: else the guest asks again
+ * with room), and the error log, NUL-terminated.
+ */
+#define VCU_CU_MAX_LINK_OPTS 16u
+#define VCU_CU_MAX_LINK_INPUTS 1024u
+#define VCU_CU_MAX_LINK_BYTES (256ull << 20)
+#define VCU_CU_LINK_LOG 1024u
+
+struct vcu_cu_link_opt {
+    vcu_le32 id;                    /* CUjit_option */
+    vcu_le32 reserved;
+    vcu_le64 value;
+};
+
+struct vcu_cu_link_input {
+    vcu_le32 type;                  /* CUjitInputType */
+    vcu_le32 name_len;              /* <= VCU_CU_NAME_MAX */
+    vcu_le64 data_len;
+};
+
+struct vcu_cu_link_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 nopts;                 /* <= VCU_CU_MAX_LINK_OPTS */
+    vcu_le32 ninputs;               /* 1 ..VCU_CU_MAX_LINK_INPUTS */
+    struct vcu_cu_link_opt opt[VCU_CU_MAX_LINK_OPTS];
+};
+
+struct vcu_cu_link_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 image_len;
+    char log[VCU_CU_LINK_LOG];
+};
+
+/*
  * CU_GRAPH_ADD_NODE: followed by ndeps le64 node handles, then by the
  * kind's trailing data (a kernel node's param_bytes of parameters).
  * Kinds and the fields they use:
@@ -952,6 +994,10 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_deps_resp) == 32 + 8 * VCU_CU_MAX_
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_update_deps_req) == 24 + 8 * VCU_CU_MAX_CAPTURE_DEPS,
                  "vcu_cu_update_deps_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_input) == 16, "vcu_cu_link_input");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_req) == 16 + 16 * VCU_CU_MAX_LINK_OPTS,
+                 "vcu_cu_link_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_resp) == 16 + VCU_CU_LINK_LOG, "vcu_cu_link_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_call_req) == 16, "vcu_cu_call_req");
 
 #endif /* VCU_PROTO_H */

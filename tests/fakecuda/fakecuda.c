@@ -4743,6 +4743,95 @@ CUresult CUDAAPI cuStreamCopyAttributes(CUstream dst, CUstream src)
     return rc;
 }
 
+/* TEST DOUBLE: a link of one image.  The stand-in cannot link code: a
+ * link whose inputs hold exactly one cubin, fatbin or PTX image completes
+ * to a copy of that image (which cuModuleLoadData takes as it would the
+ * input); anything else fails as the driver fails a link it cannot
+ * resolve, with a message in the error log. */
+typedef struct fc_link_s {
+    void *image;
+    size_t len;
+    int n;
+    char *errlog;
+    size_t errlog_size;
+} fc_link_t;
+
+CUresult CUDAAPI cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options,
+                                 void **optionValues, CUlinkState *stateOut)
+{
+    fc_link_t *l;
+
+    if (!stateOut || (numOptions && (!options || !optionValues)))
+        return CUDA_ERROR_INVALID_VALUE;
+    l = calloc(1, sizeof(*l));
+    if (!l)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (unsigned int i = 0; i < numOptions; i++) {
+        if (options[i] == CU_JIT_ERROR_LOG_BUFFER)
+            l->errlog = optionValues[i];
+        else if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+            l->errlog_size = (size_t)(uintptr_t)optionValues[i];
+        else if ((unsigned int)options[i] >= CU_JIT_NUM_OPTIONS) {
+            free(l);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    *stateOut = (CUlinkState)l;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size,
+                                  const char *name, unsigned int numOptions, CUjit_option *options,
+                                  void **optionValues)
+{
+    fc_link_t *l = (fc_link_t *)state;
+
+    (void)name;
+    (void)options;
+    (void)optionValues;
+    if (!l || !data || size == 0 || numOptions || (unsigned int)type >= CU_JIT_NUM_INPUT_TYPES)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_JIT_INPUT_CUBIN || type == CU_JIT_INPUT_FATBINARY || type == CU_JIT_INPUT_PTX) {
+        void *c = malloc(size);
+
+        if (!c)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(c, data, size);
+        free(l->image);
+        l->image = c;
+        l->len = size;
+        l->n++;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
+{
+    fc_link_t *l = (fc_link_t *)state;
+
+    if (!l || !cubinOut || !sizeOut)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (l->n != 1) {
+        if (l->errlog && l->errlog_size)
+            snprintf(l->errlog, l->errlog_size, "stand-in: cannot link %d images", l->n);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    *cubinOut = l->image;
+    *sizeOut = l->len;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLinkDestroy(CUlinkState state)
+{
+    fc_link_t *l = (fc_link_t *)state;
+
+    if (!l)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(l->image);
+    free(l);
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuCtxResetPersistingL2Cache(void)
 {
     fc_ctx_t *ctx;

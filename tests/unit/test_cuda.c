@@ -1513,6 +1513,104 @@ static uint32_t tc_capg(tc_t *c, uint64_t s, struct vcu_cu_capture_graph_resp *o
     return o->r.result;
 }
 
+/* CU_LINK with the given input stream and room for the image
+ * (CUresult or 0x10000 + status); reply in *o. */
+static uint32_t tc_link(tc_t *c, const struct vcu_cu_link_req *rq, const void *in, size_t in_len,
+                        void *img, size_t room, int nsegs, struct vcu_cu_link_resp *o)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    if (nsegs >= 1)
+        ut_req_add_seg(t, VCU_SEG_TO_DEVICE, (void *)in, in_len);
+    if (nsegs >= 2)
+        ut_req_add_seg(t, VCU_SEG_FROM_DEVICE, img, room);
+    st = tc_run(c, t, VCU_OP_CU_LINK, 0, rq, sizeof(*rq));
+    memset(o, 0, sizeof(*o));
+    memcpy(o, ut_resp_payload(t), sizeof(*o));
+    free(t);
+    return st != VCU_S_OK ? 0x10000 + st : o->r.result;
+}
+
+/* One input record: header, name, data. */
+static size_t tc_link_rec(unsigned char *out, uint32_t type, const char *name, uint64_t data_len,
+                          const void *data, size_t copy)
+{
+    struct vcu_cu_link_input r = { type, (uint32_t)strlen(name), data_len };
+
+    memcpy(out, &r, sizeof(r));
+    memcpy(out + sizeof(r), name, strlen(name));
+    memcpy(out + sizeof(r) + strlen(name), data, copy);
+    return sizeof(r) + strlen(name) + copy;
+}
+
+/*
+ * CU_LINK: a good link of one image; then a hostile guest's requests,
+ * each refused before the driver sees a byte out of bounds: wrong
+ * segments, no inputs or too many, an option that is not a plain value,
+ * records whose name or data run past the input, a type out of range,
+ * bytes after the last record.  Too little room: the size, nothing
+ * written.
+ */
+TEST(cuda_link)
+{
+    static const char img[] = "stand-in image";
+    struct vcu_cu_link_req rq;
+    struct vcu_cu_link_resp o;
+    unsigned char in[256], out[64];
+    size_t n;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    memset(&rq, 0, sizeof(rq));
+    rq.ninputs = 1;
+    rq.nopts = 1;
+    rq.opt[0].id = CU_JIT_OPTIMIZATION_LEVEL;
+    rq.opt[0].value = 3;
+    n = tc_link_rec(in, CU_JIT_INPUT_CUBIN, "a.cubin", sizeof(img), img, sizeof(img));
+    memset(out, 0, sizeof(out));
+    ASSERT_EQ(CUDA_SUCCESS, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    ASSERT_EQ(sizeof(img), o.image_len);
+    ASSERT_EQ(0, memcmp(out, img, sizeof(img)));
+    /* Too little room: the size comes back, nothing is written. */
+    memset(out, 0, sizeof(out));
+    ASSERT_EQ(CUDA_SUCCESS, tc_link(&c, &rq, in, n, out, 4, 2, &o));
+    ASSERT_EQ(sizeof(img), o.image_len);
+    ASSERT_EQ(0, out[0]);
+
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_link(&c, &rq, in, n, out, sizeof(out), 1, &o));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_link(&c, &rq, in, n, out, sizeof(out), 0, &o));
+    rq.ninputs = 0;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    rq.ninputs = VCU_CU_MAX_LINK_INPUTS + 1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    rq.ninputs = 2;                 /* one record there */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    rq.ninputs = 1;
+    rq.nopts = VCU_CU_MAX_LINK_OPTS + 1;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    rq.nopts = 1;
+    rq.opt[0].id = CU_JIT_ERROR_LOG_BUFFER;     /* a pointer into the worker */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    rq.opt[0].id = CU_JIT_OPTIMIZATION_LEVEL;
+    /* Data longer than what follows; a name longer than what follows. */
+    n = tc_link_rec(in, CU_JIT_INPUT_CUBIN, "a", 1ull << 40, img, sizeof(img));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    n = tc_link_rec(in, CU_JIT_INPUT_CUBIN, "a", sizeof(img), img, sizeof(img));
+    ((struct vcu_cu_link_input *)in)->name_len = 0xffffffffu;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    ((struct vcu_cu_link_input *)in)->name_len = 1;
+    ((struct vcu_cu_link_input *)in)->type = 99;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    ((struct vcu_cu_link_input *)in)->type = CU_JIT_INPUT_CUBIN;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, n + 3, out, sizeof(out), 2, &o));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_link(&c, &rq, in, 10, out, sizeof(out), 2, &o));
+    /* Still a good link after all that. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_link(&c, &rq, in, n, out, sizeof(out), 2, &o));
+    tc_close(&c);
+    return 0;
+}
+
 /* CU_STREAM_CAPTURE_DEPS on stream s (CUresult or 0x10000 + status). */
 static uint32_t tc_capd(tc_t *c, uint64_t s, struct vcu_cu_capture_deps_resp *o)
 {

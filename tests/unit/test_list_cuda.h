@@ -43,6 +43,7 @@
     X(cuda_host_func_captured)          \
     X(cuda_capture_graph)               \
     X(cuda_capture_deps)                \
+    X(cuda_link)                        \
     X(cuda_ctx_reset)                   \
     X(cuda_mempool)                     \
     X(cuda_memcpy_stable_async)         \
