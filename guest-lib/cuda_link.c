@@ -26,24 +26,6 @@ typedef struct vcu__link_s {
     void *image;                    /* after cuLinkComplete */
 } vcu__link_t;
 
-static int vcu__link_plain(CUjit_option o)
-{
-    switch (o) {
-    case CU_JIT_MAX_REGISTERS:
-    case CU_JIT_OPTIMIZATION_LEVEL:
-    case CU_JIT_TARGET_FROM_CUCONTEXT:
-    case CU_JIT_TARGET:
-    case CU_JIT_FALLBACK_STRATEGY:
-    case CU_JIT_GENERATE_DEBUG_INFO:
-    case CU_JIT_LOG_VERBOSE:
-    case CU_JIT_GENERATE_LINE_INFO:
-    case CU_JIT_CACHE_MODE:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 static CUresult vcu__link_refused(CUjit_option o)
 {
     static int logged;
@@ -99,7 +81,8 @@ VCU__EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *opti
             break;
         }
         default:
-            if (!vcu__link_plain(options[i]) || l->nopts == VCU_CU_MAX_LINK_OPTS) {
+            if (!VCU_CU_LINK_OPT_PLAIN((unsigned int)options[i]) ||
+                l->nopts == VCU_CU_MAX_LINK_OPTS) {
                 vcu__link_free(l);
                 return vcu__link_refused(options[i]);
             }

@@ -3818,25 +3818,23 @@ static uint32_t vcu__op_CU_TENSOR_MAP(vcu__op_t *o)
 
 /* --- streams and host callbacks --- */
 
-/* The JIT options a guest may give a link: plain values, none that
- * points at memory or is written back. */
-static int vcu__link_opt_ok(uint32_t id)
-{
-    switch (id) {
-    case CU_JIT_MAX_REGISTERS:
-    case CU_JIT_OPTIMIZATION_LEVEL:
-    case CU_JIT_TARGET_FROM_CUCONTEXT:
-    case CU_JIT_TARGET:
-    case CU_JIT_FALLBACK_STRATEGY:
-    case CU_JIT_GENERATE_DEBUG_INFO:
-    case CU_JIT_LOG_VERBOSE:
-    case CU_JIT_GENERATE_LINE_INFO:
-    case CU_JIT_CACHE_MODE:
-        return 1;
-    default:
-        return 0;
-    }
-}
+/* VCU_CU_LINK_PLAIN_OPTS names these options by number. */
+_Static_assert(VCU_CU_LINK_OPT_PLAIN(CU_JIT_MAX_REGISTERS) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_OPTIMIZATION_LEVEL) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_TARGET_FROM_CUCONTEXT) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_TARGET) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_FALLBACK_STRATEGY) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_GENERATE_DEBUG_INFO) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_LOG_VERBOSE) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_GENERATE_LINE_INFO) &&
+                   VCU_CU_LINK_OPT_PLAIN(CU_JIT_CACHE_MODE) &&
+                   !VCU_CU_LINK_OPT_PLAIN(CU_JIT_THREADS_PER_BLOCK) &&
+                   !VCU_CU_LINK_OPT_PLAIN(CU_JIT_WALL_TIME) &&
+                   !VCU_CU_LINK_OPT_PLAIN(CU_JIT_INFO_LOG_BUFFER) &&
+                   !VCU_CU_LINK_OPT_PLAIN(CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) &&
+                   !VCU_CU_LINK_OPT_PLAIN(CU_JIT_ERROR_LOG_BUFFER) &&
+                   !VCU_CU_LINK_OPT_PLAIN(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES),
+               "VCU_CU_LINK_PLAIN_OPTS");
 
 /*
  * CU_LINK: the whole link in the worker (struct vcu_cu_link_req).  Every
@@ -3868,7 +3866,7 @@ static uint32_t vcu__op_CU_LINK(vcu__op_t *o)
         return VCU_S_OK;
     }
     for (i = 0; i < rq.nopts; i++) {
-        if (!vcu__link_opt_ok(rq.opt[i].id)) {
+        if (!VCU_CU_LINK_OPT_PLAIN(rq.opt[i].id)) {
             o->res = CUDA_ERROR_INVALID_VALUE;
             return VCU_S_OK;
         }

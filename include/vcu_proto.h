@@ -847,6 +847,13 @@ struct vcu_cu_update_deps_req {
 #define VCU_CU_MAX_LINK_INPUTS 1024u
 #define VCU_CU_MAX_LINK_BYTES (256ull << 20)
 #define VCU_CU_LINK_LOG 1024u
+/* The JIT options a link request may carry, by number: plain values that
+ * point at no memory and are not written back (CU_JIT_MAX_REGISTERS 0,
+ * OPTIMIZATION_LEVEL 7, TARGET_FROM_CUCONTEXT 8, TARGET 9,
+ * FALLBACK_STRATEGY 10, GENERATE_DEBUG_INFO 11, LOG_VERBOSE 12,
+ * GENERATE_LINE_INFO 13, CACHE_MODE 14; cuda.c checks the numbers). */
+#define VCU_CU_LINK_PLAIN_OPTS 0x7f81u
+#define VCU_CU_LINK_OPT_PLAIN(id) ((id) < 32u && ((VCU_CU_LINK_PLAIN_OPTS >> (id)) & 1u))
 
 struct vcu_cu_link_opt {
     vcu_le32 id;                    /* CUjit_option */
