@@ -219,35 +219,74 @@ VCU__EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cuda
                                   f->param_bytes, 0));
 }
 
+/*
+ * One side of a graph memcpy node as a device address: device memory (or
+ * a symbol) as it is; page-locked or registered host memory through the
+ * device pointer of its allocation, which the session's worker maps, so
+ * the node reads or writes the pages each time the graph runs.  0: none
+ * of these (pageable host memory, which no worker could reach when the
+ * graph runs).
+ */
+static uint64_t vcu__graph_side(const void *p, size_t n, int want_dev, int want_host)
+{
+    vcu__alloc_t a;
+    uint64_t v = (uint64_t)(uintptr_t)p;
+
+    if (want_dev && vcu__mem_find(v, &a) == 0 &&
+        (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL))
+        return v;
+    return want_host ? vcu__rt_host_range_dptr(v, n) : 0;
+}
+
+/* The 1D copy of count bytes as a MEMCPY node, kind as cudaMemcpy's. */
+static cudaError_t vcu__graph_copy(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                   const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                   void *dst, const void *src, size_t count,
+                                   enum cudaMemcpyKind kind, const char *what)
+{
+    struct vcu_cu_graph_node_req r;
+    int src_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
+                   kind == cudaMemcpyDefault;
+    int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
+                  kind == cudaMemcpyDefault;
+    int dst_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost ||
+                   kind == cudaMemcpyDefault;
+    int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
+                  kind == cudaMemcpyDefault;
+    uint64_t d, s;
+
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+        return vcu__err(cudaErrorInvalidMemcpyDirection);
+    if (count == 0)
+        return vcu__err(cudaErrorInvalidValue);
+    s = vcu__graph_side(src, count, src_dev, src_host);
+    d = vcu__graph_side(dst, count, dst_dev, dst_host);
+    if (s == 0 || d == 0)
+        VCU__NOT_SUPPORTED(what, "pageable host memory in a graph (page-locked or registered "
+                                 "memory is taken)");
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_MEMCPY;
+    r.dst = d;
+    r.src = s;
+    r.size = count;
+    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
+                                  0));
+}
+
 VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                                const cudaGraphNode_t *pDependencies,
                                                size_t numDependencies,
                                                const struct cudaMemcpy3DParms *p)
 {
-    struct vcu_cu_graph_node_req r;
-    vcu__alloc_t a;
-    int dd, sd;
-
     if (p == NULL)
         return vcu__err(cudaErrorInvalidValue);
-    dd = vcu__mem_find((uint64_t)(uintptr_t)p->dstPtr.ptr, &a) == 0 &&
-         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
-    sd = vcu__mem_find((uint64_t)(uintptr_t)p->srcPtr.ptr, &a) == 0 &&
-         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
     if (p->srcArray != NULL || p->dstArray != NULL || p->extent.height > 1 ||
         p->extent.depth > 1 || p->srcPos.x || p->srcPos.y || p->srcPos.z || p->dstPos.x ||
-        p->dstPos.y || p->dstPos.z ||
-        (p->kind != cudaMemcpyDeviceToDevice && p->kind != cudaMemcpyDefault) ||
-        (p->kind == cudaMemcpyDefault && !(dd && sd)))
-        VCU__NOT_SUPPORTED("cudaGraphAddMemcpyNode other than a 1D device-to-device copy",
-                           "the protocol has no host memory in graphs");
-    memset(&r, 0, sizeof(r));
-    r.kind = VCU_CU_NODE_MEMCPY;
-    r.dst = (uint64_t)(uintptr_t)p->dstPtr.ptr;
-    r.src = (uint64_t)(uintptr_t)p->srcPtr.ptr;
-    r.size = p->extent.width;
-    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
-                                  0));
+        p->dstPos.y || p->dstPos.z)
+        VCU__NOT_SUPPORTED("cudaGraphAddMemcpyNode other than a 1D copy",
+                           "the protocol's graph copies are one-dimensional");
+    return vcu__graph_copy(pGraphNode, graph, pDependencies, numDependencies, p->dstPtr.ptr,
+                           p->srcPtr.ptr, p->extent.width, p->kind, "cudaGraphAddMemcpyNode");
 }
 
 VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
@@ -256,26 +295,8 @@ VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cu
                                                  const void *src, size_t count,
                                                  enum cudaMemcpyKind kind)
 {
-    struct vcu_cu_graph_node_req r;
-    vcu__alloc_t a;
-    int dd, sd;
-
-    dd = vcu__mem_find((uint64_t)(uintptr_t)dst, &a) == 0 &&
-         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
-    sd = vcu__mem_find((uint64_t)(uintptr_t)src, &a) == 0 &&
-         (a.kind == VCU__M_DEVICE || a.kind == VCU__M_SYMBOL);
-    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
-        return vcu__err(cudaErrorInvalidMemcpyDirection);
-    if (kind != cudaMemcpyDeviceToDevice && !(kind == cudaMemcpyDefault && dd && sd))
-        VCU__NOT_SUPPORTED("cudaGraphAddMemcpyNode1D other than device to device",
-                           "the protocol has no host memory in graphs");
-    memset(&r, 0, sizeof(r));
-    r.kind = VCU_CU_NODE_MEMCPY;
-    r.dst = (uint64_t)(uintptr_t)dst;
-    r.src = (uint64_t)(uintptr_t)src;
-    r.size = count;
-    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
-                                  0));
+    return vcu__graph_copy(pGraphNode, graph, pDependencies, numDependencies, dst, src, count,
+                           kind, "cudaGraphAddMemcpyNode1D");
 }
 
 VCU__EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,

@@ -157,6 +157,9 @@ typedef struct vcu__alloc_s {
 } vcu__alloc_t;
 int vcu__mem_add(const vcu__alloc_t *a);
 int vcu__mem_find(uint64_t addr, vcu__alloc_t *out);
+/* The device pointer of [p, p + len) of one page-locked or registered
+ * allocation (the host maps it at the first ask); 0: none such. */
+uint64_t vcu__rt_host_range_dptr(uint64_t p, uint64_t len);
 int vcu__mem_del(uint64_t base, int kind, vcu__alloc_t *out);
 void vcu__mem_forget_dev(int dev);
 /* [p, p + len) lies inside one known device allocation or symbol of dev. */

@@ -402,7 +402,7 @@ VCU__EXPORT cudaError_t cudaHostUnregister(void *ptr)
  * The host maps the whole allocation, one stable segment; the pointer
  * stays valid until cudaFreeHost, whose munmap the driver fences.
  */
-static cudaError_t vcu__host_dptr(const vcu__alloc_t *a, uint64_t *dptr)
+static cudaError_t vcu__host_dptr_any(const vcu__alloc_t *a, uint64_t *dptr, int any)
 {
     struct vcu_cu_u64_req r = { .value = 0 };
     struct vcu_cu_u64_resp o;
@@ -417,8 +417,10 @@ static cudaError_t vcu__host_dptr(const vcu__alloc_t *a, uint64_t *dptr)
         *dptr = a->base;
         return cudaSuccess;
     }
-    if (!(a->flags & cudaHostAllocMapped) &&
+    if (!any && !(a->flags & cudaHostAllocMapped) &&
         !(a->kind == VCU__M_REGISTERED && (a->flags & cudaHostRegisterMapped)))
+        return vcu__host_map_unsupported(a->size);
+    if (a->kind == VCU__M_HOST && !a->stable)
         return vcu__host_map_unsupported(a->size);
     b.addr = (void *)(uintptr_t)a->base;
     b.len = a->size;
@@ -431,6 +433,24 @@ static cudaError_t vcu__host_dptr(const vcu__alloc_t *a, uint64_t *dptr)
     vcu__mem_set_dptr(a->base, o.value);
     *dptr = o.value;
     return cudaSuccess;
+}
+
+static cudaError_t vcu__host_dptr(const vcu__alloc_t *a, uint64_t *dptr)
+{
+    return vcu__host_dptr_any(a, dptr, 0);
+}
+
+/* The device pointer of [p, p + len) of one page-locked or registered
+ * allocation, mapped or not (graph memcpy nodes): 0 when it is none. */
+uint64_t vcu__rt_host_range_dptr(uint64_t p, uint64_t len)
+{
+    vcu__alloc_t a;
+    uint64_t d = 0;
+
+    if (vcu__mem_find(p, &a) != 0 || (a.kind != VCU__M_HOST && a.kind != VCU__M_REGISTERED) ||
+        len > a.size - (p - a.base) || vcu__host_dptr_any(&a, &d, 1) != cudaSuccess)
+        return 0;
+    return d + (p - a.base);
 }
 
 VCU__EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)

@@ -4,7 +4,8 @@
  * nodes with dependencies), cloned, and both launched; one captured as
  * PyTorch's CUDAGraph does (thread-local capture, the graph asked for
  * during it, a relaxed cudaMalloc, a fork and join, AutoFreeOnLaunch,
- * upload, replays over new inputs).
+ * upload, replays over new inputs); copy nodes of page-locked and
+ * registered host memory.
  */
 #define TEST_NAME "graphs"
 #include "vcu_test.h"
@@ -245,14 +246,63 @@ static void torch_like(int n)
     CK(cudaStreamDestroy(s));
 }
 
+/*
+ * Copy nodes that read and write host memory: page-locked in (an H2D
+ * node), registered out (a D2H node after it), read and written when
+ * the graph runs, at each replay; pageable memory refused.  Through a
+ * worker only: in the loopback transport host memory is handed as it is,
+ * which the stand-in does not take for device memory.
+ */
+static void host_copies(cudaStream_t s, int n)
+{
+    size_t sz = (size_t)n * sizeof(int), room = (sz + 4095) & ~(size_t)4095;
+    int *hin, *hout = (int *)aligned_alloc(4096, room), *dev, pageable[4];
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    cudaGraphNode_t in, out, bad;
+
+    EXPECT(hout != NULL, "aligned_alloc");
+    CK(cudaMallocHost((void **)&hin, sz));
+    CK(cudaHostRegister(hout, room, cudaHostRegisterDefault));
+    CK(cudaMalloc((void **)&dev, sz));
+    CK(cudaGraphCreate(&g, 0));
+    CK(cudaGraphAddMemcpyNode1D(&in, g, NULL, 0, dev, hin, sz, cudaMemcpyHostToDevice));
+    CK(cudaGraphAddMemcpyNode1D(&out, g, &in, 1, hout, dev, sz, cudaMemcpyDeviceToHost));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < n; i++) {
+            hin[i] = rep ? -i : 3 * i + 1;
+            hout[i] = 0;
+        }
+        CK(cudaGraphLaunch(x, s));
+        CK(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++)
+            EXPECT(hout[i] == hin[i], "host copies: replay %d, [%d] = %d, want %d", rep, i,
+                   hout[i], hin[i]);
+    }
+    CK_EQ(cudaErrorNotSupported, cudaGraphAddMemcpyNode1D(&bad, g, NULL, 0, dev, pageable,
+                                                          sizeof(pageable),
+                                                          cudaMemcpyHostToDevice));
+    (void)cudaGetLastError();
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
+    CK(cudaFree(dev));
+    CK(cudaHostUnregister(hout));
+    CK(cudaFreeHost(hin));
+    free(hout);
+}
+
 int main(void)
 {
     cudaStream_t s;
+    const char *t = getenv("VCU_TRANSPORT");
 
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     captured(s, 10000);
     explicit_graph(s, 5000);
     torch_like(3000);
+    if (t == NULL || strcmp(t, "loopback") != 0)
+        host_copies(s, 4096);
     CK(cudaStreamDestroy(s));
     vcu_test_pass();
     return 0;
