@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Everything one call on the GPU machine runs, from carried build outputs
-# (build/qemu, build/vm, build/bench, build/nvidia: see tests/gpu/prepare.sh):
+# (build/qemu, build/vm, build/bench, build/nvidia: see tests/gpu/prepare.sh,
+# or its one archive build/gpu-bundle/outputs.tar.xz, unpacked here first):
 # the GPU suite (CUDA programs, the demo and the echo suite in a guest on the
 # real GPU), the main job (scripts/run.sh: the demo natively and in a guest,
-# side by side), then the benchmark.  Logs and results go to $OUT.
+# side by side), then the benchmark; on request NVIDIA's libraries (libs)
+# and PyTorch (torch) in a guest.  Logs and results go to $OUT.
+#
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch]   (default suite,main,bench)
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
 mkdir -p "$out"
 what=${1:-suite,main,bench}
+if [ -f build/gpu-bundle/outputs.tar.xz ] && [ ! -x build/qemu/bin/qemu-system-x86_64 ]; then
+    tar -xJf build/gpu-bundle/outputs.tar.xz || { echo "device-run: cannot unpack the bundle"; exit 1; }
+fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$out/gpu.txt" 2>&1
 # The commit the carried build outputs were made from (prepare.sh); the
@@ -43,6 +50,16 @@ case ",$what," in *,bench,*)
         >"$out/bench.log" 2>&1 || rc=1
     tail -n 40 "$out/bench.log"
     cp bench/results.csv bench/bandwidth.png "$out/" 2>/dev/null
+    ;;
+esac
+case ",$what," in *,libs,*)
+    tests/gpu/libs-run.sh >"$out/libs.log" 2>&1 || rc=1
+    grep -E 'VCU-TEST|first_gemm:|passed' "$out/libs.log" | tail -n 16
+    ;;
+esac
+case ",$what," in *,torch,*)
+    tests/gpu/torch-run.sh guest >"$out/torch.log" 2>&1 || rc=1
+    grep -E 'VCU-TEST|passed' "$out/torch.log" | cut -c1-300 | tail -n 12
     ;;
 esac
 tar czf "$out/vm-logs.tgz" build/vm/logs 2>/dev/null

@@ -38,3 +38,11 @@ rm -rf build/vm/logs
 # Not used on the GPU machine (the carried outputs must stay under 64 MiB).
 rm -f build/vm/initrd-hostmem.img
 du -sh build/qemu build/vm build/bench build/nvidia build/probes
+# All of it as one archive (xz: about 45 MB), for a GPU machine that takes
+# few or small carried files: carry build/gpu-bundle alone, and
+# tests/gpu/device-run.sh unpacks it there.
+rm -rf build/gpu-bundle
+mkdir -p build/gpu-bundle
+tar -cf - build/qemu build/vm build/bench build/nvidia build/probes build/commit |
+    xz -T0 -4 >build/gpu-bundle/outputs.tar.xz
+du -sh build/gpu-bundle
