@@ -237,14 +237,13 @@ VCU__EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGra
  * memory has no such pointer: the worker could not reach it when the
  * graph runs (CUDA_ERROR_NOT_SUPPORTED, logged once).
  */
-static CUresult vcu__memcpy_side(int dev, CUmemorytype t, const void *host, CUdeviceptr dptr,
-                                 CUarray arr, size_t x, size_t n, uint64_t *out)
+static CUresult vcu__memcpy_side(CUmemorytype t, const void *host, CUdeviceptr dptr, size_t x,
+                                 size_t n, uint64_t *out)
 {
     static int logged;
     unsigned int mt = 0;
     CUdeviceptr d;
 
-    (void)dev;
     switch (t) {
     case CU_MEMORYTYPE_DEVICE:
         *out = dptr + x;
@@ -256,8 +255,7 @@ static CUresult vcu__memcpy_side(int dev, CUmemorytype t, const void *host, CUde
             *out = dptr + x;
             return CUDA_SUCCESS;
         }
-        return vcu__memcpy_side(dev, CU_MEMORYTYPE_HOST, (const void *)(uintptr_t)dptr, 0, arr,
-                                x, n, out);
+        return vcu__memcpy_side(CU_MEMORYTYPE_HOST, (const void *)(uintptr_t)dptr, 0, x, n, out);
     case CU_MEMORYTYPE_HOST:
         if (host == NULL)
             return CUDA_ERROR_INVALID_VALUE;
@@ -270,7 +268,6 @@ static CUresult vcu__memcpy_side(int dev, CUmemorytype t, const void *host, CUde
         *out = d;
         return CUDA_SUCCESS;
     case CU_MEMORYTYPE_ARRAY:
-        (void)arr;
         vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: CUDA arrays are "
                                "not supported\n");
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -311,11 +308,11 @@ VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGra
     }
     if (m->WidthInBytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__memcpy_side(g->dev, m->srcMemoryType, m->srcHost, m->srcDevice, m->srcArray,
-                         m->srcXInBytes, m->WidthInBytes, &src);
+    e = vcu__memcpy_side(m->srcMemoryType, m->srcHost, m->srcDevice, m->srcXInBytes,
+                         m->WidthInBytes, &src);
     if (e == CUDA_SUCCESS)
-        e = vcu__memcpy_side(g->dev, m->dstMemoryType, m->dstHost, m->dstDevice, m->dstArray,
-                             m->dstXInBytes, m->WidthInBytes, &dst);
+        e = vcu__memcpy_side(m->dstMemoryType, m->dstHost, m->dstDevice, m->dstXInBytes,
+                             m->WidthInBytes, &dst);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));
@@ -771,36 +768,24 @@ static CUresult vcu__cap_graph_get(int dev, uint64_t id, uint64_t h, CUgraph *ou
  * added here, or listed before), else a new one.  NULL: out of memory. */
 static vcu__gnode_t *vcu__gnode_of(vcu__graph_t *g, uint64_t h)
 {
-    vcu__gnode_t *n, *nn;
+    vcu__gnode_t *n;
 
     pthread_mutex_lock(&vcu__drv.lock);
     for (n = g->nodes; n != NULL && n->h != h; n = n->next)
         ;
-    pthread_mutex_unlock(&vcu__drv.lock);
-    if (n != NULL)
-        return n;
-    nn = calloc(1, sizeof(*nn));
-    if (nn == NULL || vcu__reg_add(nn, VCU__K_GNODE) != 0) {
-        free(nn);
-        return NULL;
-    }
-    nn->h = h;
-    nn->g = g;
-    pthread_mutex_lock(&vcu__drv.lock);
-    for (n = g->nodes; n != NULL && n->h != h; n = n->next)
-        ;
-    if (n == NULL) {                /* not another thread's, meanwhile */
-        nn->next = g->nodes;
-        g->nodes = nn;
-        g->nnodes++;
-        n = nn;
-        nn = NULL;
+    if (n == NULL && (n = calloc(1, sizeof(*n))) != NULL) {
+        if (vcu__reg_add(n, VCU__K_GNODE) != 0) {     /* its own lock, taken inside ours */
+            free(n);
+            n = NULL;
+        } else {
+            n->h = h;
+            n->g = g;
+            n->next = g->nodes;
+            g->nodes = n;
+            g->nnodes++;
+        }
     }
     pthread_mutex_unlock(&vcu__drv.lock);
-    if (nn != NULL) {
-        vcu__reg_del(nn);
-        free(nn);
-    }
     return n;
 }
 

@@ -9,7 +9,9 @@
  *     on /dev/vcuda0: the device pointer of its own mapped page, the
  *     address range around it, and copies from there to the victim's
  *     page (by guest-physical address) and to host addresses.  Were guest
- *     RAM registered with CUDA as a whole, the range would be all of it.
+ *     RAM registered with CUDA as a whole, the range would be all of it;
+ *   - a graph copy node of its own making from the victim's allocation
+ *     and from host addresses into its own mapped page.
  * None of it may give the secret.  Then the victim's memory and CUDA work
  * are checked intact, and a third, fresh process works.
  *
@@ -116,11 +118,64 @@ static unsigned raw_read(int f, uint64_t src, unsigned v[4])
 }
 
 /*
+ * A graph copy node of its own making (no library in the way) from src
+ * into the attacker's own mapped page (device pointer own, memory m),
+ * instantiated and run: the CUresult of the first step that failed, or
+ * 0 when the copy ran (then m holds what it read).
+ */
+static unsigned raw_graph_copy(int f, uint64_t src, uint64_t own)
+{
+    struct vcu_cu_u64_req q;
+    struct vcu_cu_u64_resp g, n, x;
+    struct vcu_cu_graph_node_req nq;
+    struct vcu_cu_pair_req pq;
+    struct vcu_cu_resp rs;
+    struct vcu_cu_hdr h;
+
+    memset(&q, 0, sizeof(q));
+    memset(&g, 0, sizeof(g));
+    if (raw(f, VCU_OP_CU_GRAPH_CREATE, &q, sizeof(q), NULL, 0, 0, &g, sizeof(g)) != 0)
+        return 999;
+    if (g.r.result != 0)
+        return g.r.result;
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g.value;
+    nq.kind = VCU_CU_NODE_MEMCPY;
+    nq.dst = own;
+    nq.src = src;
+    nq.size = 16;
+    memset(&n, 0, sizeof(n));
+    if (raw(f, VCU_OP_CU_GRAPH_ADD_NODE, &nq, sizeof(nq), NULL, 0, 0, &n, sizeof(n)) != 0)
+        return 999;
+    if (n.r.result != 0)
+        return n.r.result;
+    memset(&pq, 0, sizeof(pq));
+    pq.a = g.value;
+    memset(&x, 0, sizeof(x));
+    if (raw(f, VCU_OP_CU_GRAPH_INSTANTIATE, &pq, sizeof(pq), NULL, 0, 0, &x, sizeof(x)) != 0)
+        return 999;
+    if (x.r.result != 0)
+        return x.r.result;
+    pq.a = x.value;
+    pq.b = VCU_CU_STREAM_LEGACY;
+    memset(&rs, 0, sizeof(rs));
+    if (raw(f, VCU_OP_CU_GRAPH_LAUNCH, &pq, sizeof(pq), NULL, 0, 0, &rs, sizeof(rs)) != 0)
+        return 999;
+    if (rs.result != 0)
+        return rs.result;
+    memset(&h, 0, sizeof(h));
+    memset(&rs, 0, sizeof(rs));
+    if (raw(f, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), NULL, 0, 0, &rs, sizeof(rs)) != 0)
+        return 999;
+    return rs.result;
+}
+
+/*
  * Guest RAM by guest-physical address and host addresses, from the range
  * around this process's own mapped page.  Returns 1 if the range is more
  * than the page or any read succeeded where it must not.
  */
-static int raw_ram_attack(uint64_t victim_gpa)
+static int raw_ram_attack(uint64_t victim_gpa, uint64_t victim_dev)
 {
     struct vcuda_session_open so;
     struct vcu_cu_u64_req q;
@@ -184,6 +239,24 @@ static int raw_ram_attack(uint64_t victim_gpa)
             hit = 1;
         }
     }
+    /* A graph copy node naming the victim's device allocation and the
+     * same host addresses, into the attacker's own page: an error (or a
+     * copy that does not bring the secret), never the victim's data. */
+    probes[0] = victim_dev;
+    for (i = 0; i < 4; i++) {
+        memset(m, 0, 16);
+        r = raw_graph_copy(f, probes[i], dp.value);
+        printf("info: attacker: graph copy node from %#llx: %u\n",
+               (unsigned long long)probes[i], r);
+        if (r == 0 && ((unsigned *)m)[0] == SECRET) {
+            printf("info: attacker: BREACH: a graph copy node read the victim's memory\n");
+            hit = 1;
+        }
+        if (r == 0 && i > 0) {
+            printf("info: attacker: BREACH: a graph copy node read a host address\n");
+            hit = 1;
+        }
+    }
     munmap(m, 4096);
     close(f);
     return hit;
@@ -206,7 +279,7 @@ static int attacker(unsigned long long dev, unsigned long long victim_gpa)
         vcu_test_fail("read another process's device memory by address");
 
     /* 2. Guest RAM outside its own buffers, and host addresses. */
-    if (raw_ram_attack(victim_gpa))
+    if (raw_ram_attack(victim_gpa, dev))
         vcu_test_fail("reached guest RAM outside its own buffers (see the BREACH lines)");
 
     /* 3. The victim's allocation from a kernel: the attacker's fault. */
