@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes a small seed corpus for fuzz_backend (input format: fuzz_backend.c).
 
-   gen_corpus.py [OUTDIR]                  the seeds (default: corpus/)
-   gen_corpus.py --regressions [OUTDIR]    the slow inputs of the past
-                                           (default: regressions/)
+   gen_corpus.py OUTDIR                    the seeds
+   gen_corpus.py --regressions OUTDIR      the slow inputs of the past
+
+run.sh makes both under build/fuzz at each run, from the protocol header
+and the call list as they are then: they are not committed.
 """
 import importlib.util, os, re, struct, sys
 
@@ -12,7 +14,9 @@ args = sys.argv[1:]
 regressions = bool(args) and args[0] == "--regressions"
 if regressions:
     args = args[1:]
-out = args[0] if args else os.path.join(here, "regressions" if regressions else "corpus")
+if not args:
+    sys.exit("usage: gen_corpus.py [--regressions] OUTDIR")
+out = args[0]
 proto = open(os.path.join(here, "..", "..", "include", "vcu_proto.h")).read()
 ops = [m.group(1) for m in re.finditer(r"XX\((\w+), 0x[0-9a-f]+,", proto)]
 idx = {n: i for i, n in enumerate(ops)}

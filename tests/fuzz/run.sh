@@ -8,8 +8,8 @@
 # Both build the target and the stand-in for libcuda under $O (default
 # build/fuzz) first.
 #
-# replay: runs every input of tests/fuzz/corpus and tests/fuzz/regressions
-# once, in name order, with no mutation, so that an unchanged tree gives
+# replay: runs gen_corpus.py's seeds and regressions (made under $O) and
+# every input of tests/fuzz/corpus and tests/fuzz/regressions once, in name order, with no mutation, so that an unchanged tree gives
 # the same verdict every time whatever the machine's load: a request that
 # does not complete within FUZZ_TIMEOUT_MS (1000 here, generous) ends by a
 # backend reset, and an input gets -timeout=$FUZZ_INPUT_TIMEOUT (default
@@ -52,9 +52,22 @@ export VCU_LIBCUDA="$O/fakecuda/libcuda.so.1"
 # makes faults process-wide by default, as driver 580 does).
 export VCU_FAKECUDA_STICKY=context
 
-# The committed inputs, in name order (not README.md).
+# gen_corpus.py's hand-written seeds and slow-* regressions, made here
+# from the protocol header and the call list as they are now (opcode
+# indices and call numbers move when those change), then the committed
+# inputs (campaign units, crash regressions), in name order (not README.md).
+gen=$O/generated
+rm -rf "$gen"
+mkdir -p "$gen/seeds" "$gen/regressions"
+if ! { python3 "$here/gen_corpus.py" "$gen/seeds" &&
+    python3 "$here/gen_corpus.py" --regressions "$gen/regressions"; } >"$O/gen.log" 2>&1; then
+    cat "$O/gen.log"
+    echo "fuzz: gen_corpus.py failed"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
 inputs() {
-    for d in "$here/corpus" "$here/regressions"; do
+    for d in "$gen/seeds" "$gen/regressions" "$here/corpus" "$here/regressions"; do
         [ -d "$d" ] || continue
         find "$d" -maxdepth 1 -type f ! -name '*.md' | LC_ALL=C sort
     done
