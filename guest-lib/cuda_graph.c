@@ -6,7 +6,8 @@
  * them (a captured or cloned graph's nodes are counted, not listed, but
  * when every one of them has a record here: added, or listed as a
  * capture's dependency).
- * Kernel, memset, host and empty nodes are offered.
+ * Kernel, memcpy (pageable memory through vcu_stage.h), memset, host
+ * and empty nodes are offered.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,7 @@ VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     }
     free(g->deps_out);
     free(g->edges_out);
+    vcu__stages_drop(&g->stages);
     free(g);
     return e;
 }
@@ -229,43 +231,44 @@ VCU__EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGra
 }
 
 /*
- * One side of a graph memcpy node as a device address: device memory as
- * it is; host memory (CU_MEMORYTYPE_HOST, or a UNIFIED address that is
- * not device memory) through the device pointer of its page-locked or
- * registered allocation, which the session's worker maps, so the node
- * reads or writes the guest's pages when the graph runs.  Pageable host
- * memory has no such pointer: the worker could not reach it when the
- * graph runs (CUDA_ERROR_NOT_SUPPORTED, logged once).
+ * One side of a graph memcpy node, at its first byte (base + z slices +
+ * y rows + x bytes), spanning span bytes: device memory as it is; host
+ * memory (CU_MEMORYTYPE_HOST, or a UNIFIED address that is not device
+ * memory) through the device pointer of its page-locked or registered
+ * allocation, which the session's worker maps, so the node reads or
+ * writes the guest's pages when the graph runs.  Pageable host memory has
+ * no such pointer: *pageable is set to its first byte (and *out left 0)
+ * for the caller to stage (vcu_stage.h).
  */
-static CUresult vcu__memcpy_side(CUmemorytype t, const void *host, CUdeviceptr dptr, size_t x,
-                                 size_t n, uint64_t *out)
+static CUresult vcu__memcpy_side(CUmemorytype t, const void *host, CUdeviceptr dptr, size_t off,
+                                 size_t span, uint64_t *out, unsigned char **pageable)
 {
     static int logged;
     unsigned int mt = 0;
     CUdeviceptr d;
 
+    *out = 0;
+    *pageable = NULL;
     switch (t) {
     case CU_MEMORYTYPE_DEVICE:
-        *out = dptr + x;
+        *out = dptr + off;
         return CUDA_SUCCESS;
     case CU_MEMORYTYPE_UNIFIED:
-        if (cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr + x) ==
+        if (cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr + off) ==
                 CUDA_SUCCESS &&
             mt == CU_MEMORYTYPE_DEVICE) {
-            *out = dptr + x;
+            *out = dptr + off;
             return CUDA_SUCCESS;
         }
-        return vcu__memcpy_side(CU_MEMORYTYPE_HOST, (const void *)(uintptr_t)dptr, 0, x, n, out);
+        return vcu__memcpy_side(CU_MEMORYTYPE_HOST, (const void *)(uintptr_t)dptr, 0, off, span,
+                                out, pageable);
     case CU_MEMORYTYPE_HOST:
         if (host == NULL)
             return CUDA_ERROR_INVALID_VALUE;
-        if (vcu__host_range_dptr((const char *)host + x, n, &d) != CUDA_SUCCESS) {
-            vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: pageable "
-                                   "host memory is not supported (page-locked or registered "
-                                   "memory is)\n");
-            return CUDA_ERROR_NOT_SUPPORTED;
-        }
-        *out = d;
+        if (vcu__host_range_dptr((const char *)host + off, span, &d) == CUDA_SUCCESS)
+            *out = d;
+        else
+            *pageable = (unsigned char *)host + off;
         return CUDA_SUCCESS;
     case CU_MEMORYTYPE_ARRAY:
         vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: CUDA arrays are "
@@ -276,11 +279,68 @@ static CUresult vcu__memcpy_side(CUmemorytype t, const void *host, CUdeviceptr d
     }
 }
 
+static void vcu__stage_release(vcu__stage_t *st)
+{
+    cuMemFreeHost(st->buf);         /* after the device's work on it */
+    vcu__hostfn_forget(st->cookie);
+}
+
 /*
- * cuGraphAddMemcpyNode: a one-dimensional copy (Height and Depth 1, rows
- * and slices 0; others CUDA_ERROR_NOT_SUPPORTED, logged once) between
- * device memory and device or page-locked/registered host memory, as a
- * device-to-device copy node on the host (vcu__memcpy_side).
+ * The stage of a copy whose one side is pageable (p, with that side's
+ * pitch and rows): a page-locked buffer holding the copy densely, its
+ * device pointer in *dptr, and the host function's cookie; taken by g.
+ */
+static CUresult vcu__stage_new(vcu__graph_t *g, const CUDA_MEMCPY3D *m, unsigned char *p,
+                               size_t pitch, size_t rows, int in, uint64_t *dptr,
+                               vcu__stage_t **out)
+{
+    vcu__stage_t *st;
+    size_t n;
+    CUdeviceptr d;
+    CUresult e;
+
+    if (__builtin_mul_overflow(m->WidthInBytes, m->Height, &n) ||
+        __builtin_mul_overflow(n, m->Depth, &n))
+        return CUDA_ERROR_INVALID_VALUE;
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    st->host = p;
+    st->pitch = pitch;
+    st->rows = rows;
+    st->width = m->WidthInBytes;
+    st->height = m->Height;
+    st->depth = m->Depth;
+    st->in = in;
+    st->release = vcu__stage_release;
+    e = cuMemHostAlloc((void **)&st->buf, n, 0);
+    if (e != CUDA_SUCCESS) {
+        free(st);
+        return e;
+    }
+    e = vcu__host_range_dptr(st->buf, n, &d);
+    st->cookie = e == CUDA_SUCCESS ? vcu__hostfn_cookie(vcu__stage_run, st) : 0;
+    if (e == CUDA_SUCCESS && st->cookie == 0)
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    if (e == CUDA_SUCCESS && vcu__stages_add(&g->stages, st) != 0)
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    if (e != CUDA_SUCCESS) {
+        vcu__stage_release(st);
+        free(st);
+        return e;
+    }
+    *dptr = d;
+    *out = st;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * cuGraphAddMemcpyNode: a copy of any shape (1D, 2D, 3D with pitches and
+ * offsets) between device memory and device, page-locked, registered or
+ * pageable host memory, as a device-to-device copy node on the host
+ * (vcu__memcpy_side); pageable memory on one side goes through a stage
+ * (vcu_stage.h), on both sides or CUDA arrays CUDA_ERROR_NOT_SUPPORTED,
+ * logged once.
  */
 VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                           const CUgraphNode *dependencies,
@@ -290,8 +350,11 @@ VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGra
     static int logged;
     const CUDA_MEMCPY3D *m = copyParams;
     struct vcu_cu_graph_node_req r;
+    unsigned char *sp, *dp;
+    vcu__stage_t *st = NULL;
     vcu__graph_t *g;
     uint64_t src, dst;
+    size_t spitch, dpitch, srows, drows, sspan, dspan, soff, doff;
     CUresult e;
 
     (void)ctx;
@@ -300,26 +363,65 @@ VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGra
     e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
-    if ((m->Height > 1 || m->Depth > 1 || m->srcY || m->srcZ || m->dstY || m->dstZ ||
-         m->srcLOD || m->dstLOD)) {
-        vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: only "
-                               "one-dimensional copies are supported\n");
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    if (m->WidthInBytes == 0)
+    if (m->WidthInBytes == 0 || m->Height == 0 || m->Depth == 0 || m->srcLOD || m->dstLOD)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__memcpy_side(m->srcMemoryType, m->srcHost, m->srcDevice, m->srcXInBytes,
-                         m->WidthInBytes, &src);
+    spitch = m->srcPitch ? m->srcPitch : m->WidthInBytes;
+    dpitch = m->dstPitch ? m->dstPitch : m->WidthInBytes;
+    srows = m->srcHeight ? m->srcHeight : m->Height;
+    drows = m->dstHeight ? m->dstHeight : m->Height;
+    if (((m->Height > 1 || m->Depth > 1) && (spitch < m->WidthInBytes ||
+                                             dpitch < m->WidthInBytes)) ||
+        (m->Depth > 1 && (srows < m->Height || drows < m->Height)))
+        return CUDA_ERROR_INVALID_VALUE;
+    sspan = vcu__stage_span(m->WidthInBytes, m->Height, m->Depth, spitch, srows);
+    dspan = vcu__stage_span(m->WidthInBytes, m->Height, m->Depth, dpitch, drows);
+    if (sspan == 0 || dspan == 0 ||
+        __builtin_mul_overflow(m->srcZ, srows, &soff) ||
+        __builtin_add_overflow(soff, m->srcY, &soff) ||
+        __builtin_mul_overflow(soff, spitch, &soff) ||
+        __builtin_add_overflow(soff, m->srcXInBytes, &soff) ||
+        __builtin_mul_overflow(m->dstZ, drows, &doff) ||
+        __builtin_add_overflow(doff, m->dstY, &doff) ||
+        __builtin_mul_overflow(doff, dpitch, &doff) ||
+        __builtin_add_overflow(doff, m->dstXInBytes, &doff))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__memcpy_side(m->srcMemoryType, m->srcHost, m->srcDevice, soff, sspan, &src, &sp);
     if (e == CUDA_SUCCESS)
-        e = vcu__memcpy_side(m->dstMemoryType, m->dstHost, m->dstDevice, m->dstXInBytes,
-                             m->WidthInBytes, &dst);
+        e = vcu__memcpy_side(m->dstMemoryType, m->dstHost, m->dstDevice, doff, dspan, &dst,
+                             &dp);
     if (e != CUDA_SUCCESS)
         return e;
+    if (sp != NULL && dp != NULL) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddMemcpyNode: pageable host "
+                               "memory on both sides is not supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     memset(&r, 0, sizeof(r));
     r.kind = VCU_CU_NODE_MEMCPY;
+    r.width = m->WidthInBytes;
+    r.height = m->Height;
+    r.depth = m->Depth;
+    r.src_pitch = spitch;
+    r.dst_pitch = dpitch;
+    r.src_rows = srows;
+    r.dst_rows = drows;
+    if (sp != NULL) {
+        e = vcu__stage_new(g, m, sp, spitch, srows, 1, &src, &st);
+        r.src_pitch = m->WidthInBytes;
+        r.src_rows = m->Height;
+        r.stage = VCU_CU_STAGE_IN;
+    } else if (dp != NULL) {
+        e = vcu__stage_new(g, m, dp, dpitch, drows, 0, &dst, &st);
+        r.dst_pitch = m->WidthInBytes;
+        r.dst_rows = m->Height;
+        r.stage = VCU_CU_STAGE_OUT;
+    }
+    if (e != CUDA_SUCCESS)
+        return e;
+    r.cookie = st != NULL ? st->cookie : 0;
     r.dst = dst;
     r.src = src;
-    r.size = m->WidthInBytes;
+    /* A failed node leaves its stage to the graph: freed with it. */
     return vcu__add_node(phGraphNode, g, dependencies, numDependencies, &r, NULL, 0);
 }
 
@@ -404,7 +506,15 @@ VCU__EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_CLONE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
-    return vcu__graph_wrap(g->dev, o.value, phGraphClone);
+    e = vcu__graph_wrap(g->dev, o.value, phGraphClone);
+    /* The clone runs the same staged copies. */
+    if (e == CUDA_SUCCESS &&
+        vcu__stages_copy(&((vcu__graph_t *)*phGraphClone)->stages, &g->stages) != 0) {
+        cuGraphDestroy(*phGraphClone);
+        *phGraphClone = NULL;
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return e;
 }
 
 /* The count from the host; the nodes listed oldest first where this
@@ -472,9 +582,12 @@ VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
     if (e != CUDA_SUCCESS)
         return e;
     x = calloc(1, sizeof(*x));
-    if (x == NULL || vcu__reg_add(x, VCU__K_GEXEC) != 0) {
+    if (x == NULL || vcu__stages_copy(&x->stages, &g->stages) != 0 ||
+        vcu__reg_add(x, VCU__K_GEXEC) != 0) {
         struct vcu_cu_u64_req d = { .value = o.value };
 
+        if (x != NULL)
+            vcu__stages_drop(&x->stages);
         free(x);
         vcu__call(g->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -559,6 +672,7 @@ VCU__EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     vcu__reg_del(x);
     r.value = x->h;
     e = vcu__call(x->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    vcu__stages_drop(&x->stages);
     free(x);
     return e;
 }

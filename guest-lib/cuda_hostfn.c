@@ -158,6 +158,20 @@ uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg)
     return vcu__hf_new(fn, NULL, NULL, arg, 1);
 }
 
+void vcu__hostfn_forget(uint64_t cookie)
+{
+    uint64_t idx = (cookie & 0xffffffffu) - VCU_CU_HANDLE_MIN;
+
+    if ((cookie & 0xffffffffu) < VCU_CU_HANDLE_MIN || idx >= VCU__MAX_HFS)
+        return;
+    pthread_mutex_lock(&vcu__hf_mu);
+    if (vcu__hfs[idx].used && vcu__hfs[idx].gen + 1 == (uint32_t)(cookie >> 32)) {
+        vcu__hfs[idx].used = 0;
+        vcu__hfs[idx].gen++;
+    }
+    pthread_mutex_unlock(&vcu__hf_mu);
+}
+
 VCU__EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
     if (fn == NULL)

@@ -34,6 +34,7 @@
 #include "cuda_gen.h"
 #include "vcu_calls.h"
 #include "vcu_common.h"
+#include "vcu_stage.h"
 #include "vcu_transport.h"
 
 #define VCU__EXPORT __attribute__((visibility("default")))
@@ -184,11 +185,13 @@ typedef struct vcu__graph_s {
      * valid until the next such call: made at the first ask. */
     CUgraphNode *deps_out;
     CUgraphEdgeData *edges_out;
+    vcu__stages_t stages;           /* its pageable copies' (vcu_stage.h) */
 } vcu__graph_t;
 
 typedef struct vcu__gexec_s {
     int dev;
     uint64_t h;
+    vcu__stages_t stages;           /* its graph's, when instantiated */
 } vcu__gexec_t;
 
 /* A library (cuda_library.c): context-independent; a module of its own
@@ -340,6 +343,8 @@ CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char
 /* A persistent host-function cookie for a graph host node, or 0
  * (cuda_hostfn.c). */
 uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg);
+/* Frees a graph host node's cookie (a stage's, once no graph runs it). */
+void vcu__hostfn_forget(uint64_t cookie);
 
 /* The device's primary context, made at the first ask and never freed;
  * not retained here. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cudart_int.h"
+#include "vcu_stage.h"
 
 typedef struct vcu__node_s {
     uint64_t h;
@@ -26,12 +27,14 @@ typedef struct vcu__graph_s {
      * under vcu__graph_mu. */
     unsigned long long cap_id;
     struct vcu__graph_s *cap_next;
+    vcu__stages_t stages;           /* its pageable copies' (vcu_stage.h) */
 } vcu__graph_t;
 
 typedef struct vcu__exec_s {
     int dev;
     uint64_t h;
     unsigned long long flags;       /* as instantiated */
+    vcu__stages_t stages;           /* its graph's, when instantiated */
 } vcu__exec_t;
 
 static pthread_mutex_t vcu__graph_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -110,6 +113,7 @@ VCU__EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
         vcu__reg_del(n);
         free(n);
     }
+    vcu__stages_drop(&g->stages);
     free(g);
     return vcu__err(e);
 }
@@ -224,8 +228,7 @@ VCU__EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cuda
  * a symbol) as it is; page-locked or registered host memory through the
  * device pointer of its allocation, which the session's worker maps, so
  * the node reads or writes the pages each time the graph runs.  0: none
- * of these (pageable host memory, which no worker could reach when the
- * graph runs).
+ * of these (pageable host memory, which the caller stages: vcu_stage.h).
  */
 static uint64_t vcu__graph_side(const void *p, size_t n, int want_dev, int want_host)
 {
@@ -238,11 +241,73 @@ static uint64_t vcu__graph_side(const void *p, size_t n, int want_dev, int want_
     return want_host ? vcu__rt_host_range_dptr(v, n) : 0;
 }
 
-/* The 1D copy of count bytes as a MEMCPY node, kind as cudaMemcpy's. */
+/* A copy's shape: each side at its first byte, with its pitch and rows. */
+typedef struct vcu__copy_shape_s {
+    unsigned char *dst, *src;
+    size_t dpitch, spitch, drows, srows;
+    size_t width, height, depth;
+} vcu__copy_shape_t;
+
+static void vcu__stage_release(vcu__stage_t *st)
+{
+    cudaFreeHost(st->buf);          /* after the device's work on it */
+    vcu__cb_free(st->cookie);
+}
+
+/* The stage of a copy whose one side (p) is pageable: a page-locked
+ * buffer holding the copy densely, its device pointer in *dptr; taken by
+ * the graph. */
+static cudaError_t vcu__stage_new(vcu__graph_t *g, const vcu__copy_shape_t *c, unsigned char *p,
+                                  size_t pitch, size_t rows, int in, uint64_t *dptr,
+                                  vcu__stage_t **out)
+{
+    vcu__stage_t *st;
+    size_t n;
+    cudaError_t e;
+
+    if (__builtin_mul_overflow(c->width, c->height, &n) ||
+        __builtin_mul_overflow(n, c->depth, &n))
+        return cudaErrorInvalidValue;
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return cudaErrorMemoryAllocation;
+    st->host = p;
+    st->pitch = pitch;
+    st->rows = rows;
+    st->width = c->width;
+    st->height = c->height;
+    st->depth = c->depth;
+    st->in = in;
+    st->release = vcu__stage_release;
+    e = cudaMallocHost((void **)&st->buf, n);
+    if (e != cudaSuccess) {
+        free(st);
+        return e;
+    }
+    *dptr = vcu__rt_host_range_dptr((uint64_t)(uintptr_t)st->buf, n);
+    st->cookie = *dptr != 0 ? vcu__cb_new(vcu__stage_run, NULL, NULL, st, 1) : 0;
+    e = *dptr == 0 ? cudaErrorNotSupported : cudaSuccess;
+    if (e == cudaSuccess && (st->cookie == 0 || vcu__stages_add(&g->stages, st) != 0))
+        e = cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        vcu__stage_release(st);
+        free(st);
+        return e;
+    }
+    *out = st;
+    return cudaSuccess;
+}
+
+/*
+ * A copy of any shape as a MEMCPY node, kind as cudaMemcpy's: device and
+ * page-locked or registered host memory as the device reaches them,
+ * pageable host memory on one side through a stage (vcu_stage.h); on
+ * both sides not supported.
+ */
 static cudaError_t vcu__graph_copy(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
                                    const cudaGraphNode_t *pDependencies, size_t numDependencies,
-                                   void *dst, const void *src, size_t count,
-                                   enum cudaMemcpyKind kind, const char *what)
+                                   const vcu__copy_shape_t *c, enum cudaMemcpyKind kind,
+                                   const char *what)
 {
     struct vcu_cu_graph_node_req r;
     int src_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
@@ -253,22 +318,58 @@ static cudaError_t vcu__graph_copy(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
                    kind == cudaMemcpyDefault;
     int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
                   kind == cudaMemcpyDefault;
+    vcu__stage_t *st = NULL;
+    vcu__graph_t *g;
+    size_t sspan, dspan;
     uint64_t d, s;
+    cudaError_t e;
 
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
         return vcu__err(cudaErrorInvalidMemcpyDirection);
-    if (count == 0)
+    if (c->width == 0 || c->height == 0 || c->depth == 0)
         return vcu__err(cudaErrorInvalidValue);
-    s = vcu__graph_side(src, count, src_dev, src_host);
-    d = vcu__graph_side(dst, count, dst_dev, dst_host);
-    if (s == 0 || d == 0)
-        VCU__NOT_SUPPORTED(what, "pageable host memory in a graph (page-locked or registered "
-                                 "memory is taken)");
+    if (((c->height > 1 || c->depth > 1) && (c->spitch < c->width || c->dpitch < c->width)) ||
+        (c->depth > 1 && (c->srows < c->height || c->drows < c->height)))
+        return vcu__err(cudaErrorInvalidPitchValue);
+    sspan = vcu__stage_span(c->width, c->height, c->depth, c->spitch, c->srows);
+    dspan = vcu__stage_span(c->width, c->height, c->depth, c->dpitch, c->drows);
+    if (sspan == 0 || dspan == 0)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__graph(graph, &g);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    s = vcu__graph_side(c->src, sspan, src_dev, src_host);
+    d = vcu__graph_side(c->dst, dspan, dst_dev, dst_host);
+    if ((s == 0 && !src_host) || (d == 0 && !dst_host))
+        return vcu__err(cudaErrorInvalidValue);
+    if (s == 0 && d == 0)
+        VCU__NOT_SUPPORTED(what, "pageable host memory on both sides of a graph copy");
     memset(&r, 0, sizeof(r));
     r.kind = VCU_CU_NODE_MEMCPY;
+    r.width = c->width;
+    r.height = c->height;
+    r.depth = c->depth;
+    r.src_pitch = c->spitch;
+    r.dst_pitch = c->dpitch;
+    r.src_rows = c->srows;
+    r.dst_rows = c->drows;
+    if (s == 0) {
+        e = vcu__stage_new(g, c, c->src, c->spitch, c->srows, 1, &s, &st);
+        r.src_pitch = c->width;
+        r.src_rows = c->height;
+        r.stage = VCU_CU_STAGE_IN;
+    } else if (d == 0) {
+        e = vcu__stage_new(g, c, c->dst, c->dpitch, c->drows, 0, &d, &st);
+        r.dst_pitch = c->width;
+        r.dst_rows = c->height;
+        r.stage = VCU_CU_STAGE_OUT;
+    }
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    r.cookie = st != NULL ? st->cookie : 0;
     r.dst = d;
     r.src = s;
-    r.size = count;
+    /* A failed node leaves its stage to the graph: freed with it. */
     return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
                                   0));
 }
@@ -278,15 +379,36 @@ VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cuda
                                                size_t numDependencies,
                                                const struct cudaMemcpy3DParms *p)
 {
+    vcu__copy_shape_t c;
+    size_t so, dso;
+
     if (p == NULL)
         return vcu__err(cudaErrorInvalidValue);
-    if (p->srcArray != NULL || p->dstArray != NULL || p->extent.height > 1 ||
-        p->extent.depth > 1 || p->srcPos.x || p->srcPos.y || p->srcPos.z || p->dstPos.x ||
-        p->dstPos.y || p->dstPos.z)
-        VCU__NOT_SUPPORTED("cudaGraphAddMemcpyNode other than a 1D copy",
-                           "the protocol's graph copies are one-dimensional");
-    return vcu__graph_copy(pGraphNode, graph, pDependencies, numDependencies, p->dstPtr.ptr,
-                           p->srcPtr.ptr, p->extent.width, p->kind, "cudaGraphAddMemcpyNode");
+    if (p->srcArray != NULL || p->dstArray != NULL)
+        VCU__NOT_SUPPORTED("cudaGraphAddMemcpyNode of a CUDA array",
+                           "CUDA arrays are not offered");
+    memset(&c, 0, sizeof(c));
+    c.width = p->extent.width;
+    c.height = p->extent.height;
+    c.depth = p->extent.depth;
+    c.spitch = p->srcPtr.pitch ? p->srcPtr.pitch : c.width;
+    c.dpitch = p->dstPtr.pitch ? p->dstPtr.pitch : c.width;
+    c.srows = p->srcPtr.ysize ? p->srcPtr.ysize : c.height;
+    c.drows = p->dstPtr.ysize ? p->dstPtr.ysize : c.height;
+    if (p->srcPtr.ptr == NULL || p->dstPtr.ptr == NULL ||
+        __builtin_mul_overflow(p->srcPos.z, c.srows, &so) ||
+        __builtin_add_overflow(so, p->srcPos.y, &so) ||
+        __builtin_mul_overflow(so, c.spitch, &so) ||
+        __builtin_add_overflow(so, p->srcPos.x, &so) ||
+        __builtin_mul_overflow(p->dstPos.z, c.drows, &dso) ||
+        __builtin_add_overflow(dso, p->dstPos.y, &dso) ||
+        __builtin_mul_overflow(dso, c.dpitch, &dso) ||
+        __builtin_add_overflow(dso, p->dstPos.x, &dso))
+        return vcu__err(cudaErrorInvalidValue);
+    c.src = (unsigned char *)p->srcPtr.ptr + so;
+    c.dst = (unsigned char *)p->dstPtr.ptr + dso;
+    return vcu__graph_copy(pGraphNode, graph, pDependencies, numDependencies, &c, p->kind,
+                           "cudaGraphAddMemcpyNode");
 }
 
 VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
@@ -295,8 +417,12 @@ VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cu
                                                  const void *src, size_t count,
                                                  enum cudaMemcpyKind kind)
 {
-    return vcu__graph_copy(pGraphNode, graph, pDependencies, numDependencies, dst, src, count,
-                           kind, "cudaGraphAddMemcpyNode1D");
+    vcu__copy_shape_t c = { .dst = dst, .src = (unsigned char *)src, .dpitch = count,
+                            .spitch = count, .drows = 1, .srows = 1, .width = count,
+                            .height = 1, .depth = 1 };
+
+    return vcu__graph_copy(pGraphNode, graph, pDependencies, numDependencies, &c, kind,
+                           "cudaGraphAddMemcpyNode1D");
 }
 
 VCU__EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
@@ -373,6 +499,13 @@ VCU__EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t ori
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_CLONE, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e == cudaSuccess)
         e = vcu__graph_wrap(g->dev, o.value, pGraphClone);
+    /* The clone runs the same staged copies. */
+    if (e == cudaSuccess &&
+        vcu__stages_copy(&((vcu__graph_t *)*pGraphClone)->stages, &g->stages) != 0) {
+        cudaGraphDestroy(*pGraphClone);
+        *pGraphClone = NULL;
+        e = cudaErrorMemoryAllocation;
+    }
     return vcu__err(e);
 }
 
@@ -441,9 +574,12 @@ static cudaError_t vcu__instantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t gra
     if (e != cudaSuccess)
         return e;
     x = calloc(1, sizeof(*x));
-    if (x == NULL || vcu__reg_add(x, VCU__H_GRAPH_EXEC) != 0) {
+    if (x == NULL || vcu__stages_copy(&x->stages, &g->stages) != 0 ||
+        vcu__reg_add(x, VCU__H_GRAPH_EXEC) != 0) {
         struct vcu_cu_u64_req d = { .value = o.value };
 
+        if (x != NULL)
+            vcu__stages_drop(&x->stages);
         free(x);
         vcu__call(g->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, &d, sizeof(d), NULL, 0, NULL, 0);
         return cudaErrorMemoryAllocation;
@@ -627,6 +763,7 @@ VCU__EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
     e = vcu__check_dev(x->dev);
     if (e == cudaSuccess)
         e = vcu__call(x->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    vcu__stages_drop(&x->stages);
     free(x);
     return vcu__err(e);
 }

@@ -195,6 +195,7 @@
     XX(cuGraphAddMemsetNode, 0)                                              \
     XX(cuGraphAddHostNode, 0)                                                \
     XX(cuGraphAddEmptyNode, 0)                                               \
+    XX(cuGraphAddChildGraphNode, 0)                                          \
     XX(cuGraphClone, 0)                                                      \
     XX(cuGraphInstantiate, 0)                                                \
     XX(cuGraphLaunch, 0)                                                     \
@@ -4641,10 +4642,93 @@ static uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * A MEMCPY node's shape (vcu_proto.h) as a copy between device
+ * addresses: 0, or VCU_S_EINVAL for a shape no copy has, or one whose
+ * extent wraps the address space on either side.
+ */
+static uint32_t vcu__node_copy(const struct vcu_cu_graph_node_req *rq, CUDA_MEMCPY3D *m)
+{
+    uint64_t h = rq->height ? rq->height : 1, d = rq->depth ? rq->depth : 1;
+    uint64_t sp = rq->src_pitch ? rq->src_pitch : rq->width;
+    uint64_t dp = rq->dst_pitch ? rq->dst_pitch : rq->width;
+    uint64_t sr = rq->src_rows ? rq->src_rows : h, dr = rq->dst_rows ? rq->dst_rows : h;
+    const uint64_t side[2][3] = { { rq->src, sp, sr }, { rq->dst, dp, dr } };
+
+    if (rq->width == 0 || rq->reserved != 0 || rq->stage > VCU_CU_STAGE_OUT ||
+        (rq->stage != VCU_CU_STAGE_NONE && rq->cookie == 0))
+        return VCU_S_EINVAL;
+    if (h > (uint64_t)INT32_MAX || d > (uint64_t)INT32_MAX)
+        return VCU_S_EINVAL;
+    for (int i = 0; i < 2; i++) {
+        uint64_t base = side[i][0], pitch = side[i][1], rows = side[i][2], span, t;
+
+        if ((h > 1 || d > 1) && pitch < rq->width)
+            return VCU_S_EINVAL;
+        if (d > 1 && rows < h)
+            return VCU_S_EINVAL;
+        /* The last byte: base + ((d-1)*rows + h-1)*pitch + width - 1. */
+        if (__builtin_mul_overflow(d - 1, rows, &t) || __builtin_add_overflow(t, h - 1, &t) ||
+            __builtin_mul_overflow(t, pitch, &span) ||
+            __builtin_add_overflow(span, rq->width - 1, &span) ||
+            __builtin_add_overflow(base, span, &t))
+            return VCU_S_EINVAL;
+    }
+    memset(m, 0, sizeof(*m));
+    m->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    m->srcDevice = rq->src;
+    m->srcPitch = (size_t)sp;
+    m->srcHeight = (size_t)sr;
+    m->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    m->dstDevice = rq->dst;
+    m->dstPitch = (size_t)dp;
+    m->dstHeight = (size_t)dr;
+    m->WidthInBytes = (size_t)rq->width;
+    m->Height = (size_t)h;
+    m->Depth = (size_t)d;
+    return 0;
+}
+
+/*
+ * A copy staged through a guest host function (VCU_CU_STAGE_IN: the
+ * function, then the copy; OUT: the copy, then the function), as one
+ * child-graph node of g: one node to the guest, as NVIDIA's one memcpy
+ * node with pageable memory is.  The child graph is cloned into the node.
+ */
+static CUresult vcu__staged_copy(vcu__op_t *o, CUgraphNode *node, CUgraph g,
+                                 const CUgraphNode *deps, uint32_t ndeps,
+                                 const CUDA_MEMCPY3D *m, uint32_t stage, vcu__cb_t *cb)
+{
+    vcu__cuda_t *cu = o->cu;
+    CUcontext ctx = o->cs->ctx[vcu__dev_of(o)];
+    CUDA_HOST_NODE_PARAMS hp = { .fn = vcu__cb_trampoline, .userData = cb };
+    CUgraph child = NULL;
+    CUgraphNode a = NULL, b = NULL;
+    CUresult r;
+
+    r = VCU__CU(cu, cuGraphCreate, &child, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (stage == VCU_CU_STAGE_IN) {
+        r = VCU__CU(cu, cuGraphAddHostNode, &a, child, NULL, 0, &hp);
+        if (r == CUDA_SUCCESS)
+            r = VCU__CU(cu, cuGraphAddMemcpyNode, &b, child, &a, 1, m, ctx);
+    } else {
+        r = VCU__CU(cu, cuGraphAddMemcpyNode, &a, child, NULL, 0, m, ctx);
+        if (r == CUDA_SUCCESS)
+            r = VCU__CU(cu, cuGraphAddHostNode, &b, child, &a, 1, &hp);
+    }
+    if (r == CUDA_SUCCESS)
+        r = VCU__CU(cu, cuGraphAddChildGraphNode, node, g, deps, ndeps, child);
+    VCU__CU(cu, cuGraphDestroy, child);
+    return r;
+}
+
 static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
 {
     struct vcu_cu_graph_node_req rq;
     vcu__cuda_t *cu = o->cu;
+    CUDA_MEMCPY3D copy;
     CUgraphNode *deps = NULL, node = NULL;
     const unsigned char *tail;
     size_t room = o->plen - sizeof(rq);
@@ -4666,6 +4750,8 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         rq.elem_size != 4)
         return VCU_S_EINVAL;
     if (rq.kind < VCU_CU_NODE_KERNEL || rq.kind > VCU_CU_NODE_EMPTY)
+        return VCU_S_EINVAL;
+    if (rq.kind == VCU_CU_NODE_MEMCPY && vcu__node_copy(&rq, &copy) != 0)
         return VCU_S_EINVAL;
     VCU__ENTER(o);
     VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
@@ -4719,22 +4805,19 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         break;
     }
     case VCU_CU_NODE_MEMCPY: {
-        CUDA_MEMCPY3D m;
+        vcu__cb_t *cb;
 
-        memset(&m, 0, sizeof(m));
-        m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-        m.srcDevice = rq.src;
-        m.srcPitch = (size_t)rq.size;
-        m.srcHeight = 1;
-        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-        m.dstDevice = rq.dst;
-        m.dstPitch = (size_t)rq.size;
-        m.dstHeight = 1;
-        m.WidthInBytes = (size_t)rq.size;
-        m.Height = 1;
-        m.Depth = 1;
-        o->res = VCU__CU(cu, cuGraphAddMemcpyNode, &node, ge->u.graph.g, deps, rq.ndeps, &m,
-                         o->cs->ctx[vcu__dev_of(o)]);
+        if (rq.stage == VCU_CU_STAGE_NONE) {
+            o->res = VCU__CU(cu, cuGraphAddMemcpyNode, &node, ge->u.graph.g, deps, rq.ndeps,
+                             &copy, o->cs->ctx[vcu__dev_of(o)]);
+            break;
+        }
+        cb = vcu__cb_new(o->cs, rq.cookie, 0);
+        if (cb == NULL) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        o->res = vcu__staged_copy(o, &node, ge->u.graph.g, deps, rq.ndeps, &copy, rq.stage, cb);
         break;
     }
     case VCU_CU_NODE_MEMSET: {

@@ -885,7 +885,17 @@ struct vcu_cu_link_resp {
  * kind's trailing data (a kernel node's param_bytes of parameters).
  * Kinds and the fields they use:
  *   KERNEL  function, grid, block, shared_mem, param_bytes
- *   MEMCPY  dst, src, size (device to device)
+ *   MEMCPY  dst, src (device addresses) and the copy's shape: width
+ *           bytes per row, height rows (0: 1), depth slices (0: 1),
+ *           src_pitch/dst_pitch bytes from row to row (0: width; at
+ *           least width when there is more than one row), src_rows/
+ *           dst_rows rows from slice to slice (0: height; at least
+ *           height when there is more than one slice); size is unused.
+ *           stage (VCU_CU_STAGE_*) with cookie: the copy goes through a
+ *           guest host function run as a HOST node's (the guest moves
+ *           pageable memory to or from the page-locked side): IN, the
+ *           function then the copy; OUT, the copy then the function.
+ *           The host makes the pair one child-graph node.
  *   MEMSET  dst, pitch, width, height, value, elem_size
  *   HOST    cookie (run in the guest as CU_STREAM_HOST_FUNC)
  *   EMPTY   none
@@ -895,6 +905,10 @@ struct vcu_cu_link_resp {
 #define VCU_CU_NODE_MEMSET 3u
 #define VCU_CU_NODE_HOST 4u
 #define VCU_CU_NODE_EMPTY 5u
+
+#define VCU_CU_STAGE_NONE 0u
+#define VCU_CU_STAGE_IN 1u
+#define VCU_CU_STAGE_OUT 2u
 
 struct vcu_cu_graph_node_req {
     struct vcu_cu_hdr hdr;
@@ -915,6 +929,13 @@ struct vcu_cu_graph_node_req {
     vcu_le32 value;
     vcu_le32 elem_size;
     vcu_le64 cookie;
+    vcu_le64 depth;
+    vcu_le64 src_pitch;
+    vcu_le64 dst_pitch;
+    vcu_le64 src_rows;
+    vcu_le64 dst_rows;
+    vcu_le32 stage;
+    vcu_le32 reserved;              /* 0 */
 };
 
 /*
@@ -1000,7 +1021,7 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_deps_resp) == 32 + 8 * VCU_CU_MAX_
                  "vcu_cu_capture_deps_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_update_deps_req) == 24 + 8 * VCU_CU_MAX_CAPTURE_DEPS,
                  "vcu_cu_update_deps_req");
-VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 128, "vcu_cu_graph_node_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 176, "vcu_cu_graph_node_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_input) == 16, "vcu_cu_link_input");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_req) == 16 + 16 * VCU_CU_MAX_LINK_OPTS,
                  "vcu_cu_link_req");

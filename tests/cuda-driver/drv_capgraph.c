@@ -250,7 +250,7 @@ int main(void)
 
     /* Graph memcpy nodes that read and write host memory: page-locked
      * in, registered out (as a unified address), read and written when
-     * the graph runs, each replay; pageable memory and 2D are refused.
+     * the graph runs, each replay; then pageable memory and 2D copies.
      * Through a worker only (a VM, or the GPU): in the loopback transport
      * the library hands host addresses as they are, which the stand-in
      * does not take as device memory, where a worker registers them. */
@@ -295,23 +295,51 @@ int main(void)
             CK(cuStreamSynchronize(s));
             TRUE(memcmp(hout, hin, sz) == 0);
         }
-        /* Pageable host memory, a 2D copy: refused, not copied wrongly. */
-        memset(&m, 0, sizeof(m));
-        m.srcMemoryType = CU_MEMORYTYPE_HOST;
-        m.srcHost = pg;
-        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-        m.dstDevice = a;
-        m.WidthInBytes = sizeof(pg);
-        m.Height = 1;
-        m.Depth = 1;
-        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode(&n3, mg, NULL, 0, &m, ctx));
-        m.srcHost = hin;
-        m.WidthInBytes = sz + 4;    /* past the allocation's end */
-        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode(&n3, mg, NULL, 0, &m, ctx));
-        m.WidthInBytes = 16;
-        m.Height = 2;
-        m.srcPitch = m.dstPitch = 16;
-        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode(&n3, mg, NULL, 0, &m, ctx));
+        /* Pageable host memory in, a 2D copy out into pageable memory
+         * (rows 16 bytes apart, 8 copied): staged through the library,
+         * read and written at each replay; CUDA arrays are refused. */
+        {
+            unsigned char out2d[64];
+            CUgraph pg_g;
+            CUgraphExec pg_x;
+
+            CK(cuGraphCreate(&pg_g, 0));
+            memset(&m, 0, sizeof(m));
+            m.srcMemoryType = CU_MEMORYTYPE_HOST;
+            m.srcHost = pg;
+            m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            m.dstDevice = a;
+            m.WidthInBytes = sizeof(pg);
+            m.Height = 1;
+            m.Depth = 1;
+            CK(cuGraphAddMemcpyNode(&n1, pg_g, NULL, 0, &m, ctx));
+            memset(&m, 0, sizeof(m));
+            m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+            m.srcDevice = a;
+            m.srcPitch = 8;
+            m.dstMemoryType = CU_MEMORYTYPE_HOST;
+            m.dstHost = out2d;
+            m.dstPitch = 16;
+            m.WidthInBytes = 8;
+            m.Height = 2;
+            m.Depth = 1;
+            CK(cuGraphAddMemcpyNode(&n3, pg_g, &n1, 1, &m, ctx));
+            CK(cuGraphInstantiateWithFlags(&pg_x, pg_g, 0));
+            CK(cuGraphDestroy(pg_g));
+            for (int rep = 0; rep < 2; rep++) {
+                for (i = 0; i < 4; i++)
+                    pg[i] = (float)(rep * 10 + i) + 0.5f;
+                memset(out2d, 0x5a, sizeof(out2d));
+                CK(cuGraphLaunch(pg_x, s));
+                CK(cuStreamSynchronize(s));
+                TRUE(memcmp(out2d, pg, 8) == 0);
+                TRUE(memcmp(out2d + 16, (unsigned char *)pg + 8, 8) == 0);
+                TRUE(out2d[8] == 0x5a && out2d[15] == 0x5a && out2d[24] == 0x5a);
+            }
+            CK(cuGraphExecDestroy(pg_x));
+            m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+            EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode(&n3, mg, NULL, 0, &m, ctx));
+        }
         CK(cuGraphExecDestroy(mx));
         CK(cuGraphDestroy(mg));
         CK(cuMemHostUnregister(hout));

@@ -249,17 +249,17 @@ static void torch_like(int n)
 /*
  * Copy nodes that read and write host memory: page-locked in (an H2D
  * node), registered out (a D2H node after it), read and written when
- * the graph runs, at each replay; pageable memory refused.  Through a
+ * the graph runs, at each replay.  Through a
  * worker only: in the loopback transport host memory is handed as it is,
  * which the stand-in does not take for device memory.
  */
 static void host_copies(cudaStream_t s, int n)
 {
     size_t sz = (size_t)n * sizeof(int), room = (sz + 4095) & ~(size_t)4095;
-    int *hin, *hout = (int *)aligned_alloc(4096, room), *dev, pageable[4];
+    int *hin, *hout = (int *)aligned_alloc(4096, room), *dev;
     cudaGraph_t g;
     cudaGraphExec_t x;
-    cudaGraphNode_t in, out, bad;
+    cudaGraphNode_t in, out;
 
     EXPECT(hout != NULL, "aligned_alloc");
     CK(cudaMallocHost((void **)&hin, sz));
@@ -280,16 +280,93 @@ static void host_copies(cudaStream_t s, int n)
             EXPECT(hout[i] == hin[i], "host copies: replay %d, [%d] = %d, want %d", rep, i,
                    hout[i], hin[i]);
     }
-    CK_EQ(cudaErrorNotSupported, cudaGraphAddMemcpyNode1D(&bad, g, NULL, 0, dev, pageable,
-                                                          sizeof(pageable),
-                                                          cudaMemcpyHostToDevice));
-    (void)cudaGetLastError();
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
     CK(cudaFree(dev));
     CK(cudaHostUnregister(hout));
     CK(cudaFreeHost(hin));
     free(hout);
+}
+
+/* A pitched copy's parameters: extent w bytes x h rows x d slices. */
+static cudaMemcpy3DParms pitched(void *dst, size_t dpitch, size_t drows, const void *src,
+                                 size_t spitch, size_t srows, size_t w, size_t h, size_t d,
+                                 cudaMemcpyKind kind)
+{
+    cudaMemcpy3DParms p;
+
+    memset(&p, 0, sizeof(p));
+    p.dstPtr = make_cudaPitchedPtr(dst, dpitch, w, drows);
+    p.srcPtr = make_cudaPitchedPtr((void *)src, spitch, w, srows);
+    p.extent = make_cudaExtent(w, h, d);
+    p.kind = kind;
+    return p;
+}
+
+/*
+ * Copy nodes of ordinary (pageable) memory, and 2D/3D copy nodes: a
+ * pageable array in (1D H2D), a 2D copy out into a pageable pitched
+ * array (D2H, rows apart, the gaps untouched), a 3D copy out into
+ * page-locked memory.  The graph itself is destroyed before the exec
+ * and a clone run, which keep running the copies; each replay reads and
+ * writes the memory afresh.
+ */
+static void pageable_copies(cudaStream_t s)
+{
+    enum { W = 24, H = 5, D = 2, PITCH = 40, ROWS = 7, N = W * H * D };
+    unsigned char *hin = (unsigned char *)malloc(N), *h2d = (unsigned char *)malloc(PITCH * H);
+    unsigned char *h3d, *dev;
+    cudaGraph_t g, g2;
+    cudaGraphExec_t x, x2;
+    cudaGraphNode_t in, out2, out3;
+    cudaMemcpy3DParms p;
+
+    EXPECT(hin != NULL && h2d != NULL, "malloc");
+    CK(cudaMallocHost((void **)&h3d, PITCH * ROWS * D));
+    CK(cudaMalloc((void **)&dev, N));
+    CK(cudaGraphCreate(&g, 0));
+    CK(cudaGraphAddMemcpyNode1D(&in, g, NULL, 0, dev, hin, N, cudaMemcpyHostToDevice));
+    /* The first slice's rows, W bytes each, PITCH apart in h2d. */
+    p = pitched(h2d, PITCH, H, dev, W, H, W, H, 1, cudaMemcpyDeviceToHost);
+    CK(cudaGraphAddMemcpyNode(&out2, g, &in, 1, &p));
+    /* Both slices into h3d: rows PITCH apart, slices ROWS rows apart. */
+    p = pitched(h3d, PITCH, ROWS, dev, W, H, W, H, D, cudaMemcpyDeviceToHost);
+    CK(cudaGraphAddMemcpyNode(&out3, g, &in, 1, &p));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphClone(&g2, g));
+    CK(cudaGraphDestroy(g));
+    CK(cudaGraphInstantiate(&x2, g2, 0));
+    CK(cudaGraphDestroy(g2));
+    for (int rep = 0; rep < 3; rep++) {
+        for (int i = 0; i < N; i++)
+            hin[i] = (unsigned char)(rep * 31 + i * 7 + 1);
+        memset(h2d, 0xee, PITCH * H);
+        memset(h3d, 0xdd, PITCH * ROWS * D);
+        CK(cudaGraphLaunch(rep == 1 ? x2 : x, s));
+        CK(cudaStreamSynchronize(s));
+        for (int z = 0; z < D; z++)
+            for (int y = 0; y < ROWS; y++)
+                for (int b = 0; b < PITCH; b++) {
+                    int i = (z * ROWS + y) * PITCH + b;
+                    unsigned char want = b < W && y < H ? hin[(z * H + y) * W + b] : 0xdd;
+
+                    EXPECT(h3d[i] == want, "3D copy: replay %d, slice %d row %d byte %d = %#x, "
+                           "want %#x", rep, z, y, b, h3d[i], want);
+                }
+        for (int y = 0; y < H; y++)
+            for (int b = 0; b < PITCH; b++) {
+                unsigned char want = b < W ? hin[y * W + b] : 0xee;
+
+                EXPECT(h2d[y * PITCH + b] == want, "pageable 2D copy: replay %d, row %d byte %d "
+                       "= %#x, want %#x", rep, y, b, h2d[y * PITCH + b], want);
+            }
+    }
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphExecDestroy(x2));
+    CK(cudaFree(dev));
+    CK(cudaFreeHost(h3d));
+    free(h2d);
+    free(hin);
 }
 
 int main(void)
@@ -303,6 +380,8 @@ int main(void)
     torch_like(3000);
     if (t == NULL || strcmp(t, "loopback") != 0)
         host_copies(s, 4096);
+    if (t == NULL || strcmp(t, "loopback") != 0)
+        pageable_copies(s);
     CK(cudaStreamDestroy(s));
     vcu_test_pass();
     return 0;

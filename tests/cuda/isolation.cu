@@ -143,7 +143,7 @@ static unsigned raw_graph_copy(int f, uint64_t src, uint64_t own)
     nq.kind = VCU_CU_NODE_MEMCPY;
     nq.dst = own;
     nq.src = src;
-    nq.size = 16;
+    nq.width = 16;
     memset(&n, 0, sizeof(n));
     if (raw(f, VCU_OP_CU_GRAPH_ADD_NODE, &nq, sizeof(nq), NULL, 0, 0, &n, sizeof(n)) != 0)
         return 999;

@@ -198,6 +198,7 @@ typedef enum {
     FC_NODE_MEMSET,
     FC_NODE_HOST,
     FC_NODE_EMPTY,
+    FC_NODE_CHILD,
 } fc_node_type_t;
 
 typedef struct fc_kernel_s {
@@ -224,6 +225,7 @@ struct fc_node_s {
         CUDA_MEMCPY3D copy;
         CUDA_MEMSET_NODE_PARAMS set;
         CUDA_HOST_NODE_PARAMS host;
+        fc_graph_t *child;      /* a private clone, on no list */
     } u;
 };
 
@@ -571,6 +573,7 @@ static void fc_stream_init(fc_stream_t *s, fc_ctx_t *ctx, unsigned int flags, in
 }
 
 static void fc_graph_free(fc_graph_t *g);
+static fc_graph_t *fc_graph_clone(const fc_graph_t *src);
 static void fc_cap_end(fc_cap_t *cap);
 
 /* Takes s out of its capture; the capture ends when no stream is left. */
@@ -644,6 +647,8 @@ static void fc_node_free(fc_node_t *n)
 {
     if (n->type == FC_NODE_KERNEL)
         free(n->u.kernel.params);
+    if (n->type == FC_NODE_CHILD)
+        fc_graph_free(n->u.child);
     free(n->deps);
     free(n);
 }
@@ -728,6 +733,14 @@ static fc_node_t *fc_node_clone(const fc_node_t *src)
             return NULL;
         }
         memcpy(n->u.kernel.params, src->u.kernel.params, src->u.kernel.params_len);
+    }
+    if (src->type == FC_NODE_CHILD) {
+        n->u.child = fc_graph_clone(src->u.child);
+        if (!n->u.child) {
+            free(n->deps);
+            free(n);
+            return NULL;
+        }
     }
     return n;
 }
@@ -1337,6 +1350,14 @@ static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n)
         return CUDA_SUCCESS;
     case FC_NODE_EMPTY:
         return CUDA_SUCCESS;
+    case FC_NODE_CHILD: {
+        /* In the order added, as cuGraphLaunch runs a graph. */
+        CUresult rc = CUDA_SUCCESS;
+
+        for (size_t i = 0; i < n->u.child->n && rc == CUDA_SUCCESS; i++)
+            rc = fc_node_exec(ctx, n->u.child->nodes[i]);
+        return rc;
+    }
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -4474,6 +4495,36 @@ CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     return rc;
 }
 
+/* The child graph is cloned into the node (cuda.h). */
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies,
+                                          size_t numDependencies, CUgraph childGraph)
+{
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    if (!fc_list_has(g_graphs, childGraph) || childGraph == hGraph) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    n = fc_node_new(FC_NODE_CHILD);
+    if (!n) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.child = fc_graph_clone((fc_graph_t *)childGraph);
+    if (!n->u.child) {
+        free(n);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     fc_graph_t *g;
@@ -4989,7 +5040,7 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     static const CUgraphNodeType types[] = {
         [FC_NODE_KERNEL] = CU_GRAPH_NODE_TYPE_KERNEL, [FC_NODE_MEMCPY] = CU_GRAPH_NODE_TYPE_MEMCPY,
         [FC_NODE_MEMSET] = CU_GRAPH_NODE_TYPE_MEMSET, [FC_NODE_HOST] = CU_GRAPH_NODE_TYPE_HOST,
-        [FC_NODE_EMPTY] = CU_GRAPH_NODE_TYPE_EMPTY,
+        [FC_NODE_EMPTY] = CU_GRAPH_NODE_TYPE_EMPTY, [FC_NODE_CHILD] = CU_GRAPH_NODE_TYPE_GRAPH,
     };
     fc_node_t *n;
     CUresult rc = CUDA_SUCCESS;

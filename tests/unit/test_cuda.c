@@ -1420,7 +1420,7 @@ TEST(cuda_graph_nodes)
     nq.kind = VCU_CU_NODE_MEMCPY;
     nq.dst = d + 32;
     nq.src = d;
-    nq.size = 16;
+    nq.width = 16;
     ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, &n1, 1, &n2));
     memset(&nq, 0, sizeof(nq));
     nq.graph = g;
@@ -1453,6 +1453,117 @@ TEST(cuda_graph_nodes)
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, ge, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0, 0, NULL, 0));
     /* g2 is left for the session's end. */
+    tc_close(&c);
+    return 0;
+}
+
+/*
+ * MEMCPY nodes of any shape, and staged ones (a guest host function and
+ * the copy as one node); shapes no copy has, or whose extent wraps the
+ * address space, are refused before the driver sees them.
+ */
+TEST(cuda_graph_copy_shapes)
+{
+    struct vcu_cu_graph_node_req nq, bad;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp wr, rp;
+    unsigned char in[256], out[256];
+    uint64_t g = 0, ge = 0, d = 0, n1 = 0, n2 = 0, cnt = 0;
+    ut_req_t *launch;
+    unsigned int i;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 512, &d));
+    for (i = 0; i < sizeof(in); i++)
+        in[i] = (unsigned char)(i * 7 + 1);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, d, in, sizeof(in), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d + 256, 0, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    /* A 2D copy: 4 rows of 8 bytes, source rows 32 apart, 16 at the
+     * destination. */
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_MEMCPY;
+    nq.src = d + 3;
+    nq.dst = d + 256;
+    nq.width = 8;
+    nq.height = 4;
+    nq.src_pitch = 32;
+    nq.dst_pitch = 16;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, NULL, 0, &n1));
+    /* Staged: the host function, then a 1D copy, as one node. */
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_MEMCPY;
+    nq.src = d + 128;
+    nq.dst = d + 384;
+    nq.width = 64;
+    nq.stage = VCU_CU_STAGE_IN;
+    nq.cookie = 0x5157;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, &n1, 1, &n2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(2, cnt);
+
+    /* Refused shapes, each one field off the good 2D copy. */
+    memset(&bad, 0, sizeof(bad));
+    bad.graph = g;
+    bad.kind = VCU_CU_NODE_MEMCPY;
+    bad.src = d;
+    bad.dst = d + 256;
+    bad.width = 8;
+    bad.height = 4;
+    bad.src_pitch = 32;
+    bad.dst_pitch = 16;
+    {
+        struct vcu_cu_graph_node_req b;
+        uint64_t x = 0;
+
+        b = bad; b.width = 0;
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.src_pitch = 4;                       /* rows overlap */
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.depth = 2; b.dst_rows = 3;           /* slices overlap */
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.src_pitch = UINT64_MAX / 2;          /* extent wraps */
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.height = 1; b.depth = 1; b.src = UINT64_MAX - 3;
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.depth = (uint64_t)1 << 40;
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.stage = 3; b.cookie = 1;
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.stage = VCU_CU_STAGE_OUT;            /* no cookie */
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+        b = bad; b.reserved = 1;
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node(&c, &b, NULL, 0, &x));
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(2, cnt);
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, g, 0, 0, &rp, sizeof(rp)));
+    ge = rp.value;
+    /* The staged node's host function reaches the guest's WAIT with its
+     * cookie; the launch finishes once the guest answers DONE. */
+    launch = tc_submit_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, ge, 0);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ(CUDA_SUCCESS, wr.r.result);
+    ASSERT_EQ_U64(0x5157, wr.value);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 0x5157, NULL));
+    ASSERT_EQ(0, ut_wait_count(&launch->ndone, 1));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)ut_resp_payload(launch))->result);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d + 256, out, 256, NULL, 0, 0, 0));
+    for (i = 0; i < 64; i++) {
+        unsigned int row = i / 16, col = i % 16;
+
+        ASSERT_EQ(col < 8 ? in[3 + row * 32 + col] : 0, out[i]);
+    }
+    for (i = 64; i < 128; i++)
+        ASSERT_EQ(0, out[i]);
+    for (i = 0; i < 64; i++)
+        ASSERT_EQ(in[128 + i], out[128 + i]);
+    free(launch);
     tc_close(&c);
     return 0;
 }

@@ -39,6 +39,7 @@
     X(cuda_callback_session_end)        \
     X(cuda_bad_payloads)                \
     X(cuda_graph_nodes)                 \
+    X(cuda_graph_copy_shapes)           \
     X(cuda_graph_capture)               \
     X(cuda_host_func_captured)          \
     X(cuda_capture_graph)               \

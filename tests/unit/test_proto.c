@@ -18,7 +18,7 @@ TEST(proto_struct_sizes)
     ASSERT_EQ(8, sizeof(struct vcu_cu_hdr));
     ASSERT_EQ(8, sizeof(struct vcu_cu_resp));
     ASSERT_EQ(64, sizeof(struct vcu_cu_launch_req));
-    ASSERT_EQ(128, sizeof(struct vcu_cu_graph_node_req));
+    ASSERT_EQ(176, sizeof(struct vcu_cu_graph_node_req));
     /* Field offsets the kernel and QEMU read with byte-order helpers. */
     ASSERT_EQ(0, offsetof(struct vcu_req_hdr, opcode));
     ASSERT_EQ(8, offsetof(struct vcu_req_hdr, session));
