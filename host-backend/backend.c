@@ -919,6 +919,7 @@ static int64_t vcu__sched_tick(vcu__sess_t *s, bool held, bool idle)
         s->idle_since = 0;
     else if (s->idle_since == 0)
         s->idle_since = now;
+    vcu__sched_cap_check(sc, now);
     if (s->drain != NULL) {
         if (!vcu__cuda_wait_poll(s->cs, s->drain))
             return (int64_t)VCU__SCHED_TICK_NS;

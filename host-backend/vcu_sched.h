@@ -153,7 +153,6 @@ typedef struct vcu_sched_s {
     uint64_t (*clock)(void);        /* for the lock's bound (tests: simulated) */
     /* The worker's own record of its flags (its thread alone). */
     bool want, busy, issued;
-    unsigned int nissue;
     uint64_t deadline;              /* of the grant it issues under, as seen */
 } vcu_sched_t;
 
@@ -500,9 +499,15 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
             } else if (now >= dl) {
                 /* Alone: a new slice, no switch.  The time so far was
                  * held with work on the GPU. */
+                int64_t tok;
+
                 vcu__sched_charge(sc, v, start, now);
+                tok = atomic_load(&sc->vm[v].tokens);
                 atomic_store(&h->start_ns, now);
-                atomic_store(&h->deadline_ns, now + VCU_SCHED_SLICE_NS);
+                atomic_store(&h->deadline_ns,
+                             now + (cap != 0 && tok < (int64_t)VCU_SCHED_SLICE_NS
+                                        ? (uint64_t)(tok > 0 ? tok : 0)
+                                        : VCU_SCHED_SLICE_NS));
             }
         }
         if (hv != 0 && (g & VCU_SCHED_REVOKING)) {
@@ -633,6 +638,19 @@ static inline void vcu__sched_vm_report(vcu_sched_t *sc, uint64_t *used_ns, uint
     if (sc->vm_slot >= 0) {
         *used_ns = atomic_load(&sc->vm[sc->vm_slot].used_ns);
         *grants = atomic_load(&sc->vm[sc->vm_slot].grants);
+        /* A VM running alone is charged at its pauses: the slice it holds
+         * now counts too. */
+        if (atomic_load(&sc->hdr->grant) == sc->mine) {
+            uint64_t from = atomic_load(&sc->hdr->start_ns), now = sc->clock();
+            uint64_t until = atomic_load(&sc->vm[sc->vm_slot].charged_until);
+
+            if (until > from)
+                from = until;
+            if (now > from && now - from < VCU__SCHED_CHARGE_MAX) {
+                *used_ns = vcu__sched_add_sat(*used_ns, now - from);
+                all = vcu__sched_add_sat(all, now - from);
+            }
+        }
     }
     *all_ns = all;
 }
@@ -699,11 +717,23 @@ static inline void vcu__sched_set_want(vcu_sched_t *sc, bool on)
     }
 }
 
+/* A capped holder's own look at its deadline (nobody else revokes a
+ * lone holder): at or past it, a step, which renews or revokes. */
+static inline void vcu__sched_cap_check(vcu_sched_t *sc, uint64_t now)
+{
+    if (sc->cap == 0 || !sc->issued || now < sc->deadline)
+        return;
+    vcu__sched_step(sc, now);
+    sc->deadline = atomic_load(&sc->hdr->deadline_ns);
+    if (sc->deadline <= now)
+        sc->deadline = now + VCU__SCHED_TICK_NS;
+}
+
 /*
  * The launch path: whether this worker may issue GPU work now.  Busy is
  * set before the grant is read (see "Exclusivity" above); the cost once
- * busy is one load.  A capped worker looks at the clock every 16 issues,
- * for its deadline.
+ * busy is one load.  A capped worker also reads the clock (vDSO, no
+ * syscall), for its deadline.
  */
 static inline bool vcu__sched_issue(vcu_sched_t *sc)
 {
@@ -717,9 +747,8 @@ static inline bool vcu__sched_issue(vcu_sched_t *sc)
             sc->issued = true;
             sc->deadline = atomic_load(&sc->hdr->deadline_ns);
         }
-        if (sc->cap != 0 && (++sc->nissue & 15) == 0 && sc->clock() >= sc->deadline) {
-            vcu__sched_step(sc, sc->clock());
-            sc->deadline = atomic_load(&sc->hdr->deadline_ns);
+        if (sc->cap != 0) {
+            vcu__sched_cap_check(sc, sc->clock());
             return atomic_load(&sc->hdr->grant) == sc->mine;
         }
         return true;
