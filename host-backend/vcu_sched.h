@@ -85,7 +85,8 @@
 /* How often a waiting, draining or capped worker looks at the area. */
 #define VCU__SCHED_TICK_NS (100ull * 1000)
 /* A capped VM's budget: accrues at cap% of wall time, up to this; it is
- * granted only with at least a quarter of a slice of it. */
+ * granted only with a slice's worth of it (shorter slices would spend a
+ * larger part of each on the switch). */
 #define VCU__SCHED_BURST_NS (2ull * VCU_SCHED_SLICE_NS)
 /* A worker idle this long clears want (its VM has nothing to run) and
  * drains what it issued: not at every idle instant, which a program that
@@ -102,11 +103,12 @@ struct vcu_sched_hdr {
     _Atomic uint32_t grant;         /* 0, or VM slot + 1 | VCU_SCHED_REVOKING */
     _Atomic uint64_t gen;           /* grants made */
     _Atomic uint64_t start_ns;      /* the grant's start (CLOCK_MONOTONIC) */
+    _Atomic uint64_t first_ns;      /* its first issue (charges start there); 0: none */
     _Atomic uint64_t deadline_ns;   /* when it may be revoked or renewed */
     _Atomic uint64_t contended_ns;  /* since when another VM wants; 0: none */
     _Atomic uint64_t revoke_ns;     /* when it was revoked */
     _Atomic uint64_t vclock;        /* virtual time of the last grant */
-    uint64_t reserved[7];
+    uint64_t reserved[6];
 };
 
 struct vcu_sched_vm {
@@ -390,7 +392,7 @@ static inline bool vcu__sched_eligible(vcu_sched_t *sc, uint32_t i)
     if (!vcu__sched_vm_live(sc, i) || !vcu__sched_any(sc, i, false))
         return false;
     return vcu__sched_cap(&sc->vm[i]) == 0 ||
-           atomic_load(&sc->vm[i].tokens) >= (int64_t)(VCU_SCHED_SLICE_NS / 4);
+           atomic_load(&sc->vm[i].tokens) >= (int64_t)VCU_SCHED_SLICE_NS;
 }
 
 static inline uint64_t vcu__sched_add_sat(uint64_t a, uint64_t b)
@@ -458,6 +460,7 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
     struct vcu_sched_hdr *h = sc->hdr;
     uint32_t g = atomic_load(&h->grant), hv = (g & ~VCU_SCHED_REVOKING), i, best = 0;
     uint64_t start = atomic_load(&h->start_ns), beff = 0, vclock = atomic_load(&h->vclock);
+    uint64_t first = atomic_load(&h->first_ns);
     bool others = false;
 
     if (hv > VCU_SCHED_VMS) {       /* garbage: no grant */
@@ -466,6 +469,12 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
     }
     if (start > now)
         start = now;
+    /* Charges run from the grant's first issue (the time until the
+     * holder's workers woke up is nobody's): none issued, nothing due. */
+    if (first != 0 && (first < start || first > now))
+        first = start;
+    if (first == 0)
+        first = UINT64_MAX;
     for (i = 0; i < VCU_SCHED_VMS; i++)
         if (vcu__sched_cap(&sc->vm[i]) != 0)
             vcu__sched_refill(sc, i, now);
@@ -482,8 +491,8 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
             bool wants = vcu__sched_any(sc, v, false), busy = vcu__sched_any(sc, v, true);
             uint32_t cap = vcu__sched_cap(&sc->vm[v]);
             uint64_t dl = atomic_load(&h->deadline_ns);
-            bool spent = cap != 0 &&
-                         atomic_load(&sc->vm[v].tokens) - (int64_t)(now - start) <= 0;
+            bool spent = cap != 0 && first <= now &&
+                         atomic_load(&sc->vm[v].tokens) - (int64_t)(now - first) <= 0;
 
             if (others && atomic_load(&h->contended_ns) == 0)
                 atomic_store(&h->contended_ns, now);
@@ -493,7 +502,7 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
                 atomic_store(&h->grant, g);
             } else if (!wants && !busy) {
                 /* Idle and alone: let go, charging up to its last drain. */
-                vcu__sched_charge(sc, v, start, vcu__sched_drain_end(sc, v, start, now));
+                vcu__sched_charge(sc, v, first, vcu__sched_drain_end(sc, v, start, now));
                 atomic_store(&h->grant, 0);
                 g = hv = 0;
             } else if (now >= dl) {
@@ -501,9 +510,10 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
                  * held with work on the GPU. */
                 int64_t tok;
 
-                vcu__sched_charge(sc, v, start, now);
+                vcu__sched_charge(sc, v, first, now);
                 tok = atomic_load(&sc->vm[v].tokens);
                 atomic_store(&h->start_ns, now);
+                atomic_store(&h->first_ns, first != UINT64_MAX ? now : 0);
                 atomic_store(&h->deadline_ns,
                              now + (cap != 0 && tok < (int64_t)VCU_SCHED_SLICE_NS
                                         ? (uint64_t)(tok > 0 ? tok : 0)
@@ -518,7 +528,7 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
             if (!vcu__sched_any(sc, v, true) || now - rv > VCU__SCHED_DRAIN_NS) {
                 uint64_t end = vcu__sched_drain_end(sc, v, rv, now);
 
-                vcu__sched_charge(sc, v, start, end);
+                vcu__sched_charge(sc, v, first, end);
                 atomic_store(&h->grant, 0);
                 g = hv = 0;
             }
@@ -558,6 +568,7 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
         atomic_store(&h->vclock, beff);
         atomic_store(&h->gen, atomic_load(&h->gen) + 1);
         atomic_store(&h->start_ns, now);
+        atomic_store(&h->first_ns, 0);
         atomic_store(&h->deadline_ns, now + slice);
         atomic_store(&h->contended_ns, others ? now : 0);
         atomic_store(&h->revoke_ns, 0);
@@ -640,8 +651,8 @@ static inline void vcu__sched_vm_report(vcu_sched_t *sc, uint64_t *used_ns, uint
         *grants = atomic_load(&sc->vm[sc->vm_slot].grants);
         /* A VM running alone is charged at its pauses: the slice it holds
          * now counts too. */
-        if (atomic_load(&sc->hdr->grant) == sc->mine) {
-            uint64_t from = atomic_load(&sc->hdr->start_ns), now = sc->clock();
+        if (atomic_load(&sc->hdr->grant) == sc->mine && atomic_load(&sc->hdr->first_ns) != 0) {
+            uint64_t from = atomic_load(&sc->hdr->first_ns), now = sc->clock();
             uint64_t until = atomic_load(&sc->vm[sc->vm_slot].charged_until);
 
             if (until > from)
@@ -744,8 +755,12 @@ static inline bool vcu__sched_issue(vcu_sched_t *sc)
     vcu__sched_set_want(sc, true);
     if (atomic_load(&sc->hdr->grant) == sc->mine) {
         if (!sc->issued) {
+            uint64_t none = 0;
+
             sc->issued = true;
             sc->deadline = atomic_load(&sc->hdr->deadline_ns);
+            /* Busy is set: the grant cannot move on meanwhile. */
+            atomic_compare_exchange_strong(&sc->hdr->first_ns, &none, sc->clock());
         }
         if (sc->cap != 0) {
             vcu__sched_cap_check(sc, sc->clock());
