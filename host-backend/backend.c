@@ -1028,11 +1028,12 @@ static void *vcu__worker(void *arg)
                 if (!s->waiting.head || s->cancel || s->prio.head || s->queue.head != hh ||
                     s->closing != closing)
                     continue;
-                if (!spun && hh == NULL) {
+                if (!spun && hh == NULL && s->drain == NULL) {
                     /* Just finished a request: more may be on the way,
                      * and GPU work often ends within microseconds.  Spin,
                      * polling, before sleeping (not while a request waits
-                     * for the grant: the tick must come round). */
+                     * for the grant or a drain is out: the tick must come
+                     * round). */
                     spun = true;
                     pthread_mutex_unlock(&be->lock);
                     vcu__spin_poll(s, closing, k);

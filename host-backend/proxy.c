@@ -37,6 +37,10 @@
  *   vcu_account_t.mu which memory account slots are handed out
  *                    (vcu_account.h); innermost, taken under
  *                    vcu__psess_t.mu when a reaped worker's slot is freed.
+ *   share group lock the compute-share area's word lock (vcu_sched.h,
+ *                    bounded: a dead or slow holder loses it); innermost,
+ *                    taken under vcu__psess_t.mu when a reaped worker's
+ *                    group slot is freed, never with vcu_account_t.mu.
  *
  * Lifetimes
  * ---------
@@ -539,6 +543,8 @@ static void vcu__px_wait_exit(vcu__psess_t *s)
         pthread_mutex_lock(&s->mu);
         r = waitpid(s->pid, NULL, WNOHANG);
         if (r == s->pid || (r < 0 && errno != EINTR)) {
+            if (r == s->pid && s->px->sched != NULL)
+                vcu__sched_worker_gone(s->px->sched, (uint32_t)r, vcu__sched_now());
             s->pid = -1;
             vcu__px_acct_release(s);
             pthread_mutex_unlock(&s->mu);

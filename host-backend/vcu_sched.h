@@ -633,6 +633,29 @@ static inline void vcu__sched_vm_release(vcu_sched_t *sc, uint64_t now)
     sc->vm_slot = -1;
 }
 
+/*
+ * The proxy, once it has reaped its worker pid: the worker's slot is
+ * freed now, rather than when someone finds the pid dead (a pid used again
+ * by then would keep the dead worker's flags alive).
+ */
+static inline void vcu__sched_worker_gone(vcu_sched_t *sc, uint32_t pid, uint64_t now)
+{
+    uint32_t j;
+
+    if (sc->vm_slot < 0 || pid == 0)
+        return;
+    vcu__sched_lock(sc);
+    for (j = 0; j < VCU_SCHED_WORKERS; j++) {
+        if (atomic_load(&sc->w[j].pid) != pid || atomic_load(&sc->w[j].vm) != (uint32_t)sc->vm_slot)
+            continue;
+        atomic_store(&sc->w[j].want, 0);
+        atomic_store(&sc->w[j].busy, 0);
+        atomic_store(&sc->w[j].pid, 0);
+    }
+    vcu__sched_step_locked(sc, now);
+    vcu__sched_unlock(sc);
+}
+
 /* What the proxy reports of its VM (taken as found: one load each). */
 static inline void vcu__sched_vm_report(vcu_sched_t *sc, uint64_t *used_ns, uint64_t *all_ns,
                                         uint64_t *grants)

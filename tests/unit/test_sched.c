@@ -336,6 +336,36 @@ TEST(sched_dead_holder)
     return 0;
 }
 
+/* A worker the proxy has reaped leaves nothing behind even if its pid is
+ * alive again (used by another process): its stuck busy flag no longer
+ * holds a revoked grant for VCU__SCHED_DRAIN_NS. */
+TEST(sched_reaped_worker)
+{
+    sim_t s;
+    uint64_t t0;
+
+    ASSERT_EQ(0, sim_init(&s));
+    ASSERT_EQ(0, sim_vm(&s, 100, 0, 1));
+    ASSERT_EQ(1, sim_vm(&s, 100, 0, 1));
+    sim_run(&s, 10 * SIM_TICK_NS);
+    ASSERT_EQ_U64(1, atomic_load(&s.proxy[0].hdr->grant));
+    s.w[0].hung = true;
+    sim_run(&s, VCU_SCHED_SLICE_NS + 10 * SIM_TICK_NS);
+    ASSERT_EQ((int)(1 | VCU_SCHED_REVOKING), (int)atomic_load(&s.proxy[0].hdr->grant));
+    /* The worker's process is gone and reaped; its pid lives on. */
+    vcu__sched_worker_gone(&s.proxy[0], s.w[0].sc.pid, sim_now);
+    s.w[0].draining = false;
+    s.w[0].wants = false;
+    s.w[0].hung = false;
+    t0 = sim_now;
+    while (atomic_load(&s.proxy[0].hdr->grant) != 2 && sim_now - t0 < 10000000000ull)
+        sim_tick(&s);
+    ASSERT_LE(sim_now - t0, 2 * SIM_TICK_NS);
+    ASSERT_EQ(0, (int)atomic_load(&s.proxy[0].w[s.w[0].sc.w_slot].pid));
+    sim_free(&s);
+    return 0;
+}
+
 /* The area's lock: one whose holder died is broken, and so is one held
  * past VCU__SCHED_LOCK_NS by a live holder. */
 TEST(sched_lock_broken)
