@@ -562,7 +562,8 @@ static uint32_t ts_px_exec(vcu_proxy_t *px, ut_req_t *t)
  * unanswered; the other VM's slice is revoked at its deadline, and the
  * worker waits for its drain); once the other VM has drained, the memset
  * runs.  The other VM is charged the time from contention to its drain,
- * and the proxy reports it as the group's.
+ * and the proxy reports it as the group's; the guest's CU_SLICE_INFO
+ * (nvidia-smi) shows the VM's weight.
  */
 TEST(sched_proxy_gate)
 {
@@ -632,6 +633,15 @@ TEST(sched_proxy_gate)
     ASSERT_LT(ut_now() - t0, 1.0);
     ASSERT_EQ(VCU_S_OK, ut_status(ms));
     ASSERT_EQ(0, (int)((const struct vcu_cu_resp *)ut_resp_payload(ms))->result);
+    {
+        struct vcu_cu_hdr ch;
+
+        memset(&ch, 0, sizeof(ch));
+        ut_req_build(t, VCU_OP_CU_SLICE_INFO, sid, &ch, sizeof(ch));
+        ASSERT_EQ(VCU_S_OK, ts_px_exec(px, t));
+        ASSERT_EQ(0, (int)((const struct vcu_cu_slice_info_resp *)ut_resp_payload(t))->r.result);
+        ASSERT_EQ(100, (int)((const struct vcu_cu_slice_info_resp *)ut_resp_payload(t))->compute_share);
+    }
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
     ASSERT_EQ(100, (int)st.compute_share);
     ASSERT_GE(st.group_gpu_ns, 200ull * 1000 * 1000);  /* the other VM's slice */
