@@ -112,7 +112,7 @@ typedef struct vcu_proxy_stats_s {
     /* Compute share: the VM's weight and cap (0: not in a group / none),
      * the GPU time charged to it since realize, what every live VM of the
      * group has been charged (its share is gpu_ns / group_gpu_ns), and the
-     * slices it was granted.  The times are written by workers of the
+     * turns it was given (one or more slices in a row each).  The times are written by workers of the
      * group (any VM's): reported as found. */
     uint32_t compute_share;
     uint32_t compute_cap;

@@ -378,8 +378,10 @@ static inline void vcu__sched_refill(vcu_sched_t *sc, uint32_t i, uint64_t now)
         return;
     add = (now - last > VCU__SCHED_BURST_NS * 100) ? (int64_t)VCU__SCHED_BURST_NS
                                                     : (int64_t)((now - last) * cap / 100);
-    if (t < -(int64_t)VCU__SCHED_DRAIN_NS * 100)
-        t = -(int64_t)VCU__SCHED_DRAIN_NS * 100;
+    /* A debt is at most a slice and a drain (a garbage one is bounded
+     * too: the VM waits seconds, not forever). */
+    if (t < -(int64_t)(VCU__SCHED_DRAIN_NS + VCU__SCHED_BURST_NS))
+        t = -(int64_t)(VCU__SCHED_DRAIN_NS + VCU__SCHED_BURST_NS);
     t += add;
     if (t > (int64_t)VCU__SCHED_BURST_NS)
         t = (int64_t)VCU__SCHED_BURST_NS;
@@ -447,6 +449,25 @@ static inline uint64_t vcu__sched_drain_end(vcu_sched_t *sc, uint32_t i, uint64_
     return end;
 }
 
+/* Whether holder v, charged so far, still has no more virtual time than
+ * any other eligible VM would start a slice with. */
+static inline bool vcu__sched_least(vcu_sched_t *sc, uint32_t v, uint64_t vclock)
+{
+    uint64_t mine = atomic_load(&sc->vm[v].vtime), eff;
+    uint32_t i;
+
+    for (i = 0; i < VCU_SCHED_VMS; i++) {
+        if (i == v || !vcu__sched_eligible(sc, i))
+            continue;
+        eff = atomic_load(&sc->vm[i].vtime);
+        if (eff < vclock)
+            eff = vclock;
+        if (eff < mine)
+            return false;
+    }
+    return true;
+}
+
 /*
  * The scheduler's one decision point, under the lock, at time now (any
  * party's CLOCK_MONOTONIC; tests simulate it).  Revokes a holder whose
@@ -496,6 +517,14 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
 
             if (others && atomic_load(&h->contended_ns) == 0)
                 atomic_store(&h->contended_ns, now);
+            /* At its deadline a holder that would be chosen again anyway
+             * (weight 75 against 25: three slices in a row) goes on,
+             * charged so far, without a drain. */
+            if (others && wants && !spent && now >= dl) {
+                vcu__sched_charge(sc, v, first, now);
+                if (vcu__sched_least(sc, v, vclock))
+                    others = false;
+            }
             if ((others && (now >= dl || !wants)) || spent) {
                 g |= VCU_SCHED_REVOKING;
                 atomic_store(&h->revoke_ns, now);
@@ -506,8 +535,8 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
                 atomic_store(&h->grant, 0);
                 g = hv = 0;
             } else if (now >= dl) {
-                /* Alone: a new slice, no switch.  The time so far was
-                 * held with work on the GPU. */
+                /* Alone (or still the least served): a new slice, no
+                 * switch.  The time so far was held with work on the GPU. */
                 int64_t tok;
 
                 vcu__sched_charge(sc, v, first, now);

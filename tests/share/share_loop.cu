@@ -6,7 +6,7 @@
  * Launches identical kernels (ITERS dependent FMAs per thread, default
  * 100000, on 8 blocks of 256 threads per SM: a fixed amount of work, never
  * a clock, since a context switched out must not finish its kernels) in
- * batches of 16, two batches in flight, for SECS seconds, and prints the
+ * batches of 8, two batches in flight, for SECS seconds, and prints the
  * kernels completed so far about every second, so that the host can
  * compare VMs over the window they all ran in:
  *
@@ -20,7 +20,7 @@
 #include <time.h>
 #include <cuda_runtime.h>
 
-#define BATCH 16
+#define BATCH 8
 
 __global__ void share_burn(float *out, int iters)
 {

@@ -207,6 +207,10 @@ TEST(sched_weights)
     ASSERT_GT(u0, 0);
     ASSERT_GE(u1 * 100 / (u0 + u1), 73);
     ASSERT_LE(u1 * 100 / (u0 + u1), 77);
+    /* The heavier VM's three slices in a row are one turn (no drain
+     * between them): about as many turns as the lighter one's. */
+    ASSERT_GT(atomic_load(&s.proxy[0].vm[0].grants), 20);
+    ASSERT_LE(atomic_load(&s.proxy[0].vm[1].grants), atomic_load(&s.proxy[0].vm[0].grants) + 2);
     sim_free(&s);
     return 0;
 }
