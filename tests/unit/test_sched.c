@@ -661,3 +661,168 @@ TEST(sched_proxy_gate)
     rmdir(dir);
     return 0;
 }
+
+/* ---- shares through real workers ------------------------------------------ */
+
+/* One session's load: synchronous memsets of 8 MiB, back to back, until
+ * stop; each a few milliseconds of the stand-in's CPU "GPU". */
+typedef struct ts_load_s {
+    vcu_proxy_t *px;
+    pthread_mutex_t *mu;            /* one submitter per proxy at a time */
+    uint64_t sid, ptr;
+    atomic_int *stop;
+    long done;
+    int err;
+} ts_load_t;
+
+static void *ts_load(void *arg)
+{
+    ts_load_t *l = arg;
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_memset_req mr;
+
+    memset(&mr, 0, sizeof(mr));
+    mr.dst = l->ptr;
+    mr.width = 8u << 20;
+    mr.height = 1;
+    mr.elem_size = 1;
+    while (!atomic_load(l->stop)) {
+        int n = atomic_load(&t->ndone);
+        double end = ut_now() + 30;
+
+        mr.value = (uint32_t)l->done;
+        ut_req_build(t, VCU_OP_CU_MEMSET, l->sid, &mr, sizeof(mr));
+        t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
+        pthread_mutex_lock(l->mu);
+        vcu_proxy_submit(l->px, &t->r);
+        pthread_mutex_unlock(l->mu);
+        while (atomic_load(&t->ndone) == n && ut_now() < end) {
+            struct timespec ts = { 0, 20000 };
+
+            nanosleep(&ts, NULL);
+        }
+        if (atomic_load(&t->ndone) == n || ut_status(t) != VCU_S_OK ||
+            ((const struct vcu_cu_resp *)ut_resp_payload(t))->result != 0) {
+            l->err = 1;
+            break;
+        }
+        l->done++;
+    }
+    free(t);
+    return NULL;
+}
+
+/* A proxy (a VM) in the group, with nsess sessions holding 8 MiB each. */
+static int ts_vm(const char *group, uint32_t share, unsigned int nsess, vcu_proxy_t **px,
+                 pthread_mutex_t *mu, ts_load_t *loads, atomic_int *stop)
+{
+    vcu_proxy_config_t cfg;
+    char err[256];
+    unsigned int i;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.worker = VCU_TEST_WORKER;
+    cfg.gpus = "0";
+    cfg.share_group = group;
+    cfg.compute_share = share;
+    if (vcu_proxy_new(&cfg, px, err, sizeof(err)) != 0)
+        VCU_TEST_FAIL_("vcu_proxy_new: %s", err);
+    if (vcu_proxy_cuda_error(*px) != NULL)
+        VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(*px));
+    pthread_mutex_init(mu, NULL);
+    for (i = 0; i < nsess; i++) {
+        ut_req_t *t = ut_req_new();
+        struct vcu_session_open_req o;
+        struct vcu_cu_mem_alloc_req ar;
+
+        memset(&o, 0, sizeof(o));
+        o.version_min = o.version_max = VCU_PROTO_VERSION;
+        o.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA;
+        ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
+        ASSERT_EQ(VCU_S_OK, ts_px_exec(*px, t));
+        memset(&loads[i], 0, sizeof(loads[i]));
+        loads[i].px = *px;
+        loads[i].mu = mu;
+        loads[i].stop = stop;
+        loads[i].sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
+        memset(&ar, 0, sizeof(ar));
+        ar.size = 8u << 20;
+        ut_req_build(t, VCU_OP_CU_MEM_ALLOC, loads[i].sid, &ar, sizeof(ar));
+        ASSERT_EQ(VCU_S_OK, ts_px_exec(*px, t));
+        ASSERT_EQ(0, (int)((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result);
+        loads[i].ptr = ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->value;
+        free(t);
+    }
+    return 0;
+}
+
+/* Two VMs with n0 and n1 busy sessions and weights w0, w1 for secs: VM
+ * 0's part of the GPU time the group charged, in percent. */
+static int ts_shares(uint32_t w0, unsigned int n0, uint32_t w1, unsigned int n1, double secs,
+                     unsigned int *pct0, long *ops0, long *ops1)
+{
+    char dir[] = "/tmp/vcu-sched-XXXXXX", path[256];
+    vcu_proxy_t *px[2];
+    pthread_mutex_t mu[2];
+    ts_load_t loads[2][4];
+    pthread_t th[2][4];
+    vcu_proxy_stats_t st[2];
+    atomic_int stop;
+    unsigned int n[2] = { n0, n1 }, v, i;
+
+    ASSERT_NOT_NULL(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/group", dir);
+    atomic_init(&stop, 0);
+    CHECK(ts_vm(path, w0, n0, &px[0], &mu[0], loads[0], &stop));
+    CHECK(ts_vm(path, w1, n1, &px[1], &mu[1], loads[1], &stop));
+    for (v = 0; v < 2; v++)
+        for (i = 0; i < n[v]; i++)
+            ASSERT_EQ(0, pthread_create(&th[v][i], NULL, ts_load, &loads[v][i]));
+    usleep((useconds_t)(secs * 1e6));
+    atomic_store(&stop, 1);
+    *ops0 = *ops1 = 0;
+    for (v = 0; v < 2; v++)
+        for (i = 0; i < n[v]; i++) {
+            pthread_join(th[v][i], NULL);
+            ASSERT_EQ(0, loads[v][i].err);
+            *(v ? ops1 : ops0) += loads[v][i].done;
+        }
+    for (v = 0; v < 2; v++)
+        ASSERT_EQ(0, vcu_proxy_stats(px[v], &st[v], NULL, 0));
+    ASSERT_GT(st[0].gpu_ns, 0);
+    ASSERT_GT(st[1].gpu_ns, 0);
+    *pct0 = (unsigned int)(st[0].gpu_ns * 100 / (st[0].gpu_ns + st[1].gpu_ns));
+    fprintf(stderr, "shares: weights %u/%u, sessions %u/%u: GPU time %u%% / %u%% "
+            "(%.0f / %.0f ms), memsets %ld / %ld, turns %llu / %llu\n",
+            w0, w1, n0, n1, *pct0, 100 - *pct0, st[0].gpu_ns / 1e6, st[1].gpu_ns / 1e6, *ops0,
+            *ops1, (unsigned long long)st[0].grants, (unsigned long long)st[1].grants);
+    for (v = 0; v < 2; v++) {
+        vcu_proxy_free(px[v]);
+        pthread_mutex_destroy(&mu[v]);
+    }
+    unlink(path);
+    rmdir(dir);
+    return 0;
+}
+
+/*
+ * Real workers on the CPU stand-in, two proxies (VMs) of one group, every
+ * session busy with memsets: the GPU time the group charges splits by
+ * weight (25/75), and by VM, not by session (3 sessions against 1 at
+ * equal weights: half each).  Loose bounds (±10 points): the stand-in's
+ * "GPU" is the build machine's CPU, shared with everything else.
+ */
+TEST(sched_proxy_shares)
+{
+    unsigned int pct;
+    long a, b;
+
+    CHECK(ts_shares(25, 1, 75, 1, 3.0, &pct, &a, &b));
+    ASSERT_GE(pct, 15);
+    ASSERT_LE(pct, 35);
+    ASSERT_GT(a, 0);
+    CHECK(ts_shares(100, 3, 100, 1, 3.0, &pct, &a, &b));
+    ASSERT_GE(pct, 40);
+    ASSERT_LE(pct, 60);
+    return 0;
+}
