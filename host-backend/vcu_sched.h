@@ -481,7 +481,7 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
     struct vcu_sched_hdr *h = sc->hdr;
     uint32_t g = atomic_load(&h->grant), hv = (g & ~VCU_SCHED_REVOKING), i, best = 0;
     uint64_t start = atomic_load(&h->start_ns), beff = 0, vclock = atomic_load(&h->vclock);
-    uint64_t first = atomic_load(&h->first_ns);
+    uint64_t first = atomic_load(&h->first_ns), held_from;
     bool others = false;
 
     if (hv > VCU_SCHED_VMS) {       /* garbage: no grant */
@@ -491,9 +491,12 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
     if (start > now)
         start = now;
     /* Charges run from the grant's first issue (the time until the
-     * holder's workers woke up is nobody's): none issued, nothing due. */
+     * holder's workers woke up is nobody's).  A holder that wanted the GPU
+     * and issued nothing held it all the same: from the grant (held is
+     * held, whatever a worker says it wants). */
     if (first != 0 && (first < start || first > now))
         first = start;
+    held_from = first != 0 ? first : start;
     if (first == 0)
         first = UINT64_MAX;
     for (i = 0; i < VCU_SCHED_VMS; i++)
@@ -521,7 +524,7 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
              * (weight 75 against 25: three slices in a row) goes on,
              * charged so far, without a drain. */
             if (others && wants && !spent && now >= dl) {
-                vcu__sched_charge(sc, v, first, now);
+                vcu__sched_charge(sc, v, held_from, now);
                 if (vcu__sched_least(sc, v, vclock))
                     others = false;
             }
@@ -539,7 +542,7 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
                  * switch.  The time so far was held with work on the GPU. */
                 int64_t tok;
 
-                vcu__sched_charge(sc, v, first, now);
+                vcu__sched_charge(sc, v, held_from, now);
                 tok = atomic_load(&sc->vm[v].tokens);
                 atomic_store(&h->start_ns, now);
                 atomic_store(&h->first_ns, first != UINT64_MAX ? now : 0);
@@ -555,9 +558,12 @@ static inline void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
             if (rv > now || rv < start)
                 rv = now;
             if (!vcu__sched_any(sc, v, true) || now - rv > VCU__SCHED_DRAIN_NS) {
-                uint64_t end = vcu__sched_drain_end(sc, v, rv, now);
+                /* A holder that never drained is charged until now: it
+                 * kept the others waiting that long. */
+                uint64_t end = vcu__sched_any(sc, v, true) ? now
+                                                           : vcu__sched_drain_end(sc, v, rv, now);
 
-                vcu__sched_charge(sc, v, first, end);
+                vcu__sched_charge(sc, v, held_from, end);
                 atomic_store(&h->grant, 0);
                 g = hv = 0;
             }

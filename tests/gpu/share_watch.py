@@ -38,7 +38,8 @@ def alive(pid):
 
 
 def main():
-    case, timeout, pids = sys.argv[1], float(sys.argv[2]), [int(p) for p in sys.argv[3].split(',') if p]
+    case, timeout = sys.argv[1], float(sys.argv[2])
+    pids = [int(p) for p in sys.argv[3].split(',') if p]
     sep = sys.argv.index('--')
     logs = [a.split('=', 1) for a in sys.argv[4:sep]]
     target = sys.argv[sep + 1]
@@ -95,7 +96,8 @@ def main():
             return series[0][1] if t < series[0][0] else series[-1][1]
         if w1 - w0 >= 4.0:
             for vm in vms:
-                rates[vm] = sum(at(ticks[p], w1) - at(ticks[p], w0) for p in procs if p[0] == vm) / (w1 - w0)
+                done_in = [at(ticks[p], w1) - at(ticks[p], w0) for p in procs if p[0] == vm]
+                rates[vm] = sum(done_in) / (w1 - w0)
             print(f'info: {case} window {w1 - w0:.1f} s, kernels/s ' +
                   ' '.join(f'{vm}={rates[vm]:.1f}' for vm in vms) +
                   f' (processes: {", ".join(f"{v}/{t}" for v, t in procs)})')

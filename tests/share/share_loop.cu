@@ -89,7 +89,8 @@ int main(int argc, char **argv)
     if ((e = cudaDeviceSynchronize()) != cudaSuccess)
         return fail("first launch", e);
     cudaEventRecord(t0, 0);
-    if ((e = batch(out, blocks, iters, t1)) != cudaSuccess || (e = cudaEventSynchronize(t1)) != cudaSuccess)
+    if ((e = batch(out, blocks, iters, t1)) != cudaSuccess ||
+        (e = cudaEventSynchronize(t1)) != cudaSuccess)
         return fail("timed batch", e);
     cudaEventElapsedTime(&ms, t0, t1);
     printf("VCU-SHARE %s start batch_ms=%.2f blocks=%d iters=%d\n", tag, ms, blocks, iters);

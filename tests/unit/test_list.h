@@ -124,6 +124,7 @@
     X(sched_cap)                        \
     X(sched_dead_holder)                \
     X(sched_reaped_worker)              \
+    X(sched_liars)                      \
     X(sched_lock_broken)                \
     X(sched_garbage)                    \
     X(sched_open_refuses)               \

@@ -47,6 +47,7 @@ typedef struct sim_worker_s {
     int vm;
     bool wants;                     /* the guest keeps the GPU busy */
     bool hung;                      /* never drains (a stuck kernel) */
+    bool lazy;                      /* says it wants the GPU, never issues */
     uint64_t drain_left;            /* ticks its drain still takes */
     bool draining;
 } sim_worker_t;
@@ -131,6 +132,11 @@ static void sim_tick(sim_t *s)
             w->draining = true;
             w->drain_left = s->drain_ticks;
             ran[w->vm] = true;
+            continue;
+        }
+        if (w->lazy) {
+            vcu__sched_set_want(&w->sc, true);
+            vcu__sched_step(&w->sc, sim_now);
             continue;
         }
         if (!w->wants) {
@@ -336,6 +342,42 @@ TEST(sched_dead_holder)
     while (atomic_load(&s.proxy[0].hdr->grant) != 1 && sim_now - t0 < 10000000000ull)
         sim_tick(&s);
     ASSERT_LE(sim_now - t0, 3 * SIM_TICK_NS);
+    sim_free(&s);
+    return 0;
+}
+
+/*
+ * Workers that lie (or are stuck) cannot take more than their VM's share
+ * of wall time: one that says it wants the GPU and never issues is
+ * charged the slices it holds; one whose drain never ends is charged
+ * until its grant is taken back (VCU__SCHED_DRAIN_NS).  An honest VM of
+ * equal weight beside either keeps at least about half the time (all of
+ * it once the stuck one no longer even asks).
+ */
+TEST(sched_liars)
+{
+    sim_t s;
+    uint64_t t0;
+
+    ASSERT_EQ(0, sim_init(&s));
+    ASSERT_EQ(0, sim_vm(&s, 100, 0, 1));
+    ASSERT_EQ(1, sim_vm(&s, 100, 0, 1));
+    s.w[0].lazy = true;
+    sim_run(&s, 2000000000ull);
+    ASSERT_GE(s.ran[1] * 1000 / (2000000000ull / SIM_TICK_NS), 450);
+    sim_free(&s);
+
+    ASSERT_EQ(0, sim_init(&s));
+    ASSERT_EQ(0, sim_vm(&s, 100, 0, 1));
+    ASSERT_EQ(1, sim_vm(&s, 100, 0, 1));
+    s.w[0].hung = true;
+    t0 = sim_now;
+    sim_run(&s, 20000000000ull);
+    /* ran[1]: ticks the honest VM ran in (the hung one "runs" throughout,
+     * overlapping once its grant was taken back). */
+    ASSERT_GE(s.ran[1] * 1000 / ((sim_now - t0) / SIM_TICK_NS), 400);
+    /* The stuck one was charged for the grant it kept past its drain. */
+    ASSERT_GE(atomic_load(&s.proxy[0].vm[0].used_ns), VCU__SCHED_DRAIN_NS);
     sim_free(&s);
     return 0;
 }
@@ -638,13 +680,14 @@ TEST(sched_proxy_gate)
     ASSERT_EQ(VCU_S_OK, ut_status(ms));
     ASSERT_EQ(0, (int)((const struct vcu_cu_resp *)ut_resp_payload(ms))->result);
     {
+        const struct vcu_cu_slice_info_resp *si = ut_resp_payload(t);
         struct vcu_cu_hdr ch;
 
         memset(&ch, 0, sizeof(ch));
         ut_req_build(t, VCU_OP_CU_SLICE_INFO, sid, &ch, sizeof(ch));
         ASSERT_EQ(VCU_S_OK, ts_px_exec(px, t));
-        ASSERT_EQ(0, (int)((const struct vcu_cu_slice_info_resp *)ut_resp_payload(t))->r.result);
-        ASSERT_EQ(100, (int)((const struct vcu_cu_slice_info_resp *)ut_resp_payload(t))->compute_share);
+        ASSERT_EQ(0, (int)si->r.result);
+        ASSERT_EQ(100, (int)si->compute_share);
     }
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
     ASSERT_EQ(100, (int)st.compute_share);
