@@ -10,7 +10,9 @@
 #   weights       two VMs at once, compute-share 25 and 75: 25 ±5 % and 75 ±5 %
 #   procs-3-vs-1  two VMs at equal weights, 3 processes in the first and 1 in
 #                 the second: 50 ±5 % each (the driver alone gives 75/25)
-#   cap           one VM with compute-cap=30: 30 % of alone, ±5 points
+#   cap           one VM with compute-cap=30: its kernels keep the GPU busy
+#                 30 % of the time, ±5 points (kernels counted, at the time
+#                 one kernel took alone)
 # One line per case: "share: CASE vm0=X% vm1=Y% (target ...) PASS|FAIL",
 # then "N passed, N failed".  About 3 minutes (five cases of VCU_SHARE_SECS
 # each, plus the boots).  Needs build/qemu and
@@ -31,6 +33,7 @@ logroot=build/vm/logs/share-run
 passed=0
 failed=0
 base=0
+kernel_ms=0
 
 if [ "${VCU_SHARE_FAKE:-0}" = 1 ]; then
     gpu_env="VCU_REAL_GPU=0"
@@ -60,8 +63,9 @@ judge() {
     shift 3
     out=$(python3 tests/gpu/share_watch.py "$c" $((secs + 180)) "$pids" "$@" -- "$target")
     local rc=$?
-    printf '%s\n' "$out" | grep -v '^rate='
+    printf '%s\n' "$out" | grep -v '^rate=\|^kernel_ms='
     rate=$(printf '%s\n' "$out" | sed -n 's/^rate=//p')
+    kms=$(printf '%s\n' "$out" | sed -n 's/^kernel_ms=//p')
     if [ $rc = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
 
@@ -84,6 +88,7 @@ case ",$cases," in *,alone,*)
     judge alone rate "$p0" vm0="$logroot/alone/share.log"
     # The baseline, if it was measured at all.
     awk -v r="${rate:-0}" 'BEGIN { exit !(r > 0) }' && base=$rate
+    awk -v k="${kms:-0}" 'BEGIN { exit !(k > 0) }' && kernel_ms=$kms
     finish alone
     ;;
 esac
@@ -123,8 +128,10 @@ esac
 case ",$cases," in *,cap,*)
     start_vm cap 1 "$secs" compute-cap=30 share-group="$group"
     p0=$!
-    if [ "$base" != 0 ]; then
-        judge cap "ratio:$base,0.25,0.35" "$p0" vm0="$logroot/cap/share.log"
+    if [ "$kernel_ms" != 0 ]; then
+        judge cap "busy:$kernel_ms,0.25,0.35" "$p0" vm0="$logroot/cap/share.log"
+        [ "$base" != 0 ] && awk -v r="${rate:-0}" 'BEGIN { exit !(r > 0) }' &&
+            echo "info: cap: $(awk -v r="$rate" -v b="$base" 'BEGIN { printf "%.1f", 100 * r / b }')% of the rate alone"
     else
         judge cap rate "$p0" vm0="$logroot/cap/share.log"
     fi

@@ -15,9 +15,13 @@ process's kernels in that window are read off its cumulative counts
     info: CASE window S s, kernels/s vm0=R0 vm1=R1 ...
 
 TARGET is "pct:25,75,5" (each VM's share of the total throughput, within
-5 points), "rate" (one VM: just report its rate, the baseline) or
-"ratio:BASE,LO,HI" (one VM: its rate over BASE kernels/s within [LO, HI]).
-The last line "rate=R" (the VMs' summed kernels/s) is for the caller.
+5 points), "rate" (one VM: just report its rate, the baseline),
+"ratio:BASE,LO,HI" (one VM: its rate over BASE kernels/s within [LO, HI])
+or "busy:MS,LO,HI" (one VM: the part of wall time its kernels kept the GPU
+busy, at MS milliseconds a kernel as timed alone, within [LO, HI]).
+The last lines "rate=R" (the VMs' summed kernels/s) and "kernel_ms=K"
+(the first process's own timing of one kernel, from its batch_ms) are for
+the caller.
 """
 import os
 import re
@@ -26,6 +30,8 @@ import time
 
 TICK = re.compile(r'^VCU-SHARE (\S+) (tick|done) kernels=(\d+)')
 START = re.compile(r'^VCU-SHARE (\S+) start (.*)$')
+BATCH_MS = re.compile(r'batch_ms=([0-9.]+)')
+BATCH = 8                       # kernels per batch (tests/share/share_loop.cu)
 ERROR = re.compile(r'^VCU-SHARE (\S+) error (.*)$')
 
 
@@ -48,6 +54,7 @@ def main():
     ticks = {}          # (vm, tag) -> [(host time, cumulative kernels)]
     done = set()
     notes = []
+    kernel_ms = 0.0
     t_end = time.time() + timeout
     while True:
         running = any(alive(p) for p in pids)
@@ -70,7 +77,11 @@ def main():
                     if m.group(2) == 'done':
                         done.add((vm, m.group(1)))
                     continue
-                m = START.match(line) or ERROR.match(line)
+                m = START.match(line)
+                b = BATCH_MS.search(line) if m else None
+                if b and kernel_ms == 0.0:
+                    kernel_ms = float(b.group(1)) / BATCH
+                m = m or ERROR.match(line)
                 if m:
                     notes.append(f'{vm}/{line[len("VCU-SHARE "):]}')
         if not running or now > t_end:
@@ -113,6 +124,12 @@ def main():
         verdict = verdict and all(abs(s - w) <= tol for s, w in zip(shares, want))
         shown = ' '.join(f'{vm}={s:.1f}%' for vm, s in zip(vms, shares))
         tgt = '/'.join(f'{w:g}' for w in want) + f' ±{tol:g}'
+    elif kind == 'busy':
+        ms, lo, hi = (float(x) for x in args.split(','))
+        busy = total * ms / 1000.0
+        verdict = verdict and lo <= busy <= hi
+        shown = f'{vms[0]}={100 * busy:.1f}% of the GPU\'s time'
+        tgt = f'{100 * lo:g}..{100 * hi:g}%'
     elif kind == 'ratio':
         base, lo, hi = (float(x) for x in args.split(','))
         r = total / base if base > 0 else 0
@@ -124,6 +141,7 @@ def main():
         tgt = 'baseline, alone'
     print(f'share: {case} {shown} (target {tgt}) {"PASS" if verdict else "FAIL"}')
     print(f'rate={total:.1f}')
+    print(f'kernel_ms={kernel_ms:.4f}')
     return 0 if verdict else 1
 
 
