@@ -170,6 +170,7 @@ typedef struct vcu__sess_s {
      * what it issued under a grant, and since when it has been idle. */
     vcu_sched_t *sched;
     vcu__cuda_wait_t *drain;
+    uint64_t drain_mark;            /* sched->nissued when the drain began */
     uint64_t idle_since;
 } vcu__sess_t;
 
@@ -925,7 +926,10 @@ static int64_t vcu__sched_tick(vcu__sess_t *s, bool held, bool idle)
             return (int64_t)VCU__SCHED_TICK_NS;
         (void)vcu__cuda_wait_finish(s->cs, s->drain, NULL, &len);
         s->drain = NULL;
-        vcu__sched_drained(sc, vcu__now_ns());
+        /* Work issued after the fence (an idle drain, then the guest came
+         * back) is not covered: the next drain will be. */
+        if (sc->nissued == s->drain_mark)
+            vcu__sched_drained(sc, vcu__now_ns());
     }
     if (sc->issued &&
         (vcu__sched_must_drain(sc) || (idle && now - s->idle_since >= VCU__SCHED_IDLE_NS))) {
@@ -933,6 +937,7 @@ static int64_t vcu__sched_tick(vcu__sess_t *s, bool held, bool idle)
 
         if (s->cs != NULL)
             (void)vcu__cuda_sess_fence(s->cs, &w);  /* failures are deferred errors */
+        s->drain_mark = sc->nissued;
         if (w == NULL)
             vcu__sched_drained(sc, vcu__now_ns());
         else

@@ -155,6 +155,7 @@ typedef struct vcu_sched_s {
     uint64_t (*clock)(void);        /* for the lock's bound (tests: simulated) */
     /* The worker's own record of its flags (its thread alone). */
     bool want, busy, issued;
+    uint64_t nissued;               /* issues so far (a drain covers those before it) */
     uint64_t deadline;              /* of the grant it issues under, as seen */
 } vcu_sched_t;
 
@@ -822,8 +823,10 @@ static inline bool vcu__sched_issue(vcu_sched_t *sc)
         }
         if (sc->cap != 0) {
             vcu__sched_cap_check(sc, sc->clock());
-            return atomic_load(&sc->hdr->grant) == sc->mine;
+            if (atomic_load(&sc->hdr->grant) != sc->mine)
+                return false;
         }
+        sc->nissued++;
         return true;
     }
     if (!sc->issued) {
