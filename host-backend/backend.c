@@ -67,6 +67,7 @@
 #include <time.h>
 
 #include "vcu_backend_int.h"
+#include "vcu_sched.h"
 
 #define VCU_EXPORT __attribute__((visibility("default")))
 
@@ -164,6 +165,13 @@ typedef struct vcu__sess_s {
      * worker's alone: no lock. */
     vcu__queue_t waiting;
     struct vcu__sess_s *zombie_next;
+    /* Compute share (vcu_sched.h), the worker's alone: the group, or NULL
+     * (constant after open; driven sessions only), the fence that drains
+     * what it issued under a grant, and since when it has been idle. */
+    vcu_sched_t *sched;
+    vcu__cuda_wait_t *drain;
+    uint64_t drain_mark;            /* sched->nissued when the drain began */
+    uint64_t idle_since;
 } vcu__sess_t;
 
 struct vcu_backend_s {
@@ -863,6 +871,104 @@ static void vcu__spin_poll(vcu__sess_t *s, bool closing, unsigned int k)
     }
 }
 
+/* ---- compute share ------------------------------------------------------- */
+
+/* The opcodes that put work on the GPU: held while the VM has no grant. */
+static bool vcu__op_issues_gpu(uint32_t op)
+{
+    switch (op) {
+    case VCU_OP_CU_LAUNCH:
+    case VCU_OP_CU_LAUNCH_EX:
+    case VCU_OP_CU_GRAPH_LAUNCH:
+    case VCU_OP_CU_MEMCPY_HTOD:
+    case VCU_OP_CU_MEMCPY_DTOH:
+    case VCU_OP_CU_MEMCPY_DTOD:
+    case VCU_OP_CU_MEMCPY_2D:
+    case VCU_OP_CU_MEMSET:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Worker, be->lock held: whether the request at the queue's head must
+ * wait for the VM's grant.  One atomic load when it may go. */
+static bool vcu__sched_hold_locked(vcu__sess_t *s)
+{
+    if (s->sched == NULL || !s->queue.head || !vcu__op_issues_gpu(s->queue.head->hdr.opcode))
+        return false;
+    s->idle_since = 0;
+    return !vcu__sched_issue(s->sched);
+}
+
+/*
+ * Worker, without be->lock, each time round its idle loop with a group:
+ * finishes a drain, starts one when the grant was revoked (or after
+ * VCU__SCHED_IDLE_NS idle), clears want when idle that long, and asks
+ * the group for the grant while held.  Returns how soon to look again
+ * (ns), or -1: not before something arrives.
+ */
+static int64_t vcu__sched_tick(vcu__sess_t *s, bool held, bool idle)
+{
+    vcu_sched_t *sc = s->sched;
+    uint64_t now = vcu__now_ns();
+    size_t len;
+
+    if (sc == NULL)
+        return -1;
+    if (!idle)
+        s->idle_since = 0;
+    else if (s->idle_since == 0)
+        s->idle_since = now;
+    vcu__sched_cap_check(sc, now);
+    if (s->drain != NULL) {
+        if (!vcu__cuda_wait_poll(s->cs, s->drain))
+            return (int64_t)VCU__SCHED_TICK_NS;
+        (void)vcu__cuda_wait_finish(s->cs, s->drain, NULL, &len);
+        s->drain = NULL;
+        /* Work issued after the fence (an idle drain, then the guest came
+         * back) is not covered: the next drain will be. */
+        if (sc->nissued == s->drain_mark)
+            vcu__sched_drained(sc, vcu__now_ns());
+    }
+    if (sc->issued &&
+        (vcu__sched_must_drain(sc) || (idle && now - s->idle_since >= VCU__SCHED_IDLE_NS))) {
+        vcu__cuda_wait_t *w = NULL;
+
+        if (s->cs != NULL)
+            (void)vcu__cuda_sess_fence(s->cs, &w);  /* failures are deferred errors */
+        s->drain_mark = sc->nissued;
+        if (w == NULL)
+            vcu__sched_drained(sc, vcu__now_ns());
+        else
+            s->drain = w;
+        return (int64_t)VCU__SCHED_TICK_NS;
+    }
+    if (idle && sc->want && now - s->idle_since >= VCU__SCHED_IDLE_NS) {
+        vcu__sched_set_want(sc, false);
+        vcu__sched_step(sc, now);
+    }
+    if (held) {
+        vcu__sched_step(sc, now);
+        return (int64_t)VCU__SCHED_TICK_NS;
+    }
+    if (sc->issued || sc->want)
+        return (int64_t)VCU__SCHED_TICK_NS;
+    return -1;
+}
+
+/* The session is over: its work is gone with its contexts. */
+static void vcu__sched_end(vcu__sess_t *s)
+{
+    vcu_sched_t *sc = s->sched;
+
+    if (sc == NULL)
+        return;
+    s->drain = NULL;                /* freed by vcu__cuda_sess_free() */
+    vcu__sched_set_want(sc, false);
+    vcu__sched_drained(sc, vcu__now_ns());
+}
+
 /* ---- worker -------------------------------------------------------------- */
 
 /*
@@ -899,9 +1005,21 @@ static void *vcu__worker(void *arg)
         uint64_t nap = VCU__POLL_MIN_NS;
         vcu__item_t *spare;
 
-        while (!s->cancel && !s->prio.head && !s->queue.head) {
+        while (!s->cancel && !s->prio.head && (!s->queue.head || vcu__sched_hold_locked(s))) {
             unsigned int k = atomic_load_explicit(&s->kick, memory_order_relaxed);
+            /* A request held for the grant stays at the head (only this
+             * thread pops): a different head is news. */
+            vcu__item_t *hh = s->queue.head;
+            int64_t tick = -1;
 
+            if (s->sched != NULL) {
+                pthread_mutex_unlock(&be->lock);
+                tick = vcu__sched_tick(s, hh != NULL, hh == NULL && !s->waiting.head);
+                pthread_mutex_lock(&be->lock);
+                if (s->cancel || s->prio.head || s->queue.head != hh ||
+                    (hh != NULL && !vcu__sched_hold_locked(s)))
+                    continue;
+            }
             if (s->waiting.head) {
                 bool closing = s->closing, gpu;
                 uint64_t next, now, dl;
@@ -912,13 +1030,15 @@ static void *vcu__worker(void *arg)
                     nap = VCU__POLL_MIN_NS;
                 last_poll = vcu__now_ns();
                 pthread_mutex_lock(&be->lock);
-                if (!s->waiting.head || s->cancel || s->prio.head || s->queue.head ||
+                if (!s->waiting.head || s->cancel || s->prio.head || s->queue.head != hh ||
                     s->closing != closing)
                     continue;
-                if (!spun) {
+                if (!spun && hh == NULL && s->drain == NULL) {
                     /* Just finished a request: more may be on the way,
                      * and GPU work often ends within microseconds.  Spin,
-                     * polling, before sleeping. */
+                     * polling, before sleeping (not while a request waits
+                     * for the grant or a drain is out: the tick must come
+                     * round). */
                     spun = true;
                     pthread_mutex_unlock(&be->lock);
                     vcu__spin_poll(s, closing, k);
@@ -933,6 +1053,8 @@ static void *vcu__worker(void *arg)
                 dl = gpu ? now + nap : next;
                 if (next != 0 && next < dl)
                     dl = next;
+                if (tick >= 0 && (dl == 0 || now + (uint64_t)tick < dl))
+                    dl = now + (uint64_t)tick;
                 if (dl <= now)
                     continue;
                 if (gpu && nap < VCU__POLL_MAX_NS)
@@ -956,7 +1078,7 @@ static void *vcu__worker(void *arg)
             }
             if (s->driven) {
                 /* The pump spins before it sleeps. */
-                vcu__pump_locked(s, -1);
+                vcu__pump_locked(s, tick);
                 continue;
             }
             if (!spun) {
@@ -1025,6 +1147,7 @@ static void *vcu__worker(void *arg)
      * the executor's waits; their requests are cancelled here. */
     if (cs)
         vcu__cuda_sess_free(cs);
+    vcu__sched_end(s);
     while ((it = vcu__queue_pop(&s->waiting)) != NULL) {
         it->wait = NULL;
         vcu__complete_item(it, VCU_S_ECANCELED, 0);
@@ -1117,6 +1240,7 @@ static uint32_t vcu__session_open(vcu_backend_t *be, vcu_request_t *req, const u
     s->id = (be->next_gen++ << 32) | (uint64_t)(slot + 1);
     s->in_table = true;
     s->driven = be->cfg.pump != NULL;
+    s->sched = s->driven ? be->cfg.sched : NULL;
     if (s->driven) {
         vcu__sess_t **pp = &be->undriven;
 

@@ -78,6 +78,7 @@
 #include <cudaProfiler.h>
 
 #include "vcu_account.h"
+#include "vcu_sched.h"
 #include "vcu_backend_int.h"
 #include "vcu_modcache.h"
 #include "vcu_printf.h"
@@ -230,6 +231,7 @@ struct vcu__cuda_s {
     int capture;                            /* device printf captured (capture.c) */
     int worker;                             /* vcu_backend_config_t.worker */
     vcu_account_t *acct;                    /* the VM's memory account, or NULL */
+    struct vcu_sched_s *sched;              /* the compute-share group, or NULL */
     int acct_slot;                          /* vcu_backend_config_t.account_slot */
     vcu_modcache_t *mc;                     /* the module cache, or NULL */
 
@@ -703,6 +705,7 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
     }
     cu->worker = cfg != NULL && cfg->worker;
     cu->acct = cfg != NULL ? cfg->account : NULL;
+    cu->sched = cfg != NULL ? cfg->sched : NULL;
     cu->acct_slot = cfg != NULL ? cfg->account_slot : -1;
     if (cu->worker) {
         unsigned int i;
@@ -2222,7 +2225,11 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
         r->mem_total = tot;
         r->mem_used = vcu__acct_used(a, d);
         r->ctx_bytes = vcu__acct_ctx(a, d);
-        r->compute_share = 0;
+        /* The VM's weight, as its QEMU wrote it in the group, clamped as
+         * the scheduler reads it: for reporting only. */
+        r->compute_share = o->cu->sched != NULL && o->cu->sched->vm_slot >= 0
+                               ? vcu__sched_weight(&o->cu->sched->vm[o->cu->sched->vm_slot])
+                               : 0;
         r->sm_count = (uint32_t)sms;
         r->util_percent = VCU_SLICE_UNKNOWN32;
         r->faults = atomic_load(&a->hdr->faults);

@@ -37,6 +37,10 @@
  *   vcu_account_t.mu which memory account slots are handed out
  *                    (vcu_account.h); innermost, taken under
  *                    vcu__psess_t.mu when a reaped worker's slot is freed.
+ *   share group lock the compute-share area's word lock (vcu_sched.h,
+ *                    bounded: a dead or slow holder loses it); innermost,
+ *                    taken under vcu__psess_t.mu when a reaped worker's
+ *                    group slot is freed, never with vcu_account_t.mu.
  *
  * Lifetimes
  * ---------
@@ -72,6 +76,7 @@
 #include <unistd.h>
 
 #include "vcu_account.h"
+#include "vcu_sched.h"
 #include "vcu_ipc.h"
 #include "vcu_modcache.h"
 #include "vcu_proxy.h"
@@ -138,6 +143,10 @@ struct vcu_proxy_s {
      * worker; a session's slot is freed once its worker is reaped.  Its
      * own lock; reaper threads hold a reference. */
     vcu_account_t *acct;
+    /* The compute-share group (vcu_sched.h) with this VM's slot claimed,
+     * or NULL; constant from new to free.  Its own lock (the area's). */
+    vcu_sched_t *sched;
+    char *share_group;
 };
 
 struct vcu__psess_s {
@@ -534,6 +543,8 @@ static void vcu__px_wait_exit(vcu__psess_t *s)
         pthread_mutex_lock(&s->mu);
         r = waitpid(s->pid, NULL, WNOHANG);
         if (r == s->pid || (r < 0 && errno != EINTR)) {
+            if (r == s->pid && s->px->sched != NULL)
+                vcu__sched_worker_gone(s->px->sched, (uint32_t)r, vcu__sched_now());
             s->pid = -1;
             vcu__px_acct_release(s);
             pthread_mutex_unlock(&s->mu);
@@ -776,8 +787,8 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
     posix_spawnattr_t at;
     sigset_t none, all;
     char cap[2] = { px->capture_printf ? '1' : '0', '\0' };
-    char spin[16], aslot[16], quota[24], mcsize[24];
-    char *argv[32];
+    char spin[16], aslot[16], quota[24], mcsize[24], svm[16], scap[16];
+    char *argv[40];
     int src[5] = { -1, -1, -1, -1, -1 };
     int argc = 0, rc, i;
 
@@ -855,6 +866,16 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
         argv[argc++] = px->module_cache;
         argv[argc++] = (char *)"--module-cache-size";
         argv[argc++] = mcsize;
+    }
+    if (px->sched != NULL && !probe) {
+        snprintf(svm, sizeof(svm), "%d", px->sched->vm_slot);
+        snprintf(scap, sizeof(scap), "%u", px->sched->cap);
+        argv[argc++] = (char *)"--share-group";
+        argv[argc++] = px->share_group;
+        argv[argc++] = (char *)"--share-vm";
+        argv[argc++] = svm;
+        argv[argc++] = (char *)"--compute-cap";
+        argv[argc++] = scap;
     }
     if (probe)
         argv[argc++] = (char *)"--probe";
@@ -1375,6 +1396,27 @@ static void vcu__px_probe(vcu_proxy_t *px, int timeout_ms)
     waitpid(pid, NULL, 0);
 }
 
+/* Joins the compute-share group at path as a VM of this weight and cap. */
+static int vcu__px_share_open(vcu_proxy_t *px, const char *path, uint32_t weight, uint32_t cap,
+                              char *err, size_t errlen)
+{
+    px->share_group = strdup(path);
+    if (px->share_group == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return VCU_ENOMEM;
+    }
+    if (vcu__sched_open(path, 1, &px->sched, err, errlen) != 0)
+        return VCU_EINVAL;
+    if (vcu__sched_vm_claim(px->sched, weight, cap, vcu__sched_now()) != 0) {
+        snprintf(err, errlen, "share-group %s: no free VM slot (%u VMs at most)", path,
+                 VCU_SCHED_VMS);
+        vcu__sched_close(px->sched);
+        px->sched = NULL;
+        return VCU_EBUSY;
+    }
+    return 0;
+}
+
 VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, char *err,
                              size_t errlen)
 {
@@ -1384,6 +1426,18 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
     *out = NULL;
     if (cfg == NULL || cfg->worker == NULL || cfg->worker[0] == '\0') {
         snprintf(err, errlen, "no worker program given");
+        return VCU_EINVAL;
+    }
+    if (cfg->compute_share > VCU_SCHED_WEIGHT_MAX) {
+        snprintf(err, errlen, "compute-share must be 1..%u", VCU_SCHED_WEIGHT_MAX);
+        return VCU_EINVAL;
+    }
+    if (cfg->compute_cap > 100) {
+        snprintf(err, errlen, "compute-cap must be a percentage, 1..100");
+        return VCU_EINVAL;
+    }
+    if (cfg->share_group != NULL && cfg->share_group[0] != '\0' && cfg->share_group[0] != '/') {
+        snprintf(err, errlen, "share-group must be an absolute path");
         return VCU_EINVAL;
     }
     if (access(cfg->worker, X_OK) != 0) {
@@ -1468,6 +1522,19 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
         free(px);
         goto enomem;
     }
+    if (cfg->compute_share != 0 || (cfg->compute_cap != 0 && cfg->compute_cap != 100) ||
+        (cfg->share_group != NULL && cfg->share_group[0] != '\0')) {
+        const char *g = cfg->share_group != NULL && cfg->share_group[0] != '\0'
+                            ? cfg->share_group
+                            : VCU_SCHED_DEFAULT_GROUP;
+        int rc = vcu__px_share_open(px, g, cfg->compute_share ? cfg->compute_share : 100,
+                                    cfg->compute_cap, err, errlen);
+
+        if (rc != 0) {
+            vcu_proxy_free(px);
+            return rc;
+        }
+    }
     vcu__px_probe(px, 60000);
     *out = px;
     return 0;
@@ -1517,6 +1584,11 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
     vcu_proxy_reset(px);
     pthread_mutex_destroy(&px->mu);
     vcu__acct_put(px->acct);        /* reapers still out hold it */
+    if (px->sched != NULL) {
+        vcu__sched_vm_release(px->sched, vcu__sched_now());
+        vcu__sched_close(px->sched);
+    }
+    free(px->share_group);
     free(px->sessions);
     free(px->pbuf);
     free(px->worker);
@@ -1543,6 +1615,11 @@ VCU_EXPORT int vcu_proxy_stats(vcu_proxy_t *px, vcu_proxy_stats_t *out,
         out->ctx_bytes[d] = vcu__acct_ctx(a, d);
     }
     out->faults = atomic_load(&a->hdr->faults);
+    if (px->sched != NULL) {
+        out->compute_share = vcu__sched_weight(&px->sched->vm[px->sched->vm_slot]);
+        out->compute_cap = px->sched->cap;
+        vcu__sched_vm_report(px->sched, &out->gpu_ns, &out->group_gpu_ns, &out->grants);
+    }
     pthread_mutex_lock(&px->mu);
     out->sessions = px->nlive;
     pthread_mutex_unlock(&px->mu);

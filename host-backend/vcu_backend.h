@@ -97,6 +97,14 @@ typedef struct vcu_backend_config_s {
      */
     const char *module_cache;
     uint64_t module_cache_bytes;    /* its bound; 0: VCU_MODCACHE_DEFAULT_BYTES */
+    /*
+     * The compute-share group (vcu_sched.h), attached to this worker's
+     * slot: a driven session (pump) issues GPU work (launches, copies,
+     * memsets, graph launches) only while its VM holds the group's grant,
+     * and drains when it loses it.  NULL: no gate, nothing on the launch
+     * path.  The caller's; it outlives the backend.
+     */
+    struct vcu_sched_s *sched;
 } vcu_backend_config_t;
 
 /*

@@ -47,6 +47,14 @@ typedef struct vcu_proxy_config_s {
                                        if another user's or writable by others; NULL,
                                        "" or "off": no cache */
     uint64_t module_cache_bytes;    /* its bound; 0 means 1 GiB */
+    /* Compute share between VMs (vcu_sched.h, docs/design.md "Compute
+     * share"): the host-wide group's file (absolute path; created if
+     * missing; NULL or "": VCU_SCHED_DEFAULT_GROUP when a share or cap is
+     * set), this VM's weight (1..10000; 0: not in a group, no gate) and
+     * its cap in percent of the GPU's time (1..99; 0 or 100: none). */
+    const char *share_group;
+    uint32_t compute_share;
+    uint32_t compute_cap;
 } vcu_proxy_config_t;
 
 /* Checks the config (the worker must be an executable file) and creates
@@ -80,8 +88,8 @@ void vcu_proxy_reset(vcu_proxy_t *px);
  * The VM's usage, for the host's monitoring (QEMU's QOM properties): what
  * the VM's memory account says and the proxy's own counts.  Per device
  * (the VM's virtual device numbers, all VCU_CU_MAX_DEVICES of them: the
- * proxy does not know how many the workers found).  GPU time and compute
- * shares are not measured: there is nothing of them here.
+ * proxy does not know how many the workers found), and with a compute
+ * share the VM's GPU time as the share group has charged it.
  */
 typedef struct vcu_proxy_session_stats_s {
     uint64_t session;               /* the guest's session id */
@@ -101,6 +109,16 @@ typedef struct vcu_proxy_stats_s {
                                        reset, old ones until reaped): may pass cap */
     uint32_t nsess;                 /* entries written to the caller's array */
     uint32_t reserved;
+    /* Compute share: the VM's weight and cap (0: not in a group / none),
+     * the GPU time charged to it since realize, what every live VM of the
+     * group has been charged (its share is gpu_ns / group_gpu_ns), and the
+     * turns it was given (one or more slices in a row each).  The times are written by workers of the
+     * group (any VM's): reported as found. */
+    uint32_t compute_share;
+    uint32_t compute_cap;
+    uint64_t gpu_ns;
+    uint64_t group_gpu_ns;
+    uint64_t grants;
 } vcu_proxy_stats_t;
 
 /*

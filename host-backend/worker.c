@@ -4,10 +4,15 @@
  *   vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] [--spin-us N]
  *              [--account FD --account-slot N --mem-quota BYTES]
  *              [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1]
- *              [--module-cache DIR --module-cache-size BYTES] [--probe]
+ *              [--module-cache DIR --module-cache-size BYTES]
+ *              [--share-group PATH --share-vm N --compute-cap PERCENT] [--probe]
  *
  * --account: the VM's GPU memory account (vcu_account.h), this session's
  * slot in it and the quota to enforce (0: none).
+ *
+ * --share-group: the host's compute-share group (vcu_sched.h), the VM's
+ * slot in it (claimed by the proxy, our parent) and the VM's cap (0:
+ * none): GPU work is issued only while the VM holds the group's grant.
  *
  * --module-cache: the host's module cache (vcu_modcache.h), shared with
  * every other worker naming it, and its bound.
@@ -88,6 +93,7 @@
 #include "vcu_account.h"
 #include "vcu_backend.h"
 #include "vcu_ipc.h"
+#include "vcu_sched.h"
 #include "vcu_ring.h"
 #include "vcu_stage.h"
 
@@ -1164,6 +1170,36 @@ static void vcu__map_account(vcu_backend_config_t *cfg, int fd, const char *slot
     cfg->account_slot = (int)n;
 }
 
+/* The compute-share group, this worker's slot in it (vcu_sched.h).  The
+ * VM slot must be our parent's (the proxy claimed it); the cap comes from
+ * the command line, not from the area. */
+static void vcu__map_share(vcu_backend_config_t *cfg, const char *path, const char *vm,
+                           const char *cap)
+{
+    vcu_sched_t *sc;
+    char err[256], *end;
+    unsigned long v, c;
+
+    if (path == NULL)
+        return;
+    if (vm == NULL)
+        vcu__die("--share-group needs --share-vm");
+    v = strtoul(vm, &end, 10);
+    if (*end != '\0' || vm[0] == '-' || v >= VCU_SCHED_VMS)
+        vcu__die("bad --share-vm");
+    c = 0;
+    if (cap != NULL) {
+        c = strtoul(cap, &end, 10);
+        if (*end != '\0' || cap[0] == '-' || c > 100)
+            vcu__die("bad --compute-cap");
+    }
+    if (vcu__sched_open(path, 0, &sc, err, sizeof(err)) != 0)
+        vcu__die(err);
+    if (vcu__sched_attach(sc, (uint32_t)v, (uint32_t)getppid(), (uint32_t)c) != 0)
+        vcu__die("cannot join the share group");
+    cfg->sched = sc;
+}
+
 static void vcu__usage(void)
 {
     fprintf(stderr, "usage: vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] "
@@ -1171,7 +1207,8 @@ static void vcu__usage(void)
                     "                  [--account FD --account-slot N --mem-quota BYTES]\n"
                     "                  [--gpus LIST] [--libcuda PATH] "
                     "[--capture-printf 0|1]\n"
-                    "                  [--module-cache DIR --module-cache-size BYTES] "
+                    "                  [--module-cache DIR --module-cache-size BYTES]\n"
+                    "                  [--share-group PATH --share-vm N --compute-cap PERCENT] "
                     "[--probe]\n"
                     "Started by QEMU's virtio-cuda-pci device, one per guest session.\n");
     exit(2);
@@ -1182,7 +1219,8 @@ int main(int argc, char **argv)
     vcu_backend_config_t cfg;
     struct vcu_ipc_hello hello;
     pthread_t watch;
-    const char *cerr, *aslot = NULL, *quota = NULL;
+    const char *cerr, *aslot = NULL, *quota = NULL, *share = NULL, *share_vm = NULL,
+               *share_cap = NULL;
     bool probe = false;
     int i, shm_fd = -1, wake_req = -1, wake_resp = -1, acct_fd = -1;
 
@@ -1226,6 +1264,12 @@ int main(int argc, char **argv)
             aslot = v;
         } else if (strcmp(a, "--mem-quota") == 0) {
             quota = v;
+        } else if (strcmp(a, "--share-group") == 0) {
+            share = v;
+        } else if (strcmp(a, "--share-vm") == 0) {
+            share_vm = v;
+        } else if (strcmp(a, "--compute-cap") == 0) {
+            share_cap = v;
         } else if (strcmp(a, "--module-cache") == 0) {
             cfg.module_cache = v;
         } else if (strcmp(a, "--module-cache-size") == 0) {
@@ -1255,6 +1299,8 @@ int main(int argc, char **argv)
     cfg.worker = 1;
     cfg.pump = vcu__pump;
     vcu__map_account(&cfg, acct_fd, aslot, quota);
+    if (!probe)
+        vcu__map_share(&cfg, share, share_vm, share_cap);
     if (vcu_backend_new(&cfg, &vcu__w.be) != 0)
         vcu__die("cannot create the backend");
     memset(&hello, 0, sizeof(hello));

@@ -529,6 +529,10 @@ if os.path.exists(FAKECUDA):
     quota_check(f'vcu-metrics: exit {r.returncode}, Prometheus text that parses, same numbers '
                 f'(mismatched: {miss}) {r.stderr.strip()}',
                 r.returncode == 0 and prom is not None and not miss)
+    quota_check('vcu-metrics: no GPU time or share for a VM outside a compute-share group (not a made-up zero)',
+                prom is not None and not any(k[0] in ('vcu_compute_share', 'vcu_gpu_time_ns_total',
+                                                      'vcu_group_gpu_time_ns_total', 'vcu_grants_total')
+                                             for k in prom))
     check('SESSION_CLOSE of the 3 MiB session',
           vm.submit([(REQ, hdr(opcode=2, payload_len=0, session=ma))], 64), S_OK)
     expect('its memory and session leave the count',
@@ -552,6 +556,93 @@ if os.path.exists(FAKECUDA):
         if os.path.exists(f):
             os.unlink(f)
     os.rmdir(tmpd)
+
+# ---- compute share ----------------------------------------------------
+# Bad compute-share, compute-cap and share-group values keep QEMU from
+# starting, with the reason; a file that is not a share group is refused.
+# Two VMs in one group (weights 25 and 75) on the stand-in: GPU work
+# (memsets: gated by the group's grant) completes in both, taking turns,
+# and qom-get reports each VM's weight and the GPU time charged.
+def memset_req(ptr, n, val):
+    return struct.pack('<IIQQQQQIIII', 0, 0, ptr, 0, n, 1, 0, val, 1, 0, 0)
+def share_check(name, ok):
+    global passes, fails
+    print(('PASS' if ok else 'FAIL'), name)
+    passes += bool(ok)
+    fails += not ok
+if os.path.exists(FAKECUDA):
+    sgdir = tempfile.mkdtemp(prefix='vcu-qtest-share-')
+    grp = os.path.join(sgdir, 'group')
+    check_opts('compute-share=10001 is refused', f'compute-share=10001,share-group={grp}', False,
+               'compute-share must be 1..10000')
+    check_opts('compute-cap=101 is refused', 'compute-cap=101', False, 'compute-cap must be a percentage')
+    check_opts('a relative share-group is refused', 'compute-share=5,share-group=rel/group', False,
+               'share-group must be an absolute path')
+    check_opts('a share-group in a missing directory is refused',
+               f'compute-share=5,share-group={sgdir}/none/group', False, 'No such file')
+    with open(os.path.join(sgdir, 'junk'), 'wb') as f:
+        f.write(b'x' * 100)
+    check_opts('a file that is not a share group is refused',
+               f'compute-share=5,share-group={sgdir}/junk', False, 'not a share group')
+    check_opts('compute-share=25 in a new group starts', f'compute-share=25,share-group={grp}', True, None)
+    qa_sock, qb_sock = os.path.join(sgdir, 'a.qmp'), os.path.join(sgdir, 'b.qmp')
+    sva = Guest(QEMU, sys.argv[2:] + ['-qmp', f'unix:{qa_sock},server=on,wait=off'], mem_mib=256,
+                device_opts=f',id=vcu0,libcuda={FAKECUDA},compute-share=25,share-group={grp}', quiet=True)
+    svb = Guest(QEMU, sys.argv[2:] + ['-qmp', f'unix:{qb_sock},server=on,wait=off'], mem_mib=256,
+                device_opts=f',id=vcu0,libcuda={FAKECUDA},compute-share=75,compute-cap=90,share-group={grp}',
+                quiet=True)
+    ptrs = {}
+    for name, v in (('a', sva), ('b', svb)):
+        sess = cuda_session(v)
+        rq = struct.pack('<IIQQQ', 0, 0, 4096, 0, 0)
+        ln, r = v.submit([(REQ, hdr(opcode=0x200, payload_len=len(rq), session=sess) + rq)], 256)
+        ptrs[name] = (sess, struct.unpack('<Q', r[32:40])[0] if ln >= 40 and cu_result(r) == 0 else 0)
+    done = 0
+    t0 = time.time()
+    for i in range(20):
+        for name, v in (('a', sva), ('b', svb)):
+            sess, ptr = ptrs[name]
+            ln, r = v.submit([(REQ, hdr(opcode=0x205, payload_len=64, session=sess) +
+                               memset_req(ptr, 64, i + 1))], 256)
+            done += ln >= 32 and cu_result(r) == 0
+    elapsed = time.time() - t0
+    ok_data = True
+    for name, v in (('a', sva), ('b', svb)):
+        sess, ptr = ptrs[name]
+        v.wmem(DATA, bytes(64))
+        ln, r = v.submit([(REQ, hdr(opcode=0x203, payload_len=48, nsegs=1, session=sess) + memcpy_req(0, ptr, 64) +
+                           seg(64, 1, 2) + rng(DATA, 64))], 256)
+        ok_data &= cu_result(r) == 0 and v.rmem(DATA, 64) == bytes([20]) * 64
+    share_check(f'compute share: 40 memsets in two VMs of one group complete, taking turns ({done}/40, '
+                f'{elapsed:.2f} s), and land', done == 40 and ok_data and elapsed < 20)
+    tool = load_metrics_tool()
+    mon = tool.QMP(qa_sock, 10)
+    sta = mon.execute('qom-get', path='/machine/peripheral/vcu0', property='stats')
+    gpa = mon.execute('qom-get', path='/machine/peripheral/vcu0', property='gpu-ns')
+    mon.close()
+    mon = tool.QMP(qb_sock, 10)
+    stb = mon.execute('qom-get', path='/machine/peripheral/vcu0', property='stats')
+    mon.close()
+    r = subprocess.run([sys.executable, METRICS_TOOL, '--vm', f'b={qb_sock}'], capture_output=True, text=True,
+                       timeout=60)
+    prom = prom_parse(r.stdout)
+    Lb = frozenset(dict(vm='b', device='vcu0').items())
+    share_check(f'vcu-metrics exports the weight, cap and GPU time of a VM in a group ({r.stderr.strip()})',
+                r.returncode == 0 and prom is not None and prom.get(('vcu_compute_share', Lb)) == 75 and
+                prom.get(('vcu_compute_cap_percent', Lb)) == 90 and
+                prom.get(('vcu_gpu_time_ns_total', Lb), -1) >= stb.get('gpu-ns', 0) and
+                prom.get(('vcu_grants_total', Lb), 0) >= 1)
+    share_check(f'compute share: qom-get reports weights, cap and GPU time (a {sta.get("compute-share")} '
+                f'{sta.get("gpu-ns")} ns, b {stb.get("compute-share")} cap {stb.get("compute-cap")} '
+                f'{stb.get("gpu-ns")} ns, group {sta.get("group-gpu-ns")} ns, grants {sta.get("grants")})',
+                sta.get('compute-share') == 25 and stb.get('compute-share') == 75 and
+                sta.get('compute-cap') == 0 and stb.get('compute-cap') == 90 and
+                sta.get('grants', 0) >= 1 and stb.get('grants', 0) >= 1 and gpa == sta.get('gpu-ns') and
+                sta.get('group-gpu-ns', 0) >= sta.get('gpu-ns', 1))
+    sva.close()
+    svb.close()
+    import shutil
+    shutil.rmtree(sgdir, ignore_errors=True)
 
 print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)

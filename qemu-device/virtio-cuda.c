@@ -626,6 +626,9 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         .mem_quota = s->mem_quota,
         .module_cache = s->module_cache,
         .module_cache_bytes = s->module_cache_size,
+        .share_group = s->share_group,
+        .compute_share = s->compute_share,
+        .compute_cap = s->compute_cap,
     };
     char err[256] = "";
     char mcdir[PATH_MAX];
@@ -635,6 +638,26 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         error_setg(errp, "virtio-cuda: max-sessions must be 1..4096, not %u",
                    s->max_sessions);
         return;
+    }
+
+    if (s->compute_share > 10000) {
+        error_setg(errp, "virtio-cuda: compute-share must be 1..10000 "
+                   "(0: not shared), not %u", s->compute_share);
+        return;
+    }
+    if (s->compute_cap > 100) {
+        error_setg(errp, "virtio-cuda: compute-cap must be a percentage "
+                   "1..100 (0: none), not %u", s->compute_cap);
+        return;
+    }
+    if (s->share_group && s->share_group[0] != '/') {
+        error_setg(errp, "virtio-cuda: share-group must be an absolute path "
+                   "(a file under /dev/shm), not '%s'", s->share_group);
+        return;
+    }
+    /* Naming a group joins it, with the default weight. */
+    if (s->share_group && s->compute_share == 0) {
+        cfg.compute_share = 100;
     }
 
     if (!virtio_cuda_ram_shared(errp)) {
@@ -728,6 +751,7 @@ typedef enum {
     VIRTIO_CUDA_STAT_CTX_BYTES,
     VIRTIO_CUDA_STAT_SESSIONS,
     VIRTIO_CUDA_STAT_FAULTS,
+    VIRTIO_CUDA_STAT_GPU_NS,
 } VirtIOCudaStat;
 
 static uint64_t virtio_cuda_sat_add(uint64_t a, uint64_t b)
@@ -785,6 +809,9 @@ static void virtio_cuda_get_stat(Object *obj, Visitor *v, const char *name,
         break;
     case VIRTIO_CUDA_STAT_FAULTS:
         val = st.faults;
+        break;
+    case VIRTIO_CUDA_STAT_GPU_NS:
+        val = st.gpu_ns;
         break;
     }
     visit_type_uint64(v, name, &val, errp);
@@ -890,6 +917,11 @@ static void virtio_cuda_get_stats(Object *obj, Visitor *v, const char *name,
         !visit_type_uint32(v, "sessions", &st.sessions, errp) ||
         !visit_type_uint32(v, "workers", &st.workers, errp) ||
         !visit_type_uint64(v, "faults", &st.faults, errp) ||
+        !visit_type_uint32(v, "compute-share", &st.compute_share, errp) ||
+        !visit_type_uint32(v, "compute-cap", &st.compute_cap, errp) ||
+        !visit_type_uint64(v, "gpu-ns", &st.gpu_ns, errp) ||
+        !visit_type_uint64(v, "group-gpu-ns", &st.group_gpu_ns, errp) ||
+        !visit_type_uint64(v, "grants", &st.grants, errp) ||
         !virtio_cuda_visit_devices(v, virtio_cuda_ndev(st.mem_used,
                                                        st.ctx_bytes),
                                    st.mem_used, st.ctx_bytes, errp)) {
@@ -929,6 +961,14 @@ static const Property virtio_cuda_properties[] = {
     DEFINE_PROP_STRING("module-cache", VirtIOCuda, module_cache),
     DEFINE_PROP_SIZE("module-cache-size", VirtIOCuda, module_cache_size,
                      VCU_MODCACHE_DEFAULT_BYTES),
+    /* GPU time between VMs (docs/design.md "Compute share"): the VM's
+     * weight in the host-wide group (1..10000; 0: not in a group), its cap
+     * in percent of the GPU's time even when the GPU is otherwise idle
+     * (0: none), and the group's file, shared by the group's QEMUs and
+     * their workers (default /dev/shm/virtio-cuda-share). */
+    DEFINE_PROP_UINT32("compute-share", VirtIOCuda, compute_share, 0),
+    DEFINE_PROP_UINT32("compute-cap", VirtIOCuda, compute_cap, 0),
+    DEFINE_PROP_STRING("share-group", VirtIOCuda, share_group),
 };
 
 static void virtio_cuda_class_init(ObjectClass *klass, void *data)
@@ -957,6 +997,12 @@ static void virtio_cuda_class_init(ObjectClass *klass, void *data)
                               (void *)(uintptr_t)VIRTIO_CUDA_STAT_FAULTS);
     object_class_property_set_description(klass, "faults",
         "Sessions ended by a GPU fault");
+    object_class_property_add(klass, "gpu-ns", "uint64", virtio_cuda_get_stat,
+                              NULL, NULL,
+                              (void *)(uintptr_t)VIRTIO_CUDA_STAT_GPU_NS);
+    object_class_property_set_description(klass, "gpu-ns",
+        "GPU time charged to the VM by its compute-share group (ns; "
+        "0 without compute-share)");
     object_class_property_add(klass, "stats", "VirtioCudaStats",
                               virtio_cuda_get_stats, NULL, NULL, NULL);
     object_class_property_set_description(klass, "stats",

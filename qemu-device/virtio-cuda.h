@@ -41,6 +41,9 @@ struct VirtIOCuda {
     uint64_t mem_quota;     /* GPU memory of all sessions together, per GPU; 0: none */
     char *module_cache;     /* module cache directory; NULL: the default, "off": none */
     uint64_t module_cache_size;
+    char *share_group;      /* compute-share group's file; NULL: the default */
+    uint32_t compute_share; /* weight among the group's VMs; 0: not in a group */
+    uint32_t compute_cap;   /* percent of the GPU's time at most; 0: none */
 
     /* One worker process per guest session (host-backend/vcu_proxy.h). */
     VirtIOCudaProxy *proxy;

@@ -33,6 +33,12 @@ for t in $(grep -v '^[[:space:]]*\(#\|$\)' "$here/tests.list"); do
     fi
     progs="$progs $bindir/$t"
 done
+# The share suite's kernel loop (tests/share), built beside them.
+if [ ! -f "$bindir/share_loop" ]; then
+    echo "check-twins: $bindir/share_loop not built (make -C tests/cuda O=...)" >&2
+    exit 2
+fi
+progs="$progs $bindir/share_loop"
 if [ ! -f "$demo" ]; then
     echo "check-twins: $demo not built (make -C tests/demo O=...)" >&2
     exit 2

@@ -684,6 +684,25 @@ static void tw_drv_cluster(vcu_twin_launch_t *l, const void *pb)
     }
 }
 
+/* tests/share/share_loop.cu: share_burn(float *out, int iters): ITERS
+ * dependent FMAs per thread.  On the CPU, a stand-in for GPU time: one
+ * thread's chain, so that a kernel takes a moment (about a millisecond at
+ * the loop's default) and a VM's work can be measured at all. */
+static void tw_share_burn(vcu_twin_launch_t *l, const void *pb)
+{
+    float *out = tw_ptr(pb, 0);
+    int32_t iters = tw_i32(pb, 8), i;
+    volatile float a = 1e-3f, b = 2e-3f;
+
+    (void)l;
+    for (i = 0; i < iters * 4; i++) {
+        a = a * 0.9999f + 0.0001f;
+        b = b * 0.9998f + 0.0002f;
+    }
+    if (a + b == 12345.0f)
+        out[0] = a;
+}
+
 const vcu_twin_t vcu_twins[] = {
     { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
@@ -736,6 +755,8 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8), P(8, 4) }, 8, 0 },
     { "_Z7dq_noopPi", tw_dq_noop, 1,
       { P(0, 8) }, 8, 0 },
+    { "_Z10share_burnPfi", tw_share_burn, 2,
+      { P(0, 8), P(8, 4) }, 11, 0 },
     { "_Z7mp_fillPiii", tw_mp_fill, 3,
       { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
     { "_Z8err_fillPiii", tw_err_fill, 3,

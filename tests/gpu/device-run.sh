@@ -4,10 +4,11 @@
 # or its one archive build/gpu-bundle/outputs.tar.xz, unpacked here first):
 # the GPU suite (CUDA programs, the demo and the echo suite in a guest on the
 # real GPU), the main job (scripts/run.sh: the demo natively and in a guest,
-# side by side), then the benchmark; on request NVIDIA's libraries (libs)
-# and PyTorch (torch) in a guest.  Logs and results go to $OUT.
+# side by side), then the benchmark; on request NVIDIA's libraries (libs),
+# PyTorch (torch) in a guest and compute share between VMs (share:
+# tests/gpu/share.sh, about 3 minutes).  Logs and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch]   (default suite,main,bench)
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share]   (default suite,main,bench)
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
@@ -60,6 +61,11 @@ esac
 case ",$what," in *,torch,*)
     tests/gpu/torch-run.sh guest >"$out/torch.log" 2>&1 || rc=1
     grep -E 'VCU-TEST|passed' "$out/torch.log" | cut -c1-300 | tail -n 12
+    ;;
+esac
+case ",$what," in *,share,*)
+    tests/gpu/share.sh >"$out/share.log" 2>&1 || rc=1
+    grep -E '^(share:|info:)|passed' "$out/share.log" | cut -c1-300 | tail -n 40
     ;;
 esac
 tar czf "$out/vm-logs.tgz" build/vm/logs 2>/dev/null

@@ -17,6 +17,11 @@ VCU_BENCH_ARGS=--quick tests/vm/run.sh bench >/dev/null 2>&1 || true
 # and booted briefly, not run through here.
 VCU_VM_TIMEOUT=15 tests/vm/run.sh leaks >/dev/null 2>&1 || true
 [ -f build/vm/initrd-leaks.img ]
+# The share image (judged from the GPU host by tests/gpu/share.sh): its
+# kernel loop runs here briefly on the stand-in, so the image is checked.
+VCU_VM_TIMEOUT=120 VCU_GUEST_APPEND="vcu.share_procs=2 vcu.share_secs=3 vcu.share_iters=2000" \
+    tests/vm/run.sh share >/dev/null 2>&1 || true
+[ -f build/vm/initrd-share.img ]
 # The libs image: NVIDIA's libraries go on a disk made on the GPU host
 # (tests/gpu/libs-run.sh), so here it stops at its setup check.
 VCU_VM_TIMEOUT=30 tests/vm/run.sh libs >/dev/null 2>&1 || true

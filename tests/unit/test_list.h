@@ -116,6 +116,20 @@
     X(modcache_store_hit_miss)          \
     X(modcache_corrupt_file)            \
     X(modcache_eviction_lru)            \
-    X(modcache_bad_dir)
+    X(modcache_bad_dir)                 \
+    /* test_sched.c */                  \
+    X(sched_weights)                    \
+    X(sched_sessions)                   \
+    X(sched_idle)                       \
+    X(sched_cap)                        \
+    X(sched_dead_holder)                \
+    X(sched_reaped_worker)              \
+    X(sched_liars)                      \
+    X(sched_lock_broken)                \
+    X(sched_garbage)                    \
+    X(sched_open_refuses)               \
+    X(sched_proxy_config)               \
+    X(sched_proxy_gate)                 \
+    X(sched_proxy_shares)
 
 #endif /* VCU_TEST_LIST_H */

@@ -1,8 +1,9 @@
 #!/bin/sh
 # /init of the VM-suite initramfs (copied there by mkinitramfs.sh).
 #
-# Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,nvml,demo,bench (which suites
-# to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments)
+# Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,nvml,demo,bench,share (which
+# suites to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments),
+# vcu.share_procs=N vcu.share_secs=S vcu.share_iters=I (the share suite's loop)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
 # line, "VCU-SUITE-END <suite>" after each suite, suspicious kernel log
@@ -18,11 +19,17 @@ echo "VCU-INIT start $(cut -d' ' -f1 /proc/uptime)s"
 suites=
 echo_mib=256
 bench_args=
+share_procs=1
+share_secs=20
+share_iters=
 for arg in $(cat /proc/cmdline); do
     case $arg in
     vcu.suite=*) suites=$(echo "${arg#vcu.suite=}" | tr ',' ' ') ;;
     vcu.echo_mib=*) echo_mib=${arg#vcu.echo_mib=} ;;
     vcu.bench_args=*) bench_args=$(echo "${arg#vcu.bench_args=}" | tr ',' ' ') ;;
+    vcu.share_procs=*) share_procs=${arg#vcu.share_procs=} ;;
+    vcu.share_secs=*) share_secs=${arg#vcu.share_secs=} ;;
+    vcu.share_iters=*) share_iters=${arg#vcu.share_iters=} ;;
     esac
 done
 
@@ -248,6 +255,28 @@ run_leaks() {
     sleep 120
 }
 
+# GPU suite, share (tests/gpu/share.sh judges from the host): vcu.share_procs
+# guest processes run the compute-bound kernel loop for vcu.share_secs
+# seconds at once; their "VCU-SHARE" lines go to the console as they come.
+run_share() {
+    i=0
+    pids=
+    while [ "$i" -lt "$share_procs" ]; do
+        LD_LIBRARY_PATH=/cuda/lib /cuda/share_loop "p$i" "$share_secs" $share_iters &
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    i=0
+    for p in $pids; do
+        if wait "$p"; then
+            echo "VCU-TEST share/loop-p$i PASS"
+        else
+            echo "VCU-TEST share/loop-p$i FAIL exit status $?"
+        fi
+        i=$((i + 1))
+    done
+}
+
 # NVML in the guest: the driver's sessions file with two processes holding
 # the device, vcuda-smi's table listing both, tests/nvml/nvml_api, the
 # file read while sessions open and close, and empty again at the end.
@@ -401,6 +430,7 @@ for s in $suites; do
         demo) run_demo ;;
         bench) run_bench ;;
         leaks) run_leaks ;;
+        share) run_share ;;
         *) echo "VCU-TEST $s/setup FAIL unknown suite" ;;
         esac
         rc=$?

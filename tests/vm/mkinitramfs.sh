@@ -275,6 +275,10 @@ for s in "$@"; do
         add_cudart
         add_cuda_prog "$cudatests/spin"
         ;;
+    share)
+        add_cudart
+        add_cuda_prog "$cudatests/share_loop"
+        ;;
     *) die "unknown suite $s" ;;
     esac
 done
