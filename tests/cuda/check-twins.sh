@@ -39,6 +39,12 @@ if [ ! -f "$bindir/share_loop" ]; then
     exit 2
 fi
 progs="$progs $bindir/share_loop"
+# The many-VM run's checker (tests/many), built beside them.
+if [ ! -f "$bindir/many_work" ]; then
+    echo "check-twins: $bindir/many_work not built (make -C tests/cuda O=...)" >&2
+    exit 2
+fi
+progs="$progs $bindir/many_work"
 if [ ! -f "$demo" ]; then
     echo "check-twins: $demo not built (make -C tests/demo O=...)" >&2
     exit 2

@@ -703,6 +703,46 @@ static void tw_share_burn(vcu_twin_launch_t *l, const void *pb)
         out[0] = a;
 }
 
+/* tests/many/many_work.cu: many_saxpy(float a, const float *x, float *y,
+ * int n), y = a * x + y (an FMA). */
+static void tw_many_saxpy(vcu_twin_launch_t *l, const void *pb)
+{
+    float a = tw_f32(pb, 0);
+    const float *x = tw_ptr(pb, 8);
+    float *y = tw_ptr(pb, 16);
+    int32_t n = tw_i32(pb, 24);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n)
+            y[i] = fmaf(a, x[i], y[i]);
+    }
+}
+
+/* many_sum(const int *x, int n, unsigned long long *out): *out += the sum
+ * of x's elements as unsigned ints (the order of an integer sum does not
+ * matter). */
+static void tw_many_sum(vcu_twin_launch_t *l, const void *pb)
+{
+    const int32_t *x = tw_ptr(pb, 0);
+    int32_t n = tw_i32(pb, 8), i;
+    unsigned long long *out = tw_ptr(pb, 16), s = 0;
+
+    (void)l;
+    for (i = 0; i < n; i++)
+        s += (uint32_t)x[i];
+    *out += s;
+}
+
+/* many_fault(int *p): a write where no allocation is. */
+static void tw_many_fault(vcu_twin_launch_t *l, const void *pb)
+{
+    (void)pb;
+    l->fault = TW_ILLEGAL_ADDRESS;
+}
+
 const vcu_twin_t vcu_twins[] = {
     { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
@@ -757,6 +797,12 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8) }, 8, 0 },
     { "_Z10share_burnPfi", tw_share_burn, 2,
       { P(0, 8), P(8, 4) }, 11, 0 },
+    { "_Z10many_saxpyfPKfPfi", tw_many_saxpy, 4,
+      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+    { "_Z8many_sumPKiiPy", tw_many_sum, 3,
+      { P(0, 8), P(8, 4), P(16, 8) }, 14, 2048 },
+    { "_Z10many_faultPi", tw_many_fault, 1,
+      { P(0, 8) }, 8, 0 },
     { "_Z7mp_fillPiii", tw_mp_fill, 3,
       { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
     { "_Z8err_fillPiii", tw_err_fill, 3,

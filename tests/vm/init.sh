@@ -4,6 +4,7 @@
 # Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,nvml,demo,bench,share (which
 # suites to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments),
 # vcu.share_procs=N vcu.share_secs=S vcu.share_iters=I (the share suite's loop)
+# vcu.many=QUOTA_MIB,FAULT_AT (the share suite also runs tests/many's checker)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
 # line, "VCU-SUITE-END <suite>" after each suite, suspicious kernel log
@@ -22,6 +23,7 @@ bench_args=
 share_procs=1
 share_secs=20
 share_iters=
+many=
 for arg in $(cat /proc/cmdline); do
     case $arg in
     vcu.suite=*) suites=$(echo "${arg#vcu.suite=}" | tr ',' ' ') ;;
@@ -30,6 +32,7 @@ for arg in $(cat /proc/cmdline); do
     vcu.share_procs=*) share_procs=${arg#vcu.share_procs=} ;;
     vcu.share_secs=*) share_secs=${arg#vcu.share_secs=} ;;
     vcu.share_iters=*) share_iters=${arg#vcu.share_iters=} ;;
+    vcu.many=*) many=${arg#vcu.many=} ;;
     esac
 done
 
@@ -261,6 +264,7 @@ run_leaks() {
 run_share() {
     i=0
     pids=
+    [ -n "$many" ] && { run_many & many_pid=$!; }
     while [ "$i" -lt "$share_procs" ]; do
         LD_LIBRARY_PATH=/cuda/lib /cuda/share_loop "p$i" "$share_secs" $share_iters &
         pids="$pids $!"
@@ -275,6 +279,33 @@ run_share() {
         fi
         i=$((i + 1))
     done
+    [ -n "$many" ] && wait "$many_pid"
+}
+
+# Beside the loops (vcu.many=QUOTA_MIB,FAULT_AT, tests/gpu/many.sh): the
+# checker tests/many/many_work for the same time; one told to fault
+# (FAULT_AT seconds, 0: never) must see the sticky error, and a new
+# process after it must work for the time left.
+run_many() {
+    quota=${many%%,*}
+    fault_at=${many#*,}
+    t0=$(cut -d. -f1 /proc/uptime)
+    if [ "$fault_at" != 0 ]; then
+        LD_LIBRARY_PATH=/cuda/lib /cuda/many_work m0 "$share_secs" "$quota" "$fault_at"
+        rc=$?
+        if [ $rc = 3 ]; then echo "VCU-TEST many/fault-seen PASS"; else echo "VCU-TEST many/fault-seen FAIL exit status $rc"; fi
+        left=$((share_secs - ($(cut -d. -f1 /proc/uptime) - t0)))
+        [ "$left" -lt 5 ] && left=5
+        tag=m1
+    else
+        left=$share_secs
+        tag=m0
+    fi
+    if LD_LIBRARY_PATH=/cuda/lib /cuda/many_work "$tag" "$left" "$quota"; then
+        echo "VCU-TEST many/checker-$tag PASS"
+    else
+        echo "VCU-TEST many/checker-$tag FAIL exit status $?"
+    fi
 }
 
 # NVML in the guest: the driver's sessions file with two processes holding

@@ -278,6 +278,7 @@ for s in "$@"; do
     share)
         add_cudart
         add_cuda_prog "$cudatests/share_loop"
+        add_cuda_prog "$cudatests/many_work"
         ;;
     *) die "unknown suite $s" ;;
     esac

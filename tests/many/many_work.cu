@@ -1,0 +1,189 @@
+/*
+ * GPU suite (many, tests/gpu/many.sh): one guest process's share of the
+ * many-VM run, checking everything it computes.
+ *
+ *   many_work TAG SECS QUOTA_MIB [FAULT_AT]
+ *
+ * Until SECS seconds have passed, round after round: SAXPY over 4M floats
+ * (data new each round, from page-locked memory, result checked on the
+ * CPU element by element), a reduction checked against the CPU's sum, and
+ * every fourth round a probe of the VM's quota (QUOTA_MIB, 0: none): one
+ * allocation larger than the quota must fail with
+ * cudaErrorMemoryAllocation, and cudaMemGetInfo's total must be the
+ * quota; either otherwise is a violation.  FAULT_AT (seconds, optional):
+ * then a kernel writes to an address no allocation holds, which must end
+ * this process's CUDA with the sticky error (and nobody else's).  Prints:
+ *
+ *   VCU-MANY TAG start
+ *   VCU-MANY TAG tick rounds=R wrong=W violations=V
+ *   VCU-MANY TAG done rounds=R wrong=W violations=V secs=S
+ *   VCU-MANY TAG fault-seen ERROR          (exit status 3)
+ *   VCU-MANY TAG error WHAT                (exit status 1)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cuda_runtime.h>
+
+#define N (4 << 20)
+
+__global__ void many_saxpy(float a, const float *x, float *y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+
+    if (i < n)
+        y[i] = a * x[i] + y[i];
+}
+
+/* Integer sum of x's elements (as ints), one atomic per block. */
+__global__ void many_sum(const int *x, int n, unsigned long long *out)
+{
+    __shared__ unsigned long long part[256];
+    unsigned long long s = 0;
+
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        s += (unsigned int)x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k)
+            part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(out, part[0]);
+}
+
+__global__ void many_fault(int *p)
+{
+    *p = 1;
+}
+
+static const char *tag;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fail(const char *what, cudaError_t e)
+{
+    printf("VCU-MANY %s error %s: %s\n", tag, what, cudaGetErrorString(e));
+    fflush(stdout);
+    return 1;
+}
+
+#define CK(call)                                                           \
+    do {                                                                   \
+        cudaError_t e_ = (call);                                           \
+        if (e_ != cudaSuccess)                                             \
+            return fail(#call, e_);                                        \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    float *hx, *hy, *dx, *dy, a;
+    int *ix;
+    unsigned long long *dsum, got, want;
+    long long rounds = 0, wrong = 0, viol = 0;
+    double start, last, fault_at;
+    size_t quota, fr, tot;
+    int secs;
+
+    if (argc < 4) {
+        fprintf(stderr, "usage: many_work TAG SECS QUOTA_MIB [FAULT_AT]\n");
+        return 2;
+    }
+    tag = argv[1];
+    secs = atoi(argv[2]);
+    quota = (size_t)strtoull(argv[3], NULL, 10) << 20;
+    fault_at = argc > 4 ? atof(argv[4]) : -1;
+    CK(cudaMallocHost((void **)&hx, N * sizeof(float)));
+    CK(cudaMallocHost((void **)&hy, N * sizeof(float)));
+    CK(cudaMalloc((void **)&dx, N * sizeof(float)));
+    CK(cudaMalloc((void **)&dy, N * sizeof(float)));
+    CK(cudaMalloc((void **)&dsum, sizeof(*dsum)));
+    ix = (int *)hx;
+    printf("VCU-MANY %s start\n", tag);
+    fflush(stdout);
+    start = last = now_s();
+    while (now_s() - start < secs) {
+        unsigned int seed = (unsigned int)rounds * 2654435761u + 12345u;
+
+        /* SAXPY, every element checked (exact in float: small integers). */
+        a = (float)(rounds % 7 + 1);
+        for (int i = 0; i < N; i++) {
+            hx[i] = (float)((i ^ seed) & 1023);
+            hy[i] = (float)(i & 511);
+        }
+        CK(cudaMemcpy(dx, hx, N * sizeof(float), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dy, hy, N * sizeof(float), cudaMemcpyHostToDevice));
+        many_saxpy<<<(N + 255) / 256, 256>>>(a, dx, dy, N);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(hy, dy, N * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < N; i++) {
+            float w = a * (float)((i ^ seed) & 1023) + (float)(i & 511);
+
+            if (hy[i] != w) {
+                wrong++;
+                break;
+            }
+        }
+        /* A reduction against the CPU's sum. */
+        want = 0;
+        for (int i = 0; i < N; i++) {
+            ix[i] = (int)((i * 7u + seed) & 0xffff);
+            want += (unsigned int)ix[i];
+        }
+        CK(cudaMemcpy(dx, ix, N * sizeof(int), cudaMemcpyHostToDevice));
+        CK(cudaMemset(dsum, 0, sizeof(*dsum)));
+        many_sum<<<264, 256>>>((const int *)dx, N, dsum);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(&got, dsum, sizeof(got), cudaMemcpyDeviceToHost));
+        if (got != want)
+            wrong++;
+        /* The quota: a larger allocation fails as on a full GPU, and the
+         * device's total is the quota. */
+        if (quota > 0 && rounds % 4 == 0) {
+            void *big = NULL;
+            cudaError_t e = cudaMalloc(&big, quota + (64 << 20));
+
+            if (e == cudaSuccess) {
+                viol++;
+                cudaFree(big);
+            } else if (e != cudaErrorMemoryAllocation) {
+                return fail("cudaMalloc past the quota", e);
+            }
+            (void)cudaGetLastError();
+            CK(cudaMemGetInfo(&fr, &tot));
+            if (tot != quota || fr > tot)
+                viol++;
+        }
+        rounds++;
+        if (fault_at >= 0 && now_s() - start >= fault_at) {
+            cudaError_t e;
+
+            many_fault<<<1, 1>>>((int *)(uintptr_t)0x10);
+            e = cudaDeviceSynchronize();
+            printf("VCU-MANY %s fault-seen %s rounds=%lld wrong=%lld violations=%lld\n", tag,
+                   cudaGetErrorName(e), rounds, wrong, viol);
+            fflush(stdout);
+            return e == cudaErrorIllegalAddress ? 3 : 1;
+        }
+        if (now_s() - last >= 5) {
+            printf("VCU-MANY %s tick rounds=%lld wrong=%lld violations=%lld\n", tag, rounds,
+                   wrong, viol);
+            fflush(stdout);
+            last = now_s();
+        }
+    }
+    printf("VCU-MANY %s done rounds=%lld wrong=%lld violations=%lld secs=%.1f\n", tag, rounds,
+           wrong, viol, now_s() - start);
+    fflush(stdout);
+    return wrong == 0 && viol == 0 ? 0 : 1;
+}
