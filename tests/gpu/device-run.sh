@@ -8,7 +8,7 @@
 # PyTorch (torch) in a guest and compute share between VMs (share:
 # tests/gpu/share.sh, about 3 minutes).  Logs and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share]   (default suite,main,bench)
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,many,many-wait]   (default suite,main,bench)
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
@@ -68,5 +68,30 @@ case ",$what," in *,share,*)
     grep -E '^(share:|info:)|passed' "$out/share.log" | cut -c1-300 | tail -n 40
     ;;
 esac
+# Many VMs (tests/gpu/many.sh) runs past one call: "many" starts it in a
+# session of its own and waits for it up to VCU_MANY_WAIT seconds (540);
+# "many-wait" (the next call, while the machine is still warm) waits for
+# the rest.  Either shows its result once it has ended.
+many_wait() {
+    local i=0
+    while [ $i -lt "${VCU_MANY_WAIT:-540}" ] && ! grep -q ' passed, ' build/many.log 2>/dev/null; do
+        sleep 1
+        i=$((i + 1))
+    done
+    cp build/many.log "$out/many.log" 2>/dev/null
+    if grep -q ' passed, ' build/many.log 2>/dev/null; then
+        grep -E '^(many:|info:)|passed' build/many.log | cut -c1-300 | tail -n 30
+        grep -q ' 0 failed$' build/many.log || rc=1
+    else
+        echo "many: still running after this call's wait (tests/gpu/device-run.sh many-wait)"
+    fi
+}
+case ",$what," in *,many,*)
+    rm -f build/many.log
+    setsid nohup tests/gpu/many.sh >build/many.log 2>&1 </dev/null &
+    many_wait
+    ;;
+esac
+case ",$what," in *,many-wait,*) many_wait ;; esac
 tar czf "$out/vm-logs.tgz" build/vm/logs 2>/dev/null
 exit $rc

@@ -22,6 +22,8 @@ VCU_VM_TIMEOUT=15 tests/vm/run.sh leaks >/dev/null 2>&1 || true
 VCU_VM_TIMEOUT=120 VCU_GUEST_APPEND="vcu.share_procs=2 vcu.share_secs=3 vcu.share_iters=2000" \
     tests/vm/run.sh share >/dev/null 2>&1 || true
 [ -f build/vm/initrd-share.img ]
+# The loop natively, for tests/gpu/many.sh's baseline.
+cp build/cuda-tests/share_loop build/vm/
 # The libs image: NVIDIA's libraries go on a disk made on the GPU host
 # (tests/gpu/libs-run.sh), so here it stops at its setup check.
 VCU_VM_TIMEOUT=30 tests/vm/run.sh libs >/dev/null 2>&1 || true

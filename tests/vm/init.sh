@@ -293,7 +293,7 @@ run_many() {
     if [ "$fault_at" != 0 ]; then
         LD_LIBRARY_PATH=/cuda/lib /cuda/many_work m0 "$share_secs" "$quota" "$fault_at"
         rc=$?
-        if [ $rc = 3 ]; then echo "VCU-TEST many/fault-seen PASS"; else echo "VCU-TEST many/fault-seen FAIL exit status $rc"; fi
+        if [ $rc = 3 ]; then echo "VCU-TEST share/many-fault-seen PASS"; else echo "VCU-TEST share/many-fault-seen FAIL exit status $rc"; fi
         left=$((share_secs - ($(cut -d. -f1 /proc/uptime) - t0)))
         [ "$left" -lt 5 ] && left=5
         tag=m1
@@ -302,9 +302,9 @@ run_many() {
         tag=m0
     fi
     if LD_LIBRARY_PATH=/cuda/lib /cuda/many_work "$tag" "$left" "$quota"; then
-        echo "VCU-TEST many/checker-$tag PASS"
+        echo "VCU-TEST share/many-checker-$tag PASS"
     else
-        echo "VCU-TEST many/checker-$tag FAIL exit status $?"
+        echo "VCU-TEST share/many-checker-$tag FAIL exit status $?"
     fi
 }
 

@@ -30,6 +30,8 @@
 #   VCU_QEMU_SHARE=DIR  firmware: qboot.rom, linuxboot_dma.bin [QEMU's ../share]
 #   VCU_VM_LOGDIR=DIR   where serial logs go [build/vm/logs]
 #   VCU_QMP=PATH        a QMP socket for the VM (tests/gpu/leaks.sh)
+#   VCU_VM_REBOOT=1     a reset reboots the guest instead of ending QEMU
+#                       (tests/gpu/many.sh)
 #   VCU_GUEST_APPEND=S  more kernel command line (VCU_LIBS_DEBUG=1: the libs suite traces)
 #   VCU_VM_MEM=MIB      guest RAM [3072]
 #   VCU_VM_DISK=IMG     a raw disk image the guest sees read-only as /dev/vda
@@ -48,6 +50,8 @@ qemu=${VCU_QEMU:-$build/qemu/bin/qemu-system-x86_64}
 share=${VCU_QEMU_SHARE:-$(dirname "$qemu")/../share}
 logdir=${VCU_VM_LOGDIR:-$build/vm/logs}
 vm_timeout=${VCU_VM_TIMEOUT:-600}
+noreboot=-no-reboot
+[ -n "${VCU_VM_REBOOT:-}" ] && noreboot=
 jobs=$(nproc 2>/dev/null || echo 2)
 
 die() { echo "vm-run: $*" >&2; exit 1; }
@@ -175,7 +179,7 @@ for s in $suites; do
         -machine memory-backend=mem \
         ${VCU_VM_DISK:+-drive "file=$VCU_VM_DISK,if=none,id=vd0,format=raw,readonly=on"} \
         ${VCU_VM_DISK:+-device virtio-blk-pci,drive=vd0} \
-        -display none -nodefaults -monitor none -serial "file:$log" -no-reboot \
+        -display none -nodefaults -monitor none -serial "file:$log" $noreboot \
         ${VCU_QMP:+-qmp "unix:$VCU_QMP,server=on,wait=off"} \
         -bios "$share/qboot.rom" -L "$share" \
         -kernel "$VCU_GUEST_VMLINUZ" -initrd "$img" \
