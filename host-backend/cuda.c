@@ -2195,6 +2195,109 @@ static void vcu__slice_driver_version(struct vcu_cu_slice_info_resp *r)
  * ended by a GPU fault.  Without one (a backend on its own: loopback,
  * tests) the slice is the whole GPU and this session the only one known.
  */
+/*
+ * The VM's GPU utilization, percent of the last second: the host driver's
+ * own per-process SM utilization (NVML's process samples), summed over
+ * the VM's workers (the account's pids), so the guest's NVML reports the
+ * VM's use of the GPU, not the GPU's.  NVML is the host's
+ * libnvidia-ml.so.1, loaded at the first ask; the few declarations are
+ * NVML's stable ABI (nvml.h: nvmlProcessUtilizationSample_t, NVML 7 on).
+ * VCU_SLICE_UNKNOWN32 where it cannot tell (no host NVML: the stand-in).
+ */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;   /* us since the epoch */
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} vcu__nvml_sample_t;
+
+static struct {
+    pthread_once_t once;
+    int ok;
+    int (*by_uuid)(const char *uuid, void **dev);
+    int (*proc_util)(void *dev, vcu__nvml_sample_t *s, unsigned int *n,
+                     unsigned long long since);
+} vcu__nvml = { .once = PTHREAD_ONCE_INIT };
+
+static void vcu__nvml_load(void)
+{
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    int (*init)(void);
+
+    if (lib == NULL)
+        return;
+    init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    vcu__nvml.by_uuid = (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByUUID");
+    vcu__nvml.proc_util = (int (*)(void *, vcu__nvml_sample_t *, unsigned int *,
+                                   unsigned long long))dlsym(lib,
+                                                             "nvmlDeviceGetProcessUtilization");
+    vcu__nvml.ok = init != NULL && vcu__nvml.by_uuid != NULL && vcu__nvml.proc_util != NULL &&
+                   init() == 0;
+}
+
+static uint32_t vcu__vm_util(vcu__op_t *o, uint32_t d, vcu_account_t *a)
+{
+    enum { MAX_PIDS = 256 };
+    uint32_t pids[MAX_PIDS], npids = 0, sum = 0, i, j;
+    uint64_t usum[MAX_PIDS] = { 0 }, ucnt[MAX_PIDS] = { 0 };
+    vcu__nvml_sample_t *smp = NULL;
+    unsigned int n = 0;
+    struct timespec ts;
+    CUuuid u;
+    char uuid[48];
+    void *dev = NULL;
+    int r;
+
+    pthread_once(&vcu__nvml.once, vcu__nvml_load);
+    if (!vcu__nvml.ok || VCU__CU(o->cu, cuDeviceGetUuid, &u, o->cu->dev[d]) != CUDA_SUCCESS)
+        return VCU_SLICE_UNKNOWN32;
+    snprintf(uuid, sizeof(uuid),
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             (unsigned char)u.bytes[0], (unsigned char)u.bytes[1], (unsigned char)u.bytes[2],
+             (unsigned char)u.bytes[3], (unsigned char)u.bytes[4], (unsigned char)u.bytes[5],
+             (unsigned char)u.bytes[6], (unsigned char)u.bytes[7], (unsigned char)u.bytes[8],
+             (unsigned char)u.bytes[9], (unsigned char)u.bytes[10], (unsigned char)u.bytes[11],
+             (unsigned char)u.bytes[12], (unsigned char)u.bytes[13], (unsigned char)u.bytes[14],
+             (unsigned char)u.bytes[15]);
+    if (vcu__nvml.by_uuid(uuid, &dev) != 0)
+        return VCU_SLICE_UNKNOWN32;
+    for (i = 0; i < a->nslots && npids < MAX_PIDS; i++)
+        if (atomic_load(&a->slot[i].session) != 0 && atomic_load(&a->slot[i].pid) != 0)
+            pids[npids++] = atomic_load(&a->slot[i].pid);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    /* Samples of the last second (NVML keeps about 1/6 s each). */
+    /* The buffer's size first (NVML_ERROR_INSUFFICIENT_SIZE, 7, or
+     * success); NVML_ERROR_NOT_FOUND (6): no process ran lately. */
+    r = vcu__nvml.proc_util(dev, NULL, &n, 0);
+    if (r == 6 || ((r == 0 || r == 7) && n == 0))
+        return 0;
+    if (r != 0 && r != 7)
+        return VCU_SLICE_UNKNOWN32;
+    if (n > 4096)
+        n = 4096;
+    smp = calloc(n, sizeof(*smp));
+    if (smp == NULL)
+        return VCU_SLICE_UNKNOWN32;
+    r = vcu__nvml.proc_util(dev, smp, &n,
+                            (unsigned long long)ts.tv_sec * 1000000ull +
+                                (unsigned long long)ts.tv_nsec / 1000 - 1000000ull);
+    if (r != 0) {
+        free(smp);
+        /* NVML_ERROR_NOT_FOUND: no sample in the window. */
+        return r == 6 ? 0 : VCU_SLICE_UNKNOWN32;
+    }
+    for (i = 0; i < n; i++)
+        for (j = 0; j < npids; j++)
+            if (smp[i].pid == pids[j] && smp[i].smUtil <= 100) {
+                usum[j] += smp[i].smUtil;
+                ucnt[j]++;
+            }
+    free(smp);
+    for (j = 0; j < npids; j++)
+        if (ucnt[j] > 0)
+            sum += (uint32_t)(usum[j] / ucnt[j]);
+    return sum > 100 ? 100 : sum;
+}
+
 static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
 {
     struct vcu_cu_slice_info_resp *r = &o->rb.slice;
@@ -2231,7 +2334,7 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
                                ? vcu__sched_weight(&o->cu->sched->vm[o->cu->sched->vm_slot])
                                : 0;
         r->sm_count = (uint32_t)sms;
-        r->util_percent = VCU_SLICE_UNKNOWN32;
+        r->util_percent = vcu__vm_util(o, d, a);
         r->faults = atomic_load(&a->hdr->faults);
         for (i = 0; i < a->nslots && n < VCU_SLICE_MAX_SESSIONS; i++) {
             uint64_t id = atomic_load(&a->slot[i].session);

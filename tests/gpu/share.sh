@@ -94,6 +94,18 @@ case ",$cases," in *,alone,*)
     [ "$base" != 0 ] && [ "$kernel_ms" != 0 ] &&
         echo "info: alone: one kernel ${kernel_ms} ms; the VM kept the GPU busy $(awk -v r="$base" -v k="$kernel_ms" 'BEGIN { printf "%.1f", r * k / 10 }')% of the time"
     finish alone
+    # The VM's utilization as its guest's NVML reports it (vcuda-smi,
+    # asked while the loop ran): the GPU all its own, so near 100 %.
+    u=$(tr -d '\r' <"$logroot/alone/share.log" | sed -n 's/^VCU-SHARE util value=//p' | tail -n 1)
+    if [ "${VCU_SHARE_FAKE:-0}" = 1 ]; then
+        echo "info: util alone: the guest's NVML says '$u' (the stand-in has no host NVML)"
+    elif [ -n "$u" ] && [ "$u" -eq "$u" ] 2>/dev/null && [ "$u" -ge 80 ]; then
+        echo "share: util-alone vm0=$u% (target >= 80, the guest's NVML) PASS"
+        passed=$((passed + 1))
+    else
+        echo "share: util-alone vm0='$u' (target >= 80, the guest's NVML) FAIL"
+        failed=$((failed + 1))
+    fi
     ;;
 esac
 case ",$cases," in *,alone-shared,*)
@@ -116,6 +128,9 @@ case ",$cases," in *,weights,*)
     [ "$base" != 0 ] && awk -v r="${rate:-0}" 'BEGIN { exit !(r > 0) }' &&
         echo "info: weights: the two VMs together at $(awk -v r="$rate" -v b="$base" 'BEGIN { printf "%.1f", 100 * r / b }')% of one VM alone"
     finish weights-vm0 weights-vm1
+    for v in weights-vm0 weights-vm1; do
+        echo "info: weights: $v's guest NVML utilization: $(tr -d '\r' <"$logroot/$v/share.log" | sed -n 's/^VCU-SHARE util value=//p' | tail -n 1)%"
+    done
     ;;
 esac
 case ",$cases," in *,procs-3-vs-1,*)

@@ -265,6 +265,13 @@ run_share() {
     i=0
     pids=
     [ -n "$many" ] && { run_many & many_pid=$!; }
+    # The VM's GPU utilization as its guest sees it (vcuda-smi over our
+    # NVML), asked once the loops have run a while.
+    if [ "$share_secs" -ge 12 ]; then
+        (sleep 8; u=$(LD_LIBRARY_PATH=/nvml/lib timeout 60 /nvml/vcuda-smi \
+            --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>&1 | head -n 1)
+         echo "VCU-SHARE util value=$(echo "$u" | tr -d ' ')") &
+    fi
     while [ "$i" -lt "$share_procs" ]; do
         LD_LIBRARY_PATH=/cuda/lib /cuda/share_loop "p$i" "$share_secs" $share_iters &
         pids="$pids $!"

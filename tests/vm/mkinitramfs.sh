@@ -278,6 +278,15 @@ for s in "$@"; do
     share)
         add_cudart
         add_cuda_prog "$cudatests/share_loop"
+        # The guest's NVML and vcuda-smi: the VM's utilization, asked
+        # while the loops run.
+        glnvml=$(dirname "$glibcuda")/libnvidia-ml.so.1
+        [ -f "$glnvml" ] && [ -f "$(dirname "$glnvml")/vcuda-smi" ] || die "no $glnvml or vcuda-smi"
+        mkdir -p "$r/nvml/lib"
+        cp "$glibcuda" "$glnvml" "$r/nvml/lib/"
+        cp "$(dirname "$glnvml")/vcuda-smi" "$r/nvml/"
+        LD_LIBRARY_PATH=$r/nvml/lib copy_libs "$r/nvml/vcuda-smi"
+        copy_libs "$glnvml"
         add_cuda_prog "$cudatests/many_work"
         ;;
     *) die "unknown suite $s" ;;
