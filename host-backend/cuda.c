@@ -2250,14 +2250,7 @@ static uint32_t vcu__vm_util(vcu__op_t *o, uint32_t d, vcu_account_t *a)
     pthread_once(&vcu__nvml.once, vcu__nvml_load);
     if (!vcu__nvml.ok || VCU__CU(o->cu, cuDeviceGetUuid, &u, o->cu->dev[d]) != CUDA_SUCCESS)
         return VCU_SLICE_UNKNOWN32;
-    snprintf(uuid, sizeof(uuid),
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             (unsigned char)u.bytes[0], (unsigned char)u.bytes[1], (unsigned char)u.bytes[2],
-             (unsigned char)u.bytes[3], (unsigned char)u.bytes[4], (unsigned char)u.bytes[5],
-             (unsigned char)u.bytes[6], (unsigned char)u.bytes[7], (unsigned char)u.bytes[8],
-             (unsigned char)u.bytes[9], (unsigned char)u.bytes[10], (unsigned char)u.bytes[11],
-             (unsigned char)u.bytes[12], (unsigned char)u.bytes[13], (unsigned char)u.bytes[14],
-             (unsigned char)u.bytes[15]);
+    vcu__uuid_str(&u, uuid, sizeof(uuid));
     if (vcu__nvml.by_uuid(uuid, &dev) != 0)
         return VCU_SLICE_UNKNOWN32;
     for (i = 0; i < a->nslots && npids < MAX_PIDS; i++)
