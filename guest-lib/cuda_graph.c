@@ -295,24 +295,14 @@ static CUresult vcu__stage_new(vcu__graph_t *g, const CUDA_MEMCPY3D *m, unsigned
                                vcu__stage_t **out)
 {
     vcu__stage_t *st;
-    size_t n;
+    size_t n = 0;
     CUdeviceptr d;
     CUresult e;
 
-    if (__builtin_mul_overflow(m->WidthInBytes, m->Height, &n) ||
-        __builtin_mul_overflow(n, m->Depth, &n))
-        return CUDA_ERROR_INVALID_VALUE;
-    st = calloc(1, sizeof(*st));
+    st = vcu__stage_new_of(p, pitch, rows, m->WidthInBytes, m->Height, m->Depth, in,
+                           vcu__stage_release, &n);
     if (st == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    st->host = p;
-    st->pitch = pitch;
-    st->rows = rows;
-    st->width = m->WidthInBytes;
-    st->height = m->Height;
-    st->depth = m->Depth;
-    st->in = in;
-    st->release = vcu__stage_release;
     e = cuMemHostAlloc((void **)&st->buf, n, 0);
     if (e != CUDA_SUCCESS) {
         free(st);
@@ -376,14 +366,8 @@ VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGra
     sspan = vcu__stage_span(m->WidthInBytes, m->Height, m->Depth, spitch, srows);
     dspan = vcu__stage_span(m->WidthInBytes, m->Height, m->Depth, dpitch, drows);
     if (sspan == 0 || dspan == 0 ||
-        __builtin_mul_overflow(m->srcZ, srows, &soff) ||
-        __builtin_add_overflow(soff, m->srcY, &soff) ||
-        __builtin_mul_overflow(soff, spitch, &soff) ||
-        __builtin_add_overflow(soff, m->srcXInBytes, &soff) ||
-        __builtin_mul_overflow(m->dstZ, drows, &doff) ||
-        __builtin_add_overflow(doff, m->dstY, &doff) ||
-        __builtin_mul_overflow(doff, dpitch, &doff) ||
-        __builtin_add_overflow(doff, m->dstXInBytes, &doff))
+        vcu__copy_offset(m->srcXInBytes, m->srcY, m->srcZ, spitch, srows, &soff) != 0 ||
+        vcu__copy_offset(m->dstXInBytes, m->dstY, m->dstZ, dpitch, drows, &doff) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__memcpy_side(m->srcMemoryType, m->srcHost, m->srcDevice, soff, sspan, &src, &sp);
     if (e == CUDA_SUCCESS)

@@ -262,23 +262,13 @@ static cudaError_t vcu__stage_new(vcu__graph_t *g, const vcu__copy_shape_t *c, u
                                   vcu__stage_t **out)
 {
     vcu__stage_t *st;
-    size_t n;
+    size_t n = 0;
     cudaError_t e;
 
-    if (__builtin_mul_overflow(c->width, c->height, &n) ||
-        __builtin_mul_overflow(n, c->depth, &n))
-        return cudaErrorInvalidValue;
-    st = calloc(1, sizeof(*st));
+    st = vcu__stage_new_of(p, pitch, rows, c->width, c->height, c->depth, in,
+                           vcu__stage_release, &n);
     if (st == NULL)
         return cudaErrorMemoryAllocation;
-    st->host = p;
-    st->pitch = pitch;
-    st->rows = rows;
-    st->width = c->width;
-    st->height = c->height;
-    st->depth = c->depth;
-    st->in = in;
-    st->release = vcu__stage_release;
     e = cudaMallocHost((void **)&st->buf, n);
     if (e != cudaSuccess) {
         free(st);
@@ -396,14 +386,8 @@ VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cuda
     c.srows = p->srcPtr.ysize ? p->srcPtr.ysize : c.height;
     c.drows = p->dstPtr.ysize ? p->dstPtr.ysize : c.height;
     if (p->srcPtr.ptr == NULL || p->dstPtr.ptr == NULL ||
-        __builtin_mul_overflow(p->srcPos.z, c.srows, &so) ||
-        __builtin_add_overflow(so, p->srcPos.y, &so) ||
-        __builtin_mul_overflow(so, c.spitch, &so) ||
-        __builtin_add_overflow(so, p->srcPos.x, &so) ||
-        __builtin_mul_overflow(p->dstPos.z, c.drows, &dso) ||
-        __builtin_add_overflow(dso, p->dstPos.y, &dso) ||
-        __builtin_mul_overflow(dso, c.dpitch, &dso) ||
-        __builtin_add_overflow(dso, p->dstPos.x, &dso))
+        vcu__copy_offset(p->srcPos.x, p->srcPos.y, p->srcPos.z, c.spitch, c.srows, &so) != 0 ||
+        vcu__copy_offset(p->dstPos.x, p->dstPos.y, p->dstPos.z, c.dpitch, c.drows, &dso) != 0)
         return vcu__err(cudaErrorInvalidValue);
     c.src = (unsigned char *)p->srcPtr.ptr + so;
     c.dst = (unsigned char *)p->dstPtr.ptr + dso;

@@ -21,6 +21,41 @@ size_t vcu__stage_span(size_t width, size_t height, size_t depth, size_t pitch, 
     return span;
 }
 
+int vcu__copy_offset(size_t x, size_t y, size_t z, size_t pitch, size_t rows, size_t *off)
+{
+    size_t t;
+
+    if (__builtin_mul_overflow(z, rows, &t) || __builtin_add_overflow(t, y, &t) ||
+        __builtin_mul_overflow(t, pitch, &t) || __builtin_add_overflow(t, x, &t))
+        return -1;
+    *off = t;
+    return 0;
+}
+
+vcu__stage_t *vcu__stage_new_of(unsigned char *host, size_t pitch, size_t rows, size_t width,
+                                size_t height, size_t depth, int in,
+                                void (*release)(vcu__stage_t *), size_t *bytes)
+{
+    vcu__stage_t *st;
+    size_t n;
+
+    if (__builtin_mul_overflow(width, height, &n) || __builtin_mul_overflow(n, depth, &n))
+        return NULL;
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return NULL;
+    st->host = host;
+    st->pitch = pitch;
+    st->rows = rows;
+    st->width = width;
+    st->height = height;
+    st->depth = depth;
+    st->in = in;
+    st->release = release;
+    *bytes = n;
+    return st;
+}
+
 void vcu__stage_run(void *arg)
 {
     const vcu__stage_t *st = arg;

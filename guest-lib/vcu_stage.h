@@ -43,6 +43,17 @@ typedef struct vcu__stages_s {
  * 0 if that overflows. */
 size_t vcu__stage_span(size_t width, size_t height, size_t depth, size_t pitch, size_t rows);
 
+/* A copy side's first byte from its base: z slices of rows rows, y rows
+ * of pitch bytes, x bytes.  0, or -1 if that overflows. */
+int vcu__copy_offset(size_t x, size_t y, size_t z, size_t pitch, size_t rows, size_t *off);
+
+/* A new stage (no buffer, cookie or reference yet) for a copy of width x
+ * height x depth whose pageable side starts at host; *bytes the buffer's
+ * size.  NULL: no memory, or a size that overflows. */
+vcu__stage_t *vcu__stage_new_of(unsigned char *host, size_t pitch, size_t rows, size_t width,
+                                size_t height, size_t depth, int in,
+                                void (*release)(vcu__stage_t *), size_t *bytes);
+
 /* The host function (a CUhostFn): moves one copy's bytes. */
 void vcu__stage_run(void *arg);
 

@@ -26,22 +26,16 @@ VM through its QMP socket (system_reset).  Then judges, one line each
              checker passed
 """
 import json
-import os
 import re
 import socket
 import sys
 import time
 
+from share_watch import alive, at   # this folder's: the same window arithmetic
+
 LINE = re.compile(r'^VCU-(SHARE|MANY) (\S+) (\S+)(.*)$')
 KV = re.compile(r'(\w+)=(\S+)')
 
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
 
 
 def qmp(path, cmd):
@@ -130,12 +124,6 @@ def main():
     if all(len(ticks[vm]) >= 4 for vm in vms):
         w0 = max(ticks[vm][0][0] for vm in vms) + 2.0
         w1 = min(ticks[vm][-1][0] for vm in vms)
-
-        def at(series, t):
-            for (ta, ka), (tb, kb) in zip(series, series[1:]):
-                if ta <= t <= tb:
-                    return ka + (kb - ka) * ((t - ta) / (tb - ta) if tb > ta else 0)
-            return series[0][1] if t < series[0][0] else series[-1][1]
         if w1 - w0 >= 10:
             for vm in vms:
                 rates[vm] = (at(ticks[vm], w1) - at(ticks[vm], w0)) / (w1 - w0)

@@ -35,6 +35,15 @@ BATCH = 8                       # kernels per batch (tests/share/share_loop.cu)
 ERROR = re.compile(r'^VCU-SHARE (\S+) error (.*)$')
 
 
+def at(series, t):
+    """A cumulative count at host time t, from [(time, count)] ticks,
+    interpolated between the two around t."""
+    for (ta, ka), (tb, kb) in zip(series, series[1:]):
+        if ta <= t <= tb:
+            return ka + (kb - ka) * ((t - ta) / (tb - ta) if tb > ta else 0)
+    return series[0][1] if t < series[0][0] else series[-1][1]
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -99,12 +108,6 @@ def main():
         # slices) to its "done": the window is where all of them run.
         w0 = max(ticks[p][0][0] for p in procs) + 2.0
         w1 = min(ticks[p][-1][0] for p in procs)
-
-        def at(series, t):
-            for (ta, ka), (tb, kb) in zip(series, series[1:]):
-                if ta <= t <= tb:
-                    return ka + (kb - ka) * ((t - ta) / (tb - ta) if tb > ta else 0)
-            return series[0][1] if t < series[0][0] else series[-1][1]
         if w1 - w0 >= 4.0:
             for vm in vms:
                 done_in = [at(ticks[p], w1) - at(ticks[p], w0) for p in procs if p[0] == vm]
