@@ -107,6 +107,8 @@
     XX(cuDeviceTotalMem, 0)                                                  \
     XX(cuDeviceGetAttribute, 0)                                              \
     XX(cuCtxCreate, 1)                                                       \
+    XX(cuCtxGetExecAffinity, 0)                                              \
+    XX(cuDeviceGetExecAffinitySupport, 0)                                    \
     XX(cuDevicePrimaryCtxRetain, 0)                                          \
     XX(cuDevicePrimaryCtxRelease, 0)                                         \
     XX(cuDevicePrimaryCtxSetFlags, 0)                                        \
@@ -234,10 +236,15 @@ struct vcu__cuda_s {
     struct vcu_sched_s *sched;              /* the compute-share group, or NULL */
     int acct_slot;                          /* vcu_backend_config_t.account_slot */
     vcu_modcache_t *mc;                     /* the module cache, or NULL */
+    uint32_t sms;                           /* packed mode's SMs; 0: isolated */
 
-    pthread_mutex_t mu;                     /* protects ram_ctx, ram */
+    pthread_mutex_t mu;                     /* protects ram_ctx, ram, pctx, pctx_refs */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
     vcu__ram_t *ram;
+    /* Packed mode: each device's one context, made with the VM's SMs and
+     * shared by the session and ram_ctx as a primary context would be. */
+    CUcontext pctx[VCU_CU_MAX_DEVICES];
+    unsigned int pctx_refs[VCU_CU_MAX_DEVICES];
 };
 
 /* A guest function CUDA will call: one stream host func (freed by the
@@ -604,6 +611,216 @@ static void vcu__coredump_off(vcu__cuda_t *cu)
     (void)VCU__CU(cu, cuCoredumpSetAttributeGlobal, CU_COREDUMP_GENERATION_FLAGS, &flags, &sz);
 }
 
+/* How long a packed worker waits for an MPS server that recovers from a
+ * fault: it takes new clients once every client that saw the fault has
+ * gone (SHARING-FACTS P20), and the guest processes of those are ending. */
+#define VCU__MPS_WAIT_MS 15000
+
+/* Runs call again while the MPS server is not ready, for at most
+ * VCU__MPS_WAIT_MS; what it last returned. */
+#define vcu__mps_retry(call)                                                        \
+    ({                                                                              \
+        CUresult r_ = (call);                                                       \
+        for (int t_ = 0; r_ == CUDA_ERROR_MPS_SERVER_NOT_READY && t_ < VCU__MPS_WAIT_MS; \
+             t_ += 50) {                                                            \
+            usleep(50000);                                                          \
+            r_ = (call);                                                            \
+        }                                                                           \
+        r_;                                                                         \
+    })
+
+/*
+ * Packed mode: a new context on device d running on exactly cu->sms SMs
+ * (an execution affinity, which the driver gives only to an MPS client),
+ * left current on the calling thread.  A driver that would round the
+ * count (to its SM granularity) gets the context destroyed and
+ * CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, with the count it gives in *got.
+ */
+static CUresult vcu__sms_ctx_create(vcu__cuda_t *cu, uint32_t d, unsigned int flags,
+                                    CUcontext *out, unsigned int *got)
+{
+    CUexecAffinityParam ap, q;
+    CUctxCreateParams cp;
+    CUresult r;
+
+    *got = 0;
+    if (cu->fn.cuCtxGetExecAffinity == NULL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    memset(&ap, 0, sizeof(ap));
+    memset(&cp, 0, sizeof(cp));
+    ap.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+    ap.param.smCount.val = cu->sms;
+    cp.execAffinityParams = &ap;
+    cp.numExecAffinityParams = 1;
+    r = vcu__mps_retry(cu->fn.cuCtxCreate(out, &cp, flags, cu->dev[d]));
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(&q, 0, sizeof(q));
+    r = cu->fn.cuCtxGetExecAffinity(&q, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+    if (r == CUDA_SUCCESS && q.param.smCount.val != cu->sms) {
+        *got = q.param.smCount.val;
+        r = CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    }
+    if (r != CUDA_SUCCESS) {
+        cu->fn.cuCtxDestroy(*out);
+        *out = NULL;
+    }
+    return r;
+}
+
+/* For vcu__wctx_get(): take the context with whatever flags it has. */
+#define VCU__WCTX_ANY_FLAGS (~0u)
+
+/*
+ * Caller holds cu->mu.  A worker's context on device d with one more
+ * reference: the device's primary context (isolated mode), or in packed
+ * mode the context on the VM's SMs, made at the first reference with
+ * these flags (later ones set what cuCtxSetFlags can; VCU__WCTX_ANY_FLAGS
+ * sets none).  As a retain, it leaves the calling thread's current
+ * context as it was.
+ */
+static CUresult vcu__wctx_get_locked(vcu__cuda_t *cu, uint32_t d, unsigned int flags,
+                                     CUcontext *out)
+{
+    CUcontext prev = NULL;
+    unsigned int got;
+    CUresult r;
+
+    if (cu->sms == 0) {
+        if (flags != VCU__WCTX_ANY_FLAGS && cu->fn.cuDevicePrimaryCtxSetFlags != NULL)
+            cu->fn.cuDevicePrimaryCtxSetFlags(cu->dev[d], flags);
+        return cu->fn.cuDevicePrimaryCtxRetain(out, cu->dev[d]);
+    }
+    if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(&prev) != CUDA_SUCCESS)
+        prev = NULL;
+    if (cu->pctx[d] != NULL) {
+        if (flags != VCU__WCTX_ANY_FLAGS && cu->fn.cuCtxSetFlags != NULL &&
+            cu->fn.cuCtxSetCurrent(cu->pctx[d]) == CUDA_SUCCESS)
+            (void)cu->fn.cuCtxSetFlags(flags);
+        cu->fn.cuCtxSetCurrent(prev);
+        cu->pctx_refs[d]++;
+        *out = cu->pctx[d];
+        return CUDA_SUCCESS;
+    }
+    r = vcu__sms_ctx_create(cu, d, flags != VCU__WCTX_ANY_FLAGS ? flags : 0, &cu->pctx[d], &got);
+    cu->fn.cuCtxSetCurrent(prev);
+    if (r != CUDA_SUCCESS) {
+        if (got != 0)
+            fprintf(stderr, "vcu: sms=%u: the driver gives %u SMs on host GPU %d, not %u\n",
+                    cu->sms, got, cu->host_ordinal[d], cu->sms);
+        return r;
+    }
+    cu->pctx_refs[d] = 1;
+    *out = cu->pctx[d];
+    return CUDA_SUCCESS;
+}
+
+static CUresult vcu__wctx_get(vcu__cuda_t *cu, uint32_t d, unsigned int flags, CUcontext *out)
+{
+    CUresult r;
+
+    pthread_mutex_lock(&cu->mu);
+    r = vcu__wctx_get_locked(cu, d, flags, out);
+    pthread_mutex_unlock(&cu->mu);
+    return r;
+}
+
+/* Caller holds cu->mu.  Drops a reference of vcu__wctx_get_locked(); the
+ * last one of a packed context destroys it. */
+static void vcu__wctx_put_locked(vcu__cuda_t *cu, uint32_t d)
+{
+    if (cu->sms == 0) {
+        cu->fn.cuDevicePrimaryCtxRelease(cu->dev[d]);
+        return;
+    }
+    if (cu->pctx_refs[d] == 0 || --cu->pctx_refs[d] > 0)
+        return;
+    cu->fn.cuCtxDestroy(cu->pctx[d]);
+    cu->pctx[d] = NULL;
+}
+
+static void vcu__wctx_put(vcu__cuda_t *cu, uint32_t d)
+{
+    pthread_mutex_lock(&cu->mu);
+    vcu__wctx_put_locked(cu, d);
+    pthread_mutex_unlock(&cu->mu);
+}
+
+/*
+ * A worker's check of its mode, once the devices are known.  Packed: the
+ * driver must offer SM-count affinity (an MPS daemon answers) and each
+ * device have the SMs; a probe also makes and checks one context per
+ * device.  Isolated: the process must not be an MPS client.  0, or
+ * VCU_ENODEV with the reason in err.
+ */
+static int vcu__mode_check(vcu__cuda_t *cu, const vcu_backend_config_t *cfg, char *err,
+                           size_t errlen)
+{
+    const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    unsigned int d;
+
+    for (d = 0; d < cu->ndev; d++) {
+        int aff = 0, mps = 0, sms = 0;
+
+        if (cu->fn.cuDeviceGetExecAffinitySupport == NULL ||
+            cu->fn.cuDeviceGetExecAffinitySupport(&aff, CU_EXEC_AFFINITY_TYPE_SM_COUNT,
+                                                  cu->dev[d]) != CUDA_SUCCESS)
+            aff = 0;
+        if (cu->fn.cuDeviceGetAttribute == NULL ||
+            cu->fn.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, cu->dev[d]) !=
+                CUDA_SUCCESS)
+            mps = 0;
+        if (cu->sms == 0) {
+            if (aff != 0 || mps != 0) {
+                snprintf(err, errlen, "host GPU %d: this worker is an MPS client (%s), which "
+                         "isolated mode never is", cu->host_ordinal[d],
+                         pipe != NULL ? pipe : "no pipe directory");
+                return VCU_ENODEV;
+            }
+            continue;
+        }
+        if (aff == 0) {
+            snprintf(err, errlen, "sms=%u (packed mode) needs NVIDIA's MPS control daemon, and "
+                     "none answers at %s: start it with CUDA_MPS_PIPE_DIRECTORY=%s "
+                     "nvidia-cuda-mps-control -d, or name its directory with mps-pipe",
+                     cu->sms, pipe != NULL ? pipe : "?", pipe != NULL ? pipe : "DIR");
+            return VCU_ENODEV;
+        }
+        if (cu->fn.cuDeviceGetAttribute == NULL ||
+            cu->fn.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                        cu->dev[d]) != CUDA_SUCCESS || sms <= 0 ||
+            cu->sms > (uint32_t)sms) {
+            snprintf(err, errlen, "sms=%u: host GPU %d has %d SMs", cu->sms,
+                     cu->host_ordinal[d], sms);
+            return VCU_ENODEV;
+        }
+        if (cfg->probe) {
+            CUcontext c = NULL, prev = NULL;
+            unsigned int got = 0;
+            CUresult r;
+
+            if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(&prev) != CUDA_SUCCESS)
+                prev = NULL;
+            r = vcu__sms_ctx_create(cu, d, 0, &c, &got);
+            if (r == CUDA_SUCCESS)
+                cu->fn.cuCtxDestroy(c);
+            cu->fn.cuCtxSetCurrent(prev);
+            if (got != 0) {
+                snprintf(err, errlen, "sms=%u: the driver gives %u SMs on host GPU %d, not %u "
+                         "(its granularity): use sms=%u", cu->sms, got, cu->host_ordinal[d],
+                         cu->sms, got);
+                return VCU_ENODEV;
+            }
+            if (r != CUDA_SUCCESS) {
+                snprintf(err, errlen, "sms=%u: a context on %u SMs of host GPU %d: %s",
+                         cu->sms, cu->sms, cu->host_ordinal[d], vcu__cu_name(cu, r));
+                return VCU_ENODEV;
+            }
+        }
+    }
+    return 0;
+}
+
 int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err, size_t errlen)
 {
     const char *path = cfg != NULL ? cfg->libcuda : NULL;
@@ -649,7 +866,8 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
     VCU__GEN_FUNCS(VCU__GEN_LOAD)
 #undef VCU__GEN_LOAD
 
-    r = cu->fn.cuInit(0);
+    r = cfg != NULL && cfg->worker && cfg->sms != 0 ? vcu__mps_retry(cu->fn.cuInit(0))
+                                                    : cu->fn.cuInit(0);
     if (r != CUDA_SUCCESS) {
         snprintf(err, errlen, "cuInit failed: %s (%d)", vcu__cu_name(cu, r), (int)r);
         goto err_sym;
@@ -704,6 +922,7 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
         p = q + 1;
     }
     cu->worker = cfg != NULL && cfg->worker;
+    cu->sms = cu->worker ? cfg->sms : 0;
     cu->acct = cfg != NULL ? cfg->account : NULL;
     cu->sched = cfg != NULL ? cfg->sched : NULL;
     cu->acct_slot = cfg != NULL ? cfg->account_slot : -1;
@@ -731,6 +950,9 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
                 goto err_sym;
             }
         }
+        rc = vcu__mode_check(cu, cfg, err, errlen);
+        if (rc != 0)
+            goto err_sym;
     }
     /* Without it device printf goes to this process's stdout: a warning
      * would only add to it, and nothing else depends on it. */
@@ -791,7 +1013,7 @@ void vcu__cuda_fini(vcu__cuda_t *cu)
                 VCU__CU(cu, cuMemHostUnregister, r->hva);
         vcu__ram_leave(cu, prev == cu->ram_ctx ? NULL : prev);
         if (cu->worker)
-            cu->fn.cuDevicePrimaryCtxRelease(cu->dev[0]);
+            vcu__wctx_put(cu, 0);
         else
             cu->fn.cuCtxDestroy(cu->ram_ctx);
     }
@@ -848,7 +1070,7 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
         if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(&prev) != CUDA_SUCCESS)
             prev = NULL;
         if (cu->worker)
-            r = cu->fn.cuDevicePrimaryCtxRetain(&cu->ram_ctx, cu->dev[0]);
+            r = vcu__wctx_get_locked(cu, 0, VCU__WCTX_ANY_FLAGS, &cu->ram_ctx);
         else
             r = cu->fn.cuCtxCreate(&cu->ram_ctx, NULL, 0, cu->dev[0]);
         if (r != CUDA_SUCCESS)
@@ -967,10 +1189,9 @@ static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
     if (cs->ctx[d] == NULL) {
         if (cu->worker) {
             /* The process is the session's alone: its primary context is
-             * the session's, as a native program's is. */
-            if (cu->fn.cuDevicePrimaryCtxSetFlags != NULL)
-                cu->fn.cuDevicePrimaryCtxSetFlags(cu->dev[d], cs->ctx_flags[d]);
-            r = cu->fn.cuDevicePrimaryCtxRetain(&cs->ctx[d], cu->dev[d]);
+             * the session's, as a native program's is (packed mode: the
+             * one on the VM's SMs). */
+            r = vcu__wctx_get(cu, d, cs->ctx_flags[d], &cs->ctx[d]);
         } else {
             r = cu->fn.cuCtxCreate(&cs->ctx[d], NULL, cs->ctx_flags[d], cu->dev[d]);
         }
@@ -1572,7 +1793,7 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
             vcu__acct_set_ctx(cu->acct, cs->aslot, d, 0);
         vcu__cur(cs, NULL);
         if (cu->worker)
-            cu->fn.cuDevicePrimaryCtxRelease(cu->dev[d]);
+            vcu__wctx_put(cu, d);
         else
             cu->fn.cuCtxDestroy(cs->ctx[d]);
         cs->ctx[d] = NULL;
@@ -2117,6 +2338,10 @@ static uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o)
         if (VCU__CU(cu, cuDeviceGetAttribute, &v, (CUdevice_attribute)i, dev) == CUDA_SUCCESS)
             r->attrs[i] = (uint32_t)v;
     }
+    /* Packed mode: the SMs the VM's contexts run on (the driver keeps
+     * answering the whole GPU's count under an execution affinity). */
+    if (cu->sms != 0 && CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT < n)
+        r->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] = cu->sms;
     return VCU_S_OK;
 }
 
@@ -2326,7 +2551,7 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
         r->compute_share = o->cu->sched != NULL && o->cu->sched->vm_slot >= 0
                                ? vcu__sched_weight(&o->cu->sched->vm[o->cu->sched->vm_slot])
                                : 0;
-        r->sm_count = (uint32_t)sms;
+        r->sm_count = o->cu->sms != 0 ? o->cu->sms : (uint32_t)sms;
         r->util_percent = vcu__vm_util(o, d, a);
         r->faults = atomic_load(&a->hdr->faults);
         for (i = 0; i < a->nslots && n < VCU_SLICE_MAX_SESSIONS; i++) {
@@ -2355,7 +2580,7 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
     r->mem_used = VCU_SLICE_UNKNOWN64;
     r->ctx_bytes = VCU_SLICE_UNKNOWN64;
     r->compute_share = 0;
-    r->sm_count = (uint32_t)sms;
+    r->sm_count = o->cu->sms != 0 ? o->cu->sms : (uint32_t)sms;
     r->util_percent = VCU_SLICE_UNKNOWN32;
     r->faults = VCU_SLICE_UNKNOWN64;
     r->num_sessions = 1;

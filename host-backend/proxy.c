@@ -147,6 +147,10 @@ struct vcu_proxy_s {
      * or NULL; constant from new to free.  Its own lock (the area's). */
     vcu_sched_t *sched;
     char *share_group;
+    /* Packed mode: the SMs of each worker's context and the MPS control
+     * daemon's pipe directory; 0 and NULL in isolated mode. */
+    uint32_t sms;
+    char *mps_pipe;
 };
 
 struct vcu__psess_s {
@@ -787,7 +791,7 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
     posix_spawnattr_t at;
     sigset_t none, all;
     char cap[2] = { px->capture_printf ? '1' : '0', '\0' };
-    char spin[16], aslot[16], quota[24], mcsize[24], svm[16], scap[16];
+    char spin[16], aslot[16], quota[24], mcsize[24], svm[16], scap[16], sms[16];
     char *argv[40];
     int src[5] = { -1, -1, -1, -1, -1 };
     int argc = 0, rc, i;
@@ -876,6 +880,13 @@ static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *
         argv[argc++] = svm;
         argv[argc++] = (char *)"--compute-cap";
         argv[argc++] = scap;
+    }
+    if (px->sms != 0) {
+        snprintf(sms, sizeof(sms), "%u", px->sms);
+        argv[argc++] = (char *)"--sms";
+        argv[argc++] = sms;
+        argv[argc++] = (char *)"--mps-pipe";
+        argv[argc++] = px->mps_pipe;
     }
     if (probe)
         argv[argc++] = (char *)"--probe";
@@ -1440,6 +1451,24 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
         snprintf(err, errlen, "share-group must be an absolute path");
         return VCU_EINVAL;
     }
+    if (cfg->sms > VCU_PROXY_MAX_SMS) {
+        snprintf(err, errlen, "sms must be 1..%u (0: isolated mode), not %u", VCU_PROXY_MAX_SMS,
+                 cfg->sms);
+        return VCU_EINVAL;
+    }
+    /* A packed VM's share of the GPU is its SMs, side by side with the
+     * others: there is no turn to take. */
+    if (cfg->sms != 0 && (cfg->compute_share != 0 || cfg->compute_cap != 0 ||
+                          (cfg->share_group != NULL && cfg->share_group[0] != '\0'))) {
+        snprintf(err, errlen, "sms (packed mode) does not go with compute-share, compute-cap or "
+                 "share-group (isolated mode): a packed VM's share is its SMs");
+        return VCU_EINVAL;
+    }
+    if (cfg->sms != 0 && cfg->mps_pipe != NULL && cfg->mps_pipe[0] != '\0' &&
+        cfg->mps_pipe[0] != '/') {
+        snprintf(err, errlen, "mps-pipe must be an absolute path, not '%s'", cfg->mps_pipe);
+        return VCU_EINVAL;
+    }
     if (access(cfg->worker, X_OK) != 0) {
         snprintf(err, errlen, "worker program %s: %s", cfg->worker, strerror(errno));
         return VCU_ENODEV;
@@ -1508,7 +1537,16 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
     px->module_cache_bytes = cfg->module_cache_bytes ? cfg->module_cache_bytes
                                                      : VCU_MODCACHE_DEFAULT_BYTES;
     px->sessions = calloc(px->max_sessions, sizeof(*px->sessions));
+    px->sms = cfg->sms;
+    if (px->sms != 0) {
+        const char *e = getenv("CUDA_MPS_PIPE_DIRECTORY");
+
+        px->mps_pipe = strdup(cfg->mps_pipe != NULL && cfg->mps_pipe[0] != '\0' ? cfg->mps_pipe
+                              : e != NULL && e[0] == '/'                       ? e
+                                                                               : VCU_PROXY_MPS_PIPE);
+    }
     if (px->worker == NULL || (cfg->gpus && !px->gpus) || (cfg->libcuda && !px->libcuda) ||
+        (px->sms != 0 && !px->mps_pipe) ||
         (mc && !px->module_cache) || px->sessions == NULL || px->pbuf == NULL ||
         vcu__acct_new(cfg->mem_quota, px->max_sessions * 2, &px->acct) != 0 ||
         pthread_mutex_init(&px->mu, NULL) != 0) {
@@ -1518,6 +1556,7 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
         free(px->gpus);
         free(px->libcuda);
         free(px->module_cache);
+        free(px->mps_pipe);
         free(px->sessions);
         free(px);
         goto enomem;
@@ -1589,6 +1628,7 @@ VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
         vcu__sched_close(px->sched);
     }
     free(px->share_group);
+    free(px->mps_pipe);
     free(px->sessions);
     free(px->pbuf);
     free(px->worker);
@@ -1615,6 +1655,7 @@ VCU_EXPORT int vcu_proxy_stats(vcu_proxy_t *px, vcu_proxy_stats_t *out,
         out->ctx_bytes[d] = vcu__acct_ctx(a, d);
     }
     out->faults = atomic_load(&a->hdr->faults);
+    out->sms = px->sms;
     if (px->sched != NULL) {
         out->compute_share = vcu__sched_weight(&px->sched->vm[px->sched->vm_slot]);
         out->compute_cap = px->sched->cap;

@@ -105,6 +105,20 @@ typedef struct vcu_backend_config_s {
      * path.  The caller's; it outlives the backend.
      */
     struct vcu_sched_s *sched;
+    /*
+     * Packed mode (worker only; docs/design.md "Packed mode"): each
+     * device's context is created with an execution affinity of this many
+     * SMs, which the driver gives only to a client of an MPS control
+     * daemon; the guest is told the device has this many.  The driver
+     * must give exactly this many, and the device must have them: else
+     * CUDA is refused, with the reason (vcu_backend_cuda_error()).  0:
+     * primary contexts, and CUDA is refused to a process that turns out
+     * to be an MPS client (a fault there would reach other processes).
+     */
+    uint32_t sms;
+    /* A worker asked only whether CUDA works (at the device's start): in
+     * packed mode it also creates and checks one context. */
+    int probe;
 } vcu_backend_config_t;
 
 /*

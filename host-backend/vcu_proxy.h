@@ -27,6 +27,12 @@ extern "C" {
 
 typedef struct vcu_proxy_s vcu_proxy_t;
 
+/* Packed mode's bounds: the most SMs a VM may be given (the GPU's own
+ * count is checked when the device starts), and where NVIDIA's MPS
+ * control daemon keeps its pipes unless told otherwise. */
+#define VCU_PROXY_MAX_SMS 4096
+#define VCU_PROXY_MPS_PIPE "/tmp/nvidia-mps"
+
 typedef struct vcu_proxy_config_s {
     const char *worker;             /* path of vcu-worker (required) */
     const char *gpus;               /* as vcu_backend_config_t.gpus */
@@ -55,6 +61,14 @@ typedef struct vcu_proxy_config_s {
     const char *share_group;
     uint32_t compute_share;
     uint32_t compute_cap;
+    /* Packed mode (docs/design.md "Packed mode"): every worker is a
+     * client of the MPS control daemon whose pipe directory is mps_pipe
+     * (NULL or "": $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps), and
+     * its context runs on sms SMs (execution affinity), which is what the
+     * guest is told the device has.  Not with a compute share or cap.
+     * 0: isolated mode, the default: workers are never MPS clients. */
+    uint32_t sms;
+    const char *mps_pipe;
 } vcu_proxy_config_t;
 
 /* Checks the config (the worker must be an executable file) and creates
@@ -119,6 +133,8 @@ typedef struct vcu_proxy_stats_s {
     uint64_t gpu_ns;
     uint64_t group_gpu_ns;
     uint64_t grants;
+    uint32_t sms;                   /* packed mode's SMs; 0: isolated mode */
+    uint32_t reserved2;
 } vcu_proxy_stats_t;
 
 /*

@@ -5,7 +5,8 @@
  *              [--account FD --account-slot N --mem-quota BYTES]
  *              [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1]
  *              [--module-cache DIR --module-cache-size BYTES]
- *              [--share-group PATH --share-vm N --compute-cap PERCENT] [--probe]
+ *              [--share-group PATH --share-vm N --compute-cap PERCENT]
+ *              [--sms N --mps-pipe DIR] [--probe]
  *
  * --account: the VM's GPU memory account (vcu_account.h), this session's
  * slot in it and the quota to enforce (0: none).
@@ -13,6 +14,10 @@
  * --share-group: the host's compute-share group (vcu_sched.h), the VM's
  * slot in it (claimed by the proxy, our parent) and the VM's cap (0:
  * none): GPU work is issued only while the VM holds the group's grant.
+ *
+ * --sms: packed mode (docs/design.md "Packed mode"): the session's context
+ * runs on N SMs, as a client of the MPS control daemon whose pipes are in
+ * DIR.  Without it the worker is never an MPS client.
  *
  * --module-cache: the host's module cache (vcu_modcache.h), shared with
  * every other worker naming it, and its bound.
@@ -114,6 +119,10 @@
 #define VCU__W_WATCH_IDLE 100u
 /* Staged copies scattered on threads of their own at once, at most. */
 #define VCU__W_FINISHERS 4u
+/* An isolated worker's MPS pipe directory: one that cannot exist, so
+ * that the driver never makes it a client of a daemon running on the
+ * host (under MPS a fault in one client ends the others' work). */
+#define VCU__NO_MPS_PIPE "/dev/null/virtio-cuda-isolated"
 
 typedef struct vcu__region_s {
     uint32_t id;
@@ -1208,8 +1217,8 @@ static void vcu__usage(void)
                     "                  [--gpus LIST] [--libcuda PATH] "
                     "[--capture-printf 0|1]\n"
                     "                  [--module-cache DIR --module-cache-size BYTES]\n"
-                    "                  [--share-group PATH --share-vm N --compute-cap PERCENT] "
-                    "[--probe]\n"
+                    "                  [--share-group PATH --share-vm N --compute-cap PERCENT]\n"
+                    "                  [--sms N --mps-pipe DIR] [--probe]\n"
                     "Started by QEMU's virtio-cuda-pci device, one per guest session.\n");
     exit(2);
 }
@@ -1220,7 +1229,7 @@ int main(int argc, char **argv)
     struct vcu_ipc_hello hello;
     pthread_t watch;
     const char *cerr, *aslot = NULL, *quota = NULL, *share = NULL, *share_vm = NULL,
-               *share_cap = NULL;
+               *share_cap = NULL, *mps_pipe = NULL;
     bool probe = false;
     int i, shm_fd = -1, wake_req = -1, wake_resp = -1, acct_fd = -1;
 
@@ -1270,6 +1279,15 @@ int main(int argc, char **argv)
             share_vm = v;
         } else if (strcmp(a, "--compute-cap") == 0) {
             share_cap = v;
+        } else if (strcmp(a, "--sms") == 0) {
+            char *end;
+            unsigned long n = strtoul(v, &end, 10);
+
+            if (*end != '\0' || v[0] == '-' || n == 0 || n > 1u << 20)
+                vcu__usage();
+            cfg.sms = (uint32_t)n;
+        } else if (strcmp(a, "--mps-pipe") == 0) {
+            mps_pipe = v;
         } else if (strcmp(a, "--module-cache") == 0) {
             cfg.module_cache = v;
         } else if (strcmp(a, "--module-cache-size") == 0) {
@@ -1294,9 +1312,18 @@ int main(int argc, char **argv)
     prctl(PR_SET_NAME, "vcu-worker");
     signal(SIGPIPE, SIG_IGN);
 
+    /* Before the driver loads: a packed worker is a client of the MPS
+     * control daemon behind this pipe directory; an isolated one never is,
+     * even on a host whose default daemon runs (no directory can exist
+     * under /dev/null). */
+    if (cfg.sms != 0 && (mps_pipe == NULL || mps_pipe[0] != '/'))
+        vcu__usage();
+    if (setenv("CUDA_MPS_PIPE_DIRECTORY", cfg.sms != 0 ? mps_pipe : VCU__NO_MPS_PIPE, 1) != 0)
+        vcu__die("setenv");
     cfg.max_sessions = 1;
     cfg.register_ram = 1;
     cfg.worker = 1;
+    cfg.probe = probe;
     cfg.pump = vcu__pump;
     vcu__map_account(&cfg, acct_fd, aslot, quota);
     if (!probe)

@@ -644,5 +644,70 @@ if os.path.exists(FAKECUDA):
     import shutil
     shutil.rmtree(sgdir, ignore_errors=True)
 
+# ---- packed mode ------------------------------------------------------
+# sms=N: the worker is an MPS client and its context runs on N SMs.  The
+# stand-in takes an MPS daemon to answer where the pipe directory holds a
+# "control" entry.  Bad values and a missing daemon keep QEMU from
+# starting, with the reason; with a daemon the guest is told N SMs, a
+# session's context is made on them, and the monitor says so.  An
+# isolated VM's workers stay out of a daemon running where they would
+# find it by default.
+if os.path.exists(FAKECUDA):
+    import shutil
+    pdir = tempfile.mkdtemp(prefix='vcu-qtest-mps-')
+    nodaemon, daemon = os.path.join(pdir, 'none'), os.path.join(pdir, 'mps')
+    os.mkdir(nodaemon)
+    os.mkdir(daemon)
+    open(os.path.join(daemon, 'control'), 'w').close()
+    check_opts('sms without an MPS daemon is refused', f'sms=16,mps-pipe={nodaemon}', False,
+               "needs NVIDIA's MPS control daemon")
+    check_opts('sms beyond the GPU\'s SMs is refused', f'sms=200,mps-pipe={daemon}', False, 'has 132 SMs')
+    check_opts('an SM count the driver would round is refused, with the one to use', f'sms=15,mps-pipe={daemon}',
+               False, 'use sms=16')
+    check_opts('sms with compute-share is refused', f'sms=16,compute-share=5,mps-pipe={daemon}', False,
+               'does not go with')
+    check_opts('sms=5000 is refused', 'sms=5000', False, 'sms must be 1..4096')
+    check_opts('a relative mps-pipe is refused', 'sms=16,mps-pipe=rel', False, 'mps-pipe must be an absolute path')
+    check_opts('mps-pipe without sms is refused', f'mps-pipe={daemon}', False, 'for packed mode')
+    check_opts('sms=16 with a daemon starts', f'sms=16,mps-pipe={daemon}', True, None)
+    up, err = device_opts('sms=16', env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=daemon))
+    share_check(f'sms=16 finds the daemon by QEMU\'s CUDA_MPS_PIPE_DIRECTORY ({err.strip()[:200]})',
+                up and 'CUDA is not available' not in err)
+    up, err = device_opts('', env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=daemon))
+    share_check(f'an isolated VM keeps CUDA, never an MPS client, where a daemon runs ({err.strip()[:200]})',
+                up and 'CUDA is not available' not in err and 'MPS' not in err)
+    pq = os.path.join(pdir, 'p.qmp')
+    vp = Guest(QEMU, sys.argv[2:] + ['-qmp', f'unix:{pq},server=on,wait=off'], mem_mib=256,
+               device_opts=f',id=vcu0,libcuda={FAKECUDA},sms=16,mps-pipe={daemon}', quiet=True)
+    ps = cuda_session(vp)
+    ln, r = vp.submit([(REQ, hdr(opcode=0x101, payload_len=8, session=ps) + struct.pack('<II', 0, 0))], 8192)
+    sms_attr = struct.unpack('<I', vp.rmem(RESP + 320 + 4 * 16, 4))[0] if ln >= 384 else -1
+    ln, r = vp.submit([(REQ, hdr(opcode=0x10d, payload_len=8, session=ps) + struct.pack('<II', 0, 0))], 4096)
+    sms_slice = struct.unpack('<I', r[68:72])[0] if ln >= 72 and cu_result(r) == 0 else -1
+    share_check(f'packed: the guest is told 16 SMs (device attribute {sms_attr}, slice {sms_slice})',
+                sms_attr == 16 and sms_slice == 16)
+    rq = struct.pack('<IIQQQ', 0, 0, 4096, 0, 0)
+    ln, r = vp.submit([(REQ, hdr(opcode=0x200, payload_len=len(rq), session=ps) + rq)], 256)
+    share_check(f'packed: a session\'s context is made on its SMs and allocates (result {cu_result(r)})',
+                ln >= 40 and cu_result(r) == 0)
+    mon = load_metrics_tool().QMP(pq, 10)
+    st = mon.execute('qom-get', path='/machine/peripheral/vcu0', property='stats')
+    mon.close()
+    r = subprocess.run([sys.executable, METRICS_TOOL, '--vm', f'p={pq}'], capture_output=True, text=True,
+                       timeout=60)
+    prom = prom_parse(r.stdout)
+    share_check(f'packed: qom-get stats says sms {st.get("sms")}, vcu-metrics vcu_sms '
+                f'{prom.get(("vcu_sms", frozenset(dict(vm="p", device="vcu0").items()))) if prom else None}',
+                st.get('sms') == 16 and prom is not None and
+                prom.get(('vcu_sms', frozenset(dict(vm='p', device='vcu0').items()))) == 16)
+    vp.close()
+    vi = Guest(QEMU, sys.argv[2:], mem_mib=256, device_opts=f',libcuda={FAKECUDA}', quiet=True)
+    ps = cuda_session(vi)
+    ln, r = vi.submit([(REQ, hdr(opcode=0x101, payload_len=8, session=ps) + struct.pack('<II', 0, 0))], 8192)
+    sms_attr = struct.unpack('<I', vi.rmem(RESP + 320 + 4 * 16, 4))[0] if ln >= 384 else -1
+    share_check(f'isolated: the guest is told the GPU\'s 132 SMs ({sms_attr})', sms_attr == 132)
+    vi.close()
+    shutil.rmtree(pdir, ignore_errors=True)
+
 print(f'{passes} passed, {fails} failed')
 sys.exit(1 if fails else 0)

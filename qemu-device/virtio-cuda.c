@@ -629,6 +629,8 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         .share_group = s->share_group,
         .compute_share = s->compute_share,
         .compute_cap = s->compute_cap,
+        .sms = s->sms,
+        .mps_pipe = s->mps_pipe,
     };
     char err[256] = "";
     char mcdir[PATH_MAX];
@@ -653,6 +655,22 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
     if (s->share_group && s->share_group[0] != '/') {
         error_setg(errp, "virtio-cuda: share-group must be an absolute path "
                    "(a file under /dev/shm), not '%s'", s->share_group);
+        return;
+    }
+    if (s->sms > VCU_PROXY_MAX_SMS) {
+        error_setg(errp, "virtio-cuda: sms must be 1..%u (0: isolated mode), "
+                   "not %u", VCU_PROXY_MAX_SMS, s->sms);
+        return;
+    }
+    if (s->sms && (s->compute_share || s->compute_cap || s->share_group)) {
+        error_setg(errp, "virtio-cuda: sms (packed mode) does not go with "
+                   "compute-share, compute-cap or share-group (isolated "
+                   "mode): a packed VM's share is its SMs");
+        return;
+    }
+    if (s->mps_pipe && (!s->sms || s->mps_pipe[0] != '/')) {
+        error_setg(errp, "virtio-cuda: mps-pipe must be an absolute path, "
+                   "and is for packed mode (sms=N) only");
         return;
     }
     /* Naming a group joins it, with the default weight. */
@@ -692,6 +710,14 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         error_setg(errp, "virtio-cuda: %s%s", err,
                    strstr(err, "worker") ? " (set the worker property to the "
                                            "path of vcu-worker)" : "");
+        s->proxy = NULL;
+        return;
+    }
+    /* Packed mode is asked for by name: without it the VM must not start
+     * as if it had the GPU. */
+    if (s->sms && vcu_proxy_cuda_error(s->proxy)) {
+        error_setg(errp, "virtio-cuda: %s", vcu_proxy_cuda_error(s->proxy));
+        vcu_proxy_free(s->proxy);
         s->proxy = NULL;
         return;
     }
@@ -922,6 +948,7 @@ static void virtio_cuda_get_stats(Object *obj, Visitor *v, const char *name,
         !visit_type_uint64(v, "gpu-ns", &st.gpu_ns, errp) ||
         !visit_type_uint64(v, "group-gpu-ns", &st.group_gpu_ns, errp) ||
         !visit_type_uint64(v, "grants", &st.grants, errp) ||
+        !visit_type_uint32(v, "sms", &st.sms, errp) ||
         !virtio_cuda_visit_devices(v, virtio_cuda_ndev(st.mem_used,
                                                        st.ctx_bytes),
                                    st.mem_used, st.ctx_bytes, errp)) {
@@ -969,6 +996,13 @@ static const Property virtio_cuda_properties[] = {
     DEFINE_PROP_UINT32("compute-share", VirtIOCuda, compute_share, 0),
     DEFINE_PROP_UINT32("compute-cap", VirtIOCuda, compute_cap, 0),
     DEFINE_PROP_STRING("share-group", VirtIOCuda, share_group),
+    /* Packed mode (docs/design.md "Packed mode"): the VM's processes are
+     * clients of NVIDIA's MPS control daemon behind mps-pipe (default:
+     * QEMU's $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps) and run on
+     * sms SMs each, side by side with other packed VMs; a GPU fault in
+     * one can end their work.  0: isolated mode, the default. */
+    DEFINE_PROP_UINT32("sms", VirtIOCuda, sms, 0),
+    DEFINE_PROP_STRING("mps-pipe", VirtIOCuda, mps_pipe),
 };
 
 static void virtio_cuda_class_init(ObjectClass *klass, void *data)

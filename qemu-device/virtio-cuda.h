@@ -44,6 +44,8 @@ struct VirtIOCuda {
     char *share_group;      /* compute-share group's file; NULL: the default */
     uint32_t compute_share; /* weight among the group's VMs; 0: not in a group */
     uint32_t compute_cap;   /* percent of the GPU's time at most; 0: none */
+    uint32_t sms;           /* packed mode: SMs of the VM's contexts; 0: isolated */
+    char *mps_pipe;         /* packed mode: the MPS control daemon's pipe directory */
 
     /* One worker process per guest session (host-backend/vcu_proxy.h). */
     VirtIOCudaProxy *proxy;

@@ -45,6 +45,12 @@ if [ ! -f "$bindir/many_work" ]; then
     exit 2
 fi
 progs="$progs $bindir/many_work"
+# The packed suite's check (tests/packed), built beside them.
+if [ ! -f "$bindir/packed_check" ]; then
+    echo "check-twins: $bindir/packed_check not built (make -C tests/cuda O=...)" >&2
+    exit 2
+fi
+progs="$progs $bindir/packed_check"
 if [ ! -f "$demo" ]; then
     echo "check-twins: $demo not built (make -C tests/demo O=...)" >&2
     exit 2

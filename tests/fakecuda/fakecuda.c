@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The header's declarations carry the exported visibility; the rest of
  * this library is built with -fvisibility=hidden. */
@@ -151,6 +152,7 @@ struct fc_ctx_s {
     CUresult sticky;            /* a twin's fault; ends with the context */
     size_t limits[CU_LIMIT_MAX];
     CUsharedconfig smem_config; /* cuCtxSetSharedMemConfig's, kept */
+    unsigned int sms;           /* SMs its kernels run on (an execution affinity) */
     fc_stream_t null_stream;    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
 };
 
@@ -1318,6 +1320,7 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     launch.global = fc_twin_global;
     launch.module = f->mod;
     launch.addressable = fc_twin_addressable;
+    launch.sms = ctx->sms;
 
     pthread_mutex_unlock(&g_lock);
     f->twin->fn(&launch, k->params);
@@ -1939,18 +1942,46 @@ static const size_t fc_limit_defaults[CU_LIMIT_MAX] = {
     [CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED] = 1,
 };
 
+/*
+ * Whether this process would be a client of NVIDIA's MPS: the stand-in
+ * takes a daemon to answer when its pipe directory
+ * ($CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps) holds a "control"
+ * entry, where NVIDIA's client looks for it.  Only then is an execution
+ * affinity offered, as on the real driver (SHARING-FACTS P4).
+ */
+static int fc_mps(void)
+{
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/control", dir != NULL && dir[0] ? dir : "/tmp/nvidia-mps");
+    return access(path, F_OK) == 0;
+}
+
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
                              unsigned int flags, CUdevice dev)
 {
     fc_ctx_t *ctx;
     CUresult rc = fc_dev_check(dev);
+    unsigned int sms = FC_SMS;
 
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!pctx || (flags & ~(unsigned int)CU_CTX_FLAGS_MASK))
         return CUDA_ERROR_INVALID_VALUE;
-    if (ctxCreateParams && ctxCreateParams->numExecAffinityParams > 0)
-        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    if (ctxCreateParams && ctxCreateParams->numExecAffinityParams > 0) {
+        const CUexecAffinityParam *ap = ctxCreateParams->execAffinityParams;
+
+        if (ap == NULL || ctxCreateParams->numExecAffinityParams != 1 ||
+            ap->type != CU_EXEC_AFFINITY_TYPE_SM_COUNT || ap->param.smCount.val == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (!fc_mps())
+            return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+        /* Rounded up to the stand-in's granularity of 2 SMs. */
+        sms = (ap->param.smCount.val + 1) & ~1u;
+        if (sms > FC_SMS)
+            sms = FC_SMS;
+    }
     if (ctxCreateParams && ctxCreateParams->cigParams)
         return CUDA_ERROR_NOT_SUPPORTED;
     ctx = calloc(1, sizeof(*ctx));
@@ -1958,6 +1989,7 @@ CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *ctxCreateParams
         return CUDA_ERROR_OUT_OF_MEMORY;
     ctx->dev = dev;
     ctx->flags = flags;
+    ctx->sms = sms;
     memcpy(ctx->limits, fc_limit_defaults, sizeof(ctx->limits));
     ctx->sticky = g_proc_sticky;        /* read unlocked: set once, never cleared */
     fc_stream_init(&ctx->null_stream, ctx, 0, FC_PRIO_LEAST);
@@ -2145,6 +2177,23 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
         rc = CUDA_ERROR_NOT_INITIALIZED;
     else
         *pctx = fc_ctx_live(tls_ctx, tls_ctx_id) ? (CUcontext)tls_ctx : NULL;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
+{
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if (!pExecAffinity || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS) {
+        pExecAffinity->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+        pExecAffinity->param.smCount.val = ctx->sms;
+    }
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -5162,14 +5211,14 @@ CUresult CUDAAPI cuFuncLoad(CUfunction function)
     return rc;
 }
 
-/* No execution affinity (no green contexts or SM partitions here). */
+/* An SM-count affinity to an MPS client only (fc_mps()), as NVIDIA's. */
 CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
     if (!pi || (unsigned int)type >= CU_EXEC_AFFINITY_TYPE_MAX)
         return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= FC_NDEV)
         return CUDA_ERROR_INVALID_DEVICE;
-    *pi = 0;
+    *pi = type == CU_EXEC_AFFINITY_TYPE_SM_COUNT && fc_mps();
     return CUDA_SUCCESS;
 }
 

@@ -743,6 +743,29 @@ static void tw_many_fault(vcu_twin_launch_t *l, const void *pb)
     l->fault = TW_ILLEGAL_ADDRESS;
 }
 
+/* tests/packed/packed_check.cu: packed_smid(unsigned *seen, long long
+ * spin): block b runs on SM b % sms of its context; seen[] gets a bit per
+ * SM, seen[64] the highest. */
+static void tw_packed_smid(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *seen = tw_ptr(pb, 0);
+    uint64_t nb = (uint64_t)l->grid.x * l->grid.y * l->grid.z, b;
+    unsigned int sms = l->sms ? l->sms : 1;
+
+    if (!l->addressable(seen, 65 * sizeof(uint32_t))) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    for (b = 0; b < nb; b++) {
+        uint32_t smid = (uint32_t)(b % sms);
+
+        if (smid < 64 * 32)
+            seen[smid / 32] |= 1u << (smid % 32);
+        if (smid > seen[64])
+            seen[64] = smid;
+    }
+}
+
 const vcu_twin_t vcu_twins[] = {
     { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
@@ -833,6 +856,8 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8) }, 15, 0 },
     { "_Z11cluster_idsPj", tw_drv_cluster, 1,
       { P(0, 8) }, 15, 0 },
+    { "packed_smid", tw_packed_smid, 2,
+      { P(0, 8), P(8, 8) }, 14, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
 };
 

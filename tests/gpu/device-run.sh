@@ -5,10 +5,11 @@
 # the GPU suite (CUDA programs, the demo and the echo suite in a guest on the
 # real GPU), the main job (scripts/run.sh: the demo natively and in a guest,
 # side by side), then the benchmark; on request NVIDIA's libraries (libs),
-# PyTorch (torch) in a guest and compute share between VMs (share:
-# tests/gpu/share.sh, about 3 minutes).  Logs and results go to $OUT.
+# PyTorch (torch) in a guest, compute share between VMs (share:
+# tests/gpu/share.sh, about 3 minutes) and packed VMs (packed:
+# tests/gpu/packed.sh, about 3 minutes).  Logs and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,many,many-wait]   (default suite,main,bench)
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,many,many-wait]   (default suite,main,bench)
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
@@ -66,6 +67,11 @@ esac
 case ",$what," in *,share,*)
     tests/gpu/share.sh >"$out/share.log" 2>&1 || rc=1
     grep -E '^(share:|info:)|passed' "$out/share.log" | cut -c1-300 | tail -n 40
+    ;;
+esac
+case ",$what," in *,packed,*)
+    tests/gpu/packed.sh >"$out/packed.log" 2>&1 || rc=1
+    grep -E '^(packed:|info:)|passed' "$out/packed.log" | cut -c1-400 | tail -n 40
     ;;
 esac
 # Many VMs (tests/gpu/many.sh) runs past one call: "many" starts it in a

@@ -16,7 +16,7 @@ process's kernels in that window are read off its cumulative counts
 
 TARGET is "pct:25,75,5" (each VM's share of the total throughput, within
 5 points), "rate" (one VM: just report its rate, the baseline),
-"ratio:BASE,LO,HI" (one VM: its rate over BASE kernels/s within [LO, HI])
+"ratio:BASE,LO,HI" (each VM's rate over BASE kernels/s within [LO, HI])
 or "busy:MS,LO,HI" (one VM: the part of wall time its kernels kept the GPU
 busy, at MS milliseconds a kernel as timed alone, within [LO, HI]).
 The last lines "rate=R" (the VMs' summed kernels/s) and "kernel_ms=K"
@@ -134,11 +134,12 @@ def main():
         shown = f'{vms[0]}={100 * busy:.1f}% of the GPU\'s time'
         tgt = f'{100 * lo:g}..{100 * hi:g}%'
     elif kind == 'ratio':
+        # Each VM's rate against BASE (one VM alone: its whole rate).
         base, lo, hi = (float(x) for x in args.split(','))
-        r = total / base if base > 0 else 0
-        verdict = verdict and lo <= r <= hi
-        shown = f'{vms[0]}={100 * r:.1f}% of alone'
-        tgt = f'{100 * lo:g}..{100 * hi:g}% of alone'
+        rs = [rates.get(vm, 0) / base if base > 0 else 0 for vm in vms]
+        verdict = verdict and all(lo <= r <= hi for r in rs)
+        shown = ' '.join(f'{vm}={100 * r:.1f}% of alone' for vm, r in zip(vms, rs))
+        tgt = f'{100 * lo:g}..{100 * hi:g}% of alone' + (' each' if len(vms) > 1 else '')
     else:
         shown = f'{vms[0]}=100%'
         tgt = 'baseline, alone'

@@ -5,6 +5,8 @@
 # suites to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments),
 # vcu.share_procs=N vcu.share_secs=S vcu.share_iters=I (the share suite's loop)
 # vcu.many=QUOTA_MIB,FAULT_AT (the share suite also runs tests/many's checker)
+# vcu.packed=N (a packed VM of N SMs: the share suite checks them before and
+# after its loops with tests/packed's packed_check)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
 # line, "VCU-SUITE-END <suite>" after each suite, suspicious kernel log
@@ -24,6 +26,7 @@ share_procs=1
 share_secs=20
 share_iters=
 many=
+packed=
 for arg in $(cat /proc/cmdline); do
     case $arg in
     vcu.suite=*) suites=$(echo "${arg#vcu.suite=}" | tr ',' ' ') ;;
@@ -33,6 +36,7 @@ for arg in $(cat /proc/cmdline); do
     vcu.share_secs=*) share_secs=${arg#vcu.share_secs=} ;;
     vcu.share_iters=*) share_iters=${arg#vcu.share_iters=} ;;
     vcu.many=*) many=${arg#vcu.many=} ;;
+    vcu.packed=*) packed=${arg#vcu.packed=} ;;
     esac
 done
 
@@ -264,6 +268,7 @@ run_leaks() {
 run_share() {
     i=0
     pids=
+    [ -n "$packed" ] && packed_check check
     [ -n "$many" ] && { run_many & many_pid=$!; }
     # The VM's GPU utilization as its guest sees it (vcuda-smi over our
     # NVML), asked once the loops have run a while.
@@ -287,6 +292,17 @@ run_share() {
         i=$((i + 1))
     done
     [ -n "$many" ] && wait "$many_pid"
+    [ -n "$packed" ] && packed_check check-after
+}
+
+# A packed VM's SMs as its guest sees them (tests/packed/packed_check.cu):
+# properties, NVML and the SMs its kernels run on.
+packed_check() {
+    if LD_LIBRARY_PATH=/cuda/lib:/nvml/lib timeout 120 /cuda/packed_check "$packed"; then
+        echo "VCU-TEST share/packed-$1 PASS"
+    else
+        echo "VCU-TEST share/packed-$1 FAIL exit status $?"
+    fi
 }
 
 # Beside the loops (vcu.many=QUOTA_MIB,FAULT_AT, tests/gpu/many.sh): the
