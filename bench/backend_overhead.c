@@ -42,6 +42,12 @@
  *   stream_query_direct_spaced    cuStreamQuery(NULL) timed alone, calls 2 us
  *                                 apart instead of back to back
  *   stream_query_direct_spaced10  the same, 10 us apart
+ *   stream_query_direct_unsynced  cuStreamQuery(CU_STREAM_LEGACY) after a launch
+ *                                 waited for with cuStreamSynchronize, not
+ *                                 cuCtxSynchronize: the state the backend's
+ *                                 sessions are in (the driver's query costs
+ *                                 more there than after cuCtxSynchronize)
+ *   proxy_overhead_stream_query_same_state  stream_query_proxy minus that
  *   worker_start_proxy            SESSION_OPEN submit to reply: the worker's
  *                                 spawn, driver load, cuInit (median of --starts)
  *   first_kernel_proxy            a new session's open + context + module load +
@@ -106,6 +112,7 @@ static const unsigned char bo_image[] =
     XX(cuCtxSynchronize) \
     XX(cuMemGetInfo)     \
     XX(cuStreamQuery)    \
+    XX(cuStreamSynchronize) \
     XX(cuModuleLoadData) \
     XX(cuModuleUnload)   \
     XX(cuModuleGetFunction) \
@@ -181,6 +188,7 @@ static void *fatbin_copy(void)
 typedef struct bo_direct_s {
     double stream_query_us, mem_get_info_us, launch_sync_us, launch_rate;
     double stream_query_legacy_us, stream_query_spaced_us, stream_query_spaced10_us;
+    double stream_query_unsynced_us;
 } bo_direct_t;
 
 /* The direct side's context, module and kernel: kept for the paired
@@ -290,6 +298,18 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
         spent += now_s() - t0;
     }
     out->stream_query_spaced10_us = spent / iters * 1e6;
+
+    /* In the state the backend leaves a context in: launched into and
+     * waited for (its context synchronize waits on events), never through
+     * the driver's cuCtxSynchronize since.  The driver's query costs
+     * about 1.2 us more there (H100, driver 580), natively too. */
+    CU_CHECK(drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, kp, NULL));
+    CU_CHECK(drv.cuStreamSynchronize(NULL));
+    t0 = now_s();
+    for (i = 0; i < iters; i++)
+        CU_CHECK(drv.cuStreamQuery(CU_STREAM_LEGACY));
+    out->stream_query_unsynced_us = (now_s() - t0) / iters * 1e6;
+    CU_CHECK(drv.cuCtxSynchronize());
 
     t0 = now_s();
     for (i = 0; i < iters; i++)
@@ -592,6 +612,25 @@ static void tx_run(bo_tx_t *tx, void *image, long iters, long launches, bo_backe
     if (t == NULL || launch == NULL || ring == NULL)
         die("out of memory");
     bo_session_setup(tx, t, launch, image, &ss);
+
+    /* The direct side's warm-up (direct_run()): queries, launches and a
+     * synchronize, 100 times.  The driver's stream query costs about
+     * 1.2 us more in a context that has not been synchronized since its
+     * module load and allocation (measured on the H100, driver 580), so
+     * the two sides are timed from the same state. */
+    memset(&uq, 0, sizeof(uq));
+    uq.value = VCU_CU_STREAM_LEGACY;
+    memset(&ch, 0, sizeof(ch));
+    for (i = 0; i < 100; i++) {
+        bo_build(tx, t, VCU_OP_CU_STREAM_QUERY, 0, ss.session, &uq, sizeof(uq), NULL, 0);
+        bo_exec(tx, t, 1, "CU_STREAM_QUERY");
+        bo_build(tx, t, VCU_OP_CU_MEM_GET_INFO, 0, ss.session, &ch, sizeof(ch), NULL, 0);
+        bo_exec(tx, t, 1, "CU_MEM_GET_INFO");
+        bo_submit_async(tx, &ring[0], launch);
+        bo_build(tx, t, VCU_OP_CU_CTX_SYNCHRONIZE, 0, ss.session, &ch, sizeof(ch), NULL, 0);
+        bo_exec(tx, t, 1, "CU_CTX_SYNCHRONIZE");
+    }
+    bo_ring_drain(ring, 1);
 
     memset(&eq, 0, sizeof(eq));
     bo_build(tx, t, VCU_OP_ECHO, 0, ss.session, &eq, sizeof(eq), NULL, 0);
@@ -922,6 +961,7 @@ int main(int argc, char **argv)
     row("stream_query_direct_legacy", d.stream_query_legacy_us, "us");
     row("stream_query_direct_spaced", d.stream_query_spaced_us, "us");
     row("stream_query_direct_spaced10", d.stream_query_spaced10_us, "us");
+    row("stream_query_direct_unsynced", d.stream_query_unsynced_us, "us");
     row("stream_query_backend", b.stream_query_us, "us");
     row("backend_overhead_stream_query", b.stream_query_us - d.stream_query_us, "us");
     row("mem_get_info_direct", d.mem_get_info_us, "us");
@@ -939,6 +979,8 @@ int main(int argc, char **argv)
     row("echo_proxy", p.echo_us, "us");
     row("stream_query_proxy", p.stream_query_us, "us");
     row("proxy_overhead_stream_query", p.stream_query_us - d.stream_query_us, "us");
+    row("proxy_overhead_stream_query_same_state", p.stream_query_us - d.stream_query_unsynced_us,
+        "us");
     row("mem_get_info_proxy", p.mem_get_info_us, "us");
     row("proxy_overhead_mem_get_info", p.mem_get_info_us - d.mem_get_info_us, "us");
     row("launch_sync_proxy", p.launch_sync_us, "us");
