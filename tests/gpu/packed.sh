@@ -13,11 +13,13 @@
 #           one told where the daemon is ($CUDA_MPS_PIPE_DIRECTORY): the
 #           packed VM's workers are the daemon's clients, the isolated
 #           VM's are not, and both VMs' suites pass
-#   fault   two packed VMs; one's process faults midway (tests/many's
-#           checker, FAULT_AT): it sees the sticky error, a new process
-#           after it works, and so does a new process in the other VM.
-#           What the fault did to the other VM's running loop is reported
-#           (MPS: it is ended too, SHARING-FACTS P20), not judged
+#   fault   two packed VMs and an isolated one; one packed VM's process
+#           faults midway (tests/many's checker, FAULT_AT): it sees the
+#           sticky error, a new process after it works, and so does a new
+#           process in the other packed VM; the isolated VM's loop runs on
+#           to its end.  What the fault did to the other packed VM's
+#           running loop is reported (MPS: it is ended too, SHARING-FACTS
+#           P20), not judged
 # One line per case: "packed: CASE ... PASS|FAIL", then "N passed, N
 # failed".  About 2.5 minutes.  Needs build/qemu and
 # build/vm/initrd-share.img (tests/gpu/prepare.sh) and nvidia-cuda-mps-control.
@@ -171,15 +173,18 @@ esac
 case ",$cases," in *,fault,*)
     start_vm fault-victim 1 "vcu.packed=$sms" -- "$packed"
     start_vm fault-faulter 0 "vcu.many=0,8" -- "$packed"
+    start_vm fault-isolated 1 "" --
     wait
     seen=$(result fault-faulter many-fault-seen)
     after=$(result fault-faulter many-checker-m1)
     vafter=$(result fault-victim packed-check-after)
     loop=$(result fault-victim loop-p0)
+    iloop=$(result fault-isolated loop-p0)
     echo "info: fault: the faulting process saw its fault: $seen; a new process in its VM: $after; a new process in the other VM: $vafter"
-    echo "info: fault: the other VM's running loop: $( [ "$loop" = PASS ] && echo "ran on to its end" || echo "ended: $(grep -a 'VCU-SHARE p0 error' "$logroot/fault-victim/share.log" | head -n 1)")"
-    [ "$seen" = PASS ] && [ "$after" = PASS ] && [ "$vafter" = PASS ]
-    verdict $? "fault: the faulting process sees the sticky error, and new processes in both packed VMs work after it"
+    echo "info: fault: the other packed VM's running loop: $( [ "$loop" = PASS ] && echo "ran on to its end" || echo "ended: $(grep -a 'VCU-SHARE p0 error' "$logroot/fault-victim/share.log" | head -n 1)")"
+    echo "info: fault: the isolated VM's running loop: $iloop"
+    [ "$seen" = PASS ] && [ "$after" = PASS ] && [ "$vafter" = PASS ] && [ "$iloop" = PASS ]
+    verdict $? "fault: the faulting process sees the sticky error, new processes in both packed VMs work after it, and an isolated VM's loop beside them runs on"
     ;;
 esac
 echo "$passed passed, $failed failed"
