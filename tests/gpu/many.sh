@@ -32,15 +32,8 @@ slack_mib=${VCU_LEAK_SLACK_MIB:-64}
 passed=0
 failed=0
 
-if [ "${VCU_MANY_FAKE:-0}" = 1 ]; then
-    gpu_env="VCU_REAL_GPU=0"
-else
-    command -v nvidia-smi >/dev/null || { echo "many: no nvidia-smi"; echo "0 passed, 1 failed"; exit 1; }
-    gpu_env="VCU_REAL_GPU=1"
-fi
-[ -f build/vm/initrd-share.img ] || { echo "many: no build/vm/initrd-share.img (tests/gpu/prepare.sh)"; echo "0 passed, 1 failed"; exit 1; }
-rm -rf "$logroot"
-mkdir -p "$logroot"
+. tests/gpu/vmcase.sh
+vmcase_init many "${VCU_MANY_FAKE:-0}" "$logroot"
 trap 'rm -f "$group" "$qmp"' EXIT
 
 mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | awk 'NR == 1 { print $1 }'; }
@@ -67,11 +60,9 @@ fi
 start_vm() {
     local name=$1 many=$2
     shift 2
-    mkdir -p "$logroot/$name"
-    env $gpu_env ${QMP_FOR:+VCU_QMP=$QMP_FOR VCU_VM_REBOOT=1} VCU_NO_BUILD=1 VCU_VM_LOGDIR="$logroot/$name" VCU_VM_MEM=2048 \
-        VCU_VM_TIMEOUT="${VM_TIMEOUT:-$((secs + 240))}" \
-        VCU_GUEST_APPEND="vcu.share_procs=1 vcu.share_secs=$secs vcu.many=$many" \
-        tests/vm/run.sh share "$@" share-group="$group" >"$logroot/$name.out" 2>&1 &
+    vmcase_boot "$name" "${VM_TIMEOUT:-$((secs + 240))}" \
+        "vcu.share_procs=1 vcu.share_secs=$secs vcu.many=$many" \
+        ${QMP_FOR:+VCU_QMP=$QMP_FOR VCU_VM_REBOOT=1} -- "$@" share-group="$group"
 }
 
 start_vm vm0 3072,0 mem-quota=3G compute-share=10

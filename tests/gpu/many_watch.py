@@ -31,7 +31,7 @@ import socket
 import sys
 import time
 
-from share_watch import alive, at   # this folder's: the same window arithmetic
+from share_watch import Follower, alive, at   # this folder's: the same window arithmetic
 
 LINE = re.compile(r'^VCU-(SHARE|MANY) (\S+) (\S+)(.*)$')
 KV = re.compile(r'(\w+)=(\S+)')
@@ -68,25 +68,14 @@ def main():
         logs[vm] = path
         weight[vm] = float(w)
     tol = float(sys.argv[sep + 1])
-    pos = {vm: 0 for vm in vms}
-    part = {vm: '' for vm in vms}
+    follow = Follower(logs)
     lines = {vm: [] for vm in vms}     # (host time, line)
     reset_at = None
     first_tick = None
     while any(alive(p) for p in pids):
         now = time.time()
         for vm in vms:
-            try:
-                with open(logs[vm], 'rb') as f:
-                    f.seek(pos[vm])
-                    data = f.read()
-            except OSError:
-                continue
-            pos[vm] += len(data)
-            text = part[vm] + data.decode('utf-8', 'replace').replace('\r', '')
-            got = text.split('\n')
-            part[vm] = got.pop()
-            for ln in got:
+            for ln in follow.new_lines(vm):
                 lines[vm].append((now, ln))
                 if vm == reset_vm and first_tick is None and ln.startswith('VCU-SHARE p0 tick'):
                     first_tick = now

@@ -35,15 +35,8 @@ failed=0
 base=0
 kernel_ms=0
 
-if [ "${VCU_SHARE_FAKE:-0}" = 1 ]; then
-    gpu_env="VCU_REAL_GPU=0"
-else
-    command -v nvidia-smi >/dev/null || { echo "share: no nvidia-smi"; echo "0 passed, 1 failed"; exit 1; }
-    gpu_env="VCU_REAL_GPU=1"
-fi
-[ -f build/vm/initrd-share.img ] || { echo "share: no build/vm/initrd-share.img (tests/gpu/prepare.sh)"; echo "0 passed, 1 failed"; exit 1; }
-rm -rf "$logroot"
-mkdir -p "$logroot"
+. tests/gpu/vmcase.sh
+vmcase_init share "${VCU_SHARE_FAKE:-0}" "$logroot"
 trap 'rm -f "$group"' EXIT
 
 # start_vm NAME PROCS SECS [DEVICE-OPTION...]: boots one VM in the
@@ -51,10 +44,8 @@ trap 'rm -f "$group"' EXIT
 start_vm() {
     local name=$1 procs=$2 s=$3
     shift 3
-    mkdir -p "$logroot/$name"
-    env $gpu_env VCU_NO_BUILD=1 VCU_VM_LOGDIR="$logroot/$name" VCU_VM_TIMEOUT=$((s + 120)) VCU_VM_MEM=2048 \
-        VCU_GUEST_APPEND="vcu.share_procs=$procs vcu.share_secs=$s${iters:+ vcu.share_iters=$iters}" \
-        tests/vm/run.sh share "$@" >"$logroot/$name.out" 2>&1 &
+    vmcase_boot "$name" $((s + 120)) \
+        "vcu.share_procs=$procs vcu.share_secs=$s${iters:+ vcu.share_iters=$iters}" -- "$@"
 }
 
 # judge CASE TARGET PID,PID VM=LOG...: the verdict line; sets $rate.

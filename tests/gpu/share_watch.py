@@ -52,14 +52,35 @@ def alive(pid):
         return False
 
 
+class Follower:
+    """Reads the lines that have arrived in growing log files since the
+    last call, whole lines only (a guest console writes CR LF)."""
+
+    def __init__(self, paths):
+        self.paths = dict(paths)
+        self.pos = {k: 0 for k in self.paths}
+        self.part = {k: '' for k in self.paths}
+
+    def new_lines(self, key):
+        try:
+            with open(self.paths[key], 'rb') as f:
+                f.seek(self.pos[key])
+                data = f.read()
+        except OSError:
+            return []
+        self.pos[key] += len(data)
+        lines = (self.part[key] + data.decode('utf-8', 'replace').replace('\r', '')).split('\n')
+        self.part[key] = lines.pop()
+        return lines
+
+
 def main():
     case, timeout = sys.argv[1], float(sys.argv[2])
     pids = [int(p) for p in sys.argv[3].split(',') if p]
     sep = sys.argv.index('--')
     logs = [a.split('=', 1) for a in sys.argv[4:sep]]
     target = sys.argv[sep + 1]
-    pos = {vm: 0 for vm, _ in logs}
-    part = {vm: '' for vm, _ in logs}
+    follow = Follower(logs)
     ticks = {}          # (vm, tag) -> [(host time, cumulative kernels)]
     done = set()
     notes = []
@@ -68,18 +89,8 @@ def main():
     while True:
         running = any(alive(p) for p in pids)
         now = time.time()
-        for vm, path in logs:
-            try:
-                with open(path, 'rb') as f:
-                    f.seek(pos[vm])
-                    data = f.read()
-            except OSError:
-                continue
-            pos[vm] += len(data)
-            text = part[vm] + data.decode('utf-8', 'replace').replace('\r', '')
-            lines = text.split('\n')
-            part[vm] = lines.pop()
-            for line in lines:
+        for vm, _ in logs:
+            for line in follow.new_lines(vm):
                 m = TICK.match(line)
                 if m:
                     ticks.setdefault((vm, m.group(1)), []).append((now, int(m.group(3))))
