@@ -75,8 +75,10 @@ refuse "cuLaunchHostFunc as remote" "CUhostFn fn' is a type the generator does n
     -e 's/^cuLaunchHostFunc .*/cuLaunchHostFunc remote 0x7f02/'
 refuse "cuMemDiscardBatchAsync as remote" "beside the count 'count' is an array" \
     -e 's/^cuMemDiscardBatchAsync .*/cuMemDiscardBatchAsync remote 0x7f03/'
-refuse "a call number given twice" "call number 0x0001 is 0 or taken" \
+refuse "a call number given twice" "call number 0x0001 is 0, taken or retired" \
     -e 's/^cuGraphExecGetFlags .*/cuGraphExecGetFlags remote 0x0001/'
+refuse "a retired call number given again" "call number 0x0019 is 0, taken or retired" \
+    -e 's/^cuDeviceGetExecAffinitySupport .*/cuDeviceGetExecAffinitySupport remote 0x0019/'
 refuse "a union argument without its selector's values" "needs its selector's allowed values" \
     -e 's/^\(cuStreamGetAttribute  *remote 0x0001\).*/\1/'
 

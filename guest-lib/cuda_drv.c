@@ -654,6 +654,28 @@ VCU__EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreat
 }
 
 /*
+ * None, as cuCtxCreate_v3/_v4 above refuse every affinity: the guest's
+ * contexts are views of its session's one host context per device.  Not
+ * the host worker's answer, which is 1 in packed mode (an MPS client,
+ * docs/design.md "Packed mode"): there the SMs are the VM's already, as
+ * the device's SM count says.
+ */
+VCU__EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type,
+                                                    CUdevice dev)
+{
+    const struct vcu_cu_device_info_resp *info;
+    CUresult e;
+
+    if (pi == NULL || (unsigned int)type >= (unsigned int)CU_EXEC_AFFINITY_TYPE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__dev_info(dev, &info);
+    if (e != CUDA_SUCCESS)
+        return e;
+    *pi = 0;
+    return CUDA_SUCCESS;
+}
+
+/*
  * Waits for the device's work, then the handle dies (it is popped from
  * the calling thread's stack; another thread that still has it current
  * gets CUDA_ERROR_INVALID_CONTEXT).  The host context is the device's,

@@ -42,6 +42,11 @@ def die(msg):
     sys.exit(1)
 
 
+# Call numbers no longer used ("# retired 0xNNNN ..." lines of the list):
+# never given again, since an older guest may still send them.
+RETIRED = set()
+
+
 def read_list(path):
     """calls: name -> local|unsupported|remote; remote: name -> (call
     number or None for a per-thread variant, {argument: [allowed enum
@@ -52,6 +57,9 @@ def read_list(path):
     remote = {}
     with open(path) as f:
         for ln, line in enumerate(f, 1):
+            m = re.match(r"#\s*retired\s+(0x[0-9a-fA-F]{4})\b", line)
+            if m:
+                RETIRED.add(int(m.group(1), 16))
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
@@ -314,8 +322,8 @@ def remote_calls(remote, ptext, inc):
         if num is None:
             errors.append("line %d: %s: a remote call needs a number (0x0001..0xffff)" % (ln, name))
             continue
-        if num == 0 or num in bynum:
-            errors.append("line %d: %s: call number 0x%04x is 0 or taken" % (ln, name, num))
+        if num == 0 or num in bynum or num in RETIRED:
+            errors.append("line %d: %s: call number 0x%04x is 0, taken or retired" % (ln, name, num))
             continue
         if name not in ptext:
             errors.append("line %d: %s: no prototype in the API headers" % (ln, name))

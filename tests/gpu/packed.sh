@@ -20,8 +20,12 @@
 #           to its end.  What the fault did to the other packed VM's
 #           running loop is reported (MPS: it is ended too, SHARING-FACTS
 #           P20), not judged
+#   cuda    the CUDA suite in a packed VM: all of it passes but the
+#           isolation test, which must find another process's memory out
+#           of reach; its attacker's kernel fault then ends the victim's
+#           work too (MPS), which that test cannot pass
 # One line per case: "packed: CASE ... PASS|FAIL", then "N passed, N
-# failed".  About 2.5 minutes.  Needs build/qemu and
+# failed".  About 3.5 minutes.  Needs build/qemu and
 # build/vm/initrd-share.img (tests/gpu/prepare.sh) and nvidia-cuda-mps-control.
 #
 #   tests/gpu/packed.sh [CASE,...]          (default: all)
@@ -31,50 +35,42 @@
 #                       "control" file stands for it; the plumbing only)
 set -u
 cd "$(dirname "$0")/../.."
-cases=${1:-alone,pair,mixed,fault}
+cases=${1:-alone,pair,mixed,fault,cuda}
 sms=${VCU_PACKED_SMS:-64}
 secs=${VCU_PACKED_SECS:-20}
 logroot=build/vm/logs/packed-run
-mps=$(mktemp -d /tmp/vcu-packed-mps.XXXXXX)
-pipe=$mps/pipe
 passed=0
 failed=0
 base=0
 
+. tests/gpu/vmcase.sh
+vmcase_init packed "${VCU_PACKED_FAKE:-0}" "$logroot"
+mps=$(mktemp -d /tmp/vcu-packed-mps.XXXXXX)
+pipe=$mps/pipe
 mkdir -p "$pipe" "$mps/log"
 if [ "${VCU_PACKED_FAKE:-0}" = 1 ]; then
-    gpu_env="VCU_REAL_GPU=0"
     : >"$pipe/control"
     ctl() { :; }
 else
-    gpu_env="VCU_REAL_GPU=1"
     command -v nvidia-cuda-mps-control >/dev/null ||
-        { echo "packed: no nvidia-cuda-mps-control"; echo "0 passed, 1 failed"; exit 1; }
+        { echo "packed: no nvidia-cuda-mps-control"; echo "0 passed, 1 failed"; rm -rf "$mps"; exit 1; }
     ctl() { CUDA_MPS_PIPE_DIRECTORY=$pipe CUDA_MPS_LOG_DIRECTORY=$mps/log nvidia-cuda-mps-control "$@"; }
-    ctl -d || { echo "packed: the MPS control daemon did not start"; echo "0 passed, 1 failed"; exit 1; }
+    ctl -d || { echo "packed: the MPS control daemon did not start"; echo "0 passed, 1 failed"; rm -rf "$mps"; exit 1; }
     sleep 1
 fi
-[ -f build/vm/initrd-share.img ] || { echo "packed: no build/vm/initrd-share.img (tests/gpu/prepare.sh)"; echo "0 passed, 1 failed"; exit 1; }
 quit_mps() {
     [ "${VCU_PACKED_FAKE:-0}" = 1 ] || echo quit | ctl >/dev/null 2>&1
     sleep 1
     rm -rf "$mps"
 }
 trap quit_mps EXIT
-rm -rf "$logroot"
-mkdir -p "$logroot"
 
 # start_vm NAME PROCS APPEND [ENV=VALUE...] -- [DEVICE-OPTION...]: boots
 # one VM in the background ($! is its tests/vm/run.sh).
 start_vm() {
-    local name=$1 procs=$2 app=$3 envs=()
+    local name=$1 procs=$2 app=$3
     shift 3
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
-    shift
-    mkdir -p "$logroot/$name"
-    env $gpu_env "${envs[@]}" VCU_NO_BUILD=1 VCU_VM_LOGDIR="$logroot/$name" VCU_VM_TIMEOUT=$((secs + 150)) \
-        VCU_VM_MEM=2048 VCU_GUEST_APPEND="vcu.share_procs=$procs vcu.share_secs=$secs $app" \
-        tests/vm/run.sh share "$@" >"$logroot/$name.out" 2>&1 &
+    vmcase_boot "$name" $((secs + 150)) "vcu.share_procs=$procs vcu.share_secs=$secs $app" "$@"
 }
 
 judge() {
@@ -185,6 +181,25 @@ case ",$cases," in *,fault,*)
     echo "info: fault: the isolated VM's running loop: $iloop"
     [ "$seen" = PASS ] && [ "$after" = PASS ] && [ "$vafter" = PASS ] && [ "$iloop" = PASS ]
     verdict $? "fault: the faulting process sees the sticky error, new processes in both packed VMs work after it, and an isolated VM's loop beside them runs on"
+    ;;
+esac
+case ",$cases," in *,cuda,*)
+    # The CUDA suite (tests/cuda, tests/cuda-driver) in a packed VM.  Its
+    # isolation test must find the other process's memory out of reach
+    # (MPS clients have address spaces of their own); its attacker's
+    # faulting kernel then ends the victim's work too, under MPS, so that
+    # test's last checks fail by design and it is judged on the first.
+    mkdir -p "$logroot/cuda"
+    env $gpu_env VCU_NO_BUILD=1 VCU_VM_LOGDIR="$logroot/cuda" VCU_VM_TIMEOUT=600 \
+        tests/vm/run.sh cuda "$packed" >"$logroot/cuda.out" 2>&1
+    others=$(grep -a '^VCU-TEST cuda/' "$logroot/cuda/cuda.log" | grep -v ' PASS$' | grep -v '^VCU-TEST cuda/isolation ' | tr '\n' ' ')
+    npass=$(grep -ac '^VCU-TEST cuda/.* PASS$' "$logroot/cuda/cuda.log")
+    secret=$(grep -ac "another process got none of this process's memory" "$logroot/cuda/cuda.log")
+    echo "info: cuda: $npass passed; isolation: $(grep -a '^VCU-TEST cuda/isolation ' "$logroot/cuda/cuda.log" | cut -c1-120); $(grep -a 'FAIL isolation' "$logroot/cuda/cuda.log" | head -n 1 | cut -c1-200)"
+    # A passing test's output is not shown: then nothing was reached.
+    grep -aq '^VCU-TEST cuda/isolation PASS' "$logroot/cuda/cuda.log" && secret=1
+    [ -z "$others" ] && [ "$secret" -ge 1 ] && [ "$npass" -ge 40 ]
+    verdict $? "cuda: the CUDA suite passes in a packed VM (${others:-nothing else failed}), and another process gets none of a process's memory"
     ;;
 esac
 echo "$passed passed, $failed failed"
