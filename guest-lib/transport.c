@@ -3,7 +3,8 @@
  *
  * A connection is one open file, hence one device session.  The driver lets
  * several threads submit on one file at once, so vcu_conn_call() takes no
- * lock: the connection is read-only after vcu_conn_open().
+ * lock of its own: the connection is read-only after vcu_conn_open(), but
+ * for the batch of coalesced async requests (batch.c), which has one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -77,6 +78,25 @@ int vcu__status_to_err(uint32_t status)
     return VCU_EIO;
 }
 
+/* VCU_FEAT_BATCH is asked for with the CUDA and async features, unless
+ * VCU_BATCH=0. */
+static uint64_t vcu__conn_want(uint64_t features)
+{
+    const char *e = getenv("VCU_BATCH");
+
+    if ((features & (VCU_FEAT_CUDA | VCU_FEAT_ASYNC)) == (VCU_FEAT_CUDA | VCU_FEAT_ASYNC) &&
+        (e == NULL || strcmp(e, "0") != 0))
+        features |= VCU_FEAT_BATCH;
+    return features;
+}
+
+static int vcu__conn_batch_open(vcu_conn_t *c)
+{
+    if (!(c->features & VCU_FEAT_BATCH))
+        return 0;
+    return vcu__batch_open(c);
+}
+
 int vcu_conn_open(const char *path, uint64_t features, vcu_conn_t **out)
 {
     struct vcuda_session_open so;
@@ -88,6 +108,7 @@ int vcu_conn_open(const char *path, uint64_t features, vcu_conn_t **out)
     if (c == NULL)
         return VCU_ENOMEM;
     c->fd = -1;
+    features = vcu__conn_want(features);
 
 #ifdef VCU_WITH_LOOPBACK
     {
@@ -95,6 +116,8 @@ int vcu_conn_open(const char *path, uint64_t features, vcu_conn_t **out)
 
         if (path == NULL && t != NULL && strcmp(t, "loopback") == 0) {
             err = vcu__loop_open(c, features);
+            if (err == 0 && (err = vcu__conn_batch_open(c)) != 0)
+                vcu__loop_close(c);
             if (err != 0) {
                 free(c);
                 return err;
@@ -135,6 +158,9 @@ int vcu_conn_open(const char *path, uint64_t features, vcu_conn_t **out)
     c->max_xfer = so.max_xfer ? so.max_xfer : VCU_MAX_XFER;
     c->max_payload = so.max_payload ? so.max_payload : VCU_MAX_PAYLOAD;
     c->max_segs = so.max_segs ? so.max_segs : VCU_MAX_SEGS;
+    err = vcu__conn_batch_open(c);
+    if (err != 0)
+        goto err_session;
     *out = c;
     return 0;
 
@@ -149,6 +175,7 @@ void vcu_conn_close(vcu_conn_t *c)
 {
     if (c == NULL)
         return;
+    vcu__batch_close(c);
 #ifdef VCU_WITH_LOOPBACK
     if (c->loop != NULL)
         vcu__loop_close(c);
@@ -166,6 +193,32 @@ uint64_t vcu_conn_features(const vcu_conn_t *c)
 int vcu_conn_call(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *req,
                   uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs, void *resp,
                   uint32_t resp_cap, uint32_t *resp_len)
+{
+    int err;
+
+    if (resp_len != NULL)
+        *resp_len = 0;
+    if (c->batch != NULL) {
+        if ((flags & VCU_CALL_ASYNC) && nbufs == 0 && vcu_batch_op_ok(opcode) &&
+            req_len <= c->max_payload) {
+            err = vcu__batch_add(c, opcode, req, req_len);
+            if (err != VCU__BATCH_NOT_TAKEN)
+                return err;
+        } else if (opcode != VCU_OP_CU_CALLBACK_WAIT && opcode != VCU_OP_CU_CALLBACK_DONE) {
+            /* Everything before this call goes first; but not before the
+             * host-callback thread's calls: a batch being sent may wait
+             * on the host for a callback, which waits on them. */
+            if ((err = vcu__batch_flush(c)) != 0)
+                return err;
+        }
+    }
+    return vcu__conn_send(c, opcode, flags, req, req_len, bufs, nbufs, resp, resp_cap,
+                          resp_len);
+}
+
+int vcu__conn_send(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *req,
+                   uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs, void *resp,
+                   uint32_t resp_cap, uint32_t *resp_len)
 {
     struct vcuda_seg segs[VCU_MAX_SEGS];
     struct vcuda_submit sub;
@@ -274,6 +327,8 @@ void vcu_conn_host_unregister(vcu_conn_t *c, void *p)
 
     if (c->fd < 0)
         return;
+    /* The requests that use the pages go first. */
+    (void)vcu__batch_flush(c);
     memset(&r, 0, sizeof(r));
     r.addr = (uint64_t)(uintptr_t)p;
     /* The driver unpins once the host has stopped using the pages. */
@@ -282,9 +337,9 @@ void vcu_conn_host_unregister(vcu_conn_t *c, void *p)
 
 void vcu_conn_hostmem_free(vcu_conn_t *c, void *p, size_t len)
 {
-    (void)c;
     /* For the driver's mapping, munmap fences the session's host work
-     * before the pages are freed. */
+     * before the pages are freed: the requests that use them go first. */
+    (void)vcu__batch_flush(c);
     if (p != NULL)
         munmap(p, len);
 }

@@ -885,6 +885,7 @@ static bool vcu__op_issues_gpu(uint32_t op)
     case VCU_OP_CU_MEMCPY_DTOD:
     case VCU_OP_CU_MEMCPY_2D:
     case VCU_OP_CU_MEMSET:
+    case VCU_OP_CU_BATCH:
         return true;
     default:
         return false;
@@ -1211,7 +1212,7 @@ static uint32_t vcu__session_open(vcu_backend_t *be, vcu_request_t *req, const u
     vcu__queue_init(&s->queue);
     vcu__queue_init(&s->prio);
     vcu__queue_init(&s->waiting);
-    offered = VCU__OFFERED_ALWAYS | (be->cu ? VCU_FEAT_CUDA : 0) |
+    offered = VCU__OFFERED_ALWAYS | (be->cu ? VCU_FEAT_CUDA | VCU_FEAT_BATCH : 0) |
               (be->cu && vcu__cuda_has_modcache(be->cu) ? VCU_FEAT_MODULE_CACHE : 0);
     s->features = oq.features & offered;
     if (pthread_condattr_init(&ca) != 0) {
@@ -1360,6 +1361,8 @@ VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
         else if ((hdr.opcode == VCU_OP_CU_MODULE_LOAD_HASH ||
                   hdr.opcode == VCU_OP_CU_MODULE_LOAD_KEEP) &&
                  !(s->features & VCU_FEAT_MODULE_CACHE))
+            st = VCU_S_ENOTSUP;
+        else if (hdr.opcode == VCU_OP_CU_BATCH && !(s->features & VCU_FEAT_BATCH))
             st = VCU_S_ENOTSUP;
         if (st != VCU_S_OK) {
             pthread_mutex_unlock(&be->lock);

@@ -5355,6 +5355,8 @@ static uint32_t vcu__op_transport(vcu__op_t *o)
 #define vcu__op_SESSION_CLOSE vcu__op_transport
 #define vcu__op_ECHO vcu__op_transport
 #define vcu__op_SESSION_FENCE vcu__op_transport
+/* Run by vcu__batch before dispatch. */
+#define vcu__op_CU_BATCH vcu__op_transport
 
 static uint32_t vcu__dispatch(vcu__op_t *o, uint32_t op)
 {
@@ -5383,6 +5385,78 @@ static bool vcu__sticky(CUresult r)
     default:
         return false;
     }
+}
+
+/*
+ * CU_BATCH: the framing is checked whole before any entry runs; then each
+ * entry runs as the same request sent alone with VCU_REQ_F_ASYNC (its
+ * failure becomes the deferred error, the first one kept).  The reply
+ * is the batch's own, with the deferred error as any reply's.
+ */
+static uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
+                           const unsigned char *p, unsigned int nsegs, void *out,
+                           size_t *out_len)
+{
+    struct vcu_cu_batch_req b;
+    struct vcu_cu_resp r = { (uint32_t)CUDA_ERROR_INVALID_VALUE, 0 };
+    size_t plen = h->payload_len, off, pad;
+    int async = (h->flags & VCU_REQ_F_ASYNC) != 0;
+    uint32_t i, st = VCU_S_EINVAL;
+
+    memcpy(&b, p, sizeof(b));
+    if (nsegs != 0 || b.hdr.device != 0 || b.hdr.reserved != 0 || b.reserved != 0 ||
+        b.count == 0 || b.count > VCU_CU_BATCH_MAX || plen > VCU_CU_BATCH_BYTES)
+        goto reply;
+    for (i = 0, off = sizeof(b); i < b.count; i++) {
+        struct vcu_cu_batch_entry e;
+
+        if (plen - off < sizeof(e))
+            goto reply;
+        memcpy(&e, p + off, sizeof(e));
+        off += sizeof(e);
+        if (!vcu_batch_op_ok(e.opcode) || e.len < vcu__req_size(e.opcode) || e.len > plen - off)
+            goto reply;
+        off += e.len;
+        pad = (8 - e.len % 8) % 8;
+        if (pad > plen - off)
+            goto reply;
+        off += pad;
+    }
+    if (off != plen)
+        goto reply;
+
+    for (i = 0, off = sizeof(b); i < b.count; i++) {
+        struct vcu_cu_batch_entry e;
+        struct vcu_req_hdr sh = *h;
+        struct vcu_cu_resp er;
+        vcu__cuda_wait_t *w = NULL;
+        size_t elen = 0;
+
+        memcpy(&e, p + off, sizeof(e));
+        off += sizeof(e);
+        sh.opcode = e.opcode;
+        sh.flags = VCU_REQ_F_ASYNC;
+        sh.payload_len = e.len;
+        sh.nsegs = 0;
+        /* Entries never wait (vcu_batch_op_ok): none comes back with w. */
+        (void)vcu__cuda_exec(cs, &sh, p + off, NULL, 0, &er, sizeof(er), &elen, NULL, &w);
+        if (w != NULL)
+            vcu__wait_free(cs, w);
+        off += e.len + (8 - e.len % 8) % 8;
+    }
+    r.result = CUDA_SUCCESS;
+    st = VCU_S_OK;
+reply:
+    if (async) {
+        if (r.result != CUDA_SUCCESS && cs->deferred == 0)
+            cs->deferred = r.result;
+    } else {
+        r.deferred = cs->deferred;
+        cs->deferred = 0;
+    }
+    memcpy(out, &r, sizeof(r));
+    *out_len = sizeof(r);
+    return st;
 }
 
 uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
@@ -5414,6 +5488,8 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
         return vcu__cb_wait(cs, out, out_cap, out_len, req);
     if (op == VCU_OP_CU_CALLBACK_DONE)
         return vcu__cb_done(cs, payload, out, out_len);
+    if (op == VCU_OP_CU_BATCH)
+        return vcu__batch(cs, h, payload, nsegs, out, out_len);
 
     /* The reply union is close to 1 KiB: keep it off the worker's stack,
      * in the session, made once (only the worker gets here). */

@@ -79,6 +79,7 @@ typedef uint8_t vcu_u8;
 #define VCU_FEAT_CUDA (1ULL << 1)   /* the CUDA opcodes; set only where a driver loaded */
 #define VCU_FEAT_ASYNC (1ULL << 2)  /* VCU_REQ_F_ASYNC requests */
 #define VCU_FEAT_MODULE_CACHE (1ULL << 3) /* CU_MODULE_LOAD_HASH; only where the host keeps a cache */
+#define VCU_FEAT_BATCH (1ULL << 4)  /* CU_BATCH; with VCU_FEAT_CUDA and VCU_FEAT_ASYNC */
 
 /* Limits; the device rejects anything beyond them with VCU_S_E2BIG. */
 #define VCU_MAX_PAYLOAD (64u * 1024)        /* request and response payload */
@@ -231,6 +232,8 @@ struct vcu_resp_hdr {
     /* CU_MODULE_LOAD that also returns the image's SHA-256 (the cache's name) */       \
     XX(CU_MODULE_LOAD_KEEP, 0x030f, vcu_cu_module_load_req, vcu_cu_module_keep_resp)     \
     XX(CU_LINK, 0x0310, vcu_cu_link_req, vcu_cu_link_resp)                               \
+    /* + trailing: sub-requests (struct vcu_cu_batch_entry each), run as async */       \
+    XX(CU_BATCH, 0x0311, vcu_cu_batch_req, vcu_cu_resp)                                  \
     /* CUDA: streams and host callbacks */                                               \
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
@@ -693,6 +696,36 @@ struct vcu_cu_launch_req {
 };
 
 /*
+ * CU_BATCH (with VCU_FEAT_BATCH): count consecutive async requests of one
+ * session in one, as the guest library coalesces a burst of launches.
+ * Each entry is a vcu_cu_batch_entry, then len bytes of its opcode's
+ * request payload (its own vcu_cu_hdr first), then zeros to a multiple
+ * of 8; the entries fill the payload exactly.  Only the opcodes
+ * vcu_batch_op_ok() names, which take no segment, reply with a
+ * vcu_cu_resp alone and never wait, may be entries.  The host checks the
+ * whole framing before it runs any entry; then it runs them in order,
+ * each exactly as the same request sent alone with VCU_REQ_F_ASYNC: its
+ * failure is the session's deferred error (the first one kept).  The
+ * batch's own header device and reserved are 0; its result is
+ * CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE (nothing run) for bad
+ * framing.  Sent with VCU_REQ_F_ASYNC itself, as the guest library does,
+ * a bad batch is a deferred CUDA_ERROR_INVALID_VALUE.
+ */
+#define VCU_CU_BATCH_MAX 64u        /* entries */
+#define VCU_CU_BATCH_BYTES 16384u   /* payload, header included */
+
+struct vcu_cu_batch_req {
+    struct vcu_cu_hdr hdr;          /* device 0, reserved 0 */
+    vcu_le32 count;                 /* 1..VCU_CU_BATCH_MAX */
+    vcu_le32 reserved;
+};
+
+struct vcu_cu_batch_entry {
+    vcu_le32 opcode;
+    vcu_le32 len;                   /* the request payload's bytes */
+};
+
+/*
  * CU_LAUNCH_EX: cuLaunchKernelEx.  The fixed struct's launch part is
  * CU_LAUNCH's (flags 0), then nattrs struct vcu_cu_launch_attr, then
  * param_bytes of parameters as for CU_LAUNCH.  CU_OCCUPANCY_CLUSTERS and
@@ -1010,6 +1043,8 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_func_attrs_resp) == 8 + 4 * VCU_CU_NUM_FUN
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_req) == 32, "vcu_cu_occupancy_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_occupancy_resp) == 16, "vcu_cu_occupancy_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_req) == 64, "vcu_cu_launch_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_batch_req) == 16, "vcu_cu_batch_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_batch_entry) == 8, "vcu_cu_batch_entry");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_attr) == 32, "vcu_cu_launch_attr");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_launch_ex_req) == 72, "vcu_cu_launch_ex_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tmap_req) == 320, "vcu_cu_tmap_req");
@@ -1027,5 +1062,20 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_req) == 16 + 16 * VCU_CU_MAX_LINK_OPT
                  "vcu_cu_link_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_resp) == 16 + VCU_CU_LINK_LOG, "vcu_cu_link_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_call_req) == 16, "vcu_cu_call_req");
+
+/* The opcodes a CU_BATCH may hold: async, segment-free, never waiting. */
+static inline int vcu_batch_op_ok(vcu_le32 op)
+{
+    switch (op) {
+    case VCU_OP_CU_LAUNCH:
+    case VCU_OP_CU_MEMSET:
+    case VCU_OP_CU_MEM_FREE_ASYNC:
+    case VCU_OP_CU_STREAM_WAIT_EVENT:
+    case VCU_OP_CU_EVENT_RECORD:
+    case VCU_OP_CU_GRAPH_LAUNCH:
+        return 1;
+    }
+    return 0;
+}
 
 #endif /* VCU_PROTO_H */

@@ -526,6 +526,27 @@ static void tw_cb_set(vcu_twin_launch_t *l, const void *pb)
         dst[ti.x] = v + (int32_t)ti.x;
 }
 
+/* batching.cu: bt_step(int *p, int i): p[0] = i + 1 if p[0] was i, else
+ * p[1] + 1. */
+static void tw_bt_step(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t *p = tw_ptr(pb, 0);
+    int32_t i = tw_i32(pb, 8);
+
+    (void)l;
+    if (p[0] == i)
+        p[0] = i + 1;
+    else
+        p[1] += 1;
+}
+
+/* batching.cu: bt_flag(int *flag, int v), *flag = v, seen by the host. */
+static void tw_bt_flag(vcu_twin_launch_t *l, const void *pb)
+{
+    (void)l;
+    __atomic_store_n((int32_t *)tw_ptr(pb, 0), tw_i32(pb, 8), __ATOMIC_SEQ_CST);
+}
+
 /* device_query.cu: dq_noop(int *p), p[threadIdx.x] = threadIdx.x */
 static void tw_dq_noop(vcu_twin_launch_t *l, const void *pb)
 {
@@ -815,6 +836,10 @@ const vcu_twin_t vcu_twins[] = {
     { "_Z11thr_mul_addPiiii", tw_thr_mul_add, 4,
       { P(0, 8), P(8, 4), P(12, 4), P(16, 4) }, 8, 0 },
     { "_Z6cb_setPii", tw_cb_set, 2,
+      { P(0, 8), P(8, 4) }, 8, 0 },
+    { "_Z7bt_stepPii", tw_bt_step, 2,
+      { P(0, 8), P(8, 4) }, 8, 0 },
+    { "_Z7bt_flagPii", tw_bt_flag, 2,
       { P(0, 8), P(8, 4) }, 8, 0 },
     { "_Z7dq_noopPi", tw_dq_noop, 1,
       { P(0, 8) }, 8, 0 },

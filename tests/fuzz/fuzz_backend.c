@@ -207,7 +207,9 @@ static const char fz_ptx[] =
 
 static void fz_setup(void)
 {
-    struct vcu_session_open_req oq = {1, 1, VCU_FEAT_CUDA | VCU_FEAT_ECHO | VCU_FEAT_ASYNC, {0, 0}};
+    struct vcu_session_open_req oq = {1, 1,
+                                      VCU_FEAT_CUDA | VCU_FEAT_ECHO | VCU_FEAT_ASYNC | VCU_FEAT_BATCH,
+                                      {0, 0}};
     struct vcu_cu_mem_alloc_req ma;
     struct vcu_cu_stream_create_req sc;
     struct vcu_cu_u64_req u;

@@ -20,6 +20,7 @@ out = args[0]
 proto = open(os.path.join(here, "..", "..", "include", "vcu_proto.h")).read()
 ops = [m.group(1) for m in re.finditer(r"XX\((\w+), 0x[0-9a-f]+,", proto)]
 idx = {n: i for i, n in enumerate(ops)}
+num = {m.group(1): int(m.group(2), 16) for m in re.finditer(r"XX\((\w+), (0x[0-9a-f]+),", proto)}
 # handle table indices (fz_setup): 0 legacy, 1 per-thread, 2 dptr, 3 dptr+1024,
 # 4 dptr+4095, 5 stream, 6 event, 7 graph, 8 pool, 9 module, 10 function
 H = dict(dptr=2, dptr2=3, stream=5, event=6, graph=7, pool=8, module=9, func=10)
@@ -81,6 +82,12 @@ seeds = {
  "async": req("CU_MEMCPY_DTOD", pad(48), [(1, "dptr"), (2, "dptr2")], flags=1) + req("CU_GET_DEFERRED_ERROR", pad(8)) + req("SESSION_FENCE") + req("CU_TAKE_OUTPUT", pad(16)),
  "ctx": req("CU_CALL", call("cuCtxGetLimit", u64(0))) + req("CU_CALL", call("cuCtxGetStreamPriorityRange")) + req("CU_CALL", call("cuDeviceCanAccessPeer", u64(0) + u64(1)))
         + req("CU_CTX_SYNCHRONIZE", pad(8)) + req("CU_CTX_RESET", pad(8)),
+ # CU_BATCH of a memset and a launch (entries: opcode, length, payload padded to 8).
+ "batch": req("CU_BATCH", pad(8) + u32(2) + u32(0)
+              + u32(num["CU_MEMSET"]) + u32(64) + pad(8) + u64(0) + u64(0) + u64(64) + u64(1) + u64(0) + u32(1) + u32(1) + pad(8)
+              + u32(num["CU_LAUNCH"]) + u32(92) + pad(8) + u64(0) + u64(0) + u32(1)*3 + u32(32) + u32(1)*2 + u32(0) + u32(0) + u32(28) + u32(0) + pad(28) + pad(4),
+              [(4, "dptr"), (13, "func"), (14, "stream"), (20, "dptr"), (21, "dptr"), (22, "dptr")], flags=1)
+          + req("CU_CTX_SYNCHRONIZE", pad(8)),
  "call": req("CU_CALL", call("cuStreamSetAttribute", u64(0) + u64(3) + u32(2) + pad(60)), [(2, "stream")])
          + req("CU_CALL", call("cuStreamGetAttribute", u64(0) + u64(1)), [(2, "stream")])
          + req("CU_CALL", call("cuStreamWriteValue32_v2", u64(0) + u64(0) + u64(7) + u64(0)), [(2, "stream"), (3, "dptr")]),

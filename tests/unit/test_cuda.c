@@ -1088,6 +1088,316 @@ TEST(cuda_deferred_error)
     return 0;
 }
 
+/* ---- CU_BATCH ------------------------------------------------------------ */
+
+typedef struct tc_batch_s {
+    unsigned char b[VCU_CU_BATCH_BYTES + 64];
+    size_t len;
+} tc_batch_t;
+
+static void tc_batch_init(tc_batch_t *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->len = sizeof(struct vcu_cu_batch_req);
+}
+
+/* Appends an entry of len payload bytes (p may be shorter: zeros). */
+static void tc_batch_add(tc_batch_t *b, uint32_t op, const void *p, size_t plen, uint32_t len)
+{
+    struct vcu_cu_batch_entry e = {op, len};
+
+    memcpy(b->b + b->len, &e, sizeof(e));
+    b->len += sizeof(e);
+    memcpy(b->b + b->len, p, plen < len ? plen : len);
+    b->len += ((size_t)len + 7) & ~(size_t)7;
+}
+
+static void tc_batch_memset(tc_batch_t *b, uint64_t dst, uint32_t value, uint64_t width)
+{
+    struct vcu_cu_memset_req rq;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.dst = dst;
+    rq.value = value;
+    rq.elem_size = 1;
+    rq.width = width;
+    rq.height = 1;
+    rq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    tc_batch_add(b, VCU_OP_CU_MEMSET, &rq, sizeof(rq), sizeof(rq));
+}
+
+/* Sends the batch with count in its header; wire status, reply in *r. */
+static uint32_t tc_batch_send(tc_t *c, tc_batch_t *b, uint32_t count, uint32_t flags,
+                              struct vcu_cu_resp *r)
+{
+    struct vcu_cu_batch_req h;
+
+    memset(&h, 0, sizeof(h));
+    h.count = count;
+    memcpy(b->b, &h, sizeof(h));
+    return tc_do(c, VCU_OP_CU_BATCH, flags, b->b, (uint32_t)b->len, r, sizeof(*r));
+}
+
+static int tc_bytes_are(tc_t *c, uint64_t d, size_t off, size_t n, unsigned char v)
+{
+    unsigned char out[256];
+    size_t i;
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, d, out, sizeof(out), NULL, 0, 0, 0));
+    for (i = off; i < off + n; i++)
+        if (out[i] != v) {
+            fprintf(stderr, "byte %zu is 0x%02x, not 0x%02x\n", i, out[i], v);
+            return -1;
+        }
+    return 0;
+}
+
+/* Entries run in order, as the same requests sent alone and async: a
+ * failing one is the deferred error and the ones after it still run. */
+TEST(cuda_batch)
+{
+    struct vcu_cu_pair_req wq = {{0, 0}, VCU_CU_STREAM_LEGACY, 0xbad0, 0};
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+    tc_batch_t *b = malloc(sizeof(*b));
+    uint64_t d = 0;
+    unsigned int i;
+    tc_t c;
+
+    ASSERT_TRUE(b != NULL);
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 256, 1, 0, 0));
+
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x11, 16);
+    tc_batch_memset(b, d + 16, 0x22, 16);
+    tc_batch_memset(b, d, 0x33, 8);             /* after the first: wins */
+    ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, 3, VCU_REQ_F_ASYNC, &r));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(0, r.deferred);
+    CHECK(tc_bytes_are(&c, d, 0, 8, 0x33));
+    CHECK(tc_bytes_are(&c, d, 8, 8, 0x11));
+    CHECK(tc_bytes_are(&c, d, 16, 16, 0x22));
+
+    /* A stream wait on a handle that is no event, between two memsets. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d + 32, 0x44, 8);
+    tc_batch_add(b, VCU_OP_CU_STREAM_WAIT_EVENT, &wq, sizeof(wq), sizeof(wq));
+    tc_batch_memset(b, d + 40, 0x55, 8);
+    ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, 3, VCU_REQ_F_ASYNC, &r));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.deferred);
+    CHECK(tc_bytes_are(&c, d, 32, 8, 0x44));
+    CHECK(tc_bytes_are(&c, d, 40, 8, 0x55));
+
+    /* Sent synchronously, its own reply carries the entries' failure. */
+    tc_batch_init(b);
+    tc_batch_add(b, VCU_OP_CU_STREAM_WAIT_EVENT, &wq, sizeof(wq), sizeof(wq));
+    ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, 1, 0, &r));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.deferred);
+
+    /* As many entries as a batch may hold, each a launch's worth. */
+    tc_batch_init(b);
+    for (i = 0; i < VCU_CU_BATCH_MAX; i++)
+        tc_batch_memset(b, d + 48 + i % 16, i, 1);  /* the last round wins */
+    ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, VCU_CU_BATCH_MAX, 0, &r));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(0, r.deferred);
+    for (i = 0; i < 16; i++)
+        CHECK(tc_bytes_are(&c, d, 48 + i, 1, (unsigned char)(VCU_CU_BATCH_MAX - 16 + i)));
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
+/*
+ * Malformed batches: refused whole, before any entry runs (the first
+ * entry of each would set 8 bytes to 0x77); sent async, the refusal is
+ * the deferred error.
+ */
+TEST(cuda_batch_hostile)
+{
+    static const uint32_t not_batchable[] = {
+        VCU_OP_CU_CTX_SYNCHRONIZE, VCU_OP_CU_BATCH,       VCU_OP_CU_CALLBACK_WAIT,
+        VCU_OP_CU_CALLBACK_DONE,   VCU_OP_CU_MEMCPY_HTOD, VCU_OP_CU_MEM_ALLOC,
+        VCU_OP_SESSION_CLOSE,      VCU_OP_SESSION_FENCE,  VCU_OP_ECHO,
+        VCU_OP_CU_STREAM_SYNCHRONIZE, VCU_OP_CU_CALL,     0xffff,
+    };
+    struct vcu_cu_memset_req mq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+    struct vcu_cu_batch_req bh;
+    tc_batch_t *b = malloc(sizeof(*b));
+    unsigned char big[VCU_CU_BATCH_BYTES];
+    uint64_t d = 0;
+    unsigned int i;
+    tc_t c;
+
+    ASSERT_TRUE(b != NULL);
+    memset(big, 0, sizeof(big));
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 256, 1, 0, 0));
+    memset(&mq, 0, sizeof(mq));
+    mq.dst = d;
+    mq.value = 0x77;
+    mq.elem_size = 1;
+    mq.width = 8;
+    mq.height = 1;
+    mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+
+#define TC_REFUSED(count)                                                              \
+    do {                                                                               \
+        ASSERT_EQ(VCU_S_EINVAL, tc_batch_send(&c, b, (count), 0, &r));                  \
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, r.result);                                  \
+        CHECK(tc_bytes_are(&c, d, 0, 8, 0));                                            \
+    } while (0)
+
+    /* Counts: none, too many, more or fewer than the entries. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x77, 8);
+    TC_REFUSED(0);
+    TC_REFUSED(VCU_CU_BATCH_MAX + 1);
+    TC_REFUSED(2);
+    tc_batch_memset(b, d, 0x77, 8);
+    TC_REFUSED(1);
+    TC_REFUSED(0xffffffffu);
+
+    /* Opcodes a batch may not hold, as the second entry. */
+    for (i = 0; i < sizeof(not_batchable) / sizeof(not_batchable[0]); i++) {
+        tc_batch_init(b);
+        tc_batch_memset(b, d, 0x77, 8);
+        tc_batch_add(b, not_batchable[i], &mq, sizeof(mq), sizeof(mq));
+        TC_REFUSED(2);
+    }
+
+    /* An entry shorter than its opcode's request. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x77, 8);
+    tc_batch_add(b, VCU_OP_CU_MEMSET, &mq, sizeof(mq), 8);
+    TC_REFUSED(2);
+
+    /* Entry lengths past the payload, and ones that wrap with padding. */
+    {
+        static const uint32_t lens[] = {0xffffffffu, 0xfffffff9u, 0x80000000u, 4096};
+
+        for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+            struct vcu_cu_batch_entry e = {VCU_OP_CU_MEMSET, lens[i]};
+
+            tc_batch_init(b);
+            tc_batch_memset(b, d, 0x77, 8);
+            memcpy(b->b + b->len, &e, sizeof(e));
+            b->len += sizeof(e);
+            memcpy(b->b + b->len, &mq, sizeof(mq));
+            b->len += sizeof(mq);
+            TC_REFUSED(2);
+        }
+    }
+
+    /* Padding missing at the end: the last entry's payload not a
+     * multiple of 8 and the batch cut right after it. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x77, 8);
+    tc_batch_add(b, VCU_OP_CU_MEMSET, &mq, sizeof(mq), (uint32_t)sizeof(mq) + 3);
+    b->len -= 5;
+    TC_REFUSED(2);
+
+    /* An entry header cut short. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x77, 8);
+    b->len += 4;
+    TC_REFUSED(2);
+
+    /* The batch's own header: device and reserved fields not 0. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x77, 8);
+    memset(&bh, 0, sizeof(bh));
+    bh.count = 1;
+    bh.hdr.device = 1;
+    memcpy(b->b, &bh, sizeof(bh));
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_BATCH, 0, b->b, (uint32_t)b->len, &r, sizeof(r)));
+    bh.hdr.device = 0;
+    bh.hdr.reserved = 1;
+    memcpy(b->b, &bh, sizeof(bh));
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_BATCH, 0, b->b, (uint32_t)b->len, &r, sizeof(r)));
+    bh.hdr.reserved = 0;
+    bh.reserved = 1;
+    memcpy(b->b, &bh, sizeof(bh));
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_BATCH, 0, b->b, (uint32_t)b->len, &r, sizeof(r)));
+    CHECK(tc_bytes_are(&c, d, 0, 8, 0));
+
+    /* More than VCU_CU_BATCH_BYTES, and shorter than its header. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x77, 8);
+    tc_batch_add(b, VCU_OP_CU_MEMSET, big, sizeof(big) - 64, sizeof(big) - 64);
+    memcpy(b->b + b->len - (sizeof(big) - 64), &mq, sizeof(mq));
+    TC_REFUSED(2);
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_BATCH, 0, b->b, 8, &r, sizeof(r)));
+
+    /* With a segment: a batch takes none. */
+    {
+        ut_req_t *t = ut_req_new();
+        unsigned char buf[64];
+
+        tc_batch_init(b);
+        tc_batch_memset(b, d, 0x77, 8);
+        memset(&bh, 0, sizeof(bh));
+        bh.count = 1;
+        memcpy(b->b, &bh, sizeof(bh));
+        ut_req_add_seg(t, VCU_SEG_TO_DEVICE, buf, sizeof(buf));
+        ASSERT_EQ(VCU_S_EINVAL, tc_run(&c, t, VCU_OP_CU_BATCH, 0, b->b, (uint32_t)b->len));
+        free(t);
+        CHECK(tc_bytes_are(&c, d, 0, 8, 0));
+    }
+
+    /* Async: refused all the same, and the next reply says so. */
+    tc_batch_init(b);
+    tc_batch_memset(b, d, 0x77, 8);
+    ASSERT_EQ(VCU_S_EINVAL, tc_batch_send(&c, b, 5, VCU_REQ_F_ASYNC, &r));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, r.deferred);
+    CHECK(tc_bytes_are(&c, d, 0, 8, 0));
+#undef TC_REFUSED
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
+/* A session that did not agree VCU_FEAT_BATCH gets none. */
+TEST(cuda_batch_feature)
+{
+    vcu_backend_config_t cfg;
+    vcu_backend_t *be = NULL;
+    struct vcu_cu_batch_req bh;
+    unsigned char p[sizeof(bh) + 8 + sizeof(struct vcu_cu_memset_req)];
+    uint64_t s = 0, feat = 0;
+    ut_req_t *t;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gpus = "0";
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &be));
+    ASSERT_EQ(VCU_S_OK, ut_open_ex(be, 1, 1, VCU_FEAT_CUDA | VCU_FEAT_ASYNC | VCU_FEAT_BATCH, &s,
+                                   &feat));
+    ASSERT_TRUE((feat & VCU_FEAT_BATCH) != 0);
+    ut_close(be, s);
+    ASSERT_EQ(VCU_S_OK, ut_open_ex(be, 1, 1, VCU_FEAT_CUDA | VCU_FEAT_ASYNC, &s, NULL));
+    memset(p, 0, sizeof(p));
+    memset(&bh, 0, sizeof(bh));
+    bh.count = 1;
+    memcpy(p, &bh, sizeof(bh));
+    t = ut_req_new();
+    ut_req_build(t, VCU_OP_CU_BATCH, s, p, sizeof(p));
+    vcu_backend_execute(be, &t->r);
+    ASSERT_EQ(VCU_S_ENOTSUP, ut_status(t));
+    free(t);
+    ut_close(be, s);
+    vcu_backend_free(be);
+    return 0;
+}
+
 /* ---- host callbacks ----------------------------------------------------- */
 
 static ut_req_t *tc_submit_pair(tc_t *c, uint32_t op, uint64_t a, uint64_t b)

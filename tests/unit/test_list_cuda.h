@@ -33,6 +33,13 @@
     X(cuda_events_elapsed)              \
     X(cuda_streams)                     \
     X(cuda_deferred_error)              \
+    X(cuda_batch)                       \
+    X(cuda_batch_hostile)               \
+    X(cuda_batch_feature)               \
+    X(batch_coalesces)                  \
+    X(batch_flush_thread)               \
+    X(batch_deferred_and_close)         \
+    X(batch_off)                        \
     X(cuda_callback_gate)               \
     X(cuda_callback_parked_first)       \
     X(cuda_callback_cancel)             \

@@ -183,7 +183,8 @@ static inline uint32_t ut_open_ex(vcu_backend_t *be, uint32_t vmin, uint32_t vma
 
 static inline uint32_t ut_open(vcu_backend_t *be, uint64_t *id)
 {
-    return ut_open_ex(be, 1, 1, VCU_FEAT_ECHO | VCU_FEAT_ASYNC | VCU_FEAT_CUDA, id, NULL);
+    return ut_open_ex(be, 1, 1, VCU_FEAT_ECHO | VCU_FEAT_ASYNC | VCU_FEAT_CUDA | VCU_FEAT_BATCH, id,
+                      NULL);
 }
 
 static inline uint32_t ut_close(vcu_backend_t *be, uint64_t id)
