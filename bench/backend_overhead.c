@@ -1,8 +1,8 @@
 /*
  * backend_overhead: the host-side cost of the virtio-cuda backend itself,
  * natively, with no VM.  The same CUDA Driver API calls are made
- *   direct   on libcuda.so.1 (dlopen), in a context of our own made as the
- *            backend makes its session contexts (cuCtxCreate, no flags);
+ *   direct   on libcuda.so.1 (dlopen), in the device's primary context, as
+ *            a native program's runtime and the worker process use it;
  *   backend  as requests through vcu_backend_execute()/vcu_backend_submit()
  *            of host-backend/libvcu_backend.a, in one session;
  *   proxy    as QEMU sends them: vcu_proxy_submit() (host-backend/proxy.c)
@@ -35,8 +35,11 @@
  *                                 launch_sync, launch_rate, launch)
  *   proxy_launch_rate_vs_direct   launch_rate_proxy / launch_rate_direct, %
  *   proxy_launch_rate_vs_direct_paired  the same from alternating bursts of
- *                                 launches/7 each, direct and through the
- *                                 proxy: the median of the 7 ratios, %
+ *                                 launches/15 each, direct and through the
+ *                                 proxy: the median of the 15 ratios, %
+ *   proxy_launch_rate_vs_direct_paired_batched  the same with 64 launches
+ *                                 per CU_BATCH request, as the guest
+ *                                 library coalesces a burst of launches
  *   stream_query_direct_legacy    cuStreamQuery(CU_STREAM_LEGACY), the
  *                                 handle the backend passes
  *   stream_query_direct_spaced    cuStreamQuery(NULL) timed alone, calls 2 us
@@ -98,17 +101,19 @@ static const unsigned char bo_image[] =
 #define BO_IMAGE_LEN empty_fatbin_len
 #endif
 #define BO_RING 1024                /* async launches in flight through the backend */
+#define BO_BATCH VCU_CU_BATCH_MAX   /* launches per CU_BATCH, as the guest library sends */
 
 #define BO_STR2(x) #x
 #define BO_STR(x) BO_STR2(x)
 
-/* cuda.h maps some names to versioned ones (cuCtxCreate -> cuCtxCreate_v4);
+/* cuda.h maps some names to versioned ones (cuMemAlloc -> cuMemAlloc_v2);
  * the field names and the dlsym strings both go through that mapping. */
 #define BO_CU_FUNCS(XX)  \
     XX(cuInit)           \
     XX(cuDeviceGet)      \
-    XX(cuCtxCreate)      \
-    XX(cuCtxDestroy)     \
+    XX(cuDevicePrimaryCtxRetain) \
+    XX(cuDevicePrimaryCtxRelease) \
+    XX(cuCtxSetCurrent)  \
     XX(cuCtxSynchronize) \
     XX(cuMemGetInfo)     \
     XX(cuStreamQuery)    \
@@ -195,6 +200,7 @@ typedef struct bo_direct_s {
  * launch rate (direct_end() frees them). */
 static struct {
     CUcontext ctx;
+    CUdevice dev;
     CUmodule mod;
     CUfunction fn;
     CUdeviceptr buf;
@@ -219,7 +225,7 @@ static void direct_end(void)
 {
     CU_CHECK(drv.cuMemFree(bo_d.buf));
     CU_CHECK(drv.cuModuleUnload(bo_d.mod));
-    CU_CHECK(drv.cuCtxDestroy(bo_d.ctx));
+    CU_CHECK(drv.cuDevicePrimaryCtxRelease(bo_d.dev));
     free(bo_d.image);
 }
 
@@ -248,7 +254,9 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
 
     CU_CHECK(drv.cuInit(0));
     CU_CHECK(drv.cuDeviceGet(&dev, gpu));
-    CU_CHECK(drv.cuCtxCreate(&bo_d.ctx, NULL, 0, dev));
+    CU_CHECK(drv.cuDevicePrimaryCtxRetain(&bo_d.ctx, dev));
+    CU_CHECK(drv.cuCtxSetCurrent(bo_d.ctx));
+    bo_d.dev = dev;
     bo_d.image = fatbin_copy();
     CU_CHECK(drv.cuModuleLoadData(&bo_d.mod, bo_d.image));
     CU_CHECK(drv.cuModuleGetFunction(&bo_d.fn, bo_d.mod, BO_KERNEL));
@@ -328,7 +336,7 @@ static void direct_run(int gpu, long iters, long launches, bo_direct_t *out)
 
 /* ---- through the backend --------------------------------------------------- */
 
-#define BO_REQ_MAX 512               /* header + largest payload used here + one seg */
+#define BO_REQ_MAX 8192              /* header + largest payload used here (a CU_BATCH) + one seg */
 #define BO_RAM_SIZE (256ull << 20)   /* the proxy's fake guest RAM */
 
 /*
@@ -521,8 +529,8 @@ typedef struct bo_sess_s {
  * makes it), module from image, function, a 64-byte buffer; launch gets
  * the async launch request.  As the guest library's first kernel does.
  */
-static void bo_session_setup(bo_tx_t *tx, bo_req_t *t, bo_req_t *launch, void *image,
-                             bo_sess_t *ss)
+static void bo_session_setup(bo_tx_t *tx, bo_req_t *t, bo_req_t *launch, bo_req_t *batch,
+                             void *image, bo_sess_t *ss)
 {
     struct vcu_session_open_req oq;
     struct vcu_cu_hdr ch;
@@ -537,12 +545,14 @@ static void bo_session_setup(bo_tx_t *tx, bo_req_t *t, bo_req_t *launch, void *i
     memset(&oq, 0, sizeof(oq));
     oq.version_min = oq.version_max = VCU_PROTO_VERSION;
     oq.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA | VCU_FEAT_ASYNC;
+    if (batch != NULL)
+        oq.features |= VCU_FEAT_BATCH;
     bo_build(tx, t, VCU_OP_SESSION_OPEN, 0, 0, &oq, sizeof(oq), NULL, 0);
     bo_exec(tx, t, 0, "SESSION_OPEN");
     o = bo_payload(t);
     ss->session = o->session;
     if ((o->features & oq.features) != oq.features)
-        die("session lacks a feature (echo, cuda, async)");
+        die("session lacks a feature (echo, cuda, async, batch)");
 
     memset(&ch, 0, sizeof(ch));
     bo_build(tx, t, VCU_OP_CU_MEM_GET_INFO, 0, ss->session, &ch, sizeof(ch), NULL, 0);
@@ -580,6 +590,29 @@ static void bo_session_setup(bo_tx_t *tx, bo_req_t *t, bo_req_t *launch, void *i
     memcpy(lp + sizeof(lq), &ss->buf, sizeof(ss->buf));
     bo_build(tx, launch, VCU_OP_CU_LAUNCH, VCU_REQ_F_ASYNC, ss->session, lp,
              (uint32_t)(sizeof(lq) + lq.param_bytes), NULL, 0);
+    if (batch != NULL) {
+        /* BO_BATCH of the same launch in one CU_BATCH. */
+        static unsigned char bq[VCU_CU_BATCH_BYTES];
+        struct vcu_cu_batch_req bh;
+        struct vcu_cu_batch_entry e;
+        uint32_t len = (uint32_t)(sizeof(lq) + lq.param_bytes), pad = (8 - len % 8) % 8;
+        size_t off = sizeof(bh);
+        unsigned int i;
+
+        memset(bq, 0, sizeof(bq));
+        memset(&bh, 0, sizeof(bh));
+        bh.count = BO_BATCH;
+        memcpy(bq, &bh, sizeof(bh));
+        e.opcode = VCU_OP_CU_LAUNCH;
+        e.len = len;
+        for (i = 0; i < BO_BATCH; i++) {
+            memcpy(bq + off, &e, sizeof(e));
+            memcpy(bq + off + sizeof(e), lp, len);
+            off += sizeof(e) + len + pad;
+        }
+        bo_build(tx, batch, VCU_OP_CU_BATCH, VCU_REQ_F_ASYNC, ss->session, bq, (uint32_t)off,
+                 NULL, 0);
+    }
 }
 
 static void bo_session_close(bo_tx_t *tx, bo_req_t *t, const bo_sess_t *ss)
@@ -611,7 +644,7 @@ static void tx_run(bo_tx_t *tx, void *image, long iters, long launches, bo_backe
 
     if (t == NULL || launch == NULL || ring == NULL)
         die("out of memory");
-    bo_session_setup(tx, t, launch, image, &ss);
+    bo_session_setup(tx, t, launch, NULL, image, &ss);
 
     /* The direct side's warm-up (direct_run()): queries, launches and a
      * synchronize, 100 times.  The driver's stream query costs about
@@ -699,54 +732,73 @@ static void backend_run(const char *gpus, long iters, long launches, bo_backend_
 /*
  * The launch rate through tx against the direct one, in alternating
  * bursts of launches / BO_PAIRS each (launches, then one synchronize),
- * so that both meet the same GPU and host state: the median of the
- * bursts' ratios, in %.  Both rates drift by tens of percent within a
- * run (the GPU's own pace for back-to-back kernels among them), which
- * one burst of each, seconds apart, does not separate from the backend.
+ * so that all meet the same GPU and host state: the median of the
+ * bursts' ratios, in %: *plain with one request per launch, *batched
+ * with BO_BATCH launches per CU_BATCH request, as the guest library
+ * coalesces a burst.  Both rates drift by tens of percent within a run
+ * (the GPU's own pace for back-to-back kernels among them), which one
+ * burst of each, seconds apart, does not separate from the backend.
  */
-#define BO_PAIRS 7
+#define BO_PAIRS 15
 
 static int cmp_double(const void *a, const void *b);
 
-static double paired_launch_ratio(bo_tx_t *tx, void *image, long launches)
+static void paired_launch_ratio(bo_tx_t *tx, void *image, long launches, double *plain,
+                                double *batched)
 {
     bo_req_t *t = calloc(1, sizeof(*t)), *launch = calloc(1, sizeof(*t));
-    bo_req_t *ring = calloc(BO_RING, sizeof(*ring));
-    double ratio[BO_PAIRS];
+    bo_req_t *batch = calloc(1, sizeof(*t)), *ring = calloc(BO_RING, sizeof(*ring));
+    double ratio[BO_PAIRS], bratio[BO_PAIRS];
     struct vcu_cu_hdr ch;
     long n = launches / BO_PAIRS > 1000 ? launches / BO_PAIRS : 1000, i;
+    long nb = (n + BO_BATCH - 1) / BO_BATCH;
     bo_sess_t ss;
     int r;
 
-    if (t == NULL || launch == NULL || ring == NULL)
+    if (t == NULL || launch == NULL || batch == NULL || ring == NULL)
         die("out of memory");
-    bo_session_setup(tx, t, launch, image, &ss);
+    bo_session_setup(tx, t, launch, batch, image, &ss);
     memset(&ch, 0, sizeof(ch));
     bo_build(tx, t, VCU_OP_CU_CTX_SYNCHRONIZE, 0, ss.session, &ch, sizeof(ch), NULL, 0);
     for (r = 0; r < BO_PAIRS; r++) {
-        double direct = 0, via = 0, t0;
+        double direct = 0, via = 0, viab = 0, t0;
         int k;
 
-        for (k = 0; k < 2; k++) {
-            if ((k == 0) == (r % 2 == 0)) {
+        for (k = 0; k < 3; k++) {
+            switch ((k + r) % 3) {
+            case 0:
                 direct = direct_launch_rate(n);
-                continue;
+                break;
+            case 1:
+                t0 = now_s();
+                for (i = 0; i < n; i++)
+                    bo_submit_async(tx, &ring[i % BO_RING], launch);
+                bo_exec(tx, t, 1, "CU_CTX_SYNCHRONIZE");
+                via = n / (now_s() - t0);
+                bo_ring_drain(ring, n < BO_RING ? (int)n : BO_RING);
+                break;
+            default:
+                t0 = now_s();
+                for (i = 0; i < nb; i++)
+                    bo_submit_async(tx, &ring[i % BO_RING], batch);
+                bo_exec(tx, t, 1, "CU_CTX_SYNCHRONIZE");
+                viab = (double)(nb * BO_BATCH) / (now_s() - t0);
+                bo_ring_drain(ring, nb < BO_RING ? (int)nb : BO_RING);
+                break;
             }
-            t0 = now_s();
-            for (i = 0; i < n; i++)
-                bo_submit_async(tx, &ring[i % BO_RING], launch);
-            bo_exec(tx, t, 1, "CU_CTX_SYNCHRONIZE");
-            via = n / (now_s() - t0);
-            bo_ring_drain(ring, n < BO_RING ? (int)n : BO_RING);
         }
         ratio[r] = via / direct * 100.0;
+        bratio[r] = viab / direct * 100.0;
     }
     bo_session_close(tx, t, &ss);
     qsort(ratio, BO_PAIRS, sizeof(double), cmp_double);
+    qsort(bratio, BO_PAIRS, sizeof(double), cmp_double);
     free(ring);
+    free(batch);
     free(launch);
     free(t);
-    return ratio[BO_PAIRS / 2];
+    *plain = ratio[BO_PAIRS / 2];
+    *batched = bratio[BO_PAIRS / 2];
 }
 
 typedef struct bo_start_s {
@@ -768,7 +820,7 @@ static int cmp_double(const void *a, const void *b)
  */
 static void proxy_run(const char *worker, const char *gpus, const char *libcuda, long iters,
                       long launches, int starts, bo_backend_t *out, bo_start_t *st,
-                      double *paired)
+                      double paired[2])
 {
     vcu_proxy_config_t cfg;
     bo_tx_t tx;
@@ -821,7 +873,7 @@ static void proxy_run(const char *worker, const char *gpus, const char *libcuda,
         bo_exec(&tx, t, 0, "SESSION_CLOSE");
 
         t0 = now_s();
-        bo_session_setup(&tx, t, launch, image, &ss);
+        bo_session_setup(&tx, t, launch, NULL, image, &ss);
         bo_submit_async(&tx, slot, launch);
         bo_ring_drain(slot, 1);
         memset(&ch, 0, sizeof(ch));
@@ -836,7 +888,7 @@ static void proxy_run(const char *worker, const char *gpus, const char *libcuda,
     st->first_kernel_us = first_us[starts / 2];
 
     tx_run(&tx, image, iters, launches, out);
-    *paired = paired_launch_ratio(&tx, image, launches);
+    paired_launch_ratio(&tx, image, launches, &paired[0], &paired[1]);
     vcu_proxy_free(tx.px);
     munmap(tx.ram, BO_RAM_SIZE);
     close(tx.ramfd);
@@ -902,7 +954,7 @@ int main(int argc, char **argv)
     bo_direct_t d;
     bo_backend_t b, p = { 0 };
     bo_start_t st = { 0 };
-    double paired = 0;
+    double paired[2] = { 0, 0 };
 
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
@@ -953,7 +1005,7 @@ int main(int argc, char **argv)
     backend_run(gpus, iters, launches, &b);
     if (!noproxy)
         proxy_run(worker, gpus, getenv("VCU_LIBCUDA"), iters, launches, (int)starts, &p, &st,
-                  &paired);
+                  paired);
     direct_end();
 
     row("echo_backend", b.echo_us, "us");
@@ -987,7 +1039,8 @@ int main(int argc, char **argv)
     row("proxy_overhead_launch_sync", p.launch_sync_us - d.launch_sync_us, "us");
     row("launch_rate_proxy", p.launch_rate, "kernels/s");
     row("proxy_launch_rate_vs_direct", p.launch_rate / d.launch_rate * 100.0, "%");
-    row("proxy_launch_rate_vs_direct_paired", paired, "%");
+    row("proxy_launch_rate_vs_direct_paired", paired[0], "%");
+    row("proxy_launch_rate_vs_direct_paired_batched", paired[1], "%");
     row("proxy_overhead_launch", 1e6 / p.launch_rate - 1e6 / d.launch_rate, "us");
     row("worker_start_proxy", st.open_us, "us");
     row("first_kernel_proxy", st.first_kernel_us, "us");
