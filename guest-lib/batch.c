@@ -6,20 +6,29 @@
  * and a reply.  Requests that vcu_batch_op_ok() names (launches, memsets,
  * event records, stream waits, graph launches, async frees: no segment,
  * nothing to read back) are instead appended to the connection's batch
- * when they come in a burst: within VCU__BATCH_GAP_NS of the previous
- * async request.  An isolated one goes at once, so a lone launch is never
- * delayed.  The batch goes to the device, as one async request:
+ * when they come in a burst: one that comes when the batch is empty and
+ * the previous one came more than the gap (VCU_BATCH_US, 50 us) before
+ * goes at once, alone, so a lone launch is never delayed.  That test reads
+ * CLOCK_MONOTONIC_COARSE, which costs nothing even where the guest's clock
+ * source is emulated (a precise clock_gettime per launch cost 1.3 us in a
+ * TCG guest on HPET), so requests within one clock tick of each other
+ * (1-4 ms) count as a burst; the flush thread bounds what that costs.
+ * The batch goes to the device, as one async request:
  *
  *   - when it is full (VCU_CU_BATCH_MAX entries or VCU_CU_BATCH_BYTES);
  *   - before any other request of the connection (a synchronize, a copy,
  *     a query), from any thread, and before the driver is asked to
  *     unregister or free host memory: everything a program did before a
  *     call reaches the host before that call;
- *   - by the connection's flush thread, VCU__BATCH_GAP_NS after its first
- *     entry, when nothing else sent it: a program that launches and then
- *     waits on mapped memory without calling CUDA sees its kernel start
- *     that much later, never not at all.
- *
+ *   - by the connection's flush thread, once no request has been appended
+ *     for a gap, or once the batch is VCU__BATCH_AGE_GAPS gaps old: a
+ *     program that launches and then waits on mapped memory without
+ *     calling CUDA sees its kernel start about a gap later, never not at
+ *     all, and a slow but steady stream of launches is held back at most
+ *     that age.  The thread watches by an append count, not by time read
+ *     on the launch path: it wakes after a gap, and again after twice
+ *     that while appends go on.
+
  * Order is kept by the batch lock: entries are appended, and batches and
  * the isolated requests of the batchable kinds are sent, under it, and a
  * batch counts as pending until the system call that sends it has
@@ -41,6 +50,7 @@
 #include "vcu_transport_int.h"
 
 #define VCU__BATCH_GAP_US 50u
+#define VCU__BATCH_AGE_GAPS 20u     /* the oldest a batch gets: 1 ms by default */
 
 /* Set in a child of fork(): its copy of a batch is the parent's, and
  * the parent's flush thread (and maybe the lock) did not come along. */
@@ -63,22 +73,24 @@ struct vcu__batch_s {
     pthread_cond_t cv;              /* the flush thread waits on it */
     unsigned int n;                 /* entries; read without mu as a hint */
     size_t len;                     /* bytes in buf, the batch header included */
-    uint64_t first_ns;              /* when the first entry came */
-    uint64_t last_ns;               /* when the last async request came */
+    uint64_t appended;              /* entries ever appended */
+    uint64_t sent;                  /* batches ever sent */
+    uint64_t last_ns;               /* when the last async request came (coarse) */
     uint64_t gap_ns;
     int err;                        /* a failed send, for the next call */
     int stop;
     int thread;                     /* the flush thread runs */
+    int idle;                       /* it waits for a first entry */
     pthread_t tid;
     vcu__batch_stats_t st;          /* what it has done (tests) */
     uint64_t buf[VCU_CU_BATCH_BYTES / 8];
 };
 
-static uint64_t vcu__batch_now(void)
+static uint64_t vcu__batch_now(clockid_t id)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -98,8 +110,19 @@ static void vcu__batch_send_locked(vcu_conn_t *c, vcu__batch_t *b)
         b->err = err;
     b->st.batches++;
     b->st.entries += b->n;
+    b->sent++;
     b->len = sizeof(*h);
     __atomic_store_n(&b->n, 0, __ATOMIC_RELEASE);
+}
+
+/* Holder of mu: waits until deadline (CLOCK_MONOTONIC), stop, or a
+ * batch other than gen (sent by someone else). */
+static void vcu__batch_wait_locked(vcu__batch_t *b, uint64_t deadline, uint64_t gen)
+{
+    struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
+
+    while (!b->stop && b->sent == gen && vcu__batch_now(CLOCK_MONOTONIC) < deadline)
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
 }
 
 static void *vcu__batch_thread(void *arg)
@@ -109,22 +132,33 @@ static void *vcu__batch_thread(void *arg)
 
     pthread_mutex_lock(&b->mu);
     while (!b->stop) {
-        uint64_t now, due;
-        struct timespec ts;
+        uint64_t gen, start, seen, period, now;
 
         if (b->n == 0) {
+            b->idle = 1;
             pthread_cond_wait(&b->cv, &b->mu);
+            b->idle = 0;
             continue;
         }
-        now = vcu__batch_now();
-        due = b->first_ns + b->gap_ns;
-        if (now >= due) {
-            vcu__batch_send_locked(c, b);
-            continue;
+        /* Watch this batch until it is sent, by us or by anyone. */
+        gen = b->sent;
+        start = vcu__batch_now(CLOCK_MONOTONIC);
+        seen = b->appended;
+        period = b->gap_ns;
+        for (;;) {
+            vcu__batch_wait_locked(b, vcu__batch_now(CLOCK_MONOTONIC) + period, gen);
+            if (b->stop || b->sent != gen)
+                break;
+            now = vcu__batch_now(CLOCK_MONOTONIC);
+            if (b->appended == seen || now - start >= b->gap_ns * VCU__BATCH_AGE_GAPS) {
+                vcu__batch_send_locked(c, b);
+                break;
+            }
+            seen = b->appended;
+            period *= 2;
+            if (period > start + b->gap_ns * VCU__BATCH_AGE_GAPS - now)
+                period = start + b->gap_ns * VCU__BATCH_AGE_GAPS - now;
         }
-        ts.tv_sec = (time_t)(due / 1000000000u);
-        ts.tv_nsec = (long)(due % 1000000000u);
-        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -233,7 +267,7 @@ int vcu__batch_add(vcu_conn_t *c, uint32_t opcode, const void *req, uint32_t req
 
     if (vcu__batch_child || need > VCU_CU_BATCH_BYTES - sizeof(struct vcu_cu_batch_req))
         return VCU__BATCH_NOT_TAKEN;
-    now = vcu__batch_now();
+    now = vcu__batch_now(CLOCK_MONOTONIC_COARSE);
     pthread_mutex_lock(&b->mu);
     if (b->n > 0 && b->len + need > VCU_CU_BATCH_BYTES)
         vcu__batch_send_locked(c, b);
@@ -268,13 +302,10 @@ int vcu__batch_add(vcu_conn_t *c, uint32_t opcode, const void *req, uint32_t req
     memset((unsigned char *)b->buf + b->len + sizeof(e) + req_len, 0,
            need - sizeof(e) - req_len);
     b->len += need;
-    if (b->n == 0) {
-        b->first_ns = now;
-        __atomic_store_n(&b->n, 1, __ATOMIC_RELEASE);
+    b->appended++;
+    __atomic_store_n(&b->n, b->n + 1, __ATOMIC_RELEASE);
+    if (b->n == 1 && b->idle)
         pthread_cond_signal(&b->cv);
-    } else {
-        __atomic_store_n(&b->n, b->n + 1, __ATOMIC_RELEASE);
-    }
     if (b->n == VCU_CU_BATCH_MAX)
         vcu__batch_send_locked(c, b);
     pthread_mutex_unlock(&b->mu);

@@ -131,17 +131,17 @@ TEST(batch_flush_thread)
     vcu_conn_t *c = NULL;
     uint64_t d = 0;
 
-    CHECK(tb_open("2000", NULL, &c));
+    CHECK(tb_open("10000", NULL, &c));
     CHECK(tb_alloc(c, &d));
     CHECK(tb_memset(c, 0, d, 0, 256));
-    tb_nap_ms(20);
+    tb_nap_ms(40);                  /* more than the gap and a clock tick */
     CHECK(tb_memset(c, VCU_CALL_ASYNC, d, 0x41, 8));     /* alone */
     CHECK(tb_memset(c, VCU_CALL_ASYNC, d + 8, 0x42, 8)); /* batched */
     CHECK(tb_memset(c, VCU_CALL_ASYNC, d + 16, 0x43, 8));
     vcu__batch_stats(c, &st);
     ASSERT_EQ_U64(1, st.alone);
-    /* No call from here: the flush thread sends it (2 ms after the
-     * first entry; 2 s is plenty on a slow machine). */
+    /* No call from here: the flush thread sends it (10 ms after the
+     * last entry; 2 s is plenty on a slow machine). */
     for (int i = 0; i < 200 && st.pending > 0; i++) {
         tb_nap_ms(10);
         vcu__batch_stats(c, &st);
@@ -149,7 +149,7 @@ TEST(batch_flush_thread)
     ASSERT_EQ(0, st.pending);
     ASSERT_EQ_U64(1, st.batches);
     ASSERT_EQ_U64(2, st.entries);
-    tb_nap_ms(20);
+    tb_nap_ms(40);
     CHECK(tb_memset(c, VCU_CALL_ASYNC, d + 24, 0x44, 8));
     vcu__batch_stats(c, &st2);
     ASSERT_EQ_U64(2, st2.alone);
