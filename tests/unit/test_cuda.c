@@ -1366,6 +1366,47 @@ TEST(cuda_batch_hostile)
     return 0;
 }
 
+/* Another session's batch names this session's event: refused (deferred),
+ * as the same requests alone are.  Memory is kept apart by the worker
+ * process each session has (tests/cuda/isolation, whose async attacks now
+ * go as batches); this in-process backend is one address space. */
+TEST(cuda_batch_other_session)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+    tc_batch_t *b = malloc(sizeof(*b));
+    uint64_t d = 0, ev = 0, s2 = 0;
+    tc_t c, c2;
+
+    ASSERT_TRUE(b != NULL);
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0x5a, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &ev));
+    ASSERT_EQ(VCU_S_OK, ut_open(c.be, &s2));
+    c2.be = c.be;
+    c2.s = s2;
+    {
+        struct vcu_cu_pair_req wq = {{0, 0}, VCU_CU_STREAM_LEGACY, ev, 0};
+        struct vcu_cu_pair_req rq = {{0, 0}, ev, VCU_CU_STREAM_LEGACY, 0};
+
+        tc_batch_init(b);
+        tc_batch_add(b, VCU_OP_CU_STREAM_WAIT_EVENT, &wq, sizeof(wq), sizeof(wq));
+        tc_batch_add(b, VCU_OP_CU_EVENT_RECORD, &rq, sizeof(rq), sizeof(rq));
+        ASSERT_EQ(VCU_S_OK, tc_batch_send(&c2, b, 2, VCU_REQ_F_ASYNC, &r));
+    }
+    ASSERT_EQ(VCU_S_OK, tc_do(&c2, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.deferred);
+    /* The event is still this session's and works. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_EVENT_RECORD, ev, VCU_CU_STREAM_LEGACY, 0, NULL,
+                                    0));
+    CHECK(tc_bytes_are(&c, d, 0, 256, 0x5a));
+    ut_close(c.be, s2);
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
 /* A session that did not agree VCU_FEAT_BATCH gets none. */
 TEST(cuda_batch_feature)
 {

@@ -35,6 +35,7 @@
     X(cuda_deferred_error)              \
     X(cuda_batch)                       \
     X(cuda_batch_hostile)               \
+    X(cuda_batch_other_session)         \
     X(cuda_batch_feature)               \
     X(batch_coalesces)                  \
     X(batch_flush_thread)               \
