@@ -5388,6 +5388,24 @@ static bool vcu__sticky(CUresult r)
 }
 
 /*
+ * The deferred error and a reply: an async request has no reader, so its
+ * failure res (the first one kept) waits for the next reply, and its own
+ * reply carries none; any other reply takes what waits.
+ */
+static uint32_t vcu__deferred(vcu__cuda_sess_t *cs, int async, uint32_t res)
+{
+    uint32_t d = cs->deferred;
+
+    if (async) {
+        if (res != 0 && d == 0)
+            cs->deferred = res;
+        return 0;
+    }
+    cs->deferred = 0;
+    return d;
+}
+
+/*
  * CU_BATCH: the framing is checked whole before any entry runs; then each
  * entry runs as the same request sent alone with VCU_REQ_F_ASYNC (its
  * failure becomes the deferred error, the first one kept).  The reply
@@ -5447,13 +5465,7 @@ static uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
     r.result = CUDA_SUCCESS;
     st = VCU_S_OK;
 reply:
-    if (async) {
-        if (r.result != CUDA_SUCCESS && cs->deferred == 0)
-            cs->deferred = r.result;
-    } else {
-        r.deferred = cs->deferred;
-        cs->deferred = 0;
-    }
+    r.deferred = vcu__deferred(cs, async, r.result);
     memcpy(out, &r, sizeof(r));
     *out_len = sizeof(r);
     return st;
@@ -5531,17 +5543,10 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
 
     /* An async request has no reader: its first failure waits for the
      * next reply.  A malformed one counts as CUDA_ERROR_INVALID_VALUE. */
-    if (async) {
-        uint32_t bad = st != VCU_S_OK ? (uint32_t)CUDA_ERROR_INVALID_VALUE : (uint32_t)o->res;
-
-        if (bad != 0 && cs->deferred == 0)
-            cs->deferred = bad;
-        o->rb.r.deferred = 0;
-    } else if (op != VCU_OP_CU_GET_DEFERRED_ERROR && op != VCU_OP_CU_TAKE_OUTPUT) {
+    if (async || (op != VCU_OP_CU_GET_DEFERRED_ERROR && op != VCU_OP_CU_TAKE_OUTPUT))
         /* TAKE_OUTPUT: the guest library's own, after the program's call. */
-        o->rb.r.deferred = cs->deferred;
-        cs->deferred = 0;
-    }
+        o->rb.r.deferred = vcu__deferred(
+            cs, async, st != VCU_S_OK ? (uint32_t)CUDA_ERROR_INVALID_VALUE : (uint32_t)o->res);
     if (st != VCU_S_OK) {
         /* Still a vcu_cu_resp, for a guest that reads it regardless. */
         struct vcu_cu_resp r = { (uint32_t)CUDA_ERROR_INVALID_VALUE, o->rb.r.deferred };

@@ -18,9 +18,9 @@ if not args:
     sys.exit("usage: gen_corpus.py [--regressions] OUTDIR")
 out = args[0]
 proto = open(os.path.join(here, "..", "..", "include", "vcu_proto.h")).read()
-ops = [m.group(1) for m in re.finditer(r"XX\((\w+), 0x[0-9a-f]+,", proto)]
-idx = {n: i for i, n in enumerate(ops)}
-num = {m.group(1): int(m.group(2), 16) for m in re.finditer(r"XX\((\w+), (0x[0-9a-f]+),", proto)}
+opmap = [(m.group(1), int(m.group(2), 16)) for m in re.finditer(r"XX\((\w+), (0x[0-9a-f]+),", proto)]
+idx = {n: i for i, (n, _) in enumerate(opmap)}
+num = dict(opmap)
 # handle table indices (fz_setup): 0 legacy, 1 per-thread, 2 dptr, 3 dptr+1024,
 # 4 dptr+4095, 5 stream, 6 event, 7 graph, 8 pool, 9 module, 10 function
 H = dict(dptr=2, dptr2=3, stream=5, event=6, graph=7, pool=8, module=9, func=10)
