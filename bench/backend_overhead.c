@@ -12,7 +12,7 @@
  * hand-over to the session's worker thread and back, handle lookups.
  *
  *   backend_overhead [--quick] [--iters N] [--launches N] [--gpu ORD]
- *                    [--worker PATH | --no-proxy] [--starts N]
+ *                    [--worker PATH | --no-proxy] [--starts N] [--pairs N]
  *
  * Prints CSV "metric,size_bytes,value,unit" (bench/combine.py pairs the
  * X_direct and X_backend rows):
@@ -35,11 +35,13 @@
  *                                 launch_sync, launch_rate, launch)
  *   proxy_launch_rate_vs_direct   launch_rate_proxy / launch_rate_direct, %
  *   proxy_launch_rate_vs_direct_paired  the same from alternating bursts of
- *                                 launches/15 each, direct and through the
- *                                 proxy: the median of the 15 ratios, %
+ *                                 launches/P each (--pairs P, 15), direct
+ *                                 and through the proxy: the median of the
+ *                                 P ratios, %
  *   proxy_launch_rate_vs_direct_paired_batched  the same with 64 launches
  *                                 per CU_BATCH request, as the guest
- *                                 library coalesces a burst of launches
+ *                                 library coalesces a burst of launches;
+ *                                 _q1, _q3: the quartiles of its P ratios
  *   stream_query_direct_legacy    cuStreamQuery(CU_STREAM_LEGACY), the
  *                                 handle the backend passes
  *   stream_query_direct_spaced    cuStreamQuery(NULL) timed alone, calls 2 us
@@ -740,27 +742,33 @@ static void backend_run(const char *gpus, long iters, long launches, bo_backend_
  * burst of each, seconds apart, does not separate from the backend.
  */
 #define BO_PAIRS 15
+#define BO_PAIRS_MAX 1001
+
+/* --pairs: how many alternations the launches are split into. */
+static long bo_pairs = BO_PAIRS;
 
 static int cmp_double(const void *a, const void *b);
 
 static void paired_launch_ratio(bo_tx_t *tx, void *image, long launches, double *plain,
-                                double *batched)
+                                double batched[3])
 {
     bo_req_t *t = calloc(1, sizeof(*t)), *launch = calloc(1, sizeof(*t));
     bo_req_t *batch = calloc(1, sizeof(*t)), *ring = calloc(BO_RING, sizeof(*ring));
-    double ratio[BO_PAIRS], bratio[BO_PAIRS];
+    double *ratio = calloc((size_t)bo_pairs, sizeof(double));
+    double *bratio = calloc((size_t)bo_pairs, sizeof(double));
     struct vcu_cu_hdr ch;
-    long n = launches / BO_PAIRS > 1000 ? launches / BO_PAIRS : 1000, i;
+    long n = launches / bo_pairs > 1000 ? launches / bo_pairs : 1000, i;
     long nb = (n + BO_BATCH - 1) / BO_BATCH;
     bo_sess_t ss;
     int r;
 
-    if (t == NULL || launch == NULL || batch == NULL || ring == NULL)
+    if (t == NULL || launch == NULL || batch == NULL || ring == NULL || ratio == NULL ||
+        bratio == NULL)
         die("out of memory");
     bo_session_setup(tx, t, launch, batch, image, &ss);
     memset(&ch, 0, sizeof(ch));
     bo_build(tx, t, VCU_OP_CU_CTX_SYNCHRONIZE, 0, ss.session, &ch, sizeof(ch), NULL, 0);
-    for (r = 0; r < BO_PAIRS; r++) {
+    for (r = 0; r < bo_pairs; r++) {
         double direct = 0, via = 0, viab = 0, t0;
         int k;
 
@@ -791,14 +799,19 @@ static void paired_launch_ratio(bo_tx_t *tx, void *image, long launches, double 
         bratio[r] = viab / direct * 100.0;
     }
     bo_session_close(tx, t, &ss);
-    qsort(ratio, BO_PAIRS, sizeof(double), cmp_double);
-    qsort(bratio, BO_PAIRS, sizeof(double), cmp_double);
+    qsort(ratio, (size_t)bo_pairs, sizeof(double), cmp_double);
+    qsort(bratio, (size_t)bo_pairs, sizeof(double), cmp_double);
     free(ring);
     free(batch);
     free(launch);
     free(t);
-    *plain = ratio[BO_PAIRS / 2];
-    *batched = bratio[BO_PAIRS / 2];
+    *plain = ratio[bo_pairs / 2];
+    /* The median, and the quartiles for the spread between bursts. */
+    batched[0] = bratio[bo_pairs / 2];
+    batched[1] = bratio[bo_pairs / 4];
+    batched[2] = bratio[(3 * bo_pairs) / 4];
+    free(bratio);
+    free(ratio);
 }
 
 typedef struct bo_start_s {
@@ -820,7 +833,7 @@ static int cmp_double(const void *a, const void *b)
  */
 static void proxy_run(const char *worker, const char *gpus, const char *libcuda, long iters,
                       long launches, int starts, bo_backend_t *out, bo_start_t *st,
-                      double paired[2])
+                      double paired[4])
 {
     vcu_proxy_config_t cfg;
     bo_tx_t tx;
@@ -922,14 +935,15 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: backend_overhead [--quick] [--iters N] [--launches N] [--gpu ORD]\n"
-            "                        [--worker PATH | --no-proxy] [--starts N]\n"
+            "                        [--worker PATH | --no-proxy] [--starts N] [--pairs N]\n"
             "  --iters N     calls per latency loop [20000; --quick: 2000]\n"
             "  --launches N  launches for the launch rates [200000; --quick: 20000]\n"
             "  --gpu ORD     host GPU ordinal [0]\n"
             "  --worker PATH vcu-worker for the proxy rows [$VCU_WORKER, else beside\n"
             "                this program: ../qemu/libexec, ../host-backend]\n"
             "  --no-proxy    no proxy rows\n"
-            "  --starts N    fresh sessions timed for the start rows [10; --quick: 5]\n");
+            "  --starts N    fresh sessions timed for the start rows [10; --quick: 5]\n"
+            "  --pairs N     alternations of the paired launch rates, 1-1001 [15]\n");
     exit(2);
 }
 
@@ -954,7 +968,7 @@ int main(int argc, char **argv)
     bo_direct_t d;
     bo_backend_t b, p = { 0 };
     bo_start_t st = { 0 };
-    double paired[2] = { 0, 0 };
+    double paired[4] = { 0, 0, 0, 0 };
 
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
@@ -969,6 +983,8 @@ int main(int argc, char **argv)
             worker = argv[++i];
         else if (!strcmp(argv[i], "--starts") && i + 1 < argc)
             starts = parse_long(argv[++i]);
+        else if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
+            bo_pairs = parse_long(argv[++i]);
         else if (!strcmp(argv[i], "--no-proxy"))
             noproxy = 1;
         else
@@ -986,6 +1002,8 @@ int main(int argc, char **argv)
         launches = 1;
     if (starts < 1)
         starts = 1;
+    if (bo_pairs < 1 || bo_pairs > BO_PAIRS_MAX)
+        usage();
     if (worker == NULL || worker[0] == '\0')
         worker = find_worker(argv[0]);
     if (!noproxy && worker == NULL)
@@ -1041,6 +1059,8 @@ int main(int argc, char **argv)
     row("proxy_launch_rate_vs_direct", p.launch_rate / d.launch_rate * 100.0, "%");
     row("proxy_launch_rate_vs_direct_paired", paired[0], "%");
     row("proxy_launch_rate_vs_direct_paired_batched", paired[1], "%");
+    row("proxy_launch_rate_vs_direct_paired_batched_q1", paired[2], "%");
+    row("proxy_launch_rate_vs_direct_paired_batched_q3", paired[3], "%");
     row("proxy_overhead_launch", 1e6 / p.launch_rate - 1e6 / d.launch_rate, "us");
     row("worker_start_proxy", st.open_us, "us");
     row("first_kernel_proxy", st.first_kernel_us, "us");
