@@ -70,7 +70,8 @@ bench-build: backend
 	$(MAKE) -C bench O=$(B)/bench
 
 # On a GPU host, after make all and tests/vm/run.sh bench on the build
-# machine: native vs guest figures into bench/results.csv and bandwidth.png.
+# machine: native vs guest figures into bench/results.csv, and the plot
+# (build/bench-results/bandwidth.png, not kept in git).
 bench:
 	bench/run.sh
 

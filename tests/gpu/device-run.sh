@@ -51,7 +51,7 @@ case ",$what," in *,bench,*)
     VCU_NVIDIA_CUDART=$PWD/build/nvidia VCU_NO_BUILD=1 bench/run.sh "$PWD/build/bench-results" \
         >"$out/bench.log" 2>&1 || rc=1
     tail -n 40 "$out/bench.log"
-    cp bench/results.csv bench/bandwidth.png "$out/" 2>/dev/null
+    cp build/bench-results/results.csv build/bench-results/bandwidth.png "$out/" 2>/dev/null
     ;;
 esac
 case ",$what," in *,libs,*)
