@@ -5,8 +5,9 @@
 
 Reads bench/results.csv (combine.py's output) and writes bench/bandwidth.png
 (defaults: next to this script; a build output, not kept in git): h2d/d2h
-x pinned/pageable, native (solid) and guest (dashed), 8 lines.  x: size on a log2 scale; y: GB/s, on a log
-scale when the values span more than a factor of 20, else linear.
+x pinned/pageable, native (solid) and guest (dashed), 8 lines.  x: size on
+a log2 scale; y: GB/s, on a log scale when the values span more than a
+factor of 20, else linear.
 
 Python 3 standard library only: the PNG is written with zlib and struct,
 lines are drawn by hand, and labels use the small bitmap font below
