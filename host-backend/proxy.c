@@ -22,8 +22,11 @@
  * the submitter's thread (in QEMU, no wake-up of the main loop for the
  * bottom half).  The reader and a polling submitter take replies under
  * rx_busy, which both only ever try to take: the submitter gives up
- * polling at once when the reader is busy, and the reader spins while
- * the submitter's bounded poll runs.
+ * polling at once when the reader is busy.  The submitter says until when
+ * it polls (poll_until, set before its request goes on the ring), and the
+ * reader keeps off the consumer side meanwhile, watching nothing the
+ * submitter writes, so that none of the submitter's lines move to the
+ * reader's core and back on each request.
  *
  * Lock order: vcu_proxy_t.mu -> vcu__psess_t.mu; rx_busy ->
  * vcu__psess_t.mu.  Neither mutex is held across a done callback, a wait
@@ -92,6 +95,12 @@
  * most (never longer than the spin): a bounded busy wait on QEMU's
  * thread, as virtio's poll mode, long enough for a short driver call. */
 #define VCU__PX_POLL_US 10u
+/* A request frame up to this size (a full CU_BATCH fits) is built in
+ * its session's own buffer and copied onto the ring from there; one that
+ * must wait for room is copied out.  So the hot path allocates nothing. */
+#define VCU__PX_FBUF (24u * 1024u)
+/* Pending entries a session keeps for reuse. */
+#define VCU__PX_PCACHE 64u
 /* The worker's fds: the socket, the shared area, the rings' doorbells. */
 #define VCU__PX_FD_SOCK 3
 #define VCU__PX_FD_SHM 4
@@ -167,6 +176,12 @@ struct vcu__psess_s {
     int wake_peer[2];               /* their other ends, the worker's, until spawned */
     vcu__ring_t resp;               /* consumed under rx_busy */
     int rx_busy;                    /* taken (trylock only) to consume resp */
+    /* Until when (vcu__ring_now_ns()) a submitter polls for its reply, or
+     * 0: written by the submitter before its request goes on the ring,
+     * read by the reader, which meanwhile stays off the consumer side
+     * (see vcu__px_reader()).  A line of its own. */
+    _Alignas(64) uint64_t poll_until;
+    uint8_t poll_pad[56];
     pthread_t reader;
     pthread_t sender;
 
@@ -179,6 +194,8 @@ struct vcu__psess_s {
     vcu__pframe_t *rqhead, *rqtail; /* for the request ring, behind a full one */
     vcu__preq_t *pending;           /* sent, not answered, oldest first: */
     vcu__preq_t *pending_tail;      /* replies mostly come in order */
+    vcu__preq_t *pfree;             /* entries for reuse, npfree of them */
+    unsigned int npfree;
     int sent_fds[VCU_IPC_MAX_REGIONS];
     unsigned int nsent;
     vcu_request_t *close_req;       /* SESSION_CLOSE waiting for the exit */
@@ -188,6 +205,7 @@ struct vcu__psess_s {
     bool closing;                   /* on px->closing (px->mu) */
 
     vcu__psess_t *zombie_next;
+    _Alignas(8) unsigned char fbuf[VCU__PX_FBUF];  /* s->mu: a frame being built */
 };
 
 /* Kills the worker unless it has been reaped (a pid of -1 must never
@@ -227,6 +245,30 @@ static uint64_t vcu__px_req_id(const vcu_request_t *req)
         return 0;
     memcpy(&h, req->req, sizeof(h));
     return h.req_id;
+}
+
+/* A pending entry, from the session's cache if it has one.  s->mu held. */
+static vcu__preq_t *vcu__px_preq_get_locked(vcu__psess_t *s)
+{
+    vcu__preq_t *p = s->pfree;
+
+    if (p == NULL)
+        return malloc(sizeof(*p));
+    s->pfree = p->next;
+    s->npfree--;
+    return p;
+}
+
+/* Gives a pending entry back to the cache, or frees it.  s->mu held. */
+static void vcu__px_preq_put_locked(vcu__psess_t *s, vcu__preq_t *p)
+{
+    if (s->npfree >= VCU__PX_PCACHE) {
+        free(p);
+        return;
+    }
+    p->next = s->pfree;
+    s->pfree = p;
+    s->npfree++;
 }
 
 /* Completes every pending request (and the close) with status; the
@@ -322,20 +364,20 @@ static void vcu__px_send_locked(vcu__psess_t *s, vcu__pframe_t *f)
     pthread_cond_signal(&s->cond);
 }
 
-/* Puts f on the request ring, or queues it for the sender behind a full
- * ring (in order: nothing passes what is queued).  s->mu held. */
-static void vcu__px_ring_send_locked(vcu__psess_t *s, vcu__pframe_t *f)
+/* Puts the frame at buf (its header, then its body) on the request ring
+ * if nothing is queued for it: true when it is there, or dropped because
+ * the link is broken (the reader then cancels what is pending); false
+ * when it must queue.  s->mu held. */
+static bool vcu__px_ring_try_locked(vcu__psess_t *s, const unsigned char *buf)
 {
     if (s->rqhead == NULL && !s->broken) {
         struct vcu_ipc_hdr h;
         int rc;
 
-        memcpy(&h, f->buf, sizeof(h));
-        rc = vcu__ring_put(&s->req, &h, f->buf + sizeof(h));
-        if (rc > 0) {
-            vcu__px_frame_free(f);
-            return;
-        }
+        memcpy(&h, buf, sizeof(h));
+        rc = vcu__ring_put(&s->req, &h, buf + sizeof(h));
+        if (rc > 0)
+            return true;
         if (rc < 0) {
             /* The worker wrote an impossible head. */
             s->broken = true;
@@ -343,7 +385,14 @@ static void vcu__px_ring_send_locked(vcu__psess_t *s, vcu__pframe_t *f)
                 kill(s->pid, SIGKILL);
         }
     }
-    if (s->broken) {
+    return s->broken;
+}
+
+/* Puts f on the request ring, or queues it for the sender behind a full
+ * ring (in order: nothing passes what is queued).  s->mu held. */
+static void vcu__px_ring_send_locked(vcu__psess_t *s, vcu__pframe_t *f)
+{
+    if (vcu__px_ring_try_locked(s, f->buf)) {
         vcu__px_frame_free(f);
         return;
     }
@@ -494,21 +543,29 @@ static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *bo
     vcu_request_t *req;
     size_t n;
 
+    uint64_t req_id = 0;
+    bool open = false;
+
+    req = NULL;
     pthread_mutex_lock(&s->mu);
     p = vcu__px_take_locked(s, tag);
+    if (p != NULL) {
+        req = p->req;
+        req_id = p->req_id;
+        open = p->open;
+        vcu__px_preq_put_locked(s, p);
+    }
     pthread_mutex_unlock(&s->mu);
     if (p == NULL)
         return;                     /* cancelled meanwhile */
-    req = p->req;
     n = len < req->resp_cap ? len : req->resp_cap;
     if (n < sizeof(struct vcu_resp_hdr)) {
-        vcu__px_complete(req, p->req_id, VCU_S_EIO);
-        free(p);
+        vcu__px_complete(req, req_id, VCU_S_EIO);
         return;
     }
     memcpy(req->resp, body, n);
     req->resp_len = n;
-    if (p->open) {
+    if (open) {
         struct vcu_resp_hdr h;
         struct vcu_session_open_resp o;
 
@@ -522,7 +579,6 @@ static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *bo
             memcpy((char *)req->resp + sizeof(h), &o, sizeof(o));
         }
     }
-    free(p);
     req->done(req);
 }
 
@@ -578,11 +634,27 @@ static void *vcu__px_reader(void *arg)
         goto broken;
     for (;;) {
         struct vcu_ipc_hdr h;
+        uint64_t until, seen;
         ssize_t n;
         int rc;
 
+        /*
+         * A submitter polls for its reply and takes what comes meanwhile:
+         * stay off the consumer side (rx_busy, the ring's head and our
+         * position) until its time is up.  Each of those lines the reader
+         * read would cost the submitter a cache-line transfer at its next
+         * write, on the request's path (measured: a spinning reader added
+         * a quarter of the ring's round trip).  Only the clock is watched
+         * meanwhile; a new poll moves until on.
+         */
+        until = __atomic_load_n(&s->poll_until, __ATOMIC_ACQUIRE);
+        if (until != 0 && vcu__ring_now_ns() < until) {
+            while (vcu__ring_now_ns() < until)
+                vcu__cpu_relax();
+            continue;
+        }
         if (!vcu__px_rx_take(s)) {
-            /* The submitter polls for its reply, briefly. */
+            /* The submitter's poll ends shortly. */
             vcu__cpu_relax();
             continue;
         }
@@ -590,10 +662,13 @@ static void *vcu__px_reader(void *arg)
                                    VCU_IPC_MAX_RESP_BODY)) > 0 &&
                h.type == VCU_IPC_RESP)
             vcu__px_reply(s, h.tag, rbuf, h.len);
+        seen = s->resp.pos;
         vcu__px_rx_give(s);
         if (rc != 0)
             goto broken;            /* a broken ring, or a frame that is no reply */
-        if (vcu__ring_wait(&s->resp, s->fd, spin_ns, -1) == 0)
+        /* Waiting, the reader watches the producer's tail alone (the
+         * worker's line, not the submitter's). */
+        if (vcu__ring_wait_from(&s->resp, seen, s->fd, spin_ns, -1) == 0)
             continue;
 
         /* The socket: the worker's hello, or its end. */
@@ -745,6 +820,12 @@ static void vcu__px_sess_free(vcu__psess_t *s)
     while ((f = s->rqhead) != NULL) {
         s->rqhead = f->next;
         vcu__px_frame_free(f);
+    }
+    while (s->pfree != NULL) {
+        vcu__preq_t *p = s->pfree;
+
+        s->pfree = p->next;
+        free(p);
     }
     close(s->fd);
     if (s->shm != NULL)
@@ -949,9 +1030,11 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
     uint32_t status = VCU_S_ENOMEM;
 
     vcu__px_reap_zombies(px);
-    s = calloc(1, sizeof(*s));
+    /* Aligned: poll_until has a cache line of its own. */
+    s = aligned_alloc(64, (sizeof(*s) + 63) & ~(size_t)63);
     if (s == NULL)
         goto fail;
+    memset(s, 0, sizeof(*s));
     s->px = px;
     s->pid = -1;
     s->acct_slot = -1;
@@ -1067,20 +1150,19 @@ static vcu__psess_t *vcu__px_lookup_locked(vcu_proxy_t *px, uint64_t id)
 
 /*
  * The submitter, right after a synchronous request went onto the request
- * ring: takes replies off the reply ring for at most px->poll_ns, until
- * the one for tag, completing each as the reader would (earlier async
- * requests' replies come first).  Returns at once if the reader is taking
- * replies; what is left when the time is up is the reader's.
+ * ring: takes replies off the reply ring until the one for tag, at most
+ * until until (the session's poll_until, px->poll_ns after the request
+ * was put), completing each as the reader would (earlier async requests'
+ * replies come first).  Returns at once if the reader is taking replies;
+ * what is left when the time is up is the reader's.
  */
-static void vcu__px_poll(vcu__psess_t *s, uint64_t tag)
+static void vcu__px_poll(vcu__psess_t *s, uint64_t tag, uint64_t until)
 {
     vcu_proxy_t *px = s->px;
-    uint64_t t0;
     unsigned int i = 0;
 
     if (!vcu__px_rx_take(s))
         return;
-    t0 = vcu__ring_now_ns();
     for (;;) {
         struct vcu_ipc_hdr h;
         int rc = vcu__ring_get(&s->resp, &h, px->pbuf, VCU_IPC_MAX_RESP_BODY,
@@ -1099,7 +1181,7 @@ static void vcu__px_poll(vcu__psess_t *s, uint64_t tag)
             break;
         }
         vcu__cpu_relax();
-        if ((++i & 15u) == 0 && vcu__ring_now_ns() - t0 > px->poll_ns)
+        if ((++i & 15u) == 0 && vcu__ring_now_ns() > until)
             break;
     }
     vcu__px_rx_give(s);
@@ -1165,7 +1247,9 @@ VCU_EXPORT void vcu_proxy_submit(vcu_proxy_t *px, vcu_request_t *req)
 }
 
 /* Sends the request to the session's worker: the regions it has not seen
- * yet first, each with its fd, then the request and its ranges. */
+ * yet first, each with its fd, then the request and its ranges.  A frame
+ * for the ring is built in the session's buffer when it fits there, and
+ * is copied only if it must wait for room. */
 static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
                             bool open)
 {
@@ -1175,10 +1259,13 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     struct vcu_ipc_hdr ih;
     struct vcu_ipc_req ir;
     uint64_t nranges = 0, body;
-    size_t pad, off;
+    size_t pad, off, len;
+    unsigned char *buf;
     unsigned int i, j, ngf = 0;
     int newfd[VCU_MAX_SEGS];
-    bool poll = false;
+    uint32_t status;
+    uint64_t until = 0;
+    bool poll = false, ring, inbuf;
 
     if (req->nsegs > VCU_MAX_SEGS)
         goto einval;
@@ -1194,16 +1281,20 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
 
     pad = (8 - req->req_len % 8) % 8;
     body = sizeof(ir) + req->req_len + pad + nranges * sizeof(struct vcu_ipc_range);
-    rf = calloc(1, sizeof(*rf));
-    p = calloc(1, sizeof(*p));
-    if (rf == NULL || p == NULL)
-        goto enomem;
-    rf->fd = -1;
-    rf->len = sizeof(ih) + body;
-    rf->buf = malloc(rf->len);
-    if (rf->buf == NULL)
-        goto enomem;
-    if (vcu__ring_frame_bytes(body) > s->req.size / 4) {
+    len = sizeof(ih) + body;
+    ring = vcu__ring_frame_bytes(body) <= s->req.size / 4;
+    inbuf = ring && len <= sizeof(s->fbuf);
+    if (!inbuf) {
+        rf = calloc(1, sizeof(*rf));
+        if (rf == NULL)
+            goto enomem;
+        rf->fd = -1;
+        rf->len = len;
+        rf->buf = malloc(len);
+        if (rf->buf == NULL)
+            goto enomem;
+    }
+    if (!ring) {
         /* The VCU_IPC_SOCK entry that marks its place in the ring. */
         struct vcu_ipc_hdr mh = { .type = VCU_IPC_SOCK, .len = 0, .tag = 0 };
 
@@ -1216,17 +1307,16 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     }
 
     pthread_mutex_lock(&s->mu);
-    if (s->dead) {
-        /* Its worker is gone: the session stays dead until closed. */
-        pthread_mutex_unlock(&s->mu);
-        free(rf->buf);
-        free(rf);
-        free(mf ? mf->buf : NULL);
-        free(mf);
-        free(p);
-        vcu__px_complete(req, h.req_id, VCU_S_EIO);
-        return;
-    }
+    status = VCU_S_EIO;
+    if (s->dead)
+        goto fail_locked;           /* its worker is gone: dead until closed */
+    status = VCU_S_ENOMEM;
+    if ((p = vcu__px_preq_get_locked(s)) == NULL)
+        goto fail_locked;
+    /* A synchronous request on the ring is polled for: the reader is
+     * told before its reply can come (vcu__px_reader()). */
+    poll = ring && !open && !(h.flags & VCU_REQ_F_ASYNC) && s->px->poll_ns > 0;
+    buf = inbuf ? s->fbuf : rf->buf;
     ih.type = VCU_IPC_REQ;
     ih.len = (uint32_t)body;
     ih.tag = ++s->next_tag;
@@ -1234,20 +1324,21 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     ir.nranges = (uint32_t)nranges;
     ir.resp_cap = req->resp_cap;
     off = 0;
-    memcpy(rf->buf + off, &ih, sizeof(ih));
+    memcpy(buf + off, &ih, sizeof(ih));
     off += sizeof(ih);
-    memcpy(rf->buf + off, &ir, sizeof(ir));
+    memcpy(buf + off, &ir, sizeof(ir));
     off += sizeof(ir);
-    memcpy(rf->buf + off, req->req, req->req_len);
+    memcpy(buf + off, req->req, req->req_len);
     if (!open) {
         /* The worker knows its session by its own id. */
         uint64_t wid = s->wid;
 
-        memcpy(rf->buf + off + offsetof(struct vcu_req_hdr, session), &wid, sizeof(wid));
+        memcpy(buf + off + offsetof(struct vcu_req_hdr, session), &wid, sizeof(wid));
     }
     off += req->req_len;
-    memset(rf->buf + off, 0, pad);
+    memset(buf + off, 0, pad);
     off += pad;
+    status = VCU_S_EFAULT;
     for (i = 0; i < req->nsegs; i++) {
         const vcu_segment_t *sg = &req->segs[i];
 
@@ -1260,7 +1351,7 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
             r.region = (uint32_t)fd;
             r.off = sg->ref[j].off;
             r.len = sg->iov[j].iov_len;
-            memcpy(rf->buf + off, &r, sizeof(r));
+            memcpy(buf + off, &r, sizeof(r));
             off += sizeof(r);
             for (k = 0; k < s->nsent && s->sent_fds[k] != fd; k++)
                 ;
@@ -1270,23 +1361,20 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
                 ;
             if (k < ngf)
                 continue;
-            if (fd < 0 || s->nsent + ngf >= VCU_IPC_MAX_REGIONS || ngf >= VCU_MAX_SEGS) {
-                pthread_mutex_unlock(&s->mu);
-                goto efault;
-            }
+            if (fd < 0 || s->nsent + ngf >= VCU_IPC_MAX_REGIONS || ngf >= VCU_MAX_SEGS)
+                goto fail_locked;
             newfd[ngf++] = fd;
         }
     }
     /* The regions the worker has not seen yet go first, each with its fd. */
+    status = VCU_S_ENOMEM;
     for (i = 0; i < ngf; i++) {
         struct vcu_ipc_region rg;
         struct vcu_ipc_hdr rh;
 
         gf[i] = calloc(1, sizeof(*gf[i]));
-        if (gf[i] == NULL || (gf[i]->buf = malloc(sizeof(rh) + sizeof(rg))) == NULL) {
-            pthread_mutex_unlock(&s->mu);
-            goto enomem;
-        }
+        if (gf[i] == NULL || (gf[i]->buf = malloc(sizeof(rh) + sizeof(rg))) == NULL)
+            goto fail_locked;
         memset(&rg, 0, sizeof(rg));
         rg.id = (uint32_t)newfd[i];
         rh.type = VCU_IPC_REGION;
@@ -1302,6 +1390,19 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
         vcu__px_send_locked(s, gf[i]);
         gf[i] = NULL;
     }
+    if (poll) {
+        until = vcu__ring_now_ns() + s->px->poll_ns;
+        __atomic_store_n(&s->poll_until, until, __ATOMIC_RELEASE);
+    }
+    if (inbuf && !vcu__px_ring_try_locked(s, buf)) {
+        /* Behind a full ring: it waits in a copy of its own. */
+        rf = calloc(1, sizeof(*rf));
+        if (rf == NULL || (rf->buf = malloc(len)) == NULL)
+            goto fail_locked;
+        memcpy(rf->buf, buf, len);
+        rf->fd = -1;
+        rf->len = len;
+    }
     p->req = req;
     p->tag = ih.tag;
     p->req_id = h.req_id;
@@ -1312,12 +1413,14 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     else
         s->pending = p;
     s->pending_tail = p;
-    if (vcu__ring_frame_bytes(body) <= s->req.size / 4) {
-        vcu__px_ring_send_locked(s, rf);
+    if (ring) {
+        if (rf != NULL)
+            vcu__px_ring_send_locked(s, rf);
         /* On the ring now, nothing ahead of it queued: its reply may be
          * microseconds away. */
-        poll = !open && !(h.flags & VCU_REQ_F_ASYNC) && s->px->poll_ns > 0 &&
-               s->rqhead == NULL && !s->broken;
+        poll = poll && s->rqhead == NULL && !s->broken;
+        if (!poll && until != 0)
+            __atomic_store_n(&s->poll_until, 0, __ATOMIC_RELEASE);
     } else {
         /* Too large for the ring: on the socket, and its place in the
          * ring's order marked. */
@@ -1329,18 +1432,15 @@ static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vc
     free(mf ? mf->buf : NULL);
     free(mf);
     if (poll)
-        vcu__px_poll(s, ih.tag);
+        vcu__px_poll(s, ih.tag, until);
     return;
 
-efault:
-    free(rf ? rf->buf : NULL);
-    free(rf);
-    free(mf ? mf->buf : NULL);
-    free(mf);
-    free(p);
-    vcu__px_complete(req, h.req_id, VCU_S_EFAULT);
-    return;
-enomem:
+fail_locked:
+    if (p != NULL)
+        vcu__px_preq_put_locked(s, p);
+    if (until != 0)
+        __atomic_store_n(&s->poll_until, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&s->mu);
     for (i = 0; i < ngf; i++)
         if (gf[i] != NULL) {
             free(gf[i]->buf);
@@ -1350,7 +1450,13 @@ enomem:
     free(rf);
     free(mf ? mf->buf : NULL);
     free(mf);
-    free(p);
+    vcu__px_complete(req, h.req_id, status);
+    return;
+enomem:
+    free(rf ? rf->buf : NULL);
+    free(rf);
+    free(mf ? mf->buf : NULL);
+    free(mf);
     vcu__px_complete(req, h.req_id, VCU_S_ENOMEM);
     return;
 einval:

@@ -5,8 +5,8 @@
  *
  * Not thread safe: each side serializes its producers itself, and its
  * consumers too (the proxy's reader and a submitter polling for its own
- * reply); vcu__ring_ready() and vcu__ring_wait() may run beside the
- * thread that consumes.  The peer is not trusted: every index it wrote
+ * reply); vcu__ring_ready(), vcu__ring_past() and the waits may run
+ * beside the thread that consumes.  The peer is not trusted: every index it wrote
  * is checked, and a check that fails reads as VCU__RING_BROKEN.
  *
  * All inline: QEMU links proxy.c alone, the worker worker.c.
@@ -186,15 +186,24 @@ static inline int vcu__ring_ready(const vcu__ring_t *r)
     return VCU__LOAD(&r->ctl->tail) != __atomic_load_n(&r->pos, __ATOMIC_RELAXED);
 }
 
+/* Whether the producer's tail has moved past from (a hint): the ready
+ * test of a consumer that shares the consumer side and must not read the
+ * other's position while it waits (the proxy's reader, vcu_ipc.h). */
+static inline int vcu__ring_past(const vcu__ring_t *r, uint64_t from)
+{
+    return VCU__LOAD(&r->ctl->tail) != from;
+}
+
 /*
- * Consumer, idle: waits until the ring has something or sock is readable
- * (data or its end), at most timeout_ns (-1: no limit).  Spins first for
- * spin_ns (checking the ring; never longer than the timeout), then sets
- * the sleeping flag and blocks in ppoll() on the ring's doorbell and
- * sock.  Returns ppoll()'s revents for sock (0 if the ring woke us or
- * the time ran out).
+ * Consumer, idle: waits until the ring's tail is past from or sock is
+ * readable (data or its end), at most timeout_ns (-1: no limit).  Spins
+ * first for spin_ns (checking the tail alone; never longer than the
+ * timeout), then sets the sleeping flag and blocks in ppoll() on the
+ * ring's doorbell and sock.  Returns ppoll()'s revents for sock (0 if
+ * the ring woke us or the time ran out).
  */
-static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, int64_t timeout_ns)
+static inline short vcu__ring_wait_from(vcu__ring_t *r, uint64_t from, int sock, uint64_t spin_ns,
+                                        int64_t timeout_ns)
 {
     struct pollfd pfd[2];
     struct timespec ts, *tsp = NULL;
@@ -204,7 +213,7 @@ static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, i
     if (timeout_ns >= 0 && (uint64_t)timeout_ns < spin_ns)
         spin_ns = (uint64_t)timeout_ns;
     while (spin_ns > 0) {
-        if (vcu__ring_ready(r))
+        if (vcu__ring_past(r, from))
             return 0;
         vcu__cpu_relax();
         if ((++i & 63u) == 0 && vcu__ring_now_ns() - t0 > spin_ns)
@@ -220,7 +229,7 @@ static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, i
     }
     __atomic_store_n(&r->ctl->sleeping, 1u, __ATOMIC_RELAXED);
     VCU__FENCE();
-    if (vcu__ring_ready(r)) {
+    if (vcu__ring_past(r, from)) {
         __atomic_store_n(&r->ctl->sleeping, 0u, __ATOMIC_RELAXED);
         return 0;
     }
@@ -240,6 +249,13 @@ static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, i
         (void)rd;                   /* what rang is taken; the ring says why */
     }
     return pfd[1].revents;
+}
+
+/* The same until the ring holds something past our head. */
+static inline short vcu__ring_wait(vcu__ring_t *r, int sock, uint64_t spin_ns, int64_t timeout_ns)
+{
+    return vcu__ring_wait_from(r, __atomic_load_n(&r->pos, __ATOMIC_RELAXED), sock, spin_ns,
+                               timeout_ns);
 }
 
 #endif /* VCU_RING_H */

@@ -451,6 +451,71 @@ TEST(proxy_poll)
     return 0;
 }
 
+/*
+ * While submitters poll, the reader stays off the reply ring until their
+ * time is up, and a tight loop of synchronous requests keeps moving that
+ * time on: replies that come meanwhile for other requests (here delayed
+ * ECHOs, whose polls gave up) must still be taken, by the next poll that
+ * meets them or by the reader, while the loop runs; and once it stops,
+ * the last ones by the reader.  Every request completes once, with its
+ * own reply.
+ */
+TEST(proxy_poll_window)
+{
+    static ut_req_t *late[16];
+    px_env_t e;
+    ut_req_t *t = ut_req_new();
+    double t0, loop_end, done_by = 0;
+    unsigned int i, n = 0;
+
+    setenv("VCU_POLL_US", "100", 1);
+    CHECK(px_env(&e, 0, 50));
+    unsetenv("VCU_POLL_US");
+    CHECK(px_open(&e));
+    t0 = ut_now();
+    for (i = 0; i < 16; i++) {
+        late[i] = ut_req_new();
+        ut_echo_build(late[i], e.sid, i, 0, 1 + i % 4, NULL, 0);    /* 1-4 ms */
+        ut_hdr(late[i])->req_id = 1000 + i;
+        px_submit(&e, late[i]);
+    }
+    /* Synchronous ECHOs back to back for 200 ms: each one's poll takes
+     * its own reply at once and moves the reader's wait on. */
+    do {
+        ut_echo_build(t, e.sid, n, 0, 0, NULL, 0);
+        ut_hdr(t)->req_id = n;
+        ASSERT_EQ(VCU_S_OK, px_exec(&e, t));
+        ASSERT_EQ_U64(n, ((const struct vcu_resp_hdr *)t->respbuf)->req_id);
+        n++;
+        for (i = 0; i < 16 && done_by == 0; i++)
+            if (atomic_load(&late[i]->ndone) == 0)
+                break;
+        if (i == 16 && done_by == 0)
+            done_by = ut_now();
+    } while (ut_now() - t0 < 0.2);
+    loop_end = ut_now();
+    ASSERT_GT(n, 10);
+    /* The delayed replies came during the loop and were taken in it. */
+    ASSERT_TRUE(done_by > 0 && done_by < loop_end);
+    for (i = 0; i < 16; i++) {
+        ASSERT_EQ(1, atomic_load(&late[i]->ndone));
+        ASSERT_EQ(VCU_S_OK, ut_status(late[i]));
+        ASSERT_EQ_U64(1000 + i, ((const struct vcu_resp_hdr *)late[i]->respbuf)->req_id);
+    }
+    /* One more delayed ECHO with no poll after it: the reader's. */
+    ut_echo_build(late[0], e.sid, 7, 0, 2, NULL, 0);
+    ut_hdr(late[0])->req_id = 77;
+    px_submit(&e, late[0]);
+    ASSERT_EQ(0, ut_wait_count(&late[0]->ndone, 2));
+    ASSERT_EQ(VCU_S_OK, ut_status(late[0]));
+    ASSERT_EQ_U64(77, ((const struct vcu_resp_hdr *)late[0]->respbuf)->req_id);
+    for (i = 0; i < 16; i++)
+        free(late[i]);
+    free(t);
+    px_env_free(&e);
+    return 0;
+}
+
 /* The session's shared area as the proxy maps it in this process (the
  * one mapping of the memfd "vcu-ring"): what the worker shares with us. */
 static struct vcu_ipc_shm *px_shm(void)
