@@ -5,7 +5,9 @@
 #
 #  1. cudabench natively, against NVIDIA's libcudart.so.13   -> OUTDIR/native.csv
 #  2. backend_overhead natively (no VM): direct, in-process backend, and
-#     proxy + worker process as QEMU runs them                 -> OUTDIR/overhead.csv
+#     proxy + worker process as QEMU runs them, VCU_BENCH_RUNS times, each
+#     row the median of the runs (runs.py); then ring_rtt, the session
+#     rings' round trip alone                                  -> OUTDIR/overhead.csv
 #  3. cudabench in the guest, against virtio-cuda's libcudart -> OUTDIR/guest.csv,
 #     then on NVIDIA's libcudart over virtio-cuda's libcuda.so.1 -> OUTDIR/guest-nvrt.csv
 #  4. combine.py -> OUTDIR/results.csv (and a table), plot.py -> OUTDIR/bandwidth.png;
@@ -19,6 +21,7 @@
 #                         else DIR of VCU_BENCH_BIN/nvidia]
 #   VCU_BENCH_BUDGET=S    cudabench --budget-seconds in the guest [60; 20 with --quick]
 #   VCU_GPU=ORD           host GPU for backend_overhead [0]
+#   VCU_BENCH_RUNS=N      runs of backend_overhead, a fresh worker each [9]
 #   VCU_WORKER=PATH       vcu-worker for its proxy rows [build/qemu/libexec/vcu-worker,
 #                         else build/host-backend/vcu-worker]
 set -u
@@ -88,11 +91,27 @@ done
 if [ -n "$worker" ]; then worker_arg="--worker $worker"; else
     step "no vcu-worker (make qemu): backend_overhead without the proxy rows"; worker_arg=--no-proxy
 fi
-step "backend_overhead ($worker_arg)"
-if "$bin/backend_overhead" $quick --gpu "${VCU_GPU:-0}" $worker_arg >"$out/overhead.csv.tmp"; then
+# Each run draws its own placement of the threads on the machine's CPUs,
+# which moves its figures more than most changes would: the median of
+# several runs is what counts (runs.py keeps the spread as comments).
+runs=${VCU_BENCH_RUNS:-9}
+step "backend_overhead ($worker_arg), $runs runs"
+rm -f "$out"/overhead-run*.csv
+i=1
+while [ "$i" -le "$runs" ]; do
+    "$bin/backend_overhead" $quick --gpu "${VCU_GPU:-0}" $worker_arg >"$out/overhead-run$i.csv" ||
+        { step "backend_overhead run $i failed"; failed=1; }
+    i=$((i + 1))
+done
+if python3 "$here/runs.py" -o "$out/overhead.csv.tmp" "$out"/overhead-run*.csv; then
     mv "$out/overhead.csv.tmp" "$out/overhead.csv"
 else
-    step "backend_overhead failed"; failed=1; : >"$out/overhead.csv"
+    step "backend_overhead: no results"; failed=1; : >"$out/overhead.csv"
+fi
+if [ -x "$bin/ring_rtt" ]; then
+    step "ring_rtt"
+    "$bin/ring_rtt" >"$out/ring.csv" || { step "ring_rtt failed"; failed=1; }
+    grep -v '^metric,' "$out/ring.csv" >>"$out/overhead.csv"
 fi
 
 # ---- 3. cudabench in the guest ---------------------------------------------------------
@@ -119,5 +138,5 @@ if [ -s "$out/results.csv" ]; then
     # from them and stays in OUTDIR, a build output.
     cp "$out/results.csv" "$here/results.csv"
 fi
-step "results in $out (results.csv, results.txt, bandwidth.png; raw: native.csv guest.csv guest-nvrt.csv overhead.csv)"
+step "results in $out (results.csv, results.txt, bandwidth.png; raw: native.csv guest.csv guest-nvrt.csv overhead.csv, overhead-run*.csv, ring.csv)"
 exit $failed
