@@ -17,6 +17,8 @@
  *                          submitter polled (before poll_until)
  *   ring_rtt_reader_tail   the same thread spins on the tail alone, as the
  *                          reader now waits when idle (vcu__ring_wait_from)
+ *   ring_rtt_reader_clock  the same thread spins on the clock alone, as the
+ *                          reader now waits while a submitter polls
  *   ring_rtt_stamp         not the product's layout: each side spins on the
  *                          frame's own first line (a sequence number
  *                          written last), not on the ring's tail, which
@@ -46,10 +48,11 @@
 #define RR_WARM 1000
 #define RR_MAX_ROUNDS 101
 
-enum { RR_ALONE, RR_READER_POS, RR_READER_TAIL, RR_STAMP, RR_CASES };
+enum { RR_ALONE, RR_READER_POS, RR_READER_TAIL, RR_READER_CLOCK, RR_STAMP, RR_CASES };
 
 static const char *const rr_name[RR_CASES] = { "ring_rtt", "ring_rtt_reader_pos",
-                                               "ring_rtt_reader_tail", "ring_rtt_stamp" };
+                                               "ring_rtt_reader_tail", "ring_rtt_reader_clock",
+                                               "ring_rtt_stamp" };
 
 /* The shared area: the two rings' control blocks and bytes. */
 typedef struct {
@@ -77,7 +80,7 @@ static int rr_cmp(const void *a, const void *b)
 
 typedef struct {
     vcu__ring_t *r;
-    int tail_only;
+    int c;                          /* RR_READER_* */
 } rr_reader_t;
 
 /* The third thread: spins as a reader waiting for replies. */
@@ -87,8 +90,10 @@ static void *rr_reader(void *arg)
     uint64_t seen = VCU__LOAD(&rd->r->ctl->tail);
 
     while (!atomic_load_explicit(&rr_stop, memory_order_relaxed)) {
-        if (rd->tail_only)
+        if (rd->c == RR_READER_TAIL)
             (void)vcu__ring_past(rd->r, seen);
+        else if (rd->c == RR_READER_CLOCK)
+            (void)vcu__ring_now_ns();
         else
             (void)vcu__ring_ready(rd->r);
         vcu__cpu_relax();
@@ -125,6 +130,7 @@ static int rr_round(int c, long iters, uint64_t out[3])
     pthread_t th;
     pid_t pid;
     long i;
+    int reader;
 
     if (lat == NULL)
         return -1;
@@ -161,9 +167,9 @@ static int rr_round(int c, long iters, uint64_t out[3])
     vcu__ring_init(&from, &rr_a->c_rep, rr_a->d_rep, RR_RING, -1);
     atomic_store(&rr_stop, 0);
     rd.r = &from;
-    rd.tail_only = c == RR_READER_TAIL;
-    if ((c == RR_READER_POS || c == RR_READER_TAIL) &&
-        pthread_create(&th, NULL, rr_reader, &rd) != 0)
+    rd.c = c;
+    reader = c == RR_READER_POS || c == RR_READER_TAIL || c == RR_READER_CLOCK;
+    if (reader && pthread_create(&th, NULL, rr_reader, &rd) != 0)
         return -1;
     for (i = 1; i <= iters + RR_WARM; i++) {
         uint64_t t0 = rr_now();
@@ -183,7 +189,7 @@ static int rr_round(int c, long iters, uint64_t out[3])
             lat[i - RR_WARM - 1] = rr_now() - t0;
     }
     atomic_store(&rr_stop, 1);
-    if (c == RR_READER_POS || c == RR_READER_TAIL)
+    if (reader)
         pthread_join(th, NULL);
     waitpid(pid, NULL, 0);
     qsort(lat, (size_t)iters, sizeof(*lat), rr_cmp);

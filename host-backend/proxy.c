@@ -24,9 +24,9 @@
  * rx_busy, which both only ever try to take: the submitter gives up
  * polling at once when the reader is busy.  The submitter says until when
  * it polls (poll_until, set before its request goes on the ring), and the
- * reader keeps off the consumer side meanwhile, watching nothing the
- * submitter writes, so that none of the submitter's lines move to the
- * reader's core and back on each request.
+ * reader watches only the clock meanwhile, no line of the request's path,
+ * so that none of them moves to the reader's core and back on each
+ * request.
  *
  * Lock order: vcu_proxy_t.mu -> vcu__psess_t.mu; rx_busy ->
  * vcu__psess_t.mu.  Neither mutex is held across a done callback, a wait
@@ -640,12 +640,13 @@ static void *vcu__px_reader(void *arg)
 
         /*
          * A submitter polls for its reply and takes what comes meanwhile:
-         * stay off the consumer side (rx_busy, the ring's head and our
-         * position) until its time is up.  Each of those lines the reader
-         * read would cost the submitter a cache-line transfer at its next
-         * write, on the request's path (measured: a spinning reader added
-         * a quarter of the ring's round trip).  Only the clock is watched
-         * meanwhile; a new poll moves until on.
+         * stay off the lines of its path (the reply ring's tail it polls,
+         * rx_busy and the position it writes) until its time is up.  A
+         * third core reading them costs the path a line transfer each
+         * time (bench/ring_rtt on the H200: the ring's round trip 729 ns
+         * alone, 969-1017 ns beside a thread spinning on the tail or the
+         * position, 721 ns beside one watching the clock).  Only the
+         * clock is watched meanwhile; a new poll moves until on.
          */
         until = __atomic_load_n(&s->poll_until, __ATOMIC_ACQUIRE);
         if (until != 0 && vcu__ring_now_ns() < until) {
