@@ -14,25 +14,10 @@ count, minimum, quartiles and maximum.  A run that printed nothing
 counts for nothing; with no usable run, exit status 1.
 """
 import argparse
-import csv
 import statistics
 import sys
 
-
-def read(path):
-    rows = []
-    try:
-        with open(path, newline="") as f:
-            for rec in csv.reader(line for line in f if not line.lstrip().startswith("#")):
-                if len(rec) < 4 or rec[0] == "metric":
-                    continue
-                try:
-                    rows.append((rec[0].strip(), int(rec[1]), float(rec[2]), rec[3].strip()))
-                except ValueError:
-                    print("runs: %s: bad row %r" % (path, rec), file=sys.stderr)
-    except OSError as e:
-        print("runs: %s: %s" % (path, e), file=sys.stderr)
-    return rows
+from combine import read_rows
 
 
 def quartiles(v):
@@ -67,7 +52,7 @@ def main():
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("runs", nargs="+")
     a = ap.parse_args()
-    runs = [r for r in (read(p) for p in a.runs) if r]
+    runs = [r for r in (read_rows(p) for p in a.runs) if r]
     if not runs:
         print("runs: no usable run", file=sys.stderr)
         return 1

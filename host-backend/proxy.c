@@ -540,13 +540,11 @@ static vcu__preq_t *vcu__px_take_locked(vcu__psess_t *s, uint64_t tag)
 static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *body, size_t len)
 {
     vcu__preq_t *p;
-    vcu_request_t *req;
-    size_t n;
-
+    vcu_request_t *req = NULL;
     uint64_t req_id = 0;
     bool open = false;
+    size_t n;
 
-    req = NULL;
     pthread_mutex_lock(&s->mu);
     p = vcu__px_take_locked(s, tag);
     if (p != NULL) {
@@ -650,8 +648,9 @@ static void *vcu__px_reader(void *arg)
          */
         until = __atomic_load_n(&s->poll_until, __ATOMIC_ACQUIRE);
         if (until != 0 && vcu__ring_now_ns() < until) {
-            while (vcu__ring_now_ns() < until)
+            do
                 vcu__cpu_relax();
+            while (vcu__ring_now_ns() < until);
             continue;
         }
         if (!vcu__px_rx_take(s)) {

@@ -100,6 +100,7 @@
     X(proxy_worker_killed)              \
     X(proxy_poll)                       \
     X(proxy_poll_window)                \
+    X(proxy_frame_sizes)                \
     X(proxy_ring_corrupt)               \
     X(proxy_reply_after_scatter)        \
     /* test_integrity.c */              \

@@ -516,6 +516,44 @@ TEST(proxy_poll_window)
     return 0;
 }
 
+/*
+ * Frames of every size class through the proxy and a real worker: built in
+ * the session's own frame buffer (up to 24 KiB), right at its edge, and
+ * in a heap copy beyond it, on the ring (1 MiB, so up to a quarter of it)
+ * with the submitter polling: each ECHO's payload tail comes back whole
+ * (at most what a reply can carry back beside the ECHO's own reply).
+ */
+TEST(proxy_frame_sizes)
+{
+    static unsigned char tail[VCU_MAX_PAYLOAD];
+    static const uint32_t lens[] = { 1, 20000, 24 * 1024 - 120, 24 * 1024 - 80, 24 * 1024,
+                                     30000, VCU_MAX_PAYLOAD - sizeof(struct vcu_echo_resp) };
+    px_env_t e;
+    unsigned int i, k;
+
+    setenv("VCU_POLL_US", "100", 1);
+    CHECK(px_env(&e, 0, 50));
+    unsetenv("VCU_POLL_US");
+    CHECK(px_open(&e));
+    ut_fill(tail, sizeof(tail), 3);
+    for (k = 0; k < 3; k++)
+        for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+            ut_req_t *t = ut_req_new();
+
+            ut_echo_build(t, e.sid, 0, 0, 0, tail + i, lens[i]);
+            ut_hdr(t)->req_id = 100 * k + i;
+            ASSERT_EQ(VCU_S_OK, px_exec(&e, t));
+            ASSERT_EQ_U64(100 * k + i, ut_resp(t)->req_id);
+            ASSERT_EQ(sizeof(struct vcu_echo_resp) + lens[i], ut_resp(t)->payload_len);
+            ASSERT_MEM_EQ(tail + i,
+                          (const unsigned char *)ut_resp_payload(t) + sizeof(struct vcu_echo_resp),
+                          lens[i]);
+            free(t);
+        }
+    px_env_free(&e);
+    return 0;
+}
+
 /* The session's shared area as the proxy maps it in this process (the
  * one mapping of the memfd "vcu-ring"): what the worker shares with us. */
 static struct vcu_ipc_shm *px_shm(void)
