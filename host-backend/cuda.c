@@ -201,6 +201,7 @@
     XX(cuGraphAddChildGraphNode, 0)                                          \
     XX(cuGraphClone, 0)                                                      \
     XX(cuGraphInstantiate, 0)                                                \
+    XX(cuGraphExecUpdate, 0)                                                 \
     XX(cuGraphLaunch, 0)                                                     \
     XX(cuGraphExecDestroy, 0)                                                \
     XX(cuGraphGetNodes, 0)
@@ -237,6 +238,7 @@ struct vcu__cuda_s {
     int acct_slot;                          /* vcu_backend_config_t.account_slot */
     vcu_modcache_t *mc;                     /* the module cache, or NULL */
     uint32_t sms;                           /* packed mode's SMs; 0: isolated */
+    int graphs;                             /* launch runs as graphs (VCU_LAUNCH_GRAPHS) */
 
     pthread_mutex_t mu;                     /* protects ram_ctx, ram, pctx, pctx_refs */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
@@ -309,6 +311,25 @@ typedef struct vcu__orphan_s {
     CUevent ev;                             /* pool event behind its last work */
     uint32_t dev;
 } vcu__orphan_t;
+
+/*
+ * A run of a batch's launches issued as one graph (see vcu__grun()): the
+ * executable graph last made for runs of n launches on one stream, kept
+ * to be updated with the next such run.  n 0: a free slot; ex NULL: the
+ * run was seen once, and is made a graph when it comes again.
+ */
+typedef struct vcu__grun_s {
+    uint64_t stream;                        /* the guest's stream handle */
+    uint32_t dev, n;
+    CUgraphExec ex;
+    uint64_t used;                          /* the least recently used goes first */
+} vcu__grun_t;
+
+/* Runs kept per session; the shortest run made a graph; what one kept
+ * executable graph is counted as in the session's host budget. */
+#define VCU__GRUN_SLOTS 8u
+#define VCU__GRUN_MIN 8u
+#define VCU__GRUN_BYTES ((size_t)64 << 10)
 
 typedef struct vcu__evpool_s {
     CUevent *ev;
@@ -384,6 +405,8 @@ struct vcu__cuda_sess_s {
     unsigned int ngev;                      /* waits with a gev */
     vcu__orphan_t *orphans;
     vcu__evpool_t pool[VCU_CU_MAX_DEVICES];
+    vcu__grun_t grun[VCU__GRUN_SLOTS];
+    uint64_t grun_tick;
     /* Device printf output, once an image using printf is loaded and the
      * backend captures; its synchronizing calls then block (see
      * vcu__cuda_exec). */
@@ -923,6 +946,11 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
     }
     cu->worker = cfg != NULL && cfg->worker;
     cu->sms = cu->worker ? cfg->sms : 0;
+    {
+        const char *e = getenv("VCU_LAUNCH_GRAPHS");
+
+        cu->graphs = cu->fn.cuGraphExecUpdate != NULL && (e == NULL || strcmp(e, "0") != 0);
+    }
     cu->acct = cfg != NULL ? cfg->account : NULL;
     cu->sched = cfg != NULL ? cfg->sched : NULL;
     cu->acct_slot = cfg != NULL ? cfg->account_slot : -1;
@@ -1178,6 +1206,29 @@ static CUresult vcu__cur(vcu__cuda_sess_t *cs, CUcontext ctx)
     return r;
 }
 
+/* Destroys one kept run's executable graph, in its device's context. */
+static void vcu__grun_free(vcu__cuda_sess_t *cs, vcu__grun_t *g)
+{
+    if (g->ex != NULL) {
+        if (cs->ctx[g->dev] != NULL && vcu__cur(cs, cs->ctx[g->dev]) == CUDA_SUCCESS)
+            cs->cu->fn.cuGraphExecDestroy(g->ex);
+        vcu__mem_give(cs, VCU__GRUN_BYTES);
+    }
+    memset(g, 0, sizeof(*g));
+}
+
+/* Forgets the kept runs of device d (VCU_CU_MAX_DEVICES: of all): before
+ * a module is unloaded (their kernel nodes may name its functions), a
+ * context limit changes or the context goes. */
+static void vcu__grun_drop(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    unsigned int i;
+
+    for (i = 0; i < VCU__GRUN_SLOTS; i++)
+        if (cs->grun[i].n != 0 && (d == VCU_CU_MAX_DEVICES || cs->grun[i].dev == d))
+            vcu__grun_free(cs, &cs->grun[i]);
+}
+
 /* Makes device d's context current, creating it first if needed. */
 static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
 {
@@ -1215,6 +1266,7 @@ static CUresult vcu__mod_put(vcu__cuda_sess_t *cs, vcu__mod_t *m)
 
     if (--m->refs > 0)
         return CUDA_SUCCESS;
+    vcu__grun_drop(cs, VCU_CU_MAX_DEVICES);
     r = vcu__cur(cs, cs->ctx[m->dev]);
     if (r == CUDA_SUCCESS)
         r = cs->cu->fn.cuModuleUnload(m->mod);
@@ -1733,6 +1785,7 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
 
     if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS)
         cu->fn.cuCtxSynchronize();
+    vcu__grun_drop(cs, d);
     if (cs->ctx[d] != NULL)
         vcu__waits_ctx_gone(cs, d);
     /* What uses modules first: a module's record goes with its last
@@ -2705,6 +2758,8 @@ static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
+    vcu__grun_drop(cs, d);
+    VCU__ENTER(o);                  /* the drop may have switched */
     k = rq.limit == CU_LIMIT_MALLOC_HEAP_SIZE ? 0 : rq.limit == CU_LIMIT_PRINTF_FIFO_SIZE ? 1 : -1;
     if (k < 0 || o->cu->acct == NULL) {
         o->res = VCU__CU(o->cu, cuCtxSetLimit, (CUlimit)rq.limit, (size_t)rq.value);
@@ -5405,11 +5460,189 @@ static uint32_t vcu__deferred(vcu__cuda_sess_t *cs, int async, uint32_t res)
     return d;
 }
 
+/* ---- runs of launches as graphs ---------------------------------------- */
+
+/*
+ * A batch's consecutive launches into one stream cost the driver one
+ * cuLaunchKernel each, 3.5-4.5 us of CPU on the H100 and H200 (what bounds
+ * a burst of small kernels, natively too).  As the kernel nodes of one
+ * executable graph, updated for each run (cuGraphExecUpdate) and launched
+ * whole, the same run costs a fraction of that (docs/benchmarks.md,
+ * "Launch runs as graphs").  It is the same work in the same order:
+ *
+ *   - A chain of kernel nodes launched into the stream runs as the
+ *     launches would, ordered after the stream's earlier work, before its
+ *     later work, with the legacy stream's implicit synchronization.
+ *     Launches of one executable graph are ordered among themselves, so a
+ *     kept graph serves one stream only: no dependency across streams.
+ *   - Every error cuLaunchKernel gives at once, the graph calls give
+ *     before anything runs (invalid values and handles when a node is
+ *     added, a launch out of resources at instantiation or update; measured
+ *     on driver 580): then the run's launches are issued one by one, as
+ *     before, and the first failure is the deferred error.  Faults in the
+ *     kernels are the context's sticky error either way.
+ *   - Not while a capture may be in progress (the captured graph would get
+ *     one child-graph node, not the kernels), nor for a printf session
+ *     (its launches are marked one by one), cooperative launches or
+ *     launches with attributes (CU_LAUNCH_EX: not batched as runs).
+ *
+ * Instantiation costs about what the run's launches would, so a run is
+ * made a graph only the second time a run of its length on its stream
+ * comes; at most VCU__GRUN_SLOTS kept, each counted in the session's host
+ * budget.  VCU_LAUNCH_GRAPHS=0 in the worker's environment turns it off.
+ */
+
+/* How many entries from off, at most left, are plain launches of one
+ * device and stream that could go as one graph; 0 when the session may
+ * not run them so. */
+static uint32_t vcu__grun_len(const vcu__cuda_sess_t *cs, const unsigned char *p, size_t off,
+                              size_t plen, uint32_t left)
+{
+    struct vcu_cu_launch_req first;
+    uint32_t n;
+
+    if (!cs->cu->graphs || cs->capture || cs->out != NULL)
+        return 0;
+    for (n = 0; n < left; n++) {
+        struct vcu_cu_batch_entry e;
+        struct vcu_cu_launch_req rq;
+
+        memcpy(&e, p + off, sizeof(e));
+        if (e.opcode != VCU_OP_CU_LAUNCH || e.len < sizeof(rq))
+            break;
+        memcpy(&rq, p + off + sizeof(e), sizeof(rq));
+        if (rq.flags != 0 || (n > 0 && (rq.stream != first.stream ||
+                                        rq.hdr.device != first.hdr.device)))
+            break;
+        if (n == 0)
+            first = rq;
+        off += sizeof(e) + e.len + (8 - e.len % 8) % 8;
+        if (off > plen)
+            break;
+    }
+    return n;
+}
+
+/* The kept run for (stream, dev, n), made the most recently used; or a
+ * slot taken for it (ex NULL), the least recently used one freed. */
+static vcu__grun_t *vcu__grun_slot(vcu__cuda_sess_t *cs, uint64_t stream, uint32_t dev,
+                                   uint32_t n, bool *found)
+{
+    vcu__grun_t *g, *victim = &cs->grun[0];
+    unsigned int i;
+
+    for (i = 0; i < VCU__GRUN_SLOTS; i++) {
+        g = &cs->grun[i];
+        if (g->n == n && g->stream == stream && g->dev == dev) {
+            g->used = ++cs->grun_tick;
+            *found = true;
+            return g;
+        }
+        if (g->used < victim->used)
+            victim = g;
+    }
+    vcu__grun_free(cs, victim);
+    victim->stream = stream;
+    victim->dev = dev;
+    victim->n = n;
+    victim->used = ++cs->grun_tick;
+    *found = false;
+    return victim;
+}
+
+/*
+ * Issues the n launch entries from off (vcu__grun_len() found them) as
+ * one graph; *end is then the offset after them.  -1 when it did not
+ * launch (nothing of the run has run): the caller issues them one by one.
+ */
+static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, uint32_t n,
+                     size_t *end)
+{
+    vcu__cuda_t *cu = cs->cu;
+    vcu__op_t *o = cs->op;
+    struct vcu_cu_launch_req rq;
+    CUgraphExecUpdateResultInfo info;
+    CUgraphNode prev = NULL, node;
+    CUgraph gr = NULL;
+    vcu__grun_t *g;
+    CUstream st;
+    bool found;
+    uint32_t i;
+    CUresult r = CUDA_SUCCESS;
+
+    memcpy(&rq, p + off + sizeof(struct vcu_cu_batch_entry), sizeof(rq));
+    g = vcu__grun_slot(cs, rq.stream, rq.hdr.device, n, &found);
+    if (!found || o == NULL)
+        return -1;
+    /* As vcu__op_CU_LAUNCH: the device's context current, the stream's. */
+    memset(o, 0, offsetof(vcu__op_t, rb));
+    o->cs = cs;
+    o->cu = cu;
+    o->p = p + off + sizeof(struct vcu_cu_batch_entry);
+    o->plen = sizeof(rq);
+    if (vcu__enter(o) != 0 || vcu__stream(o, rq.stream, &st) != 0 ||
+        cu->fn.cuGraphCreate(&gr, 0) != CUDA_SUCCESS)
+        return -1;
+    for (i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        struct vcu_cu_batch_entry e;
+        CUDA_KERNEL_NODE_PARAMS kn;
+        const vcu__hent_t *fe;
+        void **kp;
+
+        memcpy(&e, p + off, sizeof(e));
+        memcpy(&rq, p + off + sizeof(e), sizeof(rq));
+        fe = vcu__htab_get(&cs->tab, rq.function, VCU__H_FUNCTION);
+        if (fe == NULL || rq.param_bytes > VCU_CU_MAX_PARAM_BYTES ||
+            rq.param_bytes > e.len - sizeof(rq) ||
+            (kp = vcu__params(o, fe, p + off + sizeof(e) + sizeof(rq), rq.param_bytes)) == NULL) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        memset(&kn, 0, sizeof(kn));
+        kn.func = fe->u.fn.f;
+        kn.gridDimX = rq.grid[0];
+        kn.gridDimY = rq.grid[1];
+        kn.gridDimZ = rq.grid[2];
+        kn.blockDimX = rq.block[0];
+        kn.blockDimY = rq.block[1];
+        kn.blockDimZ = rq.block[2];
+        kn.sharedMemBytes = rq.shared_mem;
+        kn.kernelParams = kp;
+        /* The node keeps a copy of the parameters. */
+        r = cu->fn.cuGraphAddKernelNode(&node, gr, i > 0 ? &prev : NULL, i > 0, &kn);
+        vcu__params_free(o, fe, kp);
+        prev = node;
+        off += sizeof(e) + e.len + (8 - e.len % 8) % 8;
+    }
+    if (r == CUDA_SUCCESS && g->ex == NULL) {
+        if (vcu__mem_take(cs, VCU__GRUN_BYTES) != 0)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else if ((r = cu->fn.cuGraphInstantiate(&g->ex, gr, 0)) != CUDA_SUCCESS) {
+            g->ex = NULL;
+            vcu__mem_give(cs, VCU__GRUN_BYTES);
+        }
+    } else if (r == CUDA_SUCCESS &&
+               (r = cu->fn.cuGraphExecUpdate(g->ex, gr, &info)) != CUDA_SUCCESS) {
+        /* Made anew the next time such a run comes. */
+        vcu__grun_free(cs, g);
+        vcu__cur(cs, cs->ctx[rq.hdr.device]);
+    }
+    if (r == CUDA_SUCCESS)
+        r = cu->fn.cuGraphLaunch(g->ex, st);
+    cu->fn.cuGraphDestroy(gr);
+    if (r != CUDA_SUCCESS)
+        return -1;
+    *end = off;
+    return 0;
+}
+
 /*
  * CU_BATCH: the framing is checked whole before any entry runs; then each
  * entry runs as the same request sent alone with VCU_REQ_F_ASYNC (its
- * failure becomes the deferred error, the first one kept).  The reply
- * is the batch's own, with the deferred error as any reply's.
+ * failure becomes the deferred error, the first one kept), or a run of
+ * launches as one graph (vcu__grun()), which fails only before any of
+ * them ran.  The reply is the batch's own, with the deferred error as any
+ * reply's.
  */
 static uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
                            const unsigned char *p, unsigned int nsegs, void *out,
@@ -5419,7 +5652,7 @@ static uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
     struct vcu_cu_resp r = { (uint32_t)CUDA_ERROR_INVALID_VALUE, 0 };
     size_t plen = h->payload_len, off, pad;
     int async = (h->flags & VCU_REQ_F_ASYNC) != 0;
-    uint32_t i, st = VCU_S_EINVAL;
+    uint32_t i, alone, st = VCU_S_EINVAL;
 
     memcpy(&b, p, sizeof(b));
     if (nsegs != 0 || b.hdr.device != 0 || b.hdr.reserved != 0 || b.reserved != 0 ||
@@ -5443,13 +5676,26 @@ static uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
     if (off != plen)
         goto reply;
 
-    for (i = 0, off = sizeof(b); i < b.count; i++) {
+    if (cs->op == NULL)
+        cs->op = malloc(sizeof(*cs->op));
+    for (i = 0, off = sizeof(b), alone = 0; i < b.count; i++) {
         struct vcu_cu_batch_entry e;
         struct vcu_req_hdr sh = *h;
         struct vcu_cu_resp er;
         vcu__cuda_wait_t *w = NULL;
         size_t elen = 0;
 
+        if (alone == 0) {
+            uint32_t n = vcu__grun_len(cs, p, off, plen, b.count - i);
+
+            if (n >= VCU__GRUN_MIN && vcu__grun(cs, p, off, n, &off) == 0) {
+                i += n - 1;
+                continue;
+            }
+            /* Not as a graph: the run's launches one by one. */
+            alone = n > 0 ? n : 1;
+        }
+        alone--;
         memcpy(&e, p + off, sizeof(e));
         off += sizeof(e);
         sh.opcode = e.opcode;

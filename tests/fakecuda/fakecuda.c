@@ -575,6 +575,8 @@ static void fc_stream_init(fc_stream_t *s, fc_ctx_t *ctx, unsigned int flags, in
 }
 
 static void fc_graph_free(fc_graph_t *g);
+/* cuFakeGraphCounts(), under g_lock. */
+static unsigned long long g_graph_launches, g_graph_instantiations, g_graph_updates;
 static fc_graph_t *fc_graph_clone(const fc_graph_t *src);
 static void fc_cap_end(fc_cap_t *cap);
 
@@ -4658,6 +4660,7 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
     }
     x->flags = flags;
     fc_list_add(&g_execs, x);
+    g_graph_instantiations++;
     *phGraphExec = (CUgraphExec)x;
 out:
     pthread_mutex_unlock(&g_lock);
@@ -4684,6 +4687,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
         rc = CUDA_ERROR_INVALID_HANDLE;
     if (rc != CUDA_SUCCESS)
         goto out;
+    g_graph_launches++;
     if (s->cap) {
         fc_graph_t *cg = s->cap->graph;
         size_t first = cg->n;
@@ -4728,6 +4732,65 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     }
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+/*
+ * Whole-graph update: the new graph must have the exec's topology (as
+ * many nodes, each of the same type with the same dependencies); the
+ * exec then runs a copy of it.  Kernel nodes may change function, shape
+ * and parameters (CUDA forbids a few changes, none the stand-in models).
+ */
+CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
+                                   CUgraphExecUpdateResultInfo *resultInfo)
+{
+    fc_exec_t *x = (fc_exec_t *)hGraphExec;
+    fc_graph_t *g = (fc_graph_t *)hGraph, *c;
+    CUgraphExecUpdateResult res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!resultInfo || !fc_list_has(g_execs, x) || !fc_list_has(g_graphs, g)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    memset(resultInfo, 0, sizeof(*resultInfo));
+    if (g->n != x->graph->n)
+        res = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    for (size_t i = 0; res == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < g->n; i++) {
+        const fc_node_t *a = g->nodes[i], *b = x->graph->nodes[i];
+
+        if (a->type != b->type)
+            res = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+        else if (a->ndeps != b->ndeps ||
+                 (a->ndeps && memcmp(a->deps, b->deps, a->ndeps * sizeof(*a->deps)) != 0))
+            res = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    }
+    if (res != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+        resultInfo->result = res;
+        rc = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+        goto out;
+    }
+    if (!(c = fc_graph_clone(g))) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    fc_graph_free(x->graph);
+    x->graph = c;
+    g_graph_updates++;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* TEST DOUBLE ONLY, for the unit tests: how many graphs were launched,
+ * instantiated and updated in this process. */
+__attribute__((visibility("default"))) void cuFakeGraphCounts(unsigned long long out[3])
+{
+    pthread_mutex_lock(&g_lock);
+    out[0] = g_graph_launches;
+    out[1] = g_graph_instantiations;
+    out[2] = g_graph_updates;
+    pthread_mutex_unlock(&g_lock);
 }
 
 CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)

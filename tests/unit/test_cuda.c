@@ -1213,6 +1213,276 @@ TEST(cuda_batch)
     return 0;
 }
 
+/* ---- runs of launches as graphs ----------------------------------------- */
+
+#define TC_BT "_Z7bt_stepPii"
+#define TC_GADD "_Z5g_addPiii"
+#define TC_RUN_PTX "//\n.version 8.0\n.target sm_90\n.visible .entry " TC_BT "()\n{\n}\n" \
+                   ".visible .entry " TC_GADD "()\n{\n}\n"
+
+/* The stand-in's graph counters: launched, instantiated, updated. */
+static void tc_graph_counts(unsigned long long out[3])
+{
+    void (*counts)(unsigned long long[3]) = NULL;
+    void *dl = dlopen(getenv("VCU_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+
+    out[0] = out[1] = out[2] = ~0ull;
+    if (dl == NULL)
+        return;
+    *(void **)&counts = dlsym(dl, "cuFakeGraphCounts");
+    if (counts != NULL)
+        counts(out);
+    dlclose(dl);
+}
+
+static uint64_t tc_fn(tc_t *c, uint64_t mod, const char *name)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+
+    if (tc_func(c, mod, name, (uint32_t)strlen(name), 0, fr, sizeof(fr)) != CUDA_SUCCESS)
+        return 0;
+    return ((struct vcu_cu_function_resp *)fr)->function;
+}
+
+/* A launch entry: fn(d, a, b) with 1 block of block threads; bt_step's
+ * int is a, g_add's (n, add) are (a, b). */
+static void tc_batch_launch(tc_batch_t *b, uint64_t fn, uint64_t stream, uint32_t block,
+                            uint64_t d, int32_t a, int32_t b2, uint32_t pbytes)
+{
+    unsigned char p[sizeof(struct vcu_cu_launch_req) + 16];
+    struct vcu_cu_launch_req rq;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.function = fn;
+    rq.stream = stream;
+    rq.grid[0] = rq.grid[1] = rq.grid[2] = 1;
+    rq.block[0] = block;
+    rq.block[1] = rq.block[2] = 1;
+    rq.param_bytes = pbytes;
+    memcpy(p, &rq, sizeof(rq));
+    memcpy(p + sizeof(rq), &d, 8);
+    memcpy(p + sizeof(rq) + 8, &a, 4);
+    memcpy(p + sizeof(rq) + 12, &b2, 4);
+    tc_batch_add(b, VCU_OP_CU_LAUNCH, p, sizeof(rq) + pbytes, (uint32_t)(sizeof(rq) + pbytes));
+}
+
+/* Batches of bt_step(d, i), i counting up from *next: in order, d[0]
+ * ends at *next and d[1] (what a launch out of order adds to) stays 0. */
+static uint32_t tc_bt_batch(tc_t *c, tc_batch_t *b, uint64_t fn, uint64_t stream, uint64_t d,
+                            uint32_t n, int32_t *next)
+{
+    struct vcu_cu_resp r;
+    uint32_t i;
+
+    tc_batch_init(b);
+    for (i = 0; i < n; i++)
+        tc_batch_launch(b, fn, stream, 1, d, (*next)++, 0, 12);
+    return tc_batch_send(c, b, n, VCU_REQ_F_ASYNC, &r);
+}
+
+static int tc_sync_ok(tc_t *c)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp r;
+
+    ASSERT_EQ(VCU_S_OK, tc_do(c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(0, r.deferred);
+    return 0;
+}
+
+/*
+ * A batch's run of launches into one stream goes as one graph from the
+ * second such run on (the first is issued launch by launch), updated for
+ * each: the launches still run once each, in order; shorter runs, other
+ * streams' launches between them and VCU_LAUNCH_GRAPHS=0 keep them apart.
+ */
+TEST(cuda_batch_graph_runs)
+{
+    unsigned long long c0[3], c1[3];
+    tc_batch_t *b = malloc(sizeof(*b));
+    int32_t h[2], next = 0;
+    uint64_t mod = 0, fn, d = 0, s;
+    unsigned int k;
+    tc_t c;
+
+    ASSERT_TRUE(b != NULL);
+    unsetenv("VCU_LAUNCH_GRAPHS");
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
+    fn = tc_fn(&c, mod, TC_BT);
+    ASSERT_NE(0, fn);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    tc_graph_counts(c0);
+    ASSERT_NE(~0ull, c0[0]);
+    for (k = 0; k < 4; k++)
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, VCU_CU_BATCH_MAX, &next));
+    CHECK(tc_sync_ok(&c));
+    tc_graph_counts(c1);
+    /* One run seen, then instantiated once and updated twice. */
+    ASSERT_EQ(3, c1[0] - c0[0]);
+    ASSERT_EQ(1, c1[1] - c0[1]);
+    ASSERT_EQ(2, c1[2] - c0[2]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    ASSERT_EQ(next, h[0]);
+    ASSERT_EQ(0, h[1]);
+
+    /* Runs shorter than the threshold, and runs broken by memsets into
+     * shorter ones: launch by launch, still in order. */
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    tc_graph_counts(c0);
+    for (k = 0; k < 3; k++)
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, 7, &next));
+    for (k = 0; k < 3; k++) {
+        struct vcu_cu_resp r;
+        unsigned int i;
+
+        tc_batch_init(b);
+        for (i = 0; i < 12; i++) {
+            tc_batch_launch(b, fn, VCU_CU_STREAM_LEGACY, 1, d, next++, 0, 12);
+            if (i % 6 == 5)
+                tc_batch_memset(b, d + 32, i, 8);
+        }
+        ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, 14, VCU_REQ_F_ASYNC, &r));
+    }
+    CHECK(tc_sync_ok(&c));
+    tc_graph_counts(c1);
+    ASSERT_EQ(0, c1[0] - c0[0]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    ASSERT_EQ(next, h[0]);
+    ASSERT_EQ(0, h[1]);
+
+    /* The same runs on two streams: kept apart (each its own graph). */
+    tc_graph_counts(c0);
+    for (k = 0; k < 3; k++) {
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, 16, &next));
+        CHECK(tc_sync_ok(&c));
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, s, d, 16, &next));
+        CHECK(tc_sync_ok(&c));
+    }
+    tc_graph_counts(c1);
+    ASSERT_EQ(4, c1[0] - c0[0]);
+    ASSERT_EQ(2, c1[1] - c0[1]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    ASSERT_EQ(next, h[0]);
+    ASSERT_EQ(0, h[1]);
+    tc_close(&c);
+
+    /* Turned off: the same batches, launch by launch. */
+    setenv("VCU_LAUNCH_GRAPHS", "0", 1);
+    CHECK(tc_open(&c));
+    unsetenv("VCU_LAUNCH_GRAPHS");
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
+    fn = tc_fn(&c, mod, TC_BT);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    next = 0;
+    tc_graph_counts(c0);
+    for (k = 0; k < 4; k++)
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, VCU_CU_BATCH_MAX, &next));
+    CHECK(tc_sync_ok(&c));
+    tc_graph_counts(c1);
+    ASSERT_EQ(0, c1[0] - c0[0]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    ASSERT_EQ(next, h[0]);
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
+/*
+ * A run with a launch the driver refuses (too many threads) after a run
+ * of its shape was seen: no graph runs; the other launches run once
+ * each, and the refusal is the deferred error, as launch by launch.
+ */
+TEST(cuda_batch_graph_refused)
+{
+    unsigned long long c0[3], c1[3];
+    tc_batch_t *b = malloc(sizeof(*b));
+    struct vcu_cu_hdr hd = {0, 0};
+    struct vcu_cu_resp r;
+    int32_t h[4];
+    uint64_t mod = 0, fn, d = 0;
+    unsigned int k, i;
+    tc_t c;
+
+    ASSERT_TRUE(b != NULL);
+    unsetenv("VCU_LAUNCH_GRAPHS");
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
+    fn = tc_fn(&c, mod, TC_GADD);
+    ASSERT_NE(0, fn);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    tc_graph_counts(c0);
+    for (k = 0; k < 2; k++) {
+        tc_batch_init(b);
+        for (i = 0; i < 32; i++)
+            tc_batch_launch(b, fn, VCU_CU_STREAM_LEGACY, k == 1 && i == 10 ? 4096 : 4, d, 4, 1,
+                            16);
+        ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, 32, VCU_REQ_F_ASYNC, &r));
+    }
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &hd, sizeof(hd), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, r.deferred);
+    tc_graph_counts(c1);
+    ASSERT_EQ(0, c1[0] - c0[0]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    for (i = 0; i < 4; i++)
+        ASSERT_EQ(63, h[i]);
+    /* The next such run, all valid, goes as a graph. */
+    tc_batch_init(b);
+    for (i = 0; i < 32; i++)
+        tc_batch_launch(b, fn, VCU_CU_STREAM_LEGACY, 4, d, 4, 1, 16);
+    ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, 32, VCU_REQ_F_ASYNC, &r));
+    CHECK(tc_sync_ok(&c));
+    tc_graph_counts(c1);
+    ASSERT_EQ(1, c1[0] - c0[0]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    for (i = 0; i < 4; i++)
+        ASSERT_EQ(95, h[i]);
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
+/*
+ * While a stream captures, its launches are captured one node each, never
+ * launched as a graph (which would be captured as one child-graph node).
+ */
+TEST(cuda_batch_graph_capture)
+{
+    unsigned long long c0[3], c1[3];
+    tc_batch_t *b = malloc(sizeof(*b));
+    uint64_t mod = 0, fn, d = 0, s, g = 0, cnt = 0;
+    int32_t next = 0;
+    unsigned int k;
+    tc_t c;
+
+    ASSERT_TRUE(b != NULL);
+    unsetenv("VCU_LAUNCH_GRAPHS");
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
+    fn = tc_fn(&c, mod, TC_BT);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    tc_graph_counts(c0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    for (k = 0; k < 3; k++)
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, s, d, 16, &next));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, g, &cnt));
+    ASSERT_EQ(48, cnt);
+    tc_graph_counts(c1);
+    ASSERT_EQ(0, c1[0] - c0[0]);
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
 /*
  * Malformed batches: refused whole, before any entry runs (the first
  * entry of each would set 8 bytes to 0x77); sent async, the refusal is

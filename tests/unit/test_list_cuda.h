@@ -37,6 +37,9 @@
     X(cuda_batch_hostile)               \
     X(cuda_batch_other_session)         \
     X(cuda_batch_feature)               \
+    X(cuda_batch_graph_runs)            \
+    X(cuda_batch_graph_refused)         \
+    X(cuda_batch_graph_capture)         \
     X(batch_coalesces)                  \
     X(batch_flush_thread)               \
     X(batch_deferred_and_close)         \
