@@ -31,6 +31,11 @@ VCU_VM_TIMEOUT=30 tests/vm/run.sh libs >/dev/null 2>&1 || true
 # The probe of NVIDIA's answers to what the libraries ask (docs/driver-api.md).
 mkdir -p build/probes
 cc -O1 -I/usr/local/cuda/include -o build/probes/probe-libs tests/gpu/probe-libs.c -ldl
+# The probe of graphs against launches (docs/design.md "Runs of launches as graphs").
+/usr/local/cuda/bin/nvcc -fatbin -maxrregcount=255 -gencode arch=compute_90,code=sm_90 \
+    -o build/probes/probe-graphs.fatbin tests/gpu/probe-graphs-kernels.cu
+cc -O1 -I/usr/local/cuda/include -o build/probes/probe-graphs tests/gpu/probe-graphs.c \
+    -L/usr/local/cuda/lib64/stubs -lcuda
 cp build/cuda-driver/vcu_drv_kernels.fatbin build/cuda-driver/vcu_drv_kernels_ptx_lz4.fatbin \
     build/cuda-driver/vcu_drv_kernels_sm80.fatbin build/probes/
 # The torch image: its root disk is made on the GPU host
