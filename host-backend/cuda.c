@@ -5567,22 +5567,34 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
     vcu__grun_t *g;
     CUstream st;
     bool found;
-    uint32_t i;
+    uint32_t i, dev;
     CUresult r = CUDA_SUCCESS;
 
     memcpy(&rq, p + off + sizeof(struct vcu_cu_batch_entry), sizeof(rq));
-    g = vcu__grun_slot(cs, rq.stream, rq.hdr.device, n, &found);
+    dev = rq.hdr.device;
+    g = vcu__grun_slot(cs, rq.stream, dev, n, &found);
     if (!found || o == NULL)
         return -1;
-    /* As vcu__op_CU_LAUNCH: the device's context current, the stream's. */
+    /* As vcu__op_CU_LAUNCH: the device's context current, the stream's.
+     * A stream or function of another device's context, which the driver
+     * refuses a launch, could be a graph's node there: launch by launch. */
     memset(o, 0, offsetof(vcu__op_t, rb));
     o->cs = cs;
     o->cu = cu;
     o->p = p + off + sizeof(struct vcu_cu_batch_entry);
     o->plen = sizeof(rq);
-    if (vcu__enter(o) != 0 || vcu__stream(o, rq.stream, &st) != 0 ||
-        cu->fn.cuGraphCreate(&gr, 0) != CUDA_SUCCESS)
+    if (vcu__enter(o) != 0 || vcu__stream(o, rq.stream, &st) != 0)
         return -1;
+    if (rq.stream != VCU_CU_STREAM_LEGACY && rq.stream != VCU_CU_STREAM_PER_THREAD) {
+        const vcu__hent_t *se = vcu__htab_get(&cs->tab, rq.stream, VCU__H_STREAM);
+
+        if (se == NULL || se->dev != dev)
+            return -1;
+    }
+    if (g->ex == NULL && vcu__mem_take(cs, VCU__GRUN_BYTES) != 0)
+        return -1;
+    if (cu->fn.cuGraphCreate(&gr, 0) != CUDA_SUCCESS)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     for (i = 0; i < n && r == CUDA_SUCCESS; i++) {
         struct vcu_cu_batch_entry e;
         CUDA_KERNEL_NODE_PARAMS kn;
@@ -5592,7 +5604,7 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
         memcpy(&e, p + off, sizeof(e));
         memcpy(&rq, p + off + sizeof(e), sizeof(rq));
         fe = vcu__htab_get(&cs->tab, rq.function, VCU__H_FUNCTION);
-        if (fe == NULL || rq.param_bytes > VCU_CU_MAX_PARAM_BYTES ||
+        if (fe == NULL || fe->u.fn.mod->dev != dev || rq.param_bytes > VCU_CU_MAX_PARAM_BYTES ||
             rq.param_bytes > e.len - sizeof(rq) ||
             (kp = vcu__params(o, fe, p + off + sizeof(e) + sizeof(rq), rq.param_bytes)) == NULL) {
             r = CUDA_ERROR_INVALID_VALUE;
@@ -5614,22 +5626,22 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
         prev = node;
         off += sizeof(e) + e.len + (8 - e.len % 8) % 8;
     }
-    if (r == CUDA_SUCCESS && g->ex == NULL) {
-        if (vcu__mem_take(cs, VCU__GRUN_BYTES) != 0)
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        else if ((r = cu->fn.cuGraphInstantiate(&g->ex, gr, 0)) != CUDA_SUCCESS) {
+    if (g->ex == NULL) {
+        /* Its budget taken above. */
+        if (r == CUDA_SUCCESS && (r = cu->fn.cuGraphInstantiate(&g->ex, gr, 0)) != CUDA_SUCCESS)
             g->ex = NULL;
+        if (r != CUDA_SUCCESS)
             vcu__mem_give(cs, VCU__GRUN_BYTES);
-        }
     } else if (r == CUDA_SUCCESS &&
                (r = cu->fn.cuGraphExecUpdate(g->ex, gr, &info)) != CUDA_SUCCESS) {
         /* Made anew the next time such a run comes. */
         vcu__grun_free(cs, g);
-        vcu__cur(cs, cs->ctx[rq.hdr.device]);
+        vcu__cur(cs, cs->ctx[dev]);
     }
     if (r == CUDA_SUCCESS)
         r = cu->fn.cuGraphLaunch(g->ex, st);
-    cu->fn.cuGraphDestroy(gr);
+    if (gr != NULL)
+        cu->fn.cuGraphDestroy(gr);
     if (r != CUDA_SUCCESS)
         return -1;
     *end = off;

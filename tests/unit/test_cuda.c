@@ -1244,15 +1244,16 @@ static uint64_t tc_fn(tc_t *c, uint64_t mod, const char *name)
     return ((struct vcu_cu_function_resp *)fr)->function;
 }
 
-/* A launch entry: fn(d, a, b) with 1 block of block threads; bt_step's
- * int is a, g_add's (n, add) are (a, b). */
-static void tc_batch_launch(tc_batch_t *b, uint64_t fn, uint64_t stream, uint32_t block,
-                            uint64_t d, int32_t a, int32_t b2, uint32_t pbytes)
+/* A launch entry on device dev: fn(d, a, b) with 1 block of block
+ * threads; bt_step's int is a, g_add's (n, add) are (a, b). */
+static void tc_batch_launch_dev(tc_batch_t *b, uint32_t dev, uint64_t fn, uint64_t stream,
+                                uint32_t block, uint64_t d, int32_t a, int32_t b2, uint32_t pbytes)
 {
     unsigned char p[sizeof(struct vcu_cu_launch_req) + 16];
     struct vcu_cu_launch_req rq;
 
     memset(&rq, 0, sizeof(rq));
+    rq.hdr.device = dev;
     rq.function = fn;
     rq.stream = stream;
     rq.grid[0] = rq.grid[1] = rq.grid[2] = 1;
@@ -1264,6 +1265,12 @@ static void tc_batch_launch(tc_batch_t *b, uint64_t fn, uint64_t stream, uint32_
     memcpy(p + sizeof(rq) + 8, &a, 4);
     memcpy(p + sizeof(rq) + 12, &b2, 4);
     tc_batch_add(b, VCU_OP_CU_LAUNCH, p, sizeof(rq) + pbytes, (uint32_t)(sizeof(rq) + pbytes));
+}
+
+static void tc_batch_launch(tc_batch_t *b, uint64_t fn, uint64_t stream, uint32_t block,
+                            uint64_t d, int32_t a, int32_t b2, uint32_t pbytes)
+{
+    tc_batch_launch_dev(b, 0, fn, stream, block, d, a, b2, pbytes);
 }
 
 /* Batches of bt_step(d, i), i counting up from *next: in order, d[0]
@@ -1442,6 +1449,69 @@ TEST(cuda_batch_graph_refused)
     ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
     for (i = 0; i < 4; i++)
         ASSERT_EQ(95, h[i]);
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
+/*
+ * Runs whose stream, or whose function's module, is of another device
+ * than the launches name: the driver refuses each such launch, and a
+ * graph must not run them elsewhere instead.
+ */
+TEST(cuda_batch_graph_other_device)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char p[sizeof(struct vcu_cu_name_req) + sizeof(TC_BT)];
+    unsigned long long c0[3], c1[3];
+    tc_batch_t *b = malloc(sizeof(*b));
+    struct vcu_cu_stream_create_req sq;
+    struct vcu_cu_hdr hd = {0, 0};
+    struct vcu_cu_name_req nq;
+    struct vcu_cu_u64_resp sr;
+    struct vcu_cu_resp r;
+    uint64_t mod = 0, fn, fn1 = 0, d = 0, s1;
+    unsigned int k, i, v;
+    tc_t c;
+
+    ASSERT_TRUE(b != NULL);
+    unsetenv("VCU_LAUNCH_GRAPHS");
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
+    fn = tc_fn(&c, mod, TC_BT);
+    ASSERT_NE(0, fn);
+    /* The device-0 module's function, named through device 1. */
+    memset(&nq, 0, sizeof(nq));
+    nq.hdr.device = 1;
+    nq.module = mod;
+    nq.name_len = (uint32_t)strlen(TC_BT);
+    memcpy(p, &nq, sizeof(nq));
+    memcpy(p + sizeof(nq), TC_BT, strlen(TC_BT));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MODULE_GET_FUNCTION, 0, p,
+                              (uint32_t)(sizeof(nq) + strlen(TC_BT)), fr, sizeof(fr)));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)fr)->result);
+    memcpy(&fn1, fr + offsetof(struct vcu_cu_function_resp, function), 8);
+    memset(&sq, 0, sizeof(sq));
+    sq.hdr.device = 1;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
+    ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
+    s1 = sr.value;
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    /* v 0: device 0's launches into device 1's stream; v 1: device 1's
+     * launches of the device-0 function into it. */
+    for (v = 0; v < 2; v++) {
+        tc_graph_counts(c0);
+        for (k = 0; k < 3; k++) {
+            tc_batch_init(b);
+            for (i = 0; i < 16; i++)
+                tc_batch_launch_dev(b, v, v ? fn1 : fn, s1, 1, d, (int32_t)i, 0, 12);
+            ASSERT_EQ(VCU_S_OK, tc_batch_send(&c, b, 16, VCU_REQ_F_ASYNC, &r));
+        }
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &hd, sizeof(hd), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.deferred);
+        tc_graph_counts(c1);
+        ASSERT_EQ(0, c1[0] - c0[0]);
+    }
     tc_close(&c);
     free(b);
     return 0;

@@ -39,6 +39,7 @@
     X(cuda_batch_feature)               \
     X(cuda_batch_graph_runs)            \
     X(cuda_batch_graph_refused)         \
+    X(cuda_batch_graph_other_device)    \
     X(cuda_batch_graph_capture)         \
     X(batch_coalesces)                  \
     X(batch_flush_thread)               \
