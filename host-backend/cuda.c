@@ -323,13 +323,17 @@ typedef struct vcu__grun_s {
     uint32_t dev, n;
     CUgraphExec ex;
     uint64_t used;                          /* the least recently used goes first */
+    uint32_t skip;                          /* runs to go launch by launch (back-off) */
 } vcu__grun_t;
 
 /* Runs kept per session; the shortest run made a graph; what one kept
- * executable graph is counted as in the session's host budget. */
+ * executable graph is counted as in the session's host budget; how many
+ * runs of a shape go launch by launch after the driver refused to
+ * instantiate or update a graph of it. */
 #define VCU__GRUN_SLOTS 8u
 #define VCU__GRUN_MIN 8u
 #define VCU__GRUN_BYTES ((size_t)64 << 10)
+#define VCU__GRUN_BACKOFF 64u
 
 typedef struct vcu__evpool_s {
     CUevent *ev;
@@ -5575,6 +5579,10 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
     g = vcu__grun_slot(cs, rq.stream, dev, n, &found);
     if (!found || o == NULL)
         return -1;
+    if (g->skip > 0) {
+        g->skip--;
+        return -1;
+    }
     /* As vcu__op_CU_LAUNCH: the device's context current, the stream's.
      * A stream or function of another device's context, which the driver
      * refuses a launch, could be a graph's node there: launch by launch. */
@@ -5626,17 +5634,26 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
         prev = node;
         off += sizeof(e) + e.len + (8 - e.len % 8) % 8;
     }
+    /* A graph the driver will not instantiate or update (a launch out of
+     * resources, a kernel a graph may not hold or change to): this shape
+     * goes launch by launch a while, then is made anew. */
     if (g->ex == NULL) {
         /* Its budget taken above. */
-        if (r == CUDA_SUCCESS && (r = cu->fn.cuGraphInstantiate(&g->ex, gr, 0)) != CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && (r = cu->fn.cuGraphInstantiate(&g->ex, gr, 0)) != CUDA_SUCCESS) {
             g->ex = NULL;
+            g->skip = VCU__GRUN_BACKOFF;
+        }
         if (r != CUDA_SUCCESS)
             vcu__mem_give(cs, VCU__GRUN_BYTES);
     } else if (r == CUDA_SUCCESS &&
                (r = cu->fn.cuGraphExecUpdate(g->ex, gr, &info)) != CUDA_SUCCESS) {
-        /* Made anew the next time such a run comes. */
         vcu__grun_free(cs, g);
         vcu__cur(cs, cs->ctx[dev]);
+        g->stream = rq.stream;
+        g->dev = dev;
+        g->n = n;
+        g->used = ++cs->grun_tick;
+        g->skip = VCU__GRUN_BACKOFF;
     }
     if (r == CUDA_SUCCESS)
         r = cu->fn.cuGraphLaunch(g->ex, st);

@@ -4754,7 +4754,12 @@ CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
         goto out;
     }
     memset(resultInfo, 0, sizeof(*resultInfo));
-    if (g->n != x->graph->n)
+    /* VCU_FAKECUDA_GRAPH_UPDATE=fail: every update refused, as the driver
+     * refuses one it cannot make (the unit tests' back-off case). */
+    if (getenv("VCU_FAKECUDA_GRAPH_UPDATE") != NULL &&
+        strcmp(getenv("VCU_FAKECUDA_GRAPH_UPDATE"), "fail") == 0)
+        res = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
+    else if (g->n != x->graph->n)
         res = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
     for (size_t i = 0; res == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < g->n; i++) {
         const fc_node_t *a = g->nodes[i], *b = x->graph->nodes[i];

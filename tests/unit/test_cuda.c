@@ -1518,6 +1518,57 @@ TEST(cuda_batch_graph_other_device)
 }
 
 /*
+ * A graph the driver refuses to update: that run and the next 64 of its
+ * shape go launch by launch (still in order), then it is made anew.
+ */
+TEST(cuda_batch_graph_backoff)
+{
+    unsigned long long c0[3], c1[3];
+    tc_batch_t *b = malloc(sizeof(*b));
+    int32_t h[2], next = 0;
+    uint64_t mod = 0, fn, d = 0;
+    unsigned int k;
+    tc_t c;
+
+    ASSERT_TRUE(b != NULL);
+    unsetenv("VCU_LAUNCH_GRAPHS");
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
+    fn = tc_fn(&c, mod, TC_BT);
+    ASSERT_NE(0, fn);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    tc_graph_counts(c0);
+    for (k = 0; k < 2; k++)
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, 8, &next));
+    CHECK(tc_sync_ok(&c));
+    tc_graph_counts(c1);
+    ASSERT_EQ(1, c1[0] - c0[0]);
+    setenv("VCU_FAKECUDA_GRAPH_UPDATE", "fail", 1);
+    ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, 8, &next));
+    CHECK(tc_sync_ok(&c));
+    unsetenv("VCU_FAKECUDA_GRAPH_UPDATE");
+    for (k = 0; k < 64; k++)
+        ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, 8, &next));
+    CHECK(tc_sync_ok(&c));
+    tc_graph_counts(c1);
+    ASSERT_EQ(1, c1[0] - c0[0]);
+    ASSERT_EQ(1, c1[1] - c0[1]);
+    ASSERT_EQ(0, c1[2] - c0[2]);
+    ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, 8, &next));
+    CHECK(tc_sync_ok(&c));
+    tc_graph_counts(c1);
+    ASSERT_EQ(2, c1[0] - c0[0]);
+    ASSERT_EQ(2, c1[1] - c0[1]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    ASSERT_EQ(next, h[0]);
+    ASSERT_EQ(0, h[1]);
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
+/*
  * While a stream captures, its launches are captured one node each, never
  * launched as a graph (which would be captured as one child-graph node).
  */
