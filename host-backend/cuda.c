@@ -3855,6 +3855,24 @@ static void vcu__params_free(vcu__op_t *o, const vcu__hent_t *fe, void **kp)
         free(buf);
 }
 
+/* A kernel node's parameters for function fe with these dimensions and
+ * the parameter pointers kp (vcu__params()). */
+static void vcu__kernel_node(CUDA_KERNEL_NODE_PARAMS *kn, const vcu__hent_t *fe,
+                             const vcu_le32 grid[3], const vcu_le32 block[3], uint32_t smem,
+                             void **kp)
+{
+    memset(kn, 0, sizeof(*kn));
+    kn->func = fe->u.fn.f;
+    kn->gridDimX = grid[0];
+    kn->gridDimY = grid[1];
+    kn->gridDimZ = grid[2];
+    kn->blockDimX = block[0];
+    kn->blockDimY = block[1];
+    kn->blockDimZ = block[2];
+    kn->sharedMemBytes = smem;
+    kn->kernelParams = kp;
+}
+
 static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
 {
     struct vcu_cu_launch_req rq;
@@ -5176,16 +5194,7 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
         kp = vcu__params(o, fe, tail, rq.param_bytes);
         if (kp == NULL)
             goto out;
-        memset(&kn, 0, sizeof(kn));
-        kn.func = fe->u.fn.f;
-        kn.gridDimX = rq.grid[0];
-        kn.gridDimY = rq.grid[1];
-        kn.gridDimZ = rq.grid[2];
-        kn.blockDimX = rq.block[0];
-        kn.blockDimY = rq.block[1];
-        kn.blockDimZ = rq.block[2];
-        kn.sharedMemBytes = rq.shared_mem;
-        kn.kernelParams = kp;
+        vcu__kernel_node(&kn, fe, rq.grid, rq.block, rq.shared_mem, kp);
         /* CUDA copies the parameter values into the node. */
         o->res = VCU__CU(cu, cuGraphAddKernelNode, &node, ge->u.graph.g, deps, rq.ndeps, &kn);
         vcu__params_free(o, fe, kp);
@@ -5618,16 +5627,7 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
             r = CUDA_ERROR_INVALID_VALUE;
             break;
         }
-        memset(&kn, 0, sizeof(kn));
-        kn.func = fe->u.fn.f;
-        kn.gridDimX = rq.grid[0];
-        kn.gridDimY = rq.grid[1];
-        kn.gridDimZ = rq.grid[2];
-        kn.blockDimX = rq.block[0];
-        kn.blockDimY = rq.block[1];
-        kn.blockDimZ = rq.block[2];
-        kn.sharedMemBytes = rq.shared_mem;
-        kn.kernelParams = kp;
+        vcu__kernel_node(&kn, fe, rq.grid, rq.block, rq.shared_mem, kp);
         /* The node keeps a copy of the parameters. */
         r = cu->fn.cuGraphAddKernelNode(&node, gr, i > 0 ? &prev : NULL, i > 0, &kn);
         vcu__params_free(o, fe, kp);

@@ -1244,6 +1244,42 @@ static uint64_t tc_fn(tc_t *c, uint64_t mod, const char *name)
     return ((struct vcu_cu_function_resp *)fr)->function;
 }
 
+/* Module mod's function name, named through device dev (the request's
+ * device); 0 on failure. */
+static uint64_t tc_fn_dev(tc_t *c, uint32_t dev, uint64_t mod, const char *name)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    unsigned char p[sizeof(struct vcu_cu_name_req) + 128];
+    struct vcu_cu_name_req nq;
+    size_t n = strlen(name) < 128 ? strlen(name) : 128;
+
+    memset(&nq, 0, sizeof(nq));
+    nq.hdr.device = dev;
+    nq.module = mod;
+    nq.name_len = (uint32_t)n;
+    memcpy(p, &nq, sizeof(nq));
+    memcpy(p + sizeof(nq), name, n);
+    if (tc_do(c, VCU_OP_CU_MODULE_GET_FUNCTION, 0, p, (uint32_t)(sizeof(nq) + n), fr,
+              sizeof(fr)) != VCU_S_OK ||
+        ((struct vcu_cu_resp *)fr)->result != CUDA_SUCCESS)
+        return 0;
+    return ((struct vcu_cu_function_resp *)fr)->function;
+}
+
+/* A new stream on device dev; 0 on failure. */
+static uint64_t tc_stream_dev(tc_t *c, uint32_t dev)
+{
+    struct vcu_cu_stream_create_req sq;
+    struct vcu_cu_u64_resp sr;
+
+    memset(&sq, 0, sizeof(sq));
+    sq.hdr.device = dev;
+    if (tc_do(c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)) != VCU_S_OK ||
+        sr.r.result != CUDA_SUCCESS)
+        return 0;
+    return sr.value;
+}
+
 /* A launch entry on device dev: fn(d, a, b) with 1 block of block
  * threads; bt_step's int is a, g_add's (n, add) are (a, b). */
 static void tc_batch_launch_dev(tc_batch_t *b, uint32_t dev, uint64_t fn, uint64_t stream,
@@ -1287,6 +1323,20 @@ static uint32_t tc_bt_batch(tc_t *c, tc_batch_t *b, uint64_t fn, uint64_t stream
     return tc_batch_send(c, b, n, VCU_REQ_F_ASYNC, &r);
 }
 
+/* A session (graphs on) with the run kernels' module, kernel's handle in
+ * *fn and 64 zeroed bytes of device memory at *d. */
+static int tc_run_open(tc_t *c, const char *kernel, uint64_t *mod, uint64_t *fn, uint64_t *d)
+{
+    unsetenv("VCU_LAUNCH_GRAPHS");
+    CHECK(tc_open(c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(c, TC_RUN_PTX, mod));
+    *fn = tc_fn(c, *mod, kernel);
+    ASSERT_NE(0, *fn);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, 64, d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, *d, 0, 1, 64, 1, 0, 0));
+    return 0;
+}
+
 static int tc_sync_ok(tc_t *c)
 {
     struct vcu_cu_hdr h = {0, 0};
@@ -1314,13 +1364,7 @@ TEST(cuda_batch_graph_runs)
     tc_t c;
 
     ASSERT_TRUE(b != NULL);
-    unsetenv("VCU_LAUNCH_GRAPHS");
-    CHECK(tc_open(&c));
-    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
-    fn = tc_fn(&c, mod, TC_BT);
-    ASSERT_NE(0, fn);
-    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
-    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    CHECK(tc_run_open(&c, TC_BT, &mod, &fn, &d));
     tc_graph_counts(c0);
     ASSERT_NE(~0ull, c0[0]);
     for (k = 0; k < 4; k++)
@@ -1416,13 +1460,7 @@ TEST(cuda_batch_graph_refused)
     tc_t c;
 
     ASSERT_TRUE(b != NULL);
-    unsetenv("VCU_LAUNCH_GRAPHS");
-    CHECK(tc_open(&c));
-    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
-    fn = tc_fn(&c, mod, TC_GADD);
-    ASSERT_NE(0, fn);
-    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
-    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    CHECK(tc_run_open(&c, TC_GADD, &mod, &fn, &d));
     tc_graph_counts(c0);
     for (k = 0; k < 2; k++) {
         tc_batch_init(b);
@@ -1461,42 +1499,21 @@ TEST(cuda_batch_graph_refused)
  */
 TEST(cuda_batch_graph_other_device)
 {
-    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
-    unsigned char p[sizeof(struct vcu_cu_name_req) + sizeof(TC_BT)];
     unsigned long long c0[3], c1[3];
     tc_batch_t *b = malloc(sizeof(*b));
-    struct vcu_cu_stream_create_req sq;
     struct vcu_cu_hdr hd = {0, 0};
-    struct vcu_cu_name_req nq;
-    struct vcu_cu_u64_resp sr;
     struct vcu_cu_resp r;
-    uint64_t mod = 0, fn, fn1 = 0, d = 0, s1;
+    uint64_t mod = 0, fn, fn1, d = 0, s1;
     unsigned int k, i, v;
     tc_t c;
 
     ASSERT_TRUE(b != NULL);
-    unsetenv("VCU_LAUNCH_GRAPHS");
-    CHECK(tc_open(&c));
-    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
-    fn = tc_fn(&c, mod, TC_BT);
-    ASSERT_NE(0, fn);
+    CHECK(tc_run_open(&c, TC_BT, &mod, &fn, &d));
     /* The device-0 module's function, named through device 1. */
-    memset(&nq, 0, sizeof(nq));
-    nq.hdr.device = 1;
-    nq.module = mod;
-    nq.name_len = (uint32_t)strlen(TC_BT);
-    memcpy(p, &nq, sizeof(nq));
-    memcpy(p + sizeof(nq), TC_BT, strlen(TC_BT));
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MODULE_GET_FUNCTION, 0, p,
-                              (uint32_t)(sizeof(nq) + strlen(TC_BT)), fr, sizeof(fr)));
-    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)fr)->result);
-    memcpy(&fn1, fr + offsetof(struct vcu_cu_function_resp, function), 8);
-    memset(&sq, 0, sizeof(sq));
-    sq.hdr.device = 1;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
-    ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
-    s1 = sr.value;
-    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    fn1 = tc_fn_dev(&c, 1, mod, TC_BT);
+    ASSERT_NE(0, fn1);
+    s1 = tc_stream_dev(&c, 1);
+    ASSERT_NE(0, s1);
     /* v 0: device 0's launches into device 1's stream; v 1: device 1's
      * launches of the device-0 function into it. */
     for (v = 0; v < 2; v++) {
@@ -1531,13 +1548,7 @@ TEST(cuda_batch_graph_backoff)
     tc_t c;
 
     ASSERT_TRUE(b != NULL);
-    unsetenv("VCU_LAUNCH_GRAPHS");
-    CHECK(tc_open(&c));
-    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
-    fn = tc_fn(&c, mod, TC_BT);
-    ASSERT_NE(0, fn);
-    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
-    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 64, 1, 0, 0));
+    CHECK(tc_run_open(&c, TC_BT, &mod, &fn, &d));
     tc_graph_counts(c0);
     for (k = 0; k < 2; k++)
         ASSERT_EQ(VCU_S_OK, tc_bt_batch(&c, b, fn, VCU_CU_STREAM_LEGACY, d, 8, &next));
@@ -1582,11 +1593,7 @@ TEST(cuda_batch_graph_capture)
     tc_t c;
 
     ASSERT_TRUE(b != NULL);
-    unsetenv("VCU_LAUNCH_GRAPHS");
-    CHECK(tc_open(&c));
-    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_RUN_PTX, &mod));
-    fn = tc_fn(&c, mod, TC_BT);
-    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    CHECK(tc_run_open(&c, TC_BT, &mod, &fn, &d));
     s = tc_stream_new(&c);
     ASSERT_NE(0, s);
     tc_graph_counts(c0);
@@ -4000,34 +4007,18 @@ TEST(sec_capture_global_confined)
  */
 TEST(sec_ctx_reset_cross_device_function)
 {
-    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
-    unsigned char p[sizeof(struct vcu_cu_name_req) + sizeof(TC_VADD)];
-    struct vcu_cu_stream_create_req sq;
-    struct vcu_cu_u64_resp sr;
-    struct vcu_cu_name_req nq;
     struct vcu_cu_hdr h = {0, 0};
     struct vcu_cu_resp r;
     unsigned char params[28];
-    uint64_t mod = 0, fn = 0, s1;
+    uint64_t mod = 0, fn, s1;
     tc_t c;
 
     CHECK(tc_open(&c));
     ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX, &mod));
-    memset(&nq, 0, sizeof(nq));
-    nq.hdr.device = 1;
-    nq.module = mod;
-    nq.name_len = (uint32_t)strlen(TC_VADD);
-    memcpy(p, &nq, sizeof(nq));
-    memcpy(p + sizeof(nq), TC_VADD, strlen(TC_VADD));
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MODULE_GET_FUNCTION, 0, p,
-                              (uint32_t)(sizeof(nq) + strlen(TC_VADD)), fr, sizeof(fr)));
-    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)fr)->result);
-    memcpy(&fn, fr + offsetof(struct vcu_cu_function_resp, function), 8);
-    memset(&sq, 0, sizeof(sq));
-    sq.hdr.device = 1;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CREATE, 0, &sq, sizeof(sq), &sr, sizeof(sr)));
-    ASSERT_EQ(CUDA_SUCCESS, sr.r.result);
-    s1 = sr.value;
+    fn = tc_fn_dev(&c, 1, mod, TC_VADD);
+    ASSERT_NE(0, fn);
+    s1 = tc_stream_dev(&c, 1);
+    ASSERT_NE(0, s1);
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
     ASSERT_EQ(CUDA_SUCCESS, r.result);
     {
