@@ -1210,14 +1210,22 @@ static CUresult vcu__cur(vcu__cuda_sess_t *cs, CUcontext ctx)
     return r;
 }
 
-/* Destroys one kept run's executable graph, in its device's context. */
+/* Destroys a kept run's executable graph, in its device's context; the
+ * slot stays.  (May switch the current context.) */
+static void vcu__grun_exec_drop(vcu__cuda_sess_t *cs, vcu__grun_t *g)
+{
+    if (g->ex == NULL)
+        return;
+    if (cs->ctx[g->dev] != NULL && vcu__cur(cs, cs->ctx[g->dev]) == CUDA_SUCCESS)
+        cs->cu->fn.cuGraphExecDestroy(g->ex);
+    vcu__mem_give(cs, VCU__GRUN_BYTES);
+    g->ex = NULL;
+}
+
+/* Frees a slot, its executable graph first. */
 static void vcu__grun_free(vcu__cuda_sess_t *cs, vcu__grun_t *g)
 {
-    if (g->ex != NULL) {
-        if (cs->ctx[g->dev] != NULL && vcu__cur(cs, cs->ctx[g->dev]) == CUDA_SUCCESS)
-            cs->cu->fn.cuGraphExecDestroy(g->ex);
-        vcu__mem_give(cs, VCU__GRUN_BYTES);
-    }
+    vcu__grun_exec_drop(cs, g);
     memset(g, 0, sizeof(*g));
 }
 
@@ -3817,6 +3825,13 @@ static uint32_t vcu__op_CU_OCCUPANCY_BLOCK_SIZE(vcu__op_t *o)
  * allocation, freed by the caller.  The size must be what the function
  * takes.
  */
+/* A launch's or kernel node's parameter byte count: within the limit and
+ * within the room left in its request. */
+static bool vcu__param_bytes_ok(uint32_t nbytes, size_t room)
+{
+    return nbytes <= VCU_CU_MAX_PARAM_BYTES && nbytes <= room;
+}
+
 static void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes)
 {
     size_t body = ((size_t)nbytes + 15) & ~(size_t)15, need;
@@ -3879,7 +3894,7 @@ static uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
     void **kp;
 
     memcpy(&rq, o->p, sizeof(rq));
-    if (rq.param_bytes > VCU_CU_MAX_PARAM_BYTES || rq.param_bytes > o->plen - sizeof(rq) ||
+    if (!vcu__param_bytes_ok(rq.param_bytes, o->plen - sizeof(rq)) ||
         (rq.flags & ~VCU_CU_LAUNCH_F_COOPERATIVE) || o->nsegs != 0)
         return VCU_S_EINVAL;
     VCU__ENTER(o);
@@ -5149,7 +5164,7 @@ static uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
     room -= (size_t)rq.ndeps * 8;
     tail = o->p + sizeof(rq) + (size_t)rq.ndeps * 8;
     if (rq.kind == VCU_CU_NODE_KERNEL &&
-        (rq.param_bytes > VCU_CU_MAX_PARAM_BYTES || rq.param_bytes > room))
+        !vcu__param_bytes_ok(rq.param_bytes, room))
         return VCU_S_EINVAL;
     if (rq.kind == VCU_CU_NODE_MEMSET && rq.elem_size != 1 && rq.elem_size != 2 &&
         rq.elem_size != 4)
@@ -5473,6 +5488,16 @@ static uint32_t vcu__deferred(vcu__cuda_sess_t *cs, int async, uint32_t res)
     return d;
 }
 
+/* The reply union is close to 1 KiB: the worker's scratch for a request
+ * is kept off its stack, in the session, made once (only the worker gets
+ * here); NULL out of memory. */
+static vcu__op_t *vcu__op_scratch(vcu__cuda_sess_t *cs)
+{
+    if (cs->op == NULL)
+        cs->op = malloc(sizeof(*cs->op));
+    return cs->op;
+}
+
 /* ---- runs of launches as graphs ---------------------------------------- */
 
 /*
@@ -5621,8 +5646,8 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
         memcpy(&e, p + off, sizeof(e));
         memcpy(&rq, p + off + sizeof(e), sizeof(rq));
         fe = vcu__htab_get(&cs->tab, rq.function, VCU__H_FUNCTION);
-        if (fe == NULL || fe->u.fn.mod->dev != dev || rq.param_bytes > VCU_CU_MAX_PARAM_BYTES ||
-            rq.param_bytes > e.len - sizeof(rq) ||
+        if (fe == NULL || fe->u.fn.mod->dev != dev ||
+            !vcu__param_bytes_ok(rq.param_bytes, e.len - sizeof(rq)) ||
             (kp = vcu__params(o, fe, p + off + sizeof(e) + sizeof(rq), rq.param_bytes)) == NULL) {
             r = CUDA_ERROR_INVALID_VALUE;
             break;
@@ -5647,12 +5672,7 @@ static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, u
             vcu__mem_give(cs, VCU__GRUN_BYTES);
     } else if (r == CUDA_SUCCESS &&
                (r = cu->fn.cuGraphExecUpdate(g->ex, gr, &info)) != CUDA_SUCCESS) {
-        vcu__grun_free(cs, g);
-        vcu__cur(cs, cs->ctx[dev]);
-        g->stream = rq.stream;
-        g->dev = dev;
-        g->n = n;
-        g->used = ++cs->grun_tick;
+        vcu__grun_exec_drop(cs, g);
         g->skip = VCU__GRUN_BACKOFF;
     }
     if (r == CUDA_SUCCESS)
@@ -5705,8 +5725,7 @@ static uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
     if (off != plen)
         goto reply;
 
-    if (cs->op == NULL)
-        cs->op = malloc(sizeof(*cs->op));
+    (void)vcu__op_scratch(cs);       /* for the runs' graphs; without it, none */
     for (i = 0, off = sizeof(b), alone = 0; i < b.count; i++) {
         struct vcu_cu_batch_entry e;
         struct vcu_req_hdr sh = *h;
@@ -5778,11 +5797,8 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
     if (op == VCU_OP_CU_BATCH)
         return vcu__batch(cs, h, payload, nsegs, out, out_len);
 
-    /* The reply union is close to 1 KiB: keep it off the worker's stack,
-     * in the session, made once (only the worker gets here). */
-    if (cs->op == NULL && (cs->op = malloc(sizeof(*o))) == NULL)
+    if ((o = vcu__op_scratch(cs)) == NULL)
         return VCU_S_ENOMEM;
-    o = cs->op;
     /* Handlers write only their opcode's reply struct (rpsz bytes). */
     memset(o, 0, offsetof(vcu__op_t, rb));
     memset(&o->rb, 0, rpsz);

@@ -181,17 +181,17 @@ static inline int vcu__ring_get(vcu__ring_t *r, struct vcu_ipc_hdr *h, unsigned 
 }
 
 /* Consumer: whether something is published past our head (a hint). */
-static inline int vcu__ring_ready(const vcu__ring_t *r)
-{
-    return VCU__LOAD(&r->ctl->tail) != __atomic_load_n(&r->pos, __ATOMIC_RELAXED);
-}
-
 /* Whether the producer's tail has moved past from (a hint): the ready
  * test of a consumer that shares the consumer side and must not read the
  * other's position while it waits (the proxy's reader, vcu_ipc.h). */
 static inline int vcu__ring_past(const vcu__ring_t *r, uint64_t from)
 {
     return VCU__LOAD(&r->ctl->tail) != from;
+}
+
+static inline int vcu__ring_ready(const vcu__ring_t *r)
+{
+    return vcu__ring_past(r, __atomic_load_n(&r->pos, __ATOMIC_RELAXED));
 }
 
 /*

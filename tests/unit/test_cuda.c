@@ -1580,6 +1580,48 @@ TEST(cuda_batch_graph_backoff)
 }
 
 /*
+ * Another session's runs naming this session's function (and device
+ * memory): refused as its launches alone would be, never made a graph,
+ * and this session's memory stays as it was.
+ */
+TEST(cuda_batch_graph_other_session)
+{
+    unsigned long long c0[3], c1[3];
+    tc_batch_t *b = malloc(sizeof(*b));
+    struct vcu_cu_hdr hd = {0, 0};
+    struct vcu_cu_resp r;
+    uint64_t mod = 0, fn, d = 0, s2 = 0;
+    unsigned int k, i;
+    int32_t h[16];
+    tc_t c, c2;
+
+    ASSERT_TRUE(b != NULL);
+    CHECK(tc_run_open(&c, TC_GADD, &mod, &fn, &d));
+    ASSERT_EQ(VCU_S_OK, ut_open(c.be, &s2));
+    c2.be = c.be;
+    c2.s = s2;
+    tc_graph_counts(c0);
+    for (k = 0; k < 3; k++) {
+        tc_batch_init(b);
+        for (i = 0; i < 16; i++)
+            tc_batch_launch(b, fn, VCU_CU_STREAM_LEGACY, 4, d, 4, 1, 16);
+        ASSERT_EQ(VCU_S_OK, tc_batch_send(&c2, b, 16, VCU_REQ_F_ASYNC, &r));
+    }
+    ASSERT_EQ(VCU_S_OK, tc_do(&c2, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &hd, sizeof(hd), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.deferred);
+    tc_graph_counts(c1);
+    ASSERT_EQ(0, c1[0] - c0[0]);
+    ASSERT_EQ(0, c1[1] - c0[1]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, d, h, sizeof(h), NULL, 0, 0, 0));
+    for (i = 0; i < 16; i++)
+        ASSERT_EQ(0, h[i]);
+    ut_close(c.be, s2);
+    tc_close(&c);
+    free(b);
+    return 0;
+}
+
+/*
  * While a stream captures, its launches are captured one node each, never
  * launched as a graph (which would be captured as one child-graph node).
  */

@@ -41,6 +41,7 @@
     X(cuda_batch_graph_refused)         \
     X(cuda_batch_graph_other_device)    \
     X(cuda_batch_graph_backoff)         \
+    X(cuda_batch_graph_other_session)   \
     X(cuda_batch_graph_capture)         \
     X(batch_coalesces)                  \
     X(batch_flush_thread)               \
