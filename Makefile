@@ -60,10 +60,11 @@ nvrt-tests:
 demo:
 	$(MAKE) -C tests/demo O=$(B)/vm
 
-# QEMU with the device, and beside it (libexec/) the worker process it
-# starts for each guest session.
+# QEMU with the device, the host daemon beside it (bin/vcu-daemon) and the
+# worker the daemon starts for each guest session (libexec/vcu-worker).
 qemu: backend
 	qemu-device/build-qemu.sh $(B)/qemu
+	install -D -m 755 $(B)/host-backend/vcu-daemon $(B)/qemu/bin/vcu-daemon
 	install -D -m 755 $(B)/host-backend/vcu-worker $(B)/qemu/libexec/vcu-worker
 
 bench-build: backend

@@ -5,14 +5,15 @@
  *            a native program's runtime and the worker process use it;
  *   backend  as requests through vcu_backend_execute()/vcu_backend_submit()
  *            of host-backend/libvcu_backend.a, in one session;
- *   proxy    as QEMU sends them: vcu_proxy_submit() (host-backend/proxy.c)
- *            to a vcu-worker process per session, guest RAM a memfd whose
+ *   proxy    as QEMU sends them: vcu_proxy_submit() (qemu-device/proxy.c)
+ *            to a vcu-worker process per session, started in its jail by
+ *            the host daemon (--daemon), guest RAM a memfd whose
  *            fd and offsets name the data (vcu_gref_t).
  * The difference is what the backend adds per request: validation, the
  * hand-over to the session's worker thread and back, handle lookups.
  *
  *   backend_overhead [--quick] [--iters N] [--launches N] [--gpu ORD]
- *                    [--worker PATH | --no-proxy] [--starts N] [--pairs N]
+ *                    [--daemon SOCK | --no-proxy] [--starts N] [--pairs N]
  *                    [--spin-wait]
  *
  * Prints CSV "metric,size_bytes,value,unit" (bench/combine.py pairs the
@@ -67,7 +68,6 @@
  */
 #define _GNU_SOURCE                 /* memfd_create */
 #include <dlfcn.h>
-#include <libgen.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -882,7 +882,7 @@ static int cmp_double(const void *a, const void *b)
  * per session, guest RAM a memfd.  Measures the fresh sessions' start
  * (median over starts) before the loops in one more session.
  */
-static void proxy_run(const char *worker, const char *gpus, const char *libcuda, long iters,
+static void proxy_run(const char *daemon, const char *gpus, long iters,
                       long launches, int starts, bo_backend_t *out, bo_start_t *st,
                       double paired[4])
 {
@@ -911,9 +911,9 @@ static void proxy_run(const char *worker, const char *gpus, const char *libcuda,
     memcpy(image, bo_image, BO_IMAGE_LEN);
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = worker;
+    cfg.daemon = daemon;
     cfg.gpus = gpus;
-    cfg.libcuda = libcuda;
+    cfg.name = "backend-overhead";
     rc = vcu_proxy_new(&cfg, &tx.px, err, sizeof(err));
     if (rc != 0)
         die("vcu_proxy_new: %s", err);
@@ -963,36 +963,18 @@ static void proxy_run(const char *worker, const char *gpus, const char *libcuda,
     free(t);
 }
 
-/* The worker beside this program in a build tree, or NULL. */
-static const char *find_worker(const char *argv0)
-{
-    static char path[4096];
-    static const char *const rel[] = { "../qemu/libexec/vcu-worker", "../host-backend/vcu-worker" };
-    char self[4096];
-    unsigned int i;
-
-    snprintf(self, sizeof(self), "%s", argv0);
-    for (i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-        snprintf(path, sizeof(path), "%s/%s", dirname(self), rel[i]);
-        snprintf(self, sizeof(self), "%s", argv0);
-        if (access(path, X_OK) == 0)
-            return path;
-    }
-    return NULL;
-}
 /* ---- main -------------------------------------------------------------------- */
 
 static void usage(void)
 {
     fprintf(stderr,
             "usage: backend_overhead [--quick] [--iters N] [--launches N] [--gpu ORD]\n"
-            "                        [--worker PATH | --no-proxy] [--starts N] [--pairs N]\n"
+            "                        [--daemon SOCK | --no-proxy] [--starts N] [--pairs N]\n"
             "                        [--spin-wait]\n"
             "  --iters N     calls per latency loop [20000; --quick: 2000]\n"
             "  --launches N  launches for the launch rates [200000; --quick: 20000]\n"
             "  --gpu ORD     host GPU ordinal [0]\n"
-            "  --worker PATH vcu-worker for the proxy rows [$VCU_WORKER, else beside\n"
-            "                this program: ../qemu/libexec, ../host-backend]\n"
+            "  --daemon SOCK the host daemon's socket for the proxy rows [$VCU_DAEMON_SOCK]\n"
             "  --no-proxy    no proxy rows\n"
             "  --starts N    fresh sessions timed for the start rows [10; --quick: 5]\n"
             "  --pairs N     alternations of the paired launch rates, 1-1001 [15]\n"
@@ -1017,7 +999,7 @@ int main(int argc, char **argv)
 {
     long iters = -1, launches = -1, gpu = 0, starts = -1;
     int quick = 0, noproxy = 0, i;
-    const char *worker = getenv("VCU_WORKER");
+    const char *daemon = getenv("VCU_DAEMON_SOCK");
     char gpus[32];
     bo_direct_t d;
     bo_backend_t b, p = { 0 };
@@ -1033,8 +1015,8 @@ int main(int argc, char **argv)
             launches = parse_long(argv[++i]);
         else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
             gpu = parse_long(argv[++i]);
-        else if (!strcmp(argv[i], "--worker") && i + 1 < argc)
-            worker = argv[++i];
+        else if (!strcmp(argv[i], "--daemon") && i + 1 < argc)
+            daemon = argv[++i];
         else if (!strcmp(argv[i], "--starts") && i + 1 < argc)
             starts = parse_long(argv[++i]);
         else if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
@@ -1060,10 +1042,8 @@ int main(int argc, char **argv)
         starts = 1;
     if (bo_pairs < 1 || bo_pairs > BO_PAIRS_MAX)
         usage();
-    if (worker == NULL || worker[0] == '\0')
-        worker = find_worker(argv[0]);
-    if (!noproxy && worker == NULL)
-        die("no vcu-worker found: give --worker PATH (or --no-proxy)");
+    if (!noproxy && (daemon == NULL || daemon[0] == '\0'))
+        die("no host daemon: give --daemon SOCK (or --no-proxy)");
     snprintf(gpus, sizeof(gpus), "%ld", gpu);
 
     printf("metric,size_bytes,value,unit\n");
@@ -1071,14 +1051,14 @@ int main(int argc, char **argv)
            "%ld launches, ring %d\n",
            gpu, iters, iters / 10, launches, BO_RING);
     if (!noproxy)
-        printf("# proxy: worker %s, %ld fresh sessions timed, VCU_SPIN_US=%s\n", worker, starts,
+        printf("# proxy: daemon %s, %ld fresh sessions timed, VCU_SPIN_US=%s\n", daemon, starts,
                getenv("VCU_SPIN_US") ? getenv("VCU_SPIN_US") : "(default)");
     fflush(stdout);
 
     direct_run((int)gpu, iters, launches, &d);
     backend_run(gpus, iters, launches, &b);
     if (!noproxy)
-        proxy_run(worker, gpus, getenv("VCU_LIBCUDA"), iters, launches, (int)starts, &p, &st,
+        proxy_run(daemon, gpus, iters, launches, (int)starts, &p, &st,
                   paired);
     direct_end();
 

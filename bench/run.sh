@@ -22,8 +22,7 @@
 #   VCU_BENCH_BUDGET=S    cudabench --budget-seconds in the guest [60; 20 with --quick]
 #   VCU_GPU=ORD           host GPU for backend_overhead [0]
 #   VCU_BENCH_RUNS=N      runs of backend_overhead, a fresh worker each [9]
-#   VCU_WORKER=PATH       vcu-worker for its proxy rows [build/qemu/libexec/vcu-worker,
-#                         else build/host-backend/vcu-worker]
+#   (the proxy rows start build/qemu/bin/vcu-daemon, whose workers are jailed)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -83,13 +82,17 @@ else
 fi
 
 # ---- 2. backend overhead ---------------------------------------------------------------
-# The proxy rows run the worker QEMU would start (make qemu installs it).
-worker=${VCU_WORKER:-}
-for w in "$root/build/qemu/libexec/vcu-worker" "$root/build/host-backend/vcu-worker"; do
-    [ -z "$worker" ] && [ -x "$w" ] && worker=$w
-done
-if [ -n "$worker" ]; then worker_arg="--worker $worker"; else
-    step "no vcu-worker (make qemu): backend_overhead without the proxy rows"; worker_arg=--no-proxy
+# The proxy rows go through the host daemon and a jailed worker, as QEMU's
+# device does (make qemu installs both).
+VCU_ROOT=$root
+[ -f "$VCU_ROOT/tests/vm/daemon.sh" ] || VCU_ROOT=$(cd "$root/.." && pwd)
+. "$VCU_ROOT/tests/vm/daemon.sh"
+if [ -x "$VCU_ROOT/build/qemu/bin/vcu-daemon" ] &&
+    vcu_daemon_start "${TMPDIR:-/tmp}/vcu-bench-daemon.$$" --cache-dir off ${VCU_LIBCUDA:+--libcuda "$VCU_LIBCUDA"}; then
+    trap 'vcu_daemon_stop; rm -rf "${TMPDIR:-/tmp}/vcu-bench-daemon.$$"' EXIT
+    worker_arg="--daemon $VCU_DAEMON_SOCK"
+else
+    step "no host daemon (make qemu): backend_overhead without the proxy rows"; worker_arg=--no-proxy
 fi
 # Each run draws its own placement of the threads on the machine's CPUs,
 # which moves its figures more than most changes would: the median of

@@ -14,12 +14,15 @@
 #   VCU_CACHE         cache root (default /var/cache/vcu): the source package,
 #                     the unpacked tree and its configured build directory,
 #                     reused by later runs (incremental ninja)
-#   BACKEND_SRC       host backend sources (default <repo>/host-backend)
 #   CUDA_INC          directory with cuda.h (default /usr/local/cuda/include)
 #   JOBS              ninja -j (default: nproc)
 #
+# QEMU runs with its seccomp sandbox (configured --enable-seccomp, as
+# libvirt expects: -sandbox on,...,spawn=deny): the device never forks,
+# the host daemon (vcu-daemon) starts the workers.
+#
 # OUTDIR/.vcu-stamp records the QEMU version and a hash of qemu-device/,
-# the backend sources, include/ and this script; when it matches, nothing
+# host-backend/common/, include/ and this script; when it matches, nothing
 # is done.
 set -euo pipefail
 
@@ -50,7 +53,6 @@ outdir=$(cd "$outdir" && pwd)
 
 QEMU_DEB_VERSION=${QEMU_DEB_VERSION:-1:10.0.13+ds-0+deb13u1}
 cache=${VCU_CACHE:-/var/cache/vcu}
-backend_src=${BACKEND_SRC:-$root/host-backend}
 cuda_inc=${CUDA_INC:-/usr/local/cuda/include}
 jobs=${JOBS:-$(nproc)}
 ver_s=${QEMU_DEB_VERSION//:/_}
@@ -59,19 +61,17 @@ work="$cache/qemu-work-$ver_s"
 tree="$work/src"
 bld="$tree/build"
 
-[ -d "$backend_src" ] || die "BACKEND_SRC=$backend_src is not a directory"
-[ -f "$backend_src/proxy.c" ] || die "no $backend_src/proxy.c (the session proxy QEMU links)"
+[ -f "$root/qemu-device/proxy.c" ] || die "no qemu-device/proxy.c (the session proxy QEMU links)"
 
 # ---- cache key --------------------------------------------------------------
 hash_dir() { (cd "$1" && find . -type f ! -name '*~' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum); }
 key=$( {
     echo "qemu $QEMU_DEB_VERSION"
-    echo "backend $backend_src"
     echo "cuda_inc $cuda_inc"
     hash_dir "$root/qemu-device"
-    hash_dir "$backend_src"
+    hash_dir "$root/host-backend/common"
+    sha256sum <"$root/host-backend/worker/vcu_backend.h"
     hash_dir "$root/include"
-    [ "$backend_src" = "$root/host-backend" ] || hash_dir "$root/host-backend"
     sha256sum <"$script"
 } | sha256sum | cut -d' ' -f1)
 stamp="$outdir/.vcu-stamp"
@@ -91,6 +91,8 @@ fi
 need_pkgs=()
 command -v patchelf >/dev/null || need_pkgs+=(patchelf)
 command -v dpkg-source >/dev/null || need_pkgs+=(dpkg-dev)
+# QEMU's -sandbox (libvirt passes it by default).
+[ -f /usr/include/seccomp.h ] || need_pkgs+=(libseccomp-dev)
 [ -f /usr/share/qemu/qboot.rom ] || need_pkgs+=(qemu-system-data)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     log "step 0: apt-get install ${need_pkgs[*]}"
@@ -151,7 +153,7 @@ else
 fi
 
 # ---- 3. integration -------------------------------------------------------------
-log "step 3: integrate virtio-cuda (device from $root/qemu-device, backend from $backend_src)"
+log "step 3: integrate virtio-cuda (from $root/qemu-device and host-backend/common)"
 
 # Copies src to dst only when the content differs, so ninja rebuilds only
 # what changed.
@@ -175,19 +177,22 @@ orig() {
     cat "$tree/$1.vcu-orig"
 }
 
-for f in "$root"/qemu-device/*.c; do sync_file "$f" "$tree/hw/virtio/$(basename "$f")"; done
-for f in "$root"/qemu-device/*.h; do [ -e "$f" ] && sync_file "$f" "$tree/include/hw/virtio/$(basename "$f")"; done
+for f in "$root"/qemu-device/virtio-cuda*.c; do sync_file "$f" "$tree/hw/virtio/$(basename "$f")"; done
+sync_file "$root/qemu-device/virtio-cuda.h" "$tree/include/hw/virtio/virtio-cuda.h"
 
-# QEMU links only the session proxy (proxy.c): each guest session's CUDA
-# work runs in a vcu-worker process (host-backend/worker.c, built by the
-# top-level Makefile), never in QEMU, which does not load the CUDA driver.
+# QEMU links the device, the session proxy (proxy.c) and the request
+# check (vcu_reqcheck.c): each guest session's CUDA work runs in a
+# vcu-worker process the host daemon starts (host-backend/), never in
+# QEMU, which neither forks nor loads the CUDA driver.
 bdir="$tree/hw/virtio/vcu-backend"
 mkdir -p "$bdir"
 declare -A want=()
 for f in vcu_proto.h vcu_sha256.h; do
     sync_file "$root/include/$f" "$bdir/$f"; want[$f]=1
 done
-for f in "$root"/host-backend/*.h "$backend_src"/*.h "$backend_src"/proxy.c; do
+for f in "$root"/host-backend/common/*.h "$root"/host-backend/worker/vcu_backend.h \
+         "$root"/qemu-device/proxy.c "$root"/qemu-device/vcu_proxy.h \
+         "$root"/qemu-device/vcu_reqcheck.c "$root"/qemu-device/vcu_reqcheck.h; do
     [ -e "$f" ] || continue
     sync_file "$f" "$bdir/$(basename "$f")"
     want[$(basename "$f")]=1
@@ -257,8 +262,8 @@ orig pc-bios/meson.build | sed 's/^if unpack_edk2_blobs$/if unpack_edk2_blobs an
 
 # ---- 4. configure ---------------------------------------------------------------
 conf_args=(--target-list=x86_64-softmmu --without-default-features --enable-tcg --enable-kvm
-           --disable-docs --python=/usr/bin/python3 --disable-werror --disable-install-blobs
-           --disable-user)
+           --enable-seccomp --disable-docs --python=/usr/bin/python3 --disable-werror
+           --disable-install-blobs --disable-user)
 conf_key="${conf_args[*]}"
 # meson refuses a build folder that another meson version made.
 bld_meson=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["meson_version"]["full"])' \
@@ -347,5 +352,12 @@ done
 ln -sfn . "$outdir/share/qemu"
 "$outdir/bin/qemu-system-x86_64" -device virtio-cuda-pci,help >/dev/null \
     || die "the installed binary does not run or lacks virtio-cuda-pci"
+"$outdir/bin/qemu-system-x86_64" -sandbox on,spawn=deny -machine none -display none \
+    -nodefaults -S -monitor none -serial none -daemonize -pidfile "$outdir/.sandbox-check.pid" \
+    2>"$outdir/.sandbox-check.err" && kill "$(cat "$outdir/.sandbox-check.pid")" 2>/dev/null
+if grep -q "sandbox" "$outdir/.sandbox-check.err" 2>/dev/null; then
+    die "the installed binary has no seccomp sandbox: $(cat "$outdir/.sandbox-check.err")"
+fi
+rm -f "$outdir/.sandbox-check.pid" "$outdir/.sandbox-check.err"
 echo "$key" >"$stamp"
 log "done: $outdir/bin/qemu-system-x86_64 ($(du -sh "$outdir" | cut -f1) in all; libs: $(ls "$outdir/lib" | tr '\n' ' '))"

@@ -4,12 +4,16 @@
  * The guest sends requests (include/vcu_proto.h) on one virtqueue: the
  * device-readable descriptors carry the request stream (header, payload,
  * segment table, range list), the device-writable ones the reply buffer.
- * This file checks the stream, maps every guest-physical range of the data
- * segments and hands the request to the session proxy, which sends it to
- * the session's worker process (host-backend/vcu_proxy.h): QEMU never loads
- * the CUDA driver, and each guest process's CUDA work runs in a host
- * process of its own.  The proxy's done callback queues the request for a
- * bottom half, which writes the reply, unmaps and pushes.
+ * This file checks the stream (vcu_reqcheck.c), maps every guest-physical
+ * range of the data segments and hands the request to the session proxy
+ * (proxy.c), which sends it to the session's worker process: QEMU never
+ * forks, execs or loads the CUDA driver, so it keeps the seccomp sandbox
+ * libvirt gives it (spawn=deny).  The workers are the host daemon's
+ * (vcu-daemon): the device reaches it through its chardev (a unix socket,
+ * vcu_link.h) and hands it each new session's channel; the daemon starts
+ * the session's worker in a jail and keeps the VM's slice.  The proxy's
+ * done callback queues the request for a bottom half, which writes the
+ * reply, unmaps and pushes.
  *
  * Everything in a request comes from the guest and is checked here before
  * use: counts, lengths and addresses.  Malformed requests get a VCU_S_*
@@ -23,8 +27,19 @@
  * the worker maps the RAM itself, so unmapping here at the reply is
  * harmless.
  *
- * Lock order: BQL -> complete_lock.  The backend's done callback takes
- * complete_lock only (it may run on any thread, with or without the BQL).
+ * The daemon's link: at realize the device waits for its chardev to connect
+ * and for the daemon's WELCOME (the daemon refuses a VM with a reason,
+ * which fails realize).  Later frames come through the chardev's read
+ * handler on the main loop; what the proxy sends (from any thread) is
+ * queued and written by a bottom half.  If the daemon goes away, guest
+ * processes get errors as their workers end; with reconnect-ms on the
+ * chardev, the device says HELLO again when the daemon is back and new
+ * processes work.
+ *
+ * Lock order: BQL -> complete_lock; link_lock is taken alone.  The
+ * backend's done callback takes complete_lock only (it may run on any
+ * thread, with or without the BQL); the proxy's link sends take link_lock
+ * only (any thread).
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -52,8 +67,12 @@
 #include "standard-headers/linux/virtio_config.h"
 #include "trace.h"
 
+#include "chardev/char-fe.h"
+#include "system/runstate.h"
+
+#include "vcu_link.h"
 #include "vcu_proxy.h"
-#include "vcu_modcache.h"
+#include "vcu_reqcheck.h"
 
 QEMU_BUILD_BUG_ON(VCU_VIRTIO_ID != VIRTIO_ID_CUDA);
 QEMU_BUILD_BUG_ON(sizeof(struct vcu_req_hdr) != 32);
@@ -62,10 +81,7 @@ QEMU_BUILD_BUG_ON(sizeof(struct vcu_range) != 16);
 QEMU_BUILD_BUG_ON(sizeof(struct vcu_resp_hdr) != 24);
 
 /* The largest request stream the protocol allows. */
-#define VIRTIO_CUDA_MAX_REQ                                     \
-    (sizeof(struct vcu_req_hdr) + VCU_MAX_PAYLOAD +             \
-     VCU_MAX_SEGS * sizeof(struct vcu_seg) +                    \
-     (size_t)VCU_MAX_RANGES * sizeof(struct vcu_range))
+#define VIRTIO_CUDA_MAX_REQ VCU_REQ_MAX_STREAM
 /* The largest reply: header and payload. */
 #define VIRTIO_CUDA_MAX_RESP (sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD)
 /*
@@ -232,6 +248,15 @@ static uint32_t virtio_cuda_map_range(VirtIOCuda *s, uint64_t gpa, uint64_t len,
     return VCU_S_OK;
 }
 
+/* Used buffers for the guest: counted as notifications offered (the
+ * guest may have suppressed the interrupt; its driver counts what it got,
+ * /sys/class/vcuda/vcudaN/stats). */
+static void virtio_cuda_notify(VirtIOCuda *s)
+{
+    qatomic_inc(&s->stat_notifies);
+    virtio_notify(VIRTIO_DEVICE(s), s->vq);
+}
+
 static void virtio_cuda_done(vcu_request_t *breq)
 {
     VirtIOCudaReq *r = breq->opaque;
@@ -244,6 +269,28 @@ static void virtio_cuda_done(vcu_request_t *breq)
     qemu_bh_schedule(s->complete_bh);
 }
 
+/* vcu_req_ranges()' callback: maps range k of the request being built. */
+typedef struct {
+    VirtIOCuda *s;
+    VirtIOCudaReq *r;
+    bool is_write;
+} VirtIOCudaMapCtx;
+
+static uint32_t virtio_cuda_map_one(void *opaque, uint64_t k, uint64_t gpa,
+                                    uint64_t len, const char **why)
+{
+    VirtIOCudaMapCtx *c = opaque;
+    uint32_t status = virtio_cuda_map_range(c->s, gpa, len, c->is_write,
+                                            &c->r->iov[k], &c->r->ref[k]);
+
+    if (status != VCU_S_OK) {
+        *why = "range is not guest RAM or does not map whole";
+        return status;
+    }
+    c->r->nmapped++;
+    return VCU_S_OK;
+}
+
 /*
  * Parses, checks and maps one request, then submits it.  Returns true when
  * the element was pushed here (an error reply), false when the backend has
@@ -254,10 +301,10 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
     VirtIOCudaReq *r;
     size_t out_len = iov_size(elem->out_sg, elem->out_num);
     size_t in_len = iov_size(elem->in_sg, elem->in_num);
-    uint32_t opcode, payload_len, status;
-    size_t seg_off, range_off, k;
-    uint64_t nranges = 0, xfer = 0;
-    unsigned int i, nsegs;
+    vcu_req_layout_t l;
+    uint32_t status;
+    uint64_t k;
+    unsigned int i;
     const char *why;
 
     if (in_len < sizeof(struct vcu_resp_hdr)) {
@@ -296,136 +343,54 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
         why = "short request stream";
         goto fail;
     }
-
-    opcode = ldl_le_p(r->buf + offsetof(struct vcu_req_hdr, opcode));
-    r->req_id = ldq_le_p(r->buf + offsetof(struct vcu_req_hdr, req_id));
-    payload_len = ldl_le_p(r->buf + offsetof(struct vcu_req_hdr, payload_len));
-    nsegs = lduw_le_p(r->buf + offsetof(struct vcu_req_hdr, nsegs));
-
-    if (payload_len > VCU_MAX_PAYLOAD) {
-        status = VCU_S_E2BIG;
-        why = "payload too long";
+    status = vcu_req_check(r->buf, out_len, &l, &why);
+    r->req_id = l.req_id;
+    if (status != VCU_S_OK) {
         goto fail;
     }
-    if (nsegs > VCU_MAX_SEGS) {
-        status = VCU_S_E2BIG;
-        why = "too many segments";
-        goto fail;
+    for (i = 0; i < l.nsegs; i++) {
+        r->segs[i].iovcnt = l.seg[i].nranges;
+        r->segs[i].len = l.seg[i].len;
+        r->segs[i].flags = l.seg[i].flags;
     }
-    /* Both bounded above: no overflow. */
-    seg_off = sizeof(struct vcu_req_hdr) + ROUND_UP(payload_len, 8);
-    range_off = seg_off + nsegs * sizeof(struct vcu_seg);
-    if (out_len < range_off) {
-        status = VCU_S_EINVAL;
-        why = "request shorter than its payload and segment table";
-        goto fail;
-    }
+    r->nsegs = l.nsegs;
 
-    /* The segment table: flags, counts and lengths, summed in 64 bits. */
-    for (i = 0; i < nsegs; i++) {
-        const uint8_t *p = r->buf + seg_off + i * sizeof(struct vcu_seg);
-        uint64_t len = ldq_le_p(p + offsetof(struct vcu_seg, len));
-        uint32_t n = ldl_le_p(p + offsetof(struct vcu_seg, nranges));
-        uint32_t flags = ldl_le_p(p + offsetof(struct vcu_seg, flags));
-
-        if ((VCU_SEG_DIR(flags) != VCU_SEG_TO_DEVICE &&
-             VCU_SEG_DIR(flags) != VCU_SEG_FROM_DEVICE) ||
-            (flags & ~(VCU_SEG_TO_DEVICE | VCU_SEG_FROM_DEVICE |
-                       VCU_SEG_F_STABLE))) {
-            status = VCU_S_EINVAL;
-            why = "segment flags must be exactly one direction (and STABLE)";
-            goto fail;
-        }
-        if (len > VCU_MAX_XFER || n > VCU_MAX_RANGES) {
-            status = VCU_S_E2BIG;
-            why = "segment too large";
-            goto fail;
-        }
-        nranges += n;
-        xfer += len;
-        if (nranges > VCU_MAX_RANGES || xfer > VCU_MAX_XFER) {
-            status = VCU_S_E2BIG;
-            why = "too many ranges or bytes in the request";
-            goto fail;
-        }
-        r->segs[i].iovcnt = n;
-        r->segs[i].len = len;
-        r->segs[i].flags = flags;
-    }
-    r->nsegs = nsegs;
-    /* nranges <= VCU_MAX_RANGES: no overflow. */
-    if (out_len != range_off + nranges * sizeof(struct vcu_range)) {
-        status = VCU_S_EINVAL;
-        why = "range list length does not match the segment table";
-        goto fail;
-    }
-
-    trace_virtio_cuda_req_in(r, opcode,
-                             ldq_le_p(r->buf + offsetof(struct vcu_req_hdr, session)),
-                             r->req_id, payload_len, nsegs, xfer);
+    trace_virtio_cuda_req_in(r, l.opcode, l.session, r->req_id, l.payload_len,
+                             l.nsegs, l.xfer);
 
     /* Check and map every range. */
-    r->niov = nranges;
-    r->iov = g_new0(struct iovec, nranges ? nranges : 1);
-    r->ref = g_new0(vcu_gref_t, nranges ? nranges : 1);
+    r->niov = l.nranges;
+    r->iov = g_new0(struct iovec, l.nranges ? l.nranges : 1);
+    r->ref = g_new0(vcu_gref_t, l.nranges ? l.nranges : 1);
     s->inflight_ranges += r->niov;    /* given back by fail or retire */
     k = 0;
-    for (i = 0; i < nsegs; i++) {
-        vcu_segment_t *seg = &r->segs[i];
-        bool is_write = VCU_SEG_DIR(seg->flags) == VCU_SEG_FROM_DEVICE;
-        uint64_t sum = 0;
-        unsigned int j;
+    for (i = 0; i < l.nsegs; i++) {
+        VirtIOCudaMapCtx c = {
+            .s = s, .r = r,
+            .is_write = VCU_SEG_DIR(l.seg[i].flags) == VCU_SEG_FROM_DEVICE,
+        };
 
-        seg->iov = &r->iov[k];
-        seg->ref = &r->ref[k];
-        for (j = 0; j < seg->iovcnt; j++, k++) {
-            const uint8_t *p = r->buf + range_off + k * sizeof(struct vcu_range);
-            uint64_t gpa = ldq_le_p(p + offsetof(struct vcu_range, gpa));
-            uint64_t len = ldq_le_p(p + offsetof(struct vcu_range, len));
-
-            if (len == 0 || len > VCU_MAX_XFER) {
-                status = VCU_S_EINVAL;
-                why = "range length is 0 or too large";
-                goto fail_inflight;
-            }
-            if (gpa + len < gpa) {
-                status = VCU_S_EFAULT;
-                why = "range wraps around the address space";
-                goto fail_inflight;
-            }
-            sum += len;                 /* <= 2^18 * 2^30: no overflow */
-            if (sum > seg->len) {
-                status = VCU_S_EINVAL;
-                why = "ranges longer than their segment";
-                goto fail_inflight;
-            }
-            status = virtio_cuda_map_range(s, gpa, len, is_write, &r->iov[k],
-                                           &r->ref[k]);
-            if (status != VCU_S_OK) {
-                why = "range is not guest RAM or does not map whole";
-                goto fail_inflight;
-            }
-            r->nmapped++;
-        }
-        if (sum != seg->len) {
-            status = VCU_S_EINVAL;
-            why = "ranges shorter than their segment";
+        r->segs[i].iov = &r->iov[k];
+        r->segs[i].ref = &r->ref[k];
+        status = vcu_req_ranges(r->buf, &l, i, k, virtio_cuda_map_one, &c, &why);
+        if (status != VCU_S_OK) {
             goto fail_inflight;
         }
+        k += l.seg[i].nranges;
     }
 
     /*
      * The backend ignores the range list: keep header, payload and segment
      * table only, so requests in flight hold little memory.
      */
-    r->buf = g_realloc(r->buf, range_off);
+    r->buf = g_realloc(r->buf, l.range_off);
     r->resp_cap = MIN(in_len, VIRTIO_CUDA_MAX_RESP);
     r->resp = g_malloc0(r->resp_cap);
 
     r->breq.req = r->buf;
-    r->breq.req_len = range_off;
+    r->breq.req_len = l.range_off;
     r->breq.segs = r->segs;
-    r->breq.nsegs = nsegs;
+    r->breq.nsegs = l.nsegs;
     r->breq.resp = r->resp;
     r->breq.resp_cap = r->resp_cap;
     r->breq.resp_len = 0;
@@ -434,6 +399,7 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
 
     QTAILQ_INSERT_TAIL(&s->inflight, r, inflight_next);
     s->ninflight++;
+    qatomic_inc(&s->stat_requests);
     /* May call virtio_cuda_done() before it returns. */
     vcu_proxy_submit(s->proxy, &r->breq);
     return false;
@@ -454,6 +420,7 @@ static void virtio_cuda_handle_output(VirtIODevice *vdev, VirtQueue *vq)
     if (!virtio_device_started(vdev, vdev->status) || vdev->broken) {
         return;
     }
+    qatomic_inc(&s->stat_kicks);
     for (;;) {
         if (s->inflight_ranges > VIRTIO_CUDA_MAX_INFLIGHT_RANGES - VCU_MAX_RANGES) {
             /* The completion BH runs us again when there is room. */
@@ -467,7 +434,7 @@ static void virtio_cuda_handle_output(VirtIODevice *vdev, VirtQueue *vq)
         notify |= virtio_cuda_handle_req(s, elem);
     }
     if (notify) {
-        virtio_notify(vdev, vq);
+        virtio_cuda_notify(s);
     }
 }
 
@@ -508,7 +475,7 @@ static void virtio_cuda_complete_bh(void *opaque)
         virtio_cuda_req_free(r);
     }
     if (notify) {
-        virtio_notify(vdev, s->vq);
+        virtio_cuda_notify(s);
     }
     if (s->throttled &&
         s->inflight_ranges <= VIRTIO_CUDA_MAX_INFLIGHT_RANGES - VCU_MAX_RANGES) {
@@ -576,21 +543,287 @@ static uint64_t virtio_cuda_get_features(VirtIODevice *vdev, uint64_t features,
     return features;
 }
 
-/*
- * The default worker: vcu-worker in ../libexec beside the QEMU binary, or
- * beside it.
- */
-static char *virtio_cuda_default_worker(void)
-{
-    g_autofree char *exe = g_file_read_link("/proc/self/exe", NULL);
-    g_autofree char *dir = g_path_get_dirname(exe ? exe : ".");
-    char *p = g_build_filename(dir, "..", "libexec", "vcu-worker", NULL);
+/* ---- the daemon's link -------------------------------------------------- */
 
-    if (access(p, X_OK) == 0) {
-        return p;
+/* A frame for the daemon, queued by the proxy from any thread. */
+typedef struct VirtIOCudaTx {
+    QSIMPLEQ_ENTRY(VirtIOCudaTx) next;
+    size_t len;
+    int fds[VCU_LINK_MAX_FDS];
+    unsigned int nfds;
+    uint8_t buf[];
+} VirtIOCudaTx;
+
+/* Writes what is queued (main loop, BQL). */
+static void virtio_cuda_link_bh(void *opaque)
+{
+    VirtIOCuda *s = opaque;
+
+    for (;;) {
+        VirtIOCudaTx *t;
+        unsigned int i;
+
+        WITH_QEMU_LOCK_GUARD(&s->link_lock) {
+            t = QSIMPLEQ_FIRST(&s->link_txq);
+            if (t) {
+                QSIMPLEQ_REMOVE_HEAD(&s->link_txq, next);
+            }
+        }
+        if (!t) {
+            break;
+        }
+        if (qatomic_read(&s->link_connected)) {
+            if (t->nfds > 0) {
+                qemu_chr_fe_set_msgfds(&s->chr, t->fds, t->nfds);
+            }
+            if (qemu_chr_fe_write_all(&s->chr, t->buf, t->len) != (int)t->len) {
+                warn_report("virtio-cuda: cannot write to the host daemon");
+            }
+        }
+        for (i = 0; i < t->nfds; i++) {
+            close(t->fds[i]);
+        }
+        g_free(t);
     }
-    g_free(p);
-    return g_build_filename(dir, "vcu-worker", NULL);
+}
+
+/* vcu_proxy_link_t.send: copies the frame and its fds, queues them. */
+static int virtio_cuda_link_send(void *opaque, const void *frame, size_t len,
+                                 const int *fds, unsigned int nfds)
+{
+    VirtIOCuda *s = opaque;
+    VirtIOCudaTx *t;
+    unsigned int i;
+
+    if (!qatomic_read(&s->link_connected) || nfds > VCU_LINK_MAX_FDS) {
+        return -1;
+    }
+    t = g_malloc0(sizeof(*t) + len);
+    t->len = len;
+    memcpy(t->buf, frame, len);
+    for (i = 0; i < nfds; i++) {
+        t->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        if (t->fds[i] < 0) {
+            while (i > 0) {
+                close(t->fds[--i]);
+            }
+            g_free(t);
+            return -1;
+        }
+    }
+    t->nfds = nfds;
+    WITH_QEMU_LOCK_GUARD(&s->link_lock) {
+        QSIMPLEQ_INSERT_TAIL(&s->link_txq, t, next);
+    }
+    qemu_bh_schedule(s->link_bh);
+    return 0;
+}
+
+static void virtio_cuda_link_reset_rx(VirtIOCuda *s)
+{
+    s->link_rhave = 0;
+    while (s->link_nrfds > 0) {
+        close(s->link_rfds[--s->link_nrfds]);
+    }
+}
+
+/* Descriptors a frame from the daemon carries (vcu_link.h). */
+static unsigned int virtio_cuda_link_fds(const uint8_t *frame)
+{
+    struct vcu_link_hdr h;
+    uint32_t status;
+
+    memcpy(&h, frame, sizeof(h));
+    if ((h.type != VCU_LINK_WELCOME && h.type != VCU_LINK_SPAWNED) ||
+        h.len < sizeof(uint32_t) * 2) {
+        return 0;
+    }
+    /* Both bodies have their status as the second word. */
+    memcpy(&status, frame + sizeof(h) + sizeof(uint32_t), sizeof(status));
+    if (h.type == VCU_LINK_SPAWNED) {
+        memcpy(&status, frame + sizeof(h), sizeof(status));
+        return status == VCU_S_OK ? VCU_LINK_SPAWNED_FDS : 0;
+    }
+    return status == VCU_S_OK ? VCU_LINK_WELCOME_FDS : 0;
+}
+
+/*
+ * Bytes from the daemon: cut into frames, each handed to the proxy with
+ * the descriptors its type carries (they came with the read that held
+ * its first byte).  A daemon that breaks the protocol loses the link.
+ */
+static void virtio_cuda_link_feed(VirtIOCuda *s, const uint8_t *buf, size_t len)
+{
+    while (len > 0) {
+        struct vcu_link_hdr h;
+        size_t take, want = sizeof(h);
+        unsigned int need;
+        char err[256];
+
+        if (s->link_rhave >= sizeof(h)) {
+            memcpy(&h, s->link_rbuf, sizeof(h));
+            want += h.len;
+        }
+        take = MIN(len, want - s->link_rhave);
+        memcpy(s->link_rbuf + s->link_rhave, buf, take);
+        s->link_rhave += take;
+        buf += take;
+        len -= take;
+        if (s->link_rhave == sizeof(h)) {
+            memcpy(&h, s->link_rbuf, sizeof(h));
+            if (h.len > VCU_LINK_MAX_BODY) {
+                error_report("virtio-cuda: an oversized frame from the host "
+                             "daemon; closing the link");
+                goto broken;
+            }
+            if (h.len > 0) {
+                continue;
+            }
+        }
+        if (s->link_rhave < sizeof(h) || s->link_rhave < want) {
+            continue;
+        }
+        need = virtio_cuda_link_fds(s->link_rbuf);
+        if (need > s->link_nrfds) {
+            error_report("virtio-cuda: a frame from the host daemon without its "
+                         "descriptors; closing the link");
+            goto broken;
+        }
+        if (vcu_proxy_link_input(s->proxy, s->link_rbuf, s->link_rhave,
+                                 s->link_rfds, need, err, sizeof(err)) != 0) {
+            error_report("virtio-cuda: %s", err);
+            memmove(s->link_rfds, s->link_rfds + need,
+                    (s->link_nrfds - need) * sizeof(int));
+            s->link_nrfds -= need;
+            goto broken;
+        }
+        memmove(s->link_rfds, s->link_rfds + need,
+                (s->link_nrfds - need) * sizeof(int));
+        s->link_nrfds -= need;
+        s->link_rhave = 0;
+    }
+    return;
+broken:
+    virtio_cuda_link_reset_rx(s);
+    vcu_proxy_link_down(s->proxy);
+    qemu_chr_fe_disconnect(&s->chr);
+}
+
+/* Takes the descriptors the last read brought. */
+static void virtio_cuda_link_take_fds(VirtIOCuda *s)
+{
+    int fds[VCU_LINK_MAX_FDS * 2];
+    int n = qemu_chr_fe_get_msgfds(&s->chr, fds, ARRAY_SIZE(fds));
+    int i;
+
+    for (i = 0; i < n; i++) {
+        if (fds[i] < 0) {
+            continue;
+        }
+        if (s->link_nrfds < ARRAY_SIZE(s->link_rfds)) {
+            s->link_rfds[s->link_nrfds++] = fds[i];
+        } else {
+            close(fds[i]);
+        }
+    }
+}
+
+static int virtio_cuda_link_can_read(void *opaque)
+{
+    return sizeof(((VirtIOCuda *)opaque)->link_rbuf);
+}
+
+static void virtio_cuda_link_read(void *opaque, const uint8_t *buf, int size)
+{
+    VirtIOCuda *s = opaque;
+
+    virtio_cuda_link_take_fds(s);
+    if (size > 0) {
+        virtio_cuda_link_feed(s, buf, size);
+    }
+}
+
+static void virtio_cuda_link_event(void *opaque, QEMUChrEvent event)
+{
+    VirtIOCuda *s = opaque;
+
+    switch (event) {
+    case CHR_EVENT_OPENED:
+        qatomic_set(&s->link_connected, true);
+        if (s->proxy && !vcu_proxy_link_ready(s->proxy)) {
+            info_report("virtio-cuda: the host daemon is back; saying hello");
+            virtio_cuda_link_reset_rx(s);
+            vcu_proxy_link_up(s->proxy);
+        }
+        break;
+    case CHR_EVENT_CLOSED:
+        if (qatomic_read(&s->link_connected) && !runstate_check(RUN_STATE_SHUTDOWN)) {
+            warn_report("virtio-cuda: the host daemon's link closed: guest "
+                        "processes get errors until it is back");
+        }
+        qatomic_set(&s->link_connected, false);
+        virtio_cuda_link_reset_rx(s);
+        if (s->proxy) {
+            vcu_proxy_link_down(s->proxy);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/*
+ * At realize: waits for the chardev to connect, says HELLO and reads the
+ * daemon's WELCOME (blocking, as vhost-user devices do at realize: the
+ * VM cannot start without its daemon).
+ */
+static bool virtio_cuda_link_start(VirtIOCuda *s, const vcu_proxy_config_t *cfg,
+                                   Error **errp)
+{
+    struct vcu_link_hdr h;
+    uint8_t *frame;
+    char err[256] = "";
+    int rc;
+
+    if (qemu_chr_fe_wait_connected(&s->chr, errp) < 0) {
+        error_prepend(errp, "virtio-cuda: cannot reach the host daemon: ");
+        return false;
+    }
+    qatomic_set(&s->link_connected, true);
+    rc = vcu_proxy_new(cfg, &s->proxy, err, sizeof(err));
+    if (rc < 0) {
+        error_setg(errp, "virtio-cuda: %s", err);
+        s->proxy = NULL;
+        return false;
+    }
+    /* The HELLO is queued: write it now, the main loop is not running. */
+    virtio_cuda_link_bh(s);
+    if (qemu_chr_fe_read_all(&s->chr, (uint8_t *)&h, sizeof(h)) != sizeof(h) ||
+        h.type != VCU_LINK_WELCOME || h.len != sizeof(struct vcu_link_welcome)) {
+        error_setg(errp, "virtio-cuda: the host daemon did not welcome this VM "
+                   "(is the chardev vcu-daemon's socket?)");
+        return false;
+    }
+    frame = g_malloc(sizeof(h) + h.len);
+    memcpy(frame, &h, sizeof(h));
+    if (qemu_chr_fe_read_all(&s->chr, frame + sizeof(h), h.len) != (int)h.len) {
+        g_free(frame);
+        error_setg(errp, "virtio-cuda: the host daemon closed the link");
+        return false;
+    }
+    virtio_cuda_link_take_fds(s);
+    rc = vcu_proxy_link_input(s->proxy, frame, sizeof(h) + h.len, s->link_rfds,
+                              MIN(s->link_nrfds, virtio_cuda_link_fds(frame)),
+                              err, sizeof(err));
+    s->link_nrfds -= MIN(s->link_nrfds, virtio_cuda_link_fds(frame));
+    g_free(frame);
+    virtio_cuda_link_reset_rx(s);
+    if (rc < 0 || !vcu_proxy_link_ready(s->proxy)) {
+        error_setg(errp, "virtio-cuda: %s", err[0] ? err :
+                   "the host daemon's welcome is malformed");
+        return false;
+    }
+    return true;
 }
 
 /* Guest RAM the workers can map: the machine's memory backend, fd-backed
@@ -615,137 +848,104 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VirtIOCuda *s = VIRTIO_CUDA(dev);
-    g_autofree char *worker = s->worker ? g_strdup(s->worker) :
-                              virtio_cuda_default_worker();
+    vcu_proxy_link_t link = { .opaque = s, .send = virtio_cuda_link_send };
+    const char *name = qemu_get_vm_name() ? qemu_get_vm_name() : dev->id;
+    g_autofree char *vm_name = NULL;
     vcu_proxy_config_t cfg = {
-        .worker = worker,
+        .link = &link,
         .gpus = s->gpus,
-        .libcuda = s->libcuda,
         .max_sessions = s->max_sessions,
         .capture_printf = s->capture_printf,
         .mem_quota = s->mem_quota,
-        .module_cache = s->module_cache,
-        .module_cache_bytes = s->module_cache_size,
-        .share_group = s->share_group,
         .compute_share = s->compute_share,
         .compute_cap = s->compute_cap,
         .sms = s->sms,
-        .mps_pipe = s->mps_pipe,
     };
-    char err[256] = "";
-    char mcdir[PATH_MAX];
-    int rc;
 
+    if (!qemu_chr_fe_backend_connected(&s->chr)) {
+        error_setg(errp, "virtio-cuda: the chardev property is required: the "
+                   "host daemon's socket (-chardev socket,id=vcu0,path=/run/"
+                   "virtio-cuda/vcu.sock,reconnect-ms=1000 -device "
+                   "virtio-cuda-pci,chardev=vcu0)");
+        return;
+    }
     if (s->max_sessions == 0 || s->max_sessions > 4096) {
         error_setg(errp, "virtio-cuda: max-sessions must be 1..4096, not %u",
                    s->max_sessions);
         return;
     }
+    if (!s->module_cache || !strcmp(s->module_cache, "shared")) {
+        cfg.module_cache = VCU_PROXY_MODCACHE_SHARED;
+    } else if (!strcmp(s->module_cache, "private")) {
+        cfg.module_cache = VCU_PROXY_MODCACHE_PRIVATE;
+    } else if (!strcmp(s->module_cache, "off")) {
+        cfg.module_cache = VCU_PROXY_MODCACHE_OFF;
+    } else {
+        error_setg(errp, "virtio-cuda: module-cache must be shared, private "
+                   "or off, not '%s'", s->module_cache);
+        return;
+    }
+    /* The VM's name for the daemon's reports: -name, else the device id,
+     * with anything outside [A-Za-z0-9._-] made '_'. */
+    if (name) {
+        char *p;
 
-    if (s->compute_share > 10000) {
-        error_setg(errp, "virtio-cuda: compute-share must be 1..10000 "
-                   "(0: not shared), not %u", s->compute_share);
-        return;
+        vm_name = g_strndup(name, 63);
+        for (p = vm_name; *p; p++) {
+            if (!g_ascii_isalnum(*p) && *p != '.' && *p != '_' && *p != '-') {
+                *p = '_';
+            }
+        }
+        cfg.name = vm_name;
     }
-    if (s->compute_cap > 100) {
-        error_setg(errp, "virtio-cuda: compute-cap must be a percentage "
-                   "1..100 (0: none), not %u", s->compute_cap);
-        return;
-    }
-    if (s->share_group && s->share_group[0] != '/') {
-        error_setg(errp, "virtio-cuda: share-group must be an absolute path "
-                   "(a file under /dev/shm), not '%s'", s->share_group);
-        return;
-    }
-    if (s->sms > VCU_PROXY_MAX_SMS) {
-        error_setg(errp, "virtio-cuda: sms must be 1..%u (0: isolated mode), "
-                   "not %u", VCU_PROXY_MAX_SMS, s->sms);
-        return;
-    }
-    if (s->sms && (s->compute_share || s->compute_cap || s->share_group)) {
-        error_setg(errp, "virtio-cuda: sms (packed mode) does not go with "
-                   "compute-share, compute-cap or share-group (isolated "
-                   "mode): a packed VM's share is its SMs");
-        return;
-    }
-    if (s->mps_pipe && (!s->sms || s->mps_pipe[0] != '/')) {
-        error_setg(errp, "virtio-cuda: mps-pipe must be an absolute path, "
-                   "and is for packed mode (sms=N) only");
-        return;
-    }
-    /* Naming a group joins it, with the default weight. */
-    if (s->share_group && s->compute_share == 0) {
-        cfg.compute_share = 100;
-    }
-
     if (!virtio_cuda_ram_shared(errp)) {
         return;
     }
-    /*
-     * The default module cache is shared by this user's VMs.  If it cannot
-     * be used, the device works without it; a directory the user named
-     * must work (vcu_proxy_new says why not).
-     */
-    if (!s->module_cache) {
-        int dfd;
 
-        if (vcu_modcache_default_dir(mcdir, sizeof(mcdir)) != 0 ||
-            vcu_modcache_dir_open(mcdir, 1, &dfd, err, sizeof(err)) != 0) {
-            warn_report("virtio-cuda: %s; running without a module cache",
-                        err[0] ? err : "no default module cache directory");
-            cfg.module_cache = NULL;
-            err[0] = '\0';
-        } else {
-            close(dfd);
-            cfg.module_cache = mcdir;
-        }
-    }
-    if (s->module_cache_size == 0) {
-        error_setg(errp, "virtio-cuda: module-cache-size must not be 0 "
-                   "(module-cache=off turns the cache off)");
-        return;
-    }
-    rc = vcu_proxy_new(&cfg, &s->proxy, err, sizeof(err));
-    if (rc < 0) {
-        error_setg(errp, "virtio-cuda: %s%s", err,
-                   strstr(err, "worker") ? " (set the worker property to the "
-                                           "path of vcu-worker)" : "");
-        s->proxy = NULL;
-        return;
-    }
-    /* Packed mode is asked for by name: without it the VM must not start
-     * as if it had the GPU. */
-    if (s->sms && vcu_proxy_cuda_error(s->proxy)) {
-        error_setg(errp, "virtio-cuda: %s", vcu_proxy_cuda_error(s->proxy));
-        vcu_proxy_free(s->proxy);
-        s->proxy = NULL;
-        return;
+    qemu_mutex_init(&s->complete_lock);
+    qemu_mutex_init(&s->link_lock);
+    QSIMPLEQ_INIT(&s->completed);
+    QSIMPLEQ_INIT(&s->link_txq);
+    QTAILQ_INIT(&s->inflight);
+    s->complete_bh = qemu_bh_new_guarded(virtio_cuda_complete_bh, s,
+                                         &dev->mem_reentrancy_guard);
+    s->link_bh = qemu_bh_new_guarded(virtio_cuda_link_bh, s,
+                                     &dev->mem_reentrancy_guard);
+    if (!virtio_cuda_link_start(s, &cfg, errp)) {
+        goto fail;
     }
     if (vcu_proxy_cuda_error(s->proxy)) {
         warn_report_once("virtio-cuda: CUDA is not available (%s); "
                          "only ECHO requests will work",
                          vcu_proxy_cuda_error(s->proxy));
     }
-    trace_virtio_cuda_realize(s->gpus ? s->gpus : "", worker);
+    qemu_chr_fe_set_handlers(&s->chr, virtio_cuda_link_can_read,
+                             virtio_cuda_link_read, virtio_cuda_link_event,
+                             NULL, s, NULL, true);
+    trace_virtio_cuda_realize(s->gpus ? s->gpus : "", "vcu-daemon");
 
     error_setg(&s->migration_blocker,
                "virtio-cuda does not support migration: its state lives in "
                "host GPU contexts and mapped guest memory");
     if (migrate_add_blocker(&s->migration_blocker, errp) < 0) {
-        vcu_proxy_free(s->proxy);
-        s->proxy = NULL;
-        return;
+        goto fail;
     }
-
-    qemu_mutex_init(&s->complete_lock);
-    QSIMPLEQ_INIT(&s->completed);
-    QTAILQ_INIT(&s->inflight);
-    s->complete_bh = qemu_bh_new_guarded(virtio_cuda_complete_bh, s,
-                                         &dev->mem_reentrancy_guard);
 
     virtio_init(vdev, VIRTIO_ID_CUDA, 0);
     s->vq = virtio_add_queue(vdev, VIRTIO_CUDA_QUEUE_SIZE,
                              virtio_cuda_handle_output);
+    return;
+
+fail:
+    qemu_chr_fe_set_handlers(&s->chr, NULL, NULL, NULL, NULL, NULL, NULL, true);
+    vcu_proxy_free(s->proxy);
+    s->proxy = NULL;
+    virtio_cuda_link_bh(s);
+    virtio_cuda_link_reset_rx(s);
+    qemu_bh_delete(s->link_bh);
+    qemu_bh_delete(s->complete_bh);
+    qemu_mutex_destroy(&s->link_lock);
+    qemu_mutex_destroy(&s->complete_lock);
 }
 
 static void virtio_cuda_unrealize(DeviceState *dev)
@@ -754,9 +954,15 @@ static void virtio_cuda_unrealize(DeviceState *dev)
     VirtIOCuda *s = VIRTIO_CUDA(dev);
 
     virtio_cuda_quiesce(s);
+    qemu_chr_fe_set_handlers(&s->chr, NULL, NULL, NULL, NULL, NULL, NULL, true);
     vcu_proxy_free(s->proxy);
     s->proxy = NULL;
+    qatomic_set(&s->link_connected, false);
+    virtio_cuda_link_bh(s);         /* drops what is queued */
+    virtio_cuda_link_reset_rx(s);
+    qemu_bh_delete(s->link_bh);
     qemu_bh_delete(s->complete_bh);
+    qemu_mutex_destroy(&s->link_lock);
     qemu_mutex_destroy(&s->complete_lock);
     migrate_del_blocker(&s->migration_blocker);
     virtio_delete_queue(s->vq);
@@ -777,7 +983,6 @@ typedef enum {
     VIRTIO_CUDA_STAT_CTX_BYTES,
     VIRTIO_CUDA_STAT_SESSIONS,
     VIRTIO_CUDA_STAT_FAULTS,
-    VIRTIO_CUDA_STAT_GPU_NS,
 } VirtIOCudaStat;
 
 static uint64_t virtio_cuda_sat_add(uint64_t a, uint64_t b)
@@ -835,9 +1040,6 @@ static void virtio_cuda_get_stat(Object *obj, Visitor *v, const char *name,
         break;
     case VIRTIO_CUDA_STAT_FAULTS:
         val = st.faults;
-        break;
-    case VIRTIO_CUDA_STAT_GPU_NS:
-        val = st.gpu_ns;
         break;
     }
     visit_type_uint64(v, name, &val, errp);
@@ -927,11 +1129,15 @@ static void virtio_cuda_get_stats(Object *obj, Visitor *v, const char *name,
         g_new0(vcu_proxy_session_stats_t, cap);
     vcu_proxy_stats_t st;
     uint64_t mem, ctx;
-    bool ok = false;
+    uint64_t kicks = qatomic_read(&s->stat_kicks);
+    uint64_t notifies = qatomic_read(&s->stat_notifies);
+    uint64_t requests = qatomic_read(&s->stat_requests);
+    bool link_up, ok = false;
 
     if (!virtio_cuda_read_stats(s, &st, sess, cap, errp)) {
         return;
     }
+    link_up = st.link_up != 0;
     mem = virtio_cuda_sum(st.mem_used);
     ctx = virtio_cuda_sum(st.ctx_bytes);
     if (!visit_start_struct(v, name, NULL, 0, errp)) {
@@ -945,10 +1151,13 @@ static void virtio_cuda_get_stats(Object *obj, Visitor *v, const char *name,
         !visit_type_uint64(v, "faults", &st.faults, errp) ||
         !visit_type_uint32(v, "compute-share", &st.compute_share, errp) ||
         !visit_type_uint32(v, "compute-cap", &st.compute_cap, errp) ||
-        !visit_type_uint64(v, "gpu-ns", &st.gpu_ns, errp) ||
-        !visit_type_uint64(v, "group-gpu-ns", &st.group_gpu_ns, errp) ||
-        !visit_type_uint64(v, "grants", &st.grants, errp) ||
         !visit_type_uint32(v, "sms", &st.sms, errp) ||
+        !visit_type_uint32(v, "max-sessions", &st.max_sessions, errp) ||
+        !visit_type_bool(v, "daemon-link", &link_up, errp) ||
+        !visit_type_uint64(v, "vm-id", &st.vm_id, errp) ||
+        !visit_type_uint64(v, "requests", &requests, errp) ||
+        !visit_type_uint64(v, "kicks", &kicks, errp) ||
+        !visit_type_uint64(v, "notifies", &notifies, errp) ||
         !virtio_cuda_visit_devices(v, virtio_cuda_ndev(st.mem_used,
                                                        st.ctx_bytes),
                                    st.mem_used, st.ctx_bytes, errp)) {
@@ -972,37 +1181,30 @@ out:
 }
 
 static const Property virtio_cuda_properties[] = {
+    /* The host daemon's socket (vcu-daemon): required. */
+    DEFINE_PROP_CHR("chardev", VirtIOCuda, chr),
     DEFINE_PROP_STRING("gpus", VirtIOCuda, gpus),
-    DEFINE_PROP_STRING("libcuda", VirtIOCuda, libcuda),
-    DEFINE_PROP_STRING("worker", VirtIOCuda, worker),
     DEFINE_PROP_BOOL("capture-printf", VirtIOCuda, capture_printf, true),
     DEFINE_PROP_UINT32("max-sessions", VirtIOCuda, max_sessions, 64),
     /* The VM's GPU memory, enforced by the host across all its sessions:
      * past it allocations fail as on a full GPU, and the guest sees it as
-     * the GPU's total (host-backend/vcu_account.h). */
+     * the GPU's total (host-backend/common/vcu_account.h).  The daemon may
+     * give less (its --max-mem-quota) or set one (--mem-quota). */
     DEFINE_PROP_SIZE("mem-quota", VirtIOCuda, mem_quota, 0),
-    /* Module images by content hash, shared by every VM naming the same
-     * directory (host-backend/vcu_modcache.h); unset: the default,
-     * $XDG_CACHE_HOME/virtio-cuda/modules (or ~/.cache/..., or
-     * /var/tmp/virtio-cuda-UID/modules); "off": none. */
+    /* The daemon's module cache: shared with its other VMs (the default),
+     * one of the VM's own ("private", by the VM's name), or "off". */
     DEFINE_PROP_STRING("module-cache", VirtIOCuda, module_cache),
-    DEFINE_PROP_SIZE("module-cache-size", VirtIOCuda, module_cache_size,
-                     VCU_MODCACHE_DEFAULT_BYTES),
     /* GPU time between VMs (docs/design.md "Compute share"): the VM's
-     * weight in the host-wide group (1..10000; 0: not in a group), its cap
-     * in percent of the GPU's time even when the GPU is otherwise idle
-     * (0: none), and the group's file, shared by the group's QEMUs and
-     * their workers (default /dev/shm/virtio-cuda-share). */
+     * weight in the daemon's group (1..10000; 0: not in it) and its cap in
+     * percent of the GPU's time even when the GPU is otherwise idle (0:
+     * none).  An operator may change both while the VM runs. */
     DEFINE_PROP_UINT32("compute-share", VirtIOCuda, compute_share, 0),
     DEFINE_PROP_UINT32("compute-cap", VirtIOCuda, compute_cap, 0),
-    DEFINE_PROP_STRING("share-group", VirtIOCuda, share_group),
     /* Packed mode (docs/design.md "Packed mode"): the VM's processes are
-     * clients of NVIDIA's MPS control daemon behind mps-pipe (default:
-     * QEMU's $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps) and run on
-     * sms SMs each, side by side with other packed VMs; a GPU fault in
-     * one can end their work.  0: isolated mode, the default. */
+     * clients of NVIDIA's MPS control daemon the host daemon names, and
+     * run on sms SMs each, side by side with other packed VMs; a GPU fault
+     * in one can end their work.  0: isolated mode, the default. */
     DEFINE_PROP_UINT32("sms", VirtIOCuda, sms, 0),
-    DEFINE_PROP_STRING("mps-pipe", VirtIOCuda, mps_pipe),
 };
 
 static void virtio_cuda_class_init(ObjectClass *klass, void *data)
@@ -1031,12 +1233,6 @@ static void virtio_cuda_class_init(ObjectClass *klass, void *data)
                               (void *)(uintptr_t)VIRTIO_CUDA_STAT_FAULTS);
     object_class_property_set_description(klass, "faults",
         "Sessions ended by a GPU fault");
-    object_class_property_add(klass, "gpu-ns", "uint64", virtio_cuda_get_stat,
-                              NULL, NULL,
-                              (void *)(uintptr_t)VIRTIO_CUDA_STAT_GPU_NS);
-    object_class_property_set_description(klass, "gpu-ns",
-        "GPU time charged to the VM by its compute-share group (ns; "
-        "0 without compute-share)");
     object_class_property_add(klass, "stats", "VirtioCudaStats",
                               virtio_cuda_get_stats, NULL, NULL, NULL);
     object_class_property_set_description(klass, "stats",

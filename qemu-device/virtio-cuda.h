@@ -2,9 +2,9 @@
  * virtio-cuda: paravirtualized GPU compute device
  *
  * Guest requests (include/vcu_proto.h) arrive on one virtqueue; their data
- * segments are mapped here and handed to the host backend library
- * (host-backend/vcu_backend.h), which runs each session's requests on a
- * worker thread of its own.
+ * segments are mapped here and handed to the session proxy (vcu_proxy.h),
+ * which sends each session's requests to its worker process, started by the
+ * host daemon (vcu-daemon) that the chardev property names.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -13,6 +13,7 @@
 #define QEMU_VIRTIO_CUDA_H
 
 #include "hw/virtio/virtio.h"
+#include "chardev/char-fe.h"
 #include "exec/memory.h"
 #include "qemu/thread.h"
 #include "qemu/queue.h"
@@ -25,6 +26,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(VirtIOCuda, VIRTIO_CUDA)
 #define VIRTIO_CUDA_QUEUE_SIZE 1024
 
 typedef struct VirtIOCudaReq VirtIOCudaReq;
+typedef struct VirtIOCudaTx VirtIOCudaTx;
 typedef struct vcu_proxy_s VirtIOCudaProxy;
 
 struct VirtIOCuda {
@@ -33,23 +35,40 @@ struct VirtIOCuda {
     VirtQueue *vq;
 
     /* Properties */
+    CharBackend chr;        /* the host daemon's socket */
     char *gpus;
-    char *libcuda;
-    char *worker;           /* vcu-worker; default beside the QEMU binary */
     bool capture_printf;    /* device printf to the guest, not our stdout */
     uint32_t max_sessions;
     uint64_t mem_quota;     /* GPU memory of all sessions together, per GPU; 0: none */
-    char *module_cache;     /* module cache directory; NULL: the default, "off": none */
-    uint64_t module_cache_size;
-    char *share_group;      /* compute-share group's file; NULL: the default */
+    char *module_cache;     /* "shared" (NULL), "private" or "off" */
     uint32_t compute_share; /* weight among the group's VMs; 0: not in a group */
     uint32_t compute_cap;   /* percent of the GPU's time at most; 0: none */
     uint32_t sms;           /* packed mode: SMs of the VM's contexts; 0: isolated */
-    char *mps_pipe;         /* packed mode: the MPS control daemon's pipe directory */
 
-    /* One worker process per guest session (host-backend/vcu_proxy.h). */
+    /* One worker process per guest session (qemu-device/vcu_proxy.h). */
     VirtIOCudaProxy *proxy;
     Error *migration_blocker;
+
+    /*
+     * The daemon's link.  link_connected: the chardev is open (set on the
+     * main loop, read by the proxy's threads).  link_txq: frames for the
+     * daemon, queued from any thread under link_lock, written by link_bh.
+     * The reader's state (main loop only): a frame being put together and
+     * the descriptors received, in order.
+     */
+    bool link_connected;
+    QemuMutex link_lock;
+    QSIMPLEQ_HEAD(, VirtIOCudaTx) link_txq;
+    QEMUBH *link_bh;
+    uint8_t link_rbuf[16 + 4096];
+    size_t link_rhave;
+    int link_rfds[16];
+    unsigned int link_nrfds;
+
+    /* What the guest costs us, for the stats property (atomics). */
+    uint64_t stat_kicks;    /* queue notifications handled */
+    uint64_t stat_notifies; /* used-buffer notifications offered the guest */
+    uint64_t stat_requests; /* requests handed to the proxy */
 
     /*
      * Requests handed to the backend and not yet completed, so that reset

@@ -131,7 +131,7 @@
     X(sched_garbage)                    \
     X(sched_open_refuses)               \
     X(sched_proxy_config)               \
-    X(sched_proxy_gate)                 \
+    X(sched_proxy_live_change)          \
     X(sched_proxy_shares)
 
 #endif /* VCU_TEST_LIST_H */

@@ -1,7 +1,9 @@
 /*
- * The session proxy's shared-memory rings (host-backend/vcu_ring.h, proxy.c,
- * worker.c): the ring itself on plain memory, then vcu_proxy with the real
- * worker (VCU_TEST_WORKER, built with the backend under the sanitizers):
+ * The session proxy's shared-memory rings (host-backend/common/vcu_ring.h,
+ * qemu-device/proxy.c, host-backend/worker/worker.c): the ring itself on
+ * plain memory, then vcu_proxy with the real daemon and worker
+ * (VCU_TEST_DAEMON, VCU_TEST_WORKER, built with the backend under the
+ * sanitizers; the workers jailed as in production):
  * wrap-around, a full ring falling back to the sender thread, requests too
  * large for the ring, a worker killed while the reader spins or sleeps,
  * and a worker that breaks the reply ring.
@@ -15,12 +17,9 @@
 #include <unistd.h>
 
 #include "ut.h"
+#include "ut_daemon.h"
 #include "vcu_proxy.h"
 #include "vcu_ring.h"
-
-#ifndef VCU_TEST_WORKER
-#define VCU_TEST_WORKER "build/unit/backend/vcu-worker"
-#endif
 
 /* ---- the ring alone ------------------------------------------------------ */
 
@@ -149,8 +148,8 @@ static int px_env(px_env_t *e, unsigned int ring_bytes, unsigned int spin_us)
     e->ram = mmap(NULL, PX_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, e->ramfd, 0);
     ASSERT_TRUE(e->ram != MAP_FAILED);
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = VCU_TEST_WORKER;
-    cfg.libcuda = UT_NO_LIBCUDA;                /* ECHO needs no CUDA */
+    cfg.daemon = ut_daemon(UT_NO_LIBCUDA);      /* ECHO needs no CUDA */
+    ASSERT_NOT_NULL(cfg.daemon);
     cfg.ring_bytes = ring_bytes;
     cfg.spin_us = spin_us;
     if (vcu_proxy_new(&cfg, &e->px, err, sizeof(err)) != 0) {
@@ -252,34 +251,11 @@ static int px_echo(px_env_t *e, size_t off, size_t n, unsigned int iovs)
     return 0;
 }
 
-/* The session's worker: our child named vcu-worker (one session open). */
-static pid_t px_worker_pid(void)
+/* The session's worker (one session open): its host pid, as the daemon
+ * told the proxy. */
+static pid_t px_worker_pid(px_env_t *e)
 {
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    pid_t found = -1;
-
-    if (d == NULL)
-        return -1;
-    while ((de = readdir(d)) != NULL) {
-        char path[300], buf[512], *p;
-        int ppid = 0;
-        FILE *f;
-
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-        f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        if (fgets(buf, sizeof(buf), f) != NULL && strstr(buf, "(vcu-worker)") != NULL &&
-            (p = strrchr(buf, ')')) != NULL && sscanf(p + 2, "%*c %d", &ppid) == 1 &&
-            ppid == getpid())
-            found = (pid_t)atoi(de->d_name);
-        fclose(f);
-    }
-    closedir(d);
-    return found;
+    return ut_px_worker_pid(e->px);
 }
 
 /* A 4 KiB request ring: ECHOs of every shape wrap it many times; a burst
@@ -301,7 +277,7 @@ TEST(proxy_ring_wrap_full)
 
     /* The worker stopped: the ring fills and the rest queue, without
      * the submitter waiting for anything. */
-    pid = px_worker_pid();
+    pid = px_worker_pid(&e);
     ASSERT_GT(pid, 0);
     ASSERT_EQ(0, kill(pid, SIGSTOP));
     t0 = ut_now();
@@ -365,7 +341,7 @@ static int px_kill_case(unsigned int spin_us, unsigned int wait_ms)
     CHECK(px_env(&e, 0, spin_us));
     CHECK(px_open(&e));
     CHECK(px_echo(&e, 0, 100, 1));
-    pid = px_worker_pid();
+    pid = px_worker_pid(&e);
     ASSERT_GT(pid, 0);
     ut_echo_build(t, e.sid, 1, 0, 5000, NULL, 0);    /* 5 s in the worker */
     px_submit(&e, t);
@@ -609,7 +585,7 @@ TEST(proxy_ring_corrupt)
     CHECK(px_env(&e, 0, 3000000));
     CHECK(px_open(&e));
     CHECK(px_echo(&e, 0, 100, 1));
-    pid = px_worker_pid();
+    pid = px_worker_pid(&e);
     ASSERT_GT(pid, 0);
     shm = px_shm();
     ASSERT_NOT_NULL(shm);
@@ -622,7 +598,7 @@ TEST(proxy_ring_corrupt)
     ASSERT_EQ(VCU_S_EIO, ut_status(t));
     ut_echo_build(u, e.sid, 1, 0, 0, NULL, 0);
     ASSERT_EQ(VCU_S_EIO, px_exec(&e, u));
-    ASSERT_EQ(-1, kill(pid, 0));                /* killed and reaped */
+    ASSERT_EQ(0, ut_wait_gone(pid));            /* killed and reaped */
     CHECK(px_close(&e));
 
     CHECK(px_open(&e));                         /* frees the dead one's area */
@@ -635,7 +611,7 @@ TEST(proxy_ring_corrupt)
     CHECK(px_env(&e, 4096, 0));
     CHECK(px_open(&e));
     CHECK(px_echo(&e, 4096, 5000, 2));
-    pid = px_worker_pid();
+    pid = px_worker_pid(&e);
     ASSERT_GT(pid, 0);
     shm = px_shm();
     ASSERT_NOT_NULL(shm);
@@ -652,7 +628,7 @@ TEST(proxy_ring_corrupt)
         ASSERT_EQ(VCU_S_EIO, ut_status(burst[i]));
         free(burst[i]);
     }
-    ASSERT_EQ(-1, kill(pid, 0));                /* killed and reaped */
+    ASSERT_EQ(0, ut_wait_gone(pid));            /* killed and reaped */
     CHECK(px_close(&e));
 
     CHECK(px_open(&e));
@@ -696,7 +672,8 @@ TEST(proxy_reply_after_scatter)
     ram = mmap(NULL, PX_SCAT_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ASSERT_TRUE(ram != MAP_FAILED);
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = VCU_TEST_WORKER;
+    cfg.daemon = ut_daemon_cuda();
+    ASSERT_NOT_NULL(cfg.daemon);
     cfg.gpus = "0";
     if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
         fprintf(stderr, "vcu_proxy_new: %s\n", err);

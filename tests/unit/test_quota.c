@@ -14,11 +14,9 @@
 
 #include "ut.h"
 #include "vcu_account.h"
+#include "ut_daemon.h"
 #include "vcu_proxy.h"
 
-#ifndef VCU_TEST_WORKER
-#define VCU_TEST_WORKER "build/unit/backend/vcu-worker"
-#endif
 
 #define MiB (1ull << 20)
 #define OOM ((uint32_t)CUDA_ERROR_OUT_OF_MEMORY)
@@ -724,36 +722,6 @@ static uint32_t tq_px_alloc(vcu_proxy_t *px, uint64_t sid, uint64_t size)
     return res;
 }
 
-/* Our children named vcu-worker, newest (highest pid) last. */
-static pid_t tq_worker_pid(pid_t not)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    pid_t found = -1;
-
-    if (d == NULL)
-        return -1;
-    while ((de = readdir(d)) != NULL) {
-        char path[300], buf[512], *p;
-        int ppid = 0;
-        FILE *f;
-
-        if (de->d_name[0] < '0' || de->d_name[0] > '9' || atoi(de->d_name) == not)
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-        f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        if (fgets(buf, sizeof(buf), f) != NULL && strstr(buf, "(vcu-worker)") != NULL &&
-            (p = strrchr(buf, ')')) != NULL && p[2] != 'Z' &&
-            sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid())
-            found = (pid_t)atoi(de->d_name);
-        fclose(f);
-    }
-    closedir(d);
-    return found;
-}
-
 /* Two guest processes, each with its worker process: together they hit
  * the quota; the first one's worker is killed (a crash, the OOM killer)
  * and its charge comes back once the proxy has reaped it. */
@@ -768,7 +736,8 @@ TEST(quota_proxy_worker_killed)
     uint32_t r;
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = VCU_TEST_WORKER;
+    cfg.daemon = ut_daemon_cuda();
+    ASSERT_NOT_NULL(cfg.daemon);
     cfg.gpus = "0";
     cfg.mem_quota = 8 * MiB;
     if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
@@ -778,7 +747,7 @@ TEST(quota_proxy_worker_killed)
     if (vcu_proxy_cuda_error(px) != NULL)
         VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(px));
     CHECK(tq_px_open(px, &sa));
-    pa = tq_worker_pid(-1);
+    pa = ut_px_worker_pid(px);
     ASSERT_GT(pa, 0);
     CHECK(tq_px_open(px, &sb));
     ASSERT_EQ(0, (int)tq_px_alloc(px, sa, 6 * MiB));
@@ -811,7 +780,8 @@ TEST(quota_proxy_stats)
     double t0;
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = VCU_TEST_WORKER;
+    cfg.daemon = ut_daemon_cuda();
+    ASSERT_NOT_NULL(cfg.daemon);
     cfg.gpus = "0";
     cfg.mem_quota = 8 * MiB;
     if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
@@ -826,11 +796,12 @@ TEST(quota_proxy_stats)
     ASSERT_EQ_U64(0, st.mem_used[0]);
     ASSERT_EQ(0, (int)(st.sessions + st.workers + st.nsess));
     CHECK(tq_px_open(px, &sa));
-    pa = tq_worker_pid(-1);
+    pa = ut_px_worker_pid(px);
     CHECK(tq_px_open(px, &sb));
-    pb = tq_worker_pid(-1);
+    pb = ut_px_worker_pid(px);
     ASSERT_GT(pa, 0);
-    ASSERT_GT(pb, pa);
+    ASSERT_GT(pb, 0);
+    ASSERT_NE(pa, pb);
     ASSERT_EQ(0, (int)tq_px_alloc(px, sa, 6 * MiB));
     ASSERT_EQ(0, (int)tq_px_alloc(px, sb, 2 * MiB));
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
@@ -853,7 +824,7 @@ TEST(quota_proxy_stats)
     t0 = ut_now();
     do {
         ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
-    } while (st.workers != 1 && ut_now() - t0 < 10.0);
+    } while ((st.workers != 1 || st.mem_used[0] != 2 * MiB) && ut_now() - t0 < 10.0);
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));         /* the sums were read first */
     ASSERT_EQ(1, (int)st.workers);
     ASSERT_EQ_U64(sb, ss[0].session);

@@ -15,12 +15,10 @@
 #include <unistd.h>
 
 #include "ut.h"
+#include "ut_daemon.h"
 #include "vcu_proxy.h"
 #include "vcu_sched.h"
 
-#ifndef VCU_TEST_WORKER
-#define VCU_TEST_WORKER "build/unit/backend/vcu-worker"
-#endif
 
 /* ---- the simulation --------------------------------------------------------- */
 
@@ -529,65 +527,66 @@ TEST(sched_open_refuses)
     return 0;
 }
 
-/* ---- the proxy --------------------------------------------------------------- */
+/* ---- the proxy and the daemon ------------------------------------------------- */
 
-static int sched_px(const char *group, uint32_t share, uint32_t cap, vcu_proxy_t **px, char *err,
-                    size_t errlen)
+static int sched_px(uint32_t share, uint32_t cap, vcu_proxy_t **px, char *err, size_t errlen)
 {
     vcu_proxy_config_t cfg;
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = VCU_TEST_WORKER;
-    cfg.libcuda = UT_NO_LIBCUDA;
-    cfg.share_group = group;
+    cfg.daemon = ut_daemon(UT_NO_LIBCUDA);
+    if (cfg.daemon == NULL) {
+        snprintf(err, errlen, "no daemon");
+        return VCU_EIO;
+    }
     cfg.compute_share = share;
     cfg.compute_cap = cap;
     return vcu_proxy_new(&cfg, px, err, errlen);
 }
 
-/* Bad values are refused with a reason; good ones join the group, are
- * reported, and the VM's slot is free again once the proxy is gone. */
+/* Bad values are refused with a reason; good ones join the daemon's
+ * group, are reported (to QEMU and on the control socket), and the VM
+ * leaves the daemon's list once its proxy is gone. */
 TEST(sched_proxy_config)
 {
-    char dir[] = "/tmp/vcu-sched-XXXXXX", path[256], err[256];
+    char err[256];
+    const char *sock = ut_daemon(UT_NO_LIBCUDA);
     vcu_proxy_t *px, *px2;
     vcu_proxy_stats_t st;
-    vcu_sched_t *sc;
+    uint64_t id, id2;
+    double t0;
 
-    ASSERT_NOT_NULL(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/group", dir);
-    ASSERT_EQ(VCU_EINVAL, sched_px(path, 10001, 0, &px, err, sizeof(err)));
+    ASSERT_NOT_NULL(sock);
+    ASSERT_EQ(VCU_EINVAL, sched_px(10001, 0, &px, err, sizeof(err)));
     ASSERT_TRUE(strstr(err, "compute-share") != NULL);
-    ASSERT_EQ(VCU_EINVAL, sched_px(path, 100, 101, &px, err, sizeof(err)));
+    ASSERT_EQ(VCU_EINVAL, sched_px(100, 101, &px, err, sizeof(err)));
     ASSERT_TRUE(strstr(err, "compute-cap") != NULL);
-    ASSERT_EQ(VCU_EINVAL, sched_px("group", 100, 0, &px, err, sizeof(err)));
-    ASSERT_TRUE(strstr(err, "absolute") != NULL);
-    ASSERT_NE(0, sched_px("/nonexistent-dir/x/group", 100, 0, &px, err, sizeof(err)));
 
-    ASSERT_EQ(0, sched_px(path, 25, 0, &px, err, sizeof(err)));
-    ASSERT_EQ(0, sched_px(path, 75, 40, &px2, err, sizeof(err)));
+    ASSERT_EQ(0, sched_px(25, 0, &px, err, sizeof(err)));
+    ASSERT_EQ(0, sched_px(75, 40, &px2, err, sizeof(err)));
     ASSERT_EQ(0, vcu_proxy_stats(px2, &st, NULL, 0));
     ASSERT_EQ(75, (int)st.compute_share);
     ASSERT_EQ(40, (int)st.compute_cap);
-    ASSERT_EQ_U64(0, st.gpu_ns);
-    ASSERT_EQ(0, vcu__sched_open(path, 0, &sc, err, sizeof(err)));
-    ASSERT_EQ(25, (int)atomic_load(&sc->vm[0].weight));
-    ASSERT_EQ(75, (int)atomic_load(&sc->vm[1].weight));
-    ASSERT_EQ(40, (int)atomic_load(&sc->vm[1].cap));
+    id2 = st.vm_id;
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
+    id = st.vm_id;
+    ASSERT_NE_U64(id, id2);
+    ASSERT_EQ_U64(25, ut_daemon_vm_u64(sock, id, "compute_share"));
+    ASSERT_EQ_U64(75, ut_daemon_vm_u64(sock, id2, "compute_share"));
+    ASSERT_EQ_U64(40, ut_daemon_vm_u64(sock, id2, "compute_cap"));
+    ASSERT_EQ_U64(0, ut_daemon_vm_u64(sock, id2, "gpu_ns"));
     vcu_proxy_free(px);
-    ASSERT_EQ(0, (int)atomic_load(&sc->vm[0].pid));
-    ASSERT_NE(0, (int)atomic_load(&sc->vm[1].pid));
+    t0 = ut_now();
+    while (ut_daemon_vm_u64(sock, id, "compute_share") != UINT64_MAX && ut_now() - t0 < 5)
+        usleep(10000);
+    ASSERT_EQ_U64(UINT64_MAX, ut_daemon_vm_u64(sock, id, "compute_share"));
+    ASSERT_EQ_U64(75, ut_daemon_vm_u64(sock, id2, "compute_share"));
     vcu_proxy_free(px2);
-    ASSERT_EQ(0, (int)atomic_load(&sc->vm[1].pid));
-    vcu__sched_close(sc);
-    /* Without a share, nothing is joined or made. */
-    unlink(path);
-    ASSERT_EQ(0, sched_px(NULL, 0, 0, &px, err, sizeof(err)));
+    /* Without a share, no group. */
+    ASSERT_EQ(0, sched_px(0, 0, &px, err, sizeof(err)));
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
     ASSERT_EQ(0, (int)st.compute_share);
     vcu_proxy_free(px);
-    ASSERT_EQ(-1, access(path, F_OK));
-    rmdir(dir);
     return 0;
 }
 
@@ -602,35 +601,46 @@ static uint32_t ts_px_exec(vcu_proxy_t *px, ut_req_t *t)
     return ut_status(t);
 }
 
-/*
- * Through a real worker on the CPU stand-in: while another VM of the group
- * holds the grant, the session's memset is held (the request stays
- * unanswered; the other VM's slice is revoked at its deadline, and the
- * worker waits for its drain); once the other VM has drained, the memset
- * runs.  The other VM is charged the time from contention to its drain,
- * and the proxy reports it as the group's; the guest's CU_SLICE_INFO
- * (nvidia-smi) shows the VM's weight.
- */
-TEST(sched_proxy_gate)
+/* The weight the session's worker reports to its guest (CU_SLICE_INFO,
+ * what nvidia-smi shows); -1 on failure. */
+static int ts_slice_share(vcu_proxy_t *px, uint64_t sid)
 {
-    char dir[] = "/tmp/vcu-sched-XXXXXX", path[256], err[256];
+    ut_req_t *t = ut_req_new();
+    const struct vcu_cu_slice_info_resp *si = ut_resp_payload(t);
+    struct vcu_cu_hdr ch;
+    int r = -1;
+
+    memset(&ch, 0, sizeof(ch));
+    ut_req_build(t, VCU_OP_CU_SLICE_INFO, sid, &ch, sizeof(ch));
+    if (ts_px_exec(px, t) == VCU_S_OK && si->r.result == 0)
+        r = (int)si->compute_share;
+    free(t);
+    return r;
+}
+
+/*
+ * An operator changes a running VM's weight and cap on the control socket:
+ * the worker already running sees the new weight (its guest's
+ * CU_SLICE_INFO), QEMU's stats too (SLICE), and a bad value or an unknown
+ * VM is refused with a reason.
+ */
+TEST(sched_proxy_live_change)
+{
+    char err[256], req[256], ans[4096];
+    const char *sock = ut_daemon_cuda();
     struct vcu_session_open_req o;
-    struct vcu_cu_mem_alloc_req ar;
-    struct vcu_cu_memset_req mr;
     vcu_proxy_config_t cfg;
     vcu_proxy_stats_t st;
     vcu_proxy_t *px;
-    vcu_sched_t *other;
-    ut_req_t *t = ut_req_new(), *ms = ut_req_new();
-    uint64_t sid, ptr;
+    ut_req_t *t = ut_req_new();
+    uint64_t sid;
     double t0;
 
-    ASSERT_NOT_NULL(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/group", dir);
+    ASSERT_NOT_NULL(sock);
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = VCU_TEST_WORKER;
+    cfg.daemon = sock;
     cfg.gpus = "0";
-    cfg.share_group = path;
+    cfg.name = "live-vm";
     cfg.compute_share = 100;
     if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0)
         VCU_TEST_FAIL_("vcu_proxy_new: %s", err);
@@ -642,66 +652,33 @@ TEST(sched_proxy_gate)
     ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
     ASSERT_EQ(VCU_S_OK, ts_px_exec(px, t));
     sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
-    memset(&ar, 0, sizeof(ar));
-    ar.size = 4096;
-    ut_req_build(t, VCU_OP_CU_MEM_ALLOC, sid, &ar, sizeof(ar));
-    ASSERT_EQ(VCU_S_OK, ts_px_exec(px, t));
-    ASSERT_EQ(0, (int)((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result);
-    ptr = ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->value;
-
-    /* Another VM of the group, with one worker (this thread), takes the
-     * GPU: ours wants nothing yet. */
-    ASSERT_EQ(0, vcu__sched_open(path, 0, &other, err, sizeof(err)));
-    ASSERT_EQ(0, vcu__sched_vm_claim(other, 100, 0, vcu__sched_now()));
-    ASSERT_EQ(1, other->vm_slot);
-    ASSERT_EQ(0, vcu__sched_attach(other, 1, (uint32_t)getpid(), 0));
-    if (!vcu__sched_issue(other))
-        vcu__sched_step(other, vcu__sched_now());
-    ASSERT_TRUE(vcu__sched_issue(other));
-
-    memset(&mr, 0, sizeof(mr));
-    mr.dst = ptr;
-    mr.width = 4096;
-    mr.height = 1;
-    mr.value = 0x5a;
-    mr.elem_size = 1;
-    ut_req_build(ms, VCU_OP_CU_MEMSET, sid, &mr, sizeof(mr));
-    ms->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
-    vcu_proxy_submit(px, &ms->r);
-    usleep(300 * 1000);
-    ASSERT_EQ(0, atomic_load(&ms->ndone));             /* held */
-    ASSERT_EQ((int)(2 | VCU_SCHED_REVOKING), (int)atomic_load(&other->hdr->grant));
-    ASSERT_TRUE(vcu__sched_must_drain(other));
-    vcu__sched_set_want(other, false);
-    vcu__sched_drained(other, vcu__sched_now());
-    t0 = ut_now();
-    ASSERT_EQ(0, ut_wait_count(&ms->ndone, 1));
-    ASSERT_LT(ut_now() - t0, 1.0);
-    ASSERT_EQ(VCU_S_OK, ut_status(ms));
-    ASSERT_EQ(0, (int)((const struct vcu_cu_resp *)ut_resp_payload(ms))->result);
-    {
-        const struct vcu_cu_slice_info_resp *si = ut_resp_payload(t);
-        struct vcu_cu_hdr ch;
-
-        memset(&ch, 0, sizeof(ch));
-        ut_req_build(t, VCU_OP_CU_SLICE_INFO, sid, &ch, sizeof(ch));
-        ASSERT_EQ(VCU_S_OK, ts_px_exec(px, t));
-        ASSERT_EQ(0, (int)si->r.result);
-        ASSERT_EQ(100, (int)si->compute_share);
-    }
+    ASSERT_EQ(100, ts_slice_share(px, sid));
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
-    ASSERT_EQ(100, (int)st.compute_share);
-    ASSERT_GE(st.group_gpu_ns, 200ull * 1000 * 1000);  /* the other VM's slice */
-    ASSERT_LE(st.group_gpu_ns, 2000ull * 1000 * 1000);
 
-    vcu__sched_detach(other, vcu__sched_now());
-    vcu__sched_vm_release(other, vcu__sched_now());
-    vcu__sched_close(other);
+    snprintf(req, sizeof(req), "{\"cmd\":\"set-vm\",\"vm\":\"%llu\",\"compute_share\":300,"
+             "\"compute_cap\":50}", (unsigned long long)st.vm_id);
+    ASSERT_EQ(0, ut_daemon_ctl(sock, req, ans, sizeof(ans)));
+    ASSERT_TRUE(strstr(ans, "\"ok\":true") != NULL);
+    ASSERT_EQ(300, ts_slice_share(px, sid));
+    ASSERT_EQ_U64(50, ut_daemon_vm_u64(sock, st.vm_id, "compute_cap"));
+    t0 = ut_now();
+    do
+        ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
+    while (st.compute_share != 300 && ut_now() - t0 < 5);
+    ASSERT_EQ(300, (int)st.compute_share);
+    ASSERT_EQ(50, (int)st.compute_cap);
+
+    ASSERT_EQ(0, ut_daemon_ctl(sock, "{\"cmd\":\"set-vm\",\"vm\":\"live-vm\",\"compute_share\":0}",
+                               ans, sizeof(ans)));
+    ASSERT_TRUE(strstr(ans, "compute-share must be") != NULL);
+    ASSERT_EQ(0, ut_daemon_ctl(sock, "{\"cmd\":\"set-vm\",\"vm\":\"no-such-vm\",\"compute_cap\":5}",
+                               ans, sizeof(ans)));
+    ASSERT_TRUE(strstr(ans, "\"ok\":false") != NULL);
+    ASSERT_EQ(0, ut_daemon_ctl(sock, "{\"cmd\":\"frobnicate\"}", ans, sizeof(ans)));
+    ASSERT_TRUE(strstr(ans, "unknown cmd") != NULL);
+    ASSERT_EQ(300, ts_slice_share(px, sid));
     vcu_proxy_free(px);
     free(t);
-    free(ms);
-    unlink(path);
-    rmdir(dir);
     return 0;
 }
 
@@ -756,17 +733,17 @@ static void *ts_load(void *arg)
 }
 
 /* A proxy (a VM) in the group, with nsess sessions holding 8 MiB each. */
-static int ts_vm(const char *group, uint32_t share, unsigned int nsess, vcu_proxy_t **px,
-                 pthread_mutex_t *mu, ts_load_t *loads, atomic_int *stop)
+static int ts_vm(uint32_t share, unsigned int nsess, vcu_proxy_t **px, pthread_mutex_t *mu,
+                 ts_load_t *loads, atomic_int *stop)
 {
     vcu_proxy_config_t cfg;
     char err[256];
     unsigned int i;
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.worker = VCU_TEST_WORKER;
+    cfg.daemon = ut_daemon_cuda();
+    ASSERT_NOT_NULL(cfg.daemon);
     cfg.gpus = "0";
-    cfg.share_group = group;
     cfg.compute_share = share;
     if (vcu_proxy_new(&cfg, px, err, sizeof(err)) != 0)
         VCU_TEST_FAIL_("vcu_proxy_new: %s", err);
@@ -804,20 +781,19 @@ static int ts_vm(const char *group, uint32_t share, unsigned int nsess, vcu_prox
 static int ts_shares(uint32_t w0, unsigned int n0, uint32_t w1, unsigned int n1, double secs,
                      unsigned int *pct0, long *ops0, long *ops1)
 {
-    char dir[] = "/tmp/vcu-sched-XXXXXX", path[256];
+    const char *sock = ut_daemon_cuda();
     vcu_proxy_t *px[2];
     pthread_mutex_t mu[2];
     ts_load_t loads[2][4];
     pthread_t th[2][4];
     vcu_proxy_stats_t st[2];
+    uint64_t ns[2];
     atomic_int stop;
     unsigned int n[2] = { n0, n1 }, v, i;
 
-    ASSERT_NOT_NULL(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/group", dir);
     atomic_init(&stop, 0);
-    CHECK(ts_vm(path, w0, n0, &px[0], &mu[0], loads[0], &stop));
-    CHECK(ts_vm(path, w1, n1, &px[1], &mu[1], loads[1], &stop));
+    CHECK(ts_vm(w0, n0, &px[0], &mu[0], loads[0], &stop));
+    CHECK(ts_vm(w1, n1, &px[1], &mu[1], loads[1], &stop));
     for (v = 0; v < 2; v++)
         for (i = 0; i < n[v]; i++)
             ASSERT_EQ(0, pthread_create(&th[v][i], NULL, ts_load, &loads[v][i]));
@@ -830,21 +806,21 @@ static int ts_shares(uint32_t w0, unsigned int n0, uint32_t w1, unsigned int n1,
             ASSERT_EQ(0, loads[v][i].err);
             *(v ? ops1 : ops0) += loads[v][i].done;
         }
-    for (v = 0; v < 2; v++)
+    /* The GPU time the group charged each VM, as the daemon reports it. */
+    for (v = 0; v < 2; v++) {
         ASSERT_EQ(0, vcu_proxy_stats(px[v], &st[v], NULL, 0));
-    ASSERT_GT(st[0].gpu_ns, 0);
-    ASSERT_GT(st[1].gpu_ns, 0);
-    *pct0 = (unsigned int)(st[0].gpu_ns * 100 / (st[0].gpu_ns + st[1].gpu_ns));
+        ns[v] = ut_daemon_vm_u64(sock, st[v].vm_id, "gpu_ns");
+        ASSERT_NE_U64(UINT64_MAX, ns[v]);
+        ASSERT_GT(ns[v], 0);
+    }
+    *pct0 = (unsigned int)(ns[0] * 100 / (ns[0] + ns[1]));
     fprintf(stderr, "shares: weights %u/%u, sessions %u/%u: GPU time %u%% / %u%% "
-            "(%.0f / %.0f ms), memsets %ld / %ld, turns %llu / %llu\n",
-            w0, w1, n0, n1, *pct0, 100 - *pct0, st[0].gpu_ns / 1e6, st[1].gpu_ns / 1e6, *ops0,
-            *ops1, (unsigned long long)st[0].grants, (unsigned long long)st[1].grants);
+            "(%.0f / %.0f ms), memsets %ld / %ld\n",
+            w0, w1, n0, n1, *pct0, 100 - *pct0, ns[0] / 1e6, ns[1] / 1e6, *ops0, *ops1);
     for (v = 0; v < 2; v++) {
         vcu_proxy_free(px[v]);
         pthread_mutex_destroy(&mu[v]);
     }
-    unlink(path);
-    rmdir(dir);
     return 0;
 }
 

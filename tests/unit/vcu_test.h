@@ -54,6 +54,8 @@
                            #a, #b, a_, b_);                                             \
     } while (0)
 
+#define ASSERT_NE_U64(a, b) ASSERT_TRUE((uint64_t)(a) != (uint64_t)(b))
+
 #define ASSERT_TRUE(x)                                                                  \
     do {                                                                                \
         if (!(x))                                                                       \

@@ -19,8 +19,12 @@
 # "N passed, N failed" per suite; exits non-zero on any failure.
 #
 # Environment:
-#   VCU_REAL_GPU=1      use the host's libcuda.so.1 (no libcuda= property)
-#   VCU_LIBCUDA=PATH    libcuda for the device [build/fakecuda/libcuda.so.1]
+#   VCU_REAL_GPU=1      the daemon's workers use the host's libcuda.so.1
+#   VCU_LIBCUDA=PATH    libcuda for the daemon's workers [build/fakecuda/libcuda.so.1]
+#   VCU_DAEMON_SOCK=S   use the host daemon already listening on S (the GPU
+#                       scripts share one among their VMs) instead of starting
+#                       one for this run (tests/vm/daemon.sh; its log is
+#                       printed when a suite fails)
 #   VCU_VM_TIMEOUT=S    seconds per VM [600]
 #   VCU_ECHO_MIB=N      largest echo transfer in MiB [256]
 #   VCU_NO_BUILD=1      use build/ as it is, no apt, no compiler (the GPU
@@ -144,13 +148,25 @@ fi
 [ -x "$qemu" ] || die "no QEMU at $qemu"
 [ -f "$share/qboot.rom" ] || die "no $share/qboot.rom"
 
-dev="virtio-cuda-pci"
-if [ "${VCU_REAL_GPU:-0}" != 1 ]; then
-    libcuda=${VCU_LIBCUDA:-$build/fakecuda/libcuda.so.1}
-    [ -f "$libcuda" ] || die "no $libcuda (set VCU_REAL_GPU=1 on a GPU machine)"
-    dev="$dev,libcuda=$libcuda"
+# The host daemon: QEMU runs sandboxed (spawn=deny, as libvirt starts it)
+# and reaches the daemon through its chardev; the daemon starts the
+# workers.  One daemon for the whole run unless the caller has one.
+VCU_ROOT=$root
+. "$here/daemon.sh"
+if [ -z "${VCU_DAEMON_SOCK:-}" ]; then
+    dargs="--cache-dir $build/vm/daemon-cache"
+    if [ "${VCU_REAL_GPU:-0}" != 1 ]; then
+        libcuda=${VCU_LIBCUDA:-$build/fakecuda/libcuda.so.1}
+        [ -f "$libcuda" ] || die "no $libcuda (set VCU_REAL_GPU=1 on a GPU machine)"
+        dargs="$dargs --libcuda $libcuda"
+    fi
+    mkdir -p "$build/vm/daemon-cache"
+    drun=${TMPDIR:-/tmp}/vcu-run.$$
+    # shellcheck disable=SC2086
+    vcu_daemon_start "$drun" $dargs || die "the host daemon did not start"
+    trap 'vcu_daemon_stop; rm -rf "$drun"' EXIT
 fi
-dev="$dev$extra"
+dev="virtio-cuda-pci,chardev=vcud$extra"
 mkdir -p "$logdir"
 step "build done in $(($(date +%s) - t_start)) s"
 
@@ -182,6 +198,8 @@ for s in $suites; do
         -display none -nodefaults -monitor none -serial "file:$log" $noreboot \
         ${VCU_QMP:+-qmp "unix:$VCU_QMP,server=on,wait=off"} \
         -bios "$share/qboot.rom" -L "$share" \
+        -chardev "socket,id=vcud,path=$VCU_DAEMON_SOCK,reconnect-ms=1000" \
+        -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny \
         -kernel "$VCU_GUEST_VMLINUZ" -initrd "$img" \
         -append "console=ttyS0 panic=-1 quiet vcu.suite=$s vcu.echo_mib=${VCU_ECHO_MIB:-256} vcu.bench_args=${VCU_BENCH_ARGS:-} ${VCU_GUEST_APPEND:-}" \
         -device "$sdev" </dev/null >"$qlog" 2>&1
@@ -214,6 +232,10 @@ for s in $suites; do
     if [ -s "$qlog" ]; then
         echo "--- QEMU stdout/stderr ($s) ---"
         tail -n 20 "$qlog"
+    fi
+    if { [ -n "$problems" ] || [ "$nfail" -gt 0 ]; } && [ -n "${VCU_DAEMON_LOG:-}" ]; then
+        echo "--- host daemon log tail ($VCU_DAEMON_LOG) ---"
+        tail -n 30 "$VCU_DAEMON_LOG"
     fi
     if [ -n "$problems" ] || [ "$nfail" -gt 0 ]; then
         grep -aE "$oops_re" "$log" | head -n 20

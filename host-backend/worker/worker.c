@@ -2,18 +2,29 @@
  * vcu-worker: one guest session's host process.
  *
  *   vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] [--spin-us N]
- *              [--account FD --account-slot N --mem-quota BYTES]
+ *              [--account FD --account-slot N --policy FD]
  *              [--gpus LIST] [--libcuda PATH] [--capture-printf 0|1]
  *              [--module-cache DIR --module-cache-size BYTES]
- *              [--share-group PATH --share-vm N --compute-cap PERCENT]
- *              [--sms N --mps-pipe DIR] [--probe]
+ *              [--share FD --share-vm N --share-party ID]
+ *              [--sms N --mps-pipe DIR] [--seccomp on|log|off] [--probe]
  *
- * --account: the VM's GPU memory account (vcu_account.h), this session's
- * slot in it and the quota to enforce (0: none).
+ * Started by the host daemon (vcu-daemon, host-backend/daemon/) in a jail
+ * of its own (daemon/jail.c: its own namespaces and root, these
+ * descriptors and no other, no_new_privs, no core dumps), one per guest
+ * session, with the session's channel to QEMU's device proxy
+ * (qemu-device/proxy.c), which QEMU made and handed the daemon.  First
+ * thing, before it loads the driver or reads anything a guest sent, the
+ * worker installs its seccomp filter (seccomp.c; --seccomp off only for
+ * diagnosis).
  *
- * --share-group: the host's compute-share group (vcu_sched.h), the VM's
- * slot in it (claimed by the proxy, our parent) and the VM's cap (0:
- * none): GPU work is issued only while the VM holds the group's grant.
+ * --account: the VM's GPU memory account (vcu_account.h) and this
+ * session's slot in it; --policy: the VM's policy page (vcu_link.h),
+ * read-only, whose quota is the one enforced (an operator may change it
+ * while the VM runs).
+ *
+ * --share: the host's compute-share group (vcu_sched.h), the VM's slot in
+ * it (claimed by the daemon) and this worker's id there: GPU work is
+ * issued only while the VM holds the group's grant.
  *
  * --sms: packed mode (docs/design.md "Packed mode"): the session's context
  * runs on N SMs, as a client of the MPS control daemon whose pipes are in
@@ -23,14 +34,13 @@
  * every other worker naming it, and its bound.
  *
  * --probe: load the driver, resolve the GPU list, say so (VCU_IPC_HELLO)
- * and exit: QEMU checks its configuration this way at start.
+ * and exit: the daemon checks a VM's configuration this way when its
+ * device connects.
  *
- * Started by the QEMU device's proxy (proxy.c) at SESSION_OPEN with its
- * end of a stream socket (vcu_ipc.h) as fd N.  Runs the backend
- * (vcu_backend.h) in this process, for this one session: the session's
- * CUDA contexts, memory, modules and faults are this process's alone.
- * Exits when the socket closes (QEMU closed the session, reset the device
- * or died) or when its parent dies.
+ * Runs the backend (vcu_backend.h) in this process, for this one session:
+ * the session's CUDA contexts, memory, modules and faults are this
+ * process's alone.  Exits when the socket closes (QEMU closed the
+ * session, reset the device or died) or when the daemon dies.
  *
  * Guest memory: the proxy sends each guest RAM block's file descriptor
  * once (VCU_IPC_REGION); the worker maps the block whole and turns every
@@ -100,6 +110,7 @@
 #include "vcu_ipc.h"
 #include "vcu_sched.h"
 #include "vcu_ring.h"
+#include "vcu_seccomp.h"
 #include "vcu_stage.h"
 
 #define VCU__W_PAGE 4096ull
@@ -467,7 +478,8 @@ static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
         a->r[i].len = len;
         pos += len;
     }
-    if (vcu_backend_add_ram(vcu__w.be, base, total) != 0)
+    if (madvise(base, total, MADV_DONTDUMP) != 0 ||
+        vcu_backend_add_ram(vcu__w.be, base, total) != 0)
         goto fail;
     a->base = base;
     a->len = total;
@@ -871,6 +883,11 @@ static void vcu__handle_region(const unsigned char *body, size_t blen)
     p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         vcu__die("cannot map a guest RAM region");
+    /* The VM's RAM never goes into a core dump of ours (there is none:
+     * RLIMIT_CORE is 0 and the process is not dumpable; this holds even
+     * for a host that collects dumps another way). */
+    if (madvise(p, (size_t)st.st_size, MADV_DONTDUMP) != 0)
+        vcu__die("madvise(MADV_DONTDUMP) on guest RAM");
     r = &vcu__w.regions[vcu__w.nregions++];
     r->id = rg.id;
     r->fd = fd;
@@ -1154,58 +1171,61 @@ static void *vcu__watch(void *arg)
 /* ---- main -------------------------------------------------------------- */
 
 /* The VM's memory account, for the backend to charge this session's GPU
- * memory to (vcu_account.h).  The quota comes from the command line (the
- * proxy's word), never from the shared area. */
-static void vcu__map_account(vcu_backend_config_t *cfg, int fd, const char *slot, const char *quota)
+ * memory to (vcu_account.h), and the VM's policy page (read-only: the
+ * daemon's word), whose quota is enforced. */
+static void vcu__map_account(vcu_backend_config_t *cfg, int fd, const char *slot, int pfd)
 {
+    const struct vcu_policy *pol;
     vcu_account_t *a;
+    struct stat st;
     char *end;
-    unsigned long long q;
     long n;
 
     if (fd < 0)
         return;
-    if (slot == NULL || quota == NULL)
-        vcu__die("--account needs --account-slot and --mem-quota");
+    if (slot == NULL || pfd < 0)
+        vcu__die("--account needs --account-slot and --policy");
     n = strtol(slot, &end, 10);
     if (*end != '\0' || n < 0 || n > INT_MAX)
         vcu__die("bad --account-slot");
-    q = strtoull(quota, &end, 10);
-    if (*end != '\0' || quota[0] == '-')
-        vcu__die("bad --mem-quota");
-    if (vcu__acct_map(fd, (uint64_t)q, &a) != 0 || (uint32_t)n >= a->nslots)
+    if (fstat(pfd, &st) != 0 || st.st_size < (off_t)sizeof(struct vcu_policy))
+        vcu__die("bad --policy");
+    pol = mmap(NULL, sizeof(*pol), PROT_READ, MAP_SHARED, pfd, 0);
+    close(pfd);
+    if (pol == MAP_FAILED || pol->magic != VCU_POLICY_MAGIC)
+        vcu__die("cannot map the VM's policy");
+    if (vcu__acct_map(fd, 0, &a) != 0 || (uint32_t)n >= a->nslots)
         vcu__die("cannot map the memory account");
+    vcu__acct_set_policy(a, pol);
     cfg->account = a;
     cfg->account_slot = (int)n;
 }
 
 /* The compute-share group, this worker's slot in it (vcu_sched.h).  The
- * VM slot must be our parent's (the proxy claimed it); the cap comes from
- * the command line, not from the area. */
-static void vcu__map_share(vcu_backend_config_t *cfg, const char *path, const char *vm,
-                           const char *cap)
+ * VM slot is the daemon's (it claimed it for the VM); the cap is read
+ * from the VM's policy page as it is now. */
+static void vcu__map_share(vcu_backend_config_t *cfg, int fd, const char *vm, const char *party)
 {
     vcu_sched_t *sc;
     char err[256], *end;
-    unsigned long v, c;
+    unsigned long v, p;
 
-    if (path == NULL)
+    if (fd < 0)
         return;
-    if (vm == NULL)
-        vcu__die("--share-group needs --share-vm");
+    if (vm == NULL || party == NULL)
+        vcu__die("--share needs --share-vm and --share-party");
     v = strtoul(vm, &end, 10);
     if (*end != '\0' || vm[0] == '-' || v >= VCU_SCHED_VMS)
         vcu__die("bad --share-vm");
-    c = 0;
-    if (cap != NULL) {
-        c = strtoul(cap, &end, 10);
-        if (*end != '\0' || cap[0] == '-' || c > 100)
-            vcu__die("bad --compute-cap");
-    }
-    if (vcu__sched_open(path, 0, &sc, err, sizeof(err)) != 0)
+    p = strtoul(party, &end, 10);
+    if (*end != '\0' || party[0] == '-' || p == 0 || p > UINT32_MAX)
+        vcu__die("bad --share-party");
+    if (vcu__sched_map_fd(fd, (uint32_t)p, &sc, err, sizeof(err)) != 0)
         vcu__die(err);
-    if (vcu__sched_attach(sc, (uint32_t)v, (uint32_t)getppid(), (uint32_t)c) != 0)
+    if (vcu__sched_attach(sc, (uint32_t)v, 0, 0) != 0)
         vcu__die("cannot join the share group");
+    if (cfg->account != NULL && cfg->account->policy != NULL)
+        sc->cap_src = &cfg->account->policy->compute_cap;
     cfg->sched = sc;
 }
 
@@ -1213,14 +1233,26 @@ static void vcu__usage(void)
 {
     fprintf(stderr, "usage: vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] "
                     "[--spin-us N]\n"
-                    "                  [--account FD --account-slot N --mem-quota BYTES]\n"
+                    "                  [--account FD --account-slot N --policy FD]\n"
                     "                  [--gpus LIST] [--libcuda PATH] "
                     "[--capture-printf 0|1]\n"
                     "                  [--module-cache DIR --module-cache-size BYTES]\n"
-                    "                  [--share-group PATH --share-vm N --compute-cap PERCENT]\n"
-                    "                  [--sms N --mps-pipe DIR] [--probe]\n"
-                    "Started by QEMU's virtio-cuda-pci device, one per guest session.\n");
+                    "                  [--share FD --share-vm N --share-party ID]\n"
+                    "                  [--sms N --mps-pipe DIR] [--seccomp on|log|off] "
+                    "[--probe]\n"
+                    "Started by vcu-daemon, one per guest session, in a jail.\n");
     exit(2);
+}
+
+/* A descriptor number argument. */
+static int vcu__fd_arg(const char *v)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+
+    if (*end != '\0' || n < 0 || n > INT_MAX)
+        vcu__usage();
+    return (int)n;
 }
 
 int main(int argc, char **argv)
@@ -1228,10 +1260,10 @@ int main(int argc, char **argv)
     vcu_backend_config_t cfg;
     struct vcu_ipc_hello hello;
     pthread_t watch;
-    const char *cerr, *aslot = NULL, *quota = NULL, *share = NULL, *share_vm = NULL,
-               *share_cap = NULL, *mps_pipe = NULL;
+    const char *cerr, *aslot = NULL, *share_vm = NULL, *share_party = NULL, *mps_pipe = NULL;
     bool probe = false;
-    int i, shm_fd = -1, wake_req = -1, wake_resp = -1, acct_fd = -1;
+    int i, shm_fd = -1, wake_req = -1, wake_resp = -1, acct_fd = -1, policy_fd = -1,
+        share_fd = -1, seccomp = VCU_SECCOMP_ON, rc;
 
     memset(&cfg, 0, sizeof(cfg));
     for (i = 1; i < argc; i++) {
@@ -1243,26 +1275,22 @@ int main(int argc, char **argv)
         }
         if (v == NULL)
             vcu__usage();
-        if (strcmp(a, "--fd") == 0 || strcmp(a, "--shm") == 0 || strcmp(a, "--wake-req") == 0 ||
-            strcmp(a, "--wake-resp") == 0 || strcmp(a, "--spin-us") == 0 ||
-            strcmp(a, "--account") == 0) {
-            char *end;
-            long n = strtol(v, &end, 10);
-
-            if (*end != '\0' || n < 0 || n > INT_MAX)
-                vcu__usage();
-            if (strcmp(a, "--fd") == 0)
-                vcu__w.fd = (int)n;
-            else if (strcmp(a, "--shm") == 0)
-                shm_fd = (int)n;
-            else if (strcmp(a, "--wake-req") == 0)
-                wake_req = (int)n;
-            else if (strcmp(a, "--wake-resp") == 0)
-                wake_resp = (int)n;
-            else if (strcmp(a, "--account") == 0)
-                acct_fd = (int)n;
-            else
-                vcu__w.spin_ns = (uint64_t)n * 1000u;
+        if (strcmp(a, "--fd") == 0) {
+            vcu__w.fd = vcu__fd_arg(v);
+        } else if (strcmp(a, "--shm") == 0) {
+            shm_fd = vcu__fd_arg(v);
+        } else if (strcmp(a, "--wake-req") == 0) {
+            wake_req = vcu__fd_arg(v);
+        } else if (strcmp(a, "--wake-resp") == 0) {
+            wake_resp = vcu__fd_arg(v);
+        } else if (strcmp(a, "--account") == 0) {
+            acct_fd = vcu__fd_arg(v);
+        } else if (strcmp(a, "--policy") == 0) {
+            policy_fd = vcu__fd_arg(v);
+        } else if (strcmp(a, "--share") == 0) {
+            share_fd = vcu__fd_arg(v);
+        } else if (strcmp(a, "--spin-us") == 0) {
+            vcu__w.spin_ns = (uint64_t)vcu__fd_arg(v) * 1000u;
         } else if (strcmp(a, "--gpus") == 0) {
             cfg.gpus = v;
         } else if (strcmp(a, "--libcuda") == 0) {
@@ -1271,14 +1299,15 @@ int main(int argc, char **argv)
             cfg.capture_printf = strcmp(v, "0") != 0;
         } else if (strcmp(a, "--account-slot") == 0) {
             aslot = v;
-        } else if (strcmp(a, "--mem-quota") == 0) {
-            quota = v;
-        } else if (strcmp(a, "--share-group") == 0) {
-            share = v;
         } else if (strcmp(a, "--share-vm") == 0) {
             share_vm = v;
-        } else if (strcmp(a, "--compute-cap") == 0) {
-            share_cap = v;
+        } else if (strcmp(a, "--share-party") == 0) {
+            share_party = v;
+        } else if (strcmp(a, "--seccomp") == 0) {
+            seccomp = strcmp(v, "on") == 0    ? VCU_SECCOMP_ON
+                      : strcmp(v, "log") == 0 ? VCU_SECCOMP_LOG
+                      : strcmp(v, "off") == 0 ? VCU_SECCOMP_OFF
+                                              : (vcu__usage(), 0);
         } else if (strcmp(a, "--sms") == 0) {
             char *end;
             unsigned long n = strtoul(v, &end, 10);
@@ -1304,8 +1333,20 @@ int main(int argc, char **argv)
     if (vcu__w.fd < 0 || (!probe && (shm_fd < 0 || wake_req < 0 || wake_resp < 0)))
         vcu__usage();
 
-    /* Dies with QEMU even when the socket would not tell (a stopped
-     * parent), and never outlives it. */
+    /* Before anything else runs here: the driver, and every byte a guest
+     * sends, only ever see the filter's system calls.  A packed worker's
+     * driver connects to MPS's pipe: unix sockets, then. */
+    rc = vcu_seccomp_install(seccomp, cfg.sms != 0);
+    if (rc != 0) {
+        errno = -rc;
+        vcu__die("cannot install the seccomp filter");
+    }
+    /* Not dumpable: no core file (RLIMIT_CORE is 0 too), no ptrace by
+     * another process of our user, no /proc/PID/mem for it. */
+    prctl(PR_SET_DUMPABLE, 0);
+
+    /* Dies with the daemon (the jail asked for it already; a worker
+     * started without one too), and never outlives it. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
         return 0;
@@ -1325,9 +1366,9 @@ int main(int argc, char **argv)
     cfg.worker = 1;
     cfg.probe = probe;
     cfg.pump = vcu__pump;
-    vcu__map_account(&cfg, acct_fd, aslot, quota);
+    vcu__map_account(&cfg, acct_fd, aslot, policy_fd);
     if (!probe)
-        vcu__map_share(&cfg, share, share_vm, share_cap);
+        vcu__map_share(&cfg, share_fd, share_vm, share_party);
     if (vcu_backend_new(&cfg, &vcu__w.be) != 0)
         vcu__die("cannot create the backend");
     memset(&hello, 0, sizeof(hello));

@@ -151,6 +151,9 @@ typedef struct vcu_sched_s {
     uint32_t pid;                   /* this process's (tests: any) */
     uint32_t mine;                  /* vm_slot + 1: the grant word that lets us issue */
     uint32_t cap;                   /* this VM's cap as its command line says */
+    /* Where the VM's cap is kept up to date (the daemon's policy page, which
+     * the worker maps read-only), or NULL: cap stays as given. */
+    const _Atomic uint32_t *cap_src;
     int (*alive)(uint32_t pid);     /* whether a pid lives (tests: simulated) */
     uint64_t (*clock)(void);        /* for the lock's bound (tests: simulated) */
     /* The worker's own record of its flags (its thread alone). */
@@ -165,6 +168,14 @@ static inline uint64_t vcu__sched_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A worker in its jail sees no other process: every party named in the
+ * area counts as alive, and the daemon, which reaps them all, frees the
+ * slots and the lock of those that die (vcu__sched_party_gone()). */
+static inline int vcu__sched_party_named(uint32_t pid)
+{
+    return pid != 0;
 }
 
 static inline int vcu__sched_pid_alive(uint32_t pid)
@@ -276,6 +287,44 @@ static inline int vcu__sched_open(const char *path, int create, vcu_sched_t **ou
 fail:
     close(fd);
     return -1;
+}
+
+/*
+ * A worker's view of the daemon's group (fd, a memfd of VCU_SCHED_LEN
+ * bytes; closed here), as party: the id the daemon gave it.  0 or -1
+ * (err says why).
+ */
+static inline int vcu__sched_map_fd(int fd, uint32_t party, vcu_sched_t **out, char *err,
+                                    size_t errlen)
+{
+    struct stat st;
+    vcu_sched_t *sc;
+    void *p;
+
+    *out = NULL;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != VCU_SCHED_LEN || party == 0) {
+        close(fd);
+        snprintf(err, errlen, "the share group is not one (size, or no party id)");
+        return -1;
+    }
+    p = mmap(NULL, VCU_SCHED_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED || ((struct vcu_sched_hdr *)p)->magic != VCU_SCHED_MAGIC) {
+        if (p != MAP_FAILED)
+            munmap(p, VCU_SCHED_LEN);
+        snprintf(err, errlen, "the share group cannot be mapped, or is not one");
+        return -1;
+    }
+    sc = malloc(sizeof(*sc));
+    if (sc == NULL) {
+        munmap(p, VCU_SCHED_LEN);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    vcu__sched_view(sc, p, party);
+    sc->alive = vcu__sched_party_named;
+    *out = sc;
+    return 0;
 }
 
 static inline void vcu__sched_close(vcu_sched_t *sc)
@@ -692,6 +741,30 @@ static inline void vcu__sched_worker_gone(vcu_sched_t *sc, uint32_t pid, uint64_
     vcu__sched_unlock(sc);
 }
 
+/*
+ * The daemon, once it has reaped a worker (party: the id it gave it): the
+ * worker's slot is freed and a lock it died holding is broken, whatever
+ * its VM.
+ */
+static inline void vcu__sched_party_gone(vcu_sched_t *sc, uint32_t party, uint64_t now)
+{
+    uint32_t j, held = party;
+
+    if (party == 0)
+        return;
+    atomic_compare_exchange_strong(&sc->hdr->lock, &held, 0);
+    vcu__sched_lock(sc);
+    for (j = 0; j < VCU_SCHED_WORKERS; j++) {
+        if (atomic_load(&sc->w[j].pid) != party)
+            continue;
+        atomic_store(&sc->w[j].want, 0);
+        atomic_store(&sc->w[j].busy, 0);
+        atomic_store(&sc->w[j].pid, 0);
+    }
+    vcu__sched_step_locked(sc, now);
+    vcu__sched_unlock(sc);
+}
+
 /* What the proxy reports of its VM (taken as found: one load each). */
 static inline void vcu__sched_vm_report(vcu_sched_t *sc, uint64_t *used_ns, uint64_t *all_ns,
                                         uint64_t *grants)
@@ -740,7 +813,8 @@ static inline int vcu__sched_attach(vcu_sched_t *sc, uint32_t vm_slot, uint32_t 
     if (vm_slot >= VCU_SCHED_VMS)
         return -1;
     vcu__sched_lock(sc);
-    if (atomic_load(&sc->vm[vm_slot].pid) != parent) {
+    if (parent != 0 ? atomic_load(&sc->vm[vm_slot].pid) != parent
+                    : atomic_load(&sc->vm[vm_slot].pid) == 0) {
         vcu__sched_unlock(sc);
         return -1;
     }
@@ -791,6 +865,11 @@ static inline void vcu__sched_set_want(vcu_sched_t *sc, bool on)
  * lone holder): at or past it, a step, which renews or revokes. */
 static inline void vcu__sched_cap_check(vcu_sched_t *sc, uint64_t now)
 {
+    if (sc->cap_src != NULL) {
+        uint32_t c = atomic_load(sc->cap_src);
+
+        sc->cap = c >= 100 ? 0 : c;
+    }
     if (sc->cap == 0 || !sc->issued || now < sc->deadline)
         return;
     vcu__sched_step(sc, now);
@@ -821,7 +900,7 @@ static inline bool vcu__sched_issue(vcu_sched_t *sc)
             /* Busy is set: the grant cannot move on meanwhile. */
             atomic_compare_exchange_strong(&sc->hdr->first_ns, &none, sc->clock());
         }
-        if (sc->cap != 0) {
+        if (sc->cap != 0 || sc->cap_src != NULL) {
             vcu__sched_cap_check(sc, sc->clock());
             if (atomic_load(&sc->hdr->grant) != sc->mine)
                 return false;

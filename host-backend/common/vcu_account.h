@@ -52,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vcu_link.h"
 #include "vcu_proto.h"
 
 #define VCU_ACCT_MAGIC 0x31746363612d7576ull    /* "vu-acct1" */
@@ -86,7 +87,10 @@ typedef struct vcu_account_s {
     struct vcu_acct_slot *slot;
     size_t len;
     int fd;                         /* the memfd, for spawning (proxy); -1 in a worker */
-    uint64_t quota;                 /* what this process enforces */
+    uint64_t quota;                 /* what this process enforces, unless policy */
+    /* The VM's policy page (vcu_link.h), kept by the daemon: its quota is
+     * the one enforced, as it is now.  NULL: quota. */
+    const struct vcu_policy *policy;
     uint32_t nslots;
     _Atomic unsigned int refs;
     /* The proxy's own record of which slots are handed out (never read
@@ -201,6 +205,36 @@ static inline int vcu__acct_map(int fd, uint64_t quota, vcu_account_t **out)
     a->len = (size_t)st.st_size;
     a->nslots = (uint32_t)((a->len - sizeof(struct vcu_acct_hdr)) / sizeof(struct vcu_acct_slot));
     a->quota = quota;
+    *out = a;
+    return 0;
+}
+
+/* QEMU's: the daemon's area, read-only (fd is closed), for reports. */
+static inline int vcu__acct_map_ro(int fd, vcu_account_t **out)
+{
+    vcu_account_t *a;
+    struct stat st;
+    void *p;
+
+    *out = NULL;
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)vcu__acct_len(1) ||
+        (uint64_t)st.st_size > vcu__acct_len(1u << 20)) {
+        close(fd);
+        return VCU_EINVAL;
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return VCU_EIO;
+    a = vcu__acct_alloc();
+    if (a == NULL) {
+        munmap(p, (size_t)st.st_size);
+        return VCU_ENOMEM;
+    }
+    a->hdr = p;
+    a->slot = (struct vcu_acct_slot *)(a->hdr + 1);
+    a->len = (size_t)st.st_size;
+    a->nslots = (uint32_t)((a->len - sizeof(struct vcu_acct_hdr)) / sizeof(struct vcu_acct_slot));
     *out = a;
     return 0;
 }
@@ -373,6 +407,17 @@ static inline uint64_t vcu__acct_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The quota to enforce now: the daemon's policy page, else as given. */
+static inline uint64_t vcu__acct_quota(const vcu_account_t *a)
+{
+    return a->policy != NULL ? atomic_load(&a->policy->mem_quota) : a->quota;
+}
+
+static inline void vcu__acct_set_policy(vcu_account_t *a, const struct vcu_policy *p)
+{
+    a->policy = p;
+}
+
 /*
  * Worker side: charges n bytes of device dev to slot.  0, or -1 when the
  * VM's charges would pass the quota (or the lock stays held past
@@ -382,7 +427,7 @@ static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uin
 {
     struct vcu_acct_slot *s;
     uint32_t mine = (uint32_t)slot + 1, free_ = 0;
-    uint64_t used, t0 = 0;
+    uint64_t used, t0 = 0, quota = vcu__acct_quota(a);
     unsigned int spins = 0;
 
     if (slot < 0 || (uint32_t)slot >= a->nslots || dev >= VCU_ACCT_DEVS)
@@ -390,11 +435,11 @@ static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uin
     s = &a->slot[slot];
     if (n == 0)
         return 0;
-    if (a->quota == 0) {
+    if (quota == 0) {
         atomic_fetch_add(&s->charged[dev], n);
         return 0;
     }
-    if (n > a->quota)
+    if (n > quota)
         return -1;
     while (!atomic_compare_exchange_weak(&a->hdr->lock, &free_, mine)) {
         free_ = 0;
@@ -407,7 +452,7 @@ static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uin
         sched_yield();
     }
     used = vcu__acct_used(a, dev);
-    if (used > a->quota - n) {
+    if (used > quota - n) {
         atomic_store(&a->hdr->lock, 0);
         return -1;
     }
@@ -424,7 +469,9 @@ static inline int vcu__acct_add(vcu_account_t *a, int slot, uint32_t dev, uint64
     if (slot < 0 || (uint32_t)slot >= a->nslots || dev >= VCU_ACCT_DEVS)
         return -1;
     atomic_fetch_add(&a->slot[slot].charged[dev], n);
-    return a->quota != 0 && vcu__acct_used(a, dev) > a->quota ? -1 : 0;
+    uint64_t quota = vcu__acct_quota(a);
+
+    return quota != 0 && vcu__acct_used(a, dev) > quota ? -1 : 0;
 }
 
 /* Worker side: gives back n bytes (never below zero). */

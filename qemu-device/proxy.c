@@ -1,7 +1,8 @@
 /*
  * virtio-cuda session proxy (vcu_proxy.h): one worker process per guest
- * session, reached over two shared-memory rings and a stream socket
- * (vcu_ipc.h, "The hot path").
+ * session, started by the host daemon and reached over two shared-memory
+ * rings and a stream socket (vcu_ipc.h, "The hot path"); the daemon over
+ * the link (vcu_link.h).
  *
  * Threads
  * -------
@@ -12,7 +13,9 @@
  * a worker's end is seen at once), and a sender that writes whatever the
  * submitting thread could not write at once without blocking: frames
  * behind a full request ring, socket bytes behind a full socket.  So a
- * slow, stopped or dead worker never blocks the submitter.
+ * slow, stopped or dead worker never blocks the submitter.  With
+ * cfg.daemon the proxy has one more thread, the link's reader; with the
+ * transport's link, frames come on whatever thread the transport uses.
  *
  * The submitter polls: after a synchronous request that went straight
  * onto the ring, it watches the reply ring itself for at most poll_ns
@@ -29,33 +32,32 @@
  * request.
  *
  * Lock order: vcu_proxy_t.mu -> vcu__psess_t.mu; rx_busy ->
- * vcu__psess_t.mu.  Neither mutex is held across a done callback, a wait
- * for a process or a blocking socket call; rx_busy is held across done
- * callbacks (so they must not submit).
- *   vcu_proxy_t.mu   the session table, the zombie list, counters.
+ * vcu__psess_t.mu; any of them -> vcu_proxy_t.lmu.  Neither mutex is held
+ * across a done callback, a wait for a process or a blocking socket call;
+ * rx_busy is held across done callbacks (so they must not submit).
+ *   vcu_proxy_t.mu   the session table, the zombie list, counters, the
+ *                    link's state (up, the slice, the account's mapping).
  *   vcu__psess_t.mu  the session's send queue, its pending requests, the
- *                    regions it was sent, wid, its close request, stop.
+ *                    regions it was sent, wid, its close request, stop,
+ *                    what the daemon said of its worker (spawn, pidfd).
  *   rx_busy          the reply ring's consumer side (resp), and
  *                    vcu_proxy_t.pbuf while the submitter polls.
- *   vcu_account_t.mu which memory account slots are handed out
- *                    (vcu_account.h); innermost, taken under
- *                    vcu__psess_t.mu when a reaped worker's slot is freed.
- *   share group lock the compute-share area's word lock (vcu_sched.h,
- *                    bounded: a dead or slow holder loses it); innermost,
- *                    taken under vcu__psess_t.mu when a reaped worker's
- *                    group slot is freed, never with vcu_account_t.mu.
+ *   vcu_proxy_t.lmu  the native link's socket, for sending (cfg.daemon).
  *
  * Lifetimes
  * ---------
- * A session enters the table at SESSION_OPEN, when its worker is spawned,
- * and leaves it at SESSION_CLOSE or reset.  At SESSION_CLOSE its worker
- * is killed; the reader, once the process is gone (so its GPU work can no
- * longer touch guest memory), completes what was still pending with
+ * A session enters the table at SESSION_OPEN, when the proxy asks the
+ * daemon for its worker (SPAWN with the worker's ends of the channel),
+ * and leaves it at SESSION_CLOSE or reset.  The daemon answers SPAWNED
+ * with the worker's pidfd, or with why it will not start one.  At
+ * SESSION_CLOSE the proxy asks the daemon to kill the worker; the reader,
+ * once the process is gone (its pidfd says so: its GPU work can no longer
+ * touch guest memory), completes what was still pending with
  * VCU_S_ECANCELED and the close itself with VCU_S_OK, then parks the
  * session on px->zombies, freed by the next open, reset or free.  A reset
- * kills every worker, joins the session threads (they end as soon as
- * their socket is shut down), completes what was pending and leaves the
- * processes to a reaper thread each.
+ * asks for every worker's end, joins the session threads (they end as
+ * soon as their socket is shut down) and completes what was pending; it
+ * does not wait for the processes.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE                 /* memfd_create */
@@ -65,7 +67,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,14 +75,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "vcu_account.h"
-#include "vcu_sched.h"
 #include "vcu_ipc.h"
-#include "vcu_modcache.h"
+#include "vcu_link.h"
 #include "vcu_proxy.h"
 #include "vcu_ring.h"
 
@@ -101,14 +101,20 @@
 #define VCU__PX_FBUF (24u * 1024u)
 /* Pending entries a session keeps for reuse. */
 #define VCU__PX_PCACHE 64u
-/* The worker's fds: the socket, the shared area, the rings' doorbells. */
-#define VCU__PX_FD_SOCK 3
-#define VCU__PX_FD_SHM 4
-#define VCU__PX_FD_WAKE_REQ 5
-#define VCU__PX_FD_WAKE_RESP 6
-#define VCU__PX_FD_ACCT 7
+/* How long vcu_proxy_new() waits for the daemon's WELCOME (its probe of
+ * CUDA loads the driver). */
+#define VCU__PX_WELCOME_MS 120000
+/* A worker whose fate the daemon can no longer tell (the link went down
+ * before it answered SPAWN) counts as gone this long after its socket
+ * closed: it was killed with the daemon, or by it. */
+#define VCU__PX_ORPHAN_NS (200ull * 1000 * 1000)
 
-extern char **environ;
+/* What the daemon said of a session's worker. */
+enum {
+    VCU__PX_SPAWN_PENDING = 0,      /* SPAWN sent, no answer yet */
+    VCU__PX_SPAWN_OK = 1,           /* running (or was): pidfd tells when it is gone */
+    VCU__PX_SPAWN_FAILED = 2,       /* never started */
+};
 
 typedef struct vcu__pframe_s {
     struct vcu__pframe_s *next;
@@ -123,17 +129,12 @@ typedef struct vcu__preq_s {
     vcu_request_t *req;
     uint64_t tag;
     uint64_t req_id;
-    bool open;                      /* the SESSION_OPEN that started the worker */
+    bool open;                      /* the session's SESSION_OPEN */
 } vcu__preq_t;
 
 typedef struct vcu__psess_s vcu__psess_t;
 
 struct vcu_proxy_s {
-    char *worker;
-    char *gpus;
-    char *libcuda;
-    char *module_cache;             /* NULL: none */
-    uint64_t module_cache_bytes;
     int capture_printf;
     uint32_t ring_bytes;            /* request ring per session */
     unsigned int spin_us;
@@ -147,33 +148,41 @@ struct vcu_proxy_s {
     uint64_t next_gen;
     vcu__psess_t *zombies;          /* closed, threads to join */
     vcu__psess_t *closing;          /* SESSION_CLOSE sent, worker not yet gone */
-    char cuda_error[256];           /* the probe's answer: "" when CUDA works */
-    /* The VM's GPU memory account (vcu_account.h), shared with every
-     * worker; a session's slot is freed once its worker is reaped.  Its
-     * own lock; reaper threads hold a reference. */
+
+    /* The link (vcu_link.h): the transport's, or the native one below. */
+    vcu_proxy_link_t link;
+    struct vcu_link_hello hello;    /* sent at each connection */
+    bool link_up;                   /* welcomed (mu) */
+    bool link_gen_down;             /* the link went down since the session's spawn (mu) */
+    uint64_t link_gen;              /* counts welcomes (mu) */
+    struct vcu_link_slice slice;    /* what the daemon gave (mu) */
+    uint64_t vm_id;                 /* (mu) */
+    char cuda_error[256];           /* the daemon's probe: "" when CUDA works (mu) */
+    /* The VM's account and policy as the daemon shares them, read-only;
+     * replaced at each welcome, the old ones kept until free (readers
+     * hold no reference). */
     vcu_account_t *acct;
-    /* The compute-share group (vcu_sched.h) with this VM's slot claimed,
-     * or NULL; constant from new to free.  Its own lock (the area's). */
-    vcu_sched_t *sched;
-    char *share_group;
-    /* Packed mode: the SMs of each worker's context and the MPS control
-     * daemon's pipe directory; 0 and NULL in isolated mode. */
-    uint32_t sms;
-    char *mps_pipe;
+    const struct vcu_policy *policy;
+    vcu_account_t *old_acct[8];
+    const struct vcu_policy *old_policy[8];
+    unsigned int nold;
+
+    /* The native link (cfg.daemon). */
+    int lfd;                        /* -1: the transport's link */
+    pthread_mutex_t lmu;            /* sending on lfd */
+    pthread_t lthread;
+    bool lthread_on;
 };
 
 struct vcu__psess_s {
     vcu_proxy_t *px;
     uint64_t id;                    /* the guest's session id */
     unsigned int slot;
-    int acct_slot;                  /* in px->acct; -1 once released */
-    pid_t pid;
     int fd;
     void *shm;                      /* the shared area, shm_len bytes */
     size_t shm_len;
     int wake_req;                   /* request ring's doorbell: we ring it */
     int wake_resp;                  /* reply ring's doorbell: the reader sleeps on it */
-    int wake_peer[2];               /* their other ends, the worker's, until spawned */
     vcu__ring_t resp;               /* consumed under rx_busy */
     int rx_busy;                    /* taken (trylock only) to consume resp */
     /* Until when (vcu__ring_now_ns()) a submitter polls for its reply, or
@@ -199,6 +208,14 @@ struct vcu__psess_s {
     int sent_fds[VCU_IPC_MAX_REGIONS];
     unsigned int nsent;
     vcu_request_t *close_req;       /* SESSION_CLOSE waiting for the exit */
+    /* The worker, as the daemon told (mu). */
+    int spawn;                      /* VCU__PX_SPAWN_* */
+    uint32_t spawn_status;          /* why it failed: the open's status */
+    uint64_t spawn_gen;             /* px->link_gen when SPAWN went out */
+    int pidfd;                      /* readable once the worker is gone; -1: none */
+    uint32_t pid;                   /* its host pid, for reports */
+    int acct_slot;                  /* its slot in the VM's account; -1: none */
+    bool kill_sent;
     bool stop;                      /* reset: threads end now */
     bool broken;                    /* a send failed or a ring broke: the link is gone */
     bool dead;                      /* the reader has ended: nothing more is answered */
@@ -208,13 +225,76 @@ struct vcu__psess_s {
     _Alignas(8) unsigned char fbuf[VCU__PX_FBUF];  /* s->mu: a frame being built */
 };
 
-/* Kills the worker unless it has been reaped (a pid of -1 must never
- * reach kill(): that signals every process we may). */
+/* ---- the link: sending --------------------------------------------------- */
+
+/* Sends one frame to the daemon; fds are copied (the caller keeps its
+ * own).  0, or -1 when the link is down. */
+static int vcu__px_link_send(vcu_proxy_t *px, uint32_t type, uint64_t id, const void *body,
+                             size_t len, const int *fds, unsigned int nfds)
+{
+    struct vcu_link_hdr h = { .type = type, .len = (uint32_t)len, .id = id };
+    unsigned char buf[sizeof(h) + sizeof(struct vcu_link_hello)];
+    union {
+        struct cmsghdr c;
+        char b[CMSG_SPACE(sizeof(int) * VCU_LINK_MAX_FDS)];
+    } ctl;
+    struct iovec iov;
+    struct msghdr m;
+    size_t off = 0;
+    int rc = 0;
+
+    if (len > sizeof(buf) - sizeof(h) || nfds > VCU_LINK_MAX_FDS)
+        return -1;
+    memcpy(buf, &h, sizeof(h));
+    if (len > 0)
+        memcpy(buf + sizeof(h), body, len);
+    if (px->lfd < 0)
+        return px->link.send(px->link.opaque, buf, sizeof(h) + len, fds, nfds);
+    /* The native link: small frames, a daemon that reads them at once. */
+    pthread_mutex_lock(&px->lmu);
+    while (off < sizeof(h) + len) {
+        ssize_t n;
+
+        iov.iov_base = buf + off;
+        iov.iov_len = sizeof(h) + len - off;
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        if (off == 0 && nfds > 0) {
+            memset(&ctl, 0, sizeof(ctl));
+            m.msg_control = ctl.b;
+            m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+            CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
+            CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
+            CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+            memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), fds, sizeof(int) * nfds);
+        }
+        n = sendmsg(px->lfd, &m, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = -1;
+            break;
+        }
+        off += (size_t)n;
+    }
+    pthread_mutex_unlock(&px->lmu);
+    return rc;
+}
+
+/* Asks the daemon to kill the session's worker (once).  s->mu held. */
+static void vcu__px_kill_locked(vcu__psess_t *s)
+{
+    if (s->kill_sent || s->spawn == VCU__PX_SPAWN_FAILED)
+        return;
+    s->kill_sent = true;
+    (void)vcu__px_link_send(s->px, VCU_LINK_KILL, s->id, NULL, 0, NULL, 0);
+}
+
 static void vcu__px_kill(vcu__psess_t *s)
 {
     pthread_mutex_lock(&s->mu);
-    if (s->pid > 0)
-        kill(s->pid, SIGKILL);
+    vcu__px_kill_locked(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -277,8 +357,11 @@ static void vcu__px_cancel_all(vcu__psess_t *s, uint32_t status)
 {
     vcu__preq_t *p, *list;
     vcu_request_t *close_req;
+    uint32_t open_status;
 
     pthread_mutex_lock(&s->mu);
+    /* A worker the daemon would not start: the open says why. */
+    open_status = s->spawn == VCU__PX_SPAWN_FAILED ? s->spawn_status : status;
     list = s->pending;
     s->pending = NULL;
     s->pending_tail = NULL;
@@ -287,7 +370,7 @@ static void vcu__px_cancel_all(vcu__psess_t *s, uint32_t status)
     pthread_mutex_unlock(&s->mu);
     while ((p = list) != NULL) {
         list = p->next;
-        vcu__px_complete(p->req, p->req_id, status);
+        vcu__px_complete(p->req, p->req_id, p->open ? open_status : status);
         free(p);
     }
     if (close_req != NULL)
@@ -381,8 +464,7 @@ static bool vcu__px_ring_try_locked(vcu__psess_t *s, const unsigned char *buf)
         if (rc < 0) {
             /* The worker wrote an impossible head. */
             s->broken = true;
-            if (s->pid > 0)
-                kill(s->pid, SIGKILL);
+            vcu__px_kill_locked(s);
         }
     }
     return s->broken;
@@ -421,8 +503,7 @@ static bool vcu__px_ring_flush_locked(vcu__psess_t *s)
             return false;
         if (rc < 0) {
             s->broken = true;
-            if (s->pid > 0)
-                kill(s->pid, SIGKILL);
+            vcu__px_kill_locked(s);
             break;
         }
         s->rqhead = f->next;
@@ -580,41 +661,63 @@ static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *bo
     req->done(req);
 }
 
-/* The session's worker is gone (reaped) or never ran: what it had
- * charged to the VM's memory account comes back. */
-static void vcu__px_acct_release(vcu__psess_t *s)
+/* Whether the daemon that was asked for s's worker can still answer for
+ * it: the link is up and has not been welcomed anew since. */
+static bool vcu__px_asked_daemon_there(vcu__psess_t *s)
 {
-    if (s->acct_slot >= 0)
-        vcu__acct_release(s->px->acct, s->acct_slot);
-    s->acct_slot = -1;
+    vcu_proxy_t *px = s->px;
+    bool there;
+
+    pthread_mutex_lock(&px->mu);
+    there = px->link_up && px->link_gen == s->spawn_gen;
+    pthread_mutex_unlock(&px->mu);
+    return there;
 }
 
-/* Waits for the killed worker to be gone, unless a reset comes first
- * (which does not wait). */
+/*
+ * Waits for the killed worker to be gone, unless a reset comes first
+ * (which does not wait): its pidfd readable; or the daemon said it never
+ * started; or, when the daemon that was asked went away before it
+ * answered, VCU__PX_ORPHAN_NS after its socket closed (the daemon killed
+ * it when our link closed, or it died with the daemon).
+ */
 static void vcu__px_wait_exit(vcu__psess_t *s)
 {
+    uint64_t orphan_since = 0;
+
     for (;;) {
         struct timespec ts = { 0, 5 * 1000 * 1000 };
-        pid_t r;
+        int spawn, pidfd;
         bool stop;
 
         pthread_mutex_lock(&s->mu);
-        r = waitpid(s->pid, NULL, WNOHANG);
-        if (r == s->pid || (r < 0 && errno != EINTR)) {
-            if (r == s->pid && s->px->sched != NULL)
-                vcu__sched_worker_gone(s->px->sched, (uint32_t)r, vcu__sched_now());
-            s->pid = -1;
-            vcu__px_acct_release(s);
-            pthread_mutex_unlock(&s->mu);
-            return;
-        }
+        spawn = s->spawn;
+        pidfd = s->pidfd;
         stop = s->stop;
         pthread_mutex_unlock(&s->mu);
-        if (stop)
+        if (stop || spawn == VCU__PX_SPAWN_FAILED)
             return;
+        if (spawn == VCU__PX_SPAWN_OK && pidfd >= 0) {
+            struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+            if (poll(&p, 1, 5) > 0)
+                return;
+            continue;
+        }
+        if (spawn == VCU__PX_SPAWN_OK)
+            return;                 /* no pidfd came: nothing to wait on */
+        if (!vcu__px_asked_daemon_there(s)) {
+            uint64_t now = vcu__ring_now_ns();
+
+            if (orphan_since == 0)
+                orphan_since = now;
+            else if (now - orphan_since > VCU__PX_ORPHAN_NS)
+                return;
+        }
         nanosleep(&ts, NULL);
     }
 }
+
 
 static void *vcu__px_reader(void *arg)
 {
@@ -756,57 +859,21 @@ typedef struct vcu__preap_s {
     int acct_slot;
 } vcu__preap_t;
 
-static void *vcu__px_reaper(void *arg)
-{
-    vcu__preap_t *r = arg;
+/* ---- sessions ---------------------------------------------------------- */
 
-    while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    if (r->acct_slot >= 0)
-        vcu__acct_release(r->acct, r->acct_slot);
-    vcu__acct_put(r->acct);
-    free(r);
-    return NULL;
-}
-
-/* Ends a session's threads and process without waiting for the process;
- * completes what is pending.  s is out of the table. */
+/* Ends a session's threads and asks for its worker's end without waiting
+ * for it; completes what is pending.  s is out of the table. */
 static void vcu__px_sess_end(vcu__psess_t *s)
 {
-    pthread_t t;
-    pthread_attr_t a;
-
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     pthread_cond_broadcast(&s->cond);
+    vcu__px_kill_locked(s);
     pthread_mutex_unlock(&s->mu);
-    vcu__px_kill(s);
     shutdown(s->fd, SHUT_RDWR);
     pthread_join(s->reader, NULL);
     pthread_join(s->sender, NULL);
     vcu__px_cancel_all(s, VCU_S_ECANCELED);
-    if (s->pid > 0) {
-        vcu__preap_t *r = malloc(sizeof(*r));
-
-        if (r != NULL && pthread_attr_init(&a) == 0) {
-            r->pid = s->pid;
-            r->acct = vcu__acct_get(s->px->acct);
-            r->acct_slot = s->acct_slot;
-            pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-            if (pthread_create(&t, &a, vcu__px_reaper, r) == 0) {
-                s->acct_slot = -1;  /* the reaper's now */
-                r = NULL;
-            } else {
-                vcu__acct_put(r->acct);
-            }
-            pthread_attr_destroy(&a);
-        }
-        free(r);
-        /* No reaper: the process is killed; what it held goes with it. */
-        if (s->acct_slot >= 0)
-            waitpid(s->pid, NULL, WNOHANG);
-    }
-    vcu__px_acct_release(s);
 }
 
 static void vcu__px_sess_free(vcu__psess_t *s)
@@ -828,6 +895,8 @@ static void vcu__px_sess_free(vcu__psess_t *s)
         free(p);
     }
     close(s->fd);
+    if (s->pidfd >= 0)
+        close(s->pidfd);
     if (s->shm != NULL)
         munmap(s->shm, s->shm_len);
     close(s->wake_req);
@@ -858,155 +927,6 @@ static void vcu__px_reap_zombies(vcu_proxy_t *px)
     }
 }
 
-/*
- * Starts the worker with its end of the socket as fd 3 and, for a
- * session (s), the shared area and the rings' doorbells as fds 4, 5, 6
- * and the VM's memory account as fd 7 (with the session's slot in it and
- * the quota on the command line).
- * Every fd given is above them first, so that no dup2 overwrites
- * another's source.
- */
-static int vcu__px_spawn(vcu_proxy_t *px, int child_fd, vcu__psess_t *s, pid_t *pid, bool probe)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    sigset_t none, all;
-    char cap[2] = { px->capture_printf ? '1' : '0', '\0' };
-    char spin[16], aslot[16], quota[24], mcsize[24], svm[16], scap[16], sms[16];
-    char *argv[40];
-    int src[5] = { -1, -1, -1, -1, -1 };
-    int argc = 0, rc, i;
-
-    src[0] = fcntl(child_fd, F_DUPFD_CLOEXEC, 16);
-    if (s != NULL) {
-        int shm_fd = memfd_create("vcu-ring", MFD_CLOEXEC);
-
-        if (shm_fd >= 0) {
-            src[1] = fcntl(shm_fd, F_DUPFD_CLOEXEC, 16);
-            close(shm_fd);
-        }
-        src[2] = fcntl(s->wake_peer[0], F_DUPFD_CLOEXEC, 16);
-        src[3] = fcntl(s->wake_peer[1], F_DUPFD_CLOEXEC, 16);
-        src[4] = fcntl(px->acct->fd, F_DUPFD_CLOEXEC, 16);
-        if (src[1] < 0 || ftruncate(src[1], (off_t)s->shm_len) != 0 ||
-            (s->shm = mmap(NULL, s->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, src[1], 0)) ==
-                MAP_FAILED) {
-            s->shm = NULL;
-            rc = VCU_EIO;
-            goto out;
-        }
-    }
-    for (i = 0; i < (s != NULL ? 5 : 1); i++)
-        if (src[i] < 0) {
-            rc = VCU_EIO;
-            goto out;
-        }
-    if (s != NULL) {
-        struct vcu_ipc_shm *shm = s->shm;
-        unsigned char *base = s->shm;
-
-        shm->magic = VCU_IPC_SHM_MAGIC;
-        shm->req_size = px->ring_bytes;
-        shm->resp_size = VCU_IPC_RESP_RING;
-        vcu__ring_init(&s->req, &shm->req, base + VCU_IPC_SHM_HDR, px->ring_bytes, s->wake_req);
-        vcu__ring_init(&s->resp, &shm->resp, base + VCU_IPC_SHM_HDR + px->ring_bytes,
-                       VCU_IPC_RESP_RING, s->wake_resp);
-    }
-
-    argv[argc++] = px->worker;
-    argv[argc++] = (char *)"--fd";
-    argv[argc++] = (char *)"3";
-    argv[argc++] = (char *)"--capture-printf";
-    argv[argc++] = cap;
-    if (s != NULL) {
-        snprintf(spin, sizeof(spin), "%u", px->spin_us);
-        argv[argc++] = (char *)"--shm";
-        argv[argc++] = (char *)"4";
-        argv[argc++] = (char *)"--wake-req";
-        argv[argc++] = (char *)"5";
-        argv[argc++] = (char *)"--wake-resp";
-        argv[argc++] = (char *)"6";
-        argv[argc++] = (char *)"--spin-us";
-        argv[argc++] = spin;
-        snprintf(aslot, sizeof(aslot), "%d", s->acct_slot);
-        snprintf(quota, sizeof(quota), "%llu", (unsigned long long)px->acct->quota);
-        argv[argc++] = (char *)"--account";
-        argv[argc++] = (char *)"7";
-        argv[argc++] = (char *)"--account-slot";
-        argv[argc++] = aslot;
-        argv[argc++] = (char *)"--mem-quota";
-        argv[argc++] = quota;
-    }
-    if (px->gpus != NULL) {
-        argv[argc++] = (char *)"--gpus";
-        argv[argc++] = px->gpus;
-    }
-    if (px->libcuda != NULL) {
-        argv[argc++] = (char *)"--libcuda";
-        argv[argc++] = px->libcuda;
-    }
-    if (px->module_cache != NULL) {
-        snprintf(mcsize, sizeof(mcsize), "%llu", (unsigned long long)px->module_cache_bytes);
-        argv[argc++] = (char *)"--module-cache";
-        argv[argc++] = px->module_cache;
-        argv[argc++] = (char *)"--module-cache-size";
-        argv[argc++] = mcsize;
-    }
-    if (px->sched != NULL && !probe) {
-        snprintf(svm, sizeof(svm), "%d", px->sched->vm_slot);
-        snprintf(scap, sizeof(scap), "%u", px->sched->cap);
-        argv[argc++] = (char *)"--share-group";
-        argv[argc++] = px->share_group;
-        argv[argc++] = (char *)"--share-vm";
-        argv[argc++] = svm;
-        argv[argc++] = (char *)"--compute-cap";
-        argv[argc++] = scap;
-    }
-    if (px->sms != 0) {
-        snprintf(sms, sizeof(sms), "%u", px->sms);
-        argv[argc++] = (char *)"--sms";
-        argv[argc++] = sms;
-        argv[argc++] = (char *)"--mps-pipe";
-        argv[argc++] = px->mps_pipe;
-    }
-    if (probe)
-        argv[argc++] = (char *)"--probe";
-    argv[argc] = NULL;
-
-    rc = VCU_ENOMEM;
-    if (posix_spawn_file_actions_init(&fa) != 0)
-        goto out;
-    if (posix_spawnattr_init(&at) != 0) {
-        posix_spawn_file_actions_destroy(&fa);
-        goto out;
-    }
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &all);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    /* Device printf the worker does not capture goes nowhere, never to
-     * QEMU's stdout (a serial console, a monitor). */
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, src[0], VCU__PX_FD_SOCK);
-    if (s != NULL) {
-        posix_spawn_file_actions_adddup2(&fa, src[1], VCU__PX_FD_SHM);
-        posix_spawn_file_actions_adddup2(&fa, src[2], VCU__PX_FD_WAKE_REQ);
-        posix_spawn_file_actions_adddup2(&fa, src[3], VCU__PX_FD_WAKE_RESP);
-        posix_spawn_file_actions_adddup2(&fa, src[4], VCU__PX_FD_ACCT);
-    }
-    rc = posix_spawn(pid, px->worker, &fa, &at, argv, environ) == 0 ? 0 : VCU_EIO;
-    posix_spawnattr_destroy(&at);
-    posix_spawn_file_actions_destroy(&fa);
-out:
-    for (i = 0; i < 5; i++)
-        if (src[i] >= 0)
-            close(src[i]);
-    return rc;
-}
-
-/* SESSION_OPEN: a new worker, told to open its session. */
 static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
                             bool open);
 
@@ -1022,12 +942,56 @@ static int vcu__px_doorbell(int *ours, int *theirs)
     return 0;
 }
 
+/*
+ * The session's channel: the socket pair, the shared area with its two
+ * rings (ours mapped and bound), the doorbells.  The worker's ends go into
+ * theirs[] (socket, area, request doorbell, reply doorbell) for the
+ * daemon.  0, or -1 (what was made is undone by the caller: every fd in
+ * theirs[] and s that is not -1).
+ */
+static int vcu__px_channel(vcu_proxy_t *px, vcu__psess_t *s, int theirs[VCU_LINK_SPAWN_FDS])
+{
+    struct vcu_ipc_shm *shm;
+    unsigned char *base;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return -1;
+    s->fd = sv[0];
+    theirs[0] = sv[1];
+    s->shm_len = VCU_IPC_SHM_HDR + (size_t)px->ring_bytes + VCU_IPC_RESP_RING;
+    theirs[1] = memfd_create("vcu-ring", MFD_CLOEXEC);
+    if (theirs[1] < 0 || ftruncate(theirs[1], (off_t)s->shm_len) != 0)
+        return -1;
+    s->shm = mmap(NULL, s->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, theirs[1], 0);
+    if (s->shm == MAP_FAILED) {
+        s->shm = NULL;
+        return -1;
+    }
+    /* Doorbells are sockets, not eventfds: a socket wakes its reader as a
+     * synchronous hand-over (the waker is about to wait), which the
+     * scheduler serves on the waker's CPU rather than an idle one. */
+    if (vcu__px_doorbell(&s->wake_req, &theirs[2]) != 0 ||
+        vcu__px_doorbell(&s->wake_resp, &theirs[3]) != 0)
+        return -1;
+    shm = s->shm;
+    base = s->shm;
+    shm->magic = VCU_IPC_SHM_MAGIC;
+    shm->req_size = px->ring_bytes;
+    shm->resp_size = VCU_IPC_RESP_RING;
+    vcu__ring_init(&s->req, &shm->req, base + VCU_IPC_SHM_HDR, px->ring_bytes, s->wake_req);
+    vcu__ring_init(&s->resp, &shm->resp, base + VCU_IPC_SHM_HDR + px->ring_bytes,
+                   VCU_IPC_RESP_RING, s->wake_resp);
+    return 0;
+}
+
 static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_req_hdr *h)
 {
     vcu__psess_t *s;
-    int sv[2], rc;
-    unsigned int slot;
+    int theirs[VCU_LINK_SPAWN_FDS] = { -1, -1, -1, -1 };
+    unsigned int slot, i;
     uint32_t status = VCU_S_ENOMEM;
+    bool sent;
 
     vcu__px_reap_zombies(px);
     /* Aligned: poll_until has a cache line of its own. */
@@ -1036,19 +1000,23 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
         goto fail;
     memset(s, 0, sizeof(*s));
     s->px = px;
-    s->pid = -1;
-    s->acct_slot = -1;
     s->fd = -1;
     s->wake_req = -1;
     s->wake_resp = -1;
-    s->wake_peer[0] = -1;
-    s->wake_peer[1] = -1;
+    s->pidfd = -1;
+    s->acct_slot = -1;
     if (pthread_mutex_init(&s->mu, NULL) != 0)
         goto fail_s;
     if (pthread_cond_init(&s->cond, NULL) != 0)
         goto fail_mu;
 
     pthread_mutex_lock(&px->mu);
+    if (!px->link_up) {
+        /* No daemon to start a worker: the guest's CUDA says no device. */
+        pthread_mutex_unlock(&px->mu);
+        status = VCU_S_ENODEV;
+        goto fail_cond;
+    }
     if (px->nlive >= px->max_sessions) {
         pthread_mutex_unlock(&px->mu);
         status = VCU_S_EBUSY;
@@ -1059,60 +1027,48 @@ static void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_r
             break;
     s->slot = slot;
     s->id = (px->next_gen++ << 32) | (uint64_t)(slot + 1);
+    s->spawn_gen = px->link_gen;
     px->sessions[slot] = s;         /* reserved; undone below on failure */
     px->nlive++;
     pthread_mutex_unlock(&px->mu);
 
-    /* Slots are twice the sessions: a reset's workers hold theirs until
-     * they are reaped, while new sessions start. */
-    s->acct_slot = vcu__acct_claim(px->acct, s->id);
-    if (s->acct_slot < 0) {
-        status = VCU_S_EBUSY;
-        goto fail_slot;
-    }
     status = VCU_S_EIO;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    if (vcu__px_channel(px, s, theirs) != 0)
         goto fail_slot;
-    s->fd = sv[0];
-    s->shm_len = VCU_IPC_SHM_HDR + (size_t)px->ring_bytes + VCU_IPC_RESP_RING;
-    /* Doorbells are sockets, not eventfds: a socket wakes its reader
-     * as a synchronous hand-over (the waker is about to wait), which the
-     * scheduler serves on the waker's CPU rather than an idle one. */
-    if (vcu__px_doorbell(&s->wake_req, &s->wake_peer[0]) != 0 ||
-        vcu__px_doorbell(&s->wake_resp, &s->wake_peer[1]) != 0) {
-        close(sv[1]);
-        goto fail_slot;
-    }
-    rc = vcu__px_spawn(px, sv[1], s, &s->pid, false);
-    close(sv[1]);
-    close(s->wake_peer[0]);
-    close(s->wake_peer[1]);
-    s->wake_peer[0] = s->wake_peer[1] = -1;
-    if (rc != 0)
-        goto fail_slot;
-    vcu__acct_set_pid(px->acct, s->acct_slot, (uint32_t)s->pid);
     if (pthread_create(&s->sender, NULL, vcu__px_sender, s) != 0)
-        goto fail_kill;
+        goto fail_slot;
     if (pthread_create(&s->reader, NULL, vcu__px_reader, s) != 0) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->sender, NULL);
-        goto fail_kill;
+        goto fail_slot;
     }
+    /* The open waits in the ring for the worker; then the daemon is asked
+     * for it.  Until the worker's end of the socket is closed below, the
+     * reader cannot see the link end. */
     vcu__px_forward(s, req, h, true);
+    sent = vcu__px_link_send(px, VCU_LINK_SPAWN, s->id, NULL, 0, theirs, VCU_LINK_SPAWN_FDS) == 0;
+    if (!sent) {
+        /* The link went down just now: no worker will come. */
+        pthread_mutex_lock(&s->mu);
+        s->spawn = VCU__PX_SPAWN_FAILED;
+        s->spawn_status = VCU_S_ENODEV;
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (i = 0; i < VCU_LINK_SPAWN_FDS; i++)
+        close(theirs[i]);
     return;
 
-fail_kill:
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
 fail_slot:
-    vcu__px_acct_release(s);
     pthread_mutex_lock(&px->mu);
     px->sessions[s->slot] = NULL;
     px->nlive--;
     pthread_mutex_unlock(&px->mu);
+    for (i = 0; i < VCU_LINK_SPAWN_FDS; i++)
+        if (theirs[i] >= 0)
+            close(theirs[i]);
     if (s->fd >= 0)
         close(s->fd);
     if (s->shm != NULL)
@@ -1121,10 +1077,6 @@ fail_slot:
         close(s->wake_req);
     if (s->wake_resp >= 0)
         close(s->wake_resp);
-    if (s->wake_peer[0] >= 0)
-        close(s->wake_peer[0]);
-    if (s->wake_peer[1] >= 0)
-        close(s->wake_peer[1]);
 fail_cond:
     pthread_cond_destroy(&s->cond);
 fail_mu:
@@ -1134,6 +1086,7 @@ fail_s:
 fail:
     vcu__px_complete(req, h->req_id, status);
 }
+
 
 static vcu__psess_t *vcu__px_lookup_locked(vcu_proxy_t *px, uint64_t id)
 {
@@ -1463,98 +1416,392 @@ einval:
     vcu__px_complete(req, h.req_id, VCU_S_EINVAL);
 }
 
-/* ---- the proxy --------------------------------------------------------- */
+/* ---- the link: what the daemon says -------------------------------------- */
 
-/*
- * Runs a worker with --probe and waits (at most timeout_ms) for what it
- * says of CUDA: the driver, the GPU list.  At creation, before any guest
- * runs, so that a wrong configuration shows at start.
- */
-static void vcu__px_probe(vcu_proxy_t *px, int timeout_ms)
+static void vcu__px_close_fds(int *fds, unsigned int nfds)
 {
-    struct vcu_ipc_hdr h;
-    struct vcu_ipc_hello hello;
-    unsigned char buf[sizeof(h) + sizeof(hello)];
-    size_t have = 0;
-    pid_t pid;
-    int sv[2];
+    unsigned int i;
 
-    snprintf(px->cuda_error, sizeof(px->cuda_error), "the worker did not answer");
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-        return;
-    if (vcu__px_spawn(px, sv[1], NULL, &pid, true) != 0) {
-        snprintf(px->cuda_error, sizeof(px->cuda_error), "cannot start %s", px->worker);
-        close(sv[0]);
-        close(sv[1]);
-        return;
-    }
-    close(sv[1]);
-    while (have < sizeof(buf)) {
-        struct pollfd pfd = { .fd = sv[0], .events = POLLIN };
-        ssize_t n;
-
-        if (poll(&pfd, 1, timeout_ms) <= 0)
-            break;
-        n = recv(sv[0], buf + have, sizeof(buf) - have, 0);
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-    }
-    if (have == sizeof(buf)) {
-        memcpy(&h, buf, sizeof(h));
-        memcpy(&hello, buf + sizeof(h), sizeof(hello));
-        if (h.type == VCU_IPC_HELLO && h.len == sizeof(hello)) {
-            hello.cuda_error[sizeof(hello.cuda_error) - 1] = '\0';
-            snprintf(px->cuda_error, sizeof(px->cuda_error), "%s", hello.cuda_error);
-        }
-    }
-    close(sv[0]);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    for (i = 0; i < nfds; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
 }
 
-/* Joins the compute-share group at path as a VM of this weight and cap. */
-static int vcu__px_share_open(vcu_proxy_t *px, const char *path, uint32_t weight, uint32_t cap,
-                              char *err, size_t errlen)
+/* Maps the VM's account and policy (read-only fds from the daemon). */
+static int vcu__px_map_slice(vcu_proxy_t *px, int *acct_fdp, int pol_fd, char *err,
+                             size_t errlen)
 {
-    px->share_group = strdup(path);
-    if (px->share_group == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return VCU_ENOMEM;
+    const struct vcu_policy *pol;
+    int acct_fd = *acct_fdp, rc;
+    vcu_account_t *a;
+    struct stat st;
+
+    if (fstat(pol_fd, &st) != 0 || st.st_size < (off_t)sizeof(*pol)) {
+        snprintf(err, errlen, "the daemon's policy page is not one");
+        return VCU_EIO;
     }
-    if (vcu__sched_open(path, 1, &px->sched, err, errlen) != 0)
-        return VCU_EINVAL;
-    if (vcu__sched_vm_claim(px->sched, weight, cap, vcu__sched_now()) != 0) {
-        snprintf(err, errlen, "share-group %s: no free VM slot (%u VMs at most)", path,
-                 VCU_SCHED_VMS);
-        vcu__sched_close(px->sched);
-        px->sched = NULL;
-        return VCU_EBUSY;
+    pol = mmap(NULL, sizeof(*pol), PROT_READ, MAP_SHARED, pol_fd, 0);
+    if (pol == MAP_FAILED || pol->magic != VCU_POLICY_MAGIC) {
+        if (pol != MAP_FAILED)
+            munmap((void *)pol, sizeof(*pol));
+        snprintf(err, errlen, "the daemon's policy page cannot be mapped, or is not one");
+        return VCU_EIO;
     }
+    rc = vcu__acct_map_ro(acct_fd, &a);
+    *acct_fdp = -1;                 /* closed by the map */
+    if (rc != 0) {
+        munmap((void *)pol, sizeof(*pol));
+        snprintf(err, errlen, "the daemon's memory account cannot be mapped");
+        return VCU_EIO;
+    }
+    vcu__acct_set_policy(a, pol);
+    pthread_mutex_lock(&px->mu);
+    if (px->acct != NULL && px->nold < sizeof(px->old_acct) / sizeof(px->old_acct[0])) {
+        /* A reader may still look at the old ones: kept until free. */
+        px->old_acct[px->nold] = px->acct;
+        px->old_policy[px->nold++] = px->policy;
+    } else if (px->acct != NULL) {
+        vcu__acct_put(px->acct);
+        munmap((void *)px->policy, sizeof(*px->policy));
+    }
+    px->acct = a;
+    px->policy = pol;
+    pthread_mutex_unlock(&px->mu);
     return 0;
 }
 
-VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, char *err,
-                             size_t errlen)
+static int vcu__px_welcome(vcu_proxy_t *px, const struct vcu_link_welcome *w, int *fds,
+                           unsigned int nfds, char *err, size_t errlen)
 {
-    vcu_proxy_t *px;
-    bool mc;
+    int rc;
 
-    *out = NULL;
-    if (cfg == NULL || cfg->worker == NULL || cfg->worker[0] == '\0') {
-        snprintf(err, errlen, "no worker program given");
+    if (w->status != VCU_S_OK) {
+        char why[sizeof(w->error) + 1];
+
+        memcpy(why, w->error, sizeof(w->error));
+        why[sizeof(w->error)] = '\0';
+        vcu__px_close_fds(fds, nfds);
+        snprintf(err, errlen, "the host daemon refuses this VM: %s",
+                 why[0] ? why : vcu_status_str((int)w->status));
+        return w->status < VCU_S_COUNT_ && w->status != 0 ? -(int)w->status : VCU_EIO;
+    }
+    if (nfds != VCU_LINK_WELCOME_FDS || w->version != VCU_LINK_VERSION) {
+        vcu__px_close_fds(fds, nfds);
+        snprintf(err, errlen, "the host daemon's welcome is malformed");
+        return VCU_EIO;
+    }
+    rc = vcu__px_map_slice(px, &fds[0], fds[1], err, errlen);
+    vcu__px_close_fds(fds, nfds);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&px->mu);
+    px->slice = w->slice;
+    px->vm_id = w->vm_id;
+    memcpy(px->cuda_error, w->cuda_error,
+           sizeof(px->cuda_error) < sizeof(w->cuda_error) ? sizeof(px->cuda_error)
+                                                         : sizeof(w->cuda_error));
+    px->cuda_error[sizeof(px->cuda_error) - 1] = '\0';
+    px->link_gen++;
+    px->link_up = true;
+    pthread_mutex_unlock(&px->mu);
+    return 0;
+}
+
+/* SPAWNED: the daemon's word on a session's worker. */
+static int vcu__px_spawned(vcu_proxy_t *px, uint64_t id, const struct vcu_link_spawned *r,
+                           int *fds, unsigned int nfds)
+{
+    vcu__psess_t *s = NULL, *c;
+    uint64_t slot = id & 0xffffffffu;
+
+    if ((r->status == VCU_S_OK) != (nfds == VCU_LINK_SPAWNED_FDS) ||
+        (r->status != VCU_S_OK && nfds != 0)) {
+        vcu__px_close_fds(fds, nfds);
+        return VCU_EIO;
+    }
+    pthread_mutex_lock(&px->mu);
+    if (slot >= 1 && slot <= px->max_sessions && px->sessions[slot - 1] != NULL &&
+        px->sessions[slot - 1]->id == id)
+        s = px->sessions[slot - 1];
+    for (c = px->closing; s == NULL && c != NULL; c = c->zombie_next)
+        if (c->id == id)
+            s = c;
+    for (c = px->zombies; s == NULL && c != NULL; c = c->zombie_next)
+        if (c->id == id)
+            s = c;
+    if (s != NULL) {
+        pthread_mutex_lock(&s->mu);
+        if (s->spawn == VCU__PX_SPAWN_PENDING) {
+            if (r->status == VCU_S_OK) {
+                s->spawn = VCU__PX_SPAWN_OK;
+                s->pidfd = fds[0];
+                s->pid = r->pid;
+                s->acct_slot = r->acct_slot;
+                fds[0] = -1;
+            } else {
+                s->spawn = VCU__PX_SPAWN_FAILED;
+                s->spawn_status = r->status < VCU_S_COUNT_ && r->status != 0 ? r->status
+                                                                            : VCU_S_EIO;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&px->mu);
+    /* A session reset meanwhile: its worker was asked to end already. */
+    vcu__px_close_fds(fds, nfds);
+    return 0;
+}
+
+VCU_EXPORT int vcu_proxy_link_input(vcu_proxy_t *px, const void *frame, size_t len, int *fds,
+                                    unsigned int nfds, char *err, size_t errlen)
+{
+    struct vcu_link_hdr h;
+    const unsigned char *body = (const unsigned char *)frame + sizeof(h);
+
+    if (len < sizeof(h)) {
+        vcu__px_close_fds(fds, nfds);
+        snprintf(err, errlen, "a short frame from the host daemon");
+        return VCU_EIO;
+    }
+    memcpy(&h, frame, sizeof(h));
+    if (h.len != len - sizeof(h)) {
+        vcu__px_close_fds(fds, nfds);
+        snprintf(err, errlen, "a frame from the host daemon of the wrong length");
+        return VCU_EIO;
+    }
+    switch (h.type) {
+    case VCU_LINK_WELCOME: {
+        struct vcu_link_welcome w;
+
+        if (h.len != sizeof(w))
+            break;
+        memcpy(&w, body, sizeof(w));
+        return vcu__px_welcome(px, &w, fds, nfds, err, errlen);
+    }
+    case VCU_LINK_SPAWNED: {
+        struct vcu_link_spawned r;
+
+        if (h.len != sizeof(r))
+            break;
+        memcpy(&r, body, sizeof(r));
+        if (vcu__px_spawned(px, h.id, &r, fds, nfds) != 0) {
+            snprintf(err, errlen, "a SPAWNED from the host daemon with the wrong descriptors");
+            return VCU_EIO;
+        }
+        return 0;
+    }
+    case VCU_LINK_SLICE:
+        if (h.len != sizeof(struct vcu_link_slice) || nfds != 0)
+            break;
+        pthread_mutex_lock(&px->mu);
+        memcpy(&px->slice, body, sizeof(px->slice));
+        pthread_mutex_unlock(&px->mu);
+        return 0;
+    default:
+        break;
+    }
+    vcu__px_close_fds(fds, nfds);
+    snprintf(err, errlen, "a frame from the host daemon of the wrong type or size (type %u)",
+             h.type);
+    return VCU_EIO;
+}
+
+VCU_EXPORT void vcu_proxy_link_down(vcu_proxy_t *px)
+{
+    pthread_mutex_lock(&px->mu);
+    px->link_up = false;
+    pthread_mutex_unlock(&px->mu);
+}
+
+VCU_EXPORT void vcu_proxy_link_up(vcu_proxy_t *px)
+{
+    (void)vcu__px_link_send(px, VCU_LINK_HELLO, 0, &px->hello, sizeof(px->hello), NULL, 0);
+}
+
+VCU_EXPORT int vcu_proxy_link_ready(vcu_proxy_t *px)
+{
+    int up;
+
+    pthread_mutex_lock(&px->mu);
+    up = px->link_up;
+    pthread_mutex_unlock(&px->mu);
+    return up;
+}
+
+/* ---- the native link (cfg.daemon) ----------------------------------------- */
+
+/* Reads one whole frame (and the descriptors that came with its bytes)
+ * from the native link.  0, or -1 when the link ended or broke. */
+static int vcu__px_link_read(vcu_proxy_t *px, unsigned char *buf, size_t cap, size_t *len,
+                             int *fds, unsigned int *nfds)
+{
+    size_t have = 0, want = sizeof(struct vcu_link_hdr);
+
+    *nfds = 0;
+    while (have < want) {
+        union {
+            struct cmsghdr c;
+            char b[CMSG_SPACE(sizeof(int) * VCU_LINK_MAX_FDS)];
+        } ctl;
+        struct iovec iov = { buf + have, want - have };
+        struct msghdr m;
+        struct cmsghdr *c;
+        ssize_t n;
+
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.b;
+        m.msg_controllen = sizeof(ctl.b);
+        n = recvmsg(px->lfd, &m, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
+            size_t k, nf;
+
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            nf = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (k = 0; k < nf; k++) {
+                int fd;
+
+                memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+                if (*nfds < VCU_LINK_MAX_FDS)
+                    fds[(*nfds)++] = fd;
+                else
+                    close(fd);
+            }
+        }
+        if (n <= 0)
+            goto broken;
+        have += (size_t)n;
+        if (have == sizeof(struct vcu_link_hdr) && want == have) {
+            struct vcu_link_hdr h;
+
+            memcpy(&h, buf, sizeof(h));
+            if (h.len > cap - sizeof(h) || h.len > VCU_LINK_MAX_BODY)
+                goto broken;
+            want += h.len;
+        }
+    }
+    *len = have;
+    return 0;
+broken:
+    vcu__px_close_fds(fds, *nfds);
+    *nfds = 0;
+    return -1;
+}
+
+static void *vcu__px_link_thread(void *arg)
+{
+    vcu_proxy_t *px = arg;
+    unsigned char buf[sizeof(struct vcu_link_hdr) + VCU_LINK_MAX_BODY];
+
+    for (;;) {
+        int fds[VCU_LINK_MAX_FDS];
+        unsigned int nfds;
+        size_t len;
+        char err[256];
+
+        if (vcu__px_link_read(px, buf, sizeof(buf), &len, fds, &nfds) != 0)
+            break;
+        if (vcu_proxy_link_input(px, buf, len, fds, nfds, err, sizeof(err)) != 0) {
+            fprintf(stderr, "vcu-proxy: %s\n", err);
+            break;
+        }
+    }
+    vcu_proxy_link_down(px);
+    return NULL;
+}
+
+/* Connects to the daemon, says HELLO and takes its WELCOME (timeout_ms at
+ * most), then serves the link on a thread. */
+static int vcu__px_connect(vcu_proxy_t *px, const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sa;
+    unsigned char buf[sizeof(struct vcu_link_hdr) + VCU_LINK_MAX_BODY];
+    struct pollfd p;
+    int fds[VCU_LINK_MAX_FDS];
+    unsigned int nfds;
+    size_t len;
+    int rc;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errlen, "daemon socket path too long: %s", path);
         return VCU_EINVAL;
     }
-    if (cfg->compute_share > VCU_SCHED_WEIGHT_MAX) {
-        snprintf(err, errlen, "compute-share must be 1..%u", VCU_SCHED_WEIGHT_MAX);
+    strcpy(sa.sun_path, path);
+    px->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (px->lfd < 0 || connect(px->lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        snprintf(err, errlen, "cannot reach the host daemon at %s: %s (is vcu-daemon running?)",
+                 path, strerror(errno));
+        return VCU_ENODEV;
+    }
+    if (vcu__px_link_send(px, VCU_LINK_HELLO, 0, &px->hello, sizeof(px->hello), NULL, 0) != 0) {
+        snprintf(err, errlen, "the host daemon at %s closed the link", path);
+        return VCU_ENODEV;
+    }
+    p.fd = px->lfd;
+    p.events = POLLIN;
+    p.revents = 0;
+    if (poll(&p, 1, VCU__PX_WELCOME_MS) <= 0) {
+        snprintf(err, errlen, "the host daemon at %s did not answer", path);
+        return VCU_ENODEV;
+    }
+    if (vcu__px_link_read(px, buf, sizeof(buf), &len, fds, &nfds) != 0) {
+        snprintf(err, errlen, "the host daemon at %s closed the link", path);
+        return VCU_ENODEV;
+    }
+    rc = vcu_proxy_link_input(px, buf, len, fds, nfds, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (!vcu_proxy_link_ready(px)) {
+        snprintf(err, errlen, "the host daemon at %s did not welcome this VM", path);
+        return VCU_EIO;
+    }
+    if (pthread_create(&px->lthread, NULL, vcu__px_link_thread, px) != 0) {
+        snprintf(err, errlen, "out of threads");
+        return VCU_ENOMEM;
+    }
+    px->lthread_on = true;
+    return 0;
+}
+
+/* ---- the proxy --------------------------------------------------------- */
+
+static bool vcu__px_name_ok(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '-' || *s == '.' || *s == '_'))
+            return false;
+    return true;
+}
+
+static bool vcu__px_gpus_ok(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '-' || *s == ':' || *s == ','))
+            return false;
+    return true;
+}
+
+/* The config's checks, and the HELLO it makes. */
+static int vcu__px_hello(vcu_proxy_t *px, const vcu_proxy_config_t *cfg, char *err, size_t errlen)
+{
+    struct vcu_link_hello *h = &px->hello;
+    const char *name = cfg->name != NULL ? cfg->name : "";
+    const char *gpus = cfg->gpus != NULL ? cfg->gpus : "0";
+
+    if (cfg->compute_share > 10000) {
+        snprintf(err, errlen, "compute-share must be 1..10000");
         return VCU_EINVAL;
     }
     if (cfg->compute_cap > 100) {
         snprintf(err, errlen, "compute-cap must be a percentage, 1..100");
-        return VCU_EINVAL;
-    }
-    if (cfg->share_group != NULL && cfg->share_group[0] != '\0' && cfg->share_group[0] != '/') {
-        snprintf(err, errlen, "share-group must be an absolute path");
         return VCU_EINVAL;
     }
     if (cfg->sms > VCU_PROXY_MAX_SMS) {
@@ -1564,20 +1811,58 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
     }
     /* A packed VM's share of the GPU is its SMs, side by side with the
      * others: there is no turn to take. */
-    if (cfg->sms != 0 && (cfg->compute_share != 0 || cfg->compute_cap != 0 ||
-                          (cfg->share_group != NULL && cfg->share_group[0] != '\0'))) {
-        snprintf(err, errlen, "sms (packed mode) does not go with compute-share, compute-cap or "
-                 "share-group (isolated mode): a packed VM's share is its SMs");
+    if (cfg->sms != 0 && (cfg->compute_share != 0 || cfg->compute_cap != 0)) {
+        snprintf(err, errlen, "sms (packed mode) does not go with compute-share or compute-cap "
+                              "(isolated mode): a packed VM's share is its SMs");
         return VCU_EINVAL;
     }
-    if (cfg->sms != 0 && cfg->mps_pipe != NULL && cfg->mps_pipe[0] != '\0' &&
-        cfg->mps_pipe[0] != '/') {
-        snprintf(err, errlen, "mps-pipe must be an absolute path, not '%s'", cfg->mps_pipe);
+    if (strlen(name) >= sizeof(h->name) || !vcu__px_name_ok(name)) {
+        snprintf(err, errlen, "the VM's name must be at most %zu of [A-Za-z0-9._-]",
+                 sizeof(h->name) - 1);
         return VCU_EINVAL;
     }
-    if (access(cfg->worker, X_OK) != 0) {
-        snprintf(err, errlen, "worker program %s: %s", cfg->worker, strerror(errno));
-        return VCU_ENODEV;
+    if (strlen(gpus) >= sizeof(h->gpus) || !vcu__px_gpus_ok(gpus)) {
+        snprintf(err, errlen, "gpus must be host indices or GPU- UUIDs separated by ':'");
+        return VCU_EINVAL;
+    }
+    if (cfg->max_sessions > VCU__PX_MAX_SESSIONS) {
+        snprintf(err, errlen, "at most %u sessions", VCU__PX_MAX_SESSIONS);
+        return VCU_EINVAL;
+    }
+    if (cfg->module_cache < VCU_PROXY_MODCACHE_SHARED ||
+        cfg->module_cache > VCU_PROXY_MODCACHE_PRIVATE) {
+        snprintf(err, errlen, "module-cache must be shared, private or off");
+        return VCU_EINVAL;
+    }
+    memset(h, 0, sizeof(*h));
+    h->version = VCU_LINK_VERSION;
+    h->flags = (cfg->capture_printf ? VCU_LINK_F_CAPTURE_PRINTF : 0) |
+               (cfg->module_cache == VCU_PROXY_MODCACHE_OFF ? VCU_LINK_F_NO_MODCACHE : 0) |
+               (cfg->module_cache == VCU_PROXY_MODCACHE_PRIVATE ? VCU_LINK_F_PRIVATE_MODCACHE : 0);
+    h->mem_quota = cfg->mem_quota;
+    h->max_sessions = px->max_sessions;
+    h->compute_share = cfg->compute_share;
+    h->compute_cap = cfg->compute_cap;
+    h->sms = cfg->sms;
+    h->ring_bytes = px->ring_bytes;
+    h->spin_us = px->spin_us;
+    h->qemu_pid = (uint32_t)getpid();
+    snprintf(h->name, sizeof(h->name), "%s", name);
+    snprintf(h->gpus, sizeof(h->gpus), "%s", gpus);
+    return 0;
+}
+
+VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, char *err,
+                             size_t errlen)
+{
+    vcu_proxy_t *px;
+    int rc;
+
+    *out = NULL;
+    if (cfg == NULL || (cfg->daemon == NULL) == (cfg->link == NULL) ||
+        (cfg->link != NULL && cfg->link->send == NULL)) {
+        snprintf(err, errlen, "the proxy needs the host daemon's socket or a link to it");
+        return VCU_EINVAL;
     }
     if (cfg->ring_bytes != 0 &&
         (cfg->ring_bytes < VCU_IPC_REQ_RING_MIN || cfg->ring_bytes > VCU_IPC_REQ_RING_MAX ||
@@ -1586,24 +1871,10 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
                  VCU_IPC_REQ_RING_MIN, VCU_IPC_REQ_RING_MAX);
         return VCU_EINVAL;
     }
-    if (cfg->max_sessions > VCU__PX_MAX_SESSIONS) {
-        snprintf(err, errlen, "at most %u sessions", VCU__PX_MAX_SESSIONS);
-        return VCU_EINVAL;
-    }
-    /* The module cache's directory is checked here, once, with a reason
-     * the user sees; each worker checks it again when it opens it. */
-    mc = cfg->module_cache != NULL && cfg->module_cache[0] != '\0' &&
-         strcmp(cfg->module_cache, "off") != 0;
-    if (mc) {
-        int dfd, rc = vcu_modcache_dir_open(cfg->module_cache, 1, &dfd, err, errlen);
-
-        if (rc != 0)
-            return rc;
-        close(dfd);
-    }
     px = calloc(1, sizeof(*px));
     if (px == NULL)
         goto enomem;
+    px->lfd = -1;
     px->max_sessions = cfg->max_sessions ? cfg->max_sessions : VCU__PX_DEFAULT_SESSIONS;
     px->capture_printf = cfg->capture_printf;
     px->ring_bytes = cfg->ring_bytes ? cfg->ring_bytes : VCU_IPC_REQ_RING_DEFAULT;
@@ -1620,6 +1891,8 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
             px->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= VCU__PX_SPIN_MIN_CPUS
                               ? VCU__PX_SPIN_US_DEFAULT
                               : 0;
+        if (px->spin_us > 1000)
+            px->spin_us = 1000;
     }
     {
         const char *e = getenv("VCU_POLL_US");
@@ -1635,52 +1908,29 @@ VCU_EXPORT int vcu_proxy_new(const vcu_proxy_config_t *cfg, vcu_proxy_t **out, c
     }
     px->next_gen = 1;
     px->pbuf = malloc(VCU_IPC_MAX_RESP_BODY);
-    px->worker = strdup(cfg->worker);
-    px->gpus = cfg->gpus ? strdup(cfg->gpus) : NULL;
-    px->libcuda = cfg->libcuda ? strdup(cfg->libcuda) : NULL;
-    if (mc)
-        px->module_cache = strdup(cfg->module_cache);
-    px->module_cache_bytes = cfg->module_cache_bytes ? cfg->module_cache_bytes
-                                                     : VCU_MODCACHE_DEFAULT_BYTES;
     px->sessions = calloc(px->max_sessions, sizeof(*px->sessions));
-    px->sms = cfg->sms;
-    if (px->sms != 0) {
-        const char *e = getenv("CUDA_MPS_PIPE_DIRECTORY");
-
-        px->mps_pipe = strdup(cfg->mps_pipe != NULL && cfg->mps_pipe[0] != '\0' ? cfg->mps_pipe
-                              : e != NULL && e[0] == '/'                       ? e
-                                                                               : VCU_PROXY_MPS_PIPE);
-    }
-    if (px->worker == NULL || (cfg->gpus && !px->gpus) || (cfg->libcuda && !px->libcuda) ||
-        (px->sms != 0 && !px->mps_pipe) ||
-        (mc && !px->module_cache) || px->sessions == NULL || px->pbuf == NULL ||
-        vcu__acct_new(cfg->mem_quota, px->max_sessions * 2, &px->acct) != 0 ||
-        pthread_mutex_init(&px->mu, NULL) != 0) {
-        vcu__acct_put(px->acct);
+    if (px->sessions == NULL || px->pbuf == NULL || pthread_mutex_init(&px->mu, NULL) != 0 ||
+        pthread_mutex_init(&px->lmu, NULL) != 0) {
         free(px->pbuf);
-        free(px->worker);
-        free(px->gpus);
-        free(px->libcuda);
-        free(px->module_cache);
-        free(px->mps_pipe);
         free(px->sessions);
         free(px);
         goto enomem;
     }
-    if (cfg->compute_share != 0 || (cfg->compute_cap != 0 && cfg->compute_cap != 100) ||
-        (cfg->share_group != NULL && cfg->share_group[0] != '\0')) {
-        const char *g = cfg->share_group != NULL && cfg->share_group[0] != '\0'
-                            ? cfg->share_group
-                            : VCU_SCHED_DEFAULT_GROUP;
-        int rc = vcu__px_share_open(px, g, cfg->compute_share ? cfg->compute_share : 100,
-                                    cfg->compute_cap, err, errlen);
-
+    rc = vcu__px_hello(px, cfg, err, errlen);
+    if (rc != 0) {
+        vcu_proxy_free(px);
+        return rc;
+    }
+    if (cfg->link != NULL) {
+        px->link = *cfg->link;
+        vcu_proxy_link_up(px);
+    } else {
+        rc = vcu__px_connect(px, cfg->daemon, err, errlen);
         if (rc != 0) {
             vcu_proxy_free(px);
             return rc;
         }
     }
-    vcu__px_probe(px, 60000);
     *out = px;
     return 0;
 enomem:
@@ -1722,68 +1972,113 @@ VCU_EXPORT void vcu_proxy_reset(vcu_proxy_t *px)
     vcu__px_reap_zombies(px);
 }
 
+
 VCU_EXPORT void vcu_proxy_free(vcu_proxy_t *px)
 {
+    unsigned int i;
+
     if (px == NULL)
         return;
     vcu_proxy_reset(px);
-    pthread_mutex_destroy(&px->mu);
-    vcu__acct_put(px->acct);        /* reapers still out hold it */
-    if (px->sched != NULL) {
-        vcu__sched_vm_release(px->sched, vcu__sched_now());
-        vcu__sched_close(px->sched);
+    if (px->lfd >= 0) {
+        /* The daemon ends our workers when the link closes. */
+        shutdown(px->lfd, SHUT_RDWR);
+        if (px->lthread_on)
+            pthread_join(px->lthread, NULL);
+        close(px->lfd);
     }
-    free(px->share_group);
-    free(px->mps_pipe);
+    pthread_mutex_destroy(&px->lmu);
+    pthread_mutex_destroy(&px->mu);
+    for (i = 0; i < px->nold; i++) {
+        vcu__acct_put(px->old_acct[i]);
+        munmap((void *)px->old_policy[i], sizeof(struct vcu_policy));
+    }
+    if (px->acct != NULL) {
+        vcu__acct_put(px->acct);
+        munmap((void *)px->policy, sizeof(struct vcu_policy));
+    }
     free(px->sessions);
     free(px->pbuf);
-    free(px->worker);
-    free(px->gpus);
-    free(px->libcuda);
-    free(px->module_cache);
     free(px);
+}
+
+/* Whether the daemon started s's worker and it has not ended yet (its
+ * pidfd says).  px->mu held (which guards what SPAWNED set). */
+static bool vcu__px_worker_lives(const vcu__psess_t *s)
+{
+    struct pollfd p = { .fd = s->pidfd, .events = POLLIN };
+
+    if (s->spawn != VCU__PX_SPAWN_OK || s->pidfd < 0 || s->acct_slot < 0)
+        return false;
+    return poll(&p, 1, 0) == 0;
+}
+
+/* One session's figures from its account slot (one load each). */
+static void vcu__px_sess_stats(const vcu_account_t *a, const vcu__psess_t *s,
+                               vcu_proxy_session_stats_t *o)
+{
+    unsigned int d;
+
+    memset(o, 0, sizeof(*o));
+    o->session = s->id;
+    o->pid = s->pid;
+    if (a == NULL || s->acct_slot < 0 || (uint32_t)s->acct_slot >= a->nslots)
+        return;
+    o->fault = (atomic_load(&a->slot[s->acct_slot].flags) & VCU_ACCT_F_FAULT) != 0;
+    for (d = 0; d < VCU_CU_MAX_DEVICES && d < VCU_ACCT_DEVS; d++) {
+        o->mem[d] = atomic_load(&a->slot[s->acct_slot].charged[d]);
+        o->ctx[d] = atomic_load(&a->slot[s->acct_slot].ctx[d]);
+    }
 }
 
 VCU_EXPORT int vcu_proxy_stats(vcu_proxy_t *px, vcu_proxy_stats_t *out,
                                vcu_proxy_session_stats_t *sess, uint32_t cap)
 {
-    struct vcu__acct_seen *seen = NULL;
+    const vcu__psess_t *s;
     vcu_account_t *a;
-    uint32_t d, i;
+    uint32_t d, i, n = 0;
 
     if (px == NULL || out == NULL || (sess == NULL && cap != 0))
         return VCU_EINVAL;
-    a = px->acct;
     memset(out, 0, sizeof(*out));
-    out->mem_quota = a->quota;
-    for (d = 0; d < VCU_ACCT_DEVS; d++) {
-        out->mem_used[d] = vcu__acct_used(a, d);
-        out->ctx_bytes[d] = vcu__acct_ctx(a, d);
-    }
-    out->faults = atomic_load(&a->hdr->faults);
-    out->sms = px->sms;
-    if (px->sched != NULL) {
-        out->compute_share = vcu__sched_weight(&px->sched->vm[px->sched->vm_slot]);
-        out->compute_cap = px->sched->cap;
-        vcu__sched_vm_report(px->sched, &out->gpu_ns, &out->group_gpu_ns, &out->grants);
-    }
     pthread_mutex_lock(&px->mu);
+    a = px->acct;
+    out->link_up = px->link_up;
+    out->vm_id = px->vm_id;
+    out->compute_share = px->slice.compute_share;
+    out->compute_cap = px->slice.compute_cap;
+    out->sms = px->slice.sms;
+    out->max_sessions = px->slice.max_sessions;
     out->sessions = px->nlive;
-    pthread_mutex_unlock(&px->mu);
-    if (cap > a->nslots)
-        cap = a->nslots;
-    if (cap > 0 && (seen = calloc(cap, sizeof(*seen))) == NULL)
-        return VCU_ENOMEM;
-    out->workers = vcu__acct_report(a, seen, cap);
-    out->nsess = out->workers < cap ? out->workers : cap;
-    for (i = 0; i < out->nsess; i++) {
-        sess[i].session = seen[i].session;
-        sess[i].pid = seen[i].pid;
-        sess[i].fault = seen[i].fault;
-        memcpy(sess[i].mem, seen[i].charged, sizeof(sess[i].mem));
-        memcpy(sess[i].ctx, seen[i].ctx, sizeof(sess[i].ctx));
+    if (a != NULL) {
+        out->mem_quota = vcu__acct_quota(a);
+        for (d = 0; d < VCU_CU_MAX_DEVICES && d < VCU_ACCT_DEVS; d++) {
+            out->mem_used[d] = vcu__acct_used(a, d);
+            out->ctx_bytes[d] = vcu__acct_ctx(a, d);
+        }
+        out->faults = atomic_load(&a->hdr->faults);
     }
-    free(seen);
+    /* Every session whose worker lives: the open ones, then those
+     * closing.  A worker that is gone has its charges given back by the
+     * daemon once it has reaped it. */
+    for (i = 0; i < px->max_sessions; i++) {
+        s = px->sessions[i];
+        if (s == NULL || !vcu__px_worker_lives(s))
+            continue;
+        if (n < cap)
+            vcu__px_sess_stats(a, s, &sess[n]);
+        n++;
+    }
+    for (s = px->closing; s != NULL; s = s->zombie_next) {
+        if (!vcu__px_worker_lives(s))
+            continue;
+        if (n < cap)
+            vcu__px_sess_stats(a, s, &sess[n]);
+        n++;
+    }
+    pthread_mutex_unlock(&px->mu);
+    out->workers = n;
+    out->nsess = n < cap ? n : cap;
     return 0;
 }
 

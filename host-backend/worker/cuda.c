@@ -2387,8 +2387,9 @@ static uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o)
         r->total_mem = total;
     /* The VM's slice: what cuDeviceTotalMem and totalGlobalMem say in
      * the guest (as CU_MEM_GET_INFO's total). */
-    if (cu->acct != NULL && cu->acct->quota != 0 && cu->acct->quota < r->total_mem)
-        r->total_mem = cu->acct->quota;
+    if (cu->acct != NULL && vcu__acct_quota(cu->acct) != 0 &&
+        vcu__acct_quota(cu->acct) < (uint64_t)r->total_mem)
+        r->total_mem = vcu__acct_quota(cu->acct);
     r->host_ordinal = (uint32_t)cu->host_ordinal[d];
     n = CU_DEVICE_ATTRIBUTE_MAX < VCU_CU_NUM_DEV_ATTRS ? (uint32_t)CU_DEVICE_ATTRIBUTE_MAX
                                                         : VCU_CU_NUM_DEV_ATTRS;
@@ -2420,11 +2421,11 @@ static void vcu__mem_view(vcu__cuda_sess_t *cs, uint32_t d, size_t *fr, size_t *
     vcu_account_t *a = cs->cu->acct;
     uint64_t used;
 
-    if (a == NULL || a->quota == 0)
+    if (a == NULL || vcu__acct_quota(a) == 0)
         return;
     vcu__pool_settle(cs, d);
-    if (a->quota < *tot)
-        *tot = (size_t)a->quota;
+    if (vcu__acct_quota(a) < *tot)
+        *tot = (size_t)vcu__acct_quota(a);
     used = vcu__acct_used(a, d);
     if (used >= *tot)
         *fr = 0;
@@ -2602,12 +2603,12 @@ static uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)
         o->res = VCU__CU(o->cu, cuDeviceTotalMem, &tot, o->cu->dev[d]);
         if (o->res != CUDA_SUCCESS)
             return VCU_S_OK;
-        if (a->quota != 0 && a->quota < tot)
-            tot = (size_t)a->quota;
+        if (vcu__acct_quota(a) != 0 && vcu__acct_quota(a) < tot)
+            tot = (size_t)vcu__acct_quota(a);
         if (VCU__CU(o->cu, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                     o->cu->dev[d]) != CUDA_SUCCESS)
             sms = 0;
-        r->mem_quota = a->quota;
+        r->mem_quota = vcu__acct_quota(a);
         r->mem_total = tot;
         r->mem_used = vcu__acct_used(a, d);
         r->ctx_bytes = vcu__acct_ctx(a, d);

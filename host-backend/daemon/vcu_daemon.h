@@ -1,0 +1,185 @@
+/*
+ * vcu-daemon's internals: the VMs it serves, their sessions, and what the
+ * operator's surfaces (control socket, metrics) read.  docs/design.md,
+ * "The host daemon".
+ *
+ * One thread: a poll() loop over the listening sockets, every VM's link,
+ * every probe, the operator's connections and a signalfd (SIGCHLD,
+ * SIGTERM, SIGINT).  Nothing in it blocks for long: a worker starts in a
+ * few milliseconds (vcu_jail_spawn() waits for its exec), a link that
+ * cannot take a frame at once gets it queued.
+ */
+#ifndef VCU_DAEMON_H
+#define VCU_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "vcu_account.h"
+#include "vcu_jail.h"
+#include "vcu_link.h"
+#include "vcu_sched.h"
+
+#define VCU_DMN_VERSION "0.2.0"
+/* Defaults. */
+#define VCU_DMN_MAX_SESSIONS 64u        /* per VM */
+#define VCU_DMN_MAX_SESSIONS_CAP 4096u
+#define VCU_DMN_MAX_VMS 256u
+#define VCU_DMN_PROBE_MS 60000
+#define VCU_DMN_METRICS_DEFAULT "127.0.0.1:9477"
+#define VCU_DMN_MODCACHE_BYTES ((uint64_t)1 << 30)   /* as VCU_MODCACHE_DEFAULT_BYTES */
+/* First id handed to a worker for the share group (its pid inside its
+ * jail is 1, as every other's): above any host pid. */
+#define VCU_DMN_PARTY_BASE 0x40000000u
+
+typedef struct vcu_dmn_s vcu_dmn_t;
+typedef struct vcu_vm_s vcu_vm_t;
+
+/* A frame waiting for the link to take it. */
+typedef struct vcu_txq_s {
+    struct vcu_txq_s *next;
+    unsigned char *buf;
+    size_t len, off;
+    int fds[VCU_LINK_MAX_FDS];      /* sent with the first byte; closed after */
+    unsigned int nfds;
+} vcu_txq_t;
+
+/* One guest session: its worker. */
+typedef struct vcu_sess_s {
+    struct vcu_sess_s *next;
+    uint64_t id;                    /* the guest's session id (QEMU's) */
+    pid_t pid;                      /* the worker; -1 once reaped */
+    int pidfd;
+    int acct_slot;                  /* in vm->acct; released once reaped */
+    uint32_t party;                 /* its id in the share group */
+    bool killed;
+} vcu_sess_t;
+
+enum {
+    VCU_VM_HELLO,                   /* connected, no HELLO yet */
+    VCU_VM_PROBING,                 /* a probe worker checks CUDA as the VM asks */
+    VCU_VM_READY,                   /* welcomed: sessions may start */
+    VCU_VM_GONE,                    /* link closed: waiting for its workers to go */
+};
+
+struct vcu_vm_s {
+    vcu_vm_t *next;
+    vcu_dmn_t *d;
+    uint64_t id;
+    int state;
+    int fd;                         /* the link; -1 once closed */
+    uid_t peer_uid;
+    pid_t peer_pid;
+    /* What the VM asked for and got. */
+    struct vcu_link_hello hello;
+    char name[64];
+    char gpus[256];
+    uint32_t flags;
+    uint32_t sms;
+    char modcache_dir[4096];        /* "" : none */
+    /* Its slice, kept where its workers read it. */
+    vcu_account_t *acct;            /* the memory account (vcu_account.h) */
+    int policy_fd;
+    struct vcu_policy *policy;      /* the daemon writes it */
+    vcu_sched_t sched;              /* its view of the share group; vm_slot -1: none */
+    /* Sessions. */
+    vcu_sess_t *sessions;
+    uint32_t nsessions;
+    uint64_t spawned, spawn_failed, refused;
+    /* The link's reader and writer. */
+    unsigned char rbuf[sizeof(struct vcu_link_hdr) + VCU_LINK_MAX_BODY];
+    size_t rhave;
+    int rfds[16];
+    unsigned int nrfds;
+    vcu_txq_t *txq, *txq_tail;
+    /* The probe. */
+    pid_t probe_pid;
+    int probe_pidfd;
+    int probe_fd;
+    uint64_t probe_deadline_ns;
+    unsigned char probe_buf[16 + 256 + 1024];
+    size_t probe_have;
+    char cuda_error[256];
+    uint64_t connected_ns;
+};
+
+/* An operator's connection (control socket or metrics). */
+typedef struct vcu_op_s {
+    struct vcu_op_s *next;
+    int fd;
+    int kind;                       /* 0: control (JSON lines), 1: metrics (HTTP) */
+    char in[8192];
+    size_t have;
+    char *out;
+    size_t outlen, outoff;
+    bool close_after;
+} vcu_op_t;
+
+struct vcu_dmn_s {
+    /* Options. */
+    const char *socket_path;
+    const char *control_path;
+    const char *metrics;            /* "HOST:PORT", "unix:PATH" or "off" */
+    const char *run_dir;
+    const char *cache_dir;          /* module cache root; NULL: none */
+    uint64_t modcache_bytes;
+    const char *libcuda;
+    const char *worker;
+    const char *mps_pipe;
+    const char *allowed_gpus;       /* NULL: any */
+    uint32_t max_sessions;          /* per VM, default for those that ask none */
+    uint32_t max_vms;
+    uint64_t default_quota;         /* for a VM that asks none; 0: none */
+    uint64_t max_quota;             /* most a VM may ask; 0: any */
+    uint64_t host_quota;            /* host memory per VM for its workers; 0: none */
+    int seccomp;                    /* VCU_SECCOMP_* for the workers */
+    int socket_mode;
+    gid_t socket_gid;
+    vcu_jail_cfg_t jail;
+    char jail_base[4096];
+    char jail_note[256];            /* why the jail is off, if it is */
+    char worker_dir[4096];
+    char libcuda_dir[4096];
+    /* State. */
+    int vm_listen, ctl_listen, metrics_listen, sigfd;
+    vcu_vm_t *vms;
+    uint32_t nvms;
+    uint64_t next_vm_id;
+    uint32_t next_party;
+    vcu_op_t *ops;
+    /* The host's compute-share group: a memfd of the daemon's, mapped by
+     * the workers of every VM in it. */
+    int share_fd;
+    void *share_map;
+    vcu_sched_t share;              /* the daemon's own view: cleaning up */
+    uint64_t started_ns;
+    uint64_t workers_started, workers_failed, vms_refused;
+    bool stop;
+};
+
+/* vm.c */
+void vcu_vm_accept(vcu_dmn_t *d);
+void vcu_vm_input(vcu_vm_t *vm);
+void vcu_vm_output(vcu_vm_t *vm);
+void vcu_vm_probe_input(vcu_vm_t *vm);
+void vcu_vm_tick(vcu_dmn_t *d, uint64_t now);
+void vcu_vm_reaped(vcu_dmn_t *d, pid_t pid, int status);
+void vcu_vm_free_gone(vcu_dmn_t *d);
+vcu_vm_t *vcu_vm_find(vcu_dmn_t *d, const char *key);
+int vcu_vm_set_slice(vcu_vm_t *vm, const uint64_t *mem_quota, const uint32_t *share,
+                     const uint32_t *cap, char *err, size_t errlen);
+uint64_t vcu_vm_gpu_ns(const vcu_vm_t *vm);
+
+/* report.c: the control socket and the metrics endpoint */
+void vcu_op_accept(vcu_dmn_t *d, int listen_fd, int kind);
+void vcu_op_input(vcu_dmn_t *d, vcu_op_t *op);
+void vcu_op_output(vcu_dmn_t *d, vcu_op_t *op);
+void vcu_op_free_closed(vcu_dmn_t *d);
+
+/* main.c */
+uint64_t vcu_dmn_now(void);
+void vcu_dmn_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif /* VCU_DAEMON_H */
