@@ -2,7 +2,8 @@
 # The test command (README): installs what it needs, builds everything and
 # runs every suite that needs no GPU, then prints the total as the last line:
 #   N passed, N failed
-# Suites: unit (host backend under ASan/UBSan), fuzz (the backend's fuzz
+# Suites: unit (host backend under ASan/UBSan), jail (a probe in a worker's
+# jail, started by the real host daemon, tries to get out: tests/jail/run.py), fuzz (the backend's fuzz
 # target replays the committed corpus and past failures, each input once:
 # no random run, so the verdict does not depend on luck or load; the
 # open-ended campaign is `make fuzz`), qtest (the QEMU device
@@ -35,7 +36,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo"}
+suites=${VCU_SUITES:-"cold unit jail fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -83,6 +84,8 @@ for s in $suites; do
     case $s in
     cold) run_suite cold tests/cold/run.sh ;;
     unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
+    jail) run_suite jail sh -c "make -s -C tests/jail O='$top/build/jail' &&
+        timeout 120 python3 tests/jail/run.py build/qemu/bin/vcu-daemon build/jail/jail_probe" ;;
     fuzz) run_suite fuzz tests/fuzz/run.sh replay ;;
     qtest) run_suite qtest timeout 300 python3 qemu-device/qtest-vcu.py \
         build/qemu/bin/qemu-system-x86_64 -L build/qemu/share -bios qboot.rom ;;

@@ -97,6 +97,7 @@
     X(ring_wrap_full)                   \
     X(ring_corrupt_index)               \
     X(proxy_ring_wrap_full)             \
+    X(proxy_worker_hardened)            \
     X(proxy_worker_killed)              \
     X(proxy_poll)                       \
     X(proxy_poll_window)                \

@@ -328,6 +328,56 @@ TEST(proxy_ring_wrap_full)
     return 0;
 }
 
+/* Whether file (under /proc/PID) has a line starting with key whose rest
+ * contains want. */
+static int px_proc_has(pid_t pid, const char *file, const char *key, const char *want,
+                       const char *after)
+{
+    char path[64], line[512];
+    int found = 0, armed = after == NULL;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        if (!armed) {
+            armed = strstr(line, after) != NULL;
+            continue;
+        }
+        if (strncmp(line, key, strlen(key)) == 0 && strstr(line + strlen(key), want) != NULL)
+            found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/*
+ * The worker as the daemon starts it, seen from outside: its seccomp
+ * filter on and no_new_privs, no core dumps, and the guest RAM it maps
+ * (the memfd "ut-guest-ram") marked MADV_DONTDUMP, so that no dump of it
+ * could carry the VM's memory.
+ */
+TEST(proxy_worker_hardened)
+{
+    px_env_t e;
+    pid_t pid;
+
+    CHECK(px_env(&e, 0, 0));
+    CHECK(px_open(&e));
+    CHECK(px_echo(&e, 4096, 8192, 2));
+    pid = px_worker_pid(&e);
+    ASSERT_GT(pid, 0);
+    ASSERT_TRUE(px_proc_has(pid, "status", "Seccomp:", "2", NULL));
+    ASSERT_TRUE(px_proc_has(pid, "status", "NoNewPrivs:", "1", NULL));
+    ASSERT_TRUE(px_proc_has(pid, "limits", "Max core file size", " 0 ", NULL));
+    /* The VmFlags line of the guest RAM mapping's block. */
+    ASSERT_TRUE(px_proc_has(pid, "smaps", "VmFlags:", " dd", "ut-guest-ram"));
+    px_env_free(&e);
+    return 0;
+}
+
 /* Kills the worker while a request is in flight, after wait_ms: the
  * request ends (VCU_S_EIO) soon after, and so does the next one. */
 static int px_kill_case(unsigned int spin_us, unsigned int wait_ms)
