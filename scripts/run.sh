@@ -6,7 +6,8 @@
 #     workload's figures there.  Without one: a line saying so; the guest's
 #     device then runs on the CPU stand-in for libcuda (a test double).
 #  2. The same binary in a TCG guest with the virtio-cuda-pci device, on our
-#     libcudart.so.13 (tests/vm/run.sh demo): what the guest sees (devices,
+#     libcudart.so.13 (tests/vm/run.sh demo, which starts the host daemon
+#     vcu-daemon first, as an operator does): what the guest sees (devices,
 #     memory, versions) and the workload's figures, each result checked
 #     against a CPU reference.
 #  3. With a GPU: which host GPU is behind each guest device (by UUID) and a
@@ -113,8 +114,9 @@ fi
 # ---- 2. in the guest ---------------------------------------------------------
 echo "== in the guest: the same $demo, unchanged, on virtio-cuda's libcudart.so.13"
 echo "   path: guest program -> libcudart.so.13 (guest-lib) -> /dev/vcuda0 (virtio_cuda.ko)"
-echo "         -> virtqueue -> QEMU virtio-cuda-pci -> vcu-worker (a host process per guest process) -> $path_end"
-echo "   (booting a TCG guest; the harness's log: $logs/vm-run.log)"
+echo "         -> virtqueue -> QEMU virtio-cuda-pci (seccomp sandbox, spawn=deny)"
+echo "         -> vcu-worker (a jailed host process per guest process, started by vcu-daemon) -> $path_end"
+echo "   (starting the host daemon and booting a TCG guest; the harness's log: $logs/vm-run.log)"
 tests/vm/run.sh demo >"$logs/vm-run.log" 2>&1
 grc=$?
 sed -n '/^VCU-SUITE-BEGIN demo/,/^VCU-SUITE-END demo/p' build/vm/logs/demo.log 2>/dev/null |

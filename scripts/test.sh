@@ -30,13 +30,14 @@
 # domain example against libvirt's schema), and in a TCG guest: echo,
 # badinput, hostmem, quota (two guest processes against mem-quota), cuda,
 # nvrt, nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file),
-# demo (the main job's program).
+# demo (the main job's program); relocatable (the carried outputs boot the
+# echo suite from a copy at another path).
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit jail fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo"}
+suites=${VCU_SUITES:-"cold unit jail fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo relocatable"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -100,6 +101,7 @@ for s in $suites; do
     dkms) run_suite dkms timeout 600 tests/pkg/dkms.sh ;;
     install-guest) run_suite install-guest timeout 300 tests/pkg/install-guest.sh ;;
     libvirt) run_suite libvirt timeout 120 tests/pkg/libvirt.sh ;;
+    relocatable) run_suite relocatable timeout 300 tests/pkg/relocatable.sh ;;
     echo | badinput | hostmem | quota | cuda | nvrt | nvml | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac

@@ -128,7 +128,7 @@ static void vcu__jail_mkdirs(const vcu__jail_child_t *c, const char *dst, bool d
             tmp[i] = '/';
     }
     if (!dir) {
-        int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        int fd = open(dst, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 
         if (fd < 0)
             vcu__jail_die(c, "create", dst);
@@ -282,12 +282,14 @@ static void vcu__jail_dev(const vcu__jail_child_t *c)
 /* Whether p lies in a folder the system binds already cover. */
 static bool vcu__jail_covered(const char *p)
 {
-    static const char *const cover[] = { "/usr/" };
     unsigned int i;
 
-    for (i = 0; i < sizeof(cover) / sizeof(cover[0]); i++)
-        if (strncmp(p, cover[i], strlen(cover[i])) == 0)
+    for (i = 0; i < sizeof(vcu__jail_sys) / sizeof(vcu__jail_sys[0]); i++) {
+        size_t n = strlen(vcu__jail_sys[i]);
+
+        if (strncmp(p, vcu__jail_sys[i], n) == 0 && (p[n] == '/' || p[n] == '\0'))
             return true;
+    }
     return false;
 }
 
@@ -298,6 +300,8 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
     unsigned int i;
     struct stat st;
 
+    /* The system's folders, /dev, /proc, /sys and /tmp first, then the
+     * paths the daemon was given (which may lie under one of them). */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         vcu__jail_die(c, "make mounts private", NULL);
     if (mount("vcu-root", cfg->base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") != 0)
@@ -325,16 +329,6 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
         vcu__jail_under(c, "/etc/ld.so.cache", dst);
         vcu__jail_bind(c, "/etc/ld.so.cache", dst, false, false);
     }
-    for (i = 0; i < cfg->nro; i++) {
-        if (vcu__jail_covered(c->ro[i]))
-            continue;
-        vcu__jail_under(c, c->ro[i], dst);
-        vcu__jail_bind(c, c->ro[i], dst, false, true);
-    }
-    for (i = 0; i < cfg->nrw; i++) {
-        vcu__jail_under(c, c->rw[i], dst);
-        vcu__jail_bind(c, c->rw[i], dst, true, false);
-    }
     vcu__jail_dev(c);
     vcu__jail_under(c, "/proc", dst);
     vcu__jail_mkdirs(c, dst, true);
@@ -356,6 +350,18 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
              (unsigned long long)(cfg->tmp_bytes ? cfg->tmp_bytes : VCU__JAIL_TMP_DEFAULT));
     if (mount("vcu-tmp", dst, "tmpfs", MS_NOSUID | MS_NODEV, opt) != 0)
         vcu__jail_die(c, "mount tmpfs", "/tmp");
+    /* The paths given last: one under /tmp (a build tree there) lands on
+     * the private /tmp, not under it. */
+    for (i = 0; i < cfg->nro; i++) {
+        if (vcu__jail_covered(c->ro[i]))
+            continue;
+        vcu__jail_under(c, c->ro[i], dst);
+        vcu__jail_bind(c, c->ro[i], dst, false, true);
+    }
+    for (i = 0; i < cfg->nrw; i++) {
+        vcu__jail_under(c, c->rw[i], dst);
+        vcu__jail_bind(c, c->rw[i], dst, true, false);
+    }
 
     vcu__jail_under(c, "/.old-root", old);
     vcu__jail_mkdirs(c, old, true);

@@ -30,15 +30,25 @@ mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | 
 apps() { nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c '[0-9]'; }
 workers() { pgrep -c -x vcu-worker || true; }
 
-# Waits up to $2 seconds for line $1 in the guest's console log.
+# Waits up to $2 seconds for line $1 in the guest's console log; gives up
+# at once (status 2) when the VM's runner has ended without it: a guest
+# that never started must not hold the suite for its timeouts.
 wait_line() {
     local i=0
     while [ $i -lt $(($2 * 10)) ]; do
         [ -f "$log" ] && tr -d '\r' <"$log" | grep -qx "$1" && return 0
+        if ! kill -0 "$runner" 2>/dev/null; then
+            [ -f "$log" ] && tr -d '\r' <"$log" | grep -qx "$1" && return 0
+            return 2
+        fi
         sleep 0.1
         i=$((i + 1))
     done
     return 1
+}
+# The VM ended early: what its runner said, once.
+runner_gone() {
+    echo "info: the VM's runner ended: $(tail -n 5 build/vm/leaks-run.out 2>/dev/null | tr '\n' ' ')"
 }
 
 # Back to baseline within 15 s: no compute process, no worker, memory.
@@ -79,8 +89,16 @@ qmp=$(mktemp -u /tmp/vcu-leaks-qmp.XXXXXX)
 VCU_QMP=$qmp VCU_REAL_GPU=1 VCU_NO_BUILD=1 tests/vm/run.sh leaks >build/vm/leaks-run.out 2>&1 &
 runner=$!
 
+gone=0
 for phase in killed reset; do
-    if wait_line "VCU-LEAKS running $phase" 240; then
+    if [ $gone = 1 ]; then
+        verdict 1 "$phase" "(the VM had ended)"
+        continue
+    fi
+    wait_line "VCU-LEAKS running $phase" 240
+    st=$?
+    [ $st = 2 ] && { gone=1; runner_gone; }
+    if [ $st = 0 ]; then
         check_running "$phase"
         if [ "$phase" = reset ]; then
             lat=$(python3 tests/gpu/qmp-latency.py "$qmp" "$log" "VCU-LEAKS after reset" 60 2>&1)
@@ -98,7 +116,7 @@ for phase in killed reset; do
         verdict 1 "$phase" "(the guest never got its work running)"
     fi
 done
-if wait_line "VCU-LEAKS running qemu-kill" 120; then
+if [ $gone = 0 ] && wait_line "VCU-LEAKS running qemu-kill" 120; then
     check_running qemu-kill
     pkill -KILL -f 'vcu.suite=leaks' || true
     check_clean qemu-kill

@@ -113,11 +113,12 @@ log=${VCU_VM_LOGDIR:-build/vm/logs}/libs.log
 if [ "$what" = standin ]; then
     VCU_NO_BUILD=1 VCU_FAKECUDA_ANY_KERNEL=1 tests/vm/run.sh libs >"$work/run.out" 2>&1
 else
-    # A module cache of this run's own: first_gemm's cold run finds it
-    # empty (the host's default one may hold cuBLAS from an earlier run),
-    # its warm run finds what the cold one stored.
-    mkdir -m 0700 "$work/modcache"
-    VCU_NO_BUILD=1 tests/gpu/run.sh libs "module-cache=$work/modcache" >"$work/run.out" 2>&1
+    # A module cache of this run's own (the host daemon's --cache-dir):
+    # first_gemm's cold run finds it empty (the usual one may hold cuBLAS
+    # from an earlier run), its warm run finds what the cold one stored.
+    mkdir -m 0755 "$work/modcache"
+    VCU_DAEMON_ARGS="--cache-dir $work/modcache" VCU_NO_BUILD=1 tests/gpu/run.sh libs \
+        >"$work/run.out" 2>&1
 fi
 rc=$?
 cat "$work/run.out"

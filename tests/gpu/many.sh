@@ -25,7 +25,6 @@ set -u
 cd "$(dirname "$0")/../.."
 secs=${VCU_MANY_SECS:-600}
 half=$((secs / 2))
-group=/dev/shm/vcu-many-test.$$
 qmp=$(mktemp -u /tmp/vcu-many-qmp.XXXXXX)
 logroot=build/vm/logs/many-run
 slack_mib=${VCU_LEAK_SLACK_MIB:-64}
@@ -34,7 +33,8 @@ failed=0
 
 . tests/gpu/vmcase.sh
 vmcase_init many "${VCU_MANY_FAKE:-0}" "$logroot"
-trap 'rm -f "$group" "$qmp"' EXIT
+vmcase_daemon
+trap 'vmcase_end; rm -f "$qmp"' EXIT
 
 mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | awk 'NR == 1 { print $1 }'; }
 apps() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c '[0-9]'; }
@@ -62,7 +62,7 @@ start_vm() {
     shift 2
     vmcase_boot "$name" "${VM_TIMEOUT:-$((secs + 240))}" \
         "vcu.share_procs=1 vcu.share_secs=$secs vcu.many=$many" \
-        ${QMP_FOR:+VCU_QMP=$QMP_FOR VCU_VM_REBOOT=1} -- "$@" share-group="$group"
+        ${QMP_FOR:+VCU_QMP=$QMP_FOR VCU_VM_REBOOT=1} -- "$@"
 }
 
 start_vm vm0 3072,0 mem-quota=3G compute-share=10

@@ -63,7 +63,11 @@ quit_mps() {
     sleep 1
     rm -rf "$mps"
 }
-trap quit_mps EXIT
+# MPS serves clients of any user (the workers run as nobody): the pipe
+# folder must be reachable by them, and writable by nobody else.
+chmod 755 "$mps" "$pipe"
+if [ "${VCU_PACKED_FAKE:-0}" = 1 ]; then vmcase_daemon; else vmcase_daemon --mps-pipe "$pipe"; fi
+trap 'vmcase_end; quit_mps' EXIT
 
 # start_vm NAME PROCS APPEND [ENV=VALUE...] -- [DEVICE-OPTION...]: boots
 # one VM in the background ($! is its tests/vm/run.sh).
@@ -102,15 +106,8 @@ finish() {
         vm_ok "$name" || { vm_says "$name"; failed=$((failed + 1)); }
     done
 }
-# The vcu-worker processes of VM NAME (children of its QEMU, whose
-# command line names the VM's log directory).
-vm_workers() {
-    local p pp
-    for p in $(pgrep -x vcu-worker); do
-        pp=$(awk '/^PPid:/ { print $2 }' "/proc/$p/status" 2>/dev/null)
-        [ -n "$pp" ] && tr '\0' ' ' <"/proc/$pp/cmdline" 2>/dev/null | grep -q "$logroot/$1/" && echo "$p"
-    done
-}
+# The vcu-worker processes of VM NAME (the daemon's word).
+vm_workers() { vmcase_workers "$1"; }
 mps_clients() {
     local s
     for s in $(echo get_server_list | ctl 2>/dev/null); do
@@ -118,7 +115,7 @@ mps_clients() {
     done
 }
 
-packed="sms=$sms,mps-pipe=$pipe"
+packed="sms=$sms"
 case ",$cases," in *,alone,*)
     start_vm alone 1 "vcu.packed=$sms" -- "$packed"
     judge alone rate $! vm0="$logroot/alone/share.log"

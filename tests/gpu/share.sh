@@ -28,7 +28,6 @@ cd "$(dirname "$0")/../.."
 cases=${1:-alone,alone-shared,weights,procs-3-vs-1,cap}
 secs=${VCU_SHARE_SECS:-24}
 iters=${VCU_SHARE_ITERS:-}
-group=/dev/shm/vcu-share-test.$$
 logroot=build/vm/logs/share-run
 passed=0
 failed=0
@@ -37,7 +36,8 @@ kernel_ms=0
 
 . tests/gpu/vmcase.sh
 vmcase_init share "${VCU_SHARE_FAKE:-0}" "$logroot"
-trap 'rm -f "$group"' EXIT
+vmcase_daemon
+trap vmcase_end EXIT
 
 # start_vm NAME PROCS SECS [DEVICE-OPTION...]: boots one VM in the
 # background ($! is its tests/vm/run.sh), its console log in $logroot/NAME.
@@ -70,7 +70,6 @@ finish() {
             failed=$((failed + 1))
         fi
     done
-    rm -f "$group"
 }
 
 case ",$cases," in *,alone,*)
@@ -108,7 +107,7 @@ case ",$cases," in *,alone,*)
     ;;
 esac
 case ",$cases," in *,alone-shared,*)
-    start_vm alone-shared 1 "$secs" compute-share=100 share-group="$group"
+    start_vm alone-shared 1 "$secs" compute-share=100
     p0=$!
     if [ "$base" != 0 ]; then
         judge alone-shared "ratio:$base,0.97,1.03" "$p0" vm0="$logroot/alone-shared/share.log"
@@ -119,9 +118,9 @@ case ",$cases," in *,alone-shared,*)
     ;;
 esac
 case ",$cases," in *,weights,*)
-    start_vm weights-vm0 1 "$secs" compute-share=25 share-group="$group"
+    start_vm weights-vm0 1 "$secs" compute-share=25
     p0=$!
-    start_vm weights-vm1 1 "$secs" compute-share=75 share-group="$group"
+    start_vm weights-vm1 1 "$secs" compute-share=75
     p1=$!
     judge weights "pct:25,75,5" "$p0,$p1" vm0="$logroot/weights-vm0/share.log" vm1="$logroot/weights-vm1/share.log"
     [ "$base" != 0 ] && awk -v r="${rate:-0}" 'BEGIN { exit !(r > 0) }' &&
@@ -133,9 +132,9 @@ case ",$cases," in *,weights,*)
     ;;
 esac
 case ",$cases," in *,procs-3-vs-1,*)
-    start_vm procs-vm0 3 "$secs" compute-share=100 share-group="$group"
+    start_vm procs-vm0 3 "$secs" compute-share=100
     p0=$!
-    start_vm procs-vm1 1 "$secs" compute-share=100 share-group="$group"
+    start_vm procs-vm1 1 "$secs" compute-share=100
     p1=$!
     judge procs-3-vs-1 "pct:50,50,5" "$p0,$p1" vm0="$logroot/procs-vm0/share.log" vm1="$logroot/procs-vm1/share.log"
     [ "$base" != 0 ] && awk -v r="${rate:-0}" 'BEGIN { exit !(r > 0) }' &&
@@ -144,7 +143,7 @@ case ",$cases," in *,procs-3-vs-1,*)
     ;;
 esac
 case ",$cases," in *,cap,*)
-    start_vm cap 1 "$secs" compute-cap=30 share-group="$group"
+    start_vm cap 1 "$secs" compute-cap=30
     p0=$!
     if [ "$kernel_ms" != 0 ]; then
         judge cap "busy:$kernel_ms,0.25,0.35" "$p0" vm0="$logroot/cap/share.log"

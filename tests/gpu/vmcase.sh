@@ -7,6 +7,8 @@
 # folder; otherwise prints "TAG: why" and the failed count, and exits.
 vmcase_init() {
     local tag=$1 fake=$2
+    vmcase_tag=$tag
+    vmcase_fake=$fake
     vmcase_root=$3
     if [ "$fake" = 1 ]; then
         gpu_env="VCU_REAL_GPU=0"
@@ -20,6 +22,27 @@ vmcase_init() {
     mkdir -p "$vmcase_root"
 }
 
+# vmcase_daemon [DAEMON-OPTION...]: the host daemon every VM of the suite
+# attaches to (tests/vm/daemon.sh): their compute-share group is the
+# daemon's, as on a host where one daemon serves all VMs.  Its log is
+# LOGROOT/daemon/daemon.log.  vmcase_end stops it (the suites' EXIT trap).
+vmcase_daemon() {
+    VCU_ROOT=$PWD
+    . tests/vm/daemon.sh
+    local extra=
+    [ "$vmcase_fake" = 1 ] && extra="--libcuda $PWD/build/fakecuda/libcuda.so.1"
+    # shellcheck disable=SC2086
+    vcu_daemon_start "$vmcase_root/daemon" --cache-dir off $extra "$@" ||
+        { echo "$vmcase_tag: the host daemon did not start"; echo "0 passed, 1 failed"; exit 1; }
+    export VCU_DAEMON_SOCK
+    vmcase_ctl="$vmcase_root/daemon/control.sock"
+}
+vmcase_end() { vcu_daemon_stop; }
+
+# vmcase_workers NAME: the host pids of VM NAME's workers (the daemon's
+# word, scripts/vcu-ctl).
+vmcase_workers() { python3 scripts/vcu-ctl --socket "$vmcase_ctl" workers "$1" 2>/dev/null; }
+
 # vmcase_boot NAME TIMEOUT APPEND [ENV=VALUE...] -- [DEVICE-OPTION...]:
 # boots one VM of the share suite in the background ($! is its
 # tests/vm/run.sh) with APPEND on the kernel command line, ENV in its
@@ -31,7 +54,8 @@ vmcase_boot() {
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     mkdir -p "$vmcase_root/$name"
-    env $gpu_env "${envs[@]}" VCU_NO_BUILD=1 VCU_VM_LOGDIR="$vmcase_root/$name" VCU_VM_MEM=2048 \
+    env $gpu_env "${envs[@]}" VCU_NO_BUILD=1 VCU_VM_NAME="$name" \
+        VCU_VM_LOGDIR="$vmcase_root/$name" VCU_VM_MEM=2048 \
         VCU_VM_TIMEOUT="$timeout" VCU_GUEST_APPEND="$app" \
         tests/vm/run.sh share "$@" >"$vmcase_root/$name.out" 2>&1 &
 }

@@ -38,6 +38,7 @@
 #                       (tests/gpu/many.sh)
 #   VCU_GUEST_APPEND=S  more kernel command line (VCU_LIBS_DEBUG=1: the libs suite traces)
 #   VCU_VM_MEM=MIB      guest RAM [3072]
+#   VCU_VM_NAME=NAME    the VM's name (QEMU's -name: the daemon reports it so)
 #   VCU_VM_DISK=IMG     a raw disk image the guest sees read-only as /dev/vda
 #                       (the torch suite's root: tests/gpu/torch-run.sh)
 set -u
@@ -72,17 +73,17 @@ case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" torch
 # ---- build -----------------------------------------------------------------
 # build/vm/guest.env + build/vm/vmlinuz-*: the guest kernel travels with
 # build/, so VCU_NO_BUILD=1 needs neither apt nor the cache.
+# guest.env holds no path: the outputs run from wherever they are unpacked.
 if [ "${VCU_NO_BUILD:-0}" = 1 ]; then
     [ -f "$build/vm/guest.env" ] || die "VCU_NO_BUILD=1 but no $build/vm/guest.env"
     . "$build/vm/guest.env"
+    VCU_GUEST_VMLINUZ=$build/vm/vmlinuz-$VCU_GUEST_KVER
+    [ -f "$VCU_GUEST_VMLINUZ" ] || die "no $VCU_GUEST_VMLINUZ (the guest kernel of build/vm/guest.env)"
 else
     eval "$("$here/guest-kernel.sh")" || die "guest-kernel.sh failed"
     cp "$VCU_GUEST_VMLINUZ" "$build/vm/vmlinuz-$VCU_GUEST_KVER"
     VCU_GUEST_VMLINUZ=$build/vm/vmlinuz-$VCU_GUEST_KVER
-    {
-        echo "VCU_GUEST_KVER='$VCU_GUEST_KVER'"
-        echo "VCU_GUEST_VMLINUZ='$VCU_GUEST_VMLINUZ'"
-    } >"$build/vm/guest.env"
+    echo "VCU_GUEST_KVER='$VCU_GUEST_KVER'" >"$build/vm/guest.env"
 fi
 export VCU_GUEST_KVER VCU_GUEST_VMLINUZ VCU_GUEST_MODDIR VCU_GUEST_MODULES \
     VCU_GUEST_MODULES_CORE VCU_GUEST_KDIR VCU_GUEST_INITRD_COMPRESS
@@ -191,6 +192,7 @@ for s in $suites; do
     t0=$(date +%s)
     timeout -k 10 "$vm_timeout" "$qemu" \
         -accel tcg -cpu max -smp 2 -m "${VCU_VM_MEM:-3072}" \
+        ${VCU_VM_NAME:+-name "$VCU_VM_NAME"} \
         -object memory-backend-memfd,id=mem,size="${VCU_VM_MEM:-3072}M",share=on \
         -machine memory-backend=mem \
         ${VCU_VM_DISK:+-drive "file=$VCU_VM_DISK,if=none,id=vd0,format=raw,readonly=on"} \
