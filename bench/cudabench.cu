@@ -267,23 +267,54 @@ static void *alloc_down(unsigned long long want, unsigned long long min, unsigne
 
 /* ---- latency and launches ------------------------------------------------------- */
 
+/* The guest driver's counters (requests, kicks, irqs; virtio_cuda.ko's
+ * sysfs stats): 0, or -1 natively (no such file). */
+static int vstats(unsigned long long v[3])
+{
+    FILE *f = fopen("/sys/class/vcuda/vcuda0/stats", "r");
+    int n;
+
+    if (f == NULL)
+        return -1;
+    n = fscanf(f, "requests %llu kicks %llu irqs %llu", &v[0], &v[1], &v[2]);
+    fclose(f);
+    return n == 3 ? 0 : -1;
+}
+
+/* What a guest paid per call of a loop of n: requests on the virtqueue,
+ * notifications to the device (an exit each on KVM) and interrupts. */
+static void vstats_rows(const char *metric, const unsigned long long before[3], int ok, long n)
+{
+    unsigned long long after[3];
+
+    if (!ok || n <= 0 || vstats(after) != 0)
+        return;
+    printf("%s_requests_per_call,0,%.3f,requests\n", metric, (double)(after[0] - before[0]) / n);
+    printf("%s_kicks_per_call,0,%.3f,kicks\n", metric, (double)(after[1] - before[1]) / n);
+    printf("%s_irqs_per_call,0,%.3f,irqs\n", metric, (double)(after[2] - before[2]) / n);
+}
+
 static void latency_memcpy4(void *dev, budget_t *b)
 {
     double t[1000];
     int reps, r;
     int v = 42;
     double share = budget_take(b), warm;
+    unsigned long long vs[3];
+    int vs_ok;
 
     warm = now_s();
     CHECK(cudaMemcpy(dev, &v, 4, cudaMemcpyHostToDevice));
     warm = now_s() - warm;
     reps = reps_for(share, warm, 1000);
+    vs_ok = vstats(vs) == 0;
     for (r = 0; r < reps; r++) {
         double t0 = now_s();
 
         CHECK(cudaMemcpy(dev, &v, 4, cudaMemcpyHostToDevice));
         t[r] = now_s() - t0;
     }
+    vstats_rows("memcpy4", vs, vs_ok, reps);
     printf("memcpy4_latency,4,%.2f,us\n", median(t, reps) * 1e6);
     printf("# memcpy4_latency: 4-byte cudaMemcpy H2D from pageable memory, median of %d\n", reps);
     fflush(stdout);
@@ -292,14 +323,16 @@ static void latency_memcpy4(void *dev, budget_t *b)
 static void latency_launch_sync(budget_t *b)
 {
     double t[1000];
-    int reps, r;
+    int reps, r, vs_ok;
     double share = budget_take(b), warm;
+    unsigned long long vs[3];
 
     warm = now_s();
     bench_empty<<<1, 1>>>();
     CHECK(cudaDeviceSynchronize());
     warm = now_s() - warm;
     reps = reps_for(share, warm, 1000);
+    vs_ok = vstats(vs) == 0;
     for (r = 0; r < reps; r++) {
         double t0 = now_s();
 
@@ -308,6 +341,7 @@ static void latency_launch_sync(budget_t *b)
         t[r] = now_s() - t0;
     }
     CHECK(cudaGetLastError());
+    vstats_rows("launch_sync", vs, vs_ok, reps);
     printf("launch_sync_latency,0,%.2f,us\n", median(t, reps) * 1e6);
     printf("# launch_sync_latency: empty <<<1,1>>> + cudaDeviceSynchronize, median of %d\n", reps);
     fflush(stdout);
@@ -342,7 +376,9 @@ static void launch_rate(budget_t *b, long max_n)
 {
     const int probe = 200;
     double share = budget_take(b), t0, dt, rate;
+    unsigned long long vs[3];
     long n, i;
+    int vs_ok;
 
     t0 = now_s();
     for (i = 0; i < probe; i++)
@@ -356,12 +392,14 @@ static void launch_rate(budget_t *b, long max_n)
     if (n < 1000)
         n = 1000;
 
+    vs_ok = vstats(vs) == 0;
     t0 = now_s();
     for (i = 0; i < n; i++)
         bench_empty<<<1, 1>>>();
     CHECK(cudaDeviceSynchronize());
     dt = now_s() - t0;
     CHECK(cudaGetLastError());
+    vstats_rows("launch_async", vs, vs_ok, n);
     printf("launch_rate,0,%.0f,kernels/s\n", n / dt);
     printf("# launch_rate: %ld empty <<<1,1>>> launches on the legacy stream, then one "
            "cudaDeviceSynchronize%s\n",

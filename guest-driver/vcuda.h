@@ -60,6 +60,10 @@ struct vcuda_dev {
 	spinlock_t vq_lock;
 	bool gone;			/* remove() has started; no new requests */
 	unsigned long vq_gen;		/* bumped when the callback frees ring space */
+	/* What the guest pays per call (sysfs stats), under vq_lock. */
+	u64 stat_requests;		/* requests queued */
+	u64 stat_kicks;			/* notifications sent to the device (exits) */
+	u64 stat_irqs;			/* queue interrupts taken */
 	wait_queue_head_t vq_wait;	/* submitters waiting for ring space */
 
 	/*

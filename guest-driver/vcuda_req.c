@@ -489,8 +489,13 @@ int vcuda_req_queue(struct vcuda_req *req, bool interruptible)
 		if (!err) {
 			req->queued = true;
 			atomic_inc(&dev->inflight);
-			/* Kick under the lock: remove() may delete the vq once we drop it. */
-			virtqueue_kick(dev->vq);
+			dev->stat_requests++;
+			/* Kick under the lock: remove() may delete the vq once we drop it.
+			 * Counted only when the device wants it (an exit on KVM). */
+			if (virtqueue_kick_prepare(dev->vq)) {
+				dev->stat_kicks++;
+				virtqueue_notify(dev->vq);
+			}
 			spin_unlock_irq(&dev->vq_lock);
 			return 0;
 		}

@@ -1012,8 +1012,26 @@ static ssize_t sessions_show(struct device *d, struct device_attribute *attr, ch
 }
 static DEVICE_ATTR_RO(sessions);
 
+/* Requests queued, notifications sent (each an exit to the host on KVM)
+ * and queue interrupts taken, since the device appeared: what the guest
+ * pays per call (bench/cudabench reads them around its loops). */
+static ssize_t stats_show(struct device *d, struct device_attribute *attr, char *buf)
+{
+	struct vcuda_dev *dev = dev_get_drvdata(d);
+	u64 rq, kicks, irqs;
+
+	spin_lock_irq(&dev->vq_lock);
+	rq = dev->stat_requests;
+	kicks = dev->stat_kicks;
+	irqs = dev->stat_irqs;
+	spin_unlock_irq(&dev->vq_lock);
+	return sysfs_emit(buf, "requests %llu\nkicks %llu\nirqs %llu\n", rq, kicks, irqs);
+}
+static DEVICE_ATTR_RO(stats);
+
 static struct attribute *vcuda_attrs[] = {
 	&dev_attr_inflight.attr,
+	&dev_attr_stats.attr,
 	&dev_attr_pinned_pages.attr,
 	&dev_attr_hostmem_pages.attr,
 	&dev_attr_sessions.attr,
@@ -1031,6 +1049,7 @@ static void vcuda_vq_done(struct virtqueue *vq)
 	unsigned int len;
 
 	spin_lock_irqsave(&dev->vq_lock, flags);
+	dev->stat_irqs++;
 	do {
 		virtqueue_disable_cb(vq);
 		/* The ring only hands back tokens we queued; the reply is checked later. */

@@ -11,8 +11,7 @@ enum {
 };
 
 /* Installs the filter on every thread of this process (and no_new_privs,
- * which it needs).  allow_unix: unix sockets may be made and connected
- * (packed mode's MPS client).  0 or a negative errno. */
-int vcu_seccomp_install(int mode, int allow_unix);
+ * which it needs).  0 or a negative errno. */
+int vcu_seccomp_install(int mode);
 
 #endif /* VCU_SECCOMP_H */

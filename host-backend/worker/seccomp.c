@@ -10,8 +10,13 @@
  * treats as any other refusal; a few calls are narrowed by argument:
  *   clone     threads only: CLONE_THREAD set, no namespace flag;
  *   clone3    ENOSYS, so that the C library falls back to clone;
- *   socket    AF_UNIX only, and only for a packed-mode worker (the MPS
- *             client's pipe); connect likewise;
+ *   socket    AF_UNIX only.  NVIDIA's driver 580 makes unix sockets
+ *             (socket, bind, listen, connect) and symbolic links in cuInit:
+ *             with them refused, cuInit fails with
+ *             CUDA_ERROR_OPERATING_SYSTEM (measured on an H200).  A unix
+ *             socket reaches nothing outside the jail: abstract names
+ *             belong to the worker's own network namespace, paths to its
+ *             own mount namespace (tests/jail checks both);
  *   kill, tgkill  this process only;
  *   prlimit64 this process only.
  * Not allowed, among others: execve, fork, ptrace, process_vm_*, mount,
@@ -88,6 +93,8 @@ static const int vcu__sc_allow[] = {
     /* the descriptors it was given: the session socket, doorbells */
     SYS_sendmsg, SYS_recvmsg, SYS_sendto, SYS_recvfrom, SYS_shutdown, SYS_getsockopt,
     SYS_setsockopt, SYS_getsockname, SYS_getpeername, SYS_socketpair,
+    /* unix sockets of the driver's own (socket itself: AF_UNIX only) */
+    SYS_bind, SYS_listen, SYS_connect, SYS_accept, SYS_accept4, SYS_symlink, SYS_symlinkat,
 };
 
 typedef struct {
@@ -124,7 +131,7 @@ static void vcu__sc_arg_eq(vcu__sc_prog_t *p, int sys, unsigned int i, uint64_t 
     vcu__sc_put(p, VCU__SC_STMT(BPF_RET | BPF_K, deny));
 }
 
-int vcu_seccomp_install(int mode, int allow_unix)
+int vcu_seccomp_install(int mode)
 {
     vcu__sc_prog_t *p;
     struct sock_fprog fp;
@@ -164,11 +171,7 @@ int vcu_seccomp_install(int mode, int allow_unix)
     vcu__sc_arg_eq(p, SYS_kill, 0, self, deny);
     vcu__sc_arg_eq(p, SYS_tgkill, 0, self, deny);
     vcu__sc_arg_eq(p, SYS_prlimit64, 0, 0, deny);
-    if (allow_unix) {
-        vcu__sc_arg_eq(p, SYS_socket, 0, AF_UNIX, deny);
-        vcu__sc_put(p, VCU__SC_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 0, 1));
-        vcu__sc_put(p, VCU__SC_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-    }
+    vcu__sc_arg_eq(p, SYS_socket, 0, AF_UNIX, deny);
     vcu__sc_put(p, VCU__SC_STMT(BPF_RET | BPF_K, deny));
     if (p->overflow) {
         errno = E2BIG;

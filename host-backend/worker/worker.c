@@ -1334,9 +1334,8 @@ int main(int argc, char **argv)
         vcu__usage();
 
     /* Before anything else runs here: the driver, and every byte a guest
-     * sends, only ever see the filter's system calls.  A packed worker's
-     * driver connects to MPS's pipe: unix sockets, then. */
-    rc = vcu_seccomp_install(seccomp, cfg.sms != 0);
+     * sends, only ever see the filter's system calls. */
+    rc = vcu_seccomp_install(seccomp);
     if (rc != 0) {
         errno = -rc;
         vcu__die("cannot install the seccomp filter");

@@ -9,7 +9,13 @@
 # tests/gpu/share.sh, about 3 minutes) and packed VMs (packed:
 # tests/gpu/packed.sh, about 3 minutes).  Logs and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,many,many-wait]   (default suite,main,bench)
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,many,many-wait,seccomp-log]
+#   (default suite,main,bench)
+#
+# seccomp-log: the daemon's workers run with --seccomp log for the whole
+# call (every system call off the allowlist is let through and logged by
+# the kernel), and the calls logged are listed in $OUT/seccomp.txt: how
+# the allowlist (host-backend/worker/seccomp.c) is checked on a new driver.
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-out}
@@ -28,6 +34,11 @@ else
     git log -1 --format='commit %H' >>"$out/gpu.txt" 2>/dev/null
 fi
 rc=0
+case ",$what," in *,seccomp-log,*)
+    export VCU_DAEMON_ARGS="${VCU_DAEMON_ARGS:-} --seccomp log"
+    dmesg -c >/dev/null 2>&1 || dmesg >"$out/dmesg-before.txt" 2>&1
+    ;;
+esac
 case ",$what," in *,suite,*)
     VCU_NO_BUILD=1 tests/gpu/run.sh cuda,nvrt,nvml,quota,demo,echo,badinput >"$out/gpu-suite.log" 2>&1 || rc=1
     tail -n 5 "$out/gpu-suite.log"
@@ -99,5 +110,31 @@ case ",$what," in *,many,*)
     ;;
 esac
 case ",$what," in *,many-wait,*) many_wait ;; esac
+case ",$what," in *,seccomp-log,*)
+    # audit type 1326: "... comm=\"vcu-worker\" ... syscall=N ..."
+    dmesg 2>&1 | grep 'type=1326' >"$out/seccomp-raw.txt"
+    python3 - "$out/seccomp-raw.txt" >"$out/seccomp.txt" <<'PY'
+import re, sys
+names = {}
+try:
+    for l in open('/usr/include/x86_64-linux-gnu/asm/unistd_64.h'):
+        m = re.match(r'#define __NR_(\w+) (\d+)', l)
+        if m:
+            names[int(m.group(2))] = m.group(1)
+except OSError:
+    pass
+seen = {}
+for l in open(sys.argv[1]):
+    m = re.search(r'comm="([^"]*)".*syscall=(\d+)', l)
+    if m:
+        k = (m.group(1), int(m.group(2)))
+        seen[k] = seen.get(k, 0) + 1
+for (comm, nr), n in sorted(seen.items()):
+    print(f'{comm} syscall {nr} {names.get(nr, "?")} logged {n} times')
+print(f'{len(seen)} distinct (comm, syscall) pairs off the allowlist')
+PY
+    cat "$out/seccomp.txt"
+    ;;
+esac
 tar czf "$out/vm-logs.tgz" build/vm/logs 2>/dev/null
 exit $rc

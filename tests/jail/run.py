@@ -128,10 +128,22 @@ def main():
         f.write('a file the worker must not read\n')
     os.chmod(secret, 0o644)                 # readable by anyone: only the jail keeps it out
     stand_in = subprocess.Popen(['sleep', '600'])   # a process like QEMU, not to be reached
+    # Sockets in the host's namespaces the worker must not reach: an
+    # abstract name and a path (its folder world-readable).
+    abstract = f'vcu-jail-test-{os.getpid()}'
+    host_abs = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    host_abs.bind('\0' + abstract)
+    host_abs.listen(1)
+    sockpath = os.path.join(tmp, 'host.sock')
+    host_path = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    host_path.bind(sockpath)
+    host_path.listen(1)
+    os.chmod(sockpath, 0o777)
     keep_r, keep_w = os.pipe()
     os.set_inheritable(keep_w, True)        # a descriptor the daemon inherits, not CLOEXEC
     env = dict(os.environ, SECRET_TOKEN='do-not-leak', VCU_JAIL_SECRET=secret,
-               VCU_JAIL_PIDS=f'{os.getpid()},{stand_in.pid}')
+               VCU_JAIL_PIDS=f'{os.getpid()},{stand_in.pid}',
+               VCU_JAIL_ABSTRACT=abstract, VCU_JAIL_SOCKPATH=sockpath)
     try:
         p, sock = start_daemon(daemon, probe, os.path.join(tmp, 'run-on'), [], env, keep_w)
         try:
@@ -163,11 +175,14 @@ def main():
             p.terminate()
             p.wait()
         failed = {l.split(' ')[1] for l in lines if l.startswith('JAIL ') and ' FAIL ' in l}
-        want = {'open_secret', 'pid_namespace', 'open_etc_passwd'}
+        want = {'open_secret', 'pid_namespace', 'open_etc_passwd', 'unix_abstract_host',
+                'unix_path_host'}
         report('without the jail the probe reaches what the jail keeps from it',
                want <= failed, f'failed there: {sorted(failed)}')
     finally:
         stand_in.kill()
+        host_abs.close()
+        host_path.close()
         os.close(keep_r)
         os.close(keep_w)
         subprocess.run(['rm', '-rf', tmp])

@@ -165,7 +165,7 @@ if [ -z "${VCU_DAEMON_SOCK:-}" ]; then
     drun=${TMPDIR:-/tmp}/vcu-run.$$
     # shellcheck disable=SC2086
     vcu_daemon_start "$drun" $dargs || die "the host daemon did not start"
-    trap 'vcu_daemon_stop; rm -rf "$drun"' EXIT
+    trap 'vcu_daemon_stop; cp "$drun/daemon.log" "$logdir/daemon.log" 2>/dev/null; rm -rf "$drun"' EXIT
 fi
 dev="virtio-cuda-pci,chardev=vcud$extra"
 mkdir -p "$logdir"
