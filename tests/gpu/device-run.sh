@@ -9,7 +9,7 @@
 # tests/gpu/share.sh, about 3 minutes) and packed VMs (packed:
 # tests/gpu/packed.sh, about 3 minutes).  Logs and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,many,many-wait,seccomp-log]
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,hostile,many,many-wait,seccomp-log]
 #   (default suite,main,bench)
 #
 # seccomp-log: the daemon's workers run with --seccomp log for the whole
@@ -78,6 +78,11 @@ esac
 case ",$what," in *,share,*)
     tests/gpu/share.sh >"$out/share.log" 2>&1 || rc=1
     grep -E '^(share:|info:)|passed' "$out/share.log" | cut -c1-300 | tail -n 40
+    ;;
+esac
+case ",$what," in *,hostile,*)
+    tests/gpu/hostile.sh >"$out/hostile.log" 2>&1 || rc=1
+    grep -E '^(PASS|FAIL|info:)|passed' "$out/hostile.log" | cut -c1-600 | tail -n 20
     ;;
 esac
 case ",$what," in *,packed,*)

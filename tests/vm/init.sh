@@ -5,6 +5,8 @@
 # suites to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments),
 # vcu.share_procs=N vcu.share_secs=S vcu.share_iters=I (the share suite's loop)
 # vcu.many=QUOTA_MIB,FAULT_AT (the share suite also runs tests/many's checker)
+# vcu.hostile=MODE,PROCS,SECS (the share suite runs tests/hostile's
+# hostile_work MODE in PROCS processes instead of its loops)
 # vcu.packed=N (a packed VM of N SMs: the share suite checks them before and
 # after its loops with tests/packed's packed_check)
 #                      vcu.echo_mib=N                (largest echo, MiB)
@@ -27,6 +29,7 @@ share_secs=20
 share_iters=
 many=
 packed=
+hostile=
 for arg in $(cat /proc/cmdline); do
     case $arg in
     vcu.suite=*) suites=$(echo "${arg#vcu.suite=}" | tr ',' ' ') ;;
@@ -37,6 +40,7 @@ for arg in $(cat /proc/cmdline); do
     vcu.share_iters=*) share_iters=${arg#vcu.share_iters=} ;;
     vcu.many=*) many=${arg#vcu.many=} ;;
     vcu.packed=*) packed=${arg#vcu.packed=} ;;
+    vcu.hostile=*) hostile=${arg#vcu.hostile=} ;;
     esac
 done
 
@@ -266,6 +270,7 @@ run_leaks() {
 # guest processes run the compute-bound kernel loop for vcu.share_secs
 # seconds at once; their "VCU-SHARE" lines go to the console as they come.
 run_share() {
+    [ -n "$hostile" ] && { run_hostile; return; }
     i=0
     pids=
     [ -n "$packed" ] && packed_check check
@@ -293,6 +298,34 @@ run_share() {
     done
     [ -n "$many" ] && wait "$many_pid"
     [ -n "$packed" ] && packed_check check-after
+}
+
+# A VM against its slice (vcu.hostile=MODE,PROCS,SECS, tests/gpu/hostile.sh
+# judges from the host): PROCS processes of hostile_work MODE at once.  An
+# attacker's process refused at its start (sessions, memory) is the slice
+# holding, not a failure; a victim's must pass.
+run_hostile() {
+    h_mode=${hostile%%,*}
+    h_rest=${hostile#*,}
+    h_procs=${h_rest%%,*}
+    h_secs=${h_rest#*,}
+    i=0
+    pids=
+    while [ "$i" -lt "$h_procs" ]; do
+        LD_LIBRARY_PATH=/cuda/lib /cuda/hostile_work "$h_mode" "p$i" "$h_secs" &
+        pids="$pids $!"
+        i=$((i + 1))
+        sleep 0.2
+    done
+    i=0
+    for p in $pids; do
+        if wait "$p"; then
+            echo "VCU-TEST share/hostile-$h_mode-p$i PASS"
+        else
+            echo "VCU-TEST share/hostile-$h_mode-p$i FAIL exit status $?"
+        fi
+        i=$((i + 1))
+    done
 }
 
 # A packed VM's SMs as its guest sees them (tests/packed/packed_check.cu):

@@ -288,6 +288,7 @@ for s in "$@"; do
         LD_LIBRARY_PATH=$r/nvml/lib copy_libs "$r/nvml/vcuda-smi"
         copy_libs "$glnvml"
         add_cuda_prog "$cudatests/many_work"
+        add_cuda_prog "$cudatests/hostile_work"
         add_cuda_prog "$cudatests/packed_check"
         ;;
     *) die "unknown suite $s" ;;
