@@ -3,7 +3,9 @@
 # runs every suite that needs no GPU, then prints the total as the last line:
 #   N passed, N failed
 # Suites: unit (host backend under ASan/UBSan), jail (a probe in a worker's
-# jail, started by the real host daemon, tries to get out: tests/jail/run.py), fuzz (the backend's fuzz
+# jail, started by the real host daemon, tries to get out: tests/jail/run.py),
+# daemon (vcu-daemon's folders cannot be squatted, a hostile QEMU loses only
+# its own link, bounds and live changes: tests/daemon/run.py), fuzz (the backend's fuzz
 # target replays the committed corpus and past failures, each input once:
 # no random run, so the verdict does not depend on luck or load; the
 # open-ended campaign is `make fuzz`), qtest (the QEMU device
@@ -37,7 +39,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit jail fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo relocatable"}
+suites=${VCU_SUITES:-"cold unit jail daemon fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo relocatable"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -85,6 +87,8 @@ for s in $suites; do
     case $s in
     cold) run_suite cold tests/cold/run.sh ;;
     unit) run_suite unit make -s -C tests/unit O="$top/build/unit" run ;;
+    daemon) run_suite daemon timeout 300 python3 tests/daemon/run.py build/qemu/bin/vcu-daemon \
+        build/qemu/libexec/vcu-worker build/fakecuda/libcuda.so.1 ;;
     jail) run_suite jail sh -c "make -s -C tests/jail O='$top/build/jail' &&
         timeout 120 python3 tests/jail/run.py build/qemu/bin/vcu-daemon build/jail/jail_probe" ;;
     fuzz) run_suite fuzz tests/fuzz/run.sh replay ;;
