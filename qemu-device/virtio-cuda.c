@@ -69,6 +69,7 @@
 
 #include "chardev/char-fe.h"
 #include "system/runstate.h"
+#include "system/system.h"
 
 #include "vcu_link.h"
 #include "vcu_proxy.h"
