@@ -325,6 +325,15 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
         vcu__jail_under(c, "/etc/ld.so.cache", dst);
         vcu__jail_bind(c, "/etc/ld.so.cache", dst, false, false);
     }
+    /* The worker's own /tmp, before the paths it is given: one of them
+     * under /tmp (a module cache, MPS's pipes, a tree unpacked there) is
+     * bound on top of it, not hidden under it. */
+    vcu__jail_under(c, "/tmp", dst);
+    vcu__jail_mkdirs(c, dst, true);
+    snprintf(opt, sizeof(opt), "mode=1777,size=%llu",
+             (unsigned long long)(cfg->tmp_bytes ? cfg->tmp_bytes : VCU__JAIL_TMP_DEFAULT));
+    if (mount("vcu-tmp", dst, "tmpfs", MS_NOSUID | MS_NODEV, opt) != 0)
+        vcu__jail_die(c, "mount tmpfs", "/tmp");
     for (i = 0; i < cfg->nro; i++) {
         if (vcu__jail_covered(c->ro[i]))
             continue;
@@ -350,12 +359,6 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
                   vcu__jail_locked_flags(dst),
               NULL) != 0)
         vcu__jail_die(c, "bind read-only", "/sys");
-    vcu__jail_under(c, "/tmp", dst);
-    vcu__jail_mkdirs(c, dst, true);
-    snprintf(opt, sizeof(opt), "mode=1777,size=%llu",
-             (unsigned long long)(cfg->tmp_bytes ? cfg->tmp_bytes : VCU__JAIL_TMP_DEFAULT));
-    if (mount("vcu-tmp", dst, "tmpfs", MS_NOSUID | MS_NODEV, opt) != 0)
-        vcu__jail_die(c, "mount tmpfs", "/tmp");
 
     vcu__jail_under(c, "/.old-root", old);
     vcu__jail_mkdirs(c, old, true);
