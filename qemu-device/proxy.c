@@ -1440,6 +1440,13 @@ static int vcu__px_map_slice(vcu_proxy_t *px, int *acct_fdp, int pol_fd, char *e
         snprintf(err, errlen, "the daemon's policy page is not one");
         return VCU_EIO;
     }
+    /* Both are mapped for as long as the VM runs: they must not shrink
+     * under the mapping (a load past the end would kill QEMU). */
+    if (!vcu__acct_sealed(pol_fd) || !vcu__acct_sealed(acct_fd)) {
+        snprintf(err, errlen, "the daemon's policy page or memory account is not sealed "
+                              "against shrinking (F_SEAL_SHRINK)");
+        return VCU_EIO;
+    }
     pol = mmap(NULL, sizeof(*pol), PROT_READ, MAP_SHARED, pol_fd, 0);
     if (pol == MAP_FAILED || pol->magic != VCU_POLICY_MAGIC) {
         if (pol != MAP_FAILED)
