@@ -639,6 +639,8 @@ static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *bo
         return;                     /* cancelled meanwhile */
     n = len < req->resp_cap ? len : req->resp_cap;
     if (n < sizeof(struct vcu_resp_hdr)) {
+        if (open)
+            vcu__px_kill(s);
         vcu__px_complete(req, req_id, VCU_S_EIO);
         return;
     }
@@ -656,6 +658,10 @@ static void vcu__px_reply(vcu__psess_t *s, uint64_t tag, const unsigned char *bo
             pthread_mutex_unlock(&s->mu);
             o.session = s->id;
             memcpy((char *)req->resp + sizeof(h), &o, sizeof(o));
+        } else {
+            /* The guest gets no session to close: the worker goes now, and
+             * the reader frees the session once it is gone. */
+            vcu__px_kill(s);
         }
     }
     req->done(req);
@@ -726,7 +732,7 @@ static void *vcu__px_reader(void *arg)
     unsigned char *buf = NULL, *rbuf;
     size_t cap = 0, have = 0;
     uint64_t spin_ns = (uint64_t)px->spin_us * 1000u;
-    bool closing, stop;
+    bool closing, orphan, stop;
 
     /* Reply bodies are copied out of the ring here before anything reads
      * them: the worker may change the ring's bytes at any time. */
@@ -830,6 +836,8 @@ ended:
     stop = s->stop;
     s->dead = true;
     closing = s->closing;
+    /* The open was never answered OK: the guest has no id to close it by. */
+    orphan = s->wid == 0;
     pthread_mutex_unlock(&s->mu);
     if (!stop && closing) {
         vcu__psess_t **pp;
@@ -840,12 +848,18 @@ ended:
         s->closing = false;
         s->zombie_next = px->zombies;
         px->zombies = s;
+    } else if (!stop && orphan && px->sessions[s->slot] == s) {
+        px->sessions[s->slot] = NULL;
+        px->nlive--;
+        s->zombie_next = px->zombies;
+        px->zombies = s;
     }
     pthread_mutex_unlock(&px->mu);
     if (stop)
         return NULL;
     /* A session whose worker died stays in the table, dead, until the
-     * guest closes it. */
+     * guest closes it; one whose open failed is freed by the next open or
+     * reset (its open is completed here with the reason). */
     vcu__px_cancel_all(s, closing ? VCU_S_ECANCELED : VCU_S_EIO);
     return NULL;
 }
@@ -1438,6 +1452,13 @@ static int vcu__px_map_slice(vcu_proxy_t *px, int *acct_fdp, int pol_fd, char *e
 
     if (fstat(pol_fd, &st) != 0 || st.st_size < (off_t)sizeof(*pol)) {
         snprintf(err, errlen, "the daemon's policy page is not one");
+        return VCU_EIO;
+    }
+    /* Both are mapped for as long as the VM runs: they must not shrink
+     * under the mapping (a load past the end would kill QEMU). */
+    if (!vcu__acct_sealed(pol_fd) || !vcu__acct_sealed(acct_fd)) {
+        snprintf(err, errlen, "the daemon's policy page or memory account is not sealed "
+                              "against shrinking (F_SEAL_SHRINK)");
         return VCU_EIO;
     }
     pol = mmap(NULL, sizeof(*pol), PROT_READ, MAP_SHARED, pol_fd, 0);

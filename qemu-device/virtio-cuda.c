@@ -69,6 +69,7 @@
 
 #include "chardev/char-fe.h"
 #include "system/runstate.h"
+#include "system/system.h"
 
 #include "vcu_link.h"
 #include "vcu_proxy.h"
@@ -622,8 +623,9 @@ static int virtio_cuda_link_send(void *opaque, const void *frame, size_t len,
 static void virtio_cuda_link_reset_rx(VirtIOCuda *s)
 {
     s->link_rhave = 0;
+    s->link_rpos = 0;
     while (s->link_nrfds > 0) {
-        close(s->link_rfds[--s->link_nrfds]);
+        close(s->link_rfds[--s->link_nrfds].fd);
     }
 }
 
@@ -648,18 +650,57 @@ static unsigned int virtio_cuda_link_fds(const uint8_t *frame)
 }
 
 /*
+ * How many of the queued descriptors the frame just put together (stream
+ * bytes fstart..fend) came with, or -1 if one there came with no frame.
+ * The daemon sends a frame's descriptors with its first byte, and the
+ * kernel ends a read with the message that carried descriptors: so they
+ * belong to the last frame that starts in the read that brought them.
+ * Those of a read that ends past fend are a later frame's.
+ */
+static int virtio_cuda_link_owned(VirtIOCuda *s, uint64_t fstart, uint64_t fend)
+{
+    unsigned int i;
+
+    for (i = 0; i < s->link_nrfds && s->link_rfds[i].end <= fend; i++) {
+        if (s->link_rfds[i].start > fstart || s->link_rfds[i].end <= fstart) {
+            return -1;
+        }
+    }
+    return i;
+}
+
+/* Hands the first n queued descriptors to fds[] and drops them from the
+ * queue. */
+static void virtio_cuda_link_shift_fds(VirtIOCuda *s, int *fds, unsigned int n)
+{
+    unsigned int i;
+
+    for (i = 0; i < n; i++) {
+        fds[i] = s->link_rfds[i].fd;
+    }
+    memmove(s->link_rfds, s->link_rfds + n,
+            (s->link_nrfds - n) * sizeof(s->link_rfds[0]));
+    s->link_nrfds -= n;
+}
+
+/*
  * Bytes from the daemon: cut into frames, each handed to the proxy with
- * the descriptors its type carries (they came with the read that held
- * its first byte).  A daemon that breaks the protocol loses the link.
+ * the descriptors that came with it (virtio_cuda_link_owned()).  A daemon
+ * that breaks the protocol loses the link.
  */
 static void virtio_cuda_link_feed(VirtIOCuda *s, const uint8_t *buf, size_t len)
 {
     while (len > 0) {
         struct vcu_link_hdr h;
-        size_t take, want = sizeof(h);
+        size_t take, flen, want = sizeof(h);
+        int fds[VCU_LINK_MAX_FDS];
         unsigned int need;
+        int owned;
         char err[256];
 
+        if (s->link_rhave == 0) {
+            s->link_fstart = s->link_rpos;
+        }
         if (s->link_rhave >= sizeof(h)) {
             memcpy(&h, s->link_rbuf, sizeof(h));
             want += h.len;
@@ -667,6 +708,7 @@ static void virtio_cuda_link_feed(VirtIOCuda *s, const uint8_t *buf, size_t len)
         take = MIN(len, want - s->link_rhave);
         memcpy(s->link_rbuf + s->link_rhave, buf, take);
         s->link_rhave += take;
+        s->link_rpos += take;
         buf += take;
         len -= take;
         if (s->link_rhave == sizeof(h)) {
@@ -684,23 +726,26 @@ static void virtio_cuda_link_feed(VirtIOCuda *s, const uint8_t *buf, size_t len)
             continue;
         }
         need = virtio_cuda_link_fds(s->link_rbuf);
-        if (need > s->link_nrfds) {
-            error_report("virtio-cuda: a frame from the host daemon without its "
-                         "descriptors; closing the link");
+        owned = virtio_cuda_link_owned(s, s->link_fstart, s->link_rpos);
+        if (owned < 0) {
+            error_report("virtio-cuda: descriptors from the host daemon that "
+                         "came with no frame; closing the link");
             goto broken;
         }
-        if (vcu_proxy_link_input(s->proxy, s->link_rbuf, s->link_rhave,
-                                 s->link_rfds, need, err, sizeof(err)) != 0) {
-            error_report("virtio-cuda: %s", err);
-            memmove(s->link_rfds, s->link_rfds + need,
-                    (s->link_nrfds - need) * sizeof(int));
-            s->link_nrfds -= need;
+        if ((unsigned int)owned != need) {
+            error_report("virtio-cuda: a frame from the host daemon (type %u) "
+                         "with %d descriptors, not %u; closing the link",
+                         ldl_he_p(s->link_rbuf), owned, need);
             goto broken;
         }
-        memmove(s->link_rfds, s->link_rfds + need,
-                (s->link_nrfds - need) * sizeof(int));
-        s->link_nrfds -= need;
+        virtio_cuda_link_shift_fds(s, fds, need);
+        flen = s->link_rhave;
         s->link_rhave = 0;
+        if (vcu_proxy_link_input(s->proxy, s->link_rbuf, flen, fds, need,
+                                 err, sizeof(err)) != 0) {
+            error_report("virtio-cuda: %s", err);
+            goto broken;
+        }
     }
     return;
 broken:
@@ -709,23 +754,34 @@ broken:
     qemu_chr_fe_disconnect(&s->chr);
 }
 
-/* Takes the descriptors the last read brought. */
-static void virtio_cuda_link_take_fds(VirtIOCuda *s)
+/*
+ * Takes the descriptors the last read brought: stream bytes start..end.
+ * false if it brought more than a frame carries (the kernel ends a read
+ * at the message with descriptors, so one read holds one frame's).
+ */
+static bool virtio_cuda_link_take_fds(VirtIOCuda *s, uint64_t start, uint64_t end)
 {
-    int fds[VCU_LINK_MAX_FDS * 2];
+    int fds[ARRAY_SIZE(s->link_rfds)];
     int n = qemu_chr_fe_get_msgfds(&s->chr, fds, ARRAY_SIZE(fds));
-    int i;
+    int i, got = 0;
+    bool ok = true;
 
     for (i = 0; i < n; i++) {
         if (fds[i] < 0) {
             continue;
         }
-        if (s->link_nrfds < ARRAY_SIZE(s->link_rfds)) {
-            s->link_rfds[s->link_nrfds++] = fds[i];
+        if (got < VCU_LINK_MAX_FDS && s->link_nrfds < ARRAY_SIZE(s->link_rfds)) {
+            s->link_rfds[s->link_nrfds].fd = fds[i];
+            s->link_rfds[s->link_nrfds].start = start;
+            s->link_rfds[s->link_nrfds].end = end;
+            s->link_nrfds++;
+            got++;
         } else {
             close(fds[i]);
+            ok = false;
         }
     }
+    return ok;
 }
 
 static int virtio_cuda_link_can_read(void *opaque)
@@ -737,7 +793,14 @@ static void virtio_cuda_link_read(void *opaque, const uint8_t *buf, int size)
 {
     VirtIOCuda *s = opaque;
 
-    virtio_cuda_link_take_fds(s);
+    if (!virtio_cuda_link_take_fds(s, s->link_rpos, s->link_rpos + MAX(size, 0))) {
+        error_report("virtio-cuda: more descriptors from the host daemon than "
+                     "a frame carries; closing the link");
+        virtio_cuda_link_reset_rx(s);
+        vcu_proxy_link_down(s->proxy);
+        qemu_chr_fe_disconnect(&s->chr);
+        return;
+    }
     if (size > 0) {
         virtio_cuda_link_feed(s, buf, size);
     }
@@ -782,7 +845,10 @@ static bool virtio_cuda_link_start(VirtIOCuda *s, const vcu_proxy_config_t *cfg,
 {
     struct vcu_link_hdr h;
     uint8_t *frame;
-    char err[256] = "";
+    int fds[VCU_LINK_MAX_FDS];
+    unsigned int nfds = 0;
+    /* Room for the daemon's whole reason (vcu_link_welcome.error). */
+    char err[320] = "";
     int rc;
 
     if (qemu_chr_fe_wait_connected(&s->chr, errp) < 0) {
@@ -811,11 +877,14 @@ static bool virtio_cuda_link_start(VirtIOCuda *s, const vcu_proxy_config_t *cfg,
         error_setg(errp, "virtio-cuda: the host daemon closed the link");
         return false;
     }
-    virtio_cuda_link_take_fds(s);
-    rc = vcu_proxy_link_input(s->proxy, frame, sizeof(h) + h.len, s->link_rfds,
-                              MIN(s->link_nrfds, virtio_cuda_link_fds(frame)),
+    /* Every descriptor that came is the WELCOME's: the proxy checks the
+     * count and closes them all. */
+    if (virtio_cuda_link_take_fds(s, 0, sizeof(h) + h.len)) {
+        nfds = MIN(s->link_nrfds, VCU_LINK_MAX_FDS);
+        virtio_cuda_link_shift_fds(s, fds, nfds);
+    }
+    rc = vcu_proxy_link_input(s->proxy, frame, sizeof(h) + h.len, fds, nfds,
                               err, sizeof(err));
-    s->link_nrfds -= MIN(s->link_nrfds, virtio_cuda_link_fds(frame));
     g_free(frame);
     virtio_cuda_link_reset_rx(s);
     if (rc < 0 || !vcu_proxy_link_ready(s->proxy)) {

@@ -53,8 +53,10 @@ struct VirtIOCuda {
      * The daemon's link.  link_connected: the chardev is open (set on the
      * main loop, read by the proxy's threads).  link_txq: frames for the
      * daemon, queued from any thread under link_lock, written by link_bh.
-     * The reader's state (main loop only): a frame being put together and
-     * the descriptors received, in order.
+     * The reader's state (main loop only): a frame being put together,
+     * where it starts in the stream (link_rpos counts the bytes read), and
+     * the descriptors received, in order, each with the span of the read
+     * that brought it (it belongs to the last frame starting there).
      */
     bool link_connected;
     QemuMutex link_lock;
@@ -62,7 +64,12 @@ struct VirtIOCuda {
     QEMUBH *link_bh;
     uint8_t link_rbuf[16 + 4096];
     size_t link_rhave;
-    int link_rfds[16];
+    uint64_t link_rpos;
+    uint64_t link_fstart;
+    struct {
+        int fd;
+        uint64_t start, end;
+    } link_rfds[16];
     unsigned int link_nrfds;
 
     /* What the guest costs us, for the stats property (atomics). */

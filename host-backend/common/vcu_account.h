@@ -39,6 +39,7 @@
 #define VCU_ACCOUNT_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/memfd.h>
 #include <pthread.h>
 #include <sched.h>
@@ -54,6 +55,27 @@
 
 #include "vcu_link.h"
 #include "vcu_proto.h"
+
+/* File seals (fcntl(2)); glibc names them only under _GNU_SOURCE. */
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#define F_GET_SEALS 1034
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#endif
+/* Sealed on every shared area a reader maps: nobody who holds its fd (a
+ * worker holds the account's, writable) can shrink it under a reader's
+ * mapping, which would kill the reader (SIGBUS) on its next load. */
+#define VCU_ACCT_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
+/* Whether fd is a memfd sealed so (VCU_ACCT_SEALS). */
+static inline int vcu__acct_sealed(int fd)
+{
+    int seals = fcntl(fd, F_GET_SEALS);
+
+    return seals >= 0 && (seals & VCU_ACCT_SEALS) == VCU_ACCT_SEALS;
+}
 
 #define VCU_ACCT_MAGIC 0x31746363612d7576ull    /* "vu-acct1" */
 #define VCU_ACCT_DEVS VCU_CU_MAX_DEVICES
@@ -149,9 +171,10 @@ static inline int vcu__acct_new(uint64_t quota, uint32_t nslots, vcu_account_t *
     a->own_pid = calloc(nslots, sizeof(*a->own_pid));
     /* The syscall itself: memfd_create() needs _GNU_SOURCE before every
      * header of the file that includes this one. */
-    a->fd = (int)syscall(SYS_memfd_create, "vcu-account", MFD_CLOEXEC);
+    a->fd = (int)syscall(SYS_memfd_create, "vcu-account", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (a->busy == NULL || a->own_session == NULL || a->own_pid == NULL || a->fd < 0 ||
-        ftruncate(a->fd, (off_t)a->len) != 0)
+        ftruncate(a->fd, (off_t)a->len) != 0 ||
+        fcntl(a->fd, F_ADD_SEALS, VCU_ACCT_SEALS | F_SEAL_SEAL) != 0)
         goto fail;
     p = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
     if (p == MAP_FAILED)
@@ -218,7 +241,8 @@ static inline int vcu__acct_map_ro(int fd, vcu_account_t **out)
 
     *out = NULL;
     if (fstat(fd, &st) != 0 || st.st_size < (off_t)vcu__acct_len(1) ||
-        (uint64_t)st.st_size > vcu__acct_len(1u << 20)) {
+        (uint64_t)st.st_size > vcu__acct_len(1u << 20) ||
+        !vcu__acct_sealed(fd)) {
         close(fd);
         return VCU_EINVAL;
     }

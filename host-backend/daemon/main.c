@@ -272,8 +272,11 @@ static int vcu__dmn_listen_tcp(const char *spec)
 /* The share group: the daemon's memfd, formatted once. */
 static void vcu__dmn_share(vcu_dmn_t *d)
 {
-    d->share_fd = (int)syscall(SYS_memfd_create, "vcu-share", MFD_CLOEXEC);
-    if (d->share_fd < 0 || ftruncate(d->share_fd, (off_t)VCU_SCHED_LEN) != 0)
+    d->share_fd = (int)syscall(SYS_memfd_create, "vcu-share", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    /* Workers hold it writable: sealed, so none can shrink it under the
+     * daemon's mapping (vcu_account.h, VCU_ACCT_SEALS). */
+    if (d->share_fd < 0 || ftruncate(d->share_fd, (off_t)VCU_SCHED_LEN) != 0 ||
+        fcntl(d->share_fd, F_ADD_SEALS, VCU_ACCT_SEALS | F_SEAL_SEAL) != 0)
         vcu__dmn_die("cannot make the share group: %s", strerror(errno));
     d->share_map = mmap(NULL, VCU_SCHED_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, d->share_fd, 0);
     if (d->share_map == MAP_FAILED)
