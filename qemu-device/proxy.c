@@ -1154,9 +1154,6 @@ static void vcu__px_poll(vcu__psess_t *s, uint64_t tag, uint64_t until)
     vcu__px_rx_give(s);
 }
 
-static void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
-                            bool open);
-
 VCU_EXPORT void vcu_proxy_submit(vcu_proxy_t *px, vcu_request_t *req)
 {
     struct vcu_req_hdr h;

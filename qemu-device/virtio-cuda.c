@@ -207,11 +207,11 @@ static uint32_t virtio_cuda_map_range(VirtIOCuda *s, uint64_t gpa, uint64_t len,
 
     WITH_RCU_READ_LOCK_GUARD() {
         hwaddr xlat, plen = len;
-        MemoryRegion *mr = address_space_translate(vdev->dma_as, gpa, &xlat,
-                                                   &plen, is_write, attrs);
+        MemoryRegion *tmr = address_space_translate(vdev->dma_as, gpa, &xlat,
+                                                    &plen, is_write, attrs);
 
-        direct = memory_region_is_ram(mr) &&
-                 memory_access_is_direct(mr, is_write, attrs);
+        direct = memory_region_is_ram(tmr) &&
+                 memory_access_is_direct(tmr, is_write, attrs);
     }
     if (!direct) {
         return VCU_S_EFAULT;
