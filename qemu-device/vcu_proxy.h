@@ -153,7 +153,7 @@ typedef struct vcu_proxy_session_stats_s {
     uint32_t pid;                   /* the worker's host pid (not a guest pid); 0 before spawn */
     uint32_t fault;                 /* 1: the worker flagged a GPU fault */
     uint64_t mem[VCU_CU_MAX_DEVICES];   /* bytes charged, as the worker wrote them */
-    uint64_t ctx[VCU_CU_MAX_DEVICES];   /* its contexts' own GPU memory, likewise */
+    uint64_t ctx[VCU_CU_MAX_DEVICES];   /* of those, its contexts' own, likewise */
 } vcu_proxy_session_stats_t;
 
 typedef struct vcu_proxy_stats_s {

@@ -484,9 +484,10 @@ static void vcu__ctl(vcu_dmn_t *d, const char *line, vcu__sb_t *b)
                        d->nvms, (unsigned long long)d->workers_started,
                        (unsigned long long)d->workers_failed);
         vcu__sb_json_str(b, d->jail_note);
-        vcu__sb_printf(b, "\",\"seccomp\":\"%s\",\"worker_uid\":%d}\n",
+        vcu__sb_printf(b, "\",\"seccomp\":\"%s\",\"worker_uid\":%d,\"ctx_bytes\":%llu}\n",
                        vcu__seccomp_name(d->seccomp),
-                       d->jail.uid == (uid_t)-1 ? (int)geteuid() : (int)d->jail.uid);
+                       d->jail.uid == (uid_t)-1 ? (int)geteuid() : (int)d->jail.uid,
+                       (unsigned long long)d->ctx_bytes);
         return;
     }
     if (strcmp(cmd, "list-vms") == 0) {

@@ -119,7 +119,21 @@ typedef struct vcu_backend_config_s {
     /* A worker asked only whether CUDA works (at the device's start): in
      * packed mode it also creates and checks one context. */
     int probe;
+    /*
+     * GPU memory each CUDA context takes for itself, charged to the
+     * account (account) when the context is made: past the VM's quota
+     * the session's first call on the device fails with
+     * CUDA_ERROR_OUT_OF_MEMORY.  0: VCU_BACKEND_CTX_BYTES.
+     */
+    uint64_t ctx_bytes;
 } vcu_backend_config_t;
+
+/*
+ * What one context takes on an H100 with driver 580 and the default stack
+ * limit (measured: /work/shared/SHARING-FACTS.md P5; 325 MiB of it with
+ * a 256-byte stack limit).  The daemon's --ctx-bytes default.
+ */
+#define VCU_BACKEND_CTX_BYTES ((uint64_t)524 << 20)
 
 /*
  * Where a mapped range lives in shared guest RAM: the file descriptor of

@@ -7,6 +7,7 @@
  *              [--module-cache DIR --module-cache-size BYTES]
  *              [--share FD --share-vm N --share-party ID]
  *              [--sms N --mps-pipe DIR] [--seccomp on|log|off] [--probe]
+ *              [--ctx-bytes N]
  *
  * Started by the host daemon (vcu-daemon, host-backend/daemon/) in a jail
  * of its own (daemon/jail.c: its own namespaces and root, these
@@ -32,6 +33,10 @@
  *
  * --module-cache: the host's module cache (vcu_modcache.h), shared with
  * every other worker naming it, and its bound.
+ *
+ * --ctx-bytes: the GPU memory each of the session's CUDA contexts is
+ * charged to the account (the daemon's --ctx-bytes; without it
+ * VCU_BACKEND_CTX_BYTES).
  *
  * --probe: load the driver, resolve the GPU list, say so (VCU_IPC_HELLO)
  * and exit: the daemon checks a VM's configuration this way when its
@@ -1240,6 +1245,7 @@ static void vcu__usage(void)
                     "                  [--share FD --share-vm N --share-party ID]\n"
                     "                  [--sms N --mps-pipe DIR] [--seccomp on|log|off] "
                     "[--probe]\n"
+                    "                  [--ctx-bytes N]\n"
                     "Started by vcu-daemon, one per guest session, in a jail.\n");
     exit(2);
 }
@@ -1315,6 +1321,13 @@ int main(int argc, char **argv)
             if (*end != '\0' || v[0] == '-' || n == 0 || n > 1u << 20)
                 vcu__usage();
             cfg.sms = (uint32_t)n;
+        } else if (strcmp(a, "--ctx-bytes") == 0) {
+            char *end;
+
+            errno = 0;
+            cfg.ctx_bytes = strtoull(v, &end, 10);
+            if (*end != '\0' || v[0] == '-' || errno != 0 || cfg.ctx_bytes == 0)
+                vcu__usage();
         } else if (strcmp(a, "--mps-pipe") == 0) {
             mps_pipe = v;
         } else if (strcmp(a, "--module-cache") == 0) {
