@@ -1,22 +1,24 @@
 /*
- * The VM's GPU memory account: one small shared-memory area per VM, made
- * by the host daemon when the VM's device connects and mapped by every
- * worker process it starts for the VM, so that the VM's quota (mem-quota)
- * holds across all of its guest processes at once.  docs/design.md,
- * "Memory quota".
+ * The VM's memory account: one small shared-memory area per VM, made by
+ * the host daemon when the VM's device connects and mapped by every
+ * worker process it starts for the VM, so that the VM's quotas hold
+ * across all of its guest processes at once: GPU memory per device
+ * (mem-quota) and host memory (the daemon's --host-mem-quota).
+ * docs/design.md, "Memory quota".
  *
  * Layout: a header (the quota, for reporting; the admission lock; the
  * count of sessions ended by a GPU fault) and one slot per session:
  * the guest's session id and the worker's pid (written by the daemon),
  * then per virtual device the GPU bytes charged to the session, its
  * CUDA contexts' own memory included, and of those the contexts' part
- * (for reports).  All of a slot's figures are written by that session's
- * worker alone.
+ * (for reports); then the host memory charged to it (its budget taken,
+ * its staging buffers, its aliases of guest memory).  All of a slot's
+ * figures are written by that session's worker alone.
  *
  * Who is trusted: the daemon.  A worker is host code but runs what its
  * guest sends, so the daemon reads nothing of the area but to report, and
  * never for its own decisions: slots are handed out from a table private
- * to the daemon; the quota a worker enforces comes from the VM's policy
+ * to the daemon; the quotas a worker enforces come from the VM's policy
  * page (vcu_link.h), which the daemon alone writes, not from the area;
  * and a session's charges come back by the daemon zeroing its slot once
  * the worker has been reaped (its process is gone, and the driver has
@@ -25,17 +27,17 @@
  * says, since it is the slot's only writer.
  *
  * Admission: with a quota, a charge takes the area's lock (a word holding
- * the holder's slot + 1), sums the device's column over every slot, adds
- * to its own slot if the sum stays within the quota, and lets go.
- * Releases only lower the worker's own slot and need no lock.  A holder
- * that dies with the lock has it broken by the daemon once it is reaped;
- * until then others wait (bounded: VCU__ACCT_LOCK_NS, then the charge
- * fails as out of memory).  The sum is over a few hundred words at most,
- * against a cuMemAlloc that takes tens of microseconds.  Why not a
- * VM-wide total updated by compare-and-swap: a worker killed between its
- * add to the total and its add to its own slot would leave the total
- * wrong for good, and the daemon would have to trust a slot's figure to
- * correct it.
+ * the holder's slot + 1), sums the column it charges (a device's, or the
+ * host's) over every slot, adds to its own slot if the sum stays within
+ * the quota, and lets go.  Releases only lower the worker's own slot and
+ * need no lock.  A holder that dies with the lock has it broken by the
+ * daemon once it is reaped; until then others wait (bounded:
+ * VCU__ACCT_LOCK_NS, then the charge fails as out of memory).  The sum is
+ * over a few hundred words at most, against a cuMemAlloc that takes tens
+ * of microseconds.  Why not a VM-wide total updated by compare-and-swap: a
+ * worker killed between its add to the total and its add to its own slot
+ * would leave the total wrong for good, and the daemon would have to
+ * trust a slot's figure to correct it.
  *
  * All inline: QEMU maps the area read-only for its reports (proxy.c), the
  * worker and the daemon link it themselves.
@@ -72,6 +74,7 @@ struct vcu_acct_slot {
     _Atomic uint32_t flags;         /* VCU_ACCT_F_* (worker) */
     _Atomic uint64_t charged[VCU_ACCT_DEVS];    /* GPU bytes charged, contexts included (worker) */
     _Atomic uint64_t ctx[VCU_ACCT_DEVS];        /* of which its contexts' own (worker) */
+    _Atomic uint64_t host;          /* host bytes charged (worker) */
 };
 
 struct vcu_acct_hdr {
@@ -83,7 +86,7 @@ struct vcu_acct_hdr {
     uint64_t reserved[4];
 };
 
-_Static_assert(sizeof(struct vcu_acct_slot) == 16 + 16 * VCU_ACCT_DEVS, "vcu_acct_slot");
+_Static_assert(sizeof(struct vcu_acct_slot) == 24 + 16 * VCU_ACCT_DEVS, "vcu_acct_slot");
 _Static_assert(sizeof(struct vcu_acct_hdr) == 64, "vcu_acct_hdr");
 
 /* One process's view of the area. */
@@ -93,8 +96,9 @@ typedef struct vcu_account_s {
     size_t len;
     int fd;                         /* the memfd, for spawning (proxy); -1 in a worker */
     uint64_t quota;                 /* what this process enforces, unless policy */
-    /* The VM's policy page (vcu_link.h), kept by the daemon: its quota is
-     * the one enforced, as it is now.  NULL: quota. */
+    uint64_t host_quota;            /* likewise, host memory; 0: none */
+    /* The VM's policy page (vcu_link.h), kept by the daemon: its quotas
+     * are the ones enforced, as they are now.  NULL: quota, host_quota. */
     const struct vcu_policy *policy;
     uint32_t nslots;
     _Atomic unsigned int refs;
@@ -117,6 +121,7 @@ struct vcu__acct_seen {
     uint32_t fault;                 /* 1: the worker flagged a GPU fault */
     uint64_t charged[VCU_ACCT_DEVS];    /* as the worker wrote them: not trusted */
     uint64_t ctx[VCU_ACCT_DEVS];
+    uint64_t host;
 };
 
 static inline size_t vcu__acct_len(uint32_t nslots)
@@ -287,6 +292,7 @@ static inline int vcu__acct_claim(vcu_account_t *a, uint64_t session)
         atomic_store(&s->charged[d], 0);
         atomic_store(&s->ctx[d], 0);
     }
+    atomic_store(&s->host, 0);
     atomic_store(&s->flags, 0);
     atomic_store(&s->pid, 0);
     atomic_store(&s->session, session);
@@ -324,6 +330,7 @@ static inline void vcu__acct_release(vcu_account_t *a, int slot)
         atomic_store(&s->charged[d], 0);
         atomic_store(&s->ctx[d], 0);
     }
+    atomic_store(&s->host, 0);
     atomic_store(&s->flags, 0);
     atomic_store(&s->pid, 0);
     atomic_store(&s->session, 0);
@@ -369,6 +376,19 @@ static inline uint64_t vcu__acct_ctx(const vcu_account_t *a, uint32_t dev)
     return sum;
 }
 
+/* Host bytes charged to the whole VM (saturating). */
+static inline uint64_t vcu__acct_host_used(const vcu_account_t *a)
+{
+    uint64_t sum = 0, v;
+    uint32_t i;
+
+    for (i = 0; i < a->nslots; i++) {
+        v = atomic_load(&a->slot[i].host);
+        sum = v > UINT64_MAX - sum ? UINT64_MAX : sum + v;
+    }
+    return sum;
+}
+
 /*
  * Trusted side, for reporting only: the slots handed out (the proxy's
  * own table says which, and names their session and worker), at most
@@ -401,6 +421,7 @@ static inline uint32_t vcu__acct_report(vcu_account_t *a, struct vcu__acct_seen 
             o->charged[d] = atomic_load(&s->charged[d]);
             o->ctx[d] = atomic_load(&s->ctx[d]);
         }
+        o->host = atomic_load(&s->host);
     }
     pthread_mutex_unlock(&a->mu);
     return n;
@@ -418,6 +439,12 @@ static inline uint64_t vcu__acct_now_ns(void)
 static inline uint64_t vcu__acct_quota(const vcu_account_t *a)
 {
     return a->policy != NULL ? atomic_load(&a->policy->mem_quota) : a->quota;
+}
+
+/* Likewise, for the VM's host memory. */
+static inline uint64_t vcu__acct_host_quota(const vcu_account_t *a)
+{
+    return a->policy != NULL ? atomic_load(&a->policy->host_quota) : a->host_quota;
 }
 
 static inline void vcu__acct_set_policy(vcu_account_t *a, const struct vcu_policy *p)
@@ -479,6 +506,49 @@ static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uin
     atomic_fetch_add(&s->charged[dev], n);
     vcu__acct_unlock(a);
     return 0;
+}
+
+/*
+ * Worker side: charges n bytes of host memory to slot, against the VM's
+ * host quota.  0, or -1 (nothing charged) as vcu__acct_charge().
+ */
+static inline int vcu__acct_host_charge(vcu_account_t *a, int slot, uint64_t n)
+{
+    struct vcu_acct_slot *s;
+    uint64_t quota = vcu__acct_host_quota(a);
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots)
+        return -1;
+    s = &a->slot[slot];
+    if (n == 0)
+        return 0;
+    if (quota == 0) {
+        atomic_fetch_add(&s->host, n);
+        return 0;
+    }
+    if (n > quota || vcu__acct_lock(a, slot) != 0)
+        return -1;
+    if (vcu__acct_host_used(a) > quota - n) {
+        vcu__acct_unlock(a);
+        return -1;
+    }
+    atomic_fetch_add(&s->host, n);
+    vcu__acct_unlock(a);
+    return 0;
+}
+
+/* Worker side: gives back n bytes of host memory (never below zero). */
+static inline void vcu__acct_host_uncharge(vcu_account_t *a, int slot, uint64_t n)
+{
+    struct vcu_acct_slot *s;
+    uint64_t cur;
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots || n == 0)
+        return;
+    s = &a->slot[slot];
+    cur = atomic_load(&s->host);
+    while (!atomic_compare_exchange_weak(&s->host, &cur, cur > n ? cur - n : 0))
+        ;
 }
 
 /* Worker side: records n bytes already taken outside its control (a

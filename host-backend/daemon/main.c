@@ -15,6 +15,8 @@
  * --ctx-bytes: the GPU memory each worker's CUDA context is charged to its
  * VM's mem-quota (default VCU_DMN_CTX_BYTES, an H100's with driver 580:
  * measure the host's with a native program if it differs).
+ * --host-mem-quota: the host memory a VM's workers may hold for its
+ * guests (default VCU_DMN_HOST_QUOTA; 0: none).
  *
  * QEMU's devices connect to --socket (a -chardev socket each); every guest
  * session runs in a worker (vcu-worker) the daemon starts in a jail of
@@ -412,6 +414,7 @@ static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
     d->max_vms = VCU_DMN_MAX_VMS;
     d->modcache_bytes = VCU_DMN_MODCACHE_BYTES;
     d->ctx_bytes = VCU_DMN_CTX_BYTES;
+    d->host_quota = VCU_DMN_HOST_QUOTA;
     d->seccomp = VCU_SECCOMP_ON;
     d->socket_mode = 0660;
     d->socket_gid = (gid_t)-1;

@@ -33,6 +33,16 @@
 /* GPU memory one worker's CUDA context takes, charged to its VM's quota
  * (as VCU_BACKEND_CTX_BYTES: an H100's, driver 580). */
 #define VCU_DMN_CTX_BYTES ((uint64_t)524 << 20)
+/*
+ * Host memory a VM's workers may hold for what its guests ask (each
+ * session's budget as taken, up to 256 MiB; its staging buffers, up to
+ * 256 MiB; its aliases of guest memory), summed over the VM.  4 GiB: the
+ * full bounds of eight sessions at once, or a little of each of the 64
+ * a VM may open by default, where those bounds alone would let one VM
+ * hold 32 GiB of the host.  What the driver and the worker need for
+ * themselves is not counted.
+ */
+#define VCU_DMN_HOST_QUOTA ((uint64_t)4 << 30)
 /* First id handed to a worker for the share group (its pid inside its
  * jail is 1, as every other's): above any host pid. */
 #define VCU_DMN_PARTY_BASE 0x40000000u

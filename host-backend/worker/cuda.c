@@ -50,21 +50,24 @@
  *                     the trampolines (CUDA threads), the inline opcodes
  *                     (submitting thread) and vcu__cuda_sess_free (worker).
  *                     Never held across a CUDA call or vcu__complete().
+ *   vcu__cuda_sess_t.hostmu  the session's host memory count and its
+ *                     charge: the worker and the trampolines (a one-shot
+ *                     record given back).
  *   the account's admission lock (vcu_account.h), last: taken under
- *                     vcu__cuda_t.mu (a worker's context charged), never
- *                     the other way round.
+ *                     vcu__cuda_t.mu (a worker's context charged) and
+ *                     under hostmu (host memory charged), never the other
+ *                     way round.
  * Everything else in a session (contexts, tables, deferred error, event
  * pools, waits, orphans, module counts) belongs to its worker thread
- * alone, but for the host memory count (atomic: a trampoline gives back
- * what its one-shot record held).
+ * alone.
  *
  * What a hostile guest must not reach (docs/design.md, "Isolation"):
  * core dump settings (context flags are allow-listed, dumps are off
  * process-wide), other sessions' memory through the device's shared
  * default pool (each session has pools of its own), modules freed under
  * graphs that still run their code (counted, see vcu__mod_t), host
- * memory without bound (VCU__SESS_HOST_BUDGET), GPU memory past the VM's
- * quota (the account of vcu_account.h: every
+ * memory without bound (VCU__SESS_HOST_BUDGET, and the VM's host quota),
+ * GPU memory past the VM's quota (the account of vcu_account.h: every
  * allocation, every context and every context limit that reserves GPU
  * memory is charged to it first, vcu__charge()).
  */
@@ -390,9 +393,13 @@ struct vcu__cuda_sess_s {
      * data), and its handle; NULL/0 until first used. */
     CUmemoryPool mpool[VCU_CU_MAX_DEVICES];
     uint64_t pool_h[VCU_CU_MAX_DEVICES];
-    /* Host memory the session holds (see VCU__SESS_HOST_BUDGET); taken
-     * and given on the worker, and by the callback trampolines. */
-    atomic_size_t hostmem;
+    /* Host memory the session holds (see VCU__SESS_HOST_BUDGET), and
+     * what of the VM's host quota it has charged for it (whole
+     * VCU__HOST_GRAIN steps, at least hostmem).  hostmu protects both:
+     * taken and given on the worker, given by the callback trampolines. */
+    pthread_mutex_t hostmu;
+    size_t hostmem;
+    uint64_t hostres;
     /* A capture may be in progress: every module launched from now on
      * (or in a graph launched) is in cap_mods, which the graph a capture
      * ends with copies.  Cleared when no stream of the session captures. */
@@ -493,6 +500,15 @@ struct vcu__cuda_sess_s {
  */
 #define VCU__SESS_HOST_BUDGET ((size_t)256 << 20)
 
+/*
+ * What of the session's budget it holds is charged to the VM's host
+ * quota (the account's host column) in steps of VCU__HOST_GRAIN, so that
+ * a small record costs no admission; what it no longer holds goes back
+ * once two steps are free.  Past the VM's quota a take fails as past the
+ * budget.
+ */
+#define VCU__HOST_GRAIN ((uint64_t)1 << 20)
+
 /* n rounded up to the account's grain; above VCU__ACCT_MAX for a size no
  * GPU has (or that overflows). */
 static uint64_t vcu__grain(uint64_t n)
@@ -519,22 +535,58 @@ static void vcu__uncharge(vcu__cuda_sess_t *cs, uint32_t d, uint64_t n)
         vcu__acct_uncharge(cs->cu->acct, cs->aslot, d, n);
 }
 
-/* Takes n bytes of the session's budget: 0, or -1 (nothing taken). */
+/* Host bytes charged to the session's slot: 0, or -1 past the VM's host
+ * quota (nothing charged).  Without an account, always 0. */
+static int vcu__host_charge(vcu__cuda_sess_t *cs, uint64_t n)
+{
+    if (cs->cu->acct == NULL || n == 0)
+        return 0;
+    return vcu__acct_host_charge(cs->cu->acct, cs->aslot, n);
+}
+
+static void vcu__host_uncharge(vcu__cuda_sess_t *cs, uint64_t n)
+{
+    if (cs->cu->acct != NULL)
+        vcu__acct_host_uncharge(cs->cu->acct, cs->aslot, n);
+}
+
+/* Takes n bytes of the session's budget: 0, or -1 (nothing taken) past
+ * the budget or the VM's host quota. */
 static int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n)
 {
-    size_t cur = atomic_load_explicit(&cs->hostmem, memory_order_relaxed);
+    uint64_t want, grow;
 
-    do {
-        if (n > VCU__SESS_HOST_BUDGET - cur)
+    pthread_mutex_lock(&cs->hostmu);
+    if (n > VCU__SESS_HOST_BUDGET - cs->hostmem) {
+        pthread_mutex_unlock(&cs->hostmu);
+        return -1;
+    }
+    want = cs->hostmem + n;
+    if (want > cs->hostres) {
+        grow = (want - cs->hostres + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
+        if (vcu__host_charge(cs, grow) != 0) {
+            pthread_mutex_unlock(&cs->hostmu);
             return -1;
-    } while (!atomic_compare_exchange_weak_explicit(&cs->hostmem, &cur, cur + n,
-                                                    memory_order_relaxed, memory_order_relaxed));
+        }
+        cs->hostres += grow;
+    }
+    cs->hostmem = want;
+    pthread_mutex_unlock(&cs->hostmu);
     return 0;
 }
 
 static void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n)
 {
-    atomic_fetch_sub_explicit(&cs->hostmem, n, memory_order_relaxed);
+    uint64_t keep;
+
+    pthread_mutex_lock(&cs->hostmu);
+    cs->hostmem = n < cs->hostmem ? cs->hostmem - n : 0;
+    keep = (cs->hostmem + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
+    if (cs->hostres >= keep + 2 * VCU__HOST_GRAIN) {
+        vcu__host_uncharge(cs, cs->hostres - keep - VCU__HOST_GRAIN);
+        cs->hostres = keep + VCU__HOST_GRAIN;
+    }
+    pthread_mutex_unlock(&cs->hostmu);
 }
 
 /* ---- error translation -------------------------------------------------- */
@@ -1253,6 +1305,19 @@ int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len)
     return vcu__cu_err(r);
 }
 
+int vcu__cuda_host_charge(vcu__cuda_t *cu, uint64_t n)
+{
+    if (cu->acct == NULL || cu->acct_slot < 0 || n == 0)
+        return 0;
+    return vcu__acct_host_charge(cu->acct, cu->acct_slot, n) == 0 ? 0 : VCU_ENOMEM;
+}
+
+void vcu__cuda_host_uncharge(vcu__cuda_t *cu, uint64_t n)
+{
+    if (cu->acct != NULL && cu->acct_slot >= 0)
+        vcu__acct_host_uncharge(cu->acct, cu->acct_slot, n);
+}
+
 /* ---- sessions ----------------------------------------------------------- */
 
 int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
@@ -1279,6 +1344,7 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
     }
     vcu__htab_init(&cs->tab);
     vcu__pset_init(&cs->allocs);
+    pthread_mutex_init(&cs->hostmu, NULL);
     pthread_mutex_init(&cs->gate.mu, NULL);
     pthread_cond_init(&cs->gate.cv, NULL);
     *out = cs;
@@ -2037,11 +2103,13 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     vcu__pset_fini(&cs->allocs);
     vcu__out_free(cs->out);
     free(cs->op);
-    /* Nothing of the session is left to give back: a slot it claimed
-     * (in-process) is free again, a worker's is the daemon's to free,
-     * once the process is gone. */
+    /* Nothing of the session is left to give back: its host charge goes;
+     * a slot it claimed (in-process) is free again, a worker's is the
+     * daemon's to free, once the process is gone. */
+    vcu__host_uncharge(cs, cs->hostres);
     if (cs->aowned)
         vcu__acct_release(cs->cu->acct, cs->aslot);
+    pthread_mutex_destroy(&cs->hostmu);
     free(cs);
 }
 

@@ -226,6 +226,18 @@ int vcu_backend_add_ram(vcu_backend_t *be, void *hva, size_t len);
  * hva and len), unregistering it with the last.  VCU_EINVAL if unknown. */
 int vcu_backend_remove_ram(vcu_backend_t *be, void *hva, size_t len);
 
+/*
+ * Host memory the caller holds for the backend's one session (a worker's
+ * staging buffers and aliases of guest memory), charged to the VM's host
+ * quota in the account (vcu_account.h) beside the session's own budget:
+ * 0, or VCU_ENOMEM past the quota (nothing charged).  Without an account
+ * slot of the backend's own (account_slot -1: in-process sessions),
+ * nothing is charged and 0 returned.  uncharge gives back what charge
+ * took.  Any thread.
+ */
+int vcu_backend_host_charge(vcu_backend_t *be, uint64_t n);
+void vcu_backend_host_uncharge(vcu_backend_t *be, uint64_t n);
+
 /* Why CUDA is unavailable, or NULL if it is available. */
 const char *vcu_backend_cuda_error(const vcu_backend_t *be);
 

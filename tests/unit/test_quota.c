@@ -1,9 +1,10 @@
 /*
- * The VM's GPU memory quota (host-backend/common/vcu_account.h, cuda.c,
- * proxy.c): the account on its own, then backends sharing one account
- * against the CPU stand-in (sessions of one VM: allocations, contexts,
- * context limits), then the proxy with real workers (a killed worker's
- * charge comes back, the daemon's context figure, a reset in a worker).
+ * The VM's memory quotas (host-backend/common/vcu_account.h, cuda.c,
+ * worker.c, proxy.c): the account on its own, then backends sharing one
+ * account against the CPU stand-in (sessions of one VM: allocations,
+ * contexts, context limits, host memory), then the proxy with real
+ * workers (a killed worker's charge comes back, the daemon's context
+ * figure, the workers' aliases of guest memory, a reset in a worker).
  */
 #define _GNU_SOURCE                 /* memfd_create */
 #include <dirent.h>
@@ -104,6 +105,7 @@ TEST(quota_report_hostile)
     int s0, s1, s2;
 
     ASSERT_EQ(0, vcu__acct_new(10 * MiB, 4, &a));
+    a->host_quota = 10 * MiB;
     ASSERT_EQ(0u, vcu__acct_report(a, seen, 4));
     s0 = vcu__acct_claim(a, 0x100000001ull);
     s1 = vcu__acct_claim(a, 0x100000002ull);
@@ -127,6 +129,8 @@ TEST(quota_report_hostile)
     atomic_store(&a->slot[s1].flags, UINT32_MAX);
     atomic_store(&a->slot[s1].charged[0], UINT64_MAX - 1);
     atomic_store(&a->slot[s1].ctx[15], UINT64_MAX);
+    atomic_store(&a->slot[s1].host, UINT64_MAX - 2);
+    atomic_store(&a->slot[s0].host, 7);
     atomic_store(&a->slot[3].session, 77);
     atomic_store(&a->slot[3].charged[15], UINT64_MAX);
     memset(seen, 0xa5, sizeof(seen));
@@ -138,11 +142,15 @@ TEST(quota_report_hostile)
     ASSERT_EQ(2222, (int)seen[1].pid);
     ASSERT_EQ(1, (int)seen[1].fault);
     ASSERT_EQ_U64(UINT64_MAX - 1, seen[1].charged[0]);
+    ASSERT_EQ_U64(UINT64_MAX - 2, seen[1].host);
+    ASSERT_EQ_U64(UINT64_MAX, vcu__acct_host_used(a));    /* saturates */
+    ASSERT_EQ(-1, vcu__acct_host_charge(a, s0, 1));       /* with a quota, refused */
     ASSERT_EQ_U64(UINT64_MAX, vcu__acct_used(a, 0));       /* saturates */
     ASSERT_EQ_U64(UINT64_MAX, vcu__acct_ctx(a, 15));
     ASSERT_EQ_U64(UINT64_MAX, vcu__acct_used(a, 15));      /* a free slot's garbage counts */
     ASSERT_EQ(2u, vcu__acct_report(a, NULL, 0));
     vcu__acct_release(a, s1);
+    ASSERT_EQ_U64(7, vcu__acct_host_used(a));
     ASSERT_EQ(1u, vcu__acct_report(a, seen, 4));
     ASSERT_EQ_U64(1, atomic_load(&a->hdr->faults));        /* its flag, counted once */
     vcu__acct_put(a);
@@ -792,6 +800,67 @@ TEST(quota_ctx_charged)
     return 0;
 }
 
+/* A module image of n bytes of PTX (a comment past a header): malloc'd. */
+static char *tq_big_image(size_t n)
+{
+    static const char hdr[] = "//\n.version 8.0\n.target sm_90\n// ";
+    char *img = malloc(n + 1);
+
+    if (img == NULL)
+        abort();
+    memset(img, 'x', n);
+    memcpy(img, hdr, sizeof(hdr) - 1);
+    img[n - 1] = '\n';
+    img[n] = '\0';
+    return img;
+}
+
+/*
+ * Host memory the VM's guests make the host hold (here a module image
+ * being loaded, taken of the session's budget) is one sum per VM, against
+ * the VM's host quota (the policy page's): past it a request fails as out
+ * of memory though the session's own budget (256 MiB) would take it, and
+ * what another session of the VM holds leaves it less.
+ */
+TEST(quota_host_memory)
+{
+    static struct vcu_policy pol;
+    char *img6 = tq_big_image(6 * MiB), *img10 = tq_big_image(10 * MiB);
+    vcu_account_t *a;
+    uint64_t m;
+    int other;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(0, 8, &a));
+    pol.magic = VCU_POLICY_MAGIC;
+    atomic_store(&pol.host_quota, 8 * MiB);
+    vcu__acct_set_policy(a, &pol);
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_module(&c, img6, &m));
+    ASSERT_LE(vcu__acct_host_used(a), 2 * MiB);     /* the image's budget back, but a step */
+    ASSERT_EQ(OOM, tq_module(&c, img10, &m));
+    /* Another session of the VM (its staging buffers, say) holds 4 MiB. */
+    other = vcu__acct_claim(a, 0x99);
+    ASSERT_GE(other, 0);
+    ASSERT_EQ(0, vcu__acct_host_charge(a, other, 4 * MiB));
+    ASSERT_EQ(OOM, tq_module(&c, img6, &m));
+    ASSERT_EQ(-1, vcu__acct_host_charge(a, other, 8 * MiB));
+    vcu__acct_host_uncharge(a, other, 4 * MiB);
+    ASSERT_EQ(0, (int)tq_module(&c, img6, &m));
+    /* The quota lowered live (the daemon's set-vm): the next take sees it. */
+    atomic_store(&pol.host_quota, 1 * MiB);
+    ASSERT_EQ(OOM, tq_module(&c, img6, &m));
+    atomic_store(&pol.host_quota, 0);                /* none */
+    ASSERT_EQ(0, (int)tq_module(&c, img10, &m));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_host_used(a));       /* the session's end gives it all back */
+    vcu__acct_release(a, other);
+    vcu__acct_put(a);
+    free(img6);
+    free(img10);
+    return 0;
+}
+
 /* A session that met a GPU fault counts in CU_SLICE_INFO's faults once it
  * has ended; a healthy one does not. */
 TEST(quota_faults)
@@ -992,6 +1061,9 @@ TEST(quota_proxy_stats)
     ASSERT_EQ((int)pb, (int)ss[1].pid);
     ASSERT_EQ_U64(2 * MiB + UT_CTX_BYTES_N, ss[1].mem[0]);
     ASSERT_EQ_U64(ss[0].ctx[0] + ss[1].ctx[0], st.ctx_bytes[0]);
+    /* Host memory: the daemon's default quota; what the sessions took. */
+    ASSERT_EQ_U64(4ull << 30, st.host_quota);
+    ASSERT_EQ_U64(ss[0].host + ss[1].host, st.host_used);
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 1));         /* room for one */
     ASSERT_EQ(2, (int)st.workers);
     ASSERT_EQ(1, (int)st.nsess);
@@ -1005,6 +1077,7 @@ TEST(quota_proxy_stats)
     ASSERT_EQ(1, (int)st.workers);
     ASSERT_EQ_U64(sb, ss[0].session);
     ASSERT_EQ_U64(2 * MiB + UT_CTX_BYTES_N, st.mem_used[0]);
+    ASSERT_EQ_U64(ss[0].host, st.host_used);
     ASSERT_EQ_U64(0, st.faults);
     vcu_proxy_free(px);
     return 0;
@@ -1100,6 +1173,77 @@ static uint32_t tq_px_devptr(vcu_proxy_t *px, uint64_t sid, int fd, unsigned cha
                          : 0x10000 + st;
     free(t);
     return res;
+}
+
+/* Asks for n distinct two-page aliases (pages k and k + 2048); how many
+ * the worker made (the others refused as ranges that do not join). */
+static int tq_px_aliases(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
+                         unsigned int n, unsigned int *made)
+{
+    unsigned int k;
+    uint32_t r;
+
+    *made = 0;
+    for (k = 0; k < n; k++) {
+        r = tq_px_devptr(px, sid, fd, ram, k, k + 2048, 1);
+        if (r == 0)
+            (*made)++;
+        else
+            ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, r);
+    }
+    return 0;
+}
+
+/*
+ * A pinned buffer of several ranges gets one device pointer through an
+ * alias of its pages in the worker.  A session's aliases are bounded in
+ * number and in bytes (the guest RAM the worker maps), past which the
+ * guest is refused as for ranges that do not join; each is charged to
+ * the VM's host quota while it lives, which bounds them too.
+ */
+TEST(quota_proxy_aliases)
+{
+    static const char *const small[] = { "--host-mem-quota", "4M", NULL };
+    vcu_proxy_stats_t st;
+    vcu_proxy_t *px;
+    unsigned char *ram;
+    unsigned int made;
+    uint64_t sa, sb;
+    int fd;
+
+    fd = memfd_create("ut-guest-ram", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(0, ftruncate(fd, TQ_GUEST_RAM));
+    ram = mmap(NULL, TQ_GUEST_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(ram != MAP_FAILED);
+
+    CHECK(tq_px_new(NULL, 0, &px));
+    CHECK(tq_px_open(px, &sa));
+    CHECK(tq_px_aliases(px, sa, fd, ram, 1100, &made));
+    ASSERT_EQ(1024, (int)made);
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sa, fd, ram, 0, 2048, 1));     /* one it has */
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
+    ASSERT_GE(st.host_used, 1024ull * (2 * TQ_PAGE / 256 + 2 * TQ_PAGE));
+    /* Bytes: two aliases of 8 MiB take all of the guest's 16 MiB. */
+    CHECK(tq_px_open(px, &sb));
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sb, fd, ram, 0, 2048, 1024));
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sb, fd, ram, 0, 3072, 1024));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_px_devptr(px, sb, fd, ram, 1024, 2048, 1024));
+    vcu_proxy_free(px);
+
+    /* A VM of 4 MiB of host memory: its aliases stop at that. */
+    CHECK(tq_px_new(small, 0, &px));
+    CHECK(tq_px_open(px, &sa));
+    CHECK(tq_px_aliases(px, sa, fd, ram, 1100, &made));
+    ASSERT_GT(made, 100);
+    ASSERT_LT(made, 4u << 20 >> 13);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
+    ASSERT_EQ_U64(4ull << 20, st.host_quota);
+    ASSERT_LE(st.host_used, 4ull << 20);
+    vcu_proxy_free(px);
+    munmap(ram, TQ_GUEST_RAM);
+    close(fd);
+    return 0;
 }
 
 /* A request of op with payload p through the proxy; its reply payload
