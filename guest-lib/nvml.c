@@ -822,8 +822,8 @@ static nvmlReturn_t vcu__nvml_slice(nvmlDevice_t d, struct vcu_cu_slice_info_res
 
 /*
  * total: the slice's (the VM's quota, else the GPU's); used: what the
- * host charges the VM plus its workers' context memory, as NVIDIA counts
- * contexts in used; free: the rest.  A host that cannot tell the VM's use
+ * host charges the VM, its workers' contexts included (as NVIDIA counts
+ * contexts in used); free: the rest.  A host that cannot tell the VM's use
  * gives cuMemGetInfo's figures for the device (the whole GPU's).
  */
 static nvmlReturn_t vcu__nvml_mem(nvmlDevice_t device, unsigned long long *total,
@@ -839,7 +839,7 @@ static nvmlReturn_t vcu__nvml_mem(nvmlDevice_t device, unsigned long long *total
     if (r == NVML_SUCCESS && s->mem_used != VCU_SLICE_UNKNOWN64 &&
         s->mem_total != VCU_SLICE_UNKNOWN64) {
         *total = s->mem_total;
-        *used = s->mem_used + (s->ctx_bytes != VCU_SLICE_UNKNOWN64 ? s->ctx_bytes : 0);
+        *used = s->mem_used;
         if (*used > *total)
             *used = *total;
         *fr = *total - *used;
@@ -977,8 +977,7 @@ static int vcu__nvml_procs(const struct vcu_cu_slice_info_resp *s, vcu__nvml_pro
                 continue;
             found = 1;
             if (ss->mem_used != VCU_SLICE_UNKNOWN64)
-                mem = ss->mem_used +
-                      (ss->ctx_bytes != VCU_SLICE_UNKNOWN64 ? ss->ctx_bytes : 0);
+                mem = ss->mem_used;         /* its context's included */
         }
         if (lists_vm && !found)
             continue;

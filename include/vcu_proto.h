@@ -458,11 +458,11 @@ struct vcu_cu_mem_info_resp {
  * CU_SLICE_INFO: the VM's slice of the GPU the header's device belongs
  * to, as the host accounts it: what the guest's NVML (nvidia-smi) shows.
  * Memory figures are what the host charges against the VM's quota
- * (mem-quota on the device); the GPU memory each worker's CUDA context
- * takes for itself is counted apart, in ctx_bytes.  sessions[] lists the
- * VM's live sessions (every guest process with the device open), the
- * asking one among them, by the id SESSION_OPEN gave each; the guest
- * kernel knows which process holds which.  A field the host cannot tell
+ * (mem-quota on the device), the GPU memory each worker's CUDA context
+ * takes for itself included; ctx_bytes says how much of them that is.
+ * sessions[] lists the VM's live sessions (every guest process with the
+ * device open), the asking one among them, by the id SESSION_OPEN gave
+ * each; the guest kernel knows which process holds which.  A field the host cannot tell
  * is VCU_SLICE_UNKNOWN (all ones, of its width).
  */
 #define VCU_SLICE_MAX_SESSIONS 64
@@ -471,8 +471,8 @@ struct vcu_cu_mem_info_resp {
 
 struct vcu_cu_slice_session {
     vcu_le64 session;               /* vcu_session_open_resp.session */
-    vcu_le64 mem_used;              /* bytes charged to this session */
-    vcu_le64 ctx_bytes;             /* its context's own GPU memory */
+    vcu_le64 mem_used;              /* bytes charged to this session, its context's included */
+    vcu_le64 ctx_bytes;             /* of which its context's own GPU memory */
     vcu_le64 gpu_time_ns;           /* GPU time its work took */
 };
 
@@ -480,8 +480,8 @@ struct vcu_cu_slice_info_resp {
     struct vcu_cu_resp r;
     vcu_le64 mem_quota;             /* 0: no quota, the VM may use the whole GPU */
     vcu_le64 mem_total;             /* what the guest is told: the quota, else the GPU's */
-    vcu_le64 mem_used;              /* charged to the VM, all its sessions */
-    vcu_le64 ctx_bytes;             /* the VM's workers' context overhead, apart */
+    vcu_le64 mem_used;              /* charged to the VM, all its sessions, contexts included */
+    vcu_le64 ctx_bytes;             /* of which its workers' contexts */
     vcu_le32 compute_share;         /* weight; 0: none set */
     vcu_le32 sm_count;              /* SMs the VM's work may use */
     vcu_le32 util_percent;          /* the VM's GPU busy share, last second */

@@ -2047,6 +2047,7 @@ static void vcu__px_sess_stats(const vcu_account_t *a, const vcu__psess_t *s,
         o->mem[d] = atomic_load(&a->slot[s->acct_slot].charged[d]);
         o->ctx[d] = atomic_load(&a->slot[s->acct_slot].ctx[d]);
     }
+    o->host = atomic_load(&a->slot[s->acct_slot].host);
 }
 
 VCU_EXPORT int vcu_proxy_stats(vcu_proxy_t *px, vcu_proxy_stats_t *out,
@@ -2074,6 +2075,8 @@ VCU_EXPORT int vcu_proxy_stats(vcu_proxy_t *px, vcu_proxy_stats_t *out,
             out->mem_used[d] = vcu__acct_used(a, d);
             out->ctx_bytes[d] = vcu__acct_ctx(a, d);
         }
+        out->host_quota = vcu__acct_host_quota(a);
+        out->host_used = vcu__acct_host_used(a);
         out->faults = atomic_load(&a->hdr->faults);
     }
     /* Every session whose worker lives: the open ones, then those

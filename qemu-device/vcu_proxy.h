@@ -153,13 +153,16 @@ typedef struct vcu_proxy_session_stats_s {
     uint32_t pid;                   /* the worker's host pid (not a guest pid); 0 before spawn */
     uint32_t fault;                 /* 1: the worker flagged a GPU fault */
     uint64_t mem[VCU_CU_MAX_DEVICES];   /* bytes charged, as the worker wrote them */
-    uint64_t ctx[VCU_CU_MAX_DEVICES];   /* its contexts' own GPU memory, likewise */
+    uint64_t ctx[VCU_CU_MAX_DEVICES];   /* of those, its contexts' own, likewise */
+    uint64_t host;                  /* host bytes charged, likewise */
 } vcu_proxy_session_stats_t;
 
 typedef struct vcu_proxy_stats_s {
     uint64_t mem_quota;             /* bytes per device; 0: none */
     uint64_t mem_used[VCU_CU_MAX_DEVICES];  /* all slots' charges (saturating sums) */
     uint64_t ctx_bytes[VCU_CU_MAX_DEVICES]; /* all slots' context memory (within mem_used) */
+    uint64_t host_quota;            /* host memory the VM's workers may hold; 0: none */
+    uint64_t host_used;             /* all slots' host charges */
     uint64_t faults;                /* sessions ended by a GPU fault since the welcome */
     uint32_t sessions;              /* the guest's open sessions */
     uint32_t workers;               /* sessions with a worker, closing ones included */

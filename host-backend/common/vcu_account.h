@@ -1,39 +1,46 @@
 /*
- * The VM's GPU memory account: one small shared-memory area per device
- * (per VM), made by the session proxy in QEMU when the device is
- * realized and mapped by every worker process it spawns, so that the
- * VM's quota (mem-quota) holds across all of its guest processes at once.
+ * The VM's memory account: one small shared-memory area per VM, made by
+ * the host daemon when the VM's device connects and mapped by every
+ * worker process it starts for the VM, so that the VM's quotas hold
+ * across all of its guest processes at once: GPU memory per device
+ * (mem-quota) and host memory (the daemon's --host-mem-quota).
  * docs/design.md, "Memory quota".
  *
  * Layout: a header (the quota, for reporting; the admission lock; the
  * count of sessions ended by a GPU fault) and one slot per session:
- * the guest's session id and the worker's pid (written by the proxy),
- * then per virtual device the bytes charged to the session and its
- * context's own GPU memory (written by that session's worker alone).
+ * the guest's session id and the worker's pid (written by the daemon),
+ * then per virtual device the GPU bytes charged to the session, its
+ * CUDA contexts' own memory included, and of those the contexts' part
+ * (for reports); then the host memory charged to it (its budget taken,
+ * its staging buffers, its aliases of guest memory).  All of a slot's
+ * figures are written by that session's worker alone.
  *
- * Who is trusted: the proxy.  A worker is host code but runs what its
- * guest sends, so the proxy reads nothing of the area but to report, and
+ * Who is trusted: the daemon.  A worker is host code but runs what its
+ * guest sends, so the daemon reads nothing of the area but to report, and
  * never for its own decisions: slots are handed out from a table private
- * to the proxy; the quota a worker enforces comes from its command line,
- * not from the area; and a session's charges come back by the proxy
- * zeroing its slot once the worker has been reaped (its process is gone,
- * and the driver has freed every byte it held).  So a worker that dies at
- * any instruction leaves nothing behind: what it had charged is exactly
- * what its slot says, since it is the slot's only writer.
+ * to the daemon; the quotas a worker enforces come from the VM's policy
+ * page (vcu_link.h), which the daemon alone writes, not from the area;
+ * and a session's charges come back by the daemon zeroing its slot once
+ * the worker has been reaped (its process is gone, and the driver has
+ * freed every byte it held).  So a worker that dies at any instruction
+ * leaves nothing behind: what it had charged is exactly what its slot
+ * says, since it is the slot's only writer.
  *
  * Admission: with a quota, a charge takes the area's lock (a word holding
- * the holder's slot + 1), sums the device's column of every slot, adds to
- * its own slot if the sum stays within the quota, and lets go.  Releases
- * only lower the worker's own slot and need no lock.  A holder that dies
- * with the lock has it broken by the proxy once it is reaped; until then
- * others wait (bounded: VCU__ACCT_LOCK_NS, then the charge fails as out of
- * memory).  The sum is over a few hundred words at most, against a
- * cuMemAlloc that takes tens of microseconds.  Why not a VM-wide total
- * updated by compare-and-swap: a worker killed between its add to the
- * total and its add to its own slot would leave the total wrong for good,
- * and the proxy would have to trust a slot's figure to correct it.
+ * the holder's slot + 1), sums the column it charges (a device's, or the
+ * host's) over every slot, adds to its own slot if the sum stays within
+ * the quota, and lets go.  Releases only lower the worker's own slot and
+ * need no lock.  A holder that dies with the lock has it broken by the
+ * daemon once it is reaped; until then others wait (bounded:
+ * VCU__ACCT_LOCK_NS, then the charge fails as out of memory).  The sum is
+ * over a few hundred words at most, against a cuMemAlloc that takes tens
+ * of microseconds.  Why not a VM-wide total updated by compare-and-swap: a
+ * worker killed between its add to the total and its add to its own slot
+ * would leave the total wrong for good, and the daemon would have to
+ * trust a slot's figure to correct it.
  *
- * All inline: QEMU links proxy.c alone, the worker worker.c.
+ * All inline: QEMU maps the area read-only for its reports (proxy.c), the
+ * worker and the daemon link it themselves.
  */
 #ifndef VCU_ACCOUNT_H
 #define VCU_ACCOUNT_H
@@ -84,11 +91,12 @@ static inline int vcu__acct_sealed(int fd)
 #define VCU__ACCT_LOCK_NS (2ull * 1000 * 1000 * 1000)
 
 struct vcu_acct_slot {
-    _Atomic uint64_t session;       /* the guest's session id; 0: free (proxy) */
-    _Atomic uint32_t pid;           /* the worker's (proxy) */
+    _Atomic uint64_t session;       /* the guest's session id; 0: free (daemon) */
+    _Atomic uint32_t pid;           /* the worker's (daemon) */
     _Atomic uint32_t flags;         /* VCU_ACCT_F_* (worker) */
-    _Atomic uint64_t charged[VCU_ACCT_DEVS];    /* bytes charged (worker) */
-    _Atomic uint64_t ctx[VCU_ACCT_DEVS];        /* context overhead, apart (worker) */
+    _Atomic uint64_t charged[VCU_ACCT_DEVS];    /* GPU bytes charged, contexts included (worker) */
+    _Atomic uint64_t ctx[VCU_ACCT_DEVS];        /* of which its contexts' own (worker) */
+    _Atomic uint64_t host;          /* host bytes charged (worker) */
 };
 
 struct vcu_acct_hdr {
@@ -100,7 +108,7 @@ struct vcu_acct_hdr {
     uint64_t reserved[4];
 };
 
-_Static_assert(sizeof(struct vcu_acct_slot) == 16 + 16 * VCU_ACCT_DEVS, "vcu_acct_slot");
+_Static_assert(sizeof(struct vcu_acct_slot) == 24 + 16 * VCU_ACCT_DEVS, "vcu_acct_slot");
 _Static_assert(sizeof(struct vcu_acct_hdr) == 64, "vcu_acct_hdr");
 
 /* One process's view of the area. */
@@ -110,8 +118,9 @@ typedef struct vcu_account_s {
     size_t len;
     int fd;                         /* the memfd, for spawning (proxy); -1 in a worker */
     uint64_t quota;                 /* what this process enforces, unless policy */
-    /* The VM's policy page (vcu_link.h), kept by the daemon: its quota is
-     * the one enforced, as it is now.  NULL: quota. */
+    uint64_t host_quota;            /* likewise, host memory; 0: none */
+    /* The VM's policy page (vcu_link.h), kept by the daemon: its quotas
+     * are the ones enforced, as they are now.  NULL: quota, host_quota. */
     const struct vcu_policy *policy;
     uint32_t nslots;
     _Atomic unsigned int refs;
@@ -134,6 +143,7 @@ struct vcu__acct_seen {
     uint32_t fault;                 /* 1: the worker flagged a GPU fault */
     uint64_t charged[VCU_ACCT_DEVS];    /* as the worker wrote them: not trusted */
     uint64_t ctx[VCU_ACCT_DEVS];
+    uint64_t host;
 };
 
 static inline size_t vcu__acct_len(uint32_t nslots)
@@ -306,6 +316,7 @@ static inline int vcu__acct_claim(vcu_account_t *a, uint64_t session)
         atomic_store(&s->charged[d], 0);
         atomic_store(&s->ctx[d], 0);
     }
+    atomic_store(&s->host, 0);
     atomic_store(&s->flags, 0);
     atomic_store(&s->pid, 0);
     atomic_store(&s->session, session);
@@ -343,6 +354,7 @@ static inline void vcu__acct_release(vcu_account_t *a, int slot)
         atomic_store(&s->charged[d], 0);
         atomic_store(&s->ctx[d], 0);
     }
+    atomic_store(&s->host, 0);
     atomic_store(&s->flags, 0);
     atomic_store(&s->pid, 0);
     atomic_store(&s->session, 0);
@@ -356,8 +368,9 @@ static inline void vcu__acct_release(vcu_account_t *a, int slot)
     pthread_mutex_unlock(&a->mu);
 }
 
-/* Device dev's bytes charged to the whole VM (saturating: a figure a
- * worker wrote is not trusted to be small). */
+/* Device dev's bytes charged to the whole VM, its workers' contexts
+ * included (saturating: a figure a worker wrote is not trusted to be
+ * small). */
 static inline uint64_t vcu__acct_used(const vcu_account_t *a, uint32_t dev)
 {
     uint64_t sum = 0, v;
@@ -372,6 +385,7 @@ static inline uint64_t vcu__acct_used(const vcu_account_t *a, uint32_t dev)
     return sum;
 }
 
+/* Of vcu__acct_used(), what the workers' contexts take. */
 static inline uint64_t vcu__acct_ctx(const vcu_account_t *a, uint32_t dev)
 {
     uint64_t sum = 0, v;
@@ -381,6 +395,19 @@ static inline uint64_t vcu__acct_ctx(const vcu_account_t *a, uint32_t dev)
         return 0;
     for (i = 0; i < a->nslots; i++) {
         v = atomic_load(&a->slot[i].ctx[dev]);
+        sum = v > UINT64_MAX - sum ? UINT64_MAX : sum + v;
+    }
+    return sum;
+}
+
+/* Host bytes charged to the whole VM (saturating). */
+static inline uint64_t vcu__acct_host_used(const vcu_account_t *a)
+{
+    uint64_t sum = 0, v;
+    uint32_t i;
+
+    for (i = 0; i < a->nslots; i++) {
+        v = atomic_load(&a->slot[i].host);
         sum = v > UINT64_MAX - sum ? UINT64_MAX : sum + v;
     }
     return sum;
@@ -418,6 +445,7 @@ static inline uint32_t vcu__acct_report(vcu_account_t *a, struct vcu__acct_seen 
             o->charged[d] = atomic_load(&s->charged[d]);
             o->ctx[d] = atomic_load(&s->ctx[d]);
         }
+        o->host = atomic_load(&s->host);
     }
     pthread_mutex_unlock(&a->mu);
     return n;
@@ -437,34 +465,25 @@ static inline uint64_t vcu__acct_quota(const vcu_account_t *a)
     return a->policy != NULL ? atomic_load(&a->policy->mem_quota) : a->quota;
 }
 
+/* Likewise, for the VM's host memory. */
+static inline uint64_t vcu__acct_host_quota(const vcu_account_t *a)
+{
+    return a->policy != NULL ? atomic_load(&a->policy->host_quota) : a->host_quota;
+}
+
 static inline void vcu__acct_set_policy(vcu_account_t *a, const struct vcu_policy *p)
 {
     a->policy = p;
 }
 
-/*
- * Worker side: charges n bytes of device dev to slot.  0, or -1 when the
- * VM's charges would pass the quota (or the lock stays held past
- * VCU__ACCT_LOCK_NS): nothing is charged then.
- */
-static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uint64_t n)
+/* Worker side: the admission lock, for slot.  0, or -1 when another
+ * holds it past VCU__ACCT_LOCK_NS. */
+static inline int vcu__acct_lock(vcu_account_t *a, int slot)
 {
-    struct vcu_acct_slot *s;
     uint32_t mine = (uint32_t)slot + 1, free_ = 0;
-    uint64_t used, t0 = 0, quota = vcu__acct_quota(a);
+    uint64_t t0 = 0;
     unsigned int spins = 0;
 
-    if (slot < 0 || (uint32_t)slot >= a->nslots || dev >= VCU_ACCT_DEVS)
-        return -1;
-    s = &a->slot[slot];
-    if (n == 0)
-        return 0;
-    if (quota == 0) {
-        atomic_fetch_add(&s->charged[dev], n);
-        return 0;
-    }
-    if (n > quota)
-        return -1;
     while (!atomic_compare_exchange_weak(&a->hdr->lock, &free_, mine)) {
         free_ = 0;
         if (++spins < 64)
@@ -475,14 +494,85 @@ static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uin
             return -1;
         sched_yield();
     }
-    used = vcu__acct_used(a, dev);
-    if (used > quota - n) {
-        atomic_store(&a->hdr->lock, 0);
+    return 0;
+}
+
+static inline void vcu__acct_unlock(vcu_account_t *a)
+{
+    atomic_store(&a->hdr->lock, 0);
+}
+
+/*
+ * Worker side: charges n bytes of device dev to slot.  0, or -1 when the
+ * VM's charges would pass the quota (or the lock stays held past
+ * VCU__ACCT_LOCK_NS): nothing is charged then.
+ */
+static inline int vcu__acct_charge(vcu_account_t *a, int slot, uint32_t dev, uint64_t n)
+{
+    struct vcu_acct_slot *s;
+    uint64_t quota = vcu__acct_quota(a);
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots || dev >= VCU_ACCT_DEVS)
+        return -1;
+    s = &a->slot[slot];
+    if (n == 0)
+        return 0;
+    if (quota == 0) {
+        atomic_fetch_add(&s->charged[dev], n);
+        return 0;
+    }
+    if (n > quota || vcu__acct_lock(a, slot) != 0)
+        return -1;
+    if (vcu__acct_used(a, dev) > quota - n) {
+        vcu__acct_unlock(a);
         return -1;
     }
     atomic_fetch_add(&s->charged[dev], n);
-    atomic_store(&a->hdr->lock, 0);
+    vcu__acct_unlock(a);
     return 0;
+}
+
+/*
+ * Worker side: charges n bytes of host memory to slot, against the VM's
+ * host quota.  0, or -1 (nothing charged) as vcu__acct_charge().
+ */
+static inline int vcu__acct_host_charge(vcu_account_t *a, int slot, uint64_t n)
+{
+    struct vcu_acct_slot *s;
+    uint64_t quota = vcu__acct_host_quota(a);
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots)
+        return -1;
+    s = &a->slot[slot];
+    if (n == 0)
+        return 0;
+    if (quota == 0) {
+        atomic_fetch_add(&s->host, n);
+        return 0;
+    }
+    if (n > quota || vcu__acct_lock(a, slot) != 0)
+        return -1;
+    if (vcu__acct_host_used(a) > quota - n) {
+        vcu__acct_unlock(a);
+        return -1;
+    }
+    atomic_fetch_add(&s->host, n);
+    vcu__acct_unlock(a);
+    return 0;
+}
+
+/* Worker side: gives back n bytes of host memory (never below zero). */
+static inline void vcu__acct_host_uncharge(vcu_account_t *a, int slot, uint64_t n)
+{
+    struct vcu_acct_slot *s;
+    uint64_t cur;
+
+    if (slot < 0 || (uint32_t)slot >= a->nslots || n == 0)
+        return;
+    s = &a->slot[slot];
+    cur = atomic_load(&s->host);
+    while (!atomic_compare_exchange_weak(&s->host, &cur, cur > n ? cur - n : 0))
+        ;
 }
 
 /* Worker side: records n bytes already taken outside its control (a
@@ -512,6 +602,8 @@ static inline void vcu__acct_uncharge(vcu_account_t *a, int slot, uint32_t dev, 
         ;
 }
 
+/* Worker side: of what slot has charged on dev, bytes are its contexts'
+ * (reported apart; the charge itself goes through vcu__acct_charge()). */
 static inline void vcu__acct_set_ctx(vcu_account_t *a, int slot, uint32_t dev, uint64_t bytes)
 {
     if (slot >= 0 && (uint32_t)slot < a->nslots && dev < VCU_ACCT_DEVS)

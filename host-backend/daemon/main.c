@@ -9,7 +9,14 @@
  *              [--socket-group GROUP] [--socket-mode OCTAL]
  *              [--gpus LIST] [--max-sessions N] [--max-vms N]
  *              [--mem-quota BYTES] [--max-mem-quota BYTES] [--host-mem-quota BYTES]
+ *              [--ctx-bytes BYTES]
  *              [--mps-pipe DIR] [--jail on|off] [--seccomp on|log|off]
+ *
+ * --ctx-bytes: the GPU memory each worker's CUDA context is charged to its
+ * VM's mem-quota (default VCU_DMN_CTX_BYTES, an H100's with driver 580:
+ * measure the host's with a native program if it differs).
+ * --host-mem-quota: the host memory a VM's workers may hold for its
+ * guests (default VCU_DMN_HOST_QUOTA; 0: none).
  *
  * QEMU's devices connect to --socket (a -chardev socket each); every guest
  * session runs in a worker (vcu-worker) the daemon starts in a jail of
@@ -96,6 +103,7 @@ static void vcu__dmn_usage(void)
             "                  [--socket-group GROUP] [--socket-mode OCTAL]\n"
             "                  [--gpus LIST] [--max-sessions N] [--max-vms N]\n"
             "                  [--mem-quota BYTES] [--max-mem-quota BYTES] [--host-mem-quota BYTES]\n"
+            "                  [--ctx-bytes BYTES]\n"
             "                  [--mps-pipe DIR] [--jail on|off] [--seccomp on|log|off]\n"
             "The host's GPU side of virtio-cuda: QEMU's virtio-cuda-pci devices connect to\n"
             "--socket; each guest process's CUDA work runs in a jailed worker of its own.\n");
@@ -408,6 +416,8 @@ static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
     d->max_sessions = VCU_DMN_MAX_SESSIONS;
     d->max_vms = VCU_DMN_MAX_VMS;
     d->modcache_bytes = VCU_DMN_MODCACHE_BYTES;
+    d->ctx_bytes = VCU_DMN_CTX_BYTES;
+    d->host_quota = VCU_DMN_HOST_QUOTA;
     d->seccomp = VCU_SECCOMP_ON;
     d->socket_mode = 0660;
     d->socket_gid = (gid_t)-1;
@@ -452,6 +462,8 @@ static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
             d->max_quota = vcu__dmn_size(v, a);
         else if (strcmp(a, "--host-mem-quota") == 0)
             d->host_quota = vcu__dmn_size(v, a);
+        else if (strcmp(a, "--ctx-bytes") == 0)
+            d->ctx_bytes = vcu__dmn_size(v, a);
         else if (strcmp(a, "--mps-pipe") == 0)
             d->mps_pipe = v;
         else if (strcmp(a, "--jail") == 0)
@@ -523,6 +535,9 @@ static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
         vcu__dmn_check_mps(d->mps_pipe);
     if (d->max_quota != 0 && d->default_quota > d->max_quota)
         vcu__dmn_die("--mem-quota is above --max-mem-quota");
+    /* A context always takes memory; no GPU has 2^48 bytes. */
+    if (d->ctx_bytes == 0 || d->ctx_bytes > ((uint64_t)1 << 48))
+        vcu__dmn_die("--ctx-bytes must be 1..256T");
     vcu__dmn_setup_jail(d, strcmp(jail, "on") == 0, user);
     vcu__dmn_cache(d, cache);
 }

@@ -240,7 +240,7 @@ static uint64_t vcu__sat_add(uint64_t a, uint64_t b)
 }
 
 typedef struct {
-    uint64_t used, ctx;
+    uint64_t used, ctx, host;
     uint64_t dev_used[VCU_ACCT_DEVS];
     uint64_t faults;
 } vcu__vm_fig_t;
@@ -257,6 +257,7 @@ static void vcu__vm_figures(const vcu_vm_t *vm, vcu__vm_fig_t *f)
         f->used = vcu__sat_add(f->used, f->dev_used[dv]);
         f->ctx = vcu__sat_add(f->ctx, vcu__acct_ctx(vm->acct, dv));
     }
+    f->host = vcu__acct_host_used(vm->acct);
     f->faults = atomic_load(&vm->acct->hdr->faults);
 }
 
@@ -291,6 +292,11 @@ static void vcu__metrics(vcu_dmn_t *d, vcu__sb_t *b)
                    "# TYPE vcu_vm_mem_used_bytes gauge\n"
                    "# HELP vcu_vm_ctx_bytes Of that, the workers' CUDA contexts.\n"
                    "# TYPE vcu_vm_ctx_bytes gauge\n"
+                   "# HELP vcu_vm_host_quota_bytes Host memory the VM's workers may hold for it "
+                   "(0: none).\n"
+                   "# TYPE vcu_vm_host_quota_bytes gauge\n"
+                   "# HELP vcu_vm_host_used_bytes Host memory charged to the VM.\n"
+                   "# TYPE vcu_vm_host_used_bytes gauge\n"
                    "# HELP vcu_vm_nvml_mem_bytes GPU memory NVML sees the VM's workers hold.\n"
                    "# TYPE vcu_vm_nvml_mem_bytes gauge\n"
                    "# TYPE vcu_vm_sessions gauge\n# TYPE vcu_vm_max_sessions gauge\n"
@@ -317,6 +323,9 @@ static void vcu__metrics(vcu_dmn_t *d, vcu__sb_t *b)
                 vcu__sb_printf(b, "vcu_vm_mem_used_bytes{%s,device=\"%u\"} %llu\n", lab, i,
                                (unsigned long long)f.dev_used[i]);
         vcu__sb_printf(b, "vcu_vm_ctx_bytes{%s} %llu\n", lab, (unsigned long long)f.ctx);
+        vcu__sb_printf(b, "vcu_vm_host_quota_bytes{%s} %llu\n", lab,
+                       (unsigned long long)atomic_load(&vm->policy->host_quota));
+        vcu__sb_printf(b, "vcu_vm_host_used_bytes{%s} %llu\n", lab, (unsigned long long)f.host);
         nv = vcu__nvml_vm_bytes(vm, &nv_ok);
         if (nv_ok)
             vcu__sb_printf(b, "vcu_vm_nvml_mem_bytes{%s} %llu\n", lab, nv);
@@ -436,12 +445,15 @@ static void vcu__ctl_vm(vcu__sb_t *b, const vcu_vm_t *vm)
     vcu__sb_printf(b,
                    "\",\"mem_quota\":%llu,\"mem_used\":%llu,\"ctx_bytes\":%llu,"
                    "\"sessions\":%u,\"max_sessions\":%u,\"compute_share\":%u,"
-                   "\"compute_cap\":%u,\"sms\":%u,\"gpu_ns\":%llu,\"faults\":%llu",
+                   "\"compute_cap\":%u,\"sms\":%u,\"gpu_ns\":%llu,\"faults\":%llu,"
+                   "\"host_quota\":%llu,\"host_used\":%llu",
                    (unsigned long long)atomic_load(&vm->policy->mem_quota),
                    (unsigned long long)f.used, (unsigned long long)f.ctx, vm->nsessions,
                    atomic_load(&vm->policy->max_sessions), atomic_load(&vm->policy->compute_share),
                    atomic_load(&vm->policy->compute_cap), vm->sms,
-                   (unsigned long long)vcu_vm_gpu_ns(vm), (unsigned long long)f.faults);
+                   (unsigned long long)vcu_vm_gpu_ns(vm), (unsigned long long)f.faults,
+                   (unsigned long long)atomic_load(&vm->policy->host_quota),
+                   (unsigned long long)f.host);
     if (nv_ok)
         vcu__sb_printf(b, ",\"nvml_mem\":%llu", nv);
     vcu__sb_printf(b, ",\"workers\":[");
@@ -484,9 +496,11 @@ static void vcu__ctl(vcu_dmn_t *d, const char *line, vcu__sb_t *b)
                        d->nvms, (unsigned long long)d->workers_started,
                        (unsigned long long)d->workers_failed);
         vcu__sb_json_str(b, d->jail_note);
-        vcu__sb_printf(b, "\",\"seccomp\":\"%s\",\"worker_uid\":%d}\n",
+        vcu__sb_printf(b, "\",\"seccomp\":\"%s\",\"worker_uid\":%d,\"ctx_bytes\":%llu,"
+                       "\"host_mem_quota\":%llu}\n",
                        vcu__seccomp_name(d->seccomp),
-                       d->jail.uid == (uid_t)-1 ? (int)geteuid() : (int)d->jail.uid);
+                       d->jail.uid == (uid_t)-1 ? (int)geteuid() : (int)d->jail.uid,
+                       (unsigned long long)d->ctx_bytes, (unsigned long long)d->host_quota);
         return;
     }
     if (strcmp(cmd, "list-vms") == 0) {

@@ -30,6 +30,19 @@
 #define VCU_DMN_PROBE_MS 60000
 #define VCU_DMN_METRICS_DEFAULT "127.0.0.1:9477"
 #define VCU_DMN_MODCACHE_BYTES ((uint64_t)1 << 30)   /* as VCU_MODCACHE_DEFAULT_BYTES */
+/* GPU memory one worker's CUDA context takes, charged to its VM's quota
+ * (as VCU_BACKEND_CTX_BYTES: an H100's, driver 580). */
+#define VCU_DMN_CTX_BYTES ((uint64_t)524 << 20)
+/*
+ * Host memory a VM's workers may hold for what its guests ask (each
+ * session's budget as taken, up to 256 MiB; its staging buffers, up to
+ * 256 MiB; its aliases of guest memory), summed over the VM.  4 GiB: the
+ * full bounds of eight sessions at once, or a little of each of the 64
+ * a VM may open by default, where those bounds alone would let one VM
+ * hold 32 GiB of the host.  What the driver and the worker need for
+ * themselves is not counted.
+ */
+#define VCU_DMN_HOST_QUOTA ((uint64_t)4 << 30)
 /* First id handed to a worker for the share group (its pid inside its
  * jail is 1, as every other's): above any host pid. */
 #define VCU_DMN_PARTY_BASE 0x40000000u
@@ -134,6 +147,7 @@ struct vcu_dmn_s {
     uint64_t default_quota;         /* for a VM that asks none; 0: none */
     uint64_t max_quota;             /* most a VM may ask; 0: any */
     uint64_t host_quota;            /* host memory per VM for its workers; 0: none */
+    uint64_t ctx_bytes;             /* charged per worker context (--ctx-bytes) */
     int seccomp;                    /* VCU_SECCOMP_* for the workers */
     int socket_mode;
     gid_t socket_gid;

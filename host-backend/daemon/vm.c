@@ -268,6 +268,7 @@ static void vcu__vm_common_args(vcu_vm_t *vm, vcu__argv_t *a)
     }
     vcu__arg(a, "--seccomp");
     vcu__arg(a, d->seccomp == VCU_SECCOMP_ON ? "on" : d->seccomp == VCU_SECCOMP_LOG ? "log" : "off");
+    vcu__arg_u(a, "--ctx-bytes", d->ctx_bytes);
     if (vm->sms != 0) {
         vcu__arg_u(a, "--sms", vm->sms);
         vcu__arg(a, "--mps-pipe");

@@ -1637,6 +1637,19 @@ VCU_EXPORT int vcu_backend_remove_ram(vcu_backend_t *be, void *hva, size_t len)
     return vcu__cuda_remove_ram(be->cu, hva, len);
 }
 
+VCU_EXPORT int vcu_backend_host_charge(vcu_backend_t *be, uint64_t n)
+{
+    if (!be)
+        return VCU_EINVAL;
+    return be->cu ? vcu__cuda_host_charge(be->cu, n) : 0;
+}
+
+VCU_EXPORT void vcu_backend_host_uncharge(vcu_backend_t *be, uint64_t n)
+{
+    if (be && be->cu)
+        vcu__cuda_host_uncharge(be->cu, n);
+}
+
 VCU_EXPORT const char *vcu_backend_cuda_error(const vcu_backend_t *be)
 {
     if (!be)

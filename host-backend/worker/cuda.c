@@ -43,25 +43,33 @@
  *
  * Locks, in order:
  *   vcu__cuda_t.mu    the RAM registration list (vcu__cuda_add_ram,
- *                     vcu__cuda_remove_ram, fini).
+ *                     vcu__cuda_remove_ram, fini) and a worker's context
+ *                     references.
  *   vcu__gate_t.mu    a session's callback gate: queued cookies, the parked
  *                     WAIT, the waiting trampolines, "ending".  Taken by
  *                     the trampolines (CUDA threads), the inline opcodes
  *                     (submitting thread) and vcu__cuda_sess_free (worker).
  *                     Never held across a CUDA call or vcu__complete().
+ *   vcu__cuda_sess_t.hostmu  the session's host memory count and its
+ *                     charge: the worker and the trampolines (a one-shot
+ *                     record given back).
+ *   the account's admission lock (vcu_account.h), last: taken under
+ *                     vcu__cuda_t.mu (a worker's context charged) and
+ *                     under hostmu (host memory charged), never the other
+ *                     way round.
  * Everything else in a session (contexts, tables, deferred error, event
  * pools, waits, orphans, module counts) belongs to its worker thread
- * alone, but for the host memory count (atomic: a trampoline gives back
- * what its one-shot record held).
+ * alone.
  *
  * What a hostile guest must not reach (docs/design.md, "Isolation"):
  * core dump settings (context flags are allow-listed, dumps are off
  * process-wide), other sessions' memory through the device's shared
  * default pool (each session has pools of its own), modules freed under
  * graphs that still run their code (counted, see vcu__mod_t), host
- * memory without bound (VCU__SESS_HOST_BUDGET), GPU memory past the VM's
- * quota (the account of vcu_account.h: every allocation is charged to it
- * first, vcu__charge()).
+ * memory without bound (VCU__SESS_HOST_BUDGET, and the VM's host quota),
+ * GPU memory past the VM's quota (the account of vcu_account.h: every
+ * allocation, every context and every context limit that reserves GPU
+ * memory is charged to it first, vcu__charge()).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -236,17 +244,24 @@ struct vcu__cuda_s {
     vcu_account_t *acct;                    /* the VM's memory account, or NULL */
     struct vcu_sched_s *sched;              /* the compute-share group, or NULL */
     int acct_slot;                          /* vcu_backend_config_t.account_slot */
+    uint64_t ctx_bytes;                     /* charged per context (vcu_backend_config_t) */
+    /* Per device: threads whose stacks the driver reserves for the
+     * stack limit (SMs x threads per SM), see vcu__stack_bytes(). */
+    uint64_t stack_threads[VCU_CU_MAX_DEVICES];
     vcu_modcache_t *mc;                     /* the module cache, or NULL */
     uint32_t sms;                           /* packed mode's SMs; 0: isolated */
     int graphs;                             /* launch runs as graphs (VCU_LAUNCH_GRAPHS) */
 
-    pthread_mutex_t mu;                     /* protects ram_ctx, ram, pctx, pctx_refs */
+    pthread_mutex_t mu;                     /* protects ram_ctx, ram, pctx, wrefs */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
     vcu__ram_t *ram;
     /* Packed mode: each device's one context, made with the VM's SMs and
      * shared by the session and ram_ctx as a primary context would be. */
     CUcontext pctx[VCU_CU_MAX_DEVICES];
-    unsigned int pctx_refs[VCU_CU_MAX_DEVICES];
+    /* A worker's references to each device's one context (the session's
+     * and ram_ctx): the context's memory is charged from the first to
+     * the last. */
+    unsigned int wrefs[VCU_CU_MAX_DEVICES];
 };
 
 /* A guest function CUDA will call: one stream host func (freed by the
@@ -361,6 +376,13 @@ typedef struct vcu__modset_s {
     vcu__mod_t *m[];
 } vcu__modset_t;
 
+/* The context limits that reserve GPU memory, charged (see
+ * vcu__op_CU_CTX_SET_LIMIT), and the driver's name of each. */
+enum { VCU__LIM_HEAP, VCU__LIM_FIFO, VCU__LIM_STACK, VCU__LIMS };
+static const CUlimit vcu__lim_id[VCU__LIMS] = {
+    CU_LIMIT_MALLOC_HEAP_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_STACK_SIZE,
+};
+
 struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
@@ -371,9 +393,13 @@ struct vcu__cuda_sess_s {
      * data), and its handle; NULL/0 until first used. */
     CUmemoryPool mpool[VCU_CU_MAX_DEVICES];
     uint64_t pool_h[VCU_CU_MAX_DEVICES];
-    /* Host memory the session holds (see VCU__SESS_HOST_BUDGET); taken
-     * and given on the worker, and by the callback trampolines. */
-    atomic_size_t hostmem;
+    /* Host memory the session holds (see VCU__SESS_HOST_BUDGET), and
+     * what of the VM's host quota it has charged for it (whole
+     * VCU__HOST_GRAIN steps, at least hostmem).  hostmu protects both:
+     * taken and given on the worker, given by the callback trampolines. */
+    pthread_mutex_t hostmu;
+    size_t hostmem;
+    uint64_t hostres;
     /* A capture may be in progress: every module launched from now on
      * (or in a graph launched) is in cap_mods, which the graph a capture
      * ends with copies.  Cleared when no stream of the session captures. */
@@ -391,16 +417,16 @@ struct vcu__cuda_sess_s {
      * it (a worker).  Per device: what its pool's live blocks were
      * charged, what the pool is charged in all (at least what it
      * reserves), and the context limits that take GPU memory (malloc
-     * heap, printf FIFO): their values before the guest first set them,
-     * and the charge for what it set above those.  See "Memory quota" in
-     * docs/design.md. */
+     * heap, printf FIFO, stack: VCU__LIM_*): their values before the
+     * guest first set them, and the charge for what it set above those.
+     * See "Memory quota" in docs/design.md. */
     int aslot;
     bool aowned;
     uint64_t pool_live[VCU_CU_MAX_DEVICES];
     uint64_t pool_charge[VCU_CU_MAX_DEVICES];
-    size_t lim_base[VCU_CU_MAX_DEVICES][2];
-    bool lim_known[VCU_CU_MAX_DEVICES][2];
-    uint64_t lim_charge[VCU_CU_MAX_DEVICES][2];
+    size_t lim_base[VCU_CU_MAX_DEVICES][VCU__LIMS];
+    bool lim_known[VCU_CU_MAX_DEVICES][VCU__LIMS];
+    uint64_t lim_charge[VCU_CU_MAX_DEVICES][VCU__LIMS];
     uint32_t deferred;                      /* pending CUresult of an async request */
     vcu__gate_t gate;
     struct vcu__op_s *op;                   /* the worker's scratch for vcu__cuda_exec */
@@ -428,14 +454,28 @@ struct vcu__cuda_sess_s {
  * Memory account (vcu_account.h).  Allocations are charged in steps of
  * VCU__ACCT_GRAIN bytes (what the driver aligns every allocation to, at
  * least); no GPU has VCU__ACCT_MAX bytes, and a request for more fails as
- * the driver fails it.  A worker's context takes VCU__CTX_BYTES of GPU
- * memory of its own: reported apart, never charged (measured on H100 with
- * driver 580 and the default stack limit, /work/shared/SHARING-FACTS.md
- * P5: cuMemGetInfo cannot be asked before a context exists).
+ * the driver fails it.  Each context the session makes is charged
+ * cu->ctx_bytes before the driver makes it (the daemon's --ctx-bytes;
+ * VCU_BACKEND_CTX_BYTES by default), and reported as the contexts' part
+ * of the charges: cuMemGetInfo cannot be asked what a context takes
+ * before one exists, so the figure is a measured one.
  */
 #define VCU__ACCT_GRAIN 512u
 #define VCU__ACCT_MAX ((uint64_t)1 << 48)
-#define VCU__CTX_BYTES ((uint64_t)524 << 20)
+
+/*
+ * CU_LIMIT_STACK_SIZE: the driver reserves the stack of every thread the
+ * device can hold at once, about stack size x SMs x threads per SM
+ * (measured on an H200 with driver 580: 16 KiB took 3.9 GiB, 64 KiB
+ * 16.6 GiB, 256 KiB 67 GiB, for 132 SMs x 2048 threads; the default's
+ * share is part of a context's cost, VCU_BACKEND_CTX_BYTES).  The charge
+ * takes the device's own attributes and 1/VCU__STACK_MARGIN more, since
+ * the measured figures run up to 2% above the product; a device whose
+ * attributes cannot be read is taken as VCU__STACK_THREADS_UNKNOWN
+ * threads, more than any GPU of 2026 holds.
+ */
+#define VCU__STACK_MARGIN 16u
+#define VCU__STACK_THREADS_UNKNOWN ((uint64_t)256 * 2048)
 
 /*
  * Context flags a guest may set (CU_CTX_SET_FLAGS, kept for cuCtxCreate):
@@ -459,6 +499,15 @@ struct vcu__cuda_sess_s {
  * docs/design.md, "Isolation".
  */
 #define VCU__SESS_HOST_BUDGET ((size_t)256 << 20)
+
+/*
+ * What of the session's budget it holds is charged to the VM's host
+ * quota (the account's host column) in steps of VCU__HOST_GRAIN, so that
+ * a small record costs no admission; what it no longer holds goes back
+ * once two steps are free.  Past the VM's quota a take fails as past the
+ * budget.
+ */
+#define VCU__HOST_GRAIN ((uint64_t)1 << 20)
 
 /* n rounded up to the account's grain; above VCU__ACCT_MAX for a size no
  * GPU has (or that overflows). */
@@ -486,22 +535,58 @@ static void vcu__uncharge(vcu__cuda_sess_t *cs, uint32_t d, uint64_t n)
         vcu__acct_uncharge(cs->cu->acct, cs->aslot, d, n);
 }
 
-/* Takes n bytes of the session's budget: 0, or -1 (nothing taken). */
+/* Host bytes charged to the session's slot: 0, or -1 past the VM's host
+ * quota (nothing charged).  Without an account, always 0. */
+static int vcu__host_charge(vcu__cuda_sess_t *cs, uint64_t n)
+{
+    if (cs->cu->acct == NULL || n == 0)
+        return 0;
+    return vcu__acct_host_charge(cs->cu->acct, cs->aslot, n);
+}
+
+static void vcu__host_uncharge(vcu__cuda_sess_t *cs, uint64_t n)
+{
+    if (cs->cu->acct != NULL)
+        vcu__acct_host_uncharge(cs->cu->acct, cs->aslot, n);
+}
+
+/* Takes n bytes of the session's budget: 0, or -1 (nothing taken) past
+ * the budget or the VM's host quota. */
 static int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n)
 {
-    size_t cur = atomic_load_explicit(&cs->hostmem, memory_order_relaxed);
+    uint64_t want, grow;
 
-    do {
-        if (n > VCU__SESS_HOST_BUDGET - cur)
+    pthread_mutex_lock(&cs->hostmu);
+    if (n > VCU__SESS_HOST_BUDGET - cs->hostmem) {
+        pthread_mutex_unlock(&cs->hostmu);
+        return -1;
+    }
+    want = cs->hostmem + n;
+    if (want > cs->hostres) {
+        grow = (want - cs->hostres + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
+        if (vcu__host_charge(cs, grow) != 0) {
+            pthread_mutex_unlock(&cs->hostmu);
             return -1;
-    } while (!atomic_compare_exchange_weak_explicit(&cs->hostmem, &cur, cur + n,
-                                                    memory_order_relaxed, memory_order_relaxed));
+        }
+        cs->hostres += grow;
+    }
+    cs->hostmem = want;
+    pthread_mutex_unlock(&cs->hostmu);
     return 0;
 }
 
 static void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n)
 {
-    atomic_fetch_sub_explicit(&cs->hostmem, n, memory_order_relaxed);
+    uint64_t keep;
+
+    pthread_mutex_lock(&cs->hostmu);
+    cs->hostmem = n < cs->hostmem ? cs->hostmem - n : 0;
+    keep = (cs->hostmem + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
+    if (cs->hostres >= keep + 2 * VCU__HOST_GRAIN) {
+        vcu__host_uncharge(cs, cs->hostres - keep - VCU__HOST_GRAIN);
+        cs->hostres = keep + VCU__HOST_GRAIN;
+    }
+    pthread_mutex_unlock(&cs->hostmu);
 }
 
 /* ---- error translation -------------------------------------------------- */
@@ -699,12 +784,38 @@ static CUresult vcu__sms_ctx_create(vcu__cuda_t *cu, uint32_t d, unsigned int fl
 #define VCU__WCTX_ANY_FLAGS (~0u)
 
 /*
+ * A context's own GPU memory (cu->ctx_bytes), charged to the account's
+ * slot on device d before the driver is asked for the context: 0, or -1
+ * past the VM's quota.  Reported as the slot's context part.
+ */
+static int vcu__ctx_charge(vcu__cuda_t *cu, int slot, uint32_t d)
+{
+    if (cu->acct == NULL)
+        return 0;
+    if (vcu__acct_charge(cu->acct, slot, d, cu->ctx_bytes) != 0)
+        return -1;
+    vcu__acct_set_ctx(cu->acct, slot, d, cu->ctx_bytes);
+    return 0;
+}
+
+static void vcu__ctx_uncharge(vcu__cuda_t *cu, int slot, uint32_t d)
+{
+    if (cu->acct == NULL)
+        return;
+    vcu__acct_set_ctx(cu->acct, slot, d, 0);
+    vcu__acct_uncharge(cu->acct, slot, d, cu->ctx_bytes);
+}
+
+/*
  * Caller holds cu->mu.  A worker's context on device d with one more
  * reference: the device's primary context (isolated mode), or in packed
  * mode the context on the VM's SMs, made at the first reference with
  * these flags (later ones set what cuCtxSetFlags can; VCU__WCTX_ANY_FLAGS
- * sets none).  As a retain, it leaves the calling thread's current
- * context as it was.
+ * sets none).  The first reference charges the context's memory to the
+ * worker's slot (CUDA_ERROR_OUT_OF_MEMORY past the VM's quota, nothing
+ * made), whoever takes it: the session, or the registration of guest
+ * memory.  As a retain, it leaves the calling thread's current context
+ * as it was.
  */
 static CUresult vcu__wctx_get_locked(vcu__cuda_t *cu, uint32_t d, unsigned int flags,
                                      CUcontext *out)
@@ -713,10 +824,13 @@ static CUresult vcu__wctx_get_locked(vcu__cuda_t *cu, uint32_t d, unsigned int f
     unsigned int got;
     CUresult r;
 
+    if (cu->wrefs[d] == 0 && vcu__ctx_charge(cu, cu->acct_slot, d) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     if (cu->sms == 0) {
         if (flags != VCU__WCTX_ANY_FLAGS && cu->fn.cuDevicePrimaryCtxSetFlags != NULL)
             cu->fn.cuDevicePrimaryCtxSetFlags(cu->dev[d], flags);
-        return cu->fn.cuDevicePrimaryCtxRetain(out, cu->dev[d]);
+        r = cu->fn.cuDevicePrimaryCtxRetain(out, cu->dev[d]);
+        goto out;
     }
     if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(&prev) != CUDA_SUCCESS)
         prev = NULL;
@@ -725,20 +839,24 @@ static CUresult vcu__wctx_get_locked(vcu__cuda_t *cu, uint32_t d, unsigned int f
             cu->fn.cuCtxSetCurrent(cu->pctx[d]) == CUDA_SUCCESS)
             (void)cu->fn.cuCtxSetFlags(flags);
         cu->fn.cuCtxSetCurrent(prev);
-        cu->pctx_refs[d]++;
         *out = cu->pctx[d];
-        return CUDA_SUCCESS;
+        r = CUDA_SUCCESS;
+        goto out;
     }
     r = vcu__sms_ctx_create(cu, d, flags != VCU__WCTX_ANY_FLAGS ? flags : 0, &cu->pctx[d], &got);
     cu->fn.cuCtxSetCurrent(prev);
+    if (r != CUDA_SUCCESS && got != 0)
+        fprintf(stderr, "vcu: sms=%u: the driver gives %u SMs on host GPU %d, not %u\n",
+                cu->sms, got, cu->host_ordinal[d], cu->sms);
+    if (r == CUDA_SUCCESS)
+        *out = cu->pctx[d];
+out:
     if (r != CUDA_SUCCESS) {
-        if (got != 0)
-            fprintf(stderr, "vcu: sms=%u: the driver gives %u SMs on host GPU %d, not %u\n",
-                    cu->sms, got, cu->host_ordinal[d], cu->sms);
+        if (cu->wrefs[d] == 0)
+            vcu__ctx_uncharge(cu, cu->acct_slot, d);
         return r;
     }
-    cu->pctx_refs[d] = 1;
-    *out = cu->pctx[d];
+    cu->wrefs[d]++;
     return CUDA_SUCCESS;
 }
 
@@ -753,17 +871,21 @@ static CUresult vcu__wctx_get(vcu__cuda_t *cu, uint32_t d, unsigned int flags, C
 }
 
 /* Caller holds cu->mu.  Drops a reference of vcu__wctx_get_locked(); the
- * last one of a packed context destroys it. */
+ * last one ends the context (a packed one is destroyed, a primary one
+ * released for the last time) and gives its charge back. */
 static void vcu__wctx_put_locked(vcu__cuda_t *cu, uint32_t d)
 {
-    if (cu->sms == 0) {
+    if (cu->wrefs[d] == 0)
+        return;
+    if (cu->sms == 0)
         cu->fn.cuDevicePrimaryCtxRelease(cu->dev[d]);
+    if (--cu->wrefs[d] > 0)
         return;
+    if (cu->sms != 0) {
+        cu->fn.cuCtxDestroy(cu->pctx[d]);
+        cu->pctx[d] = NULL;
     }
-    if (cu->pctx_refs[d] == 0 || --cu->pctx_refs[d] > 0)
-        return;
-    cu->fn.cuCtxDestroy(cu->pctx[d]);
-    cu->pctx[d] = NULL;
+    vcu__ctx_uncharge(cu, cu->acct_slot, d);
 }
 
 static void vcu__wctx_put(vcu__cuda_t *cu, uint32_t d)
@@ -958,6 +1080,26 @@ int vcu__cuda_init(const vcu_backend_config_t *cfg, vcu__cuda_t **out, char *err
     cu->acct = cfg != NULL ? cfg->account : NULL;
     cu->sched = cfg != NULL ? cfg->sched : NULL;
     cu->acct_slot = cfg != NULL ? cfg->account_slot : -1;
+    cu->ctx_bytes = cfg != NULL && cfg->ctx_bytes != 0 ? cfg->ctx_bytes : VCU_BACKEND_CTX_BYTES;
+    if (cu->ctx_bytes > VCU__ACCT_MAX)
+        cu->ctx_bytes = VCU__ACCT_MAX;
+    {
+        unsigned int i;
+
+        for (i = 0; i < cu->ndev; i++) {
+            int sms = 0, thr = 0;
+
+            if (cu->fn.cuDeviceGetAttribute == NULL ||
+                cu->fn.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                            cu->dev[i]) != CUDA_SUCCESS ||
+                cu->fn.cuDeviceGetAttribute(&thr, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+                                            cu->dev[i]) != CUDA_SUCCESS ||
+                sms <= 0 || thr <= 0)
+                cu->stack_threads[i] = VCU__STACK_THREADS_UNKNOWN;
+            else
+                cu->stack_threads[i] = (uint64_t)sms * (uint64_t)thr;
+        }
+    }
     if (cu->worker) {
         unsigned int i;
 
@@ -1163,6 +1305,19 @@ int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len)
     return vcu__cu_err(r);
 }
 
+int vcu__cuda_host_charge(vcu__cuda_t *cu, uint64_t n)
+{
+    if (cu->acct == NULL || cu->acct_slot < 0 || n == 0)
+        return 0;
+    return vcu__acct_host_charge(cu->acct, cu->acct_slot, n) == 0 ? 0 : VCU_ENOMEM;
+}
+
+void vcu__cuda_host_uncharge(vcu__cuda_t *cu, uint64_t n)
+{
+    if (cu->acct != NULL && cu->acct_slot >= 0)
+        vcu__acct_host_uncharge(cu->acct, cu->acct_slot, n);
+}
+
 /* ---- sessions ----------------------------------------------------------- */
 
 int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
@@ -1189,6 +1344,7 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
     }
     vcu__htab_init(&cs->tab);
     vcu__pset_init(&cs->allocs);
+    pthread_mutex_init(&cs->hostmu, NULL);
     pthread_mutex_init(&cs->gate.mu, NULL);
     pthread_cond_init(&cs->gate.cv, NULL);
     *out = cs;
@@ -1253,17 +1409,19 @@ static CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
         if (cu->worker) {
             /* The process is the session's alone: its primary context is
              * the session's, as a native program's is (packed mode: the
-             * one on the VM's SMs). */
+             * one on the VM's SMs).  Charged there, once per process. */
             r = vcu__wctx_get(cu, d, cs->ctx_flags[d], &cs->ctx[d]);
+        } else if (vcu__ctx_charge(cu, cs->aslot, d) != 0) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             r = cu->fn.cuCtxCreate(&cs->ctx[d], NULL, cs->ctx_flags[d], cu->dev[d]);
+            if (r != CUDA_SUCCESS)
+                vcu__ctx_uncharge(cu, cs->aslot, d);
         }
         if (r != CUDA_SUCCESS) {
             cs->ctx[d] = NULL;
             return r;
         }
-        if (cu->acct != NULL)
-            vcu__acct_set_ctx(cu->acct, cs->aslot, d, VCU__CTX_BYTES);
     }
     return vcu__cur(cs, cs->ctx[d]);
 }
@@ -1838,7 +1996,10 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
 
         if (k == 0 || k == VCU__PSET_TOMB || VCU__ALLOC_DEV(cs->allocs.vals[i]) != d)
             continue;
-        if (cs->ctx[d] != NULL && (cs->allocs.vals[i] & VCU__ALLOC_ASYNC))
+        /* A worker's context may outlive the session's hold on it (the
+         * registrations of guest memory hold it too): what is given back
+         * here must be gone, not left to the context's end. */
+        if (cs->ctx[d] != NULL && (cu->worker || (cs->allocs.vals[i] & VCU__ALLOC_ASYNC)))
             cu->fn.cuMemFree((CUdeviceptr)k);
         if (cs->allocs.vals[i] & VCU__ALLOC_ASYNC)
             cs->pool_live[d] -= VCU__ALLOC_CHARGE(cs->allocs.vals[i]);
@@ -1846,21 +2007,24 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
             vcu__uncharge(cs, d, VCU__ALLOC_CHARGE(cs->allocs.vals[i]));
         vcu__pset_del(&cs->allocs, k);
     }
-    /* Limits go back to their defaults with the context. */
-    for (i = 0; i < 2; i++) {
+    /* Limits go back to their defaults with the context (a worker's, which
+     * may live on, by being set back). */
+    for (i = 0; i < VCU__LIMS; i++) {
+        if (cu->worker && cs->ctx[d] != NULL && cs->lim_known[d][i])
+            VCU__CU(cu, cuCtxSetLimit, vcu__lim_id[i], cs->lim_base[d][i]);
         vcu__uncharge(cs, d, cs->lim_charge[d][i]);
         cs->lim_charge[d][i] = 0;
         cs->lim_known[d][i] = false;
     }
     if (cs->ctx[d] != NULL) {
         vcu__pool_settle(cs, d);
-        if (cu->acct != NULL)
-            vcu__acct_set_ctx(cu->acct, cs->aslot, d, 0);
         vcu__cur(cs, NULL);
-        if (cu->worker)
+        if (cu->worker) {
             vcu__wctx_put(cu, d);
-        else
+        } else {
             cu->fn.cuCtxDestroy(cs->ctx[d]);
+            vcu__ctx_uncharge(cu, cs->aslot, d);
+        }
         cs->ctx[d] = NULL;
     }
 }
@@ -1912,10 +2076,6 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
         vcu__uncharge(cs, d, cs->pool_charge[d]);  /* pools gone with the contexts */
         cs->pool_charge[d] = 0;
     }
-    /* A slot the session claimed (in-process) is free again; a worker's
-     * is the proxy's to free, once the process is gone. */
-    if (cs->aowned)
-        vcu__acct_release(cs->cu->acct, cs->aslot);
     vcu__mods_free(cs, cs->cap_mods);   /* emptied by the contexts' end */
     cs->cap_mods = NULL;
     /* Contexts gone, and the waits' events with them: what is left of a
@@ -1943,6 +2103,13 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     vcu__pset_fini(&cs->allocs);
     vcu__out_free(cs->out);
     free(cs->op);
+    /* Nothing of the session is left to give back: its host charge goes;
+     * a slot it claimed (in-process) is free again, a worker's is the
+     * daemon's to free, once the process is gone. */
+    vcu__host_uncharge(cs, cs->hostres);
+    if (cs->aowned)
+        vcu__acct_release(cs->cu->acct, cs->aslot);
+    pthread_mutex_destroy(&cs->hostmu);
     free(cs);
 }
 
@@ -2757,23 +2924,68 @@ static uint32_t vcu__op_CU_CTX_SET_FLAGS(vcu__op_t *o)
 }
 
 /*
- * The malloc heap and the printf FIFO are GPU memory the context holds
- * for the guest: what it sets above their values before its first set
- * (part of the context's own overhead) is charged, like an allocation.
+ * GPU memory a stack limit of v bytes per thread makes the driver reserve
+ * on device d, with the margin of VCU__STACK_MARGIN; above VCU__ACCT_MAX
+ * for a size no GPU has.
+ */
+static uint64_t vcu__stack_bytes(const vcu__cuda_t *cu, uint32_t d, uint64_t v)
+{
+    uint64_t t = cu->stack_threads[d] + cu->stack_threads[d] / VCU__STACK_MARGIN;
+
+    if (t == 0 || v > VCU__ACCT_MAX / t)
+        return VCU__ACCT_MAX + 1;
+    return v * t;
+}
+
+/* What the charge of limit k is at value v above base (v, base: bytes). */
+static uint64_t vcu__lim_cost(const vcu__cuda_t *cu, uint32_t d, int k, uint64_t v, uint64_t base)
+{
+    if (v <= base)
+        return 0;
+    if (k == VCU__LIM_STACK)
+        return vcu__grain(vcu__stack_bytes(cu, d, v) - vcu__stack_bytes(cu, d, base));
+    return vcu__grain(v - base);
+}
+
+/*
+ * The malloc heap, the printf FIFO and the threads' stacks are GPU memory
+ * the context holds for the guest: what it sets above their values before
+ * its first set (part of the context's own cost, cu->ctx_bytes) is
+ * charged before the driver is asked, like an allocation, and given back
+ * when it lowers them or the context ends.  A stack limit is also bounded
+ * outright: one whose whole reservation passes the VM's quota (with none,
+ * the device's memory) is refused, as the driver refuses one it cannot
+ * reserve.
  */
 static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
 {
     struct vcu_cu_limit_req rq;
     vcu__cuda_sess_t *cs = o->cs;
     uint32_t d = vcu__dev_of(o);
-    uint64_t ch, old;
+    uint64_t ch, old, cap = 0;
+    size_t tot = 0;
     int k;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     vcu__grun_drop(cs, d);
     VCU__ENTER(o);                  /* the drop may have switched */
-    k = rq.limit == CU_LIMIT_MALLOC_HEAP_SIZE ? 0 : rq.limit == CU_LIMIT_PRINTF_FIFO_SIZE ? 1 : -1;
+    k = rq.limit == CU_LIMIT_MALLOC_HEAP_SIZE   ? VCU__LIM_HEAP
+        : rq.limit == CU_LIMIT_PRINTF_FIFO_SIZE ? VCU__LIM_FIFO
+        : rq.limit == CU_LIMIT_STACK_SIZE       ? VCU__LIM_STACK
+                                                : -1;
+    if (k == VCU__LIM_STACK) {
+        if (o->cu->acct != NULL)
+            cap = vcu__acct_quota(o->cu->acct);
+        if (cap == 0 && VCU__CU(o->cu, cuDeviceTotalMem, &tot, o->cu->dev[d]) == CUDA_SUCCESS)
+            cap = tot;
+        if (cap == 0 || cap > VCU__ACCT_MAX)
+            cap = VCU__ACCT_MAX;
+        if (vcu__stack_bytes(o->cu, d, rq.value) > cap) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return VCU_S_OK;
+        }
+    }
     if (k < 0 || o->cu->acct == NULL) {
         o->res = VCU__CU(o->cu, cuCtxSetLimit, (CUlimit)rq.limit, (size_t)rq.value);
         return VCU_S_OK;
@@ -2787,9 +2999,9 @@ static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
         cs->lim_base[d][k] = v;
         cs->lim_known[d][k] = true;
     }
-    ch = rq.value > cs->lim_base[d][k] ? vcu__grain(rq.value - cs->lim_base[d][k]) : 0;
+    ch = vcu__lim_cost(o->cu, d, k, rq.value, cs->lim_base[d][k]);
     old = cs->lim_charge[d][k];
-    if (ch > old && vcu__charge(cs, d, ch - old) != 0) {
+    if (ch > VCU__ACCT_MAX || (ch > old && vcu__charge(cs, d, ch - old) != 0)) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }

@@ -4,15 +4,26 @@
  * directory of the host user's own.
  *
  * Concurrency: any number of workers (processes) use one directory.
- * Files appear by rename() of a complete temporary file, so a reader sees
- * a whole image or none; two workers storing the same image both rename
- * theirs, and either wins with the same bytes.  Eviction takes an
- * advisory lock (flock) on the directory, so two workers do not both
- * count and evict; readers take no lock (a file evicted while open stays
- * readable through its descriptor).  A worker killed while writing leaves
- * a ".tmp-" file: counted, and removed by the next look once it is an
- * hour old.
+ * Files appear whole: an image is written to an unnamed file (O_TMPFILE)
+ * and linked under its name once complete, through /proc/self/fd (which
+ * the workers' jail mounts: linkat() of the descriptor itself with
+ * AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH), so a reader sees a whole
+ * image or none, and a worker killed while writing leaves nothing: the
+ * kernel frees an unnamed file with its last descriptor.  Two workers
+ * storing the same image: the second link finds the first's file, with
+ * the same bytes.  Where the file system has no O_TMPFILE (or /proc is
+ * missing), the image goes to a ".tmp-" file that its writer holds an
+ * advisory lock (flock) on until it is renamed into place: one that
+ * nobody holds locked is a dead writer's, and the next look removes it
+ * before it counts (a look that catches a writer between its create and
+ * its lock costs that one store, never a wrong file).  Eviction takes
+ * an advisory lock on the directory, so two workers do not both count
+ * and evict; readers take no lock (a file evicted while open stays
+ * readable through its descriptor).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE                 /* O_TMPFILE */
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +42,6 @@
 
 #define VCU__MC_NAME_LEN (2 * VCU_SHA256_LEN)
 #define VCU__MC_TMP ".tmp-"
-#define VCU__MC_TMP_AGE_S 3600
 
 struct vcu_modcache_s {
     /* Serializes get and put (the in-process backend runs sessions on
@@ -44,6 +54,7 @@ struct vcu_modcache_s {
     uint64_t since;                 /* our stores since the last look */
     bool looked;
     bool warned;                    /* an I/O error was logged (once) */
+    bool no_tmpfile;                /* O_TMPFILE or /proc is missing: named temporaries */
     unsigned int seq;               /* temporary file names */
 };
 
@@ -118,6 +129,13 @@ uint64_t vcu_modcache_bytes(const vcu_modcache_t *mc)
     return mc->bytes;
 }
 
+void vcu__modcache_named_only(vcu_modcache_t *mc)
+{
+    pthread_mutex_lock(&mc->mu);
+    mc->no_tmpfile = true;
+    pthread_mutex_unlock(&mc->mu);
+}
+
 static int vcu__mc_get(vcu_modcache_t *mc, const unsigned char hash[VCU_SHA256_LEN], void *buf,
                        uint64_t len)
 {
@@ -182,8 +200,27 @@ static int vcu__mc_older(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* Whether the temporary file name is a dead writer's (nobody holds it
+ * locked); if so it is removed, while this process holds its lock. */
+static bool vcu__mc_tmp_reap(vcu_modcache_t *mc, const char *name)
+{
+    struct stat a, b;
+    bool dead = false;
+    int fd = openat(mc->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+    if (fd < 0)
+        return errno == ENOENT;     /* gone already */
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 &&
+        fstatat(mc->dfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+        dead = unlinkat(mc->dfd, name, 0) == 0 || errno == ENOENT;
+    close(fd);
+    return dead;
+}
+
 /* Counts the directory's files and removes the least recently used ones
- * while it is past the bound.  Under the directory's lock. */
+ * while it is past the bound; a dead writer's temporary file goes first,
+ * a live one's counts (it becomes a file).  Under the directory's lock. */
 static void vcu__mc_look(vcu_modcache_t *mc)
 {
     vcu__mc_ent_t *ent = NULL;
@@ -191,7 +228,6 @@ static void vcu__mc_look(vcu_modcache_t *mc)
     uint64_t total = 0;
     struct dirent *d;
     DIR *dir;
-    time_t now = time(NULL);
     int fd;
 
     if (flock(mc->dfd, LOCK_EX) != 0) {
@@ -214,10 +250,9 @@ static void vcu__mc_look(vcu_modcache_t *mc)
             fstatat(mc->dfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
             continue;
         if (tmp) {
-            /* A store cut short (its worker was killed). */
-            if (now - st.st_mtime > VCU__MC_TMP_AGE_S && unlinkat(mc->dfd, d->d_name, 0) == 0)
-                continue;
-            total += (uint64_t)st.st_size;
+            /* A store cut short (its worker was killed), or one going on. */
+            if (!vcu__mc_tmp_reap(mc, d->d_name))
+                total += (uint64_t)st.st_size;
             continue;
         }
         if (n == cap) {
@@ -253,22 +288,84 @@ out:
     flock(mc->dfd, LOCK_UN);
 }
 
-static int vcu__mc_put(vcu_modcache_t *mc, const void *img, uint64_t len,
-                       const unsigned char hash[VCU_SHA256_LEN])
+static int vcu__mc_write(vcu_modcache_t *mc, int fd, const void *img, uint64_t len)
 {
-    char name[VCU__MC_NAME_LEN + 1], tmp[64];
-    struct stat st;
     uint64_t off = 0;
+
+    while (off < len) {
+        ssize_t n = write(fd, (const char *)img + off, len - off);
+
+        if (n <= 0) {
+            vcu__mc_warn(mc, "write", n < 0 ? errno : ENOSPC);
+            return VCU_EIO;
+        }
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+/*
+ * Links the complete unnamed file fd as name.  0; VCU_ENOTSUP when
+ * /proc/self/fd cannot name it (no /proc: named temporaries from now
+ * on); VCU_EIO.  A file already there of len bytes is another writer's
+ * copy of these bytes; one of another size is damaged, and replaced.
+ */
+static int vcu__mc_link(vcu_modcache_t *mc, int fd, const char *name, uint64_t len)
+{
+    char p[64];
+    struct stat st;
+    int tries;
+
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+    for (tries = 0; tries < 2; tries++) {
+        if (linkat(AT_FDCWD, p, mc->dfd, name, AT_SYMLINK_FOLLOW) == 0)
+            return 0;
+        if (errno == ENOENT) {
+            mc->no_tmpfile = true;
+            return VCU_ENOTSUP;
+        }
+        if (errno != EEXIST)
+            break;
+        if (fstatat(mc->dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            (uint64_t)st.st_size == len)
+            return 0;
+        if (unlinkat(mc->dfd, name, 0) != 0 && errno != ENOENT)
+            break;
+    }
+    vcu__mc_warn(mc, "store", errno);
+    return VCU_EIO;
+}
+
+/* Stores through an unnamed file: 0, VCU_ENOTSUP (no O_TMPFILE or no
+ * /proc here: named temporaries, then) or VCU_EIO. */
+static int vcu__mc_put_tmpfile(vcu_modcache_t *mc, const void *img, uint64_t len,
+                               const char *name)
+{
+    int fd, rc;
+
+    fd = openat(mc->dfd, ".", O_WRONLY | O_TMPFILE | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+            mc->no_tmpfile = true;
+            return VCU_ENOTSUP;
+        }
+        vcu__mc_warn(mc, "create", errno);
+        return VCU_EIO;
+    }
+    rc = vcu__mc_write(mc, fd, img, len);
+    if (rc == 0)
+        rc = vcu__mc_link(mc, fd, name, len);
+    close(fd);
+    return rc;
+}
+
+/* Stores through a named temporary file, locked while it is written. */
+static int vcu__mc_put_named(vcu_modcache_t *mc, const void *img, uint64_t len,
+                             const char *name)
+{
+    char tmp[64];
     int fd = -1, tries;
 
-    if (len == 0 || len > mc->max / 4)
-        return VCU_E2BIG;
-    vcu__mc_name(hash, name);
-    if (fstatat(mc->dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-        (uint64_t)st.st_size == len) {
-        utimensat(mc->dfd, name, NULL, AT_SYMLINK_NOFOLLOW);
-        return 0;
-    }
     for (tries = 0; tries < 16 && fd < 0; tries++) {
         snprintf(tmp, sizeof(tmp), VCU__MC_TMP "%ld-%u-%lx", (long)getpid(), mc->seq++,
                  (unsigned long)random());
@@ -280,22 +377,38 @@ static int vcu__mc_put(vcu_modcache_t *mc, const void *img, uint64_t len,
         vcu__mc_warn(mc, "create", errno);
         return VCU_EIO;
     }
-    while (off < len) {
-        ssize_t n = write(fd, (const char *)img + off, len - off);
-
-        if (n <= 0) {
-            vcu__mc_warn(mc, "write", n < 0 ? errno : ENOSPC);
-            close(fd);
-            unlinkat(mc->dfd, tmp, 0);
-            return VCU_EIO;
-        }
-        off += (uint64_t)n;
-    }
-    if (close(fd) != 0 || renameat(mc->dfd, tmp, mc->dfd, name) != 0) {
+    if (flock(fd, LOCK_EX) != 0 || vcu__mc_write(mc, fd, img, len) != 0 ||
+        renameat(mc->dfd, tmp, mc->dfd, name) != 0) {
         vcu__mc_warn(mc, "store", errno);
         unlinkat(mc->dfd, tmp, 0);
+        close(fd);
         return VCU_EIO;
     }
+    close(fd);                      /* the lock with it, once it has its name */
+    return 0;
+}
+
+static int vcu__mc_put(vcu_modcache_t *mc, const void *img, uint64_t len,
+                       const unsigned char hash[VCU_SHA256_LEN])
+{
+    char name[VCU__MC_NAME_LEN + 1];
+    struct stat st;
+    int rc = VCU_ENOTSUP;
+
+    if (len == 0 || len > mc->max / 4)
+        return VCU_E2BIG;
+    vcu__mc_name(hash, name);
+    if (fstatat(mc->dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size == len) {
+        utimensat(mc->dfd, name, NULL, AT_SYMLINK_NOFOLLOW);
+        return 0;
+    }
+    if (!mc->no_tmpfile)
+        rc = vcu__mc_put_tmpfile(mc, img, len, name);
+    if (rc == VCU_ENOTSUP)
+        rc = vcu__mc_put_named(mc, img, len, name);
+    if (rc != 0)
+        return rc;
     mc->bytes += len;
     mc->since += len;
     if (!mc->looked || mc->bytes > mc->max || mc->since > mc->max / 16)

@@ -10,7 +10,9 @@
  * staging buffer of the worker, which the backend copies from in one DMA;
  * a CU_MEMCPY_DTOH lands in such a buffer and is scattered to the guest's
  * pages before the reply.  The buffers are registered once and reused;
- * VCU__STAGE_MAX bytes of them at most per session.
+ * VCU__STAGE_MAX bytes of them at most per session, each charged to the
+ * VM's host quota (vcu_backend_host_charge()) before it is made: past
+ * either bound a copy goes unstaged.
  *
  * Only these two opcodes: their one segment is wholly read, or wholly
  * written when the copy succeeds, so staging changes nothing the guest can
@@ -72,12 +74,19 @@ static vcu__sbuf_t *vcu__sbuf_get(vcu_backend_t *be, size_t len)
     vcu__st.total += cap;
     pthread_mutex_unlock(&vcu__st.lock);
 
+    if (vcu_backend_host_charge(be, cap) != 0) {
+        pthread_mutex_lock(&vcu__st.lock);
+        vcu__st.total -= cap;
+        pthread_mutex_unlock(&vcu__st.lock);
+        return NULL;
+    }
     b = calloc(1, sizeof(*b));
     p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (b == NULL || p == MAP_FAILED || vcu_backend_add_ram(be, p, cap) != 0) {
         if (p != MAP_FAILED)
             munmap(p, cap);
         free(b);
+        vcu_backend_host_uncharge(be, cap);
         pthread_mutex_lock(&vcu__st.lock);
         vcu__st.total -= cap;
         pthread_mutex_unlock(&vcu__st.lock);

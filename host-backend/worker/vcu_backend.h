@@ -119,7 +119,21 @@ typedef struct vcu_backend_config_s {
     /* A worker asked only whether CUDA works (at the device's start): in
      * packed mode it also creates and checks one context. */
     int probe;
+    /*
+     * GPU memory each CUDA context takes for itself, charged to the
+     * account (account) when the context is made: past the VM's quota
+     * the session's first call on the device fails with
+     * CUDA_ERROR_OUT_OF_MEMORY.  0: VCU_BACKEND_CTX_BYTES.
+     */
+    uint64_t ctx_bytes;
 } vcu_backend_config_t;
+
+/*
+ * What one context takes on an H100 with driver 580 and the default stack
+ * limit (measured: /work/shared/SHARING-FACTS.md P5; 325 MiB of it with
+ * a 256-byte stack limit).  The daemon's --ctx-bytes default.
+ */
+#define VCU_BACKEND_CTX_BYTES ((uint64_t)524 << 20)
 
 /*
  * Where a mapped range lives in shared guest RAM: the file descriptor of
@@ -211,6 +225,18 @@ int vcu_backend_add_ram(vcu_backend_t *be, void *hva, size_t len);
 /* Drops one reference to a range given to vcu_backend_add_ram() (the same
  * hva and len), unregistering it with the last.  VCU_EINVAL if unknown. */
 int vcu_backend_remove_ram(vcu_backend_t *be, void *hva, size_t len);
+
+/*
+ * Host memory the caller holds for the backend's one session (a worker's
+ * staging buffers and aliases of guest memory), charged to the VM's host
+ * quota in the account (vcu_account.h) beside the session's own budget:
+ * 0, or VCU_ENOMEM past the quota (nothing charged).  Without an account
+ * slot of the backend's own (account_slot -1: in-process sessions),
+ * nothing is charged and 0 returned.  uncharge gives back what charge
+ * took.  Any thread.
+ */
+int vcu_backend_host_charge(vcu_backend_t *be, uint64_t n);
+void vcu_backend_host_uncharge(vcu_backend_t *be, uint64_t n);
 
 /* Why CUDA is unavailable, or NULL if it is available. */
 const char *vcu_backend_cuda_error(const vcu_backend_t *be);

@@ -29,6 +29,10 @@ int vcu__cuda_has_modcache(const vcu__cuda_t *cu);
 int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len);
 int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len);
 
+/* vcu_backend_host_charge(): the backend's own account slot, if any. */
+int vcu__cuda_host_charge(vcu__cuda_t *cu, uint64_t n);
+void vcu__cuda_host_uncharge(vcu__cuda_t *cu, uint64_t n);
+
 /* Called on the session's worker thread, first and last.  sess_free
  * synchronizes every context before it releases anything.  id: the
  * session's, for the memory account (vcu_backend_config_t.account). */

@@ -167,8 +167,10 @@ int vcu_modcache_get(vcu_modcache_t *mc, const unsigned char hash[VCU_SHA256_LEN
 /*
  * Stores len bytes of img under their SHA-256 (computed here, into hash
  * if not NULL, whatever the outcome), unless that file is there already
- * (then only marks it used).  Atomic: written to a temporary file in the
- * directory and renamed; a reader never sees a partial file.  An image
+ * (then only marks it used).  Atomic: written to an unnamed file in the
+ * directory and linked under its name once complete (else to a locked
+ * temporary file, renamed); a reader never sees a partial file, and a
+ * writer killed halfway leaves nothing the cache counts.  An image
  * larger than a quarter of the bound is not stored (VCU_E2BIG).  May
  * evict.  0, or VCU_E* (nothing stored).
  */
@@ -177,5 +179,9 @@ int vcu_modcache_put(vcu_modcache_t *mc, const void *img, uint64_t len,
 
 /* Bytes the cache's files took at its last look (tests, stats). */
 uint64_t vcu_modcache_bytes(const vcu_modcache_t *mc);
+
+/* Stores through named temporary files from now on, as where the file
+ * system has no O_TMPFILE (tests). */
+void vcu__modcache_named_only(vcu_modcache_t *mc);
 
 #endif /* VCU_MODCACHE_H */

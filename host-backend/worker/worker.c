@@ -7,6 +7,7 @@
  *              [--module-cache DIR --module-cache-size BYTES]
  *              [--share FD --share-vm N --share-party ID]
  *              [--sms N --mps-pipe DIR] [--seccomp on|log|off] [--probe]
+ *              [--ctx-bytes N]
  *
  * Started by the host daemon (vcu-daemon, host-backend/daemon/) in a jail
  * of its own (daemon/jail.c: its own namespaces and root, these
@@ -32,6 +33,10 @@
  *
  * --module-cache: the host's module cache (vcu_modcache.h), shared with
  * every other worker naming it, and its bound.
+ *
+ * --ctx-bytes: the GPU memory each of the session's CUDA contexts is
+ * charged to the account (the daemon's --ctx-bytes; without it
+ * VCU_BACKEND_CTX_BYTES).
  *
  * --probe: load the driver, resolve the GPU list, say so (VCU_IPC_HELLO)
  * and exit: the daemon checks a VM's configuration this way when its
@@ -156,14 +161,32 @@ typedef struct vcu__reg_s {
  * registered there, so that the whole allocation has one device pointer
  * (CU_HOST_DEVICE_POINTER).  Dropped like a registration, when a fence
  * releases any of its ranges.
+ *
+ * Each maps guest memory the worker has mapped already, but costs the
+ * host page tables, the kernel's record of each mapping and the driver's
+ * of the pages it pins: about VCU__ALIAS_COST(), charged to the VM's host
+ * quota while the alias lives.  And a guest may ask for aliases of any
+ * ranges it holds, overlapping or not: a session's are bounded in number
+ * (VCU__ALIAS_MAX), in mappings (VCU__ALIAS_MAPS: the kernel allows a
+ * process about 65530) and in bytes (the guest RAM the worker maps: the
+ * aliases of distinct pinned allocations never add up to more).  Past a
+ * bound the segment keeps one iovec per range, as when the ranges do not
+ * join.
  */
 typedef struct vcu__alias_s {
     struct vcu__alias_s *next;
     unsigned char *base;
     uint64_t len;
+    uint64_t cost;                  /* charged to the VM's host quota */
     uint32_t nr;
     struct vcu_ipc_range r[];       /* page-rounded, in order */
 } vcu__alias_t;
+
+#define VCU__ALIAS_MAX 1024u
+#define VCU__ALIAS_MAPS 16384u
+/* Page tables and the driver's pinned-page records (8 bytes each per
+ * 4 KiB page), and a page for each mapping's records. */
+#define VCU__ALIAS_COST(len, nr) ((len) / 256 + (uint64_t)(nr) * VCU__W_PAGE)
 
 typedef struct vcu__job_s {
     vcu_request_t breq;
@@ -234,6 +257,8 @@ static struct {
     vcu__reg_t *regs;               /* alock: sorted, disjoint */
     size_t nregs, capregs;
     vcu__alias_t *aliases;          /* alock */
+    unsigned int naliases;          /* alock: aliases, their mappings, bytes */
+    uint64_t alias_maps, alias_bytes;
     int fdq[VCU_IPC_MAX_REGIONS];   /* received, not yet claimed by a REGION */
     unsigned int nfdq;
 } vcu__w = {
@@ -416,17 +441,35 @@ static bool vcu__overlaps(const struct vcu_ipc_range *rel, uint32_t n, uint32_t 
     return false;
 }
 
+/* alock held.  The counts of an alias of nr mappings and len bytes go. */
+static void vcu__alias_uncount_locked(uint32_t nr, uint64_t len)
+{
+    vcu__w.naliases--;
+    vcu__w.alias_maps -= nr;
+    vcu__w.alias_bytes -= len;
+}
+
 /*
  * The alias of a stable segment whose ranges (rg[0..n)) join at page
  * boundaries: its address for the segment's first byte, or NULL (the
  * ranges do not join, or mapping or registering failed: the segment then
  * keeps one iovec per range).  An alias of the same ranges is reused.
  */
+/* An alias of nr mappings and len bytes is gone (or was never made):
+ * its count, and its charge of cost. */
+static void vcu__alias_uncount(uint32_t nr, uint64_t len, uint64_t cost)
+{
+    pthread_mutex_lock(&vcu__w.alock);
+    vcu__alias_uncount_locked(nr, len);
+    pthread_mutex_unlock(&vcu__w.alock);
+    vcu_backend_host_uncharge(vcu__w.be, cost);
+}
+
 static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
 {
     vcu__alias_t *a;
     unsigned char *base;
-    uint64_t total = 0, pos = 0;
+    uint64_t total = 0, pos = 0, ram, cost;
     uint32_t i;
 
     for (i = 0; i < n; i++) {
@@ -454,14 +497,34 @@ static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
             return a->base + (rg[0].off & (VCU__W_PAGE - 1));
         }
     }
+    /* Within the session's bounds, counted now (the mappings are made
+     * below, without the lock), and charged. */
+    for (i = 0, ram = 0; i < vcu__w.nregions; i++)
+        ram += vcu__w.regions[i].size;
+    if (vcu__w.naliases >= VCU__ALIAS_MAX || n > VCU__ALIAS_MAPS - vcu__w.alias_maps ||
+        vcu__w.alias_bytes > ram || total > ram - vcu__w.alias_bytes) {
+        pthread_mutex_unlock(&vcu__w.alock);
+        return NULL;
+    }
+    vcu__w.naliases++;
+    vcu__w.alias_maps += n;
+    vcu__w.alias_bytes += total;
     pthread_mutex_unlock(&vcu__w.alock);
+    cost = VCU__ALIAS_COST(total, n);
+    if (vcu_backend_host_charge(vcu__w.be, cost) != 0) {
+        vcu__alias_uncount(n, total, 0);
+        return NULL;
+    }
 
     a = calloc(1, sizeof(*a) + n * sizeof(a->r[0]));
-    if (a == NULL)
+    if (a == NULL) {
+        vcu__alias_uncount(n, total, cost);
         return NULL;
+    }
     base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
         free(a);
+        vcu__alias_uncount(n, total, cost);
         return NULL;
     }
     for (i = 0; i < n; i++) {
@@ -483,6 +546,7 @@ static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
         goto fail;
     a->base = base;
     a->len = total;
+    a->cost = cost;
     a->nr = n;
     pthread_mutex_lock(&vcu__w.alock);
     a->next = vcu__w.aliases;
@@ -492,6 +556,7 @@ static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
 fail:
     munmap(base, total);
     free(a);
+    vcu__alias_uncount(n, total, cost);
     return NULL;
 }
 
@@ -515,6 +580,8 @@ static void vcu__reg_release(const struct vcu_ipc_range *rel, uint32_t n)
         *ap = a->next;
         vcu_backend_remove_ram(vcu__w.be, a->base, a->len);
         munmap(a->base, a->len);
+        vcu__alias_uncount_locked(a->nr, a->len);
+        vcu_backend_host_uncharge(vcu__w.be, a->cost);
         free(a);
     }
     for (k = 0, i = 0; i < vcu__w.nregs; i++) {
@@ -1240,6 +1307,7 @@ static void vcu__usage(void)
                     "                  [--share FD --share-vm N --share-party ID]\n"
                     "                  [--sms N --mps-pipe DIR] [--seccomp on|log|off] "
                     "[--probe]\n"
+                    "                  [--ctx-bytes N]\n"
                     "Started by vcu-daemon, one per guest session, in a jail.\n");
     exit(2);
 }
@@ -1315,6 +1383,13 @@ int main(int argc, char **argv)
             if (*end != '\0' || v[0] == '-' || n == 0 || n > 1u << 20)
                 vcu__usage();
             cfg.sms = (uint32_t)n;
+        } else if (strcmp(a, "--ctx-bytes") == 0) {
+            char *end;
+
+            errno = 0;
+            cfg.ctx_bytes = strtoull(v, &end, 10);
+            if (*end != '\0' || v[0] == '-' || errno != 0 || cfg.ctx_bytes == 0)
+                vcu__usage();
         } else if (strcmp(a, "--mps-pipe") == 0) {
             mps_pipe = v;
         } else if (strcmp(a, "--module-cache") == 0) {

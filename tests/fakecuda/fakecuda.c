@@ -151,6 +151,7 @@ struct fc_ctx_s {
     unsigned int flags;
     CUresult sticky;            /* a twin's fault; ends with the context */
     size_t limits[CU_LIMIT_MAX];
+    size_t stack_res;           /* device memory its stack limit reserves past the default's */
     CUsharedconfig smem_config; /* cuCtxSetSharedMemConfig's, kept */
     unsigned int sms;           /* SMs its kernels run on (an execution affinity) */
     fc_stream_t null_stream;    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
@@ -2049,6 +2050,8 @@ static void fc_ctx_free_all(fc_ctx_t *ctx)
         else
             i++;
     }
+    g_dev_used[ctx->dev] -= ctx->stack_res;
+    ctx->stack_res = 0;
 }
 
 CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
@@ -2244,6 +2247,31 @@ CUresult CUDAAPI cuCtxSynchronize(void)
     return rc;
 }
 
+/*
+ * The stack limit reserves device memory, as the driver does: the stack
+ * of every thread the device holds at once (SMs x threads per SM); what
+ * the default's takes is part of a context's cost, which the stand-in
+ * does not count, so only the part past it shows in cuMemGetInfo.  Out
+ * of memory when the device cannot take it.  g_lock held.
+ */
+static CUresult fc_stack_set(fc_ctx_t *ctx, size_t value)
+{
+    const size_t threads = (size_t)FC_SMS * FC_THREADS_PER_SM;
+    size_t base = fc_limit_defaults[CU_LIMIT_STACK_SIZE], res = 0;
+
+    if (value > base) {
+        if (value - base > FC_TOTAL_MEM / threads)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        res = (value - base) * threads;
+    }
+    if (res > ctx->stack_res && res - ctx->stack_res > FC_TOTAL_MEM - g_dev_used[ctx->dev])
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g_dev_used[ctx->dev] = g_dev_used[ctx->dev] - ctx->stack_res + res;
+    ctx->stack_res = res;
+    ctx->limits[CU_LIMIT_STACK_SIZE] = value;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
 {
     fc_ctx_t *ctx;
@@ -2261,6 +2289,8 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
         rc = CUDA_ERROR_INVALID_VALUE;
     } else if (limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE && value > (size_t)(32 << 20)) {
         rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (limit == CU_LIMIT_STACK_SIZE) {
+        rc = fc_stack_set(ctx, value);
     } else {
         ctx->limits[limit] = value;
     }

@@ -119,6 +119,7 @@
     X(modcache_store_hit_miss)          \
     X(modcache_corrupt_file)            \
     X(modcache_eviction_lru)            \
+    X(modcache_dead_writer)             \
     X(modcache_bad_dir)                 \
     /* test_sched.c */                  \
     X(sched_weights)                    \

@@ -89,9 +89,15 @@
     X(quota_slice_hostile)              \
     X(quota_limits)                     \
     X(quota_ctx_reset)                  \
+    X(quota_stack_limit)                \
+    X(quota_ctx_charged)                \
+    X(quota_host_memory)                \
     X(quota_faults)                     \
     X(quota_proxy_worker_killed)        \
     X(quota_proxy_stats)                \
+    X(quota_proxy_ctx_bytes)            \
+    X(quota_proxy_aliases)              \
+    X(quota_proxy_reset_frees)          \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \

@@ -7,10 +7,13 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -296,6 +299,136 @@ TEST(modcache_eviction_lru)
         ASSERT_NE(0, access(tmp, F_OK));
     }
     vcu_modcache_free(mc);
+    mc_rmrf(dir);
+    return 0;
+}
+
+/* Makes dir/name, of n bytes; returns its descriptor (open) or -1. */
+static int mc_plant(const char *dir, const char *name, size_t n)
+{
+    char path[512];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0 && ftruncate(fd, (off_t)n) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static int mc_exists(const char *dir, const char *name)
+{
+    char path[512];
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Entries whose name starts with prefix. */
+static unsigned int mc_count_prefix(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    unsigned int n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/*
+ * A store cut short leaves nothing that counts against the bound.  A
+ * named temporary file nobody holds locked (a killed writer's, of the
+ * fallback or of an older worker) goes at the next look, however new,
+ * before the files are counted: the valid entries survive it.  One a
+ * live writer holds locked is counted and left alone until its lock
+ * goes.  A writer killed halfway through real stores leaves no file.
+ */
+TEST(modcache_dead_writer)
+{
+    enum { SZ = 10000, BOUND = 128 * 1024 };
+    static unsigned char img[8][SZ];
+    char *dir = mc_tmpdir(), err[256];
+    vcu_modcache_t *mc;
+    int i, dead, live;
+
+    for (i = 0; i < 8; i++)
+        memset(img[i], 0x40 + i, SZ);
+    ASSERT_EQ(0, vcu_modcache_open(dir, BOUND, 0, &mc, err, sizeof(err)));
+    for (i = 0; i < 4; i++)
+        ASSERT_EQ(0, vcu_modcache_put(mc, img[i], SZ, NULL));
+    vcu_modcache_free(mc);
+    /* A killed writer's 100000 bytes, just now; a live one's 100. */
+    dead = mc_plant(dir, ".tmp-1-0-0", 100000);
+    ASSERT_GE(dead, 0);
+    close(dead);
+    live = mc_plant(dir, ".tmp-2-0-0", 100);
+    ASSERT_GE(live, 0);
+    ASSERT_EQ(0, flock(live, LOCK_EX));
+    /* Another worker's first store looks: the dead one goes first, and
+     * nothing valid is evicted for it. */
+    ASSERT_EQ(0, vcu_modcache_open(dir, BOUND, 0, &mc, err, sizeof(err)));
+    ASSERT_EQ(0, vcu_modcache_put(mc, img[4], SZ, NULL));
+    ASSERT_TRUE(!mc_exists(dir, ".tmp-1-0-0"));
+    ASSERT_TRUE(mc_exists(dir, ".tmp-2-0-0"));
+    for (i = 0; i < 5; i++)
+        ASSERT_TRUE(mc_has(dir, img[i], SZ));
+    ASSERT_EQ_U64(5 * SZ + 100, vcu_modcache_bytes(mc));
+    /* Its writer gone, the live one goes at the next look too. */
+    close(live);
+    ASSERT_EQ(0, vcu_modcache_put(mc, img[5], SZ, NULL));
+    ASSERT_TRUE(!mc_exists(dir, ".tmp-2-0-0"));
+    ASSERT_EQ_U64(6 * SZ, vcu_modcache_bytes(mc));
+    for (i = 0; i < 6; i++)
+        ASSERT_TRUE(mc_has(dir, img[i], SZ));
+    /* Where there is no O_TMPFILE: a named temporary file, renamed. */
+    vcu__modcache_named_only(mc);
+    ASSERT_EQ(0, vcu_modcache_put(mc, img[7], SZ, NULL));
+    ASSERT_TRUE(mc_has(dir, img[7], SZ));
+    ASSERT_EQ(0, (int)mc_count_prefix(dir, ".tmp-"));
+    {
+        unsigned char h[VCU_SHA256_LEN], buf[SZ];
+
+        vcu_sha256(img[7], SZ, h);
+        ASSERT_EQ(0, vcu_modcache_get(mc, h, buf, SZ));
+        ASSERT_EQ(0, memcmp(buf, img[7], SZ));
+    }
+    vcu_modcache_free(mc);
+
+    /* A worker killed while it stores 4 MiB images, again and again. */
+    {
+        enum { BIG = 4 << 20 };
+        pid_t pid = fork();
+        int st;
+
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            unsigned char *b = malloc(BIG);
+            unsigned int k;
+
+            if (b == NULL || vcu_modcache_open(dir, 1ull << 30, 0, &mc, err, sizeof(err)) != 0)
+                _exit(1);
+            for (k = 0;; k++) {
+                memset(b, (int)k, BIG);
+                b[0] = (unsigned char)(k >> 8);
+                vcu_modcache_put(mc, b, BIG, NULL);
+            }
+        }
+        usleep(200 * 1000);
+        ASSERT_EQ(0, kill(pid, SIGKILL));
+        ASSERT_EQ(pid, waitpid(pid, &st, 0));
+        ASSERT_EQ(0, (int)mc_count_prefix(dir, ".tmp-"));
+        ASSERT_EQ(0, vcu_modcache_open(dir, 1ull << 30, 0, &mc, err, sizeof(err)));
+        ASSERT_EQ(0, vcu_modcache_put(mc, img[6], SZ, NULL));
+        for (i = 0; i < 8; i++)
+            ASSERT_TRUE(mc_has(dir, img[i], SZ));
+        ASSERT_EQ_U64(8 * SZ + (uint64_t)(mc_count(dir) - 8) * BIG, vcu_modcache_bytes(mc));
+        vcu_modcache_free(mc);
+    }
     mc_rmrf(dir);
     return 0;
 }

@@ -1,9 +1,12 @@
 /*
- * The VM's GPU memory quota (host-backend/vcu_account.h, cuda.c, proxy.c):
- * the account on its own, then backends sharing one account against the
- * CPU stand-in (sessions of one VM), then the proxy with real workers
- * (a killed worker's charge comes back).
+ * The VM's memory quotas (host-backend/common/vcu_account.h, cuda.c,
+ * worker.c, proxy.c): the account on its own, then backends sharing one
+ * account against the CPU stand-in (sessions of one VM: allocations,
+ * contexts, context limits, host memory), then the proxy with real
+ * workers (a killed worker's charge comes back, the daemon's context
+ * figure, the workers' aliases of guest memory, a reset in a worker).
  */
+#define _GNU_SOURCE                 /* memfd_create */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +23,10 @@
 
 #define MiB (1ull << 20)
 #define OOM ((uint32_t)CUDA_ERROR_OUT_OF_MEMORY)
+/* What each context is charged here (the backend's ctx_bytes; the test
+ * daemon's --ctx-bytes, ut_daemon.h): a session's quota below holds its
+ * context and what the test allocates. */
+#define TQ_CTX (1 * MiB)
 
 /* ---- the account alone --------------------------------------------------- */
 
@@ -98,6 +105,7 @@ TEST(quota_report_hostile)
     int s0, s1, s2;
 
     ASSERT_EQ(0, vcu__acct_new(10 * MiB, 4, &a));
+    a->host_quota = 10 * MiB;
     ASSERT_EQ(0u, vcu__acct_report(a, seen, 4));
     s0 = vcu__acct_claim(a, 0x100000001ull);
     s1 = vcu__acct_claim(a, 0x100000002ull);
@@ -121,6 +129,8 @@ TEST(quota_report_hostile)
     atomic_store(&a->slot[s1].flags, UINT32_MAX);
     atomic_store(&a->slot[s1].charged[0], UINT64_MAX - 1);
     atomic_store(&a->slot[s1].ctx[15], UINT64_MAX);
+    atomic_store(&a->slot[s1].host, UINT64_MAX - 2);
+    atomic_store(&a->slot[s0].host, 7);
     atomic_store(&a->slot[3].session, 77);
     atomic_store(&a->slot[3].charged[15], UINT64_MAX);
     memset(seen, 0xa5, sizeof(seen));
@@ -132,11 +142,15 @@ TEST(quota_report_hostile)
     ASSERT_EQ(2222, (int)seen[1].pid);
     ASSERT_EQ(1, (int)seen[1].fault);
     ASSERT_EQ_U64(UINT64_MAX - 1, seen[1].charged[0]);
+    ASSERT_EQ_U64(UINT64_MAX - 2, seen[1].host);
+    ASSERT_EQ_U64(UINT64_MAX, vcu__acct_host_used(a));    /* saturates */
+    ASSERT_EQ(-1, vcu__acct_host_charge(a, s0, 1));       /* with a quota, refused */
     ASSERT_EQ_U64(UINT64_MAX, vcu__acct_used(a, 0));       /* saturates */
     ASSERT_EQ_U64(UINT64_MAX, vcu__acct_ctx(a, 15));
     ASSERT_EQ_U64(UINT64_MAX, vcu__acct_used(a, 15));      /* a free slot's garbage counts */
     ASSERT_EQ(2u, vcu__acct_report(a, NULL, 0));
     vcu__acct_release(a, s1);
+    ASSERT_EQ_U64(7, vcu__acct_host_used(a));
     ASSERT_EQ(1u, vcu__acct_report(a, seen, 4));
     ASSERT_EQ_U64(1, atomic_load(&a->hdr->faults));        /* its flag, counted once */
     vcu__acct_put(a);
@@ -150,7 +164,9 @@ typedef struct {
     uint64_t s;
 } tq_t;
 
-static int tq_open(tq_t *c, vcu_account_t *a)
+/* A backend of its own sharing account a, each context charged ctx bytes
+ * (0: the backend's default), and a session of it. */
+static int tq_open_ctx(tq_t *c, vcu_account_t *a, uint64_t ctx)
 {
     vcu_backend_config_t cfg;
 
@@ -158,12 +174,18 @@ static int tq_open(tq_t *c, vcu_account_t *a)
     cfg.gpus = "0";
     cfg.account = a;
     cfg.account_slot = -1;
+    cfg.ctx_bytes = ctx;
     c->be = NULL;
     ASSERT_EQ(0, vcu_backend_new(&cfg, &c->be));
     if (vcu_backend_cuda_error(c->be) != NULL)
         VCU_TEST_FAIL_("no CUDA (is VCU_LIBCUDA the stand-in?): %s", vcu_backend_cuda_error(c->be));
     ASSERT_EQ(VCU_S_OK, ut_open(c->be, &c->s));
     return 0;
+}
+
+static int tq_open(tq_t *c, vcu_account_t *a)
+{
+    return tq_open_ctx(c, a, TQ_CTX);
 }
 
 /* A second session of c's backend (one VM, two guest processes). */
@@ -285,10 +307,10 @@ static uint32_t tq_module(tq_t *c, const char *image, uint64_t *mod)
     return rp.r.result;
 }
 
-/* Allocations up to the quota succeed, one byte past fails as on a full
- * GPU, freeing makes room again; the guest sees total = quota and free =
- * quota - used in cuMemGetInfo, and total = quota in the device's
- * description; the session goes on working. */
+/* Allocations up to the quota (less the session's context) succeed, one
+ * byte past fails as on a full GPU, freeing makes room again; the guest
+ * sees total = quota and free = quota - used in cuMemGetInfo, and total =
+ * quota in the device's description; the session goes on working. */
 TEST(quota_alloc_exact)
 {
     vcu_account_t *a;
@@ -298,13 +320,13 @@ TEST(quota_alloc_exact)
     unsigned int i;
     tq_t c;
 
-    ASSERT_EQ(0, vcu__acct_new(4 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(4 * MiB + TQ_CTX, 8, &a));
     CHECK(tq_open(&c, a));
     for (i = 0; i < 4; i++)
         ASSERT_EQ(0, (int)tq_alloc(&c, 1 * MiB, &p[i]));
     ASSERT_EQ(OOM, tq_alloc(&c, 1, &q));
     CHECK(tq_meminfo(&c, &fr, &tot));
-    ASSERT_EQ_U64(4 * MiB, tot);
+    ASSERT_EQ_U64(4 * MiB + TQ_CTX, tot);
     ASSERT_EQ_U64(0, fr);
     ASSERT_EQ(0, (int)tq_free(&c, p[1]));
     CHECK(tq_meminfo(&c, &fr, &tot));
@@ -315,10 +337,10 @@ TEST(quota_alloc_exact)
     ASSERT_EQ(OOM, tq_alloc(&c, 1, NULL));
     ASSERT_EQ(0, (int)tq_free(&c, q));
     ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_DEVICE_INFO, &h, sizeof(h), &di, sizeof(di)));
-    ASSERT_EQ_U64(4 * MiB, di.total_mem);
+    ASSERT_EQ_U64(4 * MiB + TQ_CTX, di.total_mem);
     for (i = 0; i < 4; i++)
         ASSERT_EQ(0, (int)tq_free(&c, p[i]));
-    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));         /* the context's */
     ASSERT_EQ(0, (int)tq_alloc(&c, 4 * MiB, &q));        /* all of it, at once */
     tq_close(&c);
     ASSERT_EQ_U64(0, vcu__acct_used(a, 0));              /* the session's end gives back */
@@ -333,9 +355,11 @@ TEST(quota_hostile)
     uint64_t p, q, r;
     tq_t c, d;
 
-    ASSERT_EQ(0, vcu__acct_new(8 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(8 * MiB + 2 * TQ_CTX, 8, &a));
     CHECK(tq_open(&c, a));
     CHECK(tq_open(&d, a));
+    ASSERT_EQ(0, (int)tq_alloc(&d, 512, &r));            /* both contexts made */
+    ASSERT_EQ(0, (int)tq_free(&d, r));
     ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_alloc(&c, 0, &q));
     ASSERT_EQ(OOM, tq_alloc(&c, UINT64_MAX, &q));
     ASSERT_EQ(OOM, tq_alloc(&c, UINT64_MAX - 511, &q));
@@ -343,28 +367,31 @@ TEST(quota_hostile)
     ASSERT_EQ(OOM, tq_alloc(&c, 8 * MiB + 1, &q));
     ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, UINT64_MAX, &q));
     ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 1ull << 62, &q));
-    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * TQ_CTX, vcu__acct_used(a, 0));     /* the contexts alone */
     ASSERT_EQ(0, (int)tq_alloc(&c, 3 * MiB, &p));
     ASSERT_EQ(0, (int)tq_free(&c, p));
     ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, p));   /* twice */
     ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, p + 512));
     ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free_async(&c, p));
-    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * TQ_CTX, vcu__acct_used(a, 0));
     /* Another session's pointer is not ours to free (or to uncharge). */
     ASSERT_EQ(0, (int)tq_alloc(&d, 5 * MiB, &r));
     ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&c, r));
     ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free_async(&c, r));
-    ASSERT_EQ_U64(5 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(5 * MiB + 2 * TQ_CTX, vcu__acct_used(a, 0));
     ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB + 1, &q));
     ASSERT_EQ(0, (int)tq_alloc(&c, 3 * MiB, &q));
     ASSERT_EQ(0, (int)tq_free(&d, r));
     ASSERT_EQ(0, (int)tq_free(&c, q));
-    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * TQ_CTX, vcu__acct_used(a, 0));
     tq_close(&c);
     tq_close(&d);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
     vcu__acct_put(a);
     return 0;
 }
+
+#define Q2 (16 * MiB + 2 * TQ_CTX)
 
 /* Two sessions of one VM share the quota; one's end gives its share to
  * the other; CU_SLICE_INFO's figures add up. */
@@ -377,20 +404,22 @@ TEST(quota_two_sessions)
     tq_t c, d;
 
     ASSERT_NOT_NULL(si);
-    ASSERT_EQ(0, vcu__acct_new(16 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(Q2, 8, &a));
     CHECK(tq_open(&c, a));
     CHECK(tq_open_more(&d, &c));
     ASSERT_EQ(0, (int)tq_alloc(&c, 10 * MiB, &p));
     ASSERT_EQ(OOM, tq_alloc(&d, 6 * MiB + 1, &q));
     ASSERT_EQ(0, (int)tq_alloc(&d, 6 * MiB, &q));
     CHECK(tq_meminfo(&d, &fr, &tot));
-    ASSERT_EQ_U64(16 * MiB, tot);
+    ASSERT_EQ_U64(Q2, tot);
     ASSERT_EQ_U64(0, fr);
 
+    /* Each session's figure holds its context's, and says how much. */
     CHECK(tq_slice(&c, si));
-    ASSERT_EQ_U64(16 * MiB, si->mem_quota);
-    ASSERT_EQ_U64(16 * MiB, si->mem_total);
-    ASSERT_EQ_U64(16 * MiB, si->mem_used);
+    ASSERT_EQ_U64(Q2, si->mem_quota);
+    ASSERT_EQ_U64(Q2, si->mem_total);
+    ASSERT_EQ_U64(Q2, si->mem_used);
+    ASSERT_EQ_U64(2 * TQ_CTX, si->ctx_bytes);
     ASSERT_EQ(2, (int)si->num_sessions);
     {
         uint64_t sum = 0, ctx = 0;
@@ -401,13 +430,13 @@ TEST(quota_two_sessions)
             ctx += si->sessions[i].ctx_bytes;
             if (si->sessions[i].session == c.s) {
                 seen_c = 1;
-                ASSERT_EQ_U64(10 * MiB, si->sessions[i].mem_used);
+                ASSERT_EQ_U64(10 * MiB + TQ_CTX, si->sessions[i].mem_used);
             }
             if (si->sessions[i].session == d.s) {
                 seen_d = 1;
-                ASSERT_EQ_U64(6 * MiB, si->sessions[i].mem_used);
+                ASSERT_EQ_U64(6 * MiB + TQ_CTX, si->sessions[i].mem_used);
             }
-            ASSERT_GT(si->sessions[i].ctx_bytes, 0);
+            ASSERT_EQ_U64(TQ_CTX, si->sessions[i].ctx_bytes);
         }
         ASSERT_TRUE(seen_c && seen_d);
         ASSERT_EQ_U64(si->mem_used, sum);
@@ -422,8 +451,8 @@ TEST(quota_two_sessions)
 
         CHECK(tq_open_more(&e, &c));
         CHECK(tq_slice(&e, si));
-        ASSERT_EQ_U64(16 * MiB, si->mem_total);
-        ASSERT_EQ_U64(16 * MiB, si->mem_used);
+        ASSERT_EQ_U64(Q2, si->mem_total);
+        ASSERT_EQ_U64(Q2, si->mem_used);
         ASSERT_EQ(3, (int)si->num_sessions);
         for (i = 0; i < si->num_sessions; i++) {
             if (si->sessions[i].session != e.s)
@@ -436,12 +465,13 @@ TEST(quota_two_sessions)
         ASSERT_EQ(VCU_S_OK, ut_close(e.be, e.s));
     }
 
-    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));     /* its 10 MiB come back */
-    ASSERT_EQ_U64(6 * MiB, vcu__acct_used(a, 0));
-    ASSERT_EQ(0, (int)tq_alloc(&d, 10 * MiB, &p));
+    ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));     /* its 10 MiB and context come back */
+    ASSERT_EQ_U64(6 * MiB + TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&d, 10 * MiB + TQ_CTX, &p));
     CHECK(tq_slice(&d, si));
     ASSERT_EQ(1, (int)si->num_sessions);
-    ASSERT_EQ_U64(16 * MiB, si->mem_used);
+    ASSERT_EQ_U64(Q2, si->mem_used);
+    ASSERT_EQ_U64(TQ_CTX, si->ctx_bytes);
     tq_close(&d);
     ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
     vcu__acct_put(a);
@@ -457,10 +487,10 @@ TEST(quota_pool)
     uint64_t p, q, r, fr, tot;
     tq_t c;
 
-    ASSERT_EQ(0, vcu__acct_new(8 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(8 * MiB + TQ_CTX, 8, &a));
     CHECK(tq_open(&c, a));
     ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 5 * MiB, &p));
-    ASSERT_EQ_U64(5 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(5 * MiB + TQ_CTX, vcu__acct_used(a, 0));
     ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB + 1, &q));
     ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 3 * MiB + 1, &q));
     ASSERT_EQ(0, (int)tq_alloc(&c, 2 * MiB, &q));
@@ -469,7 +499,7 @@ TEST(quota_pool)
     ASSERT_EQ_U64(0, fr);
     ASSERT_EQ(0, (int)tq_free_async(&c, p));
     ASSERT_EQ(0, (int)tq_free(&c, r));  /* a pool block freed at once */
-    ASSERT_EQ_U64(2 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * MiB + TQ_CTX, vcu__acct_used(a, 0));
     ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 6 * MiB, &p));
     ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 1, &r));
     tq_close(&c);
@@ -491,17 +521,17 @@ TEST(quota_module_globals)
     struct vcu_cu_resp rp;
     tq_t c;
 
-    ASSERT_EQ(0, vcu__acct_new(2 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(2 * MiB + TQ_CTX, 8, &a));
     CHECK(tq_open(&c, a));
     ASSERT_EQ(0, (int)tq_module(&c, img, &m));
-    ASSERT_EQ_U64(1024, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(1024 + TQ_CTX, vcu__acct_used(a, 0));
     ASSERT_EQ(0, (int)tq_alloc(&c, 2 * MiB - 1024, &p));
     ASSERT_EQ(OOM, tq_module(&c, img, &m2));
-    ASSERT_EQ_U64(2 * MiB, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * MiB + TQ_CTX, vcu__acct_used(a, 0));
     rq.value = m;
     ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_MODULE_UNLOAD, &rq, sizeof(rq), &rp, sizeof(rp)));
     ASSERT_EQ(0, (int)rp.result);
-    ASSERT_EQ_U64(2 * MiB - 1024, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(2 * MiB - 1024 + TQ_CTX, vcu__acct_used(a, 0));
     ASSERT_EQ(0, (int)tq_module(&c, img, &m));
     tq_close(&c);
     ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
@@ -558,14 +588,14 @@ TEST(quota_limits)
     uint64_t p;
     tq_t c;
 
-    ASSERT_EQ(0, vcu__acct_new(64 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(64 * MiB + TQ_CTX, 8, &a));
     CHECK(tq_open(&c, a));
     memset(&rq, 0, sizeof(rq));
     rq.limit = CU_LIMIT_MALLOC_HEAP_SIZE;
     rq.value = 1ull << 40;
     ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &rq, sizeof(rq), &rp, sizeof(rp)));
     ASSERT_EQ(OOM, rp.result);
-    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
     rq.value = 48 * MiB;
     ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &rq, sizeof(rq), &rp, sizeof(rp)));
     ASSERT_EQ(0, (int)rp.result);
@@ -574,7 +604,7 @@ TEST(quota_limits)
     rq.value = 1 * MiB;                 /* below the default: nothing charged */
     ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_SET_LIMIT, &rq, sizeof(rq), &rp, sizeof(rp)));
     ASSERT_EQ(0, (int)rp.result);
-    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
     ASSERT_EQ(0, (int)tq_alloc(&c, 64 * MiB, &p));
     tq_close(&c);
     vcu__acct_put(a);
@@ -583,7 +613,7 @@ TEST(quota_limits)
 
 /* A context reset (cudaDeviceReset) frees everything the context held:
  * its allocations, pool blocks, modules and limits are no longer charged,
- * nor is its context's overhead reported. */
+ * nor is the context itself. */
 TEST(quota_ctx_reset)
 {
     static const char img[] = "//\n.version 8.0\n.target sm_90\n"
@@ -595,7 +625,7 @@ TEST(quota_ctx_reset)
     uint64_t p, q, m;
     tq_t c;
 
-    ASSERT_EQ(0, vcu__acct_new(64 * MiB, 8, &a));
+    ASSERT_EQ(0, vcu__acct_new(64 * MiB + TQ_CTX, 8, &a));
     CHECK(tq_open(&c, a));
     ASSERT_EQ(0, (int)tq_alloc(&c, 3 * MiB, &p));
     ASSERT_EQ(0, (int)tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 2 * MiB, &q));
@@ -615,6 +645,219 @@ TEST(quota_ctx_reset)
     ASSERT_EQ(0, (int)tq_alloc(&c, 64 * MiB, &p));    /* a new context, all of it */
     tq_close(&c);
     vcu__acct_put(a);
+    return 0;
+}
+
+/* CU_CTX_SET_LIMIT of value for limit: the CUresult. */
+static uint32_t tq_limit(tq_t *c, uint32_t limit, uint64_t value)
+{
+    struct vcu_cu_limit_req rq;
+    struct vcu_cu_resp rp;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.limit = limit;
+    rq.value = value;
+    if (tq_do(c, VCU_OP_CU_CTX_SET_LIMIT, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    return rp.result;
+}
+
+/* The stand-in's device, as the backend reads it: the stack of every
+ * thread it holds at once (132 SMs x 2048 threads). */
+#define TQ_STACK_THREADS (132ull * 2048)
+
+/*
+ * The stack limit makes the driver reserve the stack of every thread the
+ * device holds (the stand-in models it: free memory drops by the part
+ * past the default): charged before the driver is asked, at least what
+ * the device lost and little more, given back when lowered, refused as
+ * out of memory past the quota or when its whole reservation passes the
+ * quota (with none, the GPU), and given back with the context.
+ */
+TEST(quota_stack_limit)
+{
+    vcu_account_t *a;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    uint64_t fr0, fr1, tot, drop, ch, p;
+    tq_t c;
+
+    /* No quota: cuMemGetInfo is the device's own. */
+    ASSERT_EQ(0, vcu__acct_new(0, 8, &a));
+    CHECK(tq_open(&c, a));
+    CHECK(tq_meminfo(&c, &fr0, &tot));
+    ASSERT_EQ(0, (int)tq_limit(&c, CU_LIMIT_STACK_SIZE, 16 << 10));
+    CHECK(tq_meminfo(&c, &fr1, &tot));
+    drop = fr0 - fr1;
+    ch = vcu__acct_used(a, 0) - TQ_CTX;
+    ASSERT_EQ_U64(((16 << 10) - 1024) * TQ_STACK_THREADS, drop);   /* 3.9 GiB */
+    ASSERT_GE(ch, drop);
+    ASSERT_LE(ch, drop + drop / 8);
+    ASSERT_EQ(0, (int)tq_limit(&c, CU_LIMIT_STACK_SIZE, 1024));     /* the default */
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    CHECK(tq_meminfo(&c, &fr1, &tot));
+    ASSERT_EQ_U64(fr0, fr1);
+    /* More than the whole GPU could hold: refused before the driver. */
+    ASSERT_EQ(OOM, tq_limit(&c, CU_LIMIT_STACK_SIZE, tot / TQ_STACK_THREADS + 1));
+    ASSERT_EQ(OOM, tq_limit(&c, CU_LIMIT_STACK_SIZE, UINT64_MAX));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    tq_close(&c);
+    vcu__acct_put(a);
+
+    /* A quota of 1 GiB. */
+    ASSERT_EQ(0, vcu__acct_new(1ull << 30, 8, &a));
+    CHECK(tq_open(&c, a));
+    /* 4 KiB: 1.1 GiB in all, though its part past the default (0.8 GiB)
+     * would fit what is left. */
+    ASSERT_EQ(OOM, tq_limit(&c, CU_LIMIT_STACK_SIZE, 4096));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    /* 3 KiB: 0.8 GiB in all, 0.5 GiB past the default: charged. */
+    ASSERT_EQ(0, (int)tq_limit(&c, CU_LIMIT_STACK_SIZE, 3072));
+    ASSERT_GE(vcu__acct_used(a, 0), TQ_CTX + 2048 * TQ_STACK_THREADS);
+    ASSERT_EQ(OOM, tq_alloc(&c, 500 * MiB, &p));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 100 * MiB, &p));
+    /* Another session's stack past what is left: refused, nothing charged. */
+    {
+        tq_t d;
+        uint64_t used = vcu__acct_used(a, 0);
+
+        CHECK(tq_open_more(&d, &c));
+        ASSERT_EQ(OOM, tq_limit(&d, CU_LIMIT_STACK_SIZE, 3072));
+        ASSERT_EQ_U64(used + TQ_CTX, vcu__acct_used(a, 0));       /* its context only */
+        ASSERT_EQ(VCU_S_OK, ut_close(d.be, d.s));
+    }
+    /* The context's end gives it back; a new context has the default. */
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_RESET, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&c, (1ull << 30) - TQ_CTX, &p));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
+/*
+ * Every session's context is charged to the VM when it is made (here the
+ * backend's default, VCU_BACKEND_CTX_BYTES): the guest sees it in use,
+ * free = quota - used; a session whose context the quota cannot hold
+ * fails its first call as out of memory, until another's context ends.
+ */
+TEST(quota_ctx_charged)
+{
+    const uint64_t ctx = VCU_BACKEND_CTX_BYTES, q = 2 * ctx + 8 * MiB;
+    struct vcu_cu_slice_info_resp *si = calloc(1, sizeof(*si));
+    vcu_account_t *a;
+    uint64_t fr, tot, p;
+    uint32_t i;
+    tq_t c, d, e;
+
+    ASSERT_NOT_NULL(si);
+    ASSERT_EQ(0, vcu__acct_new(q, 8, &a));
+    CHECK(tq_open_ctx(&c, a, 0));
+    CHECK(tq_meminfo(&c, &fr, &tot));
+    ASSERT_EQ_U64(q, tot);
+    ASSERT_EQ_U64(q - ctx, fr);
+    CHECK(tq_open_more(&d, &c));
+    ASSERT_EQ(OOM, tq_alloc(&d, 8 * MiB + 1, &p));
+    ASSERT_EQ(0, (int)tq_alloc(&d, 8 * MiB, &p));
+    CHECK(tq_meminfo(&c, &fr, &tot));
+    ASSERT_EQ_U64(0, fr);
+    ASSERT_EQ_U64(ctx, vcu__acct_ctx(a, 0) / 2);
+
+    /* A third guest process: no room for its context. */
+    CHECK(tq_open_more(&e, &c));
+    ASSERT_EQ(OOM, tq_alloc(&e, 512, &p));
+    {
+        struct vcu_cu_hdr h = {0, 0};
+        struct vcu_cu_mem_info_resp mi;
+
+        ASSERT_EQ(VCU_S_OK, tq_do(&e, VCU_OP_CU_MEM_GET_INFO, &h, sizeof(h), &mi, sizeof(mi)));
+        ASSERT_EQ(OOM, mi.r.result);
+    }
+    CHECK(tq_slice(&e, si));                /* needs no context */
+    ASSERT_EQ_U64(q, si->mem_used);
+    ASSERT_EQ_U64(2 * ctx, si->ctx_bytes);
+    for (i = 0; i < si->num_sessions; i++) {
+        if (si->sessions[i].session == e.s) {
+            ASSERT_EQ_U64(0, si->sessions[i].mem_used);
+        } else {
+            ASSERT_EQ_U64(ctx, si->sessions[i].ctx_bytes);
+        }
+    }
+
+    /* d's end makes room for e's context. */
+    ASSERT_EQ(VCU_S_OK, ut_close(d.be, d.s));
+    ASSERT_EQ_U64(ctx, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&e, 8 * MiB, &p));
+    ASSERT_EQ_U64(q, vcu__acct_used(a, 0));
+    ASSERT_EQ(VCU_S_OK, ut_close(e.be, e.s));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    ASSERT_EQ_U64(0, vcu__acct_ctx(a, 0));
+    vcu__acct_put(a);
+    free(si);
+    return 0;
+}
+
+/* A module image of n bytes of PTX (a comment past a header): malloc'd. */
+static char *tq_big_image(size_t n)
+{
+    static const char hdr[] = "//\n.version 8.0\n.target sm_90\n// ";
+    char *img = malloc(n + 1);
+
+    if (img == NULL)
+        abort();
+    memset(img, 'x', n);
+    memcpy(img, hdr, sizeof(hdr) - 1);
+    img[n - 1] = '\n';
+    img[n] = '\0';
+    return img;
+}
+
+/*
+ * Host memory the VM's guests make the host hold (here a module image
+ * being loaded, taken of the session's budget) is one sum per VM, against
+ * the VM's host quota (the policy page's): past it a request fails as out
+ * of memory though the session's own budget (256 MiB) would take it, and
+ * what another session of the VM holds leaves it less.
+ */
+TEST(quota_host_memory)
+{
+    static struct vcu_policy pol;
+    char *img6 = tq_big_image(6 * MiB), *img10 = tq_big_image(10 * MiB);
+    vcu_account_t *a;
+    uint64_t m;
+    int other;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(0, 8, &a));
+    pol.magic = VCU_POLICY_MAGIC;
+    atomic_store(&pol.host_quota, 8 * MiB);
+    vcu__acct_set_policy(a, &pol);
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_module(&c, img6, &m));
+    ASSERT_LE(vcu__acct_host_used(a), 2 * MiB);     /* the image's budget back, but a step */
+    ASSERT_EQ(OOM, tq_module(&c, img10, &m));
+    /* Another session of the VM (its staging buffers, say) holds 4 MiB. */
+    other = vcu__acct_claim(a, 0x99);
+    ASSERT_GE(other, 0);
+    ASSERT_EQ(0, vcu__acct_host_charge(a, other, 4 * MiB));
+    ASSERT_EQ(OOM, tq_module(&c, img6, &m));
+    ASSERT_EQ(-1, vcu__acct_host_charge(a, other, 8 * MiB));
+    vcu__acct_host_uncharge(a, other, 4 * MiB);
+    ASSERT_EQ(0, (int)tq_module(&c, img6, &m));
+    /* The quota lowered live (the daemon's set-vm): the next take sees it. */
+    atomic_store(&pol.host_quota, 1 * MiB);
+    ASSERT_EQ(OOM, tq_module(&c, img6, &m));
+    atomic_store(&pol.host_quota, 0);                /* none */
+    ASSERT_EQ(0, (int)tq_module(&c, img10, &m));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_host_used(a));       /* the session's end gives it all back */
+    vcu__acct_release(a, other);
+    vcu__acct_put(a);
+    free(img6);
+    free(img10);
     return 0;
 }
 
@@ -662,7 +905,7 @@ TEST(quota_faults)
     ASSERT_EQ((uint32_t)CUDA_ERROR_ILLEGAL_ADDRESS, rp.result ? rp.result : rp.deferred);
     CHECK(tq_slice(&d, si));
     ASSERT_EQ_U64(0, si->faults);                        /* not ended yet */
-    ASSERT_EQ_U64(4096, si->mem_used);
+    ASSERT_EQ_U64(4096 + 2 * TQ_CTX, si->mem_used);    /* and both contexts */
     ASSERT_EQ(VCU_S_OK, ut_close(c.be, c.s));
     CHECK(tq_slice(&d, si));
     ASSERT_EQ_U64(1, si->faults);
@@ -739,7 +982,7 @@ TEST(quota_proxy_worker_killed)
     cfg.daemon = ut_daemon_cuda();
     ASSERT_NOT_NULL(cfg.daemon);
     cfg.gpus = "0";
-    cfg.mem_quota = 8 * MiB;
+    cfg.mem_quota = 8 * MiB + 2 * UT_CTX_BYTES_N;    /* and the workers' contexts */
     if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
         fprintf(stderr, "vcu_proxy_new: %s\n", err);
         return -1;
@@ -757,7 +1000,7 @@ TEST(quota_proxy_worker_killed)
     ASSERT_EQ(0, kill(pa, SIGKILL));
     t0 = ut_now();
     do {
-        r = tq_px_alloc(px, sb, 6 * MiB);
+        r = tq_px_alloc(px, sb, 6 * MiB + UT_CTX_BYTES_N);
     } while (r == OOM && ut_now() - t0 < 10.0);
     ASSERT_EQ(0, (int)r);
     ASSERT_EQ(OOM, tq_px_alloc(px, sb, 1));
@@ -783,7 +1026,7 @@ TEST(quota_proxy_stats)
     cfg.daemon = ut_daemon_cuda();
     ASSERT_NOT_NULL(cfg.daemon);
     cfg.gpus = "0";
-    cfg.mem_quota = 8 * MiB;
+    cfg.mem_quota = 8 * MiB + 2 * UT_CTX_BYTES_N;
     if (vcu_proxy_new(&cfg, &px, err, sizeof(err)) != 0) {
         fprintf(stderr, "vcu_proxy_new: %s\n", err);
         return -1;
@@ -792,7 +1035,7 @@ TEST(quota_proxy_stats)
         VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(px));
     ASSERT_EQ(VCU_EINVAL, vcu_proxy_stats(px, &st, NULL, 1));
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
-    ASSERT_EQ_U64(8 * MiB, st.mem_quota);
+    ASSERT_EQ_U64(8 * MiB + 2 * UT_CTX_BYTES_N, st.mem_quota);
     ASSERT_EQ_U64(0, st.mem_used[0]);
     ASSERT_EQ(0, (int)(st.sessions + st.workers + st.nsess));
     CHECK(tq_px_open(px, &sa));
@@ -805,18 +1048,22 @@ TEST(quota_proxy_stats)
     ASSERT_EQ(0, (int)tq_px_alloc(px, sa, 6 * MiB));
     ASSERT_EQ(0, (int)tq_px_alloc(px, sb, 2 * MiB));
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
-    ASSERT_EQ_U64(8 * MiB, st.mem_used[0]);
+    ASSERT_EQ_U64(8 * MiB + 2 * UT_CTX_BYTES_N, st.mem_used[0]);
     ASSERT_EQ_U64(0, st.mem_used[1]);
     ASSERT_EQ(2, (int)st.sessions);
     ASSERT_EQ(2, (int)st.workers);
     ASSERT_EQ(2, (int)st.nsess);
     ASSERT_EQ_U64(sa, ss[0].session);
     ASSERT_EQ((int)pa, (int)ss[0].pid);
-    ASSERT_EQ_U64(6 * MiB, ss[0].mem[0]);
+    ASSERT_EQ_U64(6 * MiB + UT_CTX_BYTES_N, ss[0].mem[0]);
+    ASSERT_EQ_U64(UT_CTX_BYTES_N, ss[0].ctx[0]);
     ASSERT_EQ_U64(sb, ss[1].session);
     ASSERT_EQ((int)pb, (int)ss[1].pid);
-    ASSERT_EQ_U64(2 * MiB, ss[1].mem[0]);
+    ASSERT_EQ_U64(2 * MiB + UT_CTX_BYTES_N, ss[1].mem[0]);
     ASSERT_EQ_U64(ss[0].ctx[0] + ss[1].ctx[0], st.ctx_bytes[0]);
+    /* Host memory: the daemon's default quota; what the sessions took. */
+    ASSERT_EQ_U64(4ull << 30, st.host_quota);
+    ASSERT_EQ_U64(ss[0].host + ss[1].host, st.host_used);
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 1));         /* room for one */
     ASSERT_EQ(2, (int)st.workers);
     ASSERT_EQ(1, (int)st.nsess);
@@ -824,12 +1071,258 @@ TEST(quota_proxy_stats)
     t0 = ut_now();
     do {
         ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
-    } while ((st.workers != 1 || st.mem_used[0] != 2 * MiB) && ut_now() - t0 < 10.0);
+    } while ((st.workers != 1 || st.mem_used[0] != 2 * MiB + UT_CTX_BYTES_N) &&
+             ut_now() - t0 < 10.0);
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));         /* the sums were read first */
     ASSERT_EQ(1, (int)st.workers);
     ASSERT_EQ_U64(sb, ss[0].session);
-    ASSERT_EQ_U64(2 * MiB, st.mem_used[0]);
+    ASSERT_EQ_U64(2 * MiB + UT_CTX_BYTES_N, st.mem_used[0]);
+    ASSERT_EQ_U64(ss[0].host, st.host_used);
     ASSERT_EQ_U64(0, st.faults);
     vcu_proxy_free(px);
+    return 0;
+}
+
+/* A proxy of a VM with the given quota, its workers started by a daemon
+ * with these extra options (NULL: the tests' usual daemon). */
+static int tq_px_new(const char *const *extra, uint64_t quota, vcu_proxy_t **px)
+{
+    const char *l = getenv("VCU_LIBCUDA");
+    vcu_proxy_config_t cfg;
+    char err[256];
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.daemon = ut_daemon_with(l != NULL ? l : "libcuda.so.1", extra);
+    ASSERT_NOT_NULL(cfg.daemon);
+    cfg.gpus = "0";
+    cfg.mem_quota = quota;
+    if (vcu_proxy_new(&cfg, px, err, sizeof(err)) != 0) {
+        fprintf(stderr, "vcu_proxy_new: %s\n", err);
+        return -1;
+    }
+    if (vcu_proxy_cuda_error(*px) != NULL)
+        VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(*px));
+    return 0;
+}
+
+/*
+ * The daemon's --ctx-bytes reaches its workers: each worker's context is
+ * charged that much to its VM at the session's first CUDA call, reported
+ * as the contexts' part; a guest process whose context the quota cannot
+ * hold gets CUDA_ERROR_OUT_OF_MEMORY, until another's worker is gone.
+ */
+TEST(quota_proxy_ctx_bytes)
+{
+    static const char *const extra[] = { "--ctx-bytes", "3M", NULL };
+    vcu_proxy_session_stats_t ss[4];
+    vcu_proxy_stats_t st;
+    vcu_proxy_t *px;
+    uint64_t sa, sb, sc;
+    pid_t pa;
+    double t0;
+    uint32_t r;
+
+    CHECK(tq_px_new(extra, 8 * MiB, &px));
+    CHECK(tq_px_open(px, &sa));
+    pa = ut_px_worker_pid(px);
+    ASSERT_GT(pa, 0);
+    CHECK(tq_px_open(px, &sb));
+    CHECK(tq_px_open(px, &sc));
+    ASSERT_EQ(0, (int)tq_px_alloc(px, sa, 1 * MiB));
+    ASSERT_EQ(0, (int)tq_px_alloc(px, sb, 1 * MiB));
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 4));
+    ASSERT_EQ_U64(8 * MiB, st.mem_used[0]);
+    ASSERT_EQ_U64(6 * MiB, st.ctx_bytes[0]);
+    ASSERT_EQ_U64(sa, ss[0].session);
+    ASSERT_EQ_U64(4 * MiB, ss[0].mem[0]);
+    ASSERT_EQ_U64(3 * MiB, ss[0].ctx[0]);
+    ASSERT_EQ(OOM, tq_px_alloc(px, sc, 512));          /* no room for its context */
+    ASSERT_EQ(0, kill(pa, SIGKILL));
+    t0 = ut_now();
+    do {
+        r = tq_px_alloc(px, sc, 1 * MiB);
+    } while (r == OOM && ut_now() - t0 < 10.0);
+    ASSERT_EQ(0, (int)r);
+    ASSERT_EQ(OOM, tq_px_alloc(px, sc, 1));
+    vcu_proxy_free(px);
+    return 0;
+}
+
+#define TQ_PAGE 4096u
+#define TQ_GUEST_RAM (16u << 20)
+
+/* CU_HOST_DEVICE_POINTER of a pinned buffer of two ranges of the guest
+ * RAM in fd (mapped at ram): n pages at page p0, n at page p1.  The
+ * CUresult, or 0x10000 + the status. */
+static uint32_t tq_px_devptr(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
+                             uint64_t p0, uint64_t p1, uint64_t n)
+{
+    vcu_gref_t refs[2] = { { fd, 0, p0 * TQ_PAGE }, { fd, 0, p1 * TQ_PAGE } };
+    struct iovec v[2] = { { ram + p0 * TQ_PAGE, n * TQ_PAGE }, { ram + p1 * TQ_PAGE, n * TQ_PAGE } };
+    struct vcu_cu_u64_req rq;
+    ut_req_t *t = ut_req_new();
+    uint32_t st, res;
+
+    memset(&rq, 0, sizeof(rq));
+    ut_req_add_seg_iov(t, VCU_SEG_TO_DEVICE | VCU_SEG_F_STABLE, v, 2);
+    ut_req_build(t, VCU_OP_CU_HOST_DEVICE_POINTER, sid, &rq, sizeof(rq));
+    t->segs[0].ref = refs;
+    ut_wseg(t, 0)->nranges = 2;
+    st = tq_px_exec(px, t);
+    res = st == VCU_S_OK ? ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result
+                         : 0x10000 + st;
+    free(t);
+    return res;
+}
+
+/* Asks for n distinct two-page aliases (pages k and k + 2048); how many
+ * the worker made (the others refused as ranges that do not join). */
+static int tq_px_aliases(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
+                         unsigned int n, unsigned int *made)
+{
+    unsigned int k;
+    uint32_t r;
+
+    *made = 0;
+    for (k = 0; k < n; k++) {
+        r = tq_px_devptr(px, sid, fd, ram, k, k + 2048, 1);
+        if (r == 0)
+            (*made)++;
+        else
+            ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, r);
+    }
+    return 0;
+}
+
+/*
+ * A pinned buffer of several ranges gets one device pointer through an
+ * alias of its pages in the worker.  A session's aliases are bounded in
+ * number and in bytes (the guest RAM the worker maps), past which the
+ * guest is refused as for ranges that do not join; each is charged to
+ * the VM's host quota while it lives, which bounds them too.
+ */
+TEST(quota_proxy_aliases)
+{
+    static const char *const small[] = { "--host-mem-quota", "4M", NULL };
+    vcu_proxy_stats_t st;
+    vcu_proxy_t *px;
+    unsigned char *ram;
+    unsigned int made;
+    uint64_t sa, sb;
+    int fd;
+
+    fd = memfd_create("ut-guest-ram", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(0, ftruncate(fd, TQ_GUEST_RAM));
+    ram = mmap(NULL, TQ_GUEST_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(ram != MAP_FAILED);
+
+    CHECK(tq_px_new(NULL, 0, &px));
+    CHECK(tq_px_open(px, &sa));
+    CHECK(tq_px_aliases(px, sa, fd, ram, 1100, &made));
+    ASSERT_EQ(1024, (int)made);
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sa, fd, ram, 0, 2048, 1));     /* one it has */
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
+    ASSERT_GE(st.host_used, 1024ull * (2 * TQ_PAGE / 256 + 2 * TQ_PAGE));
+    /* Bytes: two aliases of 8 MiB take all of the guest's 16 MiB. */
+    CHECK(tq_px_open(px, &sb));
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sb, fd, ram, 0, 2048, 1024));
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sb, fd, ram, 0, 3072, 1024));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_px_devptr(px, sb, fd, ram, 1024, 2048, 1024));
+    vcu_proxy_free(px);
+
+    /* A VM of 4 MiB of host memory: its aliases stop at that. */
+    CHECK(tq_px_new(small, 0, &px));
+    CHECK(tq_px_open(px, &sa));
+    CHECK(tq_px_aliases(px, sa, fd, ram, 1100, &made));
+    ASSERT_GT(made, 100);
+    ASSERT_LT(made, 4u << 20 >> 13);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
+    ASSERT_EQ_U64(4ull << 20, st.host_quota);
+    ASSERT_LE(st.host_used, 4ull << 20);
+    vcu_proxy_free(px);
+    munmap(ram, TQ_GUEST_RAM);
+    close(fd);
+    return 0;
+}
+
+/* A request of op with payload p through the proxy; its reply payload
+ * into resp (rlen bytes).  The status. */
+static uint32_t tq_px_call(vcu_proxy_t *px, uint64_t sid, uint32_t op, const void *p,
+                           uint32_t plen, void *resp, size_t rlen)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    ut_req_build(t, op, sid, p, plen);
+    st = tq_px_exec(px, t);
+    memset(resp, 0, rlen);
+    if (st == VCU_S_OK)
+        memcpy(resp, ut_resp_payload(t), rlen);
+    free(t);
+    return st;
+}
+
+static int tq_px_meminfo(vcu_proxy_t *px, uint64_t sid, uint64_t *fr)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_mem_info_resp rp;
+
+    ASSERT_EQ(VCU_S_OK, tq_px_call(px, sid, VCU_OP_CU_MEM_GET_INFO, &h, sizeof(h), &rp,
+                                   sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.r.result);
+    *fr = rp.free;
+    return 0;
+}
+
+/*
+ * A worker's context outlives a context reset while its registrations of
+ * guest memory hold it (they are made in the device's primary context,
+ * the session's too): what the reset gives back of the account is gone
+ * from the GPU as well, the allocations and the stack limit's
+ * reservation alike, or a guest could reset its way past its quota.
+ */
+TEST(quota_proxy_reset_frees)
+{
+    vcu_proxy_session_stats_t ss[2];
+    struct vcu_cu_limit_req lq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    vcu_proxy_stats_t st;
+    vcu_proxy_t *px;
+    unsigned char *ram;
+    uint64_t sid, fr0, fr1, fr2;
+    int fd;
+
+    fd = memfd_create("ut-guest-ram", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(0, ftruncate(fd, TQ_GUEST_RAM));
+    ram = mmap(NULL, TQ_GUEST_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(ram != MAP_FAILED);
+    CHECK(tq_px_new(NULL, 0, &px));
+    CHECK(tq_px_open(px, &sid));
+    /* A pinned buffer of the guest: registered, in the primary context. */
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sid, fd, ram, 0, 1, 1));
+    CHECK(tq_px_meminfo(px, sid, &fr0));
+    ASSERT_EQ(0, (int)tq_px_alloc(px, sid, 256 * MiB));
+    memset(&lq, 0, sizeof(lq));
+    lq.limit = CU_LIMIT_STACK_SIZE;
+    lq.value = 16 << 10;
+    ASSERT_EQ(VCU_S_OK, tq_px_call(px, sid, VCU_OP_CU_CTX_SET_LIMIT, &lq, sizeof(lq), &rp,
+                                   sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    CHECK(tq_px_meminfo(px, sid, &fr1));
+    ASSERT_EQ_U64(256 * MiB + ((16 << 10) - 1024) * TQ_STACK_THREADS, fr0 - fr1);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 2));
+    ASSERT_GE(st.mem_used[0], UT_CTX_BYTES_N + (fr0 - fr1));
+    ASSERT_EQ(VCU_S_OK, tq_px_call(px, sid, VCU_OP_CU_CTX_RESET, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    CHECK(tq_px_meminfo(px, sid, &fr2));
+    ASSERT_EQ_U64(fr0, fr2);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 2));
+    ASSERT_EQ_U64(UT_CTX_BYTES_N, st.mem_used[0]);    /* the context, which lived on */
+    vcu_proxy_free(px);
+    munmap(ram, TQ_GUEST_RAM);
+    close(fd);
     return 0;
 }

@@ -26,6 +26,11 @@
 #define VCU_TEST_WORKER "build/unit/backend/vcu-worker"
 #endif
 
+/* What each worker's context is charged (the daemon's --ctx-bytes): small,
+ * so that the tests' quotas of a few MiB hold a context and their data. */
+#define UT_CTX_BYTES "1M"
+#define UT_CTX_BYTES_N (1ull << 20)
+
 typedef struct {
     char libcuda[256];
     char dir[64];
@@ -54,8 +59,8 @@ static void ut_daemons_end(void)
 }
 
 /* The socket of a daemon whose workers load libcuda (extra: more
- * daemon options, or NULL), started if need be; NULL if it would not
- * start. */
+ * daemon options, or NULL; they come after the defaults and override
+ * them), started if need be; NULL if it would not start. */
 static inline const char *ut_daemon_with(const char *libcuda, const char *const *extra)
 {
     ut_daemon_t *d;
@@ -82,8 +87,8 @@ static inline const char *ut_daemon_with(const char *libcuda, const char *const 
     if (d->pid == 0) {
         const char *argv[40] = { VCU_TEST_DAEMON, "--run-dir", run, "--cache-dir", "off",
                                  "--metrics", "off", "--worker", VCU_TEST_WORKER,
-                                 "--libcuda", libcuda };
-        int n = 11;
+                                 "--libcuda", libcuda, "--ctx-bytes", UT_CTX_BYTES };
+        int n = 13;
 
         for (i = 0; extra != NULL && extra[i] != NULL && n < 38; i++)
             argv[n++] = extra[i];

@@ -508,7 +508,7 @@ for s in $suites; do
         echo) timeout 540 /tests/echo_test "$echo_mib" ;;
         badinput) timeout 540 /tests/badinput_test ;;
         hostmem) timeout 540 /tests/hostmem_test "$echo_mib" ;;
-        quota) timeout 540 /tests/quota_test 64 ;;
+        quota) timeout 540 /tests/quota_test ;;
         cuda) run_cuda ;;
         nvrt) run_nvrt ;;
         nvml) run_nvml ;;

@@ -3,13 +3,16 @@
  * by run.sh for this suite), seen from two guest processes, each with its
  * own session and so its own worker process on the host.
  *
- * Process A takes most of the quota; process B sees total = quota and
- * free = what A left, takes the rest, and one byte more fails as on a
- * full GPU (CUDA_ERROR_OUT_OF_MEMORY) without disturbing either; A is
- * killed, and its charge comes back to B.  Raw protocol (the transport
- * library), so that the figures are the host's own.
+ * Each process's CUDA context is charged to the quota (the daemon's
+ * --ctx-bytes: C bytes each), so the quota Q holds Q - 2C of data.
+ * Process A takes most of that; process B sees total = Q and free = what
+ * A and the two contexts left, takes the rest, and one byte more fails as
+ * on a full GPU (CUDA_ERROR_OUT_OF_MEMORY) without disturbing either; A
+ * is killed, and its charge, its context's included, comes back to B.
+ * Raw protocol (the transport library), so that the figures are the
+ * host's own; Q and C come from the host (CU_SLICE_INFO).
  *
- * Usage: quota_test [quota_mib]   (default 64: run.sh's mem-quota)
+ * Usage: quota_test
  */
 #include <errno.h>
 #include <signal.h>
@@ -93,31 +96,48 @@ static int slice(vcu_conn_t *c, struct vcu_cu_slice_info_resp *rp)
     return 0;
 }
 
-/* Process A: takes `take` bytes, says so on `up`, then waits to die. */
-static void proc_a(uint64_t take, int up)
-{
-    vcu_conn_t *c = NULL;
-    uint64_t p = 0;
+/* What A tells B: the quota, a context's charge, what A took. */
+struct quota_fig {
+    uint64_t quota, ctx, a_take;
     char ok;
-    int err = vcu_conn_open(NULL, VCU_FEAT_CUDA, &c);
+};
 
-    ok = err == 0 && cu_alloc(c, take, &p) == 0 && p != 0 ? 'y' : 'n';
-    if (write(up, &ok, 1) != 1)
+/* Process A: makes its context, learns the quota and a context's charge
+ * (the only context yet), takes 5/8 of what two contexts leave of the
+ * quota, says so on `up`, then waits to die. */
+static void proc_a(int up)
+{
+    static struct vcu_cu_slice_info_resp si;
+    struct quota_fig f;
+    vcu_conn_t *c = NULL;
+    uint64_t p = 0, fr, tot;
+
+    memset(&f, 0, sizeof(f));
+    f.ok = 'n';
+    if (vcu_conn_open(NULL, VCU_FEAT_CUDA, &c) == 0 && meminfo(c, &fr, &tot) == 0 &&
+        slice(c, &si) == 0 && si.num_sessions == 1 && si.ctx_bytes != 0 &&
+        si.mem_quota > 2 * si.ctx_bytes + 8 * MIB) {
+        f.quota = si.mem_quota;
+        f.ctx = si.ctx_bytes;
+        f.a_take = (f.quota - 2 * f.ctx) / 8 * 5;
+        if (cu_alloc(c, f.a_take, &p) == 0 && p != 0)
+            f.ok = 'y';
+    }
+    if (write(up, &f, sizeof(f)) != (ssize_t)sizeof(f))
         _exit(1);
     for (;;)
         pause();
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
     static struct vcu_cu_slice_info_resp si;
-    uint64_t quota = (argc > 1 ? strtoull(argv[1], NULL, 10) : 64) * MIB;
-    uint64_t a_take = quota / 8 * 5, fr = 0, tot = 0, p = 0, q = 0;
+    struct quota_fig f;
+    uint64_t quota, ctx, a_take, rest, fr = 0, tot = 0, p = 0, q = 0;
     vcu_conn_t *c = NULL;
     int up[2], err, st;
     uint32_t r;
     pid_t a;
-    char ok = 'n';
 
     vt_suite = "quota";
     if (pipe(up) != 0) {
@@ -128,13 +148,19 @@ int main(int argc, char **argv)
     a = fork();
     if (a == 0) {
         close(up[0]);
-        proc_a(a_take, up[1]);
+        proc_a(up[1]);
     }
     close(up[1]);
-    if (a < 0 || read(up[0], &ok, 1) != 1 || ok != 'y') {
-        vt_fail("setup", "process A could not take %llu bytes", (unsigned long long)a_take);
+    if (a < 0 || read(up[0], &f, sizeof(f)) != (ssize_t)sizeof(f) || f.ok != 'y') {
+        vt_fail("setup", "process A could not learn the slice or take its share "
+                "(quota %llu, context %llu)", (unsigned long long)f.quota,
+                (unsigned long long)f.ctx);
         return 1;
     }
+    quota = f.quota;
+    ctx = f.ctx;
+    a_take = f.a_take;
+    rest = quota - 2 * ctx - a_take;
     err = vcu_conn_open(NULL, VCU_FEAT_CUDA, &c);
     if (err != 0 || !(vcu_conn_features(c) & VCU_FEAT_CUDA)) {
         vt_fail("setup", "vcu_conn_open -> %d, no CUDA", err);
@@ -142,19 +168,20 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    if (meminfo(c, &fr, &tot) == 0 && tot == quota && fr == quota - a_take)
+    /* B's own context is made by this very call, and counts. */
+    if (meminfo(c, &fr, &tot) == 0 && tot == quota && fr == rest)
         vt_pass("meminfo_total_is_quota");
     else
-        vt_fail("meminfo_total_is_quota", "free %llu total %llu (quota %llu, A holds %llu)",
-                (unsigned long long)fr, (unsigned long long)tot, (unsigned long long)quota,
-                (unsigned long long)a_take);
+        vt_fail("meminfo_total_is_quota", "free %llu total %llu (quota %llu, A holds %llu, "
+                "contexts 2 x %llu)", (unsigned long long)fr, (unsigned long long)tot,
+                (unsigned long long)quota, (unsigned long long)a_take, (unsigned long long)ctx);
     if (total_mem(c, &tot) == 0 && tot == quota)
         vt_pass("device_total_mem_is_quota");
     else
         vt_fail("device_total_mem_is_quota", "total_mem %llu", (unsigned long long)tot);
 
     /* B takes the rest: together they hit the quota. */
-    r = cu_alloc(c, quota - a_take, &p);
+    r = cu_alloc(c, rest, &p);
     if (r == 0)
         vt_pass("two_processes_fill_quota");
     else
@@ -165,36 +192,39 @@ int main(int argc, char **argv)
     else
         vt_fail("one_byte_past_is_oom", "-> %u", r);
     if (slice(c, &si) == 0 && si.mem_quota == quota && si.mem_used == quota &&
-        si.num_sessions == 2 && si.ctx_bytes != 0)
+        si.num_sessions == 2 && si.ctx_bytes == 2 * ctx)
         vt_pass("slice_info");
     else
         vt_fail("slice_info", "quota %llu used %llu sessions %u ctx %llu",
                 (unsigned long long)si.mem_quota, (unsigned long long)si.mem_used,
                 si.num_sessions, (unsigned long long)si.ctx_bytes);
     /* The session goes on: free and take again. */
-    if (cu_free(c, p) == 0 && cu_alloc(c, quota - a_take, &p) == 0)
+    if (cu_free(c, p) == 0 && cu_alloc(c, rest, &p) == 0)
         vt_pass("session_goes_on");
     else
         vt_fail("session_goes_on", "free and alloc again failed");
 
-    /* A dies: its charge comes back (once the host has reaped its worker). */
+    /* A dies: its charge and its context's come back (once the host has
+     * reaped its worker). */
     kill(a, SIGKILL);
     waitpid(a, &st, 0);
     {
         uint64_t t0 = vt_now_us();
 
-        while ((r = cu_alloc(c, a_take, &q)) == OOM && vt_now_us() - t0 < 10000000ull)
+        while ((r = cu_alloc(c, a_take + ctx, &q)) == OOM && vt_now_us() - t0 < 10000000ull)
             vt_sleep_ms(50);
     }
     if (r == 0 && cu_alloc(c, 1, NULL) == OOM)
         vt_pass("killed_process_charge_returns");
     else
         vt_fail("killed_process_charge_returns", "alloc of A's share -> %u", r);
-    if (slice(c, &si) == 0 && si.num_sessions == 1 && si.mem_used == quota)
+    if (slice(c, &si) == 0 && si.num_sessions == 1 && si.mem_used == quota &&
+        si.ctx_bytes == ctx)
         vt_pass("slice_info_after_kill");
     else
-        vt_fail("slice_info_after_kill", "used %llu sessions %u", (unsigned long long)si.mem_used,
-                si.num_sessions);
+        vt_fail("slice_info_after_kill", "used %llu sessions %u ctx %llu",
+                (unsigned long long)si.mem_used, si.num_sessions,
+                (unsigned long long)si.ctx_bytes);
     vcu_conn_close(c);
     return vt_nfail() ? 1 : 0;
 }

@@ -3,7 +3,8 @@
 #
 #   tests/vm/run.sh SUITE[,SUITE...] [extra -device options for virtio-cuda-pci]
 #   SUITE: echo | badinput | hostmem (driver-owned pinned memory) |
-#          quota (two guest processes against mem-quota=64M) | cuda |
+#          quota (two guest processes against mem-quota: 64 MiB of data and
+#          their two contexts) | cuda |
 #          nvrt (tests/cuda on NVIDIA's runtime over our libcuda.so.1) | demo (the main job's tests/demo) |
 #          libs (NVIDIA's libraries: GPU host only, tests/gpu/libs-run.sh) |
 #          nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file) |
@@ -25,6 +26,10 @@
 #                       scripts share one among their VMs) instead of starting
 #                       one for this run (tests/vm/daemon.sh; its log is
 #                       printed when a suite fails)
+#   VCU_QUOTA_MEM=SIZE  the quota suite's mem-quota: 64 MiB of data and the two
+#                       contexts the daemon charges [80M on the stand-in, whose
+#                       daemon here charges 8 MiB a context; 1112M with
+#                       VCU_REAL_GPU=1, at the daemon's default 524 MiB]
 #   VCU_VM_TIMEOUT=S    seconds per VM [600]
 #   VCU_ECHO_MIB=N      largest echo transfer in MiB [256]
 #   VCU_NO_BUILD=1      use build/ as it is, no apt, no compiler (the GPU
@@ -159,7 +164,9 @@ if [ -z "${VCU_DAEMON_SOCK:-}" ]; then
     if [ "${VCU_REAL_GPU:-0}" != 1 ]; then
         libcuda=${VCU_LIBCUDA:-$build/fakecuda/libcuda.so.1}
         [ -f "$libcuda" ] || die "no $libcuda (set VCU_REAL_GPU=1 on a GPU machine)"
-        dargs="$dargs --libcuda $libcuda"
+        # The stand-in's contexts cost no GPU memory: each is charged a
+        # small figure, so that the quota suite's VM holds two of them.
+        dargs="$dargs --libcuda $libcuda --ctx-bytes 8M"
     fi
     mkdir -p "$build/vm/daemon-cache"
     drun=${TMPDIR:-/tmp}/vcu-run.$$
@@ -185,9 +192,11 @@ for s in $suites; do
             die "mkinitramfs failed"
     fi
     rm -f "$log" "$qlog"
-    # The quota suite's VM has a GPU memory quota (tests/vm/quota_test.c).
+    # The quota suite's VM has a GPU memory quota (tests/vm/quota_test.c),
+    # its contexts charged to it.
     sdev=$dev
-    [ "$s" = quota ] && sdev="$dev,mem-quota=64M"
+    if [ "${VCU_REAL_GPU:-0}" = 1 ]; then quota_mem=${VCU_QUOTA_MEM:-1112M}; else quota_mem=${VCU_QUOTA_MEM:-80M}; fi
+    [ "$s" = quota ] && sdev="$dev,mem-quota=$quota_mem"
     step "booting VM for suite $s (log: $log)"
     t0=$(date +%s)
     timeout -k 10 "$vm_timeout" "$qemu" \
