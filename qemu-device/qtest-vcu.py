@@ -599,18 +599,20 @@ def module_cache():
 
 
 # ---- mem-quota --------------------------------------------------------
-# One VM with mem-quota=8M on the stand-in: two guest processes (a worker
-# each) share the 8 MiB; one byte past fails as on a full GPU
+# One VM with mem-quota=8M on the stand-in (its daemon charges a context
+# 1 MiB): two guest processes (a worker each) share the 8 MiB, their
+# contexts included; one byte past fails as on a full GPU
 # (CUDA_ERROR_OUT_OF_MEMORY, 2) and the session goes on; the guest is told
 # total = 8 MiB and free = what is left; the first process's worker
-# killed, its 6 MiB come back to the second.
+# killed, its 4 MiB and its context come back to the second.
 def mem_quota():
     df = D['fake']
     vq = guest(df, ',mem-quota=8M')
     qa = cuda_session(vq)
     wa = df.vm_workers(vq)
     qb = cuda_session(vq)
-    ok('mem-quota: two processes fill the 8 MiB', cu_alloc(vq, qa, 6 << 20) == 0 and cu_alloc(vq, qb, 2 << 20) == 0)
+    ok('mem-quota: two processes fill the 8 MiB (4 + 2 MiB and two 1 MiB contexts)',
+       cu_alloc(vq, qa, 4 << 20) == 0 and cu_alloc(vq, qb, 2 << 20) == 0)
     ok('mem-quota: one byte past it is CUDA_ERROR_OUT_OF_MEMORY, in either process',
        cu_alloc(vq, qb, 1) == 2 and cu_alloc(vq, qa, 1) == 2)
     ln, r = vq.submit([(REQ, hdr(opcode=0x102, payload_len=8, session=qb) + struct.pack('<II', 0, 0))], 256)
@@ -623,11 +625,12 @@ def mem_quota():
     q, tot, used, ctx = struct.unpack('<QQQQ', r[32:64]) if ln >= 64 else (0, 0, 0, 0)
     nsess = struct.unpack('<I', r[76:80])[0] if ln >= 80 else 0
     ok(f'mem-quota: CU_SLICE_INFO quota {q} total {tot} used {used} sessions {nsess}',
-       cu_result(r) == 0 and (q, tot, used, nsess) == (8 << 20, 8 << 20, 8 << 20, 2) and ctx > 0)
+       cu_result(r) == 0 and (q, tot, used, nsess) == (8 << 20, 8 << 20, 8 << 20, 2) and
+       ctx == 2 << 20)
     if len(wa) == 1:
         os.kill(wa[0], 9)
     t0 = time.time()
-    while cu_alloc(vq, qb, 6 << 20) != 0 and time.time() - t0 < 10:
+    while cu_alloc(vq, qb, 5 << 20) != 0 and time.time() - t0 < 10:
         time.sleep(0.05)
     ok('mem-quota: a killed process\'s charge comes back to the other',
        len(wa) == 1 and cu_alloc(vq, qb, 1) == 2 and time.time() - t0 < 10)
@@ -677,13 +680,16 @@ def monitoring():
     allocs = cu_alloc(vm, ma, 3 << 20) == 0 and cu_alloc(vm, mb, 1 << 20) == 0
     st = qget('stats')
     sl = {x['session']: x for x in st['session-list']}
+    # mem-used counts the contexts (1 MiB each here); mem-ctx-bytes is
+    # how much of it they are.
     ok(f'two sessions holding 3 + 1 MiB: mem-used {qget("mem-used")} sessions {qget("sessions")} stats {st}',
-       allocs and len(wa) == 1 and len(wb) == 1 and qget('mem-used') == 4 << 20 and
-       qget('sessions') == 2 and st['mem-used'] == 4 << 20 and st['workers'] == 2 and
-       set(sl) == {ma, mb} and sl[ma]['mem-used'] == 3 << 20 and sl[mb]['mem-used'] == 1 << 20 and
+       allocs and len(wa) == 1 and len(wb) == 1 and qget('mem-used') == 6 << 20 and
+       qget('sessions') == 2 and st['mem-used'] == 6 << 20 and st['workers'] == 2 and
+       set(sl) == {ma, mb} and sl[ma]['mem-used'] == 4 << 20 and sl[mb]['mem-used'] == 2 << 20 and
        sl[ma]['host-pid'] == wa[0] and sl[mb]['host-pid'] == wb[0] and
-       sl[ma]['fault'] is False and st['devices'][0]['mem-used'] == 4 << 20 and
-       qget('mem-ctx-bytes') == st['mem-ctx-bytes'] == sl[ma]['mem-ctx-bytes'] + sl[mb]['mem-ctx-bytes'])
+       sl[ma]['fault'] is False and st['devices'][0]['mem-used'] == 6 << 20 and
+       qget('mem-ctx-bytes') == st['mem-ctx-bytes'] == 2 << 20 and
+       sl[ma]['mem-ctx-bytes'] + sl[mb]['mem-ctx-bytes'] == 2 << 20)
     # The counters: one request handed on is one request, one kick, one
     # notification; a malformed one is a kick and a notification only.
     c0 = qget('stats')
@@ -697,13 +703,13 @@ def monitoring():
        d1 == {'requests': 1, 'kicks': 1, 'notifies': 1} and d2 == {'requests': 0, 'kicks': 1, 'notifies': 1}
        and c0['requests'] >= 4)
     v = df.vm(vm.p.pid)
-    ok(f'list-vms agrees: {v}', v is not None and v['name'] == 'qtest-mon' and v['mem_used'] == 4 << 20 and
+    ok(f'list-vms agrees: {v}', v is not None and v['name'] == 'qtest-mon' and v['mem_used'] == 6 << 20 and
        v['sessions'] == 2 and v['mem_quota'] == 8 << 20 and v['ctx_bytes'] == st['mem-ctx-bytes'] and
        sorted(w['pid'] for w in v['workers']) == sorted(wa + wb))
     code, ctype, prom = scrape(port)
     L = lambda **kw: frozenset(dict(vm='qtest-mon', id=str(vm_id), **kw).items())
-    want = {('vcu_vm_mem_quota_bytes', L()): 8 << 20, ('vcu_vm_mem_used_bytes', L()): 4 << 20,
-            ('vcu_vm_mem_used_bytes', L(device='0')): 4 << 20, ('vcu_vm_ctx_bytes', L()): st['mem-ctx-bytes'],
+    want = {('vcu_vm_mem_quota_bytes', L()): 8 << 20, ('vcu_vm_mem_used_bytes', L()): 6 << 20,
+            ('vcu_vm_mem_used_bytes', L(device='0')): 6 << 20, ('vcu_vm_ctx_bytes', L()): st['mem-ctx-bytes'],
             ('vcu_vm_sessions', L()): 2, ('vcu_vm_max_sessions', L()): 64, ('vcu_vm_faults_total', L()): 0,
             ('vcu_vm_sms', L()): 0, ('vcu_vm_compute_share', L()): 0, ('vcu_vm_compute_cap', L()): 0}
     miss = {k: (v, prom.get(k)) for k, v in want.items() if prom is None or prom.get(k) != v} \
@@ -714,13 +720,17 @@ def monitoring():
        prom.get(('vcu_vms', frozenset())) >= 1 and prom.get(('vcu_workers_started_total', frozenset())) >= 2)
     code, _, _ = scrape(port, '/other')
     ok(f'daemon metrics: another path is HTTP {code}', code == 404)
-    # A worker maps its VM's account writable (it charges its slot); QEMU
+    # A worker holds its VM's account writable (it charges its slot); QEMU
     # and the daemon map it too: shrinking it would kill both on their
-    # next read (SIGBUS).  The account is sealed.
+    # next read (SIGBUS).  The account is sealed.  (The worker is not
+    # dumpable, so its descriptor is taken here from the daemon's.)
     acct = None
-    for line in open(f'/proc/{wa[0]}/maps').read().splitlines() if wa else []:
-        if '/memfd:vcu-account' in line:
-            acct = f'/proc/{wa[0]}/map_files/{line.split()[0]}'
+    for fd in os.listdir(f'/proc/{df.p.pid}/fd'):
+        try:
+            if os.readlink(f'/proc/{df.p.pid}/fd/{fd}').startswith('/memfd:vcu-account'):
+                acct = f'/proc/{df.p.pid}/fd/{fd}'
+        except OSError:
+            pass
     err = None
     if acct:
         f = os.open(acct, os.O_RDWR)
@@ -731,11 +741,11 @@ def monitoring():
         os.close(f)
     st2 = qget('stats')
     ok(f'a worker cannot shrink its VM\'s memory account ({acct}: {os.strerror(err) if err else "shrunk"}); '
-       f'QEMU and the daemon read it on', acct and err == 1 and st2['mem-used'] == 4 << 20 and
+       f'QEMU and the daemon read it on', acct and err == 1 and st2['mem-used'] == 6 << 20 and
        df.vm(vm.p.pid) is not None)
     check('SESSION_CLOSE of the 3 MiB session', vm.submit([(REQ, hdr(opcode=2, payload_len=0, session=ma))], 64), S_OK)
     expect('its memory and session leave the count',
-           lambda: qget('mem-used') == 1 << 20 and qget('sessions') == 1 and qget('stats')['workers'] == 1)
+           lambda: qget('mem-used') == 2 << 20 and qget('sessions') == 1 and qget('stats')['workers'] == 1)
     if wb:
         os.kill(wb[0], 9)
     expect('a killed worker\'s memory leaves the count once reaped (the guest has not closed)',
@@ -1203,7 +1213,9 @@ def main():
         D['none'] = start_daemon('none', libcuda=NOCUDA)
         if not os.path.exists(FAKECUDA):
             raise RuntimeError(f'no CPU stand-in at {FAKECUDA} (make fakecuda)')
-        D['fake'] = start_daemon('fake', cache=df_cache, metrics=f'127.0.0.1:{port}')
+        # Contexts charged at 1 MiB each: the quota cases count them.
+        D['fake'] = start_daemon('fake', cache=df_cache, metrics=f'127.0.0.1:{port}',
+                                 extra=['--ctx-bytes', '1M'])
         D['fake_cache'], D['fake_port'] = df_cache, port
     except RuntimeError as e:
         ok(str(e), False)
