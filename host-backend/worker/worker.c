@@ -248,10 +248,17 @@ static struct {
     .watch_cv = PTHREAD_COND_INITIALIZER,
 };
 
+/* How the process ends: its session is over (0) or a peer broke the
+ * link's rules (1).  The fuzz target of the link (tests/fuzz/
+ * fuzz_worker.c) defines it to go back to its harness instead. */
+#ifndef VCU__W_EXIT
+#define VCU__W_EXIT(code) _exit(code)
+#endif
+
 static void vcu__die(const char *what)
 {
     fprintf(stderr, "vcu-worker[%d]: %s\n", (int)getpid(), what);
-    _exit(1);
+    VCU__W_EXIT(1);
 }
 
 static void vcu__write_all(const void *p, size_t n)
@@ -264,7 +271,7 @@ static void vcu__write_all(const void *p, size_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            _exit(0);               /* QEMU is gone: so is the session */
+            VCU__W_EXIT(0);         /* QEMU is gone: so is the session */
         b += w;
         n -= (size_t)w;
     }
@@ -944,7 +951,7 @@ static void vcu__sock_fill(bool block)
     if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
     if (n <= 0)
-        _exit(0);                   /* closed: the session ends with us */
+        VCU__W_EXIT(0);             /* closed: the session ends with us */
     if (m.msg_flags & MSG_CTRUNC)
         vcu__die("file descriptors lost");
     for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
