@@ -755,6 +755,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     for (i = 0; i < h.nsegs; i++) {
         struct vcu_seg ws;
         vcu_segment_t *sg = &j->segs[i];
+        uint64_t sum = 0;
         uint32_t n;
 
         memcpy(&ws, j->req + seg_off + i * sizeof(ws), sizeof(ws));
@@ -778,6 +779,19 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
                 status = VCU_S_EFAULT;
                 goto fail;
             }
+            /* Kept within the protocol's bound: no overflow. */
+            if (rg[k].len > VCU_MAX_XFER - sum) {
+                status = VCU_S_EINVAL;
+                goto fail;
+            }
+            sum += rg[k].len;
+        }
+        /* The backend takes a segment's length for its iovecs' sum
+         * (vcu_backend.h) and bounds copies by it: ranges that add up to
+         * less would let a copy run past them. */
+        if (sum != ws.len) {
+            status = VCU_S_EINVAL;
+            goto fail;
         }
     }
     if (k != ir.nranges)
