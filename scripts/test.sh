@@ -2,9 +2,9 @@
 # The test command (README): installs what it needs, builds everything and
 # runs every suite that needs no GPU, then prints the total as the last line:
 #   N passed, N failed
-# Suites: unit (host backend under ASan/UBSan), fuzz (the backend's fuzz
-# target replays the committed corpus and past failures, each input once:
-# no random run, so the verdict does not depend on luck or load; the
+# Suites: unit (host backend under ASan/UBSan), fuzz (every fuzz target
+# replays its committed corpus and past failures, each input once: no
+# random run, so the verdict does not depend on luck or load; the
 # open-ended campaign is `make fuzz`), qtest (the QEMU device
 # driven as a hostile guest would, through QEMU's qtest interface, no guest
 # kernel), twins (the CPU stand-in's kernel twins match the parameter
