@@ -6,9 +6,11 @@
 #                   needs no GPU; last line "N passed, N failed"
 #   make run        the main job: what a guest sees of the GPU, a workload
 #                   in the guest next to the same one natively, a verdict
-#   make fuzz       fuzz the host backend for FUZZ_SECONDS (600) with
-#                   FUZZ_JOBS (1) processes; prints executions, exec/s,
-#                   coverage and crashes (docs/fuzzing.md)
+#   make fuzz       fuzz every parser a guest or a peer process reaches
+#                   (the fuzz targets, FUZZ_TARGETS: all) for FUZZ_SECONDS
+#                   (600) in all, FUZZ_JOBS (1) processes each; prints
+#                   executions, exec/s, coverage and crashes per target
+#                   (docs/fuzzing.md)
 #   make gpu-suite  on a GPU host: the CUDA suite in a guest on the real GPU
 #   make bench      on a GPU host: the native-vs-guest benchmark (bench/)
 #   make install-guest  in a guest (or with DESTDIR=stage): the module
@@ -92,9 +94,10 @@ run:
 
 FUZZ_SECONDS ?= 600
 FUZZ_JOBS ?= 1
+FUZZ_TARGETS ?=
 fuzz:
 	bash scripts/deps.sh
-	FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run.sh campaign $(FUZZ_SECONDS)
+	FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_TARGETS="$(FUZZ_TARGETS)" tests/fuzz/run.sh campaign $(FUZZ_SECONDS)
 
 gpu-suite:
 	tests/gpu/run.sh; rc=$$?; tests/gpu/leaks.sh || rc=1; exit $$rc

@@ -118,10 +118,11 @@ enum { VCU_STATUS_MAP(VCU_S_ENUM_) VCU_S_COUNT_ };
 enum { VCU_STATUS_MAP(VCU_E_ENUM_) };
 #undef VCU_E_ENUM_
 
-/* Message for a wire status or a library code (0, VCU_S_* or VCU_E*). */
+/* Message for a wire status or a library code (0, VCU_S_* or VCU_E*).
+ * Any int: a status a peer sent may be INT_MIN, which has no negation. */
 static inline const char *vcu_status_str(int code)
 {
-    switch (code < 0 ? -code : code) {
+    switch (code < 0 ? 0u - (unsigned int)code : (unsigned int)code) {
 #define VCU_STR_CASE_(name, val, msg) case (val): return msg;
     VCU_STATUS_MAP(VCU_STR_CASE_)
 #undef VCU_STR_CASE_

@@ -5,13 +5,14 @@
 # Suites: unit (host backend under ASan/UBSan), jail (a probe in a worker's
 # jail, started by the real host daemon, tries to get out: tests/jail/run.py),
 # daemon (vcu-daemon's folders cannot be squatted, a hostile QEMU loses only
-# its own link, bounds and live changes: tests/daemon/run.py), fuzz (the backend's fuzz
-# target replays the committed corpus and past failures, each input once:
-# no random run, so the verdict does not depend on luck or load; the
+# its own link, bounds and live changes: tests/daemon/run.py), fuzz (every
+# fuzz target replays its committed corpus and past failures, each input
+# once: no random run, so the verdict does not depend on luck or load; the
 # open-ended campaign is `make fuzz`), qtest (the QEMU device, sandboxed
 # as libvirt starts it and on host daemons the suite starts, driven as a
 # hostile guest would, through QEMU's qtest interface, no guest kernel; and
-# its daemon link answered as a hostile daemon would), twins (the CPU stand-in's kernel twins match the parameter
+# its daemon link answered as a hostile daemon would), twins (the CPU
+# stand-in's kernel twins match the parameter
 # layouts nvcc gave the test kernels), exports (our libcudart.so.13 exports
 # every name NVIDIA's does, with its symbol version), libcuda-exports (our
 # libcuda.so.1 exports every name the toolkit's stub libcuda does, and

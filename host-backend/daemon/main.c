@@ -366,7 +366,7 @@ static void vcu__dmn_setup_jail(vcu_dmn_t *d, int jail_on, const char *user)
 
 static void vcu__dmn_cache(vcu_dmn_t *d, const char *arg)
 {
-    char mods[PATH_MAX];
+    char mods[PATH_MAX + 16];
     struct stat st;
 
     if (arg != NULL && strcmp(arg, "off") == 0) {
@@ -390,6 +390,14 @@ static void vcu__dmn_cache(vcu_dmn_t *d, const char *arg)
         d->cache_dir = def;
     }
     vcu__dmn_own_dir(d->cache_dir, 0755);
+    {
+        /* Absolute: the workers open it by this path inside their jails. */
+        static char abs[PATH_MAX];
+
+        if (realpath(d->cache_dir, abs) == NULL)
+            vcu__dmn_die("--cache-dir %s: %s", d->cache_dir, strerror(errno));
+        d->cache_dir = abs;
+    }
     /* The workers write the shared folder: theirs, and nobody else's. */
     snprintf(mods, sizeof(mods), "%s/modules", d->cache_dir);
     if (mkdir(mods, 0700) != 0 && errno != EEXIST)
@@ -410,7 +418,7 @@ static void vcu__dmn_cache(vcu_dmn_t *d, const char *arg)
 static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
 {
     const char *jail = "on", *user = NULL, *cache = NULL, *group = NULL;
-    static char sock[PATH_MAX], ctl[PATH_MAX], run[PATH_MAX];
+    static char sock[PATH_MAX + 16], ctl[PATH_MAX + 16], run[PATH_MAX];
     int i;
 
     d->max_sessions = VCU_DMN_MAX_SESSIONS;
@@ -501,6 +509,14 @@ static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
     /* The run folder holds the sockets (QEMU must reach vcu.sock: the
      * folder is searchable, the socket's mode and group decide). */
     vcu__dmn_own_dir(d->run_dir, 0755);
+    {
+        /* Absolute from here: the jails mount on it, the workers bind by it. */
+        static char abs[PATH_MAX];
+
+        if (realpath(d->run_dir, abs) == NULL)
+            vcu__dmn_die("--run-dir %s: %s", d->run_dir, strerror(errno));
+        d->run_dir = abs;
+    }
     if (d->socket_path == NULL) {
         snprintf(sock, sizeof(sock), "%s/vcu.sock", d->run_dir);
         d->socket_path = sock;

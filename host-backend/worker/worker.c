@@ -273,10 +273,17 @@ static struct {
     .watch_cv = PTHREAD_COND_INITIALIZER,
 };
 
+/* How the process ends: its session is over (0) or a peer broke the
+ * link's rules (1).  The fuzz target of the link (tests/fuzz/
+ * fuzz_worker.c) defines it to go back to its harness instead. */
+#ifndef VCU__W_EXIT
+#define VCU__W_EXIT(code) _exit(code)
+#endif
+
 static void vcu__die(const char *what)
 {
     fprintf(stderr, "vcu-worker[%d]: %s\n", (int)getpid(), what);
-    _exit(1);
+    VCU__W_EXIT(1);
 }
 
 static void vcu__write_all(const void *p, size_t n)
@@ -289,7 +296,7 @@ static void vcu__write_all(const void *p, size_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            _exit(0);               /* QEMU is gone: so is the session */
+            VCU__W_EXIT(0);         /* QEMU is gone: so is the session */
         b += w;
         n -= (size_t)w;
     }
@@ -815,6 +822,7 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     for (i = 0; i < h.nsegs; i++) {
         struct vcu_seg ws;
         vcu_segment_t *sg = &j->segs[i];
+        uint64_t sum = 0;
         uint32_t n;
 
         memcpy(&ws, j->req + seg_off + i * sizeof(ws), sizeof(ws));
@@ -838,6 +846,19 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
                 status = VCU_S_EFAULT;
                 goto fail;
             }
+            /* Kept within the protocol's bound: no overflow. */
+            if (rg[k].len > VCU_MAX_XFER - sum) {
+                status = VCU_S_EINVAL;
+                goto fail;
+            }
+            sum += rg[k].len;
+        }
+        /* The backend takes a segment's length for its iovecs' sum
+         * (vcu_backend.h) and bounds copies by it: ranges that add up to
+         * less would let a copy run past them. */
+        if (sum != ws.len) {
+            status = VCU_S_EINVAL;
+            goto fail;
         }
     }
     if (k != ir.nranges)
@@ -1011,7 +1032,7 @@ static void vcu__sock_fill(bool block)
     if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
     if (n <= 0)
-        _exit(0);                   /* closed: the session ends with us */
+        VCU__W_EXIT(0);             /* closed: the session ends with us */
     if (m.msg_flags & MSG_CTRUNC)
         vcu__die("file descriptors lost");
     for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {

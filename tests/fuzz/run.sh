@@ -1,34 +1,38 @@
 #!/bin/sh
-# The host backend's fuzz target (fuzz_backend.c): regression replay for
-# the test suite, or an open-ended campaign.
+# The fuzz targets (docs/fuzzing.md): regression replay for the test
+# suite, or an open-ended campaign.
 #
 #   tests/fuzz/run.sh replay            (make test's fuzz suite)
-#   tests/fuzz/run.sh campaign [SECS]   (make fuzz; default 600 s)
+#   tests/fuzz/run.sh campaign [SECS]   (make fuzz; default 600 s in all)
 #
-# Both build the target and the stand-in for libcuda under $O (default
-# build/fuzz) first.
+# FUZZ_TARGETS="device proxy" limits either to those targets (default: all
+# of them, `make -s -C tests/fuzz targets`).  Both build the targets and
+# the stand-in for libcuda under $O (default build/fuzz) first.
 #
-# replay: runs gen_corpus.py's seeds and regressions (made under $O) and
-# every input of tests/fuzz/corpus and tests/fuzz/regressions once, in name order, with no mutation, so that an unchanged tree gives
-# the same verdict every time whatever the machine's load: a request that
-# does not complete within FUZZ_TIMEOUT_MS (1000 here, generous) ends by a
-# backend reset, and an input gets -timeout=$FUZZ_INPUT_TIMEOUT (default
-# 120) seconds before libFuzzer calls it hung.  Prints
-# "1 passed, 0 failed", or the failing input and "0 passed, 1 failed".
+# replay: for each target, every input of tests/fuzz/corpus/NAME and
+# tests/fuzz/regressions/NAME once, in name order, with no mutation (for
+# backend also gen_corpus.py's seeds and regressions, made under $O), so
+# that an unchanged tree gives the same verdict every time whatever the
+# machine's load: a backend request that does not complete within
+# FUZZ_TIMEOUT_MS (1000 here, generous) ends by a backend reset, and an
+# input gets -timeout=$FUZZ_INPUT_TIMEOUT (default 120) seconds before
+# libFuzzer calls it hung.  Prints a line per target, then "N passed, M
+# failed" (one each per target) and, for a failure, the failing input.
 #
-# campaign: mutates from the corpus and the regressions (a scratch copy:
-# the committed files are never changed) for SECS seconds, then prints
-# executions, executions per second, coverage (cov: edges, ft: features),
-# the units it added, peak RSS, the crashes (crash-, leak-, timeout-, oom-
-# artifacts) and the slow units (slow-unit-: reported, not failures).  New
-# units stay in $O/campaign-corpus (merge them into tests/fuzz/corpus with
-# -merge=1).  A crash input belongs in tests/fuzz/regressions once fixed.
-# FUZZ_JOBS=N runs N processes at once (libFuzzer -fork).  Exits 1 on a
-# crash.
+# campaign: each target in turn mutates from its corpus and regressions
+# (a scratch copy: the committed files are never changed) for its share of
+# SECS, then its line says executions, executions per second, coverage
+# (cov: edges, ft: features), the units it added, peak RSS, the crashes
+# (crash-, leak-, timeout-, oom- artifacts) and the slow units (slow-unit-:
+# reported, not failures).  New units stay in $O/campaign/NAME/corpus
+# (merge them into tests/fuzz/corpus/NAME with -merge=1).  A crash input
+# belongs in tests/fuzz/regressions/NAME once fixed.  FUZZ_JOBS=N runs N
+# processes of each target at once (libFuzzer -fork).  Exits 1 on a crash.
 #
 # Reproduce one input:
-#   FUZZ_DEBUG=1 VCU_LIBCUDA=$O/fakecuda/libcuda.so.1 $O/fuzz_backend FILE
-# (FUZZ_DEBUG prints each request and its status).
+#   FUZZ_DEBUG=1 $O/fuzz_NAME FILE
+# (VCU_LIBCUDA=$O/fakecuda/libcuda.so.1 for backend and batch; FUZZ_DEBUG
+# makes each harness say what it does).
 set -u
 mode=${1:-replay}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,94 +51,129 @@ if ! make -s -C "$here" O="$O" >"$O/build.log" 2>&1; then
     echo "0 passed, 1 failed"
     exit 1
 fi
+all=$(make -s -C "$here" targets)
+targets=${FUZZ_TARGETS:-$all}
+for t in $targets; do
+    case " $all " in
+    *" $t "*) ;;
+    *) echo "fuzz: no target $t (targets: $all)"; echo "0 passed, 1 failed"; exit 1 ;;
+    esac
+done
 export VCU_LIBCUDA="$O/fakecuda/libcuda.so.1"
 # Many sessions in one process: a fault stays in its context (the stand-in
 # makes faults process-wide by default, as driver 580 does).
 export VCU_FAKECUDA_STICKY=context
 
-# gen_corpus.py's hand-written seeds and slow-* regressions, made here
-# from the protocol header and the call list as they are now (opcode
-# indices and call numbers move when those change), then the committed
-# inputs (campaign units, crash regressions), in name order (not README.md).
+# gen_corpus.py's hand-written seeds and slow-* regressions for backend,
+# made here from the protocol header and the call list as they are now
+# (opcode indices and call numbers move when those change).
 gen=$O/generated
-rm -rf "$gen"
-mkdir -p "$gen/seeds" "$gen/regressions"
-if ! { python3 "$here/gen_corpus.py" "$gen/seeds" &&
-    python3 "$here/gen_corpus.py" --regressions "$gen/regressions"; } >"$O/gen.log" 2>&1; then
-    cat "$O/gen.log"
-    echo "fuzz: gen_corpus.py failed"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+case " $targets " in
+*" backend "*)
+    rm -rf "$gen"
+    mkdir -p "$gen/seeds" "$gen/regressions"
+    if ! { python3 "$here/gen_corpus.py" "$gen/seeds" &&
+        python3 "$here/gen_corpus.py" --regressions "$gen/regressions"; } >"$O/gen.log" 2>&1; then
+        cat "$O/gen.log"
+        echo "fuzz: gen_corpus.py failed"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    ;;
+esac
+
+# A target's inputs: its corpus, then its regressions, each in name order
+# (not README.md).
 inputs() {
-    for d in "$gen/seeds" "$gen/regressions" "$here/corpus" "$here/regressions"; do
+    dirs="$here/corpus/$1 $here/regressions/$1"
+    [ "$1" = backend ] && dirs="$gen/seeds $gen/regressions $dirs"
+    for d in $dirs; do
         [ -d "$d" ] || continue
         find "$d" -maxdepth 1 -type f ! -name '*.md' | LC_ALL=C sort
     done
 }
 
+passed=0
+failed=0
+
 if [ "$mode" = replay ]; then
-    log=$O/replay.log
-    list=$O/replay.list
-    art=$O/replay-artifacts
-    rm -rf "$art"
-    mkdir -p "$art"
-    inputs >"$list"
-    n=$(wc -l <"$list")
-    [ "$n" -gt 0 ] || { echo "fuzz: no inputs in $here/corpus"; echo "0 passed, 1 failed"; exit 1; }
-    t0=$(date +%s)
-    # One process for every input; xargs would split a long list over
-    # several processes, which is as good (each input still runs once).
-    FUZZ_TIMEOUT_MS=${FUZZ_TIMEOUT_MS:-1000} xargs "$O/fuzz_backend" \
-        -timeout="${FUZZ_INPUT_TIMEOUT:-120}" -rss_limit_mb=4096 -artifact_prefix="$art/" \
-        <"$list" >"$log" 2>&1
-    rc=$?
-    ran=$(grep -c '^Executed ' "$log")
-    echo "fuzz: replayed $ran of $n inputs (corpus and regressions) in $(($(date +%s) - t0)) s"
-    if [ "$rc" -eq 0 ] && [ "$ran" -eq "$n" ]; then
-        echo "1 passed, 0 failed"
-        exit 0
-    fi
-    grep -E "ERROR|SUMMARY|runtime error|#[0-9]+ 0x" "$log" | sed -n '1,30p'
-    last=$(sed -n 's/^Running: //p' "$log" | tail -n 1)
-    echo "fuzz: exit $rc, log $log"
-    [ -n "$last" ] && echo "fuzz: failing input $last"
-    echo "0 passed, 1 failed"
-    exit 1
+    for t in $targets; do
+        log=$O/replay-$t.log
+        list=$O/replay-$t.list
+        art=$O/replay-artifacts/$t
+        rm -rf "$art"
+        mkdir -p "$art"
+        inputs "$t" >"$list"
+        n=$(wc -l <"$list")
+        if [ "$n" -eq 0 ]; then
+            echo "fuzz: $t: no inputs in $here/corpus/$t"
+            failed=$((failed + 1))
+            continue
+        fi
+        t0=$(date +%s)
+        # One process for every input; xargs would split a long list over
+        # several processes, which is as good (each input still runs once).
+        FUZZ_TIMEOUT_MS=${FUZZ_TIMEOUT_MS:-1000} xargs "$O/fuzz_$t" \
+            -timeout="${FUZZ_INPUT_TIMEOUT:-120}" -rss_limit_mb=4096 -artifact_prefix="$art/" \
+            <"$list" >"$log" 2>&1
+        rc=$?
+        ran=$(grep -c '^Executed ' "$log")
+        echo "fuzz: $t: replayed $ran of $n inputs in $(($(date +%s) - t0)) s"
+        if [ "$rc" -eq 0 ] && [ "$ran" -eq "$n" ]; then
+            passed=$((passed + 1))
+            continue
+        fi
+        failed=$((failed + 1))
+        grep -E "ERROR|SUMMARY|runtime error|check failed|#[0-9]+ 0x" "$log" | sed -n '1,30p'
+        last=$(sed -n 's/^Running: //p' "$log" | tail -n 1)
+        echo "fuzz: $t: exit $rc, log $log"
+        [ -n "$last" ] && echo "fuzz: $t: failing input $last"
+    done
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
 fi
 
 # ---- campaign ------------------------------------------------------------------
 secs=${2:-${FUZZ_SECONDS:-600}}
-work=$O/campaign-corpus
-art=$O/campaign-artifacts
-log=$O/campaign.log
-rm -rf "$work" "$art"
-mkdir -p "$work" "$art"
-inputs | while read -r f; do cp "$f" "$work/"; done
 jobs=${FUZZ_JOBS:-1}
+ntargets=$(echo $targets | wc -w)
+share=$((secs / ntargets))
+[ "$share" -gt 0 ] || share=1
 fork=
 [ "$jobs" -gt 1 ] && fork="-fork=$jobs -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1"
-echo "fuzz: campaign of $secs s from $(ls "$work" | wc -l) inputs, log $log"
-# shellcheck disable=SC2086  # $fork is several options or none
-"$O/fuzz_backend" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
-    -print_final_stats=1 -artifact_prefix="$art/" $fork "$work" >"$log" 2>&1
-rc=$?
-done_line=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$log" | tail -n 1)
-stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -n 1; }
-execs=$(stat number_of_executed_units)
-rate=$(stat average_exec_per_sec)
-[ -n "$execs" ] || execs=$(echo "$done_line" | sed -n 's/^#\([0-9]*\).*/\1/p')
-[ -n "$rate" ] || rate=$(echo "$done_line" | sed -n 's/.*exec\/s: \([0-9]*\).*/\1/p')
-cov=$(echo "$done_line" | sed -n 's/.* cov: \([0-9]*\).*/\1/p')
-ft=$(echo "$done_line" | sed -n 's/.* ft: \([0-9]*\).*/\1/p')
-crashes=$(find "$art" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
-slow=$(find "$art" -type f -name 'slow-unit-*' | wc -l)
-echo "fuzz: executions $execs, exec/s $rate, cov $cov, ft $ft, new units $(stat new_units_added)," \
-    "peak RSS $(stat peak_rss_mb) MB, crashes $crashes, slow units $slow"
-if [ "$crashes" -gt 0 ] || { [ "$rc" -ne 0 ] && [ "$jobs" -le 1 ]; }; then
-    grep -E "ERROR|SUMMARY|runtime error|#[0-9]+ 0x" "$log" | sed -n '1,30p'
-    find "$art" -type f ! -name 'slow-unit-*' | sed 's/^/fuzz: crash input /'
-    echo "fuzz: exit $rc"
-    exit 1
-fi
+echo "fuzz: campaign of $secs s: $share s for each of $targets"
+for t in $targets; do
+    work=$O/campaign/$t/corpus
+    art=$O/campaign/$t/artifacts
+    log=$O/campaign/$t/log
+    rm -rf "$work" "$art"
+    mkdir -p "$work" "$art"
+    inputs "$t" | while read -r f; do cp "$f" "$work/"; done
+    # shellcheck disable=SC2086  # $fork is several options or none
+    "$O/fuzz_$t" -max_total_time="$share" -timeout=30 -rss_limit_mb=4096 \
+        -print_final_stats=1 -artifact_prefix="$art/" $fork "$work" >"$log" 2>&1
+    rc=$?
+    done_line=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$log" | tail -n 1)
+    stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -n 1; }
+    execs=$(stat number_of_executed_units)
+    rate=$(stat average_exec_per_sec)
+    [ -n "$execs" ] || execs=$(echo "$done_line" | sed -n 's/^#\([0-9]*\).*/\1/p')
+    [ -n "$rate" ] || rate=$(echo "$done_line" | sed -n 's/.*exec\/s: \([0-9]*\).*/\1/p')
+    cov=$(echo "$done_line" | sed -n 's/.* cov: \([0-9]*\).*/\1/p')
+    ft=$(echo "$done_line" | sed -n 's/.* ft: \([0-9]*\).*/\1/p')
+    crashes=$(find "$art" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+    slow=$(find "$art" -type f -name 'slow-unit-*' | wc -l)
+    echo "fuzz: $t: executions $execs, exec/s $rate, cov $cov, ft $ft, new units $(stat new_units_added)," \
+        "peak RSS $(stat peak_rss_mb) MB, crashes $crashes, slow units $slow"
+    if [ "$crashes" -gt 0 ] || { [ "$rc" -ne 0 ] && [ "$jobs" -le 1 ]; }; then
+        failed=$((failed + 1))
+        grep -E "ERROR|SUMMARY|runtime error|check failed|#[0-9]+ 0x" "$log" | sed -n '1,30p'
+        find "$art" -type f ! -name 'slow-unit-*' | sed "s/^/fuzz: $t: crash input /"
+        echo "fuzz: $t: exit $rc, log $log"
+    else
+        passed=$((passed + 1))
+    fi
+done
+[ "$failed" -eq 0 ] || exit 1
 exit 0
