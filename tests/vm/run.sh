@@ -46,6 +46,10 @@
 #   VCU_VM_NAME=NAME    the VM's name (QEMU's -name: the daemon reports it so)
 #   VCU_VM_DISK=IMG     a raw disk image the guest sees read-only as /dev/vda
 #                       (the torch suite's root: tests/gpu/torch-run.sh)
+#   VCU_VM_BUILD_ONLY=1 build everything, the suites' initramfs images
+#                       (build/vm/initrd-SUITE.img) included, and boot
+#                       nothing (tests/pkg/libvirt.sh boots its guest
+#                       through libvirt)
 set -u
 
 [ $# -ge 1 ] || { echo "usage: $0 SUITE[,SUITE...] [extra -device options]" >&2; exit 2; }
@@ -152,6 +156,20 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
     fi
 fi
 [ -x "$qemu" ] || die "no QEMU at $qemu"
+
+# The suite's initramfs, build/vm/initrd-SUITE.img.
+make_image() {
+    VCU_MODULE=$moddir/virtio_cuda.ko VCU_VM_BIN=$build/vm "$here/mkinitramfs.sh" \
+        "$build/vm/initrd-$1.img" "$1" || die "mkinitramfs failed"
+}
+if [ "${VCU_VM_BUILD_ONLY:-0}" = 1 ]; then
+    [ "${VCU_NO_BUILD:-0}" != 1 ] || die "VCU_VM_BUILD_ONLY=1 and VCU_NO_BUILD=1: nothing to do"
+    for s in $suites; do
+        make_image "$s"
+    done
+    step "build done in $(($(date +%s) - t_start)) s"
+    exit 0
+fi
 [ -f "$share/qboot.rom" ] || die "no $share/qboot.rom"
 
 # The host daemon: QEMU runs sandboxed (spawn=deny, as libvirt starts it)
@@ -188,8 +206,7 @@ for s in $suites; do
     if [ "${VCU_NO_BUILD:-0}" = 1 ]; then
         [ -f "$img" ] || die "VCU_NO_BUILD=1 but no $img"
     else
-        VCU_MODULE=$moddir/virtio_cuda.ko VCU_VM_BIN=$build/vm "$here/mkinitramfs.sh" "$img" "$s" ||
-            die "mkinitramfs failed"
+        make_image "$s"
     fi
     rm -f "$log" "$qlog"
     # The quota suite's VM has a GPU memory quota (tests/vm/quota_test.c),
