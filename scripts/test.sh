@@ -36,14 +36,16 @@
 # TCG guest; tests/pkg/libvirt.sh), and in a TCG guest: echo,
 # badinput, hostmem, quota (two guest processes against mem-quota), cuda,
 # nvrt, nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file),
-# demo (the main job's program); relocatable (the carried outputs boot the
+# demo (the main job's program); hostile (a VM raising every limit and
+# allocating every way beside one that checks it keeps its slice, on the
+# stand-in: tests/gpu/hostile.sh); relocatable (the carried outputs boot the
 # echo suite from a copy at another path).
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit jail daemon fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo relocatable"}
+suites=${VCU_SUITES:-"cold unit jail daemon fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo hostile relocatable"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -112,6 +114,9 @@ for s in $suites; do
     # first guest build and a slow machine may take several.
     libvirt) run_suite libvirt timeout -k 30 720 tests/pkg/libvirt.sh ;;
     relocatable) run_suite relocatable timeout 300 tests/pkg/relocatable.sh ;;
+    hostile) VCU_VM_BUILD_ONLY=1 tests/vm/run.sh share >"$log_dir/hostile-image.log" 2>&1
+        run_suite hostile env VCU_HOSTILE_FAKE=1 VCU_HOSTILE_SECS=20 timeout 600 \
+            tests/gpu/hostile.sh ;;
     echo | badinput | hostmem | quota | cuda | nvrt | nvml | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac

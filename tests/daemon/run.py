@@ -220,15 +220,15 @@ def main():
     argv = shlex.split(exec_line[len('ExecStart='):])[1:]
     run = os.path.join(tmp, 'unit-run')
     # Paths of this machine's build, no listener on the unit's port, and
-    # root's group where there is no kvm group (no libvirt installed).
+    # root's group where the unit's is missing (no libvirt installed).
     import grp
-    try:
-        grp.getgrnam('kvm')
-        have_kvm = True
-    except KeyError:
-        have_kvm = False
     args = [a if a != '127.0.0.1:9477' else 'off' for a in argv]
-    args = [a if a != 'kvm' or have_kvm else 'root' for a in args]
+    if '--socket-group' in args:
+        i = args.index('--socket-group') + 1
+        try:
+            grp.getgrnam(args[i])
+        except KeyError:
+            args[i] = 'root'
     p, _ = start(daemon, args + ['--run-dir', run, '--cache-dir', os.path.join(tmp, 'unit-cache'),
                                  '--worker', worker, '--libcuda', libcuda])
     st = ctl(run, {'cmd': 'status'})

@@ -17,7 +17,9 @@
 #
 #   VCU_HOSTILE_SECS=S     seconds of the attack's hold and the victim's rounds [60]
 #   VCU_HOSTILE_QUOTA=Q    both VMs' mem-quota [8G; 1G on the stand-in]
-#   VCU_HOSTILE_FAKE=1     on the CPU stand-in (no NVML: the account only)
+#   VCU_HOSTILE_FAKE=1     on the CPU stand-in (no NVML: the account only; the
+#                          victim's data is not checked, the stand-in runs
+#                          its kernels as no-ops); in make test
 set -u
 cd "$(dirname "$0")/../.."
 fake=${VCU_HOSTILE_FAKE:-0}
@@ -30,7 +32,16 @@ logroot=build/vm/logs/hostile-run
 
 . tests/gpu/vmcase.sh
 vmcase_init hostile "$fake" "$logroot"
-vmcase_daemon --metrics "127.0.0.1:$port"
+# The stand-in has no C twins of hostile_work's kernels: it runs them as
+# no-ops (the victim's check then sees its memset's zeros).
+[ "$fake" = 1 ] && export VCU_FAKECUDA_ANY_KERNEL=1
+# On the stand-in a context is charged 8 MiB (the daemon's --ctx-bytes),
+# so that more than one fits its small quota and the session bound shows.
+if [ "$fake" = 1 ]; then
+    vmcase_daemon --metrics "127.0.0.1:$port" --ctx-bytes 8M
+else
+    vmcase_daemon --metrics "127.0.0.1:$port"
+fi
 trap vmcase_end EXIT
 
 vmcase_boot hostile $((secs + 240)) "vcu.share_procs=0 vcu.hostile=attack,$procs,$secs" -- \

@@ -81,9 +81,12 @@ def main():
                 f'({nv_samples} samples)')
     verdict('attack-reached-its-quota', max_used >= quota * 0.9,
             f'max {max_used / gib:.2f} GiB: the quota, not the attack, was the bound')
-    verdict('sessions-past-max-refused', refused >= 1 or procs <= maxs,
-            f'{int(refused)} refused (max-sessions {maxs}, {procs} processes)')
     h = open(hlog, errors='replace').read().replace('\r', '')
+    started = len(re.findall(r'VCU-HOSTILE \S+ context ok', h))
+    verdict('sessions-past-max-refused', started <= maxs and (procs <= maxs or
+                                                             'context failed' in h),
+            f'{started} of {procs} processes got a context (max-sessions {maxs}; the daemon '
+            f'refused {int(refused)}, QEMU the rest)')
     verdict('stack-limit-bounded',
             re.search(r'limit stack \d+ refused', h) is not None or
             'context failed' in h,

@@ -6,7 +6,8 @@
  *   hostile_work attack TAG SECS
  *   hostile_work victim TAG SECS
  *
- * attack: raises every limit it can set (the stack size up to 1 MiB a
+ * attack: takes its context, waits 3 s (its VM's other processes take
+ * theirs), raises every limit it can set (the stack size up to 1 MiB a
  * thread, the device malloc heap and the printf FIFO to 1 GiB), then
  * allocates in every way the runtime has, each until it is refused: device
  * memory in shrinking steps (256, 16, 1 MiB), the stream-ordered allocator
@@ -86,6 +87,11 @@ static int attack(const char *tag, double secs)
         return 0;                   /* refused at the start: the slice holds */
     }
     printf("VCU-HOSTILE %s context ok\n", tag);
+    fflush(stdout);
+    /* The VM's other processes take their contexts meanwhile (they start
+     * a fifth of a second apart): every session the VM may open is open
+     * before any of them fills the slice. */
+    sleep(3);
     for (i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++) {
         limit(tag, "stack", cudaLimitStackSize, stacks[i]);
         if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) != cudaSuccess)
