@@ -447,7 +447,7 @@ if [ "$nw" -gt 0 ] && [ "$nbad" = 0 ] && [ ! -s "$work/qemu-children.txt" ]; the
     ok "vcu-daemon (pid $dpid) ran the guest's sessions: $nw workers seen, its children, in pid namespaces not its own, not root; QEMU had no child"
 else
     bad "the guest's sessions run in vcu-daemon's workers, jailed, not root, and QEMU has no child ($nw workers seen, $nbad root or in the daemon's pid namespace; QEMU's children: $(tr '\n' ' ' <"$work/qemu-children.txt"))"
-    awk -v ns="$dns" '$2 == 0 || ($3 != "gone" && $3 == ns)' "$work/workers.txt" | head -n 5
+    awk -v ns="$dns" '$2 == 0 || ($3 != "gone" && $3 == ns)' "$work/workers.txt" | sed -n '1,5p'
 fi
 
 # The guest's verdicts, as tests/vm/run.sh reads them.
@@ -468,7 +468,7 @@ else
     bad "the CUDA suite ran to its end in the guest${problems}"
 fi
 if [ -n "$problems" ] || [ "$nfail" -gt 0 ]; then
-    grep -aE "$oops_re" "$work/serial.log" | head -n 20
+    grep -aE "$oops_re" "$work/serial.log" | sed -n '1,20p'
     echo "--- serial log tail ---"
     grep -av '^VCU-TEST ' "$work/serial.log" | tail -n 40
     tail_of vcu-daemon "$VCU_DAEMON_LOG" 30

@@ -24,9 +24,14 @@ vcu_daemon_start() {
     VCU_DAEMON_LOG=$_vd_run/daemon.log
     rm -f "$VCU_DAEMON_SOCK"
     # shellcheck disable=SC2086
-    "$_vd_bin" --run-dir "$_vd_run" --metrics off "$@" ${VCU_DAEMON_ARGS:-} \
-        >"$VCU_DAEMON_LOG" 2>&1 &
-    VCU_DAEMON_PID=$!
+    # Started from a subshell: not a job of the caller's shell, whose bare
+    # `wait` (for its VMs) would otherwise wait for the daemon too.
+    (
+        "$_vd_bin" --run-dir "$_vd_run" --metrics off "$@" ${VCU_DAEMON_ARGS:-} \
+            >"$VCU_DAEMON_LOG" 2>&1 &
+        echo $! >"$_vd_run/daemon.pid"
+    )
+    VCU_DAEMON_PID=$(cat "$_vd_run/daemon.pid")
     for _vd_i in $(seq 1 200); do
         [ -S "$VCU_DAEMON_SOCK" ] && return 0
         if ! kill -0 "$VCU_DAEMON_PID" 2>/dev/null; then
@@ -44,7 +49,12 @@ vcu_daemon_start() {
 vcu_daemon_stop() {
     [ -n "${VCU_DAEMON_PID:-}" ] || return 0
     kill "$VCU_DAEMON_PID" 2>/dev/null
-    wait "$VCU_DAEMON_PID" 2>/dev/null
+    # It reaps its workers, then goes (10 s at most, then SIGKILL).
+    for _vd_i in $(seq 1 100); do
+        kill -0 "$VCU_DAEMON_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -9 "$VCU_DAEMON_PID" 2>/dev/null
     VCU_DAEMON_PID=
 }
 
