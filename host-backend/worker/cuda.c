@@ -495,7 +495,8 @@ struct vcu__cuda_sess_s {
  * to grow: a function is handed out only once the context's stack limit,
  * charged, covers its local memory.  Nor does the flag change what the
  * driver does: CUDA 13's cuda.h has its behaviour "now the default" that
- * "cannot be disabled" (a grown stack stays, as the stack limit).  So
+ * "cannot be disabled" (a grown stack stays, as the stack limit; measured
+ * the same with and without it, tests/gpu/probe-lmem.py).  So
  * refusing it would break programs that set cudaDeviceLmemResizeToMax
  * and masking it would keep nothing off the GPU.
  */
@@ -3063,22 +3064,27 @@ static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
  * limit makes the driver grow the context's local memory at its launch
  * to that size for every thread the device holds at once (as the stack
  * limit's, vcu__stack_bytes: 256 KiB a thread is 67 GiB on an H200), and
- * keep it.  So before a function is handed out, device d's stack limit
- * (the context of its module) is raised to cover its local memory,
- * through vcu__lim_set: charged as a guest's set is, kept at least that
- * (cs->lmem) while the context lives, given back with the context; the
- * driver then has nothing to grow at the launch, and what it reserves is
- * what is charged.  Past the VM's quota the lookup fails as out of
- * memory.  Here and not at the launch: every way to a launch (a launch,
- * a batch, a run made a graph, a graph's kernel node, a captured launch;
- * the guest library's cuLibraryGetKernel and cuKernelGetFunction too)
- * starts with a function handed out here, while launches are
+ * keep it.  On an H200 with driver 580 the size it grew to was exactly
+ * LOCAL_SIZE_BYTES, callees' frames included, and a stack limit set to
+ * that first left the launch nothing to grow (tests/gpu/probe-lmem.py; a
+ * recursive kernel reports 0 and is not grown for: the guest sets the
+ * limit it needs, charged).  So before a function is handed out, device
+ * d's stack limit (the context of its module) is raised to cover its
+ * local memory, through vcu__lim_set: charged as a guest's set is, kept
+ * at least that (cs->lmem) while the context lives, given back with the
+ * context; the driver then has nothing to grow at the launch, and what it
+ * reserves is what is charged.  Past the VM's quota the lookup fails as
+ * out of memory.  Here and not at the launch: every way to a launch (a
+ * launch, a batch, a run made a graph, a graph's kernel node, a captured
+ * launch; the guest library's cuLibraryGetKernel and cuKernelGetFunction
+ * too) starts with a function handed out here, while launches are
  * stream-ordered, mostly sent without a reply and their errors deferred,
  * so a check there would cost every launch and fail far from its cause.
- * NVIDIA's runtime looks a kernel up at its first launch, so a program
- * sees the error there (cudaErrorMemoryAllocation), as it sees a launch
- * the GPU has no memory for.  Without an account nothing is charged and
- * the driver grows the limit itself, as it does natively.
+ * A program sees the error from the runtime call that looked the kernel
+ * up (NVIDIA's runtime does so as it first uses a kernel: a launch, an
+ * attribute query), as cudaErrorMemoryAllocation.  Without an account
+ * nothing is charged and the driver grows the limit itself, as it does
+ * natively.
  */
 static CUresult vcu__stack_cover(vcu__cuda_sess_t *cs, uint32_t d, CUfunction f)
 {
