@@ -3074,12 +3074,15 @@ static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
  * at least that (cs->lmem) while the context lives, given back with the
  * context; the driver then has nothing to grow at the launch, and what it
  * reserves is what is charged.  Past the VM's quota the lookup fails as
- * out of memory.  Here and not at the launch: every way to a launch (a
- * launch, a batch, a run made a graph, a graph's kernel node, a captured
- * launch; the guest library's cuLibraryGetKernel and cuKernelGetFunction
- * too) starts with a function handed out here, while launches are
- * stream-ordered, mostly sent without a reply and their errors deferred,
- * so a check there would cost every launch and fail far from its cause.
+ * out of memory.  Here and not at the launch: every way to a launch
+ * from the host (a launch, a batch, a run made a graph, a graph's kernel
+ * node, a captured launch; the guest library's cuLibraryGetKernel and
+ * cuKernelGetFunction too) starts with a function handed out here, while
+ * launches are stream-ordered, mostly sent without a reply and their
+ * errors deferred, so a check there would cost every launch and fail far
+ * from its cause.  Not covered: a kernel that launches others from the
+ * device grows the stack at its launch for them, past its own local size
+ * (measured, docs/design.md "Memory quota": an open hole).
  * A program sees the error from the runtime call that looked the kernel
  * up (NVIDIA's runtime does so as it first uses a kernel: a launch, an
  * attribute query), as cudaErrorMemoryAllocation.  Without an account
