@@ -418,15 +418,20 @@ struct vcu__cuda_sess_s {
      * charged, what the pool is charged in all (at least what it
      * reserves), and the context limits that take GPU memory (malloc
      * heap, printf FIFO, stack: VCU__LIM_*): their values before the
-     * guest first set them, and the charge for what it set above those.
-     * See "Memory quota" in docs/design.md. */
+     * guest first set them, the values set since (lim_val, the base
+     * until then), and the charge for what was set above the base; the
+     * most local memory a thread of a function handed out in the
+     * context needs, which the stack limit is kept at (lmem, see
+     * vcu__stack_cover).  See "Memory quota" in docs/design.md. */
     int aslot;
     bool aowned;
     uint64_t pool_live[VCU_CU_MAX_DEVICES];
     uint64_t pool_charge[VCU_CU_MAX_DEVICES];
     size_t lim_base[VCU_CU_MAX_DEVICES][VCU__LIMS];
+    size_t lim_val[VCU_CU_MAX_DEVICES][VCU__LIMS];
     bool lim_known[VCU_CU_MAX_DEVICES][VCU__LIMS];
     uint64_t lim_charge[VCU_CU_MAX_DEVICES][VCU__LIMS];
+    size_t lmem[VCU_CU_MAX_DEVICES];
     uint32_t deferred;                      /* pending CUresult of an async request */
     vcu__gate_t gate;
     struct vcu__op_s *op;                   /* the worker's scratch for vcu__cuda_exec */
@@ -483,6 +488,17 @@ struct vcu__cuda_sess_s {
  * flags: CU_CTX_COREDUMP_ENABLE makes one faulting kernel write a GPU
  * core dump into this process's working directory and abort() it,
  * CU_CTX_USER_COREDUMP_ENABLE makes the driver create a named pipe.
+ *
+ * CU_CTX_LMEM_RESIZE_TO_MAX stays allowed.  All it asks is that the
+ * driver keep the local memory a launch grew for a kernel needing more
+ * than the stack limit, and vcu__stack_cover() leaves no launch anything
+ * to grow: a function is handed out only once the context's stack limit,
+ * charged, covers its local memory.  Nor does the flag change what the
+ * driver does: CUDA 13's cuda.h has its behaviour "now the default" that
+ * "cannot be disabled" (a grown stack stays, as the stack limit; measured
+ * the same with and without it, tests/gpu/probe-lmem.py).  So
+ * refusing it would break programs that set cudaDeviceLmemResizeToMax
+ * and masking it would keep nothing off the GPU.
  */
 #define VCU__CTX_GUEST_FLAGS                                                    \
     ((unsigned int)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | \
@@ -2008,7 +2024,8 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
         vcu__pset_del(&cs->allocs, k);
     }
     /* Limits go back to their defaults with the context (a worker's, which
-     * may live on, by being set back). */
+     * may live on, by being set back), the stack's cover of its
+     * functions' local memory included. */
     for (i = 0; i < VCU__LIMS; i++) {
         if (cu->worker && cs->ctx[d] != NULL && cs->lim_known[d][i])
             VCU__CU(cu, cuCtxSetLimit, vcu__lim_id[i], cs->lim_base[d][i]);
@@ -2016,6 +2033,7 @@ static void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
         cs->lim_charge[d][i] = 0;
         cs->lim_known[d][i] = false;
     }
+    cs->lmem[d] = 0;
     if (cs->ctx[d] != NULL) {
         vcu__pool_settle(cs, d);
         vcu__cur(cs, NULL);
@@ -2947,74 +2965,149 @@ static uint64_t vcu__lim_cost(const vcu__cuda_t *cu, uint32_t d, int k, uint64_t
     return vcu__grain(v - base);
 }
 
+/* Reads limit k of device d's context (current) the first time the
+ * account needs it: its value before the guest's first set, which the
+ * charge counts from, and its value now until then. */
+static CUresult vcu__lim_learn(vcu__cuda_sess_t *cs, uint32_t d, int k)
+{
+    size_t v = 0;
+    CUresult r;
+
+    if (cs->lim_known[d][k])
+        return CUDA_SUCCESS;
+    r = VCU__CU(cs->cu, cuCtxGetLimit, &v, vcu__lim_id[k]);
+    if (r != CUDA_SUCCESS)
+        return r;
+    cs->lim_base[d][k] = v;
+    cs->lim_val[d][k] = v;
+    cs->lim_known[d][k] = true;
+    return CUDA_SUCCESS;
+}
+
 /*
  * The malloc heap, the printf FIFO and the threads' stacks are GPU memory
- * the context holds for the guest: what it sets above their values before
- * its first set (part of the context's own cost, cu->ctx_bytes) is
+ * the context holds for the guest: what is set above their values before
+ * the first set (part of the context's own cost, cu->ctx_bytes) is
  * charged before the driver is asked, like an allocation, and given back
- * when it lowers them or the context ends.  A stack limit is also bounded
- * outright: one whose whole reservation passes the VM's quota (with none,
- * the device's memory) is refused, as the driver refuses one it cannot
- * reserve.
+ * when they are lowered or the context ends.  A stack limit is also
+ * bounded outright: one whose whole reservation passes the VM's quota
+ * (with none, the device's memory) is refused, as the driver refuses one
+ * it cannot reserve, unless it is no more than the limit already holds.
+ * The stack limit is never set below the local memory of the functions
+ * handed out in the context (cs->lmem, vcu__stack_cover): the driver
+ * would grow it back, uncharged, at their next launch.  Device d's
+ * context is made current; the result is the guest's.
  */
-static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
+static CUresult vcu__lim_set(vcu__cuda_sess_t *cs, uint32_t d, CUlimit lim, uint64_t value)
 {
-    struct vcu_cu_limit_req rq;
-    vcu__cuda_sess_t *cs = o->cs;
-    uint32_t d = vcu__dev_of(o);
+    vcu__cuda_t *cu = cs->cu;
     uint64_t ch, old, cap = 0;
     size_t tot = 0;
+    CUresult r;
     int k;
 
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
     vcu__grun_drop(cs, d);
-    VCU__ENTER(o);                  /* the drop may have switched */
-    k = rq.limit == CU_LIMIT_MALLOC_HEAP_SIZE   ? VCU__LIM_HEAP
-        : rq.limit == CU_LIMIT_PRINTF_FIFO_SIZE ? VCU__LIM_FIFO
-        : rq.limit == CU_LIMIT_STACK_SIZE       ? VCU__LIM_STACK
-                                                : -1;
+    r = vcu__cur(cs, cs->ctx[d]);   /* the drop may have switched */
+    if (r != CUDA_SUCCESS)
+        return r;
+    k = lim == CU_LIMIT_MALLOC_HEAP_SIZE   ? VCU__LIM_HEAP
+        : lim == CU_LIMIT_PRINTF_FIFO_SIZE ? VCU__LIM_FIFO
+        : lim == CU_LIMIT_STACK_SIZE       ? VCU__LIM_STACK
+                                           : -1;
     if (k == VCU__LIM_STACK) {
-        if (o->cu->acct != NULL)
-            cap = vcu__acct_quota(o->cu->acct);
-        if (cap == 0 && VCU__CU(o->cu, cuDeviceTotalMem, &tot, o->cu->dev[d]) == CUDA_SUCCESS)
+        if (value < cs->lmem[d])
+            value = cs->lmem[d];
+        if (cu->acct != NULL)
+            cap = vcu__acct_quota(cu->acct);
+        if (cap == 0 && VCU__CU(cu, cuDeviceTotalMem, &tot, cu->dev[d]) == CUDA_SUCCESS)
             cap = tot;
         if (cap == 0 || cap > VCU__ACCT_MAX)
             cap = VCU__ACCT_MAX;
-        if (vcu__stack_bytes(o->cu, d, rq.value) > cap) {
-            o->res = CUDA_ERROR_OUT_OF_MEMORY;
-            return VCU_S_OK;
-        }
+        if (vcu__stack_bytes(cu, d, value) > cap &&
+            !(cs->lim_known[d][k] && value <= cs->lim_val[d][k]))
+            return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (k < 0 || o->cu->acct == NULL) {
-        o->res = VCU__CU(o->cu, cuCtxSetLimit, (CUlimit)rq.limit, (size_t)rq.value);
-        return VCU_S_OK;
-    }
-    if (!cs->lim_known[d][k]) {
-        size_t v = 0;
-
-        o->res = VCU__CU(o->cu, cuCtxGetLimit, &v, (CUlimit)rq.limit);
-        if (o->res != CUDA_SUCCESS)
-            return VCU_S_OK;
-        cs->lim_base[d][k] = v;
-        cs->lim_known[d][k] = true;
-    }
-    ch = vcu__lim_cost(o->cu, d, k, rq.value, cs->lim_base[d][k]);
+    if (k < 0 || cu->acct == NULL)
+        return VCU__CU(cu, cuCtxSetLimit, lim, (size_t)value);
+    r = vcu__lim_learn(cs, d, k);
+    if (r != CUDA_SUCCESS)
+        return r;
+    ch = vcu__lim_cost(cu, d, k, value, cs->lim_base[d][k]);
     old = cs->lim_charge[d][k];
-    if (ch > VCU__ACCT_MAX || (ch > old && vcu__charge(cs, d, ch - old) != 0)) {
-        o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return VCU_S_OK;
-    }
-    o->res = VCU__CU(o->cu, cuCtxSetLimit, (CUlimit)rq.limit, (size_t)rq.value);
-    if (o->res != CUDA_SUCCESS) {
+    if (ch > VCU__ACCT_MAX || (ch > old && vcu__charge(cs, d, ch - old) != 0))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = VCU__CU(cu, cuCtxSetLimit, lim, (size_t)value);
+    if (r != CUDA_SUCCESS) {
         if (ch > old)
             vcu__uncharge(cs, d, ch - old);
-        return VCU_S_OK;
+        return r;
     }
     if (ch < old)
         vcu__uncharge(cs, d, old - ch);
     cs->lim_charge[d][k] = ch;
+    cs->lim_val[d][k] = (size_t)value;
+    return CUDA_SUCCESS;
+}
+
+static uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o)
+{
+    struct vcu_cu_limit_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = vcu__lim_set(o->cs, vcu__dev_of(o), (CUlimit)rq.limit, rq.value);
     return VCU_S_OK;
+}
+
+/*
+ * A kernel whose local memory per thread passes its context's stack
+ * limit makes the driver grow the context's local memory at its launch
+ * to that size for every thread the device holds at once (as the stack
+ * limit's, vcu__stack_bytes: 256 KiB a thread is 67 GiB on an H200), and
+ * keep it.  On an H200 with driver 580 the size it grew to was exactly
+ * LOCAL_SIZE_BYTES, callees' frames included, and a stack limit set to
+ * that first left the launch nothing to grow (tests/gpu/probe-lmem.py; a
+ * recursive kernel reports 0 and is not grown for: the guest sets the
+ * limit it needs, charged).  So before a function is handed out, device
+ * d's stack limit (the context of its module) is raised to cover its
+ * local memory, through vcu__lim_set: charged as a guest's set is, kept
+ * at least that (cs->lmem) while the context lives, given back with the
+ * context; the driver then has nothing to grow at the launch, and what it
+ * reserves is what is charged.  Past the VM's quota the lookup fails as
+ * out of memory.  Here and not at the launch: every way to a launch
+ * from the host (a launch, a batch, a run made a graph, a graph's kernel
+ * node, a captured launch; the guest library's cuLibraryGetKernel and
+ * cuKernelGetFunction too) starts with a function handed out here, while
+ * launches are stream-ordered, mostly sent without a reply and their
+ * errors deferred, so a check there would cost every launch and fail far
+ * from its cause.  Not covered: a kernel that launches others from the
+ * device grows the stack at its launch for them, past its own local size
+ * (measured, docs/design.md "Memory quota": an open hole).
+ * A program sees the error from the runtime call that looked the kernel
+ * up (NVIDIA's runtime does so as it first uses a kernel: a launch, an
+ * attribute query), as cudaErrorMemoryAllocation.  Without an account
+ * nothing is charged and the driver grows the limit itself, as it does
+ * natively.
+ */
+static CUresult vcu__stack_cover(vcu__cuda_sess_t *cs, uint32_t d, CUfunction f)
+{
+    vcu__cuda_t *cu = cs->cu;
+    int ls = 0;
+    CUresult r;
+
+    if (cu->acct == NULL)
+        return CUDA_SUCCESS;
+    r = VCU__CU(cu, cuFuncGetAttribute, &ls, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+    if (r != CUDA_SUCCESS || ls <= 0 || (size_t)ls <= cs->lmem[d])
+        return r;
+    r = vcu__ctx(cs, d);
+    if (r == CUDA_SUCCESS)
+        r = vcu__lim_learn(cs, d, VCU__LIM_STACK);
+    if (r == CUDA_SUCCESS && (size_t)ls > cs->lim_val[d][VCU__LIM_STACK])
+        r = vcu__lim_set(cs, d, CU_LIMIT_STACK_SIZE, (uint64_t)ls);
+    if (r == CUDA_SUCCESS)
+        cs->lmem[d] = (size_t)ls;
+    return r;
 }
 
 static uint32_t vcu__op_CU_GET_DEFERRED_ERROR(vcu__op_t *o)
@@ -3932,6 +4025,9 @@ static uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o)
         free(name);
         return VCU_S_ERANGE;
     }
+    o->res = vcu__stack_cover(o->cs, mod->dev, f);
+    if (o->res != CUDA_SUCCESS)
+        goto out;
     /* The handle keeps exactly its n entries (the scratch had room for
      * the most any kernel may take: 8 KiB a handle, kept for its life). */
     if (n == 0) {

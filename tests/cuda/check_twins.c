@@ -2,7 +2,8 @@
  * Checks tests/fakecuda/twins.c against the compiled test programs: for
  * every kernel in the programs' sm_90 cubins, a twin of the same mangled
  * name with the same parameter layout (EIATTR_KPARAM_INFO: ordinal,
- * offset, size) and static shared size; for every __device__/__constant__
+ * offset, size), static shared size and stack frame (EIATTR_FRAME_SIZE,
+ * the twin's local_size); for every __device__/__constant__
  * object, a vcu_twin_globals entry of the same name, size and initial
  * bytes; and no table entry that no program has.
  *
@@ -30,6 +31,7 @@
 #define EIFMT_SVAL 0x04
 #define EIATTR_KPARAM_INFO 0x17     /* size in bits 18..31 of the word */
 #define EIATTR_KPARAM_INFO_V2 0x45  /* a plain size; large param blocks */
+#define EIATTR_FRAME_SIZE 0x11      /* the function's own stack frame */
 #define EIATTR_REGCOUNT 0x2f
 
 #define MAX_SEEN 256
@@ -107,8 +109,9 @@ static const char *sym_name(const unsigned char *elf, size_t len, unsigned i)
     return NULL;
 }
 
-/* Register count of kernel `name`, from the cubin-wide .nv.info. */
-static int regcount(const unsigned char *elf, size_t len, const char *name)
+/* Attribute attr (one of a symbol and a value) of kernel `name`, from
+ * the cubin-wide .nv.info; -1 if it has none. */
+static long kernel_attr(const unsigned char *elf, size_t len, const char *name, unsigned want)
 {
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)elf;
 
@@ -125,7 +128,7 @@ static int regcount(const unsigned char *elf, size_t len, const char *name)
 
             if (fmt == EIFMT_SVAL)
                 sz = p[2] | p[3] << 8;
-            if (fmt == EIFMT_SVAL && attr == EIATTR_REGCOUNT && sz == 8) {
+            if (fmt == EIFMT_SVAL && attr == want && sz == 8) {
                 uint32_t sym, val;
                 const char *n;
 
@@ -133,7 +136,7 @@ static int regcount(const unsigned char *elf, size_t len, const char *name)
                 memcpy(&val, p + 8, 4);
                 n = sym_name(elf, len, sym);
                 if (n && strcmp(n, name) == 0)
-                    return (int)val;
+                    return (long)val;
             }
             p += 4 + sz;
         }
@@ -171,7 +174,8 @@ static void check_kernel(const char *prog, const unsigned char *elf,
     struct { uint32_t offset, size; int set; } par[VCU_TWIN_MAX_PARAMS];
     const unsigned char *p = elf + info->sh_offset, *end = p + info->sh_size;
     unsigned n = 0;
-    int t = find_twin(name), regs = regcount(elf, len, name);
+    int t = find_twin(name), regs = (int)kernel_attr(elf, len, name, EIATTR_REGCOUNT);
+    long frame = kernel_attr(elf, len, name, EIATTR_FRAME_SIZE);
     size_t shared = static_shared(elf, len, name);
 
     memset(par, 0, sizeof(par));
@@ -206,8 +210,8 @@ static void check_kernel(const char *prog, const unsigned char *elf,
         printf("warning: %s: %s: .nv.info ends mid-record\n", prog, name);
 
     if (verbose) {
-        printf("kernel %s nparams=%u regs=%d shared=%zu\n", name, n, regs,
-               shared);
+        printf("kernel %s nparams=%u regs=%d shared=%zu frame=%ld\n", name, n, regs,
+               shared, frame);
         for (unsigned i = 0; i < n; i++)
             printf("  { %u, %u },\n", par[i].offset, par[i].size);
     }
@@ -238,6 +242,9 @@ static void check_kernel(const char *prog, const unsigned char *elf,
     if (vcu_twins[t].static_shared != shared)
         mismatch(prog, "static shared: twin %ld, kernel %ld", name,
                  (long)vcu_twins[t].static_shared, (long)shared);
+    if ((long)vcu_twins[t].local_size != (frame < 0 ? 0 : frame))
+        mismatch(prog, "local size: twin %ld, kernel's frame %ld", name,
+                 (long)vcu_twins[t].local_size, frame);
     /* Depends on the compiler version: a note, not a failure. */
     if (regs >= 0 && vcu_twins[t].num_regs != regs)
         printf("note: %s: %s: num_regs twin %d, this nvcc %d\n", prog, name,

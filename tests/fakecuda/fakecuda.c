@@ -1294,6 +1294,8 @@ static void fc_fault(fc_ctx_t *ctx, CUresult fault)
             ((fc_ctx_t *)o)->sticky = g_proc_sticky;
 }
 
+static CUresult fc_stack_set(fc_ctx_t *ctx, size_t value);
+
 static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
 {
     vcu_twin_launch_t launch;
@@ -1309,6 +1311,16 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     }
     if (f->mod->ctx != ctx)
         return CUDA_ERROR_INVALID_HANDLE;
+    /* A kernel needing more local memory a thread than the stack limit:
+     * the driver grows the limit to it at the launch, reserving it for
+     * every thread the device holds, and keeps it (CUDA 12 on, whatever
+     * CU_CTX_LMEM_RESIZE_TO_MAX says); out of memory if it cannot. */
+    if (f->twin->local_size > ctx->limits[CU_LIMIT_STACK_SIZE]) {
+        CUresult rc = fc_stack_set(ctx, f->twin->local_size);
+
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
     memset(&launch, 0, sizeof(launch));
     launch.grid = (vcu_twin_dim3_t){ k->grid[0], k->grid[1], k->grid[2] };
     launch.block = (vcu_twin_dim3_t){ k->block[0], k->block[1], k->block[2] };
@@ -3445,8 +3457,10 @@ CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunc
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
         *pi = (int)f->twin->static_shared;
         break;
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+        *pi = (int)f->twin->local_size;
+        break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
     case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
         *pi = 0;

@@ -13,7 +13,8 @@
  * the built programs, so a kernel changed in tests/cuda/ without its twin
  * fails CI.  num_regs and static_shared are what cudaFuncGetAttributes
  * reports for nvcc 13.0's sm_90 code (static_shared excludes the 1 KiB
- * system reserve, as on the GPU).
+ * system reserve, as on the GPU); local_size is the kernel's stack frame
+ * (EIATTR_FRAME_SIZE), 0 unless given.
  */
 #include <math.h>
 #include <stdint.h>
@@ -787,103 +788,128 @@ static void tw_packed_smid(vcu_twin_launch_t *l, const void *pb)
     }
 }
 
+/* lmem.cu: lmem_walk(unsigned *out, unsigned seed), 16 KiB of local
+ * memory a thread written and read back: out[i] = the sum over j of
+ * (seed ^ (i + 4095 - j)) * (j | 1). */
+#define TW_LMEM_WORDS 4096u
+static void tw_lmem_walk(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *out = tw_ptr(pb, 0);
+    uint32_t seed = (uint32_t)tw_i32(pb, 8);
+    uint64_t n = (uint64_t)l->grid.x * l->block.x;
+
+    if (!l->addressable(out, n * sizeof(*out))) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t s = 0;
+
+        for (uint32_t j = 0; j < TW_LMEM_WORDS; j++)
+            s += (seed ^ ((uint32_t)i + TW_LMEM_WORDS - 1 - j)) * (j | 1);
+        out[i] = s;
+    }
+}
+
 const vcu_twin_t vcu_twins[] = {
     { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
-      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0, 0 },
     { "_Z12matmul_tiledPKfS0_Pfi", tw_matmul_tiled, 4,
-      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 32, 2048 },
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 32, 2048, 0 },
     { "_Z9sym_applyPfi", tw_sym_apply, 2,
-      { P(0, 8), P(8, 4) }, 16, 0 },
+      { P(0, 8), P(8, 4) }, 16, 0, 0 },
     { "_Z15sym_scale_tablef", tw_sym_scale_table, 1,
-      { P(0, 4) }, 8, 0 },
+      { P(0, 4) }, 8, 0, 0 },
     { "_Z9tmpl_axpyIiEvT_PKS0_PS0_i", tw_axpy_int, 4,
-      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0, 0 },
     { "_Z9tmpl_axpyIfEvT_PKS0_PS0_i", tw_axpy_float, 4,
-      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0, 0 },
     { "_Z9tmpl_axpyIdEvT_PKS0_PS0_i", tw_axpy_double, 4,
-      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 10, 0, 0 },
     { "_Z13params_struct11ParamStructPS_", tw_params_struct, 2,
-      { P(0, 48), P(48, 8) }, 20, 0 },
+      { P(0, 48), P(48, 8) }, 20, 0, 0 },
     { "_Z11params_manycsixfdPicsixfdS_csixfdhtPxPd", tw_params_many, 24,
       { P(0, 1), P(2, 2), P(4, 4), P(8, 8), P(16, 4), P(24, 8), P(32, 8),
         P(40, 1), P(42, 2), P(44, 4), P(48, 8), P(56, 4), P(64, 8), P(72, 8),
         P(80, 1), P(82, 2), P(84, 4), P(88, 8), P(96, 4), P(104, 8),
-        P(112, 1), P(114, 2), P(120, 8), P(128, 8) }, 32, 0 },
+        P(112, 1), P(114, 2), P(120, 8), P(128, 8) }, 32, 0, 0 },
     { "_Z10params_big8BigParamPf", tw_params_big, 2,
-      { P(0, 4404), P(4408, 8) }, 8, 0 },
+      { P(0, 4404), P(4408, 8) }, 8, 0, 0 },
     { "_Z11dyn_reversePKfPf", tw_dyn_reverse, 2,
-      { P(0, 8), P(8, 8) }, 14, 0 },
+      { P(0, 8), P(8, 8) }, 14, 0, 0 },
     { "_Z7se_fillPiii", tw_se_fill, 3,
-      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
     { "_Z6se_addPiPKii", tw_se_add, 3,
-      { P(0, 8), P(8, 8), P(16, 4) }, 10, 0 },
+      { P(0, 8), P(8, 8), P(16, 4) }, 10, 0, 0 },
     { "_Z8ap_scalePffi", tw_ap_scale, 3,
-      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
     { "_Z8ms_countPKhihPi", tw_ms_count, 4,
-      { P(0, 8), P(8, 4), P(12, 1), P(16, 8) }, 12, 0 },
+      { P(0, 8), P(8, 4), P(12, 1), P(16, 8) }, 12, 0, 0 },
     { "_Z6m2_incPfmii", tw_m2_inc, 4,
-      { P(0, 8), P(8, 8), P(16, 4), P(20, 4) }, 12, 0 },
+      { P(0, 8), P(8, 8), P(16, 4), P(20, 4) }, 12, 0, 0 },
     { "_Z12mtu_kernel_aPii", tw_mtu_kernel_a, 2,
-      { P(0, 8), P(8, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4) }, 8, 0, 0 },
     { "_Z12mtu_kernel_bPii", tw_mtu_kernel_b, 2,
-      { P(0, 8), P(8, 4) }, 10, 0 },
+      { P(0, 8), P(8, 4) }, 10, 0, 0 },
     { "_Z5g_addPiii", tw_g_add, 3,
-      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
     { "_Z7g_accumPiPKii", tw_g_accum, 3,
-      { P(0, 8), P(8, 8), P(16, 4) }, 10, 0 },
+      { P(0, 8), P(8, 8), P(16, 4) }, 10, 0, 0 },
     { "_Z8coop_sumPKiPiS1_S1_i", tw_coop_sum, 5,
-      { P(0, 8), P(8, 8), P(16, 8), P(24, 8), P(32, 4) }, 32, 0 },
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 8), P(32, 4) }, 32, 0, 0 },
     { "_Z11thr_mul_addPiiii", tw_thr_mul_add, 4,
-      { P(0, 8), P(8, 4), P(12, 4), P(16, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4), P(12, 4), P(16, 4) }, 8, 0, 0 },
     { "_Z6cb_setPii", tw_cb_set, 2,
-      { P(0, 8), P(8, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4) }, 8, 0, 0 },
     { "_Z7bt_stepPii", tw_bt_step, 2,
-      { P(0, 8), P(8, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4) }, 8, 0, 0 },
     { "_Z7bt_flagPii", tw_bt_flag, 2,
-      { P(0, 8), P(8, 4) }, 8, 0 },
+      { P(0, 8), P(8, 4) }, 8, 0, 0 },
     { "_Z7dq_noopPi", tw_dq_noop, 1,
-      { P(0, 8) }, 8, 0 },
+      { P(0, 8) }, 8, 0, 0 },
     { "_Z10share_burnPfi", tw_share_burn, 2,
-      { P(0, 8), P(8, 4) }, 11, 0 },
+      { P(0, 8), P(8, 4) }, 11, 0, 0 },
     { "_Z10many_saxpyfPKfPfi", tw_many_saxpy, 4,
-      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0 },
+      { P(0, 4), P(8, 8), P(16, 8), P(24, 4) }, 10, 0, 0 },
     { "_Z8many_sumPKiiPy", tw_many_sum, 3,
-      { P(0, 8), P(8, 4), P(16, 8) }, 14, 2048 },
+      { P(0, 8), P(8, 4), P(16, 8) }, 14, 2048, 0 },
     { "_Z10many_faultPi", tw_many_fault, 1,
-      { P(0, 8) }, 8, 0 },
+      { P(0, 8) }, 8, 0, 0 },
     { "_Z7mp_fillPiii", tw_mp_fill, 3,
-      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
+      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0, 0 },
     { "_Z8err_fillPiii", tw_err_fill, 3,
-      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
+      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0, 0 },
     { "_Z13err_oob_writePi", tw_err_oob_write, 1,
-      { P(0, 8) }, 8, 0 },
+      { P(0, 8) }, 8, 0, 0 },
     { "_Z8pf_helloiPi", tw_pf_hello, 2,
-      { P(0, 4), P(8, 8) }, 24, 0 },
+      { P(0, 4), P(8, 8) }, 24, 0, 16 },
     { "_Z6mm_addiPKfPf", tw_mm_add, 3,
-      { P(0, 4), P(8, 8), P(16, 8) }, 24, 0 },
+      { P(0, 4), P(8, 8), P(16, 8) }, 24, 0, 0 },
     { "_Z6zc_addPKfS0_Pfi", tw_zc_add, 4,
-      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0, 0 },
     { "_Z8iso_fillPjji", tw_iso_fill, 3,
-      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0 },
+      { P(0, 8), P(8, 4), P(12, 4) }, 10, 0, 0 },
     { "_Z8iso_readPKjPj", tw_iso_read, 2,
-      { P(0, 8), P(8, 8) }, 8, 0 },
+      { P(0, 8), P(8, 8) }, 8, 0, 0 },
     { "_Z10demo_saxpyifPKfPf", tw_demo_saxpy, 4,
-      { P(0, 4), P(4, 4), P(8, 8), P(16, 8) }, 10, 0 },
+      { P(0, 4), P(4, 4), P(8, 8), P(16, 8) }, 10, 0, 0 },
     { "_Z10demo_sgemmPKfS0_Pfi", tw_demo_sgemm, 4,
-      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 32, 2048 },
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 32, 2048, 0 },
     { "vcu_drv_vadd", tw_vector_add, 4,
-      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0 },
+      { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0, 0 },
     { "vcu_drv_fill", tw_drv_fill, 5,
-      { P(0, 8), P(8, 1), P(16, 8), P(24, 4), P(28, 4) }, 8, 0 },
+      { P(0, 8), P(8, 1), P(16, 8), P(24, 4), P(28, 4) }, 8, 0, 0 },
     { "vcu_drv_flag_bump", tw_drv_flag_bump, 1,
-      { P(0, 8) }, 12, 0 },
+      { P(0, 8) }, 12, 0, 0 },
     { "vcu_drv_cluster", tw_drv_cluster, 1,
-      { P(0, 8) }, 15, 0 },
+      { P(0, 8) }, 15, 0, 0 },
     { "_Z11cluster_idsPj", tw_drv_cluster, 1,
-      { P(0, 8) }, 15, 0 },
+      { P(0, 8) }, 15, 0, 0 },
     { "packed_smid", tw_packed_smid, 2,
-      { P(0, 8), P(8, 8) }, 14, 0 },
-    { NULL, NULL, 0, { P(0, 0) }, 0, 0 },
+      { P(0, 8), P(8, 8) }, 14, 0, 0 },
+    { "_Z9lmem_walkPjj", tw_lmem_walk, 2,
+      { P(0, 8), P(8, 4) }, 32, 0, 16384 },
+    { NULL, NULL, 0, { P(0, 0) }, 0, 0, 0 },
 };
 
 static const int32_t tw_init_sym_init = 42;

@@ -68,6 +68,10 @@ typedef struct vcu_twin_s {
     } params[VCU_TWIN_MAX_PARAMS];  /* what cuFuncGetParamInfo reports */
     int num_regs;                   /* for cuFuncGetAttribute */
     size_t static_shared;           /* bytes of static __shared__ */
+    /* Bytes of local memory a thread needs (its stack frame), for
+     * cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES); past the
+     * context's stack limit a launch grows the limit to it. */
+    size_t local_size;
 } vcu_twin_t;
 
 /* The table of all twins, NULL-name terminated (tests/fakecuda/twins.c). */

@@ -4,7 +4,8 @@
 #   hostile  mem-quota=$quota, max-sessions=$maxs: $procs guest processes
 #            of tests/hostile/hostile_work attack at once, each raising
 #            every limit (stack up to 1 MiB a thread, malloc heap, printf
-#            FIFO) and allocating device, stream-ordered and pinned host
+#            FIFO), launching a kernel with 256 KiB of local memory a
+#            thread, and allocating device, stream-ordered and pinned host
 #            memory until refused, then holding it;
 #   victim   mem-quota=$quota: hostile_work victim, round after round
 #            allocating all its slice says is free, checked.
@@ -13,7 +14,8 @@
 # hold (vcu_vm_nvml_mem_bytes) and the VM's account never pass its quota.
 # Verdicts: that; the victim never refused and never wrong; sessions past
 # max-sessions refused; the attack reached its quota (so the bound was
-# what held it).  Ends with "N passed, N failed".
+# what held it); on a GPU, the local memory kernel refused.  Ends with
+# "N passed, N failed".
 #
 #   VCU_HOSTILE_SECS=S     seconds of the attack's hold and the victim's rounds [60]
 #   VCU_HOSTILE_QUOTA=Q    both VMs' mem-quota [8G; 1G on the stand-in]

@@ -91,6 +91,11 @@ def main():
             re.search(r'limit stack \d+ refused', h) is not None or
             'context failed' in h,
             'a stack size the slice cannot hold was refused')
+    if not fake:
+        verdict('local-memory-bounded',
+                re.search(r'limit lmem \d+ refused', h) is not None or
+                'context failed' in h,
+                'a kernel whose local memory the slice cannot hold was refused')
     v = open(vlog, errors='replace').read().replace('\r', '')
     m = re.search(r'victim rounds=(\d+) refused=(\d+) wrong=(\d+) min_free_mib=(\d+)', v)
     verdict('victim-keeps-its-slice', m is not None and int(m.group(2)) == 0 and

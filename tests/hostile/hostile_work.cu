@@ -8,11 +8,14 @@
  *
  * attack: takes its context, waits 3 s (its VM's other processes take
  * theirs), raises every limit it can set (the stack size up to 1 MiB a
- * thread, the device malloc heap and the printf FIFO to 1 GiB), then
- * allocates in every way the runtime has, each until it is refused: device
- * memory in shrinking steps (256, 16, 1 MiB), the stream-ordered allocator
- * (cudaMallocAsync), pinned host memory; then holds all of it for SECS
- * seconds.  It never asks for managed memory: the GPU machine's rules.
+ * thread, the device malloc heap and the printf FIFO to 1 GiB), launches
+ * a kernel with 256 KiB of local memory a thread (natively the driver
+ * grows the stack to that for every thread the GPU holds: 67 GiB on an
+ * H200), then allocates in every way the runtime has, each until it is
+ * refused: device memory in shrinking steps (256, 16, 1 MiB), the
+ * stream-ordered allocator (cudaMallocAsync), pinned host memory; then
+ * holds all of it for SECS seconds.  It never asks for managed memory:
+ * the GPU machine's rules.
  *
  * victim: round after round for SECS seconds, asks for everything its
  * VM's slice says is free (cudaMemGetInfo, less 4 MiB of rounding),
@@ -21,7 +24,7 @@
  *
  * Prints:
  *   VCU-HOSTILE TAG context ok|failed ERROR
- *   VCU-HOSTILE TAG limit NAME BYTES ok|refused
+ *   VCU-HOSTILE TAG limit NAME BYTES ok|refused   (NAME lmem: the launch)
  *   VCU-HOSTILE TAG alloc KIND MIB
  *   VCU-HOSTILE TAG holding dev_mib=D pool_mib=P host_mib=H stack=S
  *   VCU-HOSTILE TAG victim rounds=R refused=F wrong=W min_free_mib=M
@@ -63,6 +66,36 @@ __global__ void hostile_check(const unsigned char *p, size_t n, unsigned char v,
             atomicAdd(bad, 1ull);
 }
 
+#define LMEM_WORDS (64 * 1024)      /* 256 KiB a thread */
+
+__global__ void hostile_lmem(unsigned int *out, unsigned int seed)
+{
+    volatile unsigned int a[LMEM_WORDS];
+
+    for (unsigned int j = 0; j < LMEM_WORDS; j++)
+        a[j] = seed + j;
+    out[0] = a[seed % LMEM_WORDS];
+}
+
+/* One thread of hostile_lmem: "ok" if it ran. */
+static void lmem(const char *tag)
+{
+    unsigned int *out;
+    cudaError_t e = cudaMalloc(&out, sizeof(*out));
+
+    if (e == cudaSuccess) {
+        hostile_lmem<<<1, 1>>>(out, 7);
+        e = cudaGetLastError();
+        if (e == cudaSuccess)
+            e = cudaDeviceSynchronize();
+        cudaFree(out);
+    }
+    printf("VCU-HOSTILE %s limit lmem %zu %s\n", tag, LMEM_WORDS * sizeof(unsigned int),
+           e == cudaSuccess ? "ok" : "refused");
+    if (e != cudaSuccess)
+        cudaGetLastError();
+}
+
 static void limit(const char *tag, const char *name, cudaLimit l, size_t v)
 {
     cudaError_t e = cudaDeviceSetLimit(l, v);
@@ -99,6 +132,7 @@ static int attack(const char *tag, double secs)
     }
     limit(tag, "malloc_heap", cudaLimitMallocHeapSize, 1ull << 30);
     limit(tag, "printf_fifo", cudaLimitPrintfFifoSize, 1ull << 30);
+    lmem(tag);
     for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
         while (nd < MAX_PTRS && cudaMalloc(&dev[nd], steps[i]) == cudaSuccess) {
             dev_b += steps[i];

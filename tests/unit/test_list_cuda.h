@@ -90,6 +90,8 @@
     X(quota_limits)                     \
     X(quota_ctx_reset)                  \
     X(quota_stack_limit)                \
+    X(quota_local_memory)               \
+    X(quota_local_memory_refused)       \
     X(quota_ctx_charged)                \
     X(quota_host_memory)                \
     X(quota_faults)                     \
@@ -98,6 +100,7 @@
     X(quota_proxy_ctx_bytes)            \
     X(quota_proxy_aliases)              \
     X(quota_proxy_reset_frees)          \
+    X(quota_proxy_local_memory)         \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \

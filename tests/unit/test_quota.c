@@ -737,6 +737,180 @@ TEST(quota_stack_limit)
     return 0;
 }
 
+/* A module the stand-in finds lmem_walk in (tests/cuda/lmem.cu: 16 KiB
+ * of local memory a thread) and dq_noop (none). */
+static const char tq_lmem_img[] = "//\n.version 8.0\n.target sm_90\n"
+                                  ".visible .entry _Z9lmem_walkPjj(.param .u64 o, .param .u32 s)\n"
+                                  "{\n}\n"
+                                  ".visible .entry _Z7dq_noopPi(.param .u64 p)\n{\n}\n";
+#define TQ_LMEM "_Z9lmem_walkPjj"
+#define TQ_NOOP "_Z7dq_noopPi"
+
+/* CU_MODULE_GET_FUNCTION of name in mod: the CUresult; *fn the handle. */
+static uint32_t tq_function(tq_t *c, uint64_t mod, const char *name, uint64_t *fn)
+{
+    unsigned char nq[sizeof(struct vcu_cu_name_req) + 64];
+    struct vcu_cu_name_req rq;
+    struct vcu_cu_function_resp rp;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.module = mod;
+    rq.name_len = (uint32_t)strlen(name);
+    memcpy(nq, &rq, sizeof(rq));
+    memcpy(nq + sizeof(rq), name, rq.name_len);
+    if (tq_do(c, VCU_OP_CU_MODULE_GET_FUNCTION, nq, (uint32_t)(sizeof(rq) + rq.name_len), &rp,
+              sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    *fn = rp.function;
+    return rp.r.result;
+}
+
+/* CU_LAUNCH of lmem_walk (pbytes 12) or dq_noop (8) on one thread
+ * writing *out, then CU_CTX_SYNCHRONIZE: the first failure. */
+static uint32_t tq_run(tq_t *c, uint64_t fn, uint64_t out, uint32_t pbytes)
+{
+    unsigned char p[sizeof(struct vcu_cu_launch_req) + 12];
+    struct vcu_cu_launch_req lq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    uint32_t seed = 7;
+
+    memset(&lq, 0, sizeof(lq));
+    lq.function = fn;
+    lq.grid[0] = lq.grid[1] = lq.grid[2] = 1;
+    lq.block[0] = lq.block[1] = lq.block[2] = 1;
+    lq.param_bytes = pbytes;
+    memcpy(p, &lq, sizeof(lq));
+    memcpy(p + sizeof(lq), &out, 8);
+    memcpy(p + sizeof(lq) + 8, &seed, 4);
+    if (tq_do(c, VCU_OP_CU_LAUNCH, p, (uint32_t)(sizeof(lq) + pbytes), &rp, sizeof(rp)) !=
+        VCU_S_OK)
+        return 0x10000;
+    if (rp.result != 0)
+        return rp.result;
+    if (tq_do(c, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), &rp, sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    return rp.result ? rp.result : rp.deferred;
+}
+
+/*
+ * A kernel needing more local memory a thread than the stack limit
+ * (lmem_walk: 16 KiB) makes the driver grow the context's reservation at
+ * its launch, to that much for every thread the device holds (the
+ * stand-in models it).  Its lookup raises the stack limit to cover it,
+ * charged as a guest's set: the account holds at least what the device
+ * lost, from the lookup on, and the launches take nothing more; a lower
+ * stack limit the guest sets keeps the cover (the driver would grow it
+ * back uncharged), a higher one is charged above it and given back down
+ * to it; the context's end gives all of it back.  A kernel with no local
+ * memory changes nothing.
+ */
+TEST(quota_local_memory)
+{
+    const uint64_t want = (16384 - 1024) * TQ_STACK_THREADS;        /* 3.9 GiB */
+    vcu_account_t *a;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    uint64_t frs, fr0, fr1, tot, base, ch, m, fn, fn2, noop, out;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(0, 8, &a));
+    CHECK(tq_open(&c, a));
+    CHECK(tq_meminfo(&c, &frs, &tot));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 4096, &out));
+    ASSERT_EQ(0, (int)tq_module(&c, tq_lmem_img, &m));
+    CHECK(tq_meminfo(&c, &fr0, &tot));
+    base = vcu__acct_used(a, 0);
+    ASSERT_EQ(0, (int)tq_function(&c, m, TQ_NOOP, &noop));
+    ASSERT_EQ(0, (int)tq_run(&c, noop, out, 8));
+    ASSERT_EQ_U64(base, vcu__acct_used(a, 0));
+
+    ASSERT_EQ(0, (int)tq_function(&c, m, TQ_LMEM, &fn));
+    ch = vcu__acct_used(a, 0) - base;
+    ASSERT_GE(ch, want);                        /* charged at the lookup */
+    ASSERT_EQ(0, (int)tq_run(&c, fn, out, 12));
+    CHECK(tq_meminfo(&c, &fr1, &tot));
+    ASSERT_EQ_U64(want, fr0 - fr1);
+    ASSERT_LE(ch, want + want / 8);
+    ASSERT_EQ_U64(base + ch, vcu__acct_used(a, 0));
+
+    /* The guest lowers the stack limit: the cover stays, the launch
+     * grows nothing. */
+    ASSERT_EQ(0, (int)tq_limit(&c, CU_LIMIT_STACK_SIZE, 1024));
+    ASSERT_EQ(0, (int)tq_run(&c, fn, out, 12));
+    CHECK(tq_meminfo(&c, &fr1, &tot));
+    ASSERT_EQ_U64(want, fr0 - fr1);
+    ASSERT_EQ_U64(base + ch, vcu__acct_used(a, 0));
+    /* Raises it past: charged above the cover, and back down to it. */
+    ASSERT_EQ(0, (int)tq_limit(&c, CU_LIMIT_STACK_SIZE, 32 << 10));
+    CHECK(tq_meminfo(&c, &fr1, &tot));
+    ASSERT_EQ_U64(((32 << 10) - 1024) * TQ_STACK_THREADS, fr0 - fr1);
+    ASSERT_GE(vcu__acct_used(a, 0) - base, fr0 - fr1);
+    ASSERT_EQ(0, (int)tq_limit(&c, CU_LIMIT_STACK_SIZE, 2048));
+    ASSERT_EQ_U64(base + ch, vcu__acct_used(a, 0));
+    CHECK(tq_meminfo(&c, &fr1, &tot));
+    ASSERT_EQ_U64(want, fr0 - fr1);
+    /* Looked up again: nothing more. */
+    ASSERT_EQ(0, (int)tq_function(&c, m, TQ_LMEM, &fn2));
+    ASSERT_EQ_U64(base + ch, vcu__acct_used(a, 0));
+
+    /* The context's end gives it back, and a new context has none. */
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_CTX_RESET, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    CHECK(tq_meminfo(&c, &fr1, &tot));
+    ASSERT_EQ_U64(frs, fr1);
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
+/*
+ * Past the VM's quota, the lookup of a kernel whose local memory the
+ * stack limit would have to grow for fails as out of memory, so no
+ * launch of it can take the GPU memory: nothing is charged, and the
+ * session goes on (kernels that fit are looked up and run, the whole
+ * quota can still be allocated).  Where the quota holds it but not
+ * beside what is allocated, it is refused until memory is freed.
+ */
+TEST(quota_local_memory_refused)
+{
+    vcu_account_t *a;
+    uint64_t m, fn, noop, out;
+    tq_t c;
+
+    /* 1 GiB: 16 KiB a thread is 4.1 GiB. */
+    ASSERT_EQ(0, vcu__acct_new(1ull << 30, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_module(&c, tq_lmem_img, &m));
+    ASSERT_EQ(OOM, tq_function(&c, m, TQ_LMEM, &fn));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ(OOM, tq_function(&c, m, TQ_LMEM, &fn));
+    ASSERT_EQ(0, (int)tq_function(&c, m, TQ_NOOP, &noop));
+    ASSERT_EQ(0, (int)tq_alloc(&c, (1ull << 30) - TQ_CTX, &out));
+    ASSERT_EQ(0, (int)tq_run(&c, noop, out, 8));
+    ASSERT_EQ_U64(1ull << 30, vcu__acct_used(a, 0));
+    tq_close(&c);
+    vcu__acct_put(a);
+
+    /* 5 GiB holds it, but not once 2 GiB are allocated; freed, it fits. */
+    ASSERT_EQ(0, vcu__acct_new(5ull << 30, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_module(&c, tq_lmem_img, &m));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 2ull << 30, &out));
+    ASSERT_EQ(OOM, tq_function(&c, m, TQ_LMEM, &fn));
+    ASSERT_EQ_U64(TQ_CTX + (2ull << 30), vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_free(&c, out));
+    ASSERT_EQ(0, (int)tq_function(&c, m, TQ_LMEM, &fn));
+    ASSERT_GE(vcu__acct_used(a, 0), TQ_CTX + (16384 - 1024) * TQ_STACK_THREADS);
+    ASSERT_EQ(OOM, tq_alloc(&c, 1ull << 30, &out));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
 /*
  * Every session's context is charged to the VM when it is made (here the
  * backend's default, VCU_BACKEND_CTX_BYTES): the guest sees it in use,
@@ -1321,6 +1495,91 @@ TEST(quota_proxy_reset_frees)
     ASSERT_EQ_U64(fr0, fr2);
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 2));
     ASSERT_EQ_U64(UT_CTX_BYTES_N, st.mem_used[0]);    /* the context, which lived on */
+    vcu_proxy_free(px);
+    munmap(ram, TQ_GUEST_RAM);
+    close(fd);
+    return 0;
+}
+
+/* CU_MODULE_LOAD through the proxy of img, which it first places in the
+ * guest's RAM at page 64: the CUresult; *mod the handle. */
+static uint32_t tq_px_module(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
+                             const char *img, uint64_t *mod)
+{
+    size_t len = strlen(img);
+    vcu_gref_t ref = { fd, 0, 64 * TQ_PAGE };
+    struct vcu_cu_module_load_req rq;
+    ut_req_t *t = ut_req_new();
+    uint32_t st, res;
+
+    memcpy(ram + 64 * TQ_PAGE, img, len);
+    memset(&rq, 0, sizeof(rq));
+    rq.image_len = len;
+    ut_req_add_seg(t, VCU_SEG_TO_DEVICE, ram + 64 * TQ_PAGE, len);
+    ut_req_build(t, VCU_OP_CU_MODULE_LOAD, sid, &rq, sizeof(rq));
+    t->segs[0].ref = &ref;
+    st = tq_px_exec(px, t);
+    res = 0x10000 + st;
+    if (st == VCU_S_OK) {
+        const struct vcu_cu_u64_resp *rp = ut_resp_payload(t);
+
+        *mod = rp->value;
+        res = rp->r.result;
+    }
+    free(t);
+    return res;
+}
+
+/*
+ * In a worker: looking up a kernel whose local memory passes the stack
+ * limit raises the limit of the worker's context, charged to the VM (the
+ * device loses what the account holds); a reset sets it back in the
+ * context, which lives on (a pinned buffer of the guest holds it), and
+ * the device has all of it back.
+ */
+TEST(quota_proxy_local_memory)
+{
+    const uint64_t want = (16384 - 1024) * TQ_STACK_THREADS;
+    unsigned char nq[sizeof(struct vcu_cu_name_req) + 32];
+    vcu_proxy_session_stats_t ss[2];
+    struct vcu_cu_name_req name;
+    struct vcu_cu_function_resp fr;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_resp rp;
+    vcu_proxy_stats_t st;
+    vcu_proxy_t *px;
+    unsigned char *ram;
+    uint64_t sid, m = 0, fr0, fr1;
+    int fd;
+
+    fd = memfd_create("ut-guest-ram", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(0, ftruncate(fd, TQ_GUEST_RAM));
+    ram = mmap(NULL, TQ_GUEST_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(ram != MAP_FAILED);
+    CHECK(tq_px_new(NULL, 0, &px));
+    CHECK(tq_px_open(px, &sid));
+    ASSERT_EQ(0, (int)tq_px_devptr(px, sid, fd, ram, 0, 1, 1));
+    ASSERT_EQ(0, (int)tq_px_module(px, sid, fd, ram, tq_lmem_img, &m));
+    CHECK(tq_px_meminfo(px, sid, &fr0));
+    memset(&name, 0, sizeof(name));
+    name.module = m;
+    name.name_len = (uint32_t)strlen(TQ_LMEM);
+    memcpy(nq, &name, sizeof(name));
+    memcpy(nq + sizeof(name), TQ_LMEM, name.name_len);
+    ASSERT_EQ(VCU_S_OK, tq_px_call(px, sid, VCU_OP_CU_MODULE_GET_FUNCTION, nq,
+                                   (uint32_t)(sizeof(name) + name.name_len), &fr, sizeof(fr)));
+    ASSERT_EQ(0, (int)fr.r.result);
+    CHECK(tq_px_meminfo(px, sid, &fr1));
+    ASSERT_EQ_U64(want, fr0 - fr1);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 2));
+    ASSERT_GE(st.mem_used[0], UT_CTX_BYTES_N + want);
+    ASSERT_EQ(VCU_S_OK, tq_px_call(px, sid, VCU_OP_CU_CTX_RESET, &h, sizeof(h), &rp, sizeof(rp)));
+    ASSERT_EQ(0, (int)rp.result);
+    CHECK(tq_px_meminfo(px, sid, &fr1));
+    ASSERT_EQ_U64(fr0, fr1);
+    ASSERT_EQ(0, vcu_proxy_stats(px, &st, ss, 2));
+    ASSERT_EQ_U64(UT_CTX_BYTES_N, st.mem_used[0]);
     vcu_proxy_free(px);
     munmap(ram, TQ_GUEST_RAM);
     close(fd);
