@@ -22,12 +22,14 @@
 #   VCU_BENCH_BUDGET=S    cudabench --budget-seconds in the guest [60; 20 with --quick]
 #   VCU_GPU=ORD           host GPU for backend_overhead [0]
 #   VCU_BENCH_RUNS=N      runs of backend_overhead, a fresh worker each [9]
+#   VCU_BENCH_QUICK=1     as --quick
 #   (the proxy rows start build/qemu/bin/vcu-daemon, whose workers are jailed)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 quick=
+[ "${VCU_BENCH_QUICK:-0}" = 1 ] && quick=--quick
 if [ "${1:-}" = "--quick" ]; then quick=--quick; shift; fi
 out=${1:-$root/build/bench/results}
 # Run from the source tree or from the build output (make copies run.sh there).
