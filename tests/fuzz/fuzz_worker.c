@@ -129,10 +129,9 @@ static void fz_worker_exit(int code)
 
 /* ---- the backend, as far as the worker calls it --------------------------------- */
 
-int vcu_seccomp_install(int mode, int mps)
+int vcu_seccomp_install(int mode)
 {
     (void)mode;
-    (void)mps;
     return 0;
 }
 
