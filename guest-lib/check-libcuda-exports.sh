@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 ours=${1:-$here/../build/guest-lib/libcuda.so.1}
 stub=${2:-/usr/local/cuda/lib64/stubs/libcuda.so}
 
-for f in "$ours" "$stub" "$here/cuda_calls.list"; do
+for f in "$ours" "$stub" "$here/../include/cuda_calls.list"; do
     if [ ! -r "$f" ]; then
         echo "check-libcuda-exports: cannot read $f" >&2
         exit 2
@@ -31,7 +31,7 @@ names() {
 }
 names "$stub" >"$tmp/stub"
 names "$ours" >"$tmp/ours"
-sed 's/#.*//' "$here/cuda_calls.list" | awk 'NF {print $1}' | LC_ALL=C sort -u >"$tmp/list"
+sed 's/#.*//' "$here/../include/cuda_calls.list" | awk 'NF {print $1}' | LC_ALL=C sort -u >"$tmp/list"
 LC_ALL=C comm -23 "$tmp/stub" "$tmp/ours" >"$tmp/missing"
 LC_ALL=C comm -23 "$tmp/stub" "$tmp/list" >"$tmp/unlisted"
 LC_ALL=C comm -3 "$tmp/list" "$tmp/ours" >"$tmp/listdiff"
@@ -57,8 +57,8 @@ inc=${CUDA_INC:-/usr/local/cuda/include}
 refuse() {
     local what=$1 want=$2
     shift 2
-    sed "$@" "$here/cuda_calls.list" >"$tmp/bad.list"
-    if python3 "$here/gen-cuda.py" --host "$tmp/bad.list" "$inc" "$tmp" 2>"$tmp/gen.err"; then
+    sed "$@" "$here/../include/cuda_calls.list" >"$tmp/bad.list"
+    if python3 "$here/../include/gen-cuda.py" --host "$tmp/bad.list" "$inc" "$tmp" 2>"$tmp/gen.err"; then
         echo "check-libcuda-exports: gen-cuda.py accepted $what"
         rc=1
     elif ! grep -q "$want" "$tmp/gen.err"; then

@@ -982,7 +982,7 @@ struct vcu_cu_graph_node_req {
  * cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
  * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2.
  *
- * CU_CALL: one Driver API call of guest-lib/cuda_calls.list's "remote"
+ * CU_CALL: one Driver API call of include/cuda_calls.list's "remote"
  * kind, generated on both sides from the list and cuda.h's prototype.
  * call is the list's number for it; hash is the list's (VCU_CALLS_HASH),
  * and a host built from another list answers VCU_S_EVERSION rather than

@@ -35,11 +35,11 @@ def req(op, payload=b"", patches=(), segs=(), flags=0):
     return b + payload
 
 # CU_CALL: the generated calls' numbers and hash, from the one list.
-_spec = importlib.util.spec_from_file_location("gencuda", os.path.join(here, "..", "..", "guest-lib", "gen-cuda.py"))
+_spec = importlib.util.spec_from_file_location("gencuda", os.path.join(here, "..", "..", "include", "gen-cuda.py"))
 _gen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_gen)
 _inc = os.environ.get("CUDA_INC", "/usr/local/cuda/include")
-_, _, _remote = _gen.read_list(os.path.join(here, "..", "..", "guest-lib", "cuda_calls.list"))
+_, _, _remote = _gen.read_list(os.path.join(here, "..", "..", "include", "cuda_calls.list"))
 _calls = _gen.remote_calls(_remote, _gen.read_signatures(_inc, _gen.read_defines(_inc))[2], _inc)
 CALL = {c["name"]: c["num"] for c in _calls}
 CALLS_HASH = _gen.calls_hash(_calls)
