@@ -1452,11 +1452,7 @@ static CUresult vcu__launch_op(uint32_t op, CUfunction fn, const CUlaunchConfig 
                                void **kernelParams, void **extra, int ptsz, uint32_t flags,
                                uint64_t *value)
 {
-    struct {
-        struct vcu_cu_launch_ex_req r;
-        struct vcu_cu_launch_attr attrs[VCU_CU_MAX_LAUNCH_ATTRS];
-        char params[VCU_CU_MAX_PARAM_BYTES];
-    } *q;
+    vcu__launch_req_t *q;
     vcu__func_t *f = (vcu__func_t *)fn;
     struct vcu_cu_u64_resp o;
     size_t head;
@@ -1485,7 +1481,7 @@ static CUresult vcu__launch_op(uint32_t op, CUfunction fn, const CUlaunchConfig 
     e = vcu__stream(c, cfg->hStream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
-    q = malloc(sizeof(*q));
+    q = vcu__launch_buf();
     if (q == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     memset(&q->r, 0, sizeof(q->r));
@@ -1528,7 +1524,7 @@ static CUresult vcu__launch_op(uint32_t op, CUfunction fn, const CUlaunchConfig 
         if (e == CUDA_SUCCESS && query)
             *value = o.value;
     }
-    free(q);
+    vcu__launch_buf_put(q);
     return e;
 }
 

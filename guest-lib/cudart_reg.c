@@ -682,11 +682,7 @@ static cudaError_t vcu__launch_attrs(vcu__kernel_t *k, dim3 grid, dim3 block, vo
                                      size_t shmem, cudaStream_t stream, int ptsz, uint32_t flags,
                                      const struct vcu_cu_launch_attr *attrs, uint32_t nattrs)
 {
-    struct {
-        struct vcu_cu_launch_ex_req r;
-        struct vcu_cu_launch_attr attrs[VCU_CU_MAX_LAUNCH_ATTRS + 1];
-        uint8_t params[VCU_CU_MAX_PARAM_BYTES];
-    } *q;
+    vcu__launch_req_t *q;
     size_t head;
     uint8_t *params;
     const vcu__kfn_t *f;
@@ -722,7 +718,7 @@ static cudaError_t vcu__launch_attrs(vcu__kernel_t *k, dim3 grid, dim3 block, vo
      * launch as NVIDIA's runtime reports it. */
     if (nattrs > 0)
         nowait = 0;
-    q = malloc(sizeof(*q));
+    q = vcu__launch_buf();
     if (q == NULL)
         return cudaErrorMemoryAllocation;
     memset(&q->r, 0, sizeof(q->r));
@@ -755,7 +751,7 @@ static cudaError_t vcu__launch_attrs(vcu__kernel_t *k, dim3 grid, dim3 block, vo
         e = vcu__call(dev, nattrs > 0 ? VCU_OP_CU_LAUNCH_EX : VCU_OP_CU_LAUNCH, nowait, q,
                       (uint32_t)(head + f->param_bytes), NULL, 0, NULL, 0);
     }
-    free(q);
+    vcu__launch_buf_put(q);
     return e;
 }
 

@@ -26,6 +26,49 @@ void vcu__log_once(int *flag, const char *fmt, ...)
     va_end(ap);
 }
 
+/* ---- the launch buffer ---------------------------------------------------- */
+
+static __thread vcu__launch_req_t *vcu__lbuf;
+static __thread int vcu__lbuf_taken;
+static pthread_key_t vcu__lbuf_key;
+static pthread_once_t vcu__lbuf_once = PTHREAD_ONCE_INIT;
+static int vcu__lbuf_keyed;
+
+static void vcu__lbuf_init(void)
+{
+    vcu__lbuf_keyed = pthread_key_create(&vcu__lbuf_key, free) == 0;
+}
+
+vcu__launch_req_t *vcu__launch_buf(void)
+{
+    if (vcu__lbuf_taken)
+        return malloc(sizeof(vcu__launch_req_t));
+    if (vcu__lbuf == NULL) {
+        pthread_once(&vcu__lbuf_once, vcu__lbuf_init);
+        if (!vcu__lbuf_keyed)
+            return malloc(sizeof(vcu__launch_req_t));
+        vcu__lbuf = malloc(sizeof(vcu__launch_req_t));
+        if (vcu__lbuf == NULL)
+            return NULL;
+        if (pthread_setspecific(vcu__lbuf_key, vcu__lbuf) != 0) {
+            vcu__launch_req_t *b = vcu__lbuf;
+
+            vcu__lbuf = NULL;
+            return b;               /* freed by vcu__launch_buf_put() */
+        }
+    }
+    vcu__lbuf_taken = 1;
+    return vcu__lbuf;
+}
+
+void vcu__launch_buf_put(vcu__launch_req_t *buf)
+{
+    if (buf != NULL && buf == vcu__lbuf)
+        vcu__lbuf_taken = 0;
+    else
+        free(buf);
+}
+
 int vcu__device_info(vcu_conn_t *conn, uint32_t vord, struct vcu_cu_device_info_resp *out)
 {
     struct vcu_cu_hdr h = { .device = vord };

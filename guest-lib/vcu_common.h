@@ -113,4 +113,21 @@ void vcu__module_name(const vcu_conn_t *c, uint32_t vord, const void *img, uint6
 /* After a CU_MODULE_LOAD_KEEP that succeeded: remembers its hash. */
 void vcu__module_remember(const vcu__modname_t *n, const unsigned char *sha256);
 
+/*
+ * The request of one launch (CU_LAUNCH or CU_LAUNCH_EX: the header, the
+ * launch attributes, then the parameters), built in a buffer the calling
+ * thread keeps from one launch to the next, so that a launch allocates
+ * nothing: vcu__launch_buf() gives it (NULL: out of memory), and
+ * vcu__launch_buf_put() takes it back once the request is sent.  A
+ * thread's buffer is freed when the thread ends; a launch that starts
+ * while its thread's buffer is taken (a nested call) gets one of its own.
+ */
+typedef struct {
+    struct vcu_cu_launch_ex_req r;  /* CU_LAUNCH's request is its first member */
+    struct vcu_cu_launch_attr attrs[VCU_CU_MAX_LAUNCH_ATTRS + 1];
+    uint8_t params[VCU_CU_MAX_PARAM_BYTES];
+} vcu__launch_req_t;
+vcu__launch_req_t *vcu__launch_buf(void);
+void vcu__launch_buf_put(vcu__launch_req_t *buf);
+
 #endif /* VCU_COMMON_H */
