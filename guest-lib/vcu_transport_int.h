@@ -1,5 +1,6 @@
 /*
- * guest-lib transport internals shared by transport.c and loopback.c.
+ * guest-lib transport internals shared by transport.c and the tests'
+ * loopback transport (tests/loopback/loopback.c).
  * Private names: vcu__.
  */
 #ifndef VCU_TRANSPORT_INT_H
@@ -53,7 +54,8 @@ void vcu__batch_stats(vcu_conn_t *c, vcu__batch_stats_t *st);
 int vcu__status_to_err(uint32_t status);
 
 #ifdef VCU_WITH_LOOPBACK
-/* loopback.c: an in-process host backend in place of the kernel. */
+/* tests/loopback/loopback.c: an in-process host backend in place of the
+ * kernel (test builds only). */
 int vcu__loop_open(vcu_conn_t *c, uint64_t features);
 void vcu__loop_close(vcu_conn_t *c);
 int vcu__loop_call(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *req,

@@ -1,7 +1,8 @@
 /*
- * Loopback transport (builds with LOOPBACK=1 only): an in-process host
- * backend stands in for the kernel driver, the virtqueue and QEMU, so the
- * runtime, the backend and a CUDA stand-in run natively in tests.
+ * Loopback transport, a test fixture (guest-lib builds it in with
+ * LOOPBACK=1 only, for the tests): an in-process host backend stands in
+ * for the kernel driver, the virtqueue and QEMU, so the runtime, the
+ * backend and a CUDA stand-in run natively in tests.
  *
  * This file plays the kernel's part: it frames each request (header,
  * payload padded to 8, segment table without ranges) and hands the
