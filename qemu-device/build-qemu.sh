@@ -62,6 +62,7 @@ tree="$work/src"
 bld="$tree/build"
 
 [ -f "$root/qemu-device/proxy.c" ] || die "no qemu-device/proxy.c (the session proxy QEMU links)"
+[ -f "$root/qemu-device/proxy_int.h" ] || die "no qemu-device/proxy_int.h (the session proxy's private header)"
 
 # ---- cache key --------------------------------------------------------------
 hash_dir() { (cd "$1" && find . -type f ! -name '*~' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum); }
@@ -180,7 +181,7 @@ orig() {
 for f in "$root"/qemu-device/virtio-cuda*.c; do sync_file "$f" "$tree/hw/virtio/$(basename "$f")"; done
 sync_file "$root/qemu-device/virtio-cuda.h" "$tree/include/hw/virtio/virtio-cuda.h"
 
-# QEMU links the device, the session proxy (proxy.c) and the request
+# QEMU links the device, the session proxy (proxy*.c) and the request
 # check (vcu_reqcheck.c): each guest session's CUDA work runs in a
 # vcu-worker process the host daemon starts (host-backend/), never in
 # QEMU, which neither forks nor loads the CUDA driver.
@@ -191,7 +192,8 @@ for f in vcu_proto.h vcu_sha256.h; do
     sync_file "$root/include/$f" "$bdir/$f"; want[$f]=1
 done
 for f in "$root"/host-backend/common/*.h "$root"/host-backend/worker/vcu_backend.h \
-         "$root"/qemu-device/proxy.c "$root"/qemu-device/vcu_proxy.h \
+         "$root"/qemu-device/proxy*.c "$root"/qemu-device/proxy_int.h \
+         "$root"/qemu-device/vcu_proxy.h \
          "$root"/qemu-device/vcu_reqcheck.c "$root"/qemu-device/vcu_reqcheck.h; do
     [ -e "$f" ] || continue
     sync_file "$f" "$bdir/$(basename "$f")"

@@ -6,7 +6,7 @@
  * segment table, range list), the device-writable ones the reply buffer.
  * This file checks the stream (vcu_reqcheck.c), maps every guest-physical
  * range of the data segments and hands the request to the session proxy
- * (proxy.c), which sends it to the session's worker process: QEMU never
+ * (proxy*.c), which sends it to the session's worker process: QEMU never
  * forks, execs or loads the CUDA driver, so it keeps the seccomp sandbox
  * libvirt gives it (spawn=deny).  The workers are the host daemon's
  * (vcu-daemon): the device reaches it through its chardev (a unix socket,
@@ -293,6 +293,108 @@ static uint32_t virtio_cuda_map_one(void *opaque, uint64_t k, uint64_t gpa,
 }
 
 /*
+ * Reads the request stream into r->buf and checks it (l): VCU_S_OK, or the
+ * status to reply with and why.  r->req_id is the stream's whenever it has
+ * a header, for the reply.
+ */
+static uint32_t virtio_cuda_read_req(VirtIOCudaReq *r, size_t out_len,
+                                     vcu_req_layout_t *l, const char **why)
+{
+    VirtQueueElement *elem = r->elem;
+    uint32_t status;
+
+    if (out_len >= sizeof(struct vcu_req_hdr)) {
+        /* For the reply, whatever else is wrong with the request. */
+        uint64_t id;
+
+        iov_to_buf(elem->out_sg, elem->out_num,
+                   offsetof(struct vcu_req_hdr, req_id), &id, sizeof(id));
+        r->req_id = le64_to_cpu(id);
+    } else {
+        *why = "request shorter than its header";
+        return VCU_S_EINVAL;
+    }
+    if (out_len > VIRTIO_CUDA_MAX_REQ) {
+        *why = "request stream longer than the protocol allows";
+        return VCU_S_E2BIG;
+    }
+    r->buf = g_malloc(out_len);
+    if (iov_to_buf(elem->out_sg, elem->out_num, 0, r->buf, out_len) != out_len) {
+        *why = "short request stream";
+        return VCU_S_EINVAL;
+    }
+    status = vcu_req_check(r->buf, out_len, l, why);
+    r->req_id = l->req_id;
+    return status;
+}
+
+/*
+ * Checks and maps every range of the request's data segments, counting
+ * them in s->inflight_ranges (given back by retire, or here when a range
+ * fails): VCU_S_OK, or the status to reply with and why.
+ */
+static uint32_t virtio_cuda_map_req(VirtIOCuda *s, VirtIOCudaReq *r,
+                                    const vcu_req_layout_t *l, const char **why)
+{
+    uint32_t status;
+    uint64_t k = 0;
+    unsigned int i;
+
+    r->niov = l->nranges;
+    r->iov = g_new0(struct iovec, l->nranges ? l->nranges : 1);
+    r->ref = g_new0(vcu_gref_t, l->nranges ? l->nranges : 1);
+    s->inflight_ranges += r->niov;
+    for (i = 0; i < l->nsegs; i++) {
+        VirtIOCudaMapCtx c = {
+            .s = s, .r = r,
+            .is_write = VCU_SEG_DIR(l->seg[i].flags) == VCU_SEG_FROM_DEVICE,
+        };
+
+        r->segs[i].iov = &r->iov[k];
+        r->segs[i].ref = &r->ref[k];
+        status = vcu_req_ranges(r->buf, l, i, k, virtio_cuda_map_one, &c, why);
+        if (status != VCU_S_OK) {
+            s->inflight_ranges -= r->niov;
+            return status;
+        }
+        k += l->seg[i].nranges;
+    }
+    return VCU_S_OK;
+}
+
+/*
+ * Hands the checked and mapped request to the proxy, with a reply buffer
+ * of in_len bytes at most (VIRTIO_CUDA_MAX_RESP).
+ */
+static void virtio_cuda_submit(VirtIOCuda *s, VirtIOCudaReq *r,
+                               const vcu_req_layout_t *l, size_t in_len)
+{
+    /*
+     * The backend ignores the range list: keep header, payload and segment
+     * table only, so requests in flight hold little memory.
+     */
+    r->buf = g_realloc(r->buf, l->range_off);
+    r->resp_cap = MIN(in_len, VIRTIO_CUDA_MAX_RESP);
+    r->resp = g_malloc0(r->resp_cap);
+
+    r->breq.req = r->buf;
+    r->breq.req_len = l->range_off;
+    r->breq.segs = r->segs;
+    r->breq.nsegs = l->nsegs;
+    r->breq.resp = r->resp;
+    r->breq.resp_cap = r->resp_cap;
+    r->breq.resp_len = 0;
+    r->breq.done = virtio_cuda_done;
+    r->breq.opaque = r;
+
+    QTAILQ_INSERT_TAIL(&s->inflight, r, inflight_next);
+    s->ninflight++;
+    qatomic_inc(&s->stat_requests);
+    /* May call virtio_cuda_done() before it returns. */
+    vcu_proxy_submit(s->proxy, &r->breq);
+}
+
+/*
  * Parses, checks and maps one request, then submits it.  Returns true when
  * the element was pushed here (an error reply), false when the backend has
  * it.
@@ -304,7 +406,6 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
     size_t in_len = iov_size(elem->in_sg, elem->in_num);
     vcu_req_layout_t l;
     uint32_t status;
-    uint64_t k;
     unsigned int i;
     const char *why;
 
@@ -321,31 +422,7 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
     r->dev = s;
     r->elem = elem;
 
-    if (out_len >= sizeof(struct vcu_req_hdr)) {
-        /* For the reply, whatever else is wrong with the request. */
-        uint64_t id;
-
-        iov_to_buf(elem->out_sg, elem->out_num,
-                   offsetof(struct vcu_req_hdr, req_id), &id, sizeof(id));
-        r->req_id = le64_to_cpu(id);
-    } else {
-        status = VCU_S_EINVAL;
-        why = "request shorter than its header";
-        goto fail;
-    }
-    if (out_len > VIRTIO_CUDA_MAX_REQ) {
-        status = VCU_S_E2BIG;
-        why = "request stream longer than the protocol allows";
-        goto fail;
-    }
-    r->buf = g_malloc(out_len);
-    if (iov_to_buf(elem->out_sg, elem->out_num, 0, r->buf, out_len) != out_len) {
-        status = VCU_S_EINVAL;
-        why = "short request stream";
-        goto fail;
-    }
-    status = vcu_req_check(r->buf, out_len, &l, &why);
-    r->req_id = l.req_id;
+    status = virtio_cuda_read_req(r, out_len, &l, &why);
     if (status != VCU_S_OK) {
         goto fail;
     }
@@ -359,54 +436,13 @@ static bool virtio_cuda_handle_req(VirtIOCuda *s, VirtQueueElement *elem)
     trace_virtio_cuda_req_in(r, l.opcode, l.session, r->req_id, l.payload_len,
                              l.nsegs, l.xfer);
 
-    /* Check and map every range. */
-    r->niov = l.nranges;
-    r->iov = g_new0(struct iovec, l.nranges ? l.nranges : 1);
-    r->ref = g_new0(vcu_gref_t, l.nranges ? l.nranges : 1);
-    s->inflight_ranges += r->niov;    /* given back by fail or retire */
-    k = 0;
-    for (i = 0; i < l.nsegs; i++) {
-        VirtIOCudaMapCtx c = {
-            .s = s, .r = r,
-            .is_write = VCU_SEG_DIR(l.seg[i].flags) == VCU_SEG_FROM_DEVICE,
-        };
-
-        r->segs[i].iov = &r->iov[k];
-        r->segs[i].ref = &r->ref[k];
-        status = vcu_req_ranges(r->buf, &l, i, k, virtio_cuda_map_one, &c, &why);
-        if (status != VCU_S_OK) {
-            goto fail_inflight;
-        }
-        k += l.seg[i].nranges;
+    status = virtio_cuda_map_req(s, r, &l, &why);
+    if (status != VCU_S_OK) {
+        goto fail;
     }
-
-    /*
-     * The backend ignores the range list: keep header, payload and segment
-     * table only, so requests in flight hold little memory.
-     */
-    r->buf = g_realloc(r->buf, l.range_off);
-    r->resp_cap = MIN(in_len, VIRTIO_CUDA_MAX_RESP);
-    r->resp = g_malloc0(r->resp_cap);
-
-    r->breq.req = r->buf;
-    r->breq.req_len = l.range_off;
-    r->breq.segs = r->segs;
-    r->breq.nsegs = l.nsegs;
-    r->breq.resp = r->resp;
-    r->breq.resp_cap = r->resp_cap;
-    r->breq.resp_len = 0;
-    r->breq.done = virtio_cuda_done;
-    r->breq.opaque = r;
-
-    QTAILQ_INSERT_TAIL(&s->inflight, r, inflight_next);
-    s->ninflight++;
-    qatomic_inc(&s->stat_requests);
-    /* May call virtio_cuda_done() before it returns. */
-    vcu_proxy_submit(s->proxy, &r->breq);
+    virtio_cuda_submit(s, r, &l, in_len);
     return false;
 
-fail_inflight:
-    s->inflight_ranges -= r->niov;
 fail:
     virtio_cuda_reply_error(s, r, status, why);
     return true;
@@ -913,12 +949,111 @@ static bool virtio_cuda_ram_shared(Error **errp)
     return false;
 }
 
+/*
+ * The properties the proxy's config takes from: the chardev (required),
+ * max-sessions and module-cache (into cfg).
+ */
+static bool virtio_cuda_check_props(VirtIOCuda *s, vcu_proxy_config_t *cfg,
+                                    Error **errp)
+{
+    if (!qemu_chr_fe_backend_connected(&s->chr)) {
+        error_setg(errp, "virtio-cuda: the chardev property is required: the "
+                   "host daemon's socket (-chardev socket,id=vcu0,path=/run/"
+                   "virtio-cuda/vcu.sock,reconnect-ms=1000 -device "
+                   "virtio-cuda-pci,chardev=vcu0)");
+        return false;
+    }
+    if (s->max_sessions == 0 || s->max_sessions > 4096) {
+        error_setg(errp, "virtio-cuda: max-sessions must be 1..4096, not %u",
+                   s->max_sessions);
+        return false;
+    }
+    if (!s->module_cache || !strcmp(s->module_cache, "shared")) {
+        cfg->module_cache = VCU_PROXY_MODCACHE_SHARED;
+    } else if (!strcmp(s->module_cache, "private")) {
+        cfg->module_cache = VCU_PROXY_MODCACHE_PRIVATE;
+    } else if (!strcmp(s->module_cache, "off")) {
+        cfg->module_cache = VCU_PROXY_MODCACHE_OFF;
+    } else {
+        error_setg(errp, "virtio-cuda: module-cache must be shared, private "
+                   "or off, not '%s'", s->module_cache);
+        return false;
+    }
+    return true;
+}
+
+/*
+ * The VM's name for the daemon's reports: -name, else the device id, with
+ * anything outside [A-Za-z0-9._-] made '_'; NULL when there is neither.
+ * The caller frees it.
+ */
+static char *virtio_cuda_vm_name(DeviceState *dev)
+{
+    const char *name = qemu_get_vm_name() ? qemu_get_vm_name() : dev->id;
+    char *vm_name, *p;
+
+    if (!name) {
+        return NULL;
+    }
+    vm_name = g_strndup(name, 63);
+    for (p = vm_name; *p; p++) {
+        if (!g_ascii_isalnum(*p) && *p != '.' && *p != '_' && *p != '-') {
+            *p = '_';
+        }
+    }
+    return vm_name;
+}
+
+/* The completion and link queues, their locks and bottom halves. */
+static void virtio_cuda_init_queues(VirtIOCuda *s, DeviceState *dev)
+{
+    qemu_mutex_init(&s->complete_lock);
+    qemu_mutex_init(&s->link_lock);
+    QSIMPLEQ_INIT(&s->completed);
+    QSIMPLEQ_INIT(&s->link_txq);
+    QTAILQ_INIT(&s->inflight);
+    s->complete_bh = qemu_bh_new_guarded(virtio_cuda_complete_bh, s,
+                                         &dev->mem_reentrancy_guard);
+    s->link_bh = qemu_bh_new_guarded(virtio_cuda_link_bh, s,
+                                     &dev->mem_reentrancy_guard);
+}
+
+/*
+ * Undoes virtio_cuda_init_queues() and the link (realize failed after
+ * them): the proxy freed, what it queued dropped.
+ */
+static void virtio_cuda_realize_undo(VirtIOCuda *s)
+{
+    qemu_chr_fe_set_handlers(&s->chr, NULL, NULL, NULL, NULL, NULL, NULL, true);
+    vcu_proxy_free(s->proxy);
+    s->proxy = NULL;
+    virtio_cuda_link_bh(s);
+    virtio_cuda_link_reset_rx(s);
+    qemu_bh_delete(s->link_bh);
+    qemu_bh_delete(s->complete_bh);
+    qemu_mutex_destroy(&s->link_lock);
+    qemu_mutex_destroy(&s->complete_lock);
+}
+
+/* The daemon welcomed the VM: say whether CUDA works, serve the link. */
+static void virtio_cuda_link_serve(VirtIOCuda *s)
+{
+    if (vcu_proxy_cuda_error(s->proxy)) {
+        warn_report_once("virtio-cuda: CUDA is not available (%s); "
+                         "only ECHO requests will work",
+                         vcu_proxy_cuda_error(s->proxy));
+    }
+    qemu_chr_fe_set_handlers(&s->chr, virtio_cuda_link_can_read,
+                             virtio_cuda_link_read, virtio_cuda_link_event,
+                             NULL, s, NULL, true);
+    trace_virtio_cuda_realize(s->gpus ? s->gpus : "", "vcu-daemon");
+}
+
 static void virtio_cuda_realize(DeviceState *dev, Error **errp)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VirtIOCuda *s = VIRTIO_CUDA(dev);
     vcu_proxy_link_t link = { .opaque = s, .send = virtio_cuda_link_send };
-    const char *name = qemu_get_vm_name() ? qemu_get_vm_name() : dev->id;
     g_autofree char *vm_name = NULL;
     vcu_proxy_config_t cfg = {
         .link = &link,
@@ -931,67 +1066,20 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
         .sms = s->sms,
     };
 
-    if (!qemu_chr_fe_backend_connected(&s->chr)) {
-        error_setg(errp, "virtio-cuda: the chardev property is required: the "
-                   "host daemon's socket (-chardev socket,id=vcu0,path=/run/"
-                   "virtio-cuda/vcu.sock,reconnect-ms=1000 -device "
-                   "virtio-cuda-pci,chardev=vcu0)");
+    if (!virtio_cuda_check_props(s, &cfg, errp)) {
         return;
     }
-    if (s->max_sessions == 0 || s->max_sessions > 4096) {
-        error_setg(errp, "virtio-cuda: max-sessions must be 1..4096, not %u",
-                   s->max_sessions);
-        return;
-    }
-    if (!s->module_cache || !strcmp(s->module_cache, "shared")) {
-        cfg.module_cache = VCU_PROXY_MODCACHE_SHARED;
-    } else if (!strcmp(s->module_cache, "private")) {
-        cfg.module_cache = VCU_PROXY_MODCACHE_PRIVATE;
-    } else if (!strcmp(s->module_cache, "off")) {
-        cfg.module_cache = VCU_PROXY_MODCACHE_OFF;
-    } else {
-        error_setg(errp, "virtio-cuda: module-cache must be shared, private "
-                   "or off, not '%s'", s->module_cache);
-        return;
-    }
-    /* The VM's name for the daemon's reports: -name, else the device id,
-     * with anything outside [A-Za-z0-9._-] made '_'. */
-    if (name) {
-        char *p;
-
-        vm_name = g_strndup(name, 63);
-        for (p = vm_name; *p; p++) {
-            if (!g_ascii_isalnum(*p) && *p != '.' && *p != '_' && *p != '-') {
-                *p = '_';
-            }
-        }
-        cfg.name = vm_name;
-    }
+    vm_name = virtio_cuda_vm_name(dev);
+    cfg.name = vm_name;
     if (!virtio_cuda_ram_shared(errp)) {
         return;
     }
 
-    qemu_mutex_init(&s->complete_lock);
-    qemu_mutex_init(&s->link_lock);
-    QSIMPLEQ_INIT(&s->completed);
-    QSIMPLEQ_INIT(&s->link_txq);
-    QTAILQ_INIT(&s->inflight);
-    s->complete_bh = qemu_bh_new_guarded(virtio_cuda_complete_bh, s,
-                                         &dev->mem_reentrancy_guard);
-    s->link_bh = qemu_bh_new_guarded(virtio_cuda_link_bh, s,
-                                     &dev->mem_reentrancy_guard);
+    virtio_cuda_init_queues(s, dev);
     if (!virtio_cuda_link_start(s, &cfg, errp)) {
         goto fail;
     }
-    if (vcu_proxy_cuda_error(s->proxy)) {
-        warn_report_once("virtio-cuda: CUDA is not available (%s); "
-                         "only ECHO requests will work",
-                         vcu_proxy_cuda_error(s->proxy));
-    }
-    qemu_chr_fe_set_handlers(&s->chr, virtio_cuda_link_can_read,
-                             virtio_cuda_link_read, virtio_cuda_link_event,
-                             NULL, s, NULL, true);
-    trace_virtio_cuda_realize(s->gpus ? s->gpus : "", "vcu-daemon");
+    virtio_cuda_link_serve(s);
 
     error_setg(&s->migration_blocker,
                "virtio-cuda does not support migration: its state lives in "
@@ -1006,15 +1094,7 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
     return;
 
 fail:
-    qemu_chr_fe_set_handlers(&s->chr, NULL, NULL, NULL, NULL, NULL, NULL, true);
-    vcu_proxy_free(s->proxy);
-    s->proxy = NULL;
-    virtio_cuda_link_bh(s);
-    virtio_cuda_link_reset_rx(s);
-    qemu_bh_delete(s->link_bh);
-    qemu_bh_delete(s->complete_bh);
-    qemu_mutex_destroy(&s->link_lock);
-    qemu_mutex_destroy(&s->complete_lock);
+    virtio_cuda_realize_undo(s);
 }
 
 static void virtio_cuda_unrealize(DeviceState *dev)

@@ -39,8 +39,8 @@
  * would leave the total wrong for good, and the daemon would have to
  * trust a slot's figure to correct it.
  *
- * All inline: QEMU maps the area read-only for its reports (proxy.c), the
- * worker and the daemon link it themselves.
+ * All inline: QEMU maps the area read-only for its reports
+ * (proxy_link.c), the worker and the daemon link it themselves.
  */
 #ifndef VCU_ACCOUNT_H
 #define VCU_ACCOUNT_H

@@ -1,5 +1,5 @@
 /*
- * The link between the QEMU device's proxy (proxy.c) and a session's
+ * The link between the QEMU device's proxy (proxy*.c) and a session's
  * worker process (worker.c): one stream socket per session, frames of a
  * fixed header and a body.  Both ends are on one host and built from one
  * tree, so fields are host-endian; every length is still checked by the

@@ -1,5 +1,5 @@
 /*
- * The link between a QEMU device (its session proxy, qemu-device/proxy.c)
+ * The link between a QEMU device (its session proxy, qemu-device/proxy_link.c)
  * and the host daemon (vcu-daemon, host-backend/daemon/): one unix stream
  * socket per device, which QEMU reaches as a -chardev socket.  The daemon
  * owns the GPU side of every VM it serves: it starts each session's

@@ -1,7 +1,7 @@
 /*
  * One side of a shared-memory frame ring (vcu_ipc.h, "The hot path"): the
  * proxy and the worker each hold a producer of one ring and the consumer
- * of the other.  Private to host-backend (proxy.c, worker.c, the tests).
+ * of the other.  Private to host-backend (proxy*.c, worker.c, the tests).
  *
  * Not thread safe: each side serializes its producers itself, and its
  * consumers too (the proxy's reader and a submitter polling for its own
@@ -9,7 +9,7 @@
  * beside the thread that consumes.  The peer is not trusted: every index it wrote
  * is checked, and a check that fails reads as VCU__RING_BROKEN.
  *
- * All inline: QEMU links proxy.c alone, the worker worker.c.
+ * All inline: QEMU links proxy*.c alone, the worker worker.c.
  *
  * Memory ordering: the producer's frame bytes are ordered before its tail
  * by the release store; the consumer's copy-out before its head likewise.

@@ -13,7 +13,7 @@
  * of its own (daemon/jail.c: its own namespaces and root, these
  * descriptors and no other, no_new_privs, no core dumps), one per guest
  * session, with the session's channel to QEMU's device proxy
- * (qemu-device/proxy.c), which QEMU made and handed the daemon.  First
+ * (qemu-device/proxy_session.c), which QEMU made and handed the daemon.  First
  * thing, before it loads the driver or reads anything a guest sent, the
  * worker installs its seccomp filter (seccomp.c; --seccomp off only for
  * diagnosis).

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for what the session proxy (qemu-device/proxy.c, QEMU's
+ * libFuzzer target for what the session proxy (qemu-device/proxy*.c, QEMU's
  * side of the GPU daemon and of every worker) reads from its peers, either
  * of which may be compromised:
  *
@@ -19,8 +19,8 @@
  * runs on this thread until the worker's end, taking replies with
  * vcu__ring_get() and vcu__px_reply().
  *
- * proxy.c is included whole, for its static functions; what it runs is
- * QEMU's code as it is.  The transport's link here queues nothing.
+ * The proxy's files (proxy.c, proxy_session.c, proxy_link.c) are included
+ * whole, for their static functions; what it runs is QEMU's code as it is.  The transport's link here queues nothing.
  *
  * Input:
  *   u8 mode             bit 0: the replies part, else the link part
@@ -49,6 +49,8 @@
  * closed (an fd count), whatever the frames were.
  */
 #include "proxy.c"
+#include "proxy_link.c"
+#include "proxy_session.c"
 
 #include <dirent.h>
 

@@ -1,6 +1,6 @@
 /*
  * The session proxy's shared-memory rings (host-backend/common/vcu_ring.h,
- * qemu-device/proxy.c, host-backend/worker/worker.c): the ring itself on
+ * qemu-device/proxy*.c, host-backend/worker/worker.c): the ring itself on
  * plain memory, then vcu_proxy with the real daemon and worker
  * (VCU_TEST_DAEMON, VCU_TEST_WORKER, built with the backend under the
  * sanitizers; the workers jailed as in production):

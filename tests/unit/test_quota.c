@@ -1,6 +1,6 @@
 /*
  * The VM's memory quotas (host-backend/common/vcu_account.h, cuda.c,
- * worker.c, proxy.c): the account on its own, then backends sharing one
+ * worker.c, proxy*.c): the account on its own, then backends sharing one
  * account against the CPU stand-in (sessions of one VM: allocations,
  * contexts, context limits, host memory), then the proxy with real
  * workers (a killed worker's charge comes back, the daemon's context
