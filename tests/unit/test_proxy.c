@@ -399,7 +399,9 @@ static int px_kill_case(unsigned int spin_us, unsigned int wait_ms)
     t0 = ut_now();
     ASSERT_EQ(0, kill(pid, SIGKILL));
     ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
-    ASSERT_LT(ut_now() - t0, 2.0);
+    /* Before the 5 s echo could have ended: the kill was seen, after at
+     * most the reader's 1 s of spin, with room for a loaded machine. */
+    ASSERT_LT(ut_now() - t0, 4.0);
     ASSERT_EQ(VCU_S_EIO, ut_status(t));
     ut_echo_build(u, e.sid, 1, 0, 0, NULL, 0);
     ASSERT_EQ(VCU_S_EIO, px_exec(&e, u));
