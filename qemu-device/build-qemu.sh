@@ -181,8 +181,9 @@ orig() {
 for f in "$root"/qemu-device/virtio-cuda*.c; do sync_file "$f" "$tree/hw/virtio/$(basename "$f")"; done
 sync_file "$root/qemu-device/virtio-cuda.h" "$tree/include/hw/virtio/virtio-cuda.h"
 
-# QEMU links the device, the session proxy (proxy*.c) and the request
-# check (vcu_reqcheck.c): each guest session's CUDA work runs in a
+# QEMU links the device, the session proxy (proxy*.c), the request
+# check (vcu_reqcheck.c), and the memory account and share group it
+# reports from (host-backend/common/*.c): each guest session's CUDA work runs in a
 # vcu-worker process the host daemon starts (host-backend/), never in
 # QEMU, which neither forks nor loads the CUDA driver.
 bdir="$tree/hw/virtio/vcu-backend"
@@ -191,7 +192,8 @@ declare -A want=()
 for f in vcu_proto.h vcu_sha256.h; do
     sync_file "$root/include/$f" "$bdir/$f"; want[$f]=1
 done
-for f in "$root"/host-backend/common/*.h "$root"/host-backend/worker/vcu_backend.h \
+for f in "$root"/host-backend/common/*.h "$root"/host-backend/common/*.c \
+         "$root"/host-backend/worker/vcu_backend.h \
          "$root"/qemu-device/proxy*.c "$root"/qemu-device/proxy_int.h \
          "$root"/qemu-device/vcu_proxy.h \
          "$root"/qemu-device/vcu_reqcheck.c "$root"/qemu-device/vcu_reqcheck.h; do
