@@ -1,6 +1,7 @@
 /*
  * Internal interface between the backend core (sessions, workers,
- * validation, dispatch: backend.c) and the CUDA executor (cuda.c).
+ * validation, dispatch: backend.c) and the CUDA executor (cuda.c and its
+ * parts, cuda_int.h).
  * Private names: vcu__.
  */
 #ifndef VCU_BACKEND_INT_H

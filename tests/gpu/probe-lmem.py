@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """GPU host probe behind the stack limit's cover of kernels' local memory
-(host-backend/worker/cuda.c, vcu__stack_cover; docs/design.md "Memory
+(host-backend/worker/cuda_ctx.c, vcu__stack_cover; docs/design.md "Memory
 quota").  Needs only python3 and NVIDIA's libcuda.so.1 (no compiler: the
 kernels are PTX, compiled by the driver).
 

@@ -1,0 +1,748 @@
+/*
+ * CUDA executor, part of cuda.c (cuda_int.h).
+ * Graphs, and a batch's runs of launches issued as graphs.
+ */
+#include "cuda_int.h"
+
+/* --- graphs --- */
+
+/* A handle for a new graph whose kernel nodes use the modules in mods. */
+uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods)
+{
+    vcu__hent_t *e;
+    uint64_t h;
+
+    e = vcu__new(o, VCU__H_GRAPH, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuGraphDestroy, g);
+        return VCU_S_OK;
+    }
+    e->u.graph.g = g;
+    if (vcu__mods_add_all(o->cs, &e->u.graph.mods, mods) != 0) {
+        VCU__CU(o->cu, cuGraphDestroy, g);
+        vcu__del(o->cs, h);
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_CREATE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUgraph g = NULL;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (rq.value > UINT32_MAX) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphCreate, &g, (unsigned int)rq.value);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    return vcu__graph_put(o, g, NULL);
+}
+
+uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    /* A capture's graph is the capture's (cuda.h). */
+    if (e->u.graph.cap_id != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphDestroy, e->u.graph.g);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    vcu__graph_drop(o->cs, rq.value);
+    return VCU_S_OK;
+}
+
+/*
+ * A MEMCPY node's shape (vcu_proto.h) as a copy between device
+ * addresses: 0, or VCU_S_EINVAL for a shape no copy has, or one whose
+ * extent wraps the address space on either side.
+ */
+static uint32_t vcu__node_copy(const struct vcu_cu_graph_node_req *rq, CUDA_MEMCPY3D *m)
+{
+    uint64_t h = rq->height ? rq->height : 1, d = rq->depth ? rq->depth : 1;
+    uint64_t sp = rq->src_pitch ? rq->src_pitch : rq->width;
+    uint64_t dp = rq->dst_pitch ? rq->dst_pitch : rq->width;
+    uint64_t sr = rq->src_rows ? rq->src_rows : h, dr = rq->dst_rows ? rq->dst_rows : h;
+    const uint64_t side[2][3] = { { rq->src, sp, sr }, { rq->dst, dp, dr } };
+
+    if (rq->width == 0 || rq->reserved != 0 || rq->stage > VCU_CU_STAGE_OUT ||
+        (rq->stage != VCU_CU_STAGE_NONE && rq->cookie == 0))
+        return VCU_S_EINVAL;
+    if (h > (uint64_t)INT32_MAX || d > (uint64_t)INT32_MAX)
+        return VCU_S_EINVAL;
+    for (int i = 0; i < 2; i++) {
+        uint64_t base = side[i][0], pitch = side[i][1], rows = side[i][2], span, t;
+
+        if ((h > 1 || d > 1) && pitch < rq->width)
+            return VCU_S_EINVAL;
+        if (d > 1 && rows < h)
+            return VCU_S_EINVAL;
+        /* The last byte: base + ((d-1)*rows + h-1)*pitch + width - 1. */
+        if (__builtin_mul_overflow(d - 1, rows, &t) || __builtin_add_overflow(t, h - 1, &t) ||
+            __builtin_mul_overflow(t, pitch, &span) ||
+            __builtin_add_overflow(span, rq->width - 1, &span) ||
+            __builtin_add_overflow(base, span, &t))
+            return VCU_S_EINVAL;
+    }
+    memset(m, 0, sizeof(*m));
+    m->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    m->srcDevice = rq->src;
+    m->srcPitch = (size_t)sp;
+    m->srcHeight = (size_t)sr;
+    m->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    m->dstDevice = rq->dst;
+    m->dstPitch = (size_t)dp;
+    m->dstHeight = (size_t)dr;
+    m->WidthInBytes = (size_t)rq->width;
+    m->Height = (size_t)h;
+    m->Depth = (size_t)d;
+    return 0;
+}
+
+/*
+ * A copy staged through a guest host function (VCU_CU_STAGE_IN: the
+ * function, then the copy; OUT: the copy, then the function), as one
+ * child-graph node of g: one node to the guest, as NVIDIA's one memcpy
+ * node with pageable memory is.  The child graph is cloned into the node.
+ */
+static CUresult vcu__staged_copy(vcu__op_t *o, CUgraphNode *node, CUgraph g,
+                                 const CUgraphNode *deps, uint32_t ndeps,
+                                 const CUDA_MEMCPY3D *m, uint32_t stage, vcu__cb_t *cb)
+{
+    vcu__cuda_t *cu = o->cu;
+    CUcontext ctx = o->cs->ctx[vcu__dev_of(o)];
+    CUDA_HOST_NODE_PARAMS hp = { .fn = vcu__cb_trampoline, .userData = cb };
+    CUgraph child = NULL;
+    CUgraphNode a = NULL, b = NULL;
+    CUresult r;
+
+    r = VCU__CU(cu, cuGraphCreate, &child, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (stage == VCU_CU_STAGE_IN) {
+        r = VCU__CU(cu, cuGraphAddHostNode, &a, child, NULL, 0, &hp);
+        if (r == CUDA_SUCCESS)
+            r = VCU__CU(cu, cuGraphAddMemcpyNode, &b, child, &a, 1, m, ctx);
+    } else {
+        r = VCU__CU(cu, cuGraphAddMemcpyNode, &a, child, NULL, 0, m, ctx);
+        if (r == CUDA_SUCCESS)
+            r = VCU__CU(cu, cuGraphAddHostNode, &b, child, &a, 1, &hp);
+    }
+    if (r == CUDA_SUCCESS)
+        r = VCU__CU(cu, cuGraphAddChildGraphNode, node, g, deps, ndeps, child);
+    VCU__CU(cu, cuGraphDestroy, child);
+    return r;
+}
+
+/* The checks of a CU_GRAPH_ADD_NODE request before it runs, and a copy
+ * node's descriptor (copy); *tail is where a kernel's parameters start.
+ * VCU_S_OK, or the status it gets. */
+static uint32_t vcu__node_check(const vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                                CUDA_MEMCPY3D *copy, const unsigned char **tail)
+{
+    size_t room = o->plen - sizeof(*rq);
+
+    if (rq->ndeps > VCU_CU_MAX_DEPS)
+        return VCU_S_E2BIG;
+    if ((size_t)rq->ndeps * 8 > room)
+        return VCU_S_EINVAL;
+    room -= (size_t)rq->ndeps * 8;
+    *tail = o->p + sizeof(*rq) + (size_t)rq->ndeps * 8;
+    if (rq->kind == VCU_CU_NODE_KERNEL &&
+        !vcu__param_bytes_ok(rq->param_bytes, room))
+        return VCU_S_EINVAL;
+    if (rq->kind == VCU_CU_NODE_MEMSET && rq->elem_size != 1 && rq->elem_size != 2 &&
+        rq->elem_size != 4)
+        return VCU_S_EINVAL;
+    if (rq->kind < VCU_CU_NODE_KERNEL || rq->kind > VCU_CU_NODE_EMPTY)
+        return VCU_S_EINVAL;
+    if (rq->kind == VCU_CU_NODE_MEMCPY && vcu__node_copy(rq, copy) != 0)
+        return VCU_S_EINVAL;
+    return VCU_S_OK;
+}
+
+/* The new node's dependencies, the session's node handles, into *deps
+ * (allocated when there are any; the caller frees).  -1 (o->res set)
+ * where one is not the session's or out of memory. */
+static int vcu__node_deps(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                          CUgraphNode **deps)
+{
+    uint32_t i;
+
+    if (rq->ndeps > 0) {
+        *deps = calloc(rq->ndeps, sizeof(**deps));
+        if (*deps == NULL) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return -1;
+        }
+    }
+    for (i = 0; i < rq->ndeps; i++) {
+        uint64_t dh;
+        vcu__hent_t *de;
+
+        memcpy(&dh, o->p + sizeof(*rq) + (size_t)i * 8, 8);
+        de = vcu__get(o, dh, VCU__H_GRAPH_NODE);
+        if (de == NULL)
+            return -1;
+        (*deps)[i] = de->u.node.n;
+    }
+    return 0;
+}
+
+/* Adds a kernel node to graph entry ge (parameters at tail); sets o->res. */
+static void vcu__node_kernel(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                             vcu__hent_t *ge, const CUgraphNode *deps,
+                             const unsigned char *tail, CUgraphNode *node)
+{
+    CUDA_KERNEL_NODE_PARAMS kn;
+    vcu__hent_t *fe = vcu__get(o, rq->function, VCU__H_FUNCTION);
+    void **kp;
+
+    if (fe == NULL)
+        return;
+    /* The graph holds the module for as long as it (or an exec made
+     * from it) may run the function. */
+    if (vcu__mods_add(o->cs, &ge->u.graph.mods, fe->u.fn.mod) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return;
+    }
+    kp = vcu__params(o, fe, tail, rq->param_bytes);
+    if (kp == NULL)
+        return;
+    vcu__kernel_node(&kn, fe, rq->grid, rq->block, rq->shared_mem, kp);
+    /* CUDA copies the parameter values into the node. */
+    o->res = VCU__CU(o->cu, cuGraphAddKernelNode, node, ge->u.graph.g, deps, rq->ndeps, &kn);
+    vcu__params_free(o, fe, kp);
+}
+
+/* Adds a copy node (copy), staged through a guest host function if the
+ * request says so, to graph g; sets o->res. */
+static void vcu__node_memcpy(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq, CUgraph g,
+                             const CUgraphNode *deps, const CUDA_MEMCPY3D *copy,
+                             CUgraphNode *node)
+{
+    vcu__cb_t *cb;
+
+    if (rq->stage == VCU_CU_STAGE_NONE) {
+        o->res = VCU__CU(o->cu, cuGraphAddMemcpyNode, node, g, deps, rq->ndeps, copy,
+                         o->cs->ctx[vcu__dev_of(o)]);
+        return;
+    }
+    cb = vcu__cb_new(o->cs, rq->cookie, 0);
+    if (cb == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return;
+    }
+    o->res = vcu__staged_copy(o, node, g, deps, rq->ndeps, copy, rq->stage, cb);
+}
+
+/* Adds the request's node to graph entry ge, into *node; sets o->res. */
+static void vcu__node_add(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                          vcu__hent_t *ge, const CUgraphNode *deps, const unsigned char *tail,
+                          const CUDA_MEMCPY3D *copy, CUgraphNode *node)
+{
+    vcu__cuda_t *cu = o->cu;
+
+    switch (rq->kind) {
+    case VCU_CU_NODE_KERNEL:
+        vcu__node_kernel(o, rq, ge, deps, tail, node);
+        break;
+    case VCU_CU_NODE_MEMCPY:
+        vcu__node_memcpy(o, rq, ge->u.graph.g, deps, copy, node);
+        break;
+    case VCU_CU_NODE_MEMSET: {
+        CUDA_MEMSET_NODE_PARAMS ms;
+
+        memset(&ms, 0, sizeof(ms));
+        ms.dst = rq->dst;
+        ms.pitch = (size_t)rq->pitch;
+        ms.value = rq->value;
+        ms.elementSize = rq->elem_size;
+        ms.width = (size_t)rq->width;
+        ms.height = (size_t)rq->height;
+        o->res = VCU__CU(cu, cuGraphAddMemsetNode, node, ge->u.graph.g, deps, rq->ndeps, &ms,
+                         o->cs->ctx[vcu__dev_of(o)]);
+        break;
+    }
+    case VCU_CU_NODE_HOST: {
+        CUDA_HOST_NODE_PARAMS hp;
+        vcu__cb_t *cb = vcu__cb_new(o->cs, rq->cookie, 0);
+
+        if (cb == NULL) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return;
+        }
+        memset(&hp, 0, sizeof(hp));
+        hp.fn = vcu__cb_trampoline;
+        hp.userData = cb;
+        o->res = VCU__CU(cu, cuGraphAddHostNode, node, ge->u.graph.g, deps, rq->ndeps, &hp);
+        break;
+    }
+    default:
+        o->res = VCU__CU(cu, cuGraphAddEmptyNode, node, ge->u.graph.g, deps, rq->ndeps);
+        break;
+    }
+}
+
+uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
+{
+    struct vcu_cu_graph_node_req rq;
+    CUDA_MEMCPY3D copy;
+    CUgraphNode *deps = NULL, node = NULL;
+    const unsigned char *tail;
+    vcu__hent_t *e;
+    uint32_t st;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    st = vcu__node_check(o, &rq, &copy, &tail);
+    if (st != VCU_S_OK)
+        return st;
+    VCU__ENTER(o);
+    VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
+    if (vcu__node_deps(o, &rq, &deps) != 0)
+        goto out;
+    vcu__node_add(o, &rq, ge, deps, tail, &copy, &node);
+    if (o->res != CUDA_SUCCESS)
+        goto out;
+    e = vcu__new(o, VCU__H_GRAPH_NODE, &h);
+    if (e == NULL)
+        goto out;                   /* the node stays in the graph, unnamed */
+    e->u.node.n = node;
+    e->u.node.graph = rq.graph;
+    o->rb.u64.value = h;
+out:
+    free(deps);
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_CLONE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUgraph g = NULL;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    if (e->u.graph.cap_id != 0 && vcu__mods_add_all(o->cs, &e->u.graph.mods, o->cs->cap_mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphClone, &g, e->u.graph.g);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    return vcu__graph_put(o, g, e->u.graph.mods);
+}
+
+uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    CUgraphExec ge = NULL;
+    const vcu__modset_t *mods;
+    vcu__hent_t *x;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.a, VCU__H_GRAPH);
+    if (e->u.graph.cap_id != 0 && vcu__mods_add_all(o->cs, &e->u.graph.mods, o->cs->cap_mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphInstantiate, &ge, e->u.graph.g, (unsigned long long)rq.b);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    mods = e->u.graph.mods;         /* e may move in vcu__new */
+    x = vcu__new(o, VCU__H_GRAPH_EXEC, &h);
+    if (x == NULL) {
+        VCU__CU(o->cu, cuGraphExecDestroy, ge);
+        return VCU_S_OK;
+    }
+    x->u.exec.ge = ge;
+    if (vcu__mods_add_all(o->cs, &x->u.exec.mods, mods) != 0) {
+        VCU__CU(o->cu, cuGraphExecDestroy, ge);
+        vcu__del(o->cs, h);
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_LAUNCH(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.a, VCU__H_GRAPH_EXEC);
+    VCU__STREAM(o, st, rq.b);
+    /* Launched into a capture, its nodes join the captured graph. */
+    if (o->cs->capture && vcu__mods_add_all(o->cs, &o->cs->cap_mods, e->u.exec.mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphLaunch, e->u.exec.ge, st);
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_EXEC_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH_EXEC);
+    o->res = VCU__CU(o->cu, cuGraphExecDestroy, e->u.exec.ge);
+    if (o->res == CUDA_SUCCESS)
+        vcu__del(o->cs, rq.value);
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_NODE_COUNT(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    size_t n = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH);
+    o->res = VCU__CU(o->cu, cuGraphGetNodes, e->u.graph.g, NULL, &n);
+    o->rb.u64.value = n;
+    return VCU_S_OK;
+}
+
+/* ---- runs of launches as graphs ---------------------------------------- */
+
+/*
+ * A batch's consecutive launches into one stream cost the driver one
+ * cuLaunchKernel each, 3.5-4.5 us of CPU on the H100 and H200 (what bounds
+ * a burst of small kernels, natively too).  As the kernel nodes of one
+ * executable graph, updated for each run (cuGraphExecUpdate) and launched
+ * whole, the same run costs a fraction of that (docs/benchmarks.md,
+ * "Launch runs as graphs").  It is the same work in the same order:
+ *
+ *   - A chain of kernel nodes launched into the stream runs as the
+ *     launches would, ordered after the stream's earlier work, before its
+ *     later work, with the legacy stream's implicit synchronization.
+ *     Launches of one executable graph are ordered among themselves, so a
+ *     kept graph serves one stream only: no dependency across streams.
+ *   - Every error cuLaunchKernel gives at once, the graph calls give
+ *     before anything runs (invalid values and handles when a node is
+ *     added, a launch out of resources at instantiation or update; measured
+ *     on driver 580): then the run's launches are issued one by one, as
+ *     before, and the first failure is the deferred error.  Faults in the
+ *     kernels are the context's sticky error either way.
+ *   - Not while a capture may be in progress (the captured graph would get
+ *     one child-graph node, not the kernels), nor for a printf session
+ *     (its launches are marked one by one), cooperative launches or
+ *     launches with attributes (CU_LAUNCH_EX: not batched as runs).
+ *
+ * Instantiation costs about what the run's launches would, so a run is
+ * made a graph only the second time a run of its length on its stream
+ * comes; at most VCU__GRUN_SLOTS kept, each counted in the session's host
+ * budget.  VCU_LAUNCH_GRAPHS=0 in the worker's environment turns it off.
+ */
+
+/* Destroys a kept run's executable graph, in its device's context; the
+ * slot stays.  (May switch the current context.) */
+static void vcu__grun_exec_drop(vcu__cuda_sess_t *cs, vcu__grun_t *g)
+{
+    if (g->ex == NULL)
+        return;
+    if (cs->ctx[g->dev] != NULL && vcu__cur(cs, cs->ctx[g->dev]) == CUDA_SUCCESS)
+        cs->cu->fn.cuGraphExecDestroy(g->ex);
+    vcu__mem_give(cs, VCU__GRUN_BYTES);
+    g->ex = NULL;
+}
+
+/* Frees a slot, its executable graph first. */
+static void vcu__grun_free(vcu__cuda_sess_t *cs, vcu__grun_t *g)
+{
+    vcu__grun_exec_drop(cs, g);
+    memset(g, 0, sizeof(*g));
+}
+
+/* Forgets the kept runs of device d (VCU_CU_MAX_DEVICES: of all): before
+ * a module is unloaded (their kernel nodes may name its functions), a
+ * context limit changes or the context goes. */
+void vcu__grun_drop(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    unsigned int i;
+
+    for (i = 0; i < VCU__GRUN_SLOTS; i++)
+        if (cs->grun[i].n != 0 && (d == VCU_CU_MAX_DEVICES || cs->grun[i].dev == d))
+            vcu__grun_free(cs, &cs->grun[i]);
+}
+
+/* How many entries from off, at most left, are plain launches of one
+ * device and stream that could go as one graph; 0 when the session may
+ * not run them so. */
+static uint32_t vcu__grun_len(const vcu__cuda_sess_t *cs, const unsigned char *p, size_t off,
+                              size_t plen, uint32_t left)
+{
+    struct vcu_cu_launch_req first;
+    uint32_t n;
+
+    if (!cs->cu->graphs || cs->capture || cs->out != NULL)
+        return 0;
+    for (n = 0; n < left; n++) {
+        struct vcu_cu_batch_entry e;
+        struct vcu_cu_launch_req rq;
+
+        memcpy(&e, p + off, sizeof(e));
+        if (e.opcode != VCU_OP_CU_LAUNCH || e.len < sizeof(rq))
+            break;
+        memcpy(&rq, p + off + sizeof(e), sizeof(rq));
+        if (rq.flags != 0 || (n > 0 && (rq.stream != first.stream ||
+                                        rq.hdr.device != first.hdr.device)))
+            break;
+        if (n == 0)
+            first = rq;
+        off += sizeof(e) + e.len + (8 - e.len % 8) % 8;
+        if (off > plen)
+            break;
+    }
+    return n;
+}
+
+/* The kept run for (stream, dev, n), made the most recently used; or a
+ * slot taken for it (ex NULL), the least recently used one freed. */
+static vcu__grun_t *vcu__grun_slot(vcu__cuda_sess_t *cs, uint64_t stream, uint32_t dev,
+                                   uint32_t n, bool *found)
+{
+    vcu__grun_t *g, *victim = &cs->grun[0];
+    unsigned int i;
+
+    for (i = 0; i < VCU__GRUN_SLOTS; i++) {
+        g = &cs->grun[i];
+        if (g->n == n && g->stream == stream && g->dev == dev) {
+            g->used = ++cs->grun_tick;
+            *found = true;
+            return g;
+        }
+        if (g->used < victim->used)
+            victim = g;
+    }
+    vcu__grun_free(cs, victim);
+    victim->stream = stream;
+    victim->dev = dev;
+    victim->n = n;
+    victim->used = ++cs->grun_tick;
+    *found = false;
+    return victim;
+}
+
+/* Adds the n launch entries from *off to gr as a chain of kernel nodes
+ * of device dev; *off is then past the last one added.  What failed, if
+ * anything: nothing of it has run. */
+static CUresult vcu__grun_nodes(vcu__cuda_sess_t *cs, vcu__op_t *o, const unsigned char *p,
+                                size_t *off, uint32_t n, uint32_t dev, CUgraph gr)
+{
+    struct vcu_cu_launch_req rq;
+    CUgraphNode prev = NULL, node;
+    CUresult r = CUDA_SUCCESS;
+    uint32_t i;
+
+    for (i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        struct vcu_cu_batch_entry e;
+        CUDA_KERNEL_NODE_PARAMS kn;
+        const vcu__hent_t *fe;
+        void **kp;
+
+        memcpy(&e, p + *off, sizeof(e));
+        memcpy(&rq, p + *off + sizeof(e), sizeof(rq));
+        fe = vcu__htab_get(&cs->tab, rq.function, VCU__H_FUNCTION);
+        if (fe == NULL || fe->u.fn.mod->dev != dev ||
+            !vcu__param_bytes_ok(rq.param_bytes, e.len - sizeof(rq)) ||
+            (kp = vcu__params(o, fe, p + *off + sizeof(e) + sizeof(rq), rq.param_bytes)) == NULL) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        vcu__kernel_node(&kn, fe, rq.grid, rq.block, rq.shared_mem, kp);
+        /* The node keeps a copy of the parameters. */
+        r = cs->cu->fn.cuGraphAddKernelNode(&node, gr, i > 0 ? &prev : NULL, i > 0, &kn);
+        vcu__params_free(o, fe, kp);
+        prev = node;
+        *off += sizeof(e) + e.len + (8 - e.len % 8) % 8;
+    }
+    return r;
+}
+
+/* Makes g's executable graph gr (r: how making gr went): instantiated
+ * for a new run, updated for a kept one.  A graph the driver will not
+ * instantiate or update (a launch out of resources, a kernel a graph may
+ * not hold or change to): this shape goes launch by launch a while, then
+ * is made anew. */
+static CUresult vcu__grun_make(vcu__cuda_sess_t *cs, vcu__grun_t *g, CUgraph gr, CUresult r)
+{
+    CUgraphExecUpdateResultInfo info;
+    vcu__cuda_t *cu = cs->cu;
+
+    if (g->ex == NULL) {
+        /* Its budget taken by the caller. */
+        if (r == CUDA_SUCCESS && (r = cu->fn.cuGraphInstantiate(&g->ex, gr, 0)) != CUDA_SUCCESS) {
+            g->ex = NULL;
+            g->skip = VCU__GRUN_BACKOFF;
+        }
+        if (r != CUDA_SUCCESS)
+            vcu__mem_give(cs, VCU__GRUN_BYTES);
+    } else if (r == CUDA_SUCCESS &&
+               (r = cu->fn.cuGraphExecUpdate(g->ex, gr, &info)) != CUDA_SUCCESS) {
+        vcu__grun_exec_drop(cs, g);
+        g->skip = VCU__GRUN_BACKOFF;
+    }
+    return r;
+}
+
+/*
+ * Issues the n launch entries from off (vcu__grun_len() found them) as
+ * one graph; *end is then the offset after them.  -1 when it did not
+ * launch (nothing of the run has run): the caller issues them one by one.
+ */
+static int vcu__grun(vcu__cuda_sess_t *cs, const unsigned char *p, size_t off, uint32_t n,
+                     size_t *end)
+{
+    vcu__cuda_t *cu = cs->cu;
+    vcu__op_t *o = cs->op;
+    struct vcu_cu_launch_req rq;
+    CUgraph gr = NULL;
+    vcu__grun_t *g;
+    CUstream st;
+    bool found;
+    uint32_t dev;
+    CUresult r;
+
+    memcpy(&rq, p + off + sizeof(struct vcu_cu_batch_entry), sizeof(rq));
+    dev = rq.hdr.device;
+    g = vcu__grun_slot(cs, rq.stream, dev, n, &found);
+    if (!found || o == NULL)
+        return -1;
+    if (g->skip > 0) {
+        g->skip--;
+        return -1;
+    }
+    /* As vcu__op_CU_LAUNCH: the device's context current, the stream's.
+     * A stream or function of another device's context, which the driver
+     * refuses a launch, could be a graph's node there: launch by launch. */
+    memset(o, 0, offsetof(vcu__op_t, rb));
+    o->cs = cs;
+    o->cu = cu;
+    o->p = p + off + sizeof(struct vcu_cu_batch_entry);
+    o->plen = sizeof(rq);
+    if (vcu__enter(o) != 0 || vcu__stream(o, rq.stream, &st) != 0)
+        return -1;
+    if (rq.stream != VCU_CU_STREAM_LEGACY && rq.stream != VCU_CU_STREAM_PER_THREAD) {
+        const vcu__hent_t *se = vcu__htab_get(&cs->tab, rq.stream, VCU__H_STREAM);
+
+        if (se == NULL || se->dev != dev)
+            return -1;
+    }
+    if (g->ex == NULL && vcu__mem_take(cs, VCU__GRUN_BYTES) != 0)
+        return -1;
+    if (cu->fn.cuGraphCreate(&gr, 0) != CUDA_SUCCESS)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        r = vcu__grun_nodes(cs, o, p, &off, n, dev, gr);
+    r = vcu__grun_make(cs, g, gr, r);
+    if (r == CUDA_SUCCESS)
+        r = cu->fn.cuGraphLaunch(g->ex, st);
+    if (gr != NULL)
+        cu->fn.cuGraphDestroy(gr);
+    if (r != CUDA_SUCCESS)
+        return -1;
+    *end = off;
+    return 0;
+}
+
+/*
+ * CU_BATCH: the framing is checked whole before any entry runs; then each
+ * entry runs as the same request sent alone with VCU_REQ_F_ASYNC (its
+ * failure becomes the deferred error, the first one kept), or a run of
+ * launches as one graph (vcu__grun()), which fails only before any of
+ * them ran.  The reply is the batch's own, with the deferred error as any
+ * reply's.
+ */
+uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
+                    const unsigned char *p, unsigned int nsegs, void *out,
+                    size_t *out_len)
+{
+    struct vcu_cu_batch_req b;
+    struct vcu_cu_resp r = { (uint32_t)CUDA_ERROR_INVALID_VALUE, 0 };
+    size_t plen = h->payload_len, off, pad;
+    int async = (h->flags & VCU_REQ_F_ASYNC) != 0;
+    uint32_t i, alone, st = VCU_S_EINVAL;
+
+    memcpy(&b, p, sizeof(b));
+    if (nsegs != 0 || b.hdr.device != 0 || b.hdr.reserved != 0 || b.reserved != 0 ||
+        b.count == 0 || b.count > VCU_CU_BATCH_MAX || plen > VCU_CU_BATCH_BYTES)
+        goto reply;
+    for (i = 0, off = sizeof(b); i < b.count; i++) {
+        struct vcu_cu_batch_entry e;
+
+        if (plen - off < sizeof(e))
+            goto reply;
+        memcpy(&e, p + off, sizeof(e));
+        off += sizeof(e);
+        if (!vcu_batch_op_ok(e.opcode) || e.len < vcu__req_size(e.opcode) || e.len > plen - off)
+            goto reply;
+        off += e.len;
+        pad = (8 - e.len % 8) % 8;
+        if (pad > plen - off)
+            goto reply;
+        off += pad;
+    }
+    if (off != plen)
+        goto reply;
+
+    (void)vcu__op_scratch(cs);       /* for the runs' graphs; without it, none */
+    for (i = 0, off = sizeof(b), alone = 0; i < b.count; i++) {
+        struct vcu_cu_batch_entry e;
+        struct vcu_req_hdr sh = *h;
+        struct vcu_cu_resp er;
+        vcu__cuda_wait_t *w = NULL;
+        size_t elen = 0;
+
+        if (alone == 0) {
+            uint32_t n = vcu__grun_len(cs, p, off, plen, b.count - i);
+
+            if (n >= VCU__GRUN_MIN && vcu__grun(cs, p, off, n, &off) == 0) {
+                i += n - 1;
+                continue;
+            }
+            /* Not as a graph: the run's launches one by one. */
+            alone = n > 0 ? n : 1;
+        }
+        alone--;
+        memcpy(&e, p + off, sizeof(e));
+        off += sizeof(e);
+        sh.opcode = e.opcode;
+        sh.flags = VCU_REQ_F_ASYNC;
+        sh.payload_len = e.len;
+        sh.nsegs = 0;
+        /* Entries never wait (vcu_batch_op_ok): none comes back with w. */
+        (void)vcu__cuda_exec(cs, &sh, p + off, NULL, 0, &er, sizeof(er), &elen, NULL, &w);
+        if (w != NULL)
+            vcu__wait_free(cs, w);
+        off += e.len + (8 - e.len % 8) % 8;
+    }
+    r.result = CUDA_SUCCESS;
+    st = VCU_S_OK;
+reply:
+    r.deferred = vcu__deferred(cs, async, r.result);
+    memcpy(out, &r, sizeof(r));
+    *out_len = sizeof(r);
+    return st;
+}

@@ -1,0 +1,649 @@
+/*
+ * CUDA executor, part of cuda.c (cuda_int.h).
+ * Memory: allocations (charged), copies, memsets, stream-ordered
+ * allocations and the session's pools.
+ */
+#include "cuda_int.h"
+
+/* --- memory --- */
+
+/* Records p, charged ch bytes; on failure frees it (the caller gives
+ * the charge back). */
+static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags, uint64_t ch)
+{
+    uint64_t v = vcu__dev_of(o) | flags | ((ch / VCU__ACCT_GRAIN) << VCU__ALLOC_SHIFT);
+
+    if (p == 0 || vcu__pset_add(&o->cs->allocs, p, v) == 0)
+        return 0;
+    o->cu->fn.cuMemFree(p);
+    o->res = CUDA_ERROR_OUT_OF_MEMORY;
+    return -1;
+}
+
+/* Charged before the driver is asked: past the VM's quota the guest gets
+ * CUDA_ERROR_OUT_OF_MEMORY, as from a full GPU, and nothing else
+ * changes.  Size 0 charges nothing (the driver refuses it). */
+uint32_t vcu__op_CU_MEM_ALLOC(vcu__op_t *o)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    CUdeviceptr p = 0;
+    uint32_t d = vcu__dev_of(o);
+    uint64_t ch;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    ch = vcu__grain(rq.size);
+    if (ch > VCU__ACCT_MAX || vcu__charge(o->cs, d, ch) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->res = o->cu->fn.cuMemAlloc(&p, (size_t)rq.size);
+    if (o->res == CUDA_SUCCESS && vcu__track(o, p, 0, ch) == 0) {
+        o->rb.u64.value = p;
+        if (p == 0)
+            vcu__uncharge(o->cs, d, ch);
+        return VCU_S_OK;
+    }
+    vcu__uncharge(o->cs, d, ch);
+    return VCU_S_OK;
+}
+
+/* Only pointers this session allocated may be freed (CUDA would refuse
+ * others anyway; pool memory, though, is not bound to one context). */
+static int vcu__untrack(vcu__op_t *o, CUdeviceptr p, uint64_t *val)
+{
+    if (!vcu__pset_find(&o->cs->allocs, p, val)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return -1;
+    }
+    return 0;
+}
+
+uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    uint64_t v = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (vcu__untrack(o, rq.value, &v) != 0)
+        return VCU_S_OK;
+    o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
+    if (o->res == CUDA_SUCCESS) {
+        vcu__pset_del(&o->cs->allocs, rq.value);
+        if (v & VCU__ALLOC_ASYNC) {
+            o->cs->pool_live[VCU__ALLOC_DEV(v)] -= VCU__ALLOC_CHARGE(v);
+            vcu__pool_settle(o->cs, VCU__ALLOC_DEV(v));
+        } else {
+            vcu__uncharge(o->cs, VCU__ALLOC_DEV(v), VCU__ALLOC_CHARGE(v));
+        }
+    }
+    return VCU_S_OK;
+}
+
+static uint32_t vcu__memcpy_host(vcu__op_t *o, int htod)
+{
+    struct vcu_cu_memcpy_req rq;
+    const vcu_segment_t *s;
+    CUstream st = NULL;
+    int async, use_async, issued = 0;
+    uint64_t off = 0;
+    unsigned int i;
+    CUresult r = CUDA_SUCCESS;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    async = (rq.flags & VCU_CU_MEMCPY_F_ASYNC) != 0;
+    if (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC)
+        return VCU_S_EINVAL;
+    if (rq.size == 0 && o->nsegs == 0) {
+        o->res = CUDA_SUCCESS;
+        return VCU_S_OK;
+    }
+    s = vcu__seg(o, htod ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE);
+    if (s == NULL || s->len != rq.size)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    if (async && vcu__stream(o, rq.stream, &st) != 0)
+        return VCU_S_OK;
+    /* A synchronous copy is issued where the blocking call would run,
+     * on the legacy stream, and waited for without blocking. */
+    use_async = async || (htod ? o->cu->fn.cuMemcpyHtoDAsync != NULL
+                               : o->cu->fn.cuMemcpyDtoHAsync != NULL);
+    if (!async)
+        st = CU_STREAM_LEGACY;
+    for (i = 0; i < s->iovcnt && r == CUDA_SUCCESS; i++) {
+        CUdeviceptr dp = (CUdeviceptr)((htod ? rq.dst : rq.src) + off);
+        size_t n = s->iov[i].iov_len;
+
+        if (n == 0)
+            continue;
+        if (htod)
+            r = use_async ? VCU__CU(o->cu, cuMemcpyHtoDAsync, dp, s->iov[i].iov_base, n, st)
+                          : o->cu->fn.cuMemcpyHtoD(dp, s->iov[i].iov_base, n);
+        else
+            r = use_async ? VCU__CU(o->cu, cuMemcpyDtoHAsync, s->iov[i].iov_base, dp, n, st)
+                          : o->cu->fn.cuMemcpyDtoH(s->iov[i].iov_base, dp, n);
+        if (r == CUDA_SUCCESS)
+            issued = 1;
+        off += n;
+    }
+    /* The guest's pages are mapped only until the reply: nothing may
+     * touch them after it, so the reply waits for the copy, unless the
+     * guest keeps them until its next SESSION_FENCE (stable). */
+    if (issued && use_async && (!async || !(s->flags & VCU_SEG_F_STABLE)) &&
+        vcu__park_stream(o, st) != 0) {
+        CUresult r2 = o->cu->fn.cuStreamSynchronize(st);
+
+        if (r == CUDA_SUCCESS)
+            r = r2;
+    }
+    o->res = r;
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MEMCPY_HTOD(vcu__op_t *o)
+{
+    return vcu__memcpy_host(o, 1);
+}
+
+uint32_t vcu__op_CU_MEMCPY_DTOH(vcu__op_t *o)
+{
+    return vcu__memcpy_host(o, 0);
+}
+
+uint32_t vcu__op_CU_MEMCPY_DTOD(vcu__op_t *o)
+{
+    struct vcu_cu_memcpy_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 0 || (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    if (rq.flags & VCU_CU_MEMCPY_F_ASYNC) {
+        VCU__STREAM(o, st, rq.stream);
+        o->res = VCU__CU(o->cu, cuMemcpyDtoDAsync, rq.dst, rq.src, (size_t)rq.size, st);
+    } else if (o->cu->fn.cuMemcpyDtoDAsync != NULL) {
+        /* Synchronous: on the legacy stream, waited for by the core. */
+        o->res = o->cu->fn.cuMemcpyDtoDAsync(rq.dst, rq.src, (size_t)rq.size, CU_STREAM_LEGACY);
+        if (o->res == CUDA_SUCCESS && vcu__park_stream(o, CU_STREAM_LEGACY) != 0)
+            o->res = o->cu->fn.cuStreamSynchronize(CU_STREAM_LEGACY);
+    } else {
+        o->res = VCU__CU(o->cu, cuMemcpyDtoD, rq.dst, rq.src, (size_t)rq.size);
+    }
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MEMSET(vcu__op_t *o)
+{
+    struct vcu_cu_memset_req rq;
+    vcu__cuda_t *cu = o->cu;
+    CUstream st = NULL;
+    int async;
+    size_t w, hgt, pitch;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 0 || (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC) ||
+        (rq.elem_size != 1 && rq.elem_size != 2 && rq.elem_size != 4))
+        return VCU_S_EINVAL;
+    async = (rq.flags & VCU_CU_MEMCPY_F_ASYNC) != 0;
+    w = (size_t)rq.width;
+    hgt = (size_t)rq.height;
+    pitch = (size_t)rq.pitch;
+    VCU__ENTER(o);
+    if (async && vcu__stream(o, rq.stream, &st) != 0)
+        return VCU_S_OK;
+    if (hgt == 1) {
+        switch (rq.elem_size) {
+        case 1:
+            o->res = async ? VCU__CU(cu, cuMemsetD8Async, rq.dst, (unsigned char)rq.value, w, st)
+                           : VCU__CU(cu, cuMemsetD8, rq.dst, (unsigned char)rq.value, w);
+            break;
+        case 2:
+            o->res = async ? VCU__CU(cu, cuMemsetD16Async, rq.dst, (unsigned short)rq.value, w, st)
+                           : VCU__CU(cu, cuMemsetD16, rq.dst, (unsigned short)rq.value, w);
+            break;
+        default:
+            o->res = async ? VCU__CU(cu, cuMemsetD32Async, rq.dst, rq.value, w, st)
+                           : VCU__CU(cu, cuMemsetD32, rq.dst, rq.value, w);
+            break;
+        }
+    } else {
+        switch (rq.elem_size) {
+        case 1:
+            o->res = async ? VCU__CU(cu, cuMemsetD2D8Async, rq.dst, pitch, (unsigned char)rq.value, w, hgt, st)
+                           : VCU__CU(cu, cuMemsetD2D8, rq.dst, pitch, (unsigned char)rq.value, w, hgt);
+            break;
+        case 2:
+            o->res = async ? VCU__CU(cu, cuMemsetD2D16Async, rq.dst, pitch, (unsigned short)rq.value, w, hgt, st)
+                           : VCU__CU(cu, cuMemsetD2D16, rq.dst, pitch, (unsigned short)rq.value, w, hgt);
+            break;
+        default:
+            o->res = async ? VCU__CU(cu, cuMemsetD2D32Async, rq.dst, pitch, rq.value, w, hgt, st)
+                           : VCU__CU(cu, cuMemsetD2D32, rq.dst, pitch, rq.value, w, hgt);
+            break;
+        }
+    }
+    return VCU_S_OK;
+}
+
+/* Bytes rows of width at pitch span, or 0 with *bad set on overflow. */
+static uint64_t vcu__span(uint64_t pitch, uint64_t width, uint64_t height, int *bad)
+{
+    uint64_t rows;
+
+    *bad = 0;
+    if (height == 0 || width == 0)
+        return 0;
+    if (__builtin_mul_overflow(height - 1, pitch, &rows) ||
+        __builtin_add_overflow(rows, width, &rows)) {
+        *bad = 1;
+        return 0;
+    }
+    return rows;
+}
+
+/* The copy's descriptor m from the request (kinds, pitches, the device
+ * sides) and, for a host side, its segment *s, checked to hold the *span
+ * bytes the rows take.  VCU_S_OK, or VCU_S_EINVAL for a malformed
+ * request. */
+static uint32_t vcu__2d_desc(const vcu__op_t *o, const struct vcu_cu_memcpy2d_req *rq,
+                             CUDA_MEMCPY2D *m, const vcu_segment_t **s, uint64_t *span)
+{
+    int bad = 0;
+
+    memset(m, 0, sizeof(*m));
+    m->WidthInBytes = (size_t)rq->width;
+    m->Height = (size_t)rq->height;
+    m->srcPitch = (size_t)rq->spitch;
+    m->dstPitch = (size_t)rq->dpitch;
+    switch (rq->kind) {
+    case VCU_CU_COPY_HTOD:
+        *s = vcu__seg(o, VCU_SEG_TO_DEVICE);
+        *span = vcu__span(rq->spitch, rq->width, rq->height, &bad);
+        m->srcMemoryType = CU_MEMORYTYPE_HOST;
+        m->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m->dstDevice = rq->dst;
+        break;
+    case VCU_CU_COPY_DTOH:
+        *s = vcu__seg(o, VCU_SEG_FROM_DEVICE);
+        *span = vcu__span(rq->dpitch, rq->width, rq->height, &bad);
+        m->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m->srcDevice = rq->src;
+        m->dstMemoryType = CU_MEMORYTYPE_HOST;
+        break;
+    case VCU_CU_COPY_DTOD:
+        if (o->nsegs != 0)
+            return VCU_S_EINVAL;
+        m->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m->srcDevice = rq->src;
+        m->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m->dstDevice = rq->dst;
+        break;
+    default:
+        return VCU_S_EINVAL;
+    }
+    if (rq->kind != VCU_CU_COPY_DTOD && (*s == NULL || bad || *span > (*s)->len))
+        return VCU_S_EINVAL;
+    return VCU_S_OK;
+}
+
+/* The host side's address for the copy: segment s's one range, or a
+ * staging buffer of span bytes (*bounce) holding s's bytes.  -1 (o->res
+ * set) past the budget or out of memory. */
+static int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,
+                        void **bounce)
+{
+    if (s->iovcnt == 1) {
+        *host = s->iov[0].iov_base;
+    } else if (span > 0) {
+        /* Held until the copy is done, which the guest may put
+         * behind work that never ends: counted. */
+        if (vcu__mem_take(o->cs, (size_t)span) != 0) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return -1;
+        }
+        *bounce = malloc((size_t)span);
+        if (*bounce == NULL) {
+            vcu__mem_give(o->cs, (size_t)span);
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return -1;
+        }
+        /* DTOH too: the gaps between rows keep the guest's bytes. */
+        vcu__gather(s, *bounce, (size_t)span);
+        *host = *bounce;
+    }
+    return 0;
+}
+
+uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o)
+{
+    struct vcu_cu_memcpy2d_req rq;
+    const vcu_segment_t *s = NULL;
+    CUDA_MEMCPY2D m;
+    CUstream st = NULL;
+    void *host = NULL, *bounce = NULL;
+    uint64_t span = 0;
+    uint32_t rc;
+    int async;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC)
+        return VCU_S_EINVAL;
+    async = (rq.flags & VCU_CU_MEMCPY_F_ASYNC) != 0;
+    rc = vcu__2d_desc(o, &rq, &m, &s, &span);
+    if (rc != VCU_S_OK)
+        return rc;
+    if (rq.kind != VCU_CU_COPY_DTOD) {
+        if (vcu__2d_host(o, s, span, &host, &bounce) != 0)
+            return VCU_S_OK;
+        if (rq.kind == VCU_CU_COPY_HTOD)
+            m.srcHost = host;
+        else
+            m.dstHost = host;
+    }
+    if (vcu__enter(o) != 0)
+        goto out;
+    if (async && vcu__stream(o, rq.stream, &st) != 0)
+        goto out;
+    if (async || o->cu->fn.cuMemcpy2DAsync != NULL) {
+        /* A synchronous copy on the legacy stream, waited for too. */
+        if (!async)
+            st = CU_STREAM_LEGACY;
+        o->res = VCU__CU(o->cu, cuMemcpy2DAsync, &m, st);
+        /* Host pages (and the bounce buffer) must be done with before
+         * the reply, unless they stay until SESSION_FENCE (stable, no
+         * bounce). */
+        if (o->res == CUDA_SUCCESS &&
+            (!async || (rq.kind != VCU_CU_COPY_DTOD &&
+                        (bounce != NULL || !(s->flags & VCU_SEG_F_STABLE))))) {
+            if (vcu__park_stream(o, st) == 0) {
+                /* The wait owns the staging buffer now. */
+                o->wait->bounce = bounce;
+                o->wait->bounce_len = bounce != NULL ? (size_t)span : 0;
+                if (bounce != NULL && rq.kind == VCU_CU_COPY_DTOH) {
+                    o->wait->seg = s;
+                    o->wait->span = (size_t)span;
+                }
+                bounce = NULL;
+            } else {
+                o->res = o->cu->fn.cuStreamSynchronize(st);
+            }
+        }
+    } else {
+        o->res = VCU__CU(o->cu, cuMemcpy2D, &m);
+    }
+    if (o->res == CUDA_SUCCESS && bounce != NULL && rq.kind == VCU_CU_COPY_DTOH)
+        vcu__scatter(s, bounce, (size_t)span);
+out:
+    if (bounce != NULL) {
+        free(bounce);
+        vcu__mem_give(o->cs, (size_t)span);
+    }
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
+{
+    struct vcu_cu_memcpy_req rq;
+    uint64_t v = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (o->nsegs != 0)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    if (vcu__untrack(o, rq.dst, &v) != 0)
+        return VCU_S_OK;
+    o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
+    if (o->res == CUDA_SUCCESS) {
+        vcu__pset_del(&o->cs->allocs, rq.dst);
+        /* Pool memory stays charged while the pool keeps it reserved. */
+        if (v & VCU__ALLOC_ASYNC) {
+            o->cs->pool_live[VCU__ALLOC_DEV(v)] -= VCU__ALLOC_CHARGE(v);
+            vcu__pool_settle(o->cs, VCU__ALLOC_DEV(v));
+        } else {
+            vcu__uncharge(o->cs, VCU__ALLOC_DEV(v), VCU__ALLOC_CHARGE(v));
+        }
+    }
+    return VCU_S_OK;
+}
+
+/*
+ * The session's memory pool on device d, made on first use.  Never the
+ * device's default pool: that one is shared by every context of the
+ * process, so a block one session freed reached another's next
+ * allocation with its data, and any session could set its attributes
+ * or trim it for all.  Pool handles a guest holds name only these.
+ */
+static CUresult vcu__sess_pool(vcu__cuda_sess_t *cs, uint32_t d, CUmemoryPool *out)
+{
+    CUmemPoolProps props;
+    CUresult r;
+
+    if (cs->mpool[d] == NULL) {
+        memset(&props, 0, sizeof(props));
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = cs->cu->host_ordinal[d];
+        r = VCU__CU(cs->cu, cuMemPoolCreate, &cs->mpool[d], &props);
+        if (r != CUDA_SUCCESS) {
+            cs->mpool[d] = NULL;
+            return r;
+        }
+    }
+    *out = cs->mpool[d];
+    return CUDA_SUCCESS;
+}
+
+/*
+ * A session's pool is charged for at least what it reserves (driver's
+ * CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) and for every live block: before
+ * the allocation, for the block on top of the live ones (or what is
+ * reserved already, if more); after it, for anything more the pool
+ * reserved to serve it.  If that pushed the VM past its quota the block is
+ * given back and the guest gets CUDA_ERROR_OUT_OF_MEMORY.  Freed blocks
+ * stay charged while the pool keeps them (vcu__pool_settle).
+ */
+uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
+    CUmemoryPool pool;
+    CUdeviceptr p = 0;
+    uint32_t d = vcu__dev_of(o);
+    cuuint64_t res = 0;
+    uint64_t ch, want;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    if (rq.pool == 0) {
+        /* The device's current pool, as the guest sees it: the session's. */
+        o->res = vcu__sess_pool(cs, d, &pool);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
+    } else {
+        VCU__GET(o, e, rq.pool, VCU__H_POOL);
+        pool = e->u.pool;
+    }
+    ch = vcu__grain(rq.size);
+    if (ch > VCU__ACCT_MAX || d >= VCU_CU_MAX_DEVICES) {   /* d: checked by VCU__ENTER */
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    if (o->cu->acct != NULL) {
+        want = cs->pool_live[d] + ch;
+        if (VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                    &res) == CUDA_SUCCESS && vcu__grain(res) > want)
+            want = vcu__grain(res);
+        if (want > cs->pool_charge[d]) {
+            if (vcu__charge(cs, d, want - cs->pool_charge[d]) != 0) {
+                o->res = CUDA_ERROR_OUT_OF_MEMORY;
+                return VCU_S_OK;
+            }
+            cs->pool_charge[d] = want;
+        }
+    }
+    o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
+    if (o->res == CUDA_SUCCESS && vcu__track(o, p, VCU__ALLOC_ASYNC, ch) == 0) {
+        o->rb.u64.value = p;
+        if (p != 0)
+            cs->pool_live[d] += ch;
+    }
+    if (o->cu->acct != NULL && o->res == CUDA_SUCCESS &&
+        VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                &res) == CUDA_SUCCESS && vcu__grain(res) > cs->pool_charge[d]) {
+        int over = vcu__acct_add(o->cu->acct, cs->aslot, d, vcu__grain(res) - cs->pool_charge[d]);
+
+        cs->pool_charge[d] = vcu__grain(res);
+        if (over != 0 && p != 0) {
+            VCU__CU(o->cu, cuMemFreeAsync, p, st);
+            vcu__pset_del(&cs->allocs, p);
+            cs->pool_live[d] -= ch;
+            o->rb.u64.value = 0;
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    vcu__pool_settle(cs, d);
+    return VCU_S_OK;
+}
+
+/* The device's default pool, as the guest sees it: the session's own
+ * (vcu__sess_pool), one handle for the session's life. */
+uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
+{
+    uint32_t d = vcu__dev_of(o);
+    CUmemoryPool pool = NULL;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    VCU__ENTER(o);
+    if (o->cs->pool_h[d] != 0 && vcu__htab_get(&o->cs->tab, o->cs->pool_h[d], VCU__H_POOL)) {
+        o->rb.u64.value = o->cs->pool_h[d];
+        return VCU_S_OK;
+    }
+    o->res = vcu__sess_pool(o->cs, d, &pool);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_POOL, &h);
+    if (e == NULL)
+        return VCU_S_OK;
+    e->u.pool = pool;
+    o->cs->pool_h[d] = h;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+/* CUmemPool_attribute value types (cuda.h): the REUSE_* ones are int,
+ * the rest cuuint64_t; 0 for an attribute this code does not know. */
+static int vcu__pool_attr_kind(uint32_t a)
+{
+    switch (a) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        return 1;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        return 2;
+    }
+    return 0;
+}
+
+uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+    int kind, iv;
+    cuuint64_t uv;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_POOL);
+    kind = vcu__pool_attr_kind(rq.attr);
+    if (kind == 1) {
+        iv = (int)rq.value;
+        o->res = VCU__CU(o->cu, cuMemPoolSetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &iv);
+    } else if (kind == 2) {
+        uv = rq.value;
+        o->res = VCU__CU(o->cu, cuMemPoolSetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &uv);
+    } else {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+    }
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+    int kind, iv = 0;
+    cuuint64_t uv = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_POOL);
+    kind = vcu__pool_attr_kind(rq.attr);
+    if (kind == 1) {
+        o->res = VCU__CU(o->cu, cuMemPoolGetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &iv);
+        o->rb.u64.value = (uint64_t)(int64_t)iv;
+    } else if (kind == 2) {
+        o->res = VCU__CU(o->cu, cuMemPoolGetAttribute, e->u.pool, (CUmemPool_attribute)rq.attr, &uv);
+        o->rb.u64.value = uv;
+    } else {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+    }
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_POOL);
+    o->res = VCU__CU(o->cu, cuMemPoolTrimTo, e->u.pool, (size_t)rq.value);
+    vcu__pool_settle(o->cs, vcu__dev_of(o));
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuMemGetAddressRange, &base, &size, (CUdeviceptr)rq.value);
+    o->rb.range.base = base;
+    o->rb.range.size = size;
+    return VCU_S_OK;
+}
+
+/* Guest memory in the device's address space (zero copy).  Only a stable
+ * segment is held by the guest past the reply, and only one contiguous
+ * host range has one device pointer. */
+uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    const vcu_segment_t *s;
+    CUdeviceptr p = 0;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    s = vcu__seg(o, VCU_SEG_TO_DEVICE);
+    if (s == NULL)
+        return VCU_S_EINVAL;
+    if (!(s->flags & VCU_SEG_F_STABLE) || s->iovcnt != 1 || rq.value != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    o->res = VCU__CU(o->cu, cuMemHostGetDevicePointer, &p, s->iov[0].iov_base, 0);
+    if (o->res == CUDA_SUCCESS)
+        o->rb.u64.value = p;
+    return VCU_S_OK;
+}
