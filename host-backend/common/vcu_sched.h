@@ -43,7 +43,7 @@
  * nothing here tries to hold it, as vcu_account.h for memory.
  *
  * All inline: QEMU links proxy*.c alone, the worker worker.c and
- * backend.c; the unit tests drive it with a simulated clock and pids.
+ * backend_worker.c; the unit tests drive it with a simulated clock and pids.
  */
 #ifndef VCU_SCHED_H
 #define VCU_SCHED_H
