@@ -42,7 +42,7 @@
  * worker has the GPU itself (it can call the driver without asking):
  * nothing here tries to hold it, as vcu_account.h for memory.
  *
- * All inline: QEMU links proxy*.c alone, the worker worker.c and
+ * All inline: QEMU links proxy*.c alone, the worker worker_setup.c and
  * backend_worker.c; the unit tests drive it with a simulated clock and pids.
  */
 #ifndef VCU_SCHED_H
