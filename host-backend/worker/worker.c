@@ -93,9 +93,7 @@
 #define _GNU_SOURCE                 /* ppoll */
 #endif
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -110,13 +108,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vcu_account.h"
 #include "vcu_backend.h"
 #include "vcu_ipc.h"
-#include "vcu_sched.h"
 #include "vcu_ring.h"
 #include "vcu_seccomp.h"
 #include "vcu_stage.h"
+#include "vcu_worker.h"
 
 #define VCU__W_PAGE 4096ull
 /* A job's own room for its request, reply and iovecs; free jobs kept:
@@ -280,7 +277,7 @@ static struct {
 #define VCU__W_EXIT(code) _exit(code)
 #endif
 
-static void vcu__die(const char *what)
+void vcu__die(const char *what)
 {
     fprintf(stderr, "vcu-worker[%d]: %s\n", (int)getpid(), what);
     VCU__W_EXIT(1);
@@ -456,12 +453,6 @@ static void vcu__alias_uncount_locked(uint32_t nr, uint64_t len)
     vcu__w.alias_bytes -= len;
 }
 
-/*
- * The alias of a stable segment whose ranges (rg[0..n)) join at page
- * boundaries: its address for the segment's first byte, or NULL (the
- * ranges do not join, or mapping or registering failed: the segment then
- * keeps one iovec per range).  An alias of the same ranges is reused.
- */
 /* An alias of nr mappings and len bytes is gone (or was never made):
  * its count, and its charge of cost. */
 static void vcu__alias_uncount(uint32_t nr, uint64_t len, uint64_t cost)
@@ -472,51 +463,119 @@ static void vcu__alias_uncount(uint32_t nr, uint64_t len, uint64_t cost)
     vcu_backend_host_uncharge(vcu__w.be, cost);
 }
 
-static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
+/* The page-rounded start and length of a range, as an alias maps it. */
+static uint64_t vcu__page_start(const struct vcu_ipc_range *r)
 {
-    vcu__alias_t *a;
-    unsigned char *base;
-    uint64_t total = 0, pos = 0, ram, cost;
+    return r->off & ~(VCU__W_PAGE - 1);
+}
+
+static uint64_t vcu__page_len(const struct vcu_ipc_range *r)
+{
+    return ((r->off + r->len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1)) - vcu__page_start(r);
+}
+
+/* Whether the ranges join at page boundaries (the interior ones must be);
+ * *total: the bytes of their pages. */
+static bool vcu__alias_span(const struct vcu_ipc_range *rg, uint32_t n, uint64_t *total)
+{
     uint32_t i;
 
+    *total = 0;
     for (i = 0; i < n; i++) {
-        uint64_t a0 = rg[i].off & ~(VCU__W_PAGE - 1);
-        uint64_t e = (rg[i].off + rg[i].len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1);
-
-        /* Interior boundaries must be page boundaries. */
         if ((i > 0 && (rg[i].off & (VCU__W_PAGE - 1))) ||
             (i + 1 < n && ((rg[i].off + rg[i].len) & (VCU__W_PAGE - 1))))
-            return NULL;
-        total += e - a0;
+            return false;
+        *total += vcu__page_len(&rg[i]);
     }
-    pthread_mutex_lock(&vcu__w.alock);
+    return true;
+}
+
+/* alock held.  An alias of the same ranges, for reuse: its address for
+ * the first range's first byte, or NULL. */
+static unsigned char *vcu__alias_find_locked(const struct vcu_ipc_range *rg, uint32_t n)
+{
+    vcu__alias_t *a;
+    uint32_t i;
+
     for (a = vcu__w.aliases; a != NULL; a = a->next) {
         if (a->nr != n)
             continue;
         for (i = 0; i < n; i++)
-            if (a->r[i].region != rg[i].region ||
-                a->r[i].off != (rg[i].off & ~(VCU__W_PAGE - 1)) ||
-                a->r[i].len != ((rg[i].off + rg[i].len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1)) -
-                                   (rg[i].off & ~(VCU__W_PAGE - 1)))
+            if (a->r[i].region != rg[i].region || a->r[i].off != vcu__page_start(&rg[i]) ||
+                a->r[i].len != vcu__page_len(&rg[i]))
                 break;
-        if (i == n) {
-            pthread_mutex_unlock(&vcu__w.alock);
+        if (i == n)
             return a->base + (rg[0].off & (VCU__W_PAGE - 1));
-        }
     }
-    /* Within the session's bounds, counted now (the mappings are made
-     * below, without the lock), and charged. */
-    for (i = 0, ram = 0; i < vcu__w.nregions; i++)
+    return NULL;
+}
+
+/* alock held.  Counts a new alias of n mappings and total bytes if it is
+ * within the session's bounds (see vcu__alias_t); false if not. */
+static bool vcu__alias_count_locked(uint32_t n, uint64_t total)
+{
+    uint64_t ram = 0;
+    uint32_t i;
+
+    for (i = 0; i < vcu__w.nregions; i++)
         ram += vcu__w.regions[i].size;
     if (vcu__w.naliases >= VCU__ALIAS_MAX || n > VCU__ALIAS_MAPS - vcu__w.alias_maps ||
-        vcu__w.alias_bytes > ram || total > ram - vcu__w.alias_bytes) {
-        pthread_mutex_unlock(&vcu__w.alock);
-        return NULL;
-    }
+        vcu__w.alias_bytes > ram || total > ram - vcu__w.alias_bytes)
+        return false;
     vcu__w.naliases++;
     vcu__w.alias_maps += n;
     vcu__w.alias_bytes += total;
+    return true;
+}
+
+/* Maps the ranges' pages again, one after the other, over the reserved
+ * base; records them in a.  False if a range cannot be mapped. */
+static bool vcu__alias_map(vcu__alias_t *a, unsigned char *base, const struct vcu_ipc_range *rg,
+                           uint32_t n)
+{
+    uint64_t pos = 0;
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        const vcu__region_t *r = vcu__region(rg[i].region);
+        uint64_t a0 = vcu__page_start(&rg[i]);
+        uint64_t len = vcu__page_len(&rg[i]);
+
+        if (r == NULL || a0 + len > r->size ||
+            mmap(base + pos, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd,
+                 (off_t)a0) == MAP_FAILED)
+            return false;
+        a->r[i].region = rg[i].region;
+        a->r[i].off = a0;
+        a->r[i].len = len;
+        pos += len;
+    }
+    return true;
+}
+
+/*
+ * The alias of a stable segment whose ranges (rg[0..n)) join at page
+ * boundaries: its address for the segment's first byte, or NULL (the
+ * ranges do not join, or mapping or registering failed: the segment then
+ * keeps one iovec per range).  An alias of the same ranges is reused.
+ */
+static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
+{
+    vcu__alias_t *a;
+    unsigned char *base, *p;
+    uint64_t total, cost;
+    bool counted;
+
+    if (!vcu__alias_span(rg, n, &total))
+        return NULL;
+    /* Within the session's bounds, counted now (the mappings are made
+     * below, without the lock), and charged. */
+    pthread_mutex_lock(&vcu__w.alock);
+    p = vcu__alias_find_locked(rg, n);
+    counted = p == NULL && vcu__alias_count_locked(n, total);
     pthread_mutex_unlock(&vcu__w.alock);
+    if (!counted)
+        return p;
     cost = VCU__ALIAS_COST(total, n);
     if (vcu_backend_host_charge(vcu__w.be, cost) != 0) {
         vcu__alias_uncount(n, total, 0);
@@ -534,21 +593,7 @@ static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
         vcu__alias_uncount(n, total, cost);
         return NULL;
     }
-    for (i = 0; i < n; i++) {
-        const vcu__region_t *r = vcu__region(rg[i].region);
-        uint64_t a0 = rg[i].off & ~(VCU__W_PAGE - 1);
-        uint64_t len = ((rg[i].off + rg[i].len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1)) - a0;
-
-        if (r == NULL || a0 + len > r->size ||
-            mmap(base + pos, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd,
-                 (off_t)a0) == MAP_FAILED)
-            goto fail;
-        a->r[i].region = rg[i].region;
-        a->r[i].off = a0;
-        a->r[i].len = len;
-        pos += len;
-    }
-    if (madvise(base, total, MADV_DONTDUMP) != 0 ||
+    if (!vcu__alias_map(a, base, rg, n) || madvise(base, total, MADV_DONTDUMP) != 0 ||
         vcu_backend_add_ram(vcu__w.be, base, total) != 0)
         goto fail;
     a->base = base;
@@ -769,109 +814,122 @@ static void vcu__reply_status(uint64_t tag, const struct vcu_req_hdr *h, uint32_
 static void vcu__sock_pump(bool want_req);
 
 /*
- * One VCU_IPC_REQ: the ranges become iovecs of the mapped regions; a
- * fence's segment (the memory it releases) is taken off the request
- * before the backend sees it.
+ * The frame of one VCU_IPC_REQ, checked: its fixed part (*ir), the
+ * request's header (*h) and its ranges (*rg), each range's region mapped
+ * (a region's fd comes on the socket, sent before the request that names
+ * it: this waits for it there).  False when the frame is malformed,
+ * replied to already.
  */
-static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen)
+static bool vcu__req_frame(uint64_t tag, const unsigned char *body, size_t blen,
+                           struct vcu_ipc_req *ir, struct vcu_req_hdr *h,
+                           const struct vcu_ipc_range **rg)
 {
-    struct vcu_ipc_req ir;
-    struct vcu_req_hdr h;
-    const struct vcu_ipc_range *rg;
-    vcu__job_t *j;
-    size_t pad, seg_off, niov;
-    uint64_t k = 0, first[VCU_MAX_SEGS];
-    unsigned int i;
-    uint32_t status = VCU_S_EINVAL;
+    size_t pad;
+    uint64_t k;
 
-    if (blen < sizeof(ir)) {
+    if (blen < sizeof(*ir)) {
         vcu__reply_status(tag, NULL, VCU_S_EINVAL);
-        return;
+        return false;
     }
-    memcpy(&ir, body, sizeof(ir));
-    pad = (8 - ir.req_len % 8) % 8;
-    if (ir.req_len < sizeof(h) || ir.nranges > VCU_MAX_RANGES ||
-        blen != sizeof(ir) + ir.req_len + pad + (uint64_t)ir.nranges * sizeof(*rg) ||
-        ir.resp_cap < sizeof(struct vcu_resp_hdr) ||
-        ir.resp_cap > sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD) {
+    memcpy(ir, body, sizeof(*ir));
+    pad = (8 - ir->req_len % 8) % 8;
+    if (ir->req_len < sizeof(*h) || ir->nranges > VCU_MAX_RANGES ||
+        blen != sizeof(*ir) + ir->req_len + pad + (uint64_t)ir->nranges * sizeof(**rg) ||
+        ir->resp_cap < sizeof(struct vcu_resp_hdr) ||
+        ir->resp_cap > sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD) {
         vcu__reply_status(tag, NULL, VCU_S_EINVAL);
-        return;
+        return false;
     }
-    memcpy(&h, body + sizeof(ir), sizeof(h));
-    rg = (const struct vcu_ipc_range *)(body + sizeof(ir) + ir.req_len + pad);
-    /* A region's fd comes on the socket, sent before the request that
-     * names it: wait for it there. */
-    for (k = 0; k < ir.nranges; k++)
-        while (vcu__region(rg[k].region) == NULL)
+    memcpy(h, body + sizeof(*ir), sizeof(*h));
+    *rg = (const struct vcu_ipc_range *)(body + sizeof(*ir) + ir->req_len + pad);
+    for (k = 0; k < ir->nranges; k++)
+        while (vcu__region((*rg)[k].region) == NULL)
             vcu__sock_pump(false);
-    k = 0;
-    j = vcu__job_get(ir.req_len, ir.resp_cap);
-    if (j == NULL) {
-        vcu__reply_status(tag, &h, VCU_S_ENOMEM);
-        return;
-    }
-    j->tag = tag;
-    j->seq = atomic_fetch_add_explicit(&vcu__w.next_seq, 1, memory_order_relaxed);
-    memcpy(j->req, body + sizeof(ir), ir.req_len);
+    return true;
+}
 
-    if (h.nsegs > VCU_MAX_SEGS || h.payload_len > VCU_MAX_PAYLOAD)
-        goto fail;
-    seg_off = sizeof(h) + ((h.payload_len + 7u) & ~7u);
-    if (ir.req_len < seg_off + (size_t)h.nsegs * sizeof(struct vcu_seg))
-        goto fail;
-    for (i = 0; i < h.nsegs; i++) {
+/*
+ * The n ranges of one segment: each inside its region (the proxy checked
+ * nothing of this: QEMU did, but a link that disagrees with itself is
+ * refused here too), adding up to len.  Returns a wire status.
+ */
+static uint32_t vcu__seg_ranges(const struct vcu_ipc_range *rg, uint32_t n, uint64_t len)
+{
+    uint64_t sum = 0;
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        const vcu__region_t *r = vcu__region(rg[i].region);
+
+        if (r == NULL || rg[i].len == 0 || rg[i].off > r->size ||
+            rg[i].len > r->size - rg[i].off)
+            return VCU_S_EFAULT;
+        /* Kept within the protocol's bound: no overflow. */
+        if (rg[i].len > VCU_MAX_XFER - sum)
+            return VCU_S_EINVAL;
+        sum += rg[i].len;
+    }
+    /* The backend takes a segment's length for its iovecs' sum
+     * (vcu_backend.h) and bounds copies by it: ranges that add up to
+     * less would let a copy run past them. */
+    return sum == len ? VCU_S_OK : VCU_S_EINVAL;
+}
+
+/*
+ * The request's segments, from its copy in the job: into j->segs, each
+ * with its count of ranges and, in first[], the index of its first range
+ * in rg; every range used exactly once.  *seg_off: where the segments
+ * start in the request.  Returns a wire status.
+ */
+static uint32_t vcu__req_segs(vcu__job_t *j, const struct vcu_ipc_req *ir,
+                              const struct vcu_req_hdr *h, const struct vcu_ipc_range *rg,
+                              uint64_t *first, size_t *seg_off)
+{
+    uint64_t k = 0;
+    unsigned int i;
+    uint32_t st;
+
+    if (h->nsegs > VCU_MAX_SEGS || h->payload_len > VCU_MAX_PAYLOAD)
+        return VCU_S_EINVAL;
+    *seg_off = sizeof(*h) + ((h->payload_len + 7u) & ~7u);
+    if (ir->req_len < *seg_off + (size_t)h->nsegs * sizeof(struct vcu_seg))
+        return VCU_S_EINVAL;
+    for (i = 0; i < h->nsegs; i++) {
         struct vcu_seg ws;
         vcu_segment_t *sg = &j->segs[i];
-        uint64_t sum = 0;
-        uint32_t n;
 
-        memcpy(&ws, j->req + seg_off + i * sizeof(ws), sizeof(ws));
+        memcpy(&ws, j->req + *seg_off + i * sizeof(ws), sizeof(ws));
         /* A fence's segments name memory it releases: read by no one. */
-        if (ws.nranges > ir.nranges - k ||
-            (h.opcode == VCU_OP_SESSION_FENCE && ws.flags != VCU_SEG_TO_DEVICE)) {
-            status = VCU_S_EINVAL;
-            goto fail;
-        }
+        if (ws.nranges > ir->nranges - k ||
+            (h->opcode == VCU_OP_SESSION_FENCE && ws.flags != VCU_SEG_TO_DEVICE))
+            return VCU_S_EINVAL;
         first[i] = k;
         sg->iovcnt = ws.nranges;
         sg->len = ws.len;
         sg->flags = ws.flags;
-        for (n = 0; n < ws.nranges; n++, k++) {
-            const vcu__region_t *r = vcu__region(rg[k].region);
-
-            /* The proxy checked nothing of this: QEMU did, but a link
-             * that disagrees with itself is refused here too. */
-            if (r == NULL || rg[k].len == 0 || rg[k].off > r->size ||
-                rg[k].len > r->size - rg[k].off) {
-                status = VCU_S_EFAULT;
-                goto fail;
-            }
-            /* Kept within the protocol's bound: no overflow. */
-            if (rg[k].len > VCU_MAX_XFER - sum) {
-                status = VCU_S_EINVAL;
-                goto fail;
-            }
-            sum += rg[k].len;
-        }
-        /* The backend takes a segment's length for its iovecs' sum
-         * (vcu_backend.h) and bounds copies by it: ranges that add up to
-         * less would let a copy run past them. */
-        if (sum != ws.len) {
-            status = VCU_S_EINVAL;
-            goto fail;
-        }
+        st = vcu__seg_ranges(&rg[k], ws.nranges, ws.len);
+        if (st != VCU_S_OK)
+            return st;
+        k += ws.nranges;
     }
-    if (k != ir.nranges)
-        goto fail;
+    return k == ir->nranges ? VCU_S_OK : VCU_S_EINVAL;
+}
 
-    /*
-     * Stable segments are registered (the gaps not yet), then every
-     * segment's ranges become iovecs of the mapped RAM, cut at the edges
-     * of registrations.
-     */
+/*
+ * Stable segments are registered (the gaps not yet), then every segment's
+ * ranges become iovecs of the mapped RAM, cut at the edges of
+ * registrations, in the job's iovecs.  Returns a wire status.
+ */
+static uint32_t vcu__req_iovs(vcu__job_t *j, const struct vcu_req_hdr *h,
+                              const struct vcu_ipc_range *rg, const uint64_t *first)
+{
+    size_t niov;
+    unsigned int i;
+    uint64_t k;
+
     pthread_mutex_lock(&vcu__w.alock);
-    for (i = 0, niov = 0; i < h.nsegs; i++) {
-        bool stable = (j->segs[i].flags & VCU_SEG_F_STABLE) && h.opcode != VCU_OP_SESSION_FENCE;
+    for (i = 0, niov = 0; i < h->nsegs; i++) {
+        bool stable = (j->segs[i].flags & VCU_SEG_F_STABLE) && h->opcode != VCU_OP_SESSION_FENCE;
 
         for (k = first[i]; k < first[i] + j->segs[i].iovcnt; k++) {
             const vcu__region_t *r = vcu__region(rg[k].region);
@@ -883,10 +941,9 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
     }
     if (vcu__job_iov(j, niov) == NULL) {
         pthread_mutex_unlock(&vcu__w.alock);
-        status = VCU_S_ENOMEM;
-        goto fail;
+        return VCU_S_ENOMEM;
     }
-    for (i = 0, niov = 0; i < h.nsegs; i++) {
+    for (i = 0, niov = 0; i < h->nsegs; i++) {
         size_t start = niov;
 
         for (k = first[i]; k < first[i] + j->segs[i].iovcnt; k++)
@@ -896,18 +953,24 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
         j->segs[i].iovcnt = (unsigned int)(niov - start);
     }
     pthread_mutex_unlock(&vcu__w.alock);
-    /* One device pointer for a pinned allocation of several chunks: its
-     * segment becomes one iovec of an alias (the backend takes only one). */
-    if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER && h.nsegs == 1 &&
-        (j->segs[0].flags & VCU_SEG_F_STABLE) && ir.nranges > 1) {
-        unsigned char *p = vcu__alias_get(rg, ir.nranges);
+    return VCU_S_OK;
+}
+
+/* CU_HOST_DEVICE_POINTER: one device pointer for the whole segment, whose
+ * iovecs become one (the backend takes only one). */
+static void vcu__req_host_ptr(vcu__job_t *j, const struct vcu_ipc_req *ir,
+                              const struct vcu_ipc_range *rg)
+{
+    if ((j->segs[0].flags & VCU_SEG_F_STABLE) && ir->nranges > 1) {
+        /* A pinned allocation of several chunks: an alias of them. */
+        unsigned char *p = vcu__alias_get(rg, ir->nranges);
 
         if (p != NULL) {
             j->iov[0].iov_base = p;
             j->iov[0].iov_len = j->segs[0].len;
             j->segs[0].iovcnt = 1;
         }
-    } else if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER && h.nsegs == 1 && ir.nranges == 1) {
+    } else if (ir->nranges == 1) {
         /* One range, registered in pieces that meet: the pointer of its
          * first byte reaches all of it (registered memory is mapped at
          * its host address). */
@@ -915,35 +978,86 @@ static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen
         j->iov[0].iov_len = rg[0].len;
         j->segs[0].iovcnt = 1;
     }
+}
 
-    if (h.opcode == VCU_OP_SESSION_FENCE) {
-        j->fence = true;
-        if (ir.nranges > 0) {
-            j->released = malloc(ir.nranges * sizeof(*j->released));
-            if (j->released == NULL) {
-                status = VCU_S_ENOMEM;
-                goto fail;
-            }
-            memcpy(j->released, rg, ir.nranges * sizeof(*rg));
-            j->nreleased = ir.nranges;
-        }
-        /* The backend's fence takes no segment. */
-        h.nsegs = 0;
-        memcpy(j->req, &h, sizeof(h));
-        ir.req_len = (uint32_t)seg_off;
+/*
+ * SESSION_FENCE: its ranges are what it releases, kept for its reply;
+ * the backend's fence takes no segment, so they leave the request, whose
+ * new length is *req_len.  Returns a wire status.
+ */
+static uint32_t vcu__req_fence(vcu__job_t *j, struct vcu_req_hdr *h, uint32_t nranges,
+                               const struct vcu_ipc_range *rg, size_t seg_off, uint32_t *req_len)
+{
+    j->fence = true;
+    if (nranges > 0) {
+        j->released = malloc(nranges * sizeof(*j->released));
+        if (j->released == NULL)
+            return VCU_S_ENOMEM;
+        memcpy(j->released, rg, nranges * sizeof(*rg));
+        j->nreleased = nranges;
     }
+    h->nsegs = 0;
+    memcpy(j->req, h, sizeof(*h));
+    *req_len = (uint32_t)seg_off;
+    return VCU_S_OK;
+}
 
+/* The job's request goes to the backend, which calls vcu__job_done(). */
+static void vcu__req_submit(vcu__job_t *j, const struct vcu_req_hdr *h, uint32_t req_len,
+                            uint32_t resp_cap)
+{
     j->breq.req = j->req;
-    j->breq.req_len = ir.req_len;
+    j->breq.req_len = req_len;
     j->breq.segs = j->fence ? NULL : j->segs;
-    j->breq.nsegs = j->fence ? 0 : h.nsegs;
+    j->breq.nsegs = j->fence ? 0 : h->nsegs;
     j->breq.resp = j->resp;
-    j->breq.resp_cap = ir.resp_cap;
+    j->breq.resp_cap = resp_cap;
     j->breq.done = vcu__job_done;
     if (!j->fence)
-        vcu_stage_in(vcu__w.be, h.opcode, h.flags, j->segs, h.nsegs, &j->stage);
+        vcu_stage_in(vcu__w.be, h->opcode, h->flags, j->segs, h->nsegs, &j->stage);
     j->breq.opaque = j;
     vcu_backend_submit(vcu__w.be, &j->breq);
+}
+
+/*
+ * One VCU_IPC_REQ: the ranges become iovecs of the mapped regions; a
+ * fence's segment (the memory it releases) is taken off the request
+ * before the backend sees it.
+ */
+static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen)
+{
+    struct vcu_ipc_req ir;
+    struct vcu_req_hdr h;
+    const struct vcu_ipc_range *rg;
+    vcu__job_t *j;
+    size_t seg_off;
+    uint64_t first[VCU_MAX_SEGS];
+    uint32_t status;
+
+    if (!vcu__req_frame(tag, body, blen, &ir, &h, &rg))
+        return;
+    j = vcu__job_get(ir.req_len, ir.resp_cap);
+    if (j == NULL) {
+        vcu__reply_status(tag, &h, VCU_S_ENOMEM);
+        return;
+    }
+    j->tag = tag;
+    j->seq = atomic_fetch_add_explicit(&vcu__w.next_seq, 1, memory_order_relaxed);
+    memcpy(j->req, body + sizeof(ir), ir.req_len);
+
+    status = vcu__req_segs(j, &ir, &h, rg, first, &seg_off);
+    if (status == VCU_S_OK)
+        status = vcu__req_iovs(j, &h, rg, first);
+    if (status != VCU_S_OK)
+        goto fail;
+    if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER && h.nsegs == 1)
+        vcu__req_host_ptr(j, &ir, rg);
+    if (h.opcode == VCU_OP_SESSION_FENCE) {
+        status = vcu__req_fence(j, &h, ir.nranges, rg, seg_off, &ir.req_len);
+        if (status != VCU_S_OK)
+            goto fail;
+    }
+    vcu__req_submit(j, &h, ir.req_len, ir.resp_cap);
     return;
 
 fail:
@@ -1258,213 +1372,30 @@ static void *vcu__watch(void *arg)
 
 /* ---- main -------------------------------------------------------------- */
 
-/* The VM's memory account, for the backend to charge this session's GPU
- * memory to (vcu_account.h), and the VM's policy page (read-only: the
- * daemon's word), whose quota is enforced. */
-static void vcu__map_account(vcu_backend_config_t *cfg, int fd, const char *slot, int pfd)
+/* The backend, for the one session this process runs, then the hello
+ * that tells the daemon whether it has CUDA. */
+static void vcu__start_backend(vcu_backend_config_t *cfg, const vcu__opts_t *o)
 {
-    const struct vcu_policy *pol;
-    vcu_account_t *a;
-    struct stat st;
-    char *end;
-    long n;
-
-    if (fd < 0)
-        return;
-    if (slot == NULL || pfd < 0)
-        vcu__die("--account needs --account-slot and --policy");
-    n = strtol(slot, &end, 10);
-    if (*end != '\0' || n < 0 || n > INT_MAX)
-        vcu__die("bad --account-slot");
-    if (fstat(pfd, &st) != 0 || st.st_size < (off_t)sizeof(struct vcu_policy))
-        vcu__die("bad --policy");
-    pol = mmap(NULL, sizeof(*pol), PROT_READ, MAP_SHARED, pfd, 0);
-    close(pfd);
-    if (pol == MAP_FAILED || pol->magic != VCU_POLICY_MAGIC)
-        vcu__die("cannot map the VM's policy");
-    if (vcu__acct_map(fd, 0, &a) != 0 || (uint32_t)n >= a->nslots)
-        vcu__die("cannot map the memory account");
-    vcu__acct_set_policy(a, pol);
-    cfg->account = a;
-    cfg->account_slot = (int)n;
-}
-
-/* The compute-share group, this worker's slot in it (vcu_sched.h).  The
- * VM slot is the daemon's (it claimed it for the VM); the cap is read
- * from the VM's policy page as it is now. */
-static void vcu__map_share(vcu_backend_config_t *cfg, int fd, const char *vm, const char *party)
-{
-    vcu_sched_t *sc;
-    char err[256], *end;
-    unsigned long v, p;
-
-    if (fd < 0)
-        return;
-    if (vm == NULL || party == NULL)
-        vcu__die("--share needs --share-vm and --share-party");
-    v = strtoul(vm, &end, 10);
-    if (*end != '\0' || vm[0] == '-' || v >= VCU_SCHED_VMS)
-        vcu__die("bad --share-vm");
-    p = strtoul(party, &end, 10);
-    if (*end != '\0' || party[0] == '-' || p == 0 || p > UINT32_MAX)
-        vcu__die("bad --share-party");
-    if (vcu__sched_map_fd(fd, (uint32_t)p, &sc, err, sizeof(err)) != 0)
-        vcu__die(err);
-    if (vcu__sched_attach(sc, (uint32_t)v, 0, 0) != 0)
-        vcu__die("cannot join the share group");
-    if (cfg->account != NULL && cfg->account->policy != NULL)
-        sc->cap_src = &cfg->account->policy->compute_cap;
-    cfg->sched = sc;
-}
-
-static void vcu__usage(void)
-{
-    fprintf(stderr, "usage: vcu-worker --fd N [--shm FD --wake-req FD --wake-resp FD] "
-                    "[--spin-us N]\n"
-                    "                  [--account FD --account-slot N --policy FD]\n"
-                    "                  [--gpus LIST] [--libcuda PATH] "
-                    "[--capture-printf 0|1]\n"
-                    "                  [--module-cache DIR --module-cache-size BYTES]\n"
-                    "                  [--share FD --share-vm N --share-party ID]\n"
-                    "                  [--sms N --mps-pipe DIR] [--seccomp on|log|off] "
-                    "[--probe]\n"
-                    "                  [--ctx-bytes N]\n"
-                    "Started by vcu-daemon, one per guest session, in a jail.\n");
-    exit(2);
-}
-
-/* A descriptor number argument. */
-static int vcu__fd_arg(const char *v)
-{
-    char *end;
-    long n = strtol(v, &end, 10);
-
-    if (*end != '\0' || n < 0 || n > INT_MAX)
-        vcu__usage();
-    return (int)n;
-}
-
-int main(int argc, char **argv)
-{
-    vcu_backend_config_t cfg;
     struct vcu_ipc_hello hello;
-    pthread_t watch;
-    const char *cerr, *aslot = NULL, *share_vm = NULL, *share_party = NULL, *mps_pipe = NULL;
-    bool probe = false;
-    int i, shm_fd = -1, wake_req = -1, wake_resp = -1, acct_fd = -1, policy_fd = -1,
-        share_fd = -1, seccomp = VCU_SECCOMP_ON, rc;
-
-    memset(&cfg, 0, sizeof(cfg));
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-        if (strcmp(a, "--probe") == 0) {
-            probe = true;
-            continue;
-        }
-        if (v == NULL)
-            vcu__usage();
-        if (strcmp(a, "--fd") == 0) {
-            vcu__w.fd = vcu__fd_arg(v);
-        } else if (strcmp(a, "--shm") == 0) {
-            shm_fd = vcu__fd_arg(v);
-        } else if (strcmp(a, "--wake-req") == 0) {
-            wake_req = vcu__fd_arg(v);
-        } else if (strcmp(a, "--wake-resp") == 0) {
-            wake_resp = vcu__fd_arg(v);
-        } else if (strcmp(a, "--account") == 0) {
-            acct_fd = vcu__fd_arg(v);
-        } else if (strcmp(a, "--policy") == 0) {
-            policy_fd = vcu__fd_arg(v);
-        } else if (strcmp(a, "--share") == 0) {
-            share_fd = vcu__fd_arg(v);
-        } else if (strcmp(a, "--spin-us") == 0) {
-            vcu__w.spin_ns = (uint64_t)vcu__fd_arg(v) * 1000u;
-        } else if (strcmp(a, "--gpus") == 0) {
-            cfg.gpus = v;
-        } else if (strcmp(a, "--libcuda") == 0) {
-            cfg.libcuda = v;
-        } else if (strcmp(a, "--capture-printf") == 0) {
-            cfg.capture_printf = strcmp(v, "0") != 0;
-        } else if (strcmp(a, "--account-slot") == 0) {
-            aslot = v;
-        } else if (strcmp(a, "--share-vm") == 0) {
-            share_vm = v;
-        } else if (strcmp(a, "--share-party") == 0) {
-            share_party = v;
-        } else if (strcmp(a, "--seccomp") == 0) {
-            seccomp = strcmp(v, "on") == 0    ? VCU_SECCOMP_ON
-                      : strcmp(v, "log") == 0 ? VCU_SECCOMP_LOG
-                      : strcmp(v, "off") == 0 ? VCU_SECCOMP_OFF
-                                              : (vcu__usage(), 0);
-        } else if (strcmp(a, "--sms") == 0) {
-            char *end;
-            unsigned long n = strtoul(v, &end, 10);
-
-            if (*end != '\0' || v[0] == '-' || n == 0 || n > 1u << 20)
-                vcu__usage();
-            cfg.sms = (uint32_t)n;
-        } else if (strcmp(a, "--ctx-bytes") == 0) {
-            char *end;
-
-            errno = 0;
-            cfg.ctx_bytes = strtoull(v, &end, 10);
-            if (*end != '\0' || v[0] == '-' || errno != 0 || cfg.ctx_bytes == 0)
-                vcu__usage();
-        } else if (strcmp(a, "--mps-pipe") == 0) {
-            mps_pipe = v;
-        } else if (strcmp(a, "--module-cache") == 0) {
-            cfg.module_cache = v;
-        } else if (strcmp(a, "--module-cache-size") == 0) {
-            char *end;
-
-            cfg.module_cache_bytes = strtoull(v, &end, 10);
-            if (*end != '\0' || v[0] == '-')
-                vcu__usage();
-        } else {
-            vcu__usage();
-        }
-        i++;
-    }
-    if (vcu__w.fd < 0 || (!probe && (shm_fd < 0 || wake_req < 0 || wake_resp < 0)))
-        vcu__usage();
-
-    /* Before anything else runs here: the driver, and every byte a guest
-     * sends, only ever see the filter's system calls. */
-    rc = vcu_seccomp_install(seccomp);
-    if (rc != 0) {
-        errno = -rc;
-        vcu__die("cannot install the seccomp filter");
-    }
-    /* Not dumpable: no core file (RLIMIT_CORE is 0 too), no ptrace by
-     * another process of our user, no /proc/PID/mem for it. */
-    prctl(PR_SET_DUMPABLE, 0);
-
-    /* Dies with the daemon (the jail asked for it already; a worker
-     * started without one too), and never outlives it. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() == 1)
-        return 0;
-    prctl(PR_SET_NAME, "vcu-worker");
-    signal(SIGPIPE, SIG_IGN);
+    const char *cerr;
 
     /* Before the driver loads: a packed worker is a client of the MPS
      * control daemon behind this pipe directory; an isolated one never is,
      * even on a host whose default daemon runs (no directory can exist
      * under /dev/null). */
-    if (cfg.sms != 0 && (mps_pipe == NULL || mps_pipe[0] != '/'))
+    if (cfg->sms != 0 && (o->mps_pipe == NULL || o->mps_pipe[0] != '/'))
         vcu__usage();
-    if (setenv("CUDA_MPS_PIPE_DIRECTORY", cfg.sms != 0 ? mps_pipe : VCU__NO_MPS_PIPE, 1) != 0)
+    if (setenv("CUDA_MPS_PIPE_DIRECTORY", cfg->sms != 0 ? o->mps_pipe : VCU__NO_MPS_PIPE, 1) != 0)
         vcu__die("setenv");
-    cfg.max_sessions = 1;
-    cfg.register_ram = 1;
-    cfg.worker = 1;
-    cfg.probe = probe;
-    cfg.pump = vcu__pump;
-    vcu__map_account(&cfg, acct_fd, aslot, policy_fd);
-    if (!probe)
-        vcu__map_share(&cfg, share_fd, share_vm, share_party);
-    if (vcu_backend_new(&cfg, &vcu__w.be) != 0)
+    cfg->max_sessions = 1;
+    cfg->register_ram = 1;
+    cfg->worker = 1;
+    cfg->probe = o->probe;
+    cfg->pump = vcu__pump;
+    vcu__map_account(cfg, o->acct_fd, o->aslot, o->policy_fd);
+    if (!o->probe)
+        vcu__map_share(cfg, o->share_fd, o->share_vm, o->share_party);
+    if (vcu_backend_new(cfg, &vcu__w.be) != 0)
         vcu__die("cannot create the backend");
     memset(&hello, 0, sizeof(hello));
     hello.version = VCU_IPC_VERSION;
@@ -1473,9 +1404,27 @@ int main(int argc, char **argv)
     if (cerr != NULL)
         snprintf(hello.cuda_error, sizeof(hello.cuda_error), "%s", cerr);
     vcu__send_frame(VCU_IPC_HELLO, 0, &hello, sizeof(hello));
-    if (probe)
+}
+
+int main(int argc, char **argv)
+{
+    vcu_backend_config_t cfg;
+    vcu__opts_t o = {
+        .fd = -1, .shm_fd = -1, .wake_req = -1, .wake_resp = -1, .acct_fd = -1, .policy_fd = -1,
+        .share_fd = -1, .seccomp = VCU_SECCOMP_ON,
+    };
+    pthread_t watch;
+
+    memset(&cfg, 0, sizeof(cfg));
+    vcu__parse_args(argc, argv, &cfg, &o);
+    vcu__w.fd = o.fd;
+    vcu__w.spin_ns = o.spin_ns;
+    if (!vcu__lock_down(o.seccomp))
+        return 0;
+    vcu__start_backend(&cfg, &o);
+    if (o.probe)
         _exit(0);
-    vcu__map_shm(shm_fd, wake_req, wake_resp);
+    vcu__map_shm(o.shm_fd, o.wake_req, o.wake_resp);
     /* A request on the ring is at most a quarter of it (larger ones come
      * on the socket). */
     vcu__w.rbuf = malloc(vcu__w.req.size);

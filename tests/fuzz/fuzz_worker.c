@@ -35,8 +35,10 @@
  * registered; replies are whole reply frames.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <sanitizer/lsan_interface.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
