@@ -103,7 +103,7 @@ int main(void)
         for (int i = 0; i < N; i++)
             TRUE(host[i] == (unsigned int)(BURST - 1) + (unsigned int)i);
     }
-    printf("allocations on the launching thread in %d launches: cuLaunchKernel %lu, "
+    printf("info: allocations on the launching thread in %d launches: cuLaunchKernel %lu, "
            "cuLaunchKernelEx %lu\n", BURST, got[0], got[1]);
     TRUE(got[0] < BURST / PER);
     TRUE(got[1] < BURST * sync_cost + BURST / PER);
