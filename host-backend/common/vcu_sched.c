@@ -321,6 +321,132 @@ static bool vcu__sched_least(vcu_sched_t *sc, uint32_t v, uint64_t vclock)
     return true;
 }
 
+/* The step's view of the grant's times, read once under the lock. */
+struct vcu__sched_at {
+    uint64_t now, start, first, held_from, vclock;
+    bool others;
+};
+
+/* A holder not yet revoked: renews its slice, lets an idle lone holder
+ * go, or starts the revoke.  Returns the grant word as it now stands. */
+static uint32_t vcu__sched_hold_running(vcu_sched_t *sc, struct vcu__sched_at *t, uint32_t v,
+                                        uint32_t g)
+{
+    struct vcu_sched_hdr *h = sc->hdr;
+    uint64_t now = t->now, first = t->first, held_from = t->held_from;
+    bool wants = vcu__sched_any(sc, v, false), busy = vcu__sched_any(sc, v, true);
+    uint32_t cap = vcu__sched_cap(&sc->vm[v]);
+    uint64_t dl = atomic_load(&h->deadline_ns);
+    bool spent = cap != 0 && first <= now &&
+                 atomic_load(&sc->vm[v].tokens) - (int64_t)(now - first) <= 0;
+
+    if (t->others && atomic_load(&h->contended_ns) == 0)
+        atomic_store(&h->contended_ns, now);
+    /* At its deadline a holder that would be chosen again anyway
+     * (weight 75 against 25: three slices in a row) goes on,
+     * charged so far, without a drain. */
+    if (t->others && wants && !spent && now >= dl) {
+        vcu__sched_charge(sc, v, held_from, now);
+        if (vcu__sched_least(sc, v, t->vclock))
+            t->others = false;
+    }
+    if ((t->others && (now >= dl || !wants)) || spent) {
+        g |= VCU_SCHED_REVOKING;
+        atomic_store(&h->revoke_ns, now);
+        atomic_store(&h->grant, g);
+    } else if (!wants && !busy) {
+        /* Idle and alone: let go, charging up to its last drain. */
+        vcu__sched_charge(sc, v, first, vcu__sched_drain_end(sc, v, t->start, now));
+        atomic_store(&h->grant, 0);
+        g = 0;
+    } else if (now >= dl) {
+        /* Alone (or still the least served): a new slice, no
+         * switch.  The time so far was held with work on the GPU. */
+        int64_t tok;
+
+        vcu__sched_charge(sc, v, held_from, now);
+        tok = atomic_load(&sc->vm[v].tokens);
+        atomic_store(&h->start_ns, now);
+        atomic_store(&h->first_ns, first != UINT64_MAX ? now : 0);
+        atomic_store(&h->deadline_ns,
+                     now + (cap != 0 && tok < (int64_t)VCU_SCHED_SLICE_NS
+                                ? (uint64_t)(tok > 0 ? tok : 0)
+                                : VCU_SCHED_SLICE_NS));
+    }
+    return g;
+}
+
+/* A revoked holder: the grant goes once its workers have drained (or
+ * past VCU__SCHED_DRAIN_NS).  Returns the grant word as it now stands. */
+static uint32_t vcu__sched_hold_revoking(vcu_sched_t *sc, const struct vcu__sched_at *t,
+                                         uint32_t v, uint32_t g)
+{
+    struct vcu_sched_hdr *h = sc->hdr;
+    uint64_t now = t->now, rv = atomic_load(&h->revoke_ns);
+
+    if (rv > now || rv < t->start)
+        rv = now;
+    if (!vcu__sched_any(sc, v, true) || now - rv > VCU__SCHED_DRAIN_NS) {
+        /* A holder that never drained is charged until now: it
+         * kept the others waiting that long. */
+        uint64_t end = vcu__sched_any(sc, v, true) ? now : vcu__sched_drain_end(sc, v, rv, now);
+
+        vcu__sched_charge(sc, v, t->held_from, end);
+        atomic_store(&h->grant, 0);
+        g = 0;
+    }
+    return g;
+}
+
+/* Nobody holds the grant: the eligible VM with the least virtual time, a
+ * VM back from idle counting from the group's clock.  Returns its number
+ * (slot + 1, 0 for none) and its virtual time in *beff. */
+static uint32_t vcu__sched_pick(vcu_sched_t *sc, struct vcu__sched_at *t, uint64_t *beff)
+{
+    uint32_t i, best = 0;
+
+    for (i = 0; i < VCU_SCHED_VMS; i++) {
+        uint64_t eff;
+
+        if (!vcu__sched_eligible(sc, i))
+            continue;
+        eff = atomic_load(&sc->vm[i].vtime);
+        if (eff < t->vclock)
+            eff = t->vclock;
+        if (best == 0 || eff < *beff) {
+            if (best != 0)
+                t->others = true;
+            best = i + 1;
+            *beff = eff;
+        } else {
+            t->others = true;
+        }
+    }
+    return best;
+}
+
+/* Grants the GPU to VM best (slot + 1) for a new slice from now. */
+static void vcu__sched_grant(vcu_sched_t *sc, uint32_t best, uint64_t beff, bool others,
+                             uint64_t now)
+{
+    struct vcu_sched_hdr *h = sc->hdr;
+    struct vcu_sched_vm *v = &sc->vm[best - 1];
+    uint64_t slice = VCU_SCHED_SLICE_NS;
+
+    if (vcu__sched_cap(v) != 0 && atomic_load(&v->tokens) < (int64_t)slice)
+        slice = (uint64_t)atomic_load(&v->tokens);
+    atomic_store(&v->vtime, beff);
+    atomic_store(&v->grants, atomic_load(&v->grants) + 1);
+    atomic_store(&h->vclock, beff);
+    atomic_store(&h->gen, atomic_load(&h->gen) + 1);
+    atomic_store(&h->start_ns, now);
+    atomic_store(&h->first_ns, 0);
+    atomic_store(&h->deadline_ns, now + slice);
+    atomic_store(&h->contended_ns, others ? now : 0);
+    atomic_store(&h->revoke_ns, 0);
+    atomic_store(&h->grant, best);
+}
+
 /*
  * The scheduler's one decision point, under the lock, at time now (any
  * party's CLOCK_MONOTONIC; tests simulate it).  Revokes a holder whose
@@ -332,26 +458,28 @@ static bool vcu__sched_least(vcu_sched_t *sc, uint32_t v, uint64_t vclock)
 static void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
 {
     struct vcu_sched_hdr *h = sc->hdr;
-    uint32_t g = atomic_load(&h->grant), hv = (g & ~VCU_SCHED_REVOKING), i, best = 0;
-    uint64_t start = atomic_load(&h->start_ns), beff = 0, vclock = atomic_load(&h->vclock);
-    uint64_t first = atomic_load(&h->first_ns), held_from;
-    bool others = false;
+    uint32_t g = atomic_load(&h->grant), hv = (g & ~VCU_SCHED_REVOKING), i, best;
+    struct vcu__sched_at t = { .now = now, .others = false };
+    uint64_t beff = 0;
 
+    t.start = atomic_load(&h->start_ns);
+    t.vclock = atomic_load(&h->vclock);
+    t.first = atomic_load(&h->first_ns);
     if (hv > VCU_SCHED_VMS) {       /* garbage: no grant */
         atomic_store(&h->grant, 0);
         g = hv = 0;
     }
-    if (start > now)
-        start = now;
+    if (t.start > now)
+        t.start = now;
     /* Charges run from the grant's first issue (the time until the
      * holder's workers woke up is nobody's).  A holder that wanted the GPU
      * and issued nothing held it all the same: from the grant (held is
      * held, whatever a worker says it wants). */
-    if (first != 0 && (first < start || first > now))
-        first = start;
-    held_from = first != 0 ? first : start;
-    if (first == 0)
-        first = UINT64_MAX;
+    if (t.first != 0 && (t.first < t.start || t.first > now))
+        t.first = t.start;
+    t.held_from = t.first != 0 ? t.first : t.start;
+    if (t.first == 0)
+        t.first = UINT64_MAX;
     for (i = 0; i < VCU_SCHED_VMS; i++)
         if (vcu__sched_cap(&sc->vm[i]) != 0)
             vcu__sched_refill(sc, i, now);
@@ -360,108 +488,25 @@ static void vcu__sched_step_locked(vcu_sched_t *sc, uint64_t now)
 
         for (i = 0; i < VCU_SCHED_VMS; i++)
             if (i != v && vcu__sched_eligible(sc, i))
-                others = true;
+                t.others = true;
         if (!vcu__sched_vm_live(sc, v)) {
             atomic_store(&h->grant, 0);     /* its QEMU is gone, its workers too */
             g = hv = 0;
         } else if (!(g & VCU_SCHED_REVOKING)) {
-            bool wants = vcu__sched_any(sc, v, false), busy = vcu__sched_any(sc, v, true);
-            uint32_t cap = vcu__sched_cap(&sc->vm[v]);
-            uint64_t dl = atomic_load(&h->deadline_ns);
-            bool spent = cap != 0 && first <= now &&
-                         atomic_load(&sc->vm[v].tokens) - (int64_t)(now - first) <= 0;
-
-            if (others && atomic_load(&h->contended_ns) == 0)
-                atomic_store(&h->contended_ns, now);
-            /* At its deadline a holder that would be chosen again anyway
-             * (weight 75 against 25: three slices in a row) goes on,
-             * charged so far, without a drain. */
-            if (others && wants && !spent && now >= dl) {
-                vcu__sched_charge(sc, v, held_from, now);
-                if (vcu__sched_least(sc, v, vclock))
-                    others = false;
-            }
-            if ((others && (now >= dl || !wants)) || spent) {
-                g |= VCU_SCHED_REVOKING;
-                atomic_store(&h->revoke_ns, now);
-                atomic_store(&h->grant, g);
-            } else if (!wants && !busy) {
-                /* Idle and alone: let go, charging up to its last drain. */
-                vcu__sched_charge(sc, v, first, vcu__sched_drain_end(sc, v, start, now));
-                atomic_store(&h->grant, 0);
-                g = hv = 0;
-            } else if (now >= dl) {
-                /* Alone (or still the least served): a new slice, no
-                 * switch.  The time so far was held with work on the GPU. */
-                int64_t tok;
-
-                vcu__sched_charge(sc, v, held_from, now);
-                tok = atomic_load(&sc->vm[v].tokens);
-                atomic_store(&h->start_ns, now);
-                atomic_store(&h->first_ns, first != UINT64_MAX ? now : 0);
-                atomic_store(&h->deadline_ns,
-                             now + (cap != 0 && tok < (int64_t)VCU_SCHED_SLICE_NS
-                                        ? (uint64_t)(tok > 0 ? tok : 0)
-                                        : VCU_SCHED_SLICE_NS));
-            }
+            g = vcu__sched_hold_running(sc, &t, v, g);
+            hv = g & ~VCU_SCHED_REVOKING;
         }
         if (hv != 0 && (g & VCU_SCHED_REVOKING)) {
-            uint64_t rv = atomic_load(&h->revoke_ns);
-
-            if (rv > now || rv < start)
-                rv = now;
-            if (!vcu__sched_any(sc, v, true) || now - rv > VCU__SCHED_DRAIN_NS) {
-                /* A holder that never drained is charged until now: it
-                 * kept the others waiting that long. */
-                uint64_t end = vcu__sched_any(sc, v, true) ? now
-                                                           : vcu__sched_drain_end(sc, v, rv, now);
-
-                vcu__sched_charge(sc, v, held_from, end);
-                atomic_store(&h->grant, 0);
-                g = hv = 0;
-            }
+            g = vcu__sched_hold_revoking(sc, &t, v, g);
+            hv = g & ~VCU_SCHED_REVOKING;
         }
     }
     if (hv != 0)
         return;
-    /* Nobody holds the grant: the eligible VM with the least virtual
-     * time, a VM back from idle counting from the group's clock. */
-    for (i = 0; i < VCU_SCHED_VMS; i++) {
-        uint64_t eff;
-
-        if (!vcu__sched_eligible(sc, i))
-            continue;
-        eff = atomic_load(&sc->vm[i].vtime);
-        if (eff < vclock)
-            eff = vclock;
-        if (best == 0 || eff < beff) {
-            if (best != 0)
-                others = true;
-            best = i + 1;
-            beff = eff;
-        } else {
-            others = true;
-        }
-    }
+    best = vcu__sched_pick(sc, &t, &beff);
     if (best == 0)
         return;
-    {
-        struct vcu_sched_vm *v = &sc->vm[best - 1];
-        uint64_t slice = VCU_SCHED_SLICE_NS;
-
-        if (vcu__sched_cap(v) != 0 && atomic_load(&v->tokens) < (int64_t)slice)
-            slice = (uint64_t)atomic_load(&v->tokens);
-        atomic_store(&v->vtime, beff);
-        atomic_store(&v->grants, atomic_load(&v->grants) + 1);
-        atomic_store(&h->vclock, beff);
-        atomic_store(&h->gen, atomic_load(&h->gen) + 1);
-        atomic_store(&h->start_ns, now);
-        atomic_store(&h->first_ns, 0);
-        atomic_store(&h->deadline_ns, now + slice);
-        atomic_store(&h->contended_ns, others ? now : 0);
-        atomic_store(&h->revoke_ns, 0);
-        atomic_store(&h->grant, best);
-    }
+    vcu__sched_grant(sc, best, beff, t.others, now);
 }
 
 void vcu__sched_step(vcu_sched_t *sc, uint64_t now)

@@ -293,19 +293,13 @@ static bool vcu__jail_covered(const char *p)
     return false;
 }
 
-static void vcu__jail_root(const vcu__jail_child_t *c)
+/* The system's folders, bound read-only (a link to one copied as a link). */
+static void vcu__jail_sys_binds(const vcu__jail_child_t *c)
 {
-    const vcu_jail_cfg_t *cfg = c->cfg;
-    char dst[PATH_MAX], old[PATH_MAX], opt[64];
+    char dst[PATH_MAX];
     unsigned int i;
     struct stat st;
 
-    /* The system's folders, /dev, /proc, /sys and /tmp first, then the
-     * paths the daemon was given (which may lie under one of them). */
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-        vcu__jail_die(c, "make mounts private", NULL);
-    if (mount("vcu-root", cfg->base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") != 0)
-        vcu__jail_die(c, "mount tmpfs", cfg->base);
     for (i = 0; i < sizeof(vcu__jail_sys) / sizeof(vcu__jail_sys[0]); i++) {
         const char *s = vcu__jail_sys[i];
 
@@ -325,11 +319,14 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
             vcu__jail_bind(c, s, dst, false, true);
         }
     }
-    if (stat("/etc/ld.so.cache", &st) == 0) {
-        vcu__jail_under(c, "/etc/ld.so.cache", dst);
-        vcu__jail_bind(c, "/etc/ld.so.cache", dst, false, false);
-    }
-    vcu__jail_dev(c);
+}
+
+/* A fresh /proc, sysfs read-only, a private /tmp of the configured size. */
+static void vcu__jail_proc_sys_tmp(const vcu__jail_child_t *c)
+{
+    const vcu_jail_cfg_t *cfg = c->cfg;
+    char dst[PATH_MAX], opt[64];
+
     vcu__jail_under(c, "/proc", dst);
     vcu__jail_mkdirs(c, dst, true);
     if (mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
@@ -350,8 +347,16 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
              (unsigned long long)(cfg->tmp_bytes ? cfg->tmp_bytes : VCU__JAIL_TMP_DEFAULT));
     if (mount("vcu-tmp", dst, "tmpfs", MS_NOSUID | MS_NODEV, opt) != 0)
         vcu__jail_die(c, "mount tmpfs", "/tmp");
-    /* The paths given last: one under /tmp (a build tree there) lands on
-     * the private /tmp, not under it. */
+}
+
+/* The paths the daemon was given: read-only ones the system binds do not
+ * cover already, then the writable ones. */
+static void vcu__jail_given(const vcu__jail_child_t *c)
+{
+    const vcu_jail_cfg_t *cfg = c->cfg;
+    char dst[PATH_MAX];
+    unsigned int i;
+
     for (i = 0; i < cfg->nro; i++) {
         if (vcu__jail_covered(c->ro[i]))
             continue;
@@ -362,6 +367,13 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
         vcu__jail_under(c, c->rw[i], dst);
         vcu__jail_bind(c, c->rw[i], dst, true, false);
     }
+}
+
+/* The base becomes the root, read-only; the old root is let go. */
+static void vcu__jail_pivot(const vcu__jail_child_t *c)
+{
+    const vcu_jail_cfg_t *cfg = c->cfg;
+    char old[PATH_MAX];
 
     vcu__jail_under(c, "/.old-root", old);
     vcu__jail_mkdirs(c, old, true);
@@ -375,6 +387,31 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
         vcu__jail_die(c, "rmdir", "/.old-root");
     if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
         vcu__jail_die(c, "remount read-only", "/");
+}
+
+static void vcu__jail_root(const vcu__jail_child_t *c)
+{
+    const vcu_jail_cfg_t *cfg = c->cfg;
+    char dst[PATH_MAX];
+    struct stat st;
+
+    /* The system's folders, /dev, /proc, /sys and /tmp first, then the
+     * paths the daemon was given (which may lie under one of them). */
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        vcu__jail_die(c, "make mounts private", NULL);
+    if (mount("vcu-root", cfg->base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") != 0)
+        vcu__jail_die(c, "mount tmpfs", cfg->base);
+    vcu__jail_sys_binds(c);
+    if (stat("/etc/ld.so.cache", &st) == 0) {
+        vcu__jail_under(c, "/etc/ld.so.cache", dst);
+        vcu__jail_bind(c, "/etc/ld.so.cache", dst, false, false);
+    }
+    vcu__jail_dev(c);
+    vcu__jail_proc_sys_tmp(c);
+    /* The paths given last: one under /tmp (a build tree there) lands on
+     * the private /tmp, not under it. */
+    vcu__jail_given(c);
+    vcu__jail_pivot(c);
 }
 
 /* The descriptors: fds[i] as 3 + i, log_fd as 2, /dev/null as 0 and 1,
@@ -545,15 +582,81 @@ static int vcu__jail_maps(pid_t pid, char *err, size_t errlen)
     return rc;
 }
 
+/* Waits for child pid to end (its status is not wanted). */
+static void vcu__jail_reap(pid_t pid)
+{
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* Closes whichever ends of the three pipes are still open. */
+static void vcu__jail_close_pipes(const int errp[2], const int life[2], const int sync[2])
+{
+    if (errp[0] >= 0)
+        close(errp[0]);
+    if (errp[1] >= 0)
+        close(errp[1]);
+    if (life[0] >= 0)
+        close(life[0]);
+    if (life[1] >= 0)
+        close(life[1]);
+    if (sync[0] >= 0)
+        close(sync[0]);
+    if (sync[1] >= 0)
+        close(sync[1]);
+}
+
+/* After the clone: the child's word on the error pipe (EOF: the program
+ * runs, or the check ended), then its pid and a pidfd for it. */
+static int vcu__jail_started(const vcu__jail_child_t *c, pid_t pid, int err_rd, pid_t *pid_out,
+                             int *pidfd_out, char *err, size_t errlen)
+{
+    char msg[sizeof(int) + 512];
+    ssize_t n;
+    int rc, st;
+
+    /* EOF: the program runs (the pipe closed on exec) or the check ended. */
+    do
+        n = read(err_rd, msg, sizeof(msg));
+    while (n < 0 && errno == EINTR);
+    if (n > (ssize_t)sizeof(int)) {
+        int e;
+
+        memcpy(&e, msg, sizeof(e));
+        snprintf(err, errlen, "jail: %.*s", (int)(n - (ssize_t)sizeof(int)), msg + sizeof(int));
+        rc = e > 0 ? -e : -EIO;
+        vcu__jail_reap(pid);
+        return rc;
+    }
+    if (c->path == NULL) {
+        while ((rc = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
+            ;
+        rc = rc == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+        if (rc != 0)
+            snprintf(err, errlen, "jail check: the child ended without saying why");
+        return rc;
+    }
+    *pidfd_out = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (*pidfd_out < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "pidfd_open: %s", strerror(errno));
+        kill(pid, SIGKILL);
+        vcu__jail_reap(pid);
+        return rc;
+    }
+    /* The daemon keeps its end of the life pipe for no one: the child has
+     * looked already.  Close it. */
+    *pid_out = pid;
+    return 0;
+}
+
 static int vcu__jail_run(vcu__jail_child_t *c, pid_t *pid_out, int *pidfd_out, char *err,
                          size_t errlen)
 {
     int errp[2] = { -1, -1 }, life[2] = { -1, -1 }, sync[2] = { -1, -1 };
     unsigned long flags = SIGCHLD;
-    char msg[sizeof(int) + 512];
-    ssize_t n;
     pid_t pid;
-    int rc, st;
+    int rc;
 
     rc = vcu__jail_prepare(c, err, errlen);
     if (rc != 0)
@@ -591,59 +694,13 @@ static int vcu__jail_run(vcu__jail_child_t *c, pid_t *pid_out, int *pidfd_out, c
         sync[1] = -1;
         if (rc != 0) {
             kill(pid, SIGKILL);
-            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-                ;
+            vcu__jail_reap(pid);
             goto out;
         }
     }
-    /* EOF: the program runs (the pipe closed on exec) or the check ended. */
-    do
-        n = read(errp[0], msg, sizeof(msg));
-    while (n < 0 && errno == EINTR);
-    if (n > (ssize_t)sizeof(int)) {
-        int e;
-
-        memcpy(&e, msg, sizeof(e));
-        snprintf(err, errlen, "jail: %.*s", (int)(n - (ssize_t)sizeof(int)), msg + sizeof(int));
-        rc = e > 0 ? -e : -EIO;
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        goto out;
-    }
-    if (c->path == NULL) {
-        while ((rc = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
-            ;
-        rc = rc == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
-        if (rc != 0)
-            snprintf(err, errlen, "jail check: the child ended without saying why");
-        goto out;
-    }
-    *pidfd_out = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (*pidfd_out < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "pidfd_open: %s", strerror(errno));
-        kill(pid, SIGKILL);
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        goto out;
-    }
-    /* The daemon keeps its end of the life pipe for no one: the child has
-     * looked already.  Close it. */
-    *pid_out = pid;
-    rc = 0;
+    rc = vcu__jail_started(c, pid, errp[0], pid_out, pidfd_out, err, errlen);
 out:
-    if (errp[0] >= 0)
-        close(errp[0]);
-    if (errp[1] >= 0)
-        close(errp[1]);
-    if (life[0] >= 0)
-        close(life[0]);
-    if (life[1] >= 0)
-        close(life[1]);
-    if (sync[0] >= 0)
-        close(sync[0]);
-    if (sync[1] >= 0)
-        close(sync[1]);
+    vcu__jail_close_pipes(errp, life, sync);
     return rc;
 }
 

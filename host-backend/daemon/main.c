@@ -415,12 +415,9 @@ static void vcu__dmn_cache(vcu_dmn_t *d, const char *arg)
         vcu__dmn_die("chmod %s: %s", mods, strerror(errno));
 }
 
-static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
+/* The daemon's settings before its options. */
+static void vcu__dmn_defaults(vcu_dmn_t *d)
 {
-    const char *jail = "on", *user = NULL, *cache = NULL, *group = NULL;
-    static char sock[PATH_MAX + 16], ctl[PATH_MAX + 16], run[PATH_MAX];
-    int i;
-
     d->max_sessions = VCU_DMN_MAX_SESSIONS;
     d->max_vms = VCU_DMN_MAX_VMS;
     d->modcache_bytes = VCU_DMN_MODCACHE_BYTES;
@@ -430,71 +427,68 @@ static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
     d->socket_mode = 0660;
     d->socket_gid = (gid_t)-1;
     d->metrics = VCU_DMN_METRICS_DEFAULT;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+}
 
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || v == NULL)
-            vcu__dmn_usage();
-        i++;
-        if (strcmp(a, "--socket") == 0)
-            d->socket_path = v;
-        else if (strcmp(a, "--control") == 0)
-            d->control_path = v;
-        else if (strcmp(a, "--metrics") == 0)
-            d->metrics = v;
-        else if (strcmp(a, "--run-dir") == 0)
-            d->run_dir = v;
-        else if (strcmp(a, "--cache-dir") == 0)
-            cache = v;
-        else if (strcmp(a, "--module-cache-size") == 0)
-            d->modcache_bytes = vcu__dmn_size(v, a);
-        else if (strcmp(a, "--libcuda") == 0)
-            d->libcuda = v;
-        else if (strcmp(a, "--worker") == 0)
-            d->worker = v;
-        else if (strcmp(a, "--worker-user") == 0)
-            user = v;
-        else if (strcmp(a, "--socket-group") == 0)
-            group = v;
-        else if (strcmp(a, "--socket-mode") == 0)
-            d->socket_mode = (int)strtol(v, NULL, 8);
-        else if (strcmp(a, "--gpus") == 0)
-            d->allowed_gpus = v;
-        else if (strcmp(a, "--max-sessions") == 0)
-            d->max_sessions = vcu__dmn_u32(v, a, 1, VCU_DMN_MAX_SESSIONS_CAP);
-        else if (strcmp(a, "--max-vms") == 0)
-            d->max_vms = vcu__dmn_u32(v, a, 1, 4096);
-        else if (strcmp(a, "--mem-quota") == 0)
-            d->default_quota = vcu__dmn_size(v, a);
-        else if (strcmp(a, "--max-mem-quota") == 0)
-            d->max_quota = vcu__dmn_size(v, a);
-        else if (strcmp(a, "--host-mem-quota") == 0)
-            d->host_quota = vcu__dmn_size(v, a);
-        else if (strcmp(a, "--ctx-bytes") == 0)
-            d->ctx_bytes = vcu__dmn_size(v, a);
-        else if (strcmp(a, "--mps-pipe") == 0)
-            d->mps_pipe = v;
-        else if (strcmp(a, "--jail") == 0)
-            jail = v;
-        else if (strcmp(a, "--seccomp") == 0)
-            d->seccomp = strcmp(v, "on") == 0    ? VCU_SECCOMP_ON
-                         : strcmp(v, "log") == 0 ? VCU_SECCOMP_LOG
-                         : strcmp(v, "off") == 0 ? VCU_SECCOMP_OFF
-                                                 : (vcu__dmn_usage(), 0);
-        else
-            vcu__dmn_usage();
-    }
-    if (strcmp(jail, "on") != 0 && strcmp(jail, "off") != 0)
+/* One option a with its value v: into d, or into *jail, *user, *cache or
+ * *group for the steps after; the usage for one not known. */
+static void vcu__dmn_option(vcu_dmn_t *d, const char *a, const char *v, const char **jail,
+                            const char **user, const char **cache, const char **group)
+{
+    if (strcmp(a, "--socket") == 0)
+        d->socket_path = v;
+    else if (strcmp(a, "--control") == 0)
+        d->control_path = v;
+    else if (strcmp(a, "--metrics") == 0)
+        d->metrics = v;
+    else if (strcmp(a, "--run-dir") == 0)
+        d->run_dir = v;
+    else if (strcmp(a, "--cache-dir") == 0)
+        *cache = v;
+    else if (strcmp(a, "--module-cache-size") == 0)
+        d->modcache_bytes = vcu__dmn_size(v, a);
+    else if (strcmp(a, "--libcuda") == 0)
+        d->libcuda = v;
+    else if (strcmp(a, "--worker") == 0)
+        d->worker = v;
+    else if (strcmp(a, "--worker-user") == 0)
+        *user = v;
+    else if (strcmp(a, "--socket-group") == 0)
+        *group = v;
+    else if (strcmp(a, "--socket-mode") == 0)
+        d->socket_mode = (int)strtol(v, NULL, 8);
+    else if (strcmp(a, "--gpus") == 0)
+        d->allowed_gpus = v;
+    else if (strcmp(a, "--max-sessions") == 0)
+        d->max_sessions = vcu__dmn_u32(v, a, 1, VCU_DMN_MAX_SESSIONS_CAP);
+    else if (strcmp(a, "--max-vms") == 0)
+        d->max_vms = vcu__dmn_u32(v, a, 1, 4096);
+    else if (strcmp(a, "--mem-quota") == 0)
+        d->default_quota = vcu__dmn_size(v, a);
+    else if (strcmp(a, "--max-mem-quota") == 0)
+        d->max_quota = vcu__dmn_size(v, a);
+    else if (strcmp(a, "--host-mem-quota") == 0)
+        d->host_quota = vcu__dmn_size(v, a);
+    else if (strcmp(a, "--ctx-bytes") == 0)
+        d->ctx_bytes = vcu__dmn_size(v, a);
+    else if (strcmp(a, "--mps-pipe") == 0)
+        d->mps_pipe = v;
+    else if (strcmp(a, "--jail") == 0)
+        *jail = v;
+    else if (strcmp(a, "--seccomp") == 0)
+        d->seccomp = strcmp(v, "on") == 0    ? VCU_SECCOMP_ON
+                     : strcmp(v, "log") == 0 ? VCU_SECCOMP_LOG
+                     : strcmp(v, "off") == 0 ? VCU_SECCOMP_OFF
+                                             : (vcu__dmn_usage(), 0);
+    else
         vcu__dmn_usage();
-    if (d->socket_mode <= 0 || d->socket_mode > 0777)
-        vcu__dmn_die("--socket-mode must be octal 1..777");
-    if (group != NULL) {
-        struct group *g = getgrnam(group);
+}
 
-        if (g == NULL)
-            vcu__dmn_die("--socket-group %s: no such group", group);
-        d->socket_gid = g->gr_gid;
-    }
+/* The run folder (made, absolute), the sockets in it unless given, the
+ * worker program and libcuda resolved. */
+static void vcu__dmn_paths(vcu_dmn_t *d)
+{
+    static char sock[PATH_MAX + 16], ctl[PATH_MAX + 16], run[PATH_MAX];
+
     if (d->run_dir == NULL) {
         const char *x = getenv("XDG_RUNTIME_DIR");
 
@@ -547,6 +541,34 @@ static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
         else
             vcu_dmn_log("WARNING: --libcuda %s: %s", d->libcuda, strerror(errno));
     }
+}
+
+static void vcu__dmn_options(vcu_dmn_t *d, int argc, char **argv)
+{
+    const char *jail = "on", *user = NULL, *cache = NULL, *group = NULL;
+    int i;
+
+    vcu__dmn_defaults(d);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || v == NULL)
+            vcu__dmn_usage();
+        i++;
+        vcu__dmn_option(d, a, v, &jail, &user, &cache, &group);
+    }
+    if (strcmp(jail, "on") != 0 && strcmp(jail, "off") != 0)
+        vcu__dmn_usage();
+    if (d->socket_mode <= 0 || d->socket_mode > 0777)
+        vcu__dmn_die("--socket-mode must be octal 1..777");
+    if (group != NULL) {
+        struct group *g = getgrnam(group);
+
+        if (g == NULL)
+            vcu__dmn_die("--socket-group %s: no such group", group);
+        d->socket_gid = g->gr_gid;
+    }
+    vcu__dmn_paths(d);
     if (d->mps_pipe != NULL)
         vcu__dmn_check_mps(d->mps_pipe);
     if (d->max_quota != 0 && d->default_quota > d->max_quota)
@@ -600,20 +622,12 @@ static void vcu__dmn_shutdown(vcu_dmn_t *d)
 
 #define VCU__DMN_MAXFD 4096
 
-int main(int argc, char **argv)
+/* The signals as a descriptor, the listening sockets, the line that says
+ * how the daemon serves. */
+static void vcu__dmn_listen_all(vcu_dmn_t *d)
 {
-    static vcu_dmn_t dmn;
-    vcu_dmn_t *d = &dmn;
-    static struct pollfd pfd[VCU__DMN_MAXFD];
-    static void *who[VCU__DMN_MAXFD];
-    static int what[VCU__DMN_MAXFD];
     sigset_t sigs;
 
-    signal(SIGPIPE, SIG_IGN);
-    d->next_party = VCU_DMN_PARTY_BASE;
-    d->started_ns = vcu_dmn_now();
-    vcu__dmn_options(d, argc, argv);
-    vcu__dmn_share(d);
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGCHLD);
     sigaddset(&sigs, SIGTERM);
@@ -635,13 +649,16 @@ int main(int argc, char **argv)
                 d->seccomp == VCU_SECCOMP_ON ? "on" : d->seccomp == VCU_SECCOMP_LOG ? "log" : "off",
                 d->libcuda ? d->libcuda : "libcuda.so.1 (the loader's search)",
                 d->cache_dir ? d->cache_dir : "off");
+}
 
-    while (!d->stop) {
-        vcu_vm_t *vm;
-        vcu_op_t *op;
-        nfds_t n = 0;
-        nfds_t i;
-        int rc;
+/* The poll set: the signals, the listeners, every VM's link and probe,
+ * every control or metrics connection; what[] says which kind each is
+ * (0..6), who[] its VM or connection.  Returns how many. */
+static nfds_t vcu__dmn_poll_set(vcu_dmn_t *d, struct pollfd *pfd, int *what, void **who)
+{
+    vcu_vm_t *vm;
+    vcu_op_t *op;
+    nfds_t n = 0;
 
 #define VCU__ADD(fd_, ev_, kind_, ptr_)                                                    \
     do {                                                                                  \
@@ -654,69 +671,107 @@ int main(int argc, char **argv)
             n++;                                                                          \
         }                                                                                 \
     } while (0)
-        VCU__ADD(d->sigfd, POLLIN, 0, NULL);
-        if (d->nvms < d->max_vms + 1)
-            VCU__ADD(d->vm_listen, POLLIN, 1, NULL);
-        VCU__ADD(d->ctl_listen, POLLIN, 2, NULL);
-        if (d->metrics_listen >= 0)
-            VCU__ADD(d->metrics_listen, POLLIN, 3, NULL);
-        for (vm = d->vms; vm != NULL; vm = vm->next) {
-            if (vm->fd >= 0)
-                VCU__ADD(vm->fd, POLLIN | (vm->txq ? POLLOUT : 0), 4, vm);
-            if (vm->probe_fd >= 0)
-                VCU__ADD(vm->probe_fd, POLLIN, 5, vm);
-        }
-        for (op = d->ops; op != NULL; op = op->next)
-            if (op->fd >= 0)
-                VCU__ADD(op->fd, (op->out != NULL ? POLLOUT : POLLIN), 6, op);
+    VCU__ADD(d->sigfd, POLLIN, 0, NULL);
+    if (d->nvms < d->max_vms + 1)
+        VCU__ADD(d->vm_listen, POLLIN, 1, NULL);
+    VCU__ADD(d->ctl_listen, POLLIN, 2, NULL);
+    if (d->metrics_listen >= 0)
+        VCU__ADD(d->metrics_listen, POLLIN, 3, NULL);
+    for (vm = d->vms; vm != NULL; vm = vm->next) {
+        if (vm->fd >= 0)
+            VCU__ADD(vm->fd, POLLIN | (vm->txq ? POLLOUT : 0), 4, vm);
+        if (vm->probe_fd >= 0)
+            VCU__ADD(vm->probe_fd, POLLIN, 5, vm);
+    }
+    for (op = d->ops; op != NULL; op = op->next)
+        if (op->fd >= 0)
+            VCU__ADD(op->fd, (op->out != NULL ? POLLOUT : POLLIN), 6, op);
 #undef VCU__ADD
+    return n;
+}
+
+/* The signals that came: SIGCHLD reaps, SIGHUP is ignored, the others
+ * stop the daemon. */
+static void vcu__dmn_signals(vcu_dmn_t *d)
+{
+    struct signalfd_siginfo si;
+
+    while (read(d->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD)
+            vcu__dmn_reap(d);
+        else if (si.ssi_signo != SIGHUP)
+            d->stop = true;
+    }
+}
+
+/* One ready descriptor of the poll set, of kind what, for who. */
+static void vcu__dmn_event(vcu_dmn_t *d, short revents, int what, void *who)
+{
+    vcu_vm_t *vm;
+    vcu_op_t *op;
+
+    switch (what) {
+    case 0:
+        vcu__dmn_signals(d);
+        break;
+    case 1:
+        vcu_vm_accept(d);
+        break;
+    case 2:
+        vcu_op_accept(d, d->ctl_listen, 0);
+        break;
+    case 3:
+        vcu_op_accept(d, d->metrics_listen, 1);
+        break;
+    case 4:
+        vm = who;
+        if (vm->fd >= 0 && (revents & POLLOUT))
+            vcu_vm_output(vm);
+        if (vm->fd >= 0 && (revents & (POLLIN | POLLHUP | POLLERR)))
+            vcu_vm_input(vm);
+        break;
+    case 5:
+        vm = who;
+        if (vm->probe_fd >= 0)
+            vcu_vm_probe_input(vm);
+        break;
+    case 6:
+        op = who;
+        if (op->fd >= 0 && op->out != NULL)
+            vcu_op_output(d, op);
+        else if (op->fd >= 0)
+            vcu_op_input(d, op);
+        break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static vcu_dmn_t dmn;
+    vcu_dmn_t *d = &dmn;
+    static struct pollfd pfd[VCU__DMN_MAXFD];
+    static void *who[VCU__DMN_MAXFD];
+    static int what[VCU__DMN_MAXFD];
+
+    signal(SIGPIPE, SIG_IGN);
+    d->next_party = VCU_DMN_PARTY_BASE;
+    d->started_ns = vcu_dmn_now();
+    vcu__dmn_options(d, argc, argv);
+    vcu__dmn_share(d);
+    vcu__dmn_listen_all(d);
+
+    while (!d->stop) {
+        nfds_t n = vcu__dmn_poll_set(d, pfd, what, who);
+        nfds_t i;
+        int rc;
+
         rc = poll(pfd, n, 1000);
         if (rc < 0 && errno != EINTR)
             vcu__dmn_die("poll: %s", strerror(errno));
         for (i = 0; rc > 0 && i < n; i++) {
             if (pfd[i].revents == 0)
                 continue;
-            switch (what[i]) {
-            case 0: {
-                struct signalfd_siginfo si;
-
-                while (read(d->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-                    if (si.ssi_signo == SIGCHLD)
-                        vcu__dmn_reap(d);
-                    else if (si.ssi_signo != SIGHUP)
-                        d->stop = true;
-                }
-                break;
-            }
-            case 1:
-                vcu_vm_accept(d);
-                break;
-            case 2:
-                vcu_op_accept(d, d->ctl_listen, 0);
-                break;
-            case 3:
-                vcu_op_accept(d, d->metrics_listen, 1);
-                break;
-            case 4:
-                vm = who[i];
-                if (vm->fd >= 0 && (pfd[i].revents & POLLOUT))
-                    vcu_vm_output(vm);
-                if (vm->fd >= 0 && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                    vcu_vm_input(vm);
-                break;
-            case 5:
-                vm = who[i];
-                if (vm->probe_fd >= 0)
-                    vcu_vm_probe_input(vm);
-                break;
-            case 6:
-                op = who[i];
-                if (op->fd >= 0 && op->out != NULL)
-                    vcu_op_output(d, op);
-                else if (op->fd >= 0)
-                    vcu_op_input(d, op);
-                break;
-            }
+            vcu__dmn_event(d, pfd[i].revents, what[i], who[i]);
         }
         /* A SIGCHLD may have come while the set was being built. */
         vcu__dmn_reap(d);

@@ -268,6 +268,70 @@ static const char *vcu__seccomp_name(int m)
 
 /* ---- metrics --------------------------------------------------------------- */
 
+/* One ready VM's series, labelled with its name and id. */
+static void vcu__metrics_vm(vcu__sb_t *b, const vcu_vm_t *vm)
+{
+    vcu__vm_fig_t f;
+    char lab[160];
+    int nv_ok;
+    unsigned long long nv;
+    unsigned int i;
+
+    vcu__vm_figures(vm, &f);
+    snprintf(lab, sizeof(lab), "vm=\"%s\",id=\"%llu\"", vm->name, (unsigned long long)vm->id);
+    vcu__sb_printf(b, "vcu_vm_mem_quota_bytes{%s} %llu\n", lab,
+                   (unsigned long long)atomic_load(&vm->policy->mem_quota));
+    vcu__sb_printf(b, "vcu_vm_mem_used_bytes{%s} %llu\n", lab, (unsigned long long)f.used);
+    for (i = 0; i < VCU_ACCT_DEVS; i++)
+        if (f.dev_used[i] != 0)
+            vcu__sb_printf(b, "vcu_vm_mem_used_bytes{%s,device=\"%u\"} %llu\n", lab, i,
+                           (unsigned long long)f.dev_used[i]);
+    vcu__sb_printf(b, "vcu_vm_ctx_bytes{%s} %llu\n", lab, (unsigned long long)f.ctx);
+    vcu__sb_printf(b, "vcu_vm_host_quota_bytes{%s} %llu\n", lab,
+                   (unsigned long long)atomic_load(&vm->policy->host_quota));
+    vcu__sb_printf(b, "vcu_vm_host_used_bytes{%s} %llu\n", lab, (unsigned long long)f.host);
+    nv = vcu__nvml_vm_bytes(vm, &nv_ok);
+    if (nv_ok)
+        vcu__sb_printf(b, "vcu_vm_nvml_mem_bytes{%s} %llu\n", lab, nv);
+    vcu__sb_printf(b, "vcu_vm_sessions{%s} %u\n", lab, vm->nsessions);
+    vcu__sb_printf(b, "vcu_vm_max_sessions{%s} %u\n", lab,
+                   atomic_load(&vm->policy->max_sessions));
+    vcu__sb_printf(b, "vcu_vm_sessions_refused_total{%s} %llu\n", lab,
+                   (unsigned long long)vm->refused);
+    vcu__sb_printf(b, "vcu_vm_compute_share{%s} %u\n", lab,
+                   atomic_load(&vm->policy->compute_share));
+    vcu__sb_printf(b, "vcu_vm_compute_cap{%s} %u\n", lab, atomic_load(&vm->policy->compute_cap));
+    vcu__sb_printf(b, "vcu_vm_gpu_seconds_total{%s} %.6f\n", lab,
+                   (double)vcu_vm_gpu_ns(vm) / 1e9);
+    vcu__sb_printf(b, "vcu_vm_faults_total{%s} %llu\n", lab, (unsigned long long)f.faults);
+    vcu__sb_printf(b, "vcu_vm_sms{%s} %u\n", lab, vm->sms);
+}
+
+/* GPU i's series: its memory as NVML sees it, the quotas and share
+ * weights of the ready VMs on it. */
+static void vcu__metrics_gpu(const vcu_dmn_t *d, vcu__sb_t *b, const vcu__gpu_t *gpu,
+                             unsigned int i)
+{
+    uint64_t committed = 0, weights = 0;
+    const vcu_vm_t *vm;
+
+    for (vm = d->vms; vm != NULL; vm = vm->next)
+        if (vm->state == VCU_VM_READY && vcu__vm_on_gpu(vm, gpu)) {
+            committed = vcu__sat_add(committed, atomic_load(&vm->policy->mem_quota));
+            weights += atomic_load(&vm->policy->compute_share);
+        }
+    if (gpu->have_mem) {
+        vcu__sb_printf(b, "vcu_gpu_memory_total_bytes{gpu=\"%u\",uuid=\"%s\"} %llu\n", i,
+                       gpu->uuid, gpu->total);
+        vcu__sb_printf(b, "vcu_gpu_memory_used_bytes{gpu=\"%u\",uuid=\"%s\"} %llu\n", i,
+                       gpu->uuid, gpu->used);
+    }
+    vcu__sb_printf(b, "vcu_gpu_committed_bytes{gpu=\"%u\",uuid=\"%s\"} %llu\n", i, gpu->uuid,
+                   (unsigned long long)committed);
+    vcu__sb_printf(b, "vcu_gpu_share_weight_sum{gpu=\"%u\",uuid=\"%s\"} %llu\n", i, gpu->uuid,
+                   (unsigned long long)weights);
+}
+
 static void vcu__metrics(vcu_dmn_t *d, vcu__sb_t *b)
 {
     static vcu__gpu_t gpus[64];
@@ -305,44 +369,9 @@ static void vcu__metrics(vcu_dmn_t *d, vcu__sb_t *b)
                    "# HELP vcu_vm_gpu_seconds_total GPU time charged to the VM by the share group.\n"
                    "# TYPE vcu_vm_gpu_seconds_total counter\n"
                    "# TYPE vcu_vm_faults_total counter\n# TYPE vcu_vm_sms gauge\n");
-    for (vm = d->vms; vm != NULL; vm = vm->next) {
-        vcu__vm_fig_t f;
-        char lab[160];
-        int nv_ok;
-        unsigned long long nv;
-
-        if (vm->state != VCU_VM_READY)
-            continue;
-        vcu__vm_figures(vm, &f);
-        snprintf(lab, sizeof(lab), "vm=\"%s\",id=\"%llu\"", vm->name, (unsigned long long)vm->id);
-        vcu__sb_printf(b, "vcu_vm_mem_quota_bytes{%s} %llu\n", lab,
-                       (unsigned long long)atomic_load(&vm->policy->mem_quota));
-        vcu__sb_printf(b, "vcu_vm_mem_used_bytes{%s} %llu\n", lab, (unsigned long long)f.used);
-        for (i = 0; i < VCU_ACCT_DEVS; i++)
-            if (f.dev_used[i] != 0)
-                vcu__sb_printf(b, "vcu_vm_mem_used_bytes{%s,device=\"%u\"} %llu\n", lab, i,
-                               (unsigned long long)f.dev_used[i]);
-        vcu__sb_printf(b, "vcu_vm_ctx_bytes{%s} %llu\n", lab, (unsigned long long)f.ctx);
-        vcu__sb_printf(b, "vcu_vm_host_quota_bytes{%s} %llu\n", lab,
-                       (unsigned long long)atomic_load(&vm->policy->host_quota));
-        vcu__sb_printf(b, "vcu_vm_host_used_bytes{%s} %llu\n", lab, (unsigned long long)f.host);
-        nv = vcu__nvml_vm_bytes(vm, &nv_ok);
-        if (nv_ok)
-            vcu__sb_printf(b, "vcu_vm_nvml_mem_bytes{%s} %llu\n", lab, nv);
-        vcu__sb_printf(b, "vcu_vm_sessions{%s} %u\n", lab, vm->nsessions);
-        vcu__sb_printf(b, "vcu_vm_max_sessions{%s} %u\n", lab,
-                       atomic_load(&vm->policy->max_sessions));
-        vcu__sb_printf(b, "vcu_vm_sessions_refused_total{%s} %llu\n", lab,
-                       (unsigned long long)vm->refused);
-        vcu__sb_printf(b, "vcu_vm_compute_share{%s} %u\n", lab,
-                       atomic_load(&vm->policy->compute_share));
-        vcu__sb_printf(b, "vcu_vm_compute_cap{%s} %u\n", lab,
-                       atomic_load(&vm->policy->compute_cap));
-        vcu__sb_printf(b, "vcu_vm_gpu_seconds_total{%s} %.6f\n", lab,
-                       (double)vcu_vm_gpu_ns(vm) / 1e9);
-        vcu__sb_printf(b, "vcu_vm_faults_total{%s} %llu\n", lab, (unsigned long long)f.faults);
-        vcu__sb_printf(b, "vcu_vm_sms{%s} %u\n", lab, vm->sms);
-    }
+    for (vm = d->vms; vm != NULL; vm = vm->next)
+        if (vm->state == VCU_VM_READY)
+            vcu__metrics_vm(b, vm);
     if (ng > 0)
         vcu__sb_printf(b, "# HELP vcu_gpu_memory_total_bytes The GPU's memory (NVML).\n"
                           "# TYPE vcu_gpu_memory_total_bytes gauge\n"
@@ -350,25 +379,8 @@ static void vcu__metrics(vcu_dmn_t *d, vcu__sb_t *b)
                           "# HELP vcu_gpu_committed_bytes The quotas of the VMs on the GPU.\n"
                           "# TYPE vcu_gpu_committed_bytes gauge\n"
                           "# TYPE vcu_gpu_share_weight_sum gauge\n");
-    for (i = 0; i < ng; i++) {
-        uint64_t committed = 0, weights = 0;
-
-        for (vm = d->vms; vm != NULL; vm = vm->next)
-            if (vm->state == VCU_VM_READY && vcu__vm_on_gpu(vm, &gpus[i])) {
-                committed = vcu__sat_add(committed, atomic_load(&vm->policy->mem_quota));
-                weights += atomic_load(&vm->policy->compute_share);
-            }
-        if (gpus[i].have_mem) {
-            vcu__sb_printf(b, "vcu_gpu_memory_total_bytes{gpu=\"%u\",uuid=\"%s\"} %llu\n", i,
-                           gpus[i].uuid, gpus[i].total);
-            vcu__sb_printf(b, "vcu_gpu_memory_used_bytes{gpu=\"%u\",uuid=\"%s\"} %llu\n", i,
-                           gpus[i].uuid, gpus[i].used);
-        }
-        vcu__sb_printf(b, "vcu_gpu_committed_bytes{gpu=\"%u\",uuid=\"%s\"} %llu\n", i,
-                       gpus[i].uuid, (unsigned long long)committed);
-        vcu__sb_printf(b, "vcu_gpu_share_weight_sum{gpu=\"%u\",uuid=\"%s\"} %llu\n", i,
-                       gpus[i].uuid, (unsigned long long)weights);
-    }
+    for (i = 0; i < ng; i++)
+        vcu__metrics_gpu(d, b, &gpus[i], i);
 }
 
 /* ---- control ----------------------------------------------------------------- */
@@ -476,119 +488,138 @@ static void vcu__ctl_vm(vcu__sb_t *b, const vcu_vm_t *vm)
     vcu__sb_printf(b, "}");
 }
 
-static void vcu__ctl(vcu_dmn_t *d, const char *line, vcu__sb_t *b)
+/* The "status" command: the daemon's version, counters and jail. */
+static void vcu__ctl_status(const vcu_dmn_t *d, vcu__sb_t *b)
 {
-    char cmd[32], key[80], err[240];
+    vcu__sb_printf(b,
+                   "{\"ok\":true,\"version\":\"%s\",\"uptime_s\":%llu,\"vms\":%u,"
+                   "\"workers_started\":%llu,\"workers_failed\":%llu,\"jail\":\"",
+                   VCU_DMN_VERSION,
+                   (unsigned long long)((vcu_dmn_now() - d->started_ns) / 1000000000u), d->nvms,
+                   (unsigned long long)d->workers_started, (unsigned long long)d->workers_failed);
+    vcu__sb_json_str(b, d->jail_note);
+    vcu__sb_printf(b, "\",\"seccomp\":\"%s\",\"worker_uid\":%d,\"ctx_bytes\":%llu,"
+                   "\"host_mem_quota\":%llu}\n",
+                   vcu__seccomp_name(d->seccomp),
+                   d->jail.uid == (uid_t)-1 ? (int)geteuid() : (int)d->jail.uid,
+                   (unsigned long long)d->ctx_bytes, (unsigned long long)d->host_quota);
+}
+
+/* The "list-vms" command: every ready VM. */
+static void vcu__ctl_list_vms(const vcu_dmn_t *d, vcu__sb_t *b)
+{
+    const vcu_vm_t *cvm;
+    bool first = true;
+
+    vcu__sb_printf(b, "{\"ok\":true,\"vms\":[");
+    for (cvm = d->vms; cvm != NULL; cvm = cvm->next) {
+        if (cvm->state != VCU_VM_READY)
+            continue;
+        if (!first)
+            vcu__sb_printf(b, ",");
+        vcu__ctl_vm(b, cvm);
+        first = false;
+    }
+    vcu__sb_printf(b, "]}\n");
+}
+
+/* The "list-gpus" command: each GPU's memory and what the ready VMs on it
+ * were promised. */
+static void vcu__ctl_list_gpus(const vcu_dmn_t *d, vcu__sb_t *b)
+{
     static vcu__gpu_t gpus[64];
     const vcu_vm_t *cvm;
     unsigned int i, ng;
+
+    ng = vcu__gpus(gpus, 64);
+    vcu__sb_printf(b, "{\"ok\":true,\"nvml\":%s,\"gpus\":[", vcu__nvml.ok ? "true" : "false");
+    for (i = 0; i < ng; i++) {
+        uint64_t committed = 0, weights = 0;
+
+        for (cvm = d->vms; cvm != NULL; cvm = cvm->next)
+            if (cvm->state == VCU_VM_READY && vcu__vm_on_gpu(cvm, &gpus[i])) {
+                committed = vcu__sat_add(committed, atomic_load(&cvm->policy->mem_quota));
+                weights += atomic_load(&cvm->policy->compute_share);
+            }
+        vcu__sb_printf(b, "%s{\"index\":%u,\"uuid\":\"", i ? "," : "", i);
+        vcu__sb_json_str(b, gpus[i].uuid);
+        vcu__sb_printf(b, "\",\"name\":\"");
+        vcu__sb_json_str(b, gpus[i].name);
+        vcu__sb_printf(b,
+                       "\",\"memory_total\":%llu,\"memory_used\":%llu,\"memory_free\":%llu,"
+                       "\"committed\":%llu,\"uncommitted\":%llu,\"share_weights\":%llu}",
+                       gpus[i].total, gpus[i].used, gpus[i].free, (unsigned long long)committed,
+                       (unsigned long long)(gpus[i].total > committed ? gpus[i].total - committed
+                                                                      : 0),
+                       (unsigned long long)weights);
+    }
+    vcu__sb_printf(b, "]}\n");
+}
+
+/* The "set-vm" command: a VM's memory quota, compute share or cap. */
+static void vcu__ctl_set_vm(vcu_dmn_t *d, const char *line, vcu__sb_t *b)
+{
+    char key[80], err[240];
+    uint64_t q = 0, sh = 0, cap = 0;
+    bool hq, hs, hc;
+    uint32_t s32, c32;
+    vcu_vm_t *vm;
+
+    if (vcu__json_get(line, "vm", key, sizeof(key)) != 0) {
+        vcu__sb_printf(b, "{\"ok\":false,\"error\":\"set-vm needs \\\"vm\\\"\"}\n");
+        return;
+    }
+    vm = vcu_vm_find(d, key);
+    if (vm == NULL) {
+        vcu__sb_printf(b, "{\"ok\":false,\"error\":\"no VM named or numbered so (or two "
+                          "of that name: give its id)\"}\n");
+        return;
+    }
+    if (vcu__json_u64(line, "mem_quota", &q, &hq) != 0 ||
+        vcu__json_u64(line, "compute_share", &sh, &hs) != 0 ||
+        vcu__json_u64(line, "compute_cap", &cap, &hc) != 0 || sh > UINT32_MAX ||
+        cap > UINT32_MAX) {
+        vcu__sb_printf(b, "{\"ok\":false,\"error\":\"values must be unsigned integers\"}\n");
+        return;
+    }
+    if (!hq && !hs && !hc) {
+        vcu__sb_printf(b, "{\"ok\":false,\"error\":\"nothing to set (mem_quota, "
+                          "compute_share, compute_cap)\"}\n");
+        return;
+    }
+    s32 = (uint32_t)sh;
+    c32 = (uint32_t)cap;
+    if (vcu_vm_set_slice(vm, hq ? &q : NULL, hs ? &s32 : NULL, hc ? &c32 : NULL, err,
+                         sizeof(err)) != 0) {
+        vcu__sb_printf(b, "{\"ok\":false,\"error\":\"");
+        vcu__sb_json_str(b, err);
+        vcu__sb_printf(b, "\"}\n");
+        return;
+    }
+    vcu__sb_printf(b, "{\"ok\":true,\"vm\":");
+    vcu__ctl_vm(b, vm);
+    vcu__sb_printf(b, "}\n");
+}
+
+static void vcu__ctl(vcu_dmn_t *d, const char *line, vcu__sb_t *b)
+{
+    char cmd[32];
 
     if (vcu__json_get(line, "cmd", cmd, sizeof(cmd)) != 0) {
         vcu__sb_printf(b, "{\"ok\":false,\"error\":\"no cmd\"}\n");
         return;
     }
-    if (strcmp(cmd, "status") == 0) {
-        vcu__sb_printf(b,
-                       "{\"ok\":true,\"version\":\"%s\",\"uptime_s\":%llu,\"vms\":%u,"
-                       "\"workers_started\":%llu,\"workers_failed\":%llu,\"jail\":\"",
-                       VCU_DMN_VERSION,
-                       (unsigned long long)((vcu_dmn_now() - d->started_ns) / 1000000000u),
-                       d->nvms, (unsigned long long)d->workers_started,
-                       (unsigned long long)d->workers_failed);
-        vcu__sb_json_str(b, d->jail_note);
-        vcu__sb_printf(b, "\",\"seccomp\":\"%s\",\"worker_uid\":%d,\"ctx_bytes\":%llu,"
-                       "\"host_mem_quota\":%llu}\n",
-                       vcu__seccomp_name(d->seccomp),
-                       d->jail.uid == (uid_t)-1 ? (int)geteuid() : (int)d->jail.uid,
-                       (unsigned long long)d->ctx_bytes, (unsigned long long)d->host_quota);
-        return;
-    }
-    if (strcmp(cmd, "list-vms") == 0) {
-        bool first = true;
-
-        vcu__sb_printf(b, "{\"ok\":true,\"vms\":[");
-        for (cvm = d->vms; cvm != NULL; cvm = cvm->next) {
-            if (cvm->state != VCU_VM_READY)
-                continue;
-            if (!first)
-                vcu__sb_printf(b, ",");
-            vcu__ctl_vm(b, cvm);
-            first = false;
-        }
-        vcu__sb_printf(b, "]}\n");
-        return;
-    }
-    if (strcmp(cmd, "list-gpus") == 0) {
-        ng = vcu__gpus(gpus, 64);
-        vcu__sb_printf(b, "{\"ok\":true,\"nvml\":%s,\"gpus\":[", vcu__nvml.ok ? "true" : "false");
-        for (i = 0; i < ng; i++) {
-            uint64_t committed = 0, weights = 0;
-
-            for (cvm = d->vms; cvm != NULL; cvm = cvm->next)
-                if (cvm->state == VCU_VM_READY && vcu__vm_on_gpu(cvm, &gpus[i])) {
-                    committed = vcu__sat_add(committed, atomic_load(&cvm->policy->mem_quota));
-                    weights += atomic_load(&cvm->policy->compute_share);
-                }
-            vcu__sb_printf(b, "%s{\"index\":%u,\"uuid\":\"", i ? "," : "", i);
-            vcu__sb_json_str(b, gpus[i].uuid);
-            vcu__sb_printf(b, "\",\"name\":\"");
-            vcu__sb_json_str(b, gpus[i].name);
-            vcu__sb_printf(b,
-                           "\",\"memory_total\":%llu,\"memory_used\":%llu,\"memory_free\":%llu,"
-                           "\"committed\":%llu,\"uncommitted\":%llu,\"share_weights\":%llu}",
-                           gpus[i].total, gpus[i].used, gpus[i].free,
-                           (unsigned long long)committed,
-                           (unsigned long long)(gpus[i].total > committed
-                                                    ? gpus[i].total - committed : 0),
-                           (unsigned long long)weights);
-        }
-        vcu__sb_printf(b, "]}\n");
-        return;
-    }
-    if (strcmp(cmd, "set-vm") == 0) {
-        uint64_t q = 0, sh = 0, cap = 0;
-        bool hq, hs, hc;
-        uint32_t s32, c32;
-        vcu_vm_t *vm;
-
-        if (vcu__json_get(line, "vm", key, sizeof(key)) != 0) {
-            vcu__sb_printf(b, "{\"ok\":false,\"error\":\"set-vm needs \\\"vm\\\"\"}\n");
-            return;
-        }
-        vm = vcu_vm_find(d, key);
-        if (vm == NULL) {
-            vcu__sb_printf(b, "{\"ok\":false,\"error\":\"no VM named or numbered so (or two "
-                              "of that name: give its id)\"}\n");
-            return;
-        }
-        if (vcu__json_u64(line, "mem_quota", &q, &hq) != 0 ||
-            vcu__json_u64(line, "compute_share", &sh, &hs) != 0 ||
-            vcu__json_u64(line, "compute_cap", &cap, &hc) != 0 || sh > UINT32_MAX ||
-            cap > UINT32_MAX) {
-            vcu__sb_printf(b, "{\"ok\":false,\"error\":\"values must be unsigned integers\"}\n");
-            return;
-        }
-        if (!hq && !hs && !hc) {
-            vcu__sb_printf(b, "{\"ok\":false,\"error\":\"nothing to set (mem_quota, "
-                              "compute_share, compute_cap)\"}\n");
-            return;
-        }
-        s32 = (uint32_t)sh;
-        c32 = (uint32_t)cap;
-        if (vcu_vm_set_slice(vm, hq ? &q : NULL, hs ? &s32 : NULL, hc ? &c32 : NULL, err,
-                             sizeof(err)) != 0) {
-            vcu__sb_printf(b, "{\"ok\":false,\"error\":\"");
-            vcu__sb_json_str(b, err);
-            vcu__sb_printf(b, "\"}\n");
-            return;
-        }
-        vcu__sb_printf(b, "{\"ok\":true,\"vm\":");
-        vcu__ctl_vm(b, vm);
-        vcu__sb_printf(b, "}\n");
-        return;
-    }
-    vcu__sb_printf(b, "{\"ok\":false,\"error\":\"unknown cmd (status, list-gpus, list-vms, "
-                      "set-vm)\"}\n");
+    if (strcmp(cmd, "status") == 0)
+        vcu__ctl_status(d, b);
+    else if (strcmp(cmd, "list-vms") == 0)
+        vcu__ctl_list_vms(d, b);
+    else if (strcmp(cmd, "list-gpus") == 0)
+        vcu__ctl_list_gpus(d, b);
+    else if (strcmp(cmd, "set-vm") == 0)
+        vcu__ctl_set_vm(d, line, b);
+    else
+        vcu__sb_printf(b, "{\"ok\":false,\"error\":\"unknown cmd (status, list-gpus, list-vms, "
+                          "set-vm)\"}\n");
 }
 
 /* ---- connections ------------------------------------------------------------ */

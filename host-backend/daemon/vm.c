@@ -299,6 +299,75 @@ static void vcu__vm_spawned(vcu_vm_t *vm, uint64_t id, uint32_t status, uint32_t
                  pidfd >= 0 ? 1u : 0u);
 }
 
+/* The worker's command line: the shared options, then the session's
+ * descriptors by their numbers in the worker and its account slot. */
+static void vcu__vm_spawn_args(vcu_vm_t *vm, vcu__argv_t *a, int slot)
+{
+    memset(a, 0, sizeof(*a));
+    vcu__vm_common_args(vm, a);
+    vcu__arg(a, "--shm");
+    vcu__arg(a, "4");
+    vcu__arg(a, "--wake-req");
+    vcu__arg(a, "5");
+    vcu__arg(a, "--wake-resp");
+    vcu__arg(a, "6");
+    vcu__arg_u(a, "--spin-us", vm->hello.spin_us);
+    vcu__arg(a, "--account");
+    vcu__arg(a, "7");
+    vcu__arg_u(a, "--account-slot", (unsigned)slot);
+    vcu__arg(a, "--policy");
+    vcu__arg(a, "8");
+    vcu__arg(a, "--capture-printf");
+    vcu__arg(a, vm->flags & VCU_LINK_F_CAPTURE_PRINTF ? "1" : "0");
+    if (vm->modcache_dir[0] != '\0') {
+        vcu__arg(a, "--module-cache");
+        vcu__arg(a, vm->modcache_dir);
+        vcu__arg_u(a, "--module-cache-size", vm->d->modcache_bytes);
+    }
+}
+
+/* The descriptors the worker gets, in order, into all; for a VM in the
+ * share group the session's party and the group's area (9) too.  Returns
+ * how many. */
+static int vcu__vm_spawn_fds(vcu_vm_t *vm, vcu_sess_t *s, vcu__argv_t *a,
+                             const int fds[VCU_LINK_SPAWN_FDS], int ro_pol, int all[8])
+{
+    vcu_dmn_t *d = vm->d;
+    int i, nall = 0;
+
+    for (i = 0; i < (int)VCU_LINK_SPAWN_FDS; i++)
+        all[nall++] = fds[i];
+    all[nall++] = vm->acct->fd;
+    all[nall++] = ro_pol;
+    s->party = 0;
+    if (vm->sched.vm_slot >= 0) {
+        s->party = d->next_party++;
+        if (d->next_party == 0)
+            d->next_party = VCU_DMN_PARTY_BASE;
+        vcu__arg(a, "--share");
+        vcu__arg(a, "9");
+        vcu__arg_u(a, "--share-vm", (unsigned)vm->sched.vm_slot);
+        vcu__arg_u(a, "--share-party", s->party);
+        all[nall++] = d->share_fd;
+    }
+    return nall;
+}
+
+/* A worker started: its session joins the VM's list, its pid the account. */
+static void vcu__vm_spawn_record(vcu_vm_t *vm, vcu_sess_t *s, uint64_t id, pid_t pid, int slot)
+{
+    s->id = id;
+    s->pid = pid;
+    s->pidfd = -1;
+    s->acct_slot = slot;
+    s->next = vm->sessions;
+    vm->sessions = s;
+    vm->nsessions++;
+    vm->spawned++;
+    vm->d->workers_started++;
+    vcu__acct_set_pid(vm->acct, slot, (uint32_t)pid);
+}
+
 static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS])
 {
     vcu_dmn_t *d = vm->d;
@@ -337,42 +406,8 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
     ro_pol = vcu__vm_reopen_ro(vm->policy_fd);
     if (ro_pol < 0)
         goto fail;
-    memset(&a, 0, sizeof(a));
-    vcu__vm_common_args(vm, &a);
-    vcu__arg(&a, "--shm");
-    vcu__arg(&a, "4");
-    vcu__arg(&a, "--wake-req");
-    vcu__arg(&a, "5");
-    vcu__arg(&a, "--wake-resp");
-    vcu__arg(&a, "6");
-    vcu__arg_u(&a, "--spin-us", vm->hello.spin_us);
-    vcu__arg(&a, "--account");
-    vcu__arg(&a, "7");
-    vcu__arg_u(&a, "--account-slot", (unsigned)slot);
-    vcu__arg(&a, "--policy");
-    vcu__arg(&a, "8");
-    vcu__arg(&a, "--capture-printf");
-    vcu__arg(&a, vm->flags & VCU_LINK_F_CAPTURE_PRINTF ? "1" : "0");
-    if (vm->modcache_dir[0] != '\0') {
-        vcu__arg(&a, "--module-cache");
-        vcu__arg(&a, vm->modcache_dir);
-        vcu__arg_u(&a, "--module-cache-size", d->modcache_bytes);
-    }
-    for (i = 0; i < (int)VCU_LINK_SPAWN_FDS; i++)
-        all[nall++] = fds[i];
-    all[nall++] = vm->acct->fd;
-    all[nall++] = ro_pol;
-    s->party = 0;
-    if (vm->sched.vm_slot >= 0) {
-        s->party = d->next_party++;
-        if (d->next_party == 0)
-            d->next_party = VCU_DMN_PARTY_BASE;
-        vcu__arg(&a, "--share");
-        vcu__arg(&a, "9");
-        vcu__arg_u(&a, "--share-vm", (unsigned)vm->sched.vm_slot);
-        vcu__arg_u(&a, "--share-party", s->party);
-        all[nall++] = d->share_fd;
-    }
+    vcu__vm_spawn_args(vm, &a, slot);
+    nall = vcu__vm_spawn_fds(vm, s, &a, fds, ro_pol, all);
     vcu__vm_jail(vm, &j);
     rc = vcu_jail_spawn(&j, d->worker, a.argv, vcu__vm_env(), all, (unsigned int)nall,
                         STDERR_FILENO, &pid, &pidfd, err, sizeof(err));
@@ -386,16 +421,7 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
         status = VCU_S_EIO;
         goto fail;
     }
-    s->id = id;
-    s->pid = pid;
-    s->pidfd = -1;
-    s->acct_slot = slot;
-    s->next = vm->sessions;
-    vm->sessions = s;
-    vm->nsessions++;
-    vm->spawned++;
-    d->workers_started++;
-    vcu__acct_set_pid(vm->acct, slot, (uint32_t)pid);
+    vcu__vm_spawn_record(vm, s, id, pid, slot);
     for (i = 0; i < (int)VCU_LINK_SPAWN_FDS; i++)
         close(fds[i]);
     vcu__vm_spawned(vm, id, VCU_S_OK, (uint32_t)pid, slot, pidfd);
@@ -653,6 +679,61 @@ static int vcu__vm_modcache(vcu_vm_t *vm, char *err, size_t errlen)
     return 0;
 }
 
+/* What the daemon refuses in a HELLO: the first bad field's reason into
+ * err, which stays empty when all is well. */
+static void vcu__vm_hello_check(const vcu_vm_t *vm, const struct vcu_link_hello *h, char *err,
+                                size_t errlen)
+{
+    const vcu_dmn_t *d = vm->d;
+
+    if (h->flags & ~VCU_LINK_F_ALL)
+        snprintf(err, errlen, "unknown flags 0x%x", h->flags & ~VCU_LINK_F_ALL);
+    else if (!vcu__vm_gpus_allowed(vm->gpus, d->allowed_gpus))
+        snprintf(err, errlen, "GPUs %.100s: this daemon gives only %.100s", vm->gpus,
+                 d->allowed_gpus);
+    else if (h->compute_share > VCU_SCHED_WEIGHT_MAX)
+        snprintf(err, errlen, "compute-share must be 1..%u", VCU_SCHED_WEIGHT_MAX);
+    else if (h->compute_cap > 100)
+        snprintf(err, errlen, "compute-cap must be a percentage, 1..100");
+    else if (h->sms > VCU__VM_PROXY_MAX_SMS)
+        snprintf(err, errlen, "sms must be 1..%u (0: isolated mode)", VCU__VM_PROXY_MAX_SMS);
+    else if (h->sms != 0 && (h->compute_share != 0 || h->compute_cap != 0))
+        snprintf(err, errlen, "sms (packed mode) does not go with compute-share or "
+                              "compute-cap: a packed VM's share is its SMs");
+    else if (h->sms != 0 && d->mps_pipe == NULL)
+        snprintf(err, errlen, "packed mode (sms=%u): this daemon has no MPS pipe folder "
+                              "(--mps-pipe)", h->sms);
+    else if (h->max_sessions > VCU_DMN_MAX_SESSIONS_CAP)
+        snprintf(err, errlen, "at most %u sessions", VCU_DMN_MAX_SESSIONS_CAP);
+    else if (h->ring_bytes < VCU_IPC_REQ_RING_MIN || h->ring_bytes > VCU_IPC_REQ_RING_MAX ||
+             (h->ring_bytes & (h->ring_bytes - 1)) != 0)
+        snprintf(err, errlen, "bad request ring size %u", h->ring_bytes);
+    else if (h->spin_us > 10000000)
+        snprintf(err, errlen, "spin of %u us: at most 10 s", h->spin_us);
+    else if (d->nvms > d->max_vms)
+        snprintf(err, errlen, "this daemon serves at most %u VMs", d->max_vms);
+}
+
+/* A VM with a compute share or cap joins the share group.  0, or -1 with
+ * the reason in err when the group is full. */
+static int vcu__vm_hello_share(vcu_vm_t *vm, const struct vcu_link_hello *h, char *err,
+                               size_t errlen)
+{
+    if (h->compute_share != 0 || (h->compute_cap != 0 && h->compute_cap != 100)) {
+        uint32_t w = h->compute_share != 0 ? h->compute_share : 100;
+
+        vcu__sched_view(&vm->sched, vm->d->share_map, (uint32_t)getpid());
+        if (vcu__sched_vm_claim(&vm->sched, w, atomic_load(&vm->policy->compute_cap),
+                                vcu__sched_now()) != 0) {
+            vm->sched.vm_slot = -1;
+            snprintf(err, errlen, "the share group is full (%u VMs at most)", VCU_SCHED_VMS);
+            return -1;
+        }
+        atomic_store(&vm->policy->compute_share, w);
+    }
+    return 0;
+}
+
 static void vcu__vm_hello(vcu_vm_t *vm, const unsigned char *body)
 {
     vcu_dmn_t *d = vm->d;
@@ -681,32 +762,7 @@ static void vcu__vm_hello(vcu_vm_t *vm, const unsigned char *body)
         snprintf(vm->name, sizeof(vm->name), "vm%llu", (unsigned long long)vm->id);
     snprintf(vm->gpus, sizeof(vm->gpus), "%s", h->gpus[0] != '\0' ? h->gpus : "0");
     vm->flags = h->flags;
-    if (h->flags & ~VCU_LINK_F_ALL)
-        snprintf(err, sizeof(err), "unknown flags 0x%x", h->flags & ~VCU_LINK_F_ALL);
-    else if (!vcu__vm_gpus_allowed(vm->gpus, d->allowed_gpus))
-        snprintf(err, sizeof(err), "GPUs %.100s: this daemon gives only %.100s", vm->gpus,
-                 d->allowed_gpus);
-    else if (h->compute_share > VCU_SCHED_WEIGHT_MAX)
-        snprintf(err, sizeof(err), "compute-share must be 1..%u", VCU_SCHED_WEIGHT_MAX);
-    else if (h->compute_cap > 100)
-        snprintf(err, sizeof(err), "compute-cap must be a percentage, 1..100");
-    else if (h->sms > VCU__VM_PROXY_MAX_SMS)
-        snprintf(err, sizeof(err), "sms must be 1..%u (0: isolated mode)", VCU__VM_PROXY_MAX_SMS);
-    else if (h->sms != 0 && (h->compute_share != 0 || h->compute_cap != 0))
-        snprintf(err, sizeof(err), "sms (packed mode) does not go with compute-share or "
-                                   "compute-cap: a packed VM's share is its SMs");
-    else if (h->sms != 0 && d->mps_pipe == NULL)
-        snprintf(err, sizeof(err), "packed mode (sms=%u): this daemon has no MPS pipe folder "
-                                   "(--mps-pipe)", h->sms);
-    else if (h->max_sessions > VCU_DMN_MAX_SESSIONS_CAP)
-        snprintf(err, sizeof(err), "at most %u sessions", VCU_DMN_MAX_SESSIONS_CAP);
-    else if (h->ring_bytes < VCU_IPC_REQ_RING_MIN || h->ring_bytes > VCU_IPC_REQ_RING_MAX ||
-             (h->ring_bytes & (h->ring_bytes - 1)) != 0)
-        snprintf(err, sizeof(err), "bad request ring size %u", h->ring_bytes);
-    else if (h->spin_us > 10000000)
-        snprintf(err, sizeof(err), "spin of %u us: at most 10 s", h->spin_us);
-    else if (d->nvms > d->max_vms)
-        snprintf(err, sizeof(err), "this daemon serves at most %u VMs", d->max_vms);
+    vcu__vm_hello_check(vm, h, err, sizeof(err));
     if (err[0] != '\0') {
         vcu__vm_welcome(vm, VCU_S_EINVAL, err);
         return;
@@ -731,19 +787,9 @@ static void vcu__vm_hello(vcu_vm_t *vm, const unsigned char *body)
     atomic_store(&vm->policy->compute_share, h->compute_share);
     atomic_store(&vm->policy->compute_cap, h->compute_cap == 100 ? 0 : h->compute_cap);
     atomic_fetch_add(&vm->policy->gen, 1);
-    if (h->compute_share != 0 || (h->compute_cap != 0 && h->compute_cap != 100)) {
-        uint32_t w = h->compute_share != 0 ? h->compute_share : 100;
-
-        vcu__sched_view(&vm->sched, d->share_map, (uint32_t)getpid());
-        if (vcu__sched_vm_claim(&vm->sched, w, atomic_load(&vm->policy->compute_cap),
-                                vcu__sched_now()) != 0) {
-            vm->sched.vm_slot = -1;
-            snprintf(err, sizeof(err), "the share group is full (%u VMs at most)",
-                     VCU_SCHED_VMS);
-            vcu__vm_welcome(vm, VCU_S_EBUSY, err);
-            return;
-        }
-        atomic_store(&vm->policy->compute_share, w);
+    if (vcu__vm_hello_share(vm, h, err, sizeof(err)) != 0) {
+        vcu__vm_welcome(vm, VCU_S_EBUSY, err);
+        return;
     }
     if (vcu__vm_modcache(vm, err, sizeof(err)) != 0) {
         vcu__vm_welcome(vm, VCU_S_EIO, err);
