@@ -18,7 +18,6 @@ static vcu_account_t *vcu__acct_alloc(void)
     if (a == NULL)
         return NULL;
     a->fd = -1;
-    atomic_init(&a->refs, 1);
     pthread_mutex_init(&a->mu, NULL);
     return a;
 }
@@ -69,37 +68,9 @@ fail:
     return VCU_EIO;
 }
 
-int vcu__acct_map(int fd, uint64_t quota, vcu_account_t **out)
-{
-    vcu_account_t *a;
-    struct stat st;
-    void *p;
-
-    *out = NULL;
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)vcu__acct_len(1) ||
-        (uint64_t)st.st_size > vcu__acct_len(1u << 20)) {
-        close(fd);
-        return VCU_EINVAL;
-    }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return VCU_EIO;
-    a = vcu__acct_alloc();
-    if (a == NULL) {
-        munmap(p, (size_t)st.st_size);
-        return VCU_ENOMEM;
-    }
-    a->hdr = p;
-    a->slot = (struct vcu_acct_slot *)(a->hdr + 1);
-    a->len = (size_t)st.st_size;
-    a->nslots = (uint32_t)((a->len - sizeof(struct vcu_acct_hdr)) / sizeof(struct vcu_acct_slot));
-    a->quota = quota;
-    *out = a;
-    return 0;
-}
-
-int vcu__acct_map_ro(int fd, vcu_account_t **out)
+/* Maps an account's memfd (closed here) with prot; read-only mappings need
+ * its seals (vcu__acct_sealed). */
+static int vcu__acct_map_fd(int fd, int prot, vcu_account_t **out)
 {
     vcu_account_t *a;
     struct stat st;
@@ -108,11 +79,11 @@ int vcu__acct_map_ro(int fd, vcu_account_t **out)
     *out = NULL;
     if (fstat(fd, &st) != 0 || st.st_size < (off_t)vcu__acct_len(1) ||
         (uint64_t)st.st_size > vcu__acct_len(1u << 20) ||
-        !vcu__acct_sealed(fd)) {
+        (!(prot & PROT_WRITE) && !vcu__acct_sealed(fd))) {
         close(fd);
         return VCU_EINVAL;
     }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    p = mmap(NULL, (size_t)st.st_size, prot, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return VCU_EIO;
@@ -129,9 +100,23 @@ int vcu__acct_map_ro(int fd, vcu_account_t **out)
     return 0;
 }
 
+int vcu__acct_map(int fd, uint64_t quota, vcu_account_t **out)
+{
+    int rc = vcu__acct_map_fd(fd, PROT_READ | PROT_WRITE, out);
+
+    if (rc == 0)
+        (*out)->quota = quota;
+    return rc;
+}
+
+int vcu__acct_map_ro(int fd, vcu_account_t **out)
+{
+    return vcu__acct_map_fd(fd, PROT_READ, out);
+}
+
 void vcu__acct_put(vcu_account_t *a)
 {
-    if (a == NULL || atomic_fetch_sub(&a->refs, 1) != 1)
+    if (a == NULL)
         return;
     munmap(a->hdr, a->len);
     if (a->fd >= 0)

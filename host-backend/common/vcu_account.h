@@ -118,7 +118,6 @@ typedef struct vcu_account_s {
      * are the ones enforced, as they are now.  NULL: quota, host_quota. */
     const struct vcu_policy *policy;
     uint32_t nslots;
-    _Atomic unsigned int refs;
     /* The proxy's own record of which slots are handed out (never read
      * from the shared area); mu protects it: the submitting thread
      * claims, readers and reaper threads release. */
@@ -156,6 +155,7 @@ int vcu__acct_map(int fd, uint64_t quota, vcu_account_t **out);
 /* QEMU's: the daemon's area, read-only (fd is closed), for reports. */
 int vcu__acct_map_ro(int fd, vcu_account_t **out);
 
+/* Unmaps and frees a (NULL: nothing). */
 void vcu__acct_put(vcu_account_t *a);
 
 /* Trusted side: a free slot for a new session, zeroed, or -1 if none. */

@@ -800,7 +800,10 @@ uint32_t vcu__op_CU_LAUNCH_EX(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-uint32_t vcu__op_CU_OCCUPANCY_CLUSTERS(vcu__op_t *o)
+/* The cluster occupancy queries: a launch's configuration with no
+ * parameters; size picks cuOccupancyMaxPotentialClusterSize over
+ * cuOccupancyMaxActiveClusters. */
+static uint32_t vcu__occupancy_clusters(vcu__op_t *o, int size)
 {
     CUlaunchAttribute attrs[VCU_CU_MAX_LAUNCH_ATTRS];
     struct vcu_cu_launch_ex_req rq;
@@ -814,28 +817,22 @@ uint32_t vcu__op_CU_OCCUPANCY_CLUSTERS(vcu__op_t *o)
         return st;
     if (rq.l.param_bytes != 0)
         return VCU_S_EINVAL;
-    o->res = VCU__CU(o->cu, cuOccupancyMaxActiveClusters, &n, fe->u.fn.f, &cfg);
+    if (size)
+        o->res = VCU__CU(o->cu, cuOccupancyMaxPotentialClusterSize, &n, fe->u.fn.f, &cfg);
+    else
+        o->res = VCU__CU(o->cu, cuOccupancyMaxActiveClusters, &n, fe->u.fn.f, &cfg);
     o->rb.u64.value = n > 0 ? (uint64_t)n : 0;
     return VCU_S_OK;
 }
 
+uint32_t vcu__op_CU_OCCUPANCY_CLUSTERS(vcu__op_t *o)
+{
+    return vcu__occupancy_clusters(o, 0);
+}
+
 uint32_t vcu__op_CU_OCCUPANCY_CLUSTER_SIZE(vcu__op_t *o)
 {
-    CUlaunchAttribute attrs[VCU_CU_MAX_LAUNCH_ATTRS];
-    struct vcu_cu_launch_ex_req rq;
-    CUlaunchConfig cfg;
-    vcu__hent_t *fe;
-    size_t at;
-    uint32_t st = vcu__launch_ex_prep(o, &rq, &cfg, attrs, &fe, &at);
-    int n = 0;
-
-    if (st != VCU_S_OK || fe == NULL)
-        return st;
-    if (rq.l.param_bytes != 0)
-        return VCU_S_EINVAL;
-    o->res = VCU__CU(o->cu, cuOccupancyMaxPotentialClusterSize, &n, fe->u.fn.f, &cfg);
-    o->rb.u64.value = n > 0 ? (uint64_t)n : 0;
-    return VCU_S_OK;
+    return vcu__occupancy_clusters(o, 1);
 }
 
 /*

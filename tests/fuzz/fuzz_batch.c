@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "fz_session.h"
+#include "fz_input.h"
 
 #define FZ_CHECK(c)                                                               \
     do {                                                                          \
@@ -90,21 +91,6 @@ static uint64_t fz_func;            /* a kernel that does nothing */
 #define FZ_NOOP "fz_batch_noop"
 static const char fz_noop_ptx[] =
     "//\n.version 8.0\n.target sm_90\n.visible .entry " FZ_NOOP "()\n{\n}\n";
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} fz_in_t;
-
-static uint64_t in_u(fz_in_t *in, unsigned int bytes)
-{
-    uint64_t v = 0;
-    unsigned int i;
-
-    for (i = 0; i < bytes && in->n > 0; i++, in->n--)
-        v |= (uint64_t)*in->p++ << (8 * i);
-    return v;
-}
 
 static void fz_batch_setup(void)
 {

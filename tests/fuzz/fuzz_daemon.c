@@ -63,6 +63,7 @@
 #include "vcu_daemon.h"
 #include "vcu_ipc.h"
 #include "vcu_seccomp.h"
+#include "fz_input.h"
 
 #define FZ_CHECK(c)                                                               \
     do {                                                                          \
@@ -317,21 +318,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     atexit(fz_fini);
     return 0;
-}
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} fz_in_t;
-
-static uint64_t in_u(fz_in_t *in, unsigned int bytes)
-{
-    uint64_t v = 0;
-    unsigned int i;
-
-    for (i = 0; i < bytes && in->n > 0; i++, in->n--)
-        v |= (uint64_t)*in->p++ << (8 * i);
-    return v;
 }
 
 /* Writes len bytes to the link with n /dev/null descriptors. */

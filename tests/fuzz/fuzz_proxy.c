@@ -51,6 +51,7 @@
 #include "proxy.c"
 #include "proxy_link.c"
 #include "proxy_session.c"
+#include "fz_input.h"
 
 #include <dirent.h>
 
@@ -86,21 +87,6 @@ static int fz_acct_fd = -1;         /* a good account, as the daemon makes it */
 static int fz_policy_fd = -1;       /* a good policy page */
 static int fz_send_fails;
 static unsigned char *fz_ring;      /* the reply ring's bytes (ASan sees past them) */
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} fz_in_t;
-
-static uint64_t in_u(fz_in_t *in, unsigned int bytes)
-{
-    uint64_t v = 0;
-    unsigned int i;
-
-    for (i = 0; i < bytes && in->n > 0; i++, in->n--)
-        v |= (uint64_t)*in->p++ << (8 * i);
-    return v;
-}
 
 static unsigned int fz_nfds(void)
 {

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "vcu_ring.h"
+#include "fz_input.h"
 
 #define FZ_CHECK(c)                                                               \
     do {                                                                          \
@@ -49,21 +50,6 @@
 
 #define FZ_MAX_CAP 8192u
 #define FZ_MAX_TAILS 8u
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} fz_in_t;
-
-static uint64_t in_u(fz_in_t *in, unsigned int bytes)
-{
-    uint64_t v = 0;
-    unsigned int i;
-
-    for (i = 0; i < bytes && in->n > 0; i++, in->n--)
-        v |= (uint64_t)*in->p++ << (8 * i);
-    return v;
-}
 
 /* The bytes at ring position pos, wrapping (the reference copy). */
 static void fz_ring_bytes(const unsigned char *data, uint64_t size, uint64_t pos, void *dst,

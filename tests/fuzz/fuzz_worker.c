@@ -85,6 +85,7 @@ static void fz_worker_exit(int code) __attribute__((noreturn));
 #define fprintf fz_log
 #define mmap fz_mmap
 #include "worker.c"
+#include "fz_input.h"
 #undef mmap
 #undef fprintf
 #undef main
@@ -291,21 +292,6 @@ void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
 }
 
 /* ---- the harness ---------------------------------------------------------------- */
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} fz_in_t;
-
-static uint64_t in_u(fz_in_t *in, unsigned int bytes)
-{
-    uint64_t v = 0;
-    unsigned int i;
-
-    for (i = 0; i < bytes && in->n > 0; i++, in->n--)
-        v |= (uint64_t)*in->p++ << (8 * i);
-    return v;
-}
 
 static struct vcu_ipc_ring_ctl *fz_req_ctl, *fz_resp_ctl;
 static unsigned char *fz_req_data, *fz_resp_data;
