@@ -36,6 +36,12 @@ cc -O1 -I/usr/local/cuda/include -o build/probes/probe-libs tests/gpu/probe-libs
     -o build/probes/probe-graphs.fatbin tests/gpu/probe-graphs-kernels.cu
 cc -O1 -I/usr/local/cuda/include -o build/probes/probe-graphs tests/gpu/probe-graphs.c \
     -L/usr/local/cuda/lib64/stubs -lcuda
+# The probe of what each way of migrating a worker's GPU state carries
+# (docs/design.md "Live migration").
+/usr/local/cuda/bin/nvcc -fatbin -gencode arch=compute_90,code=sm_90 \
+    -o build/probes/probe-migrate.fatbin tests/gpu/probe-migrate-kernels.cu
+cc -O1 -I/usr/local/cuda/include -o build/probes/probe-migrate tests/gpu/probe-migrate.c \
+    -L/usr/local/cuda/lib64/stubs -lcuda
 cp build/cuda-driver/vcu_drv_kernels.fatbin build/cuda-driver/vcu_drv_kernels_ptx_lz4.fatbin \
     build/cuda-driver/vcu_drv_kernels_sm80.fatbin build/probes/
 # The torch image: its root disk is made on the GPU host
