@@ -169,6 +169,18 @@ typedef struct vcu__gnode_s {
     uint64_t h;
     struct vcu__graph_s *g;
     struct vcu__gnode_s *next;
+    /* What cuGraph*NodeGetParams answer: the parameters last given here,
+     * of kind VCU_CU_NODE_* (0: not known here, as a captured node's).
+     * A kernel's kernelParams point into kbuf, its packed copy.  Under
+     * vcu__drv.lock. */
+    uint32_t kind;
+    union {
+        CUDA_KERNEL_NODE_PARAMS kernel;
+        CUDA_MEMCPY3D copy;
+        CUDA_MEMSET_NODE_PARAMS set;
+        CUDA_HOST_NODE_PARAMS host;
+    } p;
+    char *kbuf;
 } vcu__gnode_t;
 
 typedef struct vcu__graph_s {

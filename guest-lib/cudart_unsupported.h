@@ -167,36 +167,23 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaGraphExecChildGraphNodeSetParams, GRAPH) \
     XX(cudaGraphExecEventRecordNodeSetEvent, GRAPH) \
     XX(cudaGraphExecEventWaitNodeSetEvent, GRAPH) \
-    XX(cudaGraphExecHostNodeSetParams, GRAPH) \
-    XX(cudaGraphExecKernelNodeSetParams, GRAPH) \
     XX(cudaGraphExecMemcpyNodeSetParams, GRAPH) \
-    XX(cudaGraphExecMemcpyNodeSetParams1D, GRAPH) \
     XX(cudaGraphExecMemcpyNodeSetParamsFromSymbol, GRAPH) \
     XX(cudaGraphExecMemcpyNodeSetParamsToSymbol, GRAPH) \
-    XX(cudaGraphExecMemsetNodeSetParams, GRAPH) \
     XX(cudaGraphExecNodeSetParams, GRAPH) \
-    XX(cudaGraphExecUpdate, GRAPH) \
-    XX(cudaGraphGetEdges, GRAPH) \
-    XX(cudaGraphGetRootNodes, GRAPH) \
     XX(cudaGraphHostNodeGetParams, GRAPH) \
-    XX(cudaGraphHostNodeSetParams, GRAPH) \
     XX(cudaGraphKernelNodeCopyAttributes, GRAPH) \
     XX(cudaGraphKernelNodeGetAttribute, GRAPH) \
     XX(cudaGraphKernelNodeGetParams, GRAPH) \
     XX(cudaGraphKernelNodeSetAttribute, GRAPH) \
-    XX(cudaGraphKernelNodeSetParams, GRAPH) \
     XX(cudaGraphMemcpyNodeGetParams, GRAPH) \
     XX(cudaGraphMemcpyNodeSetParams, GRAPH) \
-    XX(cudaGraphMemcpyNodeSetParams1D, GRAPH) \
     XX(cudaGraphMemcpyNodeSetParamsFromSymbol, GRAPH) \
     XX(cudaGraphMemcpyNodeSetParamsToSymbol, GRAPH) \
     XX(cudaGraphMemsetNodeGetParams, GRAPH) \
-    XX(cudaGraphMemsetNodeSetParams, GRAPH) \
     XX(cudaGraphNodeFindInClone, GRAPH) \
     XX(cudaGraphNodeGetDependencies, GRAPH) \
     XX(cudaGraphNodeGetDependentNodes, GRAPH) \
-    XX(cudaGraphNodeGetEnabled, GRAPH) \
-    XX(cudaGraphNodeSetEnabled, GRAPH) \
     XX(cudaGraphNodeSetParams, GRAPH) \
     XX(cudaGraphRemoveDependencies, GRAPH) \
     XX(cudaStreamBeginCaptureToGraph, GRAPH) \

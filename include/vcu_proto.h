@@ -266,6 +266,11 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_LAUNCH, 0x0605, vcu_cu_pair_req, vcu_cu_resp)                            \
     XX(CU_GRAPH_EXEC_DESTROY, 0x0606, vcu_cu_u64_req, vcu_cu_resp)                       \
     XX(CU_GRAPH_NODE_COUNT, 0x0607, vcu_cu_u64_req, vcu_cu_u64_resp)                     \
+    XX(CU_GRAPH_NODE_SET, 0x0608, vcu_cu_graph_set_req, vcu_cu_resp)                      \
+    XX(CU_GRAPH_EXEC_UPDATE, 0x0609, vcu_cu_pair_req, vcu_cu_graph_update_resp)           \
+    XX(CU_GRAPH_LIST, 0x060a, vcu_cu_graph_list_req, vcu_cu_graph_list_resp)              \
+    XX(CU_GRAPH_EDGES, 0x060b, vcu_cu_graph_edges_req, vcu_cu_resp)                       \
+    XX(CU_GRAPH_NODE_DESTROY, 0x060c, vcu_cu_u64_req, vcu_cu_resp)                        \
     /* CUDA: the generated calls (struct vcu_cu_call_req) */                             \
     XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)
 
@@ -417,6 +422,7 @@ struct vcu_cu_pair_req {
  *   CU_EVENT_RECORD        a = event, b = stream, c = flags
  *   CU_GRAPH_INSTANTIATE   a = graph, b = flags
  *   CU_GRAPH_LAUNCH        a = graph exec, b = stream
+ *   CU_GRAPH_EXEC_UPDATE   a = graph exec, b = graph
  * vcu_cu_u64_req value:
  *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
@@ -973,6 +979,87 @@ struct vcu_cu_graph_node_req {
 };
 
 /*
+ * CU_GRAPH_NODE_SET: new parameters for a KERNEL, MEMCPY (stage NONE),
+ * MEMSET or HOST node (node: its handle), of the node's kind.  exec 0:
+ * in the node's graph (cuGraph*NodeSetParams); else only in that graph
+ * exec, made from the node's graph (cuGraphExec*NodeSetParams).  n holds
+ * them as CU_GRAPH_ADD_NODE's request does (n.hdr, n.graph and n.ndeps
+ * 0), followed by a kernel's param_bytes of parameters.
+ */
+struct vcu_cu_graph_set_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 exec;                  /* IN graph exec handle, or 0 */
+    vcu_le64 node;                  /* IN node handle */
+    struct vcu_cu_graph_node_req n; /* IN */
+};
+
+/*
+ * CU_GRAPH_EXEC_UPDATE (vcu_cu_pair_req a = exec, b = graph):
+ * cuGraphExecUpdate.  info is its CUgraphExecUpdateResult; error_node and
+ * error_from are node handles of the graph (0: none).
+ */
+struct vcu_cu_graph_update_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 info;                  /* OUT CUgraphExecUpdateResult */
+    vcu_le32 reserved;
+    vcu_le64 error_node;            /* OUT */
+    vcu_le64 error_from;            /* OUT */
+};
+
+/*
+ * CU_GRAPH_LIST: nodes as node handles (a node keeps its handle while its
+ * graph lives; a node added by CU_GRAPH_ADD_NODE has the one it gave),
+ * the items from index start on, at most VCU_CU_LIST_MAX handles:
+ *   NODES       graph's nodes (cuGraphGetNodes)
+ *   ROOTS       graph's root nodes
+ *   EDGES       graph's edges: node[2i] from, node[2i+1] to (items are
+ *               edges, VCU_CU_LIST_MAX / 2 at most)
+ *   DEPS        node's dependencies (graph 0)
+ *   DEPENDENTS  node's dependent nodes (graph 0)
+ *   CLONE       node[0]: the node of graph (a clone) that node of the
+ *               original is (cuGraphNodeFindInClone)
+ * total is how many items there are in all.
+ */
+#define VCU_CU_LIST_NODES 1u
+#define VCU_CU_LIST_ROOTS 2u
+#define VCU_CU_LIST_EDGES 3u
+#define VCU_CU_LIST_DEPS 4u
+#define VCU_CU_LIST_DEPENDENTS 5u
+#define VCU_CU_LIST_CLONE 6u
+#define VCU_CU_LIST_MAX 128u
+
+struct vcu_cu_graph_list_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 graph;                 /* IN graph handle, or 0 */
+    vcu_le64 node;                  /* IN node handle, or 0 */
+    vcu_le32 what;                  /* IN VCU_CU_LIST_* */
+    vcu_le32 start;                 /* IN the first item wanted */
+};
+
+struct vcu_cu_graph_list_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 total;                 /* OUT */
+    vcu_le32 count;                 /* OUT handles in node[] */
+    vcu_le32 reserved;
+    vcu_le64 node[VCU_CU_LIST_MAX]; /* OUT */
+};
+
+/*
+ * CU_GRAPH_EDGES: cuGraphAddDependencies (add 1) or
+ * cuGraphRemoveDependencies (add 0) in graph, followed by count pairs of
+ * le64 node handles (from, to), edges of the default kind.
+ */
+struct vcu_cu_graph_edges_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 graph;                 /* IN */
+    vcu_le32 add;                   /* IN 0 or 1 */
+    vcu_le32 count;                 /* IN 1..VCU_CU_MAX_DEPS */
+};
+
+/* CU_GRAPH_NODE_DESTROY (vcu_cu_u64_req value = node): cuGraphDestroyNode;
+ * the node's handle goes with it. */
+
+/*
  * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
  * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
  * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
@@ -1058,6 +1145,12 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_deps_resp) == 32 + 8 * VCU_CU_MAX_
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_update_deps_req) == 24 + 8 * VCU_CU_MAX_CAPTURE_DEPS,
                  "vcu_cu_update_deps_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 176, "vcu_cu_graph_node_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_set_req) == 200, "vcu_cu_graph_set_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_update_resp) == 32, "vcu_cu_graph_update_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_list_req) == 32, "vcu_cu_graph_list_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_list_resp) == 24 + 8 * VCU_CU_LIST_MAX,
+                 "vcu_cu_graph_list_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_edges_req) == 24, "vcu_cu_graph_edges_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_input) == 16, "vcu_cu_link_input");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_req) == 16 + 16 * VCU_CU_MAX_LINK_OPTS,
                  "vcu_cu_link_req");

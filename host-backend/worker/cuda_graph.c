@@ -146,20 +146,20 @@ static CUresult vcu__staged_copy(vcu__op_t *o, CUgraphNode *node, CUgraph g,
     return r;
 }
 
-/* The checks of a CU_GRAPH_ADD_NODE request before it runs, and a copy
- * node's descriptor (copy); *tail is where a kernel's parameters start.
- * VCU_S_OK, or the status it gets. */
-static uint32_t vcu__node_check(const vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
-                                CUDA_MEMCPY3D *copy, const unsigned char **tail)
+/* The checks of a CU_GRAPH_ADD_NODE request (or a CU_GRAPH_NODE_SET
+ * request's node) before it runs, whose room bytes after the struct start
+ * at after; and a copy node's descriptor (copy); *tail is where a
+ * kernel's parameters start.  VCU_S_OK, or the status it gets. */
+static uint32_t vcu__node_check(const struct vcu_cu_graph_node_req *rq,
+                                const unsigned char *after, size_t room, CUDA_MEMCPY3D *copy,
+                                const unsigned char **tail)
 {
-    size_t room = o->plen - sizeof(*rq);
-
     if (rq->ndeps > VCU_CU_MAX_DEPS)
         return VCU_S_E2BIG;
     if ((size_t)rq->ndeps * 8 > room)
         return VCU_S_EINVAL;
     room -= (size_t)rq->ndeps * 8;
-    *tail = o->p + sizeof(*rq) + (size_t)rq->ndeps * 8;
+    *tail = after + (size_t)rq->ndeps * 8;
     if (rq->kind == VCU_CU_NODE_KERNEL &&
         !vcu__param_bytes_ok(rq->param_bytes, room))
         return VCU_S_EINVAL;
@@ -248,6 +248,18 @@ static void vcu__node_memcpy(vcu__op_t *o, const struct vcu_cu_graph_node_req *r
     o->res = vcu__staged_copy(o, node, g, deps, rq->ndeps, copy, rq->stage, cb);
 }
 
+/* A MEMSET node's parameters. */
+static void vcu__node_memset(const struct vcu_cu_graph_node_req *rq, CUDA_MEMSET_NODE_PARAMS *ms)
+{
+    memset(ms, 0, sizeof(*ms));
+    ms->dst = rq->dst;
+    ms->pitch = (size_t)rq->pitch;
+    ms->value = rq->value;
+    ms->elementSize = rq->elem_size;
+    ms->width = (size_t)rq->width;
+    ms->height = (size_t)rq->height;
+}
+
 /* Adds the request's node to graph entry ge, into *node; sets o->res. */
 static void vcu__node_add(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
                           vcu__hent_t *ge, const CUgraphNode *deps, const unsigned char *tail,
@@ -265,13 +277,7 @@ static void vcu__node_add(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
     case VCU_CU_NODE_MEMSET: {
         CUDA_MEMSET_NODE_PARAMS ms;
 
-        memset(&ms, 0, sizeof(ms));
-        ms.dst = rq->dst;
-        ms.pitch = (size_t)rq->pitch;
-        ms.value = rq->value;
-        ms.elementSize = rq->elem_size;
-        ms.width = (size_t)rq->width;
-        ms.height = (size_t)rq->height;
+        vcu__node_memset(rq, &ms);
         o->res = VCU__CU(cu, cuGraphAddMemsetNode, node, ge->u.graph.g, deps, rq->ndeps, &ms,
                          o->cs->ctx[vcu__dev_of(o)]);
         break;
@@ -307,7 +313,7 @@ uint32_t vcu__op_CU_GRAPH_ADD_NODE(vcu__op_t *o)
     uint64_t h;
 
     memcpy(&rq, o->p, sizeof(rq));
-    st = vcu__node_check(o, &rq, &copy, &tail);
+    st = vcu__node_check(&rq, o->p + sizeof(rq), o->plen - sizeof(rq), &copy, &tail);
     if (st != VCU_S_OK)
         return st;
     VCU__ENTER(o);
@@ -421,6 +427,321 @@ uint32_t vcu__op_CU_GRAPH_NODE_COUNT(vcu__op_t *o)
     VCU__GET(o, e, rq.value, VCU__H_GRAPH);
     o->res = VCU__CU(o->cu, cuGraphGetNodes, e->u.graph.g, NULL, &n);
     o->rb.u64.value = n;
+    return VCU_S_OK;
+}
+
+/* Sets node's kernel parameters (rq, parameters at tail), in exec xe or,
+ * xe NULL, in graph entry ge; the module is held by what runs it.  Sets
+ * o->res. */
+static void vcu__set_kernel(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                            vcu__hent_t *xe, vcu__hent_t *ge, CUgraphNode node,
+                            const unsigned char *tail)
+{
+    CUDA_KERNEL_NODE_PARAMS kn;
+    vcu__hent_t *fe = vcu__get(o, rq->function, VCU__H_FUNCTION);
+    void **kp;
+
+    if (fe == NULL)
+        return;
+    if (vcu__mods_add(o->cs, xe != NULL ? &xe->u.exec.mods : &ge->u.graph.mods,
+                      fe->u.fn.mod) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return;
+    }
+    kp = vcu__params(o, fe, tail, rq->param_bytes);
+    if (kp == NULL)
+        return;
+    vcu__kernel_node(&kn, fe, rq->grid, rq->block, rq->shared_mem, kp);
+    /* CUDA copies the parameter values into the node. */
+    if (xe != NULL)
+        o->res = VCU__CU(o->cu, cuGraphExecKernelNodeSetParams, xe->u.exec.ge, node, &kn);
+    else
+        o->res = VCU__CU(o->cu, cuGraphKernelNodeSetParams, node, &kn);
+    vcu__params_free(o, fe, kp);
+}
+
+/*
+ * CU_GRAPH_NODE_SET: checked as CU_GRAPH_ADD_NODE's node is; the node
+ * must be of the kind the parameters are for (a staged copy, a child
+ * graph here, is not a MEMCPY node).  A host node's new cookie gets a
+ * record of its own, kept with the session as CU_GRAPH_ADD_NODE's.
+ */
+uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o)
+{
+    static const CUgraphNodeType want[] = {
+        [VCU_CU_NODE_KERNEL] = CU_GRAPH_NODE_TYPE_KERNEL,
+        [VCU_CU_NODE_MEMCPY] = CU_GRAPH_NODE_TYPE_MEMCPY,
+        [VCU_CU_NODE_MEMSET] = CU_GRAPH_NODE_TYPE_MEMSET,
+        [VCU_CU_NODE_HOST] = CU_GRAPH_NODE_TYPE_HOST,
+    };
+    struct vcu_cu_graph_set_req rq;
+    CUDA_MEMCPY3D copy;
+    CUDA_MEMSET_NODE_PARAMS ms;
+    CUDA_HOST_NODE_PARAMS hp;
+    CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
+    const unsigned char *tail;
+    vcu__hent_t *xe = NULL, *ge;
+    CUgraphExec x = NULL;
+    CUgraphNode node;
+    CUcontext ctx;
+    vcu__cb_t *cb;
+    uint32_t st;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.n.ndeps != 0 || rq.n.graph != 0 || rq.n.hdr.device != 0 || rq.n.hdr.reserved != 0 ||
+        rq.n.kind == VCU_CU_NODE_EMPTY)
+        return VCU_S_EINVAL;
+    st = vcu__node_check(&rq.n, o->p + sizeof(rq), o->plen - sizeof(rq), &copy, &tail);
+    if (st != VCU_S_OK)
+        return st;
+    VCU__ENTER(o);
+    if (rq.n.kind == VCU_CU_NODE_MEMCPY && rq.n.stage != VCU_CU_STAGE_NONE) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    VCU__GET(o, ne, rq.node, VCU__H_GRAPH_NODE);
+    node = ne->u.node.n;
+    ge = vcu__get(o, ne->u.node.graph, VCU__H_GRAPH);
+    if (ge == NULL)
+        return VCU_S_OK;
+    if (rq.exec != 0) {
+        xe = vcu__get(o, rq.exec, VCU__H_GRAPH_EXEC);
+        if (xe == NULL)
+            return VCU_S_OK;
+        x = xe->u.exec.ge;
+    }
+    o->res = VCU__CU(o->cu, cuGraphNodeGetType, node, &t);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    if (t != want[rq.n.kind]) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    ctx = o->cs->ctx[vcu__dev_of(o)];
+    switch (rq.n.kind) {
+    case VCU_CU_NODE_KERNEL:
+        vcu__set_kernel(o, &rq.n, xe, ge, node, tail);
+        break;
+    case VCU_CU_NODE_MEMCPY:
+        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecMemcpyNodeSetParams, x, node, &copy, ctx)
+                           : VCU__CU(o->cu, cuGraphMemcpyNodeSetParams, node, &copy);
+        break;
+    case VCU_CU_NODE_MEMSET:
+        vcu__node_memset(&rq.n, &ms);
+        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecMemsetNodeSetParams, x, node, &ms, ctx)
+                           : VCU__CU(o->cu, cuGraphMemsetNodeSetParams, node, &ms);
+        break;
+    default:
+        cb = vcu__cb_new(o->cs, rq.n.cookie, 0);
+        if (cb == NULL) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        memset(&hp, 0, sizeof(hp));
+        hp.fn = vcu__cb_trampoline;
+        hp.userData = cb;
+        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecHostNodeSetParams, x, node, &hp)
+                           : VCU__CU(o->cu, cuGraphHostNodeSetParams, node, &hp);
+        break;
+    }
+    return VCU_S_OK;
+}
+
+/*
+ * CU_GRAPH_EXEC_UPDATE: the exec holds the graph's modules from now on
+ * (the ones it held stay held: it may be running); the error nodes are
+ * named as nodes of the graph.
+ */
+uint32_t vcu__op_CU_GRAPH_EXEC_UPDATE(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    CUgraphExecUpdateResultInfo info;
+    CUresult res;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, xe, rq.a, VCU__H_GRAPH_EXEC);
+    VCU__GET(o, ge, rq.b, VCU__H_GRAPH);
+    if ((ge->u.graph.cap_id != 0 &&
+         vcu__mods_add_all(o->cs, &ge->u.graph.mods, o->cs->cap_mods) != 0) ||
+        vcu__mods_add_all(o->cs, &xe->u.exec.mods, ge->u.graph.mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    memset(&info, 0, sizeof(info));
+    res = VCU__CU(o->cu, cuGraphExecUpdate, xe->u.exec.ge, ge->u.graph.g, &info);
+    o->rb.gupd.info = (uint32_t)info.result;
+    /* The handles may move the table's entries: xe and ge are not used
+     * after. */
+    if (info.errorNode != NULL)
+        o->rb.gupd.error_node = vcu__node_handle(o, info.errorNode, rq.b);
+    if (info.errorFromNode != NULL)
+        o->rb.gupd.error_from = vcu__node_handle(o, info.errorFromNode, rq.b);
+    o->res = res;
+    return VCU_S_OK;
+}
+
+/* The nodes (or edges: from, to) CU_GRAPH_LIST asks for, into *out
+ * (allocated; the caller frees), their count in *n; o->res set. */
+static void vcu__list_nodes(vcu__op_t *o, uint32_t what, CUgraph g, CUgraphNode node,
+                            CUgraphNode **out, size_t *n)
+{
+    vcu__cuda_t *cu = o->cu;
+    CUgraphNode *a = NULL;
+    size_t k = 0, room = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        switch (what) {
+        case VCU_CU_LIST_NODES:
+            o->res = VCU__CU(cu, cuGraphGetNodes, g, a, &k);
+            break;
+        case VCU_CU_LIST_ROOTS:
+            o->res = VCU__CU(cu, cuGraphGetRootNodes, g, a, &k);
+            break;
+        case VCU_CU_LIST_EDGES:
+            o->res = VCU__CU(cu, cuGraphGetEdges, g, a, a != NULL ? a + room / 2 : NULL, NULL,
+                             &k);
+            break;
+        case VCU_CU_LIST_DEPS:
+            o->res = VCU__CU(cu, cuGraphNodeGetDependencies, node, a, NULL, &k);
+            break;
+        default:
+            o->res = VCU__CU(cu, cuGraphNodeGetDependentNodes, node, a, NULL, &k);
+            break;
+        }
+        if (o->res != CUDA_SUCCESS || pass == 1 || k == 0)
+            break;
+        room = what == VCU_CU_LIST_EDGES ? 2 * k : k;
+        a = calloc(room, sizeof(*a));
+        if (a == NULL) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+    }
+    *out = a;
+    *n = k;
+}
+
+/*
+ * CU_GRAPH_LIST: asked whole of the driver each time (the guest pages
+ * through a list VCU_CU_LIST_MAX handles at a time); each node listed
+ * gets its handle here.
+ */
+uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o)
+{
+    struct vcu_cu_graph_list_req rq;
+    CUgraphNode *a = NULL, node = NULL, cn = NULL;
+    CUgraph g = NULL;
+    uint64_t gh;
+    size_t n = 0, i, per;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.what < VCU_CU_LIST_NODES || rq.what > VCU_CU_LIST_CLONE)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    gh = rq.graph;
+    if (rq.what != VCU_CU_LIST_DEPS && rq.what != VCU_CU_LIST_DEPENDENTS) {
+        VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
+        g = ge->u.graph.g;
+    }
+    if (rq.what >= VCU_CU_LIST_DEPS) {
+        VCU__GET(o, ne, rq.node, VCU__H_GRAPH_NODE);
+        node = ne->u.node.n;
+        if (rq.what != VCU_CU_LIST_CLONE)
+            gh = ne->u.node.graph;
+    }
+    if (rq.what == VCU_CU_LIST_CLONE) {
+        o->res = VCU__CU(o->cu, cuGraphNodeFindInClone, &cn, node, g);
+        if (o->res == CUDA_SUCCESS) {
+            o->rb.glist.total = 1;
+            o->rb.glist.node[0] = vcu__node_handle(o, cn, gh);
+            o->rb.glist.count = o->rb.glist.node[0] != 0;
+        }
+        return VCU_S_OK;
+    }
+    vcu__list_nodes(o, rq.what, g, node, &a, &n);
+    if (o->res != CUDA_SUCCESS) {
+        free(a);
+        return VCU_S_OK;
+    }
+    o->rb.glist.total = n;
+    per = rq.what == VCU_CU_LIST_EDGES ? VCU_CU_LIST_MAX / 2 : VCU_CU_LIST_MAX;
+    for (i = rq.start; i < n && i - rq.start < per; i++) {
+        size_t at = i - rq.start;
+
+        if (rq.what == VCU_CU_LIST_EDGES) {
+            o->rb.glist.node[2 * at] = vcu__node_handle(o, a[i], gh);
+            o->rb.glist.node[2 * at + 1] = vcu__node_handle(o, a[n + i], gh);
+            if (o->rb.glist.node[2 * at] == 0 || o->rb.glist.node[2 * at + 1] == 0)
+                break;
+            o->rb.glist.count += 2;
+        } else {
+            o->rb.glist.node[at] = vcu__node_handle(o, a[i], gh);
+            if (o->rb.glist.node[at] == 0)
+                break;
+            o->rb.glist.count++;
+        }
+    }
+    free(a);
+    return VCU_S_OK;
+}
+
+/* CU_GRAPH_EDGES: every node must be the graph's. */
+uint32_t vcu__op_CU_GRAPH_EDGES(vcu__op_t *o)
+{
+    struct vcu_cu_graph_edges_req rq;
+    CUgraphNode *from;
+    CUgraph g;
+    uint32_t i;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.add > 1 || rq.count == 0 || rq.count > VCU_CU_MAX_DEPS ||
+        (size_t)rq.count * 16 > o->plen - sizeof(rq))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
+    g = ge->u.graph.g;
+    from = calloc(2 * (size_t)rq.count, sizeof(*from));
+    if (from == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    for (i = 0; i < 2 * rq.count; i++) {
+        uint64_t h;
+        vcu__hent_t *ne;
+
+        memcpy(&h, o->p + sizeof(rq) + (size_t)i * 8, 8);
+        ne = vcu__get(o, h, VCU__H_GRAPH_NODE);
+        if (ne == NULL)
+            goto out;
+        if (ne->u.node.graph != rq.graph) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            goto out;
+        }
+        /* from[0..count-1], then to[0..count-1] */
+        from[(i % 2) * rq.count + i / 2] = ne->u.node.n;
+    }
+    if (rq.add)
+        o->res = VCU__CU(o->cu, cuGraphAddDependencies, g, from, from + rq.count, NULL,
+                         rq.count);
+    else
+        o->res = VCU__CU(o->cu, cuGraphRemoveDependencies, g, from, from + rq.count, NULL,
+                         rq.count);
+out:
+    free(from);
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, ne, rq.value, VCU__H_GRAPH_NODE);
+    o->res = VCU__CU(o->cu, cuGraphDestroyNode, ne->u.node.n);
+    if (o->res == CUDA_SUCCESS)
+        vcu__del(o->cs, rq.value);
     return VCU_S_OK;
 }
 

@@ -152,7 +152,24 @@
     XX(cuGraphExecUpdate, 0)                                                 \
     XX(cuGraphLaunch, 0)                                                     \
     XX(cuGraphExecDestroy, 0)                                                \
-    XX(cuGraphGetNodes, 0)
+    XX(cuGraphGetNodes, 0)                                                   \
+    XX(cuGraphGetRootNodes, 0)                                               \
+    XX(cuGraphGetEdges, 0)                                                   \
+    XX(cuGraphNodeGetDependencies, 0)                                        \
+    XX(cuGraphNodeGetDependentNodes, 0)                                      \
+    XX(cuGraphNodeFindInClone, 0)                                            \
+    XX(cuGraphAddDependencies, 0)                                            \
+    XX(cuGraphRemoveDependencies, 0)                                         \
+    XX(cuGraphDestroyNode, 0)                                                \
+    XX(cuGraphNodeGetType, 0)                                                \
+    XX(cuGraphKernelNodeSetParams, 0)                                        \
+    XX(cuGraphMemcpyNodeSetParams, 0)                                        \
+    XX(cuGraphMemsetNodeSetParams, 0)                                        \
+    XX(cuGraphHostNodeSetParams, 0)                                          \
+    XX(cuGraphExecKernelNodeSetParams, 0)                                    \
+    XX(cuGraphExecMemcpyNodeSetParams, 0)                                    \
+    XX(cuGraphExecMemsetNodeSetParams, 0)                                    \
+    XX(cuGraphExecHostNodeSetParams, 0)
 
 typedef struct vcu__cu_fns_s {
 #define VCU__FN_FIELD(name, req) __typeof__(name) *name;
@@ -580,6 +597,8 @@ typedef union vcu__resp_u {
     struct vcu_cu_output_resp out;
     struct vcu_cu_tmap_resp tmap;
     struct vcu_cu_link_resp link;
+    struct vcu_cu_graph_update_resp gupd;
+    struct vcu_cu_graph_list_resp glist;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -732,6 +751,9 @@ uint32_t vcu__cb_done(vcu__cuda_sess_t *cs, const void *payload, void *out, size
 /* cuda_stream.c */
 uint32_t vcu__op_CU_STREAM_CREATE(vcu__op_t *o);
 void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h);
+/* The handle of node n of the graph with handle gh: the one it has, or a
+ * new one (0, o->res set, when none can be made). */
+uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh);
 uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_QUERY(vcu__op_t *o);
@@ -762,6 +784,11 @@ uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_LAUNCH(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_EXEC_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_NODE_COUNT(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_EXEC_UPDATE(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_EDGES(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o);
 uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
                     const unsigned char *p, unsigned int nsegs, void *out,
                     size_t *out_len);

@@ -370,10 +370,8 @@ uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-/* The handle of node n of the graph with handle gh: the one it has, or a
- * new one (0, result OUT_OF_MEMORY, over quota).  Nodes go with their
- * graph (vcu__graph_drop). */
-static uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh)
+/* Nodes go with their graph (vcu__graph_drop). */
+uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh)
 {
     vcu__cuda_sess_t *cs = o->cs;
     vcu__hent_t *e;

@@ -221,6 +221,7 @@ struct fc_node_s {
     fc_node_type_t type;
     size_t *deps;               /* indices of the nodes it depends on */
     size_t ndeps;
+    int disabled;               /* an exec's node: cuGraphNodeSetEnabled(0) */
     /* A kernel node's cuGraphKernelNodeSetAttribute values, by id. */
     CUkernelNodeAttrValue attrs[CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING + 1];
     union {
@@ -1356,6 +1357,8 @@ static void fc_host_run(CUhostFn fn, void *data)
 
 static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n)
 {
+    if (n->disabled)
+        return CUDA_SUCCESS;        /* as an empty node */
     switch (n->type) {
     case FC_NODE_KERNEL:
         return fc_kernel_run(ctx, &n->u.kernel);
@@ -4823,6 +4826,9 @@ CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
+    /* A node's enabled state is the exec's (cuda.h). */
+    for (size_t i = 0; i < c->n; i++)
+        c->nodes[i]->disabled = x->graph->nodes[i]->disabled;
     fc_graph_free(x->graph);
     x->graph = c;
     g_graph_updates++;
@@ -5289,6 +5295,476 @@ CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode sr
         rc = CUDA_ERROR_INVALID_VALUE;
     else
         memcpy(d->attrs, s->attrs, sizeof(d->attrs));
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Graph topology, node parameters and executable graph updates        */
+
+/* The node at index i of an exec made from the graph of n (nodes keep
+ * their indices in the exec's copy), of n's type; NULL if none. */
+static fc_node_t *fc_exec_node(CUgraphExec hExec, CUgraphNode hNode)
+{
+    fc_exec_t *x = (fc_exec_t *)hExec;
+    fc_node_t *n = fc_node_find(hNode);
+
+    if (!n || !fc_list_has(g_execs, x) || n->index >= x->graph->n ||
+        x->graph->nodes[n->index]->type != n->type)
+        return NULL;
+    return x->graph->nodes[n->index];
+}
+
+/* Lists into out[] (room for *num; NULL: count only) the nodes for which
+ * keep(g, i, arg) holds; *num is then how many there are (NULL-filled
+ * past them). */
+static CUresult fc_node_list(const fc_graph_t *g, int (*keep)(const fc_graph_t *, size_t, size_t),
+                             size_t arg, CUgraphNode *out, size_t *num)
+{
+    size_t k = 0;
+
+    if (!num)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < g->n; i++) {
+        if (!keep(g, i, arg))
+            continue;
+        if (out && k < *num)
+            out[k] = (CUgraphNode)g->nodes[i];
+        k++;
+    }
+    if (out) {
+        for (size_t i = k; i < *num; i++)
+            out[i] = NULL;
+        if (k > *num)
+            k = *num;
+    }
+    *num = k;
+    return CUDA_SUCCESS;
+}
+
+static int fc_is_root(const fc_graph_t *g, size_t i, size_t arg)
+{
+    (void)arg;
+    return g->nodes[i]->ndeps == 0;
+}
+
+static int fc_depends_on(const fc_graph_t *g, size_t i, size_t arg)
+{
+    for (size_t d = 0; d < g->nodes[i]->ndeps; d++)
+        if (g->nodes[i]->deps[d] == arg)
+            return 1;
+    return 0;
+}
+
+static int fc_is_dep_of(const fc_graph_t *g, size_t i, size_t arg)
+{
+    return fc_depends_on(g, arg, i);
+}
+
+CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    fc_graph_t *g;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    g = fc_graph_lookup(hGraph);
+    rc = g ? fc_node_list(g, fc_is_root, 0, rootNodes, numRootNodes) : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_edge_data_none(CUgraphEdgeData *d, size_t n)
+{
+    if (d)
+        memset(d, 0, n * sizeof(*d));
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies,
+                                            CUgraphEdgeData *edgeData, size_t *numDependencies)
+{
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    rc = n ? fc_node_list(n->graph, fc_is_dep_of, n->index, dependencies, numDependencies)
+           : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        fc_edge_data_none(dependencies ? edgeData : NULL, *numDependencies);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes,
+                                              CUgraphEdgeData *edgeData,
+                                              size_t *numDependentNodes)
+{
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    rc = n ? fc_node_list(n->graph, fc_depends_on, n->index, dependentNodes, numDependentNodes)
+           : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        fc_edge_data_none(dependentNodes ? edgeData : NULL, *numDependentNodes);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
+                                 CUgraphEdgeData *edgeData, size_t *numEdges)
+{
+    fc_graph_t *g;
+    size_t k = 0;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    g = fc_graph_lookup(hGraph);
+    if (!g || !numEdges || (!from) != (!to)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    for (size_t i = 0; i < g->n; i++)
+        for (size_t d = 0; d < g->nodes[i]->ndeps; d++, k++)
+            if (from && k < *numEdges) {
+                from[k] = (CUgraphNode)g->nodes[g->nodes[i]->deps[d]];
+                to[k] = (CUgraphNode)g->nodes[i];
+                if (edgeData)
+                    memset(&edgeData[k], 0, sizeof(*edgeData));
+            }
+    if (from) {
+        for (size_t i = k; i < *numEdges; i++)
+            from[i] = to[i] = NULL;
+        if (k > *numEdges)
+            k = *numEdges;
+    }
+    *numEdges = k;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* A clone keeps its original's nodes at the same indices. */
+CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode,
+                                        CUgraph hClonedGraph)
+{
+    fc_node_t *n;
+    fc_graph_t *c;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hOriginalNode);
+    c = fc_graph_lookup(hClonedGraph);
+    if (!phNode || !n || !c || c == n->graph || n->index >= c->n ||
+        c->nodes[n->index]->type != n->type)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *phNode = (CUgraphNode)c->nodes[n->index];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Edges between nodes of g, each as (from, to) indices; -1 where a node
+ * is not g's. */
+static int fc_edge_idx(fc_graph_t *g, CUgraphNode f, CUgraphNode t, size_t *fi, size_t *ti)
+{
+    fc_node_t *a = (fc_node_t *)f, *b = (fc_node_t *)t;
+
+    if (!f || !t || f == t || !fc_graph_has_node(g, a) || !fc_graph_has_node(g, b))
+        return -1;
+    *fi = a->index;
+    *ti = b->index;
+    return 0;
+}
+
+/* The stand-in runs nodes in the order they were added: an edge must go
+ * from an older node to a newer one (else CUDA_ERROR_NOT_SUPPORTED). */
+CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
+                                        const CUgraphNode *to, const CUgraphEdgeData *edgeData,
+                                        size_t numDependencies)
+{
+    fc_graph_t *g;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    g = fc_graph_lookup(hGraph);
+    if (!g || (numDependencies && (!from || !to)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
+        static const CUgraphEdgeData none;
+        size_t fi, ti, *nd;
+        fc_node_t *b;
+
+        if (fc_edge_idx(g, from[i], to[i], &fi, &ti) != 0 ||
+            (edgeData && memcmp(&edgeData[i], &none, sizeof(none)) != 0)) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        if (fi > ti) {
+            rc = CUDA_ERROR_NOT_SUPPORTED;
+            break;
+        }
+        b = g->nodes[ti];
+        if (fc_depends_on(g, ti, fi)) {
+            rc = CUDA_ERROR_INVALID_VALUE;      /* already there */
+            break;
+        }
+        nd = realloc(b->deps, (b->ndeps + 1) * sizeof(*nd));
+        if (!nd) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        nd[b->ndeps++] = fi;
+        b->deps = nd;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static void fc_dep_drop(fc_node_t *b, size_t fi)
+{
+    for (size_t d = 0; d < b->ndeps; d++)
+        if (b->deps[d] == fi) {
+            b->deps[d] = b->deps[--b->ndeps];
+            return;
+        }
+}
+
+CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from,
+                                           const CUgraphNode *to,
+                                           const CUgraphEdgeData *edgeData,
+                                           size_t numDependencies)
+{
+    fc_graph_t *g;
+    CUresult rc = CUDA_SUCCESS;
+
+    (void)edgeData;
+    pthread_mutex_lock(&g_lock);
+    g = fc_list_has(g_graphs, hGraph) ? (fc_graph_t *)hGraph : NULL;
+    if (!g || (numDependencies && (!from || !to)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
+        size_t fi, ti;
+
+        if (fc_edge_idx(g, from[i], to[i], &fi, &ti) != 0 || !fc_depends_on(g, ti, fi))
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            fc_dep_drop(g->nodes[ti], fi);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The node goes with its edges; the later nodes move down one index. */
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode)
+{
+    fc_node_t *n;
+    fc_graph_t *g;
+    size_t at;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    if (!n) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    g = n->graph;
+    at = n->index;
+    for (size_t i = at + 1; i < g->n; i++) {
+        fc_node_t *b = g->nodes[i];
+
+        fc_dep_drop(b, at);
+        for (size_t d = 0; d < b->ndeps; d++)
+            if (b->deps[d] > at)
+                b->deps[d]--;
+        b->index = i - 1;
+        g->nodes[i - 1] = b;
+    }
+    g->n--;
+    fc_node_free(n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Kernel node parameters into node n (of a graph or an exec). */
+static CUresult fc_kernel_set(fc_node_t *n, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    fc_node_t *k;
+    CUresult rc;
+
+    if (!n || n->type != FC_NODE_KERNEL || !p || !p->func)
+        return CUDA_ERROR_INVALID_VALUE;
+    {
+        const unsigned int grid[3] = { p->gridDimX, p->gridDimY, p->gridDimZ };
+        const unsigned int block[3] = { p->blockDimX, p->blockDimY, p->blockDimZ };
+
+        rc = fc_kernel_node(p->func, grid, block, p->sharedMemBytes, p->kernelParams, p->extra,
+                            0, &k);
+    }
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    free(n->u.kernel.params);
+    n->u.kernel = k->u.kernel;
+    free(k);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hNode,
+                                            const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_kernel_set(fc_node_find(hNode), nodeParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_kernel_set(fc_exec_node(hGraphExec, hNode), nodeParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_copy_set(fc_node_t *n, const CUDA_MEMCPY3D *p)
+{
+    CUresult rc;
+
+    if (!n || n->type != FC_NODE_MEMCPY || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_copy_validate(p);
+    if (rc == CUDA_SUCCESS)
+        n->u.copy = *p;
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_copy_set(fc_node_find(hNode), nodeParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    CUresult rc;
+
+    (void)ctx;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_copy_set(fc_exec_node(hGraphExec, hNode), copyParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_memset_set(fc_node_t *n, const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    CUresult rc;
+
+    if (!n || n->type != FC_NODE_MEMSET || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_memset_validate(p);
+    if (rc == CUDA_SUCCESS)
+        n->u.set = *p;
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode,
+                                            const CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memset_set(fc_node_find(hNode), nodeParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                                CUcontext ctx)
+{
+    CUresult rc;
+
+    (void)ctx;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_memset_set(fc_exec_node(hGraphExec, hNode), memsetParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_host_set(fc_node_t *n, const CUDA_HOST_NODE_PARAMS *p)
+{
+    if (!n || n->type != FC_NODE_HOST || !p || !p->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    n->u.host = *p;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_host_set(fc_node_find(hNode), nodeParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                              const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_host_set(fc_exec_node(hGraphExec, hNode), nodeParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Kernel, copy and memset nodes may be disabled (cuda.h). */
+CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                       unsigned int isEnabled)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_exec_node(hGraphExec, hNode);
+    if (!n || (n->type != FC_NODE_KERNEL && n->type != FC_NODE_MEMCPY &&
+               n->type != FC_NODE_MEMSET))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        n->disabled = !isEnabled;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                       unsigned int *isEnabled)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_exec_node(hGraphExec, hNode);
+    if (!n || !isEnabled || (n->type != FC_NODE_KERNEL && n->type != FC_NODE_MEMCPY &&
+                             n->type != FC_NODE_MEMSET))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *isEnabled = !n->disabled;
     pthread_mutex_unlock(&g_lock);
     return rc;
 }

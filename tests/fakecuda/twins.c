@@ -353,7 +353,7 @@ static void tw_se_add(vcu_twin_launch_t *l, const void *pb)
     tw_add_scaled(l, pb, 2);
 }
 
-/* graphs.cu: g_accum(int *acc, const int *src, int n) */
+/* graphs.cu and graph_update.cu: g_accum(int *acc, const int *src, int n) */
 static void tw_g_accum(vcu_twin_launch_t *l, const void *pb)
 {
     tw_add_scaled(l, pb, 1);
@@ -379,7 +379,7 @@ static void tw_thr_mul_add(vcu_twin_launch_t *l, const void *pb)
     tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 8), tw_i32(pb, 12), tw_i32(pb, 16));
 }
 
-/* graphs.cu: g_add(int *p, int n, int v), p[i] += v */
+/* graphs.cu and graph_update.cu: g_add(int *p, int n, int v), p[i] += v */
 static void tw_g_add(vcu_twin_launch_t *l, const void *pb)
 {
     tw_mul_add(l, tw_ptr(pb, 0), tw_i32(pb, 8), 1, tw_i32(pb, 12));

@@ -2253,6 +2253,176 @@ TEST(cuda_graph_nodes)
  * the copy as one node); shapes no copy has, or whose extent wraps the
  * address space, are refused before the driver sees them.
  */
+/* A CU_GRAPH_NODE_SET request (set with the parameters in nq, extra
+ * bytes after); the CUresult or 0x10000 + the wire status. */
+static uint32_t tc_node_set(tc_t *c, uint64_t exec, uint64_t node,
+                            const struct vcu_cu_graph_node_req *nq, uint32_t extra)
+{
+    unsigned char p[sizeof(struct vcu_cu_graph_set_req) + 64];
+    struct vcu_cu_graph_set_req rq;
+    struct vcu_cu_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    memset(p, 0, sizeof(p));
+    rq.exec = exec;
+    rq.node = node;
+    rq.n = *nq;
+    memcpy(p, &rq, sizeof(rq));
+    st = tc_do(c, VCU_OP_CU_GRAPH_NODE_SET, 0, p, (uint32_t)sizeof(rq) + extra, &rp, sizeof(rp));
+    return st != VCU_S_OK ? 0x10000 + st : rp.result;
+}
+
+static uint32_t tc_list(tc_t *c, uint64_t g, uint64_t node, uint32_t what,
+                        struct vcu_cu_graph_list_resp *rp)
+{
+    struct vcu_cu_graph_list_req rq;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.graph = g;
+    rq.node = node;
+    rq.what = what;
+    st = tc_do(c, VCU_OP_CU_GRAPH_LIST, 0, &rq, sizeof(rq), rp, sizeof(*rp));
+    return st != VCU_S_OK ? 0x10000 + st : rp->r.result;
+}
+
+/* Graph edits and updates with bad requests: refused, the worker alive. */
+TEST(cuda_graph_update_hostile)
+{
+    static struct vcu_cu_graph_list_resp lr;
+    struct vcu_cu_graph_node_req nq;
+    struct vcu_cu_graph_update_resp ur;
+    unsigned char eq[sizeof(struct vcu_cu_graph_edges_req) + 16];
+    struct vcu_cu_graph_edges_req er;
+    uint64_t g = 0, g2 = 0, d = 0, n1 = 0, n2 = 0, o1 = 0, x = 0;
+    struct vcu_cu_resp rp;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 64, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g2));
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_MEMSET;
+    nq.dst = d;
+    nq.value = 1;
+    nq.elem_size = 1;
+    nq.width = 64;
+    nq.height = 1;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, NULL, 0, &n1));
+    ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, &n1, 1, &n2));
+    nq.graph = g2;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node(&c, &nq, NULL, 0, &o1));
+    {
+        struct vcu_cu_u64_resp xr;
+
+        ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, g, 0, 0, &xr,
+                                        sizeof(xr)));
+        x = xr.value;
+    }
+
+    /* NODE_SET: the request's own checks, then the handles and kinds. */
+    nq.graph = 0;
+    nq.value = 2;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node_set(&c, 0, n1, &nq, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_node_set(&c, x, n2, &nq, 0));
+    nq.ndeps = 1;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node_set(&c, 0, n1, &nq, 8));
+    nq.ndeps = 0;
+    nq.graph = g;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node_set(&c, 0, n1, &nq, 0));
+    nq.graph = 0;
+    nq.elem_size = 3;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node_set(&c, 0, n1, &nq, 0));
+    nq.elem_size = 1;
+    nq.kind = VCU_CU_NODE_EMPTY;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node_set(&c, 0, n1, &nq, 0));
+    nq.kind = 99;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node_set(&c, 0, n1, &nq, 0));
+    nq.kind = VCU_CU_NODE_KERNEL;
+    nq.param_bytes = 64;            /* more than the request holds */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_node_set(&c, 0, n1, &nq, 8));
+    nq.param_bytes = 0;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_node_set(&c, 0, n1, &nq, 0));  /* not a kernel */
+    nq.kind = VCU_CU_NODE_MEMCPY;
+    nq.src = d;
+    nq.dst = d;
+    nq.width = 8;
+    nq.stage = VCU_CU_STAGE_IN;
+    nq.cookie = 1;
+    ASSERT_EQ(CUDA_ERROR_NOT_SUPPORTED, tc_node_set(&c, 0, n1, &nq, 0));
+    nq.stage = VCU_CU_STAGE_NONE;
+    nq.cookie = 0;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_node_set(&c, 0, n1, &nq, 0));  /* not a copy */
+    nq.kind = VCU_CU_NODE_HOST;
+    nq.cookie = 5;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_node_set(&c, 0, n1, &nq, 0));  /* not a host node */
+    nq.kind = VCU_CU_NODE_MEMSET;
+    nq.width = 64;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_node_set(&c, 0, g, &nq, 0));   /* a graph */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_node_set(&c, g, n1, &nq, 0));  /* not an exec */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_node_set(&c, 0, n1 + (1ull << 32), &nq, 0));
+
+    /* LIST: kinds, handles; the nodes come back under their handles. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_list(&c, g, 0, 0, &lr));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_list(&c, g, 0, VCU_CU_LIST_CLONE + 1, &lr));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_list(&c, n1, 0, VCU_CU_LIST_NODES, &lr));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_list(&c, 0, g, VCU_CU_LIST_DEPS, &lr));
+    ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, g, 0, VCU_CU_LIST_ROOTS, &lr));
+    ASSERT_EQ(1, lr.total);
+    ASSERT_EQ(1, lr.count);
+    ASSERT_EQ(n1, lr.node[0]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, g, 0, VCU_CU_LIST_EDGES, &lr));
+    ASSERT_EQ(1, lr.total);
+    ASSERT_EQ(2, lr.count);
+    ASSERT_EQ(n1, lr.node[0]);
+    ASSERT_EQ(n2, lr.node[1]);
+    ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, 0, n2, VCU_CU_LIST_DEPS, &lr));
+    ASSERT_EQ(1, lr.count);
+    ASSERT_EQ(n1, lr.node[0]);
+
+    /* EDGES: framing, then the nodes must be the graph's. */
+    memset(&er, 0, sizeof(er));
+    er.graph = g;
+    er.count = 1;
+    memcpy(eq, &er, sizeof(er));
+    memcpy(eq + sizeof(er), &n1, 8);
+    memcpy(eq + sizeof(er) + 8, &o1, 8);
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_EDGES, 0, eq, sizeof(er) + 8, &rp,
+                                  sizeof(rp)));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_EDGES, 0, eq, sizeof(eq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, rp.result);
+    er.count = 0;
+    memcpy(eq, &er, sizeof(er));
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_EDGES, 0, eq, sizeof(eq), &rp, sizeof(rp)));
+    er.count = 1;
+    er.add = 2;
+    memcpy(eq, &er, sizeof(er));
+    ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_EDGES, 0, eq, sizeof(eq), &rp, sizeof(rp)));
+    er.add = 0;
+    memcpy(eq, &er, sizeof(er));
+    memcpy(eq + sizeof(er) + 8, &n2, 8);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_EDGES, 0, eq, sizeof(eq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.result);
+
+    /* EXEC_UPDATE: handles of the right kinds; a changed topology reported. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_EXEC_UPDATE, g, g, 0, &ur,
+                                                 sizeof(ur)));
+    ASSERT_EQ(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+              tc_pair(&c, VCU_OP_CU_GRAPH_EXEC_UPDATE, x, g2, 0, &ur, sizeof(ur)));
+    ASSERT_EQ(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, ur.info);
+
+    /* NODE_DESTROY: the handle goes with the node. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_DESTROY, 0, n2, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_DESTROY, 0, n2, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    tc_close(&c);
+    return 0;
+}
+
 TEST(cuda_graph_copy_shapes)
 {
     struct vcu_cu_graph_node_req nq, bad;

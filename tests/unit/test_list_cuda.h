@@ -53,6 +53,7 @@
     X(cuda_callback_session_end)        \
     X(cuda_bad_payloads)                \
     X(cuda_graph_nodes)                 \
+    X(cuda_graph_update_hostile)        \
     X(cuda_graph_copy_shapes)           \
     X(cuda_graph_capture)               \
     X(cuda_host_func_captured)          \
