@@ -18,6 +18,8 @@
 
 #include "cuda_int.h"
 
+#define VCU__VMM_FD CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+
 /* A program ordinal -> the VM's virtual one. */
 static CUresult vcu__vmm_dev(int dev, uint32_t *vord)
 {
@@ -62,12 +64,13 @@ static CUresult vcu__vmm_prop(const char *call, const CUmemAllocationProp *prop,
     out->compression = prop->allocFlags.compressionType;
     out->rdma = prop->allocFlags.gpuDirectRDMACapable;
     out->usage = prop->allocFlags.usage;
-    if (prop->requestedHandleTypes & ~(CUmemAllocationHandleType)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    if (prop->requestedHandleTypes & ~(CUmemAllocationHandleType)VCU__VMM_FD) {
         static int once;
 
         vcu__log_once(&once, "libcuda (virtio-cuda): %s: requested handle types 0x%x are not "
                              "supported (only CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, which "
-                             "cannot be exported)\n", call, (unsigned int)prop->requestedHandleTypes);
+                             "cannot be exported)\n",
+                      call, (unsigned int)prop->requestedHandleTypes);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     switch (prop->location.type) {

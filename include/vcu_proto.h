@@ -214,18 +214,6 @@ struct vcu_resp_hdr {
     XX(CU_MEMPOOL_TRIM, 0x020c, vcu_cu_attr_req, vcu_cu_resp)                            \
     XX(CU_MEM_GET_RANGE, 0x020d, vcu_cu_u64_req, vcu_cu_mem_range_resp)                  \
     XX(CU_HOST_DEVICE_POINTER, 0x020e, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
-    /* virtual memory management (struct vcu_cu_vmm_req says which fields each uses) */ \
-    XX(CU_MEM_CREATE, 0x020f, vcu_cu_vmm_req, vcu_cu_vmm_resp)                           \
-    XX(CU_MEM_RELEASE, 0x0210, vcu_cu_vmm_req, vcu_cu_vmm_resp)                          \
-    XX(CU_MEM_ADDRESS_RESERVE, 0x0211, vcu_cu_vmm_req, vcu_cu_vmm_resp)                  \
-    XX(CU_MEM_ADDRESS_FREE, 0x0212, vcu_cu_vmm_req, vcu_cu_vmm_resp)                     \
-    XX(CU_MEM_MAP, 0x0213, vcu_cu_vmm_req, vcu_cu_vmm_resp)                              \
-    XX(CU_MEM_UNMAP, 0x0214, vcu_cu_vmm_req, vcu_cu_vmm_resp)                            \
-    XX(CU_MEM_SET_ACCESS, 0x0215, vcu_cu_vmm_req, vcu_cu_vmm_resp)                       \
-    XX(CU_MEM_GET_ACCESS, 0x0216, vcu_cu_vmm_req, vcu_cu_vmm_resp)                       \
-    XX(CU_MEM_GRANULARITY, 0x0217, vcu_cu_vmm_req, vcu_cu_vmm_resp)                      \
-    XX(CU_MEM_GET_PROPS, 0x0218, vcu_cu_vmm_req, vcu_cu_vmm_resp)                        \
-    XX(CU_MEM_RETAIN, 0x0219, vcu_cu_vmm_req, vcu_cu_vmm_resp)                           \
     /* CUDA: modules, functions, launches */                                             \
     XX(CU_MODULE_LOAD, 0x0300, vcu_cu_module_load_req, vcu_cu_u64_resp)                  \
     XX(CU_MODULE_UNLOAD, 0x0301, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -279,7 +267,21 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_EXEC_DESTROY, 0x0606, vcu_cu_u64_req, vcu_cu_resp)                       \
     XX(CU_GRAPH_NODE_COUNT, 0x0607, vcu_cu_u64_req, vcu_cu_u64_resp)                     \
     /* CUDA: the generated calls (struct vcu_cu_call_req) */                             \
-    XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)
+    XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)                                    \
+    /* CUDA: virtual memory management, memory's range (struct vcu_cu_vmm_req says   \
+     * the fields each reads); last in the list, so that the fuzz corpora's          \
+     * opcode indices (fuzz_backend.c) keep naming what they named */               \
+    XX(CU_MEM_CREATE, 0x020f, vcu_cu_vmm_req, vcu_cu_vmm_resp)                           \
+    XX(CU_MEM_RELEASE, 0x0210, vcu_cu_vmm_req, vcu_cu_vmm_resp)                          \
+    XX(CU_MEM_ADDRESS_RESERVE, 0x0211, vcu_cu_vmm_req, vcu_cu_vmm_resp)                  \
+    XX(CU_MEM_ADDRESS_FREE, 0x0212, vcu_cu_vmm_req, vcu_cu_vmm_resp)                     \
+    XX(CU_MEM_MAP, 0x0213, vcu_cu_vmm_req, vcu_cu_vmm_resp)                              \
+    XX(CU_MEM_UNMAP, 0x0214, vcu_cu_vmm_req, vcu_cu_vmm_resp)                            \
+    XX(CU_MEM_SET_ACCESS, 0x0215, vcu_cu_vmm_req, vcu_cu_vmm_resp)                       \
+    XX(CU_MEM_GET_ACCESS, 0x0216, vcu_cu_vmm_req, vcu_cu_vmm_resp)                       \
+    XX(CU_MEM_GRANULARITY, 0x0217, vcu_cu_vmm_req, vcu_cu_vmm_resp)                      \
+    XX(CU_MEM_GET_PROPS, 0x0218, vcu_cu_vmm_req, vcu_cu_vmm_resp)                        \
+    XX(CU_MEM_RETAIN, 0x0219, vcu_cu_vmm_req, vcu_cu_vmm_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };

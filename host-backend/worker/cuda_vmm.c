@@ -450,7 +450,8 @@ uint32_t vcu__op_CU_MEM_SET_ACCESS(vcu__op_t *o)
         const struct vcu_cu_mem_access *ac = &rq.access[i];
 
         if (ac->reserved != 0 ||
-            (ac->flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && ac->flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+            (ac->flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+             ac->flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
              ac->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)) {
             o->res = CUDA_ERROR_INVALID_VALUE;
             return VCU_S_OK;

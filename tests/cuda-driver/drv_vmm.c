@@ -118,7 +118,7 @@ int main(void)
     unsigned long long flags;
     size_t gran, rec, n, i;
     float *a, *c;
-    unsigned int *u;
+    unsigned int *u, mtype = 0;
     void *fatbin;
     int ndev, shfd = -1;
     const char *t = getenv("VCU_TRANSPORT");
@@ -165,6 +165,8 @@ int main(void)
     loc.id = dev;
     CK(cuMemGetAccess(&flags, &loc, va + 64));
     TRUE(flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    CK(cuPointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 64));
+    TRUE(mtype == CU_MEMORYTYPE_DEVICE);
 
     /* Copies, a memset and a kernel over the mapping. */
     n = gran / sizeof(float);
@@ -283,7 +285,8 @@ int main(void)
     CK(cuMemRelease(h3));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemRelease(h3));                 /* twice */
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemMap(va + 2 * gran, gran, 0, h3, 0));
-    printf("failure paths: ranges not reserved or mapped, sizes, devices, handles, shareable handles\n");
+    printf("failure paths: ranges not reserved or mapped, sizes, devices, handles, "
+           "shareable handles\n");
 
     /* Released while mapped: the memory stays; the address gives the
      * handle back, which must be released again. */

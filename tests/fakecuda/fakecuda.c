@@ -2824,7 +2824,8 @@ static CUresult fc_vmm_prop_check(const CUmemAllocationProp *prop)
 {
     if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->win32HandleMetaData != NULL ||
-        (prop->requestedHandleTypes & ~(CUmemAllocationHandleType)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        (prop->requestedHandleTypes &
+         ~(CUmemAllocationHandleType)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         return CUDA_ERROR_INVALID_VALUE;
     return fc_dev_check(prop->location.id);
 }
