@@ -272,7 +272,21 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_EDGES, 0x060b, vcu_cu_graph_edges_req, vcu_cu_resp)                       \
     XX(CU_GRAPH_NODE_DESTROY, 0x060c, vcu_cu_u64_req, vcu_cu_resp)                        \
     /* CUDA: the generated calls (struct vcu_cu_call_req) */                             \
-    XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)
+    XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)                                    \
+    /* CUDA: virtual memory management, memory's range (struct vcu_cu_vmm_req says   \
+     * the fields each reads); last in the list, so that the fuzz corpora's          \
+     * opcode indices (fuzz_backend.c) keep naming what they named */               \
+    XX(CU_MEM_CREATE, 0x020f, vcu_cu_vmm_req, vcu_cu_vmm_resp)                           \
+    XX(CU_MEM_RELEASE, 0x0210, vcu_cu_vmm_req, vcu_cu_vmm_resp)                          \
+    XX(CU_MEM_ADDRESS_RESERVE, 0x0211, vcu_cu_vmm_req, vcu_cu_vmm_resp)                  \
+    XX(CU_MEM_ADDRESS_FREE, 0x0212, vcu_cu_vmm_req, vcu_cu_vmm_resp)                     \
+    XX(CU_MEM_MAP, 0x0213, vcu_cu_vmm_req, vcu_cu_vmm_resp)                              \
+    XX(CU_MEM_UNMAP, 0x0214, vcu_cu_vmm_req, vcu_cu_vmm_resp)                            \
+    XX(CU_MEM_SET_ACCESS, 0x0215, vcu_cu_vmm_req, vcu_cu_vmm_resp)                       \
+    XX(CU_MEM_GET_ACCESS, 0x0216, vcu_cu_vmm_req, vcu_cu_vmm_resp)                       \
+    XX(CU_MEM_GRANULARITY, 0x0217, vcu_cu_vmm_req, vcu_cu_vmm_resp)                      \
+    XX(CU_MEM_GET_PROPS, 0x0218, vcu_cu_vmm_req, vcu_cu_vmm_resp)                        \
+    XX(CU_MEM_RETAIN, 0x0219, vcu_cu_vmm_req, vcu_cu_vmm_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -524,6 +538,64 @@ struct vcu_cu_limit_req {
     vcu_le32 limit;                 /* CUlimit */
     vcu_le32 reserved;
     vcu_le64 value;
+};
+
+/*
+ * Virtual memory management (cuMemCreate and the calls around it).  An
+ * allocation handle is a session handle (the host's table), never the
+ * driver's; addresses are the device's, as cuMemAlloc's.  Devices in
+ * prop and access are virtual ordinals.  The fields each opcode reads
+ * (the rest must be 0) and what its reply's value is:
+ *   CU_MEM_CREATE           size, flags, prop; value: the handle
+ *   CU_MEM_RELEASE          handle
+ *   CU_MEM_ADDRESS_RESERVE  size, offset (alignment), handle (address
+ *                           hint), flags; value: the address
+ *   CU_MEM_ADDRESS_FREE     ptr, size
+ *   CU_MEM_MAP              ptr, size, offset, handle, flags
+ *   CU_MEM_UNMAP            ptr, size
+ *   CU_MEM_SET_ACCESS       ptr, size, count, access[count]
+ *   CU_MEM_GET_ACCESS       ptr, prop.loc_type/loc_id; value: the flags
+ *   CU_MEM_GRANULARITY      prop, flags (the option); value: bytes
+ *   CU_MEM_GET_PROPS        handle; reply prop
+ *   CU_MEM_RETAIN           ptr; value: the handle of the allocation
+ *                           mapped there (counted once more)
+ */
+struct vcu_cu_mem_prop {
+    vcu_le32 type;                  /* CUmemAllocationType */
+    vcu_le32 handle_types;          /* CUmemAllocationHandleType mask */
+    vcu_le32 loc_type;              /* CUmemLocationType */
+    vcu_le32 loc_id;                /* a device: its virtual ordinal */
+    vcu_u8 compression;             /* allocFlags */
+    vcu_u8 rdma;
+    vcu_le16 usage;
+    vcu_le32 reserved;
+};
+
+struct vcu_cu_mem_access {
+    vcu_le32 loc_type;              /* CUmemLocationType */
+    vcu_le32 loc_id;
+    vcu_le32 flags;                 /* CUmemAccess_flags */
+    vcu_le32 reserved;
+};
+
+struct vcu_cu_vmm_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 ptr;
+    vcu_le64 size;
+    vcu_le64 offset;
+    vcu_le64 handle;
+    vcu_le64 flags;
+    struct vcu_cu_mem_prop prop;
+    vcu_le32 count;                 /* entries of access used */
+    vcu_le32 reserved;
+    struct vcu_cu_mem_access access[VCU_CU_MAX_DEVICES];
+};
+
+struct vcu_cu_vmm_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 value;
+    vcu_le64 size;                  /* CU_MEM_GET_PROPS: the allocation's */
+    struct vcu_cu_mem_prop prop;    /* CU_MEM_GET_PROPS */
 };
 
 struct vcu_cu_mem_alloc_req {
@@ -1120,6 +1192,10 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy2d_req) == 72, "vcu_cu_memcpy2d_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_attr_req) == 32, "vcu_cu_attr_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_prop) == 24, "vcu_cu_mem_prop");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_access) == 16, "vcu_cu_mem_access");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_req) == 336, "vcu_cu_vmm_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_resp) == 48, "vcu_cu_vmm_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_load_req) == 16, "vcu_cu_module_load_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_hash_req) == 48, "vcu_cu_module_hash_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_keep_resp) == 48, "vcu_cu_module_keep_resp");

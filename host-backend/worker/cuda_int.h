@@ -104,6 +104,16 @@
     XX(cuMemHostRegister, 0)                                                 \
     XX(cuMemHostUnregister, 0)                                               \
     XX(cuMemHostGetDevicePointer, 0)                                         \
+    XX(cuMemCreate, 0)                                                       \
+    XX(cuMemRelease, 0)                                                      \
+    XX(cuMemAddressReserve, 0)                                               \
+    XX(cuMemAddressFree, 0)                                                  \
+    XX(cuMemMap, 0)                                                          \
+    XX(cuMemUnmap, 0)                                                        \
+    XX(cuMemSetAccess, 0)                                                    \
+    XX(cuMemGetAccess, 0)                                                    \
+    XX(cuMemGetAllocationGranularity, 0)                                     \
+    XX(cuMemRetainAllocationHandle, 0)                                       \
     XX(cuModuleLoadData, 1)                                                  \
     XX(cuLinkCreate, 0)                                                      \
     XX(cuLinkAddData, 0)                                                     \
@@ -340,6 +350,46 @@ static const CUlimit vcu__lim_id[VCU__LIMS] = {
     CU_LIMIT_MALLOC_HEAP_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_STACK_SIZE,
 };
 
+/*
+ * Virtual memory management (cuda_vmm.c).  An allocation of cuMemCreate:
+ * named to the guest by one session handle (VCU__H_VMM) for as long as
+ * the record lives, which is while the guest holds a reference (grefs:
+ * its create and retains, less its releases) or a mapping of it exists
+ * (nmaps): the driver frees the memory only then, so only then is its
+ * charge given back.  The session holds one driver reference while grefs
+ * is not 0.
+ */
+typedef struct vcu__vmm_alloc_s {
+    CUmemGenericAllocationHandle h;         /* the driver's */
+    uint64_t gh;                            /* the session handle */
+    uint32_t dev;                           /* virtual device of its memory */
+    uint32_t grefs;
+    uint64_t nmaps;
+    uint64_t size;
+    uint64_t charge;                        /* of the VM's quota, on dev */
+    struct vcu_cu_mem_prop prop;            /* as created (virtual ordinal) */
+    struct vcu__vmm_alloc_s *next;          /* the session's list */
+    struct vcu__vmm_alloc_s **pprev;
+} vcu__vmm_alloc_t;
+
+/* An address range: a reservation, or a mapping of allocation a. */
+typedef struct vcu__vmm_range_s {
+    uint64_t base, size;
+    vcu__vmm_alloc_t *a;                    /* mappings only */
+} vcu__vmm_range_t;
+
+/* Sorted by base, disjoint; counted in the session's host budget. */
+typedef struct vcu__vmm_ranges_s {
+    vcu__vmm_range_t *r;
+    uint32_t n, cap;
+} vcu__vmm_ranges_t;
+
+typedef struct vcu__vmm_s {
+    vcu__vmm_ranges_t res;                  /* cuMemAddressReserve's */
+    vcu__vmm_ranges_t map;                  /* cuMemMap's */
+    vcu__vmm_alloc_t *allocs;
+} vcu__vmm_t;
+
 struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
@@ -369,6 +419,7 @@ struct vcu__cuda_sess_s {
     CUstreamCaptureMode cap_mode;
     vcu__htab_t tab;
     vcu__pset_t allocs;                     /* device pointers this session owns */
+    vcu__vmm_t vmm;                         /* reservations, mappings, allocations */
     /* The session's slot in the VM's memory account (-1: none), and
      * whether it claimed it itself (in-process) rather than being given
      * it (a worker).  Per device: what its pool's live blocks were
@@ -599,6 +650,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_link_resp link;
     struct vcu_cu_graph_update_resp gupd;
     struct vcu_cu_graph_list_resp glist;
+    struct vcu_cu_vmm_resp vmm;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -707,6 +759,20 @@ uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
+
+/* cuda_vmm.c */
+uint32_t vcu__op_CU_MEM_CREATE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_RELEASE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_ADDRESS_RESERVE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_ADDRESS_FREE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_MAP(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_UNMAP(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_SET_ACCESS(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_GET_ACCESS(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_GRANULARITY(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_GET_PROPS(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_RETAIN(vcu__op_t *o);
+void vcu__vmm_free(vcu__cuda_sess_t *cs);
 
 /* cuda_module.c */
 CUresult vcu__mod_put(vcu__cuda_sess_t *cs, vcu__mod_t *m);

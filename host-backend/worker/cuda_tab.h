@@ -24,6 +24,7 @@ enum {
     VCU__H_GRAPH_EXEC,
     VCU__H_GRAPH_NODE,
     VCU__H_POOL,
+    VCU__H_VMM,                     /* a cuMemCreate allocation (cuda_vmm.c) */
     VCU__H_NTYPES
 };
 
@@ -35,6 +36,7 @@ enum {
  * and graph execs whose kernel nodes use it; and a set of such modules. */
 struct vcu__mod_s;
 struct vcu__modset_s;
+struct vcu__vmm_alloc_s;
 
 typedef struct vcu__hent_s {
     uint32_t gen;                   /* bumped when the slot is freed */
@@ -69,6 +71,7 @@ typedef struct vcu__hent_s {
             uint64_t graph;         /* handle of the graph it belongs to */
         } node;
         CUmemoryPool pool;
+        struct vcu__vmm_alloc_s *vmm;       /* the record, which owns the entry */
     } u;
 } vcu__hent_t;
 

@@ -390,6 +390,7 @@ static int vcu__on_dev(const vcu__hent_t *e, uint32_t d)
     case VCU__H_GRAPH_EXEC:
         return e->dev == d || vcu__mods_on(e->u.exec.mods, d);
     case VCU__H_POOL:
+    case VCU__H_VMM:
         return 0;                   /* the session's, across resets */
     default:
         return e->dev == d;
@@ -549,6 +550,7 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
         VCU__CU(cs->cu, cuMemPoolDestroy, cs->mpool[d]);
         cs->mpool[d] = NULL;
     }
+    vcu__vmm_free(cs);
     for (d = 0; d < cs->cu->ndev; d++) {
         vcu__ctx_destroy(cs, d);
         vcu__uncharge(cs, d, cs->pool_charge[d]);  /* pools gone with the contexts */

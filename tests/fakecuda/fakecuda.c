@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -245,7 +246,10 @@ struct fc_exec_s {
     unsigned long long flags;   /* as instantiated (cuGraphExecGetFlags) */
 };
 
-typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG } fc_mem_kind_t;
+/* FC_MEM_VMM: a cuMemMap mapping while some device may access it; the
+ * mapping owns the memory.  Such ranges back to back make one range for
+ * copies and kernels, as the GPU's page tables do. */
+typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG, FC_MEM_VMM } fc_mem_kind_t;
 
 /* One range of memory a device pointer may point into. */
 typedef struct fc_mem_s {
@@ -434,13 +438,27 @@ static void fc_mem_remove(size_t i)
  * Checks that [addr, addr + len) lies inside one range a device pointer
  * may name.  len 0 still needs addr inside one.
  */
+/* Bytes from addr (in entry i) to the end of its range, through the
+ * mappings that follow it back to back. */
+static size_t fc_mem_span(size_t i, uintptr_t addr)
+{
+    size_t n = g_mem[i].size - (addr - g_mem[i].base);
+
+    while (g_mem[i].kind == FC_MEM_VMM && i + 1 < g_nmem && g_mem[i + 1].kind == FC_MEM_VMM &&
+           g_mem[i + 1].base == g_mem[i].base + g_mem[i].size) {
+        i++;
+        n += g_mem[i].size;
+    }
+    return n;
+}
+
 static CUresult fc_mem_check(uintptr_t addr, size_t len)
 {
     ssize_t i = fc_mem_find(addr);
 
     if (i < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (len > g_mem[i].size - (addr - g_mem[i].base))
+    if (len > fc_mem_span((size_t)i, addr))
         return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
@@ -1272,7 +1290,7 @@ static int fc_twin_addressable(const void *p, size_t len)
 
     pthread_mutex_lock(&g_lock);
     i = fc_mem_find(a);
-    ok = i >= 0 && len <= g_mem[i].size - (a - g_mem[i].base);
+    ok = i >= 0 && len <= fc_mem_span((size_t)i, a);
     pthread_mutex_unlock(&g_lock);
     return ok;
 }
@@ -2705,6 +2723,409 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
 out:
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Virtual memory management                                           */
+
+/*
+ * A physical allocation is a memfd of its size (lazily backed, so a large
+ * one costs nothing until touched), counted in the device's used memory
+ * from cuMemCreate until its handle is released and its last mapping is
+ * gone.  A reservation is an inaccessible anonymous mapping of the
+ * process; cuMemMap maps the memfd over part of it (inaccessible still),
+ * cuMemSetAccess makes it readable or writable and enters it in the
+ * memory table for copies and kernels.  The granularity is 2 MiB.
+ * Access is set on whole mappings only.
+ */
+#define FC_VMM_GRAN ((size_t)2 << 20)
+
+typedef struct fc_phys_s {
+    fc_obj_t hdr;
+    int dev;
+    int fd;
+    size_t size;
+    unsigned int refs;          /* the handle's: create, retains, less releases */
+    unsigned int nmaps;
+} fc_phys_t;
+
+typedef struct fc_va_s {
+    fc_obj_t hdr;
+    uintptr_t base;
+    size_t size;
+    void *raw;                  /* the whole anonymous mapping */
+    size_t raw_len;
+} fc_va_t;
+
+typedef struct fc_vmap_s {
+    fc_obj_t hdr;
+    uintptr_t base;
+    size_t size;
+    fc_phys_t *phys;
+    unsigned int access[FC_NDEV];   /* CUmemAccess_flags per device */
+} fc_vmap_t;
+
+static fc_obj_t *g_phys, *g_vas, *g_vmaps;
+
+static fc_phys_t *fc_phys_get(CUmemGenericAllocationHandle h)
+{
+    fc_phys_t *p = (fc_phys_t *)(uintptr_t)h;
+
+    if (h == 0 || !fc_list_has(g_phys, p) || p->refs == 0)
+        return NULL;
+    return p;
+}
+
+static void fc_phys_maybe_free(fc_phys_t *p)
+{
+    if (p->refs != 0 || p->nmaps != 0)
+        return;
+    fc_list_del(&g_phys, p);
+    g_dev_used[p->dev] -= p->size;
+    close(p->fd);
+    free(p);
+}
+
+static fc_vmap_t *fc_vmap_at(uintptr_t a)
+{
+    for (fc_obj_t *o = g_vmaps; o; o = o->next) {
+        fc_vmap_t *m = (fc_vmap_t *)o;
+
+        if (a - m->base < m->size)
+            return m;
+    }
+    return NULL;
+}
+
+static int fc_vmap_meets(uintptr_t a, size_t n)
+{
+    for (fc_obj_t *o = g_vmaps; o; o = o->next) {
+        fc_vmap_t *m = (fc_vmap_t *)o;
+
+        if (m->base < a + n && a < m->base + m->size)
+            return 1;
+    }
+    return 0;
+}
+
+/* The mappings exactly covering [a, a + n), into out (up to max): their
+ * count, or 0 if they do not. */
+static size_t fc_vmaps_cover(uintptr_t a, size_t n, fc_vmap_t **out, size_t max)
+{
+    uintptr_t at = a;
+    size_t k = 0;
+    fc_vmap_t *m;
+
+    while (at < a + n && (m = fc_vmap_at(at)) != NULL && m->base == at && k < max) {
+        out[k++] = m;
+        at += m->size;
+    }
+    return at == a + n ? k : 0;
+}
+
+static CUresult fc_vmm_prop_check(const CUmemAllocationProp *prop)
+{
+    if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->win32HandleMetaData != NULL ||
+        (prop->requestedHandleTypes &
+         ~(CUmemAllocationHandleType)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_dev_check(prop->location.id);
+}
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                               CUmemAllocationGranularity_flags option)
+{
+    CUresult rc;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!granularity || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+                         option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_vmm_prop_check(prop);
+    if (rc == CUDA_SUCCESS)
+        *granularity = FC_VMM_GRAN;
+    return rc;
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    fc_phys_t *p;
+    CUresult rc;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle || flags != 0 || size == 0 || size % FC_VMM_GRAN != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_vmm_prop_check(prop);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g_lock);
+    if (size > FC_TOTAL_MEM - g_dev_used[prop->location.id]) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p = calloc(1, sizeof(*p));
+    if (p)
+        p->fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+    if (!p || p->fd < 0 || ftruncate(p->fd, (off_t)size) != 0) {
+        if (p && p->fd >= 0)
+            close(p->fd);
+        free(p);
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->dev = prop->location.id;
+    p->size = size;
+    p->refs = 1;
+    fc_list_add(&g_phys, p);
+    g_dev_used[p->dev] += size;
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    fc_phys_t *p;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&g_lock);
+    p = fc_phys_get(handle);
+    if (p) {
+        p->refs--;
+        fc_phys_maybe_free(p);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                     CUdeviceptr addr, unsigned long long flags)
+{
+    size_t align = alignment > FC_VMM_GRAN ? alignment : FC_VMM_GRAN;
+    fc_va_t *v;
+    void *raw;
+    uintptr_t base;
+
+    (void)addr;                 /* a hint */
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ptr || flags != 0 || size == 0 || size % FC_VMM_GRAN != 0 ||
+        (alignment & (alignment - 1)) != 0 || size > ((size_t)1 << 46) || align > ((size_t)1 << 40))
+        return CUDA_ERROR_INVALID_VALUE;
+    raw = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    v = calloc(1, sizeof(*v));
+    if (!v) {
+        munmap(raw, size + align);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    base = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+    v->base = base;
+    v->size = size;
+    v->raw = raw;
+    v->raw_len = size + align;
+    pthread_mutex_lock(&g_lock);
+    fc_list_add(&g_vas, v);
+    pthread_mutex_unlock(&g_lock);
+    *ptr = (CUdeviceptr)base;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    fc_va_t *v = NULL;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&g_lock);
+    for (fc_obj_t *o = g_vas; o; o = o->next)
+        if (((fc_va_t *)o)->base == (uintptr_t)ptr && ((fc_va_t *)o)->size == size)
+            v = (fc_va_t *)o;
+    if (!v || fc_vmap_meets(v->base, v->size)) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    fc_list_del(&g_vas, v);
+    pthread_mutex_unlock(&g_lock);
+    munmap(v->raw, v->raw_len);
+    free(v);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    uintptr_t a = (uintptr_t)ptr;
+    fc_phys_t *p;
+    fc_vmap_t *m;
+    int inside = 0;
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (flags != 0 || size == 0 || a % FC_VMM_GRAN || size % FC_VMM_GRAN || offset % FC_VMM_GRAN)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    p = fc_phys_get(handle);
+    for (fc_obj_t *o = g_vas; o; o = o->next) {
+        fc_va_t *v = (fc_va_t *)o;
+
+        if (a - v->base < v->size && size <= v->size - (a - v->base))
+            inside = 1;
+    }
+    if (!p || !inside || fc_vmap_meets(a, size) || offset > p->size || size > p->size - offset)
+        goto out;
+    m = calloc(1, sizeof(*m));
+    if (!m || mmap((void *)a, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, (off_t)offset) ==
+                  MAP_FAILED) {
+        free(m);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    m->base = a;
+    m->size = size;
+    m->phys = p;
+    p->nmaps++;
+    fc_list_add(&g_vmaps, m);
+    rc = CUDA_SUCCESS;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Drops m's entry in the memory table, if it has one; g_lock held. */
+static void fc_vmap_untable(fc_vmap_t *m)
+{
+    ssize_t i = fc_mem_find(m->base);
+
+    if (i >= 0 && g_mem[i].kind == FC_MEM_VMM && g_mem[i].base == m->base)
+        fc_mem_remove((size_t)i);
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    fc_vmap_t *ms[256];
+    size_t n, k;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    n = fc_vmaps_cover((uintptr_t)ptr, size, ms, 256);
+    for (k = 0; k < n; k++) {
+        fc_vmap_t *m = ms[k];
+
+        fc_vmap_untable(m);
+        /* Back to an inaccessible part of its reservation. */
+        mmap((void *)m->base, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+             MAP_NORESERVE, -1, 0);
+        fc_list_del(&g_vmaps, m);
+        m->phys->nmaps--;
+        fc_phys_maybe_free(m->phys);
+        free(m);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return n > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                size_t count)
+{
+    fc_vmap_t *ms[256];
+    size_t n, k, j;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!desc || count == 0 || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (j = 0; j < count; j++) {
+        if (desc[j].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            (desc[j].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+             desc[j].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+             desc[j].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+            return CUDA_ERROR_INVALID_VALUE;
+        rc = fc_dev_check(desc[j].location.id);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    pthread_mutex_lock(&g_lock);
+    n = fc_vmaps_cover((uintptr_t)ptr, size, ms, 256);
+    if (n == 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    for (k = 0; k < n; k++) {
+        fc_vmap_t *m = ms[k];
+        unsigned int any = 0;
+        int prot;
+
+        for (j = 0; j < count; j++)
+            m->access[desc[j].location.id] = desc[j].flags;
+        for (j = 0; j < FC_NDEV; j++)
+            any |= m->access[j];
+        prot = any == CU_MEM_ACCESS_FLAGS_PROT_NONE ? PROT_NONE
+             : (any & 2) ? PROT_READ | PROT_WRITE : PROT_READ;
+        mprotect((void *)m->base, m->size, prot);
+        fc_vmap_untable(m);
+        if (any) {
+            fc_mem_t e = { 0 };
+
+            e.base = m->base;
+            e.size = m->size;
+            e.cap = m->size;
+            e.kind = FC_MEM_VMM;
+            e.dev = m->phys->dev;
+            if (fc_mem_insert(&e) != CUDA_SUCCESS)
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
+                                CUdeviceptr ptr)
+{
+    fc_vmap_t *m;
+    CUresult rc;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_dev_check(location->id);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g_lock);
+    m = fc_vmap_at((uintptr_t)ptr);
+    if (m)
+        *flags = m->access[location->id];
+    pthread_mutex_unlock(&g_lock);
+    return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    fc_vmap_t *m;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    m = fc_vmap_at((uintptr_t)addr);
+    if (m) {
+        m->phys->refs++;
+        *handle = (CUmemGenericAllocationHandle)(uintptr_t)m->phys;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* Registered host memory may serve as device memory (unified

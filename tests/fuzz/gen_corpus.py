@@ -78,6 +78,13 @@ seeds = {
  "mempool": req("CU_MEMPOOL_GET_ATTR", pad(8) + u64(0) + u32(1) + u32(0) + u64(0), [(1, "pool")]) + req("CU_MEM_ALLOC_ASYNC", pad(8) + u64(100) + u64(0) + u64(0), [(2, "stream")]),
  "hostfunc": req("CU_STREAM_HOST_FUNC", pad(32), [(1, "stream")]) + req("CU_CALLBACK_WAIT", pad(8)) + req("CU_CALLBACK_DONE", pad(16)),
  "modload": req("CU_MODULE_LOAD", pad(8) + u64(64), segs=[(0x40, 0, 64, 0)]) + req("CU_MODULE_UNLOAD", pad(16), [(1, "module")]),
+ # virtual memory management: vcu_cu_vmm_req, prop at 48 (pinned, device 0)
+ "vmm": req("CU_MEM_GRANULARITY", pad(48) + u32(1) + u32(0) + u32(1) + u32(0))
+        + req("CU_MEM_CREATE", pad(16) + u64(2 << 20) + pad(24) + u32(1) + u32(0) + u32(1) + u32(0))
+        + req("CU_MEM_ADDRESS_RESERVE", pad(16) + u64(4 << 20))
+        + req("CU_MEM_MAP", pad(16) + u64(2 << 20) + pad(8) + u64(16), [(1, "dptr")])
+        + req("CU_MEM_SET_ACCESS", pad(16) + u64(2 << 20) + pad(48) + u32(1) + u32(0) + u32(1) + u32(0) + u32(3), [(1, "dptr")])
+        + req("CU_MEM_RETAIN", pad(16), [(1, "dptr")]) + req("CU_MEM_RELEASE", pad(32) + u64(16)),
  "ptrs": req("CU_MEM_GET_RANGE", pad(16), [(1, "dptr2")]) + req("CU_HOST_DEVICE_POINTER", pad(16), segs=[(0x44, 0, 4096, 0)]) + req("CU_MEM_FREE", pad(16), [(1, "dptr")]),
  "async": req("CU_MEMCPY_DTOD", pad(48), [(1, "dptr"), (2, "dptr2")], flags=1) + req("CU_GET_DEFERRED_ERROR", pad(8)) + req("SESSION_FENCE") + req("CU_TAKE_OUTPUT", pad(16)),
  "ctx": req("CU_CALL", call("cuCtxGetLimit", u64(0))) + req("CU_CALL", call("cuCtxGetStreamPriorityRange")) + req("CU_CALL", call("cuDeviceCanAccessPeer", u64(0) + u64(1)))

@@ -13,11 +13,13 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "vcu_account.h"
 #include "vcu_backend.h"
 #include "vcu_transport_int.h"
 
 struct vcu__loop_s {
     vcu_backend_t *be;
+    vcu_account_t *acct;            /* VCU_LOOPBACK_QUOTA_MB's, or NULL */
     uint64_t session;
     atomic_uint_fast64_t next_id;
 };
@@ -113,6 +115,7 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
     struct vcu_session_open_req oreq;
     struct vcu_session_open_resp oresp;
     uint32_t status = VCU_S_OK, rlen = 0;
+    const char *quota;
     vcu__loop_t *l;
     int err;
 
@@ -126,6 +129,18 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
     /* The in-process backend's module cache: a directory, as the device's
      * module-cache property (tests); unset: none. */
     cfg.module_cache = getenv("VCU_LOOPBACK_MODULE_CACHE");
+    /* The VM's GPU memory quota, in MiB (tests of the quota: a program
+     * may set it before its first call); each context is charged 1 MiB
+     * (the unit tests' figure), not a real context's.  Unset: none. */
+    quota = getenv("VCU_LOOPBACK_QUOTA_MB");
+    if (quota != NULL && strtoull(quota, NULL, 10) > 0) {
+        err = vcu__acct_new(strtoull(quota, NULL, 10) << 20, 8, &l->acct);
+        if (err != 0)
+            goto err_new;
+        cfg.account = l->acct;
+        cfg.account_slot = -1;
+        cfg.ctx_bytes = 1u << 20;
+    }
     err = vcu_backend_new(&cfg, &l->be);
     if (err != 0)
         goto err_new;
@@ -155,6 +170,7 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
 err_session:
     vcu_backend_free(l->be);
 err_new:
+    vcu__acct_put(l->acct);
     free(l);
     return err;
 }
@@ -166,6 +182,7 @@ void vcu__loop_close(vcu_conn_t *c)
 
     vcu__loop_run(l, VCU_OP_SESSION_CLOSE, 0, NULL, 0, NULL, 0, NULL, 0, NULL, &status);
     vcu_backend_free(l->be);
+    vcu__acct_put(l->acct);
     free(l);
     c->loop = NULL;
 }

@@ -102,6 +102,10 @@
     X(quota_proxy_aliases)              \
     X(quota_proxy_reset_frees)          \
     X(quota_proxy_local_memory)         \
+    /* test_vmm.c */                    \
+    X(vmm_quota)                        \
+    X(vmm_hostile)                      \
+    X(vmm_virtual_device)               \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \
