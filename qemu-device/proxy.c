@@ -188,6 +188,8 @@ static ssize_t vcu__px_send_some(int fd, vcu__pframe_t *f)
 
 void vcu__px_frame_free(vcu__pframe_t *f)
 {
+    if (f->own_fd && f->fd >= 0)
+        close(f->fd);
     free(f->buf);
     free(f);
 }
@@ -706,7 +708,7 @@ void *vcu__px_reader(void *arg)
     return NULL;
 }
 
-static vcu__psess_t *vcu__px_lookup_locked(vcu_proxy_t *px, uint64_t id)
+vcu__psess_t *vcu__px_lookup_locked(vcu_proxy_t *px, uint64_t id)
 {
     uint64_t slot = id & 0xffffffffu;
 
@@ -1125,4 +1127,48 @@ fail_locked:
     vcu__px_frame_drop(fw.rf);
     vcu__px_frame_drop(fw.mf);
     vcu__px_complete(req, h.req_id, status);
+}
+
+/* ---- migration ----------------------------------------------------------- */
+
+void vcu__px_state(vcu__psess_t *s, vcu_request_t *req, uint32_t op, int fd)
+{
+    struct vcu_ipc_hdr mh = { .type = VCU_IPC_SOCK, .len = 0, .tag = 0 };
+    struct vcu_ipc_hdr h = { .type = VCU_IPC_STATE, .len = sizeof(struct vcu_ipc_state) };
+    struct vcu_ipc_state st;
+    vcu__pframe_t *f, *mf;
+    vcu__preq_t *p;
+    uint64_t req_id = vcu__px_req_id(req);
+
+    f = vcu__px_frame_new(sizeof(h) + sizeof(st));
+    mf = vcu__px_frame_new(sizeof(mh));
+    if (f == NULL || mf == NULL || (f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        vcu__px_frame_drop(f);
+        vcu__px_frame_drop(mf);
+        vcu__px_complete(req, req_id, VCU_S_ENOMEM);
+        return;
+    }
+    f->own_fd = true;
+    memcpy(mf->buf, &mh, sizeof(mh));
+    pthread_mutex_lock(&s->mu);
+    if (s->dead || s->wid == 0 || (p = vcu__px_preq_get_locked(s)) == NULL) {
+        bool dead = s->dead || s->wid == 0;
+
+        pthread_mutex_unlock(&s->mu);
+        vcu__px_frame_drop(f);
+        vcu__px_frame_drop(mf);
+        vcu__px_complete(req, req_id, dead ? VCU_S_EIO : VCU_S_ENOMEM);
+        return;
+    }
+    memset(&st, 0, sizeof(st));
+    st.op = op;
+    st.session = s->wid;
+    h.tag = ++s->next_tag;
+    memcpy(f->buf, &h, sizeof(h));
+    memcpy(f->buf + sizeof(h), &st, sizeof(st));
+    vcu__px_pending_add_locked(s, p, req, h.tag, req_id, false);
+    /* On the socket, with its place in the ring's order marked. */
+    vcu__px_send_locked(s, f);
+    vcu__px_ring_send_locked(s, mf);
+    pthread_mutex_unlock(&s->mu);
 }

@@ -84,6 +84,7 @@ typedef struct vcu__pframe_s {
     size_t len;
     size_t off;                     /* bytes already sent */
     int fd;                         /* sent with the first byte, or -1 */
+    bool own_fd;                    /* closed with the frame (a state's) */
 } vcu__pframe_t;
 
 typedef struct vcu__preq_s {
@@ -170,6 +171,9 @@ struct vcu__psess_s {
     int sent_fds[VCU_IPC_MAX_REGIONS];
     unsigned int nsent;
     vcu_request_t *close_req;       /* SESSION_CLOSE waiting for the exit */
+    /* The guest's SESSION_OPEN, as a destination opens the session again
+     * (migration); constant once the open is sent. */
+    struct vcu_session_open_req open_req;
     /* The worker, as the daemon told (mu). */
     int spawn;                      /* VCU__PX_SPAWN_* */
     uint32_t spawn_status;          /* why it failed: the open's status */
@@ -196,6 +200,13 @@ void *vcu__px_sender(void *arg);
 void *vcu__px_reader(void *arg);
 void vcu__px_forward(vcu__psess_t *s, vcu_request_t *req, const struct vcu_req_hdr *hp,
                      bool open);
+
+/* proxy.c: the session of a guest's id (px->mu held), or NULL. */
+vcu__psess_t *vcu__px_lookup_locked(vcu_proxy_t *px, uint64_t id);
+
+/* proxy.c: a save or a load of the session's state (VCU_IPC_STATE) with
+ * a copy of fd, completing req with the worker's reply; s->wid known. */
+void vcu__px_state(vcu__psess_t *s, vcu_request_t *req, uint32_t op, int fd);
 
 /* proxy_session.c: sessions. */
 void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_req_hdr *h);

@@ -198,6 +198,33 @@ static uint32_t vcu__px_sess_reserve(vcu_proxy_t *px, vcu__psess_t *s)
     return VCU_S_OK;
 }
 
+/* vcu__px_sess_reserve() for a session a migration brings: its id is the
+ * one the guest has, its slot must be free.  VCU_S_OK, ENODEV, EBUSY
+ * (taken), or EINVAL (an id this proxy cannot hold). */
+static uint32_t vcu__px_sess_reserve_id(vcu_proxy_t *px, vcu__psess_t *s, uint64_t id)
+{
+    uint64_t slot = (id & 0xffffffffu), gen = id >> 32;
+
+    if (slot == 0 || slot > px->max_sessions || gen == 0)
+        return VCU_S_EINVAL;
+    pthread_mutex_lock(&px->mu);
+    if (!px->link_up || px->sessions[slot - 1] != NULL || px->nlive >= px->max_sessions) {
+        uint32_t st = !px->link_up ? VCU_S_ENODEV : VCU_S_EBUSY;
+
+        pthread_mutex_unlock(&px->mu);
+        return st;
+    }
+    s->slot = (unsigned int)(slot - 1);
+    s->id = id;
+    if (px->next_gen <= gen)
+        px->next_gen = gen + 1;
+    s->spawn_gen = px->link_gen;
+    px->sessions[s->slot] = s;
+    px->nlive++;
+    pthread_mutex_unlock(&px->mu);
+    return VCU_S_OK;
+}
+
 /* Undoes vcu__px_sess_reserve() and what vcu__px_channel() made, both
  * ends: the open failed. */
 static void vcu__px_sess_unreserve(vcu_proxy_t *px, vcu__psess_t *s,
@@ -278,6 +305,8 @@ void vcu__px_open(vcu_proxy_t *px, vcu_request_t *req, const struct vcu_req_hdr 
     status = VCU_S_EIO;
     if (vcu__px_channel(px, s, theirs) != 0 || vcu__px_sess_threads(s) != 0)
         goto fail_slot;
+    if (req->req_len >= sizeof(*h) + sizeof(s->open_req))
+        memcpy(&s->open_req, (const char *)req->req + sizeof(*h), sizeof(s->open_req));
     /* The open waits in the ring for the worker; then the daemon is asked
      * for it.  Until the worker's end of the socket is closed, the reader
      * cannot see the link end. */
@@ -290,6 +319,143 @@ fail_slot:
 fail_s:
     vcu__px_sess_destroy(s);
     vcu__px_complete(req, h->req_id, status);
+}
+
+/* ---- migration ----------------------------------------------------------- */
+
+VCU_EXPORT unsigned int vcu_proxy_sessions(vcu_proxy_t *px, uint64_t *ids,
+                                           struct vcu_session_open_req *opens, unsigned int max)
+{
+    unsigned int i, n = 0;
+
+    pthread_mutex_lock(&px->mu);
+    for (i = 0; i < px->max_sessions; i++) {
+        vcu__psess_t *s = px->sessions[i];
+
+        if (s == NULL)
+            continue;
+        if (n < max) {
+            ids[n] = s->id;
+            pthread_mutex_lock(&s->mu);
+            opens[n] = s->open_req;
+            pthread_mutex_unlock(&s->mu);
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&px->mu);
+    return n;
+}
+
+VCU_EXPORT void vcu_proxy_session_save(vcu_proxy_t *px, vcu_request_t *req, int fd)
+{
+    struct vcu_req_hdr h;
+    vcu__psess_t *s;
+
+    memset(&h, 0, sizeof(h));
+    if (req->req_len >= sizeof(h))
+        memcpy(&h, req->req, sizeof(h));
+    if (h.opcode != VCU_BACKEND_OP_SAVE || fd < 0) {
+        vcu__px_complete(req, h.req_id, VCU_S_EINVAL);
+        return;
+    }
+    pthread_mutex_lock(&px->mu);
+    s = vcu__px_lookup_locked(px, h.session);
+    pthread_mutex_unlock(&px->mu);
+    if (s == NULL) {
+        vcu__px_complete(req, h.req_id, VCU_S_ENOSESSION);
+        return;
+    }
+    vcu__px_state(s, req, VCU_BACKEND_OP_SAVE, fd);
+}
+
+/* A restore's own SESSION_OPEN, then the caller's load behind it. */
+typedef struct vcu__prestore_s {
+    vcu_request_t r;
+    unsigned char req[sizeof(struct vcu_req_hdr) + sizeof(struct vcu_session_open_req)];
+    unsigned char resp[sizeof(struct vcu_resp_hdr) + sizeof(struct vcu_session_open_resp)];
+    vcu__psess_t *s;
+    vcu_request_t *load;
+    uint64_t load_id;
+    int fd;
+} vcu__prestore_t;
+
+/* The open's reply, on the session's reader: the load goes out once the
+ * worker has the session (vcu__px_state() only queues a frame). */
+static void vcu__px_restore_opened(vcu_request_t *r)
+{
+    vcu__prestore_t *rs = r->opaque;
+    struct vcu_resp_hdr h;
+
+    memset(&h, 0, sizeof(h));
+    h.status = VCU_S_EIO;
+    if (r->resp_len >= sizeof(h))
+        memcpy(&h, rs->resp, sizeof(h));
+    if (h.status == VCU_S_OK)
+        vcu__px_state(rs->s, rs->load, VCU_BACKEND_OP_LOAD, rs->fd);
+    else
+        vcu__px_complete(rs->load, rs->load_id, h.status);
+    close(rs->fd);
+    free(rs);
+}
+
+VCU_EXPORT void vcu_proxy_session_restore(vcu_proxy_t *px, vcu_request_t *req,
+                                          const struct vcu_session_open_req *open, int fd)
+{
+    int theirs[VCU_LINK_SPAWN_FDS] = { -1, -1, -1, -1 };
+    struct vcu_req_hdr h, oh;
+    vcu__prestore_t *rs;
+    vcu__psess_t *s;
+    uint32_t status = VCU_S_EINVAL;
+
+    memset(&h, 0, sizeof(h));
+    if (req->req_len >= sizeof(h))
+        memcpy(&h, req->req, sizeof(h));
+    if (h.opcode != VCU_BACKEND_OP_LOAD || fd < 0 || open == NULL) {
+        vcu__px_complete(req, h.req_id, VCU_S_EINVAL);
+        return;
+    }
+    vcu__px_reap_zombies(px);
+    rs = calloc(1, sizeof(*rs));
+    s = rs != NULL ? vcu__px_sess_new(px) : NULL;
+    if (s == NULL || (rs->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        if (s != NULL)
+            vcu__px_sess_destroy(s);
+        free(rs);
+        vcu__px_complete(req, h.req_id, VCU_S_ENOMEM);
+        return;
+    }
+    status = vcu__px_sess_reserve_id(px, s, h.session);
+    if (status != VCU_S_OK)
+        goto fail_s;
+    status = VCU_S_EIO;
+    if (vcu__px_channel(px, s, theirs) != 0 || vcu__px_sess_threads(s) != 0)
+        goto fail_slot;
+    memset(&oh, 0, sizeof(oh));
+    oh.opcode = VCU_OP_SESSION_OPEN;
+    oh.payload_len = sizeof(*open);
+    memcpy(rs->req, &oh, sizeof(oh));
+    memcpy(rs->req + sizeof(oh), open, sizeof(*open));
+    rs->r.req = rs->req;
+    rs->r.req_len = sizeof(rs->req);
+    rs->r.resp = rs->resp;
+    rs->r.resp_cap = sizeof(rs->resp);
+    rs->r.done = vcu__px_restore_opened;
+    rs->r.opaque = rs;
+    rs->s = s;
+    rs->load = req;
+    rs->load_id = h.req_id;
+    s->open_req = *open;
+    vcu__px_forward(s, &rs->r, &oh, true);
+    vcu__px_spawn(px, s, theirs);
+    return;
+
+fail_slot:
+    vcu__px_sess_unreserve(px, s, theirs);
+fail_s:
+    vcu__px_sess_destroy(s);
+    close(rs->fd);
+    free(rs);
+    vcu__px_complete(req, h.req_id, status);
 }
 
 /* ---- reset ------------------------------------------------------------- */

@@ -110,6 +110,32 @@ void vcu_proxy_free(vcu_proxy_t *px);
 int vcu_proxy_link_input(vcu_proxy_t *px, const void *frame, size_t len, int *fds,
                          unsigned int nfds, char *err, size_t errlen);
 
+/*
+ * Migration (docs/design.md, "Live migration").
+ *
+ * vcu_proxy_sessions(): the sessions open now, up to max of them, each
+ * with the SESSION_OPEN it was opened with; returns how many there are.
+ *
+ * vcu_proxy_session_save(): req->req holds a struct vcu_req_hdr (opcode
+ * VCU_BACKEND_OP_SAVE, session: the guest's id); the session's worker
+ * writes its state to a copy of fd (a pipe's write end, a file) after
+ * every request sent to it before.  req completes as a submitted one
+ * does: the reply's status, and a one-line reason as its payload.
+ *
+ * vcu_proxy_session_restore(): on a destination, opens the session of
+ * req's header (opcode VCU_BACKEND_OP_LOAD, session: the guest's id,
+ * whose slot must be free here) as *open did on the source, in a new
+ * worker, which then loads the state from a copy of fd.  req completes
+ * with the load's reply, or with why the session could not be opened; a
+ * session whose load failed is dead (its requests fail with VCU_S_EIO)
+ * until closed or reset.
+ */
+unsigned int vcu_proxy_sessions(vcu_proxy_t *px, uint64_t *ids,
+                                struct vcu_session_open_req *opens, unsigned int max);
+void vcu_proxy_session_save(vcu_proxy_t *px, vcu_request_t *req, int fd);
+void vcu_proxy_session_restore(vcu_proxy_t *px, vcu_request_t *req,
+                               const struct vcu_session_open_req *open, int fd);
+
 /* The transport's link went down (the daemon ended, or restarts): no
  * session starts until a new WELCOME; the running ones end as their
  * workers do (the daemon kills them, or they die with it). */

@@ -14,6 +14,14 @@
  *                     payload, segment table: as on the virtqueue, without
  *                     the guest-physical range list), zero padded to 8,
  *                     then struct vcu_ipc_range[nranges] in segment order.
+ *     VCU_IPC_STATE   body struct vcu_ipc_state, with one file descriptor:
+ *                     migration (docs/design.md, "Live migration"): the
+ *                     worker's session saves its state into it or loads
+ *                     one from it (vcu_backend_submit_state()), after
+ *                     every request before it.  Always on the socket, its
+ *                     place in the ring's order marked by a VCU_IPC_SOCK
+ *                     entry; answered by the VCU_IPC_RESP of its tag
+ *                     (status, then a one-line reason).
  *   worker -> proxy
  *     VCU_IPC_HELLO   body struct vcu_ipc_hello, once, before anything else.
  *     VCU_IPC_RESP    body: the reply (struct vcu_resp_hdr and payload) to
@@ -66,6 +74,7 @@ enum {
     VCU_IPC_HELLO = 3,
     VCU_IPC_RESP = 4,
     VCU_IPC_SOCK = 5,               /* request ring: the next request is on the socket */
+    VCU_IPC_STATE = 6,
 };
 
 struct vcu_ipc_hdr {
@@ -92,6 +101,12 @@ struct vcu_ipc_range {
     uint32_t reserved;
     uint64_t off;
     uint64_t len;
+};
+
+struct vcu_ipc_state {
+    uint32_t op;                    /* VCU_BACKEND_OP_SAVE or _LOAD */
+    uint32_t reserved;
+    uint64_t session;               /* the worker's session id */
 };
 
 struct vcu_ipc_hello {

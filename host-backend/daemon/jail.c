@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -505,6 +506,10 @@ static __attribute__((noreturn)) void vcu__jail_child(vcu__jail_child_t *c)
                     "RLIMIT_FSIZE");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         vcu__jail_die(c, "prctl", "PR_SET_NO_NEW_PRIVS");
+    /* Kept across execve: the driver then places device memory where
+     * the same calls placed it in another worker (migration). */
+    if (cfg->no_aslr && personality(personality(0xffffffff) | ADDR_NO_RANDOMIZE) < 0)
+        vcu__jail_die(c, "personality", "ADDR_NO_RANDOMIZE");
     if (c->path == NULL)
         _exit(0);
     execve(c->path, c->argv, c->envp);

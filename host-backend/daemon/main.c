@@ -11,7 +11,12 @@
  *              [--mem-quota BYTES] [--max-mem-quota BYTES] [--host-mem-quota BYTES]
  *              [--ctx-bytes BYTES]
  *              [--mps-pipe DIR] [--jail on|off] [--seccomp on|log|off]
+ *              [--worker-aslr on|off]
  *
+ * --worker-aslr: whether workers run with address randomization (default
+ * off: a worker that migrates must get the device addresses its source
+ * had, which the driver gives only without it; docs/design.md, "Live
+ * migration").  On, a migration's load is refused.
  * --ctx-bytes: the GPU memory each worker's CUDA context is charged to its
  * VM's mem-quota (default VCU_DMN_CTX_BYTES, an H100's with driver 580:
  * measure the host's with a native program if it differs).
@@ -105,6 +110,7 @@ static void vcu__dmn_usage(void)
             "                  [--mem-quota BYTES] [--max-mem-quota BYTES] [--host-mem-quota BYTES]\n"
             "                  [--ctx-bytes BYTES]\n"
             "                  [--mps-pipe DIR] [--jail on|off] [--seccomp on|log|off]\n"
+            "                  [--worker-aslr on|off]\n"
             "The host's GPU side of virtio-cuda: QEMU's virtio-cuda-pci devices connect to\n"
             "--socket; each guest process's CUDA work runs in a jailed worker of its own.\n");
     exit(2);
@@ -474,6 +480,10 @@ static void vcu__dmn_option(vcu_dmn_t *d, const char *a, const char *v, const ch
         d->mps_pipe = v;
     else if (strcmp(a, "--jail") == 0)
         *jail = v;
+    else if (strcmp(a, "--worker-aslr") == 0)
+        d->jail.no_aslr = strcmp(v, "off") == 0  ? 1
+                          : strcmp(v, "on") == 0 ? 0
+                                                 : (vcu__dmn_usage(), 0);
     else if (strcmp(a, "--seccomp") == 0)
         d->seccomp = strcmp(v, "on") == 0    ? VCU_SECCOMP_ON
                      : strcmp(v, "log") == 0 ? VCU_SECCOMP_LOG
@@ -643,10 +653,11 @@ static void vcu__dmn_listen_all(vcu_dmn_t *d)
     if (strcmp(d->metrics, "off") != 0)
         d->metrics_listen = vcu__dmn_listen_tcp(d->metrics);
     vcu_dmn_log("serving on %s (control %s, metrics %s); worker %s as uid %d; jail %s; "
-                "seccomp %s; libcuda %s; module cache %s",
+                "seccomp %s; worker address randomization %s; libcuda %s; module cache %s",
                 d->socket_path, d->control_path, d->metrics, d->worker,
                 d->jail.uid == (uid_t)-1 ? (int)geteuid() : (int)d->jail.uid, d->jail_note,
                 d->seccomp == VCU_SECCOMP_ON ? "on" : d->seccomp == VCU_SECCOMP_LOG ? "log" : "off",
+                d->jail.no_aslr ? "off (migratable)" : "on",
                 d->libcuda ? d->libcuda : "libcuda.so.1 (the loader's search)",
                 d->cache_dir ? d->cache_dir : "off");
 }
@@ -756,6 +767,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     d->next_party = VCU_DMN_PARTY_BASE;
     d->started_ns = vcu_dmn_now();
+    d->jail.no_aslr = 1;            /* --worker-aslr off, the default */
     vcu__dmn_options(d, argc, argv);
     vcu__dmn_share(d);
     vcu__dmn_listen_all(d);

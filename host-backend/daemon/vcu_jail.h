@@ -50,6 +50,8 @@ typedef struct vcu_jail_cfg_s {
     uint64_t tmp_bytes;             /* the private /tmp's size; 0: 64 MiB */
     uint64_t fsize_bytes;           /* RLIMIT_FSIZE; 0: 1 GiB */
     unsigned int nofile;            /* RLIMIT_NOFILE; 0: 4096 */
+    int no_aslr;                    /* 1: without address randomization (a
+                                       migrating worker's device addresses) */
 } vcu_jail_cfg_t;
 
 /*

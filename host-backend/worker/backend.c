@@ -594,6 +594,44 @@ VCU_EXPORT void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
         vcu__submit_queue_locked(be, s, it);    /* unlocks */
 }
 
+VCU_EXPORT void vcu_backend_submit_state(vcu_backend_t *be, vcu_request_t *req, int fd)
+{
+    struct vcu_req_hdr hdr;
+    vcu__item_t *it;
+    vcu__sess_t *s;
+
+    if (!req)
+        return;
+    req->resp_len = 0;
+    if (!req->resp || req->resp_cap < sizeof(struct vcu_resp_hdr)) {
+        if (req->done)
+            req->done(req);
+        return;
+    }
+    if (!be || !req->req || req->req_len < sizeof(hdr)) {
+        vcu__complete(req, be ? VCU_S_EINVAL : VCU_S_EIO, 0);
+        return;
+    }
+    memcpy(&hdr, req->req, sizeof(hdr));
+    if ((hdr.opcode != VCU_BACKEND_OP_SAVE && hdr.opcode != VCU_BACKEND_OP_LOAD) ||
+        hdr.flags != 0 || hdr.payload_len != 0 || hdr.nsegs != 0 || req->nsegs != 0 ||
+        hdr.reserved != 0 || fd < 0) {
+        vcu__complete(req, VCU_S_EINVAL, 0);
+        return;
+    }
+    if (!be->cu) {
+        vcu__complete(req, VCU_S_ENODEV, 0);
+        return;
+    }
+    it = vcu__submit_item_locked(be, req, &hdr, NULL, &s);
+    if (!it)
+        return;
+    vcu__item_fill_locked(it, req, &hdr, NULL, false);
+    it->buf[0] = (uint64_t)fd;      /* the item's own: no guest writes it */
+    it->payload = it->buf;
+    vcu__submit_queue_locked(be, s, it);    /* unlocks */
+}
+
 /* ---- execute ------------------------------------------------------------- */
 
 typedef struct vcu__waiter_s {

@@ -642,6 +642,37 @@ static void vcu__idle_round_locked(vcu__sess_t *s, vcu__idle_t *st)
     s->sleeping = false;
 }
 
+/* VCU_BACKEND_OP_SAVE and _LOAD (vcu_backend_submit_state()): between
+ * requests, with none of the session's waiting for the GPU. */
+static bool vcu__run_state(vcu__sess_t *s, vcu__item_t *it)
+{
+    vcu_request_t *req = it->req;
+    size_t cap = vcu__resp_cap(req), n;
+    int fd = (int)it->buf[0], rc;
+    char why[256];
+
+    why[0] = '\0';
+    if (s->waiting.head) {
+        snprintf(why, sizeof(why), "requests of the session still wait for the GPU");
+        rc = VCU_EBUSY;
+    } else if ((rc = vcu__sess_cuda(s)) == 0) {
+        rc = it->hdr.opcode == VCU_BACKEND_OP_SAVE
+                 ? vcu__cuda_sess_save(s->cs, fd, why, sizeof(why))
+                 : vcu__cuda_sess_load(s->cs, fd, why, sizeof(why));
+    }
+    n = strnlen(why, sizeof(why) - 1) + 1;
+    if (n > cap)
+        n = cap;
+    if (n > 0) {
+        memcpy(vcu__resp_payload(req), why, n);
+        ((char *)vcu__resp_payload(req))[n - 1] = '\0';
+    }
+    vcu__complete_item(it, rc == 0 ? VCU_S_OK
+                           : it->hdr.opcode == VCU_BACKEND_OP_SAVE ? VCU_S_EBUSY : VCU_S_EINVAL,
+                       n);
+    return false;
+}
+
 /*
  * Worker, without be->lock: runs a request taken off the queue, then
  * polls the waiting ones if that is due.  Returns true if the request
@@ -655,6 +686,8 @@ static bool vcu__run_item(vcu__sess_t *s, vcu__item_t *it, vcu__idle_t *st)
         kept = vcu__run_echo(s, it);
     else if (it->hdr.opcode == VCU_OP_SESSION_FENCE)
         kept = vcu__run_fence(s, it);
+    else if (it->hdr.opcode == VCU_BACKEND_OP_SAVE || it->hdr.opcode == VCU_BACKEND_OP_LOAD)
+        kept = vcu__run_state(s, it);
     else
         kept = vcu__run_cuda(s, it);
     /* A stream of requests must not starve the waiting ones. */

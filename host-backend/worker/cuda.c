@@ -1183,6 +1183,8 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
     if (cs->cu->acct != NULL && (vcu__sticky(o->res) || vcu__sticky((CUresult)cs->deferred)))
         vcu__acct_fault(cs->cu->acct, cs->aslot);
     vcu__exec_reply(cs, o, op, async, st, out, out_len, rpsz);
+    if (st == VCU_S_OK)
+        vcu__mig_note(cs, h, payload, segs, nsegs, out, *out_len);
     if (o->wait != NULL) {
         /* Replied when the GPU work it issued is done. */
         o->wait->out_len = *out_len;

@@ -454,6 +454,9 @@ struct vcu__cuda_sess_s {
      * backend captures; its synchronizing calls then block (see
      * vcu__cuda_exec). */
     vcu__out_t *out;
+    /* What migration needs of the session's history (cuda_migrate.c),
+     * NULL until its first call that placed memory or named an object. */
+    struct vcu__mig_s *mig;
 };
 
 /* Tracked allocations: vcu__pset value = dev | flags | the bytes charged
@@ -809,6 +812,14 @@ void vcu__orphans_prune(vcu__cuda_sess_t *cs);
 int vcu__park_ctx(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint32_t d);
 void vcu__pool_settle(vcu__cuda_sess_t *cs, uint32_t d);
 void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d);
+
+/* cuda_migrate.c: the session's history, kept from each call's request
+ * and reply (vcu__cuda_exec), and freed with the session. */
+typedef struct vcu__mig_s vcu__mig_t;
+void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
+                   const vcu_segment_t *segs, unsigned int nsegs, const void *out,
+                   size_t out_len);
+void vcu__mig_free(vcu__cuda_sess_t *cs);
 void CUDA_CB vcu__cb_trampoline(void *arg);
 uint32_t vcu__cb_wait(vcu__cuda_sess_t *cs, void *out, size_t out_cap, size_t *out_len,
                       vcu_request_t *req);

@@ -539,6 +539,7 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     /* Release every trampoline and the parked wait before anything waits
      * for the GPU: a blocked trampoline would stall the synchronize below. */
     vcu__cuda_sess_cancel(cs);
+    vcu__mig_free(cs);
 
     /* A pool destroyed with blocks still out is released once they are
      * freed, which the contexts' end does. */

@@ -238,6 +238,27 @@ int vcu_backend_remove_ram(vcu_backend_t *be, void *hva, size_t len);
 int vcu_backend_host_charge(vcu_backend_t *be, uint64_t n);
 void vcu_backend_host_uncharge(vcu_backend_t *be, uint64_t n);
 
+/*
+ * Migration (docs/design.md, "Live migration").  VCU_BACKEND_OP_SAVE
+ * writes the session's state to fd; VCU_BACKEND_OP_LOAD rebuilds a
+ * session that has run no CUDA call yet from a state read from fd,
+ * checking that every device address and handle comes out as the source
+ * had it (a session a load failed on must be closed).  Neither is a wire
+ * opcode: vcu_backend_submit() refuses both as unknown, so a guest cannot
+ * send them; only the transport queues them, with
+ * vcu_backend_submit_state(), and they run on the session's worker after
+ * every request of the session queued before.  req->req holds a struct
+ * vcu_req_hdr with the opcode and the session, payload_len and nsegs 0.
+ * Like vcu_backend_submit(), it always ends in one call of req->done:
+ * status VCU_S_OK, or why not (VCU_S_EBUSY: the session cannot be saved,
+ * now or at all; VCU_S_EINVAL: the state was refused), the reply's
+ * payload a one-line reason, NUL-terminated (empty on success).  fd stays
+ * the caller's; it is no longer used once done has been called.
+ */
+#define VCU_BACKEND_OP_SAVE 0x00f0u
+#define VCU_BACKEND_OP_LOAD 0x00f1u
+void vcu_backend_submit_state(vcu_backend_t *be, vcu_request_t *req, int fd);
+
 /* Why CUDA is unavailable, or NULL if it is available. */
 const char *vcu_backend_cuda_error(const vcu_backend_t *be);
 

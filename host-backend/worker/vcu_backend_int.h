@@ -151,6 +151,19 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
                         const vcu_segment_t *segs, unsigned int nsegs, void *out, size_t out_cap,
                         size_t *out_len, vcu_request_t *req, vcu__cuda_wait_t **wait);
 
+/*
+ * Migration (cuda_migrate.c, docs/design.md "Live migration"), on the
+ * session's worker between requests.  save writes the session's state
+ * to fd: it synchronizes every context first, and refuses a session
+ * whose history it cannot carry or that has GPU work still waited for.
+ * load rebuilds a session that has run no CUDA call yet from a state
+ * read from fd, checking that every address and handle comes out as it
+ * was; a session it failed on must be closed.  Both return 0, or a
+ * VCU_E* code with a one-line reason in why.
+ */
+int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen);
+int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen);
+
 /* CU_CALLBACK_WAIT and CU_CALLBACK_DONE: must not queue behind GPU work. */
 int vcu__cuda_is_inline(uint32_t opcode);
 

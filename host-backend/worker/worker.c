@@ -1065,6 +1065,59 @@ fail:
     vcu__job_free(j);
 }
 
+/* A save or a load of the session's state (VCU_IPC_STATE), in the
+ * backend's order; its reply goes back under the frame's tag, and the
+ * descriptor is closed, once it is done. */
+typedef struct vcu__state_job_s {
+    vcu_request_t breq;
+    struct vcu_req_hdr h;
+    unsigned char resp[sizeof(struct vcu_resp_hdr) + 256];
+    uint64_t tag;
+    int fd;
+} vcu__state_job_t;
+
+static void vcu__state_done(vcu_request_t *breq)
+{
+    vcu__state_job_t *sj = breq->opaque;
+    size_t len = breq->resp_len <= sizeof(sj->resp) ? breq->resp_len : sizeof(sj->resp);
+
+    close(sj->fd);
+    vcu__send_frame(VCU_IPC_RESP, sj->tag, sj->resp, len);
+    free(sj);
+}
+
+static void vcu__handle_state(uint64_t tag, const unsigned char *body, size_t blen)
+{
+    struct vcu_ipc_state st;
+    vcu__state_job_t *sj;
+    int fd;
+
+    if (blen != sizeof(st) || vcu__w.nfdq == 0)
+        vcu__die("malformed state message");
+    memcpy(&st, body, sizeof(st));
+    fd = vcu__w.fdq[0];
+    memmove(vcu__w.fdq, vcu__w.fdq + 1, --vcu__w.nfdq * sizeof(int));
+    if ((st.op != VCU_BACKEND_OP_SAVE && st.op != VCU_BACKEND_OP_LOAD) || st.reserved != 0)
+        vcu__die("malformed state message");
+    sj = calloc(1, sizeof(*sj));
+    if (sj == NULL) {
+        close(fd);
+        vcu__reply_status(tag, NULL, VCU_S_ENOMEM);
+        return;
+    }
+    sj->h.opcode = st.op;
+    sj->h.session = st.session;
+    sj->tag = tag;
+    sj->fd = fd;
+    sj->breq.req = &sj->h;
+    sj->breq.req_len = sizeof(sj->h);
+    sj->breq.resp = sj->resp;
+    sj->breq.resp_cap = sizeof(sj->resp);
+    sj->breq.done = vcu__state_done;
+    sj->breq.opaque = sj;
+    vcu_backend_submit_state(vcu__w.be, &sj->breq, fd);
+}
+
 static void vcu__handle_region(const unsigned char *body, size_t blen)
 {
     struct vcu_ipc_region rg;
@@ -1194,6 +1247,16 @@ static void vcu__sock_pump(bool want_req)
                 if (!want_req)
                     return;
                 continue;
+            }
+            if (h.type == VCU_IPC_STATE && want_req) {
+                unsigned char sb[sizeof(struct vcu_ipc_state)];
+                size_t n = h.len < sizeof(sb) ? h.len : sizeof(sb);
+
+                memcpy(sb, vcu__w.sbuf + sizeof(h), n);
+                memmove(vcu__w.sbuf, vcu__w.sbuf + flen, vcu__w.shave - flen);
+                vcu__w.shave -= flen;
+                vcu__handle_state(h.tag, sb, h.len);
+                return;
             }
             if (h.type == VCU_IPC_REQ && want_req) {
                 /* Out of sbuf first: a region wait reads the socket. */

@@ -321,6 +321,17 @@ def main():
     report('the VM\'s QEMU is told its new slice (SLICE)', slice_ok)
 
     pids = [w['pid'] for v in ctl(run, {'cmd': 'list-vms'})['vms'] for w in v['workers']]
+    # Without address randomization (--worker-aslr off, the default): a
+    # migrating worker's device addresses are its source's.
+    pers = []
+    for q in pids:
+        try:
+            with open(f'/proc/{q}/personality') as f:
+                pers.append(int(f.read().strip(), 16))
+        except OSError:
+            pass
+    report('workers run without address randomization (ADDR_NO_RANDOMIZE)',
+           pers and all(x & 0x0040000 for x in pers), f'personalities {[hex(x) for x in pers]}')
     p.terminate()
     try:
         p.wait(timeout=20)

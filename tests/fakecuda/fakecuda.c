@@ -47,6 +47,7 @@
  */
 #define _GNU_SOURCE
 #include <elf.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -86,6 +87,161 @@
 #define FC_MAX_PARAM_BYTES  32764       /* kernel parameter space, sm_70+ */
 #define FC_PRIO_LEAST       0
 #define FC_PRIO_GREATEST    (-5)
+
+/*
+ * Device memory comes from one arena the stand-in maps at a fixed address
+ * when it loads, as the driver reserves its virtual range, and is handed
+ * out first fit in FC_ALIGN steps: the addresses a process gets depend
+ * only on the calls it made, as the driver's do without address
+ * randomization (docs/design.md, "Live migration"), so a test can replay
+ * a session's history and check them.  Freed memory is cleared (its
+ * whole pages given back), so fresh memory reads as zeros, as calloc's.
+ */
+#define FC_ARENA_BASE 0x7e0000000000ull
+#define FC_ARENA_SIZE (1ull << 40)
+
+typedef struct fc_ext_s {
+    uintptr_t off, len;
+} fc_ext_t;
+
+static pthread_mutex_t g_arena_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *g_arena;          /* protected by g_arena_lock, as below */
+static fc_ext_t *g_free;                /* free extents, sorted, coalesced */
+static size_t g_nfree, g_capfree;
+static fc_ext_t *g_used;                /* blocks handed out, sorted */
+static size_t g_nused, g_capused;
+
+static int fc_ext_insert(fc_ext_t **v, size_t *n, size_t *cap, size_t at, fc_ext_t e)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        fc_ext_t *g = realloc(*v, nc * sizeof(**v));
+
+        if (!g)
+            return -1;
+        *v = g;
+        *cap = nc;
+    }
+    memmove(&(*v)[at + 1], &(*v)[at], (*n - at) * sizeof(**v));
+    (*v)[at] = e;
+    (*n)++;
+    return 0;
+}
+
+static void fc_ext_remove(fc_ext_t *v, size_t *n, size_t at)
+{
+    memmove(&v[at], &v[at + 1], (*n - at - 1) * sizeof(*v));
+    (*n)--;
+}
+
+static int fc_arena_init_locked(void)
+{
+    void *p;
+
+    if (g_arena)
+        return 0;
+    p = mmap((void *)(uintptr_t)FC_ARENA_BASE, FC_ARENA_SIZE, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED)    /* taken: anywhere, still deterministic within it */
+        p = mmap(NULL, FC_ARENA_SIZE, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    g_arena = p;
+    g_nfree = 0;
+    if (fc_ext_insert(&g_free, &g_nfree, &g_capfree, 0, (fc_ext_t){ 0, FC_ARENA_SIZE }) != 0) {
+        munmap(p, FC_ARENA_SIZE);
+        g_arena = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+__attribute__((destructor)) static void fc_arena_fini(void)
+{
+    if (g_arena)
+        munmap(g_arena, FC_ARENA_SIZE);
+    g_arena = NULL;
+    free(g_free);
+    free(g_used);
+    g_free = g_used = NULL;
+    g_nfree = g_capfree = g_nused = g_capused = 0;
+}
+
+/* size bytes of zeroed device memory, FC_ALIGN aligned, or NULL. */
+static void *fc_dev_alloc(size_t size)
+{
+    uintptr_t len = (size + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1);
+    void *out = NULL;
+    size_t i, at;
+
+    if (len < size || len == 0)
+        return NULL;
+    pthread_mutex_lock(&g_arena_lock);
+    if (fc_arena_init_locked() != 0)
+        goto out;
+    for (i = 0; i < g_nfree && g_free[i].len < len; i++)
+        ;
+    if (i == g_nfree)
+        goto out;
+    for (at = 0; at < g_nused && g_used[at].off < g_free[i].off; at++)
+        ;
+    if (fc_ext_insert(&g_used, &g_nused, &g_capused, at, (fc_ext_t){ g_free[i].off, len }) != 0)
+        goto out;
+    out = g_arena + g_free[i].off;
+    g_free[i].off += len;
+    g_free[i].len -= len;
+    if (g_free[i].len == 0)
+        fc_ext_remove(g_free, &g_nfree, i);
+out:
+    pthread_mutex_unlock(&g_arena_lock);
+    return out;
+}
+
+/* Gives back a block fc_dev_alloc() returned (NULL: nothing). */
+static void fc_dev_free(void *p)
+{
+    uintptr_t off, len, pg = (uintptr_t)sysconf(_SC_PAGESIZE), a, b;
+    size_t i;
+
+    if (!p)
+        return;
+    pthread_mutex_lock(&g_arena_lock);
+    off = (uintptr_t)((unsigned char *)p - g_arena);
+    for (i = 0; i < g_nused && g_used[i].off != off; i++)
+        ;
+    if (i == g_nused) {
+        pthread_mutex_unlock(&g_arena_lock);
+        return;
+    }
+    len = g_used[i].len;
+    fc_ext_remove(g_used, &g_nused, i);
+    /* Cleared: whole pages given back, the partial ones written. */
+    a = (off + pg - 1) & ~(pg - 1);
+    b = (off + len) & ~(pg - 1);
+    if (a < b) {
+        memset(g_arena + off, 0, a - off);
+        madvise(g_arena + a, b - a, MADV_DONTNEED);
+        memset(g_arena + b, 0, off + len - b);
+    } else {
+        memset(g_arena + off, 0, len);
+    }
+    for (i = 0; i < g_nfree && g_free[i].off < off; i++)
+        ;
+    if (i > 0 && g_free[i - 1].off + g_free[i - 1].len == off) {
+        g_free[i - 1].len += len;
+        if (i < g_nfree && g_free[i - 1].off + g_free[i - 1].len == g_free[i].off) {
+            g_free[i - 1].len += g_free[i].len;
+            fc_ext_remove(g_free, &g_nfree, i);
+        }
+    } else if (i < g_nfree && off + len == g_free[i].off) {
+        g_free[i].off = off;
+        g_free[i].len += len;
+    } else {
+        (void)fc_ext_insert(&g_free, &g_nfree, &g_capfree, i, (fc_ext_t){ off, len });
+    }
+    pthread_mutex_unlock(&g_arena_lock);
+}
 
 /* Device memory per device: set once, when the library loads. */
 static unsigned long long g_total_mem = FC_TOTAL_MEM_DEFAULT;
@@ -384,7 +540,7 @@ static void fc_pool_free_cache(fc_pool_t *p)
 
     while ((c = p->cache) != NULL) {
         p->cache = c->next;
-        free(c->raw);
+        fc_dev_free(c->raw);
         free(c);
     }
 }
@@ -398,7 +554,7 @@ static void fc_pool_put(fc_pool_t *p, void *raw, size_t cap, size_t size)
     p->used -= size;
     p->nlive--;
     if (p->dead) {
-        free(raw);
+        fc_dev_free(raw);
         if (p->nlive == 0) {
             fc_pool_free_cache(p);
             free(p);
@@ -407,7 +563,7 @@ static void fc_pool_put(fc_pool_t *p, void *raw, size_t cap, size_t size)
     }
     c = malloc(sizeof(*c));
     if (!c) {
-        free(raw);
+        fc_dev_free(raw);
         return;
     }
     c->raw = raw;
@@ -428,7 +584,7 @@ static void fc_mem_remove(size_t i)
         if (m.pool)
             fc_pool_put(m.pool, m.raw, m.cap, m.size);
         else
-            free(m.raw);
+            fc_dev_free(m.raw);
     } else if (m.kind == FC_MEM_GLOBAL) {
         g_dev_used[m.dev] -= m.size;    /* the module frees the memory itself */
     }
@@ -491,9 +647,9 @@ static CUresult fc_mem_alloc(fc_ctx_t *ctx, size_t size, fc_pool_t *pool, CUdevi
         rounded = c->cap;
         free(c);
     } else {
-        /* calloc: fresh device memory reads as zeros, and large blocks
-         * stay lazily mapped; the slack aligns the start. */
-        raw = calloc(1, rounded + FC_ALIGN);
+        /* Fresh device memory reads as zeros, and large blocks stay
+         * lazily mapped. */
+        raw = fc_dev_alloc(rounded);
     }
     if (!raw)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -508,7 +664,7 @@ static CUresult fc_mem_alloc(fc_ctx_t *ctx, size_t size, fc_pool_t *pool, CUdevi
     m.pool = pool;
     rc = fc_mem_insert(&m);
     if (rc != CUDA_SUCCESS) {
-        free(raw);
+        fc_dev_free(raw);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     g_dev_used[ctx->dev] += size;
@@ -3590,7 +3746,7 @@ static void fc_module_free(fc_module_t *m)
 
         if (j >= 0)
             fc_mem_remove((size_t)j);
-        free(m->globals[i].raw);
+        fc_dev_free(m->globals[i].raw);
     }
     free(m->globals);
     free(m->image);
@@ -3611,10 +3767,10 @@ static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
     m->globals = grown;
     mg = &m->globals[m->nglobals];
     memset(mg, 0, sizeof(*mg));
-    mg->raw = calloc(1, size + FC_ALIGN);
+    mg->raw = fc_dev_alloc(size);
     if (!mg->raw)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    mg->mem = (void *)(((uintptr_t)mg->raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
+    mg->mem = mg->raw;
     mg->def = g;
     if (g->init)
         memcpy(mg->mem, g->init, g->size);
@@ -3624,7 +3780,7 @@ static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
     e.ctx = m->ctx;
     e.dev = m->ctx->dev;
     if (fc_mem_insert(&e) != CUDA_SUCCESS) {
-        free(mg->raw);
+        fc_dev_free(mg->raw);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     /* Module globals are device memory: cuMemGetInfo shows them. */

@@ -7,9 +7,10 @@
 # side by side), then the benchmark; on request NVIDIA's libraries (libs),
 # PyTorch (torch) in a guest, compute share between VMs (share:
 # tests/gpu/share.sh, about 3 minutes) and packed VMs (packed:
-# tests/gpu/packed.sh, about 3 minutes).  Logs and results go to $OUT.
+# tests/gpu/packed.sh, about 3 minutes) and the worker's migration core
+# (migrate: tests/gpu/mig-core.sh, seconds).  Logs and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,hostile,many,many-wait,seccomp-log]
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,hostile,many,many-wait,migrate,seccomp-log]
 #   (default suite,main,bench)
 #
 # seccomp-log: the daemon's workers run with --seccomp log for the whole
@@ -63,6 +64,11 @@ case ",$what," in *,bench,*)
         >"$out/bench.log" 2>&1 || rc=1
     tail -n 40 "$out/bench.log"
     cp build/bench-results/results.csv build/bench-results/bandwidth.png "$out/" 2>/dev/null
+    ;;
+esac
+case ",$what," in *,migrate,*)
+    tests/gpu/mig-core.sh >"$out/migrate.log" 2>&1 || rc=1
+    cat "$out/migrate.log"
     ;;
 esac
 case ",$what," in *,libs,*)

@@ -42,6 +42,9 @@ cc -O1 -I/usr/local/cuda/include -o build/probes/probe-graphs tests/gpu/probe-gr
     -o build/probes/probe-migrate.fatbin tests/gpu/probe-migrate-kernels.cu
 cc -O1 -I/usr/local/cuda/include -o build/probes/probe-migrate tests/gpu/probe-migrate.c \
     -L/usr/local/cuda/lib64/stubs -lcuda
+# The worker's migration core on the real driver (tests/gpu/mig-core.sh).
+cc -O1 -Iinclude -Ihost-backend/worker -Ihost-backend/common -I/usr/local/cuda/include \
+    -o build/probes/mig-core tests/gpu/mig-core.c build/host-backend/libvcu_backend.a -ldl -lpthread
 cp build/cuda-driver/vcu_drv_kernels.fatbin build/cuda-driver/vcu_drv_kernels_ptx_lz4.fatbin \
     build/cuda-driver/vcu_drv_kernels_sm80.fatbin build/probes/
 # The torch image: its root disk is made on the GPU host

@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -4449,5 +4452,293 @@ TEST(cuda_call_hostile)
     memcpy(&v, gr.value_out, sizeof(v));
     ASSERT_EQ(CU_SYNC_POLICY_YIELD, v.syncPolicy);
     tc_close(&c);
+    return 0;
+}
+
+/* ---- migration (cuda_migrate.c) ----------------------------------------- */
+
+/* A backend as tc_open's, with a module cache of its own in a new
+ * directory (left for the system's /tmp cleaning: the files are the
+ * cache's, a few KiB): a migration's two ends share nothing but the
+ * stream. */
+static int tc_open_mc(tc_t *c)
+{
+    char dir[] = "/tmp/vcu-mig-mc-XXXXXX";
+    vcu_backend_config_t cfg;
+
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gpus = "0,1";
+    cfg.module_cache = dir;
+    c->be = NULL;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &c->be));
+    if (vcu_backend_cuda_error(c->be) != NULL)
+        VCU_TEST_FAIL_("no CUDA (is VCU_LIBCUDA the stand-in?): %s", vcu_backend_cuda_error(c->be));
+    ASSERT_EQ(VCU_S_OK, ut_open(c->be, &c->s));
+    return 0;
+}
+
+/* An empty file of our own to hold a state (unlinked at once). */
+static int tc_tmpfd(void)
+{
+    char path[] = "/tmp/vcu-mig-XXXXXX";
+    int fd = mkstemp(path);
+
+    if (fd >= 0)
+        unlink(path);
+    return fd;
+}
+
+/* vector_add's PTX with a module global the stand-in knows (symbols.cu's
+ * sym_counter): the migration tests carry its contents. */
+#define TC_PTX_GLOB TC_PTX ".visible .global .align 4 .u32 sym_counter;\n"
+
+/* Queues VCU_BACKEND_OP_SAVE or _LOAD with fd and waits; the reply's
+ * status, and its reason in why. */
+static uint32_t tc_state(tc_t *c, uint32_t op, int fd, char *why, size_t whylen)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    ut_req_build(t, op, c->s, NULL, 0);
+    vcu_backend_submit_state(c->be, &t->r, fd);
+    ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
+    st = ut_status(t);
+    snprintf(why, whylen, "%s", ut_resp(t)->payload_len > 0 ? (char *)ut_resp_payload(t) : "");
+    free(t);
+    return st;
+}
+
+static uint32_t tc_global(tc_t *c, uint64_t mod, const char *name, uint64_t *addr, uint64_t *size)
+{
+    unsigned char p[sizeof(struct vcu_cu_name_req) + 64];
+    struct vcu_cu_name_req rq;
+    struct vcu_cu_mem_range_resp rp;
+    size_t n = strlen(name);
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.module = mod;
+    rq.name_len = (uint32_t)n;
+    memcpy(p, &rq, sizeof(rq));
+    memcpy(p + sizeof(rq), name, n);
+    st = tc_do(c, VCU_OP_CU_MODULE_GET_GLOBAL, 0, p, (uint32_t)(sizeof(rq) + n), &rp, sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *addr = rp.base;
+    *size = rp.size;
+    return rp.r.result;
+}
+
+/* What a migrated session must find again: its allocations (one freed in
+ * between), the contents of each, a module global, a function, a stream
+ * and an event. */
+typedef struct tc_mig_s {
+    uint64_t mod, fn, da, db, dc, gone, glob, gsize, stream, event;
+} tc_mig_t;
+
+enum { TC_MIG_N = 1000 };
+
+static int tc_mig_build(tc_t *c, tc_mig_t *m)
+{
+    float a[TC_MIG_N], b[TC_MIG_N];
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    struct vcu_cu_function_resp f;
+    uint32_t g = 0x5eed;
+    int i;
+
+    memset(m, 0, sizeof(*m));
+    for (i = 0; i < TC_MIG_N; i++) {
+        a[i] = (float)i * 0.5f;
+        b[i] = (float)(TC_MIG_N - i);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, 1 << 20, &m->gone));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(a), &m->da));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(c, TC_PTX_GLOB, &m->mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(c, m->mod, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&f, fr, sizeof(f));
+    m->fn = f.function;
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_MEM_FREE, 0, m->gone, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(b), &m->db));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, sizeof(a), &m->dc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_global(c, m->mod, "sym_counter", &m->glob, &m->gsize));
+    ASSERT_EQ(4, m->gsize);
+    m->stream = tc_stream_new(c);
+    ASSERT_NE(0, m->stream);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_EVENT_CREATE, 0, 0, &m->event));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 1, m->da, a, sizeof(a), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 1, m->db, b, sizeof(b), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 1, m->glob, &g, sizeof(g), NULL, 0, 0, 0));
+    return 0;
+}
+
+/* Launches out = a + b on the session's stream, records its event, and
+ * checks the result, the inputs and the global. */
+static int tc_mig_check(tc_t *c, const tc_mig_t *m)
+{
+    float out[TC_MIG_N], a[TC_MIG_N];
+    unsigned char params[32];
+    int32_t n = TC_MIG_N;
+    uint32_t g = 0;
+    int i;
+
+    memcpy(params + 0, &m->da, 8);
+    memcpy(params + 8, &m->db, 8);
+    memcpy(params + 16, &m->dc, 8);
+    memcpy(params + 24, &n, 4);
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch(c, m->fn, m->stream, (TC_MIG_N + 127) / 128, 128, params, 28, 28));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(c, VCU_OP_CU_EVENT_RECORD, m->event, m->stream, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, m->event, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, m->dc, out, sizeof(out), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, m->da, a, sizeof(a), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, m->glob, &g, sizeof(g), NULL, 0, 0, 0));
+    for (i = 0; i < TC_MIG_N; i++) {
+        ASSERT_TRUE(a[i] == (float)i * 0.5f);
+        ASSERT_TRUE(out[i] == (float)i * 0.5f + (float)(TC_MIG_N - i));
+    }
+    ASSERT_EQ(0x5eed, g);
+    return 0;
+}
+
+/* A session saved, its backend gone, and a fresh one loaded from the
+ * state: the same addresses and handles work, the data is there, and the
+ * loaded session can be saved again. */
+TEST(migrate_roundtrip)
+{
+    char why[256];
+    tc_mig_t m;
+    tc_t c;
+    int fd = tc_tmpfd(), fd2 = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    CHECK(tc_mig_build(&c, &m));
+    CHECK(tc_mig_check(&c, &m));
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    ASSERT_EQ(0, (int)strlen(why));
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_mig_check(&c, &m));
+    /* Carried again. */
+    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_SAVE, fd2, why, sizeof(why)));
+    tc_close(&c);
+    ASSERT_EQ(0, lseek(fd2, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd2, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("second load: %s", why);
+    CHECK(tc_mig_check(&c, &m));
+    tc_close(&c);
+    close(fd);
+    close(fd2);
+    return 0;
+}
+
+/* What the history cannot carry makes the session refuse to be saved,
+ * saying what it was; nothing is written. */
+TEST(migrate_refused)
+{
+    struct vcu_cu_mem_alloc_req aq;
+    struct vcu_cu_u64_resp rp;
+    char why[256];
+    uint64_t g = 0;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "graphs") != NULL);
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_END));
+    tc_close(&c);
+
+    CHECK(tc_open_mc(&c));
+    memset(&aq, 0, sizeof(aq));
+    aq.size = 4096;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "stream-ordered") != NULL);
+    tc_close(&c);
+
+    /* A module whose image nothing keeps: no module cache. */
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, TC_PTX_GLOB, &g));
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "no module cache") != NULL);
+    tc_close(&c);
+    close(fd);
+    return 0;
+}
+
+/* A load checks what it is given and where things land: a session that
+ * ran calls, a stream that is not a state or is cut short, a history
+ * whose addresses come out otherwise here.  Each is refused with its
+ * reason, and the backend goes on.  The guest cannot send either opcode. */
+TEST(migrate_load_checks)
+{
+    char why[256], junk[64];
+    uint64_t p = 0, other = 0;
+    struct stat sb;
+    tc_mig_t m;
+    tc_t c, d;
+    int fd = tc_tmpfd(), bad = tc_tmpfd(),
+        cut = tc_tmpfd();
+    void *st;
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    CHECK(tc_mig_build(&c, &m));
+    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    /* The guest's own path does not know the opcodes. */
+    ASSERT_EQ(VCU_S_ENOTSUP, tc_do(&c, VCU_BACKEND_OP_SAVE, 0, NULL, 0, NULL, 0));
+    ASSERT_EQ(VCU_S_ENOTSUP, tc_do(&c, VCU_BACKEND_OP_LOAD, 0, NULL, 0, NULL, 0));
+    tc_close(&c);
+
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &p));
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "already") != NULL);
+    tc_close(&c);
+
+    memset(junk, 0x41, sizeof(junk));
+    ASSERT_EQ((ssize_t)sizeof(junk), write(bad, junk, sizeof(junk)));
+    ASSERT_EQ(0, lseek(bad, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, bad, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "not a session") != NULL);
+    tc_close(&c);
+
+    /* Cut in the middle of the device memory. */
+    ASSERT_EQ(0, fstat(fd, &sb));
+    st = malloc((size_t)sb.st_size);
+    ASSERT_EQ((ssize_t)sb.st_size, pread(fd, st, (size_t)sb.st_size, 0));
+    ASSERT_EQ((ssize_t)sb.st_size - 3000, write(cut, st, (size_t)sb.st_size - 3000));
+    free(st);
+    ASSERT_EQ(0, lseek(cut, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, cut, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "ends") != NULL);
+    tc_close(&c);
+
+    /* Another session of the backend took the first address. */
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(VCU_S_OK, ut_open(c.be, &d.s));
+    d.be = c.be;
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&d, 1 << 20, &other));
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "came out otherwise") != NULL);
+    ut_close(c.be, d.s);
+    tc_close(&c);
+    close(fd);
+    close(bad);
+    close(cut);
     return 0;
 }

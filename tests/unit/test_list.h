@@ -104,6 +104,7 @@
     X(proxy_frame_sizes)                \
     X(proxy_ring_corrupt)               \
     X(proxy_reply_after_scatter)        \
+    X(proxy_migrate)                    \
     /* test_integrity.c */              \
     X(md2_rfc1319)                      \
     X(integrity_steps)                  \

@@ -110,6 +110,10 @@
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \
     X(cuda_module_cache_hostile)        \
-    X(cuda_module_cache_bad_dir)
+    X(cuda_module_cache_bad_dir)        \
+    /* test_cuda.c: migration */        \
+    X(migrate_roundtrip)                \
+    X(migrate_refused)                  \
+    X(migrate_load_checks)
 
 #endif /* VCU_TEST_LIST_CUDA_H */

@@ -799,3 +799,242 @@ TEST(proxy_reply_after_scatter)
     close(fd);
     return 0;
 }
+
+/* ---- migration between two daemons --------------------------------------- */
+
+/* vector_add's PTX (the stand-in's twin of tests/cuda/vector_add.cu). */
+#define PX_VADD "_Z10vector_addPKfS0_Pfi"
+#define PX_PTX "//\n.version 8.0\n.target sm_90\n.visible .entry " PX_VADD "()\n{\n}\n"
+
+/* A proxy on a daemon of its own, with a module cache of its own: the
+ * two ends of a migration share nothing but the state. */
+static int px_mig_env(px_env_t *e)
+{
+    static char dirs[2][32];
+    static unsigned int n;
+    const char *l = getenv("VCU_LIBCUDA");
+    const char *extra[] = { "--cache-dir", dirs[n % 2], NULL };
+    vcu_proxy_config_t cfg;
+    char err[256];
+
+    snprintf(dirs[n % 2], sizeof(dirs[0]), "/tmp/vcu-ut-mc-XXXXXX");
+    ASSERT_TRUE(mkdtemp(dirs[n % 2]) != NULL);
+    n++;
+    memset(e, 0, sizeof(*e));
+    e->ramfd = memfd_create("ut-guest-ram", MFD_CLOEXEC);
+    ASSERT_GE(e->ramfd, 0);
+    ASSERT_EQ(0, ftruncate(e->ramfd, PX_RAM));
+    e->ram = mmap(NULL, PX_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, e->ramfd, 0);
+    ASSERT_TRUE(e->ram != MAP_FAILED);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.daemon = ut_daemon_with(l != NULL ? l : "libcuda.so.1", extra);
+    ASSERT_NOT_NULL(cfg.daemon);
+    cfg.gpus = "0";
+    if (vcu_proxy_new(&cfg, &e->px, err, sizeof(err)) != 0) {
+        fprintf(stderr, "vcu_proxy_new: %s\n", err);
+        return -1;
+    }
+    if (vcu_proxy_cuda_error(e->px) != NULL)
+        VCU_TEST_FAIL_("no CUDA in the worker: %s", vcu_proxy_cuda_error(e->px));
+    return 0;
+}
+
+/* A CUDA request of e's session, with one segment of n bytes at e->ram +
+ * off (n 0: none); the reply payload into resp; the CUresult, or 0x10000
+ * + the wire status. */
+static uint32_t px_cu(px_env_t *e, uint32_t op, const void *p, uint32_t plen, size_t off, size_t n,
+                      uint32_t dir, void *resp, size_t rlen)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st, res;
+
+    if (n > 0)
+        ut_req_add_seg(t, dir, e->ram + off, n);
+    ut_req_build(t, op, e->sid, p, plen);
+    if (n > 0)
+        px_refs_set(e, t, px_refs);
+    st = px_exec(e, t);
+    res = st == VCU_S_OK ? ((const struct vcu_cu_resp *)ut_resp_payload(t))->result : 0x10000 + st;
+    if (resp != NULL && st == VCU_S_OK)
+        memcpy(resp, ut_resp_payload(t), rlen);
+    free(t);
+    return res;
+}
+
+static uint32_t px_cu_alloc(px_env_t *e, uint64_t size, uint64_t *p)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t r;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.size = size;
+    r = px_cu(e, VCU_OP_CU_MEM_ALLOC, &rq, sizeof(rq), 0, 0, 0, &rp, sizeof(rp));
+    *p = rp.value;
+    return r;
+}
+
+static uint32_t px_cu_copy(px_env_t *e, int htod, uint64_t d, size_t off, size_t n)
+{
+    struct vcu_cu_memcpy_req rq;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.dst = htod ? d : 0;
+    rq.src = htod ? 0 : d;
+    rq.size = n;
+    return px_cu(e, htod ? VCU_OP_CU_MEMCPY_HTOD : VCU_OP_CU_MEMCPY_DTOH, &rq, sizeof(rq), off, n,
+                 htod ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE, NULL, 0);
+}
+
+/* out = a + b (N floats), launched and synchronized. */
+static uint32_t px_cu_vadd(px_env_t *e, uint64_t fn, uint64_t a, uint64_t b, uint64_t out, int n)
+{
+    unsigned char p[sizeof(struct vcu_cu_launch_req) + 32];
+    struct vcu_cu_launch_req lq;
+    struct vcu_cu_u64_req sq = { { 0, 0 }, 0 };
+    uint32_t r;
+
+    memset(&lq, 0, sizeof(lq));
+    lq.function = fn;
+    lq.grid[0] = (uint32_t)(n + 127) / 128;
+    lq.grid[1] = lq.grid[2] = 1;
+    lq.block[0] = 128;
+    lq.block[1] = lq.block[2] = 1;
+    lq.param_bytes = 28;
+    memcpy(p, &lq, sizeof(lq));
+    memcpy(p + sizeof(lq), &a, 8);
+    memcpy(p + sizeof(lq) + 8, &b, 8);
+    memcpy(p + sizeof(lq) + 16, &out, 8);
+    memcpy(p + sizeof(lq) + 24, &n, 4);
+    r = px_cu(e, VCU_OP_CU_LAUNCH, p, sizeof(lq) + 28, 0, 0, 0, NULL, 0);
+    return r != 0 ? r : px_cu(e, VCU_OP_CU_CTX_SYNCHRONIZE, &sq, sizeof(struct vcu_cu_hdr), 0, 0,
+                              0, NULL, 0);
+}
+
+/* Waits for a state request; its status, its reason in why. */
+static uint32_t px_state_wait(ut_req_t *t, char *why, size_t len)
+{
+    if (ut_wait_count(&t->ndone, 1) != 0)
+        return 0xdeadu;
+    snprintf(why, len, "%s", ut_resp(t)->payload_len ? (const char *)ut_resp_payload(t) : "");
+    return ut_status(t);
+}
+
+/*
+ * A guest session migrates between two daemons that share nothing but
+ * the state: on the source, memory, a module, a function and a result;
+ * the source's proxy has its worker save the session into a file; the
+ * destination's proxy opens the session under the guest's id in a new
+ * worker of its own daemon, which loads it.  The guest's next requests,
+ * with the same id, addresses and handles, find their data and compute
+ * right.  A second restore of the same id is refused (its slot is
+ * taken), and a save of a session that is not there says so.
+ */
+TEST(proxy_migrate)
+{
+    enum { N = 1000 };
+    struct vcu_session_open_req o;
+    struct vcu_cu_module_load_req lq;
+    unsigned char fq[sizeof(struct vcu_cu_name_req) + 32], fr[sizeof(struct vcu_cu_function_resp) + 64];
+    struct vcu_cu_name_req nq;
+    struct vcu_cu_u64_resp mr;
+    struct vcu_session_open_req opens[4];
+    uint64_t ids[4], a, b, c, fn;
+    px_env_t src, dst;
+    ut_req_t *t;
+    char why[256];
+    float *fa, *fo;
+    int fd, i;
+    size_t plen = strlen(PX_PTX);
+
+    CHECK(px_mig_env(&src));
+    memset(&o, 0, sizeof(o));
+    o.version_min = o.version_max = VCU_PROTO_VERSION;
+    o.features = VCU_FEAT_CUDA | VCU_FEAT_ASYNC;
+    t = ut_req_new();
+    ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
+    ASSERT_EQ(VCU_S_OK, px_exec(&src, t));
+    src.sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
+    free(t);
+
+    ASSERT_EQ(0, (int)px_cu_alloc(&src, N * 4, &a));
+    ASSERT_EQ(0, (int)px_cu_alloc(&src, N * 4, &b));
+    memcpy(src.ram + (1 << 20), PX_PTX, plen);
+    memset(&lq, 0, sizeof(lq));
+    lq.image_len = plen;
+    ASSERT_EQ(0, (int)px_cu(&src, VCU_OP_CU_MODULE_LOAD, &lq, sizeof(lq), 1 << 20, plen,
+                            VCU_SEG_TO_DEVICE, &mr, sizeof(mr)));
+    memset(&nq, 0, sizeof(nq));
+    nq.module = mr.value;
+    nq.name_len = (uint32_t)strlen(PX_VADD);
+    memcpy(fq, &nq, sizeof(nq));
+    memcpy(fq + sizeof(nq), PX_VADD, nq.name_len);
+    ASSERT_EQ(0, (int)px_cu(&src, VCU_OP_CU_MODULE_GET_FUNCTION, fq, sizeof(nq) + nq.name_len, 0,
+                            0, 0, fr, sizeof(fr)));
+    fn = ((const struct vcu_cu_function_resp *)fr)->function;
+    ASSERT_EQ(0, (int)px_cu_alloc(&src, N * 4, &c));
+    fa = (float *)src.ram;
+    for (i = 0; i < N; i++)
+        fa[i] = (float)i;
+    ASSERT_EQ(0, (int)px_cu_copy(&src, 1, a, 0, N * 4));
+    for (i = 0; i < N; i++)
+        fa[i] = 0.5f;
+    ASSERT_EQ(0, (int)px_cu_copy(&src, 1, b, 0, N * 4));
+    ASSERT_EQ(0, (int)px_cu_vadd(&src, fn, a, b, c, N));
+
+    /* The device would send what vcu_proxy_sessions() lists. */
+    ASSERT_EQ(1, vcu_proxy_sessions(src.px, ids, opens, 4));
+    ASSERT_EQ_U64(src.sid, ids[0]);
+    ASSERT_EQ_U64(VCU_FEAT_CUDA | VCU_FEAT_ASYNC, opens[0].features);
+    {
+        char path[] = "/tmp/vcu-ut-state-XXXXXX";
+
+        fd = mkstemp(path);
+        ASSERT_GE(fd, 0);
+        unlink(path);
+    }
+    t = ut_req_new();
+    ut_req_build(t, VCU_BACKEND_OP_SAVE, src.sid + (1ull << 32), NULL, 0);
+    vcu_proxy_session_save(src.px, &t->r, fd);
+    ASSERT_EQ(VCU_S_ENOSESSION, px_state_wait(t, why, sizeof(why)));
+    free(t);
+    t = ut_req_new();
+    ut_req_build(t, VCU_BACKEND_OP_SAVE, src.sid, NULL, 0);
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + 256;
+    vcu_proxy_session_save(src.px, &t->r, fd);
+    if (px_state_wait(t, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    free(t);
+    px_env_free(&src);                      /* the source is gone */
+
+    CHECK(px_mig_env(&dst));
+    dst.sid = ids[0];
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    t = ut_req_new();
+    ut_req_build(t, VCU_BACKEND_OP_LOAD, dst.sid, NULL, 0);
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + 256;
+    vcu_proxy_session_restore(dst.px, &t->r, &opens[0], fd);
+    if (px_state_wait(t, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    free(t);
+    t = ut_req_new();
+    ut_req_build(t, VCU_BACKEND_OP_LOAD, dst.sid, NULL, 0);
+    vcu_proxy_session_restore(dst.px, &t->r, &opens[0], fd);
+    ASSERT_EQ(VCU_S_EBUSY, px_state_wait(t, why, sizeof(why)));
+    free(t);
+
+    fo = (float *)dst.ram;
+    ASSERT_EQ(0, (int)px_cu_copy(&dst, 0, c, 0, N * 4));
+    for (i = 0; i < N; i++)
+        ASSERT_TRUE(fo[i] == (float)i + 0.5f);
+    for (i = 0; i < N; i++)
+        fo[i] = 2.0f;
+    ASSERT_EQ(0, (int)px_cu_copy(&dst, 1, b, 0, N * 4));
+    ASSERT_EQ(0, (int)px_cu_vadd(&dst, fn, a, b, c, N));
+    ASSERT_EQ(0, (int)px_cu_copy(&dst, 0, c, 0, N * 4));
+    for (i = 0; i < N; i++)
+        ASSERT_TRUE(fo[i] == (float)i + 2.0f);
+    px_env_free(&dst);
+    close(fd);
+    return 0;
+}

@@ -1,0 +1,1018 @@
+/*
+ * CUDA executor, part of cuda.c (cuda_int.h).
+ * Migration: a session's state as a byte stream, and a session rebuilt
+ * from one (docs/design.md, "Live migration").
+ *
+ * Device addresses are the driver's to choose, and the guest keeps them
+ * (in its memory, in kernel parameters, in data on the GPU); handles are
+ * ours, and the guest keeps those too.  A worker of the same binary on
+ * the same driver, started without address randomization, that makes the
+ * same calls in the same order gets the same addresses and handles
+ * (measured: tests/gpu/probe-migrate.c).  So the session keeps, in order,
+ * every call that placed memory or named an object (vcu__mig_note), with
+ * its reply; the destination makes them again and checks that each reply
+ * is the one kept (vcu__cuda_sess_load), then writes the contents of the
+ * session's allocations and of its modules' globals.  Whatever the
+ * history cannot carry (graphs, stream-ordered allocations, registered
+ * host memory, ...) makes the session refuse to be saved, saying why.
+ *
+ * The stream (host-endian: both ends are one build on one kind of host):
+ *   vcu__mig_head
+ *   per call kept: vcu__mig_call, payload, reply, module image (8-aligned)
+ *   per allocation: vcu__mig_mem, its bytes; then a vcu__mig_mem of addr 0
+ *   per module global: vcu__mig_glob, name, its bytes; then one of module 0
+ *   vcu__mig_head's magic again
+ *
+ * Worker thread only, like the rest of the session's state.
+ */
+#define _GNU_SOURCE                 /* memmem */
+#include <unistd.h>
+#include <elf.h>
+
+#include "cuda_int.h"
+#include "vcu_fatbin.h"
+#include "vcu_sha256.h"
+
+#define VCU__MIG_MAGIC 0x3130676d75637600ull    /* "\0vcumg01" */
+#define VCU__MIG_VERSION 1u
+#define VCU__MIG_CHUNK ((size_t)4 << 20)
+#define VCU__MIG_NAME_MAX 1024u
+
+struct vcu__mig_head {
+    uint64_t magic;
+    uint32_t version;
+    int32_t driver_version;
+    uint32_t ndev;
+    uint32_t reserved;
+    uint64_t ncalls;
+};
+
+struct vcu__mig_call {
+    struct vcu_req_hdr h;           /* opcode, flags, payload_len; nsegs 0 */
+    uint32_t rlen;                  /* reply bytes */
+    uint32_t reserved;
+    uint64_t ilen;                  /* module image bytes, else 0 */
+};
+
+struct vcu__mig_mem {
+    uint64_t addr;                  /* 0: the end of the list */
+    uint64_t bytes;
+    uint32_t dev;
+    uint32_t reserved;
+};
+
+struct vcu__mig_glob {
+    uint64_t module;                /* the guest's handle; 0: the end */
+    uint64_t addr;
+    uint64_t bytes;
+    uint32_t name_len;
+    uint32_t reserved;
+};
+
+/* One call kept: payload and reply in one allocation; a module load's
+ * image stays in the module cache, named by its hash, until a save. */
+typedef struct vcu__mrec_s {
+    struct vcu__mig_call c;
+    unsigned char *b;
+    unsigned char sha[VCU_SHA256_LEN];
+} vcu__mrec_t;
+
+struct vcu__mig_s {
+    vcu__mrec_t *rec;
+    size_t n, cap;
+    size_t held;                    /* of the session's host budget */
+    char why[128];                  /* why the session cannot migrate, or "" */
+};
+
+enum { VCU__MIG_IGNORE, VCU__MIG_REPLAY, VCU__MIG_REFUSE };
+
+/* ---- which calls the history keeps ------------------------------------- */
+
+/* A generated call (CU_CALL) by its number. */
+static int vcu__mig_call_class(uint32_t call)
+{
+    switch (call) {
+    case VCU_CALL_cuStreamSetAttribute:
+    case VCU_CALL_cuStreamCopyAttributes:
+    case VCU_CALL_cuFuncSetSharedMemConfig:
+    case VCU_CALL_cuFuncLoad:
+    case VCU_CALL_cuFuncSetAttribute:
+        return VCU__MIG_REPLAY;
+    case VCU_CALL_cuStreamGetAttribute:
+    case VCU_CALL_cuCtxResetPersistingL2Cache:
+    case VCU_CALL_cuDeviceGetP2PAttribute:
+    case VCU_CALL_cuDeviceCanAccessPeer:
+    case VCU_CALL_cuStreamWriteValue32_v2:
+    case VCU_CALL_cuStreamWriteValue64_v2:
+    case VCU_CALL_cuStreamWaitValue32_v2:
+    case VCU_CALL_cuStreamWaitValue64_v2:
+    case VCU_CALL_cuProfilerStart:
+    case VCU_CALL_cuProfilerStop:
+    case VCU_CALL_cuEventElapsedTime_v2:
+    case VCU_CALL_cuCtxGetLimit:
+    case VCU_CALL_cuOccupancyAvailableDynamicSMemPerBlock:
+    case VCU_CALL_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
+    case VCU_CALL_cuFuncIsLoaded:
+    case VCU_CALL_cuCtxGetStreamPriorityRange:
+        return VCU__MIG_IGNORE;
+    default:
+        return VCU__MIG_REFUSE;
+    }
+}
+
+/*
+ * What a call that succeeded means for migration: nothing (it placed no
+ * memory and named no object: copies, launches, queries, waits), a call
+ * to make again on the destination, or one the history cannot carry
+ * (*why says which).
+ */
+static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, const char **why)
+{
+    struct vcu_cu_call_req cr;
+
+    switch (op) {
+    case VCU_OP_CU_CTX_SET_FLAGS:
+    case VCU_OP_CU_CTX_SET_LIMIT:
+    case VCU_OP_CU_CTX_RESET:
+    case VCU_OP_CU_MEM_ALLOC:
+    case VCU_OP_CU_MEM_FREE:
+    case VCU_OP_CU_MEMPOOL_GET_DEFAULT:
+    case VCU_OP_CU_MODULE_LOAD:
+    case VCU_OP_CU_MODULE_LOAD_KEEP:
+    case VCU_OP_CU_MODULE_LOAD_HASH:
+    case VCU_OP_CU_MODULE_UNLOAD:
+    case VCU_OP_CU_MODULE_GET_FUNCTION:
+    case VCU_OP_CU_MODULE_GET_GLOBAL:
+    case VCU_OP_CU_STREAM_CREATE:
+    case VCU_OP_CU_STREAM_DESTROY:
+    case VCU_OP_CU_EVENT_CREATE:
+    case VCU_OP_CU_EVENT_DESTROY:
+    case VCU_OP_CU_THREAD_CAPTURE_MODE:
+        return VCU__MIG_REPLAY;
+    case VCU_OP_CU_DRIVER_INFO:
+    case VCU_OP_CU_DEVICE_INFO:
+    case VCU_OP_CU_MEM_GET_INFO:
+    case VCU_OP_CU_CTX_SYNCHRONIZE:
+    case VCU_OP_CU_GET_DEFERRED_ERROR:
+    case VCU_OP_CU_TAKE_OUTPUT:
+    case VCU_OP_CU_SLICE_INFO:
+    case VCU_OP_CU_MEMCPY_HTOD:
+    case VCU_OP_CU_MEMCPY_DTOH:
+    case VCU_OP_CU_MEMCPY_DTOD:
+    case VCU_OP_CU_MEMSET:
+    case VCU_OP_CU_MEMCPY_2D:
+    case VCU_OP_CU_MEMPOOL_GET_ATTR:
+    case VCU_OP_CU_MEM_GET_RANGE:
+    case VCU_OP_CU_FUNC_GET_ATTRS:
+    case VCU_OP_CU_OCCUPANCY_BLOCK_SIZE:
+    case VCU_OP_CU_LAUNCH:
+    case VCU_OP_CU_LAUNCH_EX:
+    case VCU_OP_CU_OCCUPANCY_CLUSTERS:
+    case VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE:
+    case VCU_OP_CU_TENSOR_MAP:
+    case VCU_OP_CU_STREAM_SYNCHRONIZE:
+    case VCU_OP_CU_STREAM_QUERY:
+    case VCU_OP_CU_STREAM_WAIT_EVENT:
+    case VCU_OP_CU_STREAM_CAPTURE_INFO:
+    case VCU_OP_CU_STREAM_HOST_FUNC:
+    case VCU_OP_CU_CALLBACK_WAIT:
+    case VCU_OP_CU_CALLBACK_DONE:
+    case VCU_OP_CU_EVENT_RECORD:
+    case VCU_OP_CU_EVENT_SYNCHRONIZE:
+    case VCU_OP_CU_EVENT_QUERY:
+    case VCU_OP_CU_BATCH:
+        return VCU__MIG_IGNORE;
+    case VCU_OP_CU_CALL:
+        if (plen < sizeof(cr))
+            return VCU__MIG_IGNORE;
+        memcpy(&cr, p, sizeof(cr));
+        *why = "a Driver API call migration does not carry";
+        return vcu__mig_call_class(cr.call);
+    case VCU_OP_CU_MEM_ALLOC_ASYNC:
+    case VCU_OP_CU_MEM_FREE_ASYNC:
+    case VCU_OP_CU_MEMPOOL_SET_ATTR:
+    case VCU_OP_CU_MEMPOOL_TRIM:
+        *why = "stream-ordered allocations";
+        return VCU__MIG_REFUSE;
+    case VCU_OP_CU_HOST_DEVICE_POINTER:
+        *why = "device pointers to host memory";
+        return VCU__MIG_REFUSE;
+    case VCU_OP_CU_LINK:
+        *why = "modules linked on the host";
+        return VCU__MIG_REFUSE;
+    default:
+        /* Graphs, captures, and any opcode added later: refused until
+         * the history is taught to carry them. */
+        *why = "graphs or stream captures";
+        return VCU__MIG_REFUSE;
+    }
+}
+
+static void vcu__mig_refuse(vcu__mig_t *m, const char *what, uint32_t op)
+{
+    if (m->why[0] == '\0')
+        snprintf(m->why, sizeof(m->why), "the session used %s (opcode 0x%04x)", what, op);
+}
+
+/*
+ * The hash a module load's image is kept under in the module cache (the
+ * load put it there): from the reply of CU_MODULE_LOAD_KEEP, the request
+ * of CU_MODULE_LOAD_HASH, or computed for CU_MODULE_LOAD.  0, or -1.
+ */
+static int vcu__mig_image_hash(vcu__cuda_sess_t *cs, uint32_t op, const unsigned char *p,
+                               const vcu_segment_t *segs, unsigned int nsegs,
+                               const unsigned char *out, size_t out_len, uint64_t ilen,
+                               unsigned char sha[VCU_SHA256_LEN])
+{
+    struct vcu_cu_module_hash_req hq;
+    struct vcu_cu_module_keep_resp kr;
+    unsigned char *img;
+
+    if (op == VCU_OP_CU_MODULE_LOAD_HASH) {
+        memcpy(&hq, p, sizeof(hq));
+        memcpy(sha, hq.sha256, VCU_SHA256_LEN);
+        return 0;
+    }
+    if (op == VCU_OP_CU_MODULE_LOAD_KEEP) {
+        if (out_len < sizeof(kr))
+            return -1;
+        memcpy(&kr, out, sizeof(kr));
+        memcpy(sha, kr.sha256, VCU_SHA256_LEN);
+        return 0;
+    }
+    if (nsegs != 1 || segs[0].len != ilen || vcu__mem_take(cs, (size_t)ilen) != 0)
+        return -1;
+    img = malloc((size_t)ilen);
+    if (img != NULL) {
+        vcu__gather(&segs[0], img, (size_t)ilen);
+        vcu_sha256(img, (size_t)ilen, sha);
+        free(img);
+    }
+    vcu__mem_give(cs, (size_t)ilen);
+    return img != NULL ? 0 : -1;
+}
+
+static uint64_t vcu__mig_ilen(uint32_t op, const unsigned char *p)
+{
+    struct vcu_cu_module_load_req lq;
+
+    if (op != VCU_OP_CU_MODULE_LOAD && op != VCU_OP_CU_MODULE_LOAD_KEEP &&
+        op != VCU_OP_CU_MODULE_LOAD_HASH)
+        return 0;
+    memcpy(&lq, p, sizeof(lq));     /* the hash request starts alike */
+    return lq.image_len;
+}
+
+static int vcu__mig_grow(vcu__mig_t *m)
+{
+    vcu__mrec_t *g;
+    size_t nc;
+
+    if (m->n < m->cap)
+        return 0;
+    nc = m->cap ? m->cap * 2 : 64;
+    g = realloc(m->rec, nc * sizeof(*g));
+    if (g == NULL)
+        return -1;
+    m->rec = g;
+    m->cap = nc;
+    return 0;
+}
+
+void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
+                   const vcu_segment_t *segs, unsigned int nsegs, const void *out,
+                   size_t out_len)
+{
+    const unsigned char *p = payload;
+    const char *why = NULL;
+    struct vcu_cu_resp r;
+    vcu__mig_t *m;
+    vcu__mrec_t *e;
+    uint64_t ilen;
+    size_t need;
+    int cls;
+
+    if (out_len < sizeof(r))
+        return;
+    memcpy(&r, out, sizeof(r));
+    if (r.result != CUDA_SUCCESS)
+        return;                     /* a failed call changed nothing */
+    cls = vcu__mig_class(h->opcode, p, h->payload_len, &why);
+    if (cls == VCU__MIG_IGNORE)
+        return;
+    if (cs->mig == NULL && (cs->mig = calloc(1, sizeof(*cs->mig))) == NULL)
+        return;                     /* then vcu__cuda_sess_save refuses */
+    m = cs->mig;
+    if (m->why[0] != '\0')
+        return;
+    if (cls == VCU__MIG_REFUSE) {
+        vcu__mig_refuse(m, why, h->opcode);
+        return;
+    }
+    ilen = vcu__mig_ilen(h->opcode, p);
+    if (ilen > 0 && cs->cu->mc == NULL) {
+        vcu__mig_refuse(m, "modules, with no module cache to keep their images", h->opcode);
+        return;
+    }
+    need = h->payload_len + out_len;
+    if (ilen > VCU_MAX_XFER || vcu__mig_grow(m) != 0 || vcu__mem_take(cs, need) != 0) {
+        vcu__mig_refuse(m, "more history than its host memory budget holds", h->opcode);
+        return;
+    }
+    e = &m->rec[m->n];
+    memset(e, 0, sizeof(*e));
+    e->c.h = *h;
+    e->c.h.nsegs = 0;
+    e->c.h.flags = 0;
+    e->c.rlen = (uint32_t)out_len;
+    e->c.ilen = ilen;
+    e->b = malloc(need ? need : 1);
+    if (e->b == NULL ||
+        (ilen > 0 && vcu__mig_image_hash(cs, h->opcode, p, segs, nsegs, out, out_len, ilen,
+                                         e->sha) != 0)) {
+        free(e->b);
+        vcu__mem_give(cs, need);
+        vcu__mig_refuse(m, "a module image it could not name", h->opcode);
+        return;
+    }
+    memcpy(e->b, p, h->payload_len);
+    memcpy(e->b + h->payload_len, out, out_len);
+    m->held += need;
+    m->n++;
+}
+
+void vcu__mig_free(vcu__cuda_sess_t *cs)
+{
+    vcu__mig_t *m = cs->mig;
+    size_t i;
+
+    if (m == NULL)
+        return;
+    for (i = 0; i < m->n; i++)
+        free(m->rec[i].b);
+    free(m->rec);
+    vcu__mem_give(cs, m->held);
+    free(m);
+    cs->mig = NULL;
+}
+
+/* ---- a module's globals, from its image -------------------------------- */
+
+typedef int (*vcu__glob_cb)(void *arg, const char *name, size_t len);
+
+/* The data symbols of a cubin: objects in .nv.global* and .nv.constant*
+ * sections other than .nv.constant0 (a kernel's parameters).  0, or -1
+ * if the ELF is malformed or cb failed. */
+static int vcu__elf_globals(const unsigned char *img, size_t len, vcu__glob_cb cb, void *arg)
+{
+    Elf64_Ehdr eh;
+    Elf64_Shdr sh, ss, st, shs;
+    unsigned int i;
+    uint64_t k, nsym;
+
+    if (len < sizeof(eh))
+        return -1;
+    memcpy(&eh, img, sizeof(eh));
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > len ||
+        (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr) > len - eh.e_shoff ||
+        eh.e_shstrndx >= eh.e_shnum)
+        return -1;
+    memcpy(&shs, img + eh.e_shoff + (size_t)eh.e_shstrndx * sizeof(shs), sizeof(shs));
+    if (shs.sh_offset > len || shs.sh_size > len - shs.sh_offset)
+        return -1;
+    for (i = 0; i < eh.e_shnum; i++) {
+        memcpy(&ss, img + eh.e_shoff + (size_t)i * sizeof(ss), sizeof(ss));
+        if (ss.sh_type != SHT_SYMTAB)
+            continue;
+        if (ss.sh_link >= eh.e_shnum || ss.sh_offset > len || ss.sh_size > len - ss.sh_offset)
+            return -1;
+        memcpy(&st, img + eh.e_shoff + (size_t)ss.sh_link * sizeof(st), sizeof(st));
+        if (st.sh_offset > len || st.sh_size > len - st.sh_offset)
+            return -1;
+        nsym = ss.sh_size / sizeof(Elf64_Sym);
+        for (k = 0; k < nsym; k++) {
+            Elf64_Sym sym;
+            const char *nm, *sn;
+            size_t nl;
+
+            memcpy(&sym, img + ss.sh_offset + k * sizeof(sym), sizeof(sym));
+            if (ELF64_ST_TYPE(sym.st_info) != STT_OBJECT || sym.st_shndx == SHN_UNDEF ||
+                sym.st_shndx >= eh.e_shnum || sym.st_name >= st.sh_size)
+                continue;
+            memcpy(&sh, img + eh.e_shoff + (size_t)sym.st_shndx * sizeof(sh), sizeof(sh));
+            if (sh.sh_name >= shs.sh_size)
+                continue;
+            sn = (const char *)img + shs.sh_offset + sh.sh_name;
+            if (strnlen(sn, shs.sh_size - sh.sh_name) == shs.sh_size - sh.sh_name)
+                continue;
+            if (strncmp(sn, ".nv.global", 10) != 0 &&
+                (strncmp(sn, ".nv.constant", 12) != 0 || strncmp(sn, ".nv.constant0", 13) == 0))
+                continue;
+            nm = (const char *)img + st.sh_offset + sym.st_name;
+            nl = strnlen(nm, st.sh_size - sym.st_name);
+            if (nl == 0 || nl == st.sh_size - sym.st_name)
+                continue;
+            if (cb(arg, nm, nl) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Whether the words of [l, e) include w. */
+static bool vcu__ptx_word(const char *l, const char *e, const char *w)
+{
+    size_t n = strlen(w);
+    const char *q;
+
+    for (q = l; (q = memmem(q, (size_t)(e - q), w, n)) != NULL; q += n)
+        if ((q == l || q[-1] == ' ' || q[-1] == '\t') &&
+            (q + n == e || q[n] == ' ' || q[n] == '\t'))
+            return true;
+    return false;
+}
+
+/* The variables a PTX text defines in global or constant space: a line
+ * with the word .global or .const (not .extern), the name being the last
+ * word before '[', '=', ';' or the line's end. */
+static int vcu__ptx_globals(const unsigned char *img, size_t len, vcu__glob_cb cb, void *arg)
+{
+    const char *t = (const char *)img, *e = t + strnlen(t, len), *l, *nl, *n1, *n0;
+
+    for (l = t; l < e; l = nl + 1) {
+        nl = memchr(l, '\n', (size_t)(e - l));
+        if (nl == NULL)
+            nl = e;
+        while (l < nl && (*l == ' ' || *l == '\t'))
+            l++;
+        if (l == nl || *l != '.' || vcu__ptx_word(l, nl, ".extern") ||
+            (!vcu__ptx_word(l, nl, ".global") && !vcu__ptx_word(l, nl, ".const")))
+            continue;
+        for (n1 = l; n1 < nl && *n1 != '[' && *n1 != '=' && *n1 != ';'; n1++)
+            ;
+        while (n1 > l && (n1[-1] == ' ' || n1[-1] == '\t' || n1[-1] == '\r'))
+            n1--;
+        for (n0 = n1; n0 > l && n0[-1] != ' ' && n0[-1] != '\t'; n0--)
+            ;
+        if (n1 > n0 && *n0 != '.' && cb(arg, n0, (size_t)(n1 - n0)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * The globals of a module's image: from its first entry that can be read
+ * (a cubin, or PTX) when it is a fatbin container, else from the image
+ * itself.  1 if none could be read (all compressed), 0, or -1.
+ */
+static int vcu__image_globals(const unsigned char *img, size_t len, vcu__glob_cb cb, void *arg)
+{
+    struct vcu_fatbin_hdr fh;
+    struct vcu_fatbin_entry fe;
+    uint64_t off;
+
+    if (len >= 4 && memcmp(img, ELFMAG, SELFMAG) == 0)
+        return vcu__elf_globals(img, len, cb, arg);
+    if (len < sizeof(fh))
+        return vcu__ptx_globals(img, len, cb, arg);
+    memcpy(&fh, img, sizeof(fh));
+    if (fh.magic != VCU_FATBIN_MAGIC)
+        return vcu__ptx_globals(img, len, cb, arg);
+    if (fh.header_size > len || fh.fat_size > len - fh.header_size)
+        return -1;
+    for (off = fh.header_size; off + sizeof(fe) <= (uint64_t)fh.header_size + fh.fat_size;) {
+        memcpy(&fe, img + off, sizeof(fe));
+        if (fe.header_size < sizeof(fe) || fe.header_size > len - off ||
+            fe.size > len - off - fe.header_size)
+            return -1;
+        if ((fe.flags & VCU_FATBIN_F_COMPRESSED) == 0 && fe.kind == VCU_FATBIN_KIND_ELF)
+            return vcu__elf_globals(img + off + fe.header_size, (size_t)fe.size, cb, arg);
+        if ((fe.flags & VCU_FATBIN_F_COMPRESSED) == 0 && fe.kind == VCU_FATBIN_KIND_PTX)
+            return vcu__ptx_globals(img + off + fe.header_size, (size_t)fe.size, cb, arg);
+        off += fe.header_size + fe.size;
+    }
+    return 1;
+}
+
+/* ---- the stream --------------------------------------------------------- */
+
+static int vcu__mig_write(int fd, const void *b, size_t n)
+{
+    const char *p = b;
+
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int vcu__mig_read(int fd, void *b, size_t n)
+{
+    char *p = b;
+
+    while (n > 0) {
+        ssize_t k = read(fd, p, n);
+
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+#define VCU__MIG_FAIL(...)                        \
+    do {                                          \
+        snprintf(why, whylen, __VA_ARGS__);       \
+        goto out;                                 \
+    } while (0)
+
+/* Device memory [addr, addr + n) of device d to fd (save) or from it:
+ * 0, -1, or -2 when the stream ends first. */
+static int vcu__mig_bytes(vcu__cuda_sess_t *cs, uint32_t d, uint64_t addr, uint64_t n, int fd,
+                          int save, unsigned char *buf)
+{
+    vcu__cu_fns_t *fn = &cs->cu->fn;
+
+    if (d >= cs->cu->ndev || cs->ctx[d] == NULL || vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS)
+        return -1;
+    while (n > 0) {
+        size_t k = n < VCU__MIG_CHUNK ? (size_t)n : VCU__MIG_CHUNK;
+
+        if (!save && vcu__mig_read(fd, buf, k) != 0)
+            return -2;              /* the stream ended */
+        if (save ? fn->cuMemcpyDtoH(buf, (CUdeviceptr)addr, k) != CUDA_SUCCESS ||
+                       vcu__mig_write(fd, buf, k) != 0
+                 : fn->cuMemcpyHtoD((CUdeviceptr)addr, buf, k) != CUDA_SUCCESS)
+            return -1;
+        addr += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* The module handle a kept load call's reply names. */
+static uint64_t vcu__mig_rec_module(const vcu__mrec_t *e)
+{
+    uint64_t h = 0;
+
+    if (e->c.ilen == 0 || e->c.rlen < sizeof(struct vcu_cu_resp) + 8)
+        return 0;
+    memcpy(&h, e->b + e->c.h.payload_len + sizeof(struct vcu_cu_resp), 8);
+    return h;
+}
+
+typedef struct vcu__gsave_s {
+    vcu__cuda_sess_t *cs;
+    vcu__mod_t *mod;
+    uint64_t handle;
+    int fd;
+    unsigned char *buf;
+    char *why;
+    size_t whylen;
+} vcu__gsave_t;
+
+static int vcu__mig_save_glob(void *arg, const char *name, size_t len)
+{
+    vcu__gsave_t *g = arg;
+    struct vcu__mig_glob gh;
+    char nm[VCU__MIG_NAME_MAX + 1];
+    CUdeviceptr a = 0;
+    size_t n = 0;
+    CUresult r;
+
+    if (len > VCU__MIG_NAME_MAX) {
+        snprintf(g->why, g->whylen, "a module global's name is longer than %u bytes",
+                 VCU__MIG_NAME_MAX);
+        return -1;
+    }
+    memcpy(nm, name, len);
+    nm[len] = '\0';
+    r = VCU__CU(g->cs->cu, cuModuleGetGlobal, &a, &n, g->mod->mod, nm);
+    if (r != CUDA_SUCCESS) {
+        snprintf(g->why, g->whylen, "module global %.64s cannot be read (CUresult %d)", nm, (int)r);
+        return -1;
+    }
+    memset(&gh, 0, sizeof(gh));
+    gh.module = g->handle;
+    gh.addr = a;
+    gh.bytes = n;
+    gh.name_len = (uint32_t)len;
+    if (vcu__mig_write(g->fd, &gh, sizeof(gh)) != 0 || vcu__mig_write(g->fd, nm, len) != 0 ||
+        vcu__mig_bytes(g->cs, g->mod->dev, a, n, g->fd, 1, g->buf) != 0) {
+        snprintf(g->why, g->whylen, "writing module global %.64s failed", nm);
+        return -1;
+    }
+    return 0;
+}
+
+/* The kept calls, each module load's image read back from the cache. */
+static int vcu__mig_save_calls(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
+{
+    vcu__mig_t *m = cs->mig;
+    size_t i, len, pad;
+    static const unsigned char zero[8];
+    unsigned char *img;
+    int rc;
+
+    for (i = 0; m != NULL && i < m->n; i++) {
+        const vcu__mrec_t *e = &m->rec[i];
+
+        len = e->c.h.payload_len + e->c.rlen;
+        pad = (8 - (len + e->c.ilen) % 8) % 8;
+        if (vcu__mig_write(fd, &e->c, sizeof(e->c)) != 0 || vcu__mig_write(fd, e->b, len) != 0)
+            goto err_write;
+        if (e->c.ilen > 0) {
+            if (vcu__mem_take(cs, (size_t)e->c.ilen) != 0) {
+                snprintf(why, whylen, "a module image is larger than the host memory left");
+                return -1;
+            }
+            img = malloc((size_t)e->c.ilen);
+            rc = img == NULL || vcu_modcache_get(cs->cu->mc, e->sha, img, e->c.ilen) != 0
+                     ? -1
+                     : vcu__mig_write(fd, img, (size_t)e->c.ilen);
+            free(img);
+            vcu__mem_give(cs, (size_t)e->c.ilen);
+            if (rc != 0) {
+                snprintf(why, whylen, "a module image of %llu bytes is no longer in the module "
+                         "cache, or writing it failed", (unsigned long long)e->c.ilen);
+                return -1;
+            }
+        }
+        if (vcu__mig_write(fd, zero, pad) != 0)
+            goto err_write;
+    }
+    return 0;
+err_write:
+    snprintf(why, whylen, "writing the session's history failed");
+    return -1;
+}
+
+/* The bytes of allocation p of device d, as the driver has it (what was
+ * asked for, which copies may not pass), or 0. */
+static uint64_t vcu__mig_size(vcu__cuda_sess_t *cs, uint32_t d, uint64_t p)
+{
+    CUdeviceptr base = 0;
+    size_t n = 0;
+
+    if (d >= cs->cu->ndev || cs->ctx[d] == NULL || vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS ||
+        VCU__CU(cs->cu, cuMemGetAddressRange, &base, &n, (CUdeviceptr)p) != CUDA_SUCCESS ||
+        base != p)
+        return 0;
+    return n;
+}
+
+static int vcu__mig_save_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf)
+{
+    struct vcu__mig_mem mh;
+    uint32_t i;
+
+    for (i = 0; i < cs->allocs.cap; i++) {
+        uint64_t k = cs->allocs.keys[i], v = cs->allocs.vals[i];
+
+        if (k == 0 || k == VCU__PSET_TOMB)
+            continue;
+        memset(&mh, 0, sizeof(mh));
+        mh.addr = k;
+        mh.dev = VCU__ALLOC_DEV(v);
+        mh.bytes = vcu__mig_size(cs, mh.dev, k);
+        if (mh.bytes == 0 || vcu__mig_write(fd, &mh, sizeof(mh)) != 0 ||
+            vcu__mig_bytes(cs, mh.dev, mh.addr, mh.bytes, fd, 1, buf) != 0)
+            return -1;
+    }
+    memset(&mh, 0, sizeof(mh));
+    return vcu__mig_write(fd, &mh, sizeof(mh));
+}
+
+static int vcu__mig_save_globals(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, char *why,
+                                 size_t whylen)
+{
+    vcu__mig_t *m = cs->mig;
+    struct vcu__mig_glob end;
+    unsigned char *img;
+    size_t i;
+
+    for (i = 0; m != NULL && i < m->n; i++) {
+        const vcu__mrec_t *e = &m->rec[i];
+        uint64_t h = vcu__mig_rec_module(e);
+        vcu__hent_t *he = h ? vcu__htab_get(&cs->tab, h, VCU__H_MODULE) : NULL;
+        vcu__gsave_t g = { cs, NULL, h, fd, buf, why, whylen };
+        int rc;
+
+        if (he == NULL)
+            continue;               /* unloaded since */
+        g.mod = he->u.mod;
+        if (vcu__mem_take(cs, (size_t)e->c.ilen) != 0) {
+            snprintf(why, whylen, "a module image is larger than the host memory left");
+            return -1;
+        }
+        img = malloc((size_t)e->c.ilen);
+        if (img == NULL || vcu_modcache_get(cs->cu->mc, e->sha, img, e->c.ilen) != 0)
+            rc = -1;
+        else
+            rc = vcu__image_globals(img, (size_t)e->c.ilen, vcu__mig_save_glob, &g);
+        free(img);
+        vcu__mem_give(cs, (size_t)e->c.ilen);
+        if (rc > 0)
+            snprintf(why, whylen, "a module image is compressed: its globals cannot be listed");
+        else if (rc < 0 && why[0] == '\0')
+            snprintf(why, whylen, "a module image cannot be read");
+        if (rc != 0)
+            return -1;
+    }
+    memset(&end, 0, sizeof(end));
+    return vcu__mig_write(fd, &end, sizeof(end));
+}
+
+/* Nothing of the session may be running or half done. */
+static int vcu__mig_quiesce(vcu__cuda_sess_t *cs, char *why, size_t whylen)
+{
+    uint32_t d;
+    CUresult r;
+
+    if (cs->mig != NULL && cs->mig->why[0] != '\0') {
+        snprintf(why, whylen, "%s", cs->mig->why);
+        return -1;
+    }
+    if (cs->capture || cs->waits != NULL || cs->orphans != NULL) {
+        snprintf(why, whylen, "the session has a stream capture or GPU work still waited for");
+        return -1;
+    }
+    for (d = 0; d < cs->cu->ndev; d++) {
+        if (cs->ctx[d] == NULL)
+            continue;
+        r = vcu__cur(cs, cs->ctx[d]);
+        if (r == CUDA_SUCCESS)
+            r = cs->cu->fn.cuCtxSynchronize();
+        if (r != CUDA_SUCCESS) {
+            snprintf(why, whylen, "device %u's context failed (CUresult %d)", d, (int)r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
+{
+    struct vcu__mig_head hd;
+    unsigned char *buf = NULL;
+    int rc = VCU_EINVAL;
+
+    why[0] = '\0';
+    if (vcu__mig_quiesce(cs, why, whylen) != 0)
+        return VCU_EBUSY;
+    buf = malloc(VCU__MIG_CHUNK);
+    if (buf == NULL)
+        VCU__MIG_FAIL("out of host memory");
+    memset(&hd, 0, sizeof(hd));
+    hd.magic = VCU__MIG_MAGIC;
+    hd.version = VCU__MIG_VERSION;
+    hd.driver_version = cs->cu->driver_version;
+    hd.ndev = cs->cu->ndev;
+    hd.ncalls = cs->mig != NULL ? cs->mig->n : 0;
+    if (vcu__mig_write(fd, &hd, sizeof(hd)) != 0)
+        VCU__MIG_FAIL("writing the stream failed");
+    if (vcu__mig_save_calls(cs, fd, why, whylen) != 0)
+        goto out;
+    if (vcu__mig_save_mem(cs, fd, buf) != 0)
+        VCU__MIG_FAIL("writing the session's device memory failed");
+    if (vcu__mig_save_globals(cs, fd, buf, why, whylen) != 0) {
+        if (why[0] == '\0')
+            snprintf(why, whylen, "writing the modules' globals failed");
+        goto out;
+    }
+    if (vcu__mig_write(fd, &hd.magic, sizeof(hd.magic)) != 0)
+        VCU__MIG_FAIL("writing the stream's end failed");
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}
+
+/* ---- load --------------------------------------------------------------- */
+
+/* Makes one kept call again; its reply must be the one kept but for the
+ * deferred error (nothing earlier is pending on the destination). */
+static int vcu__mig_replay(vcu__cuda_sess_t *cs, const vcu__mrec_t *e, unsigned char *out,
+                           size_t cap, char *why, size_t whylen)
+{
+    struct vcu_req_hdr h = e->c.h;
+    const unsigned char *p = e->b, *want = e->b + e->c.h.payload_len;
+    struct vcu_cu_module_load_req lq;
+    vcu_segment_t seg;
+    struct iovec iov;
+    vcu__cuda_wait_t *w = NULL;
+    size_t out_len = 0;
+    uint32_t st;
+
+    memset(&seg, 0, sizeof(seg));
+    if (e->c.ilen > 0) {
+        iov.iov_base = (void *)(e->b + e->c.h.payload_len + e->c.rlen);
+        iov.iov_len = (size_t)e->c.ilen;
+        seg.iov = &iov;
+        seg.iovcnt = 1;
+        seg.len = e->c.ilen;
+        seg.flags = VCU_SEG_TO_DEVICE;
+        h.nsegs = 1;
+        if (h.opcode == VCU_OP_CU_MODULE_LOAD_HASH) {
+            /* The image travelled with the stream: loaded as sent. */
+            memset(&lq, 0, sizeof(lq));
+            memcpy(&lq.hdr, p, sizeof(lq.hdr));
+            lq.image_len = e->c.ilen;
+            h.opcode = VCU_OP_CU_MODULE_LOAD;
+            h.payload_len = sizeof(lq);
+            p = (const unsigned char *)&lq;
+        }
+    }
+    st = vcu__cuda_exec(cs, &h, p, h.nsegs ? &seg : NULL, h.nsegs, out, cap, &out_len, NULL, &w);
+    if (st == VCU__WAITING && w != NULL) {
+        while (!vcu__cuda_wait_poll(cs, w))
+            ;
+        st = vcu__cuda_wait_finish(cs, w, NULL, &out_len);
+    }
+    if (st != VCU_S_OK || out_len != e->c.rlen || out_len < sizeof(struct vcu_cu_resp) ||
+        memcmp(out, want, 4) != 0 ||
+        memcmp(out + sizeof(struct vcu_cu_resp), want + sizeof(struct vcu_cu_resp),
+               out_len - sizeof(struct vcu_cu_resp)) != 0) {
+        uint64_t got = 0, had = 0;
+        uint32_t res = 0;
+
+        if (out_len >= 4)
+            memcpy(&res, out, 4);
+        if (out_len >= 16 && e->c.rlen >= 16) {
+            memcpy(&got, out + 8, 8);
+            memcpy(&had, want + 8, 8);
+        }
+        snprintf(why, whylen,
+                 "call 0x%04x came out otherwise here (status %u, result %u, value 0x%llx where "
+                 "the source had 0x%llx): another driver, library layout or history",
+                 e->c.h.opcode, st, res, (unsigned long long)got, (unsigned long long)had);
+        return -1;
+    }
+    return 0;
+}
+
+static int vcu__mig_load_calls(vcu__cuda_sess_t *cs, int fd, uint64_t n, char *why,
+                               size_t whylen)
+{
+    unsigned char *out = malloc(VCU_MAX_PAYLOAD);
+    vcu__mrec_t e;
+    uint64_t i;
+    size_t len;
+    int rc = -1;
+
+    if (out == NULL) {
+        snprintf(why, whylen, "out of host memory");
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        if (vcu__mig_read(fd, &e.c, sizeof(e.c)) != 0) {
+            snprintf(why, whylen, "the stream ends inside the history");
+            goto out;
+        }
+        if (e.c.h.payload_len > VCU_MAX_PAYLOAD || e.c.rlen > VCU_MAX_PAYLOAD ||
+            e.c.ilen > VCU_MAX_XFER || e.c.h.nsegs != 0 ||
+            e.c.h.payload_len < sizeof(struct vcu_cu_hdr)) {
+            snprintf(why, whylen, "the stream's history is malformed");
+            goto out;
+        }
+        len = e.c.h.payload_len + e.c.rlen + (size_t)e.c.ilen;
+        len += (8 - len % 8) % 8;
+        if ((e.b = malloc(len ? len : 1)) == NULL) {
+            snprintf(why, whylen, "out of host memory");
+            goto out;
+        }
+        if (vcu__mig_read(fd, e.b, len) != 0 ||
+            vcu__mig_replay(cs, &e, out, VCU_MAX_PAYLOAD, why, whylen) != 0) {
+            if (why[0] == '\0')
+                snprintf(why, whylen, "the stream ends inside the history");
+            free(e.b);
+            goto out;
+        }
+        free(e.b);
+    }
+    rc = 0;
+out:
+    free(out);
+    return rc;
+}
+
+static int vcu__mig_load_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, char *why,
+                             size_t whylen)
+{
+    struct vcu__mig_mem mh;
+    uint64_t v;
+    int rc;
+
+    for (;;) {
+        if (vcu__mig_read(fd, &mh, sizeof(mh)) != 0) {
+            snprintf(why, whylen, "the stream ends inside the device memory");
+            return -1;
+        }
+        if (mh.addr == 0)
+            return 0;
+        /* Only what the replayed history allocated, as it was. */
+        if (!vcu__pset_find(&cs->allocs, mh.addr, &v) || VCU__ALLOC_DEV(v) != mh.dev ||
+            vcu__mig_size(cs, mh.dev, mh.addr) != mh.bytes) {
+            snprintf(why, whylen, "allocation 0x%llx of the stream is not one here",
+                     (unsigned long long)mh.addr);
+            return -1;
+        }
+        rc = vcu__mig_bytes(cs, mh.dev, mh.addr, mh.bytes, fd, 0, buf);
+        if (rc != 0) {
+            snprintf(why, whylen, rc == -2 ? "the stream ends inside allocation 0x%llx"
+                                           : "writing allocation 0x%llx failed",
+                     (unsigned long long)mh.addr);
+            return -1;
+        }
+    }
+}
+
+static int vcu__mig_load_globals(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, char *why,
+                                 size_t whylen)
+{
+    struct vcu__mig_glob gh;
+    char nm[VCU__MIG_NAME_MAX + 1];
+    vcu__hent_t *he;
+    CUdeviceptr a;
+    size_t n;
+
+    for (;;) {
+        if (vcu__mig_read(fd, &gh, sizeof(gh)) != 0) {
+            snprintf(why, whylen, "the stream ends inside the modules' globals");
+            return -1;
+        }
+        if (gh.module == 0)
+            return 0;
+        if (gh.name_len == 0 || gh.name_len > VCU__MIG_NAME_MAX ||
+            vcu__mig_read(fd, nm, gh.name_len) != 0) {
+            snprintf(why, whylen, "the stream's module globals are malformed");
+            return -1;
+        }
+        nm[gh.name_len] = '\0';
+        he = vcu__htab_get(&cs->tab, gh.module, VCU__H_MODULE);
+        a = 0;
+        n = 0;
+        if (he == NULL || VCU__CU(cs->cu, cuModuleGetGlobal, &a, &n, he->u.mod->mod, nm) !=
+                              CUDA_SUCCESS ||
+            a != gh.addr || n != gh.bytes) {
+            snprintf(why, whylen, "module global %.64s is not where the source had it", nm);
+            return -1;
+        }
+        if (vcu__mig_bytes(cs, he->u.mod->dev, a, n, fd, 0, buf) != 0) {
+            snprintf(why, whylen, "the stream ends inside module global %.64s, or writing it failed",
+                     nm);
+            return -1;
+        }
+    }
+}
+
+int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
+{
+    struct vcu__mig_head hd;
+    unsigned char *buf = NULL;
+    uint64_t magic = 0;
+    uint32_t d;
+    int rc = VCU_EINVAL;
+
+    why[0] = '\0';
+    for (d = 0; d < cs->cu->ndev; d++)
+        if (cs->ctx[d] != NULL)
+            VCU__MIG_FAIL("the session has run CUDA calls already");
+    if (cs->tab.live != 0 || cs->allocs.live != 0 || (cs->mig != NULL && cs->mig->n != 0))
+        VCU__MIG_FAIL("the session has run CUDA calls already");
+    if (vcu__mig_read(fd, &hd, sizeof(hd)) != 0 || hd.magic != VCU__MIG_MAGIC)
+        VCU__MIG_FAIL("not a session's state");
+    if (hd.version != VCU__MIG_VERSION)
+        VCU__MIG_FAIL("state version %u, this worker reads %u", hd.version, VCU__MIG_VERSION);
+    if (hd.driver_version != cs->cu->driver_version || hd.ndev != cs->cu->ndev)
+        VCU__MIG_FAIL("the source had driver %d and %u devices, here driver %d and %u devices",
+                      hd.driver_version, hd.ndev, cs->cu->driver_version, cs->cu->ndev);
+    buf = malloc(VCU__MIG_CHUNK);
+    if (buf == NULL)
+        VCU__MIG_FAIL("out of host memory");
+    if (vcu__mig_load_calls(cs, fd, hd.ncalls, why, whylen) != 0 ||
+        vcu__mig_load_mem(cs, fd, buf, why, whylen) != 0 ||
+        vcu__mig_load_globals(cs, fd, buf, why, whylen) != 0)
+        goto out;
+    if (vcu__mig_read(fd, &magic, sizeof(magic)) != 0 || magic != VCU__MIG_MAGIC)
+        VCU__MIG_FAIL("the stream does not end where it should");
+    for (d = 0; d < cs->cu->ndev; d++)
+        if (cs->ctx[d] != NULL && (vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS ||
+                                   cs->cu->fn.cuCtxSynchronize() != CUDA_SUCCESS))
+            VCU__MIG_FAIL("device %u's context failed while loading", d);
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}
