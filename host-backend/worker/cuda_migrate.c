@@ -200,10 +200,46 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_LINK:
         *why = "modules linked on the host";
         return VCU__MIG_REFUSE;
+    case VCU_OP_CU_STREAM_BEGIN_CAPTURE:
+    case VCU_OP_CU_STREAM_END_CAPTURE:
+    case VCU_OP_CU_STREAM_CAPTURE_GRAPH:
+    case VCU_OP_CU_STREAM_CAPTURE_DEPS:
+    case VCU_OP_CU_STREAM_UPDATE_DEPS:
+        *why = "stream captures";
+        return VCU__MIG_REFUSE;
+    case VCU_OP_CU_GRAPH_CREATE:
+    case VCU_OP_CU_GRAPH_DESTROY:
+    case VCU_OP_CU_GRAPH_ADD_NODE:
+    case VCU_OP_CU_GRAPH_CLONE:
+    case VCU_OP_CU_GRAPH_INSTANTIATE:
+    case VCU_OP_CU_GRAPH_LAUNCH:
+    case VCU_OP_CU_GRAPH_EXEC_DESTROY:
+    case VCU_OP_CU_GRAPH_NODE_COUNT:
+    case VCU_OP_CU_GRAPH_NODE_SET:
+    case VCU_OP_CU_GRAPH_EXEC_UPDATE:
+    case VCU_OP_CU_GRAPH_LIST:
+    case VCU_OP_CU_GRAPH_EDGES:
+    case VCU_OP_CU_GRAPH_NODE_DESTROY:
+        *why = "graphs";
+        return VCU__MIG_REFUSE;
+    case VCU_OP_CU_MEM_CREATE:
+    case VCU_OP_CU_MEM_RELEASE:
+    case VCU_OP_CU_MEM_ADDRESS_RESERVE:
+    case VCU_OP_CU_MEM_ADDRESS_FREE:
+    case VCU_OP_CU_MEM_MAP:
+    case VCU_OP_CU_MEM_UNMAP:
+    case VCU_OP_CU_MEM_SET_ACCESS:
+    case VCU_OP_CU_MEM_RETAIN:
+        *why = "the virtual memory API";
+        return VCU__MIG_REFUSE;
+    case VCU_OP_CU_MEM_GET_ACCESS:
+    case VCU_OP_CU_MEM_GRANULARITY:
+    case VCU_OP_CU_MEM_GET_PROPS:
+        return VCU__MIG_IGNORE;
     default:
-        /* Graphs, captures, and any opcode added later: refused until
-         * the history is taught to carry them. */
-        *why = "graphs or stream captures";
+        /* An opcode added since: refused until the history is taught
+         * to carry it. */
+        *why = "a call migration does not carry yet";
         return VCU__MIG_REFUSE;
     }
 }
