@@ -50,7 +50,7 @@
 #define VCU_EXPORT __attribute__((visibility("default")))
 
 #define VCU__PX_DEFAULT_SESSIONS 64u
-#define VCU__PX_MAX_SESSIONS 4096u
+#define VCU__PX_MAX_SESSIONS VCU_PROXY_MAX_SESSIONS
 #define VCU__PX_SPIN_US_DEFAULT 20u
 #define VCU__PX_SPIN_MIN_CPUS 4     /* fewer online CPUs: no spinning */
 /* How long a submitter polls for the reply of a synchronous request, at

@@ -37,6 +37,9 @@ extern "C" {
 
 typedef struct vcu_proxy_s vcu_proxy_t;
 
+/* The most sessions a proxy holds (vcu_proxy_config_t.max_sessions). */
+#define VCU_PROXY_MAX_SESSIONS 4096u
+
 /* Packed mode's bound: the most SMs a VM may be given. */
 #define VCU_PROXY_MAX_SMS 4096
 

@@ -17,6 +17,7 @@
 #include "exec/memory.h"
 #include "qemu/thread.h"
 #include "qemu/queue.h"
+#include "system/runstate.h"
 
 #define TYPE_VIRTIO_CUDA "virtio-cuda-device"
 OBJECT_DECLARE_SIMPLE_TYPE(VirtIOCuda, VIRTIO_CUDA)
@@ -47,7 +48,11 @@ struct VirtIOCuda {
 
     /* One worker process per guest session (qemu-device/vcu_proxy.h). */
     VirtIOCudaProxy *proxy;
-    Error *migration_blocker;
+    /* Migration: the VM's state changes (a stop for a migration or a
+     * snapshot drains the requests first); while stopped, nothing more
+     * is taken off the queue (main loop, BQL). */
+    VMChangeStateEntry *vmstate_entry;
+    bool stopped;
 
     /*
      * The daemon's link.  link_connected: the chardev is open (set on the

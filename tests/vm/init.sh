@@ -1,7 +1,7 @@
 #!/bin/sh
 # /init of the VM-suite initramfs (copied there by mkinitramfs.sh).
 #
-# Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,nvml,demo,bench,share (which
+# Kernel command line: vcu.suite=echo,badinput,hostmem,cuda,nvml,demo,bench,share,migrate (which
 # suites to run), vcu.echo_mib=N, vcu.bench_args=ARG,ARG (cudabench's arguments),
 # vcu.share_procs=N vcu.share_secs=S vcu.share_iters=I (the share suite's loop)
 # vcu.many=QUOTA_MIB,FAULT_AT (the share suite also runs tests/many's checker)
@@ -9,6 +9,7 @@
 # hostile_work MODE in PROCS processes instead of its loops)
 # vcu.packed=N (a packed VM of N SMs: the share suite checks them before and
 # after its loops with tests/packed's packed_check)
+# vcu.mig_secs=S (the migrate suite's checker runs S seconds)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
 # line, "VCU-SUITE-END <suite>" after each suite, suspicious kernel log
@@ -30,6 +31,7 @@ share_iters=
 many=
 packed=
 hostile=
+mig_secs=60
 for arg in $(cat /proc/cmdline); do
     case $arg in
     vcu.suite=*) suites=$(echo "${arg#vcu.suite=}" | tr ',' ' ') ;;
@@ -41,6 +43,7 @@ for arg in $(cat /proc/cmdline); do
     vcu.many=*) many=${arg#vcu.many=} ;;
     vcu.packed=*) packed=${arg#vcu.packed=} ;;
     vcu.hostile=*) hostile=${arg#vcu.hostile=} ;;
+    vcu.mig_secs=*) mig_secs=${arg#vcu.mig_secs=} ;;
     esac
 done
 
@@ -338,6 +341,17 @@ packed_check() {
     fi
 }
 
+# The migrate suite (tests/vm/migrate.sh migrates the VM while it runs):
+# the checker tests/many/many_work for vcu.mig_secs seconds, every round's
+# results checked; it must see no wrong result across the move.
+run_migrate() {
+    if LD_LIBRARY_PATH=/cuda/lib /cuda/many_work mig "$mig_secs" 0; then
+        echo "VCU-TEST migrate/checker PASS"
+    else
+        echo "VCU-TEST migrate/checker FAIL exit status $?"
+    fi
+}
+
 # Beside the loops (vcu.many=QUOTA_MIB,FAULT_AT, tests/gpu/many.sh): the
 # checker tests/many/many_work for the same time; one told to fault
 # (FAULT_AT seconds, 0: never) must see the sticky error, and a new
@@ -518,6 +532,7 @@ for s in $suites; do
         bench) run_bench ;;
         leaks) run_leaks ;;
         share) run_share ;;
+        migrate) run_migrate ;;
         *) echo "VCU-TEST $s/setup FAIL unknown suite" ;;
         esac
         rc=$?

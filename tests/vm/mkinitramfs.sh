@@ -291,6 +291,10 @@ for s in "$@"; do
         add_cuda_prog "$cudatests/hostile_work"
         add_cuda_prog "$cudatests/packed_check"
         ;;
+    migrate)
+        add_cudart
+        add_cuda_prog "$cudatests/many_work"
+        ;;
     *) die "unknown suite $s" ;;
     esac
 done

@@ -9,7 +9,8 @@
 #          libs (NVIDIA's libraries: GPU host only, tests/gpu/libs-run.sh) |
 #          nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file) |
 #          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments) |
-#          share (the compute-bound kernel loop: GPU host only, tests/gpu/share.sh)
+#          share (the compute-bound kernel loop: GPU host only, tests/gpu/share.sh) |
+#          migrate (tests/many's checker, for tests/vm/migrate.sh: migrated while it runs)
 #
 # Builds what is missing or stale (guest kernel, module for its headers and
 # a compile check against the 6.12 headers, guest-lib, the guest programs,
@@ -74,7 +75,7 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | quota | cuda | nvrt | nvml | libs | torch | demo | bench | leaks | share) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | quota | cuda | nvrt | nvml | libs | torch | demo | bench | leaks | share | migrate) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
 case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" torch "* | *" demo "* | *" bench "* | *" share "*) want_cuda=yes ;; esac

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Live migration of a VM whose guest process is running CUDA work
+(docs/design.md, "Live migration"), as an operator moves a VM: two host
+daemons that share nothing (run folders, module caches, workers of their
+own), a source QEMU running the migrate suite (tests/many's checker,
+every round's results checked) and a destination QEMU started with
+-incoming defer, both sandboxed as libvirt starts QEMU.  Once the checker
+has done a few rounds, QMP migrate moves the VM over TCP; the checker must
+go on in the destination and end with no wrong result.  Then a migration
+that cannot complete (the destination's daemon gives the VM less GPU
+memory than its session holds) must leave the source running, its
+checker unharmed.
+
+    tests/vm/migrate.py [--real-gpu]
+
+Run from the checkout after tests/vm/run.sh has built the guest (it builds
+build/vm/initrd-migrate.img when missing).  Prints one "PASS name" or
+"FAIL name why" per check, the downtime QEMU reports and the longest gap
+the guest saw between two rounds, and last "N passed, N failed".
+Environment: VCU_LIBCUDA (the daemons' libcuda; default the CPU stand-in,
+build/fakecuda/libcuda.so.1; --real-gpu: the host's), VCU_MIG_SECS (the
+checker's seconds, default 90), VCU_VM_LOGDIR (default build/vm/logs).
+"""
+import json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+B = os.path.join(ROOT, 'build')
+REAL = '--real-gpu' in sys.argv
+SECS = int(os.environ.get('VCU_MIG_SECS', '90'))
+LOGDIR = os.environ.get('VCU_VM_LOGDIR', os.path.join(B, 'vm', 'logs'))
+results = []
+
+
+def report(name, ok, detail=''):
+    results.append(bool(ok))
+    print(f"{'PASS' if ok else 'FAIL'} migrate/{name}{' ' + detail if detail else ''}", flush=True)
+
+
+def die(msg):
+    print(f'migrate: {msg}', flush=True)
+    print(f'{sum(results)} passed, {len(results) - sum(results) + 1} failed')
+    sys.exit(1)
+
+
+def guest_kernel():
+    env = open(os.path.join(B, 'vm', 'guest.env')).read()
+    m = re.search(r'VCU_GUEST_KVER=(\S+)', env)
+    if not m:
+        die('no VCU_GUEST_KVER in build/vm/guest.env')
+    return os.path.join(B, 'vm', 'vmlinuz-' + m.group(1).strip('"\''))
+
+
+def start_daemon(run, extra):
+    os.makedirs(run, exist_ok=True)
+    os.chmod(run, 0o755)
+    args = [os.path.join(B, 'qemu', 'bin', 'vcu-daemon'), '--run-dir', run, '--metrics', 'off',
+            '--cache-dir', os.path.join(run, 'cache')] + extra
+    if not REAL:
+        args += ['--libcuda', os.environ.get('VCU_LIBCUDA', os.path.join(B, 'fakecuda', 'libcuda.so.1')),
+                 '--ctx-bytes', '8M']
+    log = open(os.path.join(run, 'daemon.log'), 'w')
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        if os.path.exists(os.path.join(run, 'vcu.sock')):
+            return p
+        if p.poll() is not None:
+            die('a daemon ended at start: ' + open(os.path.join(run, 'daemon.log')).read()[-2000:])
+        time.sleep(0.1)
+    die('a daemon did not start')
+
+
+def start_qemu(name, sock, qmp, serial, incoming):
+    share = os.path.join(B, 'qemu', 'share')
+    args = [os.path.join(B, 'qemu', 'bin', 'qemu-system-x86_64'),
+            '-accel', 'tcg', '-cpu', 'max', '-smp', '2', '-m', '2048', '-name', name,
+            '-object', 'memory-backend-memfd,id=mem,size=2048M,share=on',
+            '-machine', 'memory-backend=mem',
+            '-display', 'none', '-nodefaults', '-monitor', 'none', '-no-reboot',
+            '-serial', 'file:' + serial, '-qmp', f'unix:{qmp},server=on,wait=off',
+            '-bios', os.path.join(share, 'qboot.rom'), '-L', share,
+            '-chardev', f'socket,id=vcud,path={sock},reconnect-ms=1000',
+            '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+            '-kernel', guest_kernel(), '-initrd', os.path.join(B, 'vm', 'initrd-migrate.img'),
+            '-append', f'console=ttyS0 panic=-1 quiet vcu.suite=migrate vcu.mig_secs={SECS}',
+            '-device', 'virtio-cuda-pci,chardev=vcud']
+    if incoming:
+        args += ['-incoming', 'defer']
+    qlog = open(serial + '.qemu', 'w')
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=qlog, stderr=subprocess.STDOUT)
+
+
+class Qmp:
+    def __init__(self, path):
+        for _ in range(300):
+            try:
+                self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.s.connect(path)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            die(f'no QMP at {path}')
+        self.f = self.s.makefile('rw')
+        json.loads(self.f.readline())
+        self.cmd('qmp_capabilities')
+
+    def cmd(self, name, **args):
+        self.f.write(json.dumps({'execute': name, 'arguments': args}) + '\n')
+        self.f.flush()
+        while True:
+            m = json.loads(self.f.readline())
+            if 'return' in m or 'error' in m:
+                return m
+
+
+def lines(path):
+    try:
+        return open(path, errors='replace').read().replace('\r', '').splitlines()
+    except OSError:
+        return []
+
+
+def wait_line(path, pat, secs):
+    end = time.time() + secs
+    while time.time() < end:
+        if any(re.search(pat, l) for l in lines(path)):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def migrate(src, dst, port, secs=600):
+    """Moves the VM; the final query-migrate answer."""
+    # The return path: a destination that cannot load the state says so,
+    # and the source runs on (without it the source cannot know).
+    caps = [{'capability': 'return-path', 'state': True}]
+    dst.cmd('migrate-set-capabilities', capabilities=caps)
+    src.cmd('migrate-set-capabilities', capabilities=caps)
+    r = dst.cmd('migrate-incoming', uri=f'tcp:127.0.0.1:{port}')
+    if 'error' in r:
+        return {'status': 'failed', 'error-desc': 'migrate-incoming: ' + json.dumps(r['error'])}
+    src.cmd('migrate-set-capabilities', capabilities=[{'capability': 'events', 'state': True}])
+    r = src.cmd('migrate', uri=f'tcp:127.0.0.1:{port}')
+    if 'error' in r:
+        return {'status': 'failed', 'error-desc': 'migrate: ' + json.dumps(r['error'])}
+    end = time.time() + secs
+    while time.time() < end:
+        q = src.cmd('query-migrate')['return']
+        if q.get('status') in ('completed', 'failed', 'cancelled'):
+            return q
+        time.sleep(0.2)
+    return {'status': 'timeout'}
+
+
+def gaps(path, tag='mig'):
+    """The checker's rounds as the guest printed them: (ticks, done line)."""
+    ticks = [l for l in lines(path) if l.startswith(f'VCU-MANY {tag} tick')]
+    done = [l for l in lines(path) if l.startswith(f'VCU-MANY {tag} done')]
+    return ticks, done[-1] if done else None
+
+
+def main():
+    for f in ('qemu/bin/qemu-system-x86_64', 'qemu/bin/vcu-daemon', 'vm/guest.env'):
+        if not os.path.exists(os.path.join(B, f)):
+            die(f'no build/{f}: build first (make all; tests/vm/run.sh builds the guest)')
+    if not os.path.exists(os.path.join(B, 'vm', 'initrd-migrate.img')):
+        r = subprocess.run([os.path.join(ROOT, 'tests', 'vm', 'run.sh'), 'migrate'],
+                           env=dict(os.environ, VCU_VM_BUILD_ONLY='1'), capture_output=True, text=True)
+        if r.returncode != 0:
+            die('building the migrate image failed: ' + r.stdout[-2000:])
+    os.makedirs(LOGDIR, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix='vcu-mig-')
+    procs = []
+    try:
+        run(tmp, procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        for n in ('a', 'b', 'c'):
+            src = os.path.join(tmp, n, 'daemon.log')
+            if os.path.exists(src):
+                shutil.copy(src, os.path.join(LOGDIR, f'migrate-daemon-{n}.log'))
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f'{sum(results)} passed, {len(results) - sum(results)} failed')
+    sys.exit(0 if all(results) else 1)
+
+
+def run(tmp, procs):
+    da = start_daemon(os.path.join(tmp, 'a'), [])
+    db = start_daemon(os.path.join(tmp, 'b'), [])
+    procs += [da, db]
+    sa, sb = (os.path.join(LOGDIR, f'migrate-{n}.log') for n in ('src', 'dst'))
+    for f in (sa, sb):
+        if os.path.exists(f):
+            os.remove(f)
+    qa = start_qemu('mig-src', os.path.join(tmp, 'a', 'vcu.sock'), os.path.join(tmp, 'qa'), sa, False)
+    qb = start_qemu('mig-dst', os.path.join(tmp, 'b', 'vcu.sock'), os.path.join(tmp, 'qb'), sb, True)
+    procs += [qa, qb]
+    ma, mb = Qmp(os.path.join(tmp, 'qa')), Qmp(os.path.join(tmp, 'qb'))
+    if not wait_line(sa, r'^VCU-MANY mig tick', 600):
+        report('source-running', False, 'the checker printed no round in 600 s: ' +
+               ' | '.join(lines(sa)[-8:]))
+        return
+    report('source-running', True)
+    t0 = time.time()
+    q = migrate(ma, mb, 40000 + os.getpid() % 20000)
+    report('completed', q.get('status') == 'completed',
+           f"status {q.get('status')} {q.get('error-desc', '')}".strip())
+    if q.get('status') != 'completed':
+        return
+    print(f"info: QEMU's downtime {q.get('downtime')} ms, total {q.get('total-time')} ms, "
+          f"{time.time() - t0:.1f} s from the migrate command", flush=True)
+    ma.cmd('quit')
+    ok = wait_line(sb, r'^VCU-SUITE-END migrate', SECS + 600)
+    ticks_a, _ = gaps(sa)
+    ticks_b, done = gaps(sb)
+    passed = any(l.startswith('VCU-TEST migrate/checker PASS') for l in lines(sb))
+    report('checker-goes-on', ok and passed and len(ticks_b) > 0 and done is not None,
+           f"rounds on the source {len(ticks_a)} ticks, on the destination {len(ticks_b)}; {done}")
+    m = re.search(r'wrong=(\d+)', done or '')
+    report('no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
+    oops = [l for l in lines(sb) + lines(sa) if re.search(r'Oops|BUG:|Call Trace|panic', l)]
+    report('no-guest-oops', not oops, '; '.join(oops[:3]))
+    qb.wait(timeout=60)
+
+    # A destination that cannot take the state (its daemon's quota for the
+    # VM holds less than the session's memory): the source runs on.
+    dc = start_daemon(os.path.join(tmp, 'c'), ['--mem-quota', '16M'])
+    procs.append(dc)
+    sa2, sc = os.path.join(LOGDIR, 'migrate-src2.log'), os.path.join(LOGDIR, 'migrate-refused.log')
+    for f in (sa2, sc):
+        if os.path.exists(f):
+            os.remove(f)
+    qa2 = start_qemu('mig-src2', os.path.join(tmp, 'b', 'vcu.sock'), os.path.join(tmp, 'qa2'), sa2,
+                     False)
+    qc = start_qemu('mig-refused', os.path.join(tmp, 'c', 'vcu.sock'), os.path.join(tmp, 'qc'), sc,
+                    True)
+    procs += [qa2, qc]
+    ma2, mc = Qmp(os.path.join(tmp, 'qa2')), Qmp(os.path.join(tmp, 'qc'))
+    if not wait_line(sa2, r'^VCU-MANY mig tick', 600):
+        report('refused-source-running', False, ' | '.join(lines(sa2)[-8:]))
+        return
+    q = migrate(ma2, mc, 40000 + (os.getpid() + 1) % 20000)
+    report('refused-fails', q.get('status') == 'failed',
+           f"status {q.get('status')} {q.get('error-desc', '')}".strip())
+    time.sleep(1)
+    st = ma2.cmd('query-status')['return']
+    report('refused-source-runs-on', st.get('running') is True, json.dumps(st))
+    ok = wait_line(sa2, r'^VCU-SUITE-END migrate', SECS + 600)
+    _, done = gaps(sa2)
+    passed = any(l.startswith('VCU-TEST migrate/checker PASS') for l in lines(sa2))
+    report('refused-checker-unharmed', ok and passed, done or ' | '.join(lines(sa2)[-6:]))
+    why = [l for l in open(sc + '.qemu', errors='replace').read().splitlines()
+           if 'could not be loaded' in l]
+    report('refused-reason-named', bool(why), why[0] if why else 'no reason from the destination')
+
+
+if __name__ == '__main__':
+    main()
