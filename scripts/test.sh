@@ -38,14 +38,17 @@
 # nvrt, nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file),
 # demo (the main job's program); hostile (a VM raising every limit and
 # allocating every way beside one that checks it keeps its slice, on the
-# stand-in: tests/gpu/hostile.sh); relocatable (the carried outputs boot the
+# stand-in: tests/gpu/hostile.sh); migrate (a TCG guest running a checker
+# live-migrated between two sandboxed QEMUs on two daemons that share
+# nothing, and a migration the destination refuses leaving the source
+# running: tests/vm/migrate.py); relocatable (the carried outputs boot the
 # echo suite from a copy at another path).
 # VCU_SUITES="unit echo" limits the run to the suites named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-suites=${VCU_SUITES:-"cold unit jail daemon fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo hostile relocatable"}
+suites=${VCU_SUITES:-"cold unit jail daemon fuzz qtest twins exports libcuda-exports cuda-loopback driver-loopback nvrt-loopback libs-loopback nvml-loopback dkms install-guest libvirt echo badinput hostmem quota cuda nvrt nvml demo hostile migrate relocatable"}
 passed=0
 failed=0
 log_dir=$top/build/test-logs
@@ -117,6 +120,8 @@ for s in $suites; do
     hostile) VCU_VM_BUILD_ONLY=1 tests/vm/run.sh share >"$log_dir/hostile-image.log" 2>&1
         run_suite hostile env VCU_HOSTILE_FAKE=1 VCU_HOSTILE_SECS=20 timeout 600 \
             tests/gpu/hostile.sh ;;
+    migrate) VCU_VM_BUILD_ONLY=1 tests/vm/run.sh migrate >"$log_dir/migrate-image.log" 2>&1
+        run_suite migrate env VCU_MIG_SECS=30 timeout 900 python3 tests/vm/migrate.py ;;
     echo | badinput | hostmem | quota | cuda | nvrt | nvml | demo) run_suite "vm-$s" tests/vm/run.sh "$s" ;;
     *) echo "unknown suite $s"; failed=$((failed + 1)) ;;
     esac

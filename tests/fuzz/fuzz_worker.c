@@ -291,6 +291,22 @@ void vcu_backend_submit(vcu_backend_t *be, vcu_request_t *req)
     req->done(req);
 }
 
+/* A migration frame (VCU_IPC_STATE) reaches the backend with a descriptor
+ * the worker took from the socket; answered at once, refused. */
+void vcu_backend_submit_state(vcu_backend_t *be, vcu_request_t *req, int fd)
+{
+    struct vcu_resp_hdr h;
+
+    (void)be;
+    FZ_CHECK(fd >= 0 && req->req_len >= sizeof(struct vcu_req_hdr) &&
+             req->resp_cap >= sizeof(h));
+    memset(&h, 0, sizeof(h));
+    h.status = VCU_S_EINVAL;
+    memcpy(req->resp, &h, sizeof(h));
+    req->resp_len = sizeof(h);
+    req->done(req);
+}
+
 /* ---- the harness ---------------------------------------------------------------- */
 
 static struct vcu_ipc_ring_ctl *fz_req_ctl, *fz_resp_ctl;

@@ -16,7 +16,10 @@
  *
  *   VCU-MANY TAG start
  *   VCU-MANY TAG tick rounds=R wrong=W violations=V
- *   VCU-MANY TAG done rounds=R wrong=W violations=V secs=S
+ *   VCU-MANY TAG done rounds=R wrong=W violations=V secs=S maxgap=G
+ *
+ * (G: the longest time between the ends of two rounds, in seconds: what
+ * the guest saw of a pause, tests/vm/migrate.py.)
  *   VCU-MANY TAG fault-seen ERROR          (exit status 3)
  *   VCU-MANY TAG error WHAT                (exit status 1)
  */
@@ -91,7 +94,7 @@ int main(int argc, char **argv)
     int *ix;
     unsigned long long *dsum, got, want;
     long long rounds = 0, wrong = 0, viol = 0;
-    double start, last, fault_at;
+    double start, last, fault_at, last_round = 0, maxgap = 0;
     size_t quota, fr, tot;
     int secs;
 
@@ -165,6 +168,13 @@ int main(int argc, char **argv)
                 viol++;
         }
         rounds++;
+        {
+            double t = now_s();
+
+            if (rounds > 1 && t - last_round > maxgap)
+                maxgap = t - last_round;
+            last_round = t;
+        }
         if (fault_at >= 0 && now_s() - start >= fault_at) {
             cudaError_t e;
 
@@ -182,8 +192,8 @@ int main(int argc, char **argv)
             last = now_s();
         }
     }
-    printf("VCU-MANY %s done rounds=%lld wrong=%lld violations=%lld secs=%.1f\n", tag, rounds,
-           wrong, viol, now_s() - start);
+    printf("VCU-MANY %s done rounds=%lld wrong=%lld violations=%lld secs=%.1f maxgap=%.3f\n", tag,
+           rounds, wrong, viol, now_s() - start, maxgap);
     fflush(stdout);
     return wrong == 0 && viol == 0 ? 0 : 1;
 }

@@ -224,6 +224,10 @@ def run(tmp, procs):
            f"rounds on the source {len(ticks_a)} ticks, on the destination {len(ticks_b)}; {done}")
     m = re.search(r'wrong=(\d+)', done or '')
     report('no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
+    g = re.search(r'maxgap=([0-9.]+)', done or '')
+    print(f"info: the guest's longest gap between two checked rounds {g.group(1) if g else '?'} s "
+          f"(a round alone takes {SECS / max(1, int(re.search(r'rounds=(\d+)', done).group(1)) if done else 1):.2f} s on average)",
+          flush=True)
     oops = [l for l in lines(sb) + lines(sa) if re.search(r'Oops|BUG:|Call Trace|panic', l)]
     report('no-guest-oops', not oops, '; '.join(oops[:3]))
     qb.wait(timeout=60)
