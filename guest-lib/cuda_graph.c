@@ -1238,6 +1238,19 @@ VCU__EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream
 
 /* ---- copies with host memory in a capture ------------------------------------ */
 
+int vcu__stream_capturing(vcu__ctx_t *c, uint64_t hs)
+{
+    struct vcu_cu_u64_req r = { .value = hs };
+    struct vcu_cu_capture_info_resp o;
+
+    if (__atomic_load_n(&vcu__captures, __ATOMIC_ACQUIRE) <= 0 || hs == VCU_CU_STREAM_LEGACY)
+        return 0;
+    memset(&o, 0, sizeof(o));
+    return vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_INFO, &r, sizeof(r), NULL, 0, &o,
+                     sizeof(o)) == CUDA_SUCCESS &&
+           o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
 /*
  * A copy between device memory (dptr) and host memory (host; op says the
  * direction) on stream hs of c while it captures.  The host cannot make

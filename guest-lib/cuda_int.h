@@ -343,6 +343,9 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
  */
 CUresult vcu__capture_copy(vcu__ctx_t *c, uint64_t hs, uint32_t op, uint64_t dptr, void *host,
                            size_t n, int *done);
+/* 1 if stream hs (host handle) of c is capturing (cuda_graph.c; asks the
+ * host only while a capture begun here has not ended). */
+int vcu__stream_capturing(vcu__ctx_t *c, uint64_t hs);
 
 /* A launch's parameter buffer (f->param_bytes) from kernelParams or
  * extra (cuda_exec.c). */

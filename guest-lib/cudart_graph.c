@@ -1116,6 +1116,19 @@ VCU__EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptu
 
 /* ---- copies with host memory in a capture --------------------------------- */
 
+int vcu__stream_capturing(int dev, uint64_t ws)
+{
+    struct vcu_cu_u64_req r = { .value = ws };
+    struct vcu_cu_capture_info_resp o;
+
+    if (__atomic_load_n(&vcu__captures, __ATOMIC_ACQUIRE) <= 0 || ws == VCU_CU_STREAM_LEGACY)
+        return 0;
+    memset(&o, 0, sizeof(o));
+    return vcu__call(dev, VCU_OP_CU_STREAM_CAPTURE_INFO, 0, &r, sizeof(r), NULL, 0, &o,
+                     sizeof(o)) == cudaSuccess &&
+           o.status == cudaStreamCaptureStatusActive;
+}
+
 /*
  * A copy between device and host memory (kind cudaMemcpyHostToDevice or
  * DeviceToHost) on stream ws of dev while it captures.  The host cannot

@@ -173,6 +173,9 @@ int vcu__host_range_stable(const void *p, uint64_t len);
  * the copy is the caller's. */
 cudaError_t vcu__capture_copy(int dev, uint64_t ws, void *dst, const void *src, size_t n,
                               enum cudaMemcpyKind kind, int *done);
+/* 1 if stream ws of dev is capturing (cudart_graph.c; asks the host only
+ * while a capture begun here has not ended). */
+int vcu__stream_capturing(int dev, uint64_t ws);
 
 /* ---- managed memory (cudart_managed.c over vcu_managed.c) --------------- */
 /* Before device work on stream ws of dev that may touch managed memory:

@@ -775,7 +775,10 @@ static cudaError_t vcu__host_func(cudaStream_t stream, void (*fn)(void *),
         e = vcu__cb_start();
     if (e != cudaSuccess)
         return e;
-    r.b = vcu__cb_new(fn, cb, stream, arg, 0);
+    /* In a capture the call becomes a host node of the graph, which runs
+     * it each time the graph runs: the record stays, as a graph host
+     * node's does. */
+    r.b = vcu__cb_new(fn, cb, stream, arg, vcu__stream_capturing(dev, r.a));
     if (r.b == 0)
         return cudaErrorMemoryAllocation;
     r.c = 0;
