@@ -376,8 +376,10 @@ VCU__EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
         *pi = 1;
         return CUDA_SUCCESS;
     /* What this library does not provide: concurrent managed access,
-     * pageable memory access, IPC. */
+     * pageable memory access, atomics of the guest's CPU on device
+     * memory, IPC. */
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:

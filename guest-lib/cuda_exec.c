@@ -233,6 +233,15 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
         e = vcu__stream(c, stream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
+    /* In a stream capture, a node of the capture's graph. */
+    if (async && op != VCU_OP_CU_MEMCPY_DTOD && n > 0) {
+        int done;
+
+        e = vcu__capture_copy(c, wire, op, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, host, n,
+                              &done);
+        if (done)
+            return e;
+    }
     /* A stream-ordered copy goes without waiting only where nothing is
      * left to fail at the call (known device ranges) and the host memory
      * stays put after it (this library's page-locked memory); from

@@ -17,6 +17,10 @@
 /* The graphs of captures asked for and not yet ended; under
  * vcu__drv.lock. */
 static vcu__graph_t *vcu__cap_graphs;
+/* Captures begun and not yet ended in this process; atomic.  While none
+ * is, copies need not ask whether their stream captures
+ * (vcu__capture_copy). */
+static int vcu__captures;
 
 static vcu__gnode_t *vcu__gnode_of(vcu__graph_t *g, uint64_t h);
 static CUresult vcu__list(vcu__graph_t *g, uint64_t gh, uint64_t nh, uint32_t what,
@@ -784,7 +788,10 @@ static CUresult vcu__begin_capture(CUstream hStream, CUstreamCaptureMode mode, i
     if (r.a == VCU_CU_STREAM_LEGACY)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     r.b = (uint64_t)mode;
-    return vcu__call(c->dev, VCU_OP_CU_STREAM_BEGIN_CAPTURE, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(c->dev, VCU_OP_CU_STREAM_BEGIN_CAPTURE, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e == CUDA_SUCCESS)
+        __atomic_fetch_add(&vcu__captures, 1, __ATOMIC_RELEASE);
+    return e;
 }
 
 VCU__EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
@@ -837,6 +844,7 @@ static vcu__graph_t *vcu__cap_graph_end(int dev, uint64_t id, uint64_t h)
     for (; gone != NULL; gone = g) {
         g = gone->cap_next;
         vcu__reg_del(gone);
+        vcu__stages_drop(&gone->stages);
         free(gone);
     }
     return kept;
@@ -873,6 +881,12 @@ static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
     e = vcu__call(c->dev, VCU_OP_CU_STREAM_END_CAPTURE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         o.value = 0;
+    /* The capture is over, made or not (not while it goes on: another
+     * thread's to end, or no capture at all). */
+    if ((e == CUDA_SUCCESS || e == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+         e == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) &&
+        __atomic_sub_fetch(&vcu__captures, 1, __ATOMIC_RELEASE) < 0)
+        __atomic_store_n(&vcu__captures, 0, __ATOMIC_RELEASE);
     g = asked ? vcu__cap_graph_end(c->dev, ci.id, o.value) : NULL;
     if (e != CUDA_SUCCESS || o.value == 0)
         return e;
@@ -2037,4 +2051,81 @@ VCU__EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
     free(n->kbuf);
     free(n);
     return CUDA_SUCCESS;
+}
+
+/* ---- copies with host memory in a capture ------------------------------------ */
+
+int vcu__stream_capturing(vcu__ctx_t *c, uint64_t hs)
+{
+    struct vcu_cu_u64_req r = { .value = hs };
+    struct vcu_cu_capture_info_resp o;
+
+    if (__atomic_load_n(&vcu__captures, __ATOMIC_ACQUIRE) <= 0 || hs == VCU_CU_STREAM_LEGACY)
+        return 0;
+    memset(&o, 0, sizeof(o));
+    return vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_INFO, &r, sizeof(r), NULL, 0, &o,
+                     sizeof(o)) == CUDA_SUCCESS &&
+           o.status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+/*
+ * A copy between device memory (dptr) and host memory (host; op says the
+ * direction) on stream hs of c while it captures.  The host cannot make
+ * it (no worker reaches pageable guest memory when the graph runs, and
+ * the copy's wait would end the capture), so it becomes what NVIDIA's
+ * driver makes of it: a memcpy node of the capture's graph, which moves
+ * the bytes each time the graph runs, made as cuGraphAddMemcpyNode makes
+ * one (pageable memory through a stage the graph owns, vcu_stage.h),
+ * after the capture's open dependencies and then the only one.  *done 0:
+ * the stream does not capture, the copy is the caller's.
+ */
+CUresult vcu__capture_copy(vcu__ctx_t *c, uint64_t hs, uint32_t op, uint64_t dptr, void *host,
+                           size_t n, int *done)
+{
+    struct vcu_cu_u64_req r = { .value = hs };
+    struct vcu_cu_capture_graph_resp o;
+    struct vcu_cu_update_deps_req u;
+    const CUgraphNode *deps = NULL;
+    CUDA_MEMCPY3D m;
+    CUgraphNode node;
+    CUgraph g;
+    size_t nd = 0;
+    CUresult e;
+
+    *done = 0;
+    if (__atomic_load_n(&vcu__captures, __ATOMIC_ACQUIRE) <= 0 || hs == VCU_CU_STREAM_LEGACY)
+        return CUDA_SUCCESS;
+    e = vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_GRAPH, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS || o.status != CU_STREAM_CAPTURE_STATUS_ACTIVE || o.graph == 0)
+        return CUDA_SUCCESS;        /* the copy itself says what is wrong */
+    *done = 1;
+    e = vcu__cap_graph_get(c->dev, o.id, o.graph, &g);
+    if (e == CUDA_SUCCESS && o.ndeps > 0)
+        e = vcu__capture_deps(c, hs, o.id, &deps, NULL, &nd);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&m, 0, sizeof(m));
+    m.WidthInBytes = n;
+    m.Height = 1;
+    m.Depth = 1;
+    if (op == VCU_OP_CU_MEMCPY_HTOD) {
+        m.srcMemoryType = CU_MEMORYTYPE_HOST;
+        m.srcHost = host;
+        m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.dstDevice = dptr;
+    } else {
+        m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.srcDevice = dptr;
+        m.dstMemoryType = CU_MEMORYTYPE_HOST;
+        m.dstHost = host;
+    }
+    e = cuGraphAddMemcpyNode(&node, g, deps, nd, &m, NULL);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&u, 0, sizeof(u));
+    u.stream = hs;
+    u.flags = CU_STREAM_SET_CAPTURE_DEPENDENCIES;
+    u.ndeps = 1;
+    u.node[0] = ((vcu__gnode_t *)node)->h;
+    return vcu__call(c->dev, VCU_OP_CU_STREAM_UPDATE_DEPS, &u, sizeof(u), NULL, 0, NULL, 0);
 }

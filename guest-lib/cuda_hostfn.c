@@ -136,15 +136,15 @@ static CUresult vcu__host_func(CUstream stream, CUhostFn fn, CUstreamCallback cb
     pthread_once(&vcu__hf_once, vcu__hf_start_once);
     if (!vcu__hf_thread_ok)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    r.b = vcu__hf_new(fn, cb, stream, arg, 0);
+    /* In a capture the call becomes a host node of the graph, which runs
+     * it each time the graph runs: the record stays, as a graph host
+     * node's does. */
+    r.b = vcu__hf_new(fn, cb, stream, arg, vcu__stream_capturing(c, r.a));
     if (r.b == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e = vcu__call(c->dev, VCU_OP_CU_STREAM_HOST_FUNC, &r, sizeof(r), NULL, 0, NULL, 0);
-    if (e != CUDA_SUCCESS) {
-        vcu__hf_t gone;
-
-        vcu__hf_take(r.b, &gone);
-    }
+    if (e != CUDA_SUCCESS)
+        vcu__hostfn_forget(r.b);
     return e;
 }
 

@@ -348,6 +348,16 @@ CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction 
  */
 CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n, int async,
                    CUstream stream, int ptsz);
+/*
+ * A copy between device memory dptr and host memory on stream hs while
+ * it captures: a memcpy node of the capture's graph (cuda_graph.c).
+ * *done 0: hs does not capture, the copy is the caller's.
+ */
+CUresult vcu__capture_copy(vcu__ctx_t *c, uint64_t hs, uint32_t op, uint64_t dptr, void *host,
+                           size_t n, int *done);
+/* 1 if stream hs (host handle) of c is capturing (cuda_graph.c; asks the
+ * host only while a capture begun here has not ended). */
+int vcu__stream_capturing(vcu__ctx_t *c, uint64_t hs);
 
 /* A launch's parameter buffer (f->param_bytes) from kernelParams or
  * extra (cuda_exec.c). */

@@ -671,3 +671,82 @@ VCU__EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks,
     return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
                                                                 dynamicSMemSize, 0);
 }
+
+/*
+ * cuOccupancyMaxPotentialBlockSize[WithFlags] run here, since the
+ * callback (dynamic shared memory per block size) is the program's: the
+ * search of cuda_runtime.h's cudaOccupancyMaxPotentialBlockSize-
+ * VariableSMemWithFlags, from the largest block the device and the
+ * function allow down by warps, asking the host's driver the occupancy of
+ * each (cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) and keeping
+ * the size that keeps the most threads resident; it stops early once an
+ * SM is full.
+ */
+static CUresult vcu__occupancy_best(int *minGridSize, int *blockSize, CUfunction func,
+                                    CUoccupancyB2DSize b2d, size_t dynamicSMemSize,
+                                    int blockSizeLimit, unsigned int flags)
+{
+    int per_sm, warp, dev_max, sms, fn_max, limit, aligned, best = 0, best_blocks = 0;
+    int best_threads = 0;
+    CUdevice dev;
+    CUresult e;
+
+    if (minGridSize == NULL || blockSize == NULL || func == NULL || blockSizeLimit < 0 ||
+        (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = cuCtxGetDevice(&dev);
+    if (e == CUDA_SUCCESS)
+        e = cuDeviceGetAttribute(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev);
+    if (e == CUDA_SUCCESS)
+        e = cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
+    if (e == CUDA_SUCCESS)
+        e = cuDeviceGetAttribute(&dev_max, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, dev);
+    if (e == CUDA_SUCCESS)
+        e = cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    if (e == CUDA_SUCCESS)
+        e = cuFuncGetAttribute(&fn_max, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (warp <= 0)
+        return CUDA_ERROR_UNKNOWN;
+    limit = blockSizeLimit == 0 || blockSizeLimit > dev_max ? dev_max : blockSizeLimit;
+    if (fn_max < limit)
+        limit = fn_max;
+    aligned = limit / warp * warp + (limit % warp ? warp : 0);
+    for (int a = aligned; a > 0; a -= warp) {
+        int bs = a > limit ? limit : a, blocks;
+
+        e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+            &blocks, func, bs, b2d != NULL ? b2d(bs) : dynamicSMemSize, flags);
+        if (e != CUDA_SUCCESS)
+            return e;
+        if (bs * blocks > best_threads) {
+            best = bs;
+            best_blocks = blocks;
+            best_threads = bs * blocks;
+        }
+        if (best_threads == per_sm)
+            break;
+    }
+    *minGridSize = best_blocks * sms;
+    *blockSize = best;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize,
+                                                      CUfunction func,
+                                                      CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                      size_t dynamicSMemSize, int blockSizeLimit)
+{
+    return vcu__occupancy_best(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+                               dynamicSMemSize, blockSizeLimit, CU_OCCUPANCY_DEFAULT);
+}
+
+VCU__EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(
+    int *minGridSize, int *blockSize, CUfunction func,
+    CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit,
+    unsigned int flags)
+{
+    return vcu__occupancy_best(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+                               dynamicSMemSize, blockSizeLimit, flags);
+}

@@ -9,10 +9,11 @@
  * synchronous copies, queries answering success).
  *
  * CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 1, CONCURRENT_MANAGED_ACCESS 0:
- * the host must not touch managed memory between a launch and the wait
- * for it.  Prefetches to the device send the host's writes at once;
- * prefetches to the host, advice and stream attachment are checked and
- * change nothing else (the next wait brings the device's writes back).
+ * a host access between device work and the wait for it waits for the
+ * device (vcu_managed.c).  Prefetches to the device send the host's writes
+ * at once; prefetches to the host and advice are checked and change
+ * nothing else (the next wait brings the device's writes back); stream
+ * attachment decides which work uses the memory (vcu__m_attach_to).
  */
 #include <string.h>
 
@@ -57,10 +58,11 @@ const vcu__m_ops_t vcu__m_ops = {
 static CUresult vcu__m_touch(int dev, uint64_t ws, uint64_t a, uint64_t b)
 {
     uint64_t base, size;
-    int d;
+    int d, ma = a != 0 && vcu__m_find(a, &base, &size, &d);
+    int mb = b != 0 && vcu__m_find(b, &base, &size, &d);
 
-    if (vcu__m_find(a, &base, &size, &d) || (b != 0 && vcu__m_find(b, &base, &size, &d)))
-        return (CUresult)vcu__m_use(dev, ws);
+    if (ma || mb)
+        return (CUresult)vcu__m_use(dev, ws, ma ? a : 0, mb ? b : 0);
     return CUDA_SUCCESS;
 }
 
@@ -78,10 +80,10 @@ CUresult vcu__managed_before(int dev, uint32_t op, const void *req)
     case VCU_OP_CU_LAUNCH:
     case VCU_OP_CU_LAUNCH_EX:           /* starts with CU_LAUNCH's struct */
         memcpy(&l, req, sizeof(l));
-        return (CUresult)vcu__m_use(dev, l.stream);
+        return (CUresult)vcu__m_use(dev, l.stream, 0, 0);
     case VCU_OP_CU_GRAPH_LAUNCH:
         memcpy(&g, req, sizeof(g));
-        return (CUresult)vcu__m_use(dev, g.b);
+        return (CUresult)vcu__m_use(dev, g.b, 0, 0);
     case VCU_OP_CU_MEMCPY_HTOD:
     case VCU_OP_CU_MEMCPY_DTOH:
     case VCU_OP_CU_MEMCPY_DTOD:
@@ -326,7 +328,7 @@ static CUresult vcu__m_attach(CUstream stream, CUdeviceptr p, size_t length, uns
     /* The whole allocation or nothing, as cuda.h requires. */
     if (length != 0 && (p != base || !vcu__m_find(p, &base, &size, &dev) || length != size))
         return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
+    return (CUresult)vcu__m_attach_to(base, ws, flags);
 }
 
 VCU__EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,

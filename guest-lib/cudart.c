@@ -234,6 +234,7 @@ int vcu__dev_attr(int dev, int attr)
     case cudaDevAttrManagedMemory:
         return 1;       /* emulated: cudart_managed.c */
     case cudaDevAttrConcurrentManagedAccess:
+    case cudaDevAttrHostNativeAtomicSupported:
     case cudaDevAttrPageableMemoryAccess:
     case cudaDevAttrPageableMemoryAccessUsesHostPageTables:
     case cudaDevAttrDirectManagedMemAccessFromHost:

@@ -38,6 +38,10 @@ typedef struct vcu__exec_s {
 } vcu__exec_t;
 
 static pthread_mutex_t vcu__graph_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Captures begun and not yet ended in this process; atomic.  While none
+ * is, copies need not ask whether their stream captures
+ * (vcu__capture_copy). */
+static int vcu__captures;
 
 /* The graphs of captures asked for and not yet ended; under
  * vcu__graph_mu. */
@@ -118,18 +122,45 @@ VCU__EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     return vcu__err(e);
 }
 
+/* Sends CU_GRAPH_ADD_NODE to g with host node handles hdeps and the
+ * trailing bytes: the new node's handle in *h. */
+static cudaError_t vcu__add_node_h(vcu__graph_t *g, const uint64_t *hdeps, size_t ndeps,
+                                   struct vcu_cu_graph_node_req *tmpl, const void *extra,
+                                   uint32_t extra_len, uint64_t *h)
+{
+    struct vcu_cu_u64_resp o;
+    size_t len = sizeof(*tmpl) + ndeps * 8 + extra_len;
+    char *q;
+    cudaError_t e;
+
+    if (ndeps > VCU_CU_MAX_DEPS)
+        return cudaErrorInvalidValue;
+    q = malloc(len);
+    if (q == NULL)
+        return cudaErrorMemoryAllocation;
+    tmpl->graph = g->h;
+    tmpl->ndeps = (uint32_t)ndeps;
+    memcpy(q, tmpl, sizeof(*tmpl));
+    if (ndeps)
+        memcpy(q + sizeof(*tmpl), hdeps, ndeps * 8);
+    if (extra_len)
+        memcpy(q + sizeof(*tmpl) + ndeps * 8, extra, extra_len);
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_ADD_NODE, 0, q, (uint32_t)len, NULL, 0, &o, sizeof(o));
+    free(q);
+    if (e == cudaSuccess)
+        *h = o.value;
+    return e;
+}
+
 /* Sends CU_GRAPH_ADD_NODE with the deps and trailing bytes; adds the node. */
 static cudaError_t vcu__add_node(cudaGraphNode_t *out, cudaGraph_t graph,
                                  const cudaGraphNode_t *deps, size_t ndeps,
                                  struct vcu_cu_graph_node_req *tmpl, const void *extra,
                                  uint32_t extra_len, uint64_t cookie)
 {
-    struct vcu_cu_u64_resp o;
+    uint64_t hd[VCU_CU_MAX_DEPS], h;
     vcu__graph_t *g;
     vcu__node_t *n;
-    uint64_t *d;
-    char *q;
-    size_t len;
     cudaError_t e;
 
     if (out == NULL || (ndeps > 0 && deps == NULL) || ndeps > VCU_CU_MAX_DEPS)
@@ -137,28 +168,14 @@ static cudaError_t vcu__add_node(cudaGraphNode_t *out, cudaGraph_t graph,
     e = vcu__graph(graph, &g);
     if (e != cudaSuccess)
         return e;
-    len = sizeof(*tmpl) + ndeps * 8 + extra_len;
-    q = malloc(len);
-    if (q == NULL)
-        return cudaErrorMemoryAllocation;
-    tmpl->graph = g->h;
-    tmpl->ndeps = (uint32_t)ndeps;
-    memcpy(q, tmpl, sizeof(*tmpl));
-    d = (uint64_t *)(q + sizeof(*tmpl));
     for (size_t i = 0; i < ndeps; i++) {
         vcu__node_t *dn = (vcu__node_t *)deps[i];
 
-        if (!vcu__reg_has(dn, VCU__H_NODE) || dn->g != g) {
-            free(q);
+        if (!vcu__reg_has(dn, VCU__H_NODE) || dn->g != g)
             return cudaErrorInvalidValue;
-        }
-        d[i] = dn->h;
+        hd[i] = dn->h;
     }
-    if (extra_len)
-        memcpy(q + sizeof(*tmpl) + ndeps * 8, extra, extra_len);
-    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_ADD_NODE, 0, q, (uint32_t)len, NULL, 0, &o,
-                  sizeof(o));
-    free(q);
+    e = vcu__add_node_h(g, hd, ndeps, tmpl, extra, extra_len, &h);
     if (e != cudaSuccess)
         return e;
     n = calloc(1, sizeof(*n));
@@ -166,7 +183,7 @@ static cudaError_t vcu__add_node(cudaGraphNode_t *out, cudaGraph_t graph,
         free(n);
         return cudaErrorMemoryAllocation;
     }
-    n->h = o.value;
+    n->h = h;
     n->g = g;
     n->cookie = cookie;
     n->kind = tmpl->kind;
@@ -280,6 +297,11 @@ static cudaError_t vcu__stage_new(vcu__graph_t *g, const vcu__copy_shape_t *c, u
     size_t n = 0;
     cudaError_t e;
 
+    /* The host function runs on the callback thread, which may not be
+     * running yet. */
+    e = vcu__cb_start();
+    if (e != cudaSuccess)
+        return e;
     st = vcu__stage_new_of(p, pitch, rows, c->width, c->height, c->depth, in,
                            vcu__stage_release, &n);
     if (st == NULL)
@@ -309,10 +331,9 @@ static cudaError_t vcu__stage_new(vcu__graph_t *g, const vcu__copy_shape_t *c, u
  * pageable host memory on one side through a stage (vcu_stage.h); on
  * both sides not supported.
  */
-static cudaError_t vcu__graph_copy(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
-                                   const cudaGraphNode_t *pDependencies, size_t numDependencies,
-                                   const vcu__copy_shape_t *c, enum cudaMemcpyKind kind,
-                                   const char *what)
+static cudaError_t vcu__graph_copy_req(vcu__graph_t *g, const vcu__copy_shape_t *c,
+                                       enum cudaMemcpyKind kind, const char *what,
+                                       struct vcu_cu_graph_node_req *rp)
 {
     struct vcu_cu_graph_node_req r;
     int src_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
@@ -324,29 +345,25 @@ static cudaError_t vcu__graph_copy(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
     int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
                   kind == cudaMemcpyDefault;
     vcu__stage_t *st = NULL;
-    vcu__graph_t *g;
     size_t sspan, dspan;
     uint64_t d, s;
-    cudaError_t e;
+    cudaError_t e = cudaSuccess;
 
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
-        return vcu__err(cudaErrorInvalidMemcpyDirection);
+        return cudaErrorInvalidMemcpyDirection;
     if (c->width == 0 || c->height == 0 || c->depth == 0)
-        return vcu__err(cudaErrorInvalidValue);
+        return cudaErrorInvalidValue;
     if (((c->height > 1 || c->depth > 1) && (c->spitch < c->width || c->dpitch < c->width)) ||
         (c->depth > 1 && (c->srows < c->height || c->drows < c->height)))
-        return vcu__err(cudaErrorInvalidPitchValue);
+        return cudaErrorInvalidPitchValue;
     sspan = vcu__stage_span(c->width, c->height, c->depth, c->spitch, c->srows);
     dspan = vcu__stage_span(c->width, c->height, c->depth, c->dpitch, c->drows);
     if (sspan == 0 || dspan == 0)
-        return vcu__err(cudaErrorInvalidValue);
-    e = vcu__graph(graph, &g);
-    if (e != cudaSuccess)
-        return vcu__err(e);
+        return cudaErrorInvalidValue;
     s = vcu__graph_side(c->src, sspan, src_dev, src_host);
     d = vcu__graph_side(c->dst, dspan, dst_dev, dst_host);
     if ((s == 0 && !src_host) || (d == 0 && !dst_host))
-        return vcu__err(cudaErrorInvalidValue);
+        return cudaErrorInvalidValue;
     if (s == 0 && d == 0)
         VCU__NOT_SUPPORTED(what, "pageable host memory on both sides of a graph copy");
     memset(&r, 0, sizeof(r));
@@ -370,13 +387,30 @@ static cudaError_t vcu__graph_copy(cudaGraphNode_t *pGraphNode, cudaGraph_t grap
         r.stage = VCU_CU_STAGE_OUT;
     }
     if (e != cudaSuccess)
-        return vcu__err(e);
+        return e;
     r.cookie = st != NULL ? st->cookie : 0;
     r.dst = d;
     r.src = s;
+    *rp = r;
+    return cudaSuccess;
+}
+
+static cudaError_t vcu__graph_copy(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                   const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                   const vcu__copy_shape_t *c, enum cudaMemcpyKind kind,
+                                   const char *what)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g;
+    cudaError_t e;
+
+    e = vcu__graph(graph, &g);
+    if (e == cudaSuccess)
+        e = vcu__graph_copy_req(g, c, kind, what, &r);
     /* A failed node leaves its stage to the graph: freed with it. */
-    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
-                                  0));
+    if (e == cudaSuccess)
+        e = vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0, 0);
+    return vcu__err(e);
 }
 
 VCU__EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
@@ -794,7 +828,10 @@ static cudaError_t vcu__begin_capture(cudaStream_t stream, enum cudaStreamCaptur
     if (r.a == VCU_CU_STREAM_LEGACY)
         return cudaErrorStreamCaptureUnsupported;
     r.b = (uint64_t)mode;   /* cudaStreamCaptureMode values equal CUstreamCaptureMode's */
-    return vcu__call(dev, VCU_OP_CU_STREAM_BEGIN_CAPTURE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(dev, VCU_OP_CU_STREAM_BEGIN_CAPTURE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e == cudaSuccess)
+        __atomic_fetch_add(&vcu__captures, 1, __ATOMIC_RELEASE);
+    return e;
 }
 
 VCU__EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
@@ -848,6 +885,7 @@ static vcu__graph_t *vcu__cap_graph_end(int dev, unsigned long long id, uint64_t
     for (; gone != NULL; gone = g) {
         g = gone->cap_next;
         vcu__reg_del(gone);
+        vcu__stages_drop(&gone->stages);
         free(gone);
     }
     return kept;
@@ -882,6 +920,12 @@ static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, in
     e = vcu__call(dev, VCU_OP_CU_STREAM_END_CAPTURE, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != cudaSuccess)
         o.value = 0;
+    /* The capture is over, made or not (not while it goes on: another
+     * thread's to end, or no capture at all). */
+    if ((e == cudaSuccess || e == cudaErrorStreamCaptureInvalidated ||
+         e == cudaErrorStreamCaptureUnjoined) &&
+        __atomic_sub_fetch(&vcu__captures, 1, __ATOMIC_RELEASE) < 0)
+        __atomic_store_n(&vcu__captures, 0, __ATOMIC_RELEASE);
     g = asked ? vcu__cap_graph_end(dev, ci.id, o.value) : NULL;
     if (e != cudaSuccess || o.value == 0)
         return e;
@@ -1492,4 +1536,86 @@ VCU__EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *fr
     if (e == cudaSuccess && edgeData != NULL)
         memset(edgeData, 0, *numEdges * sizeof(*edgeData));
     return e == cudaSuccess ? e : vcu__err(e);
+}
+
+/* ---- copies with host memory in a capture --------------------------------- */
+
+int vcu__stream_capturing(int dev, uint64_t ws)
+{
+    struct vcu_cu_u64_req r = { .value = ws };
+    struct vcu_cu_capture_info_resp o;
+
+    if (__atomic_load_n(&vcu__captures, __ATOMIC_ACQUIRE) <= 0 || ws == VCU_CU_STREAM_LEGACY)
+        return 0;
+    memset(&o, 0, sizeof(o));
+    return vcu__call(dev, VCU_OP_CU_STREAM_CAPTURE_INFO, 0, &r, sizeof(r), NULL, 0, &o,
+                     sizeof(o)) == cudaSuccess &&
+           o.status == cudaStreamCaptureStatusActive;
+}
+
+/*
+ * A copy between device and host memory (kind cudaMemcpyHostToDevice or
+ * DeviceToHost) on stream ws of dev while it captures.  The host cannot
+ * make it (no worker reaches pageable guest memory when the graph runs,
+ * and the copy's wait would end the capture), so it becomes what NVIDIA's
+ * runtime makes of it: a memcpy node of the capture's graph, which moves
+ * the bytes each time the graph runs, made as cudaGraphAddMemcpyNode1D
+ * makes one (pageable memory through a stage the graph owns,
+ * vcu_stage.h), after the capture's open dependencies and then the only
+ * one.  *done 0: the stream does not capture, the copy is the caller's.
+ */
+cudaError_t vcu__capture_copy(int dev, uint64_t ws, void *dst, const void *src, size_t n,
+                              enum cudaMemcpyKind kind, int *done)
+{
+    static int logged;
+    struct vcu_cu_u64_req r = { .value = ws };
+    struct vcu_cu_capture_graph_resp o;
+    struct vcu_cu_capture_deps_resp *dp = NULL;
+    struct vcu_cu_update_deps_req u;
+    struct vcu_cu_graph_node_req nr;
+    vcu__copy_shape_t c = { .dst = dst, .src = (unsigned char *)src, .dpitch = n,
+                            .spitch = n, .drows = 1, .srows = 1, .width = n,
+                            .height = 1, .depth = 1 };
+    cudaGraph_t graph;
+    uint64_t node;
+    size_t nd = 0;
+    cudaError_t e;
+
+    *done = 0;
+    if (__atomic_load_n(&vcu__captures, __ATOMIC_ACQUIRE) <= 0 || ws == VCU_CU_STREAM_LEGACY)
+        return cudaSuccess;
+    e = vcu__call(dev, VCU_OP_CU_STREAM_CAPTURE_GRAPH, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != cudaSuccess || o.status != cudaStreamCaptureStatusActive || o.graph == 0)
+        return cudaSuccess;         /* the copy itself says what is wrong */
+    *done = 1;
+    e = vcu__cap_graph_get(dev, o.id, o.graph, &graph);
+    if (e == cudaSuccess && o.ndeps > 0) {
+        dp = malloc(sizeof(*dp));
+        e = dp != NULL ? vcu__call(dev, VCU_OP_CU_STREAM_CAPTURE_DEPS, 0, &r, sizeof(r), NULL, 0,
+                                   dp, sizeof(*dp))
+                       : cudaErrorMemoryAllocation;
+        if (e == cudaSuccess && dp->ndeps > VCU_CU_MAX_CAPTURE_DEPS) {
+            vcu__log_once(&logged, "virtio-cuda: a copy in a stream capture with more than %u "
+                                   "open dependencies is not supported\n",
+                          VCU_CU_MAX_CAPTURE_DEPS);
+            e = cudaErrorNotSupported;
+        }
+        if (e == cudaSuccess)
+            nd = dp->status == cudaStreamCaptureStatusActive ? (size_t)dp->ndeps : 0;
+    }
+    if (e == cudaSuccess)
+        e = vcu__graph_copy_req((vcu__graph_t *)graph, &c, kind, "cudaMemcpyAsync in a capture",
+                                &nr);
+    if (e == cudaSuccess)
+        e = vcu__add_node_h((vcu__graph_t *)graph, dp != NULL ? dp->node : NULL, nd, &nr, NULL,
+                            0, &node);
+    free(dp);
+    if (e != cudaSuccess)
+        return e;
+    memset(&u, 0, sizeof(u));
+    u.stream = ws;
+    u.flags = cudaStreamSetCaptureDependencies;
+    u.ndeps = 1;
+    u.node[0] = node;
+    return vcu__call(dev, VCU_OP_CU_STREAM_UPDATE_DEPS, 0, &u, sizeof(u), NULL, 0, NULL, 0);
 }

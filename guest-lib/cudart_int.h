@@ -167,6 +167,16 @@ int vcu__dev_range_known(int dev, uint64_t p, uint64_t len);
 /* [p, p + len) lies inside one stable host allocation. */
 int vcu__host_range_stable(const void *p, uint64_t len);
 
+/* A copy between device and host memory (kind HostToDevice or
+ * DeviceToHost) on stream ws of dev while it captures: a memcpy node of
+ * the capture's graph (cudart_graph.c).  *done 0: ws does not capture,
+ * the copy is the caller's. */
+cudaError_t vcu__capture_copy(int dev, uint64_t ws, void *dst, const void *src, size_t n,
+                              enum cudaMemcpyKind kind, int *done);
+/* 1 if stream ws of dev is capturing (cudart_graph.c; asks the host only
+ * while a capture begun here has not ended). */
+int vcu__stream_capturing(int dev, uint64_t ws);
+
 /* ---- managed memory (cudart_managed.c over vcu_managed.c) --------------- */
 /* Before device work on stream ws of dev that may touch managed memory:
  * sends the host's writes, counts the device as writing. */

@@ -54,19 +54,21 @@ const vcu__m_ops_t vcu__m_ops = {
 
 cudaError_t vcu__managed_use(int dev, uint64_t ws)
 {
-    return (cudaError_t)vcu__m_use(dev, ws);
+    return (cudaError_t)vcu__m_use(dev, ws, 0, 0);
 }
 
 cudaError_t vcu__managed_touch(int dev, uint64_t ws, const void *a, const void *b)
 {
     vcu__alloc_t x;
+    int ma, mb;
 
     if (!vcu__m_any())
         return cudaSuccess;
-    if ((vcu__mem_find((uint64_t)(uintptr_t)a, &x) == 0 && x.kind == VCU__M_MANAGED) ||
-        (b != NULL && vcu__mem_find((uint64_t)(uintptr_t)b, &x) == 0 &&
-         x.kind == VCU__M_MANAGED))
-        return vcu__managed_use(dev, ws);
+    ma = vcu__mem_find((uint64_t)(uintptr_t)a, &x) == 0 && x.kind == VCU__M_MANAGED;
+    mb = b != NULL && vcu__mem_find((uint64_t)(uintptr_t)b, &x) == 0 && x.kind == VCU__M_MANAGED;
+    if (ma || mb)
+        return (cudaError_t)vcu__m_use(dev, ws, ma ? (uint64_t)(uintptr_t)a : 0,
+                                       mb ? (uint64_t)(uintptr_t)b : 0);
     return cudaSuccess;
 }
 
@@ -236,6 +238,8 @@ static cudaError_t vcu__m_attach(cudaStream_t stream, void *p, size_t length,
     /* The whole allocation or nothing, as CUDA requires. */
     if (e == cudaSuccess && length != 0 && ((uint64_t)(uintptr_t)p != a.base || length != a.size))
         e = cudaErrorInvalidValue;
+    if (e == cudaSuccess)
+        e = (cudaError_t)vcu__m_attach_to(a.base, ws, flags);
     return e;
 }
 

@@ -613,6 +613,14 @@ static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemc
         memmove(dst, src, n);
         return cudaSuccess;
     }
+    /* In a stream capture, a node of the capture's graph. */
+    if (async && kind != cudaMemcpyDeviceToDevice) {
+        int done;
+
+        e = vcu__capture_copy(dev, ws, dst, src, n, kind, &done);
+        if (done)
+            return e;
+    }
     e = vcu__managed_touch(dev, ws, dst, src);
     if (e != cudaSuccess)
         return e;

@@ -323,63 +323,68 @@ VCU__EXPORT cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long
 }
 
 /*
- * Stream attributes: priority and synchronization policy read back; the
- * policy may be set (it is recorded: how the guest waits does not change),
- * the priority only to the value it has (the host stream keeps its own);
- * an access policy window reads as none.  Anything else is not supported.
+ * Stream attributes are the host stream's: cuStreamGetAttribute and
+ * cuStreamSetAttribute (CU_CALL), which check the attribute and value as
+ * NVIDIA's driver does (cuda_calls.list names the attributes the host
+ * passes on; others are cudaErrorNotSupported).  The priority, which
+ * cudaStreamGetPriority answers from the stream's record, may be set only
+ * to the value it has.
  */
 static cudaError_t vcu__stream_get_attr(cudaStream_t s, cudaLaunchAttributeID attr,
                                         cudaLaunchAttributeValue *v, int ptsz)
 {
-    vcu__stream_t *st;
+    struct vcu_call_cuStreamGetAttribute_req r;
+    struct vcu_call_cuStreamGetAttribute_resp o;
+    uint64_t ws;
     int dev;
     cudaError_t e;
 
+    _Static_assert(sizeof(o.value_out) >= sizeof(*v), "cudaLaunchAttributeValue");
     if (v == NULL)
         return cudaErrorInvalidValue;
-    e = vcu__stream_get(s, ptsz, &st, &dev);
+    e = vcu__stream(s, ptsz, &dev, &ws);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
     if (e != cudaSuccess)
         return e;
-    switch (attr) {
-    case cudaLaunchAttributePriority:
-        memset(v, 0, sizeof(*v));
-        v->priority = st != NULL ? st->priority : 0;
-        return cudaSuccess;
-    case cudaLaunchAttributeSynchronizationPolicy:
-        memset(v, 0, sizeof(*v));
-        v->syncPolicy = st != NULL ? (enum cudaSynchronizationPolicy)st->sync_policy
-                                   : cudaSyncPolicyAuto;
-        return cudaSuccess;
-    case cudaLaunchAttributeAccessPolicyWindow:
-        memset(v, 0, sizeof(*v));
-        return cudaSuccess;
-    default:
-        VCU__NOT_SUPPORTED("cudaStreamGetAttribute of this attribute", "");
-    }
+    VCU_CALL_INIT(r, cuStreamGetAttribute);
+    r.hStream = ws;
+    r.attr = (uint32_t)attr;        /* cudaLaunchAttributeID values equal CUlaunchAttributeID's */
+    e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess)
+        memcpy(v, o.value_out, sizeof(*v));
+    return e;
 }
 
 static cudaError_t vcu__stream_set_attr(cudaStream_t s, cudaLaunchAttributeID attr,
                                         const cudaLaunchAttributeValue *v, int ptsz)
 {
+    struct vcu_call_cuStreamSetAttribute_req r;
+    struct vcu_call_cuStreamSetAttribute_resp o;
     vcu__stream_t *st;
+    uint64_t ws;
     int dev;
     cudaError_t e;
 
+    _Static_assert(sizeof(r.value) >= sizeof(*v), "cudaLaunchAttributeValue");
     if (v == NULL)
         return cudaErrorInvalidValue;
-    e = vcu__stream_get(s, ptsz, &st, &dev);
+    e = vcu__stream(s, ptsz, &dev, &ws);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
     if (e != cudaSuccess)
         return e;
-    if (attr == cudaLaunchAttributeSynchronizationPolicy && st != NULL) {
-        if (v->syncPolicy < cudaSyncPolicyAuto || v->syncPolicy > cudaSyncPolicyBlockingSync)
-            return cudaErrorInvalidValue;
-        st->sync_policy = v->syncPolicy;
-        return cudaSuccess;
-    }
+    st = ws >= VCU_CU_HANDLE_MIN ? (vcu__stream_t *)s : NULL;
     if (attr == cudaLaunchAttributePriority && v->priority == (st != NULL ? st->priority : 0))
         return cudaSuccess;
-    VCU__NOT_SUPPORTED("cudaStreamSetAttribute",
-                       "only a created stream's synchronization policy can change");
+    VCU_CALL_INIT(r, cuStreamSetAttribute);
+    r.hStream = ws;
+    r.attr = (uint32_t)attr;
+    memcpy(r.value, v, sizeof(*v));
+    e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess && st != NULL && attr == cudaLaunchAttributeSynchronizationPolicy)
+        st->sync_policy = v->syncPolicy;
+    return e;
 }
 
 VCU__EXPORT cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr,
@@ -422,22 +427,34 @@ VCU__EXPORT cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream,
     return e == cudaSuccess ? e : vcu__err(e);
 }
 
-/* Copies what a stream's attributes hold here: the synchronization policy. */
+/*
+ * The host's cuStreamCopyAttributes (CU_CALL) copies every attribute, the
+ * priority too (NVIDIA's driver, measured), so the records follow.
+ */
 static cudaError_t vcu__stream_copy_attrs(cudaStream_t dst, cudaStream_t src, int ptsz)
 {
-    cudaLaunchAttributeValue v;
+    struct vcu_call_cuStreamCopyAttributes_req r;
+    struct vcu_call_cuStreamCopyAttributes_resp o;
+    vcu__stream_t *sd, *ss;
+    int dev, sdev;
     cudaError_t e;
 
-    e = vcu__stream_get_attr(src, cudaLaunchAttributeSynchronizationPolicy, &v, ptsz);
-    if (e == cudaSuccess) {
-        vcu__stream_t *st;
-        int dev;
-
-        e = vcu__stream_get(dst, ptsz, &st, &dev);
-        if (e == cudaSuccess && st != NULL)
-            st->sync_policy = v.syncPolicy;
-        else if (e == cudaSuccess && v.syncPolicy != cudaSyncPolicyAuto)
-            e = vcu__stream_set_attr(dst, cudaLaunchAttributeSynchronizationPolicy, &v, ptsz);
+    VCU_CALL_INIT(r, cuStreamCopyAttributes);
+    e = vcu__stream(dst, ptsz, &dev, &r.dst);
+    if (e == cudaSuccess)
+        e = vcu__stream(src, ptsz, &sdev, &r.src);
+    if (e == cudaSuccess && sdev != dev)
+        e = cudaErrorInvalidResourceHandle;
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e != cudaSuccess)
+        return e;
+    sd = r.dst >= VCU_CU_HANDLE_MIN ? (vcu__stream_t *)dst : NULL;
+    ss = r.src >= VCU_CU_HANDLE_MIN ? (vcu__stream_t *)src : NULL;
+    e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess && sd != NULL) {
+        sd->priority = ss != NULL ? ss->priority : 0;
+        sd->sync_policy = ss != NULL ? ss->sync_policy : cudaSyncPolicyAuto;
     }
     return e;
 }
@@ -758,7 +775,10 @@ static cudaError_t vcu__host_func(cudaStream_t stream, void (*fn)(void *),
         e = vcu__cb_start();
     if (e != cudaSuccess)
         return e;
-    r.b = vcu__cb_new(fn, cb, stream, arg, 0);
+    /* In a capture the call becomes a host node of the graph, which runs
+     * it each time the graph runs: the record stays, as a graph host
+     * node's does. */
+    r.b = vcu__cb_new(fn, cb, stream, arg, vcu__stream_capturing(dev, r.a));
     if (r.b == 0)
         return cudaErrorMemoryAllocation;
     r.c = 0;

@@ -20,20 +20,31 @@
  *
  * Host writes are found with mprotect: a clean shadow is read-only, the
  * first write faults, the SIGSEGV handler marks the region host-dirty and
- * makes it writable.  Device writes are counted per device (gen): every
- * use of the device bumps it, a region whose seen_gen lags is stale.  So
- * a read-only host phase costs no copy to the device, and launches with no
- * host access in between cost no copies at all.
+ * makes it writable.  Device work makes a region busy: from the use
+ * until a wait that covers it the shadow is inaccessible (PROT_NONE),
+ * so a read-only host phase costs no copy to the device, launches with
+ * no host access in between cost no copies at all, and the host never
+ * sees a stale shadow.
  *
- * The copies run on a private non-blocking stream per device and are
- * waited for before the call returns, so the launch that follows a copy
- * to the device is sent after it has finished, and a copy back waits for
- * nothing but itself.
+ * Which device work touches a region follows its attachment, as CUDA
+ * defines it for devices without concurrent managed access
+ * (cudaStreamAttachMemAsync, cudaMallocManaged's flags): a global region
+ * is touched by work on any stream and covered by a wait for the whole
+ * device or for the one stream all work since the last such wait went
+ * to; a region attached to one stream is touched by work on that stream
+ * (and copies naming it) and covered by a wait for it; a region attached
+ * to the host is touched by nothing but copies naming it and never
+ * stays busy past a wait.  So the host may work on host-attached and
+ * other streams' memory while kernels run, as CUDA allows.
  *
- * Concurrent managed access is not offered: the host must not touch
- * managed memory between a launch and the wait for it.  A region that
- * the host wrote and the device may have written keeps the host's data
- * (the host wrote after a wait that did not cover every stream).
+ * Concurrent managed access is not offered.  A host access to a busy
+ * region (which CUDA forbids on such devices: the program has not waited)
+ * does not see stale data nor lose its writes: the fault handler waits
+ * for the device, brings its writes back and lets the access go on, as
+ * if the program had synchronized there (logged once).  Where it cannot
+ * (the faulting thread is this layer's own) the fault is fatal.  A region
+ * that the host wrote and the device may have written keeps the host's
+ * data.
  *
  * Loopback (tests): the program and the CPU stand-in share one process
  * and device pointers are host pointers, so the device memory is the
@@ -71,19 +82,21 @@ typedef struct vcu__mreg_s {
     uint64_t len;                   /* shadow bytes: size rounded up to pages */
     uint64_t size;                  /* bytes asked for */
     uint64_t dptr;                  /* what CU_MEM_ALLOC returned, for CU_MEM_FREE */
-    uint64_t seen_gen;              /* device gen the shadow is up to date with */
+    uint64_t astream;               /* the stream of a VCU__M_ATTACH_SINGLE region */
+    int attach;                     /* VCU__M_ATTACH_* */
     int dev;
     int shadow;                     /* 0 in loopback: no shadow, no coherence */
     int host_dirty;                 /* shadow writable: the host may have written */
+    int busy;                       /* device work may use it: shadow PROT_NONE */
+    int dev_dirty;                  /* the device may have written since the copy back */
 } vcu__mreg_t;
 
 /* Per device, under vcu__m_mu. */
 typedef struct vcu__mdev_s {
     uint64_t stream;                /* private non-blocking stream; 0 until made */
-    uint64_t gen;                   /* bumped by each device use */
-    uint64_t clean_gen;             /* gen at the last wait that covered every use */
-    uint64_t lstream;               /* the stream of the uses since then */
-    int multi;                      /* ... or they went to more than one stream */
+    uint64_t lstream;               /* the stream of the uses since the last full wait */
+    int used;                       /* some use since then */
+    int multi;                      /* ... on more than one stream */
 } vcu__mdev_t;
 
 /*
@@ -95,6 +108,8 @@ typedef struct vcu__mdev_s {
  * waits on program work.
  */
 static pthread_mutex_t vcu__m_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t vcu__m_owner;      /* holder of vcu__m_mu, if vcu__m_owned */
+static int vcu__m_owned;            /* atomic */
 static vcu__mreg_t vcu__mregs[VCU__MAX_MANAGED];
 static int vcu__m_top;              /* slots in use are below it; atomic */
 static vcu__mdev_t vcu__mdev[VCU_CU_MAX_DEVICES];
@@ -106,6 +121,19 @@ static pthread_once_t vcu__m_sig_once = PTHREAD_ONCE_INIT;
 static struct sigaction vcu__m_old_sa;
 static int vcu__m_sig_ok;
 
+static void vcu__m_lock(void)
+{
+    pthread_mutex_lock(&vcu__m_mu);
+    vcu__m_owner = pthread_self();
+    __atomic_store_n(&vcu__m_owned, 1, __ATOMIC_RELEASE);
+}
+
+static void vcu__m_unlock(void)
+{
+    __atomic_store_n(&vcu__m_owned, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&vcu__m_mu);
+}
+
 static uint64_t vcu__m_page(void)
 {
     long p = sysconf(_SC_PAGESIZE);
@@ -114,6 +142,49 @@ static uint64_t vcu__m_page(void)
 }
 
 /* ---- host writes: the fault handler ------------------------------------- */
+
+static int vcu__m_refresh_one_locked(vcu__mreg_t *m);
+
+/*
+ * A host access to busy region m (the program did not wait for the
+ * device): waits for the device, brings its writes back, and leaves the
+ * region as after a wait.  1: the access may go on (retried), 0: it
+ * cannot (the faulting thread holds vcu__m_mu: fatal).  Runs in the
+ * handler, on the thread that faulted, as that thread would have called
+ * cuCtxSynchronize.
+ */
+static int vcu__m_fault_wait(vcu__mreg_t *m, uint64_t b)
+{
+    static int logged;
+    struct vcu_cu_hdr h;
+    int ok = 1;
+
+    if (__atomic_load_n(&vcu__m_owned, __ATOMIC_ACQUIRE) &&
+        pthread_equal(vcu__m_owner, pthread_self()))
+        return 0;
+    vcu__log_once(&logged, "%s: the host touched managed memory that device work may be "
+                           "using (no concurrent managed access): waited for the device\n",
+                  vcu__m_ops.name);
+    vcu__m_lock();
+    if (m->base == b && m->busy) {
+        memset(&h, 0, sizeof(h));
+        ok = vcu__m_ops.call(m->dev, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), NULL, 0, NULL,
+                             0) == 0;
+        /* Every region of the device is covered now. */
+        for (int i = 0; ok && i < vcu__m_top; i++) {
+            vcu__mreg_t *o = &vcu__mregs[i];
+
+            if (o->base != 0 && o->shadow && o->dev == m->dev && o->busy)
+                ok = vcu__m_refresh_one_locked(o) == 0;
+        }
+        if (ok) {
+            vcu__mdev[m->dev].used = 0;
+            vcu__mdev[m->dev].multi = 0;
+        }
+    }
+    vcu__m_unlock();
+    return ok;
+}
 
 static void vcu__m_fault(int sig, siginfo_t *si, void *uc)
 {
@@ -128,6 +199,14 @@ static void vcu__m_fault(int sig, siginfo_t *si, void *uc)
 
         if (b == 0 || a < b || a - b >= len || !m->shadow)
             continue;
+        if (__atomic_load_n(&m->busy, __ATOMIC_ACQUIRE)) {
+            /* Retried: a write faults again below, on a clean shadow. */
+            if (vcu__m_fault_wait(m, b)) {
+                errno = saved;
+                return;
+            }
+            break;
+        }
         if (!__atomic_exchange_n(&m->host_dirty, 1, __ATOMIC_ACQ_REL))
             __atomic_fetch_add(&vcu__m_ndirty, 1, __ATOMIC_RELAXED);
         if (mprotect((void *)(uintptr_t)b, len, PROT_READ | PROT_WRITE) == 0) {
@@ -211,107 +290,158 @@ static int vcu__m_xfer(vcu__mreg_t *m, int htod)
     return 0;
 }
 
-/* Host writes of dev's shadows (or of only) to the device. */
-static int vcu__m_flush_locked(int dev, const vcu__mreg_t *only)
+/* The host's writes of region m to the device; the shadow is left
+ * read-only (a write from now on faults and marks it again). */
+static int vcu__m_flush_one_locked(vcu__mreg_t *m)
 {
+    void *p = (void *)(uintptr_t)m->base;
     int e;
 
-    if (__atomic_load_n(&vcu__m_ndirty, __ATOMIC_ACQUIRE) == 0)
+    if (!__atomic_exchange_n(&m->host_dirty, 0, __ATOMIC_ACQ_REL))
         return 0;
-    for (int i = 0; i < vcu__m_top; i++) {
-        vcu__mreg_t *m = &vcu__mregs[i];
-        void *p = (void *)(uintptr_t)m->base;
-
-        if (m->base == 0 || !m->shadow || m->dev != dev || (only != NULL && m != only))
-            continue;
-        if (!__atomic_exchange_n(&m->host_dirty, 0, __ATOMIC_ACQ_REL))
-            continue;
-        __atomic_fetch_sub(&vcu__m_ndirty, 1, __ATOMIC_RELAXED);
-        /* Read-only before the copy: a write from now on faults and
-         * marks the region again; one before it is in the copy. */
-        mprotect(p, m->len, PROT_READ);
-        e = vcu__m_xfer(m, 1);
-        if (e != 0) {
-            if (!__atomic_exchange_n(&m->host_dirty, 1, __ATOMIC_ACQ_REL))
-                __atomic_fetch_add(&vcu__m_ndirty, 1, __ATOMIC_RELAXED);
-            mprotect(p, m->len, PROT_READ | PROT_WRITE);
-            return e;
-        }
+    __atomic_fetch_sub(&vcu__m_ndirty, 1, __ATOMIC_RELAXED);
+    /* Read-only before the copy: a write before it is in the copy. */
+    mprotect(p, m->len, PROT_READ);
+    e = vcu__m_xfer(m, 1);
+    if (e != 0) {
+        if (!__atomic_exchange_n(&m->host_dirty, 1, __ATOMIC_ACQ_REL))
+            __atomic_fetch_add(&vcu__m_ndirty, 1, __ATOMIC_RELAXED);
+        mprotect(p, m->len, PROT_READ | PROT_WRITE);
+    } else if (m->busy) {
+        mprotect(p, m->len, PROT_NONE);
     }
-    return 0;
+    return e;
 }
 
-/* Device writes of dev's managed memory back to the shadows. */
-static int vcu__m_refresh_locked(int dev, int full)
+/*
+ * Region m is no longer busy: the device's writes come back (unless the
+ * host wrote: its data wins) and the shadow is readable again.
+ */
+static int vcu__m_refresh_one_locked(vcu__mreg_t *m)
 {
-    vcu__mdev_t *d = &vcu__mdev[dev];
-    int e;
+    void *p = (void *)(uintptr_t)m->base;
+    int e = 0;
 
-    for (int i = 0; i < vcu__m_top; i++) {
-        vcu__mreg_t *m = &vcu__mregs[i];
-        void *p = (void *)(uintptr_t)m->base;
-
-        if (m->base == 0 || !m->shadow || m->dev != dev || m->seen_gen == d->gen)
-            continue;
-        if (__atomic_load_n(&m->host_dirty, __ATOMIC_ACQUIRE)) {
-            /* The host wrote after a wait: its data wins. */
-            if (full)
-                m->seen_gen = d->gen;
-            continue;
-        }
+    if (m->dev_dirty && !__atomic_load_n(&m->host_dirty, __ATOMIC_ACQUIRE)) {
         /* The driver pins the pages for writing: writable for the copy. */
         if (mprotect(p, m->len, PROT_READ | PROT_WRITE) != 0)
             return vcu__m_ops.unknown;
         e = vcu__m_xfer(m, 0);
-        mprotect(p, m->len, PROT_READ);
-        if (e != 0)
+        if (e != 0) {
+            mprotect(p, m->len, PROT_NONE);
             return e;
-        if (full)
-            m->seen_gen = d->gen;
+        }
     }
-    if (full)
-        d->clean_gen = d->gen;
+    m->dev_dirty = 0;
+    __atomic_store_n(&m->busy, 0, __ATOMIC_RELEASE);
+    mprotect(p, m->len, __atomic_load_n(&m->host_dirty, __ATOMIC_ACQUIRE)
+                            ? PROT_READ | PROT_WRITE : PROT_READ);
     return 0;
+}
+
+/* Whether device work on stream ws touches region m (a, b: the managed
+ * ranges a copy names, 0 for none). */
+static int vcu__m_touches(const vcu__mreg_t *m, uint64_t ws, uint64_t a, uint64_t b)
+{
+    if ((a != 0 && a - m->base < m->len) || (b != 0 && b - m->base < m->len))
+        return 1;
+    switch (m->attach) {
+    case VCU__M_ATTACH_GLOBAL:
+        return 1;
+    case VCU__M_ATTACH_SINGLE:
+        return m->astream == ws;
+    default:
+        return 0;
+    }
 }
 
 /* ---- hooks -------------------------------------------------------------- */
 
-int vcu__m_use(int dev, uint64_t ws)
-{
-    vcu__mdev_t *d = &vcu__mdev[dev];
-    int e;
-
-    if (__atomic_load_n(&vcu__m_nshadow, __ATOMIC_ACQUIRE) == 0)
-        return 0;
-    pthread_mutex_lock(&vcu__m_mu);
-    e = vcu__m_flush_locked(dev, NULL);
-    if (d->gen == d->clean_gen) {
-        d->lstream = ws;
-        d->multi = 0;
-    } else if (d->lstream != ws) {
-        d->multi = 1;
-    }
-    d->gen++;
-    pthread_mutex_unlock(&vcu__m_mu);
-    return e;
-}
-
-int vcu__m_sync(int dev, uint64_t ws, int full)
+int vcu__m_use(int dev, uint64_t ws, uint64_t a, uint64_t b)
 {
     vcu__mdev_t *d = &vcu__mdev[dev];
     int e = 0;
 
     if (__atomic_load_n(&vcu__m_nshadow, __ATOMIC_ACQUIRE) == 0)
         return 0;
-    pthread_mutex_lock(&vcu__m_mu);
-    if (d->gen != d->clean_gen) {
-        /* A wait on the one stream every use since the last clean went
-         * to covers them all. */
-        full = full || (!d->multi && d->lstream == ws);
-        e = vcu__m_refresh_locked(dev, full);
+    vcu__m_lock();
+    for (int i = 0; i < vcu__m_top && e == 0; i++) {
+        vcu__mreg_t *m = &vcu__mregs[i];
+
+        if (m->base == 0 || !m->shadow || m->dev != dev || !vcu__m_touches(m, ws, a, b))
+            continue;
+        e = vcu__m_flush_one_locked(m);
+        if (e == 0 && !m->busy) {
+            __atomic_store_n(&m->busy, 1, __ATOMIC_RELEASE);
+            mprotect((void *)(uintptr_t)m->base, m->len, PROT_NONE);
+        }
+        m->dev_dirty = 1;
     }
-    pthread_mutex_unlock(&vcu__m_mu);
+    if (!d->used) {
+        d->used = 1;
+        d->lstream = ws;
+        d->multi = 0;
+    } else if (d->lstream != ws) {
+        d->multi = 1;
+    }
+    vcu__m_unlock();
     return e;
+}
+
+int vcu__m_sync(int dev, uint64_t ws, int full)
+{
+    vcu__mdev_t *d = &vcu__mdev[dev];
+    int e = 0, global;
+
+    if (__atomic_load_n(&vcu__m_nshadow, __ATOMIC_ACQUIRE) == 0)
+        return 0;
+    vcu__m_lock();
+    /* A wait on the one stream every use since the last full wait went
+     * to covers the global regions too. */
+    global = full || (d->used && !d->multi && d->lstream == ws);
+    for (int i = 0; i < vcu__m_top && e == 0; i++) {
+        vcu__mreg_t *m = &vcu__mregs[i];
+        int covered;
+
+        if (m->base == 0 || !m->shadow || m->dev != dev || !m->busy)
+            continue;
+        switch (m->attach) {
+        case VCU__M_ATTACH_GLOBAL:
+            covered = global;
+            break;
+        case VCU__M_ATTACH_SINGLE:
+            covered = full || m->astream == ws;
+            break;
+        default:                    /* host: only a copy that named it */
+            covered = 1;
+            break;
+        }
+        if (covered)
+            e = vcu__m_refresh_one_locked(m);
+    }
+    if (global && e == 0)
+        d->used = 0;
+    vcu__m_unlock();
+    return e;
+}
+
+int vcu__m_attach_to(uint64_t base, uint64_t ws, unsigned int flags)
+{
+    if (__atomic_load_n(&vcu__m_nmanaged, __ATOMIC_ACQUIRE) == 0)
+        return 0;
+    vcu__m_lock();
+    for (int i = 0; i < vcu__m_top; i++) {
+        vcu__mreg_t *m = &vcu__mregs[i];
+
+        if (m->base == 0 || base - m->base >= m->len)
+            continue;
+        m->attach = flags == VCU__M_ATTACH_HOST || flags == VCU__M_ATTACH_SINGLE
+                        ? (int)flags : VCU__M_ATTACH_GLOBAL;
+        m->astream = ws;
+        break;
+    }
+    vcu__m_unlock();
+    return 0;
 }
 
 /* ---- allocation --------------------------------------------------------- */
@@ -428,7 +558,10 @@ static int vcu__m_alloc_locked(int dev, size_t size, unsigned int flags, void **
     m = &vcu__mregs[slot];
     m->size = size;
     m->dptr = dptr;
-    m->seen_gen = vcu__mdev[dev].gen;
+    m->attach = flags == VCU__M_ATTACH_HOST ? VCU__M_ATTACH_HOST : VCU__M_ATTACH_GLOBAL;
+    m->astream = 0;
+    m->busy = 0;
+    m->dev_dirty = 0;
     m->dev = dev;
     m->shadow = !loop;
     m->host_dirty = 0;
@@ -457,7 +590,7 @@ static void vcu__m_drop_locked(vcu__mreg_t *m)
 
 void vcu__m_forget_dev(int dev)
 {
-    pthread_mutex_lock(&vcu__m_mu);
+    vcu__m_lock();
     for (int i = 0; i < vcu__m_top; i++) {
         vcu__mreg_t *m = &vcu__mregs[i];
 
@@ -468,7 +601,7 @@ void vcu__m_forget_dev(int dev)
         vcu__m_drop_locked(m);
     }
     memset(&vcu__mdev[dev], 0, sizeof(vcu__mdev[dev]));
-    pthread_mutex_unlock(&vcu__m_mu);
+    vcu__m_unlock();
 }
 
 
@@ -476,9 +609,9 @@ int vcu__m_alloc(int dev, size_t size, unsigned int flags, void **out)
 {
     int e;
 
-    pthread_mutex_lock(&vcu__m_mu);
+    vcu__m_lock();
     e = vcu__m_alloc_locked(dev, size, flags, out);
-    pthread_mutex_unlock(&vcu__m_mu);
+    vcu__m_unlock();
     return e;
 }
 
@@ -486,12 +619,12 @@ int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr)
 {
     vcu__mreg_t *m = NULL;
 
-    pthread_mutex_lock(&vcu__m_mu);
+    vcu__m_lock();
     for (int i = 0; i < vcu__m_top && m == NULL; i++)
         if (vcu__mregs[i].base == base && base != 0)
             m = &vcu__mregs[i];
     if (m == NULL) {
-        pthread_mutex_unlock(&vcu__m_mu);
+        vcu__m_unlock();
         return -1;
     }
     *dev = m->dev;
@@ -499,7 +632,7 @@ int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr)
     vcu__m_drop_locked(m);
     if (m->shadow)
         munmap((void *)(uintptr_t)base, m->len);
-    pthread_mutex_unlock(&vcu__m_mu);
+    vcu__m_unlock();
     return 0;
 }
 
@@ -509,7 +642,7 @@ int vcu__m_find(uint64_t p, uint64_t *base, uint64_t *size, int *dev)
 
     if (__atomic_load_n(&vcu__m_nmanaged, __ATOMIC_ACQUIRE) == 0)
         return 0;
-    pthread_mutex_lock(&vcu__m_mu);
+    vcu__m_lock();
     for (int i = 0; i < vcu__m_top && !found; i++) {
         vcu__mreg_t *m = &vcu__mregs[i];
 
@@ -520,7 +653,7 @@ int vcu__m_find(uint64_t p, uint64_t *base, uint64_t *size, int *dev)
         *size = m->size;
         *dev = m->dev;
     }
-    pthread_mutex_unlock(&vcu__m_mu);
+    vcu__m_unlock();
     return found;
 }
 
@@ -535,12 +668,12 @@ int vcu__m_flush_one(uint64_t base)
 
     if (__atomic_load_n(&vcu__m_nshadow, __ATOMIC_ACQUIRE) == 0)
         return 0;
-    pthread_mutex_lock(&vcu__m_mu);
+    vcu__m_lock();
     for (int i = 0; i < vcu__m_top; i++)
         if (vcu__mregs[i].base == base && vcu__mregs[i].shadow) {
-            e = vcu__m_flush_locked(vcu__mregs[i].dev, &vcu__mregs[i]);
+            e = vcu__m_flush_one_locked(&vcu__mregs[i]);
             break;
         }
-    pthread_mutex_unlock(&vcu__m_mu);
+    vcu__m_unlock();
     return e;
 }

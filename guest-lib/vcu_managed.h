@@ -51,12 +51,23 @@ int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr);
 int vcu__m_find(uint64_t p, uint64_t *base, uint64_t *size, int *dev);
 /* Some managed allocation lives. */
 int vcu__m_any(void);
-/* Device work on dev's stream ws may touch managed memory: the host's
- * writes go to the device first. */
-int vcu__m_use(int dev, uint64_t ws);
+/* Attachments (cudaMemAttach* and CU_MEM_ATTACH_* have these values). */
+#define VCU__M_ATTACH_GLOBAL 0x1
+#define VCU__M_ATTACH_HOST 0x2
+#define VCU__M_ATTACH_SINGLE 0x4
+
+/* Device work on dev's stream ws may touch managed memory (the regions
+ * attached so, and those holding a or b, the managed ranges a copy names,
+ * 0 for none): the host's writes go to the device first, and those
+ * regions are busy until a wait covers them. */
+int vcu__m_use(int dev, uint64_t ws, uint64_t a, uint64_t b);
 /* A wait on dev's stream ws (UINT64_MAX: none known) returned, or on
  * all of the device (full): the device's writes come back. */
 int vcu__m_sync(int dev, uint64_t ws, int full);
+/* The allocation holding base is attached (VCU__M_ATTACH_*) to the host,
+ * to device work on stream ws only, or to all of it
+ * (cudaStreamAttachMemAsync: as of the call). */
+int vcu__m_attach_to(uint64_t base, uint64_t ws, unsigned int flags);
 /* The host's writes of the allocation at base go to the device now
  * (prefetch to the device). */
 int vcu__m_flush_one(uint64_t base);

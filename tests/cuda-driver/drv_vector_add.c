@@ -16,6 +16,43 @@ static void host_fn(void *arg)
     (*(int *)arg)++;
 }
 
+/* The program's callback for cuOccupancyMaxPotentialBlockSize: it runs in
+ * this process, for each block size tried. */
+static int b2d_calls, b2d_odd;
+
+static size_t b2d(int block)
+{
+    b2d_calls++;
+    if (block <= 0 || block % 32)
+        b2d_odd++;
+    return (size_t)block * 8;
+}
+
+/* The best block size found the way cuda_runtime.h's
+ * cudaOccupancyMaxPotentialBlockSizeVariableSMem looks for it. */
+static void best_block(CUfunction f, int limit, size_t (*smem)(int), size_t fixed, int *grid,
+                       int *block)
+{
+    int per_sm, sms, best = 0, best_blocks = 0, blocks;
+    CUdevice d;
+
+    CK(cuCtxGetDevice(&d));
+    CK(cuDeviceGetAttribute(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, d));
+    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    for (int bs = limit; bs > 0; bs -= 32) {
+        CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, bs,
+                                                        smem ? smem(bs) : fixed));
+        if (bs * blocks > best * best_blocks) {
+            best = bs;
+            best_blocks = blocks;
+        }
+        if (best * best_blocks == per_sm)
+            break;
+    }
+    *grid = best_blocks * sms;
+    *block = best;
+}
+
 static void host_cb(CUstream s, CUresult status, void *arg)
 {
     (void)s;
@@ -108,6 +145,29 @@ int main(void)
                cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vadd, 0, 0));
         EXPECT(CUDA_ERROR_INVALID_VALUE,
                cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, vadd, 128, 0, 8));
+        /* The best block size, its callback run here. */
+        {
+            int grid = -1, block = -1, want_grid, want_block, fmax;
+
+            CK(cuFuncGetAttribute(&fmax, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, vadd));
+            CK(cuOccupancyMaxPotentialBlockSize(&grid, &block, vadd, NULL, 0, 0));
+            best_block(vadd, fmax, NULL, 0, &want_grid, &want_block);
+            TRUE(grid == want_grid && block == want_block && block > 0 && grid > 0);
+            CK(cuOccupancyMaxPotentialBlockSize(&grid, &block, vadd, NULL, 1024, 256));
+            best_block(vadd, 256, NULL, 1024, &want_grid, &want_block);
+            TRUE(grid == want_grid && block == want_block && block <= 256);
+            CK(cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, vadd, b2d, 0, 0,
+                                                         CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE));
+            TRUE(b2d_calls > 0 && b2d_odd == 0);
+            b2d_calls = 0;
+            best_block(vadd, fmax, b2d, 0, &want_grid, &want_block);
+            TRUE(grid == want_grid && block == want_block);
+            EXPECT(CUDA_ERROR_INVALID_VALUE,
+                   cuOccupancyMaxPotentialBlockSize(NULL, &block, vadd, NULL, 0, 0));
+            EXPECT(CUDA_ERROR_INVALID_VALUE,
+                   cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, vadd, NULL, 0, 0, 8));
+            printf("info: best block %d, grid %d\n", block, grid);
+        }
         CK(cuMemsetD8(c, 0, sizeof(hc)));
         CK(cuLaunchCooperativeKernel(vadd, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args));
         memset(hc, 0, sizeof(hc));

@@ -84,6 +84,30 @@ int main(void)
     EXPECT(log.calls == 4, "host function on stream 0 did not run");
     printf("host function on the default stream ok\n");
 
+    /* Captured, a host node: run each time the graph runs. */
+    {
+        cudaStream_t cs;
+        cudaGraph_t g;
+        cudaGraphExec_t x;
+
+        CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        CK(cudaLaunchHostFunc(cs, cb_host_fn, &log));
+        CK(cudaStreamEndCapture(cs, &g));
+        EXPECT(log.calls == 4, "a captured host function ran at the capture");
+        CK(cudaGraphInstantiate(&x, g, 0));
+        for (int i = 0; i < 3; i++) {
+            CK(cudaGraphLaunch(x, cs));
+            CK(cudaStreamSynchronize(cs));
+        }
+        EXPECT(log.calls == 7, "captured host function ran %d times in 3 replays",
+               log.calls - 4);
+        CK(cudaGraphExecDestroy(x));
+        CK(cudaGraphDestroy(g));
+        CK(cudaStreamDestroy(cs));
+        printf("captured host function ran at each of 3 replays\n");
+    }
+
     CK(cudaFreeHost(pinned));
     CK(cudaFree(d));
     CK(cudaStreamDestroy(s));

@@ -38,6 +38,12 @@ __global__ void coop_sum(const int *in, int *partial, int *mixed, int *out,
     }
 }
 
+/* Dynamic shared memory per block size, for the variable search. */
+static size_t smem4(int bs)
+{
+    return (size_t)bs * 4;
+}
+
 int main(void)
 {
     const int n = 100000;
@@ -53,6 +59,30 @@ int main(void)
     EXPECT(sms >= 1 && per_sm >= 1, "occupancy %d blocks/SM on %d SMs", per_sm,
            sms);
     printf("info: %d SMs, %d blocks per SM\n", sms, per_sm);
+    /* cuda_runtime.h's best block size, over this runtime's occupancy and
+     * function attributes: the one the same search here finds. */
+    {
+        int grid = 0, block = 0, want_grid = 0, want_block = 0, per_mp = 0, b;
+        cudaFuncAttributes fa;
+
+        CK(cudaOccupancyMaxPotentialBlockSize(&grid, &block, coop_sum, 0, 0));
+        CK(cudaFuncGetAttributes(&fa, coop_sum));
+        CK(cudaDeviceGetAttribute(&per_mp, cudaDevAttrMaxThreadsPerMultiProcessor, 0));
+        for (int bs = fa.maxThreadsPerBlock / 32 * 32; bs > 0; bs -= 32) {
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, coop_sum, bs, bs * 4));
+            if (bs * b > want_block * (want_grid / sms)) {
+                want_block = bs;
+                want_grid = b * sms;
+            }
+            if (want_block * (want_grid / sms) == per_mp)
+                break;
+        }
+        CK(cudaOccupancyMaxPotentialBlockSizeVariableSMem(&grid, &block, coop_sum,
+                                                          smem4, 0));
+        EXPECT(block == want_block && grid == want_grid && block > 0,
+               "best block %d grid %d, want %d %d", block, grid, want_block, want_grid);
+        printf("info: best block %d, grid %d\n", block, grid);
+    }
     /* Fixed when the device allows it, so the output does not vary. */
     blocks = sms * per_sm < 8 ? sms * per_sm : 8;
     total = blocks * THREADS;

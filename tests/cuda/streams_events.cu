@@ -4,6 +4,7 @@
  * cudaSuccess.
  */
 #define TEST_NAME "streams_events"
+#include <string.h>
 #include "vcu_test.h"
 
 /* p[i] = base + i */
@@ -99,6 +100,63 @@ int main(void)
         EXPECT(h[i] == 2 * (1000 + i) + 2 * (5 + i), "second pass db[%d] = %d",
                i, h[i]);
     printf("default stream saw stream 2's result\n");
+
+    /* Stream attributes are the device's: set, read back, copied, and
+     * checked as the driver checks them. */
+    {
+        cudaLaunchAttributeValue v, got;
+
+        memset(&v, 0, sizeof(v));
+        v.accessPolicyWindow.base_ptr = da;
+        v.accessPolicyWindow.num_bytes = n * sizeof(int);
+        v.accessPolicyWindow.hitRatio = 0.5f;
+        v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+        v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+        CK(cudaStreamSetAttribute(s1, cudaLaunchAttributeAccessPolicyWindow, &v));
+        memset(&got, 0, sizeof(got));
+        CK(cudaStreamGetAttribute(s1, cudaLaunchAttributeAccessPolicyWindow, &got));
+        EXPECT(got.accessPolicyWindow.base_ptr == (void *)da &&
+               got.accessPolicyWindow.num_bytes == n * sizeof(int) &&
+               got.accessPolicyWindow.hitRatio == 0.5f &&
+               got.accessPolicyWindow.hitProp == cudaAccessPropertyPersisting &&
+               got.accessPolicyWindow.missProp == cudaAccessPropertyStreaming,
+               "access policy window read back as %p %zu", got.accessPolicyWindow.base_ptr,
+               got.accessPolicyWindow.num_bytes);
+        memset(&v, 0, sizeof(v));
+        v.memSyncDomain = cudaLaunchMemSyncDomainRemote;
+        CK(cudaStreamSetAttribute(s1, cudaLaunchAttributeMemSyncDomain, &v));
+        CK(cudaStreamGetAttribute(s1, cudaLaunchAttributeMemSyncDomain, &got));
+        EXPECT(got.memSyncDomain == cudaLaunchMemSyncDomainRemote, "memSyncDomain %d",
+               (int)got.memSyncDomain);
+        v.syncPolicy = cudaSyncPolicyBlockingSync;
+        CK(cudaStreamSetAttribute(s1, cudaLaunchAttributeSynchronizationPolicy, &v));
+        CK(cudaStreamGetAttribute(s1, cudaLaunchAttributeSynchronizationPolicy, &got));
+        EXPECT(got.syncPolicy == cudaSyncPolicyBlockingSync, "syncPolicy %d",
+               (int)got.syncPolicy);
+        /* A copy takes every attribute. */
+        CK(cudaStreamCopyAttributes(s2, s1));
+        memset(&got, 0, sizeof(got));
+        CK(cudaStreamGetAttribute(s2, cudaLaunchAttributeAccessPolicyWindow, &got));
+        EXPECT(got.accessPolicyWindow.base_ptr == (void *)da &&
+               got.accessPolicyWindow.hitRatio == 0.5f, "copied window %p",
+               got.accessPolicyWindow.base_ptr);
+        CK(cudaStreamGetAttribute(s2, cudaLaunchAttributeMemSyncDomain, &got));
+        EXPECT(got.memSyncDomain == cudaLaunchMemSyncDomainRemote, "copied memSyncDomain %d",
+               (int)got.memSyncDomain);
+        /* Work still runs on the stream with its window. */
+        se_add<<<n / 256, 256, 0, s1>>>(db, da, n);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(s1));
+        /* Refused as the driver refuses them. */
+        memset(&v, 0, sizeof(v));
+        v.accessPolicyWindow.base_ptr = da;
+        v.accessPolicyWindow.num_bytes = 4096;
+        v.accessPolicyWindow.hitRatio = 2.0f;
+        CK_EQ(cudaErrorInvalidValue,
+              cudaStreamSetAttribute(s1, cudaLaunchAttributeAccessPolicyWindow, &v));
+        (void)cudaGetLastError();
+        printf("stream attributes set, read back and copied\n");
+    }
 
     CK(cudaEventDestroy(start));
     CK(cudaEventDestroy(stop));

@@ -596,6 +596,46 @@ static void tw_mm_add(vcu_twin_launch_t *l, const void *pb)
     }
 }
 
+/* managed_streams.cu: ms_atomics(int *p, int loops): per thread and loop
+ * p[0] += 10 and p[1] = max(p[1], thread). */
+static void tw_ms_atomics(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t *p = tw_ptr(pb, 0);
+    int32_t loops = tw_i32(pb, 8);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t tid = TW_GID_X(l, bi, ti);
+
+        for (int32_t i = 0; i < loops; i++) {
+            p[0] += 10;
+            if (p[1] < tid)
+                p[1] = tid;
+        }
+    }
+}
+
+/* managed_streams.cu: ms_gemv(int n, const double *A, const double *x,
+ * double *y), y = A x, grid-stride over rows. */
+static void tw_ms_gemv(vcu_twin_launch_t *l, const void *pb)
+{
+    int32_t n = tw_i32(pb, 0);
+    const double *a = tw_ptr(pb, 8), *x = tw_ptr(pb, 16);
+    double *y = tw_ptr(pb, 24);
+    int32_t stride = (int32_t)(l->block.x * l->grid.x);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        for (int32_t i = TW_GID_X(l, bi, ti); i < n; i += stride) {
+            double s = 0.0;
+
+            for (int32_t j = 0; j < n; j++)
+                s += a[(size_t)i * (size_t)n + (size_t)j] * x[j];
+            y[i] = s;
+        }
+    }
+}
+
 /* zerocopy.cu: zc_add(const float *a, const float *b, float *c, int n) on
  * mapped host memory. */
 static void tw_zc_add(vcu_twin_launch_t *l, const void *pb)
@@ -885,6 +925,10 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 4), P(8, 8) }, 24, 0, 16 },
     { "_Z6mm_addiPKfPf", tw_mm_add, 3,
       { P(0, 4), P(8, 8), P(16, 8) }, 24, 0, 0 },
+    { "_Z10ms_atomicsPii", tw_ms_atomics, 2,
+      { P(0, 8), P(8, 4) }, 14, 0, 0 },
+    { "_Z7ms_gemviPKdS0_Pd", tw_ms_gemv, 4,
+      { P(0, 4), P(8, 8), P(16, 8), P(24, 8) }, 28, 0, 0 },
     { "_Z6zc_addPKfS0_Pfi", tw_zc_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0, 0 },
     { "_Z8iso_fillPjji", tw_iso_fill, 3,

@@ -109,6 +109,11 @@
     X(md2_rfc1319)                      \
     X(integrity_steps)                  \
     X(integrity_hmac)                   \
+    /* test_managed.c */                \
+    X(managed_roundtrip)                \
+    X(managed_host_touch_while_busy)    \
+    X(managed_partial_wait)             \
+    X(managed_attach)                   \
     /* test_fatbin.c */                 \
     X(fatbin_trim_choice)               \
     X(fatbin_trim_refuses)              \
