@@ -17,11 +17,14 @@
  *   VCU-MANY TAG start
  *   VCU-MANY TAG tick rounds=R wrong=W violations=V
  *   VCU-MANY TAG done rounds=R wrong=W violations=V secs=S maxgap=G
- *
- * (G: the longest time between the ends of two rounds, in seconds: what
- * the guest saw of a pause, tests/vm/migrate.py.)
  *   VCU-MANY TAG fault-seen ERROR          (exit status 3)
  *   VCU-MANY TAG error WHAT                (exit status 1)
+ *
+ * G: the longest time between the ends of two rounds, in seconds: what
+ * the guest saw of a pause (tests/vm/migrate.py).  With MANY_BALLAST_MIB
+ * in the environment, that much more device memory is held throughout,
+ * every byte 0x5a, and checked at the end (a model's weights while the
+ * VM migrates): a wrong byte counts as a wrong result.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -95,6 +98,8 @@ int main(int argc, char **argv)
     unsigned long long *dsum, got, want;
     long long rounds = 0, wrong = 0, viol = 0;
     double start, last, fault_at, last_round = 0, maxgap = 0;
+    void *ballast = NULL;
+    size_t ballast_bytes = 0;
     size_t quota, fr, tot;
     int secs;
 
@@ -112,6 +117,12 @@ int main(int argc, char **argv)
     CK(cudaMalloc((void **)&dy, N * sizeof(float)));
     CK(cudaMalloc((void **)&dsum, sizeof(*dsum)));
     ix = (int *)hx;
+    if (getenv("MANY_BALLAST_MIB") != NULL && atoll(getenv("MANY_BALLAST_MIB")) > 0) {
+        ballast_bytes = (size_t)atoll(getenv("MANY_BALLAST_MIB")) << 20;
+        CK(cudaMalloc(&ballast, ballast_bytes));
+        CK(cudaMemset(ballast, 0x5a, ballast_bytes));
+        CK(cudaDeviceSynchronize());
+    }
     printf("VCU-MANY %s start\n", tag);
     fflush(stdout);
     start = last = now_s();
@@ -190,6 +201,20 @@ int main(int argc, char **argv)
                    wrong, viol);
             fflush(stdout);
             last = now_s();
+        }
+    }
+    if (ballast != NULL) {
+        /* Its first and last MiB, and one in the middle. */
+        size_t at[3] = { 0, ballast_bytes / 2, ballast_bytes - (1 << 20) };
+
+        for (int k = 0; k < 3 && ballast_bytes >= (1 << 20); k++) {
+            CK(cudaMemcpy(hx, (char *)ballast + (at[k] & ~(size_t)4095), 1 << 20,
+                          cudaMemcpyDeviceToHost));
+            for (int i = 0; i < (1 << 20); i++)
+                if (((unsigned char *)hx)[i] != 0x5a) {
+                    wrong++;
+                    break;
+                }
         }
     }
     printf("VCU-MANY %s done rounds=%lld wrong=%lld violations=%lld secs=%.1f maxgap=%.3f\n", tag,

@@ -9,7 +9,8 @@
 # hostile_work MODE in PROCS processes instead of its loops)
 # vcu.packed=N (a packed VM of N SMs: the share suite checks them before and
 # after its loops with tests/packed's packed_check)
-# vcu.mig_secs=S (the migrate suite's checker runs S seconds)
+# vcu.mig_secs=S vcu.mig_ballast=MIB (the migrate suite's checker runs S
+# seconds, holding MIB more of device memory it checks at the end)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
 # line, "VCU-SUITE-END <suite>" after each suite, suspicious kernel log
@@ -32,6 +33,7 @@ many=
 packed=
 hostile=
 mig_secs=60
+mig_ballast=0
 for arg in $(cat /proc/cmdline); do
     case $arg in
     vcu.suite=*) suites=$(echo "${arg#vcu.suite=}" | tr ',' ' ') ;;
@@ -44,6 +46,7 @@ for arg in $(cat /proc/cmdline); do
     vcu.packed=*) packed=${arg#vcu.packed=} ;;
     vcu.hostile=*) hostile=${arg#vcu.hostile=} ;;
     vcu.mig_secs=*) mig_secs=${arg#vcu.mig_secs=} ;;
+    vcu.mig_ballast=*) mig_ballast=${arg#vcu.mig_ballast=} ;;
     esac
 done
 
@@ -345,7 +348,7 @@ packed_check() {
 # the checker tests/many/many_work for vcu.mig_secs seconds, every round's
 # results checked; it must see no wrong result across the move.
 run_migrate() {
-    if LD_LIBRARY_PATH=/cuda/lib /cuda/many_work mig "$mig_secs" 0; then
+    if MANY_BALLAST_MIB=$mig_ballast LD_LIBRARY_PATH=/cuda/lib /cuda/many_work mig "$mig_secs" 0; then
         echo "VCU-TEST migrate/checker PASS"
     else
         echo "VCU-TEST migrate/checker FAIL exit status $?"

@@ -11,10 +11,15 @@ that cannot complete (the destination's daemon gives the VM less GPU
 memory than its session holds) must leave the source running, its
 checker unharmed.
 
-    tests/vm/migrate.py [--real-gpu]
+    tests/vm/migrate.py [--real-gpu] [--ballast MIB[,MIB...]] [--no-refusal]
 
-Run from the checkout after tests/vm/run.sh has built the guest (it builds
-build/vm/initrd-migrate.img when missing).  Prints one "PASS name" or
+--ballast: one more migration per size, each of a VM whose checker also
+holds that much device memory (a model's weights), checked at the end;
+the downtime of each is printed.  --no-refusal: skip the refused
+migration.  Run from the checkout after tests/vm/run.sh has built the
+guest (it builds build/vm/initrd-migrate.img when missing; on a GPU
+host's carried outputs the share image, which holds the same checker,
+serves).  Prints one "PASS name" or
 "FAIL name why" per check, the downtime QEMU reports and the longest gap
 the guest saw between two rounds, and last "N passed, N failed".
 Environment: VCU_LIBCUDA (the daemons' libcuda; default the CPU stand-in,
@@ -26,6 +31,10 @@ import json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 B = os.path.join(ROOT, 'build')
 REAL = '--real-gpu' in sys.argv
+BALLAST = []
+if '--ballast' in sys.argv:
+    BALLAST = [int(x) for x in sys.argv[sys.argv.index('--ballast') + 1].split(',') if x]
+REFUSAL = '--no-refusal' not in sys.argv
 SECS = int(os.environ.get('VCU_MIG_SECS', '90'))
 LOGDIR = os.environ.get('VCU_VM_LOGDIR', os.path.join(B, 'vm', 'logs'))
 results = []
@@ -69,7 +78,15 @@ def start_daemon(run, extra):
     die('a daemon did not start')
 
 
-def start_qemu(name, sock, qmp, serial, incoming):
+def image():
+    for n in ('migrate', 'share'):
+        p = os.path.join(B, 'vm', f'initrd-{n}.img')
+        if os.path.exists(p):
+            return p
+    die('no build/vm/initrd-migrate.img')
+
+
+def start_qemu(name, sock, qmp, serial, incoming, ballast=0):
     share = os.path.join(B, 'qemu', 'share')
     args = [os.path.join(B, 'qemu', 'bin', 'qemu-system-x86_64'),
             '-accel', 'tcg', '-cpu', 'max', '-smp', '2', '-m', '2048', '-name', name,
@@ -80,8 +97,9 @@ def start_qemu(name, sock, qmp, serial, incoming):
             '-bios', os.path.join(share, 'qboot.rom'), '-L', share,
             '-chardev', f'socket,id=vcud,path={sock},reconnect-ms=1000',
             '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
-            '-kernel', guest_kernel(), '-initrd', os.path.join(B, 'vm', 'initrd-migrate.img'),
-            '-append', f'console=ttyS0 panic=-1 quiet vcu.suite=migrate vcu.mig_secs={SECS}',
+            '-kernel', guest_kernel(), '-initrd', image(),
+            '-append', f'console=ttyS0 panic=-1 quiet vcu.suite=migrate vcu.mig_secs={SECS} '
+                       f'vcu.mig_ballast={ballast}',
             '-device', 'virtio-cuda-pci,chardev=vcud']
     if incoming:
         args += ['-incoming', 'defer']
@@ -163,7 +181,8 @@ def main():
     for f in ('qemu/bin/qemu-system-x86_64', 'qemu/bin/vcu-daemon', 'vm/guest.env'):
         if not os.path.exists(os.path.join(B, f)):
             die(f'no build/{f}: build first (make all; tests/vm/run.sh builds the guest)')
-    if not os.path.exists(os.path.join(B, 'vm', 'initrd-migrate.img')):
+    if not os.path.exists(os.path.join(B, 'vm', 'initrd-migrate.img')) and \
+            not os.path.exists(os.path.join(B, 'vm', 'initrd-share.img')):
         r = subprocess.run([os.path.join(ROOT, 'tests', 'vm', 'run.sh'), 'migrate'],
                            env=dict(os.environ, VCU_VM_BUILD_ONLY='1'), capture_output=True, text=True)
         if r.returncode != 0:
@@ -190,66 +209,77 @@ def main():
     sys.exit(0 if all(results) else 1)
 
 
-def run(tmp, procs):
-    da = start_daemon(os.path.join(tmp, 'a'), [])
-    db = start_daemon(os.path.join(tmp, 'b'), [])
-    procs += [da, db]
-    sa, sb = (os.path.join(LOGDIR, f'migrate-{n}.log') for n in ('src', 'dst'))
+def one(tmp, procs, da_sock, db_sock, tag, ballast=0):
+    """A VM moved from the daemon at da_sock to the one at db_sock while
+    its checker runs: the checks of a migration that must complete."""
+    sa, sb = (os.path.join(LOGDIR, f'migrate-{tag}-{n}.log') for n in ('src', 'dst'))
     for f in (sa, sb):
         if os.path.exists(f):
             os.remove(f)
-    qa = start_qemu('mig-src', os.path.join(tmp, 'a', 'vcu.sock'), os.path.join(tmp, 'qa'), sa, False)
-    qb = start_qemu('mig-dst', os.path.join(tmp, 'b', 'vcu.sock'), os.path.join(tmp, 'qb'), sb, True)
+    qa = start_qemu(f'{tag}-src', da_sock, os.path.join(tmp, f'{tag}-qa'), sa, False, ballast)
+    qb = start_qemu(f'{tag}-dst', db_sock, os.path.join(tmp, f'{tag}-qb'), sb, True, ballast)
     procs += [qa, qb]
-    ma, mb = Qmp(os.path.join(tmp, 'qa')), Qmp(os.path.join(tmp, 'qb'))
+    ma, mb = Qmp(os.path.join(tmp, f'{tag}-qa')), Qmp(os.path.join(tmp, f'{tag}-qb'))
     if not wait_line(sa, r'^VCU-MANY mig tick', 600):
-        report('source-running', False, 'the checker printed no round in 600 s: ' +
+        report(f'{tag}-source-running', False, 'the checker printed no round in 600 s: ' +
                ' | '.join(lines(sa)[-8:]))
         return
-    report('source-running', True)
     t0 = time.time()
-    q = migrate(ma, mb, 40000 + os.getpid() % 20000)
-    report('completed', q.get('status') == 'completed',
+    q = migrate(ma, mb, 40000 + (os.getpid() + len(results)) % 20000)
+    report(f'{tag}-completed', q.get('status') == 'completed',
            f"status {q.get('status')} {q.get('error-desc', '')}".strip())
     if q.get('status') != 'completed':
         return
-    print(f"info: QEMU's downtime {q.get('downtime')} ms, total {q.get('total-time')} ms, "
-          f"{time.time() - t0:.1f} s from the migrate command", flush=True)
+    print(f"info: {tag}: {ballast} MiB more device memory: QEMU's downtime {q.get('downtime')} ms, "
+          f"total {q.get('total-time')} ms, {time.time() - t0:.1f} s from the migrate command",
+          flush=True)
     ma.cmd('quit')
     ok = wait_line(sb, r'^VCU-SUITE-END migrate', SECS + 600)
     ticks_a, _ = gaps(sa)
     ticks_b, done = gaps(sb)
     passed = any(l.startswith('VCU-TEST migrate/checker PASS') for l in lines(sb))
-    report('checker-goes-on', ok and passed and len(ticks_b) > 0 and done is not None,
-           f"rounds on the source {len(ticks_a)} ticks, on the destination {len(ticks_b)}; {done}")
+    report(f'{tag}-checker-goes-on', ok and passed and len(ticks_b) > 0 and done is not None,
+           f"ticks on the source {len(ticks_a)}, on the destination {len(ticks_b)}; {done}")
     m = re.search(r'wrong=(\d+)', done or '')
-    report('no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
+    report(f'{tag}-no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
     g = re.search(r'maxgap=([0-9.]+)', done or '')
-    print(f"info: the guest's longest gap between two checked rounds {g.group(1) if g else '?'} s "
-          f"(a round alone takes {SECS / max(1, int(re.search(r'rounds=(\d+)', done).group(1)) if done else 1):.2f} s on average)",
-          flush=True)
+    r = re.search(r'rounds=(\d+)', done or '')
+    print(f"info: {tag}: the guest's longest gap between two checked rounds "
+          f"{g.group(1) if g else '?'} s (a round takes {SECS / max(1, int(r.group(1))) if r else 0:.2f} s "
+          f"on average)", flush=True)
     oops = [l for l in lines(sb) + lines(sa) if re.search(r'Oops|BUG:|Call Trace|panic', l)]
-    report('no-guest-oops', not oops, '; '.join(oops[:3]))
+    report(f'{tag}-no-guest-oops', not oops, '; '.join(oops[:3]))
     qb.wait(timeout=60)
+
+
+def run(tmp, procs):
+    da = start_daemon(os.path.join(tmp, 'a'), [])
+    db = start_daemon(os.path.join(tmp, 'b'), [])
+    procs += [da, db]
+    sa_sock, sb_sock = os.path.join(tmp, 'a', 'vcu.sock'), os.path.join(tmp, 'b', 'vcu.sock')
+    one(tmp, procs, sa_sock, sb_sock, 'move')
+    for mib in BALLAST:
+        one(tmp, procs, sb_sock, sa_sock, f'ballast{mib}', mib)
+    if not REFUSAL:
+        return
 
     # A destination that cannot take the state (its daemon's quota for the
     # VM holds less than the session's memory): the source runs on.
     dc = start_daemon(os.path.join(tmp, 'c'), ['--mem-quota', '16M'])
     procs.append(dc)
-    sa2, sc = os.path.join(LOGDIR, 'migrate-src2.log'), os.path.join(LOGDIR, 'migrate-refused.log')
+    sa2, sc = os.path.join(LOGDIR, 'migrate-refused-src.log'), os.path.join(LOGDIR, 'migrate-refused-dst.log')
     for f in (sa2, sc):
         if os.path.exists(f):
             os.remove(f)
-    qa2 = start_qemu('mig-src2', os.path.join(tmp, 'b', 'vcu.sock'), os.path.join(tmp, 'qa2'), sa2,
-                     False)
-    qc = start_qemu('mig-refused', os.path.join(tmp, 'c', 'vcu.sock'), os.path.join(tmp, 'qc'), sc,
+    qa2 = start_qemu('refused-src', sb_sock, os.path.join(tmp, 'qa2'), sa2, False)
+    qc = start_qemu('refused-dst', os.path.join(tmp, 'c', 'vcu.sock'), os.path.join(tmp, 'qc'), sc,
                     True)
     procs += [qa2, qc]
     ma2, mc = Qmp(os.path.join(tmp, 'qa2')), Qmp(os.path.join(tmp, 'qc'))
     if not wait_line(sa2, r'^VCU-MANY mig tick', 600):
         report('refused-source-running', False, ' | '.join(lines(sa2)[-8:]))
         return
-    q = migrate(ma2, mc, 40000 + (os.getpid() + 1) % 20000)
+    q = migrate(ma2, mc, 40000 + (os.getpid() + 7) % 20000)
     report('refused-fails', q.get('status') == 'failed',
            f"status {q.get('status')} {q.get('error-desc', '')}".strip())
     time.sleep(1)
