@@ -23,8 +23,10 @@
 #   VCU_SAMPLES_ARCHS="90"   the CUDA architectures to build (default: the
 #                            samples' own list, 9 of them)
 #   VCU_SAMPLES_ONLY="a b"   only these samples (folder names)
-#   VCU_SAMPLES_BUILD_S=330  seconds the build may take in this call
-#   VCU_SAMPLES_TIME_S=540   no run starts after this many seconds (NOT RUN)
+#   VCU_SAMPLES_BUILD_S=330  seconds from the start (unpack and configure
+#                            included) the build may take in this call
+#   VCU_SAMPLES_TIME_S=520   no run starts after this many seconds (NOT-RUN):
+#                            the whole script ends within one 600 s call
 #   VCU_SAMPLES_TIMEOUT=30   seconds each run may take
 #   VCU_SAMPLES_JOBS=8       samples run at once (a sample's own runs, native
 #                            then ours, one after another)
@@ -50,7 +52,7 @@ res=$work/results
 what=${1:-build,run}
 t0=$SECONDS
 build_s=${VCU_SAMPLES_BUILD_S:-330}
-time_s=${VCU_SAMPLES_TIME_S:-540}
+time_s=${VCU_SAMPLES_TIME_S:-520}
 tmo=${VCU_SAMPLES_TIMEOUT:-30}
 njobs=${VCU_SAMPLES_JOBS:-8}
 cuda=${CUDA:-/usr/local/cuda}
@@ -75,7 +77,8 @@ unpack() {
     if [ -f "$work/stamp" ] && [ "$(cat "$work/stamp")" = "$stamp" ] && [ -f "$work/plan.tsv" ]; then
         return 0
     fi
-    rm -rf "$work/src" "$bld" "$res" "$work/stamp" "$work/plan.tsv" "$work/dropped.tsv"
+    rm -rf "$work/src" "$bld" "$res" "$work/stamp" "$work/plan.tsv" "$work/dropped.tsv" \
+        "$work/configured" "$work/build-state"
     mkdir -p "$work/src"
     tar -xJf "$archive" -C "$work/src" || { say "cannot unpack $archive"; return 1; }
     python3 - "$src" tests/gpu/samples-skip.txt "${VCU_SAMPLES_ARCHS:-}" "$only" \
@@ -156,30 +159,53 @@ PY
 configure() {
     local cmake=${VCU_CMAKE:-} dirs d
     [ -n "$cmake" ] || cmake=$(command -v cmake || echo /opt/torch/.venv/bin/cmake)
-    [ -f "$bld/Makefile" ] && return 0
+    [ -f "$work/configured" ] && return 0
     for _ in 1 2 3; do
         mkdir -p "$bld"
         if "$cmake" -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release \
             -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" \
             >"$logs/configure.log" 2>&1; then
+            touch "$work/configured"
             return 0
         fi
-        dirs=$(sed -n 's|^CMake Error at Samples/[^/]*/\([^/]*\)/CMakeLists.txt.*|\1|p' \
-            "$logs/configure.log" | sort -u)
+        dirs=$(configure_errors <"$logs/configure.log" | tee -a "$work/dropped.tsv" | cut -f1)
         [ -n "$dirs" ] || break
         for d in $dirs; do
-            awk -v n="$d" '/^CMake Error at Samples\/[^\/]*\/'"$d"'\// { e = 1; next }
-                e && NF { sub(/^ +/, ""); print n "\tconfigure: " $0; exit }' \
-                "$logs/configure.log" >>"$work/dropped.tsv"
             sed -i "s|^\( *\)add_subdirectory($d)|\1# not built here: add_subdirectory($d)|" \
                 "$src"/Samples/*/CMakeLists.txt
-            say "$d: dropped: its CMake file fails to configure here (samples/configure.log)"
+            say "$d: not built: its CMake file fails here (samples/configure.log)"
         done
-        rm -rf "$bld"
     done
     say "configure failed: samples/configure.log"
     tail -n 20 "$logs/configure.log"
     return 1
+}
+
+# configure_errors <LOG: a line per sample CMake's errors name: its
+# folder, then the error's first line.  The forms: "CMake Error at (or
+# in) Samples/CAT/NAME/CMakeLists.txt:..." with the message on the next
+# lines; "VARIABLE" ... "linked by target "T" in directory .../Samples/CAT/NAME"
+# for a library not found.
+configure_errors() {
+    python3 -c '
+import re, sys
+seen = {}
+lines = sys.stdin.read().splitlines()
+var = None
+for i, l in enumerate(lines):
+    m = re.match(r"CMake Error (?:at|in) Samples/[^/]+/([^/]+)/", l)
+    if m:
+        msg = " ".join([x.strip() for x in lines[i + 1:i + 6] if x.strip()][:2])
+        seen.setdefault(m.group(1), "configure: " + msg)
+        continue
+    if re.match(r"\S", l):
+        var = l.strip()
+    m = re.search(r"linked by target \S+ in directory .*/Samples/[^/]+/([^/]+)$", l)
+    if m:
+        seen.setdefault(m.group(1), f"configure: {var} not found")
+for d, why in seen.items():
+    print(f"{d}\t{why}")
+'
 }
 
 build() {
@@ -374,6 +400,9 @@ not_built() {
 table() {
     local name cat exe gpus_min why runs nat ours detail md=$out/samples.md
     local passed=0 failed=0 excluded='' nobuild='' noruns='' skipped=0 failures=''
+    local g='' gh='' gl='' gv=''
+    # The guest column (run_guest), when asked for.
+    case ",$what," in *,guest,*) g=1 gh=' guest |' gl='---|' ;; esac
     {
         echo "# cuda-samples: natively and on ours"
         echo
@@ -382,8 +411,8 @@ table() {
             "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null |
                 head -n 1 | grep . || echo none)"
         echo
-        echo "| sample | native | ours | first error-looking line of our run, or why not run |"
-        echo "|---|---|---|---|"
+        echo "| sample | native | ours |$gh first error-looking line of our run, or why not run |"
+        echo "|---|---|---|$gl---|"
     } >"$md"
     while IFS=$'\t' read -r name cat exe gpus_min why runs; do
         if [ "$why" != - ]; then
@@ -414,8 +443,15 @@ table() {
                     ;;
             esac
         fi
-        printf '%-32s %-9s %-9s %s\n' "$name" "$nat" "$ours" "$detail"
-        echo "| $name | $nat | $ours | $detail |" >>"$md"
+        if [ -n "$g" ]; then
+            gv=-
+            read -r gv _ <"$res/$name.guest" 2>/dev/null
+            printf '%-32s %-9s %-9s %-9s %s\n' "$name" "$nat" "$ours" "$gv" "$detail"
+            echo "| $name | $nat | $ours | $gv | $detail |" >>"$md"
+        else
+            printf '%-32s %-9s %-9s %s\n' "$name" "$nat" "$ours" "$detail"
+            echo "| $name | $nat | $ours | $detail |" >>"$md"
+        fi
     done <"$work/plan.tsv"
     {
         echo
