@@ -66,7 +66,7 @@ for a in build/samples-src.tar.xz build/gpu-bundle/samples-src.tar.xz; do
 done
 
 # unpack: a fresh tree when the archive, the architectures or the choice
-# of samples changed; then prepare.py rewrites its CMake files (the
+# of samples changed; then the Python below rewrites its CMake files (the
 # architectures; no add_subdirectory for a sample not built) and writes
 # the plan, a line per sample: name, category, program, GPUs it needs,
 # why it is skipped (or -), its runs' arguments (";" between runs).
