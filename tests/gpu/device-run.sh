@@ -6,11 +6,16 @@
 # real GPU), the main job (scripts/run.sh: the demo natively and in a guest,
 # side by side), then the benchmark; on request NVIDIA's libraries (libs),
 # PyTorch (torch) in a guest, compute share between VMs (share:
-# tests/gpu/share.sh, about 3 minutes) and packed VMs (packed:
-# tests/gpu/packed.sh, about 3 minutes) and the worker's migration core
-# (migrate: tests/gpu/mig-core.sh, seconds).  Logs and results go to $OUT.
+# tests/gpu/share.sh, about 3 minutes), packed VMs (packed:
+# tests/gpu/packed.sh, about 3 minutes), live migration (migrate: the
+# worker's migration core, tests/gpu/mig-core.sh, seconds; then
+# tests/vm/migrate.py on the GPU, VMs moved between two daemons, with
+# 1 and 8 GiB of device memory, about 4 minutes) and NVIDIA's
+# cuda-samples natively and on our libcuda.so.1 in loopback (samples:
+# tests/gpu/samples.sh, up to the whole call; docs/conformance.md).  Logs
+# and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,hostile,many,many-wait,migrate,seccomp-log]
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,hostile,many,many-wait,migrate,seccomp-log,samples]
 #   (default suite,main,bench)
 #
 # seccomp-log: the daemon's workers run with --seccomp log for the whole
@@ -69,6 +74,10 @@ esac
 case ",$what," in *,migrate,*)
     tests/gpu/mig-core.sh >"$out/migrate.log" 2>&1 || rc=1
     cat "$out/migrate.log"
+    VCU_VM_LOGDIR=$out/migrate-vm VCU_MIG_SECS=${VCU_MIG_SECS:-60} \
+        python3 tests/vm/migrate.py --real-gpu --ballast "${VCU_MIG_BALLAST:-1024,8192}" \
+        >"$out/migrate-vm.log" 2>&1 || rc=1
+    cat "$out/migrate-vm.log"
     ;;
 esac
 case ",$what," in *,libs,*)
@@ -94,6 +103,15 @@ esac
 case ",$what," in *,packed,*)
     tests/gpu/packed.sh >"$out/packed.log" 2>&1 || rc=1
     grep -E '^(packed:|info:)|passed' "$out/packed.log" | cut -c1-400 | tail -n 40
+    ;;
+esac
+case ",$what," in *,samples,*)
+    # The table's rows that are not a pass on both sides, nor skipped nor
+    # unbuilt (those are named on the "samples:" lines); all of it is in
+    # $OUT/samples.md.
+    tests/gpu/samples.sh >"$out/samples.log" 2>&1 || rc=1
+    grep -v -E '^[^ ]+ +(PASS +PASS|SKIP +SKIP|NOT-BUILT +NOT-BUILT)( |$)' "$out/samples.log" |
+        cut -c1-240 | tail -n 70
     ;;
 esac
 # Many VMs (tests/gpu/many.sh) runs past one call: "many" starts it in a

@@ -54,16 +54,22 @@ VCU_VM_TIMEOUT=30 tests/vm/run.sh torch >/dev/null 2>&1 || true
 [ -x build/vm/vcu_demo ]
 mkdir -p build/nvidia
 cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/
+# NVIDIA's cuda-samples from the local mirror, for tests/gpu/samples.sh
+# (about 9 MB; no mirror: a message and no archive).
+tests/gpu/samples-pack.sh || echo "prepare: no build/samples-src.tar.xz (tests/gpu/samples-pack.sh failed)"
 git rev-parse HEAD >build/commit
 rm -rf build/vm/logs
 # Not used on the GPU machine (the carried outputs must stay under 64 MiB).
 rm -f build/vm/initrd-hostmem.img
 du -sh build/qemu build/vm build/bench build/nvidia build/probes
-# All of it as one archive (xz: about 45 MB), for a GPU machine that takes
+# All of it as one archive (xz: about 47 MB), for a GPU machine that takes
 # few or small carried files: carry build/gpu-bundle alone, and
-# tests/gpu/device-run.sh unpacks it there.
+# tests/gpu/device-run.sh unpacks it there.  With it: our libcuda.so.1 in
+# its loopback build and the samples' archive as it is (tests/gpu/samples.sh
+# finds it there): about 59 MB in all, under the 64 MiB carried.
 rm -rf build/gpu-bundle
 mkdir -p build/gpu-bundle
-tar -cf - build/qemu build/vm build/bench build/nvidia build/probes build/commit |
-    xz -T0 -4 >build/gpu-bundle/outputs.tar.xz
+tar -cf - build/qemu build/vm build/bench build/nvidia build/probes build/commit \
+    build/guest-lib-loopback/libcuda.so.1 | xz -T0 -4 >build/gpu-bundle/outputs.tar.xz
+[ ! -f build/samples-src.tar.xz ] || cp build/samples-src.tar.xz build/gpu-bundle/
 du -sh build/gpu-bundle
