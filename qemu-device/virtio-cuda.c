@@ -1139,6 +1139,8 @@ static int virtio_cuda_save_one(VirtIOCuda *s, QEMUFile *f, uint64_t id,
         error_report("virtio-cuda: no pipe for session %" PRIx64, id);
         return -EIO;
     }
+    /* A larger pipe: fewer trips between the worker and us. */
+    (void)fcntl(p[0], F_SETPIPE_SZ, VIRTIO_CUDA_MIG_CHUNK);
     virtio_cuda_state_init(&st, VCU_BACKEND_OP_SAVE, id);
     vcu_proxy_session_save(s->proxy, &st.r, p[1]);
     close(p[1]);
@@ -1240,6 +1242,7 @@ static int virtio_cuda_load_one(VirtIOCuda *s, QEMUFile *f, uint8_t *buf)
         error_report("virtio-cuda: no pipe for session %" PRIx64, id);
         return -EIO;
     }
+    (void)fcntl(p[1], F_SETPIPE_SZ, VIRTIO_CUDA_MIG_CHUNK);
     virtio_cuda_state_init(&st, VCU_BACKEND_OP_LOAD, id);
     vcu_proxy_session_restore(s->proxy, &st.r, &open, p[0]);
     close(p[0]);

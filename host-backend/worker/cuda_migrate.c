@@ -35,7 +35,7 @@
 
 #define VCU__MIG_MAGIC 0x3130676d75637600ull    /* "\0vcumg01" */
 #define VCU__MIG_VERSION 1u
-#define VCU__MIG_CHUNK ((size_t)4 << 20)
+#define VCU__MIG_CHUNK ((size_t)8 << 20)
 #define VCU__MIG_NAME_MAX 1024u
 
 struct vcu__mig_head {
@@ -533,6 +533,47 @@ static int vcu__image_globals(const unsigned char *img, size_t len, vcu__glob_cb
 
 /* ---- the stream --------------------------------------------------------- */
 
+/* The staging buffer of a save or a load, page-locked where the driver
+ * lets it be (copies at DMA speed, the stream being the bound), counted
+ * in the session's host budget; NULL when there is not that much. */
+static unsigned char *vcu__mig_buf(vcu__cuda_sess_t *cs)
+{
+    unsigned char *b;
+    uint32_t d;
+
+    if (vcu__mem_take(cs, VCU__MIG_CHUNK) != 0)
+        return NULL;
+    b = aligned_alloc(4096, VCU__MIG_CHUNK);
+    if (b == NULL) {
+        vcu__mem_give(cs, VCU__MIG_CHUNK);
+        return NULL;
+    }
+    for (d = 0; d < cs->cu->ndev; d++) {
+        if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS) {
+            (void)VCU__CU(cs->cu, cuMemHostRegister, b, VCU__MIG_CHUNK,
+                          CU_MEMHOSTREGISTER_PORTABLE);
+            break;
+        }
+    }
+    return b;
+}
+
+static void vcu__mig_buf_free(vcu__cuda_sess_t *cs, unsigned char *b)
+{
+    uint32_t d;
+
+    if (b == NULL)
+        return;
+    for (d = 0; d < cs->cu->ndev; d++) {
+        if (cs->ctx[d] != NULL && vcu__cur(cs, cs->ctx[d]) == CUDA_SUCCESS) {
+            (void)VCU__CU(cs->cu, cuMemHostUnregister, b);
+            break;
+        }
+    }
+    free(b);
+    vcu__mem_give(cs, VCU__MIG_CHUNK);
+}
+
 static int vcu__mig_write(int fd, const void *b, size_t n)
 {
     const char *p = b;
@@ -807,7 +848,7 @@ int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     why[0] = '\0';
     if (vcu__mig_quiesce(cs, why, whylen) != 0)
         return VCU_EBUSY;
-    buf = malloc(VCU__MIG_CHUNK);
+    buf = vcu__mig_buf(cs);
     if (buf == NULL)
         VCU__MIG_FAIL("out of host memory");
     memset(&hd, 0, sizeof(hd));
@@ -831,7 +872,7 @@ int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
         VCU__MIG_FAIL("writing the stream's end failed");
     rc = 0;
 out:
-    free(buf);
+    vcu__mig_buf_free(cs, buf);
     return rc;
 }
 
@@ -1034,11 +1075,13 @@ int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     if (hd.driver_version != cs->cu->driver_version || hd.ndev != cs->cu->ndev)
         VCU__MIG_FAIL("the source had driver %d and %u devices, here driver %d and %u devices",
                       hd.driver_version, hd.ndev, cs->cu->driver_version, cs->cu->ndev);
-    buf = malloc(VCU__MIG_CHUNK);
+    if (vcu__mig_load_calls(cs, fd, hd.ncalls, why, whylen) != 0)
+        goto out;
+    /* After the history: its contexts pin the buffer. */
+    buf = vcu__mig_buf(cs);
     if (buf == NULL)
         VCU__MIG_FAIL("out of host memory");
-    if (vcu__mig_load_calls(cs, fd, hd.ncalls, why, whylen) != 0 ||
-        vcu__mig_load_mem(cs, fd, buf, why, whylen) != 0 ||
+    if (vcu__mig_load_mem(cs, fd, buf, why, whylen) != 0 ||
         vcu__mig_load_globals(cs, fd, buf, why, whylen) != 0)
         goto out;
     if (vcu__mig_read(fd, &magic, sizeof(magic)) != 0 || magic != VCU__MIG_MAGIC)
@@ -1049,6 +1092,6 @@ int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
             VCU__MIG_FAIL("device %u's context failed while loading", d);
     rc = 0;
 out:
-    free(buf);
+    vcu__mig_buf_free(cs, buf);
     return rc;
 }
