@@ -28,7 +28,9 @@
  *
  * Which device work touches a region follows its attachment, as CUDA
  * defines it for devices without concurrent managed access
- * (cudaStreamAttachMemAsync, cudaMallocManaged's flags): a global region
+ * (cudaStreamAttachMemAsync; memory allocated host-attached counts as
+ * global until the program attaches it, since a program written for the
+ * GPU behind the device may launch on it as it is): a global region
  * is touched by work on any stream and covered by a wait for the whole
  * device or for the one stream all work since the last such wait went
  * to; a region attached to one stream is touched by work on that stream
@@ -558,7 +560,13 @@ static int vcu__m_alloc_locked(int dev, size_t size, unsigned int flags, void **
     m = &vcu__mregs[slot];
     m->size = size;
     m->dptr = dptr;
-    m->attach = flags == VCU__M_ATTACH_HOST ? VCU__M_ATTACH_HOST : VCU__M_ATTACH_GLOBAL;
+    /* Allocated host-attached, it is still taken as global: the device
+     * reports concurrentManagedAccess 0, under which a kernel must not
+     * touch such memory before it is attached to a stream, but a program
+     * written for the GPU behind the device (which has it) may, and its
+     * kernel's writes must not be lost.  An attachment the program makes
+     * (vcu__m_attach_to) is honoured. */
+    m->attach = VCU__M_ATTACH_GLOBAL;
     m->astream = 0;
     m->busy = 0;
     m->dev_dirty = 0;

@@ -53,21 +53,27 @@ static size_t free_now(void)
     return fr;
 }
 
-/* Creates chunks of the free memory's quarter until the driver (or the
- * quota) says out of memory: never more than was free. */
+/* Creates chunks of the free memory's quarter (512 MiB at most: the
+ * stand-in backs each with a file, which a jailed worker may not grow
+ * past 1 GiB) until the driver (or the quota) says out of memory: never
+ * more than was free. */
+#define VMM_MAX_CHUNKS 1024u
+#define VMM_CHUNK_MAX ((size_t)512 << 20)
+
 static void quota(int dev, size_t gran)
 {
     CUmemAllocationProp prop = dev_prop(dev);
-    CUmemGenericAllocationHandle h[64];
+    static CUmemGenericAllocationHandle h[VMM_MAX_CHUNKS];
     CUmemAccessDesc ad = rw(dev, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     CUdeviceptr va;
     size_t fr0 = free_now(), chunk, got = 0, fr1, fr2;
     unsigned int n = 0, i;
     CUresult r = CUDA_SUCCESS;
 
-    chunk = (fr0 / 4 + gran - 1) / gran * gran;
+    chunk = fr0 / 4 < VMM_CHUNK_MAX ? fr0 / 4 : VMM_CHUNK_MAX;
+    chunk = (chunk + gran - 1) / gran * gran;
     TRUE(chunk >= gran);
-    while (n < 64) {
+    while (n < VMM_MAX_CHUNKS) {
         r = cuMemCreate(&h[n], chunk, &prop, 0);
         if (r != CUDA_SUCCESS)
             break;
