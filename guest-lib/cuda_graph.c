@@ -18,7 +18,7 @@
  * vcu__drv.lock. */
 static vcu__graph_t *vcu__cap_graphs;
 
-static CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
+CUresult vcu__graph_get(CUgraph graph, vcu__graph_t **out)
 {
     CUresult e = vcu__check_init();
 
@@ -30,7 +30,7 @@ static CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out)
+CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out)
 {
     vcu__graph_t *g = calloc(1, sizeof(*g));
 
@@ -64,34 +64,57 @@ VCU__EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return vcu__graph_wrap(c->dev, o.value, phGraph);
 }
 
+/* Frees the records of g, its nodes and its conditional nodes' body
+ * graphs (theirs too, however deep: a list, no recursion). */
+static void vcu__graph_free(vcu__graph_t *g)
+{
+    vcu__graph_t *todo = g, *b, *nb;
+    vcu__gnode_t *n, *next;
+
+    g->body_next = NULL;
+    while ((g = todo) != NULL) {
+        todo = g->body_next;
+        pthread_mutex_lock(&vcu__drv.lock);
+        for (b = g->bodies; b != NULL; b = nb) {
+            nb = b->body_next;
+            b->body_next = todo;
+            todo = b;
+        }
+        g->bodies = NULL;
+        pthread_mutex_unlock(&vcu__drv.lock);
+        vcu__reg_del(g);
+        for (n = g->nodes; n != NULL; n = next) {
+            next = n->next;
+            vcu__reg_del(n);
+            free(n);
+        }
+        free(g->deps_out);
+        free(g->edges_out);
+        vcu__stages_drop(&g->stages);
+        free(g);
+    }
+}
+
 /* Host node functions stay valid: an instantiated copy may still run
  * them. */
 VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
     struct vcu_cu_u64_req r;
-    vcu__gnode_t *n, *next;
     vcu__graph_t *g;
-    CUresult e = vcu__graph_arg(hGraph, &g);
+    CUresult e = vcu__graph_get(hGraph, &g);
 
     if (e != CUDA_SUCCESS)
         return e;
     pthread_mutex_lock(&vcu__drv.lock);
-    e = g->cap_id != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    /* The capture's (cuda.h); a body graph its conditional node's. */
+    e = g->cap_id != 0 || g->parent != NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     pthread_mutex_unlock(&vcu__drv.lock);
     if (e != CUDA_SUCCESS)
-        return e;           /* the capture's (cuda.h) */
+        return e;
     vcu__reg_del(g);
     r.value = g->h;
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
-    for (n = g->nodes; n != NULL; n = next) {
-        next = n->next;
-        vcu__reg_del(n);
-        free(n);
-    }
-    free(g->deps_out);
-    free(g->edges_out);
-    vcu__stages_drop(&g->stages);
-    free(g);
+    vcu__graph_free(g);
     return e;
 }
 
@@ -132,20 +155,29 @@ static CUresult vcu__add_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphNo
     free(q);
     if (e != CUDA_SUCCESS)
         return e;
-    n = calloc(1, sizeof(*n));
+    n = vcu__gnode_new(g, o.value);
+    if (n == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+vcu__gnode_t *vcu__gnode_new(vcu__graph_t *g, uint64_t h)
+{
+    vcu__gnode_t *n = calloc(1, sizeof(*n));
+
     if (n == NULL || vcu__reg_add(n, VCU__K_GNODE) != 0) {
         free(n);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
     }
-    n->h = o.value;
+    n->h = h;
     n->g = g;
     pthread_mutex_lock(&vcu__drv.lock);
     n->next = g->nodes;
     g->nodes = n;
     g->nnodes++;
     pthread_mutex_unlock(&vcu__drv.lock);
-    *out = (CUgraphNode)n;
-    return CUDA_SUCCESS;
+    return n;
 }
 
 /* func, or kern's function in the graph's device. */
@@ -162,7 +194,7 @@ static CUresult vcu__kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph,
 
     if (p == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(hGraph, &g);
+    e = vcu__graph_get(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     fn = p->func;
@@ -350,7 +382,7 @@ VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGra
     (void)ctx;
     if (m == NULL || phGraphNode == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(hGraph, &g);
+    e = vcu__graph_get(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     if (m->WidthInBytes == 0 || m->Height == 0 || m->Depth == 0 || m->srcLOD || m->dstLOD)
@@ -424,7 +456,7 @@ VCU__EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGra
         (memsetParams->elementSize != 1 && memsetParams->elementSize != 2 &&
          memsetParams->elementSize != 4))
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(hGraph, &g);
+    e = vcu__graph_get(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));
@@ -448,7 +480,7 @@ VCU__EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph
 
     if (nodeParams == NULL || nodeParams->fn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(hGraph, &g);
+    e = vcu__graph_get(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));
@@ -465,7 +497,7 @@ VCU__EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGrap
 {
     struct vcu_cu_graph_node_req r;
     vcu__graph_t *g;
-    CUresult e = vcu__graph_arg(hGraph, &g);
+    CUresult e = vcu__graph_get(hGraph, &g);
 
     if (e != CUDA_SUCCESS)
         return e;
@@ -483,7 +515,7 @@ VCU__EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 
     if (phGraphClone == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(originalGraph, &g);
+    e = vcu__graph_get(originalGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     r.value = g->h;
@@ -513,7 +545,7 @@ VCU__EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t 
 
     if (numNodes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(hGraph, &g);
+    e = vcu__graph_get(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     r.value = g->h;
@@ -556,7 +588,7 @@ VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
 
     if (phGraphExec == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(hGraph, &g);
+    e = vcu__graph_get(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));

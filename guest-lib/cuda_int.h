@@ -186,6 +186,12 @@ typedef struct vcu__graph_s {
     CUgraphNode *deps_out;
     CUgraphEdgeData *edges_out;
     vcu__stages_t stages;           /* its pageable copies' (vcu_stage.h) */
+    /* A conditional node's body graph: the graph holding the node (it
+     * goes with it; never destroyed by itself).  A graph's bodies, linked
+     * by body_next.  Under vcu__drv.lock. */
+    struct vcu__graph_s *parent;
+    struct vcu__graph_s *bodies;
+    struct vcu__graph_s *body_next;
 } vcu__graph_t;
 
 typedef struct vcu__gexec_s {
@@ -286,6 +292,12 @@ int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsi
                           unsigned int shmem, uint32_t flags);
 /* The device memory this process was given (cuda_ranges.c): a stream-
  * ordered copy or memset of a known range may go without waiting. */
+/* cuda_graph.c, for cuda_graph_mem.c: the graph record behind a CUgraph
+ * (checked; initialized); a record for node h just added to g, kept by
+ * g (NULL: out of memory); a record for host graph h of device dev. */
+CUresult vcu__graph_get(CUgraph graph, vcu__graph_t **out);
+vcu__gnode_t *vcu__gnode_new(vcu__graph_t *g, uint64_t h);
+CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out);
 void vcu__dr_add(int dev, uint64_t base, uint64_t size);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);

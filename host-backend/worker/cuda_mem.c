@@ -66,6 +66,12 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
+    /* Graph memory a launch allocated: back to the graphs' memory,
+     * charged as that (vcu__gmem_settle). */
+    if (vcu__galloc_has(o->cs, rq.value) && !vcu__pset_find(&o->cs->allocs, rq.value, &v)) {
+        o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
+        return VCU_S_OK;
+    }
     if (vcu__untrack(o, rq.value, &v) != 0)
         return VCU_S_OK;
     o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
@@ -392,6 +398,12 @@ uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
         return VCU_S_EINVAL;
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
+    /* Graph memory: freed in stream order, or, in a capture, a free
+     * node of the captured graph. */
+    if (vcu__galloc_has(o->cs, rq.dst) && !vcu__pset_find(&o->cs->allocs, rq.dst, &v)) {
+        o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
+        return VCU_S_OK;
+    }
     if (vcu__untrack(o, rq.dst, &v) != 0)
         return VCU_S_OK;
     o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
@@ -470,6 +482,15 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     ch = vcu__grain(rq.size);
     if (ch > VCU__ACCT_MAX || d >= VCU_CU_MAX_DEVICES) {   /* d: checked by VCU__ENTER */
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    /* Captured, it is an allocation node of the capture's graph (the
+     * pool's properties, not its memory: cuda.h): graph memory, charged
+     * when the graph is launched. */
+    if (o->cs->capture && vcu__capturing(o->cu, st)) {
+        o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
+        if (o->res == CUDA_SUCCESS && vcu__galloc_captured(o, p) == 0)
+            o->rb.u64.value = p;
         return VCU_S_OK;
     }
     if (o->cu->acct != NULL) {

@@ -71,13 +71,30 @@ err_mem:
 /* Forgets graph entry h and its nodes' entries. */
 void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h)
 {
+    bool more = true;
     uint32_t i;
 
     vcu__del(cs, h);
+    /* Then the body graphs of its conditional nodes, theirs, and so on
+     * (the driver's, gone with it): a pass for each level, no recursion
+     * however deep the guest nested them.  Then the nodes of them all. */
+    while (more) {
+        more = false;
+        for (i = 0; i < cs->tab.cap; i++) {
+            vcu__hent_t *b = &cs->tab.ent[i];
+
+            if (b->type == VCU__H_GRAPH && b->u.graph.parent != 0 &&
+                vcu__htab_get(&cs->tab, b->u.graph.parent, VCU__H_GRAPH) == NULL) {
+                vcu__del(cs, vcu__htab_handle_at(&cs->tab, i));
+                more = true;
+            }
+        }
+    }
     for (i = 0; i < cs->tab.cap; i++) {
         vcu__hent_t *n = &cs->tab.ent[i];
 
-        if (n->type == VCU__H_GRAPH_NODE && n->u.node.graph == h)
+        if (n->type == VCU__H_GRAPH_NODE &&
+            vcu__htab_get(&cs->tab, n->u.node.graph, VCU__H_GRAPH) == NULL)
             vcu__htab_del(&cs->tab, vcu__htab_handle_at(&cs->tab, i));
     }
 }
