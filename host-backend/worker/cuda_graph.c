@@ -370,10 +370,14 @@ static uint64_t vcu__node_name(vcu__op_t *o, uint64_t gh, CUgraphNode n)
  * launches.  So: an exec knows how many bytes its allocation nodes take
  * (vcu__gmem_bytes, at instantiation); before each launch of such an exec
  * the session's graph memory charge on its device is raised to what is
- * reserved now plus those bytes (vcu__gmem_precharge: past the VM's
- * quota the launch does not happen, CUDA_ERROR_OUT_OF_MEMORY); after
- * it, and when an exec goes or memory is reported, the charge comes to
- * what is reserved (vcu__gmem_settle).  The driver never reserves more
+ * reserved now plus those bytes, unless the exec ran since the driver
+ * last released graph memory (its memory is still mapped, and used
+ * again: vcu__gmem_precharge; past the VM's quota the launch does not
+ * happen, CUDA_ERROR_OUT_OF_MEMORY); after it, and when an exec goes or
+ * memory is reported, the charge comes to what is reserved
+ * (vcu__gmem_settle).  A release (cuDeviceGraphMemTrim, an exec
+ * destroyed) shows as less reserved than charged: every exec of the
+ * device then counts as not mapped.  So the driver never reserves more
  * than was charged before the launch that made it reserve.
  */
 
@@ -424,15 +428,23 @@ static uint64_t vcu__gmem_reserved(vcu__cuda_sess_t *cs, uint32_t d)
     return vcu__grain(v);
 }
 
-/* Raises d's graph memory charge to what is reserved plus bytes: 0, or
- * -1 past the VM's quota (the charge unchanged). */
-static int vcu__gmem_precharge(vcu__cuda_sess_t *cs, uint32_t d, uint64_t bytes)
+/* Raises d's graph memory charge to what is reserved plus what exec x
+ * may map: 0, or -1 past the VM's quota (the charge unchanged). */
+static int vcu__gmem_precharge(vcu__cuda_sess_t *cs, uint32_t d, vcu__hent_t *x)
 {
-    uint64_t want;
+    uint64_t want, res;
+    uint32_t i;
 
     if (cs->cu->acct == NULL || d >= VCU_CU_MAX_DEVICES)
         return 0;
-    want = vcu__gmem_reserved(cs, d) + bytes;
+    res = vcu__gmem_reserved(cs, d);
+    if (res < cs->gmem_charge[d]) {
+        /* Released since: what any exec had mapped may be gone. */
+        for (i = 0; i < cs->tab.cap; i++)
+            if (cs->tab.ent[i].type == VCU__H_GRAPH_EXEC && cs->tab.ent[i].dev == d)
+                cs->tab.ent[i].u.exec.gmapped = false;
+    }
+    want = res + (x->u.exec.gmapped ? 0 : x->u.exec.gmem);
     if (want > VCU__ACCT_MAX)
         return -1;
     if (want <= cs->gmem_charge[d])
@@ -789,11 +801,13 @@ uint32_t vcu__op_CU_GRAPH_LAUNCH(vcu__op_t *o)
         return VCU_S_OK;
     }
     /* Its allocations may take new GPU memory: charged first. */
-    if (vcu__gmem_precharge(o->cs, e->dev, e->u.exec.gmem) != 0) {
+    if (vcu__gmem_precharge(o->cs, e->dev, e) != 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
     o->res = VCU__CU(o->cu, cuGraphLaunch, e->u.exec.ge, st);
+    if (o->res == CUDA_SUCCESS)
+        e->u.exec.gmapped = true;
     vcu__gmem_settle(o->cs, e->dev);
     return VCU_S_OK;
 }

@@ -6,6 +6,7 @@
 #ifndef VCU_CUDA_TAB_H
 #define VCU_CUDA_TAB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +71,7 @@ typedef struct vcu__hent_s {
             CUgraphExec ge;
             struct vcu__modset_s *mods;
             uint64_t gmem;          /* bytes of its graph's allocation nodes */
+            bool gmapped;           /* launched since graph memory was last released */
         } exec;
         struct {
             CUgraphNode n;

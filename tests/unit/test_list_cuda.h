@@ -85,6 +85,7 @@
     X(quota_hostile)                    \
     X(quota_two_sessions)               \
     X(quota_pool)                       \
+    X(quota_graph_mem)                  \
     X(quota_module_globals)             \
     X(quota_slice_hostile)              \
     X(quota_limits)                     \
