@@ -28,6 +28,12 @@ typedef struct vcu__graph_s {
     unsigned long long cap_id;
     struct vcu__graph_s *cap_next;
     vcu__stages_t stages;           /* its pageable copies' (vcu_stage.h) */
+    /* A conditional node's body graph: the graph holding the node (it
+     * goes with it, never by itself); a graph's bodies, linked by
+     * body_next.  Under vcu__graph_mu. */
+    struct vcu__graph_s *parent;
+    struct vcu__graph_s *bodies;
+    struct vcu__graph_s *body_next;
 } vcu__graph_t;
 
 typedef struct vcu__exec_s {
@@ -87,35 +93,134 @@ VCU__EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
     return vcu__err(e);
 }
 
+/* Frees the records of g, its nodes and its conditional nodes' bodies
+ * (theirs too: a list, no recursion).  Host node callbacks stay valid:
+ * an instantiated copy may still run them. */
+static void vcu__graph_free(vcu__graph_t *g)
+{
+    vcu__graph_t *todo = g, *b, *nb;
+    vcu__node_t *n, *next;
+
+    g->body_next = NULL;
+    while ((g = todo) != NULL) {
+        todo = g->body_next;
+        pthread_mutex_lock(&vcu__graph_mu);
+        for (b = g->bodies; b != NULL; b = nb) {
+            nb = b->body_next;
+            b->body_next = todo;
+            todo = b;
+        }
+        g->bodies = NULL;
+        pthread_mutex_unlock(&vcu__graph_mu);
+        vcu__reg_del(g);
+        for (n = g->nodes; n != NULL; n = next) {
+            next = n->next;
+            vcu__reg_del(n);
+            free(n);
+        }
+        vcu__stages_drop(&g->stages);
+        free(g);
+    }
+}
+
 VCU__EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
     struct vcu_cu_u64_req r;
     vcu__graph_t *g = (vcu__graph_t *)graph;
-    vcu__node_t *n, *next;
     cudaError_t e;
 
     if (!vcu__reg_has(graph, VCU__H_GRAPH))
         return vcu__err(cudaErrorInvalidResourceHandle);
     pthread_mutex_lock(&vcu__graph_mu);
-    e = g->cap_id != 0 ? cudaErrorInvalidValue : cudaSuccess;
+    /* The capture's; a body graph its conditional node's. */
+    e = g->cap_id != 0 || g->parent != NULL ? cudaErrorInvalidValue : cudaSuccess;
     pthread_mutex_unlock(&vcu__graph_mu);
     if (e != cudaSuccess)
-        return vcu__err(e);         /* the capture's */
+        return vcu__err(e);
     vcu__reg_del(graph);
     r.value = g->h;
     e = vcu__check_dev(g->dev);
     if (e == cudaSuccess)
         e = vcu__call(g->dev, VCU_OP_CU_GRAPH_DESTROY, 0, &r, sizeof(r), NULL, 0, NULL, 0);
-    /* Host node callbacks stay valid: an instantiated copy may still
-     * run them. */
-    for (n = g->nodes; n != NULL; n = next) {
-        next = n->next;
-        vcu__reg_del(n);
-        free(n);
-    }
-    vcu__stages_drop(&g->stages);
-    free(g);
+    vcu__graph_free(g);
     return vcu__err(e);
+}
+
+/* ---- for cudart_graph_mem.c (cudart_int.h) ------------------------------- */
+
+cudaError_t vcu__graph_host(cudaGraph_t graph, int *dev, uint64_t *h)
+{
+    vcu__graph_t *g;
+    cudaError_t e = vcu__graph(graph, &g);
+
+    if (e != cudaSuccess)
+        return e;
+    *dev = g->dev;
+    *h = g->h;
+    return cudaSuccess;
+}
+
+cudaError_t vcu__graph_deps(cudaGraph_t graph, const cudaGraphNode_t *deps, size_t ndeps,
+                            uint64_t *out)
+{
+    for (size_t i = 0; i < ndeps; i++) {
+        vcu__node_t *dn = (vcu__node_t *)deps[i];
+
+        if (!vcu__reg_has(dn, VCU__H_NODE) || dn->g != (vcu__graph_t *)graph)
+            return cudaErrorInvalidValue;
+        out[i] = dn->h;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t vcu__graph_node_new(cudaGraph_t graph, uint64_t h, uint32_t kind,
+                                cudaGraphNode_t *out)
+{
+    vcu__graph_t *g = (vcu__graph_t *)graph;
+    vcu__node_t *n = calloc(1, sizeof(*n));
+
+    if (n == NULL || vcu__reg_add(n, VCU__H_NODE) != 0) {
+        free(n);
+        return cudaErrorMemoryAllocation;
+    }
+    n->h = h;
+    n->g = g;
+    n->kind = kind;
+    pthread_mutex_lock(&vcu__graph_mu);
+    n->next = g->nodes;
+    g->nodes = n;
+    g->nnodes++;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    *out = (cudaGraphNode_t)n;
+    return cudaSuccess;
+}
+
+cudaError_t vcu__graph_node_host(cudaGraphNode_t node, int *dev, uint64_t *h, uint32_t *kind)
+{
+    vcu__node_t *n = (vcu__node_t *)node;
+
+    if (!vcu__reg_has(n, VCU__H_NODE))
+        return cudaErrorInvalidValue;
+    *dev = n->g->dev;
+    *h = n->h;
+    *kind = n->kind;
+    return cudaSuccess;
+}
+
+cudaError_t vcu__graph_body_new(cudaGraph_t parent, uint64_t h, cudaGraph_t *out)
+{
+    vcu__graph_t *p = (vcu__graph_t *)parent, *b;
+    cudaError_t e = vcu__graph_wrap(p->dev, h, out);
+
+    if (e != cudaSuccess)
+        return e;
+    b = (vcu__graph_t *)*out;
+    pthread_mutex_lock(&vcu__graph_mu);
+    b->parent = p;
+    b->body_next = p->bodies;
+    p->bodies = b;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    return cudaSuccess;
 }
 
 /* Sends CU_GRAPH_ADD_NODE with the deps and trailing bytes; adds the node. */
@@ -685,6 +790,15 @@ VCU__EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGrap
         break;
     case VCU_CU_NODE_HOST:
         *pType = cudaGraphNodeTypeHost;
+        break;
+    case VCU__RT_NODE_MEM_ALLOC:
+        *pType = cudaGraphNodeTypeMemAlloc;
+        break;
+    case VCU__RT_NODE_MEM_FREE:
+        *pType = cudaGraphNodeTypeMemFree;
+        break;
+    case VCU__RT_NODE_COND:
+        *pType = cudaGraphNodeTypeConditional;
         break;
     default:
         *pType = cudaGraphNodeTypeEmpty;
