@@ -671,6 +671,24 @@ uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* Is graph hg (a live graph entry) the graph hv, or a body of it at any
+ * depth?  The parents form a chain up to a graph of no parent. */
+static bool vcu__cond_graph_ok(vcu__cuda_sess_t *cs, uint64_t hg, uint64_t hv)
+{
+    uint32_t depth = 0;
+
+    while (hg != 0 && depth++ <= cs->tab.cap) {
+        vcu__hent_t *e = vcu__htab_get(&cs->tab, hg, VCU__H_GRAPH);
+
+        if (e == NULL)
+            return false;
+        if (hg == hv)
+            return true;
+        hg = e->u.graph.parent;
+    }
+    return false;
+}
+
 uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
 {
     struct vcu_cu_graph_cond_req rq;
@@ -689,7 +707,10 @@ uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
     root = ge->u.graph.root != 0 ? ge->u.graph.root : rq.graph;
-    if (rq.handle == UINT64_MAX || !vcu__pset_find(&o->cs->conds, rq.handle + 1, &v)) {
+    /* A handle the driver gave for this graph or one holding it, which
+     * still lives: no other value reaches the driver. */
+    if (rq.handle == UINT64_MAX || !vcu__pset_find(&o->cs->conds, rq.handle + 1, &v) ||
+        !vcu__cond_graph_ok(o->cs, rq.graph, v)) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }

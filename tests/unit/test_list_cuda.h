@@ -57,6 +57,7 @@
     X(cuda_graph_capture)               \
     X(cuda_host_func_captured)          \
     X(cuda_capture_graph)               \
+    X(cuda_graph_cond)                  \
     X(cuda_capture_deps)                \
     X(cuda_link)                        \
     X(cuda_ctx_reset)                   \
