@@ -129,6 +129,29 @@ static void captured(cudaStream_t s, unsigned int *out)
     check("captured allocation", out, 0x2000);
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
+
+    /* Allocated by the graph, freed outside it after each launch. */
+    p = NULL;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CK(cudaMallocAsync((void **)&p, N * sizeof(unsigned int), s));
+    gm_fill<<<N / 256, 256, 0, s>>>(p, N, 0x3000);
+    CK(cudaGetLastError());
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    for (int k = 0; k < 2; k++) {
+        CK(cudaGraphLaunch(x, s));
+        CK(cudaStreamSynchronize(s));
+        check("a graph's allocation after the graph", p, 0x3000);
+        if (k == 0)
+            CK(cudaFreeAsync(p, s));
+        else
+            CK(cudaFree(p));
+        CK(cudaStreamSynchronize(s));
+    }
+    EXPECT(cudaFreeAsync(out + 1, s) == cudaErrorInvalidValue, "a free of no allocation");
+    (void)cudaGetLastError();
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
 }
 
 static cudaGraph_t cond_node(cudaGraph_t g, cudaGraphConditionalHandle h,

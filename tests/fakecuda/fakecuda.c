@@ -467,9 +467,10 @@ static void fc_mem_remove(size_t i)
     } else if (m.kind == FC_MEM_GLOBAL) {
         g_dev_used[m.dev] -= m.size;    /* the module frees the memory itself */
     } else if (m.kind == FC_MEM_GRAPH) {
-        g_dev_used[m.dev] -= m.size;
-        if (m.mapped)
+        if (m.mapped) {
             g_gmem_res[m.dev] -= m.size;
+            g_dev_used[m.dev] -= m.size;
+        }
         if (m.live)
             g_gmem_used[m.dev] -= m.size;
         free(m.raw);
@@ -562,7 +563,8 @@ static fc_mem_t *fc_gmem_find(CUdeviceptr dptr)
     return &g_mem[i];
 }
 
-/* A new GRAPH range of size bytes on dev, held once: its address. */
+/* A new GRAPH range of size bytes on dev, held once: its address (an
+ * address range only: device memory is taken when a launch maps it). */
 static CUresult fc_gmem_new(int dev, size_t size, CUdeviceptr *out)
 {
     fc_mem_t m = { 0 };
@@ -572,7 +574,7 @@ static CUresult fc_gmem_new(int dev, size_t size, CUdeviceptr *out)
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     rounded = (size + FC_ALIGN - 1) & ~(size_t)(FC_ALIGN - 1);
-    if (rounded < size || rounded > FC_TOTAL_MEM - g_dev_used[dev])
+    if (rounded < size || rounded > FC_TOTAL_MEM)
         return CUDA_ERROR_OUT_OF_MEMORY;
     raw = calloc(1, rounded + FC_ALIGN);
     if (!raw)
@@ -588,7 +590,6 @@ static CUresult fc_gmem_new(int dev, size_t size, CUdeviceptr *out)
         free(raw);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    g_dev_used[dev] += size;
     *out = (CUdeviceptr)m.base;
     return CUDA_SUCCESS;
 }
@@ -1536,6 +1537,9 @@ static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n)
         if (!m || m->live)
             return CUDA_ERROR_ILLEGAL_STATE;    /* allocated twice */
         if (!m->mapped) {
+            if (m->size > FC_TOTAL_MEM - g_dev_used[m->dev])
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            g_dev_used[m->dev] += m->size;
             m->mapped = 1;
             g_gmem_res[m->dev] += m->size;
             if (g_gmem_res[m->dev] > g_gmem_res_high[m->dev])
@@ -5868,6 +5872,7 @@ CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device)
             !g_mem[i].live) {
             g_mem[i].mapped = 0;
             g_gmem_res[device] -= g_mem[i].size;
+            g_dev_used[device] -= g_mem[i].size;
         }
     pthread_mutex_unlock(&g_lock);
     return CUDA_SUCCESS;
