@@ -93,6 +93,7 @@
     XX(cuMemsetD2D16Async, 0)                                                \
     XX(cuMemsetD2D32Async, 0)                                                \
     XX(cuMemAllocFromPoolAsync, 0)                                           \
+    XX(cuMemAllocAsync, 0)                                                   \
     XX(cuMemFreeAsync, 0)                                                    \
     XX(cuMemPoolSetAttribute, 0)                                             \
     XX(cuMemPoolGetAttribute, 0)                                             \

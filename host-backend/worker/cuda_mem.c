@@ -470,6 +470,23 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
+    /* Captured, it is an allocation node of the capture's graph (the
+     * pool's properties, not its memory: cuda.h): graph memory, charged
+     * when the graph is launched.  The guest's call as it made it: the
+     * device's current pool (cuMemAllocAsync: nothing of the pool's is
+     * used, and no pool is made while a capture may forbid it), or its
+     * own pool. */
+    if (o->cs->capture && vcu__capturing(o->cu, st)) {
+        if (rq.pool == 0) {
+            o->res = VCU__CU(o->cu, cuMemAllocAsync, &p, (size_t)rq.size, st);
+        } else {
+            VCU__GET(o, e, rq.pool, VCU__H_POOL);
+            o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, e->u.pool, st);
+        }
+        if (o->res == CUDA_SUCCESS && vcu__galloc_captured(o, p) == 0)
+            o->rb.u64.value = p;
+        return VCU_S_OK;
+    }
     if (rq.pool == 0) {
         /* The device's current pool, as the guest sees it: the session's. */
         o->res = vcu__sess_pool(cs, d, &pool);
@@ -482,15 +499,6 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     ch = vcu__grain(rq.size);
     if (ch > VCU__ACCT_MAX || d >= VCU_CU_MAX_DEVICES) {   /* d: checked by VCU__ENTER */
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return VCU_S_OK;
-    }
-    /* Captured, it is an allocation node of the capture's graph (the
-     * pool's properties, not its memory: cuda.h): graph memory, charged
-     * when the graph is launched. */
-    if (o->cs->capture && vcu__capturing(o->cu, st)) {
-        o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
-        if (o->res == CUDA_SUCCESS && vcu__galloc_captured(o, p) == 0)
-            o->rb.u64.value = p;
         return VCU_S_OK;
     }
     if (o->cu->acct != NULL) {
