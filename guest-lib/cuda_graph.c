@@ -765,8 +765,7 @@ static vcu__graph_t *vcu__cap_graph_end(int dev, uint64_t id, uint64_t h)
     pthread_mutex_unlock(&vcu__drv.lock);
     for (; gone != NULL; gone = g) {
         g = gone->cap_next;
-        vcu__reg_del(gone);
-        free(gone);
+        vcu__graph_free(gone);
     }
     return kept;
 }
