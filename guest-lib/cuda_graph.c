@@ -86,6 +86,7 @@ static void vcu__graph_free(vcu__graph_t *g)
         for (n = g->nodes; n != NULL; n = next) {
             next = n->next;
             vcu__reg_del(n);
+            free(n->bodies);
             free(n);
         }
         free(g->deps_out);

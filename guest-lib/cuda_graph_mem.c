@@ -308,9 +308,10 @@ VCU__EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pH
 }
 
 /*
- * A conditional node: its body graphs become records of their own in
- * p->phGraph_out (the guest's array, p->size long), linked to g, whose
- * destruction frees them (cuda.h: valid for the node's lifetime).
+ * A conditional node: its body graphs become records of their own,
+ * linked to g, whose destruction frees them; p->phGraph_out is set to
+ * the node's array of them (cuda.h: CUDA-owned, valid for the node's
+ * lifetime).
  */
 static CUresult vcu__cond_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphNode *deps,
                                size_t ndeps, CUDA_CONDITIONAL_NODE_PARAMS *p)
@@ -318,15 +319,14 @@ static CUresult vcu__cond_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphN
     static int logged;
     struct vcu_cu_graph_cond_req r;
     struct vcu_cu_graph_cond_resp *o;
-    CUgraph bodies[VCU_CU_MAX_COND_BODIES];
+    CUgraph *bodies;
     vcu__gnode_t *n;
     uint32_t i, nb = 0;
     size_t len;
     void *q;
     CUresult e;
 
-    if (out == NULL || p->phGraph_out == NULL || p->size == 0 ||
-        (unsigned int)p->type > CU_GRAPH_COND_TYPE_SWITCH)
+    if (out == NULL || p->size == 0 || (unsigned int)p->type > CU_GRAPH_COND_TYPE_SWITCH)
         return CUDA_ERROR_INVALID_VALUE;
     if (p->size > VCU_CU_MAX_COND_BODIES) {
         vcu__log_once(&logged, "libcuda (virtio-cuda): a conditional node of more than %u "
@@ -343,7 +343,10 @@ static CUresult vcu__cond_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphN
     if (e != CUDA_SUCCESS)
         return e;
     o = calloc(1, sizeof(*o));
-    if (o == NULL) {
+    bodies = calloc(p->size, sizeof(*bodies));
+    if (o == NULL || bodies == NULL) {
+        free(o);
+        free(bodies);
         free(q);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -369,10 +372,12 @@ static CUresult vcu__cond_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphN
         g->bodies = b;
     }
     pthread_mutex_unlock(&vcu__drv.lock);
-    if (e != CUDA_SUCCESS)
+    if (e != CUDA_SUCCESS) {
+        free(bodies);
         return e;
-    for (i = 0; i < p->size; i++)
-        p->phGraph_out[i] = bodies[i];
+    }
+    n->bodies = bodies;
+    p->phGraph_out = bodies;
     *out = (CUgraphNode)n;
     return CUDA_SUCCESS;
 }

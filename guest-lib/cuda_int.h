@@ -169,6 +169,7 @@ typedef struct vcu__gnode_s {
     uint64_t h;
     struct vcu__graph_s *g;
     struct vcu__gnode_s *next;
+    CUgraph *bodies;                /* a conditional node's phGraph_out, freed with it */
 } vcu__gnode_t;
 
 typedef struct vcu__graph_s {

@@ -15,6 +15,7 @@ typedef struct vcu__node_s {
     uint64_t cookie;                /* host node's callback record, or 0 */
     uint32_t kind;                  /* VCU_CU_NODE_* */
     struct vcu__node_s *next;
+    void *owned;                    /* freed with it (a conditional node's phGraph_out) */
 } vcu__node_t;
 
 typedef struct vcu__graph_s {
@@ -116,6 +117,7 @@ static void vcu__graph_free(vcu__graph_t *g)
         for (n = g->nodes; n != NULL; n = next) {
             next = n->next;
             vcu__reg_del(n);
+            free(n->owned);
             free(n);
         }
         vcu__stages_drop(&g->stages);
@@ -193,6 +195,11 @@ cudaError_t vcu__graph_node_new(cudaGraph_t graph, uint64_t h, uint32_t kind,
     pthread_mutex_unlock(&vcu__graph_mu);
     *out = (cudaGraphNode_t)n;
     return cudaSuccess;
+}
+
+void vcu__graph_node_own(cudaGraphNode_t node, void *p)
+{
+    ((vcu__node_t *)node)->owned = p;
 }
 
 cudaError_t vcu__graph_node_host(cudaGraphNode_t node, int *dev, uint64_t *h, uint32_t *kind)

@@ -275,14 +275,13 @@ static cudaError_t vcu__cond_node(cudaGraphNode_t *out, cudaGraph_t graph,
 {
     struct vcu_cu_graph_cond_req r;
     struct vcu_cu_graph_cond_resp *o;
-    cudaGraph_t bodies[VCU_CU_MAX_COND_BODIES];
+    cudaGraph_t *bodies;
     uint64_t gh;
     uint32_t i;
     int dev;
     cudaError_t e;
 
-    if (out == NULL || p->phGraph_out == NULL || p->size == 0 ||
-        (unsigned int)p->type > cudaGraphCondTypeSwitch)
+    if (out == NULL || p->size == 0 || (unsigned int)p->type > cudaGraphCondTypeSwitch)
         return cudaErrorInvalidValue;
     if (p->size > VCU_CU_MAX_COND_BODIES)
         VCU__NOT_SUPPORTED("a conditional node of more than 64 bodies", "at most 64");
@@ -296,8 +295,12 @@ static cudaError_t vcu__cond_node(cudaGraphNode_t *out, cudaGraph_t graph,
     r.size = p->size;
     r.ndeps = (uint32_t)ndeps;
     o = calloc(1, sizeof(*o));
-    if (o == NULL)
+    bodies = calloc(p->size, sizeof(*bodies));
+    if (o == NULL || bodies == NULL) {
+        free(o);
+        free(bodies);
         return cudaErrorMemoryAllocation;
+    }
     e = vcu__graph_send(graph, deps, ndeps, VCU_OP_CU_GRAPH_ADD_COND_NODE, &r, sizeof(r), o,
                         sizeof(*o));
     if (e == cudaSuccess && o->nbodies != p->size)
@@ -307,10 +310,13 @@ static cudaError_t vcu__cond_node(cudaGraphNode_t *out, cudaGraph_t graph,
     if (e == cudaSuccess)
         e = vcu__graph_node_new(graph, o->node, VCU__RT_NODE_COND, out);
     free(o);
-    if (e != cudaSuccess)
-        return e;               /* bodies made go with graph */
-    for (i = 0; i < p->size; i++)
-        p->phGraph_out[i] = bodies[i];
+    if (e != cudaSuccess) {
+        free(bodies);           /* the bodies' records go with graph */
+        return e;
+    }
+    /* CUDA-owned (the node's), valid for the node's life. */
+    vcu__graph_node_own(*out, bodies);
+    p->phGraph_out = bodies;
     return cudaSuccess;
 }
 

@@ -159,6 +159,8 @@ cudaError_t vcu__graph_deps(cudaGraph_t graph, const cudaGraphNode_t *deps, size
 cudaError_t vcu__graph_node_new(cudaGraph_t graph, uint64_t h, uint32_t kind,
                                 cudaGraphNode_t *out);
 cudaError_t vcu__graph_node_host(cudaGraphNode_t node, int *dev, uint64_t *h, uint32_t *kind);
+/* Gives node p (malloc'd), freed with it. */
+void vcu__graph_node_own(cudaGraphNode_t node, void *p);
 /* A record for body graph h of a conditional node of parent, freed with it. */
 cudaError_t vcu__graph_body_new(cudaGraph_t parent, uint64_t h, cudaGraph_t *out);
 

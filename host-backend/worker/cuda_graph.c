@@ -693,7 +693,6 @@ uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
 {
     struct vcu_cu_graph_cond_req rq;
     CUgraphNodeParams np;
-    CUgraph bodies[VCU_CU_MAX_COND_BODIES];
     CUgraphNode *deps = NULL, node = NULL;
     uint64_t v, root;
     uint32_t i, d = vcu__dev_of(o);
@@ -717,16 +716,19 @@ uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
     if (vcu__deps_at(o, sizeof(rq), rq.ndeps, &deps) != 0)
         goto out;
     memset(&np, 0, sizeof(np));
-    memset(bodies, 0, sizeof(bodies));
     np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
     np.conditional.handle = rq.handle;
     np.conditional.type = (CUgraphConditionalNodeType)rq.type;
     np.conditional.size = rq.size;
-    np.conditional.phGraph_out = bodies;
     np.conditional.ctx = o->cs->ctx[d];
     o->res = VCU__CU(o->cu, cuGraphAddNode, &node, ge->u.graph.g, deps, NULL, rq.ndeps, &np);
     if (o->res != CUDA_SUCCESS)
         goto out;
+    /* phGraph_out: the driver's own array, the node's for its life. */
+    if (np.conditional.phGraph_out == NULL) {
+        o->res = CUDA_ERROR_UNKNOWN;
+        goto out;
+    }
     o->rb.cond.node = vcu__node_name(o, rq.graph, node);
     if (o->rb.cond.node == 0)
         goto out;
@@ -738,7 +740,7 @@ uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
         be = vcu__new(o, VCU__H_GRAPH, &bh);
         if (be == NULL)
             goto out;
-        be->u.graph.g = bodies[i];
+        be->u.graph.g = np.conditional.phGraph_out[i];
         be->u.graph.parent = rq.graph;
         be->u.graph.root = root;
         o->rb.cond.body[i] = bh;

@@ -11,6 +11,8 @@
 
 #define N 256                       /* words */
 
+/* A conditional node; its body graphs into bodies[0..size-1], from the
+ * array the call gives (cuda.h: CUDA-owned, valid for the node's life). */
 static CUgraphNode cond_node(CUgraph g, CUgraphConditionalHandle h,
                              CUgraphConditionalNodeType type, unsigned int size,
                              CUgraph *bodies)
@@ -23,9 +25,10 @@ static CUgraphNode cond_node(CUgraph g, CUgraphConditionalHandle h,
     np.conditional.handle = h;
     np.conditional.type = type;
     np.conditional.size = size;
-    np.conditional.phGraph_out = bodies;
     CK(cuCtxGetCurrent(&np.conditional.ctx));
     CK(cuGraphAddNode(&n, g, NULL, NULL, 0, &np));
+    TRUE(np.conditional.phGraph_out != NULL);
+    memcpy(bodies, np.conditional.phGraph_out, size * sizeof(*bodies));
     return n;
 }
 
@@ -54,7 +57,7 @@ int main(void)
     CUfunction count;
     CUstream s;
     CUdeviceptr buf, ctr;
-    CUgraph g, body[3], ebody[2], sbody[4], wbody[1], dummy[1];
+    CUgraph g, body[3], ebody[2], sbody[4], wbody[1];
     CUgraphExec x;
     CUgraphConditionalHandle h1, h0, he, hs, hw;
     CUgraphNodeParams np;
@@ -117,16 +120,16 @@ int main(void)
 
     /* Bodies are the node's. */
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(body[0]));
-    /* Bad nodes: no handle of ours, no room for the bodies, a type. */
+    /* Bad nodes: no bodies, no such type. */
     memset(&np, 0, sizeof(np));
     np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
     np.conditional.handle = h1;
     np.conditional.type = CU_GRAPH_COND_TYPE_IF;
-    np.conditional.size = 1;
+    np.conditional.size = 0;
     np.conditional.ctx = ctx;
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddNode(&n, g, NULL, NULL, 0, &np));
-    np.conditional.phGraph_out = dummy;
-    np.conditional.size = 0;
+    np.conditional.size = 1;
+    np.conditional.type = (CUgraphConditionalNodeType)7;
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddNode(&n, g, NULL, NULL, 0, &np));
 
     CK(cuGraphInstantiate(&x, g, 0));

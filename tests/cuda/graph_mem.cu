@@ -165,8 +165,10 @@ static cudaGraph_t cond_node(cudaGraph_t g, cudaGraphConditionalHandle h,
     np.conditional.handle = h;
     np.conditional.type = type;
     np.conditional.size = size;
-    np.conditional.phGraph_out = bodies;
     CK(cudaGraphAddNode(&n, g, NULL, NULL, 0, &np));
+    /* The bodies: an array the call gives, the node's. */
+    EXPECT(np.conditional.phGraph_out != NULL, "no body graphs");
+    memcpy(bodies, np.conditional.phGraph_out, size * sizeof(*bodies));
     return bodies[0];
 }
 

@@ -5108,7 +5108,7 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     cp = &nodeParams->conditional;
     pthread_mutex_lock(&g_lock);
     c = fc_cond_find(cp->handle);
-    if (!c || !cp->phGraph_out || cp->size == 0 || cp->type > CU_GRAPH_COND_TYPE_SWITCH ||
+    if (!c || cp->size == 0 || cp->type > CU_GRAPH_COND_TYPE_SWITCH ||
         (cp->type == CU_GRAPH_COND_TYPE_WHILE && cp->size != 1) ||
         (cp->type == CU_GRAPH_COND_TYPE_IF && cp->size > 2)) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5137,8 +5137,9 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
         n->u.cond.bodies[i] = b;
     }
     rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
-    for (unsigned int i = 0; rc == CUDA_SUCCESS && i < cp->size; i++)
-        cp->phGraph_out[i] = (CUgraph)n->u.cond.bodies[i];
+    /* The node's own array (cuda.h: CUDA-owned, valid for its life). */
+    if (rc == CUDA_SUCCESS)
+        cp->phGraph_out = (CUgraph *)n->u.cond.bodies;
 out:
     pthread_mutex_unlock(&g_lock);
     return rc;
