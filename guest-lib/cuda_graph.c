@@ -18,7 +18,7 @@
  * vcu__drv.lock. */
 static vcu__graph_t *vcu__cap_graphs;
 
-CUresult vcu__graph_get(CUgraph graph, vcu__graph_t **out)
+CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
 {
     CUresult e = vcu__check_init();
 
@@ -102,7 +102,7 @@ VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
     struct vcu_cu_u64_req r;
     vcu__graph_t *g;
-    CUresult e = vcu__graph_get(hGraph, &g);
+    CUresult e = vcu__graph_arg(hGraph, &g);
 
     if (e != CUDA_SUCCESS)
         return e;
@@ -195,7 +195,7 @@ static CUresult vcu__kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph,
 
     if (p == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     fn = p->func;
@@ -383,7 +383,7 @@ VCU__EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGra
     (void)ctx;
     if (m == NULL || phGraphNode == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     if (m->WidthInBytes == 0 || m->Height == 0 || m->Depth == 0 || m->srcLOD || m->dstLOD)
@@ -457,7 +457,7 @@ VCU__EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGra
         (memsetParams->elementSize != 1 && memsetParams->elementSize != 2 &&
          memsetParams->elementSize != 4))
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));
@@ -481,7 +481,7 @@ VCU__EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph
 
     if (nodeParams == NULL || nodeParams->fn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));
@@ -498,7 +498,7 @@ VCU__EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGrap
 {
     struct vcu_cu_graph_node_req r;
     vcu__graph_t *g;
-    CUresult e = vcu__graph_get(hGraph, &g);
+    CUresult e = vcu__graph_arg(hGraph, &g);
 
     if (e != CUDA_SUCCESS)
         return e;
@@ -516,7 +516,7 @@ VCU__EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 
     if (phGraphClone == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(originalGraph, &g);
+    e = vcu__graph_arg(originalGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     r.value = g->h;
@@ -546,7 +546,7 @@ VCU__EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t 
 
     if (numNodes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     r.value = g->h;
@@ -589,7 +589,7 @@ VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
 
     if (phGraphExec == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));

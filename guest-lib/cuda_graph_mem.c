@@ -137,7 +137,7 @@ static CUresult vcu__alloc_node(CUgraphNode *phGraphNode, CUgraph hGraph,
 
     if (p == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     if (p->bytesize == 0)
@@ -165,7 +165,7 @@ VCU__EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGr
                                            size_t numDependencies, CUdeviceptr dptr)
 {
     vcu__graph_t *g;
-    CUresult e = vcu__graph_get(hGraph, &g);
+    CUresult e = vcu__graph_arg(hGraph, &g);
 
     if (e != CUDA_SUCCESS)
         return e;
@@ -294,7 +294,7 @@ VCU__EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pH
     (void)ctx;          /* the graph's device's context: the session's one */
     if (pHandle_out == NULL || (flags & ~(unsigned int)CU_GRAPH_COND_ASSIGN_DEFAULT) != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e != CUDA_SUCCESS)
         return e;
     memset(&r, 0, sizeof(r));
@@ -401,7 +401,7 @@ static CUresult vcu__add_node_any(CUgraphNode *phGraphNode, CUgraph hGraph,
 
     if (np == NULL || phGraphNode == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_get(hGraph, &g);
+    e = vcu__graph_arg(hGraph, &g);
     if (e == CUDA_SUCCESS)
         e = vcu__edges_default("cuGraphAddNode", edges, ndeps);
     if (e != CUDA_SUCCESS)

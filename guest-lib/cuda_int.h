@@ -296,7 +296,7 @@ int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsi
 /* cuda_graph.c, for cuda_graph_mem.c: the graph record behind a CUgraph
  * (checked; initialized); a record for node h just added to g, kept by
  * g (NULL: out of memory); a record for host graph h of device dev. */
-CUresult vcu__graph_get(CUgraph graph, vcu__graph_t **out);
+CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out);
 vcu__gnode_t *vcu__gnode_new(vcu__graph_t *g, uint64_t h);
 CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out);
 void vcu__dr_add(int dev, uint64_t base, uint64_t size);
