@@ -776,19 +776,23 @@ static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
     struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
     struct vcu_cu_capture_info_resp ci;
-    vcu__graph_t *g;
+    vcu__graph_t *g, *tg;
     vcu__ctx_t *c;
     int asked;
     CUresult e;
 
-    if (phGraph == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     e = vcu__cur(&c);
     if (e == CUDA_SUCCESS)
         e = vcu__stream(c, hStream, ptsz, &r.value);
     if (e != CUDA_SUCCESS)
         return e;
-    *phGraph = NULL;
+    /* A capture into a graph of the caller's (cuStreamBeginCaptureToGraph)
+     * ends in that graph, which need not be asked for. */
+    tg = vcu__cap_to_take(c->dev, r.value);
+    if (phGraph == NULL && tg == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (phGraph != NULL)
+        *phGraph = NULL;
     pthread_mutex_lock(&vcu__drv.lock);
     asked = vcu__cap_graphs != NULL;
     pthread_mutex_unlock(&vcu__drv.lock);
@@ -805,6 +809,13 @@ static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
     g = asked ? vcu__cap_graph_end(c->dev, ci.id, o.value) : NULL;
     if (e != CUDA_SUCCESS || o.value == 0)
         return e;
+    if (tg != NULL && tg->h == o.value) {
+        if (phGraph != NULL)
+            *phGraph = (CUgraph)tg;
+        return CUDA_SUCCESS;
+    }
+    if (phGraph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     if (g != NULL) {
         *phGraph = (CUgraph)g;
         return CUDA_SUCCESS;
@@ -865,6 +876,8 @@ static CUresult vcu__cap_graph_get(int dev, uint64_t id, uint64_t h, CUgraph *ou
     pthread_mutex_lock(&vcu__drv.lock);
     g = vcu__cap_graph_find(dev, h);
     pthread_mutex_unlock(&vcu__drv.lock);
+    if (g == NULL)
+        g = vcu__cap_to_find(dev, h);       /* a capture into the caller's graph */
     if (g != NULL) {
         *out = (CUgraph)g;
         return CUDA_SUCCESS;

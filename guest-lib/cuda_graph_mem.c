@@ -471,3 +471,126 @@ VCU__EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
     return vcu__add_node_any(phGraphNode, hGraph, dependencies, dependencyData,
                              numDependencies, nodeParams);
 }
+
+/* ---- captures into a graph ----------------------------------------------- */
+
+/* Captures into a graph of the caller's, begun and not yet ended: which
+ * graph record each stream's goes into.  Under vcu__drv.lock. */
+typedef struct vcu__cap_to_s {
+    int dev;
+    uint64_t stream;                /* host handle */
+    vcu__graph_t *g;
+    struct vcu__cap_to_s *next;
+} vcu__cap_to_t;
+
+static vcu__cap_to_t *vcu__cap_tos;
+
+vcu__graph_t *vcu__cap_to_take(int dev, uint64_t stream)
+{
+    vcu__cap_to_t **pp, *t;
+    vcu__graph_t *g = NULL;
+
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (pp = &vcu__cap_tos; (t = *pp) != NULL; pp = &t->next)
+        if (t->dev == dev && t->stream == stream) {
+            *pp = t->next;
+            g = t->g;
+            free(t);
+            break;
+        }
+    pthread_mutex_unlock(&vcu__drv.lock);
+    /* A graph destroyed meanwhile (the caller's error) is no record. */
+    return g != NULL && vcu__reg_has(g, VCU__K_GRAPH) ? g : NULL;
+}
+
+vcu__graph_t *vcu__cap_to_find(int dev, uint64_t h)
+{
+    vcu__cap_to_t *t;
+    vcu__graph_t *g = NULL;
+
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (t = vcu__cap_tos; t != NULL && g == NULL; t = t->next)
+        if (t->dev == dev && vcu__reg_has(t->g, VCU__K_GRAPH) && t->g->h == h)
+            g = t->g;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    return g;
+}
+
+/*
+ * cuStreamBeginCaptureToGraph (CU_STREAM_CAPTURE_TO_GRAPH): the stream's
+ * work goes into hGraph after the given nodes of it (default edges only),
+ * as NVIDIA's samples fill a conditional node's body; cuStreamEndCapture
+ * then gives hGraph itself (phGraph may be NULL).
+ */
+static CUresult vcu__capture_to_graph(CUstream hStream, CUgraph hGraph, const CUgraphNode *deps,
+                                      const CUgraphEdgeData *edges, size_t ndeps,
+                                      CUstreamCaptureMode mode, int ptsz)
+{
+    struct vcu_cu_capture_to_graph_req r;
+    vcu__cap_to_t *t;
+    vcu__graph_t *g;
+    vcu__ctx_t *c;
+    size_t len;
+    void *q;
+    CUresult e;
+
+    if ((unsigned int)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e == CUDA_SUCCESS)
+        e = vcu__edges_default("cuStreamBeginCaptureToGraph", edges, ndeps);
+    if (e == CUDA_SUCCESS)
+        e = vcu__cur(&c);
+    memset(&r, 0, sizeof(r));
+    if (e == CUDA_SUCCESS)
+        e = vcu__stream(c, hStream, ptsz, &r.stream);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (r.stream == VCU_CU_STREAM_LEGACY)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (g->dev != c->dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    r.graph = g->h;
+    r.mode = (uint32_t)mode;
+    r.ndeps = (uint32_t)ndeps;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__deps_req(g, &r, sizeof(r), deps, ndeps, &q, &len);
+    if (e == CUDA_SUCCESS) {
+        e = vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, q, (uint32_t)len, NULL, 0,
+                      NULL, 0);
+        free(q);
+    }
+    if (e != CUDA_SUCCESS) {
+        free(t);
+        return e;
+    }
+    t->dev = c->dev;
+    t->stream = r.stream;
+    t->g = g;
+    pthread_mutex_lock(&vcu__drv.lock);
+    t->next = vcu__cap_tos;
+    vcu__cap_tos = t;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                                 const CUgraphNode *dependencies,
+                                                 const CUgraphEdgeData *dependencyData,
+                                                 size_t numDependencies, CUstreamCaptureMode mode)
+{
+    return vcu__capture_to_graph(hStream, hGraph, dependencies, dependencyData, numDependencies,
+                                 mode, 0);
+}
+
+VCU__EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                      const CUgraphNode *dependencies,
+                                                      const CUgraphEdgeData *dependencyData,
+                                                      size_t numDependencies,
+                                                      CUstreamCaptureMode mode)
+{
+    return vcu__capture_to_graph(hStream, hGraph, dependencies, dependencyData, numDependencies,
+                                 mode, 1);
+}

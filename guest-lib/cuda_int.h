@@ -299,6 +299,12 @@ int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsi
 CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out);
 vcu__gnode_t *vcu__gnode_new(vcu__graph_t *g, uint64_t h);
 CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out);
+/* cuda_graph_mem.c, for cuda_graph.c: the caller's graph the capture on
+ * stream (host handle) of dev goes into, taken off the list as the
+ * capture ends, or NULL; the caller's graph of host handle h some
+ * capture goes into, or NULL. */
+vcu__graph_t *vcu__cap_to_take(int dev, uint64_t stream);
+vcu__graph_t *vcu__cap_to_find(int dev, uint64_t h);
 void vcu__dr_add(int dev, uint64_t base, uint64_t size);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);

@@ -955,18 +955,22 @@ static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, in
     struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
     struct vcu_cu_capture_info_resp ci;
-    vcu__graph_t *g;
+    vcu__graph_t *g, *tg;
     int dev, asked;
     cudaError_t e;
 
-    if (pGraph == NULL)
-        return cudaErrorInvalidValue;
     e = vcu__stream(stream, ptsz, &dev, &r.value);
     if (e == cudaSuccess)
         e = vcu__check_dev(dev);
     if (e != cudaSuccess)
         return e;
-    *pGraph = NULL;
+    /* A capture into a graph of the caller's ends in it; it need not be
+     * asked for. */
+    tg = (vcu__graph_t *)vcu__cap_to_take(dev, r.value);
+    if (pGraph == NULL && tg == NULL)
+        return cudaErrorInvalidValue;
+    if (pGraph != NULL)
+        *pGraph = NULL;
     pthread_mutex_lock(&vcu__graph_mu);
     asked = vcu__cap_graphs != NULL;
     pthread_mutex_unlock(&vcu__graph_mu);
@@ -982,6 +986,13 @@ static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, in
     g = asked ? vcu__cap_graph_end(dev, ci.id, o.value) : NULL;
     if (e != cudaSuccess || o.value == 0)
         return e;
+    if (tg != NULL && tg->h == o.value) {
+        if (pGraph != NULL)
+            *pGraph = (cudaGraph_t)tg;
+        return cudaSuccess;
+    }
+    if (pGraph == NULL)
+        return cudaErrorInvalidValue;
     if (g != NULL) {
         *pGraph = (cudaGraph_t)g;
         return cudaSuccess;
@@ -1047,6 +1058,8 @@ static cudaError_t vcu__cap_graph_get(int dev, unsigned long long id, uint64_t h
     pthread_mutex_lock(&vcu__graph_mu);
     g = vcu__cap_graph_find(dev, h);
     pthread_mutex_unlock(&vcu__graph_mu);
+    if (g == NULL)
+        g = (vcu__graph_t *)vcu__cap_to_find(dev, h);   /* a capture into the caller's */
     if (g != NULL) {
         *out = (cudaGraph_t)g;
         return cudaSuccess;

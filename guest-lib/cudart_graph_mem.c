@@ -389,3 +389,130 @@ VCU__EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_
                            "kernel, copy, memset, host, empty, memory and conditional nodes");
     }
 }
+
+/* ---- captures into a graph ----------------------------------------------- */
+
+/* Captures into a graph of the caller's, begun and not yet ended. */
+typedef struct vcu__cap_to_s {
+    int dev;
+    uint64_t stream;                /* host handle */
+    cudaGraph_t g;
+    struct vcu__cap_to_s *next;
+} vcu__cap_to_t;
+
+static pthread_mutex_t vcu__cap_to_mu = PTHREAD_MUTEX_INITIALIZER;
+static vcu__cap_to_t *vcu__cap_tos;       /* under vcu__cap_to_mu */
+
+cudaGraph_t vcu__cap_to_take(int dev, uint64_t stream)
+{
+    vcu__cap_to_t **pp, *t;
+    cudaGraph_t g = NULL;
+    uint64_t h;
+    int d;
+
+    pthread_mutex_lock(&vcu__cap_to_mu);
+    for (pp = &vcu__cap_tos; (t = *pp) != NULL; pp = &t->next)
+        if (t->dev == dev && t->stream == stream) {
+            *pp = t->next;
+            g = t->g;
+            free(t);
+            break;
+        }
+    pthread_mutex_unlock(&vcu__cap_to_mu);
+    /* A graph destroyed meanwhile (the caller's error) is no record. */
+    return g != NULL && vcu__graph_host(g, &d, &h) == cudaSuccess ? g : NULL;
+}
+
+cudaGraph_t vcu__cap_to_find(int dev, uint64_t h)
+{
+    vcu__cap_to_t *t;
+    cudaGraph_t g = NULL;
+    uint64_t gh;
+    int d;
+
+    pthread_mutex_lock(&vcu__cap_to_mu);
+    for (t = vcu__cap_tos; t != NULL && g == NULL; t = t->next)
+        if (t->dev == dev && vcu__graph_host(t->g, &d, &gh) == cudaSuccess && gh == h)
+            g = t->g;
+    pthread_mutex_unlock(&vcu__cap_to_mu);
+    return g;
+}
+
+/* cudaStreamBeginCaptureToGraph (CU_STREAM_CAPTURE_TO_GRAPH): the
+ * stream's work goes into graph after the given nodes of it (default
+ * edges only); cudaStreamEndCapture then gives graph itself. */
+static cudaError_t vcu__capture_to_graph(cudaStream_t stream, cudaGraph_t graph,
+                                         const cudaGraphNode_t *deps,
+                                         const cudaGraphEdgeData *edges, size_t ndeps,
+                                         enum cudaStreamCaptureMode mode, int ptsz)
+{
+    static const cudaGraphEdgeData none;
+    struct vcu_cu_capture_to_graph_req r;
+    vcu__cap_to_t *t;
+    uint64_t gh;
+    int dev, gdev;
+    size_t i;
+    cudaError_t e;
+
+    if ((unsigned int)mode > cudaStreamCaptureModeRelaxed)
+        return cudaErrorInvalidValue;
+    for (i = 0; edges != NULL && i < ndeps; i++)
+        if (memcmp(&edges[i], &none, sizeof(none)) != 0)
+            VCU__NOT_SUPPORTED("cudaStreamBeginCaptureToGraph with edge data",
+                               "default edges only");
+    memset(&r, 0, sizeof(r));
+    e = vcu__graph_host(graph, &gdev, &gh);
+    if (e == cudaSuccess)
+        e = vcu__stream(stream, ptsz, &dev, &r.stream);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e != cudaSuccess)
+        return e;
+    if (r.stream == VCU_CU_STREAM_LEGACY)
+        return cudaErrorStreamCaptureUnsupported;
+    if (gdev != dev)
+        return cudaErrorInvalidValue;
+    r.graph = gh;
+    r.mode = (uint32_t)mode;
+    r.ndeps = (uint32_t)ndeps;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return cudaErrorMemoryAllocation;
+    e = vcu__graph_send(graph, deps, ndeps, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, &r, sizeof(r),
+                        NULL, 0);
+    if (e != cudaSuccess) {
+        free(t);
+        return e;
+    }
+    t->dev = dev;
+    t->stream = r.stream;
+    t->g = graph;
+    pthread_mutex_lock(&vcu__cap_to_mu);
+    t->next = vcu__cap_tos;
+    vcu__cap_tos = t;
+    pthread_mutex_unlock(&vcu__cap_to_mu);
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                                      const cudaGraphNode_t *dependencies,
+                                                      const cudaGraphEdgeData *dependencyData,
+                                                      size_t numDependencies,
+                                                      enum cudaStreamCaptureMode mode)
+{
+    return vcu__err(vcu__capture_to_graph(stream, graph, dependencies, dependencyData,
+                                          numDependencies, mode, 0));
+}
+
+VCU__EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(
+    cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies,
+    const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+    enum cudaStreamCaptureMode mode);
+VCU__EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(
+    cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies,
+    const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+    enum cudaStreamCaptureMode mode)
+{
+    return vcu__err(vcu__capture_to_graph(stream, graph, dependencies, dependencyData,
+                                          numDependencies, mode, 1));
+}

@@ -161,6 +161,11 @@ cudaError_t vcu__graph_node_new(cudaGraph_t graph, uint64_t h, uint32_t kind,
 cudaError_t vcu__graph_node_host(cudaGraphNode_t node, int *dev, uint64_t *h, uint32_t *kind);
 /* Gives node p (malloc'd), freed with it. */
 void vcu__graph_node_own(cudaGraphNode_t node, void *p);
+/* cudart_graph_mem.c: the caller's graph the capture on stream (host
+ * handle) of dev goes into, taken off the list as it ends, or NULL; the
+ * caller's graph of host handle h some capture goes into, or NULL. */
+cudaGraph_t vcu__cap_to_take(int dev, uint64_t stream);
+cudaGraph_t vcu__cap_to_find(int dev, uint64_t h);
 /* A record for body graph h of a conditional node of parent, freed with it. */
 cudaError_t vcu__graph_body_new(cudaGraph_t parent, uint64_t h, cudaGraph_t *out);
 

@@ -189,8 +189,6 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaGraphNodeSetEnabled, GRAPH) \
     XX(cudaGraphNodeSetParams, GRAPH) \
     XX(cudaGraphRemoveDependencies, GRAPH) \
-    XX(cudaStreamBeginCaptureToGraph, GRAPH) \
-    XX(cudaStreamBeginCaptureToGraph_ptsz, GRAPH) \
     XX(cudaStreamUpdateCaptureDependencies, GRAPH) \
     XX(cudaStreamUpdateCaptureDependencies_ptsz, GRAPH) \
     XX(cudaGraphReleaseUserObject, USEROBJ) \

@@ -273,6 +273,8 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_COND_HANDLE, 0x0623, vcu_cu_pair_req, vcu_cu_u64_resp)                   \
     /* + trailing: ndeps le64 node handles */                                          \
     XX(CU_GRAPH_ADD_COND_NODE, 0x0624, vcu_cu_graph_cond_req, vcu_cu_graph_cond_resp)    \
+    /* + trailing: ndeps le64 node handles */                                          \
+    XX(CU_STREAM_CAPTURE_TO_GRAPH, 0x0625, vcu_cu_capture_to_graph_req, vcu_cu_resp)     \
     /* CUDA: the generated calls (struct vcu_cu_call_req) */                             \
     XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)
 
@@ -1048,6 +1050,21 @@ struct vcu_cu_graph_cond_resp {
 };
 
 /*
+ * CU_STREAM_CAPTURE_TO_GRAPH: cuStreamBeginCaptureToGraph, a capture of
+ * stream into graph (the guest's, a conditional node's body for one),
+ * its nodes after the ndeps le64 node handles of graph that follow;
+ * mode a CUstreamCaptureMode.  CU_STREAM_END_CAPTURE then returns that
+ * graph's own handle.
+ */
+struct vcu_cu_capture_to_graph_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 stream;
+    vcu_le64 graph;
+    vcu_le32 mode;
+    vcu_le32 ndeps;                 /* <= VCU_CU_MAX_DEPS */
+};
+
+/*
  * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
  * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
  * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
@@ -1136,6 +1153,8 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_node_req) == 176, "vcu_cu_graph_node
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_mem_node_req) == 40, "vcu_cu_graph_mem_node_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_mem_node_resp) == 40, "vcu_cu_graph_mem_node_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_cond_req) == 40, "vcu_cu_graph_cond_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_to_graph_req) == 32,
+                 "vcu_cu_capture_to_graph_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_cond_resp) == 24 + 8 * VCU_CU_MAX_COND_BODIES,
                  "vcu_cu_graph_cond_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_input) == 16, "vcu_cu_link_input");

@@ -178,7 +178,7 @@ static uint32_t vcu__node_check(const vcu__op_t *o, const struct vcu_cu_graph_no
  * of the payload (the caller checked they are there), into *deps
  * (allocated when there are any; the caller frees).  -1 (o->res set)
  * where one is not the session's or out of memory. */
-static int vcu__deps_at(vcu__op_t *o, size_t off, uint32_t ndeps, CUgraphNode **deps)
+int vcu__deps_at(vcu__op_t *o, size_t off, uint32_t ndeps, CUgraphNode **deps)
 {
     uint32_t i;
 

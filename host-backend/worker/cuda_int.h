@@ -131,6 +131,7 @@
     XX(cuStreamQuery, 0)                                                     \
     XX(cuStreamWaitEvent, 0)                                                 \
     XX(cuStreamBeginCapture, 0)                                              \
+    XX(cuStreamBeginCaptureToGraph, 0)                                       \
     XX(cuStreamEndCapture, 0)                                                \
     XX(cuStreamGetCaptureInfo, 0)                                            \
     XX(cuStreamUpdateCaptureDependencies, 0)                                 \
@@ -762,6 +763,7 @@ uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_QUERY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o);
+uint32_t vcu__op_CU_STREAM_CAPTURE_TO_GRAPH(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o);
@@ -794,6 +796,7 @@ uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o);
 void vcu__gmem_settle(vcu__cuda_sess_t *cs, uint32_t d);
 int vcu__galloc_has(const vcu__cuda_sess_t *cs, uint64_t dptr);
+int vcu__deps_at(vcu__op_t *o, size_t off, uint32_t ndeps, CUgraphNode **deps);
 int vcu__galloc_captured(vcu__op_t *o, uint64_t dptr);
 uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
                     const unsigned char *p, unsigned int nsegs, void *out,

@@ -4,8 +4,9 @@
  * chosen by the handle's default value; a while node whose body kernel
  * ends the loop with cudaGraphSetConditional, handed the handle as a
  * kernel parameter (the value the driver gave, used on the GPU); body
- * graphs filled with the ordinary calls, not destroyable alone, gone with
- * their graph; the errors.
+ * graphs filled with the ordinary calls and by captures into them
+ * (cuStreamBeginCaptureToGraph), not destroyable alone, gone with their
+ * graph; the errors.
  */
 #include "vcu_drv_test.h"
 
@@ -57,7 +58,7 @@ int main(void)
     CUfunction count;
     CUstream s;
     CUdeviceptr buf, ctr;
-    CUgraph g, body[3], ebody[2], sbody[4], wbody[1];
+    CUgraph g, got, body[3], ebody[2], sbody[4], wbody[1];
     CUgraphExec x;
     CUgraphConditionalHandle h1, h0, he, hs, hw;
     CUgraphNodeParams np;
@@ -149,6 +150,40 @@ int main(void)
     CK(cuStreamSynchronize(s));
     CK(cuMemcpyDtoH(&c, ctr, 4));
     TRUE(c == limit + 1);
+    CK(cuGraphExecDestroy(x));
+    CK(cuGraphDestroy(g));
+
+    /* Bodies filled by captures into them (cuStreamBeginCaptureToGraph),
+     * as NVIDIA's samples fill them: the while node's kernel, and a
+     * memset in an if node's body, that capture ended without asking for
+     * its graph. */
+    CK(cuMemsetD32(ctr, 0, 1));
+    CK(cuMemsetD32(buf, 0, N));
+    CK(cuGraphCreate(&g, 0));
+    CK(cuGraphConditionalHandleCreate(&hw, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CK(cuGraphConditionalHandleCreate(&h1, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    cond_node(g, hw, CU_GRAPH_COND_TYPE_WHILE, 1, wbody);
+    cond_node(g, h1, CU_GRAPH_COND_TYPE_IF, 1, body);
+    EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+           cuStreamBeginCaptureToGraph(NULL, wbody[0], NULL, NULL, 0,
+                                       CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuStreamBeginCaptureToGraph(s, wbody[0], NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuLaunchKernel(count, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+    got = NULL;
+    CK(cuStreamEndCapture(s, &got));
+    TRUE(got == wbody[0]);
+    CK(cuStreamBeginCaptureToGraph(s, body[0], NULL, NULL, 0,
+                                   CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CK(cuMemsetD32Async(buf + 4 * 4, 9, 1, s));
+    CK(cuStreamEndCapture(s, NULL));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamEndCapture(s, NULL));   /* none now */
+    CK(cuGraphInstantiate(&x, g, 0));
+    CK(cuGraphLaunch(x, s));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemcpyDtoH(&c, ctr, 4));
+    TRUE(c == limit);
+    CK(cuMemcpyDtoH(hb, buf, sizeof(hb)));
+    TRUE(hb[4] == 9);
     CK(cuGraphExecDestroy(x));
     CK(cuGraphDestroy(g));
 

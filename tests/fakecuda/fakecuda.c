@@ -131,6 +131,8 @@ struct fc_cap_s {
     CUstreamCaptureMode mode;
     pthread_t thread;           /* that began it (THREAD_LOCAL) */
     int invalidated;            /* a forbidden call was made during it */
+    int to_graph;               /* into a listed graph (cuStreamBeginCaptureToGraph):
+                                 * the caller's, never freed here */
 };
 
 struct fc_stream_s {
@@ -711,7 +713,8 @@ static void fc_stream_leave_capture(fc_stream_t *s)
     for (fc_obj_t *o = g_streams; o; o = o->next)
         if (((fc_stream_t *)o)->cap == cap)
             return;
-    fc_graph_free(cap->graph);
+    if (!cap->to_graph)
+        fc_graph_free(cap->graph);
     fc_cap_end(cap);
 }
 
@@ -4323,14 +4326,15 @@ out:
     return rc;
 }
 
-CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode)
+/* g_lock held.  (Not the exported call from inside: in a process that
+ * also loads the guest's libcuda, that name can bind to the guest's.) */
+static CUresult fc_begin_capture(CUstream hStream, CUstreamCaptureMode mode)
 {
     fc_ctx_t *ctx;
     fc_stream_t *s;
     fc_cap_t *cap;
     CUresult rc;
 
-    pthread_mutex_lock(&g_lock);
     rc = fc_stream_get(hStream, &ctx, &s);
     if (rc != CUDA_SUCCESS)
         goto out;
@@ -4359,6 +4363,61 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode
     fc_list_add(&g_caps, cap);
     s->cap = cap;
 out:
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_begin_capture(hStream, mode);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* A capture into hGraph, a listed graph: its nodes go after deps. */
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData,
+                                             size_t numDependencies, CUstreamCaptureMode mode)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_cap_t *cap;
+    CUresult rc;
+
+    if (dependencyData || (numDependencies && !dependencies))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_begin_capture(hStream, mode);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    rc = fc_stream_get(hStream, &ctx, &s);
+    cap = rc == CUDA_SUCCESS ? s->cap : NULL;
+    if (!cap || !fc_list_has(g_graphs, hGraph)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        for (size_t i = 0; i < numDependencies; i++)
+            if (!dependencies[i] ||
+                !fc_graph_has_node((fc_graph_t *)hGraph, (fc_node_t *)dependencies[i]))
+                rc = CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS && numDependencies &&
+            !(s->deps = calloc(numDependencies, sizeof(*s->deps))))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc != CUDA_SUCCESS) {
+        if (cap)
+            fc_stream_leave_capture(s);     /* its own empty graph goes */
+        goto out;
+    }
+    fc_graph_free(cap->graph);
+    cap->graph = (fc_graph_t *)hGraph;
+    cap->to_graph = 1;
+    for (size_t i = 0; i < numDependencies; i++)
+        s->deps[i] = (fc_node_t *)dependencies[i];
+    s->ndeps = numDependencies;
+out:
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -4377,13 +4436,16 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 
     pthread_mutex_lock(&g_lock);
     rc = fc_stream_get(hStream, &ctx, &s);
-    if (rc == CUDA_SUCCESS && !phGraph)
-        rc = CUDA_ERROR_INVALID_VALUE;
     if (rc != CUDA_SUCCESS)
         goto out;
     cap = s->cap;
     if (!cap) {
         rc = CUDA_ERROR_ILLEGAL_STATE;
+        goto out;
+    }
+    /* Into a graph of the caller's, the graph need not be asked for. */
+    if (!phGraph && !cap->to_graph) {
+        rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
     if (cap->origin != s) {
@@ -4403,8 +4465,15 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
             t->cap = NULL;
         }
     }
-    *phGraph = NULL;
-    if (cap->invalidated) {
+    if (phGraph)
+        *phGraph = NULL;
+    if (cap->to_graph) {
+        /* The caller's graph, listed already, kept either way. */
+        if (cap->invalidated)
+            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        else if (phGraph)
+            *phGraph = (CUgraph)g;
+    } else if (cap->invalidated) {
         fc_graph_free(g);
         rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else {

@@ -2724,6 +2724,32 @@ TEST(cuda_graph_cond)
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, hb, 0, 1, 0, o));   /* not g's */
     ASSERT_EQ(CUDA_SUCCESS, tc_cond(&c, g, h, CU_GRAPH_COND_TYPE_SWITCH, 3, node, o));
     ASSERT_EQ(3, (int)o->nbodies);
+    /* A capture into a body: its end gives the body's own handle. */
+    {
+        struct vcu_cu_capture_to_graph_req rq;
+        struct vcu_cu_resp rp;
+        uint64_t s = tc_stream_new(&c), got = 0;
+
+        ASSERT_NE(0, s);
+        memset(&rq, 0, sizeof(rq));
+        rq.stream = s;
+        rq.graph = body;
+        rq.mode = 9;
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, 0, &rq, sizeof(rq),
+                                      &rp, sizeof(rp)));
+        rq.mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+        rq.graph = 77;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, 0, &rq, sizeof(rq),
+                                  &rp, sizeof(rp)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.result);
+        rq.graph = body;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, 0, &rq, sizeof(rq),
+                                  &rp, sizeof(rp)));
+        ASSERT_EQ(CUDA_SUCCESS, rp.result);
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &got));
+        ASSERT_EQ(body, got);
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, body, NULL));
+    }
     /* The graph goes, its bodies with it, however deep. */
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, body, NULL));
