@@ -26,7 +26,7 @@ static vcu__gnode_t *vcu__gnode_of(vcu__graph_t *g, uint64_t h);
 static CUresult vcu__list(vcu__graph_t *g, uint64_t gh, uint64_t nh, uint32_t what,
                           CUgraphNode *a, CUgraphNode *b, size_t *num);
 
-static CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
+CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
 {
     CUresult e = vcu__check_init();
 
@@ -38,7 +38,7 @@ static CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out)
     return CUDA_SUCCESS;
 }
 
-static CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out)
+CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out)
 {
     vcu__graph_t *g = calloc(1, sizeof(*g));
 
@@ -72,35 +72,59 @@ VCU__EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return vcu__graph_wrap(c->dev, o.value, phGraph);
 }
 
+/* Frees the records of g, its nodes and its conditional nodes' body
+ * graphs (theirs too, however deep: a list, no recursion). */
+static void vcu__graph_free(vcu__graph_t *g)
+{
+    vcu__graph_t *todo = g, *b, *nb;
+    vcu__gnode_t *n, *next;
+
+    g->body_next = NULL;
+    while ((g = todo) != NULL) {
+        todo = g->body_next;
+        pthread_mutex_lock(&vcu__drv.lock);
+        for (b = g->bodies; b != NULL; b = nb) {
+            nb = b->body_next;
+            b->body_next = todo;
+            todo = b;
+        }
+        g->bodies = NULL;
+        pthread_mutex_unlock(&vcu__drv.lock);
+        vcu__reg_del(g);
+        for (n = g->nodes; n != NULL; n = next) {
+            next = n->next;
+            vcu__reg_del(n);
+            free(n->bodies);
+            free(n->kbuf);
+            free(n);
+        }
+        free(g->deps_out);
+        free(g->edges_out);
+        vcu__stages_drop(&g->stages);
+        free(g);
+    }
+}
+
 /* Host node functions stay valid: an instantiated copy may still run
  * them. */
 VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
     struct vcu_cu_u64_req r;
-    vcu__gnode_t *n, *next;
     vcu__graph_t *g;
     CUresult e = vcu__graph_arg(hGraph, &g);
 
     if (e != CUDA_SUCCESS)
         return e;
     pthread_mutex_lock(&vcu__drv.lock);
-    e = g->cap_id != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    /* The capture's (cuda.h); a body graph its conditional node's. */
+    e = g->cap_id != 0 || g->parent != NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     pthread_mutex_unlock(&vcu__drv.lock);
     if (e != CUDA_SUCCESS)
-        return e;           /* the capture's (cuda.h) */
+        return e;
     vcu__reg_del(g);
     r.value = g->h;
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
-    for (n = g->nodes; n != NULL; n = next) {
-        next = n->next;
-        vcu__reg_del(n);
-        free(n->kbuf);
-        free(n);
-    }
-    free(g->deps_out);
-    free(g->edges_out);
-    vcu__stages_drop(&g->stages);
-    free(g);
+    vcu__graph_free(g);
     return e;
 }
 
@@ -141,20 +165,29 @@ static CUresult vcu__add_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphNo
     free(q);
     if (e != CUDA_SUCCESS)
         return e;
-    n = calloc(1, sizeof(*n));
+    n = vcu__gnode_new(g, o.value);
+    if (n == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+vcu__gnode_t *vcu__gnode_new(vcu__graph_t *g, uint64_t h)
+{
+    vcu__gnode_t *n = calloc(1, sizeof(*n));
+
     if (n == NULL || vcu__reg_add(n, VCU__K_GNODE) != 0) {
         free(n);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
     }
-    n->h = o.value;
+    n->h = h;
     n->g = g;
     pthread_mutex_lock(&vcu__drv.lock);
     n->next = g->nodes;
     g->nodes = n;
     g->nnodes++;
     pthread_mutex_unlock(&vcu__drv.lock);
-    *out = (CUgraphNode)n;
-    return CUDA_SUCCESS;
+    return n;
 }
 
 /* The record of kernel node n: p with func f, its parameters (packed in
@@ -843,9 +876,7 @@ static vcu__graph_t *vcu__cap_graph_end(int dev, uint64_t id, uint64_t h)
     pthread_mutex_unlock(&vcu__drv.lock);
     for (; gone != NULL; gone = g) {
         g = gone->cap_next;
-        vcu__reg_del(gone);
-        vcu__stages_drop(&gone->stages);
-        free(gone);
+        vcu__graph_free(gone);
     }
     return kept;
 }
@@ -855,19 +886,23 @@ static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
     struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
     struct vcu_cu_capture_info_resp ci;
-    vcu__graph_t *g;
+    vcu__graph_t *g, *tg;
     vcu__ctx_t *c;
     int asked;
     CUresult e;
 
-    if (phGraph == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     e = vcu__cur(&c);
     if (e == CUDA_SUCCESS)
         e = vcu__stream(c, hStream, ptsz, &r.value);
     if (e != CUDA_SUCCESS)
         return e;
-    *phGraph = NULL;
+    /* A capture into a graph of the caller's (cuStreamBeginCaptureToGraph)
+     * ends in that graph, which need not be asked for. */
+    tg = vcu__cap_to_take(c->dev, r.value);
+    if (phGraph == NULL && tg == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (phGraph != NULL)
+        *phGraph = NULL;
     pthread_mutex_lock(&vcu__drv.lock);
     asked = vcu__cap_graphs != NULL;
     pthread_mutex_unlock(&vcu__drv.lock);
@@ -890,6 +925,13 @@ static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
     g = asked ? vcu__cap_graph_end(c->dev, ci.id, o.value) : NULL;
     if (e != CUDA_SUCCESS || o.value == 0)
         return e;
+    if (tg != NULL && tg->h == o.value) {
+        if (phGraph != NULL)
+            *phGraph = (CUgraph)tg;
+        return CUDA_SUCCESS;
+    }
+    if (phGraph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     if (g != NULL) {
         *phGraph = (CUgraph)g;
         return CUDA_SUCCESS;
@@ -950,6 +992,8 @@ static CUresult vcu__cap_graph_get(int dev, uint64_t id, uint64_t h, CUgraph *ou
     pthread_mutex_lock(&vcu__drv.lock);
     g = vcu__cap_graph_find(dev, h);
     pthread_mutex_unlock(&vcu__drv.lock);
+    if (g == NULL)
+        g = vcu__cap_to_find(dev, h);       /* a capture into the caller's graph */
     if (g != NULL) {
         *out = (CUgraph)g;
         return CUDA_SUCCESS;

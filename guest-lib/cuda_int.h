@@ -181,6 +181,7 @@ typedef struct vcu__gnode_s {
         CUDA_HOST_NODE_PARAMS host;
     } p;
     char *kbuf;
+    CUgraph *bodies;                /* a conditional node's phGraph_out, freed with it */
 } vcu__gnode_t;
 
 typedef struct vcu__graph_s {
@@ -198,6 +199,12 @@ typedef struct vcu__graph_s {
     CUgraphNode *deps_out;
     CUgraphEdgeData *edges_out;
     vcu__stages_t stages;           /* its pageable copies' (vcu_stage.h) */
+    /* A conditional node's body graph: the graph holding the node (it
+     * goes with it; never destroyed by itself).  A graph's bodies, linked
+     * by body_next.  Under vcu__drv.lock. */
+    struct vcu__graph_s *parent;
+    struct vcu__graph_s *bodies;
+    struct vcu__graph_s *body_next;
 } vcu__graph_t;
 
 typedef struct vcu__gexec_s {
@@ -298,6 +305,18 @@ int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsi
                           unsigned int shmem, uint32_t flags);
 /* The device memory this process was given (cuda_ranges.c): a stream-
  * ordered copy or memset of a known range may go without waiting. */
+/* cuda_graph.c, for cuda_graph_mem.c: the graph record behind a CUgraph
+ * (checked; initialized); a record for node h just added to g, kept by
+ * g (NULL: out of memory); a record for host graph h of device dev. */
+CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out);
+vcu__gnode_t *vcu__gnode_new(vcu__graph_t *g, uint64_t h);
+CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out);
+/* cuda_graph_mem.c, for cuda_graph.c: the caller's graph the capture on
+ * stream (host handle) of dev goes into, taken off the list as the
+ * capture ends, or NULL; the caller's graph of host handle h some
+ * capture goes into, or NULL. */
+vcu__graph_t *vcu__cap_to_take(int dev, uint64_t stream);
+vcu__graph_t *vcu__cap_to_find(int dev, uint64_t h);
 void vcu__dr_add(int dev, uint64_t base, uint64_t size);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);

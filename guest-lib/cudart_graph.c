@@ -15,6 +15,7 @@ typedef struct vcu__node_s {
     uint64_t cookie;                /* host node's callback record, or 0 */
     uint32_t kind;                  /* VCU_CU_NODE_* */
     struct vcu__node_s *next;
+    void *owned;                    /* freed with it (a conditional node's phGraph_out) */
 } vcu__node_t;
 
 typedef struct vcu__graph_s {
@@ -28,6 +29,12 @@ typedef struct vcu__graph_s {
     unsigned long long cap_id;
     struct vcu__graph_s *cap_next;
     vcu__stages_t stages;           /* its pageable copies' (vcu_stage.h) */
+    /* A conditional node's body graph: the graph holding the node (it
+     * goes with it, never by itself); a graph's bodies, linked by
+     * body_next.  Under vcu__graph_mu. */
+    struct vcu__graph_s *parent;
+    struct vcu__graph_s *bodies;
+    struct vcu__graph_s *body_next;
 } vcu__graph_t;
 
 typedef struct vcu__exec_s {
@@ -91,34 +98,57 @@ VCU__EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
     return vcu__err(e);
 }
 
+/* Frees the records of g, its nodes and its conditional nodes' bodies
+ * (theirs too: a list, no recursion).  Host node callbacks stay valid:
+ * an instantiated copy may still run them. */
+static void vcu__graph_free(vcu__graph_t *g)
+{
+    vcu__graph_t *todo = g, *b, *nb;
+    vcu__node_t *n, *next;
+
+    g->body_next = NULL;
+    while ((g = todo) != NULL) {
+        todo = g->body_next;
+        pthread_mutex_lock(&vcu__graph_mu);
+        for (b = g->bodies; b != NULL; b = nb) {
+            nb = b->body_next;
+            b->body_next = todo;
+            todo = b;
+        }
+        g->bodies = NULL;
+        pthread_mutex_unlock(&vcu__graph_mu);
+        vcu__reg_del(g);
+        for (n = g->nodes; n != NULL; n = next) {
+            next = n->next;
+            vcu__reg_del(n);
+            free(n->owned);
+            free(n);
+        }
+        vcu__stages_drop(&g->stages);
+        free(g);
+    }
+}
+
 VCU__EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
     struct vcu_cu_u64_req r;
     vcu__graph_t *g = (vcu__graph_t *)graph;
-    vcu__node_t *n, *next;
     cudaError_t e;
 
     if (!vcu__reg_has(graph, VCU__H_GRAPH))
         return vcu__err(cudaErrorInvalidResourceHandle);
     pthread_mutex_lock(&vcu__graph_mu);
-    e = g->cap_id != 0 ? cudaErrorInvalidValue : cudaSuccess;
+    /* The capture's; a body graph its conditional node's. */
+    e = g->cap_id != 0 || g->parent != NULL ? cudaErrorInvalidValue : cudaSuccess;
     pthread_mutex_unlock(&vcu__graph_mu);
     if (e != cudaSuccess)
-        return vcu__err(e);         /* the capture's */
+        return vcu__err(e);
     vcu__reg_del(graph);
     r.value = g->h;
     e = vcu__check_dev(g->dev);
     if (e == cudaSuccess)
         e = vcu__call(g->dev, VCU_OP_CU_GRAPH_DESTROY, 0, &r, sizeof(r), NULL, 0, NULL, 0);
-    /* Host node callbacks stay valid: an instantiated copy may still
-     * run them. */
-    for (n = g->nodes; n != NULL; n = next) {
-        next = n->next;
-        vcu__reg_del(n);
-        free(n);
-    }
-    vcu__stages_drop(&g->stages);
-    free(g);
+    vcu__graph_free(g);
     return vcu__err(e);
 }
 
@@ -150,6 +180,88 @@ static cudaError_t vcu__add_node_h(vcu__graph_t *g, const uint64_t *hdeps, size_
     if (e == cudaSuccess)
         *h = o.value;
     return e;
+}
+
+/* ---- for cudart_graph_mem.c (cudart_int.h) ------------------------------- */
+
+cudaError_t vcu__graph_host(cudaGraph_t graph, int *dev, uint64_t *h)
+{
+    vcu__graph_t *g;
+    cudaError_t e = vcu__graph(graph, &g);
+
+    if (e != cudaSuccess)
+        return e;
+    *dev = g->dev;
+    *h = g->h;
+    return cudaSuccess;
+}
+
+cudaError_t vcu__graph_deps(cudaGraph_t graph, const cudaGraphNode_t *deps, size_t ndeps,
+                            uint64_t *out)
+{
+    for (size_t i = 0; i < ndeps; i++) {
+        vcu__node_t *dn = (vcu__node_t *)deps[i];
+
+        if (!vcu__reg_has(dn, VCU__H_NODE) || dn->g != (vcu__graph_t *)graph)
+            return cudaErrorInvalidValue;
+        out[i] = dn->h;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t vcu__graph_node_new(cudaGraph_t graph, uint64_t h, uint32_t kind,
+                                cudaGraphNode_t *out)
+{
+    vcu__graph_t *g = (vcu__graph_t *)graph;
+    vcu__node_t *n = calloc(1, sizeof(*n));
+
+    if (n == NULL || vcu__reg_add(n, VCU__H_NODE) != 0) {
+        free(n);
+        return cudaErrorMemoryAllocation;
+    }
+    n->h = h;
+    n->g = g;
+    n->kind = kind;
+    pthread_mutex_lock(&vcu__graph_mu);
+    n->next = g->nodes;
+    g->nodes = n;
+    g->nnodes++;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    *out = (cudaGraphNode_t)n;
+    return cudaSuccess;
+}
+
+void vcu__graph_node_own(cudaGraphNode_t node, void *p)
+{
+    ((vcu__node_t *)node)->owned = p;
+}
+
+cudaError_t vcu__graph_node_host(cudaGraphNode_t node, int *dev, uint64_t *h, uint32_t *kind)
+{
+    vcu__node_t *n = (vcu__node_t *)node;
+
+    if (!vcu__reg_has(n, VCU__H_NODE))
+        return cudaErrorInvalidValue;
+    *dev = n->g->dev;
+    *h = n->h;
+    *kind = n->kind;
+    return cudaSuccess;
+}
+
+cudaError_t vcu__graph_body_new(cudaGraph_t parent, uint64_t h, cudaGraph_t *out)
+{
+    vcu__graph_t *p = (vcu__graph_t *)parent, *b;
+    cudaError_t e = vcu__graph_wrap(p->dev, h, out);
+
+    if (e != cudaSuccess)
+        return e;
+    b = (vcu__graph_t *)*out;
+    pthread_mutex_lock(&vcu__graph_mu);
+    b->parent = p;
+    b->body_next = p->bodies;
+    p->bodies = b;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    return cudaSuccess;
 }
 
 /* Sends CU_GRAPH_ADD_NODE with the deps and trailing bytes; adds the node. */
@@ -744,6 +856,15 @@ VCU__EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGrap
     case VCU_CU_NODE_HOST:
         *pType = cudaGraphNodeTypeHost;
         break;
+    case VCU__RT_NODE_MEM_ALLOC:
+        *pType = cudaGraphNodeTypeMemAlloc;
+        break;
+    case VCU__RT_NODE_MEM_FREE:
+        *pType = cudaGraphNodeTypeMemFree;
+        break;
+    case VCU__RT_NODE_COND:
+        *pType = cudaGraphNodeTypeConditional;
+        break;
     default:
         *pType = cudaGraphNodeTypeEmpty;
         break;
@@ -896,18 +1017,22 @@ static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, in
     struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
     struct vcu_cu_capture_info_resp ci;
-    vcu__graph_t *g;
+    vcu__graph_t *g, *tg;
     int dev, asked;
     cudaError_t e;
 
-    if (pGraph == NULL)
-        return cudaErrorInvalidValue;
     e = vcu__stream(stream, ptsz, &dev, &r.value);
     if (e == cudaSuccess)
         e = vcu__check_dev(dev);
     if (e != cudaSuccess)
         return e;
-    *pGraph = NULL;
+    /* A capture into a graph of the caller's ends in it; it need not be
+     * asked for. */
+    tg = (vcu__graph_t *)vcu__cap_to_take(dev, r.value);
+    if (pGraph == NULL && tg == NULL)
+        return cudaErrorInvalidValue;
+    if (pGraph != NULL)
+        *pGraph = NULL;
     pthread_mutex_lock(&vcu__graph_mu);
     asked = vcu__cap_graphs != NULL;
     pthread_mutex_unlock(&vcu__graph_mu);
@@ -929,6 +1054,13 @@ static cudaError_t vcu__end_capture(cudaStream_t stream, cudaGraph_t *pGraph, in
     g = asked ? vcu__cap_graph_end(dev, ci.id, o.value) : NULL;
     if (e != cudaSuccess || o.value == 0)
         return e;
+    if (tg != NULL && tg->h == o.value) {
+        if (pGraph != NULL)
+            *pGraph = (cudaGraph_t)tg;
+        return cudaSuccess;
+    }
+    if (pGraph == NULL)
+        return cudaErrorInvalidValue;
     if (g != NULL) {
         *pGraph = (cudaGraph_t)g;
         return cudaSuccess;
@@ -994,6 +1126,8 @@ static cudaError_t vcu__cap_graph_get(int dev, unsigned long long id, uint64_t h
     pthread_mutex_lock(&vcu__graph_mu);
     g = vcu__cap_graph_find(dev, h);
     pthread_mutex_unlock(&vcu__graph_mu);
+    if (g == NULL)
+        g = (vcu__graph_t *)vcu__cap_to_find(dev, h);   /* a capture into the caller's */
     if (g != NULL) {
         *out = (cudaGraph_t)g;
         return cudaSuccess;

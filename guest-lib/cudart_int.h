@@ -145,6 +145,30 @@ enum {
     VCU__H_POOL,
 };
 
+/* ---- graphs (cudart_graph.c), for cudart_graph_mem.c -------------------- */
+/* Node kinds of this library beyond the protocol's VCU_CU_NODE_*. */
+#define VCU__RT_NODE_MEM_ALLOC 0x101u
+#define VCU__RT_NODE_MEM_FREE 0x102u
+#define VCU__RT_NODE_COND 0x103u
+/* The device and host handle of a graph (checked). */
+cudaError_t vcu__graph_host(cudaGraph_t graph, int *dev, uint64_t *h);
+/* The host handles of ndeps nodes of graph, into out. */
+cudaError_t vcu__graph_deps(cudaGraph_t graph, const cudaGraphNode_t *deps, size_t ndeps,
+                            uint64_t *out);
+/* A record for node h (of kind) just added to graph, kept by it. */
+cudaError_t vcu__graph_node_new(cudaGraph_t graph, uint64_t h, uint32_t kind,
+                                cudaGraphNode_t *out);
+cudaError_t vcu__graph_node_host(cudaGraphNode_t node, int *dev, uint64_t *h, uint32_t *kind);
+/* Gives node p (malloc'd), freed with it. */
+void vcu__graph_node_own(cudaGraphNode_t node, void *p);
+/* cudart_graph_mem.c: the caller's graph the capture on stream (host
+ * handle) of dev goes into, taken off the list as it ends, or NULL; the
+ * caller's graph of host handle h some capture goes into, or NULL. */
+cudaGraph_t vcu__cap_to_take(int dev, uint64_t stream);
+cudaGraph_t vcu__cap_to_find(int dev, uint64_t h);
+/* A record for body graph h of a conditional node of parent, freed with it. */
+cudaError_t vcu__graph_body_new(cudaGraph_t parent, uint64_t h, cudaGraph_t *out);
+
 /* ---- memory (cudart_mem.c) ---------------------------------------------- */
 enum { VCU__M_DEVICE = 1, VCU__M_HOST, VCU__M_REGISTERED, VCU__M_SYMBOL, VCU__M_MANAGED };
 typedef struct vcu__alloc_s {

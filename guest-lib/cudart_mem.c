@@ -221,8 +221,16 @@ VCU__EXPORT cudaError_t cudaFree(void *devPtr)
         return vcu__err(e);
     if (devPtr == NULL)
         return cudaSuccess;
-    if (vcu__mem_del((uint64_t)(uintptr_t)devPtr, VCU__M_DEVICE, &a) != 0)
-        return vcu__err(vcu__managed_free(devPtr));
+    if (vcu__mem_del((uint64_t)(uintptr_t)devPtr, VCU__M_DEVICE, &a) != 0) {
+        e = vcu__managed_free(devPtr);
+        /* Not ours: graph memory allocated again by a launch after an
+         * earlier free (the host knows it), else invalid. */
+        if (e == cudaErrorInvalidValue) {
+            r.value = (uint64_t)(uintptr_t)devPtr;
+            e = vcu__call(dev, VCU_OP_CU_MEM_FREE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+        }
+        return vcu__err(e);
+    }
     r.value = a.base;
     e = vcu__call(a.dev, VCU_OP_CU_MEM_FREE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
     return vcu__err(e);
@@ -1170,12 +1178,16 @@ static cudaError_t vcu__free_async(void *ptr, cudaStream_t stream, int ptsz)
         e = vcu__check_dev(dev);
     if (e != cudaSuccess || ptr == NULL)
         return e;
-    if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_DEVICE, &a) != 0)
-        return cudaErrorInvalidValue;
     memset(&r, 0, sizeof(r));
-    r.dst = a.base;
     r.stream = ws;
     r.flags = VCU_CU_MEMCPY_F_ASYNC;
+    /* Not ours: graph memory allocated again by a launch after an earlier
+     * free, which the host knows; else invalid.  Answered at once. */
+    if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_DEVICE, &a) != 0) {
+        r.dst = (uint64_t)(uintptr_t)ptr;
+        return vcu__call(dev, VCU_OP_CU_MEM_FREE_ASYNC, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    }
+    r.dst = a.base;
     return vcu__call(dev, VCU_OP_CU_MEM_FREE_ASYNC, 1, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 

@@ -25,12 +25,10 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
 #define VCU__WHY_ARRAY "CUDA arrays, textures and surfaces are not in the protocol"
 #define VCU__WHY_EXTERNAL "external memory and semaphores are not in the protocol"
 #define VCU__WHY_RDMA "no GPUDirect RDMA in the guest"
-#define VCU__WHY_GRAPHMEM "graph memory nodes are not in the protocol"
 #define VCU__WHY_OTHER "not in the protocol"
 #define VCU__WHY_NOTIFY "async notifications are not in the protocol"
 #define VCU__WHY_GRAPHICS "graphics interop is not available in the guest"
 #define VCU__WHY_GRAPH "graphs are built from new kernel, 1D copy, memset, host and empty nodes only"
-#define VCU__WHY_COND "conditional graph nodes are not in the protocol"
 #define VCU__WHY_USEROBJ "user objects are not in the protocol"
 #define VCU__WHY_IPC "no IPC across the VM boundary"
 #define VCU__WHY_LIBRARY "the library API is not in the protocol"
@@ -105,13 +103,6 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaWaitExternalSemaphoresAsync, EXTERNAL) \
     XX(cudaWaitExternalSemaphoresAsync_ptsz, EXTERNAL) \
     XX(cudaDeviceFlushGPUDirectRDMAWrites, RDMA) \
-    XX(cudaDeviceGetGraphMemAttribute, GRAPHMEM) \
-    XX(cudaDeviceGraphMemTrim, GRAPHMEM) \
-    XX(cudaDeviceSetGraphMemAttribute, GRAPHMEM) \
-    XX(cudaGraphAddMemAllocNode, GRAPHMEM) \
-    XX(cudaGraphAddMemFreeNode, GRAPHMEM) \
-    XX(cudaGraphMemAllocNodeGetParams, GRAPHMEM) \
-    XX(cudaGraphMemFreeNodeGetParams, GRAPHMEM) \
     XX(cudaDeviceGetHostAtomicCapabilities, OTHER) \
     XX(cudaDeviceGetP2PAtomicCapabilities, OTHER) \
     XX(cudaDeviceRegisterAsyncNotification, NOTIFY) \
@@ -156,7 +147,6 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaGraphAddEventWaitNode, GRAPH) \
     XX(cudaGraphAddMemcpyNodeFromSymbol, GRAPH) \
     XX(cudaGraphAddMemcpyNodeToSymbol, GRAPH) \
-    XX(cudaGraphAddNode, GRAPH) \
     XX(cudaGraphChildGraphNodeGetGraph, GRAPH) \
     XX(cudaGraphDebugDotPrint, GRAPH) \
     XX(cudaGraphDestroyNode, GRAPH) \
@@ -186,11 +176,8 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaGraphNodeGetDependentNodes, GRAPH) \
     XX(cudaGraphNodeSetParams, GRAPH) \
     XX(cudaGraphRemoveDependencies, GRAPH) \
-    XX(cudaStreamBeginCaptureToGraph, GRAPH) \
-    XX(cudaStreamBeginCaptureToGraph_ptsz, GRAPH) \
     XX(cudaStreamUpdateCaptureDependencies, GRAPH) \
     XX(cudaStreamUpdateCaptureDependencies_ptsz, GRAPH) \
-    XX(cudaGraphConditionalHandleCreate, COND) \
     XX(cudaGraphReleaseUserObject, USEROBJ) \
     XX(cudaGraphRetainUserObject, USEROBJ) \
     XX(cudaUserObjectCreate, USEROBJ) \

@@ -271,6 +271,15 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_LIST, 0x060a, vcu_cu_graph_list_req, vcu_cu_graph_list_resp)              \
     XX(CU_GRAPH_EDGES, 0x060b, vcu_cu_graph_edges_req, vcu_cu_resp)                       \
     XX(CU_GRAPH_NODE_DESTROY, 0x060c, vcu_cu_u64_req, vcu_cu_resp)                        \
+    /* + trailing: ndeps le64 node handles */                                          \
+    XX(CU_GRAPH_ADD_MEM_NODE, 0x0620, vcu_cu_graph_mem_node_req, vcu_cu_graph_mem_node_resp) \
+    XX(CU_GRAPH_MEM_NODE_PARAMS, 0x0621, vcu_cu_u64_req, vcu_cu_graph_mem_node_resp)    \
+    XX(CU_GRAPH_MEM_ATTR, 0x0622, vcu_cu_attr_req, vcu_cu_u64_resp)                      \
+    XX(CU_GRAPH_COND_HANDLE, 0x0623, vcu_cu_pair_req, vcu_cu_u64_resp)                   \
+    /* + trailing: ndeps le64 node handles */                                          \
+    XX(CU_GRAPH_ADD_COND_NODE, 0x0624, vcu_cu_graph_cond_req, vcu_cu_graph_cond_resp)    \
+    /* + trailing: ndeps le64 node handles */                                          \
+    XX(CU_STREAM_CAPTURE_TO_GRAPH, 0x0625, vcu_cu_capture_to_graph_req, vcu_cu_resp)     \
     /* CUDA: the generated calls (struct vcu_cu_call_req) */                             \
     XX(CU_CALL, 0x0700, vcu_cu_call_req, vcu_cu_resp)                                    \
     /* CUDA: virtual memory management, memory's range (struct vcu_cu_vmm_req says   \
@@ -437,6 +446,8 @@ struct vcu_cu_pair_req {
  *   CU_GRAPH_INSTANTIATE   a = graph, b = flags
  *   CU_GRAPH_LAUNCH        a = graph exec, b = stream
  *   CU_GRAPH_EXEC_UPDATE   a = graph exec, b = graph
+ *   CU_GRAPH_COND_HANDLE   a = graph, b = default launch value, c = flags
+ *                          (CU_GRAPH_COND_ASSIGN_DEFAULT or 0)
  * vcu_cu_u64_req value:
  *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
@@ -1132,6 +1143,87 @@ struct vcu_cu_graph_edges_req {
  * the node's handle goes with it. */
 
 /*
+ * Graph memory nodes.  CU_GRAPH_ADD_MEM_NODE adds an allocation (ALLOC:
+ * size bytes on the header's device, read and written by it alone, as
+ * a pool of CU_MEM_ALLOCATION_TYPE_PINNED; the reply's dptr is the
+ * address the driver fixed for it) or a free of such an address (FREE:
+ * dptr) to graph, followed by ndeps le64 node handles.  The memory is
+ * charged to the VM's account when a graph holding the node is
+ * launched, not here (docs/driver-api.md, "Graph memory").
+ * CU_GRAPH_MEM_NODE_PARAMS (value = node handle) gives either kind's
+ * parameters back (kind says which; device is the virtual ordinal).
+ * CU_GRAPH_MEM_ATTR: cuDeviceGet/SetGraphMemAttribute of the header's
+ * device; attr a CUgraphMem_attribute, handle 1 to set (value 0: only
+ * the two _HIGH marks may be set, only to 0), 0 to get.
+ */
+#define VCU_CU_MEM_NODE_ALLOC 1u
+#define VCU_CU_MEM_NODE_FREE 2u
+
+struct vcu_cu_graph_mem_node_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 graph;
+    vcu_le32 kind;                  /* VCU_CU_MEM_NODE_* */
+    vcu_le32 ndeps;                 /* <= VCU_CU_MAX_DEPS */
+    vcu_le64 size;                  /* ALLOC: bytes, > 0 */
+    vcu_le64 dptr;                  /* FREE: the address; ALLOC: 0 */
+};
+
+struct vcu_cu_graph_mem_node_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 node;                  /* OUT CU_GRAPH_ADD_MEM_NODE: the new node's handle */
+    vcu_le64 dptr;                  /* OUT the allocation's address */
+    vcu_le64 size;                  /* OUT CU_GRAPH_MEM_NODE_PARAMS, ALLOC: bytes */
+    vcu_le32 kind;                  /* OUT VCU_CU_MEM_NODE_* */
+    vcu_le32 device;                /* OUT ALLOC: virtual ordinal of its memory */
+};
+
+/*
+ * Conditional nodes.  CU_GRAPH_COND_HANDLE makes a conditional handle
+ * for graph (vcu_cu_pair_req above); the reply's value is the driver's
+ * handle itself, which the guest passes to kernels (cudaGraphSetConditional
+ * runs on the GPU).  CU_GRAPH_ADD_COND_NODE adds a node of that handle,
+ * type a CUgraphConditionalNodeType and size bodies (cuda.h:
+ * CUDA_CONDITIONAL_NODE_PARAMS), followed by ndeps le64 node handles; the
+ * reply names each body graph by a new graph handle, which the guest
+ * fills as any graph but may not destroy: the bodies go with the node's
+ * graph (CU_GRAPH_DESTROY of a body is CUDA_ERROR_INVALID_VALUE).
+ */
+#define VCU_CU_MAX_COND_BODIES 64u
+
+struct vcu_cu_graph_cond_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 graph;
+    vcu_le64 handle;                /* from CU_GRAPH_COND_HANDLE */
+    vcu_le32 type;                  /* CUgraphConditionalNodeType */
+    vcu_le32 size;                  /* 1 ..VCU_CU_MAX_COND_BODIES */
+    vcu_le32 ndeps;                 /* <= VCU_CU_MAX_DEPS */
+    vcu_le32 reserved;              /* 0 */
+};
+
+struct vcu_cu_graph_cond_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 node;                  /* OUT */
+    vcu_le32 nbodies;               /* OUT = size */
+    vcu_le32 reserved;
+    vcu_le64 body[VCU_CU_MAX_COND_BODIES];  /* OUT graph handles */
+};
+
+/*
+ * CU_STREAM_CAPTURE_TO_GRAPH: cuStreamBeginCaptureToGraph, a capture of
+ * stream into graph (the guest's, a conditional node's body for one),
+ * its nodes after the ndeps le64 node handles of graph that follow;
+ * mode a CUstreamCaptureMode.  CU_STREAM_END_CAPTURE then returns that
+ * graph's own handle.
+ */
+struct vcu_cu_capture_to_graph_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 stream;
+    vcu_le64 graph;
+    vcu_le32 mode;
+    vcu_le32 ndeps;                 /* <= VCU_CU_MAX_DEPS */
+};
+
+/*
  * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
  * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
  * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
@@ -1227,6 +1319,13 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_list_req) == 32, "vcu_cu_graph_list_
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_list_resp) == 24 + 8 * VCU_CU_LIST_MAX,
                  "vcu_cu_graph_list_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_edges_req) == 24, "vcu_cu_graph_edges_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_mem_node_req) == 40, "vcu_cu_graph_mem_node_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_mem_node_resp) == 40, "vcu_cu_graph_mem_node_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_cond_req) == 40, "vcu_cu_graph_cond_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_to_graph_req) == 32,
+                 "vcu_cu_capture_to_graph_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_cond_resp) == 24 + 8 * VCU_CU_MAX_COND_BODIES,
+                 "vcu_cu_graph_cond_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_input) == 16, "vcu_cu_link_input");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_link_req) == 16 + 16 * VCU_CU_MAX_LINK_OPTS,
                  "vcu_cu_link_req");

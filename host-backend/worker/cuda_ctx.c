@@ -76,6 +76,7 @@ static void vcu__mem_view(vcu__cuda_sess_t *cs, uint32_t d, size_t *fr, size_t *
     if (a == NULL || vcu__acct_quota(a) == 0)
         return;
     vcu__pool_settle(cs, d);
+    vcu__gmem_settle(cs, d);
     if (vcu__acct_quota(a) < *tot)
         *tot = (size_t)vcu__acct_quota(a);
     used = vcu__acct_used(a, d);

@@ -52,8 +52,9 @@ uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH);
-    /* A capture's graph is the capture's (cuda.h). */
-    if (e->u.graph.cap_id != 0) {
+    /* A capture's graph is the capture's (cuda.h); a conditional node's
+     * body graph its node's. */
+    if (e->u.graph.cap_id != 0 || e->u.graph.parent != 0) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
@@ -173,32 +174,38 @@ static uint32_t vcu__node_check(const struct vcu_cu_graph_node_req *rq,
     return VCU_S_OK;
 }
 
-/* The new node's dependencies, the session's node handles, into *deps
+/* The new node's dependencies, ndeps session node handles at byte off
+ * of the payload (the caller checked they are there), into *deps
  * (allocated when there are any; the caller frees).  -1 (o->res set)
  * where one is not the session's or out of memory. */
-static int vcu__node_deps(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
-                          CUgraphNode **deps)
+int vcu__deps_at(vcu__op_t *o, size_t off, uint32_t ndeps, CUgraphNode **deps)
 {
     uint32_t i;
 
-    if (rq->ndeps > 0) {
-        *deps = calloc(rq->ndeps, sizeof(**deps));
+    if (ndeps > 0) {
+        *deps = calloc(ndeps, sizeof(**deps));
         if (*deps == NULL) {
             o->res = CUDA_ERROR_OUT_OF_MEMORY;
             return -1;
         }
     }
-    for (i = 0; i < rq->ndeps; i++) {
+    for (i = 0; i < ndeps; i++) {
         uint64_t dh;
         vcu__hent_t *de;
 
-        memcpy(&dh, o->p + sizeof(*rq) + (size_t)i * 8, 8);
+        memcpy(&dh, o->p + off + (size_t)i * 8, 8);
         de = vcu__get(o, dh, VCU__H_GRAPH_NODE);
         if (de == NULL)
             return -1;
         (*deps)[i] = de->u.node.n;
     }
     return 0;
+}
+
+static int vcu__node_deps(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                          CUgraphNode **deps)
+{
+    return vcu__deps_at(o, sizeof(*rq), rq->ndeps, deps);
 }
 
 /* Adds a kernel node to graph entry ge (parameters at tail); sets o->res. */
@@ -217,6 +224,15 @@ static void vcu__node_kernel(vcu__op_t *o, const struct vcu_cu_graph_node_req *r
     if (vcu__mods_add(o->cs, &ge->u.graph.mods, fe->u.fn.mod) != 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return;
+    }
+    /* A body graph's kernels run with its root graph's execs. */
+    if (ge->u.graph.root != 0) {
+        vcu__hent_t *re = vcu__htab_get(&o->cs->tab, ge->u.graph.root, VCU__H_GRAPH);
+
+        if (re != NULL && vcu__mods_add(o->cs, &re->u.graph.mods, fe->u.fn.mod) != 0) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return;
+        }
     }
     kp = vcu__params(o, fe, tail, rq->param_bytes);
     if (kp == NULL)
@@ -334,6 +350,413 @@ out:
     return VCU_S_OK;
 }
 
+/* A new node entry for node n of graph entry gh; its handle, or 0 (the
+ * node stays in the graph, unnamed; o->res says why). */
+static uint64_t vcu__node_name(vcu__op_t *o, uint64_t gh, CUgraphNode n)
+{
+    vcu__hent_t *e;
+    uint64_t h;
+
+    e = vcu__new(o, VCU__H_GRAPH_NODE, &h);
+    if (e == NULL)
+        return 0;
+    e->u.node.n = n;
+    e->u.node.graph = gh;
+    return h;
+}
+
+/* ---- graph memory -------------------------------------------------------- */
+
+/*
+ * Graph memory is the driver's, not a pool's: an allocation node's
+ * address is fixed when the node is made, its physical memory mapped
+ * when a graph holding it is launched (or uploaded) and kept by the
+ * device's graph memory (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, this
+ * worker process's own) until cuDeviceGraphMemTrim, reused by later
+ * launches.  So: an exec knows how many bytes its allocation nodes take
+ * (vcu__gmem_bytes, at instantiation); before each launch of such an exec
+ * the session's graph memory charge on its device is raised to what is
+ * reserved now plus those bytes, unless the exec ran since the driver
+ * last released graph memory (its memory is still mapped, and used
+ * again: vcu__gmem_precharge; past the VM's quota the launch does not
+ * happen, CUDA_ERROR_OUT_OF_MEMORY); after it, and when an exec goes or
+ * memory is reported, the charge comes to what is reserved
+ * (vcu__gmem_settle).  A release (cuDeviceGraphMemTrim, an exec
+ * destroyed) shows as less reserved than charged: every exec of the
+ * device then counts as not mapped.  So the driver never reserves more
+ * than was charged before the launch that made it reserve.
+ */
+
+/* Bytes of g's allocation nodes, its child graphs' included (a few
+ * levels: deeper ones are not looked at; conditional bodies may hold no
+ * allocation, cuda.h), each in whole VCU__ACCT_GRAIN. */
+static uint64_t vcu__gmem_bytes(vcu__cuda_t *cu, CUgraph g, int depth)
+{
+    CUgraphNode *nodes;
+    uint64_t sum = 0;
+    size_t n = 0, i;
+
+    if (depth > 8 || VCU__CU(cu, cuGraphGetNodes, g, NULL, &n) != CUDA_SUCCESS || n == 0)
+        return 0;
+    nodes = calloc(n, sizeof(*nodes));
+    if (nodes == NULL || VCU__CU(cu, cuGraphGetNodes, g, nodes, &n) != CUDA_SUCCESS) {
+        free(nodes);
+        return VCU__ACCT_MAX + 1;       /* unknown: no launch of it is admitted */
+    }
+    for (i = 0; i < n && sum <= VCU__ACCT_MAX; i++) {
+        CUgraphNodeType t;
+        CUDA_MEM_ALLOC_NODE_PARAMS ap;
+        CUgraph child;
+
+        if (VCU__CU(cu, cuGraphNodeGetType, nodes[i], &t) != CUDA_SUCCESS)
+            continue;
+        memset(&ap, 0, sizeof(ap));
+        if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+            VCU__CU(cu, cuGraphMemAllocNodeGetParams, nodes[i], &ap) == CUDA_SUCCESS)
+            sum += vcu__grain(ap.bytesize);
+        else if (t == CU_GRAPH_NODE_TYPE_GRAPH &&
+                 VCU__CU(cu, cuGraphChildGraphNodeGetGraph, nodes[i], &child) == CUDA_SUCCESS)
+            sum += vcu__gmem_bytes(cu, child, depth + 1);
+    }
+    free(nodes);
+    return sum;
+}
+
+/* What the driver reserves for graphs on device d now, in whole grains;
+ * 0 when it cannot say. */
+static uint64_t vcu__gmem_reserved(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    cuuint64_t v = 0;
+
+    if (VCU__CU(cs->cu, cuDeviceGetGraphMemAttribute, (CUdevice)cs->cu->host_ordinal[d],
+                CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
+        return 0;
+    return vcu__grain(v);
+}
+
+/* Raises d's graph memory charge to what is reserved plus what exec x
+ * may map: 0, or -1 past the VM's quota (the charge unchanged). */
+static int vcu__gmem_precharge(vcu__cuda_sess_t *cs, uint32_t d, vcu__hent_t *x)
+{
+    uint64_t want, res;
+    uint32_t i;
+
+    if (cs->cu->acct == NULL || d >= VCU_CU_MAX_DEVICES)
+        return 0;
+    res = vcu__gmem_reserved(cs, d);
+    if (res < cs->gmem_charge[d]) {
+        /* Released since: what any exec had mapped may be gone. */
+        for (i = 0; i < cs->tab.cap; i++)
+            if (cs->tab.ent[i].type == VCU__H_GRAPH_EXEC && cs->tab.ent[i].dev == d)
+                cs->tab.ent[i].u.exec.gmapped = false;
+    }
+    want = res + (x->u.exec.gmapped ? 0 : x->u.exec.gmem);
+    if (want > VCU__ACCT_MAX)
+        return -1;
+    if (want <= cs->gmem_charge[d])
+        return 0;
+    if (vcu__charge(cs, d, want - cs->gmem_charge[d]) != 0)
+        return -1;
+    cs->gmem_charge[d] = want;
+    return 0;
+}
+
+/* Brings d's graph memory charge to what the driver reserves: given
+ * back down to it; up to it (recorded, not admitted: it is taken) if the
+ * driver ever reserved more than was charged. */
+void vcu__gmem_settle(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    uint64_t res;
+
+    if (cs->cu->acct == NULL || d >= VCU_CU_MAX_DEVICES || !cs->gmem_seen)
+        return;
+    res = vcu__gmem_reserved(cs, d);
+    if (res < cs->gmem_charge[d])
+        vcu__uncharge(cs, d, cs->gmem_charge[d] - res);
+    else if (res > cs->gmem_charge[d])
+        (void)vcu__acct_add(cs->cu->acct, cs->aslot, d, res - cs->gmem_charge[d]);
+    cs->gmem_charge[d] = res;
+}
+
+/* Records dptr as graph memory of device d the session may free. */
+static int vcu__galloc_add(vcu__op_t *o, uint64_t dptr, uint32_t d)
+{
+    uint64_t v;
+
+    o->cs->gmem_seen = true;
+    if (dptr == 0 || vcu__pset_find(&o->cs->gallocs, dptr, &v))
+        return 0;
+    if (vcu__mem_take(o->cs, 16) != 0 || vcu__pset_add(&o->cs->gallocs, dptr, d) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return -1;
+    }
+    return 0;
+}
+
+/* Is dptr an address of the session's graph memory? */
+int vcu__galloc_has(const vcu__cuda_sess_t *cs, uint64_t dptr)
+{
+    uint64_t v;
+
+    return dptr != 0 && vcu__pset_find(&cs->gallocs, dptr, &v);
+}
+
+/* Captured by a stream-ordered allocation (cuda_mem.c): the driver made
+ * an allocation node; its address is graph memory. */
+int vcu__galloc_captured(vcu__op_t *o, uint64_t dptr)
+{
+    return vcu__galloc_add(o, dptr, vcu__dev_of(o));
+}
+
+uint32_t vcu__op_CU_GRAPH_ADD_MEM_NODE(vcu__op_t *o)
+{
+    struct vcu_cu_graph_mem_node_req rq;
+    CUgraphNode *deps = NULL, node = NULL;
+    uint32_t d = vcu__dev_of(o);
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.ndeps > VCU_CU_MAX_DEPS)
+        return VCU_S_E2BIG;
+    if ((size_t)rq.ndeps * 8 != o->plen - sizeof(rq) ||
+        (rq.kind != VCU_CU_MEM_NODE_ALLOC && rq.kind != VCU_CU_MEM_NODE_FREE))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
+    if (vcu__deps_at(o, sizeof(rq), rq.ndeps, &deps) != 0)
+        goto out;
+    if (rq.kind == VCU_CU_MEM_NODE_ALLOC) {
+        CUDA_MEM_ALLOC_NODE_PARAMS ap;
+
+        if (rq.size == 0 || rq.dptr != 0 || vcu__grain(rq.size) > VCU__ACCT_MAX) {
+            o->res = rq.size == 0 || rq.dptr != 0 ? CUDA_ERROR_INVALID_VALUE
+                                                  : CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        memset(&ap, 0, sizeof(ap));
+        ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        ap.poolProps.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        ap.poolProps.location.id = o->cu->host_ordinal[d];
+        ap.bytesize = (size_t)rq.size;
+        o->res = VCU__CU(o->cu, cuGraphAddMemAllocNode, &node, ge->u.graph.g, deps, rq.ndeps,
+                         &ap);
+        if (o->res != CUDA_SUCCESS || vcu__galloc_add(o, ap.dptr, d) != 0)
+            goto out;
+        o->rb.gmem.dptr = ap.dptr;
+        o->rb.gmem.size = rq.size;
+        o->rb.gmem.device = d;
+    } else {
+        /* Only the session's graph memory (the driver checks the rest). */
+        if (!vcu__galloc_has(o->cs, rq.dptr)) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            goto out;
+        }
+        o->res = VCU__CU(o->cu, cuGraphAddMemFreeNode, &node, ge->u.graph.g, deps, rq.ndeps,
+                         (CUdeviceptr)rq.dptr);
+        if (o->res != CUDA_SUCCESS)
+            goto out;
+        o->rb.gmem.dptr = rq.dptr;
+    }
+    o->rb.gmem.kind = rq.kind;
+    o->rb.gmem.node = vcu__node_name(o, rq.graph, node);
+out:
+    free(deps);
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_MEM_NODE_PARAMS(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUgraphNodeType t;
+    uint32_t d;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_GRAPH_NODE);
+    o->res = VCU__CU(o->cu, cuGraphNodeGetType, e->u.node.n, &t);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        CUDA_MEM_ALLOC_NODE_PARAMS ap;
+
+        memset(&ap, 0, sizeof(ap));
+        o->res = VCU__CU(o->cu, cuGraphMemAllocNodeGetParams, e->u.node.n, &ap);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
+        /* The device as the guest numbers it. */
+        for (d = 0; d < o->cu->ndev && o->cu->host_ordinal[d] != ap.poolProps.location.id; d++)
+            ;
+        o->rb.gmem.kind = VCU_CU_MEM_NODE_ALLOC;
+        o->rb.gmem.dptr = ap.dptr;
+        o->rb.gmem.size = ap.bytesize;
+        o->rb.gmem.device = d < o->cu->ndev ? d : vcu__dev_of(o);
+    } else if (t == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+        CUdeviceptr p = 0;
+
+        o->res = VCU__CU(o->cu, cuGraphMemFreeNodeGetParams, e->u.node.n, &p);
+        o->rb.gmem.kind = VCU_CU_MEM_NODE_FREE;
+        o->rb.gmem.dptr = p;
+    } else {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+    }
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_MEM_ATTR(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+    CUdevice dev;
+    cuuint64_t v;
+    uint32_t d = vcu__dev_of(o);
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.handle > 1 || rq.reserved != 0)
+        return VCU_S_EINVAL;
+    switch (rq.attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+        if (rq.handle == 1) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            return VCU_S_OK;
+        }
+        break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+        break;
+    default:
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    dev = (CUdevice)o->cu->host_ordinal[d];
+    if (rq.handle == 1) {
+        /* Only a reset to 0 (cuda.h). */
+        if (rq.value != 0) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            return VCU_S_OK;
+        }
+        v = 0;
+        o->res = VCU__CU(o->cu, cuDeviceSetGraphMemAttribute, dev,
+                         (CUgraphMem_attribute)rq.attr, &v);
+        return VCU_S_OK;
+    }
+    v = 0;
+    o->res = VCU__CU(o->cu, cuDeviceGetGraphMemAttribute, dev, (CUgraphMem_attribute)rq.attr,
+                     &v);
+    o->rb.u64.value = v;
+    /* A trim (cuDeviceGraphMemTrim) may have given memory back. */
+    vcu__gmem_settle(o->cs, d);
+    return VCU_S_OK;
+}
+
+/* ---- conditional nodes --------------------------------------------------- */
+
+uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    CUgraphConditionalHandle ch = 0;
+    uint64_t v;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.b > UINT32_MAX || (rq.c & ~(uint64_t)CU_GRAPH_COND_ASSIGN_DEFAULT) != 0)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.a, VCU__H_GRAPH);
+    o->res = VCU__CU(o->cu, cuGraphConditionalHandleCreate, &ch, e->u.graph.g,
+                     o->cs->ctx[vcu__dev_of(o)], (unsigned int)rq.b, (unsigned int)rq.c);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    /* Kept, so that a node is made only of handles the driver gave. */
+    if (ch != UINT64_MAX && ch + 1 != VCU__PSET_TOMB &&
+        !vcu__pset_find(&o->cs->conds, ch + 1, &v) &&
+        (vcu__mem_take(o->cs, 16) != 0 || vcu__pset_add(&o->cs->conds, ch + 1, rq.a) != 0)) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->rb.u64.value = ch;
+    return VCU_S_OK;
+}
+
+/* Is graph hg (a live graph entry) the graph hv, or a body of it at any
+ * depth?  The parents form a chain up to a graph of no parent. */
+static bool vcu__cond_graph_ok(vcu__cuda_sess_t *cs, uint64_t hg, uint64_t hv)
+{
+    uint32_t depth = 0;
+
+    while (hg != 0 && depth++ <= cs->tab.cap) {
+        vcu__hent_t *e = vcu__htab_get(&cs->tab, hg, VCU__H_GRAPH);
+
+        if (e == NULL)
+            return false;
+        if (hg == hv)
+            return true;
+        hg = e->u.graph.parent;
+    }
+    return false;
+}
+
+uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
+{
+    struct vcu_cu_graph_cond_req rq;
+    CUgraphNodeParams np;
+    CUgraphNode *deps = NULL, node = NULL;
+    uint64_t v, root;
+    uint32_t i, d = vcu__dev_of(o);
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.ndeps > VCU_CU_MAX_DEPS)
+        return VCU_S_E2BIG;
+    if ((size_t)rq.ndeps * 8 != o->plen - sizeof(rq) || rq.reserved != 0 || rq.size == 0 ||
+        rq.size > VCU_CU_MAX_COND_BODIES || rq.type > CU_GRAPH_COND_TYPE_SWITCH)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
+    root = ge->u.graph.root != 0 ? ge->u.graph.root : rq.graph;
+    /* A handle the driver gave for this graph or one holding it, which
+     * still lives: no other value reaches the driver. */
+    if (rq.handle == UINT64_MAX || !vcu__pset_find(&o->cs->conds, rq.handle + 1, &v) ||
+        !vcu__cond_graph_ok(o->cs, rq.graph, v)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    if (vcu__deps_at(o, sizeof(rq), rq.ndeps, &deps) != 0)
+        goto out;
+    memset(&np, 0, sizeof(np));
+    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    np.conditional.handle = rq.handle;
+    np.conditional.type = (CUgraphConditionalNodeType)rq.type;
+    np.conditional.size = rq.size;
+    np.conditional.ctx = o->cs->ctx[d];
+    o->res = VCU__CU(o->cu, cuGraphAddNode, &node, ge->u.graph.g, deps, NULL, rq.ndeps, &np);
+    if (o->res != CUDA_SUCCESS)
+        goto out;
+    /* phGraph_out: the driver's own array, the node's for its life. */
+    if (np.conditional.phGraph_out == NULL) {
+        o->res = CUDA_ERROR_UNKNOWN;
+        goto out;
+    }
+    o->rb.cond.node = vcu__node_name(o, rq.graph, node);
+    if (o->rb.cond.node == 0)
+        goto out;
+    /* Each body a graph handle of its own, going with the node's graph. */
+    for (i = 0; i < rq.size; i++) {
+        vcu__hent_t *be;
+        uint64_t bh;
+
+        be = vcu__new(o, VCU__H_GRAPH, &bh);
+        if (be == NULL)
+            goto out;
+        be->u.graph.g = np.conditional.phGraph_out[i];
+        be->u.graph.parent = rq.graph;
+        be->u.graph.root = root;
+        o->rb.cond.body[i] = bh;
+    }
+    o->rb.cond.nbodies = rq.size;
+out:
+    free(deps);
+    return VCU_S_OK;
+}
+
 uint32_t vcu__op_CU_GRAPH_CLONE(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
@@ -358,7 +781,7 @@ uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
     CUgraphExec ge = NULL;
     const vcu__modset_t *mods;
     vcu__hent_t *x;
-    uint64_t h;
+    uint64_t h, gmem;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
@@ -370,6 +793,7 @@ uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuGraphInstantiate, &ge, e->u.graph.g, (unsigned long long)rq.b);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
+    gmem = o->cs->gmem_seen ? vcu__gmem_bytes(o->cu, e->u.graph.g, 0) : 0;
     mods = e->u.graph.mods;         /* e may move in vcu__new */
     x = vcu__new(o, VCU__H_GRAPH_EXEC, &h);
     if (x == NULL) {
@@ -377,6 +801,7 @@ uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
         return VCU_S_OK;
     }
     x->u.exec.ge = ge;
+    x->u.exec.gmem = gmem;
     if (vcu__mods_add_all(o->cs, &x->u.exec.mods, mods) != 0) {
         VCU__CU(o->cu, cuGraphExecDestroy, ge);
         vcu__del(o->cs, h);
@@ -400,7 +825,19 @@ uint32_t vcu__op_CU_GRAPH_LAUNCH(vcu__op_t *o)
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
+    if (e->u.exec.gmem == 0) {
+        o->res = VCU__CU(o->cu, cuGraphLaunch, e->u.exec.ge, st);
+        return VCU_S_OK;
+    }
+    /* Its allocations may take new GPU memory: charged first. */
+    if (vcu__gmem_precharge(o->cs, e->dev, e) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuGraphLaunch, e->u.exec.ge, st);
+    if (o->res == CUDA_SUCCESS)
+        e->u.exec.gmapped = true;
+    vcu__gmem_settle(o->cs, e->dev);
     return VCU_S_OK;
 }
 
@@ -412,8 +849,14 @@ uint32_t vcu__op_CU_GRAPH_EXEC_DESTROY(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, e, rq.value, VCU__H_GRAPH_EXEC);
     o->res = VCU__CU(o->cu, cuGraphExecDestroy, e->u.exec.ge);
-    if (o->res == CUDA_SUCCESS)
+    if (o->res == CUDA_SUCCESS) {
+        uint32_t d = e->dev;
+        bool gmem = e->u.exec.gmem != 0;
+
         vcu__del(o->cs, rq.value);
+        if (gmem)
+            vcu__gmem_settle(o->cs, d);
+    }
     return VCU_S_OK;
 }
 

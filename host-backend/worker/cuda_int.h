@@ -93,6 +93,7 @@
     XX(cuMemsetD2D16Async, 0)                                                \
     XX(cuMemsetD2D32Async, 0)                                                \
     XX(cuMemAllocFromPoolAsync, 0)                                           \
+    XX(cuMemAllocAsync, 0)                                                   \
     XX(cuMemFreeAsync, 0)                                                    \
     XX(cuMemPoolSetAttribute, 0)                                             \
     XX(cuMemPoolGetAttribute, 0)                                             \
@@ -140,6 +141,7 @@
     XX(cuStreamQuery, 0)                                                     \
     XX(cuStreamWaitEvent, 0)                                                 \
     XX(cuStreamBeginCapture, 0)                                              \
+    XX(cuStreamBeginCaptureToGraph, 0)                                       \
     XX(cuStreamEndCapture, 0)                                                \
     XX(cuStreamGetCaptureInfo, 0)                                            \
     XX(cuStreamUpdateCaptureDependencies, 0)                                 \
@@ -179,7 +181,16 @@
     XX(cuGraphExecKernelNodeSetParams, 0)                                    \
     XX(cuGraphExecMemcpyNodeSetParams, 0)                                    \
     XX(cuGraphExecMemsetNodeSetParams, 0)                                    \
-    XX(cuGraphExecHostNodeSetParams, 0)
+    XX(cuGraphExecHostNodeSetParams, 0)                                      \
+    XX(cuGraphChildGraphNodeGetGraph, 0)                                     \
+    XX(cuGraphAddMemAllocNode, 0)                                            \
+    XX(cuGraphAddMemFreeNode, 0)                                             \
+    XX(cuGraphMemAllocNodeGetParams, 0)                                      \
+    XX(cuGraphMemFreeNodeGetParams, 0)                                       \
+    XX(cuDeviceGetGraphMemAttribute, 0)                                      \
+    XX(cuDeviceSetGraphMemAttribute, 0)                                      \
+    XX(cuGraphConditionalHandleCreate, 0)                                    \
+    XX(cuGraphAddNode, 0)
 
 typedef struct vcu__cu_fns_s {
 #define VCU__FN_FIELD(name, req) __typeof__(name) *name;
@@ -435,6 +446,18 @@ struct vcu__cuda_sess_s {
     bool aowned;
     uint64_t pool_live[VCU_CU_MAX_DEVICES];
     uint64_t pool_charge[VCU_CU_MAX_DEVICES];
+    /* Graph memory (allocation nodes, captured stream-ordered
+     * allocations): what device d's graph memory is charged, at least
+     * what the driver reserves for the session's graphs there
+     * (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT; see vcu__gmem_settle);
+     * the addresses of the session's graph allocations, which it may
+     * free (value: device); the conditional handles it made (key:
+     * handle + 1; value: the graph's handle); whether any graph memory
+     * was made (else instantiation need not look for it). */
+    uint64_t gmem_charge[VCU_CU_MAX_DEVICES];
+    vcu__pset_t gallocs;
+    vcu__pset_t conds;
+    bool gmem_seen;
     size_t lim_base[VCU_CU_MAX_DEVICES][VCU__LIMS];
     size_t lim_val[VCU_CU_MAX_DEVICES][VCU__LIMS];
     bool lim_known[VCU_CU_MAX_DEVICES][VCU__LIMS];
@@ -654,6 +677,8 @@ typedef union vcu__resp_u {
     struct vcu_cu_graph_update_resp gupd;
     struct vcu_cu_graph_list_resp glist;
     struct vcu_cu_vmm_resp vmm;
+    struct vcu_cu_graph_mem_node_resp gmem;
+    struct vcu_cu_graph_cond_resp cond;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -836,6 +861,7 @@ uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_QUERY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o);
+uint32_t vcu__op_CU_STREAM_CAPTURE_TO_GRAPH(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_END_CAPTURE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_CAPTURE_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_CAPTURE_GRAPH(vcu__op_t *o);
@@ -866,6 +892,15 @@ uint32_t vcu__op_CU_GRAPH_EXEC_UPDATE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_EDGES(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_ADD_MEM_NODE(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_MEM_NODE_PARAMS(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_MEM_ATTR(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o);
+void vcu__gmem_settle(vcu__cuda_sess_t *cs, uint32_t d);
+int vcu__galloc_has(const vcu__cuda_sess_t *cs, uint64_t dptr);
+int vcu__deps_at(vcu__op_t *o, size_t off, uint32_t ndeps, CUgraphNode **deps);
+int vcu__galloc_captured(vcu__op_t *o, uint64_t dptr);
 uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
                     const unsigned char *p, unsigned int nsegs, void *out,
                     size_t *out_len);

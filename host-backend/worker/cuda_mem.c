@@ -66,6 +66,12 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
+    /* Graph memory a launch allocated: back to the graphs' memory,
+     * charged as that (vcu__gmem_settle). */
+    if (vcu__galloc_has(o->cs, rq.value) && !vcu__pset_find(&o->cs->allocs, rq.value, &v)) {
+        o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
+        return VCU_S_OK;
+    }
     if (vcu__untrack(o, rq.value, &v) != 0)
         return VCU_S_OK;
     o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
@@ -392,6 +398,12 @@ uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
         return VCU_S_EINVAL;
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
+    /* Graph memory: freed in stream order, or, in a capture, a free
+     * node of the captured graph. */
+    if (vcu__galloc_has(o->cs, rq.dst) && !vcu__pset_find(&o->cs->allocs, rq.dst, &v)) {
+        o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
+        return VCU_S_OK;
+    }
     if (vcu__untrack(o, rq.dst, &v) != 0)
         return VCU_S_OK;
     o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
@@ -458,6 +470,23 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
+    /* Captured, it is an allocation node of the capture's graph (the
+     * pool's properties, not its memory: cuda.h): graph memory, charged
+     * when the graph is launched.  The guest's call as it made it: the
+     * device's current pool (cuMemAllocAsync: nothing of the pool's is
+     * used, and no pool is made while a capture may forbid it), or its
+     * own pool. */
+    if (o->cs->capture && vcu__capturing(o->cu, st)) {
+        if (rq.pool == 0) {
+            o->res = VCU__CU(o->cu, cuMemAllocAsync, &p, (size_t)rq.size, st);
+        } else {
+            VCU__GET(o, e, rq.pool, VCU__H_POOL);
+            o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, e->u.pool, st);
+        }
+        if (o->res == CUDA_SUCCESS && vcu__galloc_captured(o, p) == 0)
+            o->rb.u64.value = p;
+        return VCU_S_OK;
+    }
     if (rq.pool == 0) {
         /* The device's current pool, as the guest sees it: the session's. */
         o->res = vcu__sess_pool(cs, d, &pool);

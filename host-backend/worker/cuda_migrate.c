@@ -205,6 +205,7 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_STREAM_CAPTURE_GRAPH:
     case VCU_OP_CU_STREAM_CAPTURE_DEPS:
     case VCU_OP_CU_STREAM_UPDATE_DEPS:
+    case VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH:
         *why = "stream captures";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_GRAPH_CREATE:
@@ -220,6 +221,11 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_GRAPH_LIST:
     case VCU_OP_CU_GRAPH_EDGES:
     case VCU_OP_CU_GRAPH_NODE_DESTROY:
+    case VCU_OP_CU_GRAPH_ADD_MEM_NODE:
+    case VCU_OP_CU_GRAPH_MEM_NODE_PARAMS:
+    case VCU_OP_CU_GRAPH_MEM_ATTR:
+    case VCU_OP_CU_GRAPH_COND_HANDLE:
+    case VCU_OP_CU_GRAPH_ADD_COND_NODE:
         *why = "graphs";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_MEM_CREATE:

@@ -71,13 +71,30 @@ err_mem:
 /* Forgets graph entry h and its nodes' entries. */
 void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h)
 {
+    bool more = true;
     uint32_t i;
 
     vcu__del(cs, h);
+    /* Then the body graphs of its conditional nodes, theirs, and so on
+     * (the driver's, gone with it): a pass for each level, no recursion
+     * however deep the guest nested them.  Then the nodes of them all. */
+    while (more) {
+        more = false;
+        for (i = 0; i < cs->tab.cap; i++) {
+            vcu__hent_t *b = &cs->tab.ent[i];
+
+            if (b->type == VCU__H_GRAPH && b->u.graph.parent != 0 &&
+                vcu__htab_get(&cs->tab, b->u.graph.parent, VCU__H_GRAPH) == NULL) {
+                vcu__del(cs, vcu__htab_handle_at(&cs->tab, i));
+                more = true;
+            }
+        }
+    }
     for (i = 0; i < cs->tab.cap; i++) {
         vcu__hent_t *n = &cs->tab.ent[i];
 
-        if (n->type == VCU__H_GRAPH_NODE && n->u.node.graph == h)
+        if (n->type == VCU__H_GRAPH_NODE &&
+            vcu__htab_get(&cs->tab, n->u.node.graph, VCU__H_GRAPH) == NULL)
             vcu__htab_del(&cs->tab, vcu__htab_handle_at(&cs->tab, i));
     }
 }
@@ -217,6 +234,39 @@ uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* A capture into a graph entry of the guest's (a body graph for one):
+ * END_CAPTURE gives that entry back (vcu__cap_graph_adopt). */
+uint32_t vcu__op_CU_STREAM_CAPTURE_TO_GRAPH(vcu__op_t *o)
+{
+    struct vcu_cu_capture_to_graph_req rq;
+    CUstreamCaptureMode mode;
+    CUgraphNode *deps = NULL;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.ndeps > VCU_CU_MAX_DEPS)
+        return VCU_S_E2BIG;
+    if ((size_t)rq.ndeps * 8 != o->plen - sizeof(rq) || rq.mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
+    if (ge->u.graph.cap_id != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;      /* a capture's own graph */
+        return VCU_S_OK;
+    }
+    if (vcu__deps_at(o, sizeof(rq), rq.ndeps, &deps) != 0)
+        return VCU_S_OK;
+    mode = (CUstreamCaptureMode)rq.mode;
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;     /* as BEGIN_CAPTURE */
+    o->res = VCU__CU(o->cu, cuStreamBeginCaptureToGraph, st, ge->u.graph.g, deps, NULL,
+                     rq.ndeps, mode);
+    if (o->res == CUDA_SUCCESS)
+        o->cs->capture = true;
+    free(deps);
+    return VCU_S_OK;
+}
+
 /* Is any stream of the session capturing?  (Switches contexts.) */
 static bool vcu__any_capture(vcu__cuda_sess_t *cs)
 {
@@ -266,10 +316,27 @@ static uint64_t vcu__cap_graph_find(vcu__cuda_sess_t *cs, CUgraph g)
     return 0;
 }
 
+/* The handle of the guest's own entry for graph g (a capture into it,
+ * CU_STREAM_CAPTURE_TO_GRAPH), or 0. */
+static uint64_t vcu__own_graph_find(vcu__cuda_sess_t *cs, CUgraph g)
+{
+    uint32_t i;
+
+    for (i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_GRAPH && e->u.graph.cap_id == 0 && e->u.graph.g == g)
+            return vcu__htab_handle_at(&cs->tab, i);
+    }
+    return 0;
+}
+
 /*
  * A successful capture's graph: the entry CU_STREAM_CAPTURE_GRAPH made
- * for it becomes the caller's (the same handle), or a new one.  Its
- * kernel nodes may use any module launched during captures.
+ * for it becomes the caller's (the same handle), or, for a capture into
+ * a graph of the guest's, that graph's entry (its root holding the
+ * modules too: a body's kernels run with it), or a new one.  Its kernel
+ * nodes may use any module launched during captures.
  */
 static void vcu__cap_graph_adopt(vcu__op_t *o, CUgraph g)
 {
@@ -277,6 +344,20 @@ static void vcu__cap_graph_adopt(vcu__op_t *o, CUgraph g)
     uint64_t h = vcu__cap_graph_find(cs, g);
     vcu__hent_t *e;
 
+    if (h == 0 && (h = vcu__own_graph_find(cs, g)) != 0) {
+        vcu__hent_t *re;
+
+        e = &cs->tab.ent[(uint32_t)h];
+        re = e->u.graph.root != 0 ? vcu__htab_get(&cs->tab, e->u.graph.root, VCU__H_GRAPH)
+                                  : NULL;
+        if (vcu__mods_add_all(cs, &e->u.graph.mods, cs->cap_mods) != 0 ||
+            (re != NULL && vcu__mods_add_all(cs, &re->u.graph.mods, cs->cap_mods) != 0)) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return;
+        }
+        o->rb.u64.value = h;
+        return;
+    }
     if (h == 0) {
         vcu__graph_put(o, g, cs->cap_mods);
         return;
@@ -336,6 +417,9 @@ static uint64_t vcu__cap_graph_handle(vcu__op_t *o, CUgraph g, uint64_t id)
     uint64_t h = vcu__cap_graph_find(o->cs, g);
     vcu__hent_t *e;
 
+    /* A capture into a graph of the guest's: that graph's handle. */
+    if (h == 0)
+        h = vcu__own_graph_find(o->cs, g);
     if (h == 0) {
         e = vcu__new(o, VCU__H_GRAPH, &h);
         if (e == NULL)

@@ -6,6 +6,7 @@
 #ifndef VCU_CUDA_TAB_H
 #define VCU_CUDA_TAB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,10 +62,18 @@ typedef struct vcu__hent_s {
             /* Nonzero: the graph of this capture (CU_STREAM_CAPTURE_GRAPH),
              * the capture's, never destroyed here. */
             uint64_t cap_id;
+            /* Nonzero: a body graph of a conditional node of graph
+             * parent (the driver's, destroyed with it, never here); root
+             * is the graph at the top of its parents, whose modules set
+             * holds the body's kernels' modules too. */
+            uint64_t parent;
+            uint64_t root;
         } graph;
         struct {
             CUgraphExec ge;
             struct vcu__modset_s *mods;
+            uint64_t gmem;          /* bytes of its graph's allocation nodes */
+            bool gmapped;           /* launched since graph memory was last released */
         } exec;
         struct {
             CUgraphNode n;

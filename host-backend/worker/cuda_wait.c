@@ -418,7 +418,8 @@ static void vcu__ctx_handles_free(vcu__cuda_sess_t *cs, uint32_t d)
             if (cs->ctx[e->dev] != NULL) {
                 if (e->type == VCU__H_GRAPH_EXEC)
                     VCU__CU(cu, cuGraphExecDestroy, e->u.exec.ge);
-                else if (e->type == VCU__H_GRAPH && e->u.graph.cap_id == 0)
+                else if (e->type == VCU__H_GRAPH && e->u.graph.cap_id == 0 &&
+                         e->u.graph.parent == 0)
                     VCU__CU(cu, cuGraphDestroy, e->u.graph.g);
             }
             vcu__del(cs, h);
@@ -556,6 +557,8 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
         vcu__ctx_destroy(cs, d);
         vcu__uncharge(cs, d, cs->pool_charge[d]);  /* pools gone with the contexts */
         cs->pool_charge[d] = 0;
+        vcu__uncharge(cs, d, cs->gmem_charge[d]);  /* graph memory too */
+        cs->gmem_charge[d] = 0;
     }
     vcu__mods_free(cs, cs->cap_mods);   /* emptied by the contexts' end */
     cs->cap_mods = NULL;
@@ -582,6 +585,8 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     pthread_mutex_destroy(&g->mu);
     vcu__htab_fini(&cs->tab);
     vcu__pset_fini(&cs->allocs);
+    vcu__pset_fini(&cs->gallocs);
+    vcu__pset_fini(&cs->conds);
     vcu__out_free(cs->out);
     free(cs->op);
     /* Nothing of the session is left to give back: its host charge goes;

@@ -64,18 +64,18 @@ static void seen_add(void *arg, CUfunction f)
 static int module_kernels_ok(each_fn_t each, CUcontext ctx, CUmodule mod)
 {
     static const char *const names[] = { "vcu_drv_vadd", "vcu_drv_fill", "vcu_drv_flag_bump",
-                                         "vcu_drv_cluster" };
+                                         "vcu_drv_cond_count", "vcu_drv_cluster" };
     struct seen s = { { NULL }, 0 };
 
-    if (each(ctx, mod, seen_add, &s) != 4 || s.n != 4)
+    if (each(ctx, mod, seen_add, &s) != 5 || s.n != 5)
         return 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         CUfunction f;
         int found = 0;
 
         if (cuModuleGetFunction(&f, mod, names[i]) != CUDA_SUCCESS)
             return 0;
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 5; j++)
             found += s.f[j] == f;
         if (found != 1)
             return 0;
@@ -200,7 +200,7 @@ int main(void)
         TRUE(module_kernels_ok(each, prim, mod));
         TRUE(module_kernels_ok(each, NULL, mod));
         /* No callback: still the count (NVIDIA's driver, measured). */
-        TRUE(each(prim, mod, NULL, &s) == 4 && s.n == 0);
+        TRUE(each(prim, mod, NULL, &s) == 5 && s.n == 0);
         TRUE(each((CUcontext)&s, mod, seen_add, &s) == 0 && s.n == 0);
         TRUE(each(prim, (CUmodule)&s, seen_add, &s) == 0 && s.n == 0);
         CK(cuModuleUnload(mod));

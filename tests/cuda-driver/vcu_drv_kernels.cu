@@ -36,6 +36,20 @@ extern "C" __global__ void vcu_drv_flag_bump(unsigned int *out)
     }
 }
 
+/* The body of a while node (drv_graphcond): *ctr += 1, and the node
+ * goes round again while *ctr < n (cudaGraphSetConditional, device code
+ * of the CUDA runtime's that needs no device-runtime library). */
+extern "C" __global__ void vcu_drv_cond_count(unsigned int *ctr, unsigned int n,
+                                              cudaGraphConditionalHandle h)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned int v = *ctr + 1;
+
+        *ctr = v;
+        cudaGraphSetConditional(h, v < n ? 1u : 0u);
+    }
+}
+
 /*
  * out[block] = rank | size << 8 | cluster << 16, as the hardware numbers
  * them: the block's rank in its cluster (%cluster_ctarank), the blocks in

@@ -288,6 +288,8 @@ struct fc_cap_s {
     CUstreamCaptureMode mode;
     pthread_t thread;           /* that began it (THREAD_LOCAL) */
     int invalidated;            /* a forbidden call was made during it */
+    int to_graph;               /* into a listed graph (cuStreamBeginCaptureToGraph):
+                                 * the caller's, never freed here */
 };
 
 struct fc_stream_s {
@@ -359,7 +361,21 @@ typedef enum {
     FC_NODE_HOST,
     FC_NODE_EMPTY,
     FC_NODE_CHILD,
+    FC_NODE_MEMALLOC,
+    FC_NODE_MEMFREE,
+    FC_NODE_COND,
 } fc_node_type_t;
+
+/* A conditional handle: its value lives in host memory, which a twin
+ * (the stand-in's device code) writes as cudaGraphSetConditional does;
+ * the handle is its address.  Kept until the process ends. */
+typedef struct fc_cond_s {
+    unsigned int value;
+    unsigned int dflt;
+    unsigned int flags;
+    unsigned long long seen;    /* the graph launch that last applied dflt */
+    struct fc_cond_s *next;
+} fc_cond_t;
 
 typedef struct fc_kernel_s {
     fc_func_t *func;
@@ -387,6 +403,20 @@ struct fc_node_s {
         CUDA_MEMSET_NODE_PARAMS set;
         CUDA_HOST_NODE_PARAMS host;
         fc_graph_t *child;      /* a private clone, on no list */
+        struct {
+            CUdeviceptr dptr;   /* a FC_MEM_GRAPH range, counted by the node */
+            size_t size;
+            int dev;
+        } alloc;
+        CUdeviceptr free_dptr;
+        struct {
+            fc_cond_t *cond;
+            CUgraphConditionalNodeType type;
+            unsigned int size;
+            fc_graph_t **bodies;
+            int listed;         /* the bodies are on g_graphs (the node's
+                                 * first graph), else private clones */
+        } cond;
     } u;
 };
 
@@ -394,6 +424,7 @@ struct fc_graph_s {
     fc_obj_t hdr;
     fc_node_t **nodes;          /* in the order added: a topological order */
     size_t n, cap;
+    int body;                   /* a conditional node's: not destroyed alone */
 };
 
 struct fc_exec_s {
@@ -405,7 +436,7 @@ struct fc_exec_s {
 /* FC_MEM_VMM: a cuMemMap mapping while some device may access it; the
  * mapping owns the memory.  Such ranges back to back make one range for
  * copies and kernels, as the GPU's page tables do. */
-typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG, FC_MEM_VMM } fc_mem_kind_t;
+typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG, FC_MEM_VMM, FC_MEM_GRAPH } fc_mem_kind_t;
 
 /* One range of memory a device pointer may point into. */
 typedef struct fc_mem_s {
@@ -417,6 +448,12 @@ typedef struct fc_mem_s {
     size_t cap;                 /* DEVICE: usable bytes from base */
     int dev;
     struct fc_pool_s *pool;     /* cuMemAllocAsync, FromPoolAsync: its pool */
+    /* GRAPH: an allocation node's address range, fixed when the node is
+     * made and held by it and its copies (refs); mapped from a launch
+     * that ran the node until a trim finds it unused; live between the
+     * node's run and its free. */
+    unsigned int refs;
+    int mapped, live;
 } fc_mem_t;
 
 /* A block freed into a pool, kept for reuse with its contents. */
@@ -444,6 +481,11 @@ static fc_obj_t *g_ctxs, *g_streams, *g_events, *g_modules, *g_funcs, *g_graphs,
 static fc_mem_t *g_mem;         /* sorted by base, ranges disjoint */
 static size_t g_nmem, g_capmem;
 static size_t g_dev_used[FC_NDEV];
+/* Graph memory per device: mapped (RESERVED_MEM_CURRENT), live
+ * (USED_MEM_CURRENT) and their high marks. */
+static size_t g_gmem_res[FC_NDEV], g_gmem_used[FC_NDEV], g_gmem_res_high[FC_NDEV],
+    g_gmem_used_high[FC_NDEV];
+static fc_cond_t *g_conds;
 static fc_pool_t g_pools[FC_NDEV];
 
 /* Current context of this thread; the id catches a destroyed one. */
@@ -587,6 +629,14 @@ static void fc_mem_remove(size_t i)
             fc_dev_free(m.raw);
     } else if (m.kind == FC_MEM_GLOBAL) {
         g_dev_used[m.dev] -= m.size;    /* the module frees the memory itself */
+    } else if (m.kind == FC_MEM_GRAPH) {
+        if (m.mapped) {
+            g_gmem_res[m.dev] -= m.size;
+            g_dev_used[m.dev] -= m.size;
+        }
+        if (m.live)
+            g_gmem_used[m.dev] -= m.size;
+        free(m.raw);
     }
 }
 
@@ -680,10 +730,76 @@ static CUresult fc_mem_alloc(fc_ctx_t *ctx, size_t size, fc_pool_t *pool, CUdevi
     return CUDA_SUCCESS;
 }
 
+/* The GRAPH range starting at dptr, or NULL. */
+static fc_mem_t *fc_gmem_find(CUdeviceptr dptr)
+{
+    ssize_t i = fc_mem_find((uintptr_t)dptr);
+
+    if (i < 0 || g_mem[i].base != (uintptr_t)dptr || g_mem[i].kind != FC_MEM_GRAPH)
+        return NULL;
+    return &g_mem[i];
+}
+
+/* A new GRAPH range of size bytes on dev, held once: its address (an
+ * address range only: device memory is taken when a launch maps it). */
+static CUresult fc_gmem_new(int dev, size_t size, CUdeviceptr *out)
+{
+    fc_mem_t m = { 0 };
+    size_t rounded;
+    void *raw;
+
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    rounded = (size + FC_ALIGN - 1) & ~(size_t)(FC_ALIGN - 1);
+    if (rounded < size || rounded > FC_TOTAL_MEM)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    raw = calloc(1, rounded + FC_ALIGN);
+    if (!raw)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m.base = ((uintptr_t)raw + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1);
+    m.size = size;
+    m.cap = rounded;
+    m.kind = FC_MEM_GRAPH;
+    m.raw = raw;
+    m.dev = dev;
+    m.refs = 1;
+    if (fc_mem_insert(&m) != CUDA_SUCCESS) {
+        free(raw);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = (CUdeviceptr)m.base;
+    return CUDA_SUCCESS;
+}
+
+static void fc_gmem_ref(CUdeviceptr dptr, int delta)
+{
+    fc_mem_t *m = fc_gmem_find(dptr);
+
+    if (!m)
+        return;
+    if (delta > 0) {
+        m->refs++;
+    } else if (--m->refs == 0) {
+        fc_mem_remove((size_t)(m - g_mem));
+    }
+}
+
+/* Graph memory freed (a free node, or cuMemFree[Async] after a launch). */
+static CUresult fc_gmem_release(fc_mem_t *m)
+{
+    if (!m->live)
+        return CUDA_ERROR_INVALID_VALUE;
+    m->live = 0;
+    g_gmem_used[m->dev] -= m->size;
+    return CUDA_SUCCESS;
+}
+
 static CUresult fc_mem_free(CUdeviceptr dptr)
 {
     ssize_t i = fc_mem_find((uintptr_t)dptr);
 
+    if (i >= 0 && g_mem[i].base == (uintptr_t)dptr && g_mem[i].kind == FC_MEM_GRAPH)
+        return fc_gmem_release(&g_mem[i]);
     if (i < 0 || g_mem[i].base != (uintptr_t)dptr || g_mem[i].kind != FC_MEM_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
     fc_mem_remove((size_t)i);
@@ -772,7 +888,8 @@ static void fc_stream_leave_capture(fc_stream_t *s)
     for (fc_obj_t *o = g_streams; o; o = o->next)
         if (((fc_stream_t *)o)->cap == cap)
             return;
-    fc_graph_free(cap->graph);
+    if (!cap->to_graph)
+        fc_graph_free(cap->graph);
     fc_cap_end(cap);
 }
 
@@ -829,6 +946,18 @@ static void fc_node_free(fc_node_t *n)
         free(n->u.kernel.params);
     if (n->type == FC_NODE_CHILD)
         fc_graph_free(n->u.child);
+    if (n->type == FC_NODE_MEMALLOC)
+        fc_gmem_ref(n->u.alloc.dptr, -1);
+    if (n->type == FC_NODE_COND && n->u.cond.bodies) {
+        for (unsigned int i = 0; i < n->u.cond.size; i++) {
+            if (!n->u.cond.bodies[i])
+                continue;
+            if (n->u.cond.listed)
+                fc_list_del(&g_graphs, n->u.cond.bodies[i]);
+            fc_graph_free(n->u.cond.bodies[i]);
+        }
+        free(n->u.cond.bodies);
+    }
     free(n->deps);
     free(n);
 }
@@ -917,6 +1046,22 @@ static fc_node_t *fc_node_clone(const fc_node_t *src)
     if (src->type == FC_NODE_CHILD) {
         n->u.child = fc_graph_clone(src->u.child);
         if (!n->u.child) {
+            free(n->deps);
+            free(n);
+            return NULL;
+        }
+    }
+    if (src->type == FC_NODE_MEMALLOC)
+        fc_gmem_ref(src->u.alloc.dptr, 1);  /* the same address: the node's */
+    if (src->type == FC_NODE_COND) {
+        n->u.cond.listed = 0;
+        n->u.cond.bodies = calloc(src->u.cond.size, sizeof(*n->u.cond.bodies));
+        for (unsigned int i = 0; n->u.cond.bodies && i < src->u.cond.size; i++)
+            if (!(n->u.cond.bodies[i] = fc_graph_clone(src->u.cond.bodies[i]))) {
+                fc_node_free(n);
+                return NULL;
+            }
+        if (!n->u.cond.bodies) {
             free(n->deps);
             free(n);
             return NULL;
@@ -1451,6 +1596,20 @@ static int fc_twin_addressable(const void *p, size_t len)
     return ok;
 }
 
+static fc_cond_t *fc_cond_find(CUgraphConditionalHandle h);
+
+static int fc_twin_set_conditional(uint64_t handle, unsigned int value)
+{
+    fc_cond_t *c;
+
+    pthread_mutex_lock(&g_lock);
+    c = fc_cond_find(handle);
+    if (c)
+        c->value = value;
+    pthread_mutex_unlock(&g_lock);
+    return c ? 0 : -1;
+}
+
 /* g_lock held. */
 static void fc_fault(fc_ctx_t *ctx, CUresult fault)
 {
@@ -1510,6 +1669,7 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     launch.global = fc_twin_global;
     launch.module = f->mod;
     launch.addressable = fc_twin_addressable;
+    launch.set_conditional = fc_twin_set_conditional;
     launch.sms = ctx->sms;
 
     pthread_mutex_unlock(&g_lock);
@@ -1529,6 +1689,9 @@ static void fc_host_run(CUhostFn fn, void *data)
     pthread_mutex_lock(&g_lock);
 }
 
+static CUresult fc_graph_run(fc_ctx_t *ctx, fc_graph_t *g);
+static CUresult fc_cond_run(fc_ctx_t *ctx, fc_node_t *n);
+
 static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n)
 {
     if (n->disabled)
@@ -1545,14 +1708,85 @@ static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n)
         return CUDA_SUCCESS;
     case FC_NODE_EMPTY:
         return CUDA_SUCCESS;
-    case FC_NODE_CHILD: {
-        /* In the order added, as cuGraphLaunch runs a graph. */
-        CUresult rc = CUDA_SUCCESS;
+    case FC_NODE_CHILD:
+        return fc_graph_run(ctx, n->u.child);
+    case FC_NODE_MEMALLOC: {
+        /* Mapped at its first run, kept until a trim. */
+        fc_mem_t *m = fc_gmem_find(n->u.alloc.dptr);
 
-        for (size_t i = 0; i < n->u.child->n && rc == CUDA_SUCCESS; i++)
-            rc = fc_node_exec(ctx, n->u.child->nodes[i]);
-        return rc;
+        if (!m || m->live)
+            return CUDA_ERROR_ILLEGAL_STATE;    /* allocated twice */
+        if (!m->mapped) {
+            if (m->size > FC_TOTAL_MEM - g_dev_used[m->dev])
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            g_dev_used[m->dev] += m->size;
+            m->mapped = 1;
+            g_gmem_res[m->dev] += m->size;
+            if (g_gmem_res[m->dev] > g_gmem_res_high[m->dev])
+                g_gmem_res_high[m->dev] = g_gmem_res[m->dev];
+        }
+        m->live = 1;
+        g_gmem_used[m->dev] += m->size;
+        if (g_gmem_used[m->dev] > g_gmem_used_high[m->dev])
+            g_gmem_used_high[m->dev] = g_gmem_used[m->dev];
+        return CUDA_SUCCESS;
     }
+    case FC_NODE_MEMFREE: {
+        fc_mem_t *m = fc_gmem_find(n->u.free_dptr);
+
+        return m ? fc_gmem_release(m) : CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    case FC_NODE_COND:
+        return fc_cond_run(ctx, n);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A graph's nodes in the order added, as cuGraphLaunch runs a graph. */
+static CUresult fc_graph_run(fc_ctx_t *ctx, fc_graph_t *g)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    for (size_t i = 0; i < g->n && rc == CUDA_SUCCESS; i++)
+        rc = fc_node_exec(ctx, g->nodes[i]);
+    return rc;
+}
+
+/*
+ * A conditional node: its handle's value (the default, first in each
+ * graph launch, if the handle was made with CU_GRAPH_COND_ASSIGN_DEFAULT;
+ * then what a twin wrote) picks the body: if/else, while (at most
+ * FC_WHILE_MAX rounds: a loop the device code never ends is a hang on a
+ * GPU, an error here), switch.
+ */
+#define FC_WHILE_MAX 100000u
+
+static CUresult fc_cond_run(fc_ctx_t *ctx, fc_node_t *n)
+{
+    fc_cond_t *c = n->u.cond.cond;
+    CUresult rc = CUDA_SUCCESS;
+    unsigned int rounds = 0;
+
+    if (c->seen != g_graph_launches) {
+        c->seen = g_graph_launches;
+        if (c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT)
+            c->value = c->dflt;
+    }
+    switch (n->u.cond.type) {
+    case CU_GRAPH_COND_TYPE_IF:
+        if (c->value)
+            return fc_graph_run(ctx, n->u.cond.bodies[0]);
+        return n->u.cond.size == 2 ? fc_graph_run(ctx, n->u.cond.bodies[1]) : CUDA_SUCCESS;
+    case CU_GRAPH_COND_TYPE_WHILE:
+        while (c->value && rc == CUDA_SUCCESS) {
+            if (++rounds > FC_WHILE_MAX)
+                return CUDA_ERROR_LAUNCH_TIMEOUT;
+            rc = fc_graph_run(ctx, n->u.cond.bodies[0]);
+        }
+        return rc;
+    case CU_GRAPH_COND_TYPE_SWITCH:
+        return c->value < n->u.cond.size ? fc_graph_run(ctx, n->u.cond.bodies[c->value])
+                                         : CUDA_SUCCESS;
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -2627,8 +2861,31 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
     return rc;
 }
 
-/* Stream-ordered allocation can't be captured here (CUDA would make a
- * memory node): the capture is invalidated instead. */
+static CUresult fc_alloc_node(int dev, size_t size, fc_node_t **out);
+
+/* Captured, a stream-ordered allocation is an allocation node of the
+ * capture's graph (its address fixed now), as CUDA makes one. */
+static CUresult fc_alloc_captured(fc_ctx_t *ctx, fc_stream_t *s, size_t size,
+                                  CUdeviceptr *dptr)
+{
+    fc_node_t *n;
+    CUdeviceptr d;
+    CUresult rc;
+
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s->cap->invalidated)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    rc = fc_alloc_node(ctx->dev, size, &n);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    d = n->u.alloc.dptr;
+    rc = fc_submit(ctx, s, n);
+    if (rc == CUDA_SUCCESS)
+        *dptr = d;
+    return rc;
+}
+
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     fc_ctx_t *ctx;
@@ -2638,11 +2895,12 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
     pthread_mutex_lock(&g_lock);
     rc = fc_stream_work(hStream, &ctx, &s);
     if (rc == CUDA_SUCCESS && s->cap) {
-        fc_cap_invalidate(s);
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        rc = fc_alloc_captured(ctx, s, bytesize, dptr);
+        goto out;
     }
     if (rc == CUDA_SUCCESS)
         rc = fc_mem_alloc(ctx, bytesize, &g_pools[ctx->dev], dptr);
+out:
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -2660,11 +2918,9 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
     rc = fc_stream_work(hStream, &ctx, &s);
     if (rc == CUDA_SUCCESS && fc_pool(pool) == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
-    if (rc == CUDA_SUCCESS && s->cap) {
-        fc_cap_invalidate(s);
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS && s->cap)
+        rc = fc_alloc_captured(ctx, s, bytesize, dptr);     /* the pool's properties */
+    else if (rc == CUDA_SUCCESS)
         rc = fc_mem_alloc(ctx, bytesize, fc_pool(pool), dptr);
     pthread_mutex_unlock(&g_lock);
     return rc;
@@ -2678,12 +2934,25 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 
     pthread_mutex_lock(&g_lock);
     rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && s->cap && fc_gmem_find(dptr)) {
+        /* Graph memory: a free node of the capture's graph. */
+        fc_node_t *n = fc_node_new(FC_NODE_MEMFREE);
+
+        if (!n) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            n->u.free_dptr = dptr;
+            rc = fc_submit(ctx, s, n);
+        }
+        goto out;
+    }
     if (rc == CUDA_SUCCESS && s->cap) {
         fc_cap_invalidate(s);
         rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     if (rc == CUDA_SUCCESS)
         rc = fc_mem_free(dptr);
+out:
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -4637,14 +4906,15 @@ out:
     return rc;
 }
 
-CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode)
+/* g_lock held.  (Not the exported call from inside: in a process that
+ * also loads the guest's libcuda, that name can bind to the guest's.) */
+static CUresult fc_begin_capture(CUstream hStream, CUstreamCaptureMode mode)
 {
     fc_ctx_t *ctx;
     fc_stream_t *s;
     fc_cap_t *cap;
     CUresult rc;
 
-    pthread_mutex_lock(&g_lock);
     rc = fc_stream_get(hStream, &ctx, &s);
     if (rc != CUDA_SUCCESS)
         goto out;
@@ -4673,6 +4943,61 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode
     fc_list_add(&g_caps, cap);
     s->cap = cap;
 out:
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_begin_capture(hStream, mode);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* A capture into hGraph, a listed graph: its nodes go after deps. */
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData,
+                                             size_t numDependencies, CUstreamCaptureMode mode)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    fc_cap_t *cap;
+    CUresult rc;
+
+    if (dependencyData || (numDependencies && !dependencies))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_begin_capture(hStream, mode);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    rc = fc_stream_get(hStream, &ctx, &s);
+    cap = rc == CUDA_SUCCESS ? s->cap : NULL;
+    if (!cap || !fc_list_has(g_graphs, hGraph)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        for (size_t i = 0; i < numDependencies; i++)
+            if (!dependencies[i] ||
+                !fc_graph_has_node((fc_graph_t *)hGraph, (fc_node_t *)dependencies[i]))
+                rc = CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS && numDependencies &&
+            !(s->deps = calloc(numDependencies, sizeof(*s->deps))))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc != CUDA_SUCCESS) {
+        if (cap)
+            fc_stream_leave_capture(s);     /* its own empty graph goes */
+        goto out;
+    }
+    fc_graph_free(cap->graph);
+    cap->graph = (fc_graph_t *)hGraph;
+    cap->to_graph = 1;
+    for (size_t i = 0; i < numDependencies; i++)
+        s->deps[i] = (fc_node_t *)dependencies[i];
+    s->ndeps = numDependencies;
+out:
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -4691,13 +5016,16 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 
     pthread_mutex_lock(&g_lock);
     rc = fc_stream_get(hStream, &ctx, &s);
-    if (rc == CUDA_SUCCESS && !phGraph)
-        rc = CUDA_ERROR_INVALID_VALUE;
     if (rc != CUDA_SUCCESS)
         goto out;
     cap = s->cap;
     if (!cap) {
         rc = CUDA_ERROR_ILLEGAL_STATE;
+        goto out;
+    }
+    /* Into a graph of the caller's, the graph need not be asked for. */
+    if (!phGraph && !cap->to_graph) {
+        rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
     if (cap->origin != s) {
@@ -4717,8 +5045,15 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
             t->cap = NULL;
         }
     }
-    *phGraph = NULL;
-    if (cap->invalidated) {
+    if (phGraph)
+        *phGraph = NULL;
+    if (cap->to_graph) {
+        /* The caller's graph, listed already, kept either way. */
+        if (cap->invalidated)
+            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        else if (phGraph)
+            *phGraph = (CUgraph)g;
+    } else if (cap->invalidated) {
         fc_graph_free(g);
         rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else {
@@ -5011,7 +5346,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
     CUresult rc = CUDA_SUCCESS;
 
     pthread_mutex_lock(&g_lock);
-    if (!fc_list_has(g_graphs, hGraph)) {
+    if (!fc_list_has(g_graphs, hGraph) || ((fc_graph_t *)hGraph)->body) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         fc_list_del(&g_graphs, hGraph);
@@ -5195,6 +5530,265 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
         goto out;
     }
     rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Graph memory: an allocation node's address is fixed here, its range
+ * held by the node (and its copies). */
+static CUresult fc_alloc_node(int dev, size_t size, fc_node_t **out)
+{
+    fc_node_t *n = fc_node_new(FC_NODE_MEMALLOC);
+    CUresult rc;
+
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = fc_gmem_new(dev, size, &n->u.alloc.dptr);
+    if (rc != CUDA_SUCCESS) {
+        free(n);
+        return rc;
+    }
+    n->u.alloc.size = size;
+    n->u.alloc.dev = dev;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                        const CUgraphNode *dependencies, size_t numDependencies,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+    fc_ctx_t *ctx;
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS &&
+        (!nodeParams || nodeParams->bytesize == 0 ||
+         nodeParams->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+         nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+         nodeParams->poolProps.location.id < 0 || nodeParams->poolProps.location.id >= FC_NDEV ||
+         nodeParams->poolProps.handleTypes != CU_MEM_HANDLE_TYPE_NONE))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = fc_alloc_node(nodeParams->poolProps.location.id, nodeParams->bytesize, &n);
+    if (rc == CUDA_SUCCESS) {
+        CUdeviceptr d = n->u.alloc.dptr;
+
+        rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+        if (rc == CUDA_SUCCESS)
+            nodeParams->dptr = d;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                       const CUgraphNode *dependencies, size_t numDependencies,
+                                       CUdeviceptr dptr)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!fc_gmem_find(dptr))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (!(n = fc_node_new(FC_NODE_MEMFREE)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS) {
+        n->u.free_dptr = dptr;
+        rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static fc_node_t *fc_node_find(CUgraphNode h);
+
+CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
+                                              CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    if (!n || n->type != FC_NODE_MEMALLOC || !params_out) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        memset(params_out, 0, sizeof(*params_out));
+        params_out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        params_out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        params_out->poolProps.location.id = n->u.alloc.dev;
+        params_out->bytesize = n->u.alloc.size;
+        params_out->dptr = n->u.alloc.dptr;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    if (!n || n->type != FC_NODE_MEMFREE || !dptr_out)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *dptr_out = n->u.free_dptr;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_graph_mem_attr(CUdevice device, CUgraphMem_attribute attr, void *value,
+                                  int set)
+{
+    size_t *v;
+
+    if (device < 0 || device >= FC_NDEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+        v = &g_gmem_used[device];
+        break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+        v = &g_gmem_used_high[device];
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+        v = &g_gmem_res[device];
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+        v = &g_gmem_res_high[device];
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!set) {
+        *(cuuint64_t *)value = *v;
+        return CUDA_SUCCESS;
+    }
+    /* Only the high marks, only to 0 (cuda.h). */
+    if ((attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) ||
+        *(cuuint64_t *)value != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                              void *value)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_graph_mem_attr(device, attr, value, 0);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                              void *value)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_graph_mem_attr(device, attr, value, 1);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out,
+                                                CUgraph hGraph, CUcontext ctx,
+                                                unsigned int defaultLaunchValue,
+                                                unsigned int flags)
+{
+    fc_cond_t *c;
+    CUresult rc = CUDA_SUCCESS;
+
+    (void)ctx;
+    if (!pHandle_out || (flags & ~(unsigned int)CU_GRAPH_COND_ASSIGN_DEFAULT))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    if (!fc_graph_addable(hGraph)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (!(c = calloc(1, sizeof(*c)))) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        c->dflt = defaultLaunchValue;
+        c->value = defaultLaunchValue;
+        c->flags = flags;
+        c->next = g_conds;
+        g_conds = c;
+        *pHandle_out = (CUgraphConditionalHandle)(uintptr_t)c;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static fc_cond_t *fc_cond_find(CUgraphConditionalHandle h)
+{
+    for (fc_cond_t *c = g_conds; c; c = c->next)
+        if ((CUgraphConditionalHandle)(uintptr_t)c == h)
+            return c;
+    return NULL;
+}
+
+/* Only conditional nodes, what the backend adds through it. */
+CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                const CUgraphNode *dependencies,
+                                const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                CUgraphNodeParams *nodeParams)
+{
+    CUDA_CONDITIONAL_NODE_PARAMS *cp;
+    fc_node_t *n;
+    fc_cond_t *c;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (dependencyData || !nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nodeParams->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    cp = &nodeParams->conditional;
+    pthread_mutex_lock(&g_lock);
+    c = fc_cond_find(cp->handle);
+    if (!c || cp->size == 0 || cp->type > CU_GRAPH_COND_TYPE_SWITCH ||
+        (cp->type == CU_GRAPH_COND_TYPE_WHILE && cp->size != 1) ||
+        (cp->type == CU_GRAPH_COND_TYPE_IF && cp->size > 2)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    n = fc_node_new(FC_NODE_COND);
+    if (!n || !(n->u.cond.bodies = calloc(cp->size, sizeof(*n->u.cond.bodies)))) {
+        free(n);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.cond.cond = c;
+    n->u.cond.type = cp->type;
+    n->u.cond.size = cp->size;
+    n->u.cond.listed = 1;
+    for (unsigned int i = 0; i < cp->size; i++) {
+        fc_graph_t *b = fc_graph_new();
+
+        if (!b) {
+            fc_node_free(n);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        b->body = 1;
+        fc_list_add(&g_graphs, b);
+        n->u.cond.bodies[i] = b;
+    }
+    rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+    /* The node's own array (cuda.h: CUDA-owned, valid for its life). */
+    if (rc == CUDA_SUCCESS)
+        cp->phGraph_out = (CUgraph *)n->u.cond.bodies;
 out:
     pthread_mutex_unlock(&g_lock);
     return rc;
@@ -5785,6 +6379,9 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
         [FC_NODE_KERNEL] = CU_GRAPH_NODE_TYPE_KERNEL, [FC_NODE_MEMCPY] = CU_GRAPH_NODE_TYPE_MEMCPY,
         [FC_NODE_MEMSET] = CU_GRAPH_NODE_TYPE_MEMSET, [FC_NODE_HOST] = CU_GRAPH_NODE_TYPE_HOST,
         [FC_NODE_EMPTY] = CU_GRAPH_NODE_TYPE_EMPTY, [FC_NODE_CHILD] = CU_GRAPH_NODE_TYPE_GRAPH,
+        [FC_NODE_MEMALLOC] = CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+        [FC_NODE_MEMFREE] = CU_GRAPH_NODE_TYPE_MEM_FREE,
+        [FC_NODE_COND] = CU_GRAPH_NODE_TYPE_CONDITIONAL,
     };
     fc_node_t *n;
     CUresult rc = CUDA_SUCCESS;
@@ -6387,10 +6984,21 @@ CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type
     return CUDA_SUCCESS;
 }
 
-/* No graph memory nodes: nothing to trim. */
+/* Unmaps the graph memory of device that no allocation holds now. */
 CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device)
 {
-    return device >= 0 && device < FC_NDEV ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+    if (device < 0 || device >= FC_NDEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_lock);
+    for (size_t i = 0; i < g_nmem; i++)
+        if (g_mem[i].kind == FC_MEM_GRAPH && g_mem[i].dev == device && g_mem[i].mapped &&
+            !g_mem[i].live) {
+            g_mem[i].mapped = 0;
+            g_gmem_res[device] -= g_mem[i].size;
+            g_dev_used[device] -= g_mem[i].size;
+        }
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target,

@@ -728,6 +728,44 @@ static void tw_drv_flag_bump(vcu_twin_launch_t *l, const void *pb)
     *flag += 1;
 }
 
+/* graph_mem.cu: gm_fill(unsigned *p, int n, unsigned v): p[i] = v + i. */
+static void tw_gm_fill(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *p = tw_ptr(pb, 0);
+    int32_t n = tw_i32(pb, 8);
+    uint32_t v = (uint32_t)tw_i32(pb, 12);
+    vcu_twin_dim3_t bi, ti;
+
+    TW_FOR_BLOCKS(l, bi) TW_FOR_THREADS(l, ti) {
+        int32_t i = TW_GID_X(l, bi, ti);
+
+        if (i < n) {
+            if (!l->addressable(&p[i], sizeof(p[i]))) {
+                l->fault = TW_ILLEGAL_ADDRESS;
+                return;
+            }
+            p[i] = v + (uint32_t)i;
+        }
+    }
+}
+
+/* graph_mem.cu's gm_count and vcu_drv_cond_count(unsigned *ctr, unsigned n,
+ * cudaGraphConditionalHandle h):
+ * ++*ctr, and the handle's condition becomes *ctr < n. */
+static void tw_drv_cond_count(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *ctr = tw_ptr(pb, 0);
+    uint32_t n = (uint32_t)tw_i32(pb, 8);
+
+    if (!l->addressable(ctr, sizeof(*ctr))) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    *ctr += 1;
+    if (l->set_conditional(tw_u64(pb, 16), *ctr < n) != 0)
+        l->fault = TW_ILLEGAL_ADDRESS;
+}
+
 /* vcu_drv_cluster(unsigned *out), and cluster.cu's cluster_ids: each block's rank in its cluster, the
  * cluster's size and its linear index, numbered as sm_90 numbers them. */
 static void tw_drv_cluster(vcu_twin_launch_t *l, const void *pb)
@@ -945,6 +983,12 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8), P(8, 1), P(16, 8), P(24, 4), P(28, 4) }, 8, 0, 0 },
     { "vcu_drv_flag_bump", tw_drv_flag_bump, 1,
       { P(0, 8) }, 12, 0, 0 },
+    { "_Z7gm_fillPjij", tw_gm_fill, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
+    { "_Z8gm_countPjjy", tw_drv_cond_count, 3,
+      { P(0, 8), P(8, 4), P(16, 8) }, 24, 0, 0 },
+    { "vcu_drv_cond_count", tw_drv_cond_count, 3,
+      { P(0, 8), P(8, 4), P(16, 8) }, 24, 0, 0 },
     { "vcu_drv_cluster", tw_drv_cluster, 1,
       { P(0, 8) }, 15, 0, 0 },
     { "_Z11cluster_idsPj", tw_drv_cluster, 1,

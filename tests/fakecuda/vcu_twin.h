@@ -44,6 +44,9 @@ typedef struct vcu_twin_launch_s {
      * checks it first and reports CUDA_ERROR_ILLEGAL_ADDRESS otherwise.
      */
     int (*addressable)(const void *p, size_t len);
+    /* cudaGraphSetConditional(handle, value): 0, or -1 when handle is
+     * none the stand-in made (the twin then reports a fault). */
+    int (*set_conditional)(uint64_t handle, unsigned int value);
     /* The SMs the launching context runs on (its execution affinity, else
      * the device's): a twin reading %smid gives block b the SM b % sms. */
     unsigned int sms;

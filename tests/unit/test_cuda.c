@@ -2805,6 +2805,136 @@ TEST(cuda_capture_deps)
  * while the capture owns it; stale (refused, never used) once its
  * capture failed or its stream went.  Bad stream handles and modes.
  */
+/* CU_GRAPH_ADD_COND_NODE with handle h, type, size bodies, after dep
+ * (0: none); the reply in *o. */
+static uint32_t tc_cond(tc_t *c, uint64_t g, uint64_t h, uint32_t type, uint32_t size,
+                        uint64_t dep, struct vcu_cu_graph_cond_resp *o)
+{
+    unsigned char buf[sizeof(struct vcu_cu_graph_cond_req) + 8];
+    struct vcu_cu_graph_cond_req rq;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.graph = g;
+    rq.handle = h;
+    rq.type = type;
+    rq.size = size;
+    rq.ndeps = dep != 0;
+    memcpy(buf, &rq, sizeof(rq));
+    memcpy(buf + sizeof(rq), &dep, 8);
+    st = tc_do(c, VCU_OP_CU_GRAPH_ADD_COND_NODE, 0, buf, sizeof(rq) + 8 * rq.ndeps, o,
+               sizeof(*o));
+    return st != VCU_S_OK ? 0x10000 + st : o->r.result;
+}
+
+/*
+ * Conditional nodes from the host's side: only handles the driver gave
+ * for the node's graph (or one holding it) make a node; a body graph is a
+ * graph handle of its own that may be filled but not destroyed, and goes
+ * (with its nodes and its own bodies) when its graph goes; malformed
+ * requests are refused before the driver sees them.
+ */
+TEST(cuda_graph_cond)
+{
+    struct vcu_cu_graph_cond_resp *o = calloc(1, sizeof(*o));
+    uint64_t g, g2, h, h2, hb, body, inner, node;
+    tc_t c;
+
+    ASSERT_NE(NULL, o);
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_COND_HANDLE, g, 1,
+                                    CU_GRAPH_COND_ASSIGN_DEFAULT, NULL, 0));
+    {
+        struct vcu_cu_pair_req rq = {{0, 0}, g, 0, 0};
+        struct vcu_cu_u64_resp rp;
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
+                                  sizeof(rp)));
+        ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+        h = rp.value;
+        rq.a = g2;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
+                                  sizeof(rp)));
+        h2 = rp.value;
+    }
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_pair(&c, VCU_OP_CU_GRAPH_COND_HANDLE, g, 1, 2, NULL, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_pair(&c, VCU_OP_CU_GRAPH_COND_HANDLE, g, 1ull << 32, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 77, 0, 0,
+                                                 NULL, 0));
+    /* Values no handle of ours has, another graph's handle, bad shapes. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, h + 12345, 0, 1, 0, o));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, ~0ull, 0, 1, 0, o));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, h2, 0, 1, 0, o));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_cond(&c, g, h, 0, 0, 0, o));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_cond(&c, g, h, 0, VCU_CU_MAX_COND_BODIES + 1, 0, o));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_cond(&c, g, h, 3, 1, 0, o));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_cond(&c, g, h, 0, 1, 99, o));
+    /* A while node: one body, a graph handle. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_cond(&c, g, h, CU_GRAPH_COND_TYPE_WHILE, 1, 0, o));
+    ASSERT_EQ(1, (int)o->nbodies);
+    node = o->node;
+    body = o->body[0];
+    ASSERT_NE(0, node);
+    ASSERT_NE(0, body);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, body, NULL));
+    /* A node in the body, from a handle of the body's own, and one of
+     * the graph holding it. */
+    {
+        struct vcu_cu_pair_req rq = {{0, 0}, body, 1, 0};
+        struct vcu_cu_u64_resp rp;
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
+                                  sizeof(rp)));
+        ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+        hb = rp.value;
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_cond(&c, body, hb, CU_GRAPH_COND_TYPE_IF, 2, 0, o));
+    inner = o->body[1];
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, inner, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, hb, 0, 1, 0, o));   /* not g's */
+    ASSERT_EQ(CUDA_SUCCESS, tc_cond(&c, g, h, CU_GRAPH_COND_TYPE_SWITCH, 3, node, o));
+    ASSERT_EQ(3, (int)o->nbodies);
+    /* A capture into a body: its end gives the body's own handle. */
+    {
+        struct vcu_cu_capture_to_graph_req rq;
+        struct vcu_cu_resp rp;
+        uint64_t s = tc_stream_new(&c), got = 0;
+
+        ASSERT_NE(0, s);
+        memset(&rq, 0, sizeof(rq));
+        rq.stream = s;
+        rq.graph = body;
+        rq.mode = 9;
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, 0, &rq, sizeof(rq),
+                                      &rp, sizeof(rp)));
+        rq.mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+        rq.graph = 77;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, 0, &rq, sizeof(rq),
+                                  &rp, sizeof(rp)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.result);
+        rq.graph = body;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, 0, &rq, sizeof(rq),
+                                  &rp, sizeof(rp)));
+        ASSERT_EQ(CUDA_SUCCESS, rp.result);
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &got));
+        ASSERT_EQ(body, got);
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, body, NULL));
+    }
+    /* The graph goes, its bodies with it, however deep. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, body, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, inner, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_cond(&c, body, hb, 0, 1, 0, o));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g2, h, 0, 1, 0, o));  /* a dead graph's */
+    ASSERT_EQ(CUDA_SUCCESS, tc_cond(&c, g2, h2, CU_GRAPH_COND_TYPE_IF, 1, 0, o));
+    tc_close(&c);               /* g2's bodies go with the session */
+    free(o);
+    return 0;
+}
+
 TEST(cuda_capture_graph)
 {
     struct vcu_cu_capture_graph_resp o;

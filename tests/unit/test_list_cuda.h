@@ -58,6 +58,7 @@
     X(cuda_graph_capture)               \
     X(cuda_host_func_captured)          \
     X(cuda_capture_graph)               \
+    X(cuda_graph_cond)                  \
     X(cuda_capture_deps)                \
     X(cuda_link)                        \
     X(cuda_ctx_reset)                   \
@@ -86,6 +87,7 @@
     X(quota_hostile)                    \
     X(quota_two_sessions)               \
     X(quota_pool)                       \
+    X(quota_graph_mem)                  \
     X(quota_module_globals)             \
     X(quota_slice_hostile)              \
     X(quota_limits)                     \

@@ -508,6 +508,173 @@ TEST(quota_pool)
     return 0;
 }
 
+/* ---- graph memory ---- */
+
+/* An op of one u64 in, one out: the CUresult (0x10000 + status if the
+ * request was refused). */
+static uint32_t tq_u64(tq_t *c, uint32_t op, uint64_t v, uint64_t *out)
+{
+    struct vcu_cu_u64_req rq = {{0, 0}, v};
+    struct vcu_cu_u64_resp rp;
+    uint32_t st = tq_do(c, op, &rq, sizeof(rq), &rp, sizeof(rp));
+
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    if (out != NULL)
+        *out = rp.value;
+    return rp.r.result;
+}
+
+static uint32_t tq_pair(tq_t *c, uint32_t op, uint64_t a, uint64_t b, uint64_t *out)
+{
+    struct vcu_cu_pair_req rq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.a = a;
+    rq.b = b;
+    st = tq_do(c, op, &rq, sizeof(rq), &rp, sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    if (out != NULL)
+        *out = rp.value;
+    return rp.r.result;
+}
+
+/* CU_GRAPH_ADD_MEM_NODE of kind (size, or dptr to free) after node dep
+ * (0: none); *out the reply. */
+static uint32_t tq_mem_node(tq_t *c, uint64_t g, uint32_t kind, uint64_t size, uint64_t dptr,
+                            uint64_t dep, struct vcu_cu_graph_mem_node_resp *out)
+{
+    unsigned char buf[sizeof(struct vcu_cu_graph_mem_node_req) + 8];
+    struct vcu_cu_graph_mem_node_req rq;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.graph = g;
+    rq.kind = kind;
+    rq.ndeps = dep != 0;
+    rq.size = size;
+    rq.dptr = dptr;
+    memcpy(buf, &rq, sizeof(rq));
+    memcpy(buf + sizeof(rq), &dep, 8);
+    st = tq_do(c, VCU_OP_CU_GRAPH_ADD_MEM_NODE, buf, sizeof(rq) + 8 * rq.ndeps, out,
+               sizeof(*out));
+    return st != VCU_S_OK ? 0x10000 + st : out->r.result;
+}
+
+/* A graph of one allocation node of size bytes, instantiated: its exec
+ * (and graph, and the allocation's address). */
+static int tq_graph_alloc(tq_t *c, uint64_t size, uint64_t *g, uint64_t *x, uint64_t *dptr)
+{
+    struct vcu_cu_graph_mem_node_resp rp;
+
+    ASSERT_EQ(0, (int)tq_u64(c, VCU_OP_CU_GRAPH_CREATE, 0, g));
+    ASSERT_EQ(0, (int)tq_mem_node(c, *g, VCU_CU_MEM_NODE_ALLOC, size, 0, 0, &rp));
+    ASSERT_EQ(1, (int)(rp.dptr != 0));
+    *dptr = rp.dptr;
+    ASSERT_EQ(0, (int)tq_pair(c, VCU_OP_CU_GRAPH_INSTANTIATE, *g, 0, x));
+    return 0;
+}
+
+/*
+ * Graph memory is charged when a graph that allocates is launched, for
+ * what the driver then reserves: no launch takes the VM past its quota
+ * (the launch fails as out of memory, nothing runs), whether the
+ * allocation node was added or captured from cudaMallocAsync; what
+ * graphs hold counts against other allocations; it comes back when the
+ * driver no longer reserves it.  Hostile node requests change nothing.
+ */
+TEST(quota_graph_mem)
+{
+    struct vcu_cu_graph_mem_node_resp rp;
+    struct vcu_cu_stream_create_req sc;
+    struct vcu_cu_mem_alloc_req ar;
+    struct vcu_cu_u64_resp u;
+    vcu_account_t *a;
+    uint64_t g, x, p, g2, x2, p2, g3, x3, p3, st, gc, xc, q, fr, tot;
+    tq_t c;
+
+    ASSERT_EQ(0, vcu__acct_new(8 * MiB + TQ_CTX, 8, &a));
+    CHECK(tq_open(&c, a));
+    /* alloc 6 MiB -> free: nothing charged until it runs. */
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, &g));
+    ASSERT_EQ(0, (int)tq_mem_node(&c, g, VCU_CU_MEM_NODE_ALLOC, 6 * MiB, 0, 0, &rp));
+    p = rp.dptr;
+    ASSERT_EQ(1, (int)(p != 0));
+    ASSERT_EQ(0, (int)tq_mem_node(&c, g, VCU_CU_MEM_NODE_FREE, 0, p, rp.node, &rp));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    /* Hostile: past any GPU, no such kind, a free of memory no graph
+     * made, dependencies that are not there. */
+    ASSERT_EQ(OOM, tq_mem_node(&c, g, VCU_CU_MEM_NODE_ALLOC, 1ull << 60, 0, 0, &rp));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tq_mem_node(&c, g, 3, 1, 0, 0, &rp));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 1 * MiB, &q));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE,
+              tq_mem_node(&c, g, VCU_CU_MEM_NODE_FREE, 0, q, 0, &rp));
+    ASSERT_EQ(0, (int)tq_free(&c, q));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_HANDLE,
+              tq_mem_node(&c, g, VCU_CU_MEM_NODE_ALLOC, 1, 0, 12345, &rp));
+    ASSERT_EQ(0, (int)tq_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, g, 0, &x));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, VCU_CU_STREAM_LEGACY, NULL));
+    ASSERT_EQ_U64(6 * MiB + TQ_CTX, vcu__acct_used(a, 0));   /* reserved for graphs */
+    ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB, &q));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 2 * MiB, &q));
+    ASSERT_EQ(0, (int)tq_free(&c, q));
+    ASSERT_EQ(0, (int)tq_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, VCU_CU_STREAM_LEGACY, NULL));
+    ASSERT_EQ_U64(6 * MiB + TQ_CTX, vcu__acct_used(a, 0));   /* the same memory again */
+
+    /* 3 MiB more would pass the quota: not launched. */
+    CHECK(tq_graph_alloc(&c, 3 * MiB, &g2, &x2, &p2));
+    ASSERT_EQ(OOM, tq_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x2, VCU_CU_STREAM_LEGACY, NULL));
+    CHECK(tq_graph_alloc(&c, 64 * MiB, &g3, &x3, &p3));
+    ASSERT_EQ(OOM, tq_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x3, VCU_CU_STREAM_LEGACY, NULL));
+    ASSERT_EQ_U64(6 * MiB + TQ_CTX, vcu__acct_used(a, 0));
+
+    /* The first graph gone, its memory with it (the stand-in unmaps it
+     * with its last node): then there is room. */
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, x, NULL));
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_GRAPH_DESTROY, g, NULL));
+    CHECK(tq_meminfo(&c, &fr, &tot));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x2, VCU_CU_STREAM_LEGACY, NULL));
+    ASSERT_EQ_U64(3 * MiB + TQ_CTX, vcu__acct_used(a, 0));
+
+    /* Captured: cudaMallocAsync is an allocation node, not pool memory. */
+    memset(&sc, 0, sizeof(sc));
+    sc.flags = CU_STREAM_NON_BLOCKING;
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_STREAM_CREATE, &sc, sizeof(sc), &u, sizeof(u)));
+    ASSERT_EQ(0, (int)u.r.result);
+    st = u.value;
+    ASSERT_EQ(0, (int)tq_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, st,
+                              CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, NULL));
+    memset(&ar, 0, sizeof(ar));
+    ar.size = 6 * MiB;
+    ar.stream = st;
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, &ar, sizeof(ar), &u, sizeof(u)));
+    ASSERT_EQ(0, (int)u.r.result);
+    q = u.value;
+    ASSERT_EQ(1, (int)(q != 0));
+    ASSERT_EQ_U64(3 * MiB + TQ_CTX, vcu__acct_used(a, 0));   /* not charged as a pool's */
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, st, &gc));
+    ASSERT_EQ(0, (int)tq_pair(&c, VCU_OP_CU_GRAPH_INSTANTIATE, gc, 0, &xc));
+    ASSERT_EQ(OOM, tq_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, xc, VCU_CU_STREAM_LEGACY, NULL));
+    /* x2's allocation freed after its graph, outside, and trimmed away
+     * with x2 (the stand-in): then the captured graph fits. */
+    ASSERT_EQ(0, (int)tq_free_async(&c, p2));
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, x2, NULL));
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_GRAPH_DESTROY, g2, NULL));
+    ASSERT_EQ(0, (int)tq_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, xc, VCU_CU_STREAM_LEGACY, NULL));
+    ASSERT_EQ_U64(6 * MiB + TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_free(&c, q));                      /* graph memory, freed */
+    ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB, NULL));            /* still reserved */
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
 /* A module's globals take GPU memory (the stand-in's twin of
  * tests/cuda/symbols.cu's sym_table: 1 KiB): charged while it is loaded,
  * and a load that would pass the quota fails as out of memory. */

@@ -8,7 +8,9 @@
  * Process A takes most of that; process B sees total = Q and free = what
  * A and the two contexts left, takes the rest, and one byte more fails as
  * on a full GPU (CUDA_ERROR_OUT_OF_MEMORY) without disturbing either; A
- * is killed, and its charge, its context's included, comes back to B.
+ * is killed, and its charge, its context's included, comes back to B;
+ * then a graph whose allocation node would pass the quota is not
+ * launched, and one that fits is, its memory charged.
  * Raw protocol (the transport library), so that the figures are the
  * host's own; Q and C come from the host (CU_SLICE_INFO).
  *
@@ -94,6 +96,57 @@ static int slice(vcu_conn_t *c, struct vcu_cu_slice_info_resp *rp)
                       NULL) != 0 || rp->r.result != 0)
         return -1;
     return 0;
+}
+
+/* A request of one struct in, one u64 out: the CUresult (or 0x10000 +
+ * the transport's error), the value in *out. */
+static uint32_t cu_op(vcu_conn_t *c, uint32_t op, const void *rq, uint32_t len, uint64_t *out)
+{
+    struct vcu_cu_u64_resp rp;
+    int err;
+
+    memset(&rp, 0, sizeof(rp));
+    err = vcu_conn_call(c, op, 0, (void *)rq, len, NULL, 0, &rp, sizeof(rp), NULL);
+    if (err != 0)
+        return 0x10000u + (uint32_t)-err;
+    if (out != NULL)
+        *out = rp.value;
+    return rp.r.result;
+}
+
+/* A graph of one allocation node of n bytes, instantiated, launched on
+ * the legacy stream and waited for: the launch's CUresult (the steps
+ * before it must succeed: else 0x20000 + the step). */
+static uint32_t graph_alloc_run(vcu_conn_t *c, uint64_t n)
+{
+    struct vcu_cu_u64_req u = { { 0, 0 }, 0 };
+    struct vcu_cu_graph_mem_node_req m;
+    struct vcu_cu_graph_mem_node_resp mr;
+    struct vcu_cu_pair_req pr;
+    uint64_t g = 0, x = 0;
+    uint32_t r;
+
+    if (cu_op(c, VCU_OP_CU_GRAPH_CREATE, &u, sizeof(u), &g) != 0)
+        return 0x20001;
+    memset(&m, 0, sizeof(m));
+    m.graph = g;
+    m.kind = VCU_CU_MEM_NODE_ALLOC;
+    m.size = n;
+    memset(&mr, 0, sizeof(mr));
+    if (vcu_conn_call(c, VCU_OP_CU_GRAPH_ADD_MEM_NODE, 0, &m, sizeof(m), NULL, 0, &mr,
+                      sizeof(mr), NULL) != 0 || mr.r.result != 0 || mr.node == 0 || mr.dptr == 0)
+        return 0x20002;
+    memset(&pr, 0, sizeof(pr));
+    pr.a = g;
+    if (cu_op(c, VCU_OP_CU_GRAPH_INSTANTIATE, &pr, sizeof(pr), &x) != 0)
+        return 0x20003;
+    pr.a = x;
+    pr.b = 0;                       /* the legacy stream */
+    r = cu_op(c, VCU_OP_CU_GRAPH_LAUNCH, &pr, sizeof(pr), NULL);
+    u.value = 0;
+    if (r == 0 && cu_op(c, VCU_OP_CU_STREAM_SYNCHRONIZE, &u, sizeof(u), NULL) != 0)
+        return 0x20004;
+    return r;
 }
 
 /* What A tells B: the quota, a context's charge, what A took. */
@@ -225,6 +278,27 @@ int main(void)
         vt_fail("slice_info_after_kill", "used %llu sessions %u ctx %llu",
                 (unsigned long long)si.mem_used, si.num_sessions,
                 (unsigned long long)si.ctx_bytes);
+
+    /* Graph memory counts too: a graph whose allocation does not fit is
+     * not launched; one that fits is, and its memory is then charged. */
+    if (cu_free(c, q) != 0) {
+        vt_fail("graph_mem_setup", "free of A's share failed");
+    } else {
+        uint64_t room = a_take + ctx;
+
+        r = graph_alloc_run(c, room + 64 * MIB);
+        if (r == OOM)
+            vt_pass("graph_mem_past_quota_not_launched");
+        else
+            vt_fail("graph_mem_past_quota_not_launched", "launch -> %#x", r);
+        r = graph_alloc_run(c, room / 2);
+        if (r == 0 && cu_alloc(c, room, NULL) == OOM && slice(c, &si) == 0 &&
+            si.mem_used <= quota && si.mem_used >= quota - room + room / 2)
+            vt_pass("graph_mem_charged");
+        else
+            vt_fail("graph_mem_charged", "launch -> %#x, used %llu of %llu", r,
+                    (unsigned long long)si.mem_used, (unsigned long long)quota);
+    }
     vcu_conn_close(c);
     return vt_nfail() ? 1 : 0;
 }
