@@ -899,8 +899,12 @@ static CUresult vcu__end_capture(CUstream hStream, CUgraph *phGraph, int ptsz)
     /* A capture into a graph of the caller's (cuStreamBeginCaptureToGraph)
      * ends in that graph, which need not be asked for. */
     tg = vcu__cap_to_take(c->dev, r.value);
+    /* No graph to give it to: as NVIDIA's driver (580) answers, no
+     * capture to end is an illegal state, a capture left running an
+     * invalid value. */
     if (phGraph == NULL && tg == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
+        return vcu__stream_capturing(c, r.value) ? CUDA_ERROR_INVALID_VALUE
+                                                 : CUDA_ERROR_ILLEGAL_STATE;
     if (phGraph != NULL)
         *phGraph = NULL;
     pthread_mutex_lock(&vcu__drv.lock);

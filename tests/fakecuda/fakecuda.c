@@ -3394,8 +3394,10 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 
     if (!g_init)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (flags != 0 || size == 0 || a % FC_VMM_GRAN || size % FC_VMM_GRAN || offset % FC_VMM_GRAN)
+    if (flags != 0 || size == 0 || a % FC_VMM_GRAN || offset % FC_VMM_GRAN)
         return CUDA_ERROR_INVALID_VALUE;
+    if (size % FC_VMM_GRAN)
+        return CUDA_ERROR_NOT_SUPPORTED;    /* NVIDIA's driver 580 answers so */
     pthread_mutex_lock(&g_lock);
     p = fc_phys_get(handle);
     for (fc_obj_t *o = g_vas; o; o = o->next) {
