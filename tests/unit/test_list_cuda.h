@@ -88,6 +88,7 @@
     X(quota_two_sessions)               \
     X(quota_pool)                       \
     X(quota_graph_mem)                  \
+    X(quota_graph_mem_other_session)    \
     X(quota_module_globals)             \
     X(quota_slice_hostile)              \
     X(quota_limits)                     \

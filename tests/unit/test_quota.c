@@ -579,6 +579,39 @@ static int tq_graph_alloc(tq_t *c, uint64_t size, uint64_t *g, uint64_t *x, uint
 }
 
 /*
+ * Another guest process of the VM names this one's graph memory: a free
+ * node of its own graph, a plain free, an allocation node's parameters
+ * by this one's node handle: each refused, and the memory stays this
+ * session's (its own free node of it still works).
+ */
+TEST(quota_graph_mem_other_session)
+{
+    struct vcu_cu_graph_mem_node_resp rp;
+    vcu_account_t *a;
+    uint64_t g, gb, p, node;
+    tq_t c, d;
+
+    ASSERT_EQ(0, vcu__acct_new(64 * MiB, 8, &a));
+    CHECK(tq_open(&c, a));
+    CHECK(tq_open_more(&d, &c));
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, &g));
+    ASSERT_EQ(0, (int)tq_mem_node(&c, g, VCU_CU_MEM_NODE_ALLOC, 1 * MiB, 0, 0, &rp));
+    p = rp.dptr;
+    node = rp.node;
+    ASSERT_EQ(0, (int)tq_u64(&d, VCU_OP_CU_GRAPH_CREATE, 0, &gb));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE,
+              tq_mem_node(&d, gb, VCU_CU_MEM_NODE_FREE, 0, p, 0, &rp));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_free(&d, p));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_HANDLE,
+              tq_u64(&d, VCU_OP_CU_GRAPH_MEM_NODE_PARAMS, node, NULL));
+    ASSERT_EQ(0, (int)tq_mem_node(&c, g, VCU_CU_MEM_NODE_FREE, 0, p, node, &rp));
+    ut_close(d.be, d.s);
+    tq_close(&c);
+    vcu__acct_put(a);
+    return 0;
+}
+
+/*
  * Graph memory is charged when a graph that allocates is launched, for
  * what the driver then reserves: no launch takes the VM past its quota
  * (the launch fails as out of memory, nothing runs), whether the
