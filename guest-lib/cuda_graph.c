@@ -76,17 +76,17 @@ VCU__EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
  * graphs (theirs too, however deep: a list, no recursion). */
 static void vcu__graph_free(vcu__graph_t *g)
 {
-    vcu__graph_t *todo = g, *b, *nb;
+    vcu__graph_t *left = g, *b, *nb;
     vcu__gnode_t *n, *next;
 
     g->body_next = NULL;
-    while ((g = todo) != NULL) {
-        todo = g->body_next;
+    while ((g = left) != NULL) {
+        left = g->body_next;
         pthread_mutex_lock(&vcu__drv.lock);
         for (b = g->bodies; b != NULL; b = nb) {
             nb = b->body_next;
-            b->body_next = todo;
-            todo = b;
+            b->body_next = left;
+            left = b;
         }
         g->bodies = NULL;
         pthread_mutex_unlock(&vcu__drv.lock);
@@ -128,6 +128,37 @@ VCU__EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     return e;
 }
 
+CUresult vcu__deps_req(vcu__graph_t *g, const void *req, size_t n, const CUgraphNode *deps,
+                       size_t ndeps, const void *extra, size_t extra_len, void **out,
+                       size_t *len)
+{
+    char *q;
+    size_t i;
+
+    if ((ndeps > 0 && deps == NULL) || ndeps > VCU_CU_MAX_DEPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    q = malloc(n + ndeps * 8 + extra_len);
+    if (q == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(q, req, n);
+    for (i = 0; i < ndeps; i++) {
+        vcu__gnode_t *dn = (vcu__gnode_t *)deps[i];
+        uint64_t h;
+
+        if (!vcu__reg_has(dn, VCU__K_GNODE) || dn->g != g) {
+            free(q);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        h = dn->h;
+        memcpy(q + n + i * 8, &h, 8);
+    }
+    if (extra_len)
+        memcpy(q + n + ndeps * 8, extra, extra_len);
+    *out = q;
+    *len = n + ndeps * 8 + extra_len;
+    return CUDA_SUCCESS;
+}
+
 /* CU_GRAPH_ADD_NODE with the dependencies and trailing bytes. */
 static CUresult vcu__add_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphNode *deps,
                               size_t ndeps, struct vcu_cu_graph_node_req *tmpl,
@@ -135,32 +166,17 @@ static CUresult vcu__add_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphNo
 {
     struct vcu_cu_u64_resp o;
     vcu__gnode_t *n;
-    uint64_t d;
-    char *q;
+    void *q;
     size_t len;
     CUresult e;
 
-    if (out == NULL || (ndeps > 0 && deps == NULL) || ndeps > VCU_CU_MAX_DEPS)
+    if (out == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    len = sizeof(*tmpl) + ndeps * 8 + extra_len;
-    q = malloc(len);
-    if (q == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     tmpl->graph = g->h;
     tmpl->ndeps = (uint32_t)ndeps;
-    memcpy(q, tmpl, sizeof(*tmpl));
-    for (size_t i = 0; i < ndeps; i++) {
-        vcu__gnode_t *dn = (vcu__gnode_t *)deps[i];
-
-        if (!vcu__reg_has(dn, VCU__K_GNODE) || dn->g != g) {
-            free(q);
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        d = dn->h;
-        memcpy(q + sizeof(*tmpl) + i * 8, &d, 8);
-    }
-    if (extra_len)
-        memcpy(q + sizeof(*tmpl) + ndeps * 8, extra, extra_len);
+    e = vcu__deps_req(g, tmpl, sizeof(*tmpl), deps, ndeps, extra, extra_len, &q, &len);
+    if (e != CUDA_SUCCESS)
+        return e;
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_ADD_NODE, q, (uint32_t)len, NULL, 0, &o, sizeof(o));
     free(q);
     if (e != CUDA_SUCCESS)
@@ -1390,7 +1406,7 @@ VCU__EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream
 /* ---- editing graphs, updating executable graphs ------------------------ */
 
 /* hNode, a node record; *g its graph. */
-static CUresult vcu__gnode_arg(CUgraphNode hNode, vcu__gnode_t **out)
+CUresult vcu__gnode_arg(CUgraphNode hNode, vcu__gnode_t **out)
 {
     CUresult e = vcu__check_init();
 

@@ -13,36 +13,6 @@
 
 #include "cuda_int.h"
 
-/* A request of struct size n followed by the dependencies' host handles,
- * into a new buffer (*out; the caller frees): each must be a node of g. */
-static CUresult vcu__deps_req(vcu__graph_t *g, const void *req, size_t n,
-                              const CUgraphNode *deps, size_t ndeps, void **out, size_t *len)
-{
-    char *q;
-    size_t i;
-
-    if ((ndeps > 0 && deps == NULL) || ndeps > VCU_CU_MAX_DEPS)
-        return CUDA_ERROR_INVALID_VALUE;
-    q = malloc(n + ndeps * 8);
-    if (q == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    memcpy(q, req, n);
-    for (i = 0; i < ndeps; i++) {
-        vcu__gnode_t *dn = (vcu__gnode_t *)deps[i];
-        uint64_t h;
-
-        if (!vcu__reg_has(dn, VCU__K_GNODE) || dn->g != g) {
-            free(q);
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        h = dn->h;
-        memcpy(q + n + i * 8, &h, 8);
-    }
-    *out = q;
-    *len = n + ndeps * 8;
-    return CUDA_SUCCESS;
-}
-
 /* Edge data other than the default: not carried (logged once). */
 static CUresult vcu__edges_default(const char *call, const CUgraphEdgeData *edges, size_t n)
 {
@@ -80,7 +50,7 @@ static CUresult vcu__mem_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphNo
     r.ndeps = (uint32_t)ndeps;
     r.size = size;
     r.dptr = dptr;
-    e = vcu__deps_req(g, &r, sizeof(r), deps, ndeps, &q, &len);
+    e = vcu__deps_req(g, &r, sizeof(r), deps, ndeps, NULL, 0, &q, &len);
     if (e != CUDA_SUCCESS)
         return e;
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_ADD_MEM_NODE, q, (uint32_t)len, NULL, 0, &o,
@@ -178,13 +148,11 @@ VCU__EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGr
 static CUresult vcu__mem_node_params(CUgraphNode hNode, struct vcu_cu_graph_mem_node_resp *o)
 {
     struct vcu_cu_u64_req r;
-    vcu__gnode_t *n = (vcu__gnode_t *)hNode;
-    CUresult e = vcu__check_init();
+    vcu__gnode_t *n;
+    CUresult e = vcu__gnode_arg(hNode, &n);
 
     if (e != CUDA_SUCCESS)
         return e;
-    if (!vcu__reg_has(n, VCU__K_GNODE))
-        return CUDA_ERROR_INVALID_VALUE;
     memset(&r, 0, sizeof(r));
     r.value = n->h;
     return vcu__call(n->g->dev, VCU_OP_CU_GRAPH_MEM_NODE_PARAMS, &r, sizeof(r), NULL, 0, o,
@@ -339,7 +307,7 @@ static CUresult vcu__cond_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphN
     r.type = (uint32_t)p->type;
     r.size = p->size;
     r.ndeps = (uint32_t)ndeps;
-    e = vcu__deps_req(g, &r, sizeof(r), deps, ndeps, &q, &len);
+    e = vcu__deps_req(g, &r, sizeof(r), deps, ndeps, NULL, 0, &q, &len);
     if (e != CUDA_SUCCESS)
         return e;
     o = calloc(1, sizeof(*o));
@@ -556,7 +524,7 @@ static CUresult vcu__capture_to_graph(CUstream hStream, CUgraph hGraph, const CU
     t = calloc(1, sizeof(*t));
     if (t == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e = vcu__deps_req(g, &r, sizeof(r), deps, ndeps, &q, &len);
+    e = vcu__deps_req(g, &r, sizeof(r), deps, ndeps, NULL, 0, &q, &len);
     if (e == CUDA_SUCCESS) {
         e = vcu__call(c->dev, VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH, q, (uint32_t)len, NULL, 0,
                       NULL, 0);

@@ -303,20 +303,28 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
  */
 int vcu__launch_may_defer(vcu__func_t *f, const unsigned int grid[3], const unsigned int block[3],
                           unsigned int shmem, uint32_t flags);
-/* The device memory this process was given (cuda_ranges.c): a stream-
- * ordered copy or memset of a known range may go without waiting. */
 /* cuda_graph.c, for cuda_graph_mem.c: the graph record behind a CUgraph
  * (checked; initialized); a record for node h just added to g, kept by
  * g (NULL: out of memory); a record for host graph h of device dev. */
 CUresult vcu__graph_arg(CUgraph graph, vcu__graph_t **out);
 vcu__gnode_t *vcu__gnode_new(vcu__graph_t *g, uint64_t h);
 CUresult vcu__graph_wrap(int dev, uint64_t h, CUgraph *out);
+/* hNode, checked to be a node record, in *out. */
+CUresult vcu__gnode_arg(CUgraphNode hNode, vcu__gnode_t **out);
+/* A request of struct size n, then the dependencies' host handles (each a
+ * node of g), then extra_len bytes of extra, in a new buffer (*out, *len;
+ * the caller frees it). */
+CUresult vcu__deps_req(vcu__graph_t *g, const void *req, size_t n, const CUgraphNode *deps,
+                       size_t ndeps, const void *extra, size_t extra_len, void **out,
+                       size_t *len);
 /* cuda_graph_mem.c, for cuda_graph.c: the caller's graph the capture on
  * stream (host handle) of dev goes into, taken off the list as the
  * capture ends, or NULL; the caller's graph of host handle h some
  * capture goes into, or NULL. */
 vcu__graph_t *vcu__cap_to_take(int dev, uint64_t stream);
 vcu__graph_t *vcu__cap_to_find(int dev, uint64_t h);
+/* The device memory this process was given (cuda_ranges.c): a stream-
+ * ordered copy or memset of a known range may go without waiting. */
 void vcu__dr_add(int dev, uint64_t base, uint64_t size);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);

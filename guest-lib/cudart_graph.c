@@ -103,17 +103,17 @@ VCU__EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
  * an instantiated copy may still run them. */
 static void vcu__graph_free(vcu__graph_t *g)
 {
-    vcu__graph_t *todo = g, *b, *nb;
+    vcu__graph_t *left = g, *b, *nb;
     vcu__node_t *n, *next;
 
     g->body_next = NULL;
-    while ((g = todo) != NULL) {
-        todo = g->body_next;
+    while ((g = left) != NULL) {
+        left = g->body_next;
         pthread_mutex_lock(&vcu__graph_mu);
         for (b = g->bodies; b != NULL; b = nb) {
             nb = b->body_next;
-            b->body_next = todo;
-            todo = b;
+            b->body_next = left;
+            left = b;
         }
         g->bodies = NULL;
         pthread_mutex_unlock(&vcu__graph_mu);

@@ -1207,23 +1207,6 @@ static int virtio_cuda_put_sessions(QEMUFile *f, void *pv, size_t size,
     return 0;
 }
 
-static bool virtio_cuda_write_all(int fd, const uint8_t *b, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, b, n);
-
-        if (k < 0 && errno == EINTR) {
-            continue;
-        }
-        if (k <= 0) {
-            return false;
-        }
-        b += k;
-        n -= k;
-    }
-    return true;
-}
-
 /* One session opened again in a worker of this host's daemon, which loads
  * its state from f. */
 static int virtio_cuda_load_one(VirtIOCuda *s, QEMUFile *f, uint8_t *buf)
@@ -1257,7 +1240,7 @@ static int virtio_cuda_load_one(VirtIOCuda *s, QEMUFile *f, uint8_t *buf)
             return -EINVAL;
         }
         qemu_get_buffer(f, buf, len);
-        ok = ok && virtio_cuda_write_all(p[1], buf, len);
+        ok = ok && qemu_write_full(p[1], buf, len) == len;
     }
     close(p[1]);
     status = virtio_cuda_state_wait(&st, &why);

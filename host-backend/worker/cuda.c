@@ -861,6 +861,13 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
             return VCU_EBUSY;
         }
     }
+    cs->mig = vcu__mig_new();
+    if (cs->mig == NULL) {
+        if (cs->aowned)
+            vcu__acct_release(cu->acct, cs->aslot);
+        free(cs);
+        return VCU_ENOMEM;
+    }
     vcu__htab_init(&cs->tab);
     vcu__pset_init(&cs->allocs);
     vcu__pset_init(&cs->gallocs);
@@ -1186,7 +1193,7 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
         vcu__acct_fault(cs->cu->acct, cs->aslot);
     vcu__exec_reply(cs, o, op, async, st, out, out_len, rpsz);
     if (st == VCU_S_OK)
-        vcu__mig_note(cs, h, payload, segs, nsegs, out, *out_len);
+        vcu__mig_note(cs, h, payload, out, *out_len);
     if (o->wait != NULL) {
         /* Replied when the GPU work it issued is done. */
         o->wait->out_len = *out_len;

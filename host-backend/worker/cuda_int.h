@@ -477,9 +477,11 @@ struct vcu__cuda_sess_s {
      * backend captures; its synchronizing calls then block (see
      * vcu__cuda_exec). */
     vcu__out_t *out;
-    /* What migration needs of the session's history (cuda_migrate.c),
-     * NULL until its first call that placed memory or named an object. */
+    /* What migration needs of the session's history (cuda_migrate.c). */
     struct vcu__mig_s *mig;
+    /* The SHA-256 of the image the last CU_MODULE_LOAD loaded (with a
+     * module cache): the history's name for it.  Worker only. */
+    unsigned char load_sha[VCU_SHA256_LEN];
 };
 
 /* Tracked allocations: vcu__pset value = dev | flags | the bytes charged
@@ -842,8 +844,8 @@ void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d);
  * and reply (vcu__cuda_exec), and freed with the session. */
 typedef struct vcu__mig_s vcu__mig_t;
 void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
-                   const vcu_segment_t *segs, unsigned int nsegs, const void *out,
-                   size_t out_len);
+                   const void *out, size_t out_len);
+vcu__mig_t *vcu__mig_new(void);
 void vcu__mig_free(vcu__cuda_sess_t *cs);
 void CUDA_CB vcu__cb_trampoline(void *arg);
 uint32_t vcu__cb_wait(vcu__cuda_sess_t *cs, void *out, size_t out_cap, size_t *out_len,

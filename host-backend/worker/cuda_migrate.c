@@ -259,16 +259,15 @@ static void vcu__mig_refuse(vcu__mig_t *m, const char *what, uint32_t op)
 /*
  * The hash a module load's image is kept under in the module cache (the
  * load put it there): from the reply of CU_MODULE_LOAD_KEEP, the request
- * of CU_MODULE_LOAD_HASH, or computed for CU_MODULE_LOAD.  0, or -1.
+ * of CU_MODULE_LOAD_HASH, or what CU_MODULE_LOAD computed for the cache
+ * (cs->load_sha).  0, or -1.
  */
 static int vcu__mig_image_hash(vcu__cuda_sess_t *cs, uint32_t op, const unsigned char *p,
-                               const vcu_segment_t *segs, unsigned int nsegs,
-                               const unsigned char *out, size_t out_len, uint64_t ilen,
+                               const unsigned char *out, size_t out_len,
                                unsigned char sha[VCU_SHA256_LEN])
 {
     struct vcu_cu_module_hash_req hq;
     struct vcu_cu_module_keep_resp kr;
-    unsigned char *img;
 
     if (op == VCU_OP_CU_MODULE_LOAD_HASH) {
         memcpy(&hq, p, sizeof(hq));
@@ -282,16 +281,8 @@ static int vcu__mig_image_hash(vcu__cuda_sess_t *cs, uint32_t op, const unsigned
         memcpy(sha, kr.sha256, VCU_SHA256_LEN);
         return 0;
     }
-    if (nsegs != 1 || segs[0].len != ilen || vcu__mem_take(cs, (size_t)ilen) != 0)
-        return -1;
-    img = malloc((size_t)ilen);
-    if (img != NULL) {
-        vcu__gather(&segs[0], img, (size_t)ilen);
-        vcu_sha256(img, (size_t)ilen, sha);
-        free(img);
-    }
-    vcu__mem_give(cs, (size_t)ilen);
-    return img != NULL ? 0 : -1;
+    memcpy(sha, cs->load_sha, VCU_SHA256_LEN);
+    return 0;
 }
 
 static uint64_t vcu__mig_ilen(uint32_t op, const unsigned char *p)
@@ -322,8 +313,7 @@ static int vcu__mig_grow(vcu__mig_t *m)
 }
 
 void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
-                   const vcu_segment_t *segs, unsigned int nsegs, const void *out,
-                   size_t out_len)
+                   const void *out, size_t out_len)
 {
     const unsigned char *p = payload;
     const char *why = NULL;
@@ -334,16 +324,13 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
     size_t need;
     int cls;
 
-    if (out_len < sizeof(r))
+    /* Most calls (launches, copies) stop at the first test. */
+    cls = vcu__mig_class(h->opcode, p, h->payload_len, &why);
+    if (cls == VCU__MIG_IGNORE || out_len < sizeof(r))
         return;
     memcpy(&r, out, sizeof(r));
     if (r.result != CUDA_SUCCESS)
         return;                     /* a failed call changed nothing */
-    cls = vcu__mig_class(h->opcode, p, h->payload_len, &why);
-    if (cls == VCU__MIG_IGNORE)
-        return;
-    if (cs->mig == NULL && (cs->mig = calloc(1, sizeof(*cs->mig))) == NULL)
-        return;                     /* then vcu__cuda_sess_save refuses */
     m = cs->mig;
     if (m->why[0] != '\0')
         return;
@@ -370,8 +357,7 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
     e->c.ilen = ilen;
     e->b = malloc(need ? need : 1);
     if (e->b == NULL ||
-        (ilen > 0 && vcu__mig_image_hash(cs, h->opcode, p, segs, nsegs, out, out_len, ilen,
-                                         e->sha) != 0)) {
+        (ilen > 0 && vcu__mig_image_hash(cs, h->opcode, p, out, out_len, e->sha) != 0)) {
         free(e->b);
         vcu__mem_give(cs, need);
         vcu__mig_refuse(m, "a module image it could not name", h->opcode);
@@ -381,6 +367,11 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
     memcpy(e->b + h->payload_len, out, out_len);
     m->held += need;
     m->n++;
+}
+
+vcu__mig_t *vcu__mig_new(void)
+{
+    return calloc(1, sizeof(vcu__mig_t));
 }
 
 void vcu__mig_free(vcu__cuda_sess_t *cs)
@@ -708,7 +699,7 @@ static int vcu__mig_save_calls(vcu__cuda_sess_t *cs, int fd, char *why, size_t w
     unsigned char *img;
     int rc;
 
-    for (i = 0; m != NULL && i < m->n; i++) {
+    for (i = 0; i < m->n; i++) {
         const vcu__mrec_t *e = &m->rec[i];
 
         len = e->c.h.payload_len + e->c.rlen;
@@ -785,7 +776,7 @@ static int vcu__mig_save_globals(vcu__cuda_sess_t *cs, int fd, unsigned char *bu
     unsigned char *img;
     size_t i;
 
-    for (i = 0; m != NULL && i < m->n; i++) {
+    for (i = 0; i < m->n; i++) {
         const vcu__mrec_t *e = &m->rec[i];
         uint64_t h = vcu__mig_rec_module(e);
         vcu__hent_t *he = h ? vcu__htab_get(&cs->tab, h, VCU__H_MODULE) : NULL;
@@ -823,7 +814,7 @@ static int vcu__mig_quiesce(vcu__cuda_sess_t *cs, char *why, size_t whylen)
     uint32_t d;
     CUresult r;
 
-    if (cs->mig != NULL && cs->mig->why[0] != '\0') {
+    if (cs->mig->why[0] != '\0') {
         snprintf(why, whylen, "%s", cs->mig->why);
         return -1;
     }
@@ -862,7 +853,7 @@ int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     hd.version = VCU__MIG_VERSION;
     hd.driver_version = cs->cu->driver_version;
     hd.ndev = cs->cu->ndev;
-    hd.ncalls = cs->mig != NULL ? cs->mig->n : 0;
+    hd.ncalls = cs->mig->n;
     if (vcu__mig_write(fd, &hd, sizeof(hd)) != 0)
         VCU__MIG_FAIL("writing the stream failed");
     if (vcu__mig_save_calls(cs, fd, why, whylen) != 0)
@@ -1072,7 +1063,7 @@ int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     for (d = 0; d < cs->cu->ndev; d++)
         if (cs->ctx[d] != NULL)
             VCU__MIG_FAIL("the session has run CUDA calls already");
-    if (cs->tab.live != 0 || cs->allocs.live != 0 || (cs->mig != NULL && cs->mig->n != 0))
+    if (cs->tab.live != 0 || cs->allocs.live != 0 || cs->mig->n != 0)
         VCU__MIG_FAIL("the session has run CUDA calls already");
     if (vcu__mig_read(fd, &hd, sizeof(hd)) != 0 || hd.magic != VCU__MIG_MAGIC)
         VCU__MIG_FAIL("not a session's state");

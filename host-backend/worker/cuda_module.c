@@ -244,9 +244,11 @@ static uint32_t vcu__module_sent(vcu__op_t *o, unsigned char *hash)
     return VCU_S_OK;
 }
 
+/* The image's hash, which the module cache computes anyway, is kept for
+ * migration's history (vcu__mig_note), which names the image by it. */
 uint32_t vcu__op_CU_MODULE_LOAD(vcu__op_t *o)
 {
-    return vcu__module_sent(o, NULL);
+    return vcu__module_sent(o, o->cu->mc != NULL ? o->cs->load_sha : NULL);
 }
 
 /* CU_MODULE_LOAD, and the SHA-256 of the image received in the reply:
