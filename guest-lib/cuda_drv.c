@@ -58,6 +58,49 @@ int vcu__tracing(void)
     return __atomic_load_n(&on, __ATOMIC_RELAXED);
 }
 
+/* VCU_LIBCUDA_TRACE=errors: each request the host answers with an error,
+ * by opcode, on stderr (which call of a program the host refused). */
+static int vcu__tracing_errors(void)
+{
+    static int on = -1;
+
+    if (__atomic_load_n(&on, __ATOMIC_RELAXED) < 0) {
+        const char *t = getenv("VCU_LIBCUDA_TRACE");
+
+        __atomic_store_n(&on, t != NULL && (strcmp(t, "1") == 0 || strcmp(t, "errors") == 0),
+                         __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&on, __ATOMIC_RELAXED);
+}
+
+static const char *vcu__op_name(uint32_t op)
+{
+    switch (op) {
+#define VCU__OP_NAME(name, num, req, resp) \
+    case VCU_OP_##name:                   \
+        return #name;
+        VCU_OP_MAP(VCU__OP_NAME)
+#undef VCU__OP_NAME
+    default:
+        return "?";
+    }
+}
+
+static void vcu__trace_error(uint32_t op, const void *req, CUresult e)
+{
+    const char *n = NULL;
+
+    if (!vcu__tracing_errors())
+        return;
+    cuGetErrorName(e, &n);
+    if (op == VCU_OP_CU_CALL)
+        fprintf(stderr, "libcuda (virtio-cuda): trace: CU_CALL 0x%04x -> %s\n",
+                ((const struct vcu_cu_call_req *)req)->call, n != NULL ? n : "?");
+    else
+        fprintf(stderr, "libcuda (virtio-cuda): trace: %s (0x%04x) -> %s\n", vcu__op_name(op),
+                op, n != NULL ? n : "?");
+}
+
 static void vcu__trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void vcu__trace(const char *fmt, ...)
 {
@@ -525,6 +568,8 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
         return vcu__from_vcu(err);
     if (rlen < sizeof(*r))
         return CUDA_ERROR_UNKNOWN;
+    if (r->result != 0 || r->deferred != 0)
+        vcu__trace_error(op, req, (CUresult)(r->result != 0 ? r->result : r->deferred));
     if (r->deferred != 0 && r->result == 0)
         return (CUresult)r->deferred;
     return (CUresult)r->result;

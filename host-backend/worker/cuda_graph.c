@@ -651,11 +651,22 @@ uint32_t vcu__op_CU_GRAPH_MEM_ATTR(vcu__op_t *o)
 
 /* ---- conditional nodes --------------------------------------------------- */
 
+/*
+ * The driver numbers a graph's conditional handles 1, 2, ... (driver
+ * 580, measured): two graphs' handles may be equal.  cs->conds holds each
+ * handle the driver gave under the key (index of its graph's entry, the
+ * handle), with the graph's whole handle as value: an entry left by a
+ * destroyed graph has another generation and matches nothing.
+ */
+static uint64_t vcu__cond_key(uint64_t graph, uint64_t ch)
+{
+    return (graph & 0xffffffffu) << 32 | ch;
+}
+
 uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
     CUgraphConditionalHandle ch = 0;
-    uint64_t v;
 
     memcpy(&rq, o->p, sizeof(rq));
     if (rq.b > UINT32_MAX || (rq.c & ~(uint64_t)CU_GRAPH_COND_ASSIGN_DEFAULT) != 0)
@@ -667,9 +678,13 @@ uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o)
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
     /* Kept, so that a node is made only of handles the driver gave. */
-    if (ch != UINT64_MAX && ch + 1 != VCU__PSET_TOMB &&
-        !vcu__pset_find(&o->cs->conds, ch + 1, &v) &&
-        (vcu__mem_take(o->cs, 16) != 0 || vcu__pset_add(&o->cs->conds, ch + 1, rq.a) != 0)) {
+    if (ch == 0 || ch >= UINT32_MAX) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;  /* not a number we can keep */
+        return VCU_S_OK;
+    }
+    if ((!vcu__pset_find(&o->cs->conds, vcu__cond_key(rq.a, ch), NULL) &&
+         vcu__mem_take(o->cs, 16) != 0) ||
+        vcu__pset_add(&o->cs->conds, vcu__cond_key(rq.a, ch), rq.a) != 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
@@ -677,18 +692,22 @@ uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-/* Is graph hg (a live graph entry) the graph hv, or a body of it at any
- * depth?  The parents form a chain up to a graph of no parent. */
-static bool vcu__cond_graph_ok(vcu__cuda_sess_t *cs, uint64_t hg, uint64_t hv)
+/* Was conditional handle ch made on graph hg (a live graph entry) or on a
+ * graph holding it (hg a body, at any depth)?  The parents form a chain
+ * up to a graph of no parent. */
+static bool vcu__cond_graph_ok(vcu__cuda_sess_t *cs, uint64_t hg, uint64_t ch)
 {
     uint32_t depth = 0;
+    uint64_t v;
 
+    if (ch == 0 || ch >= UINT32_MAX)
+        return false;
     while (hg != 0 && depth++ <= cs->tab.cap) {
         vcu__hent_t *e = vcu__htab_get(&cs->tab, hg, VCU__H_GRAPH);
 
         if (e == NULL)
             return false;
-        if (hg == hv)
+        if (vcu__pset_find(&cs->conds, vcu__cond_key(hg, ch), &v) && v == hg)
             return true;
         hg = e->u.graph.parent;
     }
@@ -700,7 +719,7 @@ uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
     struct vcu_cu_graph_cond_req rq;
     CUgraphNodeParams np;
     CUgraphNode *deps = NULL, node = NULL;
-    uint64_t v, root;
+    uint64_t root;
     uint32_t i, d = vcu__dev_of(o);
 
     memcpy(&rq, o->p, sizeof(rq));
@@ -714,8 +733,7 @@ uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
     root = ge->u.graph.root != 0 ? ge->u.graph.root : rq.graph;
     /* A handle the driver gave for this graph or one holding it, which
      * still lives: no other value reaches the driver. */
-    if (rq.handle == UINT64_MAX || !vcu__pset_find(&o->cs->conds, rq.handle + 1, &v) ||
-        !vcu__cond_graph_ok(o->cs, rq.graph, v)) {
+    if (!vcu__cond_graph_ok(o->cs, rq.graph, rq.handle)) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }

@@ -367,13 +367,17 @@ typedef enum {
 } fc_node_type_t;
 
 /* A conditional handle: its value lives in host memory, which a twin
- * (the stand-in's device code) writes as cudaGraphSetConditional does;
- * the handle is its address.  Kept until the process ends. */
+ * (the stand-in's device code) writes as cudaGraphSetConditional does.
+ * The handle is its number among the handles made on its graph (1, 2,
+ * ...), as NVIDIA's driver 580 numbers them: two graphs' handles may be
+ * equal.  Kept until the process ends. */
 typedef struct fc_cond_s {
     unsigned int value;
     unsigned int dflt;
     unsigned int flags;
     unsigned long long seen;    /* the graph launch that last applied dflt */
+    struct fc_graph_s *graph;   /* made on; NULL once that graph is freed */
+    unsigned int idx;           /* the handle: its number in graph, from 1 */
     struct fc_cond_s *next;
 } fc_cond_t;
 
@@ -425,6 +429,8 @@ struct fc_graph_s {
     fc_node_t **nodes;          /* in the order added: a topological order */
     size_t n, cap;
     int body;                   /* a conditional node's: not destroyed alone */
+    struct fc_graph_s *parent;  /* a body's: the graph of its node */
+    unsigned int nconds;        /* conditional handles made on it */
 };
 
 struct fc_exec_s {
@@ -966,6 +972,9 @@ static void fc_graph_free(fc_graph_t *g)
 {
     if (!g)
         return;
+    for (fc_cond_t *c = g_conds; c; c = c->next)
+        if (c->graph == g)
+            c->graph = NULL;
     for (size_t i = 0; i < g->n; i++)
         fc_node_free(g->nodes[i]);
     free(g->nodes);
@@ -1596,14 +1605,39 @@ static int fc_twin_addressable(const void *p, size_t len)
     return ok;
 }
 
-static fc_cond_t *fc_cond_find(CUgraphConditionalHandle h);
+/* The graph (an exec's) whose launch runs on this thread: device code's
+ * handles are its conditional nodes'. */
+static __thread fc_graph_t *t_cond_graph;
+
+/* The handle h of a conditional node in g (at any depth), g_lock held. */
+static fc_cond_t *fc_cond_in(fc_graph_t *g, CUgraphConditionalHandle h, int depth)
+{
+    fc_cond_t *c;
+
+    if (g == NULL || depth > 64)
+        return NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        fc_node_t *n = g->nodes[i];
+
+        if (n->type == FC_NODE_CHILD && (c = fc_cond_in(n->u.child, h, depth + 1)))
+            return c;
+        if (n->type != FC_NODE_COND)
+            continue;
+        if (n->u.cond.cond->idx == h)
+            return n->u.cond.cond;
+        for (unsigned int b = 0; b < n->u.cond.size; b++)
+            if ((c = fc_cond_in(n->u.cond.bodies[b], h, depth + 1)))
+                return c;
+    }
+    return NULL;
+}
 
 static int fc_twin_set_conditional(uint64_t handle, unsigned int value)
 {
     fc_cond_t *c;
 
     pthread_mutex_lock(&g_lock);
-    c = fc_cond_find(handle);
+    c = fc_cond_in(t_cond_graph, handle, 0);
     if (c)
         c->value = value;
     pthread_mutex_unlock(&g_lock);
@@ -5727,17 +5761,21 @@ CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandl
         c->flags = flags;
         c->next = g_conds;
         g_conds = c;
-        *pHandle_out = (CUgraphConditionalHandle)(uintptr_t)c;
+        c->graph = (fc_graph_t *)hGraph;
+        c->idx = ++c->graph->nconds;
+        *pHandle_out = c->idx;
     }
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
 
-static fc_cond_t *fc_cond_find(CUgraphConditionalHandle h)
+/* Handle h made on graph g or a graph holding it (g a body); g_lock held. */
+static fc_cond_t *fc_cond_find(fc_graph_t *g, CUgraphConditionalHandle h)
 {
-    for (fc_cond_t *c = g_conds; c; c = c->next)
-        if ((CUgraphConditionalHandle)(uintptr_t)c == h)
-            return c;
+    for (int depth = 0; g != NULL && depth < 64; g = g->parent, depth++)
+        for (fc_cond_t *c = g_conds; c; c = c->next)
+            if (c->graph == g && c->idx == h)
+                return c;
     return NULL;
 }
 
@@ -5758,7 +5796,7 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
         return CUDA_ERROR_NOT_SUPPORTED;
     cp = &nodeParams->conditional;
     pthread_mutex_lock(&g_lock);
-    c = fc_cond_find(cp->handle);
+    c = fc_graph_addable(hGraph) ? fc_cond_find((fc_graph_t *)hGraph, cp->handle) : NULL;
     if (!c || cp->size == 0 || cp->type > CU_GRAPH_COND_TYPE_SWITCH ||
         (cp->type == CU_GRAPH_COND_TYPE_WHILE && cp->size != 1) ||
         (cp->type == CU_GRAPH_COND_TYPE_IF && cp->size > 2)) {
@@ -5784,6 +5822,7 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
             goto out;
         }
         b->body = 1;
+        b->parent = (fc_graph_t *)hGraph;
         fc_list_add(&g_graphs, b);
         n->u.cond.bodies[i] = b;
     }
@@ -5926,12 +5965,14 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
         goto out;
     }
     x_id = x->hdr.id;
+    t_cond_graph = x->graph;
     for (size_t i = 0; i < x->graph->n && rc == CUDA_SUCCESS; i++) {
         rc = fc_node_exec(ctx, x->graph->nodes[i]);
         /* g_lock was dropped if the node ran a twin or a host function. */
         if (!fc_list_has(g_execs, x) || x->hdr.id != x_id)
             break;
     }
+    t_cond_graph = NULL;
 out:
     pthread_mutex_unlock(&g_lock);
     return rc;

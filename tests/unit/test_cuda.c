@@ -2854,9 +2854,12 @@ TEST(cuda_graph_cond)
                                   sizeof(rp)));
         ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
         h = rp.value;
+        /* The driver numbers each graph's handles from 1 (driver 580):
+         * g2's third has a value no handle of g has. */
         rq.a = g2;
-        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
-                                  sizeof(rp)));
+        for (int i = 0; i < 3; i++)
+            ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
+                                      sizeof(rp)));
         h2 = rp.value;
     }
     ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_pair(&c, VCU_OP_CU_GRAPH_COND_HANDLE, g, 1, 2, NULL, 0));
@@ -2868,6 +2871,9 @@ TEST(cuda_graph_cond)
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, h + 12345, 0, 1, 0, o));
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, ~0ull, 0, 1, 0, o));
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, h2, 0, 1, 0, o));
+    /* g2's first handle has the value of g's first: each makes a node in
+     * its own graph. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_cond(&c, g2, 1, CU_GRAPH_COND_TYPE_IF, 1, 0, o));
     ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_cond(&c, g, h, 0, 0, 0, o));
     ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_cond(&c, g, h, 0, VCU_CU_MAX_COND_BODIES + 1, 0, o));
     ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_cond(&c, g, h, 3, 1, 0, o));
@@ -2886,8 +2892,10 @@ TEST(cuda_graph_cond)
         struct vcu_cu_pair_req rq = {{0, 0}, body, 1, 0};
         struct vcu_cu_u64_resp rp;
 
-        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
-                                  sizeof(rp)));
+        /* The third: a value no handle of g has. */
+        for (int i = 0; i < 3; i++)
+            ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
+                                      sizeof(rp)));
         ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
         hb = rp.value;
     }
@@ -2928,7 +2936,9 @@ TEST(cuda_graph_cond)
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, body, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, inner, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_cond(&c, body, hb, 0, 1, 0, o));
-    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g2, h, 0, 1, 0, o));  /* a dead graph's */
+    /* A graph made since (in g's slot, maybe) has none of g's handles. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_cond(&c, g, h, 0, 1, 0, o));
     ASSERT_EQ(CUDA_SUCCESS, tc_cond(&c, g2, h2, CU_GRAPH_COND_TYPE_IF, 1, 0, o));
     tc_close(&c);               /* g2's bodies go with the session */
     free(o);
