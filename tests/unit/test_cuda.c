@@ -3,6 +3,7 @@
  * driven through the public backend API as a transport would, against the
  * CPU stand-in for libcuda (tests/fakecuda, via $VCU_LIBCUDA).
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 typedef struct tc_s {
     vcu_backend_t *be;
     uint64_t s;
+    char mc[32];                    /* tc_open_mc's module cache, or "" */
 } tc_t;
 
 /* A backend on $VCU_LIBCUDA with devices "0,1" and one session. */
@@ -37,6 +39,7 @@ static int tc_open_gpus(tc_t *c, const char *gpus)
     memset(&cfg, 0, sizeof(cfg));
     cfg.gpus = gpus;
     c->be = NULL;
+    c->mc[0] = 0;
     ASSERT_EQ(0, vcu_backend_new(&cfg, &c->be));
     if (vcu_backend_cuda_error(c->be) != NULL)
         VCU_TEST_FAIL_("no CUDA (is VCU_LIBCUDA the stand-in?): %s", vcu_backend_cuda_error(c->be));
@@ -53,6 +56,21 @@ static void tc_close(tc_t *c)
 {
     ut_close(c->be, c->s);
     vcu_backend_free(c->be);
+    if (c->mc[0] != 0) {
+        DIR *d = opendir(c->mc);
+        struct dirent *e;
+        char p[sizeof(c->mc) + 256];
+
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            snprintf(p, sizeof(p), "%s/%s", c->mc, e->d_name);
+            if (e->d_name[0] != '.')
+                unlink(p);
+        }
+        if (d != NULL)
+            closedir(d);
+        rmdir(c->mc);
+        c->mc[0] = 0;
+    }
 }
 
 /* Runs a request with the segments already in t; returns the wire status. */
@@ -817,7 +835,7 @@ TEST(cuda_handles_invalid)
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, VCU_CU_STREAM_PER_THREAD, NULL));
     /* Handles are per session. */
     {
-        tc_t d = {c.be, 0};
+        tc_t d = {c.be, 0, ""};
 
         ASSERT_EQ(VCU_S_OK, ut_open(d.be, &d.s));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&d, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
@@ -4598,18 +4616,17 @@ TEST(cuda_call_hostile)
 /* ---- migration (cuda_migrate.c) ----------------------------------------- */
 
 /* A backend as tc_open's, with a module cache of its own in a new
- * directory (left for the system's /tmp cleaning: the files are the
- * cache's, a few KiB): a migration's two ends share nothing but the
- * stream. */
+ * directory (removed by tc_close): a migration's two ends share nothing
+ * but the stream. */
 static int tc_open_mc(tc_t *c)
 {
-    char dir[] = "/tmp/vcu-mig-mc-XXXXXX";
     vcu_backend_config_t cfg;
 
-    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    snprintf(c->mc, sizeof(c->mc), "/tmp/vcu-mig-mc-XXXXXX");
+    ASSERT_TRUE(mkdtemp(c->mc) != NULL);
     memset(&cfg, 0, sizeof(cfg));
     cfg.gpus = "0,1";
-    cfg.module_cache = dir;
+    cfg.module_cache = c->mc;
     c->be = NULL;
     ASSERT_EQ(0, vcu_backend_new(&cfg, &c->be));
     if (vcu_backend_cuda_error(c->be) != NULL)
