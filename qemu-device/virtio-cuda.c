@@ -1026,8 +1026,8 @@ static void virtio_cuda_init_queues(VirtIOCuda *s, DeviceState *dev)
 /*
  * ---- migration (docs/design.md, "Live migration") -------------------------
  *
- * When the VM stops for a migration or a snapshot, the requests in flight
- * finish first (their replies reach guest memory before it is sent), but
+ * When the VM stops (for a migration, a snapshot, or a pause that may be
+ * followed by either), the requests in flight finish first (their replies reach guest memory before it is sent), but
  * for the host-callback waits a guest thread keeps parked: those are
  * carried in the device state and sent again on the destination.  The
  * device state then holds each session (the guest's id, how it was
@@ -1069,7 +1069,16 @@ static void virtio_cuda_vm_state_change(void *opaque, bool running,
         return;
     }
     s->stopped = true;
-    if (state != RUN_STATE_FINISH_MIGRATE && state != RUN_STATE_SAVE_VM) {
+    /*
+     * Every stop drains, as every stop drains block I/O (do_vm_stop()):
+     * a VM paused first and then saved or migrated (virsh save, a paused
+     * migration) gets no second notice when the migration takes it to
+     * RUN_STATE_FINISH_MIGRATE (vm_stop_force_state() only sets the state),
+     * and by the time the device state is written the guest's memory and
+     * the virtqueues have already been sent.  Not at shutdown: nothing is
+     * sent then, and the sessions close.
+     */
+    if (state == RUN_STATE_SHUTDOWN) {
         return;
     }
     deadline = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + VIRTIO_CUDA_DRAIN_MS;
@@ -1229,6 +1238,13 @@ static int virtio_cuda_load_one(VirtIOCuda *s, QEMUFile *f, uint8_t *buf)
     virtio_cuda_state_init(&st, VCU_BACKEND_OP_LOAD, id);
     vcu_proxy_session_restore(s->proxy, &st.r, &open, p[0]);
     close(p[0]);
+    /*
+     * The worker's spawn goes out now.  Read from a socket, the stream
+     * yields to the main loop, which writes the link; read from a file
+     * (a restore: migrate-incoming file:, virsh restore) it never does,
+     * and the pipe, full, would wait for a worker never asked for.
+     */
+    virtio_cuda_link_bh(s);
     /* All of it is read, whatever the worker does with it: the stream
      * goes on behind it. */
     while ((len = qemu_get_be32(f)) != 0) {

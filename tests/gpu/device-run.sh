@@ -10,7 +10,8 @@
 # tests/gpu/packed.sh, about 3 minutes), live migration (migrate: the
 # worker's migration core, tests/gpu/mig-core.sh, seconds; then
 # tests/vm/migrate.py on the GPU, VMs moved between two daemons, with
-# 1 and 8 GiB of device memory, about 4 minutes) and NVIDIA's
+# 1 and 8 GiB of device memory, from GPU 0 to GPU 1 on a host of two, and
+# saved to a file and restored, about 5 minutes) and NVIDIA's
 # cuda-samples natively and on our libcuda.so.1 in loopback (samples:
 # tests/gpu/samples.sh, up to the whole call; docs/conformance.md).  Logs
 # and results go to $OUT.
@@ -76,6 +77,7 @@ case ",$what," in *,migrate,*)
     cat "$out/migrate.log"
     VCU_VM_LOGDIR=$out/migrate-vm VCU_MIG_SECS=${VCU_MIG_SECS:-60} \
         python3 tests/vm/migrate.py --real-gpu --ballast "${VCU_MIG_BALLAST:-1024,8192}" \
+        $([ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ] && echo --other-gpu) \
         >"$out/migrate-vm.log" 2>&1 || rc=1
     cat "$out/migrate-vm.log"
     ;;

@@ -17,6 +17,10 @@
 #     workers are the daemon's children in a pid namespace of their own and
 #     QEMU has none, every guest test, and that the domain shuts off; then
 #     undefines it and stops the daemons it started (the packages stay).
+#  5. virsh save and virsh restore of a second domain whose guest runs the
+#     migrate suite (tests/many's checker, each round's results checked):
+#     saved while the checker runs, restored on the same daemon, the
+#     checker must go on and end with no wrong result.
 #
 # What the domain changes in the example: its name; TCG (type='qemu', cpu
 # 'maximum': no KVM here); 3 GiB and 2 vCPUs; the emulator and firmware are
@@ -35,7 +39,8 @@
 #
 # Fails fast, with the reason and the log tails, when virtlogd, libvirtd,
 # the daemon or the domain does not come up.  Logs: build/pkg-libvirt.
-# Environment: VCU_LIBVIRT_VM_TIMEOUT=S seconds for the guest [420].
+# Environment: VCU_LIBVIRT_VM_TIMEOUT=S seconds for the guest [420];
+# VCU_LIBVIRT_SAVE_SECS=S the saved guest's checker's seconds [40].
 # Last line: N passed, N failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -43,6 +48,8 @@ root=$PWD
 work=$root/build/pkg-libvirt
 xml=docs/libvirt/virtio-cuda-domain.xml
 dom=vcu-libvirt-test
+dom2=vcu-libvirt-save
+save_secs=${VCU_LIBVIRT_SAVE_SECS:-40}
 # What QEMU reads (libvirt-qemu must reach it) and the daemon's run folder.
 scratch=/var/lib/libvirt/vcu-test
 run=/run/vcu-libvirt-test
@@ -76,6 +83,7 @@ VCU_ROOT=$root
 our_virtlogd=
 our_libvirtd=
 defined=no
+defined2=no
 qpid=
 locked=no
 
@@ -88,6 +96,10 @@ cleanup() {
     if [ $defined = yes ]; then
         [ "$(vsh domstate "$dom" 2>/dev/null)" = "shut off" ] || vsh destroy "$dom" >/dev/null 2>&1
         vsh undefine "$dom" >"$work/undefine.log" 2>&1 || cat "$work/undefine.log"
+    fi
+    if [ $defined2 = yes ]; then
+        [ "$(vsh domstate "$dom2" 2>/dev/null)" = "shut off" ] || vsh destroy "$dom2" >/dev/null 2>&1
+        vsh undefine "$dom2" >"$work/undefine2.log" 2>&1 || cat "$work/undefine2.log"
     fi
     vcu_daemon_stop
     [ -n "${VCU_DAEMON_LOG:-}" ] && cp "$VCU_DAEMON_LOG" "$work/daemon.log" 2>/dev/null
@@ -128,8 +140,9 @@ locked=yes
 
 # ---- the guest and the host programs ---------------------------------------
 note "building the CUDA suite's guest (tests/vm/run.sh, VCU_VM_BUILD_ONLY=1)"
-if ! VCU_VM_BUILD_ONLY=1 tests/vm/run.sh cuda >"$work/build.log" 2>&1 9>&-; then
-    bad "the CUDA suite's guest kernel and initramfs are built"
+if ! VCU_VM_BUILD_ONLY=1 tests/vm/run.sh cuda >"$work/build.log" 2>&1 9>&- ||
+    ! VCU_VM_BUILD_ONLY=1 tests/vm/run.sh migrate >>"$work/build.log" 2>&1 9>&-; then
+    bad "the CUDA and migrate suites' guest kernel and initramfs are built"
     tail_of "tests/vm/run.sh" "$work/build.log" 40
     give_up "no guest"
 fi
@@ -257,11 +270,15 @@ cp "$kernel" "$scratch/vmlinuz"
 cp "$initrd" "$scratch/initrd-cuda.img"
 chmod 644 "$scratch/vmlinuz" "$scratch/initrd-cuda.img"
 serial=$scratch/serial.log
-python3 - "$xml" "$work/domain.xml" "$dom" "$scratch" "$sock" >"$work/xml.log" 2>&1 <<'EOF'
+cat >"$work/mkdomain.py" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
 
 src, out, name, scratch, sock = sys.argv[1:6]
+initrd = sys.argv[6] if len(sys.argv) > 6 else 'initrd-cuda.img'
+cmdline = sys.argv[7] if len(sys.argv) > 7 else \
+    'console=ttyS0 panic=-1 quiet vcu.suite=cuda vcu.echo_mib=256 vcu.bench_args='
+serial_name = sys.argv[8] if len(sys.argv) > 8 else 'serial.log'
 Q = 'http://libvirt.org/schemas/domain/qemu/1.0'
 ET.register_namespace('qemu', Q)
 d = ET.parse(src).getroot()
@@ -305,9 +322,8 @@ os_ = need('os')
 need('os/loader').text = f'{scratch}/qemu/share/qboot.rom'
 for e in os_.findall('boot'):
     os_.remove(e)
-for tag, text in (('kernel', f'{scratch}/vmlinuz'), ('initrd', f'{scratch}/initrd-cuda.img'),
-                  ('cmdline', 'console=ttyS0 panic=-1 quiet vcu.suite=cuda vcu.echo_mib=256 '
-                              'vcu.bench_args=')):
+for tag, text in (('kernel', f'{scratch}/vmlinuz'), ('initrd', f'{scratch}/{initrd}'),
+                  ('cmdline', cmdline)):
     ET.SubElement(os_, tag).text = text
 cpu = need('cpu')
 cpu.attrib.clear()
@@ -320,11 +336,13 @@ for tag in ('disk', 'interface', 'serial', 'console', 'controller'):
         devices.remove(e)
 ET.SubElement(devices, 'controller', type='usb', model='none')
 serial = ET.SubElement(devices, 'serial', type='file')
-ET.SubElement(serial, 'source', path=f'{scratch}/serial.log')
+# append: a restored domain's QEMU opens it again.
+ET.SubElement(serial, 'source', path=f'{scratch}/{serial_name}', append='on')
 ET.SubElement(serial, 'target', port='0')
 ET.ElementTree(d).write(out)
 print(f'device: {devs[0]}; chardev: {chardevs[0].get("value")}')
 EOF
+python3 "$work/mkdomain.py" "$xml" "$work/domain.xml" "$dom" "$scratch" "$sock" >"$work/xml.log" 2>&1
 if [ $? != 0 ]; then
     bad "a domain is made from $xml"
     cat "$work/xml.log"
@@ -484,13 +502,102 @@ else
     tail_of libvirtd "$work/libvirtd.log" 20
 fi
 
+# ---- 5. virsh save, virsh restore ------------------------------------------
+# As an operator suspends a VM to disk and brings it back: libvirt pauses
+# it, has QEMU write its state (the device's sessions included) to the
+# file and ends it; the guest's workers go.  The restore starts a new QEMU
+# that loads the file, on the same daemon, and resumes it.
+save_domain() {
+    local serial2=$scratch/serial-save.log state=$scratch/saved.state n_before n_after done_line
+    cp build/vm/initrd-migrate.img "$scratch/initrd-migrate.img"
+    chmod 644 "$scratch/initrd-migrate.img"
+    if ! python3 "$work/mkdomain.py" "$xml" "$work/domain-save.xml" "$dom2" "$scratch" "$sock" \
+        initrd-migrate.img "console=ttyS0 panic=-1 quiet vcu.suite=migrate vcu.mig_secs=$save_secs vcu.mig_ballast=0" \
+        serial-save.log >"$work/xml-save.log" 2>&1; then
+        bad "a domain for virsh save is made from $xml"
+        cat "$work/xml-save.log"
+        return
+    fi
+    if vsh domstate "$dom2" >/dev/null 2>&1; then
+        vsh destroy "$dom2" >/dev/null 2>&1
+        vsh undefine "$dom2" >/dev/null 2>&1
+    fi
+    if ! vsh define "$work/domain-save.xml" >"$work/define-save.log" 2>&1 ||
+        ! { defined2=yes; vsh start "$dom2" >"$work/start-save.log" 2>&1; }; then
+        bad "libvirt defines and starts the domain to save"
+        cat "$work/define-save.log" "$work/start-save.log" 2>/dev/null
+        return
+    fi
+    note "the saved domain's checker runs (up to 300 s for its first round)"
+    for i in $(seq 1 600); do
+        grep -aq '^VCU-MANY mig tick' "$serial2" 2>/dev/null && break
+        [ "$(vsh domstate "$dom2" 2>/dev/null)" = "running" ] || break
+        sleep 0.5
+    done
+    if ! grep -aq '^VCU-MANY mig tick' "$serial2" 2>/dev/null; then
+        bad "the domain to save runs its checker (no round seen)"
+        tail -n 20 "$serial2" 2>/dev/null
+        return
+    fi
+    sleep 3
+    note "virsh save"
+    if ! vsh save "$dom2" "$state" >"$work/save.log" 2>&1; then
+        bad "virsh save $dom2 (with CUDA work in flight)"
+        cat "$work/save.log"
+        tail_of vcu-daemon "$VCU_DAEMON_LOG" 20
+        return
+    fi
+    n_before=$(grep -ac '^VCU-MANY mig tick' "$serial2")
+    reason=$(vsh domstate --reason "$dom2" 2>/dev/null)
+    if [ "$reason" = "shut off (saved)" ] && [ -s "$state" ]; then
+        ok "virsh save wrote $(stat -c %s "$state") bytes with the checker running ($n_before rounds); the domain is $reason"
+    else
+        bad "virsh save leaves the domain shut off (saved) and a state file (${reason:-no state})"
+        return
+    fi
+    sleep 2
+    note "virsh restore"
+    if ! vsh restore "$state" >"$work/restore.log" 2>&1; then
+        bad "virsh restore $state"
+        cat "$work/restore.log"
+        tail_of vcu-daemon "$VCU_DAEMON_LOG" 20
+        tail -n 30 "/var/log/libvirt/qemu/$dom2.log" 2>/dev/null
+        return
+    fi
+    ok "virsh restore: the domain is $(vsh domstate "$dom2" 2>/dev/null)"
+    for i in $(seq 1 $((2 * (save_secs + 300)))); do
+        grep -aq '^VCU-SUITE-END migrate' "$serial2" 2>/dev/null && break
+        [ "$(vsh domstate "$dom2" 2>/dev/null)" = "shut off" ] && break
+        sleep 0.5
+    done
+    tr -d '\r' <"$serial2" >"$work/serial-save.log"
+    n_after=$(grep -ac '^VCU-MANY mig tick' "$work/serial-save.log")
+    done_line=$(grep -a '^VCU-MANY mig done' "$work/serial-save.log" | tail -n 1)
+    if grep -aq '^VCU-TEST migrate/checker PASS' "$work/serial-save.log" &&
+        [[ $done_line == *" wrong=0"* ]] && [ "$n_after" -gt "$n_before" ]; then
+        ok "the restored guest's checker went on ($n_before rounds before the save, $n_after in all) with no wrong result: $done_line"
+    else
+        bad "the restored guest's checker goes on with no wrong result ($n_before rounds before the save, $n_after in all; ${done_line:-no done line})"
+        grep -a '^VCU-TEST migrate' "$work/serial-save.log"
+        grep -av '^VCU-MANY mig tick' "$work/serial-save.log" | tail -n 30
+        tail_of vcu-daemon "$VCU_DAEMON_LOG" 30
+    fi
+    if grep -aEq "$oops_re" "$work/serial-save.log"; then
+        bad "no guest kernel oops in the saved and restored guest"
+        grep -aE "$oops_re" "$work/serial-save.log" | sed -n '1,10p'
+    fi
+}
+save_domain
+
 # ---- cleanup ------------------------------------------------------------------
 cleanup
 left=
 [ -n "$our_libvirtd" ] && kill -0 "$our_libvirtd" 2>/dev/null && left="$left libvirtd"
 [ -n "$our_virtlogd" ] && kill -0 "$our_virtlogd" 2>/dev/null && left="$left virtlogd"
 kill -0 "$dpid" 2>/dev/null && left="$left vcu-daemon"
-if [ -f "/etc/libvirt/qemu/$dom.xml" ]; then left="$left the domain's definition"; fi
+if [ -f "/etc/libvirt/qemu/$dom.xml" ] || [ -f "/etc/libvirt/qemu/$dom2.xml" ]; then
+    left="$left a domain's definition"
+fi
 if [ -z "$left" ]; then
     ok "cleaned up: domain undefined, the daemons this run started stopped"
 else

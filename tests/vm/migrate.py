@@ -11,7 +11,18 @@ that cannot complete (the destination's daemon gives the VM less GPU
 memory than its session holds) must leave the source running, its
 checker unharmed.
 
-    tests/vm/migrate.py [--real-gpu] [--ballast MIB[,MIB...]] [--no-refusal]
+Then the VM is suspended and resumed as `virsh save` and `virsh restore`
+do it: paused while its checker runs, its whole state written to a file
+(QMP migrate to file:), its QEMU ended, its guest's worker gone; a new
+QEMU on the same daemon loads the file (-incoming defer, migrate-incoming
+file:) and is resumed (cont); the checker must go on, every result right.
+
+    tests/vm/migrate.py [--real-gpu] [--ballast MIB[,MIB...]] [--no-refusal] [--no-save]
+                        [--other-gpu]
+
+--other-gpu (a host of two GPUs): one more migration, from a VM given the
+host's GPU 0 to one given GPU 1 (the device's gpus= property), the
+guest's device 0 either way.
 
 --ballast: one more migration per size, each of a VM whose checker also
 holds that much device memory (a model's weights), checked at the end;
@@ -35,6 +46,8 @@ BALLAST = []
 if '--ballast' in sys.argv:
     BALLAST = [int(x) for x in sys.argv[sys.argv.index('--ballast') + 1].split(',') if x]
 REFUSAL = '--no-refusal' not in sys.argv
+SAVE = '--no-save' not in sys.argv
+OTHER_GPU = '--other-gpu' in sys.argv
 SECS = int(os.environ.get('VCU_MIG_SECS', '90'))
 LOGDIR = os.environ.get('VCU_VM_LOGDIR', os.path.join(B, 'vm', 'logs'))
 results = []
@@ -86,7 +99,7 @@ def image():
     die('no build/vm/initrd-migrate.img')
 
 
-def start_qemu(name, sock, qmp, serial, incoming, ballast=0):
+def start_qemu(name, sock, qmp, serial, incoming, ballast=0, gpus=None):
     share = os.path.join(B, 'qemu', 'share')
     args = [os.path.join(B, 'qemu', 'bin', 'qemu-system-x86_64'),
             '-accel', 'tcg', '-cpu', 'max', '-smp', '2', '-m', '2048', '-name', name,
@@ -100,7 +113,7 @@ def start_qemu(name, sock, qmp, serial, incoming, ballast=0):
             '-kernel', guest_kernel(), '-initrd', image(),
             '-append', f'console=ttyS0 panic=-1 quiet vcu.suite=migrate vcu.mig_secs={SECS} '
                        f'vcu.mig_ballast={ballast}',
-            '-device', 'virtio-cuda-pci,chardev=vcud']
+            '-device', 'virtio-cuda-pci,chardev=vcud' + (f',gpus={gpus}' if gpus is not None else '')]
     if incoming:
         args += ['-incoming', 'defer']
     qlog = open(serial + '.qemu', 'w')
@@ -170,6 +183,16 @@ def migrate(src, dst, port, secs=600):
     return {'status': 'timeout'}
 
 
+def wait_migration(m, secs=600):
+    end = time.time() + secs
+    while time.time() < end:
+        q = m.cmd('query-migrate')['return']
+        if q.get('status') in ('completed', 'failed', 'cancelled'):
+            return q
+        time.sleep(0.2)
+    return {'status': 'timeout'}
+
+
 def gaps(path, tag='mig'):
     """The checker's rounds as the guest printed them: (ticks, done line)."""
     ticks = [l for l in lines(path) if l.startswith(f'VCU-MANY {tag} tick')]
@@ -209,15 +232,17 @@ def main():
     sys.exit(0 if all(results) else 1)
 
 
-def one(tmp, procs, da_sock, db_sock, tag, ballast=0):
+def one(tmp, procs, da_sock, db_sock, tag, ballast=0, gpus=(None, None)):
     """A VM moved from the daemon at da_sock to the one at db_sock while
     its checker runs: the checks of a migration that must complete."""
     sa, sb = (os.path.join(LOGDIR, f'migrate-{tag}-{n}.log') for n in ('src', 'dst'))
     for f in (sa, sb):
         if os.path.exists(f):
             os.remove(f)
-    qa = start_qemu(f'{tag}-src', da_sock, os.path.join(tmp, f'{tag}-qa'), sa, False, ballast)
-    qb = start_qemu(f'{tag}-dst', db_sock, os.path.join(tmp, f'{tag}-qb'), sb, True, ballast)
+    qa = start_qemu(f'{tag}-src', da_sock, os.path.join(tmp, f'{tag}-qa'), sa, False, ballast,
+                    gpus[0])
+    qb = start_qemu(f'{tag}-dst', db_sock, os.path.join(tmp, f'{tag}-qb'), sb, True, ballast,
+                    gpus[1])
     procs += [qa, qb]
     ma, mb = Qmp(os.path.join(tmp, f'{tag}-qa')), Qmp(os.path.join(tmp, f'{tag}-qb'))
     if not wait_line(sa, r'^VCU-MANY mig tick', 600):
@@ -252,6 +277,59 @@ def one(tmp, procs, da_sock, db_sock, tag, ballast=0):
     qb.wait(timeout=60)
 
 
+def save_restore(tmp, procs, sock):
+    """Suspend to a file and resume, as virsh save and virsh restore do:
+    the VM paused, its state written to a file, its QEMU ended; a new QEMU
+    on the same daemon loads the file and is resumed."""
+    sa, sb = (os.path.join(LOGDIR, f'migrate-saved-{n}.log') for n in ('src', 'dst'))
+    state = os.path.join(tmp, 'saved.state')
+    for f in (sa, sb):
+        if os.path.exists(f):
+            os.remove(f)
+    qa = start_qemu('saved-src', sock, os.path.join(tmp, 'sqa'), sa, False)
+    procs.append(qa)
+    ma = Qmp(os.path.join(tmp, 'sqa'))
+    if not wait_line(sa, r'^VCU-MANY mig tick', 600):
+        report('saved-source-running', False, ' | '.join(lines(sa)[-8:]))
+        return
+    # virsh save: pause, then write the state (the VM stays paused).
+    ma.cmd('stop')
+    r = ma.cmd('migrate', uri='file:' + state)
+    q = wait_migration(ma) if 'error' not in r else {'status': 'failed', 'error-desc': json.dumps(r)}
+    report('saved-written', q.get('status') == 'completed' and os.path.getsize(state) > 0,
+           f"status {q.get('status')} {q.get('error-desc', '')}; "
+           f"{os.path.getsize(state) if os.path.exists(state) else 0} bytes".strip())
+    if q.get('status') != 'completed':
+        return
+    ma.cmd('quit')
+    qa.wait(timeout=60)
+    # Its sessions are gone from the daemon (the file holds them) for a
+    # while before the restore.
+    time.sleep(2)
+    qb = start_qemu('saved-dst', sock, os.path.join(tmp, 'sqb'), sb, True)
+    procs.append(qb)
+    mb = Qmp(os.path.join(tmp, 'sqb'))
+    r = mb.cmd('migrate-incoming', uri='file:' + state)
+    q = wait_migration(mb) if 'error' not in r else {'status': 'failed', 'error-desc': json.dumps(r)}
+    st = mb.cmd('query-status')['return']
+    report('saved-restored', q.get('status') == 'completed' and st.get('status') == 'paused',
+           f"status {q.get('status')} {q.get('error-desc', '')}; VM {st.get('status')}".strip())
+    if q.get('status') != 'completed':
+        return
+    mb.cmd('cont')                  # virsh restore resumes (unless --paused)
+    ok = wait_line(sb, r'^VCU-SUITE-END migrate', SECS + 600)
+    ticks_a, _ = gaps(sa)
+    ticks_b, done = gaps(sb)
+    passed = any(l.startswith('VCU-TEST migrate/checker PASS') for l in lines(sb))
+    report('saved-checker-goes-on', ok and passed and len(ticks_b) > 0 and done is not None,
+           f"ticks before the save {len(ticks_a)}, after the restore {len(ticks_b)}; {done}")
+    m = re.search(r'wrong=(\d+)', done or '')
+    report('saved-no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
+    oops = [l for l in lines(sb) + lines(sa) if re.search(r'Oops|BUG:|Call Trace|panic', l)]
+    report('saved-no-guest-oops', not oops, '; '.join(oops[:3]))
+    qb.wait(timeout=60)
+
+
 def run(tmp, procs):
     da = start_daemon(os.path.join(tmp, 'a'), [])
     db = start_daemon(os.path.join(tmp, 'b'), [])
@@ -260,6 +338,10 @@ def run(tmp, procs):
     one(tmp, procs, sa_sock, sb_sock, 'move')
     for mib in BALLAST:
         one(tmp, procs, sb_sock, sa_sock, f'ballast{mib}', mib)
+    if OTHER_GPU:
+        one(tmp, procs, sa_sock, sb_sock, 'other-gpu', 0, (0, 1))
+    if SAVE:
+        save_restore(tmp, procs, sa_sock)
     if not REFUSAL:
         return
 
