@@ -5198,3 +5198,60 @@ TEST(migrate_host_func)
     close(fd);
     return 0;
 }
+
+/*
+ * A graph host node (a guest function) migrates as the guest's cookie:
+ * launched on the destination, its exec hands the same cookie to the
+ * guest's callback thread and goes on once the guest answered.
+ */
+TEST(migrate_graph_host)
+{
+    struct vcu_cu_graph_node_req nq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp wr;
+    uint64_t g = 0, hn = 0, ms = 0, x = 0, s, d = 0;
+    char why[256];
+    ut_req_t *l;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    memset(&nq, 0, sizeof(nq));
+    nq.cookie = 0x77;
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(&c, g, VCU_CU_NODE_HOST, &nq, NULL, 0, &hn));
+    memset(&nq, 0, sizeof(nq));
+    nq.dst = d;
+    nq.value = 0x3c;
+    nq.elem_size = 1;
+    nq.width = 256;
+    nq.height = 1;
+    nq.pitch = 256;
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(&c, g, VCU_CU_NODE_MEMSET, &nq, &hn, 1, &ms));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    l = tc_submit_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ(CUDA_SUCCESS, wr.r.result);
+    ASSERT_EQ_U64(0x77, wr.value);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 0x77, NULL));
+    ASSERT_EQ(0, ut_wait_count(&l->ndone, 1));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)ut_resp_payload(l))->result);
+    free(l);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x3c));
+    tc_close(&c);
+    close(fd);
+    return 0;
+}

@@ -120,6 +120,7 @@
     X(migrate_load_checks)              \
     X(migrate_graph)                    \
     X(migrate_capture_in_progress)      \
-    X(migrate_host_func)
+    X(migrate_host_func)                \
+    X(migrate_graph_host)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
