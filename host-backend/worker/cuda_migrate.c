@@ -13,7 +13,7 @@
  * its reply; the destination makes them again and checks that each reply
  * is the one kept (vcu__cuda_sess_load), then writes the contents of the
  * session's allocations and of its modules' globals.  Whatever the
- * history cannot carry (graphs, stream-ordered allocations, registered
+ * history cannot carry (graph memory, stream-ordered allocations, registered
  * host memory, ...) makes the session refuse to be saved, saying why.
  *
  * The stream (host-endian: both ends are one build on one kind of host):
