@@ -5134,12 +5134,15 @@ TEST(migrate_graph)
     return 0;
 }
 
-/* A capture in progress refuses the save, saying so; once it ended the
- * session saves. */
+/* A capture in progress refuses the save, saying so.  One that an
+ * unsafe call invalidated, and one after it, migrate: the destination
+ * makes the same failures and records the same graph. */
 TEST(migrate_capture_in_progress)
 {
+    struct vcu_cu_memset_req mq;
+    struct vcu_cu_resp r;
     char why[256];
-    uint64_t s, g = 0;
+    uint64_t s, g = 0, x = 0, d = 0;
     tc_t c;
     int fd = tc_tmpfd();
 
@@ -5147,14 +5150,42 @@ TEST(migrate_capture_in_progress)
     CHECK(tc_open_mc(&c));
     s = tc_stream_new(&c);
     ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
                                     CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
     ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
     ASSERT_TRUE(strstr(why, "capture is in progress") != NULL);
     ASSERT_EQ(0, lseek(fd, 0, SEEK_END));
+    /* Invalidated by a synchronize, then ended (failing). */
+    ASSERT_NE(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+              tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    memset(&mq, 0, sizeof(mq));
+    mq.dst = d;
+    mq.value = 0x44;
+    mq.elem_size = 1;
+    mq.width = 256;
+    mq.height = 1;
+    mq.stream = s;
+    mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMSET, 0, &mq, sizeof(mq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
     if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
         VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x44));
     tc_close(&c);
     close(fd);
     return 0;
