@@ -990,6 +990,7 @@ static int vcu__gen_stream(vcu__op_t *o, uint64_t h, CUstream *out)
     if (e == NULL)
         return -1;
     *out = e->u.st;
+    vcu__stream_seen(o, *out);
     return 0;
 }
 
@@ -1193,7 +1194,7 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
         vcu__acct_fault(cs->cu->acct, cs->aslot);
     vcu__exec_reply(cs, o, op, async, st, out, out_len, rpsz);
     if (st == VCU_S_OK)
-        vcu__mig_note(cs, h, payload, out, *out_len);
+        vcu__mig_note(cs, h, payload, out, *out_len, o->captured);
     if (o->wait != NULL) {
         /* Replied when the GPU work it issued is done. */
         o->wait->out_len = *out_len;

@@ -696,6 +696,7 @@ typedef struct vcu__op_s {
     size_t cap;
     size_t len;                     /* reply bytes; fixed part comes from rb */
     vcu__cuda_wait_t *wait;         /* the request waits for GPU work it issued */
+    bool captured;                  /* named a stream that captures (vcu__stream_seen) */
     vcu__resp_t rb;
     CUresult res;
     /* Kernel parameters of a launch that fit (not cleared per request). */
@@ -844,7 +845,7 @@ void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d);
  * and reply (vcu__cuda_exec), and freed with the session. */
 typedef struct vcu__mig_s vcu__mig_t;
 void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
-                   const void *out, size_t out_len);
+                   const void *out, size_t out_len, bool captured);
 vcu__mig_t *vcu__mig_new(void);
 void vcu__mig_free(vcu__cuda_sess_t *cs);
 void CUDA_CB vcu__cb_trampoline(void *arg);
@@ -854,6 +855,8 @@ uint32_t vcu__cb_done(vcu__cuda_sess_t *cs, const void *payload, void *out, size
 
 /* cuda_stream.c */
 uint32_t vcu__op_CU_STREAM_CREATE(vcu__op_t *o);
+/* Is any stream of the session capturing?  (Switches contexts.) */
+bool vcu__any_capture(vcu__cuda_sess_t *cs);
 void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h);
 /* The handle of node n of the graph with handle gh: the one it has, or a
  * new one (0, o->res set, when none can be made). */
@@ -982,6 +985,15 @@ static inline vcu__hent_t *vcu__get(vcu__op_t *o, uint64_t h, uint8_t type)
     if (var == NULL)                               \
     return VCU_S_OK
 
+/* A request names stream st: while a capture may be in progress, the
+ * migration history keeps what it does to a capturing stream (the
+ * captured graph is made of it). */
+static inline void vcu__stream_seen(vcu__op_t *o, CUstream st)
+{
+    if (o->cs->capture && !o->captured && vcu__capturing(o->cu, st))
+        o->captured = true;
+}
+
 static inline int vcu__stream(vcu__op_t *o, uint64_t h, CUstream *out)
 {
     vcu__hent_t *e;
@@ -992,12 +1004,14 @@ static inline int vcu__stream(vcu__op_t *o, uint64_t h, CUstream *out)
     }
     if (h == VCU_CU_STREAM_PER_THREAD) {
         *out = CU_STREAM_PER_THREAD;
+        vcu__stream_seen(o, *out);
         return 0;
     }
     e = vcu__get(o, h, VCU__H_STREAM);
     if (e == NULL)
         return -1;
     *out = e->u.st;
+    vcu__stream_seen(o, *out);
     return 0;
 }
 

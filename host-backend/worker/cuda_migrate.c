@@ -13,7 +13,7 @@
  * its reply; the destination makes them again and checks that each reply
  * is the one kept (vcu__cuda_sess_load), then writes the contents of the
  * session's allocations and of its modules' globals.  Whatever the
- * history cannot carry (graphs, stream-ordered allocations, registered
+ * history cannot carry (graph memory, stream-ordered allocations, registered
  * host memory, ...) makes the session refuse to be saved, saying why.
  *
  * The stream (host-endian: both ends are one build on one kind of host):
@@ -28,6 +28,8 @@
 #define _GNU_SOURCE                 /* memmem */
 #include <unistd.h>
 #include <elf.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "cuda_int.h"
 #include "vcu_fatbin.h"
@@ -37,6 +39,8 @@
 #define VCU__MIG_VERSION 1u
 #define VCU__MIG_CHUNK ((size_t)8 << 20)
 #define VCU__MIG_NAME_MAX 1024u
+/* How long a save waits for the session's GPU work (vcu__mig_drain). */
+#define VCU__MIG_QUIESCE_NS (20ull * 1000000000ull)
 
 struct vcu__mig_head {
     uint64_t magic;
@@ -97,6 +101,12 @@ static int vcu__mig_call_class(uint32_t call)
     case VCU_CALL_cuFuncSetSharedMemConfig:
     case VCU_CALL_cuFuncLoad:
     case VCU_CALL_cuFuncSetAttribute:
+    case VCU_CALL_cuCtxSetSharedMemConfig:
+    case VCU_CALL_cuGraphKernelNodeSetAttribute:
+    case VCU_CALL_cuGraphKernelNodeCopyAttributes:
+    case VCU_CALL_cuGraphNodeSetEnabled:
+    case VCU_CALL_cuGraphExecEventRecordNodeSetEvent:
+    case VCU_CALL_cuGraphExecEventWaitNodeSetEvent:
         return VCU__MIG_REPLAY;
     case VCU_CALL_cuStreamGetAttribute:
     case VCU_CALL_cuCtxResetPersistingL2Cache:
@@ -110,10 +120,15 @@ static int vcu__mig_call_class(uint32_t call)
     case VCU_CALL_cuProfilerStop:
     case VCU_CALL_cuEventElapsedTime_v2:
     case VCU_CALL_cuCtxGetLimit:
+    case VCU_CALL_cuCtxGetSharedMemConfig:
     case VCU_CALL_cuOccupancyAvailableDynamicSMemPerBlock:
     case VCU_CALL_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
     case VCU_CALL_cuFuncIsLoaded:
     case VCU_CALL_cuCtxGetStreamPriorityRange:
+    case VCU_CALL_cuGraphExecGetFlags:
+    case VCU_CALL_cuGraphKernelNodeGetAttribute:
+    case VCU_CALL_cuGraphNodeGetEnabled:
+    case VCU_CALL_cuGraphNodeGetType:
         return VCU__MIG_IGNORE;
     default:
         return VCU__MIG_REFUSE;
@@ -148,6 +163,28 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_EVENT_CREATE:
     case VCU_OP_CU_EVENT_DESTROY:
     case VCU_OP_CU_THREAD_CAPTURE_MODE:
+    /* Captures: what they record is kept too (vcu__mig_note). */
+    case VCU_OP_CU_STREAM_BEGIN_CAPTURE:
+    case VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH:
+    case VCU_OP_CU_STREAM_END_CAPTURE:
+    case VCU_OP_CU_STREAM_CAPTURE_GRAPH:
+    case VCU_OP_CU_STREAM_CAPTURE_DEPS:
+    case VCU_OP_CU_STREAM_UPDATE_DEPS:
+    /* Graphs and their execs, the same handles from the same calls; a
+     * listing names the nodes it lists. */
+    case VCU_OP_CU_GRAPH_CREATE:
+    case VCU_OP_CU_GRAPH_DESTROY:
+    case VCU_OP_CU_GRAPH_ADD_NODE:
+    case VCU_OP_CU_GRAPH_CLONE:
+    case VCU_OP_CU_GRAPH_INSTANTIATE:
+    case VCU_OP_CU_GRAPH_EXEC_DESTROY:
+    case VCU_OP_CU_GRAPH_NODE_SET:
+    case VCU_OP_CU_GRAPH_EXEC_UPDATE:
+    case VCU_OP_CU_GRAPH_LIST:
+    case VCU_OP_CU_GRAPH_EDGES:
+    case VCU_OP_CU_GRAPH_NODE_DESTROY:
+    case VCU_OP_CU_GRAPH_COND_HANDLE:
+    case VCU_OP_CU_GRAPH_ADD_COND_NODE:
         return VCU__MIG_REPLAY;
     case VCU_OP_CU_DRIVER_INFO:
     case VCU_OP_CU_DEVICE_INFO:
@@ -175,6 +212,10 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_STREAM_WAIT_EVENT:
     case VCU_OP_CU_STREAM_CAPTURE_INFO:
     case VCU_OP_CU_STREAM_HOST_FUNC:
+    case VCU_OP_CU_GRAPH_LAUNCH:
+    case VCU_OP_CU_GRAPH_NODE_COUNT:
+    case VCU_OP_CU_GRAPH_MEM_NODE_PARAMS:
+    case VCU_OP_CU_GRAPH_MEM_ATTR:
     case VCU_OP_CU_CALLBACK_WAIT:
     case VCU_OP_CU_CALLBACK_DONE:
     case VCU_OP_CU_EVENT_RECORD:
@@ -200,33 +241,8 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_LINK:
         *why = "modules linked on the host";
         return VCU__MIG_REFUSE;
-    case VCU_OP_CU_STREAM_BEGIN_CAPTURE:
-    case VCU_OP_CU_STREAM_END_CAPTURE:
-    case VCU_OP_CU_STREAM_CAPTURE_GRAPH:
-    case VCU_OP_CU_STREAM_CAPTURE_DEPS:
-    case VCU_OP_CU_STREAM_UPDATE_DEPS:
-    case VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH:
-        *why = "stream captures";
-        return VCU__MIG_REFUSE;
-    case VCU_OP_CU_GRAPH_CREATE:
-    case VCU_OP_CU_GRAPH_DESTROY:
-    case VCU_OP_CU_GRAPH_ADD_NODE:
-    case VCU_OP_CU_GRAPH_CLONE:
-    case VCU_OP_CU_GRAPH_INSTANTIATE:
-    case VCU_OP_CU_GRAPH_LAUNCH:
-    case VCU_OP_CU_GRAPH_EXEC_DESTROY:
-    case VCU_OP_CU_GRAPH_NODE_COUNT:
-    case VCU_OP_CU_GRAPH_NODE_SET:
-    case VCU_OP_CU_GRAPH_EXEC_UPDATE:
-    case VCU_OP_CU_GRAPH_LIST:
-    case VCU_OP_CU_GRAPH_EDGES:
-    case VCU_OP_CU_GRAPH_NODE_DESTROY:
     case VCU_OP_CU_GRAPH_ADD_MEM_NODE:
-    case VCU_OP_CU_GRAPH_MEM_NODE_PARAMS:
-    case VCU_OP_CU_GRAPH_MEM_ATTR:
-    case VCU_OP_CU_GRAPH_COND_HANDLE:
-    case VCU_OP_CU_GRAPH_ADD_COND_NODE:
-        *why = "graphs";
+        *why = "graph memory nodes";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_MEM_CREATE:
     case VCU_OP_CU_MEM_RELEASE:
@@ -312,8 +328,35 @@ static int vcu__mig_grow(vcu__mig_t *m)
     return 0;
 }
 
+/*
+ * A capture records what is done to its streams instead of doing it, so
+ * the captured graph is made of calls the history otherwise passes over
+ * (launches, copies, host functions): while a capture may be in progress
+ * they are kept when they named a capturing stream (captured), failures
+ * included (an unsafe call invalidates the capture: made again, it does
+ * the same).  Recording an event and waiting for one are kept while a
+ * capture may be in progress whatever the stream (a wait is how another
+ * stream joins the capture; made again outside one, neither does
+ * anything).  A capture's end and an exec's update are kept failed too:
+ * the first ends the capture either way, the second names its error
+ * nodes.  The capture's state query stays out (its id is the driver's).
+ */
+static int vcu__mig_keep(vcu__cuda_sess_t *cs, uint32_t op, int cls, bool captured, bool *failed)
+{
+    *failed = op == VCU_OP_CU_STREAM_END_CAPTURE || op == VCU_OP_CU_GRAPH_EXEC_UPDATE;
+    if (cls != VCU__MIG_IGNORE || op == VCU_OP_CU_STREAM_CAPTURE_INFO)
+        return cls;
+    if (captured) {
+        *failed = true;
+        return VCU__MIG_REPLAY;
+    }
+    if (cs->capture && (op == VCU_OP_CU_EVENT_RECORD || op == VCU_OP_CU_STREAM_WAIT_EVENT))
+        return VCU__MIG_REPLAY;
+    return VCU__MIG_IGNORE;
+}
+
 void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
-                   const void *out, size_t out_len)
+                   const void *out, size_t out_len, bool captured)
 {
     const unsigned char *p = payload;
     const char *why = NULL;
@@ -322,20 +365,31 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
     vcu__mrec_t *e;
     uint64_t ilen;
     size_t need;
+    bool failed, seen;
     int cls;
 
     /* Most calls (launches, copies) stop at the first test. */
     cls = vcu__mig_class(h->opcode, p, h->payload_len, &why);
-    if (cls == VCU__MIG_IGNORE || out_len < sizeof(r))
+    if ((cls == VCU__MIG_IGNORE && !cs->capture) || out_len < sizeof(r))
+        return;
+    seen = cls == VCU__MIG_IGNORE;
+    cls = vcu__mig_keep(cs, h->opcode, cls, captured, &failed);
+    if (cls == VCU__MIG_IGNORE)
         return;
     memcpy(&r, out, sizeof(r));
-    if (r.result != CUDA_SUCCESS)
+    if (r.result != CUDA_SUCCESS && !failed)
         return;                     /* a failed call changed nothing */
     m = cs->mig;
     if (m->why[0] != '\0')
         return;
     if (cls == VCU__MIG_REFUSE) {
         vcu__mig_refuse(m, why, h->opcode);
+        return;
+    }
+    if (seen && h->nsegs != 0) {
+        /* A copy from or to guest memory in a capture (the guest library
+         * makes those graph nodes of their own). */
+        vcu__mig_refuse(m, "a copy of guest memory in a stream capture", h->opcode);
         return;
     }
     ilen = vcu__mig_ilen(h->opcode, p);
@@ -808,6 +862,83 @@ static int vcu__mig_save_globals(vcu__cuda_sess_t *cs, int fd, unsigned char *bu
     return vcu__mig_write(fd, &end, sizeof(end));
 }
 
+/* Does a host function of the session wait for the guest: reached, its
+ * cookie handed to the guest or queued for it? */
+static bool vcu__mig_cb_busy(vcu__cuda_sess_t *cs)
+{
+    vcu__gate_t *g = &cs->gate;
+    bool busy;
+
+    pthread_mutex_lock(&g->mu);
+    busy = g->ntramp > 0 || g->nq > 0;
+    pthread_mutex_unlock(&g->mu);
+    return busy;
+}
+
+static uint64_t vcu__mig_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define VCU__MIG_CB_WHY                                                                   \
+    "a host function (CU_STREAM_HOST_FUNC or a graph host node) waits for the guest: a " \
+    "save is made again once it returned"
+
+/*
+ * The session's GPU work, waited for without blocking: a host function
+ * the work reaches waits for the guest, which is stopped while its VM
+ * migrates, so a blocking synchronize would never return.  Events behind
+ * every stream's work are polled for up to VCU__MIG_QUIESCE_NS; a host
+ * function reached meanwhile refuses the save (the source runs on and
+ * the guest answers it), and so does work that takes longer.  0, or -1
+ * with *why.
+ */
+static int vcu__mig_drain(vcu__cuda_sess_t *cs, char *why, size_t whylen)
+{
+    vcu__cuda_wait_t *w = vcu__wait_new(cs);
+    struct timespec nap = { 0, 100 * 1000 };
+    uint64_t t0 = vcu__mig_now_ns();
+    CUresult res;
+    uint32_t d;
+    int rc = -1;
+
+    if (w == NULL) {
+        snprintf(why, whylen, "out of host memory");
+        return -1;
+    }
+    for (d = 0; d < cs->cu->ndev; d++) {
+        if (cs->ctx[d] != NULL &&
+            (vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS || vcu__park_ctx(cs, w, d) != 0)) {
+            snprintf(why, whylen, "device %u's work cannot be waited for", d);
+            goto out;
+        }
+    }
+    while (!vcu__cuda_wait_poll(cs, w)) {
+        if (vcu__mig_cb_busy(cs)) {
+            snprintf(why, whylen, VCU__MIG_CB_WHY);
+            goto out;
+        }
+        if (vcu__mig_now_ns() - t0 > VCU__MIG_QUIESCE_NS) {
+            snprintf(why, whylen, "the session's GPU work did not finish within %llu s",
+                     (unsigned long long)(VCU__MIG_QUIESCE_NS / 1000000000ull));
+            goto out;
+        }
+        nanosleep(&nap, NULL);
+    }
+    res = w->res;
+    if (res != CUDA_SUCCESS) {
+        snprintf(why, whylen, "the session's GPU work failed (CUresult %d)", (int)res);
+        goto out;
+    }
+    rc = 0;
+out:
+    vcu__wait_free(cs, w);
+    return rc;
+}
+
 /* Nothing of the session may be running or half done. */
 static int vcu__mig_quiesce(vcu__cuda_sess_t *cs, char *why, size_t whylen)
 {
@@ -818,10 +949,22 @@ static int vcu__mig_quiesce(vcu__cuda_sess_t *cs, char *why, size_t whylen)
         snprintf(why, whylen, "%s", cs->mig->why);
         return -1;
     }
-    if (cs->capture || cs->waits != NULL || cs->orphans != NULL) {
-        snprintf(why, whylen, "the session has a stream capture or GPU work still waited for");
+    if (cs->capture && vcu__any_capture(cs)) {
+        snprintf(why, whylen, "a stream capture is in progress: a session is saved between "
+                 "captures");
         return -1;
     }
+    if (cs->waits != NULL || cs->orphans != NULL) {
+        snprintf(why, whylen, "the session has GPU work still waited for");
+        return -1;
+    }
+    if (vcu__mig_cb_busy(cs)) {
+        snprintf(why, whylen, VCU__MIG_CB_WHY);
+        return -1;
+    }
+    if (vcu__mig_drain(cs, why, whylen) != 0)
+        return -1;
+    /* All done: returns at once, and says if a context failed. */
     for (d = 0; d < cs->cu->ndev; d++) {
         if (cs->ctx[d] == NULL)
             continue;
@@ -914,6 +1057,11 @@ static int vcu__mig_replay(vcu__cuda_sess_t *cs, const vcu__mrec_t *e, unsigned 
             ;
         st = vcu__cuda_wait_finish(cs, w, NULL, &out_len);
     }
+    /* A capture's id is the driver's count, of no use once it ended. */
+    if (h.opcode == VCU_OP_CU_STREAM_CAPTURE_GRAPH && out_len == e->c.rlen &&
+        out_len >= offsetof(struct vcu_cu_capture_graph_resp, graph))
+        memcpy(out + offsetof(struct vcu_cu_capture_graph_resp, id),
+               want + offsetof(struct vcu_cu_capture_graph_resp, id), 8);
     if (st != VCU_S_OK || out_len != e->c.rlen || out_len < sizeof(struct vcu_cu_resp) ||
         memcmp(out, want, 4) != 0 ||
         memcmp(out + sizeof(struct vcu_cu_resp), want + sizeof(struct vcu_cu_resp),

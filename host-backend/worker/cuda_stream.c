@@ -267,8 +267,7 @@ uint32_t vcu__op_CU_STREAM_CAPTURE_TO_GRAPH(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-/* Is any stream of the session capturing?  (Switches contexts.) */
-static bool vcu__any_capture(vcu__cuda_sess_t *cs)
+bool vcu__any_capture(vcu__cuda_sess_t *cs)
 {
     uint32_t d, i;
 

@@ -33,7 +33,13 @@
  *    calls (cuMemAlloc, cuMemFree) fail on every thread of the process,
  *    a THREAD_LOCAL one only on the thread that began it;
  *  - GPU core dump settings (cuCoredump*AttributeGlobal) are kept, for
- *    tests to read back.
+ *    tests to read back;
+ *  - VCU_FAKECUDA_HOST_THREAD=1 runs a host function on a thread of its
+ *    own, as the driver does, and the work submitted after it (every
+ *    context's: one queue is enough for the tests) waits until it
+ *    returns: events and streams report CUDA_ERROR_NOT_READY,
+ *    synchronizing calls and new work block meanwhile (a graph's later
+ *    nodes do not wait).
  *
  * Only the entry points the project needs exist; the backend reports any
  * other as missing, as it would with an old driver.  The exported names
@@ -1143,11 +1149,14 @@ static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n);
  * Runs a node now, or records it if s is capturing; takes the node over
  * either way.  g_lock held (dropped while a twin or host function runs).
  */
+static void fc_host_drain(void);
+
 static CUresult fc_submit(fc_ctx_t *ctx, fc_stream_t *s, fc_node_t *n)
 {
     CUresult rc;
 
     if (!s->cap) {
+        fc_host_drain();
         rc = fc_node_exec(ctx, n);
         fc_node_free(n);
         return rc;
@@ -1716,8 +1725,57 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     return CUDA_SUCCESS;
 }
 
+/* Host functions running on threads of their own (VCU_FAKECUDA_HOST_THREAD),
+ * under g_lock; g_host_cv says when one returns. */
+static unsigned int g_host_busy;
+static pthread_cond_t g_host_cv = PTHREAD_COND_INITIALIZER;
+
+typedef struct fc_host_job_s {
+    CUhostFn fn;
+    void *data;
+} fc_host_job_t;
+
+static void *fc_host_thread(void *arg)
+{
+    fc_host_job_t j = *(fc_host_job_t *)arg;
+
+    free(arg);
+    j.fn(j.data);
+    pthread_mutex_lock(&g_lock);
+    g_host_busy--;
+    pthread_cond_broadcast(&g_host_cv);
+    pthread_mutex_unlock(&g_lock);
+    return NULL;
+}
+
+/* Until no host function runs on a thread of its own (g_lock held). */
+static void fc_host_drain(void)
+{
+    while (g_host_busy > 0)
+        pthread_cond_wait(&g_host_cv, &g_lock);
+}
+
 static void fc_host_run(CUhostFn fn, void *data)
 {
+    const char *e = getenv("VCU_FAKECUDA_HOST_THREAD");
+    fc_host_job_t *j;
+    pthread_attr_t a;
+    pthread_t t;
+
+    fc_host_drain();
+    if (e != NULL && strcmp(e, "1") == 0 && (j = malloc(sizeof(*j))) != NULL) {
+        j->fn = fn;
+        j->data = data;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, fc_host_thread, j) == 0) {
+            g_host_busy++;
+            pthread_attr_destroy(&a);
+            return;
+        }
+        pthread_attr_destroy(&a);
+        free(j);
+    }
     pthread_mutex_unlock(&g_lock);
     fn(data);
     pthread_mutex_lock(&g_lock);
@@ -2700,6 +2758,8 @@ CUresult CUDAAPI cuCtxSynchronize(void)
     rc = fc_cur(&ctx);
     if (rc == CUDA_SUCCESS)
         rc = fc_sync_capture_check(ctx);
+    if (rc == CUDA_SUCCESS)
+        fc_host_drain();
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -4522,7 +4582,7 @@ out:
 /* ------------------------------------------------------------------ */
 /* Launches                                                            */
 
-static CUresult fc_event_check(CUevent hEvent);
+static CUresult fc_event_check(CUevent hEvent, int block);
 static CUresult fc_event_record(CUevent hEvent, CUstream hStream, unsigned int flags);
 
 /* cluster: blocks per cluster (cuLaunchKernelEx), already checked; NULL
@@ -4653,7 +4713,7 @@ static CUresult fc_launch_ex(const CUlaunchConfig *config, CUfunction f, void **
         rc = fc_config(config, (fc_func_t *)f, &coop, cluster, ev);
     for (int i = 0; i < 2 && rc == CUDA_SUCCESS; i++)
         if (ev[i] != NULL)
-            rc = fc_event_check(ev[i]);
+            rc = fc_event_check(ev[i], 0);
     if (rc == CUDA_SUCCESS)
         rc = fc_launch_cl(f, config->gridDimX, config->gridDimY, config->gridDimZ,
                           config->blockDimX, config->blockDimY, config->blockDimZ,
@@ -4845,7 +4905,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 }
 
 /* Work is done when it is submitted; only a capture stops a wait. */
-static CUresult fc_stream_wait(CUstream hStream)
+static CUresult fc_stream_wait(CUstream hStream, int block)
 {
     fc_ctx_t *ctx;
     fc_stream_t *s;
@@ -4857,18 +4917,22 @@ static CUresult fc_stream_wait(CUstream hStream)
         fc_cap_invalidate(s);
         rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
+    if (rc == CUDA_SUCCESS && block)
+        fc_host_drain();
+    else if (rc == CUDA_SUCCESS && g_host_busy > 0)
+        rc = CUDA_ERROR_NOT_READY;
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
-    return fc_stream_wait(hStream);
+    return fc_stream_wait(hStream, 1);
 }
 
 CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 {
-    return fc_stream_wait(hStream);
+    return fc_stream_wait(hStream, 0);
 }
 
 static fc_cap_t *fc_cap_by_id(uint64_t id)
@@ -5302,7 +5366,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 }
 
 /* Recorded work is done work: nothing to wait for. */
-static CUresult fc_event_check(CUevent hEvent)
+static CUresult fc_event_check(CUevent hEvent, int block)
 {
     fc_ctx_t *ctx;
     fc_event_t *e = (fc_event_t *)hEvent;
@@ -5312,6 +5376,10 @@ static CUresult fc_event_check(CUevent hEvent)
     rc = fc_cur(&ctx);
     if (rc == CUDA_SUCCESS && !fc_list_has(g_events, e))
         rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS && block)
+        fc_host_drain();
+    else if (rc == CUDA_SUCCESS && g_host_busy > 0)
+        rc = CUDA_ERROR_NOT_READY;
     if (rc == CUDA_SUCCESS && e->ctx->sticky != CUDA_SUCCESS)
         rc = e->ctx->sticky;
     pthread_mutex_unlock(&g_lock);
@@ -5320,12 +5388,12 @@ static CUresult fc_event_check(CUevent hEvent)
 
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
-    return fc_event_check(hEvent);
+    return fc_event_check(hEvent, 1);
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
-    return fc_event_check(hEvent);
+    return fc_event_check(hEvent, 0);
 }
 
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)

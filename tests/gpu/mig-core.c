@@ -3,7 +3,9 @@
  * real driver, without VM or QEMU: one process builds a session as a
  * guest's would (allocations with a free among them, a module with
  * globals, a function, a stream, runs of launches that the backend sends
- * as graphs, rounds of a kernel that each check their data), saves it,
+ * as graphs, a graph built node by node (a kernel and a copy of its
+ * buffer) and one captured from the stream, each instantiated, rounds of
+ * a kernel and of both graphs that each check their data), saves it,
  * and exits; a second, fresh process loads the state into a new backend
  * and goes on with the same rounds, addresses and handles, checking each.
  *
@@ -30,6 +32,7 @@
 
 typedef struct st_s {
     uint64_t mod, fn, big, buf, small, stream, extra, extra_bytes;
+    uint64_t gbuf, gcopy, cbuf, gexec, cexec;   /* the graphs' buffers and execs */
     uint32_t rounds;
 } st_t;
 
@@ -150,9 +153,130 @@ static size_t launch_req(const st_t *s, unsigned char *p)
     return sizeof(q) + 16;
 }
 
+/* bump's parameters on buf into p. */
+static void bump_params(unsigned char *p, uint64_t buf)
+{
+    uint32_t n = N, add = ADD;
+
+    memcpy(p, &buf, 8);
+    memcpy(p + 8, &n, 4);
+    memcpy(p + 12, &add, 4);
+}
+
+static uint32_t pair(uint32_t op, uint64_t a, uint64_t b, uint64_t c, uint64_t *value)
+{
+    struct vcu_cu_pair_req q = { { 0, 0 }, a, b, c };
+    struct vcu_cu_u64_resp r;
+
+    memset(&r, 0, sizeof(r));
+    if (call(op, 0, &q, sizeof(q), NULL, 0, 0, &r, sizeof(r)) != VCU_S_OK)
+        r.r.result = 999;
+    if (value != NULL)
+        *value = r.value;
+    return r.r.result;
+}
+
+/* Every word of buffer d is want. */
+static int check_words(const char *what, uint32_t r, uint64_t d, unsigned int *h,
+                       unsigned long long want)
+{
+    uint32_t res, i;
+
+    if ((res = copy(0, d, h, N * 4)) != 0)
+        return fail("read back", res);
+    for (i = 0; i < N; i++)
+        if (h[i] != (unsigned int)want)
+            return printf("FAIL round %u: %s word %u is %u, want %llu\n", r, what, i, h[i],
+                          want), 1;
+    return 0;
+}
+
+/*
+ * The graphs: one built node by node (bump on gbuf, then gbuf copied to
+ * gcopy), one captured from the stream (bump on cbuf), both instantiated.
+ */
+static int build_graphs(st_t *s)
+{
+    unsigned char p[sizeof(struct vcu_cu_graph_node_req) + 16 + 8];
+    struct vcu_cu_graph_node_req q;
+    struct vcu_cu_u64_resp a;
+    uint64_t g = 0, k, cg = 0;
+    unsigned char lp[sizeof(struct vcu_cu_launch_req) + 16];
+    struct vcu_cu_resp la = { 999, 0 };
+    uint32_t res;
+
+    s->gbuf = alloc(N * 4, &res);
+    if (res == 0)
+        s->gcopy = alloc(N * 4, &res);
+    if (res == 0)
+        s->cbuf = alloc(N * 4, &res);
+    if (res)
+        return fail("alloc graph buffers", res);
+    if ((res = pair(VCU_OP_CU_GRAPH_CREATE, 0, 0, 0, &g)) != 0)
+        return fail("graph create", res);
+    memset(&q, 0, sizeof(q));
+    q.graph = g;
+    q.kind = VCU_CU_NODE_KERNEL;
+    q.function = s->fn;
+    q.grid[0] = N / 256;
+    q.grid[1] = q.grid[2] = 1;
+    q.block[0] = 256;
+    q.block[1] = q.block[2] = 1;
+    q.param_bytes = 16;
+    memcpy(p, &q, sizeof(q));
+    bump_params(p + sizeof(q), s->gbuf);
+    memset(&a, 0, sizeof(a));
+    call(VCU_OP_CU_GRAPH_ADD_NODE, 0, p, sizeof(q) + 16, NULL, 0, 0, &a, sizeof(a));
+    if (a.r.result)
+        return fail("kernel node", a.r.result);
+    k = a.value;
+    memset(&q, 0, sizeof(q));
+    q.graph = g;
+    q.kind = VCU_CU_NODE_MEMCPY;
+    q.ndeps = 1;
+    q.dst = s->gcopy;
+    q.src = s->gbuf;
+    q.width = N * 4;
+    memcpy(p, &q, sizeof(q));
+    memcpy(p + sizeof(q), &k, 8);
+    memset(&a, 0, sizeof(a));
+    call(VCU_OP_CU_GRAPH_ADD_NODE, 0, p, sizeof(q) + 8, NULL, 0, 0, &a, sizeof(a));
+    if (a.r.result)
+        return fail("copy node", a.r.result);
+    if ((res = pair(VCU_OP_CU_GRAPH_INSTANTIATE, g, 0, 0, &s->gexec)) != 0)
+        return fail("instantiate", res);
+    if ((res = pair(VCU_OP_CU_STREAM_BEGIN_CAPTURE, s->stream, 2 /* relaxed */, 0, NULL)) != 0)
+        return fail("begin capture", res);
+    {
+        struct vcu_cu_launch_req l;
+
+        memset(&l, 0, sizeof(l));
+        l.function = s->fn;
+        l.stream = s->stream;
+        l.grid[0] = N / 256;
+        l.grid[1] = l.grid[2] = 1;
+        l.block[0] = 256;
+        l.block[1] = l.block[2] = 1;
+        l.param_bytes = 16;
+        memcpy(lp, &l, sizeof(l));
+        bump_params(lp + sizeof(l), s->cbuf);
+        call(VCU_OP_CU_LAUNCH, 0, lp, sizeof(lp), NULL, 0, 0, &la, sizeof(la));
+        if (la.result)
+            return fail("captured launch", la.result);
+    }
+    cg = u64(VCU_OP_CU_STREAM_END_CAPTURE, s->stream, &res);
+    if (res)
+        return fail("end capture", res);
+    if ((res = pair(VCU_OP_CU_GRAPH_INSTANTIATE, cg, 0, 0, &s->cexec)) != 0)
+        return fail("instantiate the captured graph", res);
+    return 0;
+}
+
 /* A round: 16 launches as one CU_BATCH (the backend sends runs of 8 and
- * more as graphs), a synchronize, and the buffer and the global checked:
- * after round r every word is r * 16 * ADD, the counter as much. */
+ * more as graphs), a launch of each graph, a synchronize, and the
+ * buffers and the global checked: after round r every word of the
+ * buffer is r * 16 * ADD, every word of the graphs' buffers r * ADD, the
+ * counter r * 18 * ADD. */
 static int round_(st_t *s, uint32_t r, uint64_t gaddr, unsigned int *h)
 {
     unsigned char b[sizeof(struct vcu_cu_batch_req) + 16 * 128];
@@ -160,6 +284,7 @@ static int round_(st_t *s, uint32_t r, uint64_t gaddr, unsigned int *h)
     struct vcu_cu_batch_entry be_;
     struct vcu_cu_resp a = { 999, 0 };
     unsigned long long g = 0, want = (unsigned long long)r * 16 * ADD;
+    unsigned long long gwant = (unsigned long long)r * ADD;
     size_t off = sizeof(bq), n;
     uint32_t res, i;
 
@@ -176,16 +301,21 @@ static int round_(st_t *s, uint32_t r, uint64_t gaddr, unsigned int *h)
     if (call(VCU_OP_CU_BATCH, VCU_REQ_F_ASYNC, b, (uint32_t)off, NULL, 0, 0, &a, sizeof(a)) !=
         VCU_S_OK)
         return fail("batch", a.result);
+    if ((res = pair(VCU_OP_CU_GRAPH_LAUNCH, s->gexec, s->stream, 0, NULL)) != 0 ||
+        (res = pair(VCU_OP_CU_GRAPH_LAUNCH, s->cexec, s->stream, 0, NULL)) != 0)
+        return fail("graph launch", res);
     u64(VCU_OP_CU_STREAM_SYNCHRONIZE, s->stream, &res);
     if (res != 0)
         return fail("synchronize", res);
-    if ((res = copy(0, s->buf, h, N * 4)) != 0 || (res = copy(0, gaddr, &g, 8)) != 0)
+    if ((res = copy(0, gaddr, &g, 8)) != 0)
         return fail("read back", res);
-    for (i = 0; i < N; i++)
-        if (h[i] != (unsigned int)want)
-            return printf("FAIL round %u: word %u is %u, want %llu\n", r, i, h[i], want), 1;
-    if (g != want)
-        return printf("FAIL round %u: counter %llu, want %llu\n", r, g, want), 1;
+    if (check_words("buffer", r, s->buf, h, want) != 0 ||
+        check_words("built graph's buffer", r, s->gbuf, h, gwant) != 0 ||
+        check_words("built graph's copy", r, s->gcopy, h, gwant) != 0 ||
+        check_words("captured graph's buffer", r, s->cbuf, h, gwant) != 0)
+        return 1;
+    if (g != want + 2 * gwant)
+        return printf("FAIL round %u: counter %llu, want %llu\n", r, g, want + 2 * gwant), 1;
     return 0;
 }
 
@@ -305,6 +435,8 @@ static int build(const char *dir, st_t *s)
         return fail("stream", a.r.result);
     s->stream = a.value;
     free(img);
+    if (build_graphs(s) != 0)
+        return 1;
     /* MIG_EXTRA_MIB: that much more device memory, every byte 0xab,
      * for the state's size and its time. */
     if (getenv("MIG_EXTRA_MIB") != NULL && atoll(getenv("MIG_EXTRA_MIB")) > 0) {
@@ -388,7 +520,8 @@ int main(int ac, char **av)
         if (build(av[2], &s) != 0)
             return 1;
         memset(h, 0, N * 4);
-        if ((res = copy(1, s.buf, h, N * 4)) != 0)
+        if ((res = copy(1, s.buf, h, N * 4)) != 0 || (res = copy(1, s.gbuf, h, N * 4)) != 0 ||
+            (res = copy(1, s.gcopy, h, N * 4)) != 0 || (res = copy(1, s.cbuf, h, N * 4)) != 0)
             return fail("zero", res);
         g = global_addr(&s);
         if (g == 0)
@@ -433,6 +566,7 @@ int main(int ac, char **av)
     for (r = s.rounds + 1; r <= s.rounds + rounds; r++)
         if (round_(&s, r, g, h) != 0)
             return 1;
-    printf("PASS load: %u more rounds right at the same addresses and handles\n", rounds);
+    printf("PASS load: %u more rounds (launches and both graphs) right at the same addresses "
+           "and handles\n", rounds);
     return 0;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The worker's migration core on the GPU (tests/gpu/mig-core.c): a
 # session saved by one process and loaded by a fresh one, each with a
-# module cache of its own, goes on with its rounds at the same addresses
-# and handles; with address randomization the load is refused, saying
+# module cache of its own, goes on with its rounds (launches, a graph
+# built node by node and one captured from a stream, each launched from
+# its exec made before the save) at the same addresses and handles; with address randomization the load is refused, saying
 # why; and the time of a save and a load with 1 GiB more device memory.
 # Run from the carried build (tests/gpu/prepare.sh: build/probes).
 # Last line "N passed, N failed".
@@ -31,7 +32,7 @@ fi
 
 out=$($norand "$bin" save "$dir" "$st/a" 5 2>&1 && $norand "$bin" load "$dir" "$st/a" 5 2>&1)
 echo "$out" | sed 's/^/    /'
-if echo "$out" | grep -q '^PASS load'; then ok "mig-core: saved, loaded by a fresh process, rounds go on"; else ko "mig-core: roundtrip"; fi
+if echo "$out" | grep -q '^PASS load'; then ok "mig-core: saved, loaded by a fresh process, rounds and graphs go on"; else ko "mig-core: roundtrip"; fi
 
 out=$("$bin" save "$dir" "$st/b" 2 2>&1; "$bin" load "$dir" "$st/b" 2 2>&1)
 echo "$out" | sed 's/^/    /'

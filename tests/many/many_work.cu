@@ -6,8 +6,10 @@
  *
  * Until SECS seconds have passed, round after round: SAXPY over 4M floats
  * (data new each round, from page-locked memory, result checked on the
- * CPU element by element), a reduction checked against the CPU's sum, and
- * every fourth round a probe of the VM's quota (QUOTA_MIB, 0: none): one
+ * CPU element by element), a reduction checked against the CPU's sum, a
+ * CUDA graph captured once at the start (two SAXPYs and a device copy of
+ * their result) launched on new data and checked, and every fourth round
+ * a probe of the VM's quota (QUOTA_MIB, 0: none): one
  * allocation larger than the quota must fail with
  * cudaErrorMemoryAllocation, and cudaMemGetInfo's total must be the
  * quota; either otherwise is a violation.  FAULT_AT (seconds, optional):
@@ -34,6 +36,8 @@
 #include <cuda_runtime.h>
 
 #define N (4 << 20)
+#define GN (64 << 10)               /* the graph's elements */
+#define GA 3.0f                     /* the graph's SAXPY factor */
 
 __global__ void many_saxpy(float a, const float *x, float *y, int n)
 {
@@ -69,6 +73,28 @@ __global__ void many_fault(int *p)
 
 static const char *tag;
 
+/* The graph each round launches, captured on stream st: y = GA * x + y
+ * twice, then z = y. */
+static cudaError_t graph_make(cudaStream_t st, float *gx, float *gy, float *gz,
+                              cudaGraphExec_t *exec)
+{
+    cudaGraph_t g;
+    cudaError_t e;
+
+    e = cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
+    if (e != cudaSuccess)
+        return e;
+    many_saxpy<<<(GN + 255) / 256, 256, 0, st>>>(GA, gx, gy, GN);
+    many_saxpy<<<(GN + 255) / 256, 256, 0, st>>>(GA, gx, gy, GN);
+    (void)cudaMemcpyAsync(gz, gy, GN * sizeof(float), cudaMemcpyDeviceToDevice, st);
+    e = cudaStreamEndCapture(st, &g);
+    if (e != cudaSuccess)
+        return e;
+    e = cudaGraphInstantiate(exec, g, 0);
+    (void)cudaGraphDestroy(g);
+    return e;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -93,7 +119,9 @@ static int fail(const char *what, cudaError_t e)
 
 int main(int argc, char **argv)
 {
-    float *hx, *hy, *dx, *dy, a;
+    float *hx, *hy, *dx, *dy, *gx, *gy, *gz, a;
+    cudaStream_t gst;
+    cudaGraphExec_t gexec;
     int *ix;
     unsigned long long *dsum, got, want;
     long long rounds = 0, wrong = 0, viol = 0;
@@ -116,6 +144,11 @@ int main(int argc, char **argv)
     CK(cudaMalloc((void **)&dx, N * sizeof(float)));
     CK(cudaMalloc((void **)&dy, N * sizeof(float)));
     CK(cudaMalloc((void **)&dsum, sizeof(*dsum)));
+    CK(cudaMalloc((void **)&gx, GN * sizeof(float)));
+    CK(cudaMalloc((void **)&gy, GN * sizeof(float)));
+    CK(cudaMalloc((void **)&gz, GN * sizeof(float)));
+    CK(cudaStreamCreate(&gst));     /* blocking: ordered after the legacy stream's copies */
+    CK(graph_make(gst, gx, gy, gz, &gexec));
     ix = (int *)hx;
     if (getenv("MANY_BALLAST_MIB") != NULL && atoll(getenv("MANY_BALLAST_MIB")) > 0) {
         ballast_bytes = (size_t)atoll(getenv("MANY_BALLAST_MIB")) << 20;
@@ -161,6 +194,20 @@ int main(int argc, char **argv)
         CK(cudaMemcpy(&got, dsum, sizeof(got), cudaMemcpyDeviceToHost));
         if (got != want)
             wrong++;
+        /* The graph, on new data: z = 2 * GA * x. */
+        for (int i = 0; i < GN; i++)
+            hx[i] = (float)((i + seed) & 1023);
+        CK(cudaMemcpy(gx, hx, GN * sizeof(float), cudaMemcpyHostToDevice));
+        CK(cudaMemset(gy, 0, GN * sizeof(float)));
+        CK(cudaMemset(gz, 0, GN * sizeof(float)));
+        CK(cudaGraphLaunch(gexec, gst));
+        CK(cudaStreamSynchronize(gst));
+        CK(cudaMemcpy(hy, gz, GN * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < GN; i++)
+            if (hy[i] != 2.0f * GA * (float)((i + seed) & 1023)) {
+                wrong++;
+                break;
+            }
         /* The quota: a larger allocation fails as on a full GPU, and the
          * device's total is the quota. */
         if (quota > 0 && rounds % 4 == 0) {

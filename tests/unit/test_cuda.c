@@ -4809,8 +4809,20 @@ TEST(migrate_refused)
     ASSERT_GE(fd, 0);
     CHECK(tc_open_mc(&c));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    {
+        struct vcu_cu_graph_mem_node_req mq;
+        struct vcu_cu_graph_mem_node_resp mr;
+
+        memset(&mq, 0, sizeof(mq));
+        mq.graph = g;
+        mq.kind = VCU_CU_MEM_NODE_ALLOC;
+        mq.size = 4096;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_ADD_MEM_NODE, 0, &mq, sizeof(mq), &mr,
+                                  sizeof(mr)));
+        ASSERT_EQ(CUDA_SUCCESS, mr.r.result);
+    }
     ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
-    ASSERT_TRUE(strstr(why, "graphs") != NULL);
+    ASSERT_TRUE(strstr(why, "graph memory nodes") != NULL);
     ASSERT_EQ(0, lseek(fd, 0, SEEK_END));
     tc_close(&c);
 
@@ -4897,5 +4909,397 @@ TEST(migrate_load_checks)
     close(fd);
     close(bad);
     close(cut);
+    return 0;
+}
+
+/* ---- migration of graphs and captures ----------------------------------- */
+
+/* What a migrated session's graphs must do again: an exec of a built
+ * graph (a kernel, a copy of its result, a memset whose value the exec
+ * was given after instantiation, an empty node joined by an edge, a
+ * conditional node whose body sets memory), and an exec of a captured
+ * graph (the kernel and a memset). */
+typedef struct tc_mgraph_s {
+    tc_mig_t m;
+    uint64_t dcopy, dset, dcond, dcap;
+    uint64_t g, clone, exec, capg, capexec;
+} tc_mgraph_t;
+
+/* A node of kind on graph g after deps (ndeps of them), set up by the
+ * caller in *nq but for graph, kind and ndeps. */
+static uint32_t tc_mg_node(tc_t *c, uint64_t g, uint32_t kind, struct vcu_cu_graph_node_req *nq,
+                           const uint64_t *deps, uint32_t ndeps, uint64_t *node)
+{
+    nq->graph = g;
+    nq->kind = kind;
+    return tc_node(c, nq, deps, ndeps, node);
+}
+
+static void tc_mg_vadd_params(const tc_mig_t *m, unsigned char params[28])
+{
+    int32_t n = TC_MIG_N;
+
+    memcpy(params + 0, &m->da, 8);
+    memcpy(params + 8, &m->db, 8);
+    memcpy(params + 16, &m->dc, 8);
+    memcpy(params + 24, &n, 4);
+}
+
+static int tc_mg_build(tc_t *c, tc_mgraph_t *x)
+{
+    unsigned char p[sizeof(struct vcu_cu_graph_node_req) + 8 * 8 + 28];
+    unsigned char eq[sizeof(struct vcu_cu_graph_edges_req) + 16];
+    struct vcu_cu_graph_node_req nq;
+    struct vcu_cu_graph_edges_req er;
+    struct vcu_cu_graph_cond_resp co;
+    struct vcu_cu_u64_resp rp;
+    uint64_t k = 0, cp = 0, ms = 0, em = 0, bm = 0, h = 0, nd = 0;
+    size_t bytes = TC_MIG_N * sizeof(float);
+
+    CHECK(tc_mig_build(c, &x->m));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, bytes, &x->dcopy));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, 256, &x->dset));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, 256, &x->dcond));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(c, 256, &x->dcap));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &x->g));
+    /* The kernel, over every element. */
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = x->g;
+    nq.kind = VCU_CU_NODE_KERNEL;
+    nq.function = x->m.fn;
+    nq.grid[0] = (TC_MIG_N + 127) / 128;
+    nq.grid[1] = nq.grid[2] = 1;
+    nq.block[0] = 128;
+    nq.block[1] = nq.block[2] = 1;
+    nq.param_bytes = 28;
+    memcpy(p, &nq, sizeof(nq));
+    tc_mg_vadd_params(&x->m, p + sizeof(nq));
+    ASSERT_EQ(VCU_S_OK, tc_do(c, VCU_OP_CU_GRAPH_ADD_NODE, 0, p, (uint32_t)(sizeof(nq) + 28), &rp,
+                              sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    k = rp.value;
+    /* Its result copied. */
+    memset(&nq, 0, sizeof(nq));
+    nq.dst = x->dcopy;
+    nq.src = x->m.dc;
+    nq.width = bytes;
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(c, x->g, VCU_CU_NODE_MEMCPY, &nq, &k, 1, &cp));
+    /* A memset of 7, set to 0x5a in the exec below. */
+    memset(&nq, 0, sizeof(nq));
+    nq.dst = x->dset;
+    nq.value = 7;
+    nq.elem_size = 1;
+    nq.width = 256;
+    nq.height = 1;
+    nq.pitch = 256;
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(c, x->g, VCU_CU_NODE_MEMSET, &nq, NULL, 0, &ms));
+    memset(&nq, 0, sizeof(nq));
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(c, x->g, VCU_CU_NODE_EMPTY, &nq, NULL, 0, &em));
+    memset(&er, 0, sizeof(er));
+    er.graph = x->g;
+    er.add = 1;
+    er.count = 1;
+    memcpy(eq, &er, sizeof(er));
+    memcpy(eq + sizeof(er), &cp, 8);
+    memcpy(eq + sizeof(er) + 8, &em, 8);
+    ASSERT_EQ(VCU_S_OK, tc_do(c, VCU_OP_CU_GRAPH_EDGES, 0, eq, sizeof(eq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    /* A conditional node (if, default 1) whose body sets dcond to 3. */
+    {
+        struct vcu_cu_pair_req rq = {{0, 0}, x->g, 1, CU_GRAPH_COND_ASSIGN_DEFAULT};
+
+        ASSERT_EQ(VCU_S_OK, tc_do(c, VCU_OP_CU_GRAPH_COND_HANDLE, 0, &rq, sizeof(rq), &rp,
+                                  sizeof(rp)));
+        ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+        h = rp.value;
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_cond(c, x->g, h, CU_GRAPH_COND_TYPE_IF, 1, em, &co));
+    memset(&nq, 0, sizeof(nq));
+    nq.dst = x->dcond;
+    nq.value = 3;
+    nq.elem_size = 1;
+    nq.width = 256;
+    nq.height = 1;
+    nq.pitch = 256;
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(c, co.body[0], VCU_CU_NODE_MEMSET, &nq, NULL, 0, &bm));
+    /* A node made and taken out again, a clone, the exec. */
+    memset(&nq, 0, sizeof(nq));
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(c, x->g, VCU_CU_NODE_EMPTY, &nq, NULL, 0, &nd));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_GRAPH_NODE_DESTROY, 0, nd, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_GRAPH_CLONE, 0, x->g, &x->clone));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(c, x->g, &x->exec));
+    memset(&nq, 0, sizeof(nq));
+    nq.dst = x->dset;
+    nq.value = 0x5a;
+    nq.elem_size = 1;
+    nq.width = 256;
+    nq.height = 1;
+    nq.pitch = 256;
+    nq.kind = VCU_CU_NODE_MEMSET;
+    ASSERT_EQ(CUDA_SUCCESS, tc_node_set(c, x->exec, ms, &nq, 0));
+    /* The exec made again from the clone, in place. */
+    {
+        struct vcu_cu_graph_update_resp ur;
+
+        ASSERT_EQ(CUDA_SUCCESS, tc_pair(c, VCU_OP_CU_GRAPH_EXEC_UPDATE, x->exec, x->clone, 0,
+                                        &ur, sizeof(ur)));
+        ASSERT_EQ(CUDA_SUCCESS, tc_node_set(c, x->exec, ms, &nq, 0));
+    }
+    /* A captured graph: the kernel on the session's stream and a memset
+     * of dcap to 0x21. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, x->m.stream,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    tc_mg_vadd_params(&x->m, p);
+    ASSERT_EQ(CUDA_SUCCESS, tc_launch(c, x->m.fn, x->m.stream, (TC_MIG_N + 127) / 128, 128, p,
+                                      28, 28));
+    {
+        struct vcu_cu_memset_req mq;
+        struct vcu_cu_resp r;
+
+        memset(&mq, 0, sizeof(mq));
+        mq.dst = x->dcap;
+        mq.value = 0x21;
+        mq.elem_size = 1;
+        mq.width = 256;
+        mq.height = 1;
+        mq.stream = x->m.stream;
+        mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+        ASSERT_EQ(VCU_S_OK, tc_do(c, VCU_OP_CU_MEMSET, 0, &mq, sizeof(mq), &r, sizeof(r)));
+        ASSERT_EQ(CUDA_SUCCESS, r.result);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_STREAM_END_CAPTURE, 0, x->m.stream, &x->capg));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(c, x->capg, &x->capexec));
+    return 0;
+}
+
+/* Every byte of [d, d + n) is v. */
+static int tc_mg_bytes(tc_t *c, uint64_t d, size_t n, unsigned char v)
+{
+    unsigned char b[256];
+    size_t i;
+
+    ASSERT_TRUE(n <= sizeof(b));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, d, b, n, NULL, 0, 0, 0));
+    for (i = 0; i < n; i++)
+        ASSERT_EQ(v, b[i]);
+    return 0;
+}
+
+/* Clears what the graphs write, launches both execs and checks it. */
+static int tc_mg_check(tc_t *c, const tc_mgraph_t *x)
+{
+    static float out[TC_MIG_N];
+    int i;
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, x->m.dc, 0, 1, TC_MIG_N * sizeof(float), 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, x->dcopy, 0, 1, TC_MIG_N * sizeof(float), 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, x->dset, 0, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, x->dcond, 0, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, x->dcap, 0, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(c, VCU_OP_CU_GRAPH_LAUNCH, x->exec, x->m.stream, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, x->m.stream, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, x->dcopy, out, sizeof(out), NULL, 0, 0, 0));
+    for (i = 0; i < TC_MIG_N; i++)
+        ASSERT_TRUE(out[i] == (float)i * 0.5f + (float)(TC_MIG_N - i));
+    CHECK(tc_mg_bytes(c, x->dset, 256, 0x5a));
+    CHECK(tc_mg_bytes(c, x->dcond, 256, 3));
+    CHECK(tc_mg_bytes(c, x->dcap, 256, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(c, x->m.dc, 0, 1, TC_MIG_N * sizeof(float), 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(c, VCU_OP_CU_GRAPH_LAUNCH, x->capexec, x->m.stream, 0, NULL,
+                                    0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, x->m.stream, NULL));
+    CHECK(tc_mg_bytes(c, x->dcap, 256, 0x21));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(c, 0, x->m.dc, out, sizeof(out), NULL, 0, 0, 0));
+    for (i = 0; i < TC_MIG_N; i++)
+        ASSERT_TRUE(out[i] == (float)i * 0.5f + (float)(TC_MIG_N - i));
+    return 0;
+}
+
+/*
+ * A session that built, edited, instantiated and launched graphs (one
+ * of them captured) migrates: the destination launches the same exec
+ * handles and gets the same results, and new handles on both ends are
+ * the same.
+ */
+TEST(migrate_graph)
+{
+    tc_mgraph_t x;
+    char why[256];
+    uint64_t g1 = 0, g2 = 0;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    CHECK(tc_mg_build(&c, &x));
+    CHECK(tc_mg_check(&c, &x));
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g1));
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_mig_check(&c, &x.m));
+    CHECK(tc_mg_check(&c, &x));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g2));
+    ASSERT_EQ_U64(g1, g2);
+    tc_close(&c);
+    close(fd);
+    return 0;
+}
+
+/* A capture in progress refuses the save, saying so.  One that an
+ * unsafe call invalidated, and one after it, migrate: the destination
+ * makes the same failures and records the same graph. */
+TEST(migrate_capture_in_progress)
+{
+    struct vcu_cu_memset_req mq;
+    struct vcu_cu_resp r;
+    char why[256];
+    uint64_t s, g = 0, x = 0, d = 0;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "capture is in progress") != NULL);
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_END));
+    /* Invalidated by a synchronize, then ended (failing). */
+    ASSERT_NE(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    ASSERT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+              tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_RELAXED, 0, NULL, 0));
+    memset(&mq, 0, sizeof(mq));
+    mq.dst = d;
+    mq.value = 0x44;
+    mq.elem_size = 1;
+    mq.width = 256;
+    mq.height = 1;
+    mq.stream = s;
+    mq.flags = VCU_CU_MEMCPY_F_ASYNC;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMSET, 0, &mq, sizeof(mq), &r, sizeof(r)));
+    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 256, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x44));
+    tc_close(&c);
+    close(fd);
+    return 0;
+}
+
+/*
+ * A save while a host function waits for the guest (the driver runs it
+ * on a thread of its own: the stand-in too, told so) does not wait for
+ * it, which a stopped guest would never answer: it is refused at once,
+ * saying why, and the session saves once the function returned.
+ */
+TEST(migrate_host_func)
+{
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp wr;
+    char why[256];
+    uint64_t s;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    setenv("VCU_FAKECUDA_HOST_THREAD", "1", 1);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_HOST_FUNC, s, 0xfeed, 0, NULL, 0));
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "host function") != NULL);
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_END));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ_U64(0xfeed, wr.value);
+    /* Handed out, not returned yet: still refused. */
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "host function") != NULL);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 0xfeed, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    unsetenv("VCU_FAKECUDA_HOST_THREAD");
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+    close(fd);
+    return 0;
+}
+
+/*
+ * A graph host node (a guest function) migrates as the guest's cookie:
+ * launched on the destination, its exec hands the same cookie to the
+ * guest's callback thread and goes on once the guest answered.
+ */
+TEST(migrate_graph_host)
+{
+    struct vcu_cu_graph_node_req nq;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp wr;
+    uint64_t g = 0, hn = 0, ms = 0, x = 0, s, d = 0;
+    char why[256];
+    ut_req_t *l;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    memset(&nq, 0, sizeof(nq));
+    nq.cookie = 0x77;
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(&c, g, VCU_CU_NODE_HOST, &nq, NULL, 0, &hn));
+    memset(&nq, 0, sizeof(nq));
+    nq.dst = d;
+    nq.value = 0x3c;
+    nq.elem_size = 1;
+    nq.width = 256;
+    nq.height = 1;
+    nq.pitch = 256;
+    ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(&c, g, VCU_CU_NODE_MEMSET, &nq, &hn, 1, &ms));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    l = tc_submit_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ(CUDA_SUCCESS, wr.r.result);
+    ASSERT_EQ_U64(0x77, wr.value);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CALLBACK_DONE, 0, 0x77, NULL));
+    ASSERT_EQ(0, ut_wait_count(&l->ndone, 1));
+    ASSERT_EQ(CUDA_SUCCESS, ((struct vcu_cu_resp *)ut_resp_payload(l))->result);
+    free(l);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x3c));
+    tc_close(&c);
+    close(fd);
     return 0;
 }

@@ -117,6 +117,10 @@
     /* test_cuda.c: migration */        \
     X(migrate_roundtrip)                \
     X(migrate_refused)                  \
-    X(migrate_load_checks)
+    X(migrate_load_checks)              \
+    X(migrate_graph)                    \
+    X(migrate_capture_in_progress)      \
+    X(migrate_host_func)                \
+    X(migrate_graph_host)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
