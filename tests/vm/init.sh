@@ -11,6 +11,8 @@
 # after its loops with tests/packed's packed_check)
 # vcu.mig_secs=S vcu.mig_ballast=MIB (the migrate suite's checker runs S
 # seconds, holding MIB more of device memory it checks at the end)
+# vcu.trace=WHAT (VCU_LIBCUDA_TRACE=WHAT for every program: errors, the
+# requests the host refused, on the console)
 #                      vcu.echo_mib=N                (largest echo, MiB)
 # Prints on the console: each test's "VCU-TEST <suite>/<name> PASS|FAIL ..."
 # line, "VCU-SUITE-END <suite>" after each suite, suspicious kernel log
@@ -47,6 +49,7 @@ for arg in $(cat /proc/cmdline); do
     vcu.hostile=*) hostile=${arg#vcu.hostile=} ;;
     vcu.mig_secs=*) mig_secs=${arg#vcu.mig_secs=} ;;
     vcu.mig_ballast=*) mig_ballast=${arg#vcu.mig_ballast=} ;;
+    vcu.trace=*) export VCU_LIBCUDA_TRACE=${arg#vcu.trace=} ;;
     esac
 done
 
