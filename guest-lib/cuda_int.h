@@ -348,7 +348,17 @@ CUresult vcu__from_vcu(int err);
  * default stream. */
 CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
 
-/* cuModuleLoadData's size of an image (cuda_exec.c): *image moves past
+/*
+ * Asks the host for a new object (op with its request and data; the
+ * reply, a vcu_cu_u64_resp and nothing more, is the handle, into *h) for
+ * the guest object obj, and registers obj as kind.  If obj cannot be
+ * registered, the host's object is dropped again (drop_op).  The caller
+ * frees obj on failure (cuda_module.c).
+ */
+CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t op, void *req,
+                           uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs,
+                           uint32_t drop_op, uint64_t *h);
+/* cuModuleLoadData's size of an image (cuda_module.c): *image moves past
  * nvcc's wrapper; avail is what is known to be there, or UINT64_MAX. */
 CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
 /* A module from len bytes of image, in the current context's device or
@@ -369,7 +379,7 @@ CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction 
 
 /*
  * One copy kind (VCU_OP_CU_MEMCPY_HTOD/DTOH/DTOD) of n bytes, in pieces of
- * the session's transfer limit (cuda_exec.c).  host: the host side (NULL
+ * the session's transfer limit (cuda_mem.c).  host: the host side (NULL
  * for DTOD).  async: ordered in stream (ptsz: NULL names the per-thread
  * default stream), else synchronous.
  */
