@@ -317,7 +317,24 @@ CUresult vcu__gnode_arg(CUgraphNode hNode, vcu__gnode_t **out);
 CUresult vcu__deps_req(vcu__graph_t *g, const void *req, size_t n, const CUgraphNode *deps,
                        size_t ndeps, const void *extra, size_t extra_len, void **out,
                        size_t *len);
-/* cuda_graph_mem.c, for cuda_graph.c: the caller's graph the capture on
+/* Between cuda_graph.c (graphs, nodes), cuda_capture.c (stream capture)
+ * and cuda_graph_edit.c (editing, updates); each is described where it is
+ * defined.  cuda_graph.c: */
+void vcu__graph_free(vcu__graph_t *g);
+void vcu__keep_kernel(vcu__gnode_t *n, const CUDA_KERNEL_NODE_PARAMS *p, const vcu__func_t *f,
+                      const char *params);
+void vcu__keep(vcu__gnode_t *n, uint32_t kind, const void *p, size_t len);
+CUresult vcu__kernel_req(vcu__graph_t *g, const CUDA_KERNEL_NODE_PARAMS *p, CUkernel kern,
+                         struct vcu_cu_graph_node_req *r, char *params, vcu__func_t **fo);
+CUresult vcu__copy_req(vcu__graph_t *g, const CUDA_MEMCPY3D *m, struct vcu_cu_graph_node_req *r,
+                       const char *who);
+CUresult vcu__memset_req(const CUDA_MEMSET_NODE_PARAMS *p, struct vcu_cu_graph_node_req *r);
+/* cuda_capture.c: */
+vcu__gnode_t *vcu__gnode_of(vcu__graph_t *g, uint64_t h);
+/* cuda_graph_edit.c: */
+CUresult vcu__list(vcu__graph_t *g, uint64_t gh, uint64_t nh, uint32_t what, CUgraphNode *a,
+                   CUgraphNode *b, size_t *num);
+/* cuda_graph_mem.c, for cuda_capture.c: the caller's graph the capture on
  * stream (host handle) of dev goes into, taken off the list as the
  * capture ends, or NULL; the caller's graph of host handle h some
  * capture goes into, or NULL. */
@@ -387,12 +404,12 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
                    CUstream stream, int ptsz);
 /*
  * A copy between device memory dptr and host memory on stream hs while
- * it captures: a memcpy node of the capture's graph (cuda_graph.c).
+ * it captures: a memcpy node of the capture's graph (cuda_capture.c).
  * *done 0: hs does not capture, the copy is the caller's.
  */
 CUresult vcu__capture_copy(vcu__ctx_t *c, uint64_t hs, uint32_t op, uint64_t dptr, void *host,
                            size_t n, int *done);
-/* 1 if stream hs (host handle) of c is capturing (cuda_graph.c; asks the
+/* 1 if stream hs (host handle) of c is capturing (cuda_capture.c; asks the
  * host only while a capture begun here has not ended). */
 int vcu__stream_capturing(vcu__ctx_t *c, uint64_t hs);
 
