@@ -193,11 +193,11 @@ int vcu__host_range_stable(const void *p, uint64_t len);
 
 /* A copy between device and host memory (kind HostToDevice or
  * DeviceToHost) on stream ws of dev while it captures: a memcpy node of
- * the capture's graph (cudart_graph.c).  *done 0: ws does not capture,
+ * the capture's graph (cudart_capture.c).  *done 0: ws does not capture,
  * the copy is the caller's. */
 cudaError_t vcu__capture_copy(int dev, uint64_t ws, void *dst, const void *src, size_t n,
                               enum cudaMemcpyKind kind, int *done);
-/* 1 if stream ws of dev is capturing (cudart_graph.c; asks the host only
+/* 1 if stream ws of dev is capturing (cudart_capture.c; asks the host only
  * while a capture begun here has not ended). */
 int vcu__stream_capturing(int dev, uint64_t ws);
 
