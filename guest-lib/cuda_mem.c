@@ -75,7 +75,7 @@ VCU__EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 }
 
 /* Pieces of a pipelined pageable copy, and how many go between waits
- * (as our runtime's, cudart_mem.c). */
+ * (as our runtime's, cudart_copy.c). */
 #define VCU__COPY_CHUNK (32ull << 20)
 #define VCU__COPY_WINDOW 4
 

@@ -190,6 +190,14 @@ void vcu__mem_forget_dev(int dev);
 int vcu__dev_range_known(int dev, uint64_t p, uint64_t len);
 /* [p, p + len) lies inside one stable host allocation. */
 int vcu__host_range_stable(const void *p, uint64_t len);
+/* 1 if p is in a device allocation, symbol or managed allocation (its
+ * device in *dev, unless NULL). */
+int vcu__is_dev_ptr(const void *p, int *dev);
+/* A device allocation of dev (async: ordered in stream, from pool),
+ * tracked; cudaMalloc's and the stream-ordered allocator's
+ * (cudart_pool.c). */
+cudaError_t vcu__malloc(int dev, void **p, size_t size, int async, uint64_t stream,
+                        uint64_t pool);
 
 /* A copy between device and host memory (kind HostToDevice or
  * DeviceToHost) on stream ws of dev while it captures: a memcpy node of
