@@ -5,8 +5,9 @@
  * cuda_mem.c (memory), cuda_module.c (modules, functions, launches),
  * cuda_wait.c (waits, orphans, context teardown, fences, the host
  * callback gate), cuda_stream.c (streams, captures, host callbacks,
- * events) and cuda_graph.c (graphs, runs of launches as graphs).  How
- * the executor works, and its locks: cuda.c.
+ * events), cuda_graph.c (graphs, graph memory), cuda_graph_cond.c
+ * (conditional nodes) and cuda_batch.c (CU_BATCH, runs of launches as
+ * graphs).  How the executor works, and its locks: cuda.c.
  */
 #ifndef VCU_CUDA_INT_H
 #define VCU_CUDA_INT_H
@@ -879,7 +880,6 @@ uint32_t vcu__op_CU_EVENT_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o);
 
 /* cuda_graph.c */
-void vcu__grun_drop(vcu__cuda_sess_t *cs, uint32_t d);
 uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods);
 uint32_t vcu__op_CU_GRAPH_CREATE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o);
@@ -897,12 +897,22 @@ uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_ADD_MEM_NODE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_MEM_NODE_PARAMS(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_MEM_ATTR(vcu__op_t *o);
-uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o);
-uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o);
 void vcu__gmem_settle(vcu__cuda_sess_t *cs, uint32_t d);
 int vcu__galloc_has(const vcu__cuda_sess_t *cs, uint64_t dptr);
 int vcu__deps_at(vcu__op_t *o, size_t off, uint32_t ndeps, CUgraphNode **deps);
 int vcu__galloc_captured(vcu__op_t *o, uint64_t dptr);
+/* cuda_graph.c, for cuda_graph_cond.c (each described where defined). */
+uint64_t vcu__gmem_bytes(vcu__cuda_t *cu, CUgraph g, int depth);
+int vcu__gmem_precharge(vcu__cuda_sess_t *cs, uint32_t d, vcu__hent_t *x);
+uint32_t vcu__node_check(const struct vcu_cu_graph_node_req *rq, const unsigned char *after,
+                         size_t room, CUDA_MEMCPY3D *copy, const unsigned char **tail);
+void vcu__node_memset(const struct vcu_cu_graph_node_req *rq, CUDA_MEMSET_NODE_PARAMS *ms);
+uint64_t vcu__node_name(vcu__op_t *o, uint64_t gh, CUgraphNode n);
+/* cuda_graph_cond.c */
+uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o);
+/* cuda_batch.c */
+void vcu__grun_drop(vcu__cuda_sess_t *cs, uint32_t d);
 uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
                     const unsigned char *p, unsigned int nsegs, void *out,
                     size_t *out_len);
