@@ -158,90 +158,78 @@ CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t op, void
                                sizeof(o), h);
 }
 
-CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
-                              vcu__library_t *lib)
+/*
+ * The code of image (len bytes) device dev loads, in *b: only that code
+ * crosses to the host, in a copy *trim (the caller's to free; NULL: the
+ * image goes as it is).  *cc: the device's compute capability (major * 10
+ * + minor; 0 when unknown).  A fatbin with no code for the device is
+ * refused here, as the driver would refuse it.
+ */
+static CUresult vcu__module_code(int dev, const void *image, uint64_t len, vcu_buf_t *b,
+                                 void **trim, unsigned int *cc)
 {
-    struct vcu_cu_module_load_req r;
-    vcu__modname_t mn;
-    vcu__module_t *m;
-    vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
-    void *trim = NULL;
     int major = 0, minor = 0;
-    struct timespec t0 = { 0, 0 }, th = { 0, 0 };
-    const char *how = "sent";
-    char id[VCU__SRC_ID_LEN];
-    const char *src_id = id;
     size_t tlen;
-    int trimmed;
-    CUresult e = CUDA_ERROR_FILE_NOT_FOUND;
 
-    /* The module cache names images by their place in a library's file
-     * (a library's copy: where it was copied from). */
-    id[0] = '\0';
-    if (lib != NULL)
-        src_id = lib->src_id;
-    else if (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE)
-        vcu__module_src_id(image, len, id, sizeof(id));
-
-    /* Only the code the device loads crosses to the host; a fatbin with
-     * none is refused here, as the driver would refuse it. */
     if (cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) ==
             CUDA_SUCCESS &&
         cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) ==
             CUDA_SUCCESS) {
-        switch (vcu_fatbin_trim(image, (size_t)len, (unsigned int)(major * 10 + minor), &trim,
+        switch (vcu_fatbin_trim(image, (size_t)len, (unsigned int)(major * 10 + minor), trim,
                                 &tlen)) {
         case VCU_FATBIN_NONE:
             return CUDA_ERROR_NO_BINARY_FOR_GPU;
         case VCU_FATBIN_TRIMMED:
-            b.addr = trim;
-            b.len = len = tlen;
+            b->addr = *trim;
+            b->len = tlen;
             break;
         }
     }
-    r.image_len = len;
-    if (vcu__tracing_modules())
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-    m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        free(trim);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    *cc = (unsigned int)(major * 10 + minor);
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Makes module m on the host from the code in *b (request *r): an image
+ * the host's module cache holds is named by mn, not sent (the cache
+ * answers CUDA_ERROR_FILE_NOT_FOUND for one it lacks); else it is sent,
+ * with its hash kept where mn says so.  *how: how it went, for the trace.
+ */
+static CUresult vcu__module_send(vcu__module_t *m, int dev, vcu__modname_t *mn,
+                                 struct vcu_cu_module_load_req *r, vcu_buf_t *b,
+                                 const char **how)
+{
+    CUresult e = CUDA_ERROR_FILE_NOT_FOUND;
+
+    if (mn->how != VCU__MN_SEND) {
+        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD_HASH, &mn->req,
+                              sizeof(mn->req), NULL, 0, VCU_OP_CU_MODULE_UNLOAD, &m->h);
+        *how = e != CUDA_SUCCESS ? "sent, not in the host's cache"
+               : mn->how == VCU__MN_REMEMBERED ? "by hash, not sent; hash remembered"
+                                               : "by hash, not sent";
     }
-    m->dev = dev;
-    /* An image the host's module cache holds is named, not sent: the
-     * cache answers CUDA_ERROR_FILE_NOT_FOUND for one it lacks. */
-    vcu__module_name(vcu__drv.conn, 0, b.addr, len, src_id, (unsigned int)(major * 10 + minor),
-                     &mn);
-    if (vcu__tracing_modules())
-        clock_gettime(CLOCK_MONOTONIC, &th);
-    if (mn.how != VCU__MN_SEND) {
-        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD_HASH, &mn.req,
-                              sizeof(mn.req), NULL, 0, VCU_OP_CU_MODULE_UNLOAD, &m->h);
-        how = e != CUDA_SUCCESS ? "sent, not in the host's cache"
-              : mn.how == VCU__MN_REMEMBERED ? "by hash, not sent; hash remembered"
-                                             : "by hash, not sent";
-    }
-    if (e == CUDA_ERROR_FILE_NOT_FOUND && mn.keep) {
+    if (e == CUDA_ERROR_FILE_NOT_FOUND && mn->keep) {
         struct vcu_cu_module_keep_resp k;
 
-        e = vcu__host_obj_new_r(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD_KEEP, &r, sizeof(r),
-                                &b, 1, VCU_OP_CU_MODULE_UNLOAD, &k, sizeof(k), &m->h);
+        e = vcu__host_obj_new_r(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD_KEEP, r, sizeof(*r),
+                                b, 1, VCU_OP_CU_MODULE_UNLOAD, &k, sizeof(k), &m->h);
         if (e == CUDA_SUCCESS)
-            vcu__module_remember(&mn, k.sha256);
-        if (mn.how == VCU__MN_SEND)
-            how = "sent; hash kept";
+            vcu__module_remember(mn, k.sha256);
+        if (mn->how == VCU__MN_SEND)
+            *how = "sent; hash kept";
     } else if (e == CUDA_ERROR_FILE_NOT_FOUND) {
-        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, &r, sizeof(r), &b, 1,
+        e = vcu__host_obj_new(m, VCU__K_MODULE, dev, VCU_OP_CU_MODULE_LOAD, r, sizeof(*r), b, 1,
                               VCU_OP_CU_MODULE_UNLOAD, &m->h);
     }
-    if (e != CUDA_SUCCESS) {
-        free(trim);
-        free(m);
-        return e;
-    }
-    vcu__printf_module(b.addr, len);
-    trimmed = trim != NULL;
-    /* Kept for vcu__module_kernels: a library keeps its own image. */
+    return e;
+}
+
+/* Keeps m's image (len bytes) for vcu__module_kernels: a library keeps
+ * its own; the trimmed copy trim is taken over; else image is copied
+ * (nothing kept without memory). */
+static void vcu__module_keep(vcu__module_t *m, vcu__library_t *lib, const void *image, void *trim,
+                             uint64_t len)
+{
     if (lib != NULL) {
         m->lib = lib;
         free(trim);
@@ -252,20 +240,78 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
         memcpy(m->image, image, len);
         m->image_len = len;
     }
-    if (vcu__tracing_modules()) {
-        struct timespec t1;
+}
 
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        fprintf(stderr,
-                "libcuda (virtio-cuda): module loaded, %llu bytes (%s, %s), %.1f ms "
-                "(naming %.1f ms)\n",
-                (unsigned long long)len, trimmed ? "trimmed" : "as given", how,
-                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
-                th.tv_sec == 0 && th.tv_nsec == 0
-                    ? 0.0
-                    : (double)(th.tv_sec - t0.tv_sec) * 1e3 +
-                          (double)(th.tv_nsec - t0.tv_nsec) / 1e6);
+/* VCU_LIBCUDA_TRACE=modules: a module loaded, from t0, naming it done at
+ * th (zero: not named). */
+static void vcu__module_trace(uint64_t len, int trimmed, const char *how,
+                              const struct timespec *t0, const struct timespec *th)
+{
+    struct timespec t1;
+
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr,
+            "libcuda (virtio-cuda): module loaded, %llu bytes (%s, %s), %.1f ms "
+            "(naming %.1f ms)\n",
+            (unsigned long long)len, trimmed ? "trimmed" : "as given", how,
+            (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6,
+            th->tv_sec == 0 && th->tv_nsec == 0
+                ? 0.0
+                : (double)(th->tv_sec - t0->tv_sec) * 1e3 +
+                      (double)(th->tv_nsec - t0->tv_nsec) / 1e6);
+}
+
+CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint64_t len,
+                              vcu__library_t *lib)
+{
+    struct vcu_cu_module_load_req r;
+    vcu__modname_t mn;
+    vcu__module_t *m;
+    vcu_buf_t b = { .addr = (void *)image, .len = len, .flags = VCU_SEG_TO_DEVICE };
+    void *trim = NULL;
+    unsigned int cc;
+    struct timespec t0 = { 0, 0 }, th = { 0, 0 };
+    const char *how = "sent";
+    char id[VCU__SRC_ID_LEN];
+    const char *src_id = id;
+    int trimmed;
+    CUresult e;
+
+    /* The module cache names images by their place in a library's file
+     * (a library's copy: where it was copied from). */
+    id[0] = '\0';
+    if (lib != NULL)
+        src_id = lib->src_id;
+    else if (vcu_conn_features(vcu__drv.conn) & VCU_FEAT_MODULE_CACHE)
+        vcu__module_src_id(image, len, id, sizeof(id));
+
+    e = vcu__module_code(dev, image, len, &b, &trim, &cc);
+    if (e != CUDA_SUCCESS)
+        return e;
+    len = b.len;
+    r.image_len = len;
+    if (vcu__tracing_modules())
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        free(trim);
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    m->dev = dev;
+    vcu__module_name(vcu__drv.conn, 0, b.addr, len, src_id, cc, &mn);
+    if (vcu__tracing_modules())
+        clock_gettime(CLOCK_MONOTONIC, &th);
+    e = vcu__module_send(m, dev, &mn, &r, &b, &how);
+    if (e != CUDA_SUCCESS) {
+        free(trim);
+        free(m);
+        return e;
+    }
+    vcu__printf_module(b.addr, len);
+    trimmed = trim != NULL;
+    vcu__module_keep(m, lib, image, trim, len);
+    if (vcu__tracing_modules())
+        vcu__module_trace(len, trimmed, how, &t0, &th);
     *module = (CUmodule)m;
     return CUDA_SUCCESS;
 }
