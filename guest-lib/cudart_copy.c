@@ -59,24 +59,90 @@ static cudaError_t vcu__ptds_sync(int dev)
 #define VCU__COPY_CHUNK (32ull << 20)
 #define VCU__COPY_WINDOW 4
 
+/* The device and wire stream of a copy: stream's when async, else the
+ * current device's legacy stream (ptsz: its per-thread default stream). */
+static cudaError_t vcu__copy_stream(cudaStream_t stream, int async, int ptsz, int *dev,
+                                    uint64_t *ws)
+{
+    if (async)
+        return vcu__stream(stream, ptsz, dev, ws);
+    *dev = vcu__cur_dev;
+    if (ptsz)
+        *ws = VCU_CU_STREAM_PER_THREAD;
+    return cudaSuccess;
+}
+
+/* A device-to-device copy of n bytes, r's stream and flags set.  Unknown
+ * pointers wait for the host's verdict, as CUDA checks them at the
+ * call. */
+static cudaError_t vcu__copy_dtod(int dev, struct vcu_cu_memcpy_req *r, void *dst,
+                                  const void *src, size_t n, int async)
+{
+    r->dst = (uint64_t)(uintptr_t)dst;
+    r->src = (uint64_t)(uintptr_t)src;
+    r->size = n;
+    return vcu__call(dev, VCU_OP_CU_MEMCPY_DTOD,
+                     async && vcu__dev_range_known(dev, r->dst, n) &&
+                         vcu__dev_range_known(dev, r->src, n),
+                     r, sizeof(*r), NULL, 0, NULL, 0);
+}
+
+/*
+ * A copy of n bytes between device and host memory (kind HostToDevice or
+ * DeviceToHost), r's stream and flags set, in pieces of the session's
+ * transfer limit: none waits when async; a synchronous one from pageable
+ * memory (not stable) is pipelined (VCU__COPY_CHUNK).
+ */
+static cudaError_t vcu__copy_pieces(int dev, struct vcu_cu_memcpy_req *r, void *dst,
+                                    const void *src, size_t n, enum cudaMemcpyKind kind,
+                                    int async, int stable)
+{
+    uint64_t chunk, off, i;
+    int pipeline;
+    cudaError_t e;
+    vcu_buf_t b;
+
+    pipeline = !async && !stable && vcu__rt.async && n > VCU__COPY_CHUNK;
+    chunk = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
+    if (pipeline && chunk > VCU__COPY_CHUNK)
+        chunk = VCU__COPY_CHUNK;
+    for (off = 0, i = 0; off < n; off += chunk, i++) {
+        uint64_t len = n - off < chunk ? n - off : chunk;
+        /* Every VCU__COPY_WINDOW-th chunk and the last wait: that bounds
+         * what is pinned and in flight. */
+        int nowait = async || (pipeline && off + len < n &&
+                               (i + 1) % VCU__COPY_WINDOW != 0);
+
+        r->dst = (uint64_t)(uintptr_t)dst + off;
+        r->src = (uint64_t)(uintptr_t)src + off;
+        r->size = len;
+        b.len = len;
+        if (kind == cudaMemcpyHostToDevice) {
+            b.addr = (char *)src + off;
+            b.flags = VCU_SEG_TO_DEVICE;
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_HTOD, nowait, r, sizeof(*r), &b, 1, NULL, 0);
+        } else {
+            b.addr = (char *)dst + off;
+            b.flags = VCU_SEG_FROM_DEVICE;
+            e = vcu__call(dev, VCU_OP_CU_MEMCPY_DTOH, nowait, r, sizeof(*r), &b, 1, NULL, 0);
+        }
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
 static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                              cudaStream_t stream, int async, int ptsz)
 {
     struct vcu_cu_memcpy_req r;
-    uint64_t ws = 0, chunk, off, i;
-    int dev, stable, pipeline;
+    uint64_t ws = 0;
+    int dev, stable;
     cudaError_t e;
-    vcu_buf_t b;
 
-    if (async) {
-        e = vcu__stream(stream, ptsz, &dev, &ws);
-        if (e != cudaSuccess)
-            return e;
-    } else {
-        dev = vcu__cur_dev;
-        if (ptsz)
-            ws = VCU_CU_STREAM_PER_THREAD;
-    }
+    e = vcu__copy_stream(stream, async, ptsz, &dev, &ws);
+    if (e != cudaSuccess)
+        return e;
     e = vcu__check_dev(dev);
     if (e == cudaSuccess)
         e = vcu__kind(dst, src, &kind);
@@ -105,17 +171,8 @@ static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemc
      * on that stream (the host issues flag-less copies on the legacy one)
      * and waited for below. */
     r.flags = async || ptsz ? VCU_CU_MEMCPY_F_ASYNC : 0;
-    if (kind == cudaMemcpyDeviceToDevice) {
-        r.dst = (uint64_t)(uintptr_t)dst;
-        r.src = (uint64_t)(uintptr_t)src;
-        r.size = n;
-        /* Unknown pointers wait for the host's verdict, as CUDA checks
-         * them at the call. */
-        return vcu__call(dev, VCU_OP_CU_MEMCPY_DTOD,
-                         async && vcu__dev_range_known(dev, r.dst, n) &&
-                             vcu__dev_range_known(dev, r.src, n),
-                         &r, sizeof(r), NULL, 0, NULL, 0);
-    }
+    if (kind == cudaMemcpyDeviceToDevice)
+        return vcu__copy_dtod(dev, &r, dst, src, n, async);
     /* Stream-ordered copies go without waiting only where the host memory
      * is the driver's (stable) and the device range is known; from
      * pageable memory cudaMemcpyAsync is synchronous, as in CUDA. */
@@ -125,33 +182,9 @@ static cudaError_t vcu__copy(void *dst, const void *src, size_t n, enum cudaMemc
                                                                                           : src),
                                                   n)))
         async = 0;
-    pipeline = !async && !stable && vcu__rt.async && n > VCU__COPY_CHUNK;
-    chunk = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
-    if (pipeline && chunk > VCU__COPY_CHUNK)
-        chunk = VCU__COPY_CHUNK;
-    for (off = 0, i = 0; off < n; off += chunk, i++) {
-        uint64_t len = n - off < chunk ? n - off : chunk;
-        /* Every VCU__COPY_WINDOW-th chunk and the last wait: that bounds
-         * what is pinned and in flight. */
-        int nowait = async || (pipeline && off + len < n &&
-                               (i + 1) % VCU__COPY_WINDOW != 0);
-
-        r.dst = (uint64_t)(uintptr_t)dst + off;
-        r.src = (uint64_t)(uintptr_t)src + off;
-        r.size = len;
-        b.len = len;
-        if (kind == cudaMemcpyHostToDevice) {
-            b.addr = (char *)src + off;
-            b.flags = VCU_SEG_TO_DEVICE;
-            e = vcu__call(dev, VCU_OP_CU_MEMCPY_HTOD, nowait, &r, sizeof(r), &b, 1, NULL, 0);
-        } else {
-            b.addr = (char *)dst + off;
-            b.flags = VCU_SEG_FROM_DEVICE;
-            e = vcu__call(dev, VCU_OP_CU_MEMCPY_DTOH, nowait, &r, sizeof(r), &b, 1, NULL, 0);
-        }
-        if (e != cudaSuccess)
-            return e;
-    }
+    e = vcu__copy_pieces(dev, &r, dst, src, n, kind, async, stable);
+    if (e != cudaSuccess)
+        return e;
     /* The host waits for a copy touching pageable pages before it replies;
      * one touching the driver's pinned pages must be waited for here. */
     if (ptsz && !async && stable)
