@@ -604,43 +604,10 @@ static inline void vcu__host_uncharge(vcu__cuda_sess_t *cs, uint64_t n)
 }
 
 /* Takes n bytes of the session's budget: 0, or -1 (nothing taken) past
- * the budget or the VM's host quota. */
-static inline int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n)
-{
-    uint64_t want, grow;
-
-    pthread_mutex_lock(&cs->hostmu);
-    if (n > VCU__SESS_HOST_BUDGET - cs->hostmem) {
-        pthread_mutex_unlock(&cs->hostmu);
-        return -1;
-    }
-    want = cs->hostmem + n;
-    if (want > cs->hostres) {
-        grow = (want - cs->hostres + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
-        if (vcu__host_charge(cs, grow) != 0) {
-            pthread_mutex_unlock(&cs->hostmu);
-            return -1;
-        }
-        cs->hostres += grow;
-    }
-    cs->hostmem = want;
-    pthread_mutex_unlock(&cs->hostmu);
-    return 0;
-}
-
-static inline void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n)
-{
-    uint64_t keep;
-
-    pthread_mutex_lock(&cs->hostmu);
-    cs->hostmem = n < cs->hostmem ? cs->hostmem - n : 0;
-    keep = (cs->hostmem + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
-    if (cs->hostres >= keep + 2 * VCU__HOST_GRAIN) {
-        vcu__host_uncharge(cs, cs->hostres - keep - VCU__HOST_GRAIN);
-        cs->hostres = keep + VCU__HOST_GRAIN;
-    }
-    pthread_mutex_unlock(&cs->hostmu);
-}
+ * the budget or the VM's host quota (cuda.c). */
+int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n);
+/* Gives n bytes back to the session's budget (cuda.c). */
+void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n);
 
 /*
  * Makes ctx current on the worker thread (the only thread that calls
@@ -1050,13 +1017,6 @@ static inline void vcu__scatter(const vcu_segment_t *s, const void *src, size_t 
     }
 }
 
-/*
- * Kernel parameters: param_bytes bytes at src (already checked to lie in
- * the payload) copied to a 16-byte-aligned buffer, and the pointer array
- * CUDA wants built from the function's remembered layout.  Both in one
- * allocation, freed by the caller.  The size must be what the function
- * takes.
- */
 /* A launch's or kernel node's parameter byte count: within the limit and
  * within the room left in its request. */
 static inline bool vcu__param_bytes_ok(uint32_t nbytes, size_t room)
@@ -1064,61 +1024,20 @@ static inline bool vcu__param_bytes_ok(uint32_t nbytes, size_t room)
     return nbytes <= VCU_CU_MAX_PARAM_BYTES && nbytes <= room;
 }
 
-static inline void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes)
-{
-    size_t body = ((size_t)nbytes + 15) & ~(size_t)15, need;
-    unsigned char *buf;
-    void **kp;
-    uint32_t i;
-
-    if (nbytes != fe->u.fn.param_bytes) {
-        o->res = CUDA_ERROR_INVALID_VALUE;
-        return NULL;
-    }
-    /* aligned_alloc() wants a multiple of the alignment. */
-    need = (body + ((size_t)fe->u.fn.nparams + 1) * sizeof(void *) + 15) & ~(size_t)15;
-    buf = need <= sizeof(o->pscratch) ? o->pscratch : aligned_alloc(16, need);
-    if (buf == NULL) {
-        o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return NULL;
-    }
-    if (nbytes > 0)
-        memcpy(buf, src, nbytes);
-    kp = (void **)(buf + body);
-    for (i = 0; i < fe->u.fn.nparams; i++)
-        kp[i] = buf + fe->u.fn.params[i].offset;
-    kp[i] = NULL;
-    return kp;
-}
-
-static inline void vcu__params_free(vcu__op_t *o, const vcu__hent_t *fe, void **kp)
-{
-    unsigned char *buf;
-
-    if (kp == NULL)
-        return;
-    buf = (unsigned char *)kp - (((size_t)fe->u.fn.param_bytes + 15) & ~(size_t)15);
-    if (buf != o->pscratch)
-        free(buf);
-}
-
+/*
+ * Kernel parameters: param_bytes bytes at src (already checked to lie in
+ * the payload) copied to a 16-byte-aligned buffer, and the pointer array
+ * CUDA wants built from the function's remembered layout.  Both in one
+ * allocation, freed by the caller (vcu__params_free).  The size must be
+ * what the function takes (cuda_module.c).
+ */
+void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes);
+/* Frees what vcu__params() allocated for kp (cuda_module.c). */
+void vcu__params_free(vcu__op_t *o, const vcu__hent_t *fe, void **kp);
 /* A kernel node's parameters for function fe with these dimensions and
- * the parameter pointers kp (vcu__params()). */
-static inline void vcu__kernel_node(CUDA_KERNEL_NODE_PARAMS *kn, const vcu__hent_t *fe,
-                                    const vcu_le32 grid[3], const vcu_le32 block[3], uint32_t smem,
-                                    void **kp)
-{
-    memset(kn, 0, sizeof(*kn));
-    kn->func = fe->u.fn.f;
-    kn->gridDimX = grid[0];
-    kn->gridDimY = grid[1];
-    kn->gridDimZ = grid[2];
-    kn->blockDimX = block[0];
-    kn->blockDimY = block[1];
-    kn->blockDimZ = block[2];
-    kn->sharedMemBytes = smem;
-    kn->kernelParams = kp;
-}
+ * the parameter pointers kp (vcu__params(); cuda_module.c). */
+void vcu__kernel_node(CUDA_KERNEL_NODE_PARAMS *kn, const vcu__hent_t *fe, const vcu_le32 grid[3],
+                      const vcu_le32 block[3], uint32_t smem, void **kp);
 
 /*
  * The deferred error and a reply: an async request has no reader, so its
