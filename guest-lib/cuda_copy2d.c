@@ -2,20 +2,10 @@
  * libcuda.so.1: pitched memory, 2D copies and 2D memsets over the wire
  * protocol.
  */
-#include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cuda_int.h"
-#include "vcu_fatbin.h"
-#include "vcu_kernels.h"
 
 /* ---- pitched memory and 2D copies --------------------------------------- */
 

@@ -7,20 +7,10 @@
  * Memory: cuda_mem.c, 2D copies: cuda_copy2d.c, modules: cuda_module.c,
  * streams and events: cuda_stream.c.
  */
-#include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cuda_int.h"
-#include "vcu_fatbin.h"
-#include "vcu_kernels.h"
 
 /* ---- launches ------------------------------------------------------------ */
 

@@ -3,20 +3,11 @@
  * (in pieces of the session's transfer limit, pageable host memory
  * pipelined) and memset.  Pitched memory and 2D copies: cuda_copy2d.c.
  */
-#include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cuda_int.h"
-#include "vcu_fatbin.h"
-#include "vcu_kernels.h"
 
 /* ---- memory ------------------------------------------------------------ */
 

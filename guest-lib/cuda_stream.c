@@ -5,20 +5,11 @@
  * stream waits go without waiting for the host's reply (vcu__call_async;
  * the host runs them in order); every other call waits.
  */
-#include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cuda_int.h"
-#include "vcu_fatbin.h"
-#include "vcu_kernels.h"
 
 /* ---- streams (wire handles) -------------------------------------------- */
 
