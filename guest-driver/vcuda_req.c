@@ -308,73 +308,55 @@ out:
 }
 
 /*
- * Frames a request.  usegs were validated by the caller (flags, lengths,
- * access_ok, total); payload comes from kpayload or from user space.
+ * The memory of segment s (its address, length and flags set; not empty)
+ * as the device will reach it: the caller's host memory (hm_borrowed),
+ * this driver's page-locked or registered memory, a bounce buffer for a
+ * small one, or its pages pinned; then its guest-physical ranges counted
+ * (s->nranges).
  */
-int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const void *kpayload,
-		    const void __user *upayload, u32 payload_len, const struct vcuda_seg *usegs,
-		    unsigned int nsegs, bool async, u32 resp_cap)
+static int vcuda_seg_take(struct vcuda_req *req, struct vcuda_seg_buf *s, bool async)
 {
-	size_t plen_padded = ALIGN(payload_len, 8);
-	struct vcu_req_hdr hdr = {};
-	size_t nranges = 0, len, off;
-	unsigned int i;
+	bool from = s->flags & VCUDA_SEG_FROM_DEVICE;
 	int err;
 
-	if (WARN_ON_ONCE(nsegs > VCU_MAX_SEGS || payload_len > VCU_MAX_PAYLOAD))
-		return -EINVAL;
-
-	for (i = 0; i < nsegs; i++) {
-		struct vcuda_seg_buf *s = &req->segs[i];
-		bool from = usegs[i].flags & VCUDA_SEG_FROM_DEVICE;
-
-		s->uaddr = usegs[i].addr;
-		s->len = usegs[i].len;
-		s->flags = usegs[i].flags;
-		req->nsegs = i + 1;
-		if (!s->len)
-			continue;
-		/* SUBMIT only: driver-made requests carry no user segments. */
-		if (s->hm_borrowed)
-			s->stable = false;	/* the caller's: see vcuda_hostmem_release_work */
-		else if (req->vf) {
-			s->hm = vcuda_hostmem_get(s->uaddr, s->len, from, &s->hm_off);
-			if (!s->hm)
-				s->hm = vcuda_hostreg_get(req->vf, s->uaddr, s->len, &s->hm_off);
-		}
-		if (s->hm_borrowed) {
-		} else if (s->hm) {
-			s->stable = s->hm->vf == req->vf;
-		} else if (s->len <= VCUDA_BOUNCE_MAX && !(async && from)) {
-			s->bounce = kmalloc(s->len, GFP_KERNEL);
-			if (!s->bounce)
-				return -ENOMEM;
-			/*
-			 * FROM_DEVICE too: the device may write less than the
-			 * whole segment, and what it leaves must go back to
-			 * user space unchanged, never as kernel memory.
-			 */
-			if (copy_from_user(s->bounce, u64_to_user_ptr(s->uaddr), s->len))
-				return -EFAULT;
-		} else {
-			err = vcuda_seg_pin(req->dev, s);
-			if (err)
-				return err;
-		}
-		err = vcuda_seg_ranges(s, NULL, NULL, &s->nranges);
+	/* SUBMIT only: driver-made requests carry no user segments. */
+	if (s->hm_borrowed)
+		s->stable = false;	/* the caller's: see vcuda_hostmem_release_work */
+	else if (req->vf) {
+		s->hm = vcuda_hostmem_get(s->uaddr, s->len, from, &s->hm_off);
+		if (!s->hm)
+			s->hm = vcuda_hostreg_get(req->vf, s->uaddr, s->len, &s->hm_off);
+	}
+	if (s->hm_borrowed) {
+	} else if (s->hm) {
+		s->stable = s->hm->vf == req->vf;
+	} else if (s->len <= VCUDA_BOUNCE_MAX && !(async && from)) {
+		s->bounce = kmalloc(s->len, GFP_KERNEL);
+		if (!s->bounce)
+			return -ENOMEM;
+		/*
+		 * FROM_DEVICE too: the device may write less than the
+		 * whole segment, and what it leaves must go back to
+		 * user space unchanged, never as kernel memory.
+		 */
+		if (copy_from_user(s->bounce, u64_to_user_ptr(s->uaddr), s->len))
+			return -EFAULT;
+	} else {
+		err = vcuda_seg_pin(req->dev, s);
 		if (err)
 			return err;
-		nranges += s->nranges;
 	}
+	return vcuda_seg_ranges(s, NULL, NULL, &s->nranges);
+}
 
-	len = sizeof(hdr) + plen_padded + nsegs * sizeof(struct vcu_seg) +
-	      nranges * sizeof(struct vcu_range);
-	err = vcuda_stream_alloc(req, len);
-	if (err)
-		return err;
-	err = vcuda_resp_alloc(req, sizeof(struct vcu_resp_hdr) + resp_cap);
-	if (err)
-		return err;
+/* The request's header and payload (padded to 8 bytes) at the stream's
+ * start; *off: where they end. */
+static int vcuda_req_put_head(struct vcuda_req *req, u64 session, u32 req_flags,
+			      const void *kpayload, const void __user *upayload, u32 payload_len,
+			      unsigned int nsegs, size_t *off)
+{
+	struct vcu_req_hdr hdr = {};
+	int err;
 
 	hdr.opcode = cpu_to_le32(req->opcode);
 	hdr.flags = cpu_to_le32(req_flags);
@@ -382,17 +364,25 @@ int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const voi
 	hdr.req_id = cpu_to_le64(req->id);
 	hdr.payload_len = cpu_to_le32(payload_len);
 	hdr.nsegs = cpu_to_le16(nsegs);
-	off = 0;
-	err = vcuda_stream_put(req, off, &hdr, NULL, sizeof(hdr));
+	*off = 0;
+	err = vcuda_stream_put(req, *off, &hdr, NULL, sizeof(hdr));
 	if (err)
 		return err;
-	off += sizeof(hdr);
+	*off += sizeof(hdr);
 	if (payload_len) {
-		err = vcuda_stream_put(req, off, kpayload, upayload, payload_len);
+		err = vcuda_stream_put(req, *off, kpayload, upayload, payload_len);
 		if (err)
 			return err;
 	}
-	off += plen_padded;
+	*off += ALIGN(payload_len, 8);
+	return 0;
+}
+
+/* The segments' descriptors, then each segment's ranges, at *off. */
+static int vcuda_req_put_segs(struct vcuda_req *req, unsigned int nsegs, size_t *off)
+{
+	unsigned int i;
+	int err;
 
 	for (i = 0; i < nsegs; i++) {
 		const struct vcuda_seg_buf *s = &req->segs[i];
@@ -403,20 +393,69 @@ int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const voi
 			.flags = cpu_to_le32(wflags | (s->stable ? VCU_SEG_F_STABLE : 0)),
 		};
 
-		err = vcuda_stream_put(req, off, &ws, NULL, sizeof(ws));
+		err = vcuda_stream_put(req, *off, &ws, NULL, sizeof(ws));
 		if (err)
 			return err;
-		off += sizeof(ws);
+		*off += sizeof(ws);
 	}
 	for (i = 0; i < nsegs; i++) {
 		u32 n;
 
-		err = vcuda_seg_ranges(&req->segs[i], req, &off, &n);
+		err = vcuda_seg_ranges(&req->segs[i], req, off, &n);
 		if (err)
 			return err;
 		if (WARN_ON_ONCE(n != req->segs[i].nranges))
 			return -EINVAL;
 	}
+	return 0;
+}
+
+/*
+ * Frames a request.  usegs were validated by the caller (flags, lengths,
+ * access_ok, total); payload comes from kpayload or from user space.
+ */
+int vcuda_req_build(struct vcuda_req *req, u64 session, u32 req_flags, const void *kpayload,
+		    const void __user *upayload, u32 payload_len, const struct vcuda_seg *usegs,
+		    unsigned int nsegs, bool async, u32 resp_cap)
+{
+	size_t plen_padded = ALIGN(payload_len, 8);
+	size_t nranges = 0, len, off;
+	unsigned int i;
+	int err;
+
+	if (WARN_ON_ONCE(nsegs > VCU_MAX_SEGS || payload_len > VCU_MAX_PAYLOAD))
+		return -EINVAL;
+
+	for (i = 0; i < nsegs; i++) {
+		struct vcuda_seg_buf *s = &req->segs[i];
+
+		s->uaddr = usegs[i].addr;
+		s->len = usegs[i].len;
+		s->flags = usegs[i].flags;
+		req->nsegs = i + 1;
+		if (!s->len)
+			continue;
+		err = vcuda_seg_take(req, s, async);
+		if (err)
+			return err;
+		nranges += s->nranges;
+	}
+
+	len = sizeof(struct vcu_req_hdr) + plen_padded + nsegs * sizeof(struct vcu_seg) +
+	      nranges * sizeof(struct vcu_range);
+	err = vcuda_stream_alloc(req, len);
+	if (err)
+		return err;
+	err = vcuda_resp_alloc(req, sizeof(struct vcu_resp_hdr) + resp_cap);
+	if (err)
+		return err;
+	err = vcuda_req_put_head(req, session, req_flags, kpayload, upayload, payload_len, nsegs,
+				 &off);
+	if (err)
+		return err;
+	err = vcuda_req_put_segs(req, nsegs, &off);
+	if (err)
+		return err;
 	return WARN_ON_ONCE(off != len) ? -EINVAL : 0;
 }
 

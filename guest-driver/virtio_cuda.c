@@ -416,29 +416,10 @@ struct vcuda_hostmem *vcuda_hostreg_get(struct vcuda_file *vf, u64 uaddr, u64 le
 	return hm;
 }
 
-static long vcuda_ioctl_host_register(struct vcuda_file *vf, void __user *arg)
+/* Charges [start, end) to vf's registrations (bounded by max), unless
+ * part of it is registered already. */
+static long vcuda_hostreg_charge(struct vcuda_file *vf, u64 start, u64 end, u64 max)
 {
-	struct vcuda_dev *dev = vf->dev;
-	u64 max = (u64)READ_ONCE(hostmem_max_mib) << 20;
-	struct vcuda_host_register r;
-	struct vcuda_hostmem *hm;
-	struct page **pages;
-	unsigned long n, done = 0, i;
-	u64 start, end;
-	long err;
-
-	if (copy_from_user(&r, arg, sizeof(r)))
-		return -EFAULT;
-	if (r.reserved[0] || r.reserved[1] || !r.len || r.addr + r.len < r.addr)
-		return -EINVAL;
-	if (!READ_ONCE(vf->session))
-		return -ENOTCONN;
-	start = r.addr & PAGE_MASK;
-	end = PAGE_ALIGN(r.addr + r.len);
-	if (end <= start || !access_ok(u64_to_user_ptr(start), end - start))
-		return -EFAULT;
-	n = (end - start) >> PAGE_SHIFT;
-
 	spin_lock(&vf->hostmem_lock);
 	if (end - start > max || vf->hostmem_bytes > max - (end - start)) {
 		spin_unlock(&vf->hostmem_lock);
@@ -450,8 +431,28 @@ static long vcuda_ioctl_host_register(struct vcuda_file *vf, void __user *arg)
 	}
 	vf->hostmem_bytes += end - start;
 	spin_unlock(&vf->hostmem_lock);
+	return 0;
+}
 
-	err = -ENOMEM;
+static void vcuda_hostreg_uncharge(struct vcuda_file *vf, u64 bytes)
+{
+	spin_lock(&vf->hostmem_lock);
+	vf->hostmem_bytes -= bytes;
+	spin_unlock(&vf->hostmem_lock);
+}
+
+/*
+ * The user pages of [start, end) (page aligned) pinned, as host memory of
+ * one-page chunks, referenced once, belonging to no file yet.  An
+ * ERR_PTR, with nothing pinned, on failure.
+ */
+static struct vcuda_hostmem *vcuda_hostreg_pin(struct vcuda_dev *dev, u64 start, u64 end)
+{
+	unsigned long n = (end - start) >> PAGE_SHIFT, done = 0, i;
+	struct vcuda_hostmem *hm;
+	struct page **pages;
+	long err = -ENOMEM;
+
 	hm = kzalloc(sizeof(*hm), GFP_KERNEL);
 	pages = kvmalloc_array(n, sizeof(*pages), GFP_KERNEL);
 	if (!hm || !pages)
@@ -485,6 +486,28 @@ static long vcuda_ioctl_host_register(struct vcuda_file *vf, void __user *arg)
 	hm->cap = n;
 	hm->user = true;
 	hm->uaddr = start;
+	return hm;
+
+err_pin:
+	unpin_user_pages(pages, done);
+err_alloc:
+	if (hm)
+		kvfree(hm->chunks);
+	kvfree(pages);
+	kfree(hm);
+	return ERR_PTR(err);
+}
+
+/*
+ * Lists hm, the registration of [start, end), among vf's, taking a
+ * reference to vf for it; if vf was released or the range registered
+ * meanwhile, hm is freed (its pages unpinned) instead.
+ */
+static long vcuda_hostreg_add(struct vcuda_dev *dev, struct vcuda_file *vf,
+			      struct vcuda_hostmem *hm, u64 start, u64 end)
+{
+	long err;
+
 	kref_get(&vf->ref);
 	hm->vf = vf;
 
@@ -496,24 +519,48 @@ static long vcuda_ioctl_host_register(struct vcuda_file *vf, void __user *arg)
 		hm->vf = NULL;
 		vcuda_file_put(vf);
 		vcuda_hostmem_free_chunks(dev, hm);
-		hm = NULL;
-		goto err_charge;
+		return err;
 	}
 	list_add_tail(&hm->reg, &vf->regs);
 	spin_unlock(&vf->hostmem_lock);
 	return 0;
+}
 
-err_pin:
-	unpin_user_pages(pages, done);
-err_alloc:
-	if (hm)
-		kvfree(hm->chunks);
-	kvfree(pages);
-	kfree(hm);
+static long vcuda_ioctl_host_register(struct vcuda_file *vf, void __user *arg)
+{
+	struct vcuda_dev *dev = vf->dev;
+	u64 max = (u64)READ_ONCE(hostmem_max_mib) << 20;
+	struct vcuda_host_register r;
+	struct vcuda_hostmem *hm;
+	u64 start, end;
+	long err;
+
+	if (copy_from_user(&r, arg, sizeof(r)))
+		return -EFAULT;
+	if (r.reserved[0] || r.reserved[1] || !r.len || r.addr + r.len < r.addr)
+		return -EINVAL;
+	if (!READ_ONCE(vf->session))
+		return -ENOTCONN;
+	start = r.addr & PAGE_MASK;
+	end = PAGE_ALIGN(r.addr + r.len);
+	if (end <= start || !access_ok(u64_to_user_ptr(start), end - start))
+		return -EFAULT;
+
+	err = vcuda_hostreg_charge(vf, start, end, max);
+	if (err)
+		return err;
+	hm = vcuda_hostreg_pin(dev, start, end);
+	if (IS_ERR(hm)) {
+		err = PTR_ERR(hm);
+		goto err_charge;
+	}
+	err = vcuda_hostreg_add(dev, vf, hm, start, end);
+	if (err)
+		goto err_charge;
+	return 0;
+
 err_charge:
-	spin_lock(&vf->hostmem_lock);
-	vf->hostmem_bytes -= end - start;
-	spin_unlock(&vf->hostmem_lock);
+	vcuda_hostreg_uncharge(vf, end - start);
 	return err;
 }
 

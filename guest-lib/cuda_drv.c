@@ -1,8 +1,9 @@
 /*
  * libcuda.so.1 core: the session, initialization, devices, contexts (the
  * per-thread stack, primary contexts), cuGetProcAddress, cuGetExportTable
- * and error names.  Memory, modules, launches, streams and events:
- * cuda_exec.c.  The entry points no list entry marks "local" are stubs
+ * and error names.  Memory: cuda_mem.c and cuda_copy2d.c, modules:
+ * cuda_module.c, launches: cuda_exec.c, streams and events:
+ * cuda_stream.c.  The entry points no list entry marks "local" are stubs
  * generated from cuda_calls.list (gen-cuda.py).
  */
 #include <stdarg.h>

@@ -458,6 +458,60 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
     return CUDA_SUCCESS;
 }
 
+/* A pointer attribute this library does not answer (logged once). */
+static CUresult vcu__ptr_attr_unsupported(CUpointer_attribute a)
+{
+    static int logged;
+
+    vcu__log_once(&logged, "libcuda (virtio-cuda): pointer attribute %d is not "
+                           "supported\n", (int)a);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* CU_POINTER_ATTRIBUTE_CONTEXT (strict: see vcu__ptr_attr): the context
+ * it was made in, or the device's primary context where that one was
+ * destroyed since. */
+static CUresult vcu__ptr_attr_ctx(const vcu__ptr_info_t *pi, void *data, int strict)
+{
+    int known = pi->type != 0;
+    vcu__ctx_t *pc = NULL;
+    CUresult e;
+
+    if (known && pi->ctx != NULL && vcu__reg_has(pi->ctx, VCU__K_CTX)) {
+        pc = pi->ctx;
+    } else if (known) {
+        e = vcu__primary(pi->dev, &pc);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    if (strict && !known)
+        return CUDA_ERROR_INVALID_VALUE;
+    *(CUcontext *)data = (CUcontext)pc;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * CU_POINTER_ATTRIBUTE_BUFFER_ID (strict: see vcu__ptr_attr).  cuFFT asks
+ * it of its work areas (and fails its plans without it).  Known for the
+ * allocations this library made: device memory (cuda_ranges.c) and
+ * page-locked host memory; managed memory, module globals and ranges
+ * forgotten after a reset are not (NOT_SUPPORTED).
+ */
+static CUresult vcu__ptr_attr_id(const vcu__ptr_info_t *pi, void *data, int strict)
+{
+    if (pi->type == 0) {
+        if (strict)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned long long *)data = 0;
+        return CUDA_SUCCESS;
+    }
+    if (pi->id != 0) {
+        *(unsigned long long *)data = pi->id;
+        return CUDA_SUCCESS;
+    }
+    return vcu__ptr_attr_unsupported(CU_POINTER_ATTRIBUTE_BUFFER_ID);
+}
+
 /*
  * One attribute of a known or unknown (pi->type 0) pointer into data.
  * strict: cuPointerGetAttribute, where an unknown pointer or a missing
@@ -469,24 +523,10 @@ static CUresult vcu__ptr_attr(const vcu__ptr_info_t *pi, CUpointer_attribute a, 
                               int strict)
 {
     int known = pi->type != 0;
-    vcu__ctx_t *pc = NULL;
-    CUresult e;
 
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        /* The context it was made in, or the device's primary context
-         * where that one was destroyed since. */
-        if (known && pi->ctx != NULL && vcu__reg_has(pi->ctx, VCU__K_CTX)) {
-            pc = pi->ctx;
-        } else if (known) {
-            e = vcu__primary(pi->dev, &pc);
-            if (e != CUDA_SUCCESS)
-                return e;
-        }
-        if (strict && !known)
-            return CUDA_ERROR_INVALID_VALUE;
-        *(CUcontext *)data = (CUcontext)pc;
-        return CUDA_SUCCESS;
+        return vcu__ptr_attr_ctx(pi, data, strict);
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         if (strict && !known)
             return CUDA_ERROR_INVALID_VALUE;
@@ -533,29 +573,9 @@ static CUresult vcu__ptr_attr(const vcu__ptr_info_t *pi, CUpointer_attribute a, 
         *(size_t *)data = pi->size;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-        /* cuFFT asks it of its work areas (and fails its plans without
-         * it).  Known for the allocations this library made: device
-         * memory (cuda_ranges.c) and page-locked host memory; managed
-         * memory, module globals and ranges forgotten after a reset
-         * are not (NOT_SUPPORTED, below). */
-        if (!known) {
-            if (strict)
-                return CUDA_ERROR_INVALID_VALUE;
-            *(unsigned long long *)data = 0;
-            return CUDA_SUCCESS;
-        }
-        if (pi->id != 0) {
-            *(unsigned long long *)data = pi->id;
-            return CUDA_SUCCESS;
-        }
-        /* fall through */
-    default: {
-        static int logged;
-
-        vcu__log_once(&logged, "libcuda (virtio-cuda): pointer attribute %d is not "
-                               "supported\n", (int)a);
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
+        return vcu__ptr_attr_id(pi, data, strict);
+    default:
+        return vcu__ptr_attr_unsupported(a);
     }
 }
 

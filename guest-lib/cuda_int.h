@@ -317,7 +317,24 @@ CUresult vcu__gnode_arg(CUgraphNode hNode, vcu__gnode_t **out);
 CUresult vcu__deps_req(vcu__graph_t *g, const void *req, size_t n, const CUgraphNode *deps,
                        size_t ndeps, const void *extra, size_t extra_len, void **out,
                        size_t *len);
-/* cuda_graph_mem.c, for cuda_graph.c: the caller's graph the capture on
+/* Between cuda_graph.c (graphs, nodes), cuda_capture.c (stream capture)
+ * and cuda_graph_edit.c (editing, updates); each is described where it is
+ * defined.  cuda_graph.c: */
+void vcu__graph_free(vcu__graph_t *g);
+void vcu__keep_kernel(vcu__gnode_t *n, const CUDA_KERNEL_NODE_PARAMS *p, const vcu__func_t *f,
+                      const char *params);
+void vcu__keep(vcu__gnode_t *n, uint32_t kind, const void *p, size_t len);
+CUresult vcu__kernel_req(vcu__graph_t *g, const CUDA_KERNEL_NODE_PARAMS *p, CUkernel kern,
+                         struct vcu_cu_graph_node_req *r, char *params, vcu__func_t **fo);
+CUresult vcu__copy_req(vcu__graph_t *g, const CUDA_MEMCPY3D *m, struct vcu_cu_graph_node_req *r,
+                       const char *who);
+CUresult vcu__memset_req(const CUDA_MEMSET_NODE_PARAMS *p, struct vcu_cu_graph_node_req *r);
+/* cuda_capture.c: */
+vcu__gnode_t *vcu__gnode_of(vcu__graph_t *g, uint64_t h);
+/* cuda_graph_edit.c: */
+CUresult vcu__list(vcu__graph_t *g, uint64_t gh, uint64_t nh, uint32_t what, CUgraphNode *a,
+                   CUgraphNode *b, size_t *num);
+/* cuda_graph_mem.c, for cuda_capture.c: the caller's graph the capture on
  * stream (host handle) of dev goes into, taken off the list as the
  * capture ends, or NULL; the caller's graph of host handle h some
  * capture goes into, or NULL. */
@@ -348,7 +365,17 @@ CUresult vcu__from_vcu(int err);
  * default stream. */
 CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
 
-/* cuModuleLoadData's size of an image (cuda_exec.c): *image moves past
+/*
+ * Asks the host for a new object (op with its request and data; the
+ * reply, a vcu_cu_u64_resp and nothing more, is the handle, into *h) for
+ * the guest object obj, and registers obj as kind.  If obj cannot be
+ * registered, the host's object is dropped again (drop_op).  The caller
+ * frees obj on failure (cuda_module.c).
+ */
+CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t op, void *req,
+                           uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs,
+                           uint32_t drop_op, uint64_t *h);
+/* cuModuleLoadData's size of an image (cuda_module.c): *image moves past
  * nvcc's wrapper; avail is what is known to be there, or UINT64_MAX. */
 CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
 /* A module from len bytes of image, in the current context's device or
@@ -369,7 +396,7 @@ CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction 
 
 /*
  * One copy kind (VCU_OP_CU_MEMCPY_HTOD/DTOH/DTOD) of n bytes, in pieces of
- * the session's transfer limit (cuda_exec.c).  host: the host side (NULL
+ * the session's transfer limit (cuda_mem.c).  host: the host side (NULL
  * for DTOD).  async: ordered in stream (ptsz: NULL names the per-thread
  * default stream), else synchronous.
  */
@@ -377,12 +404,12 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
                    CUstream stream, int ptsz);
 /*
  * A copy between device memory dptr and host memory on stream hs while
- * it captures: a memcpy node of the capture's graph (cuda_graph.c).
+ * it captures: a memcpy node of the capture's graph (cuda_capture.c).
  * *done 0: hs does not capture, the copy is the caller's.
  */
 CUresult vcu__capture_copy(vcu__ctx_t *c, uint64_t hs, uint32_t op, uint64_t dptr, void *host,
                            size_t n, int *done);
-/* 1 if stream hs (host handle) of c is capturing (cuda_graph.c; asks the
+/* 1 if stream hs (host handle) of c is capturing (cuda_capture.c; asks the
  * host only while a capture begun here has not ended). */
 int vcu__stream_capturing(vcu__ctx_t *c, uint64_t hs);
 

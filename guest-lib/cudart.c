@@ -339,26 +339,12 @@ VCU__EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr a
     return cudaSuccess;
 }
 
-VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device)
-{
-    const struct vcu_cu_device_info_resp *info;
-    cudaError_t e;
-
-    if (p == NULL)
-        return vcu__err(cudaErrorInvalidValue);
-    e = vcu__init();
-    if (e == cudaSuccess && (device < 0 || device >= vcu__rt.ndev))
-        e = vcu__rt.ndev == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice;
-    if (e == cudaSuccess)
-        e = vcu__dev_info(device, &info);
-    if (e != cudaSuccess)
-        return vcu__err(e);
 #define A(x) vcu__dev_attr(device, cudaDevAttr##x)
-    memset(p, 0, sizeof(*p));
-    memcpy(p->name, info->name, sizeof(p->name));
-    p->name[sizeof(p->name) - 1] = '\0';
-    memcpy(p->uuid.bytes, info->uuid, sizeof(p->uuid.bytes));
-    p->totalGlobalMem = info->total_mem;
+
+/* cudaGetDeviceProperties's limits of blocks, grids and memory, and the
+ * compute capability. */
+static void vcu__props_compute(struct cudaDeviceProp *p, int device)
+{
     p->sharedMemPerBlock = (size_t)A(MaxSharedMemoryPerBlock);
     p->regsPerBlock = A(MaxRegistersPerBlock);
     p->warpSize = A(WarpSize);
@@ -378,6 +364,11 @@ VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int de
     p->multiProcessorCount = A(MultiProcessorCount);
     p->integrated = A(Integrated);
     p->canMapHostMemory = A(CanMapHostMemory);
+}
+
+/* cudaGetDeviceProperties's texture and surface limits. */
+static void vcu__props_textures(struct cudaDeviceProp *p, int device)
+{
     p->maxTexture1D = A(MaxTexture1DWidth);
     p->maxTexture1DMipmap = A(MaxTexture1DMipmappedWidth);
     p->maxTexture2D[0] = A(MaxTexture2DWidth);
@@ -418,6 +409,12 @@ VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int de
     p->maxSurfaceCubemapLayered[0] = A(MaxSurfaceCubemapLayeredWidth);
     p->maxSurfaceCubemapLayered[1] = A(MaxSurfaceCubemapLayeredLayers);
     p->surfaceAlignment = (size_t)A(SurfaceAlignment);
+}
+
+/* cudaGetDeviceProperties's features: concurrency, caches, managed and
+ * host memory, pools, NUMA. */
+static void vcu__props_features(struct cudaDeviceProp *p, int device)
+{
     p->concurrentKernels = A(ConcurrentKernels);
     p->ECCEnabled = A(EccEnabled);
     p->pciBusID = A(PciBusId);
@@ -470,7 +467,31 @@ VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int de
     p->gpuPciDeviceID = (unsigned int)A(GpuPciDeviceId);
     p->gpuPciSubsystemID = (unsigned int)A(GpuPciSubsystemId);
     p->hostNumaMultinodeIpcSupported = A(HostNumaMultinodeIpcSupported);
+}
 #undef A
+
+VCU__EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device)
+{
+    const struct vcu_cu_device_info_resp *info;
+    cudaError_t e;
+
+    if (p == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__init();
+    if (e == cudaSuccess && (device < 0 || device >= vcu__rt.ndev))
+        e = vcu__rt.ndev == 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice;
+    if (e == cudaSuccess)
+        e = vcu__dev_info(device, &info);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(p, 0, sizeof(*p));
+    memcpy(p->name, info->name, sizeof(p->name));
+    p->name[sizeof(p->name) - 1] = '\0';
+    memcpy(p->uuid.bytes, info->uuid, sizeof(p->uuid.bytes));
+    p->totalGlobalMem = info->total_mem;
+    vcu__props_compute(p, device);
+    vcu__props_textures(p, device);
+    vcu__props_features(p, device);
     return cudaSuccess;
 }
 

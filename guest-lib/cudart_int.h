@@ -190,14 +190,22 @@ void vcu__mem_forget_dev(int dev);
 int vcu__dev_range_known(int dev, uint64_t p, uint64_t len);
 /* [p, p + len) lies inside one stable host allocation. */
 int vcu__host_range_stable(const void *p, uint64_t len);
+/* 1 if p is in a device allocation, symbol or managed allocation (its
+ * device in *dev, unless NULL). */
+int vcu__is_dev_ptr(const void *p, int *dev);
+/* A device allocation of dev (async: ordered in stream, from pool),
+ * tracked; cudaMalloc's and the stream-ordered allocator's
+ * (cudart_pool.c). */
+cudaError_t vcu__malloc(int dev, void **p, size_t size, int async, uint64_t stream,
+                        uint64_t pool);
 
 /* A copy between device and host memory (kind HostToDevice or
  * DeviceToHost) on stream ws of dev while it captures: a memcpy node of
- * the capture's graph (cudart_graph.c).  *done 0: ws does not capture,
+ * the capture's graph (cudart_capture.c).  *done 0: ws does not capture,
  * the copy is the caller's. */
 cudaError_t vcu__capture_copy(int dev, uint64_t ws, void *dst, const void *src, size_t n,
                               enum cudaMemcpyKind kind, int *done);
-/* 1 if stream ws of dev is capturing (cudart_graph.c; asks the host only
+/* 1 if stream ws of dev is capturing (cudart_capture.c; asks the host only
  * while a capture begun here has not ended). */
 int vcu__stream_capturing(int dev, uint64_t ws);
 

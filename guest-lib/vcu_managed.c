@@ -489,75 +489,75 @@ static int vcu__m_zero_locked(int dev, uint64_t base, uint64_t len)
     return vcu__m_ops.call(dev, VCU_OP_CU_STREAM_SYNCHRONIZE, &s, sizeof(s), NULL, 0, NULL, 0);
 }
 
-static int vcu__m_alloc_locked(int dev, size_t size, unsigned int flags, void **out)
+/* A free slot of vcu__mregs, or -1 (logged once). */
+static int vcu__m_slot_locked(void)
 {
-    static int log_slots, log_map, log_sig;
-    uint64_t page = vcu__m_page(), len, dptr, base;
-    int loop = vcu__m_ops.loopback(), slot = -1;
-    vcu__mreg_t *m;
-    int e;
+    static int log_slots;
+    int slot = -1;
 
-    if (size > UINT64_MAX - 2 * page)
-        return vcu__m_ops.oom;
-    len = (size + page - 1) & ~(page - 1);
     for (int i = 0; i < VCU__MAX_MANAGED && slot < 0; i++)
         if (vcu__mregs[i].base == 0)
             slot = i;
-    if (slot < 0) {
+    if (slot < 0)
         vcu__log_once(&log_slots, "%s: more than %d managed allocations\n",
                       vcu__m_ops.name, VCU__MAX_MANAGED);
-        return vcu__m_ops.oom;
-    }
-    if (!loop) {
-        pthread_once(&vcu__m_sig_once, vcu__m_sig_install);
-        if (!vcu__m_sig_ok) {
-            vcu__log_once(&log_sig, "%s: cannot install the SIGSEGV handler\n",
-                          vcu__m_ops.name);
-            return vcu__m_ops.oom;
-        }
-    }
-    e = vcu__m_stream_locked(dev);
+    return slot;
+}
+
+/* Device memory for an allocation of size bytes (len: size in whole
+ * pages): *dptr as allocated, *base where the allocation begins.  The
+ * shadow (not loop) needs whole pages of its own: an allocation not on a
+ * page boundary is made again one page larger, from the first page
+ * boundary inside. */
+static int vcu__m_dev_alloc_pages(int dev, size_t size, uint64_t len, int loop, uint64_t *dptr,
+                                  uint64_t *base)
+{
+    uint64_t page = vcu__m_page();
+    int e;
+
+    e = vcu__m_dev_alloc(dev, loop ? size : len, dptr);
     if (e != 0)
         return e;
-    e = vcu__m_dev_alloc(dev, loop ? size : len, &dptr);
-    if (e != 0)
-        return e;
-    base = dptr;
-    if (!loop && (dptr & (page - 1))) {
-        /* The shadow needs whole pages of its own: one page more, from
-         * the first page boundary inside. */
-        vcu__m_dev_free(dev, dptr);
-        e = vcu__m_dev_alloc(dev, len + page, &dptr);
+    *base = *dptr;
+    if (!loop && (*dptr & (page - 1))) {
+        vcu__m_dev_free(dev, *dptr);
+        e = vcu__m_dev_alloc(dev, len + page, dptr);
         if (e != 0)
             return e;
-        base = (dptr + page - 1) & ~(page - 1);
+        *base = (*dptr + page - 1) & ~(page - 1);
     }
-    if (!loop) {
-        void *p = mmap((void *)(uintptr_t)base, len, PROT_READ,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    return 0;
+}
 
-        if (p != (void *)(uintptr_t)base) {
-            int err = p == MAP_FAILED ? errno : EEXIST;
+/* The shadow of [base, base + len): this process's pages at the device
+ * address, mapped read-only.  If the address is taken here, the
+ * device memory (dptr) is freed and the allocation fails (logged once). */
+static int vcu__m_shadow_map(int dev, uint64_t dptr, uint64_t base, uint64_t len)
+{
+    static int log_map;
+    void *p = mmap((void *)(uintptr_t)base, len, PROT_READ,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 
-            if (p != MAP_FAILED)
-                munmap(p, len);     /* a kernel before 4.17 took the address as a hint */
-            vcu__log_once(&log_map, "%s: the device address 0x%llx is taken in this "
-                                    "process (%s): no shadow\n",
-                          vcu__m_ops.name, (unsigned long long)base, strerror(err));
-            vcu__m_dev_free(dev, dptr);
-            return vcu__m_ops.oom;
-        }
-    }
-    e = vcu__m_zero_locked(dev, base, loop ? size : len);
-    if (e == 0 && vcu__m_ops.track != NULL && vcu__m_ops.track(dev, base, size, flags) != 0)
-        e = vcu__m_ops.oom;
-    if (e != 0) {
-        if (!loop)
-            munmap((void *)(uintptr_t)base, len);
+    if (p != (void *)(uintptr_t)base) {
+        int err = p == MAP_FAILED ? errno : EEXIST;
+
+        if (p != MAP_FAILED)
+            munmap(p, len);         /* a kernel before 4.17 took the address as a hint */
+        vcu__log_once(&log_map, "%s: the device address 0x%llx is taken in this "
+                                "process (%s): no shadow\n",
+                      vcu__m_ops.name, (unsigned long long)base, strerror(err));
         vcu__m_dev_free(dev, dptr);
-        return e;
+        return vcu__m_ops.oom;
     }
-    m = &vcu__mregs[slot];
+    return 0;
+}
+
+/* Fills slot and makes it visible (base last, for the fault handler). */
+static void vcu__m_publish_locked(int slot, int dev, size_t size, uint64_t dptr, uint64_t base,
+                                  uint64_t len, int loop)
+{
+    vcu__mreg_t *m = &vcu__mregs[slot];
+
     m->size = size;
     m->dptr = dptr;
     /* Allocated host-attached, it is still taken as global: the device
@@ -580,6 +580,49 @@ static int vcu__m_alloc_locked(int dev, size_t size, unsigned int flags, void **
     __atomic_fetch_add(&vcu__m_nmanaged, 1, __ATOMIC_RELEASE);
     if (!loop)
         __atomic_fetch_add(&vcu__m_nshadow, 1, __ATOMIC_RELEASE);
+}
+
+static int vcu__m_alloc_locked(int dev, size_t size, unsigned int flags, void **out)
+{
+    static int log_sig;
+    uint64_t page = vcu__m_page(), len, dptr, base;
+    int loop = vcu__m_ops.loopback(), slot;
+    int e;
+
+    if (size > UINT64_MAX - 2 * page)
+        return vcu__m_ops.oom;
+    len = (size + page - 1) & ~(page - 1);
+    slot = vcu__m_slot_locked();
+    if (slot < 0)
+        return vcu__m_ops.oom;
+    if (!loop) {
+        pthread_once(&vcu__m_sig_once, vcu__m_sig_install);
+        if (!vcu__m_sig_ok) {
+            vcu__log_once(&log_sig, "%s: cannot install the SIGSEGV handler\n",
+                          vcu__m_ops.name);
+            return vcu__m_ops.oom;
+        }
+    }
+    e = vcu__m_stream_locked(dev);
+    if (e == 0)
+        e = vcu__m_dev_alloc_pages(dev, size, len, loop, &dptr, &base);
+    if (e != 0)
+        return e;
+    if (!loop) {
+        e = vcu__m_shadow_map(dev, dptr, base, len);
+        if (e != 0)
+            return e;
+    }
+    e = vcu__m_zero_locked(dev, base, loop ? size : len);
+    if (e == 0 && vcu__m_ops.track != NULL && vcu__m_ops.track(dev, base, size, flags) != 0)
+        e = vcu__m_ops.oom;
+    if (e != 0) {
+        if (!loop)
+            munmap((void *)(uintptr_t)base, len);
+        vcu__m_dev_free(dev, dptr);
+        return e;
+    }
+    vcu__m_publish_locked(slot, dev, size, dptr, base, len, loop);
     *out = (void *)(uintptr_t)base;
     return 0;
 }

@@ -1205,3 +1205,44 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
     }
     return st;
 }
+
+/* --- the session's host budget --- */
+
+/* Takes n bytes of the session's budget: 0, or -1 (nothing taken) past
+ * the budget or the VM's host quota. */
+int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n)
+{
+    uint64_t want, grow;
+
+    pthread_mutex_lock(&cs->hostmu);
+    if (n > VCU__SESS_HOST_BUDGET - cs->hostmem) {
+        pthread_mutex_unlock(&cs->hostmu);
+        return -1;
+    }
+    want = cs->hostmem + n;
+    if (want > cs->hostres) {
+        grow = (want - cs->hostres + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
+        if (vcu__host_charge(cs, grow) != 0) {
+            pthread_mutex_unlock(&cs->hostmu);
+            return -1;
+        }
+        cs->hostres += grow;
+    }
+    cs->hostmem = want;
+    pthread_mutex_unlock(&cs->hostmu);
+    return 0;
+}
+
+void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n)
+{
+    uint64_t keep;
+
+    pthread_mutex_lock(&cs->hostmu);
+    cs->hostmem = n < cs->hostmem ? cs->hostmem - n : 0;
+    keep = (cs->hostmem + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
+    if (cs->hostres >= keep + 2 * VCU__HOST_GRAIN) {
+        vcu__host_uncharge(cs, cs->hostres - keep - VCU__HOST_GRAIN);
+        cs->hostres = keep + VCU__HOST_GRAIN;
+    }
+    pthread_mutex_unlock(&cs->hostmu);
+}

@@ -5,8 +5,9 @@
  * cuda_mem.c (memory), cuda_module.c (modules, functions, launches),
  * cuda_wait.c (waits, orphans, context teardown, fences, the host
  * callback gate), cuda_stream.c (streams, captures, host callbacks,
- * events) and cuda_graph.c (graphs, runs of launches as graphs).  How
- * the executor works, and its locks: cuda.c.
+ * events), cuda_graph.c (graphs, graph memory), cuda_graph_cond.c
+ * (conditional nodes) and cuda_batch.c (CU_BATCH, runs of launches as
+ * graphs).  How the executor works, and its locks: cuda.c.
  */
 #ifndef VCU_CUDA_INT_H
 #define VCU_CUDA_INT_H
@@ -603,43 +604,10 @@ static inline void vcu__host_uncharge(vcu__cuda_sess_t *cs, uint64_t n)
 }
 
 /* Takes n bytes of the session's budget: 0, or -1 (nothing taken) past
- * the budget or the VM's host quota. */
-static inline int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n)
-{
-    uint64_t want, grow;
-
-    pthread_mutex_lock(&cs->hostmu);
-    if (n > VCU__SESS_HOST_BUDGET - cs->hostmem) {
-        pthread_mutex_unlock(&cs->hostmu);
-        return -1;
-    }
-    want = cs->hostmem + n;
-    if (want > cs->hostres) {
-        grow = (want - cs->hostres + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
-        if (vcu__host_charge(cs, grow) != 0) {
-            pthread_mutex_unlock(&cs->hostmu);
-            return -1;
-        }
-        cs->hostres += grow;
-    }
-    cs->hostmem = want;
-    pthread_mutex_unlock(&cs->hostmu);
-    return 0;
-}
-
-static inline void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n)
-{
-    uint64_t keep;
-
-    pthread_mutex_lock(&cs->hostmu);
-    cs->hostmem = n < cs->hostmem ? cs->hostmem - n : 0;
-    keep = (cs->hostmem + VCU__HOST_GRAIN - 1) & ~(VCU__HOST_GRAIN - 1);
-    if (cs->hostres >= keep + 2 * VCU__HOST_GRAIN) {
-        vcu__host_uncharge(cs, cs->hostres - keep - VCU__HOST_GRAIN);
-        cs->hostres = keep + VCU__HOST_GRAIN;
-    }
-    pthread_mutex_unlock(&cs->hostmu);
-}
+ * the budget or the VM's host quota (cuda.c). */
+int vcu__mem_take(vcu__cuda_sess_t *cs, size_t n);
+/* Gives n bytes back to the session's budget (cuda.c). */
+void vcu__mem_give(vcu__cuda_sess_t *cs, size_t n);
 
 /*
  * Makes ctx current on the worker thread (the only thread that calls
@@ -882,7 +850,6 @@ uint32_t vcu__op_CU_EVENT_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o);
 
 /* cuda_graph.c */
-void vcu__grun_drop(vcu__cuda_sess_t *cs, uint32_t d);
 uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods);
 uint32_t vcu__op_CU_GRAPH_CREATE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_DESTROY(vcu__op_t *o);
@@ -900,12 +867,22 @@ uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_ADD_MEM_NODE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_MEM_NODE_PARAMS(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_MEM_ATTR(vcu__op_t *o);
-uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o);
-uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o);
 void vcu__gmem_settle(vcu__cuda_sess_t *cs, uint32_t d);
 int vcu__galloc_has(const vcu__cuda_sess_t *cs, uint64_t dptr);
 int vcu__deps_at(vcu__op_t *o, size_t off, uint32_t ndeps, CUgraphNode **deps);
 int vcu__galloc_captured(vcu__op_t *o, uint64_t dptr);
+/* cuda_graph.c, for cuda_graph_cond.c (each described where defined). */
+uint64_t vcu__gmem_bytes(vcu__cuda_t *cu, CUgraph g, int depth);
+int vcu__gmem_precharge(vcu__cuda_sess_t *cs, uint32_t d, vcu__hent_t *x);
+uint32_t vcu__node_check(const struct vcu_cu_graph_node_req *rq, const unsigned char *after,
+                         size_t room, CUDA_MEMCPY3D *copy, const unsigned char **tail);
+void vcu__node_memset(const struct vcu_cu_graph_node_req *rq, CUDA_MEMSET_NODE_PARAMS *ms);
+uint64_t vcu__node_name(vcu__op_t *o, uint64_t gh, CUgraphNode n);
+/* cuda_graph_cond.c */
+uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o);
+/* cuda_batch.c */
+void vcu__grun_drop(vcu__cuda_sess_t *cs, uint32_t d);
 uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
                     const unsigned char *p, unsigned int nsegs, void *out,
                     size_t *out_len);
@@ -1054,13 +1031,6 @@ static inline void vcu__scatter(const vcu_segment_t *s, const void *src, size_t 
     }
 }
 
-/*
- * Kernel parameters: param_bytes bytes at src (already checked to lie in
- * the payload) copied to a 16-byte-aligned buffer, and the pointer array
- * CUDA wants built from the function's remembered layout.  Both in one
- * allocation, freed by the caller.  The size must be what the function
- * takes.
- */
 /* A launch's or kernel node's parameter byte count: within the limit and
  * within the room left in its request. */
 static inline bool vcu__param_bytes_ok(uint32_t nbytes, size_t room)
@@ -1068,61 +1038,20 @@ static inline bool vcu__param_bytes_ok(uint32_t nbytes, size_t room)
     return nbytes <= VCU_CU_MAX_PARAM_BYTES && nbytes <= room;
 }
 
-static inline void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes)
-{
-    size_t body = ((size_t)nbytes + 15) & ~(size_t)15, need;
-    unsigned char *buf;
-    void **kp;
-    uint32_t i;
-
-    if (nbytes != fe->u.fn.param_bytes) {
-        o->res = CUDA_ERROR_INVALID_VALUE;
-        return NULL;
-    }
-    /* aligned_alloc() wants a multiple of the alignment. */
-    need = (body + ((size_t)fe->u.fn.nparams + 1) * sizeof(void *) + 15) & ~(size_t)15;
-    buf = need <= sizeof(o->pscratch) ? o->pscratch : aligned_alloc(16, need);
-    if (buf == NULL) {
-        o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return NULL;
-    }
-    if (nbytes > 0)
-        memcpy(buf, src, nbytes);
-    kp = (void **)(buf + body);
-    for (i = 0; i < fe->u.fn.nparams; i++)
-        kp[i] = buf + fe->u.fn.params[i].offset;
-    kp[i] = NULL;
-    return kp;
-}
-
-static inline void vcu__params_free(vcu__op_t *o, const vcu__hent_t *fe, void **kp)
-{
-    unsigned char *buf;
-
-    if (kp == NULL)
-        return;
-    buf = (unsigned char *)kp - (((size_t)fe->u.fn.param_bytes + 15) & ~(size_t)15);
-    if (buf != o->pscratch)
-        free(buf);
-}
-
+/*
+ * Kernel parameters: param_bytes bytes at src (already checked to lie in
+ * the payload) copied to a 16-byte-aligned buffer, and the pointer array
+ * CUDA wants built from the function's remembered layout.  Both in one
+ * allocation, freed by the caller (vcu__params_free).  The size must be
+ * what the function takes (cuda_module.c).
+ */
+void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes);
+/* Frees what vcu__params() allocated for kp (cuda_module.c). */
+void vcu__params_free(vcu__op_t *o, const vcu__hent_t *fe, void **kp);
 /* A kernel node's parameters for function fe with these dimensions and
- * the parameter pointers kp (vcu__params()). */
-static inline void vcu__kernel_node(CUDA_KERNEL_NODE_PARAMS *kn, const vcu__hent_t *fe,
-                                    const vcu_le32 grid[3], const vcu_le32 block[3], uint32_t smem,
-                                    void **kp)
-{
-    memset(kn, 0, sizeof(*kn));
-    kn->func = fe->u.fn.f;
-    kn->gridDimX = grid[0];
-    kn->gridDimY = grid[1];
-    kn->gridDimZ = grid[2];
-    kn->blockDimX = block[0];
-    kn->blockDimY = block[1];
-    kn->blockDimZ = block[2];
-    kn->sharedMemBytes = smem;
-    kn->kernelParams = kp;
-}
+ * the parameter pointers kp (vcu__params(); cuda_module.c). */
+void vcu__kernel_node(CUDA_KERNEL_NODE_PARAMS *kn, const vcu__hent_t *fe, const vcu_le32 grid[3],
+                      const vcu_le32 block[3], uint32_t smem, void **kp);
 
 /*
  * The deferred error and a reply: an async request has no reader, so its

@@ -571,7 +571,6 @@ uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-
 /* One log line per attribute id a guest asked for that is not offered. */
 static void vcu__attr_refused(uint32_t id)
 {
@@ -1029,4 +1028,62 @@ done:
     free(name);
     vcu__mem_give(o->cs, len + VCU_CU_NAME_MAX + 1);
     return VCU_S_OK;
+}
+
+/* --- kernel parameters --- */
+
+void **vcu__params(vcu__op_t *o, const vcu__hent_t *fe, const void *src, uint32_t nbytes)
+{
+    size_t body = ((size_t)nbytes + 15) & ~(size_t)15, need;
+    unsigned char *buf;
+    void **kp;
+    uint32_t i;
+
+    if (nbytes != fe->u.fn.param_bytes) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return NULL;
+    }
+    /* aligned_alloc() wants a multiple of the alignment. */
+    need = (body + ((size_t)fe->u.fn.nparams + 1) * sizeof(void *) + 15) & ~(size_t)15;
+    buf = need <= sizeof(o->pscratch) ? o->pscratch : aligned_alloc(16, need);
+    if (buf == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if (nbytes > 0)
+        memcpy(buf, src, nbytes);
+    kp = (void **)(buf + body);
+    for (i = 0; i < fe->u.fn.nparams; i++)
+        kp[i] = buf + fe->u.fn.params[i].offset;
+    kp[i] = NULL;
+    return kp;
+}
+
+void vcu__params_free(vcu__op_t *o, const vcu__hent_t *fe, void **kp)
+{
+    unsigned char *buf;
+
+    if (kp == NULL)
+        return;
+    buf = (unsigned char *)kp - (((size_t)fe->u.fn.param_bytes + 15) & ~(size_t)15);
+    if (buf != o->pscratch)
+        free(buf);
+}
+
+/* A kernel node's parameters for function fe with these dimensions and
+ * the parameter pointers kp (vcu__params()). */
+void vcu__kernel_node(CUDA_KERNEL_NODE_PARAMS *kn, const vcu__hent_t *fe,
+                      const vcu_le32 grid[3], const vcu_le32 block[3], uint32_t smem,
+                      void **kp)
+{
+    memset(kn, 0, sizeof(*kn));
+    kn->func = fe->u.fn.f;
+    kn->gridDimX = grid[0];
+    kn->gridDimY = grid[1];
+    kn->gridDimZ = grid[2];
+    kn->blockDimX = block[0];
+    kn->blockDimY = block[1];
+    kn->blockDimZ = block[2];
+    kn->sharedMemBytes = smem;
+    kn->kernelParams = kp;
 }

@@ -90,6 +90,80 @@ static bool vcu__mc_is_name(const char *s)
     return s[i] == '\0';
 }
 
+/*
+ * Creates dir if missing (mode 0700; with mkparents its missing parents
+ * too), opens it (O_DIRECTORY, into *fd, the caller closes it) and checks
+ * that it is this process's user's and writable by nobody else: another
+ * user's directory, or one others may write to, would let them plant or
+ * swap the images our workers load.  0, or VCU_EINVAL (refused) or
+ * VCU_EIO with a one-line reason naming the directory in err.
+ */
+static int vcu_modcache_dir_open(const char *dir, int mkparents, int *fd, char *err,
+                                 size_t errlen)
+{
+    struct stat st;
+    int e = 0;
+
+    *fd = -1;
+    if (dir == NULL || dir[0] != '/') {
+        snprintf(err, errlen, "module cache %s: not an absolute path", dir ? dir : "(none)");
+        return VCU_EINVAL;
+    }
+    if (mkparents) {
+        char *p = strdup(dir), *s;
+
+        if (p == NULL)
+            e = ENOMEM;
+        for (s = p != NULL ? p + 1 : NULL; s != NULL && e == 0; s++) {
+            char c = *s;
+
+            if (c != '/' && c != '\0')
+                continue;
+            *s = '\0';
+            if (mkdir(p, 0700) != 0 && errno != EEXIST)
+                e = errno;
+            *s = c;
+            if (c == '\0')
+                break;
+        }
+        free(p);
+    } else if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        e = errno;
+    }
+    if (e != 0) {
+        snprintf(err, errlen, "module cache %s: cannot create it: %s", dir, strerror(e));
+        return VCU_EIO;
+    }
+    *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*fd < 0 || fstat(*fd, &st) != 0) {
+        e = errno;
+        snprintf(err, errlen, "module cache %s: %s", dir, strerror(e));
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+        return e == ENOTDIR ? VCU_EINVAL : VCU_EIO;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(err, errlen,
+                 "module cache %s: owned by uid %u, not by this process's uid %u: refused "
+                 "(give module-cache a directory of your own, or module-cache=off)",
+                 dir, (unsigned int)st.st_uid, (unsigned int)geteuid());
+        e = 1;
+    } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(err, errlen,
+                 "module cache %s: writable by group or others (mode %03o): refused "
+                 "(chmod go-w it, or module-cache=off)",
+                 dir, (unsigned int)(st.st_mode & 0777));
+        e = 1;
+    }
+    if (e != 0) {
+        close(*fd);
+        *fd = -1;
+        return VCU_EINVAL;
+    }
+    return 0;
+}
+
 int vcu_modcache_open(const char *dir, uint64_t max_bytes, int mkparents, vcu_modcache_t **out,
                       char *err, size_t errlen)
 {

@@ -88,6 +88,10 @@
  * Replies are written by whichever thread completes a request, under
  * vcu__w.wlock.  vcu__w.alock protects the registration list.
  * Lock order: rlock -> alock, rlock -> wlock.
+ *
+ * Parts: this file (requests, the start, the main loop), worker_reg.c
+ * (registrations, aliases), worker_link.c (the socket, the rings, taking
+ * requests in, the watch thread); their shared state: vcu_worker_int.h.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE                 /* ppoll */
@@ -114,151 +118,9 @@
 #include "vcu_seccomp.h"
 #include "vcu_stage.h"
 #include "vcu_worker.h"
+#include "vcu_worker_int.h"
 
-#define VCU__W_PAGE 4096ull
-/* A job's own room for its request, reply and iovecs; free jobs kept:
- * as many as a virtqueue holds in flight, so that a stream of async
- * launches (all taken in before the first runs) allocates nothing. */
-#define VCU__JOB_REQ_INLINE 512u
-#define VCU__JOB_RESP_INLINE 512u
-#define VCU__JOB_IOV_INLINE 16u
-#define VCU__JOB_CACHE 1024u
-/* How long the main thread may be away from the ring before the watch
- * thread takes it over, and how often that thread looks. */
-#define VCU__W_WATCH_NS 2000000ull
-#define VCU__W_WATCH_PERIOD_NS 1000000L
-/* Looks at an idle main thread this many times, then sleeps until the
- * main thread leaves the ring again. */
-#define VCU__W_WATCH_IDLE 100u
-/* Staged copies scattered on threads of their own at once, at most. */
-#define VCU__W_FINISHERS 4u
-/* An isolated worker's MPS pipe directory: one that cannot exist, so
- * that the driver never makes it a client of a daemon running on the
- * host (under MPS a fault in one client ends the others' work). */
-#define VCU__NO_MPS_PIPE "/dev/null/virtio-cuda-isolated"
-
-typedef struct vcu__region_s {
-    uint32_t id;
-    int fd;                         /* kept open: aliases map it again */
-    unsigned char *base;
-    uint64_t size;
-} vcu__region_t;
-
-/* A registered, page-rounded range of one region; registrations are
- * disjoint, kept sorted by (region, off). */
-typedef struct vcu__reg_s {
-    uint32_t region;
-    uint64_t off;
-    uint64_t len;
-} vcu__reg_t;
-
-/*
- * An alias: the pages of a stable segment of several ranges (a pinned
- * allocation of several chunks) mapped again at consecutive addresses and
- * registered there, so that the whole allocation has one device pointer
- * (CU_HOST_DEVICE_POINTER).  Dropped like a registration, when a fence
- * releases any of its ranges.
- *
- * Each maps guest memory the worker has mapped already, but costs the
- * host page tables, the kernel's record of each mapping and the driver's
- * of the pages it pins: about VCU__ALIAS_COST(), charged to the VM's host
- * quota while the alias lives.  And a guest may ask for aliases of any
- * ranges it holds, overlapping or not: a session's are bounded in number
- * (VCU__ALIAS_MAX), in mappings (VCU__ALIAS_MAPS: the kernel allows a
- * process about 65530) and in bytes (the guest RAM the worker maps: the
- * aliases of distinct pinned allocations never add up to more).  Past a
- * bound the segment keeps one iovec per range, as when the ranges do not
- * join.
- */
-typedef struct vcu__alias_s {
-    struct vcu__alias_s *next;
-    unsigned char *base;
-    uint64_t len;
-    uint64_t cost;                  /* charged to the VM's host quota */
-    uint32_t nr;
-    struct vcu_ipc_range r[];       /* page-rounded, in order */
-} vcu__alias_t;
-
-#define VCU__ALIAS_MAX 1024u
-#define VCU__ALIAS_MAPS 16384u
-/* Page tables and the driver's pinned-page records (8 bytes each per
- * 4 KiB page), and a page for each mapping's records. */
-#define VCU__ALIAS_COST(len, nr) ((len) / 256 + (uint64_t)(nr) * VCU__W_PAGE)
-
-typedef struct vcu__job_s {
-    vcu_request_t breq;
-    uint64_t tag;
-    uint64_t seq;                   /* order taken in (vcu__w.next_seq) */
-    bool scattering;                /* listed in vcu__w.scat */
-    bool fence;
-    /* A fence's released ranges, dropped from the registrations at its
-     * reply: region, page-rounded offset and length. */
-    struct vcu_ipc_range *released;
-    uint32_t nreleased;
-    vcu_segment_t segs[VCU_MAX_SEGS];
-    vcu_stage_t stage;              /* a large pageable copy, staged */
-    struct iovec *iov;
-    unsigned char *req;
-    unsigned char *resp;
-    struct vcu__job_s *next;        /* in the cache */
-    /* Small requests (most: launches, queries) need no allocation: their
-     * bytes, reply and iovecs fit here; larger ones are malloc()ed. */
-    _Alignas(8) unsigned char req_in[VCU__JOB_REQ_INLINE];
-    _Alignas(8) unsigned char resp_in[VCU__JOB_RESP_INLINE];
-    struct iovec iov_in[VCU__JOB_IOV_INLINE];
-} vcu__job_t;
-
-static struct {
-    int fd;
-    vcu_backend_t *be;
-    vcu__ring_t req;                /* rlock */
-    vcu__ring_t resp;               /* under wlock */
-    bool rings;
-    uint64_t spin_ns;
-    unsigned char *sbuf;            /* socket bytes not yet taken (main thread) */
-    size_t scap, shave;
-    pthread_mutex_t wlock;          /* writes to fd, the reply ring */
-    pthread_mutex_t jlock;          /* jobs, njobs: the cache of free jobs */
-    vcu__job_t *jobs;
-    unsigned int njobs;
-    pthread_mutex_t alock;          /* regs */
-    /* The request ring and the socket's read side (req, sbuf, fdq,
-     * regions): held by the main thread while it pumps, by the watch
-     * thread while it stands in. */
-    pthread_mutex_t rlock;
-    /* When the main thread left the ring (CLOCK_MONOTONIC ns), 0 while
-     * it pumps; want: it waits for rlock, the watch thread must let go. */
-    _Atomic uint64_t away_since;
-    _Atomic int want;
-    /* Frames the watch thread took in: what it queued, the main thread
-     * runs before it waits for the ring again. */
-    _Atomic uint64_t watch_took;
-    uint64_t watch_seen;            /* main thread: watch_took when it last pumped */
-    pthread_mutex_t watch_mu;       /* watch_parked, with watch_cv */
-    pthread_cond_t watch_cv;
-    _Atomic int watch_parked;
-    _Atomic unsigned int finishers; /* vcu__job_finish_thread()s running */
-    /* Requests are numbered as they are taken in; the scatters running on
-     * finisher threads, by number (under smu, with scv): no reply leaves
-     * before every earlier request's scatter is done, so that a reply
-     * means the guest's pages hold what every request before it wrote
-     * (a pipelined copy waits only for its last piece's reply). */
-    _Atomic uint64_t next_seq;
-    pthread_mutex_t smu;
-    pthread_cond_t scv;
-    uint64_t scat[VCU__W_FINISHERS];
-    unsigned int nscat;
-    unsigned char *rbuf;            /* a ring frame's body, copied out (rlock) */
-    vcu__region_t regions[VCU_IPC_MAX_REGIONS];
-    unsigned int nregions;
-    vcu__reg_t *regs;               /* alock: sorted, disjoint */
-    size_t nregs, capregs;
-    vcu__alias_t *aliases;          /* alock */
-    unsigned int naliases;          /* alock: aliases, their mappings, bytes */
-    uint64_t alias_maps, alias_bytes;
-    int fdq[VCU_IPC_MAX_REGIONS];   /* received, not yet claimed by a REGION */
-    unsigned int nfdq;
-} vcu__w = {
+struct vcu__w_s vcu__w = {
     .fd = -1,
     .wlock = PTHREAD_MUTEX_INITIALIZER,
     .alock = PTHREAD_MUTEX_INITIALIZER,
@@ -269,13 +131,6 @@ static struct {
     .scv = PTHREAD_COND_INITIALIZER,
     .watch_cv = PTHREAD_COND_INITIALIZER,
 };
-
-/* How the process ends: its session is over (0) or a peer broke the
- * link's rules (1).  The fuzz target of the link (tests/fuzz/
- * fuzz_worker.c) defines it to go back to its harness instead. */
-#ifndef VCU__W_EXIT
-#define VCU__W_EXIT(code) _exit(code)
-#endif
 
 void vcu__die(const char *what)
 {
@@ -301,7 +156,7 @@ static void vcu__write_all(const void *p, size_t n)
 
 /* Replies go on the reply ring (waiting while it is full: the proxy's
  * reader empties it), the hello on the socket. */
-static void vcu__send_frame(uint32_t type, uint64_t tag, const void *body, size_t len)
+void vcu__send_frame(uint32_t type, uint64_t tag, const void *body, size_t len)
 {
     struct vcu_ipc_hdr h = { .type = type, .len = (uint32_t)len, .tag = tag };
 
@@ -323,7 +178,7 @@ static void vcu__send_frame(uint32_t type, uint64_t tag, const void *body, size_
     pthread_mutex_unlock(&vcu__w.wlock);
 }
 
-static const vcu__region_t *vcu__region(uint32_t id)
+const vcu__region_t *vcu__region(uint32_t id)
 {
     unsigned int i;
 
@@ -333,320 +188,6 @@ static const vcu__region_t *vcu__region(uint32_t id)
     return NULL;
 }
 
-/* ---- registrations of stable ranges ------------------------------------ */
-
-/* Index of the first registration of region (or after it) that ends
- * past off.  alock held. */
-static size_t vcu__reg_lower_locked(uint32_t region, uint64_t off)
-{
-    size_t lo = 0, hi = vcu__w.nregs;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const vcu__reg_t *g = &vcu__w.regs[mid];
-
-        if (g->region < region || (g->region == region && g->off + g->len <= off))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/*
- * Registers the pages of [off, off+len) of region r that no registration
- * holds yet, each gap as a registration of its own: registrations never
- * overlap (the driver refuses that), and a copy never spans memory that
- * is only partly registered, since vcu__reg_split() cuts it at their
- * edges.  A gap the driver refuses stays unregistered: its copies are
- * staged, which costs only speed.  alock held.
- */
-static void vcu__reg_cover_locked(const vcu__region_t *r, uint64_t off, uint64_t len)
-{
-    uint64_t pos = off & ~(VCU__W_PAGE - 1);
-    uint64_t e = (off + len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1);
-    size_t i;
-
-    if (e > (r->size & ~(VCU__W_PAGE - 1)))
-        e = r->size & ~(VCU__W_PAGE - 1);
-    i = vcu__reg_lower_locked(r->id, pos);
-    while (pos < e) {
-        const vcu__reg_t *g = i < vcu__w.nregs ? &vcu__w.regs[i] : NULL;
-        uint64_t gap_end;
-
-        if (g != NULL && g->region == r->id && g->off <= pos) {
-            pos = g->off + g->len;
-            i++;
-            continue;
-        }
-        gap_end = g != NULL && g->region == r->id && g->off < e ? g->off : e;
-        if (vcu__w.nregs == vcu__w.capregs) {
-            size_t ncap = vcu__w.capregs ? vcu__w.capregs * 2 : 64;
-            vcu__reg_t *n = realloc(vcu__w.regs, ncap * sizeof(*n));
-
-            if (n == NULL)
-                return;
-            vcu__w.regs = n;
-            vcu__w.capregs = ncap;
-        }
-        if (vcu_backend_add_ram(vcu__w.be, r->base + pos, gap_end - pos) == 0) {
-            memmove(&vcu__w.regs[i + 1], &vcu__w.regs[i], (vcu__w.nregs - i) * sizeof(vcu__reg_t));
-            vcu__w.regs[i].region = r->id;
-            vcu__w.regs[i].off = pos;
-            vcu__w.regs[i].len = gap_end - pos;
-            vcu__w.nregs++;
-            i++;
-        }
-        pos = gap_end;
-    }
-}
-
-/*
- * The iovecs of [off, off+len) of region r, cut where a registration
- * begins or ends, so that each lies wholly inside one registration or
- * wholly outside all: into out[] (NULL: only counted).  Returns how many.
- * alock held.
- */
-static size_t vcu__reg_split_locked(const vcu__region_t *r, uint64_t off, uint64_t len,
-                                    struct iovec *out)
-{
-    uint64_t pos = off, end = off + len;
-    size_t i = vcu__reg_lower_locked(r->id, pos), n = 0;
-
-    while (pos < end) {
-        const vcu__reg_t *g = i < vcu__w.nregs && vcu__w.regs[i].region == r->id ?
-                              &vcu__w.regs[i] : NULL;
-        uint64_t to;
-
-        if (g != NULL && g->off <= pos) {
-            to = g->off + g->len < end ? g->off + g->len : end;
-            i++;
-        } else {
-            to = g != NULL && g->off < end ? g->off : end;
-        }
-        if (out != NULL) {
-            out[n].iov_base = r->base + pos;
-            out[n].iov_len = to - pos;
-        }
-        n++;
-        pos = to;
-    }
-    return n;
-}
-
-static bool vcu__overlaps(const struct vcu_ipc_range *rel, uint32_t n, uint32_t region,
-                          uint64_t off, uint64_t len)
-{
-    uint32_t i;
-
-    for (i = 0; i < n; i++)
-        if (rel[i].region == region && rel[i].off < off + len && off < rel[i].off + rel[i].len)
-            return true;
-    return false;
-}
-
-/* alock held.  The counts of an alias of nr mappings and len bytes go. */
-static void vcu__alias_uncount_locked(uint32_t nr, uint64_t len)
-{
-    vcu__w.naliases--;
-    vcu__w.alias_maps -= nr;
-    vcu__w.alias_bytes -= len;
-}
-
-/* An alias of nr mappings and len bytes is gone (or was never made):
- * its count, and its charge of cost. */
-static void vcu__alias_uncount(uint32_t nr, uint64_t len, uint64_t cost)
-{
-    pthread_mutex_lock(&vcu__w.alock);
-    vcu__alias_uncount_locked(nr, len);
-    pthread_mutex_unlock(&vcu__w.alock);
-    vcu_backend_host_uncharge(vcu__w.be, cost);
-}
-
-/* The page-rounded start and length of a range, as an alias maps it. */
-static uint64_t vcu__page_start(const struct vcu_ipc_range *r)
-{
-    return r->off & ~(VCU__W_PAGE - 1);
-}
-
-static uint64_t vcu__page_len(const struct vcu_ipc_range *r)
-{
-    return ((r->off + r->len + VCU__W_PAGE - 1) & ~(VCU__W_PAGE - 1)) - vcu__page_start(r);
-}
-
-/* Whether the ranges join at page boundaries (the interior ones must be);
- * *total: the bytes of their pages. */
-static bool vcu__alias_span(const struct vcu_ipc_range *rg, uint32_t n, uint64_t *total)
-{
-    uint32_t i;
-
-    *total = 0;
-    for (i = 0; i < n; i++) {
-        if ((i > 0 && (rg[i].off & (VCU__W_PAGE - 1))) ||
-            (i + 1 < n && ((rg[i].off + rg[i].len) & (VCU__W_PAGE - 1))))
-            return false;
-        *total += vcu__page_len(&rg[i]);
-    }
-    return true;
-}
-
-/* alock held.  An alias of the same ranges, for reuse: its address for
- * the first range's first byte, or NULL. */
-static unsigned char *vcu__alias_find_locked(const struct vcu_ipc_range *rg, uint32_t n)
-{
-    vcu__alias_t *a;
-    uint32_t i;
-
-    for (a = vcu__w.aliases; a != NULL; a = a->next) {
-        if (a->nr != n)
-            continue;
-        for (i = 0; i < n; i++)
-            if (a->r[i].region != rg[i].region || a->r[i].off != vcu__page_start(&rg[i]) ||
-                a->r[i].len != vcu__page_len(&rg[i]))
-                break;
-        if (i == n)
-            return a->base + (rg[0].off & (VCU__W_PAGE - 1));
-    }
-    return NULL;
-}
-
-/* alock held.  Counts a new alias of n mappings and total bytes if it is
- * within the session's bounds (see vcu__alias_t); false if not. */
-static bool vcu__alias_count_locked(uint32_t n, uint64_t total)
-{
-    uint64_t ram = 0;
-    uint32_t i;
-
-    for (i = 0; i < vcu__w.nregions; i++)
-        ram += vcu__w.regions[i].size;
-    if (vcu__w.naliases >= VCU__ALIAS_MAX || n > VCU__ALIAS_MAPS - vcu__w.alias_maps ||
-        vcu__w.alias_bytes > ram || total > ram - vcu__w.alias_bytes)
-        return false;
-    vcu__w.naliases++;
-    vcu__w.alias_maps += n;
-    vcu__w.alias_bytes += total;
-    return true;
-}
-
-/* Maps the ranges' pages again, one after the other, over the reserved
- * base; records them in a.  False if a range cannot be mapped. */
-static bool vcu__alias_map(vcu__alias_t *a, unsigned char *base, const struct vcu_ipc_range *rg,
-                           uint32_t n)
-{
-    uint64_t pos = 0;
-    uint32_t i;
-
-    for (i = 0; i < n; i++) {
-        const vcu__region_t *r = vcu__region(rg[i].region);
-        uint64_t a0 = vcu__page_start(&rg[i]);
-        uint64_t len = vcu__page_len(&rg[i]);
-
-        if (r == NULL || a0 + len > r->size ||
-            mmap(base + pos, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd,
-                 (off_t)a0) == MAP_FAILED)
-            return false;
-        a->r[i].region = rg[i].region;
-        a->r[i].off = a0;
-        a->r[i].len = len;
-        pos += len;
-    }
-    return true;
-}
-
-/*
- * The alias of a stable segment whose ranges (rg[0..n)) join at page
- * boundaries: its address for the segment's first byte, or NULL (the
- * ranges do not join, or mapping or registering failed: the segment then
- * keeps one iovec per range).  An alias of the same ranges is reused.
- */
-static unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
-{
-    vcu__alias_t *a;
-    unsigned char *base, *p;
-    uint64_t total, cost;
-    bool counted;
-
-    if (!vcu__alias_span(rg, n, &total))
-        return NULL;
-    /* Within the session's bounds, counted now (the mappings are made
-     * below, without the lock), and charged. */
-    pthread_mutex_lock(&vcu__w.alock);
-    p = vcu__alias_find_locked(rg, n);
-    counted = p == NULL && vcu__alias_count_locked(n, total);
-    pthread_mutex_unlock(&vcu__w.alock);
-    if (!counted)
-        return p;
-    cost = VCU__ALIAS_COST(total, n);
-    if (vcu_backend_host_charge(vcu__w.be, cost) != 0) {
-        vcu__alias_uncount(n, total, 0);
-        return NULL;
-    }
-
-    a = calloc(1, sizeof(*a) + n * sizeof(a->r[0]));
-    if (a == NULL) {
-        vcu__alias_uncount(n, total, cost);
-        return NULL;
-    }
-    base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
-        free(a);
-        vcu__alias_uncount(n, total, cost);
-        return NULL;
-    }
-    if (!vcu__alias_map(a, base, rg, n) || madvise(base, total, MADV_DONTDUMP) != 0 ||
-        vcu_backend_add_ram(vcu__w.be, base, total) != 0)
-        goto fail;
-    a->base = base;
-    a->len = total;
-    a->cost = cost;
-    a->nr = n;
-    pthread_mutex_lock(&vcu__w.alock);
-    a->next = vcu__w.aliases;
-    vcu__w.aliases = a;
-    pthread_mutex_unlock(&vcu__w.alock);
-    return base + (rg[0].off & (VCU__W_PAGE - 1));
-fail:
-    munmap(base, total);
-    free(a);
-    vcu__alias_uncount(n, total, cost);
-    return NULL;
-}
-
-/* Drops every registration and alias that overlaps a released range. */
-static void vcu__reg_release(const struct vcu_ipc_range *rel, uint32_t n)
-{
-    vcu__reg_t *g;
-    vcu__alias_t **ap, *a;
-    size_t i, k;
-
-    pthread_mutex_lock(&vcu__w.alock);
-    for (ap = &vcu__w.aliases; (a = *ap) != NULL;) {
-        bool hit = false;
-
-        for (k = 0; k < a->nr && !hit; k++)
-            hit = vcu__overlaps(rel, n, a->r[k].region, a->r[k].off, a->r[k].len);
-        if (!hit) {
-            ap = &a->next;
-            continue;
-        }
-        *ap = a->next;
-        vcu_backend_remove_ram(vcu__w.be, a->base, a->len);
-        munmap(a->base, a->len);
-        vcu__alias_uncount_locked(a->nr, a->len);
-        vcu_backend_host_uncharge(vcu__w.be, a->cost);
-        free(a);
-    }
-    for (k = 0, i = 0; i < vcu__w.nregs; i++) {
-        g = &vcu__w.regs[i];
-        if (vcu__overlaps(rel, n, g->region, g->off, g->len)) {
-            vcu_backend_remove_ram(vcu__w.be, vcu__region(g->region)->base + g->off, g->len);
-            continue;
-        }
-        vcu__w.regs[k++] = *g;
-    }
-    vcu__w.nregs = k;
-    pthread_mutex_unlock(&vcu__w.alock);
-}
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -810,8 +351,6 @@ static void vcu__reply_status(uint64_t tag, const struct vcu_req_hdr *h, uint32_
     r.req_id = h != NULL ? h->req_id : 0;
     vcu__send_frame(VCU_IPC_RESP, tag, &r, sizeof(r));
 }
-
-static void vcu__sock_pump(bool want_req);
 
 /*
  * The frame of one VCU_IPC_REQ, checked: its fixed part (*ir), the
@@ -1024,7 +563,7 @@ static void vcu__req_submit(vcu__job_t *j, const struct vcu_req_hdr *h, uint32_t
  * fence's segment (the memory it releases) is taken off the request
  * before the backend sees it.
  */
-static void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen)
+void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen)
 {
     struct vcu_ipc_req ir;
     struct vcu_req_hdr h;
@@ -1086,7 +625,7 @@ static void vcu__state_done(vcu_request_t *breq)
     free(sj);
 }
 
-static void vcu__handle_state(uint64_t tag, const unsigned char *body, size_t blen)
+void vcu__handle_state(uint64_t tag, const unsigned char *body, size_t blen)
 {
     struct vcu_ipc_state st;
     vcu__state_job_t *sj;
@@ -1118,7 +657,7 @@ static void vcu__handle_state(uint64_t tag, const unsigned char *body, size_t bl
     vcu_backend_submit_state(vcu__w.be, &sj->breq, fd);
 }
 
-static void vcu__handle_region(const unsigned char *body, size_t blen)
+void vcu__handle_region(const unsigned char *body, size_t blen)
 {
     struct vcu_ipc_region rg;
     struct stat st;
@@ -1150,288 +689,6 @@ static void vcu__handle_region(const unsigned char *body, size_t blen)
     r->size = (uint64_t)st.st_size;
 }
 
-/* ---- the socket --------------------------------------------------------- */
-
-/* Reads what the socket has (with block, waits for some) into sbuf, the
- * file descriptors that come with it into fdq.  Its end is ours. */
-static void vcu__sock_fill(bool block)
-{
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int) * 8)];
-    } ctl;
-    struct vcu_ipc_hdr h;
-    struct iovec iov;
-    struct msghdr m;
-    struct cmsghdr *c;
-    size_t need = vcu__w.shave + 65536;
-    ssize_t n;
-
-    if (vcu__w.shave >= sizeof(h)) {
-        memcpy(&h, vcu__w.sbuf, sizeof(h));
-        if (h.len > VCU_IPC_MAX_BODY)
-            vcu__die("oversized message");
-        if (sizeof(h) + h.len > need)
-            need = sizeof(h) + h.len;
-    }
-    if (need > vcu__w.scap) {
-        unsigned char *nb;
-
-        if (need < 2 * vcu__w.scap)
-            need = 2 * vcu__w.scap;
-        nb = realloc(vcu__w.sbuf, need);
-
-        if (nb == NULL)
-            vcu__die("out of memory");
-        vcu__w.sbuf = nb;
-        vcu__w.scap = need;
-    }
-    iov.iov_base = vcu__w.sbuf + vcu__w.shave;
-    iov.iov_len = vcu__w.scap - vcu__w.shave;
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl.b;
-    m.msg_controllen = sizeof(ctl.b);
-    do {
-        n = recvmsg(vcu__w.fd, &m, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
-    } while (n < 0 && errno == EINTR);
-    if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return;
-    if (n <= 0)
-        VCU__W_EXIT(0);             /* closed: the session ends with us */
-    if (m.msg_flags & MSG_CTRUNC)
-        vcu__die("file descriptors lost");
-    for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
-        size_t nfd, f;
-
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (f = 0; f < nfd; f++) {
-            int fd;
-
-            memcpy(&fd, CMSG_DATA(c) + f * sizeof(int), sizeof(int));
-            if (vcu__w.nfdq >= VCU_IPC_MAX_REGIONS)
-                vcu__die("too many file descriptors");
-            vcu__w.fdq[vcu__w.nfdq++] = fd;
-        }
-    }
-    vcu__w.shave += (size_t)n;
-}
-
-/*
- * Takes frames from the socket, reading it as needed: each region is
- * mapped; with want_req the call ends after a request (the one a
- * VCU_IPC_SOCK entry announced), else after a region.  A request the
- * ring did not announce breaks the link's order.
- */
-static void vcu__sock_pump(bool want_req)
-{
-    for (;;) {
-        struct vcu_ipc_hdr h;
-
-        while (vcu__w.shave >= sizeof(h)) {
-            size_t flen;
-
-            memcpy(&h, vcu__w.sbuf, sizeof(h));
-            if (h.len > VCU_IPC_MAX_BODY)
-                vcu__die("oversized message");
-            flen = sizeof(h) + h.len;
-            if (vcu__w.shave < flen)
-                break;
-            if (h.type == VCU_IPC_REGION) {
-                vcu__handle_region(vcu__w.sbuf + sizeof(h), h.len);
-                memmove(vcu__w.sbuf, vcu__w.sbuf + flen, vcu__w.shave - flen);
-                vcu__w.shave -= flen;
-                if (!want_req)
-                    return;
-                continue;
-            }
-            if (h.type == VCU_IPC_STATE && want_req) {
-                unsigned char sb[sizeof(struct vcu_ipc_state)];
-                size_t n = h.len < sizeof(sb) ? h.len : sizeof(sb);
-
-                memcpy(sb, vcu__w.sbuf + sizeof(h), n);
-                memmove(vcu__w.sbuf, vcu__w.sbuf + flen, vcu__w.shave - flen);
-                vcu__w.shave -= flen;
-                vcu__handle_state(h.tag, sb, h.len);
-                return;
-            }
-            if (h.type == VCU_IPC_REQ && want_req) {
-                /* Out of sbuf first: a region wait reads the socket. */
-                unsigned char *body = malloc(h.len ? h.len : 1);
-
-                if (body == NULL)
-                    vcu__die("out of memory");
-                memcpy(body, vcu__w.sbuf + sizeof(h), h.len);
-                memmove(vcu__w.sbuf, vcu__w.sbuf + flen, vcu__w.shave - flen);
-                vcu__w.shave -= flen;
-                vcu__handle_req(h.tag, body, h.len);
-                free(body);
-                return;
-            }
-            vcu__die("unexpected message on the socket");
-        }
-        vcu__sock_fill(true);
-    }
-}
-
-/* Maps the shared area (fd) and binds the two rings to it. */
-static void vcu__map_shm(int fd, int wake_req, int wake_resp)
-{
-    struct vcu_ipc_shm *shm;
-    struct stat st;
-    uint32_t rq, rs;
-    void *p;
-
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)VCU_IPC_SHM_HDR)
-        vcu__die("bad shared area");
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        vcu__die("cannot map the shared area");
-    close(fd);
-    shm = p;
-    rq = shm->req_size;
-    rs = shm->resp_size;
-    if (shm->magic != VCU_IPC_SHM_MAGIC || rq < VCU_IPC_REQ_RING_MIN ||
-        rq > VCU_IPC_REQ_RING_MAX || (rq & (rq - 1)) != 0 || rs != VCU_IPC_RESP_RING ||
-        (uint64_t)st.st_size < (uint64_t)VCU_IPC_SHM_HDR + rq + rs)
-        vcu__die("bad shared area");
-    vcu__ring_init(&vcu__w.req, &shm->req, (unsigned char *)p + VCU_IPC_SHM_HDR, rq, wake_req);
-    vcu__ring_init(&vcu__w.resp, &shm->resp, (unsigned char *)p + VCU_IPC_SHM_HDR + rq, rs,
-                   wake_resp);
-    vcu__w.rings = true;
-}
-
-/* ---- taking requests in ------------------------------------------------- */
-
-/* Holder of rlock: submits every frame the ring holds; how many. */
-static unsigned int vcu__take_frames(void)
-{
-    unsigned int n = 0;
-
-    for (;;) {
-        struct vcu_ipc_hdr h;
-        int rc = vcu__ring_get(&vcu__w.req, &h, vcu__w.rbuf, vcu__w.req.size, VCU_IPC_MAX_BODY);
-
-        if (rc < 0)
-            vcu__die("request ring broken");
-        if (rc == 0)
-            return n;
-        if (h.type == VCU_IPC_REQ)
-            vcu__handle_req(h.tag, vcu__w.rbuf, h.len);
-        else if (h.type == VCU_IPC_SOCK && h.len == 0)
-            vcu__sock_pump(true);
-        else
-            vcu__die("unknown message");
-        n++;
-    }
-}
-
-/* Holder of rlock: takes in what has arrived, waiting at most timeout_ns
- * (-1: no limit) for something if nothing has.  How many frames. */
-static unsigned int vcu__take(int64_t timeout_ns, uint64_t spin_ns)
-{
-    unsigned int n = vcu__take_frames();
-
-    if (n > 0 || timeout_ns == 0)
-        return n;
-    for (;;) {
-        uint64_t t0 = vcu__ring_now_ns();
-
-        /* The socket alone (regions ahead of their request, or the end)
-         * counts for nothing: wait on. */
-        if (vcu__ring_wait(&vcu__w.req, vcu__w.fd, spin_ns, timeout_ns) != 0)
-            vcu__sock_fill(false);
-        n = vcu__take_frames();
-        if (n > 0)
-            return n;
-        if (timeout_ns >= 0) {
-            uint64_t spent = vcu__ring_now_ns() - t0;
-
-            if (spent >= (uint64_t)timeout_ns)
-                return 0;
-            timeout_ns -= (int64_t)spent;
-        }
-    }
-}
-
-/* The backend's pump (vcu_backend_config_t), on the main thread. */
-static void vcu__pump(void *opaque, int64_t timeout_ns)
-{
-    uint64_t took;
-
-    (void)opaque;
-    atomic_store_explicit(&vcu__w.want, 1, memory_order_relaxed);
-    pthread_mutex_lock(&vcu__w.rlock);
-    atomic_store_explicit(&vcu__w.want, 0, memory_order_relaxed);
-    atomic_store_explicit(&vcu__w.away_since, 0, memory_order_relaxed);
-    took = atomic_load_explicit(&vcu__w.watch_took, memory_order_relaxed);
-    /* The watch thread queued requests since the backend last looked:
-     * no waiting before it has run them. */
-    if (took != vcu__w.watch_seen) {
-        vcu__w.watch_seen = took;
-        timeout_ns = 0;
-    }
-    vcu__take(timeout_ns, vcu__w.spin_ns);
-    /* Away now; then a parked watch thread is woken.  Both seq_cst, as is
-     * the watch thread's pair (park, then look at away_since): one of the
-     * two sees the other's store, so the watch thread never sleeps while
-     * the main thread is away. */
-    atomic_store(&vcu__w.away_since, vcu__ring_now_ns());
-    pthread_mutex_unlock(&vcu__w.rlock);
-    if (atomic_load(&vcu__w.watch_parked)) {
-        pthread_mutex_lock(&vcu__w.watch_mu);
-        atomic_store_explicit(&vcu__w.watch_parked, 0, memory_order_relaxed);
-        pthread_cond_signal(&vcu__w.watch_cv);
-        pthread_mutex_unlock(&vcu__w.watch_mu);
-    }
-}
-
-/*
- * The watch thread: stands in for the main thread at the ring while a
- * request of the main thread's takes long (see "Threads").  Parks while
- * the main thread stays at the ring.
- */
-static void *vcu__watch(void *arg)
-{
-    const struct timespec period = { 0, VCU__W_WATCH_PERIOD_NS };
-    unsigned int idle = 0;
-
-    (void)arg;
-    prctl(PR_SET_NAME, "vcu-watch");
-    for (;;) {
-        uint64_t since;
-
-        if (idle >= VCU__W_WATCH_IDLE) {
-            pthread_mutex_lock(&vcu__w.watch_mu);
-            atomic_store(&vcu__w.watch_parked, 1);
-            /* Only while the main thread is at the ring (see vcu__pump()). */
-            while (atomic_load(&vcu__w.watch_parked) && atomic_load(&vcu__w.away_since) == 0)
-                pthread_cond_wait(&vcu__w.watch_cv, &vcu__w.watch_mu);
-            atomic_store(&vcu__w.watch_parked, 0);
-            pthread_mutex_unlock(&vcu__w.watch_mu);
-            idle = 0;
-        }
-        nanosleep(&period, NULL);
-        since = atomic_load_explicit(&vcu__w.away_since, memory_order_relaxed);
-        if (since == 0) {
-            idle++;
-            continue;
-        }
-        idle = 0;
-        if (vcu__ring_now_ns() - since < VCU__W_WATCH_NS ||
-            pthread_mutex_trylock(&vcu__w.rlock) != 0)
-            continue;
-        while (atomic_load_explicit(&vcu__w.away_since, memory_order_relaxed) == since &&
-               !atomic_load_explicit(&vcu__w.want, memory_order_relaxed))
-            atomic_fetch_add_explicit(&vcu__w.watch_took, vcu__take(VCU__W_WATCH_PERIOD_NS, 0),
-                                      memory_order_relaxed);
-        pthread_mutex_unlock(&vcu__w.rlock);
-    }
-    return NULL;
-}
 
 /* ---- main -------------------------------------------------------------- */
 

@@ -9,7 +9,8 @@
  * registrations and aliases), the reply ring's head as the proxy left it,
  * and the shared area's header (vcu__map_shm()).
  *
- * worker.c is included whole (its functions are static), with main()
+ * worker.c, worker_link.c and worker_reg.c are included whole (for their
+ * static functions, and so that the macros below reach them), with main()
  * renamed and VCU__W_EXIT, how the worker ends, going back here: a worker
  * ends at the first frame that breaks the link's rules, and at its
  * socket's end, and either is a normal end for an input.  The backend is
@@ -85,6 +86,8 @@ static void fz_worker_exit(int code) __attribute__((noreturn));
 #define fprintf fz_log
 #define mmap fz_mmap
 #include "worker.c"
+#include "worker_link.c"
+#include "worker_reg.c"
 #include "fz_input.h"
 #undef mmap
 #undef fprintf
