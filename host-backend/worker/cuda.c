@@ -671,19 +671,37 @@ err_cu:
     return rc;
 }
 
-/* Makes the RAM context current on the calling thread (a QEMU thread, not
- * a worker), keeping what was current for vcu__ram_leave(). */
-static CUresult vcu__ram_enter(vcu__cuda_t *cu, CUcontext *prev)
+/* What vcu__ram_enter() changed on the calling thread. */
+typedef struct vcu__ram_scope_s {
+    CUcontext prev;
+    CUstreamCaptureMode mode;
+    bool relaxed;
+} vcu__ram_scope_t;
+
+/*
+ * Makes the RAM context current on the calling thread, keeping what was
+ * current for vcu__ram_leave(), and the thread's capture mode RELAXED: a
+ * registration is the worker's own doing, and the driver refuses it (and
+ * invalidates the capture) while a guest's stream captures in GLOBAL mode,
+ * as when a guest's page-locked memory is first used inside a capture
+ * (driver 580, tests/cuda/capture_copy in a guest).
+ */
+static CUresult vcu__ram_enter(vcu__cuda_t *cu, vcu__ram_scope_t *sc)
 {
-    *prev = NULL;
-    if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(prev) != CUDA_SUCCESS)
-        *prev = NULL;
+    sc->prev = NULL;
+    if (cu->fn.cuCtxGetCurrent != NULL && cu->fn.cuCtxGetCurrent(&sc->prev) != CUDA_SUCCESS)
+        sc->prev = NULL;
+    sc->mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    sc->relaxed = cu->fn.cuThreadExchangeStreamCaptureMode != NULL &&
+                  cu->fn.cuThreadExchangeStreamCaptureMode(&sc->mode) == CUDA_SUCCESS;
     return cu->fn.cuCtxSetCurrent(cu->ram_ctx);
 }
 
-static void vcu__ram_leave(vcu__cuda_t *cu, CUcontext prev)
+static void vcu__ram_leave(vcu__cuda_t *cu, vcu__ram_scope_t *sc)
 {
-    cu->fn.cuCtxSetCurrent(prev);
+    cu->fn.cuCtxSetCurrent(sc->prev);
+    if (sc->relaxed)
+        cu->fn.cuThreadExchangeStreamCaptureMode(&sc->mode);
 }
 
 int vcu__cuda_has_modcache(const vcu__cuda_t *cu)
@@ -699,12 +717,14 @@ void vcu__cuda_fini(vcu__cuda_t *cu)
         return;
     vcu_modcache_free(cu->mc);
     if (cu->ram_ctx != NULL) {
-        CUcontext prev;
+        vcu__ram_scope_t sc;
 
-        if (vcu__ram_enter(cu, &prev) == CUDA_SUCCESS)
+        if (vcu__ram_enter(cu, &sc) == CUDA_SUCCESS)
             for (r = cu->ram; r != NULL; r = r->next)
                 VCU__CU(cu, cuMemHostUnregister, r->hva);
-        vcu__ram_leave(cu, prev == cu->ram_ctx ? NULL : prev);
+        if (sc.prev == cu->ram_ctx)
+            sc.prev = NULL;
+        vcu__ram_leave(cu, &sc);
         if (cu->worker)
             vcu__wctx_put(cu, 0);
         else
@@ -771,16 +791,16 @@ int vcu__cuda_add_ram(vcu__cuda_t *cu, void *hva, size_t len)
         cu->fn.cuCtxSetCurrent(prev);
     }
     if (r == CUDA_SUCCESS) {
-        CUcontext prev;
+        vcu__ram_scope_t sc;
 
-        r = vcu__ram_enter(cu, &prev);
+        r = vcu__ram_enter(cu, &sc);
         if (r == CUDA_SUCCESS)
             /* Portable: pinned for every context, the sessions' included;
              * device-mapped: kernels may reach guest memory directly
              * (CU_HOST_DEVICE_POINTER). */
             r = VCU__CU(cu, cuMemHostRegister, hva, len,
                         CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-        vcu__ram_leave(cu, prev);
+        vcu__ram_leave(cu, &sc);
     }
     rc = vcu__cu_err(r);
     if (r == CUDA_SUCCESS) {
@@ -812,12 +832,12 @@ int vcu__cuda_remove_ram(vcu__cuda_t *cu, void *hva, size_t len)
     if (--(*pp)->refs == 0) {
         ram = *pp;
         *pp = ram->next;
-        CUcontext prev;
+        vcu__ram_scope_t sc;
 
-        r = vcu__ram_enter(cu, &prev);
+        r = vcu__ram_enter(cu, &sc);
         if (r == CUDA_SUCCESS)
             r = VCU__CU(cu, cuMemHostUnregister, hva);
-        vcu__ram_leave(cu, prev);
+        vcu__ram_leave(cu, &sc);
     }
     pthread_mutex_unlock(&cu->mu);
     free(ram);

@@ -3661,6 +3661,11 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
     rc = fc_cur(&ctx);
     if (rc != CUDA_SUCCESS)
         goto out;
+    /* Potentially unsafe during a capture (driver 580: refused in GLOBAL
+     * mode, and the capture invalidated). */
+    rc = fc_unsafe_check();
+    if (rc != CUDA_SUCCESS)
+        goto out;
     if (!p || bytesize == 0 ||
         (Flags & ~(unsigned int)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                                  CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))) {
@@ -3690,6 +3695,9 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
 
     pthread_mutex_lock(&g_lock);
     rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    rc = fc_unsafe_check();
     if (rc != CUDA_SUCCESS)
         goto out;
     i = fc_mem_find((uintptr_t)p);

@@ -3341,6 +3341,44 @@ TEST(cuda_add_ram)
     return 0;
 }
 
+/*
+ * Guest RAM first registered while a guest's stream captures in GLOBAL
+ * mode (its page-locked memory first used inside the capture): the
+ * registration is the worker's own and neither fails nor ends the capture,
+ * where the driver refuses a registration on a thread of GLOBAL mode.
+ */
+TEST(cuda_add_ram_during_capture)
+{
+    vcu_backend_config_t cfg;
+    size_t len = 1 << 20;
+    void *ram = NULL;
+    uint64_t s, g = 0;
+    tc_t c = { NULL, 0, "" };
+
+    ASSERT_EQ(0, posix_memalign(&ram, 4096, len));
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.register_ram = 1;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &c.be));
+    ASSERT_NULL(vcu_backend_cuda_error(c.be));
+    ASSERT_EQ(VCU_S_OK, ut_open(c.be, &c.s));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(0, vcu_backend_add_ram(c.be, ram, len));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_NE(0, g);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_STREAM_BEGIN_CAPTURE, s,
+                                    CU_STREAM_CAPTURE_MODE_GLOBAL, 0, NULL, 0));
+    ASSERT_EQ(0, vcu_backend_remove_ram(c.be, ram, len));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    tc_close(&c);
+    free(ram);
+    return 0;
+}
+
 /* CU_HOST_DEVICE_POINTER on one iovec with the given segment flags. */
 static uint32_t tc_hdp(tc_t *c, void *p, size_t len, uint32_t segflags, unsigned int niov,
                        uint64_t value, uint64_t *out)

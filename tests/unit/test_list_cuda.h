@@ -66,6 +66,7 @@
     X(cuda_memcpy_stable_async)         \
     X(cuda_fence)                       \
     X(cuda_add_ram)                     \
+    X(cuda_add_ram_during_capture)      \
     X(cuda_host_device_pointer)         \
     X(printf_image_detect)              \
     X(cuda_printf_capture)              \
