@@ -109,6 +109,12 @@
     X(vmm_quota)                        \
     X(vmm_hostile)                      \
     X(vmm_virtual_device)               \
+    /* test_array.c */                  \
+    X(array_bad_desc)                   \
+    X(array_handles)                    \
+    X(array_copy)                       \
+    X(array_texobj)                     \
+    X(array_quota)                      \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \
