@@ -151,9 +151,9 @@ VCU__EXPORT CUresult cuArrayDestroy(CUarray hArray)
         return e;
     memset(&r, 0, sizeof(r));
     r.value = v->h;
+    /* The record goes whatever the host says: an array a context reset
+     * took is gone there already. */
     e = vcu__call(c->dev, VCU_OP_CU_ARRAY_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
-    if (e != CUDA_SUCCESS)
-        return e;
     pthread_mutex_lock(&vcu__arr_mu);
     for (pp = &vcu__arrays; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == v) {
@@ -164,7 +164,7 @@ VCU__EXPORT CUresult cuArrayDestroy(CUarray hArray)
     pthread_mutex_unlock(&vcu__arr_mu);
     vcu__reg_del(v);
     free(v);
-    return CUDA_SUCCESS;
+    return e;
 }
 
 VCU__EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor,

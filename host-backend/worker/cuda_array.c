@@ -82,25 +82,41 @@ void vcu__array_obj_destroy(vcu__cuda_sess_t *cs, vcu__hent_t *e)
     }
 }
 
-/*
- * What an array is charged before it exists: its rows padded to 512
- * bytes and its rows per slice to a multiple of 8, more than the
- * driver's block-linear layout takes for any but the smallest arrays
- * (it pads rows to 64-byte, 8-row GOBs); afterwards the driver's own
- * figure where it gives one (cuArrayGetMemoryRequirements) if larger.
- * *bytes: the plain size, for the overflow check.  -1 on overflow.
- */
-static int vcu__array_charge(uint64_t w, uint64_t h, uint64_t d, uint32_t elem, uint64_t *est)
+/* n padded as a block-linear layout may pad it: to a power of two from
+ * lo up to hi, past hi to a multiple of hi. */
+static uint64_t vcu__pad_blocks(uint64_t n, uint64_t lo, uint64_t hi)
 {
-    uint64_t row, rows, plain;
+    uint64_t p = lo;
+
+    if (n > hi)
+        return (n + hi - 1) / hi * hi;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+/*
+ * What an array is charged before it exists, at least what the driver's
+ * block-linear layout can take: rows padded to 512 bytes, rows per slice
+ * as blocks of up to 32 GOBs of 8 rows pad them, the slices of a 3D
+ * array as blocks of up to 32 slices (a layered array's layers are not
+ * padded); afterwards the driver's own figure where it gives one
+ * (cuArrayGetMemoryRequirements) if that is larger.  -1 when the plain
+ * size overflows.
+ */
+static int vcu__array_charge(uint64_t w, uint64_t h, uint64_t d, uint32_t flags, uint32_t elem,
+                             uint64_t *est)
+{
+    uint64_t row, rows, slices, plain;
 
     if (__builtin_mul_overflow(w, (uint64_t)elem, &row) ||
         __builtin_mul_overflow(row, h ? h : 1, &plain) ||
         __builtin_mul_overflow(plain, d ? d : 1, &plain))
         return -1;
     row = (row + 511) & ~(uint64_t)511;
-    rows = ((h ? h : 1) + 7) & ~(uint64_t)7;
-    if (__builtin_mul_overflow(row, rows, est) || __builtin_mul_overflow(*est, d ? d : 1, est))
+    rows = vcu__pad_blocks(h ? h : 1, 8, 256);
+    slices = d == 0 ? 1 : (flags & CUDA_ARRAY3D_LAYERED) ? d : vcu__pad_blocks(d, 1, 32);
+    if (__builtin_mul_overflow(row, rows, est) || __builtin_mul_overflow(*est, slices, est))
         *est = UINT64_MAX;
     return 0;
 }
@@ -130,7 +146,7 @@ uint32_t vcu__op_CU_ARRAY_CREATE(vcu__op_t *o)
     }
     if (rq.width == 0 || rq.width > VCU_CU_ARRAY_MAX_DIM || rq.height > VCU_CU_ARRAY_MAX_DIM ||
         rq.depth > VCU_CU_ARRAY_MAX_DIM || vcu__array_charge(rq.width, rq.height, rq.depth,
-                                                               elem, &est) != 0) {
+                                                               rq.flags, elem, &est) != 0) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }

@@ -1007,9 +1007,9 @@ const vcu_twin_t vcu_twins[] = {
     { "_Z9lmem_walkPjj", tw_lmem_walk, 2,
       { P(0, 8), P(8, 4) }, 32, 0, 16384 },
     { "_Z9tx_sampleyPfii", tw_tx_none, 4,
-      { P(0, 8), P(8, 8), P(16, 4), P(20, 4) }, 16, 0, 0 },
+      { P(0, 8), P(8, 8), P(16, 4), P(20, 4) }, 17, 0, 0 },
     { "_Z13tx_surf_writeyii", tw_tx_none, 3,
-      { P(0, 8), P(8, 4), P(12, 4) }, 16, 0, 0 },
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0, 0 },
 };
 
