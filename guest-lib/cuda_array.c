@@ -1,6 +1,6 @@
 /*
- * CUDA arrays, copies with an array side or a third dimension, texture
- * and surface objects.
+ * CUDA arrays and mipmapped arrays, copies with an array side or a third
+ * dimension, texture and surface objects.
  *
  * A CUarray is this library's record (registered as VCU__K_ARRAY) of the
  * host's session handle and the descriptor the array was made with; the
@@ -14,17 +14,29 @@
 
 #include "cuda_int.h"
 
+typedef struct vcu__mipmap_s vcu__mipmap_t;
+
 typedef struct vcu__array_s {
     int dev;
     uint64_t h;                     /* the host's handle */
     CUDA_ARRAY3D_DESCRIPTOR desc;   /* as made */
+    vcu__mipmap_t *owner;           /* a level: its mipmapped array, else NULL */
     struct vcu__array_s *next;      /* vcu__arrays */
 } vcu__array_t;
 
-/* Every live array, to name the record of a handle the host returns
- * (cuTexObjectGetResourceDesc). */
+struct vcu__mipmap_s {
+    int dev;
+    uint64_t h;
+    CUDA_ARRAY3D_DESCRIPTOR desc;   /* level 0 */
+    unsigned int levels;
+    struct vcu__mipmap_s *next;     /* vcu__mipmaps */
+};
+
+/* Every live array and mipmapped array, to name the record of a handle
+ * the host returns (cuTexObjectGetResourceDesc, a level asked again). */
 static pthread_mutex_t vcu__arr_mu = PTHREAD_MUTEX_INITIALIZER;
 static vcu__array_t *vcu__arrays;
+static vcu__mipmap_t *vcu__mipmaps;
 
 /* Bytes per element of a plain format (the host refuses the others). */
 static size_t vcu__fmt_elem(CUarray_format f, unsigned int nch)
@@ -55,6 +67,28 @@ static CUresult vcu__array_here(vcu__ctx_t *c, CUarray a, vcu__array_t **out)
     if (v->dev != c->dev)
         return CUDA_ERROR_INVALID_HANDLE;
     *out = v;
+    return CUDA_SUCCESS;
+}
+
+static CUmipmappedArray vcu__mipmap_of(int dev, uint64_t h)
+{
+    vcu__mipmap_t *m;
+
+    pthread_mutex_lock(&vcu__arr_mu);
+    for (m = vcu__mipmaps; m != NULL; m = m->next)
+        if (m->dev == dev && m->h == h)
+            break;
+    pthread_mutex_unlock(&vcu__arr_mu);
+    return (CUmipmappedArray)m;
+}
+
+static CUresult vcu__mipmap_here(vcu__ctx_t *c, CUmipmappedArray a, vcu__mipmap_t **out)
+{
+    vcu__mipmap_t *m = (vcu__mipmap_t *)a;
+
+    if (a == NULL || !vcu__reg_has(m, VCU__K_MIPMAP) || m->dev != c->dev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = m;
     return CUDA_SUCCESS;
 }
 
@@ -149,6 +183,8 @@ VCU__EXPORT CUresult cuArrayDestroy(CUarray hArray)
         e = vcu__array_here(c, hArray, &v);
     if (e != CUDA_SUCCESS)
         return e;
+    if (v->owner != NULL)           /* a level goes with its mipmapped array */
+        return CUDA_ERROR_INVALID_VALUE;
     memset(&r, 0, sizeof(r));
     r.value = v->h;
     /* The record goes whatever the host says: an array a context reset
@@ -203,6 +239,157 @@ VCU__EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDe
         return CUDA_ERROR_INVALID_VALUE;
     *pArrayDescriptor = v->desc;
     return CUDA_SUCCESS;
+}
+
+/* ---- mipmapped arrays ------------------------------------------------------ */
+
+VCU__EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                            const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                            unsigned int numMipmapLevels)
+{
+    const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
+    struct vcu_cu_mipmap_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__mipmap_t *m;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (pHandle == NULL || d == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.a.width = d->Width;
+    r.a.height = d->Height;
+    r.a.depth = d->Depth;
+    r.a.format = (uint32_t)d->Format;
+    r.a.channels = d->NumChannels;
+    r.a.flags = d->Flags;
+    r.levels = numMipmapLevels;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__call(c->dev, VCU_OP_CU_MIPMAP_CREATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS) {
+        free(m);
+        return e;
+    }
+    m->dev = c->dev;
+    m->h = o.value;
+    m->desc = *d;
+    m->levels = numMipmapLevels;
+    if (vcu__reg_add(m, VCU__K_MIPMAP) != 0) {
+        struct vcu_cu_u64_req u = { .value = o.value };
+
+        vcu__call(c->dev, VCU_OP_CU_MIPMAP_DESTROY, &u, sizeof(u), NULL, 0, NULL, 0);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&vcu__arr_mu);
+    m->next = vcu__mipmaps;
+    vcu__mipmaps = m;
+    pthread_mutex_unlock(&vcu__arr_mu);
+    *pHandle = (CUmipmappedArray)m;
+    return CUDA_SUCCESS;
+}
+
+/* The same CUarray each time a level is asked for, as the driver's. */
+VCU__EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray,
+                                              CUmipmappedArray hMipmappedArray,
+                                              unsigned int level)
+{
+    struct vcu_cu_pair_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__mipmap_t *m;
+    vcu__array_t *v;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__mipmap_here(c, hMipmappedArray, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (pLevelArray == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.a = m->h;
+    r.b = level;
+    e = vcu__call(c->dev, VCU_OP_CU_MIPMAP_LEVEL, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    v = (vcu__array_t *)vcu__array_of(c->dev, o.value);
+    if (v != NULL) {
+        *pLevelArray = (CUarray)v;
+        return CUDA_SUCCESS;
+    }
+    v = calloc(1, sizeof(*v));
+    if (v == NULL || vcu__reg_add(v, VCU__K_ARRAY) != 0) {
+        free(v);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    v->dev = c->dev;
+    v->h = o.value;
+    v->owner = m;
+    v->desc = m->desc;
+    v->desc.Width = m->desc.Width >> level ? m->desc.Width >> level : 1;
+    if (m->desc.Height != 0)
+        v->desc.Height = m->desc.Height >> level ? m->desc.Height >> level : 1;
+    if (m->desc.Depth != 0 && !(m->desc.Flags & CUDA_ARRAY3D_LAYERED))
+        v->desc.Depth = m->desc.Depth >> level ? m->desc.Depth >> level : 1;
+    pthread_mutex_lock(&vcu__arr_mu);
+    v->next = vcu__arrays;
+    vcu__arrays = v;
+    pthread_mutex_unlock(&vcu__arr_mu);
+    *pLevelArray = (CUarray)v;
+    return CUDA_SUCCESS;
+}
+
+/* Its levels' records go with it, whatever the host says (as arrays'). */
+VCU__EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    struct vcu_cu_u64_req r;
+    vcu__mipmap_t *m, **mp;
+    vcu__array_t **pp, *dead = NULL;
+    vcu__ctx_t *c;
+    CUresult e = vcu__cur(&c);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__mipmap_here(c, hMipmappedArray, &m);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.value = m->h;
+    e = vcu__call(c->dev, VCU_OP_CU_MIPMAP_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    pthread_mutex_lock(&vcu__arr_mu);
+    for (pp = &vcu__arrays; *pp != NULL;) {
+        vcu__array_t *v = *pp;
+
+        if (v->owner == m) {
+            *pp = v->next;
+            v->next = dead;
+            dead = v;
+        } else {
+            pp = &v->next;
+        }
+    }
+    for (mp = &vcu__mipmaps; *mp != NULL; mp = &(*mp)->next) {
+        if (*mp == m) {
+            *mp = m->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&vcu__arr_mu);
+    while (dead != NULL) {
+        vcu__array_t *v = dead;
+
+        dead = v->next;
+        vcu__reg_del(v);
+        free(v);
+    }
+    vcu__reg_del(m);
+    free(m);
+    return e;
 }
 
 /* ---- copies ---------------------------------------------------------------- */
@@ -682,8 +869,15 @@ static CUresult vcu__res_to_wire(vcu__ctx_t *c, const CUDA_RESOURCE_DESC *r,
             return e;
         w->handle = v->h;
         return CUDA_SUCCESS;
-    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-        return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY: {
+        vcu__mipmap_t *m;
+
+        e = vcu__mipmap_here(c, r->res.mipmap.hMipmappedArray, &m);
+        if (e != CUDA_SUCCESS)
+            return e;
+        w->handle = m->h;
+        return CUDA_SUCCESS;
+    }
     case CU_RESOURCE_TYPE_LINEAR:
         w->ptr = r->res.linear.devPtr;
         w->format = (uint32_t)r->res.linear.format;
@@ -711,6 +905,9 @@ static void vcu__res_from_wire(int dev, const struct vcu_cu_res_desc *w, CUDA_RE
     switch (w->type) {
     case CU_RESOURCE_TYPE_ARRAY:
         r->res.array.hArray = vcu__array_of(dev, w->handle);
+        break;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+        r->res.mipmap.hMipmappedArray = vcu__mipmap_of(dev, w->handle);
         break;
     case CU_RESOURCE_TYPE_LINEAR:
         r->res.linear.devPtr = w->ptr;

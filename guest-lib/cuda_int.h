@@ -56,6 +56,7 @@ enum {
     VCU__K_GNODE,
     VCU__K_GEXEC,
     VCU__K_ARRAY,
+    VCU__K_MIPMAP,
 };
 
 /* A context-local storage entry (cuda_export.c). */

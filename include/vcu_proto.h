@@ -303,7 +303,10 @@ struct vcu_resp_hdr {
     XX(CU_MEMCPY_3D, 0x021c, vcu_cu_memcpy3d_req, vcu_cu_resp)                         \
     XX(CU_TEXOBJ_CREATE, 0x021d, vcu_cu_texobj_req, vcu_cu_u64_resp)                   \
     XX(CU_TEXOBJ_DESTROY, 0x021e, vcu_cu_pair_req, vcu_cu_resp)                        \
-    XX(CU_TEXOBJ_GET, 0x021f, vcu_cu_pair_req, vcu_cu_texobj_resp)
+    XX(CU_TEXOBJ_GET, 0x021f, vcu_cu_pair_req, vcu_cu_texobj_resp)                     \
+    XX(CU_MIPMAP_CREATE, 0x0220, vcu_cu_mipmap_req, vcu_cu_u64_resp)                   \
+    XX(CU_MIPMAP_DESTROY, 0x0221, vcu_cu_u64_req, vcu_cu_resp)                         \
+    XX(CU_MIPMAP_LEVEL, 0x0222, vcu_cu_pair_req, vcu_cu_u64_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -458,6 +461,7 @@ struct vcu_cu_pair_req {
  *                          (CU_GRAPH_COND_ASSIGN_DEFAULT or 0)
  *   CU_TEXOBJ_DESTROY, CU_TEXOBJ_GET
  *                          a = the object's driver value, b = VCU_CU_TEXOBJ_*
+ *   CU_MIPMAP_LEVEL        a = mipmapped array, b = level
  * vcu_cu_u64_req value:
  *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
@@ -712,6 +716,25 @@ struct vcu_cu_array_req {
 };
 
 /*
+ * Mipmapped arrays (cuMipmappedArrayCreate): CU_MIPMAP_CREATE takes the
+ * level 0 shape as CU_ARRAY_CREATE does and 1..VCU_CU_MIPMAP_MAX_LEVELS
+ * levels (each level halves width, height and a 3D array's depth, to 1;
+ * no more levels than level 0's largest dimension has halvings); its
+ * value is a session handle (VCU__H_MIPMAP), charged to the quota for
+ * every level.  CU_MIPMAP_LEVEL returns the array handle of one level:
+ * the same each time, usable wherever an array is, but destroyed only
+ * with its mipmapped array (CU_ARRAY_DESTROY of it is
+ * CUDA_ERROR_INVALID_VALUE).  CU_MIPMAP_DESTROY: value = the handle.
+ */
+#define VCU_CU_MIPMAP_MAX_LEVELS 19u    /* 2^18 halves 18 times */
+
+struct vcu_cu_mipmap_req {
+    struct vcu_cu_array_req a;      /* IN level 0 */
+    vcu_le32 levels;                /* IN */
+    vcu_le32 reserved;              /* IN 0 */
+};
+
+/*
  * CU_MEMCPY_3D: cuMemcpy3D[Async] and every copy to or from an array
  * (cuMemcpy2D with an array side, cuMemcpy{HtoA,AtoH,AtoD,DtoA,AtoA}).
  * A side is host memory (type CU_MEMORYTYPE_HOST: the request's one
@@ -754,12 +777,14 @@ struct vcu_cu_memcpy3d_req {
  * host keeps the set of those it made for the session and takes only
  * those in CU_TEXOBJ_DESTROY and CU_TEXOBJ_GET (a = the object, b = its
  * kind).  The resource: an array (res.type CU_RESOURCE_TYPE_ARRAY,
- * handle a session array of the header's device) or linear memory
+ * handle a session array of the header's device), a mipmapped array
+ * (MIPMAPPED_ARRAY, handle a session mipmapped array; textures only) or
+ * linear memory
  * (LINEAR: ptr, format, channels, size; PITCH2D: ptr, format, channels,
  * width, height, pitch), which must lie inside one live allocation of
  * the session.  Every field is checked on the host: a bad one is
- * CUDA_ERROR_INVALID_VALUE, a forged handle CUDA_ERROR_INVALID_HANDLE,
- * a mipmapped array CUDA_ERROR_NOT_SUPPORTED.  CU_TEXOBJ_GET returns the
+ * CUDA_ERROR_INVALID_VALUE, a forged handle CUDA_ERROR_INVALID_HANDLE.
+ * CU_TEXOBJ_GET returns the
  * descriptors as created (a surface's tex and view zero).
  */
 #define VCU_CU_TEXOBJ_TEX 0u
@@ -770,7 +795,7 @@ struct vcu_cu_res_desc {
     vcu_le32 format;                /* IN CUarray_format (LINEAR, PITCH2D) */
     vcu_le32 channels;              /* IN (LINEAR, PITCH2D) */
     vcu_le32 flags;                 /* IN 0 */
-    vcu_le64 handle;                /* IN ARRAY: the array's session handle */
+    vcu_le64 handle;                /* IN ARRAY, MIPMAPPED_ARRAY: its session handle */
     vcu_le64 ptr;                   /* IN LINEAR, PITCH2D: device address */
     vcu_le64 size;                  /* IN LINEAR: bytes */
     vcu_le64 width;                 /* IN PITCH2D: elements */
@@ -1440,6 +1465,7 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_access) == 16, "vcu_cu_mem_access");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_req) == 336, "vcu_cu_vmm_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_resp) == 48, "vcu_cu_vmm_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_array_req) == 48, "vcu_cu_array_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mipmap_req) == 56, "vcu_cu_mipmap_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy3d_side) == 56, "vcu_cu_memcpy3d_side");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy3d_req) == 160, "vcu_cu_memcpy3d_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_res_desc) == 64, "vcu_cu_res_desc");

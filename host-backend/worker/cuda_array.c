@@ -1,7 +1,7 @@
 /*
  * CUDA executor, part of cuda.c (cuda_int.h).
- * CUDA arrays (charged as allocations), copies that have an array or a
- * third dimension, texture and surface objects.
+ * CUDA arrays and mipmapped arrays (charged as allocations), copies that
+ * have an array or a third dimension, texture and surface objects.
  *
  * An array is a session handle (VCU__H_ARRAY) with the shape it was made
  * with, never the driver's CUarray.  A texture or surface object is the
@@ -71,7 +71,11 @@ void vcu__array_obj_destroy(vcu__cuda_sess_t *cs, vcu__hent_t *e)
 {
     switch (e->type) {
     case VCU__H_ARRAY:
-        VCU__CU(cs->cu, cuArrayDestroy, e->u.arr.a);
+        if (e->u.arr.parent == 0)   /* a level goes with its mipmapped array */
+            VCU__CU(cs->cu, cuArrayDestroy, e->u.arr.a);
+        break;
+    case VCU__H_MIPMAP:
+        VCU__CU(cs->cu, cuMipmappedArrayDestroy, e->u.mip.m);
         break;
     case VCU__H_TEXOBJ:
         VCU__CU(cs->cu, cuTexObjectDestroy, (CUtexObject)e->u.tex.obj);
@@ -121,6 +125,40 @@ static int vcu__array_charge(uint64_t w, uint64_t h, uint64_t d, uint32_t flags,
     return 0;
 }
 
+/*
+ * An array's shape, checked (CU_ARRAY_CREATE, CU_MIPMAP_CREATE): its
+ * element size into *elem, its charge before it exists into *est, and
+ * the driver's descriptor; VCU_S_OK with o->res set for a bad value.
+ */
+static uint32_t vcu__array_shape(vcu__op_t *o, const struct vcu_cu_array_req *rq, uint32_t *elem,
+                                 uint64_t *est, CUDA_ARRAY3D_DESCRIPTOR *ad)
+{
+    if (rq->reserved != 0)
+        return VCU_S_EINVAL;
+    *elem = vcu__elem(o, rq->format, rq->channels);
+    if (*elem == 0)
+        return VCU_S_OK;
+    if (rq->flags & ~VCU_CU_ARRAY_FLAGS) {
+        /* Sparse, deferred-mapping and video arrays need calls not offered. */
+        o->res = (rq->flags & ~0x1ffu) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    if (rq->width == 0 || rq->width > VCU_CU_ARRAY_MAX_DIM || rq->height > VCU_CU_ARRAY_MAX_DIM ||
+        rq->depth > VCU_CU_ARRAY_MAX_DIM ||
+        vcu__array_charge(rq->width, rq->height, rq->depth, rq->flags, *elem, est) != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    memset(ad, 0, sizeof(*ad));
+    ad->Width = (size_t)rq->width;
+    ad->Height = (size_t)rq->height;
+    ad->Depth = (size_t)rq->depth;
+    ad->Format = (CUarray_format)rq->format;
+    ad->NumChannels = rq->channels;
+    ad->Flags = rq->flags;
+    return VCU_S_OK;
+}
+
 /* Charged before the driver is asked, as CU_MEM_ALLOC: past the VM's
  * quota the guest gets CUDA_ERROR_OUT_OF_MEMORY and nothing changes. */
 uint32_t vcu__op_CU_ARRAY_CREATE(vcu__op_t *o)
@@ -130,39 +168,19 @@ uint32_t vcu__op_CU_ARRAY_CREATE(vcu__op_t *o)
     CUDA_ARRAY_MEMORY_REQUIREMENTS mr;
     CUarray a = NULL;
     vcu__hent_t *e;
-    uint32_t d = vcu__dev_of(o), elem;
-    uint64_t est, ch, h;
+    uint32_t d = vcu__dev_of(o), elem = 0, rc;
+    uint64_t est = 0, ch, h;
 
     memcpy(&rq, o->p, sizeof(rq));
-    if (rq.reserved != 0)
-        return VCU_S_EINVAL;
-    elem = vcu__elem(o, rq.format, rq.channels);
-    if (elem == 0)
-        return VCU_S_OK;
-    if (rq.flags & ~VCU_CU_ARRAY_FLAGS) {
-        /* Sparse, deferred-mapping and video arrays need calls not offered. */
-        o->res = (rq.flags & ~0x1ffu) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
-        return VCU_S_OK;
-    }
-    if (rq.width == 0 || rq.width > VCU_CU_ARRAY_MAX_DIM || rq.height > VCU_CU_ARRAY_MAX_DIM ||
-        rq.depth > VCU_CU_ARRAY_MAX_DIM || vcu__array_charge(rq.width, rq.height, rq.depth,
-                                                               rq.flags, elem, &est) != 0) {
-        o->res = CUDA_ERROR_INVALID_VALUE;
-        return VCU_S_OK;
-    }
+    rc = vcu__array_shape(o, &rq, &elem, &est, &ad);
+    if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
+        return rc;
     VCU__ENTER(o);
     ch = vcu__grain(est);
     if (ch > VCU__ACCT_MAX || vcu__charge(o->cs, d, ch) != 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
-    memset(&ad, 0, sizeof(ad));
-    ad.Width = (size_t)rq.width;
-    ad.Height = (size_t)rq.height;
-    ad.Depth = (size_t)rq.depth;
-    ad.Format = (CUarray_format)rq.format;
-    ad.NumChannels = rq.channels;
-    ad.Flags = rq.flags;
     o->res = VCU__CU(o->cu, cuArray3DCreate, &a, &ad);
     if (o->res != CUDA_SUCCESS) {
         vcu__uncharge(o->cs, d, ch);
@@ -206,9 +224,169 @@ uint32_t vcu__op_CU_ARRAY_DESTROY(vcu__op_t *o)
     e = vcu__array_get(o, rq.value);
     if (e == NULL)
         return VCU_S_OK;
+    if (e->u.arr.parent != 0) {     /* a level: its mipmapped array's */
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
     o->res = VCU__CU(o->cu, cuArrayDestroy, e->u.arr.a);
     if (o->res == CUDA_SUCCESS)
         vcu__del(o->cs, rq.value);
+    return VCU_S_OK;
+}
+
+/* ---- mipmapped arrays ------------------------------------------------------ */
+
+static vcu__hent_t *vcu__mip_get(vcu__op_t *o, uint64_t h)
+{
+    vcu__hent_t *e = vcu__htab_get(&o->cs->tab, h, VCU__H_MIPMAP);
+
+    if (e == NULL || e->dev != vcu__dev_of(o)) {
+        o->res = CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
+    }
+    return e;
+}
+
+/* Level l of a dimension of level 0 (0 stays 0). */
+static uint32_t vcu__level_dim(uint32_t n, uint32_t l)
+{
+    return n == 0 ? 0 : (n >> l) ? (n >> l) : 1;
+}
+
+/* Every level charged as level 0 is, and as much again for the rest
+ * (each at most half the one before). */
+uint32_t vcu__op_CU_MIPMAP_CREATE(vcu__op_t *o)
+{
+    struct vcu_cu_mipmap_req rq;
+    CUDA_ARRAY3D_DESCRIPTOR ad;
+    CUmipmappedArray m = NULL;
+    vcu__hent_t *e;
+    uint32_t d = vcu__dev_of(o), elem = 0, rc, most = 1;
+    uint64_t est = 0, ch, h, big;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.reserved != 0)
+        return VCU_S_EINVAL;
+    rc = vcu__array_shape(o, &rq.a, &elem, &est, &ad);
+    if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
+        return rc;
+    big = rq.a.width > rq.a.height ? rq.a.width : rq.a.height;
+    if (!(rq.a.flags & CUDA_ARRAY3D_LAYERED) && rq.a.depth > big)
+        big = rq.a.depth;
+    while (big >> most)
+        most++;
+    if (rq.levels == 0 || rq.levels > most || rq.levels > VCU_CU_MIPMAP_MAX_LEVELS) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    ch = est > VCU__ACCT_MAX ? UINT64_MAX : vcu__grain(2 * est);
+    if (ch > VCU__ACCT_MAX || vcu__charge(o->cs, d, ch) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuMipmappedArrayCreate, &m, &ad, rq.levels);
+    if (o->res != CUDA_SUCCESS) {
+        vcu__uncharge(o->cs, d, ch);
+        return VCU_S_OK;
+    }
+    e = vcu__new(o, VCU__H_MIPMAP, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuMipmappedArrayDestroy, m);
+        vcu__uncharge(o->cs, d, ch);
+        return VCU_S_OK;
+    }
+    e->u.mip.m = m;
+    e->u.mip.charge = ch;
+    e->u.mip.width = (uint32_t)rq.a.width;
+    e->u.mip.height = (uint32_t)rq.a.height;
+    e->u.mip.depth = (uint32_t)rq.a.depth;
+    e->u.mip.flags = rq.a.flags;
+    e->u.mip.levels = rq.levels;
+    e->u.mip.elem = (uint8_t)elem;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+/* The level's array entry of mipmapped array mh, if one was given out. */
+static uint64_t vcu__level_find(vcu__cuda_sess_t *cs, uint64_t mh, uint32_t level)
+{
+    uint32_t i;
+
+    for (i = 0; i < cs->tab.cap; i++) {
+        const vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_ARRAY && e->u.arr.parent == mh && e->u.arr.level == level)
+            return vcu__htab_handle_at(&cs->tab, i);
+    }
+    return 0;
+}
+
+uint32_t vcu__op_CU_MIPMAP_LEVEL(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    vcu__hent_t *e;
+    CUarray a = NULL;
+    uint32_t w, hgt, dep, elem;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.c != 0)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    e = vcu__mip_get(o, rq.a);
+    if (e == NULL)
+        return VCU_S_OK;
+    if (rq.b >= e->u.mip.levels) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    h = vcu__level_find(o->cs, rq.a, (uint32_t)rq.b);
+    if (h != 0) {
+        o->rb.u64.value = h;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuMipmappedArrayGetLevel, &a, e->u.mip.m, (unsigned int)rq.b);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    w = vcu__level_dim(e->u.mip.width, (uint32_t)rq.b);
+    hgt = vcu__level_dim(e->u.mip.height, (uint32_t)rq.b);
+    dep = (e->u.mip.flags & CUDA_ARRAY3D_LAYERED) ? e->u.mip.depth
+                                                  : vcu__level_dim(e->u.mip.depth, (uint32_t)rq.b);
+    elem = e->u.mip.elem;
+    e = vcu__new(o, VCU__H_ARRAY, &h);     /* entries may move: e is stale after */
+    if (e == NULL)
+        return VCU_S_OK;
+    e->u.arr.a = a;
+    e->u.arr.width = w;
+    e->u.arr.height = hgt;
+    e->u.arr.depth = dep;
+    e->u.arr.elem = (uint8_t)elem;
+    e->u.arr.level = (uint32_t)rq.b;
+    e->u.arr.parent = rq.a;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MIPMAP_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
+    vcu__hent_t *e;
+    uint32_t i;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    e = vcu__mip_get(o, rq.value);
+    if (e == NULL)
+        return VCU_S_OK;
+    o->res = VCU__CU(o->cu, cuMipmappedArrayDestroy, e->u.mip.m);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    for (i = 0; i < cs->tab.cap; i++)
+        if (cs->tab.ent[i].type == VCU__H_ARRAY && cs->tab.ent[i].u.arr.parent == rq.value)
+            vcu__del(cs, vcu__htab_handle_at(&cs->tab, i));
+    vcu__del(cs, rq.value);
     return VCU_S_OK;
 }
 
@@ -436,7 +614,16 @@ static uint32_t vcu__res_desc(vcu__op_t *o, const struct vcu_cu_texobj_req *rq,
             rd->res.array.hArray = e->u.arr.a;
         return VCU_S_OK;
     case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        if (r->format != 0 || r->channels != 0 || r->ptr != 0 || r->size != 0 ||
+            r->width != 0 || r->height != 0 || r->pitch != 0)
+            return VCU_S_EINVAL;
+        if (rq->kind != VCU_CU_TEXOBJ_TEX) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            return VCU_S_OK;
+        }
+        e = vcu__mip_get(o, r->handle);
+        if (e != NULL)
+            rd->res.mipmap.hMipmappedArray = e->u.mip.m;
         return VCU_S_OK;
     case CU_RESOURCE_TYPE_LINEAR:
     case CU_RESOURCE_TYPE_PITCH2D:
@@ -521,7 +708,8 @@ static int vcu__tex_desc(vcu__op_t *o, const struct vcu_cu_texobj_req *rq, CUDA_
         v->width > VCU_CU_ARRAY_MAX_DIM || v->height > VCU_CU_ARRAY_MAX_DIM ||
         v->depth > VCU_CU_ARRAY_MAX_DIM || v->first_mipmap_level > v->last_mipmap_level ||
         v->first_layer > v->last_layer || v->last_layer >= VCU_CU_ARRAY_MAX_DIM ||
-        v->last_mipmap_level >= 32 || rq->res.type != CU_RESOURCE_TYPE_ARRAY)
+        v->last_mipmap_level >= 32 || (rq->res.type != CU_RESOURCE_TYPE_ARRAY &&
+                                       rq->res.type != CU_RESOURCE_TYPE_MIPMAPPED_ARRAY))
         goto bad;
     vd->format = (CUresourceViewFormat)v->format;
     vd->width = (size_t)v->width;

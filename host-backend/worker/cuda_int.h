@@ -85,6 +85,9 @@
     XX(cuArray3DCreate, 0)                                                   \
     XX(cuArrayDestroy, 0)                                                    \
     XX(cuArrayGetMemoryRequirements, 0)                                      \
+    XX(cuMipmappedArrayCreate, 0)                                            \
+    XX(cuMipmappedArrayDestroy, 0)                                           \
+    XX(cuMipmappedArrayGetLevel, 0)                                          \
     XX(cuTexObjectCreate, 0)                                                 \
     XX(cuTexObjectDestroy, 0)                                                \
     XX(cuSurfObjectCreate, 0)                                                \
@@ -815,8 +818,12 @@ uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o);
 uint32_t vcu__op_CU_TEXOBJ_CREATE(vcu__op_t *o);
 uint32_t vcu__op_CU_TEXOBJ_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_TEXOBJ_GET(vcu__op_t *o);
-/* Destroys the driver's object of an array, texture or surface entry
- * (its context current); vcu__del does the rest. */
+uint32_t vcu__op_CU_MIPMAP_CREATE(vcu__op_t *o);
+uint32_t vcu__op_CU_MIPMAP_DESTROY(vcu__op_t *o);
+uint32_t vcu__op_CU_MIPMAP_LEVEL(vcu__op_t *o);
+/* Destroys the driver's object of an array, mipmapped array, texture or
+ * surface entry (its context current; a mipmapped array's level goes
+ * with it); vcu__del does the rest. */
 void vcu__array_obj_destroy(vcu__cuda_sess_t *cs, vcu__hent_t *e);
 
 /* cuda_vmm.c */

@@ -248,6 +248,9 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_TEXOBJ_CREATE:
     case VCU_OP_CU_TEXOBJ_DESTROY:
     case VCU_OP_CU_TEXOBJ_GET:
+    case VCU_OP_CU_MIPMAP_CREATE:
+    case VCU_OP_CU_MIPMAP_DESTROY:
+    case VCU_OP_CU_MIPMAP_LEVEL:
         /* An array's contents and an object's driver value (which the
          * guest holds and passes to kernels) do not move. */
         *why = "CUDA arrays and textures";

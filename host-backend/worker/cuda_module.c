@@ -121,6 +121,9 @@ void vcu__del(vcu__cuda_sess_t *cs, uint64_t h)
     case VCU__H_ARRAY:
         vcu__uncharge(cs, e->dev, e->u.arr.charge);
         break;
+    case VCU__H_MIPMAP:
+        vcu__uncharge(cs, e->dev, e->u.mip.charge);
+        break;
     case VCU__H_TEXOBJ:
     case VCU__H_SURFOBJ:
         vcu__pset_del(e->type == VCU__H_TEXOBJ ? &cs->texs : &cs->surfs, e->u.tex.obj);

@@ -5,7 +5,8 @@
  * (cuMemcpyHtoA, AtoA, AtoD, DtoA, AtoH), each checked; texture objects
  * on an array, on linear and on pitched memory, a surface object, their
  * descriptors read back; the refusals (bad format, channel count, size,
- * destroyed array, an object not made).  No kernel samples here
+ * destroyed array, an object not made); mipmapped arrays and their
+ * levels.  No kernel samples here
  * (tests/cuda/texture.cu does).
  */
 #include "vcu_drv_test.h"
@@ -358,6 +359,64 @@ static void textures(void)
     CK(cuMemFree(p));
 }
 
+/* Mipmapped arrays: levels halving to 1, the same level array each
+ * time, data in and out of a level, a texture object over all levels. */
+static void mipmaps(void)
+{
+    CUDA_ARRAY3D_DESCRIPTOR ad, got;
+    CUDA_RESOURCE_DESC rd, rback;
+    CUDA_TEXTURE_DESC td;
+    CUmipmappedArray m;
+    CUarray l0, l2, again;
+    CUtexObject t, t2;
+    float v[16 * 8], w[16 * 8];
+
+    memset(&ad, 0, sizeof(ad));
+    ad.Width = 64;
+    ad.Height = 32;
+    ad.Format = CU_AD_FORMAT_FLOAT;
+    ad.NumChannels = 1;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuMipmappedArrayCreate(&m, &ad, 0));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuMipmappedArrayCreate(&m, &ad, 8));   /* 64 halves 6 times */
+    CK(cuMipmappedArrayCreate(&m, &ad, 7));
+    CK(cuMipmappedArrayGetLevel(&l0, m, 0));
+    CK(cuMipmappedArrayGetLevel(&l2, m, 2));
+    CK(cuMipmappedArrayGetLevel(&again, m, 2));
+    TRUE(again == l2 && l0 != l2);
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuMipmappedArrayGetLevel(&again, m, 7));
+    CK(cuArray3DGetDescriptor(&got, l2));
+    TRUE(got.Width == 16 && got.Height == 8 && got.Format == CU_AD_FORMAT_FLOAT);
+    CK(cuMipmappedArrayGetLevel(&again, m, 6));
+    CK(cuArray3DGetDescriptor(&got, again));
+    TRUE(got.Width == 1 && got.Height == 1);
+    fill(v, 16 * 8, 7.0f);
+    CK(cuMemcpyHtoA(l2, 0, v, sizeof(v)));
+    memset(w, 0, sizeof(w));
+    CK(cuMemcpyAtoH(w, l2, 0, sizeof(w)));
+    TRUE(same(v, w, 16 * 8));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoA(l2, 4, v, sizeof(v)));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuArrayDestroy(l2));     /* its mipmapped array's */
+    memset(&rd, 0, sizeof(rd));
+    rd.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+    rd.res.mipmap.hMipmappedArray = m;
+    memset(&td, 0, sizeof(td));
+    td.filterMode = CU_TR_FILTER_MODE_LINEAR;
+    td.mipmapFilterMode = CU_TR_FILTER_MODE_LINEAR;
+    td.maxMipmapLevelClamp = 6.0f;
+    td.flags = CU_TRSF_NORMALIZED_COORDINATES;
+    CK(cuTexObjectCreate(&t, &rd, &td, NULL));
+    CK(cuTexObjectGetResourceDesc(&rback, t));
+    TRUE(rback.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY && rback.res.mipmap.hMipmappedArray == m);
+    td.maxMipmapLevelClamp = __builtin_inff();
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuTexObjectCreate(&t2, &rd, &td, NULL));
+    td.maxMipmapLevelClamp = 6.0f;
+    CK(cuTexObjectDestroy(t));
+    CK(cuMipmappedArrayDestroy(m));
+    EXPECT(CUDA_ERROR_INVALID_HANDLE, cuMipmappedArrayDestroy(m));
+    TRUE(cuMemcpyAtoH(w, l2, 0, sizeof(w)) != CUDA_SUCCESS);   /* gone with it */
+    TRUE(cuTexObjectCreate(&t, &rd, &td, NULL) != CUDA_SUCCESS);
+}
+
 static void refusals(void)
 {
     CUDA_ARRAY3D_DESCRIPTOR ad;
@@ -403,6 +462,7 @@ int main(void)
     round_2d();
     round_3d();
     textures();
+    mipmaps();
     refusals();
     CK(cuDevicePrimaryCtxRelease(dev));
     printf("PASS drv_array\n");

@@ -337,6 +337,15 @@ typedef struct fc_array_s {
     unsigned char *data;
 } fc_array_t;
 
+/* A mipmapped array: its levels, each an array of its own on g_arrays
+ * (freed with it). */
+typedef struct fc_mipmap_s {
+    fc_obj_t hdr;
+    fc_ctx_t *ctx;
+    unsigned int levels;
+    fc_array_t *lv[32];
+} fc_mipmap_t;
+
 /* A texture or surface object: its descriptors, nothing to sample. */
 typedef struct fc_texobj_s {
     fc_obj_t hdr;
@@ -503,7 +512,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init;
 static uint64_t g_next_id = 1;
 static fc_obj_t *g_ctxs, *g_streams, *g_events, *g_modules, *g_funcs, *g_graphs, *g_execs,
-    *g_caps, *g_upools, *g_arrays, *g_texobjs, *g_surfobjs;
+    *g_caps, *g_upools, *g_arrays, *g_texobjs, *g_surfobjs, *g_mipmaps;
 static fc_mem_t *g_mem;         /* sorted by base, ranges disjoint */
 static size_t g_nmem, g_capmem;
 static size_t g_dev_used[FC_NDEV];
@@ -2527,6 +2536,16 @@ static void fc_ctx_free_all(fc_ctx_t *ctx)
             }
         }
     }
+    for (pp = &g_mipmaps; *pp;) {
+        fc_mipmap_t *m = (fc_mipmap_t *)*pp;
+
+        if (m->ctx == ctx) {
+            *pp = m->hdr.next;
+            free(m);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
     for (pp = &g_modules; *pp;) {
         fc_module_t *m = (fc_module_t *)*pp;
 
@@ -3914,7 +3933,17 @@ static size_t fc_format_bytes(CUarray_format f)
     }
 }
 
+/* The entry points' bodies, called inside the stand-in by name: its own
+ * calls to an exported name would reach the loopback library's. */
+static CUresult fc_array_create(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d);
+static CUresult fc_array_destroy(CUarray hArray);
+
 CUresult CUDAAPI cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    return fc_array_create(pHandle, d);
+}
+
+static CUresult fc_array_create(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     fc_ctx_t *ctx;
     fc_array_t *a;
@@ -3959,6 +3988,87 @@ out:
     return rc;
 }
 
+CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                        const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+    CUDA_ARRAY3D_DESCRIPTOR ld;
+    fc_mipmap_t *m;
+    CUresult rc = CUDA_SUCCESS;
+    size_t big;
+    unsigned int most = 1;
+
+    if (!pHandle || !d || levels == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    big = d->Width > d->Height ? d->Width : d->Height;
+    if (!(d->Flags & CUDA_ARRAY3D_LAYERED) && d->Depth > big)
+        big = d->Depth;
+    while (most < 32 && (big >> most))
+        most++;
+    if (levels > most)
+        return CUDA_ERROR_INVALID_VALUE;
+    m = calloc(1, sizeof(*m));
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (unsigned int l = 0; l < levels && rc == CUDA_SUCCESS; l++) {
+        ld = *d;
+        ld.Width = d->Width >> l ? d->Width >> l : 1;
+        if (d->Height)
+            ld.Height = d->Height >> l ? d->Height >> l : 1;
+        if (d->Depth && !(d->Flags & CUDA_ARRAY3D_LAYERED))
+            ld.Depth = d->Depth >> l ? d->Depth >> l : 1;
+        rc = fc_array_create((CUarray *)&m->lv[l], &ld);
+    }
+    pthread_mutex_lock(&g_lock);
+    if (rc == CUDA_SUCCESS) {
+        m->ctx = m->lv[0]->ctx;
+        m->levels = levels;
+        fc_list_add(&g_mipmaps, m);
+        *pHandle = (CUmipmappedArray)m;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (rc != CUDA_SUCCESS) {
+        for (unsigned int l = 0; l < levels; l++)
+            if (m->lv[l])
+                fc_array_destroy((CUarray)m->lv[l]);
+        free(m);
+    }
+    return rc;
+}
+
+CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray,
+                                          unsigned int level)
+{
+    fc_mipmap_t *m = (fc_mipmap_t *)hMipmappedArray;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!m || !fc_list_has(g_mipmaps, m))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (!pLevelArray || level >= m->levels)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *pLevelArray = (CUarray)m->lv[level];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    fc_mipmap_t *m = (fc_mipmap_t *)hMipmappedArray;
+
+    pthread_mutex_lock(&g_lock);
+    if (!m || !fc_list_has(g_mipmaps, m)) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    fc_list_del(&g_mipmaps, m);
+    pthread_mutex_unlock(&g_lock);
+    for (unsigned int l = 0; l < m->levels; l++)
+        fc_array_destroy((CUarray)m->lv[l]);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
 {
     CUDA_ARRAY3D_DESCRIPTOR d3 = { 0 };
@@ -3969,12 +4079,17 @@ CUresult CUDAAPI cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
     d3.Height = d->Height;
     d3.Format = d->Format;
     d3.NumChannels = d->NumChannels;
-    return cuArray3DCreate(pHandle, &d3);
+    return fc_array_create(pHandle, &d3);
 }
 
 /* An object on a live array cannot be made, but may outlive it, as with
  * the driver (using it then is the program's error). */
 CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
+{
+    return fc_array_destroy(hArray);
+}
+
+static CUresult fc_array_destroy(CUarray hArray)
 {
     fc_array_t *a = (fc_array_t *)hArray;
 
@@ -4019,6 +4134,10 @@ static CUresult fc_res_check(const CUDA_RESOURCE_DESC *r, int surf)
         if (surf && !(((fc_array_t *)r->res.array.hArray)->d.Flags & CUDA_ARRAY3D_SURFACE_LDST))
             return CUDA_ERROR_INVALID_VALUE;
         return CUDA_SUCCESS;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+        if (!fc_list_has(g_mipmaps, r->res.mipmap.hMipmappedArray))
+            return CUDA_ERROR_INVALID_HANDLE;
+        return surf ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     case CU_RESOURCE_TYPE_LINEAR:
         eb = fc_format_bytes(r->res.linear.format);
         if (surf || eb == 0 || r->res.linear.sizeInBytes == 0)

@@ -3,8 +3,8 @@
  * executor (host-backend/worker/cuda_array.c), against the CPU stand-in:
  * descriptors checked before the driver sees them, handles and objects
  * of the session only, linear resources inside the session's own
- * allocations, arrays charged to the VM's quota until destroyed or the
- * session ends; malformed requests refused.
+ * allocations, arrays and mipmapped arrays charged to the VM's quota
+ * until destroyed or the session ends; malformed requests refused.
  */
 #include <stdio.h>
 
@@ -500,8 +500,8 @@ TEST(array_texobj)
     rq.res.type = 9;
     ASSERT_EQ(INVAL, ta_obj(&c, &rq, &x));
     rq = ta_tex_array(a);
-    rq.res.type = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
-    ASSERT_EQ(NOSUP, ta_obj(&c, &rq, &x));
+    rq.res.type = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;    /* an array is no mipmapped array */
+    ASSERT_EQ(BADH, ta_obj(&c, &rq, &x));
     rq = ta_tex_array(a);
     rq.res.ptr = p1;                /* an array resource has no address */
     ASSERT_EQ(WIRE_EINVAL, ta_obj(&c, &rq, &x));
@@ -594,5 +594,109 @@ TEST(array_quota)
     ta_close(&c);
     ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
     vcu__acct_put(a);
+    return 0;
+}
+
+static uint32_t ta_mip(ta_t *c, uint64_t w, uint64_t h, uint32_t levels, uint64_t *m)
+{
+    struct vcu_cu_mipmap_req rq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t r;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.a = ta_desc(w, h, 0, CU_AD_FORMAT_FLOAT, 1);
+    rq.levels = levels;
+    r = ta_do(c, VCU_OP_CU_MIPMAP_CREATE, &rq, sizeof(rq), &rp, sizeof(rp));
+    *m = rp.value;
+    return r;
+}
+
+static uint32_t ta_level(ta_t *c, uint64_t m, uint64_t level, uint64_t *a)
+{
+    struct vcu_cu_pair_req rq = {{0, 0}, m, level, 0};
+    struct vcu_cu_u64_resp rp;
+    uint32_t r = ta_do(c, VCU_OP_CU_MIPMAP_LEVEL, &rq, sizeof(rq), &rp, sizeof(rp));
+
+    *a = rp.value;
+    return r;
+}
+
+/* Mipmapped arrays: charged for every level, levels the same handle each
+ * time and only their mipmapped array's to destroy, gone with it. */
+TEST(array_mipmap)
+{
+    vcu_account_t *acct;
+    struct vcu_cu_texobj_req rq;
+    struct vcu_cu_mipmap_req mr;
+    unsigned char buf[256 * 4];
+    uint64_t m, l1, l1b, l8, t, x;
+    ta_t c, d;
+
+    ASSERT_EQ(0, vcu__acct_new(16 * MiB + TA_CTX, 8, &acct));
+    CHECK(ta_open(&c, "0", acct));
+    d.be = c.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(d.be, &d.s));
+    ASSERT_EQ(INVAL, ta_mip(&c, 256, 256, 0, &x));
+    ASSERT_EQ(INVAL, ta_mip(&c, 256, 256, 10, &x));          /* 256 halves 8 times */
+    ASSERT_EQ(OOM, ta_mip(&c, 2048, 2048, 2, &x));            /* 16 MiB, twice */
+    ASSERT_EQ(0, (int)ta_mip(&c, 512, 512, 9, &m));
+    ASSERT_EQ_U64(2 * MiB + TA_CTX, vcu__acct_used(acct, 0));
+    ASSERT_EQ(0, (int)ta_level(&c, m, 1, &l1));
+    ASSERT_EQ(0, (int)ta_level(&c, m, 1, &l1b));
+    ASSERT_EQ_U64(l1, l1b);
+    ASSERT_EQ(0, (int)ta_level(&c, m, 8, &l8));
+    ASSERT_EQ(INVAL, ta_level(&c, m, 9, &x));
+    ASSERT_EQ(BADH, ta_level(&c, m + 1, 0, &x));
+    ASSERT_EQ(BADH, ta_level(&d, m, 0, &x));                  /* another session's */
+    ASSERT_EQ(BADH, ta_level(&c, l1, 0, &x));                 /* an array is no mipmap */
+    /* Levels cost nothing more (d's context is charged now). */
+    ASSERT_EQ_U64(2 * MiB + 2 * TA_CTX, vcu__acct_used(acct, 0));
+    /* A level is an array for copies, with its own extent (256 x 256)
+     * and the last level's (2 x 2). */
+    memset(buf, 3, sizeof(buf));
+    ASSERT_EQ(0, (int)ta_copy(&c, l1, 1, buf, sizeof(buf), 1024, 1, 1, 0, 255, 0));
+    ASSERT_EQ(INVAL, ta_copy(&c, l1, 1, buf, sizeof(buf), 1024, 1, 1, 4, 255, 0));
+    ASSERT_EQ(0, (int)ta_copy(&c, l8, 0, buf, 16, 8, 2, 1, 0, 0, 0));
+    ASSERT_EQ(INVAL, ta_copy(&c, l8, 0, buf, 12, 12, 1, 1, 0, 0, 0));
+    ASSERT_EQ(INVAL, ta_copy(&c, l8, 0, buf, 24, 8, 3, 1, 0, 0, 0));
+    ASSERT_EQ(INVAL, ta_u64(&c, VCU_OP_CU_ARRAY_DESTROY, 0, l1, NULL));
+    /* A texture over the mipmapped array; no surface. */
+    memset(&rq, 0, sizeof(rq));
+    rq.kind = VCU_CU_TEXOBJ_TEX;
+    rq.res.type = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+    rq.res.handle = m;
+    rq.tex.mipmap_filter_mode = CU_TR_FILTER_MODE_LINEAR;
+    ASSERT_EQ(0, (int)ta_obj(&c, &rq, &t));
+    rq.res.handle = l1;
+    ASSERT_EQ(BADH, ta_obj(&c, &rq, &x));
+    rq.res.handle = m;
+    rq.res.ptr = 64;
+    ASSERT_EQ(WIRE_EINVAL, ta_obj(&c, &rq, &x));
+    rq.res.ptr = 0;
+    memset(&rq.tex, 0, sizeof(rq.tex));
+    rq.kind = VCU_CU_TEXOBJ_SURF;
+    ASSERT_EQ(INVAL, ta_obj(&c, &rq, &x));
+    /* Malformed. */
+    memset(&mr, 0, sizeof(mr));
+    mr.a = ta_desc(16, 16, 0, CU_AD_FORMAT_FLOAT, 1);
+    mr.levels = 1;
+    mr.reserved = 1;
+    ASSERT_EQ(WIRE_EINVAL, ta_do(&c, VCU_OP_CU_MIPMAP_CREATE, &mr, sizeof(mr), NULL, 0));
+    mr.reserved = 0;
+    ASSERT_EQ(WIRE_EINVAL, ta_do(&c, VCU_OP_CU_MIPMAP_CREATE, &mr, sizeof(mr) - 8, NULL, 0));
+    /* Destroyed: its levels with it, its charge back; once. */
+    ASSERT_EQ(BADH, ta_u64(&d, VCU_OP_CU_MIPMAP_DESTROY, 0, m, NULL));
+    ASSERT_EQ(0, (int)ta_u64(&c, VCU_OP_CU_MIPMAP_DESTROY, 0, m, NULL));
+    ASSERT_EQ(BADH, ta_u64(&c, VCU_OP_CU_MIPMAP_DESTROY, 0, m, NULL));
+    ASSERT_EQ(BADH, ta_copy(&c, l1, 0, buf, 4, 4, 1, 1, 0, 0, 0));
+    ASSERT_EQ(BADH, ta_level(&c, m, 1, &x));
+    ASSERT_EQ_U64(2 * TA_CTX, vcu__acct_used(acct, 0));
+    /* One left for the session's end, a level asked for. */
+    ASSERT_EQ(0, (int)ta_mip(&c, 64, 64, 3, &m));
+    ASSERT_EQ(0, (int)ta_level(&c, m, 2, &x));
+    ut_close(d.be, d.s);
+    ta_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(acct, 0));
+    vcu__acct_put(acct);
     return 0;
 }

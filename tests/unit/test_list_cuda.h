@@ -115,6 +115,7 @@
     X(array_copy)                       \
     X(array_texobj)                     \
     X(array_quota)                      \
+    X(array_mipmap)                     \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \

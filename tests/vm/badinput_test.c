@@ -856,8 +856,8 @@ static void test_raw(void)
 }
 
 /*
- * Forged CUDA array, copy and texture requests (CU_ARRAY_*, CU_MEMCPY_3D,
- * CU_TEXOBJ_*) on a raw session of their own: truncated payloads are
+ * Forged CUDA array, copy and texture requests (CU_ARRAY_*, CU_MIPMAP_*,
+ * CU_MEMCPY_3D, CU_TEXOBJ_*) on a raw session of their own: truncated payloads are
  * malformed (VCU_S_EINVAL); forged handles, objects never made, huge
  * sizes and addresses the session did not allocate are CUDA errors in a
  * reply that succeeded; the session stays usable.  Without a GPU driver
@@ -985,6 +985,26 @@ static void test_raw_arrays(void)
     pq.b = 7;
     raw_begin(&q, VCU_OP_CU_TEXOBJ_GET, sess, &pq, sizeof(pq), 0);
     raw_cu("raw_cu_texobj_get_bad_kind", &q, cuda, VCU_S_EINVAL, 0);
+
+    {
+        struct vcu_cu_mipmap_req mr;
+
+        memset(&mr, 0, sizeof(mr));
+        mr.a.width = mr.a.height = 64;
+        mr.a.format = 0x20;
+        mr.a.channels = 1;
+        mr.levels = 40;             /* more than 64 halves */
+        raw_begin(&q, VCU_OP_CU_MIPMAP_CREATE, sess, &mr, sizeof(mr), 0);
+        raw_cu("raw_cu_mipmap_too_many_levels", &q, cuda, VCU_S_OK, 1);
+        raw_begin(&q, VCU_OP_CU_MIPMAP_CREATE, sess, &mr, 48, 0);
+        raw_cu("raw_cu_mipmap_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        memset(&pq, 0, sizeof(pq));
+        pq.a = 0x1234567890ull;
+        raw_begin(&q, VCU_OP_CU_MIPMAP_LEVEL, sess, &pq, sizeof(pq), 0);
+        raw_cu("raw_cu_mipmap_level_forged", &q, cuda, VCU_S_OK, 400);
+        raw_begin(&q, VCU_OP_CU_MIPMAP_DESTROY, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_mipmap_destroy_forged", &q, cuda, VCU_S_OK, 400);
+    }
 
     raw_begin(&q, VCU_OP_ECHO, sess, &er0, sizeof(er0), 0);
     EXPECT_ST("raw_cu_session_still_works", raw_send(&q, NULL, 0), VCU_S_OK);
