@@ -81,9 +81,9 @@ VCU__MEMSET2D(cuMemsetD2D32Async, unsigned int, 4, 1, 0, , CUstream hStream)
 VCU__MEMSET2D(cuMemsetD2D32Async_ptsz, unsigned int, 4, 1, 1, , CUstream hStream)
 
 /*
- * cuMemcpy2D*: host and device sides (arrays and unified addressing are
- * not offered), in pieces of whole rows within the session's transfer
- * limit.  Host to host is done here.
+ * cuMemcpy2D*: host and device sides in pieces of whole rows within the
+ * session's transfer limit (an array or unified side: as a 3D copy,
+ * cuda_array.c).  Host to host is done here.
  */
 static CUresult vcu__copy2d(const CUDA_MEMCPY2D *p, int async, CUstream stream, int ptsz)
 {
@@ -97,9 +97,12 @@ static CUresult vcu__copy2d(const CUDA_MEMCPY2D *p, int async, CUstream stream, 
 
     if (p == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY ||
+        p->srcMemoryType == CU_MEMORYTYPE_UNIFIED || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED)
+        return vcu__copy2d_array(p, async, stream, ptsz);
     if ((p->srcMemoryType != CU_MEMORYTYPE_HOST && p->srcMemoryType != CU_MEMORYTYPE_DEVICE) ||
         (p->dstMemoryType != CU_MEMORYTYPE_HOST && p->dstMemoryType != CU_MEMORYTYPE_DEVICE))
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return CUDA_ERROR_INVALID_VALUE;
     e = vcu__cur(&c);
     if (e == CUDA_SUCCESS && async)
         e = vcu__stream(c, stream, ptsz, &wire);

@@ -631,7 +631,7 @@ VCU__EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
  * anything else is device memory where the host's driver knows an
  * allocation holding it (CU_MEM_GET_RANGE), else pageable host memory.
  */
-static CUresult vcu__is_device(int dev, CUdeviceptr p, int *is_dev)
+CUresult vcu__is_device(int dev, CUdeviceptr p, int *is_dev)
 {
     struct vcu_cu_u64_req r = { .value = p };
     struct vcu_cu_mem_range_resp o;

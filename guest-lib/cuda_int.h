@@ -55,6 +55,8 @@ enum {
     VCU__K_GRAPH,
     VCU__K_GNODE,
     VCU__K_GEXEC,
+    VCU__K_ARRAY,
+    VCU__K_MIPMAP,
 };
 
 /* A context-local storage entry (cuda_export.c). */
@@ -346,6 +348,11 @@ void vcu__dr_add(int dev, uint64_t base, uint64_t size);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);
 int vcu__dr_known(int dev, uint64_t p, uint64_t n);
+/* Is p device memory (cuda_hostmem.c): this library's pinned and
+ * registered memory is not; else where the host knows an allocation. */
+CUresult vcu__is_device(int dev, CUdeviceptr p, int *is_dev);
+/* cuMemcpy2D* with an array or unified side, as a 3D copy (cuda_array.c). */
+CUresult vcu__copy2d_array(const CUDA_MEMCPY2D *p, int async, CUstream stream, int ptsz);
 /* The buffer ID of the allocation starting at base (0: none known), and
  * a new one for an allocation made elsewhere (unique in the process). */
 uint64_t vcu__dr_id(int dev, uint64_t base);

@@ -22,7 +22,7 @@
 cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
 
 #define VCU__WHY_EXPORT "the guest has no driver export tables"
-#define VCU__WHY_ARRAY "CUDA arrays, textures and surfaces are not in the protocol"
+#define VCU__WHY_ARRAY "CUDA arrays, textures and surfaces come through NVIDIA's runtime only (libcuda.so.1 has them)"
 #define VCU__WHY_EXTERNAL "external memory and semaphores are not in the protocol"
 #define VCU__WHY_RDMA "no GPUDirect RDMA in the guest"
 #define VCU__WHY_OTHER "not in the protocol"

@@ -80,6 +80,7 @@ static inline int vcu_op_flushes_printf(uint32_t op, const void *payload)
 {
     struct vcu_cu_memcpy_req m;
     struct vcu_cu_memcpy2d_req m2;
+    struct vcu_cu_memcpy3d_req m3;
 
     switch (op) {
     case VCU_OP_CU_CTX_SYNCHRONIZE:
@@ -95,6 +96,9 @@ static inline int vcu_op_flushes_printf(uint32_t op, const void *payload)
     case VCU_OP_CU_MEMCPY_2D:
         memcpy(&m2, payload, sizeof(m2));
         return !(m2.flags & VCU_CU_MEMCPY_F_ASYNC);
+    case VCU_OP_CU_MEMCPY_3D:
+        memcpy(&m3, payload, sizeof(m3));
+        return !(m3.flags & VCU_CU_MEMCPY_F_ASYNC);
     }
     return 0;
 }

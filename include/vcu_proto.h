@@ -295,7 +295,18 @@ struct vcu_resp_hdr {
     XX(CU_MEM_GET_ACCESS, 0x0216, vcu_cu_vmm_req, vcu_cu_vmm_resp)                       \
     XX(CU_MEM_GRANULARITY, 0x0217, vcu_cu_vmm_req, vcu_cu_vmm_resp)                      \
     XX(CU_MEM_GET_PROPS, 0x0218, vcu_cu_vmm_req, vcu_cu_vmm_resp)                        \
-    XX(CU_MEM_RETAIN, 0x0219, vcu_cu_vmm_req, vcu_cu_vmm_resp)
+    XX(CU_MEM_RETAIN, 0x0219, vcu_cu_vmm_req, vcu_cu_vmm_resp)                        \
+    /* CUDA: arrays, texture and surface objects (memory's range; last for the   \
+     * fuzz corpora as above) */                                                    \
+    XX(CU_ARRAY_CREATE, 0x021a, vcu_cu_array_req, vcu_cu_u64_resp)                     \
+    XX(CU_ARRAY_DESTROY, 0x021b, vcu_cu_u64_req, vcu_cu_resp)                          \
+    XX(CU_MEMCPY_3D, 0x021c, vcu_cu_memcpy3d_req, vcu_cu_resp)                         \
+    XX(CU_TEXOBJ_CREATE, 0x021d, vcu_cu_texobj_req, vcu_cu_u64_resp)                   \
+    XX(CU_TEXOBJ_DESTROY, 0x021e, vcu_cu_pair_req, vcu_cu_resp)                        \
+    XX(CU_TEXOBJ_GET, 0x021f, vcu_cu_pair_req, vcu_cu_texobj_resp)                     \
+    XX(CU_MIPMAP_CREATE, 0x0220, vcu_cu_mipmap_req, vcu_cu_u64_resp)                   \
+    XX(CU_MIPMAP_DESTROY, 0x0221, vcu_cu_u64_req, vcu_cu_resp)                         \
+    XX(CU_MIPMAP_LEVEL, 0x0222, vcu_cu_pair_req, vcu_cu_u64_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -448,6 +459,9 @@ struct vcu_cu_pair_req {
  *   CU_GRAPH_EXEC_UPDATE   a = graph exec, b = graph
  *   CU_GRAPH_COND_HANDLE   a = graph, b = default launch value, c = flags
  *                          (CU_GRAPH_COND_ASSIGN_DEFAULT or 0)
+ *   CU_TEXOBJ_DESTROY, CU_TEXOBJ_GET
+ *                          a = the object's driver value, b = VCU_CU_TEXOBJ_*
+ *   CU_MIPMAP_LEVEL        a = mipmapped array, b = level
  * vcu_cu_u64_req value:
  *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
@@ -669,6 +683,168 @@ struct vcu_cu_memcpy2d_req {
     vcu_le64 stream;
     vcu_le32 kind;                  /* VCU_CU_COPY_* */
     vcu_le32 flags;                 /* VCU_CU_MEMCPY_F_ASYNC */
+};
+
+/*
+ * CUDA arrays (cuArrayCreate, cuArray3DCreate).  CU_ARRAY_CREATE: the
+ * array's shape as CUDA_ARRAY3D_DESCRIPTOR has it (height 0 for a 1D
+ * array, depth 0 for a 1D or 2D one; a layered array's depth is its
+ * layer count); the reply's value is a session handle (VCU__H_ARRAY on
+ * the host), never the driver's CUarray.  The host refuses with
+ * CUDA_ERROR_INVALID_VALUE a format other than CUarray_format's eight
+ * plain ones (CUDA_ERROR_NOT_SUPPORTED for the packed, block-compressed
+ * and video formats), a channel count other than 1, 2 or 4, a width of
+ * 0 or a dimension above VCU_CU_ARRAY_MAX_DIM, flags outside
+ * VCU_CU_ARRAY_FLAGS, and a shape whose bytes overflow; the array is
+ * charged to the VM's quota as an allocation (CUDA_ERROR_OUT_OF_MEMORY
+ * past it).  CU_ARRAY_DESTROY: value = the handle.
+ */
+#define VCU_CU_ARRAY_MAX_DIM (1u << 18)
+/* LAYERED, SURFACE_LDST, CUBEMAP, TEXTURE_GATHER, DEPTH_TEXTURE,
+ * COLOR_ATTACHMENT; sparse and deferred-mapping arrays are not offered. */
+#define VCU_CU_ARRAY_FLAGS 0x3fu
+
+struct vcu_cu_array_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 width;                 /* IN elements */
+    vcu_le64 height;                /* IN */
+    vcu_le64 depth;                 /* IN */
+    vcu_le32 format;                /* IN CUarray_format */
+    vcu_le32 channels;              /* IN 1, 2 or 4 */
+    vcu_le32 flags;                 /* IN CUDA_ARRAY3D_* within VCU_CU_ARRAY_FLAGS */
+    vcu_le32 reserved;              /* IN 0 */
+};
+
+/*
+ * Mipmapped arrays (cuMipmappedArrayCreate): CU_MIPMAP_CREATE takes the
+ * level 0 shape as CU_ARRAY_CREATE does and 1..VCU_CU_MIPMAP_MAX_LEVELS
+ * levels (each level halves width, height and a 3D array's depth, to 1;
+ * no more levels than level 0's largest dimension has halvings); its
+ * value is a session handle (VCU__H_MIPMAP), charged to the quota for
+ * every level.  CU_MIPMAP_LEVEL returns the array handle of one level:
+ * the same each time, usable wherever an array is, but destroyed only
+ * with its mipmapped array (CU_ARRAY_DESTROY of it is
+ * CUDA_ERROR_INVALID_VALUE).  CU_MIPMAP_DESTROY: value = the handle.
+ */
+#define VCU_CU_MIPMAP_MAX_LEVELS 19u    /* 2^18 halves 18 times */
+
+struct vcu_cu_mipmap_req {
+    struct vcu_cu_array_req a;      /* IN level 0 */
+    vcu_le32 levels;                /* IN */
+    vcu_le32 reserved;              /* IN 0 */
+};
+
+/*
+ * CU_MEMCPY_3D: cuMemcpy3D[Async] and every copy to or from an array
+ * (cuMemcpy2D with an array side, cuMemcpy{HtoA,AtoH,AtoD,DtoA,AtoA}).
+ * A side is host memory (type CU_MEMORYTYPE_HOST: the request's one
+ * segment, its first byte the first byte copied, so x, y and z are 0;
+ * TO_DEVICE for a source, FROM_DEVICE for a destination), device memory
+ * (CU_MEMORYTYPE_DEVICE: ptr the address of (0,0,0)) or an array
+ * (CU_MEMORYTYPE_ARRAY: ptr its session handle, pitch and height 0).
+ * At most one side is host memory.  pitch is bytes from row to row,
+ * height rows from slice to slice.  flags: VCU_CU_MEMCPY_F_ASYNC with
+ * stream, as CU_MEMCPY_2D.
+ */
+struct vcu_cu_memcpy3d_side {
+    vcu_le64 ptr;                   /* IN device address or array handle; host: 0 */
+    vcu_le64 x;                     /* IN bytes */
+    vcu_le64 y;                     /* IN rows */
+    vcu_le64 z;                     /* IN slices */
+    vcu_le64 pitch;                 /* IN bytes; array: 0 */
+    vcu_le64 height;                /* IN rows; array: 0 */
+    vcu_le32 type;                  /* IN CUmemorytype: HOST, DEVICE or ARRAY */
+    vcu_le32 reserved;              /* IN 0 */
+};
+
+struct vcu_cu_memcpy3d_req {
+    struct vcu_cu_hdr hdr;
+    struct vcu_cu_memcpy3d_side src;
+    struct vcu_cu_memcpy3d_side dst;
+    vcu_le64 width;                 /* IN bytes */
+    vcu_le64 height;                /* IN rows */
+    vcu_le64 depth;                 /* IN slices */
+    vcu_le64 stream;                /* IN with VCU_CU_MEMCPY_F_ASYNC */
+    vcu_le32 flags;                 /* IN VCU_CU_MEMCPY_F_ASYNC */
+    vcu_le32 reserved;              /* IN 0 */
+};
+
+/*
+ * Texture and surface objects (cuTexObjectCreate, cuSurfObjectCreate).
+ * CU_TEXOBJ_CREATE: kind TEX takes res, tex and, with has_view, view;
+ * kind SURF takes res alone (an array).  The reply's value is the
+ * driver's own 64-bit object, which kernels take as a parameter; the
+ * host keeps the set of those it made for the session and takes only
+ * those in CU_TEXOBJ_DESTROY and CU_TEXOBJ_GET (a = the object, b = its
+ * kind).  The resource: an array (res.type CU_RESOURCE_TYPE_ARRAY,
+ * handle a session array of the header's device), a mipmapped array
+ * (MIPMAPPED_ARRAY, handle a session mipmapped array; textures only) or
+ * linear memory
+ * (LINEAR: ptr, format, channels, size; PITCH2D: ptr, format, channels,
+ * width, height, pitch), which must lie inside one live allocation of
+ * the session.  Every field is checked on the host: a bad one is
+ * CUDA_ERROR_INVALID_VALUE, a forged handle CUDA_ERROR_INVALID_HANDLE.
+ * CU_TEXOBJ_GET returns the
+ * descriptors as created (a surface's tex and view zero).
+ */
+#define VCU_CU_TEXOBJ_TEX 0u
+#define VCU_CU_TEXOBJ_SURF 1u
+
+struct vcu_cu_res_desc {
+    vcu_le32 type;                  /* IN CUresourcetype */
+    vcu_le32 format;                /* IN CUarray_format (LINEAR, PITCH2D) */
+    vcu_le32 channels;              /* IN (LINEAR, PITCH2D) */
+    vcu_le32 flags;                 /* IN 0 */
+    vcu_le64 handle;                /* IN ARRAY, MIPMAPPED_ARRAY: its session handle */
+    vcu_le64 ptr;                   /* IN LINEAR, PITCH2D: device address */
+    vcu_le64 size;                  /* IN LINEAR: bytes */
+    vcu_le64 width;                 /* IN PITCH2D: elements */
+    vcu_le64 height;                /* IN PITCH2D: rows */
+    vcu_le64 pitch;                 /* IN PITCH2D: bytes */
+};
+
+/* CUDA_TEXTURE_DESC; the floats as their IEEE-754 bits. */
+struct vcu_cu_tex_desc {
+    vcu_le32 address_mode[3];       /* IN CUaddress_mode */
+    vcu_le32 filter_mode;           /* IN CUfilter_mode */
+    vcu_le32 flags;                 /* IN CU_TRSF_* */
+    vcu_le32 max_anisotropy;        /* IN <= 16 */
+    vcu_le32 mipmap_filter_mode;    /* IN CUfilter_mode */
+    vcu_le32 mipmap_level_bias;     /* IN float, finite */
+    vcu_le32 min_mipmap_level_clamp;        /* IN float, finite */
+    vcu_le32 max_mipmap_level_clamp;        /* IN float, finite */
+    vcu_le32 border_color[4];       /* IN float */
+};
+
+/* CUDA_RESOURCE_VIEW_DESC. */
+struct vcu_cu_view_desc {
+    vcu_le32 format;                /* IN CUresourceViewFormat */
+    vcu_le32 reserved;              /* IN 0 */
+    vcu_le64 width;                 /* IN */
+    vcu_le64 height;                /* IN */
+    vcu_le64 depth;                 /* IN */
+    vcu_le32 first_mipmap_level;    /* IN */
+    vcu_le32 last_mipmap_level;     /* IN */
+    vcu_le32 first_layer;           /* IN */
+    vcu_le32 last_layer;            /* IN */
+};
+
+struct vcu_cu_texobj_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 kind;                  /* IN VCU_CU_TEXOBJ_* */
+    vcu_le32 has_view;              /* IN 0 or 1 (TEX only) */
+    struct vcu_cu_res_desc res;
+    struct vcu_cu_tex_desc tex;     /* IN TEX only, else 0 */
+    struct vcu_cu_view_desc view;   /* IN with has_view, else 0 */
+};
+
+struct vcu_cu_texobj_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 kind;                  /* OUT VCU_CU_TEXOBJ_* */
+    vcu_le32 has_view;              /* OUT */
+    struct vcu_cu_res_desc res;     /* OUT as created */
+    struct vcu_cu_tex_desc tex;     /* OUT */
+    struct vcu_cu_view_desc view;   /* OUT */
 };
 
 struct vcu_cu_mem_range_resp {
@@ -1288,6 +1464,15 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_prop) == 24, "vcu_cu_mem_prop");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_access) == 16, "vcu_cu_mem_access");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_req) == 336, "vcu_cu_vmm_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_resp) == 48, "vcu_cu_vmm_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_array_req) == 48, "vcu_cu_array_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mipmap_req) == 56, "vcu_cu_mipmap_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy3d_side) == 56, "vcu_cu_memcpy3d_side");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy3d_req) == 160, "vcu_cu_memcpy3d_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_res_desc) == 64, "vcu_cu_res_desc");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_tex_desc) == 56, "vcu_cu_tex_desc");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_view_desc) == 48, "vcu_cu_view_desc");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_texobj_req) == 184, "vcu_cu_texobj_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_texobj_resp) == 184, "vcu_cu_texobj_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_load_req) == 16, "vcu_cu_module_load_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_hash_req) == 48, "vcu_cu_module_hash_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_module_keep_resp) == 48, "vcu_cu_module_keep_resp");

@@ -892,6 +892,8 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
     vcu__pset_init(&cs->allocs);
     vcu__pset_init(&cs->gallocs);
     vcu__pset_init(&cs->conds);
+    vcu__pset_init(&cs->texs);
+    vcu__pset_init(&cs->surfs);
     pthread_mutex_init(&cs->hostmu, NULL);
     pthread_mutex_init(&cs->gate.mu, NULL);
     pthread_cond_init(&cs->gate.cv, NULL);

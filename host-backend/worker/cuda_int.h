@@ -81,6 +81,18 @@
     XX(cuMemcpyDtoDAsync, 0)                                                 \
     XX(cuMemcpy2D, 0)                                                        \
     XX(cuMemcpy2DAsync, 0)                                                   \
+    XX(cuMemcpy3D, 0)                                                        \
+    XX(cuMemcpy3DAsync, 0)                                                   \
+    XX(cuArray3DCreate, 0)                                                   \
+    XX(cuArrayDestroy, 0)                                                    \
+    XX(cuArrayGetMemoryRequirements, 0)                                      \
+    XX(cuMipmappedArrayCreate, 0)                                            \
+    XX(cuMipmappedArrayDestroy, 0)                                           \
+    XX(cuMipmappedArrayGetLevel, 0)                                          \
+    XX(cuTexObjectCreate, 0)                                                 \
+    XX(cuTexObjectDestroy, 0)                                                \
+    XX(cuSurfObjectCreate, 0)                                                \
+    XX(cuSurfObjectDestroy, 0)                                               \
     XX(cuMemsetD8, 0)                                                        \
     XX(cuMemsetD16, 0)                                                       \
     XX(cuMemsetD32, 0)                                                       \
@@ -459,6 +471,10 @@ struct vcu__cuda_sess_s {
     vcu__pset_t gallocs;
     vcu__pset_t conds;
     bool gmem_seen;
+    /* The texture and surface objects the session made (key: the
+     * driver's value; value: the session handle of its record). */
+    vcu__pset_t texs;
+    vcu__pset_t surfs;
     size_t lim_base[VCU_CU_MAX_DEVICES][VCU__LIMS];
     size_t lim_val[VCU_CU_MAX_DEVICES][VCU__LIMS];
     bool lim_known[VCU_CU_MAX_DEVICES][VCU__LIMS];
@@ -649,6 +665,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_vmm_resp vmm;
     struct vcu_cu_graph_mem_node_resp gmem;
     struct vcu_cu_graph_cond_resp cond;
+    struct vcu_cu_texobj_resp texobj;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -758,6 +775,25 @@ uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
+
+/* cuda_mem.c: a 2D or 3D copy's host side (see its comment) */
+int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,
+                 void **bounce);
+
+/* cuda_array.c */
+uint32_t vcu__op_CU_ARRAY_CREATE(vcu__op_t *o);
+uint32_t vcu__op_CU_ARRAY_DESTROY(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o);
+uint32_t vcu__op_CU_TEXOBJ_CREATE(vcu__op_t *o);
+uint32_t vcu__op_CU_TEXOBJ_DESTROY(vcu__op_t *o);
+uint32_t vcu__op_CU_TEXOBJ_GET(vcu__op_t *o);
+uint32_t vcu__op_CU_MIPMAP_CREATE(vcu__op_t *o);
+uint32_t vcu__op_CU_MIPMAP_DESTROY(vcu__op_t *o);
+uint32_t vcu__op_CU_MIPMAP_LEVEL(vcu__op_t *o);
+/* Destroys the driver's object of an array, mipmapped array, texture or
+ * surface entry (its context current; a mipmapped array's level goes
+ * with it); vcu__del does the rest. */
+void vcu__array_obj_destroy(vcu__cuda_sess_t *cs, vcu__hent_t *e);
 
 /* cuda_vmm.c */
 uint32_t vcu__op_CU_MEM_CREATE(vcu__op_t *o);

@@ -296,8 +296,8 @@ static uint32_t vcu__2d_desc(const vcu__op_t *o, const struct vcu_cu_memcpy2d_re
 /* The host side's address for the copy: segment s's one range, or a
  * staging buffer of span bytes (*bounce) holding s's bytes.  -1 (o->res
  * set) past the budget or out of memory. */
-static int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,
-                        void **bounce)
+int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,
+                 void **bounce)
 {
     if (s->iovcnt == 1) {
         *host = s->iov[0].iov_base;

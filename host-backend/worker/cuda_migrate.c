@@ -198,6 +198,7 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MEMCPY_DTOD:
     case VCU_OP_CU_MEMSET:
     case VCU_OP_CU_MEMCPY_2D:
+    case VCU_OP_CU_MEMCPY_3D:   /* a copy; an array it names was refused already */
     case VCU_OP_CU_MEMPOOL_GET_ATTR:
     case VCU_OP_CU_MEM_GET_RANGE:
     case VCU_OP_CU_FUNC_GET_ATTRS:
@@ -258,6 +259,18 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MEM_GRANULARITY:
     case VCU_OP_CU_MEM_GET_PROPS:
         return VCU__MIG_IGNORE;
+    case VCU_OP_CU_ARRAY_CREATE:
+    case VCU_OP_CU_ARRAY_DESTROY:
+    case VCU_OP_CU_TEXOBJ_CREATE:
+    case VCU_OP_CU_TEXOBJ_DESTROY:
+    case VCU_OP_CU_TEXOBJ_GET:
+    case VCU_OP_CU_MIPMAP_CREATE:
+    case VCU_OP_CU_MIPMAP_DESTROY:
+    case VCU_OP_CU_MIPMAP_LEVEL:
+        /* An array's contents and an object's driver value (which the
+         * guest holds and passes to kernels) do not move. */
+        *why = "CUDA arrays and textures";
+        return VCU__MIG_REFUSE;
     default:
         /* An opcode added since: refused until the history is taught
          * to carry it. */

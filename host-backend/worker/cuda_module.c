@@ -94,8 +94,8 @@ int vcu__mods_on(const vcu__modset_t *s, uint32_t d)
 /*
  * Frees handle h (live) and what it holds: a function's parameter
  * layout, a module's count (the last unloads it), a graph's or graph
- * exec's module set (their CUDA objects are the caller's to destroy
- * first).
+ * exec's module set, an array's charge, a texture or surface object's
+ * record (their CUDA objects are the caller's to destroy first).
  */
 void vcu__del(vcu__cuda_sess_t *cs, uint64_t h)
 {
@@ -117,6 +117,18 @@ void vcu__del(vcu__cuda_sess_t *cs, uint64_t h)
         break;
     case VCU__H_GRAPH_EXEC:
         mods = e->u.exec.mods;
+        break;
+    case VCU__H_ARRAY:
+        vcu__uncharge(cs, e->dev, e->u.arr.charge);
+        break;
+    case VCU__H_MIPMAP:
+        vcu__uncharge(cs, e->dev, e->u.mip.charge);
+        break;
+    case VCU__H_TEXOBJ:
+    case VCU__H_SURFOBJ:
+        vcu__pset_del(e->type == VCU__H_TEXOBJ ? &cs->texs : &cs->surfs, e->u.tex.obj);
+        free(e->u.tex.desc);
+        vcu__mem_give(cs, sizeof(*e->u.tex.desc));
         break;
     }
     vcu__htab_del(&cs->tab, h);

@@ -26,6 +26,10 @@ enum {
     VCU__H_GRAPH_NODE,
     VCU__H_POOL,
     VCU__H_VMM,                     /* a cuMemCreate allocation (cuda_vmm.c) */
+    VCU__H_ARRAY,                   /* a CUDA array (cuda_array.c) */
+    VCU__H_TEXOBJ,                  /* a texture object (cuda_array.c) */
+    VCU__H_SURFOBJ,                 /* a surface object (cuda_array.c) */
+    VCU__H_MIPMAP,                  /* a mipmapped array (cuda_array.c) */
     VCU__H_NTYPES
 };
 
@@ -38,6 +42,7 @@ enum {
 struct vcu__mod_s;
 struct vcu__modset_s;
 struct vcu__vmm_alloc_s;
+struct vcu_cu_texobj_req;
 
 typedef struct vcu__hent_s {
     uint32_t gen;                   /* bumped when the slot is freed */
@@ -81,6 +86,26 @@ typedef struct vcu__hent_s {
         } node;
         CUmemoryPool pool;
         struct vcu__vmm_alloc_s *vmm;       /* the record, which owns the entry */
+        struct {
+            CUarray a;
+            uint64_t charge;        /* of the VM's quota, on dev */
+            uint32_t width, height, depth;  /* as created */
+            uint8_t elem;           /* bytes per element */
+            uint32_t level;         /* a mipmapped array's level: which */
+            uint64_t parent;        /* ... and its handle (the owner), else 0 */
+        } arr;
+        struct {
+            CUmipmappedArray m;
+            uint64_t charge;        /* of the VM's quota, on dev, every level */
+            uint32_t width, height, depth;  /* level 0 */
+            uint32_t flags;         /* CUDA_ARRAY3D_* */
+            uint32_t levels;
+            uint8_t elem;
+        } mip;
+        struct {
+            uint64_t obj;           /* the driver's CUtexObject or CUsurfObject */
+            struct vcu_cu_texobj_req *desc;  /* as created (malloc'd, in the budget) */
+        } tex;
     } u;
 } vcu__hent_t;
 

@@ -410,8 +410,10 @@ static void vcu__ctx_handles_free(vcu__cuda_sess_t *cs, uint32_t d)
         for (i = 0; i < cs->tab.cap; i++) {
             vcu__hent_t *e = &cs->tab.ent[i];
             uint64_t h = vcu__htab_handle_at(&cs->tab, i);
+            /* Texture and surface objects before the arrays they name. */
             int users = e->type == VCU__H_FUNCTION || e->type == VCU__H_GRAPH ||
-                        e->type == VCU__H_GRAPH_EXEC;
+                        e->type == VCU__H_GRAPH_EXEC || e->type == VCU__H_TEXOBJ ||
+                        e->type == VCU__H_SURFOBJ;
 
             if (h == 0 || users != (pass == 0) || !vcu__on_dev(e, d))
                 continue;
@@ -421,6 +423,8 @@ static void vcu__ctx_handles_free(vcu__cuda_sess_t *cs, uint32_t d)
                 else if (e->type == VCU__H_GRAPH && e->u.graph.cap_id == 0 &&
                          e->u.graph.parent == 0)
                     VCU__CU(cu, cuGraphDestroy, e->u.graph.g);
+                else
+                    vcu__array_obj_destroy(cs, e);
             }
             vcu__del(cs, h);
         }
@@ -587,6 +591,8 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     vcu__pset_fini(&cs->allocs);
     vcu__pset_fini(&cs->gallocs);
     vcu__pset_fini(&cs->conds);
+    vcu__pset_fini(&cs->texs);
+    vcu__pset_fini(&cs->surfs);
     vcu__out_free(cs->out);
     free(cs->op);
     /* Nothing of the session is left to give back: its host charge goes;

@@ -35,8 +35,7 @@ int main(void)
     CUevent ev;
     CUdeviceptr p;
     CUipcMemHandle ipc;
-    CUarray arr;
-    CUDA_ARRAY_DESCRIPTOR desc;
+    CUarray plane;
     const char *str;
     char name[8], tmpl[] = "/tmp/vcu-drv-errors-XXXXXX";
     int fd, saved, v;
@@ -194,16 +193,15 @@ int main(void)
     TRUE(fd >= 0);
     saved = dup(2);
     TRUE(saved >= 0 && dup2(fd, 2) == 2);
-    memset(&desc, 0, sizeof(desc));
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuArrayCreate(&arr, &desc));
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuArrayCreate(&arr, &desc));
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuArrayCreate(&arr, &desc));
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuArrayGetPlane(&plane, NULL, 0));
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuArrayGetPlane(&plane, NULL, 0));
+    EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuArrayGetPlane(&plane, NULL, 0));
     EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuIpcGetMemHandle(&ipc, p));
     fflush(stderr);
     TRUE(dup2(saved, 2) == 2);
     close(saved);
     close(fd);
-    TRUE(count_lines(tmpl, "libcuda (virtio-cuda): cuArrayCreate_v2 is not supported") == 1);
+    TRUE(count_lines(tmpl, "libcuda (virtio-cuda): cuArrayGetPlane is not supported") == 1);
     TRUE(count_lines(tmpl, "libcuda (virtio-cuda): cuIpcGetMemHandle is not supported") == 1);
     unlink(tmpl);
 

@@ -616,8 +616,8 @@ int main(void)
         cp.WidthInBytes = W + 1;    /* wider than the destination's pitch */
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&cp));
         cp.WidthInBytes = 20;
-        cp.srcMemoryType = CU_MEMORYTYPE_ARRAY;
-        EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuMemcpy2D(&cp));
+        cp.srcMemoryType = CU_MEMORYTYPE_ARRAY;    /* naming no array */
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuMemcpy2D(&cp));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(NULL));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocPitch(&d, &pitch, W, H, 3));
         CK(cuMemFree(d));

@@ -333,6 +333,35 @@ struct fc_event_s {
     size_t ncap_deps;
 };
 
+/* A CUDA array: host memory, rows of Width elements, Height (at least 1)
+ * rows per slice, Depth (at least 1) slices, packed. */
+typedef struct fc_array_s {
+    fc_obj_t hdr;
+    fc_ctx_t *ctx;
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    size_t elem, row, rows, slices;
+    unsigned char *data;
+} fc_array_t;
+
+/* A mipmapped array: its levels, each an array of its own on g_arrays
+ * (freed with it). */
+typedef struct fc_mipmap_s {
+    fc_obj_t hdr;
+    fc_ctx_t *ctx;
+    unsigned int levels;
+    fc_array_t *lv[32];
+} fc_mipmap_t;
+
+/* A texture or surface object: its descriptors, nothing to sample. */
+typedef struct fc_texobj_s {
+    fc_obj_t hdr;
+    fc_ctx_t *ctx;
+    CUDA_RESOURCE_DESC res;
+    CUDA_TEXTURE_DESC tex;
+    CUDA_RESOURCE_VIEW_DESC view;
+    int has_view;
+} fc_texobj_t;
+
 typedef struct fc_global_s {
     const vcu_twin_global_t *def;
     void *mem;                  /* FC_ALIGN-aligned storage, in g_mem */
@@ -489,7 +518,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init;
 static uint64_t g_next_id = 1;
 static fc_obj_t *g_ctxs, *g_streams, *g_events, *g_modules, *g_funcs, *g_graphs, *g_execs,
-    *g_caps, *g_upools;
+    *g_caps, *g_upools, *g_arrays, *g_texobjs, *g_surfobjs, *g_mipmaps;
 static fc_mem_t *g_mem;         /* sorted by base, ranges disjoint */
 static size_t g_nmem, g_capmem;
 static size_t g_dev_used[FC_NDEV];
@@ -2549,6 +2578,32 @@ static void fc_ctx_free_all(fc_ctx_t *ctx)
             pp = &(*pp)->next;
         }
     }
+    for (fc_obj_t **lists[] = { &g_texobjs, &g_surfobjs, &g_arrays }, ***l = lists;
+         l < lists + 3; l++) {
+        for (pp = *l; *pp;) {
+            fc_texobj_t *t = (fc_texobj_t *)*pp;
+            fc_array_t *a = (fc_array_t *)*pp;
+
+            if ((*l == &g_arrays ? a->ctx : t->ctx) == ctx) {
+                *pp = (*pp)->next;
+                if (*l == &g_arrays)
+                    free(a->data);
+                free(*l == &g_arrays ? (void *)a : (void *)t);
+            } else {
+                pp = &(*pp)->next;
+            }
+        }
+    }
+    for (pp = &g_mipmaps; *pp;) {
+        fc_mipmap_t *m = (fc_mipmap_t *)*pp;
+
+        if (m->ctx == ctx) {
+            *pp = m->hdr.next;
+            free(m);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
     for (pp = &g_modules; *pp;) {
         fc_module_t *m = (fc_module_t *)*pp;
 
@@ -3733,12 +3788,60 @@ out:
 }
 
 /*
+ * A copy's array sides as the host memory that holds them (g_lock held):
+ * the copy within the array's extent, else CUDA_ERROR_INVALID_VALUE; an
+ * array that is not live, CUDA_ERROR_INVALID_HANDLE.
+ */
+static CUresult fc_array_side(CUarray h, size_t x, size_t y, size_t z, const CUDA_MEMCPY3D *p,
+                              const void **host, size_t *pitch, size_t *height)
+{
+    fc_array_t *a = (fc_array_t *)h;
+
+    if (!a || !fc_list_has(g_arrays, a))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (x % a->elem || p->WidthInBytes % a->elem || x > a->row ||
+        p->WidthInBytes > a->row - x || y > a->rows || p->Height > a->rows - y ||
+        z > a->slices || p->Depth > a->slices - z)
+        return CUDA_ERROR_INVALID_VALUE;
+    *host = a->data;
+    *pitch = a->row;
+    *height = a->rows;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_copy_arrays(const CUDA_MEMCPY3D *in, CUDA_MEMCPY3D *out)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    *out = *in;
+    if (in->WidthInBytes == 0 || in->Height == 0 || in->Depth == 0)
+        return CUDA_SUCCESS;
+    if (in->srcMemoryType == CU_MEMORYTYPE_ARRAY) {
+        rc = fc_array_side(in->srcArray, in->srcXInBytes, in->srcY, in->srcZ, in, &out->srcHost,
+                           &out->srcPitch, &out->srcHeight);
+        out->srcMemoryType = CU_MEMORYTYPE_HOST;
+        out->srcArray = NULL;
+    }
+    if (rc == CUDA_SUCCESS && in->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+        const void *h = NULL;
+
+        rc = fc_array_side(in->dstArray, in->dstXInBytes, in->dstY, in->dstZ, in, &h,
+                           &out->dstPitch, &out->dstHeight);
+        out->dstHost = (void *)h;
+        out->dstMemoryType = CU_MEMORYTYPE_HOST;
+        out->dstArray = NULL;
+    }
+    return rc;
+}
+
+/*
  * One copy, synchronous (hStream NULL: the legacy stream) or on a
  * stream, where a capture records it.  Validated before it is recorded,
  * and again when it runs.
  */
-static CUresult fc_copy_submit(CUstream hStream, const CUDA_MEMCPY3D *p)
+static CUresult fc_copy_submit(CUstream hStream, const CUDA_MEMCPY3D *in)
 {
+    CUDA_MEMCPY3D arr, *p = &arr;
     fc_ctx_t *ctx;
     fc_stream_t *s;
     fc_node_t *n;
@@ -3746,6 +3849,8 @@ static CUresult fc_copy_submit(CUstream hStream, const CUDA_MEMCPY3D *p)
 
     pthread_mutex_lock(&g_lock);
     rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = fc_copy_arrays(in, &arr);
     if (rc == CUDA_SUCCESS)
         rc = fc_copy_validate(p);
     if (rc != CUDA_SUCCESS)
@@ -3858,6 +3963,355 @@ CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
         return CUDA_ERROR_INVALID_VALUE;
     fc_copy2d_params(&p, pCopy);
     return fc_copy_submit(hStream, &p);
+}
+
+CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D *pCopy)
+{
+    if (!pCopy)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_copy_submit(NULL, pCopy);
+}
+
+CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    if (!pCopy)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_copy_submit(hStream, pCopy);
+}
+
+/* ------------------------------------------------------------------ */
+/* Arrays, texture and surface objects                                  */
+
+static size_t fc_format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        return 0;
+    }
+}
+
+/* The entry points' bodies, called inside the stand-in by name: its own
+ * calls to an exported name would reach the loopback library's. */
+static CUresult fc_array_create(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d);
+static CUresult fc_array_destroy(CUarray hArray);
+
+CUresult CUDAAPI cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    return fc_array_create(pHandle, d);
+}
+
+static CUresult fc_array_create(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    fc_ctx_t *ctx;
+    fc_array_t *a;
+    size_t eb, bytes;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    eb = d ? fc_format_bytes(d->Format) : 0;
+    if (!pHandle || eb == 0 || (d->NumChannels != 1 && d->NumChannels != 2 &&
+                                d->NumChannels != 4) ||
+        d->Width == 0 || (d->Flags & ~(unsigned int)0x3f) ||
+        ((d->Flags & CUDA_ARRAY3D_CUBEMAP) && (d->Width != d->Height || d->Depth % 6))) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    a = calloc(1, sizeof(*a));
+    if (!a) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    a->ctx = ctx;
+    a->d = *d;
+    a->elem = eb * d->NumChannels;
+    a->row = a->elem * d->Width;
+    a->rows = d->Height ? d->Height : 1;
+    a->slices = d->Depth ? d->Depth : 1;
+    if (__builtin_mul_overflow(a->row, a->rows, &bytes) ||
+        __builtin_mul_overflow(bytes, a->slices, &bytes) ||
+        bytes > FC_TOTAL_MEM - g_dev_used[ctx->dev] ||
+        !(a->data = calloc(1, bytes))) {
+        free(a);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    fc_list_add(&g_arrays, a);
+    *pHandle = (CUarray)a;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                        const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+    CUDA_ARRAY3D_DESCRIPTOR ld;
+    fc_mipmap_t *m;
+    CUresult rc = CUDA_SUCCESS;
+    size_t big;
+    unsigned int most = 1;
+
+    if (!pHandle || !d || levels == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    big = d->Width > d->Height ? d->Width : d->Height;
+    if (!(d->Flags & CUDA_ARRAY3D_LAYERED) && d->Depth > big)
+        big = d->Depth;
+    while (most < 32 && (big >> most))
+        most++;
+    if (levels > most)
+        return CUDA_ERROR_INVALID_VALUE;
+    m = calloc(1, sizeof(*m));
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (unsigned int l = 0; l < levels && rc == CUDA_SUCCESS; l++) {
+        ld = *d;
+        ld.Width = d->Width >> l ? d->Width >> l : 1;
+        if (d->Height)
+            ld.Height = d->Height >> l ? d->Height >> l : 1;
+        if (d->Depth && !(d->Flags & CUDA_ARRAY3D_LAYERED))
+            ld.Depth = d->Depth >> l ? d->Depth >> l : 1;
+        rc = fc_array_create((CUarray *)&m->lv[l], &ld);
+    }
+    pthread_mutex_lock(&g_lock);
+    if (rc == CUDA_SUCCESS) {
+        m->ctx = m->lv[0]->ctx;
+        m->levels = levels;
+        fc_list_add(&g_mipmaps, m);
+        *pHandle = (CUmipmappedArray)m;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (rc != CUDA_SUCCESS) {
+        for (unsigned int l = 0; l < levels; l++)
+            if (m->lv[l])
+                fc_array_destroy((CUarray)m->lv[l]);
+        free(m);
+    }
+    return rc;
+}
+
+CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray,
+                                          unsigned int level)
+{
+    fc_mipmap_t *m = (fc_mipmap_t *)hMipmappedArray;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!m || !fc_list_has(g_mipmaps, m))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (!pLevelArray || level >= m->levels)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *pLevelArray = (CUarray)m->lv[level];
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    fc_mipmap_t *m = (fc_mipmap_t *)hMipmappedArray;
+
+    pthread_mutex_lock(&g_lock);
+    if (!m || !fc_list_has(g_mipmaps, m)) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    fc_list_del(&g_mipmaps, m);
+    pthread_mutex_unlock(&g_lock);
+    for (unsigned int l = 0; l < m->levels; l++)
+        fc_array_destroy((CUarray)m->lv[l]);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    CUDA_ARRAY3D_DESCRIPTOR d3 = { 0 };
+
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    d3.Width = d->Width;
+    d3.Height = d->Height;
+    d3.Format = d->Format;
+    d3.NumChannels = d->NumChannels;
+    return fc_array_create(pHandle, &d3);
+}
+
+/* An object on a live array cannot be made, but may outlive it, as with
+ * the driver (using it then is the program's error). */
+CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
+{
+    return fc_array_destroy(hArray);
+}
+
+static CUresult fc_array_destroy(CUarray hArray)
+{
+    fc_array_t *a = (fc_array_t *)hArray;
+
+    pthread_mutex_lock(&g_lock);
+    if (!a || !fc_list_has(g_arrays, a)) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    fc_list_del(&g_arrays, a);
+    pthread_mutex_unlock(&g_lock);
+    free(a->data);
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR *pd, CUarray hArray)
+{
+    fc_array_t *a = (fc_array_t *)hArray;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!a || !fc_list_has(g_arrays, a))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (!pd)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *pd = a->d;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_res_check(const CUDA_RESOURCE_DESC *r, int surf)
+{
+    size_t eb;
+
+    if (!r || r->flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (r->resType) {
+    case CU_RESOURCE_TYPE_ARRAY:
+        if (!fc_list_has(g_arrays, r->res.array.hArray))
+            return CUDA_ERROR_INVALID_HANDLE;
+        if (surf && !(((fc_array_t *)r->res.array.hArray)->d.Flags & CUDA_ARRAY3D_SURFACE_LDST))
+            return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+        if (!fc_list_has(g_mipmaps, r->res.mipmap.hMipmappedArray))
+            return CUDA_ERROR_INVALID_HANDLE;
+        return surf ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    case CU_RESOURCE_TYPE_LINEAR:
+        eb = fc_format_bytes(r->res.linear.format);
+        if (surf || eb == 0 || r->res.linear.sizeInBytes == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        return fc_mem_check((uintptr_t)r->res.linear.devPtr, r->res.linear.sizeInBytes);
+    case CU_RESOURCE_TYPE_PITCH2D:
+        eb = fc_format_bytes(r->res.pitch2D.format);
+        if (surf || eb == 0 || r->res.pitch2D.width == 0 || r->res.pitch2D.height == 0 ||
+            r->res.pitch2D.pitchInBytes < r->res.pitch2D.width * eb * r->res.pitch2D.numChannels)
+            return CUDA_ERROR_INVALID_VALUE;
+        return fc_mem_check((uintptr_t)r->res.pitch2D.devPtr,
+                            (r->res.pitch2D.height - 1) * r->res.pitch2D.pitchInBytes +
+                                r->res.pitch2D.width * eb * r->res.pitch2D.numChannels);
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult fc_obj_new(fc_obj_t **list, uint64_t *out, const CUDA_RESOURCE_DESC *r,
+                           const CUDA_TEXTURE_DESC *t, const CUDA_RESOURCE_VIEW_DESC *v)
+{
+    fc_ctx_t *ctx;
+    fc_texobj_t *o;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && (!out || (list == &g_texobjs && !t)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = fc_res_check(r, list == &g_surfobjs);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    o = calloc(1, sizeof(*o));
+    if (!o) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    o->ctx = ctx;
+    o->res = *r;
+    if (t)
+        o->tex = *t;
+    if (v) {
+        o->view = *v;
+        o->has_view = 1;
+    }
+    fc_list_add(list, o);
+    /* The object's id is its value, as the driver's are small numbers. */
+    *out = o->hdr.id;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static fc_texobj_t *fc_obj_find(fc_obj_t *list, uint64_t v)
+{
+    for (fc_obj_t *o = list; o; o = o->next)
+        if (o->id == v)
+            return (fc_texobj_t *)o;
+    return NULL;
+}
+
+static CUresult fc_obj_destroy(fc_obj_t **list, uint64_t v)
+{
+    fc_texobj_t *o;
+
+    pthread_mutex_lock(&g_lock);
+    o = fc_obj_find(*list, v);
+    if (o)
+        fc_list_del(list, o);
+    pthread_mutex_unlock(&g_lock);
+    free(o);
+    return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc,
+                                   const CUDA_TEXTURE_DESC *pTexDesc,
+                                   const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
+{
+    uint64_t v = 0;
+    CUresult rc = fc_obj_new(&g_texobjs, pTexObject ? &v : NULL, pResDesc, pTexDesc,
+                             pResViewDesc);
+
+    if (rc == CUDA_SUCCESS)
+        *pTexObject = (CUtexObject)v;
+    return rc;
+}
+
+CUresult CUDAAPI cuTexObjectDestroy(CUtexObject texObject)
+{
+    return fc_obj_destroy(&g_texobjs, texObject);
+}
+
+CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
+{
+    uint64_t v = 0;
+    CUresult rc = fc_obj_new(&g_surfobjs, pSurfObject ? &v : NULL, pResDesc, NULL, NULL);
+
+    if (rc == CUDA_SUCCESS)
+        *pSurfObject = (CUsurfObject)v;
+    return rc;
+}
+
+CUresult CUDAAPI cuSurfObjectDestroy(CUsurfObject surfObject)
+{
+    return fc_obj_destroy(&g_surfobjs, surfObject);
 }
 
 static CUresult fc_memset_submit(CUstream hStream, CUdeviceptr dst, size_t pitch,

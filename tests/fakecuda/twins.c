@@ -889,6 +889,15 @@ static void tw_lmem_walk(vcu_twin_launch_t *l, const void *pb)
     }
 }
 
+/* texture.cu: tx_sample and tx_surf_write sample a texture and write a
+ * surface, which the stand-in does not model; texture.cu launches them
+ * on a GPU only.  Never launched here: a launch would report a fault. */
+static void tw_tx_none(vcu_twin_launch_t *l, const void *params)
+{
+    (void)params;
+    l->fault = 801;                 /* CUDA_ERROR_NOT_SUPPORTED */
+}
+
 const vcu_twin_t vcu_twins[] = {
     { "_Z10vector_addPKfS0_Pfi", tw_vector_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0, 0 },
@@ -997,6 +1006,10 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8), P(8, 8) }, 14, 0, 0 },
     { "_Z9lmem_walkPjj", tw_lmem_walk, 2,
       { P(0, 8), P(8, 4) }, 32, 0, 16384 },
+    { "_Z9tx_sampleyPfii", tw_tx_none, 4,
+      { P(0, 8), P(8, 8), P(16, 4), P(20, 4) }, 17, 0, 0 },
+    { "_Z13tx_surf_writeyii", tw_tx_none, 3,
+      { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
     { NULL, NULL, 0, { P(0, 0) }, 0, 0, 0 },
 };
 

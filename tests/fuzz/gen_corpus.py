@@ -101,6 +101,19 @@ seeds = {
  "call": req("CU_CALL", call("cuStreamSetAttribute", u64(0) + u64(3) + u32(2) + pad(60)), [(2, "stream")])
          + req("CU_CALL", call("cuStreamGetAttribute", u64(0) + u64(1)), [(2, "stream")])
          + req("CU_CALL", call("cuStreamWriteValue32_v2", u64(0) + u64(0) + u64(7) + u64(0)), [(2, "stream"), (3, "dptr")]),
+ # arrays (vcu_cu_array_req), a device -> array copy (vcu_cu_memcpy3d_req:
+ # src side at slot 1, dst side at slot 8), a texture over the device
+ # memory (vcu_cu_texobj_req: res.ptr at slot 5), a mipmapped array and a
+ # level; handles as the session's next ones would be
+ "arrays": req("CU_ARRAY_CREATE", pad(8) + u64(16) + u64(8) + u64(0) + u32(0x20) + u32(1) + u32(0) + u32(0))
+           + req("CU_MEMCPY_3D", pad(8) + u64(0) + pad(24) + u64(64) + u64(8) + u32(2) + u32(0)
+                 + u64(16) + pad(40) + u32(3) + u32(0) + u64(64) + u64(8) + u64(1) + u64(0) + pad(8), [(1, "dptr")])
+           + req("CU_TEXOBJ_CREATE", pad(8) + pad(8) + u32(2) + u32(0x20) + u32(1) + u32(0) + u64(0) + u64(0) + u64(1024)
+                 + pad(24) + pad(56) + pad(48), [(5, "dptr")])
+           + req("CU_TEXOBJ_GET", pad(8) + u64(1) + u64(0) + u64(0))
+           + req("CU_ARRAY_DESTROY", pad(8) + u64(16))
+           + req("CU_MIPMAP_CREATE", pad(8) + u64(64) + u64(64) + u64(0) + u32(0x20) + u32(1) + u32(0) + u32(0) + u32(4) + u32(0))
+           + req("CU_MIPMAP_LEVEL", pad(8) + u64(17) + u64(2) + u64(0)),
 }
 # Inputs that once made an execution take seconds (regressions/README.md).
 slow = {

@@ -110,6 +110,13 @@
     X(vmm_quota)                        \
     X(vmm_hostile)                      \
     X(vmm_virtual_device)               \
+    /* test_array.c */                  \
+    X(array_bad_desc)                   \
+    X(array_handles)                    \
+    X(array_copy)                       \
+    X(array_texobj)                     \
+    X(array_quota)                      \
+    X(array_mipmap)                     \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \

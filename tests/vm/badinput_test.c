@@ -855,6 +855,164 @@ static void test_raw(void)
     vt_free(page, 2 * PG);
 }
 
+/*
+ * Forged CUDA array, copy and texture requests (CU_ARRAY_*, CU_MIPMAP_*,
+ * CU_MEMCPY_3D, CU_TEXOBJ_*) on a raw session of their own: truncated payloads are
+ * malformed (VCU_S_EINVAL); forged handles, objects never made, huge
+ * sizes and addresses the session did not allocate are CUDA errors in a
+ * reply that succeeded; the session stays usable.  Without a GPU driver
+ * on the host the device offers no CUDA and refuses them all
+ * (VCU_S_ENOTSUP).
+ */
+static void raw_cu(const char *name, raw_t *q, int cuda, int want_st, uint32_t want_res)
+{
+    struct vcu_cu_resp rp;
+    int st;
+
+    memset(&rp, 0xee, sizeof(rp));
+    st = raw_send(q, &rp, sizeof(rp));
+    if (!cuda) {
+        EXPECT_ST(name, st, VCU_S_ENOTSUP, VCU_S_EINVAL);
+        return;
+    }
+    if (st != want_st)
+        vt_fail(name, "got %s, want %s", stname(st), stname(want_st));
+    else if (want_st == VCU_S_OK && rp.result != want_res)
+        vt_fail(name, "CUresult %u, want %u", rp.result, want_res);
+    else
+        vt_pass(name);
+}
+
+static void test_raw_arrays(void)
+{
+    struct vcu_session_open_req so = { .version_min = 1, .version_max = 1,
+                                       .features = VCU_FEAT_ECHO | VCU_FEAT_CUDA };
+    struct vcu_session_open_resp sor;
+    struct vcu_cu_array_req ar;
+    struct vcu_cu_u64_req u;
+    struct vcu_cu_memcpy3d_req m;
+    struct vcu_cu_texobj_req tq;
+    struct vcu_cu_pair_req pq;
+    struct vcu_echo_req er0 = { .seed = 5 };
+    uint64_t sess;
+    raw_t q;
+    int cuda, st;
+
+    raw_fd = open_session();
+    if (raw_fd < 0) {
+        vt_fail("raw_cu_open", "no session");
+        return;
+    }
+    raw_begin(&q, VCU_OP_SESSION_OPEN, 0, &so, sizeof(so), 0);
+    memset(&sor, 0, sizeof(sor));
+    st = raw_send(&q, &sor, sizeof(sor));
+    if (st != VCU_S_OK || sor.session == 0) {
+        vt_fail("raw_cu_session_open", "got %s", stname(st));
+        close(raw_fd);
+        return;
+    }
+    sess = sor.session;
+    cuda = (sor.features & VCU_FEAT_CUDA) != 0;
+    vt_info("badinput: forged CUDA array requests %s", cuda ? "with CUDA" : "without CUDA");
+
+    memset(&ar, 0, sizeof(ar));
+    ar.width = 64;
+    ar.height = 64;
+    ar.format = 0x20;               /* CU_AD_FORMAT_FLOAT */
+    ar.channels = 1;
+    raw_begin(&q, VCU_OP_CU_ARRAY_CREATE, sess, &ar, 16, 0);
+    raw_cu("raw_cu_array_create_truncated", &q, cuda, VCU_S_EINVAL, 0);
+    ar.width = 1ull << 40;
+    raw_begin(&q, VCU_OP_CU_ARRAY_CREATE, sess, &ar, sizeof(ar), 0);
+    raw_cu("raw_cu_array_create_huge", &q, cuda, VCU_S_OK, 1 /* INVALID_VALUE */);
+    ar.width = 64;
+    ar.channels = 3;
+    raw_begin(&q, VCU_OP_CU_ARRAY_CREATE, sess, &ar, sizeof(ar), 0);
+    raw_cu("raw_cu_array_create_channels", &q, cuda, VCU_S_OK, 1);
+    ar.channels = 4;
+    ar.width = ar.height = ar.depth = VCU_CU_ARRAY_MAX_DIM;
+    raw_begin(&q, VCU_OP_CU_ARRAY_CREATE, sess, &ar, sizeof(ar), 0);
+    raw_cu("raw_cu_array_create_all_max", &q, cuda, VCU_S_OK, 2 /* OUT_OF_MEMORY */);
+
+    memset(&u, 0, sizeof(u));
+    u.value = 0x1234567890ull;
+    raw_begin(&q, VCU_OP_CU_ARRAY_DESTROY, sess, &u, sizeof(u), 0);
+    raw_cu("raw_cu_array_destroy_forged", &q, cuda, VCU_S_OK, 400 /* INVALID_HANDLE */);
+    raw_begin(&q, VCU_OP_CU_ARRAY_DESTROY, sess, &u, 8, 0);
+    raw_cu("raw_cu_array_destroy_truncated", &q, cuda, VCU_S_EINVAL, 0);
+
+    memset(&m, 0, sizeof(m));
+    m.src.type = 3;                 /* CU_MEMORYTYPE_ARRAY, a forged handle */
+    m.src.ptr = 0x1234567890ull;
+    m.dst.type = 3;
+    m.dst.ptr = 0x1234567891ull;
+    m.width = m.height = m.depth = 1;
+    raw_begin(&q, VCU_OP_CU_MEMCPY_3D, sess, &m, sizeof(m), 0);
+    raw_cu("raw_cu_memcpy3d_forged_array", &q, cuda, VCU_S_OK, 400);
+    m.src.type = 2;                 /* device memory to host, with no segment */
+    m.src.ptr = 0x100000;
+    m.dst.type = 1;
+    m.dst.ptr = 0;
+    m.dst.pitch = 1;
+    raw_begin(&q, VCU_OP_CU_MEMCPY_3D, sess, &m, sizeof(m), 0);
+    raw_cu("raw_cu_memcpy3d_host_no_segment", &q, cuda, VCU_S_EINVAL, 0);
+    raw_begin(&q, VCU_OP_CU_MEMCPY_3D, sess, &m, 100, 0);
+    raw_cu("raw_cu_memcpy3d_truncated", &q, cuda, VCU_S_EINVAL, 0);
+
+    memset(&tq, 0, sizeof(tq));
+    tq.res.type = 0;                /* CU_RESOURCE_TYPE_ARRAY, a forged handle */
+    tq.res.handle = 0x1234567890ull;
+    raw_begin(&q, VCU_OP_CU_TEXOBJ_CREATE, sess, &tq, sizeof(tq), 0);
+    raw_cu("raw_cu_texobj_forged_array", &q, cuda, VCU_S_OK, 400);
+    tq.res.type = 2;                /* LINEAR, at memory never allocated */
+    tq.res.handle = 0;
+    tq.res.ptr = 0x7f0000000000ull;
+    tq.res.size = 1ull << 40;
+    tq.res.format = 0x20;
+    tq.res.channels = 1;
+    raw_begin(&q, VCU_OP_CU_TEXOBJ_CREATE, sess, &tq, sizeof(tq), 0);
+    raw_cu("raw_cu_texobj_linear_forged", &q, cuda, VCU_S_OK, 1);
+    raw_begin(&q, VCU_OP_CU_TEXOBJ_CREATE, sess, &tq, 64, 0);
+    raw_cu("raw_cu_texobj_truncated", &q, cuda, VCU_S_EINVAL, 0);
+
+    memset(&pq, 0, sizeof(pq));
+    pq.a = 0x51;                    /* an object never made */
+    raw_begin(&q, VCU_OP_CU_TEXOBJ_DESTROY, sess, &pq, sizeof(pq), 0);
+    raw_cu("raw_cu_texobj_destroy_forged", &q, cuda, VCU_S_OK, 1);
+    pq.b = 1;
+    raw_begin(&q, VCU_OP_CU_TEXOBJ_GET, sess, &pq, sizeof(pq), 0);
+    raw_cu("raw_cu_surfobj_get_forged", &q, cuda, VCU_S_OK, 1);
+    pq.b = 7;
+    raw_begin(&q, VCU_OP_CU_TEXOBJ_GET, sess, &pq, sizeof(pq), 0);
+    raw_cu("raw_cu_texobj_get_bad_kind", &q, cuda, VCU_S_EINVAL, 0);
+
+    {
+        struct vcu_cu_mipmap_req mr;
+
+        memset(&mr, 0, sizeof(mr));
+        mr.a.width = mr.a.height = 64;
+        mr.a.format = 0x20;
+        mr.a.channels = 1;
+        mr.levels = 40;             /* more than 64 halves */
+        raw_begin(&q, VCU_OP_CU_MIPMAP_CREATE, sess, &mr, sizeof(mr), 0);
+        raw_cu("raw_cu_mipmap_too_many_levels", &q, cuda, VCU_S_OK, 1);
+        raw_begin(&q, VCU_OP_CU_MIPMAP_CREATE, sess, &mr, 48, 0);
+        raw_cu("raw_cu_mipmap_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        memset(&pq, 0, sizeof(pq));
+        pq.a = 0x1234567890ull;
+        raw_begin(&q, VCU_OP_CU_MIPMAP_LEVEL, sess, &pq, sizeof(pq), 0);
+        raw_cu("raw_cu_mipmap_level_forged", &q, cuda, VCU_S_OK, 400);
+        raw_begin(&q, VCU_OP_CU_MIPMAP_DESTROY, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_mipmap_destroy_forged", &q, cuda, VCU_S_OK, 400);
+    }
+
+    raw_begin(&q, VCU_OP_ECHO, sess, &er0, sizeof(er0), 0);
+    EXPECT_ST("raw_cu_session_still_works", raw_send(&q, NULL, 0), VCU_S_OK);
+    raw_begin(&q, VCU_OP_SESSION_CLOSE, sess, NULL, 0, 0);
+    EXPECT_ST("raw_cu_session_close", raw_send(&q, NULL, 0), VCU_S_OK);
+    close(raw_fd);
+}
+
 static void test_raw_refused_without_session(void)
 {
     struct vcuda_raw_submit rs;
@@ -1030,6 +1188,7 @@ int main(void)
     test_memory();
     test_raw_refused_without_session();
     test_raw();
+    test_raw_arrays();
     test_eintr();
     test_kill();
     test_host_register();
