@@ -85,6 +85,7 @@ struct vcu__mig_s {
     vcu__mrec_t *rec;
     size_t n, cap;
     size_t held;                    /* of the session's host budget */
+    vcu__pset_t used;               /* functions whose first use is kept */
     char why[128];                  /* why the session cannot migrate, or "" */
 };
 
@@ -107,6 +108,11 @@ static int vcu__mig_call_class(uint32_t call)
     case VCU_CALL_cuGraphNodeSetEnabled:
     case VCU_CALL_cuGraphExecEventRecordNodeSetEvent:
     case VCU_CALL_cuGraphExecEventWaitNodeSetEvent:
+    /* Queries that load the function (lazy loading, the driver's
+     * default): its code takes device memory there, so they are made
+     * again where they were, or later allocations land elsewhere. */
+    case VCU_CALL_cuOccupancyAvailableDynamicSMemPerBlock:
+    case VCU_CALL_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
         return VCU__MIG_REPLAY;
     case VCU_CALL_cuStreamGetAttribute:
     case VCU_CALL_cuCtxResetPersistingL2Cache:
@@ -121,8 +127,6 @@ static int vcu__mig_call_class(uint32_t call)
     case VCU_CALL_cuEventElapsedTime_v2:
     case VCU_CALL_cuCtxGetLimit:
     case VCU_CALL_cuCtxGetSharedMemConfig:
-    case VCU_CALL_cuOccupancyAvailableDynamicSMemPerBlock:
-    case VCU_CALL_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
     case VCU_CALL_cuFuncIsLoaded:
     case VCU_CALL_cuCtxGetStreamPriorityRange:
     case VCU_CALL_cuGraphExecGetFlags:
@@ -368,6 +372,65 @@ static int vcu__mig_keep(vcu__cuda_sess_t *cs, uint32_t op, int cls, bool captur
     return VCU__MIG_IGNORE;
 }
 
+static void vcu__mig_append(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
+                            const unsigned char *p, const void *out, size_t out_len,
+                            uint64_t ilen);
+
+/*
+ * The driver loads a function's code lazily (CUDA_MODULE_LOADING=LAZY,
+ * its default), into device memory, at its first use: a launch, or a
+ * query of its attributes or occupancy.  Launches and queries are not
+ * made again on the destination, so the first use of each function that
+ * succeeded is kept as a cuFuncLoad at its place: later allocations then
+ * land where they did (measured on the H200: without it a VM whose
+ * checker used a kernel before allocating 1 GiB came out 2 GiB higher).
+ * Each of these requests names its function right after its header.
+ */
+static void vcu__mig_first_use(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
+                               const unsigned char *p, const void *out, size_t out_len)
+{
+    struct vcu_call_cuFuncLoad_req lr;
+    struct vcu_req_hdr lh;
+    struct vcu_cu_resp r, ok;
+    vcu__mig_t *m = cs->mig;
+    uint64_t fn;
+
+    switch (h->opcode) {
+    case VCU_OP_CU_LAUNCH:
+    case VCU_OP_CU_LAUNCH_EX:
+    case VCU_OP_CU_FUNC_GET_ATTRS:
+    case VCU_OP_CU_OCCUPANCY_BLOCK_SIZE:
+    case VCU_OP_CU_OCCUPANCY_CLUSTERS:
+    case VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE:
+        break;
+    default:
+        return;
+    }
+    if (m == NULL || m->why[0] != '\0' || out_len < sizeof(r) ||
+        h->payload_len < sizeof(struct vcu_cu_hdr) + 8)
+        return;
+    memcpy(&r, out, sizeof(r));
+    memcpy(&fn, p + sizeof(struct vcu_cu_hdr), 8);
+    if (r.result != CUDA_SUCCESS || fn == 0 || fn == VCU__PSET_TOMB ||
+        vcu__pset_find(&m->used, fn, NULL))
+        return;
+    if (vcu__mem_take(cs, 16) != 0 || vcu__pset_add(&m->used, fn, 0) != 0) {
+        vcu__mig_refuse(m, "more history than its host memory budget holds", h->opcode);
+        return;
+    }
+    memset(&lr, 0, sizeof(lr));
+    memcpy(&lr.c.hdr, p, sizeof(lr.c.hdr));     /* the device it named */
+    lr.c.call = VCU_CALL_cuFuncLoad;
+    lr.c.hash = VCU_CALLS_HASH;
+    lr.function = fn;
+    memset(&lh, 0, sizeof(lh));
+    lh.opcode = VCU_OP_CU_CALL;
+    lh.session = h->session;
+    lh.payload_len = sizeof(lr);
+    memset(&ok, 0, sizeof(ok));
+    vcu__mig_append(cs, &lh, (const unsigned char *)&lr, &ok, sizeof(ok), 0);
+}
+
 void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void *payload,
                    const void *out, size_t out_len, bool captured)
 {
@@ -375,12 +438,11 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
     const char *why = NULL;
     struct vcu_cu_resp r;
     vcu__mig_t *m;
-    vcu__mrec_t *e;
     uint64_t ilen;
-    size_t need;
     bool failed, seen;
     int cls;
 
+    vcu__mig_first_use(cs, h, p, out, out_len);
     /* Most calls (launches, copies) stop at the first test. */
     cls = vcu__mig_class(h->opcode, p, h->payload_len, &why);
     if ((cls == VCU__MIG_IGNORE && !cs->capture) || out_len < sizeof(r))
@@ -410,6 +472,18 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
         vcu__mig_refuse(m, "modules, with no module cache to keep their images", h->opcode);
         return;
     }
+    vcu__mig_append(cs, h, p, out, out_len, ilen);
+}
+
+/* Keeps a call: its request, payload p and reply out. */
+static void vcu__mig_append(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
+                            const unsigned char *p, const void *out, size_t out_len,
+                            uint64_t ilen)
+{
+    vcu__mig_t *m = cs->mig;
+    vcu__mrec_t *e;
+    size_t need;
+
     need = h->payload_len + out_len;
     if (ilen > VCU_MAX_XFER || vcu__mig_grow(m) != 0 || vcu__mem_take(cs, need) != 0) {
         vcu__mig_refuse(m, "more history than its host memory budget holds", h->opcode);
@@ -438,7 +512,11 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
 
 vcu__mig_t *vcu__mig_new(void)
 {
-    return calloc(1, sizeof(vcu__mig_t));
+    vcu__mig_t *m = calloc(1, sizeof(vcu__mig_t));
+
+    if (m != NULL)
+        vcu__pset_init(&m->used);
+    return m;
 }
 
 void vcu__mig_free(vcu__cuda_sess_t *cs)
@@ -451,7 +529,8 @@ void vcu__mig_free(vcu__cuda_sess_t *cs)
     for (i = 0; i < m->n; i++)
         free(m->rec[i].b);
     free(m->rec);
-    vcu__mem_give(cs, m->held);
+    vcu__mem_give(cs, m->held + (size_t)m->used.live * 16);
+    vcu__pset_fini(&m->used);
     free(m);
     cs->mig = NULL;
 }

@@ -387,6 +387,7 @@ struct fc_func_s {
     int cluster[3];
     int non_portable_cluster;
     int cluster_policy;
+    void *code;                 /* its code in device memory from its first use */
 };
 
 typedef enum {
@@ -1702,6 +1703,8 @@ static void fc_fault(fc_ctx_t *ctx, CUresult fault)
 
 static CUresult fc_stack_set(fc_ctx_t *ctx, size_t value);
 
+static void fc_func_use(fc_func_t *f);
+
 static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
 {
     vcu_twin_launch_t launch;
@@ -1717,6 +1720,7 @@ static CUresult fc_kernel_run(fc_ctx_t *ctx, const fc_kernel_t *k)
     }
     if (f->mod->ctx != ctx)
         return CUDA_ERROR_INVALID_HANDLE;
+    fc_func_use((fc_func_t *)f);
     /* A kernel needing more local memory a thread than the stack limit:
      * the driver grows the limit to it at the launch, reserving it for
      * every thread the device holds, and keeps it (CUDA 12 on, whatever
@@ -4563,6 +4567,7 @@ static void fc_module_free(fc_module_t *m)
 
         if (f->mod == m) {
             *pp = f->hdr.next;
+            fc_dev_free(f->code);
             free(f);
         } else {
             pp = &(*pp)->next;
@@ -4825,6 +4830,30 @@ static CUresult fc_func_get(CUfunction hfunc, fc_func_t **out)
     return CUDA_SUCCESS;
 }
 
+/*
+ * Lazy loading, as NVIDIA's driver does it by default
+ * (CUDA_MODULE_LOADING=LAZY): a function's code goes to device memory at
+ * its first use (a launch, a query of its attributes or occupancy,
+ * cuFuncLoad), not with its module, so where later allocations land
+ * depends on which functions were used before them.  g_lock held.
+ */
+#define FC_CODE_BYTES (64u << 10)
+
+static void fc_func_use(fc_func_t *f)
+{
+    if (f->code == NULL)
+        f->code = fc_dev_alloc(FC_CODE_BYTES);
+}
+
+static CUresult fc_func_get_used(CUfunction hfunc, fc_func_t **out)
+{
+    CUresult rc = fc_func_get(hfunc, out);
+
+    if (rc == CUDA_SUCCESS)
+        fc_func_use(*out);
+    return rc;
+}
+
 CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
                                     size_t *paramSize)
 {
@@ -4852,7 +4881,7 @@ CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunc
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_func_get(hfunc, &f);
+    rc = fc_func_get_used(hfunc, &f);
     if (rc == CUDA_SUCCESS && !pi)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc != CUDA_SUCCESS)
@@ -4964,7 +4993,7 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_func_get(func, &f);
+    rc = fc_func_get_used(func, &f);
     /* A block of no threads is refused, as NVIDIA's driver refuses it
      * (drv_vector_add on an H100). */
     if (rc == CUDA_SUCCESS &&
@@ -4986,7 +5015,7 @@ CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize
     size_t per, need;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_func_get(func, &f);
+    rc = fc_func_get_used(func, &f);
     if (rc == CUDA_SUCCESS && (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS) {
@@ -5014,7 +5043,7 @@ CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_func_get(func, &f);
+    rc = fc_func_get_used(func, &f);
     if (rc == CUDA_SUCCESS &&
         (!minGridSize || !blockSize || blockSizeLimit < 0 ||
          (flags & ~(unsigned int)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)))
@@ -5068,6 +5097,8 @@ static CUresult fc_launch_cl(CUfunction f, unsigned int gx, unsigned int gy, uns
         fc_node_free(n);
         rc = CUDA_ERROR_INVALID_HANDLE;
     }
+    if (rc == CUDA_SUCCESS)
+        fc_func_use((fc_func_t *)f);
     if (rc == CUDA_SUCCESS && cluster != NULL)
         memcpy(n->u.kernel.cluster, cluster, sizeof(n->u.kernel.cluster));
     if (rc == CUDA_SUCCESS)
@@ -7519,7 +7550,7 @@ CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode
 /* ------------------------------------------------------------------ */
 /* Loading state, affinity, flushes, shared memory banks               */
 
-/* Every function is loaded with its module (no lazy loading here). */
+/* Loaded from its first use (fc_func_use). */
 CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
     fc_func_t *f;
@@ -7530,7 +7561,8 @@ CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction functi
     if (rc == CUDA_SUCCESS && !state)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        *state = CU_FUNCTION_LOADING_STATE_LOADED;
+        *state = f->code != NULL ? CU_FUNCTION_LOADING_STATE_LOADED
+                                 : CU_FUNCTION_LOADING_STATE_UNLOADED;
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -7541,7 +7573,7 @@ CUresult CUDAAPI cuFuncLoad(CUfunction function)
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_func_get(function, &f);
+    rc = fc_func_get_used(function, &f);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }

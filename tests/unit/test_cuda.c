@@ -4833,6 +4833,40 @@ TEST(migrate_roundtrip)
     return 0;
 }
 
+/*
+ * A function's first use places its code in device memory (lazy loading,
+ * as the driver does by default; the stand-in does it too): memory
+ * allocated after a launch lands where it did on the source only if the
+ * destination loads the function at the same place in the history.
+ */
+TEST(migrate_first_use)
+{
+    char why[256];
+    uint64_t after = 0;
+    tc_mig_t m;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    CHECK(tc_mig_build(&c, &m));
+    CHECK(tc_mig_check(&c, &m));    /* the kernel's first launch */
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &after));
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_mig_check(&c, &m));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, after, NULL));
+    tc_close(&c);
+    close(fd);
+    return 0;
+}
+
 /* What the history cannot carry makes the session refuse to be saved,
  * saying what it was; nothing is written. */
 TEST(migrate_refused)

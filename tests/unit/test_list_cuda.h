@@ -124,6 +124,7 @@
     X(cuda_module_cache_bad_dir)        \
     /* test_cuda.c: migration */        \
     X(migrate_roundtrip)                \
+    X(migrate_first_use)                \
     X(migrate_refused)                  \
     X(migrate_load_checks)              \
     X(migrate_graph)                    \
