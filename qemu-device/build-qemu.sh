@@ -180,6 +180,7 @@ orig() {
 
 for f in "$root"/qemu-device/virtio-cuda*.c; do sync_file "$f" "$tree/hw/virtio/$(basename "$f")"; done
 sync_file "$root/qemu-device/virtio-cuda.h" "$tree/include/hw/virtio/virtio-cuda.h"
+sync_file "$root/qemu-device/virtio-cuda-int.h" "$tree/hw/virtio/virtio-cuda-int.h"
 
 # QEMU links the device, the session proxy (proxy*.c), the request
 # check (vcu_reqcheck.c), and the memory account and share group it
@@ -232,7 +233,7 @@ orig hw/virtio/meson.build | awk '
     /^virtio_pci_ss = ss.source_set\(\)$/ && !done {
         print "# virtio-cuda (qemu-device/build-qemu.sh)"
         print "subdir(\x27vcu-backend\x27)"
-        print "specific_virtio_ss.add(when: \x27CONFIG_VIRTIO_CUDA\x27, if_true: [files(\x27virtio-cuda.c\x27), vcu_backend_dep])"
+        print "specific_virtio_ss.add(when: \x27CONFIG_VIRTIO_CUDA\x27, if_true: [files(\x27virtio-cuda.c\x27, \x27virtio-cuda-migrate.c\x27), vcu_backend_dep])"
         print "virtio_pci_ss.add(when: \x27CONFIG_VIRTIO_CUDA\x27, if_true: files(\x27virtio-cuda-pci.c\x27))"
         done = 1
     }' | put_file "$tree/hw/virtio/meson.build"
