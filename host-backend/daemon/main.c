@@ -228,6 +228,12 @@ static void vcu__dmn_check_mps(const char *dir)
                      (unsigned)(st.st_mode & 0777));
 }
 
+/*
+ * Listens on a socket at path.  It is made under a name of its own
+ * (path.new), listening and with its owner and mode, then renamed over
+ * path: whoever sees path finds a socket that takes connections, never
+ * one bound and not yet listening (ECONNREFUSED) or not yet its mode.
+ */
 static int vcu__dmn_listen_unix(const char *path, int mode, gid_t gid)
 {
     struct sockaddr_un sa;
@@ -236,22 +242,25 @@ static int vcu__dmn_listen_unix(const char *path, int mode, gid_t gid)
 
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sa.sun_path))
+    if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.new", path) >= (int)sizeof(sa.sun_path))
         vcu__dmn_die("socket path too long: %s", path);
-    strcpy(sa.sun_path, path);
     /* A socket left by a daemon that died; anything else stays. */
-    if (lstat(path, &st) == 0) {
+    if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+        vcu__dmn_die("%s exists and is not a socket: refused", path);
+    if (lstat(sa.sun_path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
-            vcu__dmn_die("%s exists and is not a socket: refused", path);
-        unlink(path);
+            vcu__dmn_die("%s exists and is not a socket: refused", sa.sun_path);
+        unlink(sa.sun_path);
     }
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 64) != 0)
-        vcu__dmn_die("cannot listen on %s: %s", path, strerror(errno));
-    if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0)
-        vcu__dmn_die("chgrp %s: %s", path, strerror(errno));
-    if (chmod(path, (mode_t)mode) != 0)
-        vcu__dmn_die("chmod %s: %s", path, strerror(errno));
+        vcu__dmn_die("cannot listen on %s: %s", sa.sun_path, strerror(errno));
+    if (gid != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, gid) != 0)
+        vcu__dmn_die("chgrp %s: %s", sa.sun_path, strerror(errno));
+    if (chmod(sa.sun_path, (mode_t)mode) != 0)
+        vcu__dmn_die("chmod %s: %s", sa.sun_path, strerror(errno));
+    if (rename(sa.sun_path, path) != 0)
+        vcu__dmn_die("rename %s to %s: %s", sa.sun_path, path, strerror(errno));
     return fd;
 }
 
