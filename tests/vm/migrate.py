@@ -160,6 +160,16 @@ def wait_line(path, pat, secs):
     return False
 
 
+def wait_migration(m, secs=600):
+    end = time.time() + secs
+    while time.time() < end:
+        q = m.cmd('query-migrate')['return']
+        if q.get('status') in ('completed', 'failed', 'cancelled'):
+            return q
+        time.sleep(0.2)
+    return {'status': 'timeout'}
+
+
 def migrate(src, dst, port, secs=600):
     """Moves the VM; the final query-migrate answer."""
     # The return path: a destination that cannot load the state says so,
@@ -174,23 +184,7 @@ def migrate(src, dst, port, secs=600):
     r = src.cmd('migrate', uri=f'tcp:127.0.0.1:{port}')
     if 'error' in r:
         return {'status': 'failed', 'error-desc': 'migrate: ' + json.dumps(r['error'])}
-    end = time.time() + secs
-    while time.time() < end:
-        q = src.cmd('query-migrate')['return']
-        if q.get('status') in ('completed', 'failed', 'cancelled'):
-            return q
-        time.sleep(0.2)
-    return {'status': 'timeout'}
-
-
-def wait_migration(m, secs=600):
-    end = time.time() + secs
-    while time.time() < end:
-        q = m.cmd('query-migrate')['return']
-        if q.get('status') in ('completed', 'failed', 'cancelled'):
-            return q
-        time.sleep(0.2)
-    return {'status': 'timeout'}
+    return wait_migration(src, secs)
 
 
 def gaps(path, tag='mig'):
@@ -232,6 +226,22 @@ def main():
     sys.exit(0 if all(results) else 1)
 
 
+def checker_went_on(tag, sa, sb, where=('on the source', 'on the destination')):
+    """The checks of a guest whose checker must go on in sb (begun in sa)
+    with no wrong result; its done line."""
+    ok = wait_line(sb, r'^VCU-SUITE-END migrate', SECS + 600)
+    ticks_a, _ = gaps(sa)
+    ticks_b, done = gaps(sb)
+    passed = any(l.startswith('VCU-TEST migrate/checker PASS') for l in lines(sb))
+    report(f'{tag}-checker-goes-on', ok and passed and len(ticks_b) > 0 and done is not None,
+           f"ticks {where[0]} {len(ticks_a)}, {where[1]} {len(ticks_b)}; {done}")
+    m = re.search(r'wrong=(\d+)', done or '')
+    report(f'{tag}-no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
+    oops = [l for l in lines(sb) + lines(sa) if re.search(r'Oops|BUG:|Call Trace|panic', l)]
+    report(f'{tag}-no-guest-oops', not oops, '; '.join(oops[:3]))
+    return done
+
+
 def one(tmp, procs, da_sock, db_sock, tag, ballast=0, gpus=(None, None)):
     """A VM moved from the daemon at da_sock to the one at db_sock while
     its checker runs: the checks of a migration that must complete."""
@@ -259,21 +269,12 @@ def one(tmp, procs, da_sock, db_sock, tag, ballast=0, gpus=(None, None)):
           f"total {q.get('total-time')} ms, {time.time() - t0:.1f} s from the migrate command",
           flush=True)
     ma.cmd('quit')
-    ok = wait_line(sb, r'^VCU-SUITE-END migrate', SECS + 600)
-    ticks_a, _ = gaps(sa)
-    ticks_b, done = gaps(sb)
-    passed = any(l.startswith('VCU-TEST migrate/checker PASS') for l in lines(sb))
-    report(f'{tag}-checker-goes-on', ok and passed and len(ticks_b) > 0 and done is not None,
-           f"ticks on the source {len(ticks_a)}, on the destination {len(ticks_b)}; {done}")
-    m = re.search(r'wrong=(\d+)', done or '')
-    report(f'{tag}-no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
+    done = checker_went_on(tag, sa, sb)
     g = re.search(r'maxgap=([0-9.]+)', done or '')
     r = re.search(r'rounds=(\d+)', done or '')
     print(f"info: {tag}: the guest's longest gap between two checked rounds "
           f"{g.group(1) if g else '?'} s (a round takes {SECS / max(1, int(r.group(1))) if r else 0:.2f} s "
           f"on average)", flush=True)
-    oops = [l for l in lines(sb) + lines(sa) if re.search(r'Oops|BUG:|Call Trace|panic', l)]
-    report(f'{tag}-no-guest-oops', not oops, '; '.join(oops[:3]))
     qb.wait(timeout=60)
 
 
@@ -317,16 +318,7 @@ def save_restore(tmp, procs, sock):
     if q.get('status') != 'completed':
         return
     mb.cmd('cont')                  # virsh restore resumes (unless --paused)
-    ok = wait_line(sb, r'^VCU-SUITE-END migrate', SECS + 600)
-    ticks_a, _ = gaps(sa)
-    ticks_b, done = gaps(sb)
-    passed = any(l.startswith('VCU-TEST migrate/checker PASS') for l in lines(sb))
-    report('saved-checker-goes-on', ok and passed and len(ticks_b) > 0 and done is not None,
-           f"ticks before the save {len(ticks_a)}, after the restore {len(ticks_b)}; {done}")
-    m = re.search(r'wrong=(\d+)', done or '')
-    report('saved-no-wrong-result', m is not None and m.group(1) == '0', done or 'no done line')
-    oops = [l for l in lines(sb) + lines(sa) if re.search(r'Oops|BUG:|Call Trace|panic', l)]
-    report('saved-no-guest-oops', not oops, '; '.join(oops[:3]))
+    checker_went_on('saved', sa, sb, ('before the save', 'after the restore'))
     qb.wait(timeout=60)
 
 
