@@ -358,6 +358,39 @@ static int vcu__mig_grow(vcu__mig_t *m)
  * the first ends the capture either way, the second names its error
  * nodes.  The capture's state query stays out (its id is the driver's).
  */
+/*
+ * VCU_MIG_TRACE in the worker's environment, for an operator to see where
+ * two workers' histories part (an allocation placed elsewhere): 1, each
+ * call of the history on the worker's stderr (the daemon's log) as saved
+ * and as made again, with the first value of its reply; 2, every request
+ * the session makes too, kept or not.
+ */
+static int vcu__mig_trace_level(void)
+{
+    static int level = -1;
+
+    if (level < 0) {
+        const char *s = getenv("VCU_MIG_TRACE");
+
+        level = s != NULL && (s[0] == '1' || s[0] == '2') && s[1] == '\0' ? s[0] - '0' : 0;
+    }
+    return level;
+}
+
+static void vcu__mig_trace(const char *side, size_t i, const struct vcu_req_hdr *h,
+                           const unsigned char *p, const unsigned char *reply, size_t rlen)
+{
+    uint32_t call = 0;
+    uint64_t v = 0;
+
+    if (h->opcode == VCU_OP_CU_CALL && h->payload_len >= sizeof(struct vcu_cu_call_req))
+        memcpy(&call, p + offsetof(struct vcu_cu_call_req, call), 4);
+    if (rlen >= 16)
+        memcpy(&v, reply + 8, 8);
+    fprintf(stderr, "vcu-worker: migration %s %zu: opcode 0x%04x call 0x%04x reply 0x%llx\n",
+            side, i, h->opcode, call, (unsigned long long)v);
+}
+
 static int vcu__mig_keep(vcu__cuda_sess_t *cs, uint32_t op, int cls, bool captured, bool *failed)
 {
     *failed = op == VCU_OP_CU_STREAM_END_CAPTURE || op == VCU_OP_CU_GRAPH_EXEC_UPDATE;
@@ -443,6 +476,8 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
     bool failed, seen;
     int cls;
 
+    if (vcu__mig_trace_level() > 1)
+        vcu__mig_trace("seen", cs->mig->n, h, p, out, out_len);
     vcu__mig_first_use(cs, h, p, out, out_len);
     /* Most calls (launches, copies) stop at the first test. */
     cls = vcu__mig_class(h->opcode, p, h->payload_len, &why);
@@ -851,6 +886,8 @@ static int vcu__mig_save_calls(vcu__cuda_sess_t *cs, int fd, char *why, size_t w
 
         len = e->c.h.payload_len + e->c.rlen;
         pad = (8 - (len + e->c.ilen) % 8) % 8;
+        if (vcu__mig_trace_level() > 0)
+            vcu__mig_trace("saved", i, &e->c.h, e->b, e->b + e->c.h.payload_len, e->c.rlen);
         if (vcu__mig_write(fd, &e->c, sizeof(e->c)) != 0 || vcu__mig_write(fd, e->b, len) != 0)
             goto err_write;
         if (e->c.ilen > 0) {
@@ -1113,8 +1150,8 @@ out:
 
 /* Makes one kept call again; its reply must be the one kept but for the
  * deferred error (nothing earlier is pending on the destination). */
-static int vcu__mig_replay(vcu__cuda_sess_t *cs, const vcu__mrec_t *e, unsigned char *out,
-                           size_t cap, char *why, size_t whylen)
+static int vcu__mig_replay(vcu__cuda_sess_t *cs, size_t i, const vcu__mrec_t *e,
+                           unsigned char *out, size_t cap, char *why, size_t whylen)
 {
     struct vcu_req_hdr h = e->c.h;
     const unsigned char *p = e->b, *want = e->b + e->c.h.payload_len;
@@ -1150,6 +1187,8 @@ static int vcu__mig_replay(vcu__cuda_sess_t *cs, const vcu__mrec_t *e, unsigned 
             ;
         st = vcu__cuda_wait_finish(cs, w, NULL, &out_len);
     }
+    if (vcu__mig_trace_level() > 0)
+        vcu__mig_trace("made", i, &e->c.h, e->b, out, out_len);
     /* A capture's id is the driver's count, of no use once it ended. */
     if (h.opcode == VCU_OP_CU_STREAM_CAPTURE_GRAPH && out_len == e->c.rlen &&
         out_len >= offsetof(struct vcu_cu_capture_graph_resp, graph))
@@ -1208,7 +1247,7 @@ static int vcu__mig_load_calls(vcu__cuda_sess_t *cs, int fd, uint64_t n, char *w
             goto out;
         }
         if (vcu__mig_read(fd, e.b, len) != 0 ||
-            vcu__mig_replay(cs, &e, out, VCU_MAX_PAYLOAD, why, whylen) != 0) {
+            vcu__mig_replay(cs, (size_t)i, &e, out, VCU_MAX_PAYLOAD, why, whylen) != 0) {
             if (why[0] == '\0')
                 snprintf(why, whylen, "the stream ends inside the history");
             free(e.b);
