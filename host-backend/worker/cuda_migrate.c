@@ -391,6 +391,20 @@ static void vcu__mig_trace(const char *side, size_t i, const struct vcu_req_hdr 
             side, i, h->opcode, call, (unsigned long long)v);
 }
 
+/* With the trace on, the worker's mappings too: device memory the driver
+ * places shares the process's address space with its host mappings. */
+static void vcu__mig_trace_maps(const char *side)
+{
+    char line[512];
+    FILE *f;
+
+    if (vcu__mig_trace_level() == 0 || (f = fopen("/proc/self/maps", "re")) == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL)
+        fprintf(stderr, "vcu-worker: migration %s maps: %s", side, line);
+    fclose(f);
+}
+
 static int vcu__mig_keep(vcu__cuda_sess_t *cs, uint32_t op, int cls, bool captured, bool *failed)
 {
     *failed = op == VCU_OP_CU_STREAM_END_CAPTURE || op == VCU_OP_CU_GRAPH_EXEC_UPDATE;
@@ -1118,6 +1132,7 @@ int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     why[0] = '\0';
     if (vcu__mig_quiesce(cs, why, whylen) != 0)
         return VCU_EBUSY;
+    vcu__mig_trace_maps("saved");
     buf = vcu__mig_buf(cs);
     if (buf == NULL)
         VCU__MIG_FAIL("out of host memory");
@@ -1207,6 +1222,7 @@ static int vcu__mig_replay(vcu__cuda_sess_t *cs, size_t i, const vcu__mrec_t *e,
             memcpy(&got, out + 8, 8);
             memcpy(&had, want + 8, 8);
         }
+        vcu__mig_trace_maps("made");
         snprintf(why, whylen,
                  "call 0x%04x came out otherwise here (status %u, result %u, value 0x%llx where "
                  "the source had 0x%llx): another driver, library layout or history",

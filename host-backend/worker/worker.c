@@ -674,7 +674,7 @@ void vcu__handle_region(const unsigned char *body, size_t blen)
         vcu__die("region given twice, or too many regions");
     if (fstat(fd, &st) != 0 || st.st_size <= 0)
         vcu__die("cannot stat a guest RAM region");
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = vcu__guest_mmap((size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         vcu__die("cannot map a guest RAM region");
     /* The VM's RAM never goes into a core dump of ours (there is none:

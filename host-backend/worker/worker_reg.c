@@ -31,6 +31,49 @@
 #include "vcu_worker.h"
 #include "vcu_worker_int.h"
 
+/* ---- where guest memory is mapped --------------------------------------- */
+
+/*
+ * The worker maps guest memory (its RAM regions, the aliases below) in a
+ * window of its own, low in the address space, never where the CUDA
+ * driver places device memory.  With unified addressing device memory and
+ * host mappings share one address space, and the driver places each
+ * allocation where nothing is mapped, top down from below the libraries:
+ * the VM's RAM mapped there (at a session's start on a migration's
+ * source, after the load on its destination) moved every allocation made
+ * after it by the RAM's size, and a migrated session's allocations must
+ * come out where they were (a 1 GiB allocation after 2 GiB of guest RAM,
+ * on the H200: docs/design.md, "Live migration").  The window is used
+ * bottom up and never reused, so the same mappings in the same order get
+ * the same addresses in every worker; past its end, or where something
+ * else sits, the kernel chooses.
+ */
+#define VCU__GUEST_WINDOW 0x100000000000ull         /* 16 TiB */
+#define VCU__GUEST_WINDOW_END 0x400000000000ull     /* 64 TiB */
+#define VCU__GUEST_ALIGN (2ull << 20)
+
+static _Atomic uint64_t vcu__guest_next = VCU__GUEST_WINDOW;
+
+void *vcu__guest_mmap(size_t len, int prot, int flags, int fd, off_t off)
+{
+    uint64_t span = ((uint64_t)len + 2 * VCU__GUEST_ALIGN - 1) & ~(VCU__GUEST_ALIGN - 1);
+    unsigned int tries;
+    void *p;
+
+    for (tries = 0; tries < 8; tries++) {
+        uint64_t at = atomic_fetch_add(&vcu__guest_next, span);
+
+        if (at + span > VCU__GUEST_WINDOW_END || at + span < at)
+            break;
+        p = mmap((void *)(uintptr_t)at, len, prot, flags | MAP_FIXED_NOREPLACE, fd, off);
+        if (p != MAP_FAILED)
+            return p;
+        if (errno != EEXIST)
+            break;
+    }
+    return mmap(NULL, len, prot, flags, fd, off);
+}
+
 /* ---- registrations of stable ranges ------------------------------------ */
 
 /* Index of the first registration of region (or after it) that ends
@@ -285,7 +328,7 @@ unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
         vcu__alias_uncount(n, total, cost);
         return NULL;
     }
-    base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    base = vcu__guest_mmap(total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
         free(a);
         vcu__alias_uncount(n, total, cost);
