@@ -430,8 +430,7 @@ static void vcu__mig_append(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
  * made again on the destination, so the first use of each function that
  * succeeded is kept as a cuFuncLoad at its place, so that code the driver
  * places in device memory there is placed there again (the CPU stand-in
- * does so; on the H200 it did not change where a guest's 1 GiB allocation
- * after a captured graph came out: docs/benchmarks.md, "Live migration").
+ * loads code lazily too: unit test migrate_first_use).
  * Each of these requests names its function right after its header.
  */
 static void vcu__mig_first_use(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
