@@ -239,7 +239,6 @@ struct vcu_resp_hdr {
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
     XX(CU_STREAM_SYNCHRONIZE, 0x0402, vcu_cu_u64_req, vcu_cu_resp)                       \
-    XX(CU_STREAM_QUERY, 0x0403, vcu_cu_u64_req, vcu_cu_resp)                             \
     XX(CU_STREAM_WAIT_EVENT, 0x0404, vcu_cu_pair_req, vcu_cu_resp)                       \
     XX(CU_STREAM_BEGIN_CAPTURE, 0x0405, vcu_cu_pair_req, vcu_cu_resp)                    \
     XX(CU_STREAM_END_CAPTURE, 0x0406, vcu_cu_u64_req, vcu_cu_u64_resp)                   \
@@ -256,7 +255,6 @@ struct vcu_resp_hdr {
     XX(CU_EVENT_DESTROY, 0x0501, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_EVENT_RECORD, 0x0502, vcu_cu_pair_req, vcu_cu_resp)                            \
     XX(CU_EVENT_SYNCHRONIZE, 0x0503, vcu_cu_u64_req, vcu_cu_resp)                        \
-    XX(CU_EVENT_QUERY, 0x0504, vcu_cu_u64_req, vcu_cu_resp)                              \
     /* CUDA: graphs */                                                                   \
     XX(CU_GRAPH_CREATE, 0x0600, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
     XX(CU_GRAPH_DESTROY, 0x0601, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -1403,11 +1401,13 @@ struct vcu_cu_capture_to_graph_req {
  * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
  * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
  * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
- * 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505 CU_EVENT_ELAPSED: now CU_CALL's
- * cuCtxGetLimit, cuCtxGetStreamPriorityRange, cuDeviceCanAccessPeer,
+ * 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505 CU_EVENT_ELAPSED, 0x0403
+ * CU_STREAM_QUERY, 0x0504 CU_EVENT_QUERY: now CU_CALL's cuCtxGetLimit,
+ * cuCtxGetStreamPriorityRange, cuDeviceCanAccessPeer,
  * cuProfilerStart/Stop, cuFuncSetAttribute,
  * cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
- * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2.
+ * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2,
+ * cuStreamQuery, cuEventQuery.
  *
  * CU_CALL: one Driver API call of include/cuda_calls.list's "remote"
  * kind, generated on both sides from the list and cuda.h's prototype.

@@ -867,7 +867,6 @@ void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h);
 uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh);
 uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o);
-uint32_t vcu__op_CU_STREAM_QUERY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_CAPTURE_TO_GRAPH(vcu__op_t *o);
@@ -883,7 +882,6 @@ uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o);
 void vcu__event_rerecord(vcu__op_t *o, vcu__hent_t *e);
 uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o);
 uint32_t vcu__op_CU_EVENT_SYNCHRONIZE(vcu__op_t *o);
-uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o);
 
 /* cuda_graph.c */
 uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods);

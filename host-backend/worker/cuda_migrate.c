@@ -133,6 +133,8 @@ static int vcu__mig_call_class(uint32_t call)
     case VCU_CALL_cuGraphKernelNodeGetAttribute:
     case VCU_CALL_cuGraphNodeGetEnabled:
     case VCU_CALL_cuGraphNodeGetType:
+    case VCU_CALL_cuStreamQuery:
+    case VCU_CALL_cuEventQuery:
         return VCU__MIG_IGNORE;
     default:
         return VCU__MIG_REFUSE;
@@ -213,7 +215,6 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE:
     case VCU_OP_CU_TENSOR_MAP:
     case VCU_OP_CU_STREAM_SYNCHRONIZE:
-    case VCU_OP_CU_STREAM_QUERY:
     case VCU_OP_CU_STREAM_WAIT_EVENT:
     case VCU_OP_CU_STREAM_CAPTURE_INFO:
     case VCU_OP_CU_STREAM_HOST_FUNC:
@@ -225,7 +226,6 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_CALLBACK_DONE:
     case VCU_OP_CU_EVENT_RECORD:
     case VCU_OP_CU_EVENT_SYNCHRONIZE:
-    case VCU_OP_CU_EVENT_QUERY:
     case VCU_OP_CU_BATCH:
         return VCU__MIG_IGNORE;
     case VCU_OP_CU_CALL:

@@ -161,6 +161,19 @@ static uint32_t tc_call(tc_t *c, const void *rq, uint32_t len, void *resp, size_
         (rq).c.hash = VCU_CALLS_HASH;                                        \
     } while (0)
 
+/* A generated query of one handle (cuStreamQuery, cuEventQuery: the same
+ * layout) on device dev; the CUresult, or 0x10000 + the wire status. */
+static uint32_t tc_query(tc_t *c, uint32_t call, uint32_t dev, uint64_t h)
+{
+    struct vcu_call_cuStreamQuery_req rq;
+
+    _Static_assert(sizeof(rq) == sizeof(struct vcu_call_cuEventQuery_req), "one slot each");
+    TC_CALL_INIT(rq, cuStreamQuery, dev);
+    rq.c.call = call;
+    rq.hStream = h;
+    return tc_call(c, &rq, sizeof(rq), NULL, 0);
+}
+
 /* HtoD / DtoH with the host side split into iovecs of the given sizes;
  * segflags is added to the segment's direction (VCU_SEG_F_STABLE). */
 static uint32_t tc_copy_ex(tc_t *c, int htod, uint64_t dptr, void *host, size_t len,
@@ -774,20 +787,21 @@ TEST(cuda_handles_invalid)
         uint64_t f = forged[i];
 
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, f, NULL));
-        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, f, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuEventQuery, 0, f));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuStreamQuery, 0, f));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, f, NULL));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, f, NULL));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, f, NULL));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, f, NULL));
     }
     /* Stale. */
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, dead_s, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuStreamQuery, 0, dead_s));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, dead_s, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, dead_ev, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_CLONE, 0, dead_g, NULL));
     /* Wrong type: each live handle used as every other kind. */
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, s, NULL));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, ev, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuEventQuery, 0, s));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuStreamQuery, 0, ev));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, pool, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, g, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, ev, NULL));
@@ -1018,7 +1032,7 @@ TEST(cuda_events_elapsed)
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
               tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 1ull << 32, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, e2, NULL));
-    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, e2, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 0, e2));
     TC_CALL_INIT(eq, cuEventElapsedTime_v2, 0);
     eq.hStart = e1;
     eq.hEnd = e2;
@@ -1058,7 +1072,7 @@ TEST(cuda_streams)
     ASSERT_NE(s[0], s[1]);
     for (i = 0; i < 3; i++) {
         ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s[i], NULL));
-        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, s[i], NULL));
+        ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuStreamQuery, 0, s[i]));
     }
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, s[1], NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s[1], NULL));
@@ -1090,8 +1104,13 @@ TEST(cuda_deferred_error)
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
     ASSERT_EQ(0, r.deferred);
     /* CU_GET_DEFERRED_ERROR, and a malformed async request. */
-    rq.value = 6;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_EVENT_QUERY, VCU_REQ_F_ASYNC, &rq, sizeof(rq), &r, sizeof(r)));
+    {
+        struct vcu_call_cuEventQuery_req eq;
+
+        TC_CALL_INIT(eq, cuEventQuery, 0);
+        eq.hEvent = 6;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALL, VCU_REQ_F_ASYNC, &eq, sizeof(eq), &r, sizeof(r)));
+    }
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GET_DEFERRED_ERROR, 0, &h, sizeof(h), &r, sizeof(r)));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.result);
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GET_DEFERRED_ERROR, 0, &h, sizeof(h), &r, sizeof(r)));
@@ -3133,7 +3152,9 @@ TEST(cuda_ctx_reset)
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, d, NULL));
     /* Device 1 is untouched; device 0 comes back on the next call. */
-    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 1, ev1, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 1, ev1));
+    /* The generated queries: a handle of another device is refused. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuEventQuery, 0, ev1));
     ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &d));
     /* Flags before the context exists are kept for its creation. */
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
