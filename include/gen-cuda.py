@@ -45,6 +45,10 @@ def die(msg):
 # Call numbers no longer used ("# retired 0xNNNN ..." lines of the list):
 # never given again, since an older guest may still send them.
 RETIRED = set()
+# The reasons a call is local ("# why KEY: text" lines), in the list's
+# order, and each local call's.
+WHYS = {}
+LOCAL_WHY = {}
 
 
 def read_list(path):
@@ -60,17 +64,30 @@ def read_list(path):
             m = re.match(r"#\s*retired\s+(0x[0-9a-fA-F]{4})\b", line)
             if m:
                 RETIRED.add(int(m.group(1), 16))
+            m = re.match(r"#\s*why\s+([a-z][a-z-]*):\s*(\S.*?)\s*$", line)
+            if m:
+                if m.group(1) in WHYS:
+                    die("%s:%d: reason %s given twice" % (path, ln, m.group(1)))
+                WHYS[m.group(1)] = m.group(2)
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             parts = line.split()
             if len(parts) < 2 or parts[1] not in ("local", "unsupported", "remote") or \
                     (parts[1] == "unsupported" and len(parts) != 2):
-                die("%s:%d: want 'NAME unsupported', 'NAME local [NUMBER [ARG=V|V...]]' or "
+                die("%s:%d: want 'NAME unsupported', 'NAME local [NUMBER [ARG=V|V...]] WHY' or "
                     "'NAME remote [NUMBER] [ARG=V|V...]'" % (path, ln))
             name, how = parts[:2]
             if not re.fullmatch(r"cu[A-Za-z0-9_]+", name):
                 die("%s:%d: bad name %s" % (path, ln, name))
+            # A local call's last word: why it is written by hand.
+            if how == "local":
+                if len(parts) < 3 or not re.fullmatch(r"[a-z][a-z-]*", parts[-1]):
+                    die("%s:%d: %s: a local call needs its reason (a '# why' key) last" %
+                        (path, ln, name))
+                if parts[-1] not in WHYS:
+                    die("%s:%d: %s: no '# why %s:' line above" % (path, ln, name, parts[-1]))
+                LOCAL_WHY[name] = parts.pop()
             if name in calls:
                 die("%s:%d: %s listed twice" % (path, ln, name))
             calls[name] = how
@@ -90,6 +107,9 @@ def read_list(path):
                     die("%s:%d: bad annotation %s (want ARG=CU_VALUE|CU_VALUE...)" % (path, ln, a))
                 allow[m.group(1)] = m.group(2).split("|")
             remote[name] = (num, allow, ln, how == "local")
+    unused = [k for k in WHYS if k not in LOCAL_WHY.values()]
+    if unused:
+        die("%s: no local call gives the reason %s" % (path, ", ".join(unused)))
     return calls, order, remote
 
 
