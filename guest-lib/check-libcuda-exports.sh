@@ -87,6 +87,11 @@ refuse "a local call with an unknown reason" "no '# why nosuch:' line" \
     -e 's/^\(cuArrayDestroy  *local\) .*/\1 nosuch/'
 refuse "a reason no local call gives" "no local call gives the reason spare" \
     -e 's/^# why lib:/# why spare: unused\n&/'
+# docs/driver-api.md's counts are the list's.
+if ! python3 "$here/../include/gen-cuda.py" --counts "$here/../include/cuda_calls.list" \
+        "$here/../docs/driver-api.md"; then
+    rc=1
+fi
 
 if [ $rc -eq 0 ]; then
     echo "check-libcuda-exports: all $(wc -l <"$tmp/stub") names of the stub exported ($(wc -l <"$tmp/ours") in ours, as cuda_calls.list says); gen-cuda.py refuses 6 calls it cannot carry and 3 ill-given reasons"
