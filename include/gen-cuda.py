@@ -58,6 +58,9 @@ LOCAL_WHY = {}
 # The driver functions the host calls by hand (host-calls, host-needs):
 # name -> whether the backend needs it to start, in the list's order.
 HOST_FNS = {}
+# A remote call's host step after its driver call (after=FN: FN(o), in
+# the worker, whatever the result).
+AFTER = {}
 
 
 def read_list(path):
@@ -117,6 +120,10 @@ def read_list(path):
                 die("%s:%d: a local call with a generated host side needs its number" % (path, ln))
             allow = {}
             for a in rest:
+                m = re.fullmatch(r"after=(vcu__\w+)", a)
+                if m:
+                    AFTER[name] = m.group(1)
+                    continue
                 m = re.fullmatch(r"(\w+)=(CU_\w+(?:\|CU_\w+)*)", a)
                 if not m:
                     die("%s:%d: bad annotation %s (want ARG=CU_VALUE|CU_VALUE...)" % (path, ln, a))
@@ -717,6 +724,8 @@ def gen_host(calls, inc):
             else:
                 args.append("&b_%s" % q["name"])
         o.append("    o->res = VCU__GEN_CU(o->cu, %s%s);\n" % (n, "".join(", " + a for a in args)))
+        if n in AFTER:
+            o.append("    %s(o);\n" % AFTER[n])
         outs = [q for q in ps if q["cls"] in ("out", "outblob")]
         if outs:
             o.append("    if (o->res != CUDA_SUCCESS)\n        return VCU_S_OK;\n")

@@ -211,7 +211,6 @@ struct vcu_resp_hdr {
     XX(CU_MEMPOOL_GET_DEFAULT, 0x0209, vcu_cu_hdr, vcu_cu_u64_resp)                      \
     XX(CU_MEMPOOL_SET_ATTR, 0x020a, vcu_cu_attr_req, vcu_cu_resp)                        \
     XX(CU_MEMPOOL_GET_ATTR, 0x020b, vcu_cu_attr_req, vcu_cu_u64_resp)                    \
-    XX(CU_MEMPOOL_TRIM, 0x020c, vcu_cu_attr_req, vcu_cu_resp)                            \
     XX(CU_MEM_GET_RANGE, 0x020d, vcu_cu_u64_req, vcu_cu_mem_range_resp)                  \
     XX(CU_HOST_DEVICE_POINTER, 0x020e, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
     /* CUDA: modules, functions, launches */                                             \
@@ -1402,12 +1401,12 @@ struct vcu_cu_capture_to_graph_req {
  * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
  * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
  * 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505 CU_EVENT_ELAPSED, 0x0403
- * CU_STREAM_QUERY, 0x0504 CU_EVENT_QUERY: now CU_CALL's cuCtxGetLimit,
- * cuCtxGetStreamPriorityRange, cuDeviceCanAccessPeer,
- * cuProfilerStart/Stop, cuFuncSetAttribute,
+ * CU_STREAM_QUERY, 0x0504 CU_EVENT_QUERY, 0x020c CU_MEMPOOL_TRIM: now
+ * CU_CALL's cuCtxGetLimit, cuCtxGetStreamPriorityRange,
+ * cuDeviceCanAccessPeer, cuProfilerStart/Stop, cuFuncSetAttribute,
  * cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
  * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2,
- * cuStreamQuery, cuEventQuery.
+ * cuStreamQuery, cuEventQuery, cuMemPoolTrimTo.
  *
  * CU_CALL: one Driver API call of include/cuda_calls.list's "remote"
  * kind, generated on both sides from the list and cuda.h's prototype.

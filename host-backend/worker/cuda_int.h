@@ -616,7 +616,6 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
-uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
 
@@ -687,6 +686,7 @@ int vcu__capturing(vcu__cuda_t *cu, CUstream st);
 void vcu__orphans_prune(vcu__cuda_sess_t *cs);
 int vcu__park_ctx(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint32_t d);
 void vcu__pool_settle(vcu__cuda_sess_t *cs, uint32_t d);
+void vcu__pool_trimmed(vcu__op_t *o);
 void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d);
 
 /* cuda_migrate.c: the session's history, kept from each call's request

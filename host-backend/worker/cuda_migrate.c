@@ -93,10 +93,13 @@ enum { VCU__MIG_IGNORE, VCU__MIG_REPLAY, VCU__MIG_REFUSE };
 
 /* ---- which calls the history keeps ------------------------------------- */
 
-/* A generated call (CU_CALL) by its number. */
-static int vcu__mig_call_class(uint32_t call)
+/* A generated call (CU_CALL) by its number; *why as vcu__mig_class's. */
+static int vcu__mig_call_class(uint32_t call, const char **why)
 {
     switch (call) {
+    case VCU_CALL_cuMemPoolTrimTo:
+        *why = "stream-ordered allocations";
+        return VCU__MIG_REFUSE;
     case VCU_CALL_cuStreamSetAttribute:
     case VCU_CALL_cuStreamCopyAttributes:
     case VCU_CALL_cuFuncSetSharedMemConfig:
@@ -233,11 +236,10 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
             return VCU__MIG_IGNORE;
         memcpy(&cr, p, sizeof(cr));
         *why = "a Driver API call migration does not carry";
-        return vcu__mig_call_class(cr.call);
+        return vcu__mig_call_class(cr.call, why);
     case VCU_OP_CU_MEM_ALLOC_ASYNC:
     case VCU_OP_CU_MEM_FREE_ASYNC:
     case VCU_OP_CU_MEMPOOL_SET_ATTR:
-    case VCU_OP_CU_MEMPOOL_TRIM:
         *why = "stream-ordered allocations";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_HOST_DEVICE_POINTER:

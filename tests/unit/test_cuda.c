@@ -4394,9 +4394,19 @@ TEST(sec_mempool_per_session)
     ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
     /* Trim works on the session's pool; allocations stay for the end. */
-    aq.value = 0;
-    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_TRIM, 0, &aq, sizeof(aq), &r, sizeof(r)));
-    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    {
+        struct vcu_call_cuMemPoolTrimTo_req tq;
+
+        TC_CALL_INIT(tq, cuMemPoolTrimTo, 0);
+        tq.pool = pool_a;
+        tq.minBytesToKeep = 0;
+        ASSERT_EQ(CUDA_SUCCESS, tc_call(&a, &tq, sizeof(tq), NULL, 0));
+        /* A forged handle, and a handle of another type. */
+        tq.pool = 0x1234;
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&a, &tq, sizeof(tq), NULL, 0));
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_EVENT_CREATE, 0, 0, &tq.pool));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&a, &tq, sizeof(tq), NULL, 0));
+    }
     ASSERT_EQ(VCU_S_OK, ut_close(b.be, b.s));
     tc_close(&a);
     return 0;
@@ -4830,6 +4840,10 @@ TEST(migrate_roundtrip)
     CHECK(tc_open_mc(&c));
     CHECK(tc_mig_build(&c, &m));
     CHECK(tc_mig_check(&c, &m));
+    /* The generated queries keep the hand-written ones' class: nothing
+     * to carry, nothing refused. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuStreamQuery, 0, m.stream));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 0, m.event));
     if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
         VCU_TEST_FAIL_("save: %s", why);
     ASSERT_EQ(0, (int)strlen(why));
@@ -4924,6 +4938,19 @@ TEST(migrate_refused)
     aq.size = 4096;
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "stream-ordered") != NULL);
+    tc_close(&c);
+
+    /* The generated cuMemPoolTrimTo keeps its class and its reason. */
+    CHECK(tc_open_mc(&c));
+    {
+        struct vcu_call_cuMemPoolTrimTo_req tq;
+
+        TC_CALL_INIT(tq, cuMemPoolTrimTo, 0);
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &tq.pool));
+        ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &tq, sizeof(tq), NULL, 0));
+    }
     ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
     ASSERT_TRUE(strstr(why, "stream-ordered") != NULL);
     tc_close(&c);
