@@ -616,7 +616,6 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
-uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
 
 /* cuda_mem.c: a 2D or 3D copy's host side (see its comment) */

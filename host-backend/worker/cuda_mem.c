@@ -634,20 +634,6 @@ void vcu__pool_trimmed(vcu__op_t *o)
     vcu__pool_settle(o->cs, vcu__dev_of(o));
 }
 
-uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-    CUdeviceptr base = 0;
-    size_t size = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    o->res = VCU__CU(o->cu, cuMemGetAddressRange, &base, &size, (CUdeviceptr)rq.value);
-    o->rb.range.base = base;
-    o->rb.range.size = size;
-    return VCU_S_OK;
-}
-
 /* Guest memory in the device's address space (zero copy).  Only a stable
  * segment is held by the guest past the reply, and only one contiguous
  * host range has one device pointer. */

@@ -138,6 +138,7 @@ static int vcu__mig_call_class(uint32_t call, const char **why)
     case VCU_CALL_cuGraphNodeGetType:
     case VCU_CALL_cuStreamQuery:
     case VCU_CALL_cuEventQuery:
+    case VCU_CALL_cuMemGetAddressRange_v2:
         return VCU__MIG_IGNORE;
     default:
         return VCU__MIG_REFUSE;
@@ -209,7 +210,6 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MEMCPY_2D:
     case VCU_OP_CU_MEMCPY_3D:   /* a copy; an array it names was refused already */
     case VCU_OP_CU_MEMPOOL_GET_ATTR:
-    case VCU_OP_CU_MEM_GET_RANGE:
     case VCU_OP_CU_FUNC_GET_ATTRS:
     case VCU_OP_CU_OCCUPANCY_BLOCK_SIZE:
     case VCU_OP_CU_LAUNCH:

@@ -727,6 +727,31 @@ TEST(cuda_memcpy2d)
     return 0;
 }
 
+/* cuMemGetAddressRange_v2 (generated host side): the allocation holding
+ * a pointer; none holds an unknown one. */
+TEST(cuda_mem_range)
+{
+    struct vcu_call_cuMemGetAddressRange_v2_req rq;
+    struct vcu_call_cuMemGetAddressRange_v2_resp rp;
+    uint64_t d = 0;
+    tc_t a;
+
+    CHECK(tc_open(&a));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&a, 8192, &d));
+    TC_CALL_INIT(rq, cuMemGetAddressRange_v2, 0);
+    rq.dptr = d + 100;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&a, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64(d, rp.pbase);
+    ASSERT_EQ_U64(8192, rp.psize);
+    rq.dptr = 0x1000;
+    ASSERT_EQ(CUDA_ERROR_NOT_FOUND, tc_call(&a, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64(0, rp.pbase);
+    /* A payload of the wrong size is malformed. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&a, &rq, sizeof(rq) - 8, &rp, sizeof(rp)));
+    tc_close(&a);
+    return 0;
+}
+
 TEST(cuda_mem_free_foreign)
 {
     tc_t a, b;
