@@ -4,6 +4,7 @@
     gen-cuda.py LIST CUDA_INCLUDE CUDART_ERRLIST OUT.c FWD.c CALLS.h
     gen-cuda.py --host LIST CUDA_INCLUDE OUTDIR
     gen-cuda.py --counts LIST [DOC [--write]]
+    gen-cuda.py --host-fns LIST CUDA_INCLUDE SOURCE...
 
 LIST (cuda_calls.list) names every Driver API entry point and how ours
 provides it (local: by hand; unsupported: a generated stub; remote: a
@@ -831,9 +832,37 @@ def main_counts(argv):
         "%s %s --write" % (argv[1], argv[0], argv[1]))
 
 
+def main_host_fns(argv):
+    """gen-cuda.py --host-fns LIST CUDA_INCLUDE SOURCE...: fails unless the
+    list's host-calls and host-needs lines are exactly the driver
+    functions the sources call by hand (fn.NAME, VCU__CU(cu, NAME, ...),
+    NAME through cuda.h's macros).  That every one called is marked, the
+    compiler says too; that none is marked for nothing, only this."""
+    if len(argv) < 3:
+        die("usage: gen-cuda.py --host-fns LIST CUDA_INCLUDE SOURCE...")
+    read_list(argv[0])
+    defines = read_defines(argv[1])
+    used = set()
+    pat = re.compile(r"\bfn\.(cu\w+)|\bVCU__CU\(\s*[^,()]+,\s*(cu\w+)")
+    for src in argv[2:]:
+        with open(src) as f:
+            for m in pat.finditer(f.read()):
+                n = m.group(1) or m.group(2)
+                used.add(defines.get(n, n))
+    stale = sorted(set(HOST_FNS) - used)
+    missing = sorted(used - set(HOST_FNS))
+    if stale or missing:
+        die("%s: %s%s%s" % (argv[0], "marked host-calls/host-needs but called by no source: %s"
+                            % ", ".join(stale) if stale else "", "; " if stale and missing else "",
+                            "called but not marked: %s" % ", ".join(missing) if missing else ""))
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--host":
         main_host(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--host-fns":
+        main_host_fns(sys.argv[2:])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--counts":
         main_counts(sys.argv[2:])

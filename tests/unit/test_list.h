@@ -16,6 +16,7 @@
     X(proto_echo_byte)                  \
     /* test_calllist.c */               \
     X(call_list_counts)                 \
+    X(call_list_host_fns)               \
     /* test_validate.c */               \
     X(val_resp_too_small)               \
     X(val_resp_null)                    \
