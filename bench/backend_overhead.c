@@ -19,7 +19,7 @@
  * Prints CSV "metric,size_bytes,value,unit" (bench/combine.py pairs the
  * X_direct and X_backend rows):
  *   echo_backend                  ECHO with no data: the bare request round trip
- *   stream_query_{direct,backend} cuStreamQuery(legacy stream) / CU_STREAM_QUERY
+ *   stream_query_{direct,backend} cuStreamQuery(legacy stream) / its CU_CALL
  *   mem_get_info_{direct,backend} cuMemGetInfo / CU_MEM_GET_INFO
  *   launch_sync_{direct,backend}  empty kernel launch, then cuCtxSynchronize;
  *                                 through the backend the launch is an async
@@ -85,6 +85,7 @@
 #include <cuda.h>
 
 #include "vcu_backend.h"
+#include "vcu_calls.h"
 #include "vcu_proxy.h"
 #include "empty_fatbin.h"
 
@@ -690,7 +691,7 @@ static void tx_run(bo_tx_t *tx, void *image, long iters, long launches, bo_backe
     bo_req_t *ring = calloc(BO_RING, sizeof(*ring));
     struct vcu_echo_req eq;
     struct vcu_cu_hdr ch;
-    struct vcu_cu_u64_req uq;
+    struct vcu_call_cuStreamQuery_req uq;
     bo_sess_t ss;
     double t0;
     long i;
@@ -704,12 +705,12 @@ static void tx_run(bo_tx_t *tx, void *image, long iters, long launches, bo_backe
      * 1.2 us more in a context that has not been synchronized since its
      * module load and allocation (measured on the H100, driver 580), so
      * the two sides are timed from the same state. */
-    memset(&uq, 0, sizeof(uq));
-    uq.value = VCU_CU_STREAM_LEGACY;
+    VCU_CALL_INIT(uq, cuStreamQuery);
+    uq.hStream = VCU_CU_STREAM_LEGACY;
     memset(&ch, 0, sizeof(ch));
     for (i = 0; i < 100; i++) {
-        bo_build(tx, t, VCU_OP_CU_STREAM_QUERY, 0, ss.session, &uq, sizeof(uq), NULL, 0);
-        bo_exec(tx, t, 1, "CU_STREAM_QUERY");
+        bo_build(tx, t, VCU_OP_CU_CALL, 0, ss.session, &uq, sizeof(uq), NULL, 0);
+        bo_exec(tx, t, 1, "CU_CALL cuStreamQuery");
         bo_build(tx, t, VCU_OP_CU_MEM_GET_INFO, 0, ss.session, &ch, sizeof(ch), NULL, 0);
         bo_exec(tx, t, 1, "CU_MEM_GET_INFO");
         bo_submit_async(tx, &ring[0], launch);
@@ -722,10 +723,10 @@ static void tx_run(bo_tx_t *tx, void *image, long iters, long launches, bo_backe
     bo_build(tx, t, VCU_OP_ECHO, 0, ss.session, &eq, sizeof(eq), NULL, 0);
     out->echo_us = bo_loop(tx, t, iters, 0, "ECHO");
 
-    memset(&uq, 0, sizeof(uq));
-    uq.value = VCU_CU_STREAM_LEGACY;
-    bo_build(tx, t, VCU_OP_CU_STREAM_QUERY, 0, ss.session, &uq, sizeof(uq), NULL, 0);
-    out->stream_query_us = bo_loop(tx, t, iters, 1, "CU_STREAM_QUERY");
+    VCU_CALL_INIT(uq, cuStreamQuery);
+    uq.hStream = VCU_CU_STREAM_LEGACY;
+    bo_build(tx, t, VCU_OP_CU_CALL, 0, ss.session, &uq, sizeof(uq), NULL, 0);
+    out->stream_query_us = bo_loop(tx, t, iters, 1, "CU_CALL cuStreamQuery");
 
     memset(&ch, 0, sizeof(ch));
     bo_build(tx, t, VCU_OP_CU_MEM_GET_INFO, 0, ss.session, &ch, sizeof(ch), NULL, 0);

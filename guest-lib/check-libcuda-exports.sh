@@ -6,8 +6,8 @@
 # driver exports and its stub does not).  Also fails if gen-cuda.py
 # accepts a "remote" line it cannot carry (guest memory of no fixed size,
 # a new object, a callback, an array beside its count, a number taken
-# twice, a union without its selector's values) instead of failing the
-# build with the reason.
+# twice, a union without its selector's values), or a "local" line
+# without its reason, instead of failing the build with the reason.
 #
 #   guest-lib/check-libcuda-exports.sh [OURLIB] [STUB]
 set -eu
@@ -81,8 +81,19 @@ refuse "a retired call number given again" "call number 0x0019 is 0, taken or re
     -e 's/^cuDeviceGetExecAffinitySupport .*/cuDeviceGetExecAffinitySupport remote 0x0019/'
 refuse "a union argument without its selector's values" "needs its selector's allowed values" \
     -e 's/^\(cuStreamGetAttribute  *remote 0x0001\).*/\1/'
+refuse "a local call without its reason" "a local call needs its reason" \
+    -e 's/^\(cuArrayDestroy  *local\) .*/\1/'
+refuse "a local call with an unknown reason" "no '# why nosuch:' line" \
+    -e 's/^\(cuArrayDestroy  *local\) .*/\1 nosuch/'
+refuse "a reason no local call gives" "no local call gives the reason spare" \
+    -e 's/^# why lib:/# why spare: unused\n&/'
+# docs/driver-api.md's counts are the list's.
+if ! python3 "$here/../include/gen-cuda.py" --counts "$here/../include/cuda_calls.list" \
+        "$here/../docs/driver-api.md"; then
+    rc=1
+fi
 
 if [ $rc -eq 0 ]; then
-    echo "check-libcuda-exports: all $(wc -l <"$tmp/stub") names of the stub exported ($(wc -l <"$tmp/ours") in ours, as cuda_calls.list says); gen-cuda.py refuses 6 calls it cannot carry"
+    echo "check-libcuda-exports: all $(wc -l <"$tmp/stub") names of the stub exported ($(wc -l <"$tmp/ours") in ours, as cuda_calls.list says); gen-cuda.py refuses 6 calls it cannot carry and 3 ill-given reasons"
 fi
 exit $rc

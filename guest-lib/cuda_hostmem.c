@@ -405,10 +405,28 @@ typedef struct vcu__ptr_info_s {
     uint64_t id;                    /* buffer ID; 0: not known */
 } vcu__ptr_info_t;
 
+/* The host's driver's allocation holding p (cuMemGetAddressRange_v2, a
+ * generated call): CUDA_ERROR_NOT_FOUND where none does. */
+static CUresult vcu__range(int dev, CUdeviceptr p, uint64_t *base, uint64_t *size)
+{
+    struct vcu_call_cuMemGetAddressRange_v2_req r;
+    struct vcu_call_cuMemGetAddressRange_v2_resp o;
+    CUresult e;
+
+    VCU_CALL_INIT(r, cuMemGetAddressRange_v2);
+    r.dptr = p;
+    memset(&o, 0, sizeof(o));
+    e = vcu__call(dev, VCU_OP_CU_CALL, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == CUDA_SUCCESS) {
+        *base = o.pbase;
+        *size = o.psize;
+    }
+    return e;
+}
+
 static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
 {
-    struct vcu_cu_u64_req r = { .value = p };
-    struct vcu_cu_mem_range_resp o;
+    uint64_t base = 0, size = 0;
     vcu__hostmem_t *h;
     int found;
     CUresult e;
@@ -441,7 +459,7 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
             pi->dptr = 0;
         return CUDA_SUCCESS;
     }
-    e = vcu__call(c->dev, VCU_OP_CU_MEM_GET_RANGE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    e = vcu__range(c->dev, p, &base, &size);
     if (e == CUDA_ERROR_NOT_FOUND || e == CUDA_ERROR_INVALID_VALUE)
         return CUDA_SUCCESS;
     if (e != CUDA_SUCCESS)
@@ -451,10 +469,10 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
     pi->type = CU_MEMORYTYPE_DEVICE;
     pi->dev = c->dev;
     pi->ctx = c;
-    pi->start = o.base;
-    pi->size = o.size;
+    pi->start = base;
+    pi->size = size;
     pi->dptr = p;
-    pi->id = vcu__dr_id(c->dev, o.base);
+    pi->id = vcu__dr_id(c->dev, base);
     return CUDA_SUCCESS;
 }
 
@@ -579,6 +597,32 @@ static CUresult vcu__ptr_attr(const vcu__ptr_info_t *pi, CUpointer_attribute a, 
     }
 }
 
+/*
+ * The allocation holding dptr: managed memory from this library's own
+ * record, device memory from the host's driver (CU_CALL; its host side is
+ * generated).  As NVIDIA's, either result pointer may be NULL.
+ */
+VCU__EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    uint64_t base = 0, size = 0;
+    vcu__ctx_t *c;
+    int dev;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__managed_find(dptr, &base, &size, &dev)) {
+        e = vcu__range(c->dev, dptr, &base, &size);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    if (pbase != NULL)
+        *pbase = (CUdeviceptr)base;
+    if (psize != NULL)
+        *psize = (size_t)size;
+    return CUDA_SUCCESS;
+}
+
 VCU__EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
                                            CUdeviceptr ptr)
 {
@@ -629,12 +673,12 @@ VCU__EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
  * Device memory or not: this library's pinned and registered memory is
  * host memory;
  * anything else is device memory where the host's driver knows an
- * allocation holding it (CU_MEM_GET_RANGE), else pageable host memory.
+ * allocation holding it (cuMemGetAddressRange_v2), else pageable host
+ * memory.
  */
 CUresult vcu__is_device(int dev, CUdeviceptr p, int *is_dev)
 {
-    struct vcu_cu_u64_req r = { .value = p };
-    struct vcu_cu_mem_range_resp o;
+    uint64_t base, size;
     vcu__hostmem_t *h;
     CUresult e;
 
@@ -645,7 +689,7 @@ CUresult vcu__is_device(int dev, CUdeviceptr p, int *is_dev)
         *is_dev = 0;
         return CUDA_SUCCESS;
     }
-    e = vcu__call(dev, VCU_OP_CU_MEM_GET_RANGE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    e = vcu__range(dev, p, &base, &size);
     if (e == CUDA_ERROR_NOT_FOUND || e == CUDA_ERROR_INVALID_VALUE) {
         *is_dev = 0;
         return CUDA_SUCCESS;

@@ -102,6 +102,7 @@ CUresult vcu__managed_before(int dev, uint32_t op, const void *req)
 
 CUresult vcu__managed_after(int dev, uint32_t op, const void *req)
 {
+    struct vcu_call_cuStreamQuery_req sq;
     struct vcu_cu_u64_req u;
     struct vcu_cu_memcpy_req m;
     struct vcu_cu_memcpy2d_req m2;
@@ -115,13 +116,22 @@ CUresult vcu__managed_after(int dev, uint32_t op, const void *req)
         vcu__m_forget_dev(dev);
         return CUDA_SUCCESS;
     case VCU_OP_CU_STREAM_SYNCHRONIZE:
-    case VCU_OP_CU_STREAM_QUERY:
         memcpy(&u, req, sizeof(u));
         return (CUresult)vcu__m_sync(dev, u.value, 0);
     case VCU_OP_CU_EVENT_SYNCHRONIZE:
-    case VCU_OP_CU_EVENT_QUERY:
         /* The event's stream is not known here: no stream matches. */
         return (CUresult)vcu__m_sync(dev, UINT64_MAX, 0);
+    case VCU_OP_CU_CALL:
+        /* The queries are generated calls; a query answering success
+         * waited as a synchronize does. */
+        switch (((const struct vcu_cu_call_req *)req)->call) {
+        case VCU_CALL_cuStreamQuery:
+            memcpy(&sq, req, sizeof(sq));
+            return (CUresult)vcu__m_sync(dev, sq.hStream, 0);
+        case VCU_CALL_cuEventQuery:
+            return (CUresult)vcu__m_sync(dev, UINT64_MAX, 0);
+        }
+        return CUDA_SUCCESS;
     case VCU_OP_CU_MEMCPY_HTOD:
     case VCU_OP_CU_MEMCPY_DTOH:
     case VCU_OP_CU_MEMCPY_DTOD:

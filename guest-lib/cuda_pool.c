@@ -121,20 +121,6 @@ VCU__EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribut
     return CUDA_SUCCESS;
 }
 
-VCU__EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
-{
-    struct vcu_cu_attr_req r;
-    vcu__pool_t *p;
-    CUresult e = vcu__pool_arg(pool, &p);
-
-    if (e != CUDA_SUCCESS)
-        return e;
-    memset(&r, 0, sizeof(r));
-    r.handle = p->h;
-    r.value = minBytesToKeep;
-    return vcu__call(p->dev, VCU_OP_CU_MEMPOOL_TRIM, &r, sizeof(r), NULL, 0, NULL, 0);
-}
-
 /* From pool (NULL: the device's current pool), ordered in stream. */
 static CUresult vcu__alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
                                  CUstream stream, int ptsz)

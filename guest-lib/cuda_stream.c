@@ -480,16 +480,6 @@ VCU__EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
     return vcu__stream_op(VCU_OP_CU_STREAM_SYNCHRONIZE, hStream, 1);
 }
 
-VCU__EXPORT CUresult cuStreamQuery(CUstream hStream)
-{
-    return vcu__stream_op(VCU_OP_CU_STREAM_QUERY, hStream, 0);
-}
-
-VCU__EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
-{
-    return vcu__stream_op(VCU_OP_CU_STREAM_QUERY, hStream, 1);
-}
-
 /* ---- events -------------------------------------------------------------- */
 
 static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out);
@@ -633,21 +623,6 @@ VCU__EXPORT CUresult cuEventSynchronize(CUevent hEvent)
         return e;
     r.value = v->h;
     return vcu__call(c->dev, VCU_OP_CU_EVENT_SYNCHRONIZE, &r, sizeof(r), NULL, 0, NULL, 0);
-}
-
-VCU__EXPORT CUresult cuEventQuery(CUevent hEvent)
-{
-    struct vcu_cu_u64_req r;
-    vcu__event_t *v;
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
-
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEvent, &v);
-    if (e != CUDA_SUCCESS)
-        return e;
-    r.value = v->h;
-    return vcu__call(c->dev, VCU_OP_CU_EVENT_QUERY, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
 /* The first ABI, the same as the remote cuEventElapsedTime_v2's. */

@@ -127,17 +127,16 @@ VCU__EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cuda
 
 VCU__EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
-    struct vcu_cu_attr_req r;
+    struct vcu_call_cuMemPoolTrimTo_req r;
     vcu__pool_t *p;
     cudaError_t e = vcu__pool_check(memPool, &p);
 
     if (e != cudaSuccess)
         return vcu__err(e);
-    memset(&r, 0, sizeof(r));
-    r.handle = p->h;
-    r.value = minBytesToKeep;
-    return vcu__err(vcu__call(p->dev, VCU_OP_CU_MEMPOOL_TRIM, 0, &r, sizeof(r), NULL, 0, NULL,
-                              0));
+    VCU_CALL_INIT(r, cuMemPoolTrimTo);
+    r.pool = p->h;
+    r.minBytesToKeep = minBytesToKeep;
+    return vcu__err(vcu__call(p->dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, NULL, 0));
 }
 
 static cudaError_t vcu__malloc_async(void **ptr, size_t size, cudaMemPool_t pool,

@@ -141,9 +141,27 @@ VCU__EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
     return vcu__err(vcu__stream_op(stream, 1, VCU_OP_CU_STREAM_SYNCHRONIZE));
 }
 
+/* cuStreamQuery, a generated call; success waited as a synchronize does. */
+static cudaError_t vcu__stream_query(cudaStream_t stream, int ptsz)
+{
+    struct vcu_call_cuStreamQuery_req r;
+    int dev;
+    cudaError_t e;
+
+    VCU_CALL_INIT(r, cuStreamQuery);
+    e = vcu__stream(stream, ptsz, &dev, &r.hStream);
+    if (e == cudaSuccess)
+        e = vcu__check_dev(dev);
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e == cudaSuccess)
+        e = vcu__managed_sync(dev, r.hStream, 0);
+    return e;
+}
+
 VCU__EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-    cudaError_t e = vcu__stream_op(stream, 0, VCU_OP_CU_STREAM_QUERY);
+    cudaError_t e = vcu__stream_query(stream, 0);
 
     /* cudaErrorNotReady is an answer, not an error: it does not become
      * the last error. */
@@ -153,7 +171,7 @@ VCU__EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream)
 VCU__EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream);
 VCU__EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
 {
-    cudaError_t e = vcu__stream_op(stream, 1, VCU_OP_CU_STREAM_QUERY);
+    cudaError_t e = vcu__stream_query(stream, 1);
 
     return e == cudaErrorNotReady ? e : vcu__err(e);
 }
@@ -560,8 +578,10 @@ VCU__EXPORT cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStr
     return vcu__err(vcu__event_record(event, stream, flags, 1));
 }
 
+/* CU_EVENT_SYNCHRONIZE, or (op CU_CALL) the generated cuEventQuery. */
 static cudaError_t vcu__event_op(cudaEvent_t event, uint32_t op)
 {
+    struct vcu_call_cuEventQuery_req q;
     struct vcu_cu_u64_req r;
     vcu__event_t *ev;
     cudaError_t e = vcu__event(event, &ev);
@@ -569,7 +589,13 @@ static cudaError_t vcu__event_op(cudaEvent_t event, uint32_t op)
     if (e != cudaSuccess)
         return e;
     r.value = ev->h;
-    e = vcu__call(ev->dev, op, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (op == VCU_OP_CU_CALL) {
+        VCU_CALL_INIT(q, cuEventQuery);
+        q.hEvent = ev->h;
+        e = vcu__call(ev->dev, op, 0, &q, sizeof(q), NULL, 0, NULL, 0);
+    } else {
+        e = vcu__call(ev->dev, op, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    }
     /* The event's stream is not known here: no stream matches. */
     if (e == cudaSuccess)
         e = vcu__managed_sync(ev->dev, UINT64_MAX, 0);
@@ -583,7 +609,7 @@ VCU__EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
 
 VCU__EXPORT cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    cudaError_t e = vcu__event_op(event, VCU_OP_CU_EVENT_QUERY);
+    cudaError_t e = vcu__event_op(event, VCU_OP_CU_CALL);
 
     return e == cudaErrorNotReady ? e : vcu__err(e);
 }

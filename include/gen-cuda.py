@@ -3,6 +3,8 @@
 
     gen-cuda.py LIST CUDA_INCLUDE CUDART_ERRLIST OUT.c FWD.c CALLS.h
     gen-cuda.py --host LIST CUDA_INCLUDE OUTDIR
+    gen-cuda.py --counts LIST [DOC [--write]]
+    gen-cuda.py --host-fns LIST CUDA_INCLUDE SOURCE...
 
 LIST (cuda_calls.list) names every Driver API entry point and how ours
 provides it (local: by hand; unsupported: a generated stub; remote: a
@@ -30,6 +32,11 @@ headers it derives:
     generator cannot carry (guest memory of no fixed size, arrays,
     callbacks, new objects) fails the build with the reason.
 
+With --counts, the list's counts (generated, hand-written with the
+reason, not supported; the reasons; the host's driver functions) as
+docs/driver-api.md shows them: printed, checked against DOC's (the unit
+suite's call_list_counts and check-libcuda-exports.sh) or written there.
+
 Fails (exit 1) with the reason if the headers and the list disagree.
 """
 import os
@@ -45,6 +52,16 @@ def die(msg):
 # Call numbers no longer used ("# retired 0xNNNN ..." lines of the list):
 # never given again, since an older guest may still send them.
 RETIRED = set()
+# The reasons a call is local ("# why KEY: text" lines), in the list's
+# order, and each local call's.
+WHYS = {}
+LOCAL_WHY = {}
+# The driver functions the host calls by hand (host-calls, host-needs):
+# name -> whether the backend needs it to start, in the list's order.
+HOST_FNS = {}
+# A remote call's host step after its driver call (after=FN: FN(o), in
+# the worker, whatever the result).
+AFTER = {}
 
 
 def read_list(path):
@@ -60,17 +77,36 @@ def read_list(path):
             m = re.match(r"#\s*retired\s+(0x[0-9a-fA-F]{4})\b", line)
             if m:
                 RETIRED.add(int(m.group(1), 16))
+            m = re.match(r"#\s*why\s+([a-z][a-z-]*):\s*(\S.*?)\s*$", line)
+            if m:
+                if m.group(1) in WHYS:
+                    die("%s:%d: reason %s given twice" % (path, ln, m.group(1)))
+                WHYS[m.group(1)] = m.group(2)
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             parts = line.split()
+            marks = [m for m in parts[2:] if m in ("host-calls", "host-needs")]
+            if len(marks) > 1:
+                die("%s:%d: host-calls or host-needs, once" % (path, ln))
+            if marks:
+                HOST_FNS[parts[0]] = marks[0] == "host-needs"
+                parts.remove(marks[0])
             if len(parts) < 2 or parts[1] not in ("local", "unsupported", "remote") or \
                     (parts[1] == "unsupported" and len(parts) != 2):
-                die("%s:%d: want 'NAME unsupported', 'NAME local [NUMBER [ARG=V|V...]]' or "
+                die("%s:%d: want 'NAME unsupported', 'NAME local [NUMBER [ARG=V|V...]] WHY' or "
                     "'NAME remote [NUMBER] [ARG=V|V...]'" % (path, ln))
             name, how = parts[:2]
             if not re.fullmatch(r"cu[A-Za-z0-9_]+", name):
                 die("%s:%d: bad name %s" % (path, ln, name))
+            # A local call's last word: why it is written by hand.
+            if how == "local":
+                if len(parts) < 3 or not re.fullmatch(r"[a-z][a-z-]*", parts[-1]):
+                    die("%s:%d: %s: a local call needs its reason (a '# why' key) last" %
+                        (path, ln, name))
+                if parts[-1] not in WHYS:
+                    die("%s:%d: %s: no '# why %s:' line above" % (path, ln, name, parts[-1]))
+                LOCAL_WHY[name] = parts.pop()
             if name in calls:
                 die("%s:%d: %s listed twice" % (path, ln, name))
             calls[name] = how
@@ -85,11 +121,18 @@ def read_list(path):
                 die("%s:%d: a local call with a generated host side needs its number" % (path, ln))
             allow = {}
             for a in rest:
+                m = re.fullmatch(r"after=(vcu__\w+)", a)
+                if m:
+                    AFTER[name] = m.group(1)
+                    continue
                 m = re.fullmatch(r"(\w+)=(CU_\w+(?:\|CU_\w+)*)", a)
                 if not m:
                     die("%s:%d: bad annotation %s (want ARG=CU_VALUE|CU_VALUE...)" % (path, ln, a))
                 allow[m.group(1)] = m.group(2).split("|")
             remote[name] = (num, allow, ln, how == "local")
+    unused = [k for k in WHYS if k not in LOCAL_WHY.values()]
+    if unused:
+        die("%s: no local call gives the reason %s" % (path, ", ".join(unused)))
     return calls, order, remote
 
 
@@ -582,6 +625,14 @@ def gen_host_fns(calls, inc):
     o.append("} vcu__gen_fns_t;\n\n#define VCU__GEN_FUNCS(XX) \\\n")
     o.append("".join("    XX(%s) \\\n" % c["name"] for c in calls))
     o.append("\n")
+    o.append("/* The driver functions the executor calls by hand (the list's host-calls\n"
+             " * and host-needs lines): XX(name, whether the backend needs it to start;\n"
+             " * else a missing one makes its calls CUDA_ERROR_NOT_SUPPORTED).  Each\n"
+             " * name is the one the driver exports (cuMemAlloc_v2), which cuda.h's\n"
+             " * macros also give the worker's code (cuMemAlloc). */\n"
+             "#define VCU__HOST_FUNCS(XX) \\\n")
+    o.append("".join("    XX(%s, %d) \\\n" % (n, r) for n, r in HOST_FNS.items()))
+    o.append("\n")
     return "".join(o)
 
 
@@ -674,6 +725,8 @@ def gen_host(calls, inc):
             else:
                 args.append("&b_%s" % q["name"])
         o.append("    o->res = VCU__GEN_CU(o->cu, %s%s);\n" % (n, "".join(", " + a for a in args)))
+        if n in AFTER:
+            o.append("    %s(o);\n" % AFTER[n])
         outs = [q for q in ps if q["cls"] in ("out", "outblob")]
         if outs:
             o.append("    if (o->res != CUDA_SUCCESS)\n        return VCU_S_OK;\n")
@@ -727,9 +780,92 @@ def main_host(argv):
     write(os.path.join(outd, "cuda_calls.inc"), gen_host(rc, inc))
 
 
+COUNTS_BEGIN = "<!-- counts: include/gen-cuda.py --counts, from the list; do not edit -->"
+COUNTS_END = "<!-- end of counts -->"
+
+
+def counts_md(calls, order, remote):
+    """docs/driver-api.md's counts, as a markdown block."""
+    names = {k: [n for n in order if calls[n] == k] for k in ("remote", "local", "unsupported")}
+    numbered = [n for n in names["remote"] if remote[n][0] is not None]
+    hostgen = [n for n in names["local"] if n in remote]
+    o = [COUNTS_BEGIN, "",
+         "| how ours provides it | names | |", "| --- | ---: | --- |",
+         "| generated on both sides (`remote`) | %d | %d calls, %d per-thread forms of them |" %
+         (len(names["remote"]), len(numbered), len(names["remote"]) - len(numbered)),
+         "| written by hand, with its reason (`local`) | %d | %d of them with a generated "
+         "host side (`local NUMBER`) |" % (len(names["local"]), len(hostgen)),
+         "| not supported (`unsupported`) | %d | a generated stub |" % len(names["unsupported"]),
+         "| all | %d | |" % len(order), "",
+         "| why a call is local (`# why`) | names |", "| --- | ---: |"]
+    for k, text in WHYS.items():
+        o.append("| `%s`: %s | %d |" % (k, text, sum(1 for v in LOCAL_WHY.values() if v == k)))
+    o += ["", "The host calls %d driver functions by hand (`host-calls`, `host-needs`; %d of them "
+          "needed to start), and those of the %d generated calls through their own table." %
+          (len(HOST_FNS), sum(1 for r in HOST_FNS.values() if r),
+           len(numbered) + len(hostgen)), "", COUNTS_END]
+    return "\n".join(o) + "\n"
+
+
+def main_counts(argv):
+    """gen-cuda.py --counts LIST [DOC [--write]]: prints the counts block,
+    or checks DOC's (exit 1 if it differs), or rewrites it."""
+    if len(argv) not in (1, 2, 3) or (len(argv) == 3 and argv[2] != "--write"):
+        die("usage: gen-cuda.py --counts LIST [DOC [--write]]")
+    calls, order, remote = read_list(argv[0])
+    block = counts_md(calls, order, remote)
+    if len(argv) == 1:
+        sys.stdout.write(block)
+        return
+    with open(argv[1]) as f:
+        doc = f.read()
+    i, j = doc.find(COUNTS_BEGIN), doc.find(COUNTS_END)
+    if i < 0 or j < i:
+        die("%s: no counts block (%s ... %s)" % (argv[1], COUNTS_BEGIN, COUNTS_END))
+    j += len(COUNTS_END) + 1
+    if doc[i:j] == block:
+        return
+    if len(argv) == 3:
+        write(argv[1], doc[:i] + block + doc[j:])
+        return
+    die("%s: its counts are not the list's; rewrite them with: include/gen-cuda.py --counts "
+        "%s %s --write" % (argv[1], argv[0], argv[1]))
+
+
+def main_host_fns(argv):
+    """gen-cuda.py --host-fns LIST CUDA_INCLUDE SOURCE...: fails unless the
+    list's host-calls and host-needs lines are exactly the driver
+    functions the sources call by hand (fn.NAME, VCU__CU(cu, NAME, ...),
+    NAME through cuda.h's macros).  That every one called is marked, the
+    compiler says too; that none is marked for nothing, only this."""
+    if len(argv) < 3:
+        die("usage: gen-cuda.py --host-fns LIST CUDA_INCLUDE SOURCE...")
+    read_list(argv[0])
+    defines = read_defines(argv[1])
+    used = set()
+    pat = re.compile(r"\bfn\.(cu\w+)|\bVCU__CU\(\s*[^,()]+,\s*(cu\w+)")
+    for src in argv[2:]:
+        with open(src) as f:
+            for m in pat.finditer(f.read()):
+                n = m.group(1) or m.group(2)
+                used.add(defines.get(n, n))
+    stale = sorted(set(HOST_FNS) - used)
+    missing = sorted(used - set(HOST_FNS))
+    if stale or missing:
+        die("%s: %s%s%s" % (argv[0], "marked host-calls/host-needs but called by no source: %s"
+                            % ", ".join(stale) if stale else "", "; " if stale and missing else "",
+                            "called but not marked: %s" % ", ".join(missing) if missing else ""))
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--host":
         main_host(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--host-fns":
+        main_host_fns(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--counts":
+        main_counts(sys.argv[2:])
         return
     if len(sys.argv) != 7:
         die("usage: gen-cuda.py LIST CUDA_INCLUDE CUDART_ERRLIST OUT.c FWD.c CALLS.h")

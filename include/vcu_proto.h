@@ -211,8 +211,6 @@ struct vcu_resp_hdr {
     XX(CU_MEMPOOL_GET_DEFAULT, 0x0209, vcu_cu_hdr, vcu_cu_u64_resp)                      \
     XX(CU_MEMPOOL_SET_ATTR, 0x020a, vcu_cu_attr_req, vcu_cu_resp)                        \
     XX(CU_MEMPOOL_GET_ATTR, 0x020b, vcu_cu_attr_req, vcu_cu_u64_resp)                    \
-    XX(CU_MEMPOOL_TRIM, 0x020c, vcu_cu_attr_req, vcu_cu_resp)                            \
-    XX(CU_MEM_GET_RANGE, 0x020d, vcu_cu_u64_req, vcu_cu_mem_range_resp)                  \
     XX(CU_HOST_DEVICE_POINTER, 0x020e, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
     /* CUDA: modules, functions, launches */                                             \
     XX(CU_MODULE_LOAD, 0x0300, vcu_cu_module_load_req, vcu_cu_u64_resp)                  \
@@ -239,7 +237,6 @@ struct vcu_resp_hdr {
     XX(CU_STREAM_CREATE, 0x0400, vcu_cu_stream_create_req, vcu_cu_u64_resp)              \
     XX(CU_STREAM_DESTROY, 0x0401, vcu_cu_u64_req, vcu_cu_resp)                           \
     XX(CU_STREAM_SYNCHRONIZE, 0x0402, vcu_cu_u64_req, vcu_cu_resp)                       \
-    XX(CU_STREAM_QUERY, 0x0403, vcu_cu_u64_req, vcu_cu_resp)                             \
     XX(CU_STREAM_WAIT_EVENT, 0x0404, vcu_cu_pair_req, vcu_cu_resp)                       \
     XX(CU_STREAM_BEGIN_CAPTURE, 0x0405, vcu_cu_pair_req, vcu_cu_resp)                    \
     XX(CU_STREAM_END_CAPTURE, 0x0406, vcu_cu_u64_req, vcu_cu_u64_resp)                   \
@@ -256,7 +253,6 @@ struct vcu_resp_hdr {
     XX(CU_EVENT_DESTROY, 0x0501, vcu_cu_u64_req, vcu_cu_resp)                            \
     XX(CU_EVENT_RECORD, 0x0502, vcu_cu_pair_req, vcu_cu_resp)                            \
     XX(CU_EVENT_SYNCHRONIZE, 0x0503, vcu_cu_u64_req, vcu_cu_resp)                        \
-    XX(CU_EVENT_QUERY, 0x0504, vcu_cu_u64_req, vcu_cu_resp)                              \
     /* CUDA: graphs */                                                                   \
     XX(CU_GRAPH_CREATE, 0x0600, vcu_cu_u64_req, vcu_cu_u64_resp)                         \
     XX(CU_GRAPH_DESTROY, 0x0601, vcu_cu_u64_req, vcu_cu_resp)                            \
@@ -463,7 +459,7 @@ struct vcu_cu_pair_req {
  *                          a = the object's driver value, b = VCU_CU_TEXOBJ_*
  *   CU_MIPMAP_LEVEL        a = mipmapped array, b = level
  * vcu_cu_u64_req value:
- *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE and CU_MEM_GET_RANGE pointer;
+ *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
  *   CU_TAKE_OUTPUT flags (VCU_CU_TAKE_F_*);
  *   CU_THREAD_CAPTURE_MODE the worker's new CUstreamCaptureMode (the
@@ -1403,11 +1399,14 @@ struct vcu_cu_capture_to_graph_req {
  * Retired, their numbers never to be reused: 0x0107 CU_CTX_GET_LIMIT,
  * 0x0108 CU_CTX_PRIORITY_RANGE, 0x0109 CU_DEVICE_CAN_ACCESS_PEER, 0x010a
  * CU_PROFILER, 0x0305 CU_FUNC_SET_ATTR, 0x0306 CU_OCCUPANCY_BLOCKS,
- * 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505 CU_EVENT_ELAPSED: now CU_CALL's
- * cuCtxGetLimit, cuCtxGetStreamPriorityRange, cuDeviceCanAccessPeer,
+ * 0x0309 CU_OCCUPANCY_AVAIL_SMEM, 0x0505 CU_EVENT_ELAPSED, 0x0403
+ * CU_STREAM_QUERY, 0x0504 CU_EVENT_QUERY, 0x020c CU_MEMPOOL_TRIM, 0x020d
+ * CU_MEM_GET_RANGE: now CU_CALL's cuCtxGetLimit,
+ * cuCtxGetStreamPriorityRange, cuDeviceCanAccessPeer,
  * cuProfilerStart/Stop, cuFuncSetAttribute,
  * cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
- * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2.
+ * cuOccupancyAvailableDynamicSMemPerBlock, cuEventElapsedTime_v2,
+ * cuStreamQuery, cuEventQuery, cuMemPoolTrimTo, cuMemGetAddressRange_v2.
  *
  * CU_CALL: one Driver API call of include/cuda_calls.list's "remote"
  * kind, generated on both sides from the list and cuda.h's prototype.

@@ -455,6 +455,12 @@ static int vcu__cu_load(vcu__cuda_t *cu, const char *path, char *err, size_t err
         snprintf(err, errlen, "%s", e != NULL ? e : path);
         return VCU_ENODEV;
     }
+    /* Not a CUDA driver at all: said by its entry point, whatever the
+     * (generated, alphabetical) table's order. */
+    if (dlsym(cu->dl, "cuInit") == NULL) {
+        snprintf(err, errlen, "%s: no symbol cuInit", path);
+        return VCU_ENODEV;
+    }
 #define VCU__FN_LOAD(name, req)                                                      \
     *(void **)(&cu->fn.name) = dlsym(cu->dl, VCU__STR(name));                        \
     if (cu->fn.name == NULL && (req)) {                                              \

@@ -40,170 +40,14 @@
 #define VCU__STR(x) VCU__STR2(x)
 
 /*
- * Every driver function the executor uses, with whether the backend can
- * work without it (0: optional, calls give CUDA_ERROR_NOT_SUPPORTED).  The
- * names go through cuda.h's macros, so cuMemAlloc resolves as
- * "cuMemAlloc_v2" and has that function's type.
+ * Every driver function the executor calls by hand, with whether the
+ * backend can work without it (0: optional, calls give
+ * CUDA_ERROR_NOT_SUPPORTED): the host-calls and host-needs lines of
+ * include/cuda_calls.list (generated, cuda_calls_fns.h).  The names are
+ * the driver's exported ones; cuda.h's macros give the same to the code
+ * (fn.cuMemAlloc is fn.cuMemAlloc_v2).
  */
-#define VCU__CU_FUNCS(XX)                                                    \
-    XX(cuInit, 1)                                                            \
-    XX(cuGetErrorName, 0)                                                    \
-    XX(cuDriverGetVersion, 1)                                                \
-    XX(cuDeviceGetCount, 1)                                                  \
-    XX(cuDeviceGet, 1)                                                       \
-    XX(cuDeviceGetUuid, 0)                                                   \
-    XX(cuDeviceGetName, 0)                                                   \
-    XX(cuDeviceTotalMem, 0)                                                  \
-    XX(cuDeviceGetAttribute, 0)                                              \
-    XX(cuCtxCreate, 1)                                                       \
-    XX(cuCtxGetExecAffinity, 0)                                              \
-    XX(cuDeviceGetExecAffinitySupport, 0)                                    \
-    XX(cuDevicePrimaryCtxRetain, 0)                                          \
-    XX(cuDevicePrimaryCtxRelease, 0)                                         \
-    XX(cuDevicePrimaryCtxSetFlags, 0)                                        \
-    XX(cuCtxDestroy, 1)                                                      \
-    XX(cuCtxSetCurrent, 1)                                                   \
-    XX(cuCtxGetCurrent, 0)                                                   \
-    XX(cuCtxPushCurrent, 0)                                                  \
-    XX(cuCtxPopCurrent, 0)                                                   \
-    XX(cuCtxSynchronize, 1)                                                  \
-    XX(cuCtxSetFlags, 0)                                                     \
-    XX(cuCtxSetLimit, 0)                                                     \
-    XX(cuCtxGetLimit, 0)                                                     \
-    XX(cuMemGetInfo, 0)                                                      \
-    XX(cuMemAlloc, 1)                                                        \
-    XX(cuMemFree, 1)                                                         \
-    XX(cuMemcpyHtoD, 1)                                                      \
-    XX(cuMemcpyDtoH, 1)                                                      \
-    XX(cuMemcpyDtoD, 0)                                                      \
-    XX(cuMemcpyHtoDAsync, 0)                                                 \
-    XX(cuMemcpyDtoHAsync, 0)                                                 \
-    XX(cuMemcpyDtoDAsync, 0)                                                 \
-    XX(cuMemcpy2D, 0)                                                        \
-    XX(cuMemcpy2DAsync, 0)                                                   \
-    XX(cuMemcpy3D, 0)                                                        \
-    XX(cuMemcpy3DAsync, 0)                                                   \
-    XX(cuArray3DCreate, 0)                                                   \
-    XX(cuArrayDestroy, 0)                                                    \
-    XX(cuArrayGetMemoryRequirements, 0)                                      \
-    XX(cuMipmappedArrayCreate, 0)                                            \
-    XX(cuMipmappedArrayDestroy, 0)                                           \
-    XX(cuMipmappedArrayGetLevel, 0)                                          \
-    XX(cuTexObjectCreate, 0)                                                 \
-    XX(cuTexObjectDestroy, 0)                                                \
-    XX(cuSurfObjectCreate, 0)                                                \
-    XX(cuSurfObjectDestroy, 0)                                               \
-    XX(cuMemsetD8, 0)                                                        \
-    XX(cuMemsetD16, 0)                                                       \
-    XX(cuMemsetD32, 0)                                                       \
-    XX(cuMemsetD8Async, 0)                                                   \
-    XX(cuMemsetD16Async, 0)                                                  \
-    XX(cuMemsetD32Async, 0)                                                  \
-    XX(cuMemsetD2D8, 0)                                                      \
-    XX(cuMemsetD2D16, 0)                                                     \
-    XX(cuMemsetD2D32, 0)                                                     \
-    XX(cuMemsetD2D8Async, 0)                                                 \
-    XX(cuMemsetD2D16Async, 0)                                                \
-    XX(cuMemsetD2D32Async, 0)                                                \
-    XX(cuMemAllocFromPoolAsync, 0)                                           \
-    XX(cuMemAllocAsync, 0)                                                   \
-    XX(cuMemFreeAsync, 0)                                                    \
-    XX(cuMemPoolSetAttribute, 0)                                             \
-    XX(cuMemPoolGetAttribute, 0)                                             \
-    XX(cuMemPoolTrimTo, 0)                                                   \
-    XX(cuMemPoolCreate, 0)                                                   \
-    XX(cuMemPoolDestroy, 0)                                                  \
-    XX(cuCoredumpSetAttributeGlobal, 0)                                      \
-    XX(cuMemGetAddressRange, 0)                                              \
-    XX(cuMemHostRegister, 0)                                                 \
-    XX(cuMemHostUnregister, 0)                                               \
-    XX(cuMemHostGetDevicePointer, 0)                                         \
-    XX(cuMemCreate, 0)                                                       \
-    XX(cuMemRelease, 0)                                                      \
-    XX(cuMemAddressReserve, 0)                                               \
-    XX(cuMemAddressFree, 0)                                                  \
-    XX(cuMemMap, 0)                                                          \
-    XX(cuMemUnmap, 0)                                                        \
-    XX(cuMemSetAccess, 0)                                                    \
-    XX(cuMemGetAccess, 0)                                                    \
-    XX(cuMemGetAllocationGranularity, 0)                                     \
-    XX(cuMemRetainAllocationHandle, 0)                                       \
-    XX(cuModuleLoadData, 1)                                                  \
-    XX(cuLinkCreate, 0)                                                      \
-    XX(cuLinkAddData, 0)                                                     \
-    XX(cuLinkComplete, 0)                                                    \
-    XX(cuLinkDestroy, 0)                                                     \
-    XX(cuModuleUnload, 1)                                                    \
-    XX(cuModuleGetFunction, 1)                                               \
-    XX(cuModuleGetGlobal, 0)                                                 \
-    XX(cuFuncGetParamInfo, 0)                                                \
-    XX(cuFuncGetAttribute, 0)                                                \
-    XX(cuOccupancyMaxPotentialBlockSizeWithFlags, 0)                         \
-    XX(cuLaunchKernel, 1)                                                    \
-    XX(cuLaunchCooperativeKernel, 0)                                         \
-    XX(cuLaunchKernelEx, 0)                                                  \
-    XX(cuOccupancyMaxActiveClusters, 0)                                      \
-    XX(cuOccupancyMaxPotentialClusterSize, 0)                                \
-    XX(cuTensorMapEncodeTiled, 0)                                            \
-    XX(cuTensorMapEncodeIm2col, 0)                                           \
-    XX(cuTensorMapReplaceAddress, 0)                                         \
-    XX(cuLaunchHostFunc, 0)                                                  \
-    XX(cuStreamCreateWithPriority, 0)                                        \
-    XX(cuStreamDestroy, 0)                                                   \
-    XX(cuStreamSynchronize, 1)                                               \
-    XX(cuStreamQuery, 0)                                                     \
-    XX(cuStreamWaitEvent, 0)                                                 \
-    XX(cuStreamBeginCapture, 0)                                              \
-    XX(cuStreamBeginCaptureToGraph, 0)                                       \
-    XX(cuStreamEndCapture, 0)                                                \
-    XX(cuStreamGetCaptureInfo, 0)                                            \
-    XX(cuStreamUpdateCaptureDependencies, 0)                                 \
-    XX(cuThreadExchangeStreamCaptureMode, 0)                                 \
-    XX(cuEventCreate, 0)                                                     \
-    XX(cuEventDestroy, 0)                                                    \
-    XX(cuEventRecordWithFlags, 0)                                            \
-    XX(cuEventSynchronize, 0)                                                \
-    XX(cuEventQuery, 0)                                                      \
-    XX(cuGraphCreate, 0)                                                     \
-    XX(cuGraphDestroy, 0)                                                    \
-    XX(cuGraphAddKernelNode, 0)                                              \
-    XX(cuGraphAddMemcpyNode, 0)                                              \
-    XX(cuGraphAddMemsetNode, 0)                                              \
-    XX(cuGraphAddHostNode, 0)                                                \
-    XX(cuGraphAddEmptyNode, 0)                                               \
-    XX(cuGraphAddChildGraphNode, 0)                                          \
-    XX(cuGraphClone, 0)                                                      \
-    XX(cuGraphInstantiate, 0)                                                \
-    XX(cuGraphExecUpdate, 0)                                                 \
-    XX(cuGraphLaunch, 0)                                                     \
-    XX(cuGraphExecDestroy, 0)                                                \
-    XX(cuGraphGetNodes, 0)                                                   \
-    XX(cuGraphGetRootNodes, 0)                                               \
-    XX(cuGraphGetEdges, 0)                                                   \
-    XX(cuGraphNodeGetDependencies, 0)                                        \
-    XX(cuGraphNodeGetDependentNodes, 0)                                      \
-    XX(cuGraphNodeFindInClone, 0)                                            \
-    XX(cuGraphAddDependencies, 0)                                            \
-    XX(cuGraphRemoveDependencies, 0)                                         \
-    XX(cuGraphDestroyNode, 0)                                                \
-    XX(cuGraphNodeGetType, 0)                                                \
-    XX(cuGraphKernelNodeSetParams, 0)                                        \
-    XX(cuGraphMemcpyNodeSetParams, 0)                                        \
-    XX(cuGraphMemsetNodeSetParams, 0)                                        \
-    XX(cuGraphHostNodeSetParams, 0)                                          \
-    XX(cuGraphExecKernelNodeSetParams, 0)                                    \
-    XX(cuGraphExecMemcpyNodeSetParams, 0)                                    \
-    XX(cuGraphExecMemsetNodeSetParams, 0)                                    \
-    XX(cuGraphExecHostNodeSetParams, 0)                                      \
-    XX(cuGraphChildGraphNodeGetGraph, 0)                                     \
-    XX(cuGraphAddMemAllocNode, 0)                                            \
-    XX(cuGraphAddMemFreeNode, 0)                                             \
-    XX(cuGraphMemAllocNodeGetParams, 0)                                      \
-    XX(cuGraphMemFreeNodeGetParams, 0)                                       \
-    XX(cuDeviceGetGraphMemAttribute, 0)                                      \
-    XX(cuDeviceSetGraphMemAttribute, 0)                                      \
-    XX(cuGraphConditionalHandleCreate, 0)                                    \
-    XX(cuGraphAddNode, 0)
+#define VCU__CU_FUNCS(XX) VCU__HOST_FUNCS(XX)
 
 typedef struct vcu__cu_fns_s {
 #define VCU__FN_FIELD(name, req) __typeof__(name) *name;
@@ -772,8 +616,6 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
-uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o);
-uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
 
 /* cuda_mem.c: a 2D or 3D copy's host side (see its comment) */
@@ -843,6 +685,7 @@ int vcu__capturing(vcu__cuda_t *cu, CUstream st);
 void vcu__orphans_prune(vcu__cuda_sess_t *cs);
 int vcu__park_ctx(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint32_t d);
 void vcu__pool_settle(vcu__cuda_sess_t *cs, uint32_t d);
+void vcu__pool_trimmed(vcu__op_t *o);
 void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d);
 
 /* cuda_migrate.c: the session's history, kept from each call's request
@@ -867,7 +710,6 @@ void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h);
 uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh);
 uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o);
-uint32_t vcu__op_CU_STREAM_QUERY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_CAPTURE_TO_GRAPH(vcu__op_t *o);
@@ -883,7 +725,6 @@ uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o);
 void vcu__event_rerecord(vcu__op_t *o, vcu__hent_t *e);
 uint32_t vcu__op_CU_EVENT_RECORD(vcu__op_t *o);
 uint32_t vcu__op_CU_EVENT_SYNCHRONIZE(vcu__op_t *o);
-uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o);
 
 /* cuda_graph.c */
 uint32_t vcu__graph_put(vcu__op_t *o, CUgraph g, const vcu__modset_t *mods);

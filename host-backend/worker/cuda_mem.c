@@ -627,30 +627,11 @@ uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-uint32_t vcu__op_CU_MEMPOOL_TRIM(vcu__op_t *o)
+/* After the generated cuMemPoolTrimTo (after= in the list): what the
+ * trim gave back is no longer charged. */
+void vcu__pool_trimmed(vcu__op_t *o)
 {
-    struct vcu_cu_attr_req rq;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.handle, VCU__H_POOL);
-    o->res = VCU__CU(o->cu, cuMemPoolTrimTo, e->u.pool, (size_t)rq.value);
     vcu__pool_settle(o->cs, vcu__dev_of(o));
-    return VCU_S_OK;
-}
-
-uint32_t vcu__op_CU_MEM_GET_RANGE(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-    CUdeviceptr base = 0;
-    size_t size = 0;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    o->res = VCU__CU(o->cu, cuMemGetAddressRange, &base, &size, (CUdeviceptr)rq.value);
-    o->rb.range.base = base;
-    o->rb.range.size = size;
-    return VCU_S_OK;
 }
 
 /* Guest memory in the device's address space (zero copy).  Only a stable

@@ -93,10 +93,13 @@ enum { VCU__MIG_IGNORE, VCU__MIG_REPLAY, VCU__MIG_REFUSE };
 
 /* ---- which calls the history keeps ------------------------------------- */
 
-/* A generated call (CU_CALL) by its number. */
-static int vcu__mig_call_class(uint32_t call)
+/* A generated call (CU_CALL) by its number; *why as vcu__mig_class's. */
+static int vcu__mig_call_class(uint32_t call, const char **why)
 {
     switch (call) {
+    case VCU_CALL_cuMemPoolTrimTo:
+        *why = "stream-ordered allocations";
+        return VCU__MIG_REFUSE;
     case VCU_CALL_cuStreamSetAttribute:
     case VCU_CALL_cuStreamCopyAttributes:
     case VCU_CALL_cuFuncSetSharedMemConfig:
@@ -133,6 +136,9 @@ static int vcu__mig_call_class(uint32_t call)
     case VCU_CALL_cuGraphKernelNodeGetAttribute:
     case VCU_CALL_cuGraphNodeGetEnabled:
     case VCU_CALL_cuGraphNodeGetType:
+    case VCU_CALL_cuStreamQuery:
+    case VCU_CALL_cuEventQuery:
+    case VCU_CALL_cuMemGetAddressRange_v2:
         return VCU__MIG_IGNORE;
     default:
         return VCU__MIG_REFUSE;
@@ -204,7 +210,6 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MEMCPY_2D:
     case VCU_OP_CU_MEMCPY_3D:   /* a copy; an array it names was refused already */
     case VCU_OP_CU_MEMPOOL_GET_ATTR:
-    case VCU_OP_CU_MEM_GET_RANGE:
     case VCU_OP_CU_FUNC_GET_ATTRS:
     case VCU_OP_CU_OCCUPANCY_BLOCK_SIZE:
     case VCU_OP_CU_LAUNCH:
@@ -213,7 +218,6 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE:
     case VCU_OP_CU_TENSOR_MAP:
     case VCU_OP_CU_STREAM_SYNCHRONIZE:
-    case VCU_OP_CU_STREAM_QUERY:
     case VCU_OP_CU_STREAM_WAIT_EVENT:
     case VCU_OP_CU_STREAM_CAPTURE_INFO:
     case VCU_OP_CU_STREAM_HOST_FUNC:
@@ -225,7 +229,6 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_CALLBACK_DONE:
     case VCU_OP_CU_EVENT_RECORD:
     case VCU_OP_CU_EVENT_SYNCHRONIZE:
-    case VCU_OP_CU_EVENT_QUERY:
     case VCU_OP_CU_BATCH:
         return VCU__MIG_IGNORE;
     case VCU_OP_CU_CALL:
@@ -233,11 +236,10 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
             return VCU__MIG_IGNORE;
         memcpy(&cr, p, sizeof(cr));
         *why = "a Driver API call migration does not carry";
-        return vcu__mig_call_class(cr.call);
+        return vcu__mig_call_class(cr.call, why);
     case VCU_OP_CU_MEM_ALLOC_ASYNC:
     case VCU_OP_CU_MEM_FREE_ASYNC:
     case VCU_OP_CU_MEMPOOL_SET_ATTR:
-    case VCU_OP_CU_MEMPOOL_TRIM:
         *why = "stream-ordered allocations";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_HOST_DEVICE_POINTER:

@@ -184,17 +184,6 @@ uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-uint32_t vcu__op_CU_STREAM_QUERY(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__STREAM(o, st, rq.value);
-    o->res = VCU__CU(o->cu, cuStreamQuery, st);
-    return VCU_S_OK;
-}
-
 uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
@@ -684,16 +673,5 @@ uint32_t vcu__op_CU_EVENT_SYNCHRONIZE(vcu__op_t *o)
     o->wait->gev = e->u.ev;
     o->wait->gdev = e->dev;
     o->cs->ngev++;
-    return VCU_S_OK;
-}
-
-uint32_t vcu__op_CU_EVENT_QUERY(vcu__op_t *o)
-{
-    struct vcu_cu_u64_req rq;
-
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.value, VCU__H_EVENT);
-    o->res = VCU__CU(o->cu, cuEventQuery, e->u.ev);
     return VCU_S_OK;
 }

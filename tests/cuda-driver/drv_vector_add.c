@@ -122,6 +122,20 @@ int main(void)
     CK(cuMemAlloc(&a, sizeof(ha)));
     CK(cuMemAlloc(&b, sizeof(hb)));
     CK(cuMemAlloc(&c, sizeof(hc)));
+    {
+        /* The allocation holding a pointer; either result may be NULL. */
+        CUdeviceptr base = 0;
+        size_t size = 0;
+
+        CK(cuMemGetAddressRange(&base, &size, b + 100));
+        TRUE(base == b && size >= sizeof(hb));
+        base = 0;
+        CK(cuMemGetAddressRange(&base, NULL, a));
+        TRUE(base == a);
+        CK(cuMemGetAddressRange(NULL, &size, c));
+        TRUE(size >= sizeof(hc));
+        TRUE(cuMemGetAddressRange(&base, &size, 0) != CUDA_SUCCESS);
+    }
     CK(cuMemcpyHtoD(a, ha, sizeof(ha)));
     CK(cuMemcpyHtoD(b, hb, sizeof(hb)));
     {

@@ -29,7 +29,9 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cuda.h>
 #include "vcu_proto.h"
+#include "vcu_calls.h"
 #include "vcuda_ioctl.h"
 #include "vcu_test.h"
 
@@ -180,7 +182,8 @@ static int raw_ram_attack(uint64_t victim_gpa, uint64_t victim_dev)
     struct vcuda_session_open so;
     struct vcu_cu_u64_req q;
     struct vcu_cu_u64_resp dp;
-    struct vcu_cu_mem_range_resp rg;
+    struct vcu_call_cuMemGetAddressRange_v2_req rq;
+    struct vcu_call_cuMemGetAddressRange_v2_resp rg;
     unsigned v[4];
     uint64_t g0s[] = { 0, 0x100000 }, probes[4];
     unsigned char *m;
@@ -205,19 +208,20 @@ static int raw_ram_attack(uint64_t victim_gpa, uint64_t victim_dev)
     if (raw(f, VCU_OP_CU_HOST_DEVICE_POINTER, &q, sizeof(q), m, 4096, VCUDA_SEG_TO_DEVICE, &dp,
             sizeof(dp)) != 0 || dp.r.result != 0)
         vcu_test_fail("attacker: device pointer of its own mapped page (%u)", dp.r.result);
-    q.value = dp.value;
+    VCU_CALL_INIT(rq, cuMemGetAddressRange_v2);
+    rq.dptr = dp.value;
     memset(&rg, 0, sizeof(rg));
-    if (raw(f, VCU_OP_CU_MEM_GET_RANGE, &q, sizeof(q), NULL, 0, 0, &rg, sizeof(rg)) != 0)
+    if (raw(f, VCU_OP_CU_CALL, &rq, sizeof(rq), NULL, 0, 0, &rg, sizeof(rg)) != 0)
         vcu_test_fail("attacker: address range request");
     printf("info: attacker: own mapped page's range: %llu bytes (result %u)\n",
-           (unsigned long long)rg.size, rg.r.result);
-    if (rg.r.result == 0 && rg.size > 2 * 4096) {
+           (unsigned long long)rg.psize, rg.r.result);
+    if (rg.r.result == 0 && rg.psize > 2 * 4096) {
         printf("info: attacker: BREACH: the range around one mapped page is more than the page\n");
         hit = 1;
     }
     for (i = 0; victim_gpa != 0 && rg.r.result == 0 && i < 2; i++) {
         memset(v, 0, sizeof(v));
-        r = raw_read(f, rg.base + victim_gpa - g0s[i], v);
+        r = raw_read(f, rg.pbase + victim_gpa - g0s[i], v);
         printf("info: attacker: read at range base + victim GPA - %#llx: %u\n",
                (unsigned long long)g0s[i], r);
         if (r == 0 && v[0] == SECRET) {

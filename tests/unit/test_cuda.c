@@ -161,6 +161,19 @@ static uint32_t tc_call(tc_t *c, const void *rq, uint32_t len, void *resp, size_
         (rq).c.hash = VCU_CALLS_HASH;                                        \
     } while (0)
 
+/* A generated query of one handle (cuStreamQuery, cuEventQuery: the same
+ * layout) on device dev; the CUresult, or 0x10000 + the wire status. */
+static uint32_t tc_query(tc_t *c, uint32_t call, uint32_t dev, uint64_t h)
+{
+    struct vcu_call_cuStreamQuery_req rq;
+
+    _Static_assert(sizeof(rq) == sizeof(struct vcu_call_cuEventQuery_req), "one slot each");
+    TC_CALL_INIT(rq, cuStreamQuery, dev);
+    rq.c.call = call;
+    rq.hStream = h;
+    return tc_call(c, &rq, sizeof(rq), NULL, 0);
+}
+
 /* HtoD / DtoH with the host side split into iovecs of the given sizes;
  * segflags is added to the segment's direction (VCU_SEG_F_STABLE). */
 static uint32_t tc_copy_ex(tc_t *c, int htod, uint64_t dptr, void *host, size_t len,
@@ -714,6 +727,31 @@ TEST(cuda_memcpy2d)
     return 0;
 }
 
+/* cuMemGetAddressRange_v2 (generated host side): the allocation holding
+ * a pointer; none holds an unknown one. */
+TEST(cuda_mem_range)
+{
+    struct vcu_call_cuMemGetAddressRange_v2_req rq;
+    struct vcu_call_cuMemGetAddressRange_v2_resp rp;
+    uint64_t d = 0;
+    tc_t a;
+
+    CHECK(tc_open(&a));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&a, 8192, &d));
+    TC_CALL_INIT(rq, cuMemGetAddressRange_v2, 0);
+    rq.dptr = d + 100;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&a, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64(d, rp.pbase);
+    ASSERT_EQ_U64(8192, rp.psize);
+    rq.dptr = 0x1000;
+    ASSERT_EQ(CUDA_ERROR_NOT_FOUND, tc_call(&a, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64(0, rp.pbase);
+    /* A payload of the wrong size is malformed. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&a, &rq, sizeof(rq) - 8, &rp, sizeof(rp)));
+    tc_close(&a);
+    return 0;
+}
+
 TEST(cuda_mem_free_foreign)
 {
     tc_t a, b;
@@ -774,20 +812,21 @@ TEST(cuda_handles_invalid)
         uint64_t f = forged[i];
 
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, f, NULL));
-        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, f, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuEventQuery, 0, f));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuStreamQuery, 0, f));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, f, NULL));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, f, NULL));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, f, NULL));
         ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, f, NULL));
     }
     /* Stale. */
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, dead_s, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuStreamQuery, 0, dead_s));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, dead_s, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, dead_ev, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_CLONE, 0, dead_g, NULL));
     /* Wrong type: each live handle used as every other kind. */
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, s, NULL));
-    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, ev, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuEventQuery, 0, s));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuStreamQuery, 0, ev));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, pool, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_MODULE_UNLOAD, 0, g, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_FUNC_GET_ATTRS, 0, ev, NULL));
@@ -1018,7 +1057,7 @@ TEST(cuda_events_elapsed)
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
               tc_pair(&c, VCU_OP_CU_EVENT_RECORD, e2, s, 1ull << 32, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, e2, NULL));
-    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, e2, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 0, e2));
     TC_CALL_INIT(eq, cuEventElapsedTime_v2, 0);
     eq.hStart = e1;
     eq.hEnd = e2;
@@ -1058,7 +1097,7 @@ TEST(cuda_streams)
     ASSERT_NE(s[0], s[1]);
     for (i = 0; i < 3; i++) {
         ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s[i], NULL));
-        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_QUERY, 0, s[i], NULL));
+        ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuStreamQuery, 0, s[i]));
     }
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_DESTROY, 0, s[1], NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s[1], NULL));
@@ -1090,8 +1129,13 @@ TEST(cuda_deferred_error)
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, &h, sizeof(h), &r, sizeof(r)));
     ASSERT_EQ(0, r.deferred);
     /* CU_GET_DEFERRED_ERROR, and a malformed async request. */
-    rq.value = 6;
-    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_EVENT_QUERY, VCU_REQ_F_ASYNC, &rq, sizeof(rq), &r, sizeof(r)));
+    {
+        struct vcu_call_cuEventQuery_req eq;
+
+        TC_CALL_INIT(eq, cuEventQuery, 0);
+        eq.hEvent = 6;
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALL, VCU_REQ_F_ASYNC, &eq, sizeof(eq), &r, sizeof(r)));
+    }
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GET_DEFERRED_ERROR, 0, &h, sizeof(h), &r, sizeof(r)));
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, r.result);
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GET_DEFERRED_ERROR, 0, &h, sizeof(h), &r, sizeof(r)));
@@ -3133,7 +3177,9 @@ TEST(cuda_ctx_reset)
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, d, NULL));
     /* Device 1 is untouched; device 0 comes back on the next call. */
-    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 1, ev1, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 1, ev1));
+    /* The generated queries: a handle of another device is refused. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_query(&c, VCU_CALL_cuEventQuery, 0, ev1));
     ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &d));
     /* Flags before the context exists are kept for its creation. */
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_RESET, 0, &h, sizeof(h), &r, sizeof(r)));
@@ -4373,9 +4419,19 @@ TEST(sec_mempool_per_session)
     ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
     /* Trim works on the session's pool; allocations stay for the end. */
-    aq.value = 0;
-    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEMPOOL_TRIM, 0, &aq, sizeof(aq), &r, sizeof(r)));
-    ASSERT_EQ(CUDA_SUCCESS, r.result);
+    {
+        struct vcu_call_cuMemPoolTrimTo_req tq;
+
+        TC_CALL_INIT(tq, cuMemPoolTrimTo, 0);
+        tq.pool = pool_a;
+        tq.minBytesToKeep = 0;
+        ASSERT_EQ(CUDA_SUCCESS, tc_call(&a, &tq, sizeof(tq), NULL, 0));
+        /* A forged handle, and a handle of another type. */
+        tq.pool = 0x1234;
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&a, &tq, sizeof(tq), NULL, 0));
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_EVENT_CREATE, 0, 0, &tq.pool));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&a, &tq, sizeof(tq), NULL, 0));
+    }
     ASSERT_EQ(VCU_S_OK, ut_close(b.be, b.s));
     tc_close(&a);
     return 0;
@@ -4809,6 +4865,10 @@ TEST(migrate_roundtrip)
     CHECK(tc_open_mc(&c));
     CHECK(tc_mig_build(&c, &m));
     CHECK(tc_mig_check(&c, &m));
+    /* The generated queries keep the hand-written ones' class: nothing
+     * to carry, nothing refused. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuStreamQuery, 0, m.stream));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 0, m.event));
     if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
         VCU_TEST_FAIL_("save: %s", why);
     ASSERT_EQ(0, (int)strlen(why));
@@ -4903,6 +4963,19 @@ TEST(migrate_refused)
     aq.size = 4096;
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "stream-ordered") != NULL);
+    tc_close(&c);
+
+    /* The generated cuMemPoolTrimTo keeps its class and its reason. */
+    CHECK(tc_open_mc(&c));
+    {
+        struct vcu_call_cuMemPoolTrimTo_req tq;
+
+        TC_CALL_INIT(tq, cuMemPoolTrimTo, 0);
+        ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEMPOOL_GET_DEFAULT, 0, 0, &tq.pool));
+        ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &tq, sizeof(tq), NULL, 0));
+    }
     ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
     ASSERT_TRUE(strstr(why, "stream-ordered") != NULL);
     tc_close(&c);

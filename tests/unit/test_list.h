@@ -14,6 +14,9 @@
     X(proto_opcode_table)               \
     X(proto_status_map)                 \
     X(proto_echo_byte)                  \
+    /* test_calllist.c */               \
+    X(call_list_counts)                 \
+    X(call_list_host_fns)               \
     /* test_validate.c */               \
     X(val_resp_too_small)               \
     X(val_resp_null)                    \

@@ -26,6 +26,7 @@
 #include <cuda.h>
 
 #include "ut.h"
+#include "vcu_calls.h"
 
 #ifndef VCU_MOCKCUDA
 #define VCU_MOCKCUDA "/nonexistent/mockcuda/libcuda.so.1"
@@ -137,6 +138,19 @@ static ut_req_t *wt_u64(wt_t *w, uint32_t op, uint64_t v)
     memset(&rq, 0, sizeof(rq));
     rq.value = v;
     return wt_submit(w, op, &rq, sizeof(rq));
+}
+
+/* A generated query of one handle (cuStreamQuery, cuEventQuery: the same
+ * layout). */
+static ut_req_t *wt_query(wt_t *w, uint32_t call, uint64_t h)
+{
+    struct vcu_call_cuStreamQuery_req rq;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.c.call = call;
+    rq.c.hash = VCU_CALLS_HASH;
+    rq.hStream = h;
+    return wt_submit(w, VCU_OP_CU_CALL, &rq, sizeof(rq));
 }
 
 static ut_req_t *wt_pair(wt_t *w, uint32_t op, uint64_t a, uint64_t b)
@@ -259,7 +273,7 @@ TEST(wait_stream_sync_parked)
     spin = wt_memset(&w, flag, 2, a);
     sync = wt_u64(&w, VCU_OP_CU_STREAM_SYNCHRONIZE, a);
     /* Behind the sync, same session: all complete while it waits. */
-    q = wt_u64(&w, VCU_OP_CU_STREAM_QUERY, a);
+    q = wt_query(&w, VCU_CALL_cuStreamQuery, a);
     ASSERT_EQ(0, wt_wait(q));
     ASSERT_EQ(CUDA_ERROR_NOT_READY, wt_result(q));
     echo = ut_req_new();
@@ -326,7 +340,7 @@ TEST(wait_event_later_work)
     ASSERT_EQ(7, *(volatile unsigned char *)(uintptr_t)buf);
     /* The event handle still works (it got a fresh CUevent). */
     free(rec2);
-    rec2 = wt_u64(&w, VCU_OP_CU_EVENT_QUERY, e);
+    rec2 = wt_query(&w, VCU_CALL_cuEventQuery, e);
     ASSERT_EQ(0, wt_wait(rec2));
     ASSERT_EQ(CUDA_SUCCESS, wt_result(rec2));
     free(spin);
