@@ -681,7 +681,13 @@ VCU__EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *p
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&vcu__drv.lock);
     b = n->child;
+    /* A node of another kind made here (a staged copy is a child graph
+     * node on the host): as natively.  One not made here: the host asks
+     * the driver. */
+    e = n->kind != 0 && n->kind != VCU_CU_NODE_CHILD ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     pthread_mutex_unlock(&vcu__drv.lock);
+    if (e != CUDA_SUCCESS)
+        return e;
     if (b != NULL) {
         *phGraph = (CUgraph)b;
         return CUDA_SUCCESS;
