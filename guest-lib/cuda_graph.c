@@ -5,9 +5,10 @@
  * cuGraphGetNodes can list them (a captured or cloned graph's nodes are
  * counted, not listed, but when every one of them has a record here:
  * added, or listed as a capture's dependency).
- * Kernel, memcpy (pageable memory through vcu_stage.h), memset, host
- * and empty nodes are offered.  Stream capture: cuda_capture.c; editing
- * graphs and updating executable graphs: cuda_graph_edit.c.
+ * Kernel, memcpy (pageable memory through vcu_stage.h), memset, host,
+ * empty, child graph and event record and wait nodes are offered, and
+ * user objects.  Stream capture: cuda_capture.c; editing graphs and
+ * updating executable graphs: cuda_graph_edit.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -387,6 +388,18 @@ static CUresult vcu__memcpy_side(CUmemorytype t, const void *host, CUdeviceptr d
     }
 }
 
+/* The graph whose record holds g's stages: the one at the top of its
+ * parents (a body or a child node's graph goes with it, and its execs
+ * run their copies). */
+static vcu__graph_t *vcu__stage_owner(vcu__graph_t *g)
+{
+    pthread_mutex_lock(&vcu__drv.lock);
+    while (g->parent != NULL)
+        g = g->parent;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    return g;
+}
+
 static void vcu__stage_release(vcu__stage_t *st)
 {
     cuMemFreeHost(st->buf);         /* after the device's work on it */
@@ -420,7 +433,7 @@ static CUresult vcu__stage_new(vcu__graph_t *g, const CUDA_MEMCPY3D *m, unsigned
     st->cookie = e == CUDA_SUCCESS ? vcu__hostfn_cookie(vcu__stage_run, st) : 0;
     if (e == CUDA_SUCCESS && st->cookie == 0)
         e = CUDA_ERROR_OUT_OF_MEMORY;
-    if (e == CUDA_SUCCESS && vcu__stages_add(&g->stages, st) != 0)
+    if (e == CUDA_SUCCESS && vcu__stages_add(&vcu__stage_owner(g)->stages, st) != 0)
         e = CUDA_ERROR_OUT_OF_MEMORY;
     if (e != CUDA_SUCCESS) {
         vcu__stage_release(st);
@@ -620,6 +633,249 @@ VCU__EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGrap
     return vcu__add_node(phGraphNode, g, dependencies, numDependencies, &r, NULL, 0);
 }
 
+/*
+ * A child graph node: the host clones childGraph into it; the graph (its
+ * top parent) holds the child's staged copies, which the clone runs.
+ */
+VCU__EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode *dependencies,
+                                              size_t numDependencies, CUgraph childGraph)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g, *c;
+    CUresult e = vcu__graph_arg(hGraph, &g);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__graph_arg(childGraph, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (c->dev != g->dev || phGraphNode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (vcu__stages_copy(&vcu__stage_owner(g)->stages, &vcu__stage_owner(c)->stages) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_CHILD;
+    r.function = c->h;
+    e = vcu__add_node(phGraphNode, g, dependencies, numDependencies, &r, NULL, 0);
+    if (e == CUDA_SUCCESS)
+        vcu__keep((vcu__gnode_t *)*phGraphNode, VCU_CU_NODE_CHILD, &c, 0);
+    return e;
+}
+
+/*
+ * The node's own graph, named by the host once (CU_GRAPH_CHILD_GRAPH): a
+ * record on the node's graph's bodies, which the caller may add to but
+ * not destroy, as a conditional node's body.
+ */
+VCU__EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__gnode_t *n;
+    vcu__graph_t *b;
+    CUresult e = vcu__gnode_arg(hNode, &n);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (phGraph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vcu__drv.lock);
+    b = n->child;
+    /* A node of another kind made here (a staged copy is a child graph
+     * node on the host): as natively.  One not made here: the host asks
+     * the driver. */
+    e = n->kind != 0 && n->kind != VCU_CU_NODE_CHILD ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (b != NULL) {
+        *phGraph = (CUgraph)b;
+        return CUDA_SUCCESS;
+    }
+    memset(&r, 0, sizeof(r));
+    r.value = n->h;
+    e = vcu__call(n->g->dev, VCU_OP_CU_GRAPH_CHILD_GRAPH, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    b = calloc(1, sizeof(*b));
+    if (b == NULL || vcu__reg_add(b, VCU__K_GRAPH) != 0) {
+        free(b);                    /* the host keeps the handle for the next ask */
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    b->dev = n->g->dev;
+    b->h = o.value;
+    pthread_mutex_lock(&vcu__drv.lock);
+    if (n->child == NULL) {
+        b->parent = n->g;
+        b->body_next = n->g->bodies;
+        n->g->bodies = b;
+        n->child = b;
+    }
+    *phGraph = (CUgraph)n->child;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (*phGraph != (CUgraph)b) {
+        vcu__reg_del(b);            /* another thread asked first */
+        free(b);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* An event record or wait node (kind) of event ev. */
+static CUresult vcu__event_node(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                const CUgraphNode *deps, size_t ndeps, CUevent ev,
+                                uint32_t kind)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g;
+    CUresult e = vcu__graph_arg(hGraph, &g);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(ev, VCU__K_EVENT))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    r.function = ((vcu__event_t *)ev)->h;
+    e = vcu__add_node(phGraphNode, g, deps, ndeps, &r, NULL, 0);
+    if (e == CUDA_SUCCESS)
+        vcu__keep((vcu__gnode_t *)*phGraphNode, kind, &ev, sizeof(ev));
+    return e;
+}
+
+VCU__EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                               const CUgraphNode *dependencies,
+                                               size_t numDependencies, CUevent event)
+{
+    return vcu__event_node(phGraphNode, hGraph, dependencies, numDependencies, event,
+                           VCU_CU_NODE_EVENT_RECORD);
+}
+
+VCU__EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             size_t numDependencies, CUevent event)
+{
+    return vcu__event_node(phGraphNode, hGraph, dependencies, numDependencies, event,
+                           VCU_CU_NODE_EVENT_WAIT);
+}
+
+/* ---- user objects -------------------------------------------------------- */
+
+/*
+ * The driver on the host counts a user object's references, wherever
+ * they are (ours, graphs', their clones', child nodes' and execs' until
+ * their work is done), and hands the destructor's cookie back once, when
+ * the last goes; our callback thread then runs it here, and the record
+ * goes with it (docs/driver-api.md, "User objects").
+ */
+typedef struct vcu__uobj_s {
+    int dev;
+    uint64_t h;
+    void *ptr;
+    CUhostFn fn;
+} vcu__uobj_t;
+
+static void vcu__uobj_run(void *arg)
+{
+    vcu__uobj_t *u = arg;
+
+    vcu__reg_del(u);
+    u->fn(u->ptr);
+    free(u);
+}
+
+VCU__EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+                                        unsigned int initialRefcount, unsigned int flags)
+{
+    struct vcu_cu_uobj_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__uobj_t *u;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (object_out == NULL || destroy == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    u = calloc(1, sizeof(*u));
+    if (u == NULL || vcu__reg_add(u, VCU__K_UOBJ) != 0) {
+        free(u);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    u->dev = c->dev;
+    u->ptr = ptr;
+    u->fn = destroy;
+    memset(&r, 0, sizeof(r));
+    r.cookie = vcu__hostfn_once(vcu__uobj_run, u);
+    r.count = initialRefcount;
+    r.flags = flags;
+    e = r.cookie != 0 ? vcu__call(c->dev, VCU_OP_CU_USER_OBJECT_CREATE, &r, sizeof(r), NULL, 0,
+                                  &o, sizeof(o))
+                      : CUDA_ERROR_OUT_OF_MEMORY;
+    if (e != CUDA_SUCCESS) {
+        vcu__hostfn_forget(r.cookie);
+        vcu__reg_del(u);
+        free(u);
+        return e;
+    }
+    u->h = o.value;
+    *object_out = (CUuserObject)u;
+    return CUDA_SUCCESS;
+}
+
+/* CU_USER_OBJECT_REF what of object (and graph): u may be gone once the
+ * host answers, its destructor run. */
+static CUresult vcu__uobj_ref(CUuserObject object, CUgraph graph, unsigned int count,
+                              unsigned int flags, uint32_t what)
+{
+    struct vcu_cu_uobj_req r;
+    vcu__uobj_t *u = (vcu__uobj_t *)object;
+    vcu__graph_t *g = NULL;
+    CUresult e = vcu__check_init();
+    int dev;
+
+    if (e == CUDA_SUCCESS && graph != NULL)
+        e = vcu__graph_arg(graph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(u, VCU__K_UOBJ))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.object = u->h;
+    r.graph = g != NULL ? g->h : 0;
+    r.count = count;
+    r.flags = flags;
+    r.what = what;
+    dev = g != NULL ? g->dev : u->dev;
+    return vcu__call(dev, VCU_OP_CU_USER_OBJECT_REF, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
+{
+    return vcu__uobj_ref(object, NULL, count, 0, VCU_CU_UOBJ_RETAIN);
+}
+
+VCU__EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
+{
+    return vcu__uobj_ref(object, NULL, count, 0, VCU_CU_UOBJ_RELEASE);
+}
+
+VCU__EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
+                                             unsigned int count, unsigned int flags)
+{
+    if (graph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__uobj_ref(object, graph, count, flags, VCU_CU_UOBJ_GRAPH_RETAIN);
+}
+
+VCU__EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
+                                              unsigned int count)
+{
+    if (graph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__uobj_ref(object, graph, count, 0, VCU_CU_UOBJ_GRAPH_RELEASE);
+}
+
 VCU__EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     struct vcu_cu_u64_req r;
@@ -689,13 +945,34 @@ VCU__EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t 
     return CUDA_SUCCESS;
 }
 
+/* The record of exec h, instantiated from g, which runs g's staged
+ * copies; on failure the host's exec goes. */
+static CUresult vcu__exec_wrap(vcu__graph_t *g, uint64_t h, CUgraphExec *phGraphExec)
+{
+    vcu__gexec_t *x = calloc(1, sizeof(*x));
+
+    if (x == NULL || vcu__stages_copy(&x->stages, &vcu__stage_owner(g)->stages) != 0 ||
+        vcu__reg_add(x, VCU__K_GEXEC) != 0) {
+        struct vcu_cu_u64_req d = { .value = h };
+
+        if (x != NULL)
+            vcu__stages_drop(&x->stages);
+        free(x);
+        vcu__call(g->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    x->dev = g->dev;
+    x->h = h;
+    *phGraphExec = (CUgraphExec)x;
+    return CUDA_SUCCESS;
+}
+
 VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                                  unsigned long long flags)
 {
     struct vcu_cu_pair_req r;
     struct vcu_cu_u64_resp o;
     vcu__graph_t *g;
-    vcu__gexec_t *x;
     CUresult e;
 
     if (phGraphExec == NULL)
@@ -709,21 +986,60 @@ VCU__EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
     e = vcu__call(g->dev, VCU_OP_CU_GRAPH_INSTANTIATE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
-    x = calloc(1, sizeof(*x));
-    if (x == NULL || vcu__stages_copy(&x->stages, &g->stages) != 0 ||
-        vcu__reg_add(x, VCU__K_GEXEC) != 0) {
-        struct vcu_cu_u64_req d = { .value = o.value };
+    return vcu__exec_wrap(g, o.value, phGraphExec);
+}
 
-        if (x != NULL)
-            vcu__stages_drop(&x->stages);
-        free(x);
-        vcu__call(g->dev, VCU_OP_CU_GRAPH_EXEC_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+/*
+ * CU_GRAPH_INSTANTIATE_PARAMS: the flags as given (UPLOAD: on
+ * hUploadStream, of the current context, ptsz: the per-thread default
+ * stream for NULL), the driver's result and error node back.
+ */
+static CUresult vcu__instantiate_params(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                        CUDA_GRAPH_INSTANTIATE_PARAMS *p, int ptsz)
+{
+    struct vcu_cu_graph_inst_req r;
+    struct vcu_cu_graph_inst_resp o;
+    vcu__graph_t *g;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (phGraphExec == NULL || p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    memset(&o, 0, sizeof(o));
+    r.graph = g->h;
+    r.flags = p->flags;
+    if (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
+        e = vcu__cur(&c);
+        if (e == CUDA_SUCCESS && c->dev != g->dev)
+            e = CUDA_ERROR_INVALID_CONTEXT;
+        if (e == CUDA_SUCCESS)
+            e = vcu__stream(c, p->hUploadStream, ptsz, &r.stream);
+        if (e != CUDA_SUCCESS)
+            return e;
     }
-    x->dev = g->dev;
-    x->h = o.value;
-    *phGraphExec = (CUgraphExec)x;
-    return CUDA_SUCCESS;
+    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    p->result_out = (CUgraphInstantiateResult)o.result;
+    p->hErrNode_out = o.error_node != 0 ? (CUgraphNode)vcu__gnode_of(g, o.error_node) : NULL;
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__exec_wrap(g, o.exec, phGraphExec);
+}
+
+VCU__EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    return vcu__instantiate_params(phGraphExec, hGraph, instantiateParams, 0);
+}
+
+VCU__EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                       CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    return vcu__instantiate_params(phGraphExec, hGraph, instantiateParams, 1);
 }
 
 /*

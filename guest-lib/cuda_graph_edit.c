@@ -236,8 +236,73 @@ VCU__EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgrap
 _Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS) == sizeof(CUDA_KERNEL_NODE_PARAMS_v3),
                "kernel node params v2 and v3");
 
+/* An event node's event (kind says which node), in exec hExec (the
+ * generated exec call) or (NULL) in its graph, and its record then. */
+static CUresult vcu__event_set(CUgraphExec hExec, CUgraphNode hNode, CUevent ev, uint32_t kind)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__gnode_t *n;
+    CUresult e = vcu__gnode_arg(hNode, &n);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (hExec != NULL)
+        return kind == VCU_CU_NODE_EVENT_RECORD
+                   ? cuGraphExecEventRecordNodeSetEvent(hExec, hNode, ev)
+                   : cuGraphExecEventWaitNodeSetEvent(hExec, hNode, ev);
+    if (!vcu__reg_has(ev, VCU__K_EVENT))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    r.function = ((vcu__event_t *)ev)->h;
+    e = vcu__node_set(NULL, n, &r, NULL, 0);
+    if (e == CUDA_SUCCESS)
+        vcu__keep(n, kind, &ev, sizeof(ev));
+    return e;
+}
+
+VCU__EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    return vcu__event_set(NULL, hNode, event, VCU_CU_NODE_EVENT_RECORD);
+}
+
+VCU__EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    return vcu__event_set(NULL, hNode, event, VCU_CU_NODE_EVENT_WAIT);
+}
+
+/* The exec's child graph node runs childGraph (of the same shape) from
+ * now on, and the exec that graph's staged copies too. */
+VCU__EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                        CUgraph childGraph)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__gexec_t *x = (vcu__gexec_t *)hGraphExec;
+    vcu__graph_t *c, *top;
+    vcu__gnode_t *n;
+    CUresult e = vcu__gnode_arg(hNode, &n);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__graph_arg(childGraph, &c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(x, VCU__K_GEXEC) || c->dev != x->dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vcu__drv.lock);
+    for (top = c; top->parent != NULL; top = top->parent)
+        ;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (vcu__stages_copy(&x->stages, &top->stages) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_CHILD;
+    r.function = c->h;
+    return vcu__node_set(hGraphExec, n, &r, NULL, 0);
+}
+
 /* cuGraphNodeSetParams and cuGraphExecNodeSetParams: the kinds this
- * library makes (kernel, copy, memset, host). */
+ * library makes (kernel, copy, memset, host, event record and wait; a
+ * child graph in an exec). */
 static CUresult vcu__params_set(CUgraphExec hExec, CUgraphNode hNode, CUgraphNodeParams *p,
                                 const char *who)
 {
@@ -269,9 +334,19 @@ static CUresult vcu__params_set(CUgraphExec hExec, CUgraphNode hNode, CUgraphNod
         hp.fn = p->host.fn;
         hp.userData = p->host.userData;
         return vcu__host_set(hExec, hNode, &hp);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        return vcu__event_set(hExec, hNode, p->eventRecord.event, VCU_CU_NODE_EVENT_RECORD);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        return vcu__event_set(hExec, hNode, p->eventWait.event, VCU_CU_NODE_EVENT_WAIT);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        if (hExec != NULL)
+            return cuGraphExecChildGraphNodeSetParams(hExec, hNode, p->graph.graph);
+        vcu__log_once(&logged, "libcuda (virtio-cuda): %s: a child graph node's graph is "
+                               "changed through cuGraphChildGraphNodeGetGraph\n", who);
+        return CUDA_ERROR_NOT_SUPPORTED;
     default:
-        vcu__log_once(&logged, "libcuda (virtio-cuda): %s: only kernel, memcpy, memset and "
-                               "host nodes are supported\n", who);
+        vcu__log_once(&logged, "libcuda (virtio-cuda): %s: only kernel, memcpy, memset, host, "
+                               "event and (in an exec) child graph nodes are supported\n", who);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
 }
@@ -349,6 +424,18 @@ VCU__EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_
 {
     return vcu__node_get(hNode, VCU_CU_NODE_HOST, nodeParams, sizeof(*nodeParams),
                          "cuGraphHostNodeGetParams");
+}
+
+VCU__EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    return vcu__node_get(hNode, VCU_CU_NODE_EVENT_RECORD, event_out, sizeof(*event_out),
+                         "cuGraphEventRecordNodeGetEvent");
+}
+
+VCU__EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    return vcu__node_get(hNode, VCU_CU_NODE_EVENT_WAIT, event_out, sizeof(*event_out),
+                         "cuGraphEventWaitNodeGetEvent");
 }
 
 /*
@@ -716,7 +803,18 @@ VCU__EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
         *pp = n->next;
         g->nnodes--;
     }
+    /* A child node's graph went with it (the host's handle too). */
+    if (n->child != NULL) {
+        vcu__graph_t **bp;
+
+        for (bp = &g->bodies; *bp != NULL && *bp != n->child; bp = &(*bp)->body_next)
+            ;
+        if (*bp == n->child)
+            *bp = n->child->body_next;
+    }
     pthread_mutex_unlock(&vcu__drv.lock);
+    if (n->child != NULL)
+        vcu__graph_free(n->child);
     vcu__reg_del(n);
     free(n->kbuf);
     free(n);

@@ -355,8 +355,8 @@ static CUresult vcu__cond_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphN
 /*
  * The generic call (NVIDIA's runtime makes its memory allocation nodes,
  * conditional nodes and others through it): each type as its own call
- * does it here.  Types this library does not add (child graphs, events,
- * external semaphores, memory operations) are CUDA_ERROR_NOT_SUPPORTED,
+ * does it here.  Types this library does not add (external semaphores,
+ * memory operations; a child graph moved into its node) are CUDA_ERROR_NOT_SUPPORTED,
  * logged once; so is edge data other than the default.
  */
 static CUresult vcu__add_node_any(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -416,6 +416,18 @@ static CUresult vcu__add_node_any(CUgraphNode *phGraphNode, CUgraph hGraph,
         return cuGraphAddMemFreeNode(phGraphNode, hGraph, deps, ndeps, np->free.dptr);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
         return vcu__cond_node(phGraphNode, g, deps, ndeps, &np->conditional);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        /* Moving the graph into the node: not offered (a clone is). */
+        if (np->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
+            vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddNode of a child graph "
+                                   "moved into its node is not supported\n");
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        return cuGraphAddChildGraphNode(phGraphNode, hGraph, deps, ndeps, np->graph.graph);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        return cuGraphAddEventRecordNode(phGraphNode, hGraph, deps, ndeps, np->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        return cuGraphAddEventWaitNode(phGraphNode, hGraph, deps, ndeps, np->eventWait.event);
     default:
         vcu__log_once(&logged, "libcuda (virtio-cuda): cuGraphAddNode of a node of type %d "
                                "is not supported\n", (int)np->type);

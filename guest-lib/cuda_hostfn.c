@@ -158,6 +158,14 @@ uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg)
     return vcu__hf_new(fn, NULL, NULL, arg, 1);
 }
 
+uint64_t vcu__hostfn_once(CUhostFn fn, void *arg)
+{
+    pthread_once(&vcu__hf_once, vcu__hf_start_once);
+    if (!vcu__hf_thread_ok)
+        return 0;
+    return vcu__hf_new(fn, NULL, NULL, arg, 0);
+}
+
 void vcu__hostfn_forget(uint64_t cookie)
 {
     uint64_t idx = (cookie & 0xffffffffu) - VCU_CU_HANDLE_MIN;

@@ -57,6 +57,7 @@ enum {
     VCU__K_GEXEC,
     VCU__K_ARRAY,
     VCU__K_MIPMAP,
+    VCU__K_UOBJ,
 };
 
 /* A context-local storage entry (cuda_export.c). */
@@ -181,9 +182,14 @@ typedef struct vcu__gnode_s {
         CUDA_MEMCPY3D copy;
         CUDA_MEMSET_NODE_PARAMS set;
         CUDA_HOST_NODE_PARAMS host;
+        CUevent event;              /* EVENT_RECORD, EVENT_WAIT */
     } p;
     char *kbuf;
     CUgraph *bodies;                /* a conditional node's phGraph_out, freed with it */
+    /* A child graph node's graph (cuGraphChildGraphNodeGetGraph), made at
+     * the first ask, on g's bodies; goes with the node.  Under
+     * vcu__drv.lock. */
+    struct vcu__graph_s *child;
 } vcu__gnode_t;
 
 typedef struct vcu__graph_s {
@@ -428,6 +434,9 @@ CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char
 uint64_t vcu__hostfn_cookie(CUhostFn fn, void *arg);
 /* Frees a graph host node's cookie (a stage's, once no graph runs it). */
 void vcu__hostfn_forget(uint64_t cookie);
+/* A function the host hands over once, with no stream (a user object's
+ * destructor): its cookie, forgotten when it runs; 0 if out of memory. */
+uint64_t vcu__hostfn_once(CUhostFn fn, void *arg);
 
 /* The device's primary context, made at the first ask and never freed;
  * not retained here. */

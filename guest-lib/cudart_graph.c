@@ -590,6 +590,236 @@ VCU__EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaG
                                   0));
 }
 
+/* ---- child graph and event nodes, user objects ---------------------------- */
+
+/* The host clones childGraph into the node; graph holds its staged copies. */
+VCU__EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                   const cudaGraphNode_t *pDependencies,
+                                                   size_t numDependencies, cudaGraph_t childGraph)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__graph_t *g, *c;
+    cudaError_t e = vcu__graph(graph, &g);
+
+    if (e == cudaSuccess)
+        e = vcu__graph(childGraph, &c);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (c->dev != g->dev)
+        return vcu__err(cudaErrorInvalidValue);
+    if (vcu__stages_copy(&g->stages, &c->stages) != 0)
+        return vcu__err(cudaErrorMemoryAllocation);
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_CHILD;
+    r.function = c->h;
+    return vcu__err(vcu__add_node(pGraphNode, graph, pDependencies, numDependencies, &r, NULL, 0,
+                                  0));
+}
+
+/* The node's own graph (CU_GRAPH_CHILD_GRAPH), a body of the node's graph. */
+VCU__EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *pGraph)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__node_t *n = (vcu__node_t *)node;
+    cudaGraph_t b = NULL;
+    cudaError_t e;
+
+    if (!vcu__reg_has(n, VCU__H_NODE) || pGraph == NULL || n->kind != VCU_CU_NODE_CHILD)
+        return vcu__err(cudaErrorInvalidValue);
+    pthread_mutex_lock(&vcu__graph_mu);
+    b = (cudaGraph_t)n->child;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    if (b != NULL) {
+        *pGraph = b;
+        return cudaSuccess;
+    }
+    e = vcu__check_dev(n->g->dev);
+    memset(&r, 0, sizeof(r));
+    r.value = n->h;
+    if (e == cudaSuccess)
+        e = vcu__call(n->g->dev, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
+    if (e == cudaSuccess)
+        e = vcu__graph_body_new((cudaGraph_t)n->g, o.value, &b);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    /* Two threads asking at once: the second record stays a body. */
+    pthread_mutex_lock(&vcu__graph_mu);
+    if (n->child == NULL)
+        n->child = (vcu__graph_t *)b;
+    *pGraph = (cudaGraph_t)n->child;
+    pthread_mutex_unlock(&vcu__graph_mu);
+    return cudaSuccess;
+}
+
+static cudaError_t vcu__event_node(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                   const cudaGraphNode_t *deps, size_t ndeps, cudaEvent_t ev,
+                                   uint32_t kind)
+{
+    struct vcu_cu_graph_node_req r;
+    int dev;
+    cudaError_t e;
+
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    e = vcu__event_host(ev, &dev, &r.function);
+    if (e == cudaSuccess)
+        e = vcu__add_node(pGraphNode, graph, deps, ndeps, &r, NULL, 0, 0);
+    if (e == cudaSuccess)
+        ((vcu__node_t *)*pGraphNode)->event = ev;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                    const cudaGraphNode_t *pDependencies,
+                                                    size_t numDependencies, cudaEvent_t event)
+{
+    return vcu__event_node(pGraphNode, graph, pDependencies, numDependencies, event,
+                           VCU_CU_NODE_EVENT_RECORD);
+}
+
+VCU__EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                                  const cudaGraphNode_t *pDependencies,
+                                                  size_t numDependencies, cudaEvent_t event)
+{
+    return vcu__event_node(pGraphNode, graph, pDependencies, numDependencies, event,
+                           VCU_CU_NODE_EVENT_WAIT);
+}
+
+static cudaError_t vcu__event_get(cudaGraphNode_t node, cudaEvent_t *out, uint32_t kind)
+{
+    vcu__node_t *n = (vcu__node_t *)node;
+
+    if (!vcu__reg_has(n, VCU__H_NODE) || out == NULL || n->kind != kind)
+        return vcu__err(cudaErrorInvalidValue);
+    *out = n->event;
+    return cudaSuccess;
+}
+
+VCU__EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node,
+                                                         cudaEvent_t *event_out)
+{
+    return vcu__event_get(node, event_out, VCU_CU_NODE_EVENT_RECORD);
+}
+
+VCU__EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node,
+                                                       cudaEvent_t *event_out)
+{
+    return vcu__event_get(node, event_out, VCU_CU_NODE_EVENT_WAIT);
+}
+
+/*
+ * User objects: the host's driver counts the references (ours, graphs',
+ * execs'); the destructor's cookie comes back once, when the last goes,
+ * and runs on our callback thread (docs/driver-api.md, "User objects").
+ */
+typedef struct vcu__uobj_s {
+    int dev;
+    uint64_t h;
+    void *ptr;
+    cudaHostFn_t fn;
+} vcu__uobj_t;
+
+static void vcu__uobj_run(void *arg)
+{
+    vcu__uobj_t *u = arg;
+
+    vcu__reg_del(u);
+    u->fn(u->ptr);
+    free(u);
+}
+
+VCU__EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr,
+                                             cudaHostFn_t destroy, unsigned int initialRefcount,
+                                             unsigned int flags)
+{
+    struct vcu_cu_uobj_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__uobj_t *u;
+    int dev;
+    cudaError_t e;
+
+    if (object_out == NULL || destroy == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    e = vcu__enter(&dev);
+    if (e == cudaSuccess)
+        e = vcu__cb_start();
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    u = calloc(1, sizeof(*u));
+    if (u == NULL || vcu__reg_add(u, VCU__H_UOBJ) != 0) {
+        free(u);
+        return vcu__err(cudaErrorMemoryAllocation);
+    }
+    u->dev = dev;
+    u->ptr = ptr;
+    u->fn = destroy;
+    memset(&r, 0, sizeof(r));
+    r.cookie = vcu__cb_new(vcu__uobj_run, NULL, NULL, u, 0);
+    r.count = initialRefcount;
+    r.flags = flags;
+    e = r.cookie != 0 ? vcu__call(dev, VCU_OP_CU_USER_OBJECT_CREATE, 0, &r, sizeof(r), NULL, 0,
+                                  &o, sizeof(o))
+                      : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        vcu__cb_free(r.cookie);
+        vcu__reg_del(u);
+        free(u);
+        return vcu__err(e);
+    }
+    u->h = o.value;
+    *object_out = (cudaUserObject_t)u;
+    return cudaSuccess;
+}
+
+/* CU_USER_OBJECT_REF; the object may be gone once the host answers. */
+static cudaError_t vcu__uobj_ref(cudaUserObject_t object, cudaGraph_t graph, unsigned int count,
+                                 unsigned int flags, uint32_t what)
+{
+    struct vcu_cu_uobj_req r;
+    vcu__uobj_t *u = (vcu__uobj_t *)object;
+    vcu__graph_t *g = NULL;
+    cudaError_t e = cudaSuccess;
+
+    if (graph != NULL || what == VCU_CU_UOBJ_GRAPH_RETAIN || what == VCU_CU_UOBJ_GRAPH_RELEASE)
+        e = vcu__graph(graph, &g);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (!vcu__reg_has(u, VCU__H_UOBJ))
+        return vcu__err(cudaErrorInvalidValue);
+    memset(&r, 0, sizeof(r));
+    r.object = u->h;
+    r.graph = g != NULL ? g->h : 0;
+    r.count = count;
+    r.flags = flags;
+    r.what = what;
+    return vcu__err(vcu__call(g != NULL ? g->dev : u->dev, VCU_OP_CU_USER_OBJECT_REF, 0, &r,
+                              sizeof(r), NULL, 0, NULL, 0));
+}
+
+VCU__EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
+{
+    return vcu__uobj_ref(object, NULL, count, 0, VCU_CU_UOBJ_RETAIN);
+}
+
+VCU__EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
+{
+    return vcu__uobj_ref(object, NULL, count, 0, VCU_CU_UOBJ_RELEASE);
+}
+
+VCU__EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object,
+                                                  unsigned int count, unsigned int flags)
+{
+    return vcu__uobj_ref(object, graph, count, flags, VCU_CU_UOBJ_GRAPH_RETAIN);
+}
+
+VCU__EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object,
+                                                   unsigned int count)
+{
+    return vcu__uobj_ref(object, graph, count, 0, VCU_CU_UOBJ_GRAPH_RELEASE);
+}
+
 VCU__EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
 {
     struct vcu_cu_u64_req r;
@@ -817,6 +1047,15 @@ VCU__EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGrap
         break;
     case VCU__RT_NODE_COND:
         *pType = cudaGraphNodeTypeConditional;
+        break;
+    case VCU_CU_NODE_CHILD:
+        *pType = cudaGraphNodeTypeGraph;
+        break;
+    case VCU_CU_NODE_EVENT_RECORD:
+        *pType = cudaGraphNodeTypeEventRecord;
+        break;
+    case VCU_CU_NODE_EVENT_WAIT:
+        *pType = cudaGraphNodeTypeWaitEvent;
         break;
     default:
         *pType = cudaGraphNodeTypeEmpty;

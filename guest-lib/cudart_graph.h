@@ -21,6 +21,10 @@ typedef struct vcu__node_s {
     uint32_t kind;                  /* VCU_CU_NODE_* */
     struct vcu__node_s *next;
     void *owned;                    /* freed with it (a conditional node's phGraph_out) */
+    cudaEvent_t event;              /* an event node's */
+    /* A child graph node's graph (cudaGraphChildGraphNodeGetGraph), on
+     * g's bodies.  Under vcu__graph_mu. */
+    struct vcu__graph_s *child;
 } vcu__node_t;
 
 typedef struct vcu__graph_s {

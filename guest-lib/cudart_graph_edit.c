@@ -52,6 +52,81 @@ static cudaError_t vcu__node_arg(cudaGraphNode_t node, vcu__node_t **out)
     return cudaSuccess;
 }
 
+/* An event node's event (kind: which node), in exec or (NULL) its graph. */
+static cudaError_t vcu__event_set(cudaGraphExec_t exec, cudaGraphNode_t node, cudaEvent_t ev,
+                                  uint32_t kind)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__node_t *n;
+    int dev;
+    cudaError_t e = vcu__node_arg(node, &n);
+
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    e = vcu__event_host(ev, &dev, &r.function);
+    if (e == cudaSuccess)
+        e = vcu__node_set(exec, node, &r, NULL, 0);
+    if (e == cudaSuccess && exec == NULL)
+        n->event = ev;
+    return vcu__err(e);
+}
+
+VCU__EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
+{
+    return vcu__event_set(NULL, node, event, VCU_CU_NODE_EVENT_RECORD);
+}
+
+VCU__EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
+{
+    return vcu__event_set(NULL, node, event, VCU_CU_NODE_EVENT_WAIT);
+}
+
+VCU__EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec,
+                                                             cudaGraphNode_t hNode,
+                                                             cudaEvent_t event)
+{
+    if (hGraphExec == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    return vcu__event_set(hGraphExec, hNode, event, VCU_CU_NODE_EVENT_RECORD);
+}
+
+VCU__EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec,
+                                                           cudaGraphNode_t hNode,
+                                                           cudaEvent_t event)
+{
+    if (hGraphExec == NULL)
+        return vcu__err(cudaErrorInvalidValue);
+    return vcu__event_set(hGraphExec, hNode, event, VCU_CU_NODE_EVENT_WAIT);
+}
+
+/* The exec's child graph node runs childGraph (of the same shape), and
+ * the exec its staged copies. */
+VCU__EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec,
+                                                             cudaGraphNode_t node,
+                                                             cudaGraph_t childGraph)
+{
+    struct vcu_cu_graph_node_req r;
+    vcu__exec_t *x = (vcu__exec_t *)hGraphExec;
+    vcu__graph_t *c;
+    vcu__node_t *n;
+    cudaError_t e = vcu__node_arg(node, &n);
+
+    if (e == cudaSuccess)
+        e = vcu__graph(childGraph, &c);
+    if (e != cudaSuccess)
+        return vcu__err(e);
+    if (!vcu__reg_has(x, VCU__H_GRAPH_EXEC) || x->dev != c->dev)
+        return vcu__err(cudaErrorInvalidValue);
+    if (vcu__stages_copy(&x->stages, &c->stages) != 0)
+        return vcu__err(cudaErrorMemoryAllocation);
+    memset(&r, 0, sizeof(r));
+    r.kind = VCU_CU_NODE_CHILD;
+    r.function = c->h;
+    return vcu__err(vcu__node_set(hGraphExec, node, &r, NULL, 0));
+}
+
 static cudaError_t vcu__kernel_set(cudaGraphExec_t exec, cudaGraphNode_t node,
                                    const struct cudaKernelNodeParams *p)
 {

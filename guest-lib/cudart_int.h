@@ -143,6 +143,7 @@ enum {
     VCU__H_NODE,
     VCU__H_KERNEL,
     VCU__H_POOL,
+    VCU__H_UOBJ,
 };
 
 /* ---- graphs (cudart_graph.c), for cudart_graph_mem.c -------------------- */
@@ -241,6 +242,8 @@ uint64_t vcu__cb_new(void (*fn)(void *), cudaStreamCallback_t cb, cudaStream_t s
                      int persistent);
 void vcu__cb_free(uint64_t cookie);
 cudaError_t vcu__cb_start(void);
+/* An event's device and wire handle (cudart_stream.c). */
+cudaError_t vcu__event_host(cudaEvent_t ev, int *dev, uint64_t *h);
 
 /* Launch shared by cudaLaunchKernel, graphs and __cudaLaunchKernel. */
 cudaError_t vcu__launch(vcu__kernel_t *k, dim3 grid, dim3 block, void **args, size_t shmem,

@@ -190,6 +190,18 @@ static cudaError_t vcu__event(cudaEvent_t ev, vcu__event_t **out)
     return vcu__check_dev((*out)->dev);
 }
 
+cudaError_t vcu__event_host(cudaEvent_t ev, int *dev, uint64_t *h)
+{
+    vcu__event_t *e;
+    cudaError_t r = vcu__event(ev, &e);
+
+    if (r != cudaSuccess)
+        return r;
+    *dev = e->dev;
+    *h = e->h;
+    return cudaSuccess;
+}
+
 static cudaError_t vcu__wait_event(cudaStream_t stream, cudaEvent_t event, unsigned int flags,
                                    int ptsz)
 {

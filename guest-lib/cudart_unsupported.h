@@ -28,8 +28,7 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
 #define VCU__WHY_OTHER "not in the protocol"
 #define VCU__WHY_NOTIFY "async notifications are not in the protocol"
 #define VCU__WHY_GRAPHICS "graphics interop is not available in the guest"
-#define VCU__WHY_GRAPH "graphs are built from new kernel, 1D copy, memset, host and empty nodes only"
-#define VCU__WHY_USEROBJ "user objects are not in the protocol"
+#define VCU__WHY_GRAPH "graphs are built from new kernel, 1D copy, memset, host, empty, child graph and event nodes only"
 #define VCU__WHY_IPC "no IPC across the VM boundary"
 #define VCU__WHY_LIBRARY "the library API is not in the protocol"
 #define VCU__WHY_LOGS "the logs API is not offered"
@@ -141,22 +140,11 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaGraphicsVDPAURegisterVideoSurface, GRAPHICS) \
     XX(cudaVDPAUGetDevice, GRAPHICS) \
     XX(cudaVDPAUSetVDPAUDevice, GRAPHICS) \
-    XX(cudaGraphAddChildGraphNode, GRAPH) \
     XX(cudaGraphAddDependencies, GRAPH) \
-    XX(cudaGraphAddEventRecordNode, GRAPH) \
-    XX(cudaGraphAddEventWaitNode, GRAPH) \
     XX(cudaGraphAddMemcpyNodeFromSymbol, GRAPH) \
     XX(cudaGraphAddMemcpyNodeToSymbol, GRAPH) \
-    XX(cudaGraphChildGraphNodeGetGraph, GRAPH) \
     XX(cudaGraphDebugDotPrint, GRAPH) \
     XX(cudaGraphDestroyNode, GRAPH) \
-    XX(cudaGraphEventRecordNodeGetEvent, GRAPH) \
-    XX(cudaGraphEventRecordNodeSetEvent, GRAPH) \
-    XX(cudaGraphEventWaitNodeGetEvent, GRAPH) \
-    XX(cudaGraphEventWaitNodeSetEvent, GRAPH) \
-    XX(cudaGraphExecChildGraphNodeSetParams, GRAPH) \
-    XX(cudaGraphExecEventRecordNodeSetEvent, GRAPH) \
-    XX(cudaGraphExecEventWaitNodeSetEvent, GRAPH) \
     XX(cudaGraphExecMemcpyNodeSetParams, GRAPH) \
     XX(cudaGraphExecMemcpyNodeSetParamsFromSymbol, GRAPH) \
     XX(cudaGraphExecMemcpyNodeSetParamsToSymbol, GRAPH) \
@@ -178,11 +166,6 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
     XX(cudaGraphRemoveDependencies, GRAPH) \
     XX(cudaStreamUpdateCaptureDependencies, GRAPH) \
     XX(cudaStreamUpdateCaptureDependencies_ptsz, GRAPH) \
-    XX(cudaGraphReleaseUserObject, USEROBJ) \
-    XX(cudaGraphRetainUserObject, USEROBJ) \
-    XX(cudaUserObjectCreate, USEROBJ) \
-    XX(cudaUserObjectRelease, USEROBJ) \
-    XX(cudaUserObjectRetain, USEROBJ) \
     XX(cudaIpcCloseMemHandle, IPC) \
     XX(cudaIpcGetEventHandle, IPC) \
     XX(cudaIpcGetMemHandle, IPC) \

@@ -302,7 +302,13 @@ struct vcu_resp_hdr {
     XX(CU_TEXOBJ_GET, 0x021f, vcu_cu_pair_req, vcu_cu_texobj_resp)                     \
     XX(CU_MIPMAP_CREATE, 0x0220, vcu_cu_mipmap_req, vcu_cu_u64_resp)                   \
     XX(CU_MIPMAP_DESTROY, 0x0221, vcu_cu_u64_req, vcu_cu_resp)                         \
-    XX(CU_MIPMAP_LEVEL, 0x0222, vcu_cu_pair_req, vcu_cu_u64_resp)
+    XX(CU_MIPMAP_LEVEL, 0x0222, vcu_cu_pair_req, vcu_cu_u64_resp)                     \
+    /* CUDA: graphs' child graphs, instantiation with parameters, user objects     \
+     * (last for the fuzz corpora as above) */                                      \
+    XX(CU_GRAPH_CHILD_GRAPH, 0x0240, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
+    XX(CU_GRAPH_INSTANTIATE_PARAMS, 0x0241, vcu_cu_graph_inst_req, vcu_cu_graph_inst_resp) \
+    XX(CU_USER_OBJECT_CREATE, 0x0242, vcu_cu_uobj_req, vcu_cu_u64_resp)                \
+    XX(CU_USER_OBJECT_REF, 0x0243, vcu_cu_uobj_req, vcu_cu_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -1194,12 +1200,18 @@ struct vcu_cu_link_resp {
  *   MEMSET  dst, pitch, width, height, value, elem_size
  *   HOST    cookie (run in the guest as CU_STREAM_HOST_FUNC)
  *   EMPTY   none
+ *   CHILD   function: a graph handle, cloned into the node (never the
+ *           graph itself nor one holding it: CUDA_ERROR_INVALID_VALUE)
+ *   EVENT_RECORD, EVENT_WAIT   function: an event handle
  */
 #define VCU_CU_NODE_KERNEL 1u
 #define VCU_CU_NODE_MEMCPY 2u
 #define VCU_CU_NODE_MEMSET 3u
 #define VCU_CU_NODE_HOST 4u
 #define VCU_CU_NODE_EMPTY 5u
+#define VCU_CU_NODE_CHILD 6u
+#define VCU_CU_NODE_EVENT_RECORD 7u
+#define VCU_CU_NODE_EVENT_WAIT 8u
 
 #define VCU_CU_STAGE_NONE 0u
 #define VCU_CU_STAGE_IN 1u
@@ -1235,7 +1247,8 @@ struct vcu_cu_graph_node_req {
 
 /*
  * CU_GRAPH_NODE_SET: new parameters for a KERNEL, MEMCPY (stage NONE),
- * MEMSET or HOST node (node: its handle), of the node's kind.  exec 0:
+ * MEMSET, HOST, EVENT_RECORD or EVENT_WAIT node, or (exec only) a CHILD
+ * node (node: its handle), of the node's kind.  exec 0:
  * in the node's graph (cuGraph*NodeSetParams); else only in that graph
  * exec, made from the node's graph (cuGraphExec*NodeSetParams).  n holds
  * them as CU_GRAPH_ADD_NODE's request does (n.hdr, n.graph and n.ndeps
@@ -1381,6 +1394,66 @@ struct vcu_cu_graph_cond_resp {
 };
 
 /*
+ * CU_GRAPH_CHILD_GRAPH (vcu_cu_u64_req value = a CHILD node's handle):
+ * cuGraphChildGraphNodeGetGraph.  The reply's value names the node's own
+ * graph (the clone it holds), the same handle each time: the guest adds
+ * to it as to any graph but may not destroy it (CU_GRAPH_DESTROY:
+ * CUDA_ERROR_INVALID_VALUE); it goes with the node and its graph.
+ *
+ * CU_GRAPH_INSTANTIATE_PARAMS: cuGraphInstantiateWithParams; flags
+ * CUDA_GRAPH_INSTANTIATE_FLAG_* (UPLOAD: uploaded on stream, a stream
+ * handle as CU_GRAPH_LAUNCH's).  The reply: the exec's handle, the
+ * CUgraphInstantiateResult, and the node the driver blames (a node
+ * handle of graph, 0: none).
+ */
+struct vcu_cu_graph_inst_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 graph;                 /* IN */
+    vcu_le64 flags;                 /* IN CUDA_GRAPH_INSTANTIATE_FLAG_* */
+    vcu_le64 stream;                /* IN the upload's stream (flag UPLOAD) */
+};
+
+struct vcu_cu_graph_inst_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 exec;                  /* OUT */
+    vcu_le32 result;                /* OUT CUgraphInstantiateResult */
+    vcu_le32 reserved;
+    vcu_le64 error_node;            /* OUT */
+};
+
+/*
+ * User objects.  CU_USER_OBJECT_CREATE: cuUserObjectCreate of count
+ * references (1..INT_MAX) held by the guest, flags
+ * CU_USER_OBJECT_NO_DESTRUCTOR_SYNC; the destructor is the guest's
+ * function of cookie (as CU_STREAM_HOST_FUNC's), which the host hands to
+ * CU_CALLBACK_WAIT once, when the driver drops the last reference (no
+ * CU_CALLBACK_DONE is waited for).  The reply's value is the object's
+ * handle, which names it until the destructor is handed over.
+ * CU_USER_OBJECT_REF does what says (object; count 1..INT_MAX):
+ *   RETAIN, RELEASE               the guest's own references
+ *   GRAPH_RETAIN, GRAPH_RELEASE   graph's (flags CU_GRAPH_USER_OBJECT_MOVE:
+ *                                 moved from the guest's)
+ * The host counts the references the guest holds and those it gave each
+ * graph: a release of more than those, or a retain of an object nobody
+ * is known to hold, is CUDA_ERROR_INVALID_VALUE.
+ */
+#define VCU_CU_UOBJ_RETAIN 1u
+#define VCU_CU_UOBJ_RELEASE 2u
+#define VCU_CU_UOBJ_GRAPH_RETAIN 3u
+#define VCU_CU_UOBJ_GRAPH_RELEASE 4u
+
+struct vcu_cu_uobj_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 object;                /* IN REF: the object's handle */
+    vcu_le64 graph;                 /* IN GRAPH_*: the graph's handle */
+    vcu_le64 cookie;                /* IN CREATE: the destructor's */
+    vcu_le32 count;                 /* IN */
+    vcu_le32 flags;                 /* IN */
+    vcu_le32 what;                  /* IN REF: VCU_CU_UOBJ_* */
+    vcu_le32 reserved;              /* 0 */
+};
+
+/*
  * CU_STREAM_CAPTURE_TO_GRAPH: cuStreamBeginCaptureToGraph, a capture of
  * stream into graph (the guest's, a conditional node's body for one),
  * its nodes after the ndeps le64 node handles of graph that follow;
@@ -1506,6 +1579,9 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_edges_req) == 24, "vcu_cu_graph_edge
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_mem_node_req) == 40, "vcu_cu_graph_mem_node_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_mem_node_resp) == 40, "vcu_cu_graph_mem_node_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_cond_req) == 40, "vcu_cu_graph_cond_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_inst_req) == 32, "vcu_cu_graph_inst_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_inst_resp) == 32, "vcu_cu_graph_inst_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_uobj_req) == 48, "vcu_cu_uobj_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_capture_to_graph_req) == 32,
                  "vcu_cu_capture_to_graph_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_graph_cond_resp) == 24 + 8 * VCU_CU_MAX_COND_BODIES,

@@ -168,7 +168,7 @@ uint32_t vcu__node_check(const struct vcu_cu_graph_node_req *rq,
     if (rq->kind == VCU_CU_NODE_MEMSET && rq->elem_size != 1 && rq->elem_size != 2 &&
         rq->elem_size != 4)
         return VCU_S_EINVAL;
-    if (rq->kind < VCU_CU_NODE_KERNEL || rq->kind > VCU_CU_NODE_EMPTY)
+    if (rq->kind < VCU_CU_NODE_KERNEL || rq->kind > VCU_CU_NODE_EVENT_WAIT)
         return VCU_S_EINVAL;
     if (rq->kind == VCU_CU_NODE_MEMCPY && vcu__node_copy(rq, copy) != 0)
         return VCU_S_EINVAL;
@@ -277,6 +277,83 @@ void vcu__node_memset(const struct vcu_cu_graph_node_req *rq, CUDA_MEMSET_NODE_P
     ms->height = (size_t)rq->height;
 }
 
+/* Is graph handle c the graph gh, or one holding it (a parent, at any
+ * depth)?  Such a child would hold its own parent. */
+static bool vcu__graph_holds(vcu__cuda_sess_t *cs, uint64_t c, uint64_t gh)
+{
+    uint32_t depth = 0;
+
+    while (gh != 0 && depth++ <= cs->tab.cap) {
+        vcu__hent_t *e;
+
+        if (gh == c)
+            return true;
+        e = vcu__htab_get(&cs->tab, gh, VCU__H_GRAPH);
+        if (e == NULL)
+            return false;
+        gh = e->u.graph.parent;
+    }
+    return false;
+}
+
+/* *set (a graph's or an exec's modules) gets those child graph entry
+ * ce's kernels use: its own, its root's if it is a body or a child
+ * node's graph (its bodies' are there), a capture's.  0, or -1 with
+ * o->res set. */
+int vcu__mods_of_child(vcu__op_t *o, vcu__modset_t **set, vcu__hent_t *ce)
+{
+    vcu__cuda_sess_t *cs = o->cs;
+    vcu__hent_t *re = ce->u.graph.root != 0
+                          ? vcu__htab_get(&cs->tab, ce->u.graph.root, VCU__H_GRAPH)
+                          : NULL;
+
+    if ((ce->u.graph.cap_id != 0 && vcu__mods_add_all(cs, set, cs->cap_mods) != 0) ||
+        vcu__mods_add_all(cs, set, ce->u.graph.mods) != 0 ||
+        (re != NULL && vcu__mods_add_all(cs, set, re->u.graph.mods) != 0)) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds a child graph node (a clone of the graph named by rq->function)
+ * to graph entry ge, which holds its modules from now on (and its root
+ * too, ge being a body); sets o->res. */
+static void vcu__node_child(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                            vcu__hent_t *ge, const CUgraphNode *deps, CUgraphNode *node)
+{
+    vcu__hent_t *ce = vcu__get(o, rq->function, VCU__H_GRAPH), *re;
+
+    if (ce == NULL)
+        return;
+    if (vcu__graph_holds(o->cs, rq->function, rq->graph)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return;
+    }
+    re = ge->u.graph.root != 0 ? vcu__htab_get(&o->cs->tab, ge->u.graph.root, VCU__H_GRAPH)
+                               : NULL;
+    if (vcu__mods_of_child(o, &ge->u.graph.mods, ce) != 0 ||
+        (re != NULL && vcu__mods_of_child(o, &re->u.graph.mods, ce) != 0))
+        return;
+    o->res = VCU__CU(o->cu, cuGraphAddChildGraphNode, node, ge->u.graph.g, deps, rq->ndeps,
+                     ce->u.graph.g);
+}
+
+/* Adds an event record or wait node of the event rq->function names. */
+static void vcu__node_event(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq, CUgraph g,
+                            const CUgraphNode *deps, CUgraphNode *node)
+{
+    vcu__hent_t *ee = vcu__get(o, rq->function, VCU__H_EVENT);
+
+    if (ee == NULL)
+        return;
+    if (rq->kind == VCU_CU_NODE_EVENT_RECORD)
+        o->res = VCU__CU(o->cu, cuGraphAddEventRecordNode, node, g, deps, rq->ndeps,
+                         ee->u.ev);
+    else
+        o->res = VCU__CU(o->cu, cuGraphAddEventWaitNode, node, g, deps, rq->ndeps, ee->u.ev);
+}
+
 /* Adds the request's node to graph entry ge, into *node; sets o->res. */
 static void vcu__node_add(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
                           vcu__hent_t *ge, const CUgraphNode *deps, const unsigned char *tail,
@@ -313,6 +390,13 @@ static void vcu__node_add(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
         o->res = VCU__CU(cu, cuGraphAddHostNode, node, ge->u.graph.g, deps, rq->ndeps, &hp);
         break;
     }
+    case VCU_CU_NODE_CHILD:
+        vcu__node_child(o, rq, ge, deps, node);
+        break;
+    case VCU_CU_NODE_EVENT_RECORD:
+    case VCU_CU_NODE_EVENT_WAIT:
+        vcu__node_event(o, rq, ge->u.graph.g, deps, node);
+        break;
     default:
         o->res = VCU__CU(cu, cuGraphAddEmptyNode, node, ge->u.graph.g, deps, rq->ndeps);
         break;
@@ -364,6 +448,312 @@ uint64_t vcu__node_name(vcu__op_t *o, uint64_t gh, CUgraphNode n)
     e->u.node.n = n;
     e->u.node.graph = gh;
     return h;
+}
+
+/*
+ * CU_GRAPH_CHILD_GRAPH: the child graph node's own graph, named once (the
+ * node keeps the handle): a graph entry the guest fills but may not
+ * destroy, going with the node (owner) or its graph (parent).
+ */
+uint32_t vcu__op_CU_GRAPH_CHILD_GRAPH(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
+    CUgraph child = NULL;
+    vcu__hent_t *ge, *be;
+    uint64_t gh, root, bh;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, ne, rq.value, VCU__H_GRAPH_NODE);
+    if (ne->u.node.child != 0 &&
+        vcu__htab_get(&o->cs->tab, ne->u.node.child, VCU__H_GRAPH) != NULL) {
+        o->rb.u64.value = ne->u.node.child;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuGraphNodeGetType, ne->u.node.n, &t);
+    if (o->res == CUDA_SUCCESS && t != CU_GRAPH_NODE_TYPE_GRAPH)
+        o->res = CUDA_ERROR_INVALID_VALUE;
+    if (o->res == CUDA_SUCCESS)
+        o->res = VCU__CU(o->cu, cuGraphChildGraphNodeGetGraph, ne->u.node.n, &child);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    gh = ne->u.node.graph;
+    ge = vcu__get(o, gh, VCU__H_GRAPH);
+    if (ge == NULL)
+        return VCU_S_OK;
+    root = ge->u.graph.root != 0 ? ge->u.graph.root : gh;
+    be = vcu__new(o, VCU__H_GRAPH, &bh);    /* ne and ge may move */
+    if (be == NULL)
+        return VCU_S_OK;
+    be->u.graph.g = child;
+    be->u.graph.parent = gh;
+    be->u.graph.root = root;
+    be->u.graph.owner = rq.value;
+    vcu__htab_get(&o->cs->tab, rq.value, VCU__H_GRAPH_NODE)->u.node.child = bh;
+    o->rb.u64.value = bh;
+    return VCU_S_OK;
+}
+
+/* ---- user objects -------------------------------------------------------- */
+
+/*
+ * The driver counts a user object's references, wherever they are (the
+ * guest's, graphs', their clones' and child nodes', execs' until their
+ * work is done) and calls vcu__uobj_dtor when the last goes, on a thread
+ * of its choosing; the guest's destructor then runs in the guest as a
+ * posted host function (vcu__cb_post).  What the host must know to never
+ * name a destroyed object to the driver: the references the guest holds
+ * (entry grefs) and those it gave each graph (graph urefs).  While either
+ * is not 0 the object lives; the guest may release no more than those.
+ * An entry goes once the object is dead (found at its next use, or at a
+ * new object's creation), or with the session.
+ *
+ * vcu__uobj_mu protects each record's gate and dead, taken by the
+ * destructor (any thread) and the worker; it is taken before a gate's mu.
+ */
+struct vcu__uobj_s {
+    CUuserObject obj;
+    uint64_t cookie;                /* the guest's destructor */
+    vcu__gate_t *gate;              /* NULL once the session ends */
+    bool dead;                      /* the driver destroyed it */
+};
+
+static pthread_mutex_t vcu__uobj_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void CUDA_CB vcu__uobj_dtor(void *arg)
+{
+    vcu__uobj_t *u = arg;
+
+    pthread_mutex_lock(&vcu__uobj_mu);
+    u->dead = true;
+    if (u->gate != NULL)
+        vcu__cb_post(u->gate, u->cookie);
+    pthread_mutex_unlock(&vcu__uobj_mu);
+}
+
+static bool vcu__uobj_dead(vcu__uobj_t *u)
+{
+    bool d;
+
+    pthread_mutex_lock(&vcu__uobj_mu);
+    d = u->dead;
+    pthread_mutex_unlock(&vcu__uobj_mu);
+    return d;
+}
+
+/* An entry's record goes with it (vcu__del), once dead: else the driver
+ * may still call its destructor, and it stays (the session's end). */
+void vcu__uobj_put(vcu__cuda_sess_t *cs, vcu__uobj_t *u)
+{
+    bool dead;
+
+    pthread_mutex_lock(&vcu__uobj_mu);
+    dead = u->dead;
+    u->gate = NULL;
+    pthread_mutex_unlock(&vcu__uobj_mu);
+    vcu__mem_give(cs, sizeof(*u));
+    if (dead)
+        free(u);
+}
+
+/* The session ends: no destructor reaches its gate from now on; graphs'
+ * reference counts go. */
+void vcu__uobj_sess_end(vcu__cuda_sess_t *cs)
+{
+    for (uint32_t i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_UOBJ && e->u.uobj.rec != NULL) {
+            vcu__uobj_put(cs, e->u.uobj.rec);
+            e->u.uobj.rec = NULL;
+        } else if (e->type == VCU__H_GRAPH && e->u.graph.urefs != NULL) {
+            free(e->u.graph.urefs);
+            vcu__mem_give(cs, (size_t)e->u.graph.nurefs * sizeof(vcu__uref_t));
+            e->u.graph.urefs = NULL;
+            e->u.graph.nurefs = 0;
+        }
+    }
+}
+
+/* Graph entry e's count of object h's references (slot *out), or NULL. */
+static vcu__uref_t *vcu__uref(vcu__hent_t *e, uint64_t h)
+{
+    for (uint32_t i = 0; i < e->u.graph.nurefs; i++)
+        if (e->u.graph.urefs[i].obj == h)
+            return &e->u.graph.urefs[i];
+    return NULL;
+}
+
+/* Does the guest, or a graph it gave references to, hold object h? */
+static bool vcu__uobj_held(vcu__cuda_sess_t *cs, uint64_t h, const vcu__hent_t *ue)
+{
+    if (ue->u.uobj.grefs > 0)
+        return true;
+    for (uint32_t i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+        vcu__uref_t *r;
+
+        if (e->type == VCU__H_GRAPH && (r = vcu__uref(e, h)) != NULL && r->count > 0)
+            return true;
+    }
+    return false;
+}
+
+/* Entries of objects the driver destroyed go. */
+static void vcu__uobj_sweep(vcu__cuda_sess_t *cs)
+{
+    for (uint32_t i = 0; i < cs->tab.cap; i++) {
+        vcu__hent_t *e = &cs->tab.ent[i];
+
+        if (e->type == VCU__H_UOBJ && e->u.uobj.rec != NULL && vcu__uobj_dead(e->u.uobj.rec))
+            vcu__del(cs, vcu__htab_handle_at(&cs->tab, i));
+    }
+}
+
+uint32_t vcu__op_CU_USER_OBJECT_CREATE(vcu__op_t *o)
+{
+    struct vcu_cu_uobj_req rq;
+    vcu__uobj_t *u;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.object != 0 || rq.graph != 0 || rq.what != 0 || rq.reserved != 0 || rq.cookie == 0)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    if (rq.count == 0 || rq.count > INT32_MAX || rq.flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    vcu__uobj_sweep(o->cs);
+    if (vcu__mem_take(o->cs, sizeof(*u)) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    u = calloc(1, sizeof(*u));
+    e = u != NULL ? vcu__new(o, VCU__H_UOBJ, &h) : NULL;
+    if (e == NULL) {
+        free(u);
+        vcu__mem_give(o->cs, sizeof(*u));
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    u->cookie = rq.cookie;
+    u->gate = &o->cs->gate;
+    o->res = VCU__CU(o->cu, cuUserObjectCreate, &u->obj, u, vcu__uobj_dtor, rq.count,
+                     rq.flags);
+    if (o->res != CUDA_SUCCESS) {
+        vcu__del(o->cs, h);         /* the entry has no record yet */
+        free(u);
+        vcu__mem_give(o->cs, sizeof(*u));
+        return VCU_S_OK;
+    }
+    e->u.uobj.rec = u;
+    e->u.uobj.grefs = rq.count;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+/* A graph's count of h's references, made room for (in the budget): the
+ * slot, or NULL (o->res set). */
+static vcu__uref_t *vcu__uref_slot(vcu__op_t *o, vcu__hent_t *ge, uint64_t h)
+{
+    vcu__uref_t *r = vcu__uref(ge, h), *n;
+
+    if (r != NULL)
+        return r;
+    o->res = CUDA_ERROR_OUT_OF_MEMORY;
+    if (vcu__mem_take(o->cs, sizeof(*r)) != 0)
+        return NULL;
+    n = realloc(ge->u.graph.urefs, (ge->u.graph.nurefs + 1) * sizeof(*n));
+    if (n == NULL) {
+        vcu__mem_give(o->cs, sizeof(*r));
+        return NULL;
+    }
+    o->res = CUDA_ERROR_INVALID_VALUE;
+    ge->u.graph.urefs = n;
+    r = &n[ge->u.graph.nurefs++];
+    memset(r, 0, sizeof(*r));
+    r->obj = h;
+    return r;
+}
+
+uint32_t vcu__op_CU_USER_OBJECT_REF(vcu__op_t *o)
+{
+    struct vcu_cu_uobj_req rq;
+    vcu__hent_t *ge = NULL;
+    vcu__uref_t *r = NULL;
+    vcu__uobj_t *u;
+    bool graph;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    graph = rq.what == VCU_CU_UOBJ_GRAPH_RETAIN || rq.what == VCU_CU_UOBJ_GRAPH_RELEASE;
+    if (rq.what < VCU_CU_UOBJ_RETAIN || rq.what > VCU_CU_UOBJ_GRAPH_RELEASE ||
+        rq.reserved != 0 || rq.cookie != 0 || (!graph && rq.graph != 0))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__GET(o, ue, rq.object, VCU__H_UOBJ);
+    u = ue->u.uobj.rec;
+    if (u == NULL || vcu__uobj_dead(u)) {
+        vcu__del(o->cs, rq.object);
+        o->res = CUDA_ERROR_INVALID_HANDLE;
+        return VCU_S_OK;
+    }
+    if (graph) {
+        ge = vcu__get(o, rq.graph, VCU__H_GRAPH);
+        if (ge == NULL)
+            return VCU_S_OK;
+    }
+    o->res = CUDA_ERROR_INVALID_VALUE;
+    if (rq.count == 0 || rq.count > INT32_MAX ||
+        (rq.flags != 0 && (rq.what != VCU_CU_UOBJ_GRAPH_RETAIN ||
+                           rq.flags != CU_GRAPH_USER_OBJECT_MOVE)))
+        return VCU_S_OK;
+    switch (rq.what) {
+    case VCU_CU_UOBJ_RETAIN:
+        if (!vcu__uobj_held(o->cs, rq.object, ue) ||
+            (uint64_t)ue->u.uobj.grefs + rq.count > INT32_MAX)
+            return VCU_S_OK;
+        o->res = VCU__CU(o->cu, cuUserObjectRetain, u->obj, rq.count);
+        if (o->res == CUDA_SUCCESS)
+            ue->u.uobj.grefs += rq.count;
+        break;
+    case VCU_CU_UOBJ_RELEASE:
+        if (rq.count > ue->u.uobj.grefs)
+            return VCU_S_OK;
+        o->res = VCU__CU(o->cu, cuUserObjectRelease, u->obj, rq.count);
+        if (o->res == CUDA_SUCCESS)
+            ue->u.uobj.grefs -= rq.count;
+        break;
+    case VCU_CU_UOBJ_GRAPH_RETAIN:
+        if (rq.flags == CU_GRAPH_USER_OBJECT_MOVE ? rq.count > ue->u.uobj.grefs
+                                                  : !vcu__uobj_held(o->cs, rq.object, ue))
+            return VCU_S_OK;
+        r = vcu__uref_slot(o, ge, rq.object);
+        if (r == NULL || (uint64_t)r->count + rq.count > INT32_MAX)
+            return VCU_S_OK;
+        o->res = VCU__CU(o->cu, cuGraphRetainUserObject, ge->u.graph.g, u->obj, rq.count,
+                         rq.flags);
+        if (o->res != CUDA_SUCCESS)
+            break;
+        r->count += rq.count;
+        if (rq.flags == CU_GRAPH_USER_OBJECT_MOVE)
+            ue->u.uobj.grefs -= rq.count;
+        break;
+    default:
+        r = vcu__uref(ge, rq.object);
+        if (r == NULL || r->count < rq.count)
+            return VCU_S_OK;
+        o->res = VCU__CU(o->cu, cuGraphReleaseUserObject, ge->u.graph.g, u->obj, rq.count);
+        if (o->res == CUDA_SUCCESS)
+            r->count -= rq.count;
+        break;
+    }
+    /* The last reference may have gone just now. */
+    if (vcu__uobj_dead(u))
+        vcu__del(o->cs, rq.object);
+    return VCU_S_OK;
 }
 
 /* ---- graph memory -------------------------------------------------------- */

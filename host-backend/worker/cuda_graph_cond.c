@@ -123,6 +123,7 @@ uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o)
         be->u.graph.g = np.conditional.phGraph_out[i];
         be->u.graph.parent = rq.graph;
         be->u.graph.root = root;
+        be->u.graph.owner = o->rb.cond.node;
         o->rb.cond.body[i] = bh;
     }
     o->rb.cond.nbodies = rq.size;
@@ -149,13 +150,12 @@ uint32_t vcu__op_CU_GRAPH_CLONE(vcu__op_t *o)
     return vcu__graph_put(o, g, e->u.graph.mods);
 }
 
+static uint64_t vcu__exec_put(vcu__op_t *o, vcu__hent_t *e, CUgraphExec ge);
+
 uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;
     CUgraphExec ge = NULL;
-    const vcu__modset_t *mods;
-    vcu__hent_t *x;
-    uint64_t h, gmem;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
@@ -167,12 +167,62 @@ uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuGraphInstantiate, &ge, e->u.graph.g, (unsigned long long)rq.b);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
+    o->rb.u64.value = vcu__exec_put(o, e, ge);
+    return VCU_S_OK;
+}
+
+/*
+ * CU_GRAPH_INSTANTIATE_PARAMS: as CU_GRAPH_INSTANTIATE, with an upload
+ * stream and the driver's result and error node.
+ */
+uint32_t vcu__op_CU_GRAPH_INSTANTIATE_PARAMS(vcu__op_t *o)
+{
+    struct vcu_cu_graph_inst_req rq;
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+    CUgraphExec ge = NULL;
+    CUstream st = NULL;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.graph, VCU__H_GRAPH);
+    if ((rq.flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) && vcu__stream(o, rq.stream, &st) != 0)
+        return VCU_S_OK;
+    if (e->u.graph.cap_id != 0 && vcu__mods_add_all(o->cs, &e->u.graph.mods, o->cs->cap_mods) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    memset(&ip, 0, sizeof(ip));
+    ip.flags = rq.flags;
+    ip.hUploadStream = st;
+    o->res = VCU__CU(o->cu, cuGraphInstantiateWithParams, &ge, e->u.graph.g, &ip);
+    o->rb.ginst.result = (uint32_t)ip.result_out;
+    if (o->res != CUDA_SUCCESS) {
+        if (ip.hErrNode_out != NULL) {
+            CUresult res = o->res;
+
+            o->rb.ginst.error_node = vcu__node_handle(o, ip.hErrNode_out, rq.graph);
+            o->res = res;
+        }
+        return VCU_S_OK;
+    }
+    o->rb.ginst.exec = vcu__exec_put(o, e, ge);
+    return VCU_S_OK;
+}
+
+/* A new exec entry for ge, instantiated from graph entry e: its handle,
+ * or 0 (o->res set; ge destroyed). */
+static uint64_t vcu__exec_put(vcu__op_t *o, vcu__hent_t *e, CUgraphExec ge)
+{
+    const vcu__modset_t *mods;
+    vcu__hent_t *x;
+    uint64_t h, gmem;
+
     gmem = o->cs->gmem_seen ? vcu__gmem_bytes(o->cu, e->u.graph.g, 0) : 0;
     mods = e->u.graph.mods;         /* e may move in vcu__new */
     x = vcu__new(o, VCU__H_GRAPH_EXEC, &h);
     if (x == NULL) {
         VCU__CU(o->cu, cuGraphExecDestroy, ge);
-        return VCU_S_OK;
+        return 0;
     }
     x->u.exec.ge = ge;
     x->u.exec.gmem = gmem;
@@ -180,10 +230,9 @@ uint32_t vcu__op_CU_GRAPH_INSTANTIATE(vcu__op_t *o)
         VCU__CU(o->cu, cuGraphExecDestroy, ge);
         vcu__del(o->cs, h);
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return VCU_S_OK;
+        return 0;
     }
-    o->rb.u64.value = h;
-    return VCU_S_OK;
+    return h;
 }
 
 uint32_t vcu__op_CU_GRAPH_LAUNCH(vcu__op_t *o)
@@ -277,6 +326,38 @@ static void vcu__set_kernel(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq
     vcu__params_free(o, fe, kp);
 }
 
+/* An exec's child graph node runs (a copy of) the graph rq->function
+ * names, of the same shape (the driver checks); the exec holds its
+ * modules from now on.  Sets o->res. */
+static void vcu__set_child(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                           vcu__hent_t *xe, CUgraphNode node)
+{
+    vcu__hent_t *ce = vcu__get(o, rq->function, VCU__H_GRAPH);
+
+    if (ce == NULL || vcu__mods_of_child(o, &xe->u.exec.mods, ce) != 0)
+        return;
+    o->res = VCU__CU(o->cu, cuGraphExecChildGraphNodeSetParams, xe->u.exec.ge, node,
+                     ce->u.graph.g);
+}
+
+/* An event node's event, in exec x or (NULL) in its graph.  Sets o->res. */
+static void vcu__set_event(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                           CUgraphExec x, CUgraphNode node)
+{
+    vcu__hent_t *ee = vcu__get(o, rq->function, VCU__H_EVENT);
+    CUevent ev;
+
+    if (ee == NULL)
+        return;
+    ev = ee->u.ev;
+    if (rq->kind == VCU_CU_NODE_EVENT_RECORD)
+        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecEventRecordNodeSetEvent, x, node, ev)
+                           : VCU__CU(o->cu, cuGraphEventRecordNodeSetEvent, node, ev);
+    else
+        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecEventWaitNodeSetEvent, x, node, ev)
+                           : VCU__CU(o->cu, cuGraphEventWaitNodeSetEvent, node, ev);
+}
+
 /*
  * CU_GRAPH_NODE_SET: checked as CU_GRAPH_ADD_NODE's node is; the node
  * must be of the kind the parameters are for (a staged copy, a child
@@ -290,6 +371,10 @@ uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o)
         [VCU_CU_NODE_MEMCPY] = CU_GRAPH_NODE_TYPE_MEMCPY,
         [VCU_CU_NODE_MEMSET] = CU_GRAPH_NODE_TYPE_MEMSET,
         [VCU_CU_NODE_HOST] = CU_GRAPH_NODE_TYPE_HOST,
+        [VCU_CU_NODE_EMPTY] = CU_GRAPH_NODE_TYPE_EMPTY,
+        [VCU_CU_NODE_CHILD] = CU_GRAPH_NODE_TYPE_GRAPH,
+        [VCU_CU_NODE_EVENT_RECORD] = CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+        [VCU_CU_NODE_EVENT_WAIT] = CU_GRAPH_NODE_TYPE_WAIT_EVENT,
     };
     struct vcu_cu_graph_set_req rq;
     CUDA_MEMCPY3D copy;
@@ -314,6 +399,12 @@ uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o)
     VCU__ENTER(o);
     if (rq.n.kind == VCU_CU_NODE_MEMCPY && rq.n.stage != VCU_CU_STAGE_NONE) {
         o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    /* A child graph node's graph is changed through its own handle
+     * (CU_GRAPH_CHILD_GRAPH); only an exec's copy is set. */
+    if (rq.n.kind == VCU_CU_NODE_CHILD && rq.exec == 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
     VCU__GET(o, ne, rq.node, VCU__H_GRAPH_NODE);
@@ -347,6 +438,13 @@ uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o)
         vcu__node_memset(&rq.n, &ms);
         o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecMemsetNodeSetParams, x, node, &ms, ctx)
                            : VCU__CU(o->cu, cuGraphMemsetNodeSetParams, node, &ms);
+        break;
+    case VCU_CU_NODE_CHILD:
+        vcu__set_child(o, &rq.n, xe, node);
+        break;
+    case VCU_CU_NODE_EVENT_RECORD:
+    case VCU_CU_NODE_EVENT_WAIT:
+        vcu__set_event(o, &rq.n, x, node);
         break;
     default:
         cb = vcu__cb_new(o->cs, rq.n.cookie, 0);
@@ -557,7 +655,16 @@ uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o)
     VCU__ENTER(o);
     VCU__GET(o, ne, rq.value, VCU__H_GRAPH_NODE);
     o->res = VCU__CU(o->cu, cuGraphDestroyNode, ne->u.node.n);
-    if (o->res == CUDA_SUCCESS)
-        vcu__del(o->cs, rq.value);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    vcu__del(o->cs, rq.value);
+    /* The graphs the node held (a conditional node's bodies, a child
+     * graph node's graph) went with it, and theirs. */
+    for (uint32_t i = 0; i < o->cs->tab.cap; i++) {
+        vcu__hent_t *b = &o->cs->tab.ent[i];
+
+        if (b->type == VCU__H_GRAPH && b->u.graph.owner == rq.value)
+            vcu__graph_drop(o->cs, vcu__htab_handle_at(&o->cs->tab, i));
+    }
     return VCU_S_OK;
 }

@@ -510,6 +510,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_graph_mem_node_resp gmem;
     struct vcu_cu_graph_cond_resp cond;
     struct vcu_cu_texobj_resp texobj;
+    struct vcu_cu_graph_inst_resp ginst;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -699,6 +700,7 @@ void CUDA_CB vcu__cb_trampoline(void *arg);
 uint32_t vcu__cb_wait(vcu__cuda_sess_t *cs, void *out, size_t out_cap, size_t *out_len,
                       vcu_request_t *req);
 uint32_t vcu__cb_done(vcu__cuda_sess_t *cs, const void *payload, void *out, size_t *out_len);
+void vcu__cb_post(vcu__gate_t *g, uint64_t cookie);
 
 /* cuda_stream.c */
 uint32_t vcu__op_CU_STREAM_CREATE(vcu__op_t *o);
@@ -755,9 +757,24 @@ uint32_t vcu__node_check(const struct vcu_cu_graph_node_req *rq, const unsigned 
                          size_t room, CUDA_MEMCPY3D *copy, const unsigned char **tail);
 void vcu__node_memset(const struct vcu_cu_graph_node_req *rq, CUDA_MEMSET_NODE_PARAMS *ms);
 uint64_t vcu__node_name(vcu__op_t *o, uint64_t gh, CUgraphNode n);
+int vcu__mods_of_child(vcu__op_t *o, vcu__modset_t **set, vcu__hent_t *ce);
+uint32_t vcu__op_CU_GRAPH_CHILD_GRAPH(vcu__op_t *o);
+/* User objects (cuda_graph.c): the record the driver's destructor gets,
+ * and the references the guest gave a graph (vcu__hent_t graph.urefs). */
+typedef struct vcu__uobj_s vcu__uobj_t;
+typedef struct vcu__uref_s {
+    uint64_t obj;                   /* the object's handle */
+    uint32_t count;
+    uint32_t reserved;
+} vcu__uref_t;
+uint32_t vcu__op_CU_USER_OBJECT_CREATE(vcu__op_t *o);
+uint32_t vcu__op_CU_USER_OBJECT_REF(vcu__op_t *o);
+void vcu__uobj_put(vcu__cuda_sess_t *cs, vcu__uobj_t *u);
+void vcu__uobj_sess_end(vcu__cuda_sess_t *cs);
 /* cuda_graph_cond.c */
 uint32_t vcu__op_CU_GRAPH_COND_HANDLE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_ADD_COND_NODE(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_INSTANTIATE_PARAMS(vcu__op_t *o);
 /* cuda_batch.c */
 void vcu__grun_drop(vcu__cuda_sess_t *cs, uint32_t d);
 uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,

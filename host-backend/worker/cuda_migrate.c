@@ -195,6 +195,10 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_GRAPH_NODE_DESTROY:
     case VCU_OP_CU_GRAPH_COND_HANDLE:
     case VCU_OP_CU_GRAPH_ADD_COND_NODE:
+    /* A child node's graph gets its handle again; an upload is made
+     * again (on a stream the history made). */
+    case VCU_OP_CU_GRAPH_CHILD_GRAPH:
+    case VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS:
         return VCU__MIG_REPLAY;
     case VCU_OP_CU_DRIVER_INFO:
     case VCU_OP_CU_DEVICE_INFO:
@@ -250,6 +254,12 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_GRAPH_ADD_MEM_NODE:
         *why = "graph memory nodes";
+        return VCU__MIG_REFUSE;
+    case VCU_OP_CU_USER_OBJECT_CREATE:
+    case VCU_OP_CU_USER_OBJECT_REF:
+        /* Where the references are (graphs, execs still running) is the
+         * driver's to know, and the destructor is a guest function. */
+        *why = "user objects";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_MEM_CREATE:
     case VCU_OP_CU_MEM_RELEASE:

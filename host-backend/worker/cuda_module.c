@@ -114,6 +114,12 @@ void vcu__del(vcu__cuda_sess_t *cs, uint64_t h)
         mods = e->u.graph.mods;
         if (e->u.graph.cap_id != 0)
             cs->cap_graphs--;
+        free(e->u.graph.urefs);
+        vcu__mem_give(cs, (size_t)e->u.graph.nurefs * sizeof(vcu__uref_t));
+        break;
+    case VCU__H_UOBJ:
+        if (e->u.uobj.rec != NULL)
+            vcu__uobj_put(cs, e->u.uobj.rec);
         break;
     case VCU__H_GRAPH_EXEC:
         mods = e->u.exec.mods;

@@ -30,6 +30,7 @@ enum {
     VCU__H_TEXOBJ,                  /* a texture object (cuda_array.c) */
     VCU__H_SURFOBJ,                 /* a surface object (cuda_array.c) */
     VCU__H_MIPMAP,                  /* a mipmapped array (cuda_array.c) */
+    VCU__H_UOBJ,                    /* a user object (cuda_graph.c) */
     VCU__H_NTYPES
 };
 
@@ -43,6 +44,8 @@ struct vcu__mod_s;
 struct vcu__modset_s;
 struct vcu__vmm_alloc_s;
 struct vcu_cu_texobj_req;
+struct vcu__uobj_s;
+struct vcu__uref_s;
 
 typedef struct vcu__hent_s {
     uint32_t gen;                   /* bumped when the slot is freed */
@@ -73,6 +76,15 @@ typedef struct vcu__hent_s {
              * holds the body's kernels' modules too. */
             uint64_t parent;
             uint64_t root;
+            /* Nonzero: a child graph node's own graph (parent: the node's
+             * graph; root as a body's), named for the guest by
+             * CU_GRAPH_CHILD_GRAPH; goes with node, its owner. */
+            uint64_t owner;
+            /* References to user objects the guest gave it (malloc'd, in
+             * the budget): what it may release, and at least what it
+             * holds. */
+            struct vcu__uref_s *urefs;
+            uint32_t nurefs;
         } graph;
         struct {
             CUgraphExec ge;
@@ -83,7 +95,12 @@ typedef struct vcu__hent_s {
         struct {
             CUgraphNode n;
             uint64_t graph;         /* handle of the graph it belongs to */
+            uint64_t child;         /* a child graph node's graph handle, or 0 */
         } node;
+        struct {
+            struct vcu__uobj_s *rec;        /* shared with the destructor */
+            uint32_t grefs;                 /* references the guest holds */
+        } uobj;
         CUmemoryPool pool;
         struct vcu__vmm_alloc_s *vmm;       /* the record, which owns the entry */
         struct {

@@ -544,6 +544,7 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     /* Release every trampoline and the parked wait before anything waits
      * for the GPU: a blocked trampoline would stall the synchronize below. */
     vcu__cuda_sess_cancel(cs);
+    vcu__uobj_sess_end(cs);
     vcu__mig_free(cs);
 
     /* A pool destroyed with blocks still out is released once they are
@@ -707,6 +708,44 @@ void CUDA_CB vcu__cb_trampoline(void *arg)
     if (--g->ntramp == 0 && g->ending)
         pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+}
+
+/*
+ * Hands cookie to the guest's CU_CALLBACK_WAIT and returns at once: a
+ * function the guest runs after the fact, whose CU_CALLBACK_DONE nobody
+ * waits for (a user object's destructor, on whatever thread the driver
+ * calls it).  Lost, as the trampoline's, when the queue cannot grow.
+ */
+void vcu__cb_post(vcu__gate_t *g, uint64_t cookie)
+{
+    vcu_request_t *req = NULL;
+
+    pthread_mutex_lock(&g->mu);
+    if (g->ending) {
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    if (g->parked != NULL) {
+        req = g->parked;
+        g->parked = NULL;
+    } else {
+        if (g->nq == g->capq) {
+            size_t ncap = g->capq ? g->capq * 2 : 16;
+            uint64_t *nq = realloc(g->queue, ncap * sizeof(*nq));
+
+            if (nq != NULL) {
+                g->queue = nq;
+                g->capq = ncap;
+            }
+        }
+        if (g->nq < g->capq)
+            g->queue[g->nq++] = cookie;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (req != NULL) {
+        vcu__write_u64_resp(vcu__resp_payload(req), CUDA_SUCCESS, cookie);
+        vcu__complete(req, VCU_S_OK, sizeof(struct vcu_cu_u64_resp));
+    }
 }
 
 int vcu__cuda_is_inline(uint32_t opcode)

@@ -58,6 +58,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -400,7 +401,25 @@ typedef enum {
     FC_NODE_MEMALLOC,
     FC_NODE_MEMFREE,
     FC_NODE_COND,
+    FC_NODE_EVENT_RECORD,
+    FC_NODE_EVENT_WAIT,
 } fc_node_type_t;
+
+/* A user object: its references, wherever held (the caller's, graphs',
+ * execs'); the destructor runs when the last goes.  On g_uobjs. */
+typedef struct fc_uobj_s {
+    struct fc_obj_s *next;      /* fc_obj_t's layout */
+    uint64_t id;
+    unsigned int refs;
+    void *ptr;
+    CUhostFn destroy;
+} fc_uobj_t;
+
+/* count references of a graph to a user object. */
+typedef struct fc_uref_s {
+    fc_uobj_t *obj;
+    unsigned int count;
+} fc_uref_t;
 
 /* A conditional handle: its value lives in host memory, which a twin
  * (the stand-in's device code) writes as cudaGraphSetConditional does.
@@ -449,6 +468,7 @@ struct fc_node_s {
             int dev;
         } alloc;
         CUdeviceptr free_dptr;
+        struct fc_event_s *event;   /* EVENT_RECORD, EVENT_WAIT */
         struct {
             fc_cond_t *cond;
             CUgraphConditionalNodeType type;
@@ -467,6 +487,8 @@ struct fc_graph_s {
     int body;                   /* a conditional node's: not destroyed alone */
     struct fc_graph_s *parent;  /* a body's: the graph of its node */
     unsigned int nconds;        /* conditional handles made on it */
+    fc_uref_t *urefs;           /* user object references it owns */
+    size_t nurefs;
 };
 
 struct fc_exec_s {
@@ -519,7 +541,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init;
 static uint64_t g_next_id = 1;
 static fc_obj_t *g_ctxs, *g_streams, *g_events, *g_modules, *g_funcs, *g_graphs, *g_execs,
-    *g_caps, *g_upools, *g_arrays, *g_texobjs, *g_surfobjs, *g_mipmaps;
+    *g_caps, *g_upools, *g_arrays, *g_texobjs, *g_surfobjs, *g_mipmaps, *g_uobjs;
 static fc_mem_t *g_mem;         /* sorted by base, ranges disjoint */
 static size_t g_nmem, g_capmem;
 static size_t g_dev_used[FC_NDEV];
@@ -1004,10 +1026,26 @@ static void fc_node_free(fc_node_t *n)
     free(n);
 }
 
+/* Drops count references to o; the last runs its destructor (on the
+ * calling thread, g_lock held: a destructor may not call CUDA). */
+static void fc_uobj_unref(fc_uobj_t *o, unsigned int count)
+{
+    o->refs -= count;
+    if (o->refs == 0) {
+        fc_list_del(&g_uobjs, o);
+        o->destroy(o->ptr);
+        free(o);
+    }
+}
+
 static void fc_graph_free(fc_graph_t *g)
 {
     if (!g)
         return;
+    for (size_t i = 0; i < g->nurefs; i++)
+        if (g->urefs[i].count > 0)
+            fc_uobj_unref(g->urefs[i].obj, g->urefs[i].count);
+    free(g->urefs);
     for (fc_cond_t *c = g_conds; c; c = c->next)
         if (c->graph == g)
             c->graph = NULL;
@@ -1166,6 +1204,19 @@ static fc_graph_t *fc_graph_clone(const fc_graph_t *src)
     if (fc_graph_append(g, src, NULL, 0) != CUDA_SUCCESS) {
         fc_graph_free(g);
         return NULL;
+    }
+    /* A copy owns the references its source owns (child graph nodes,
+     * execs, clones). */
+    if (src->nurefs) {
+        g->urefs = malloc(src->nurefs * sizeof(*g->urefs));
+        if (!g->urefs) {
+            fc_graph_free(g);
+            return NULL;
+        }
+        memcpy(g->urefs, src->urefs, src->nurefs * sizeof(*g->urefs));
+        g->nurefs = src->nurefs;
+        for (size_t i = 0; i < g->nurefs; i++)
+            g->urefs[i].obj->refs += g->urefs[i].count;
     }
     return g;
 }
@@ -1863,6 +1914,17 @@ static CUresult fc_node_exec(fc_ctx_t *ctx, fc_node_t *n)
     }
     case FC_NODE_COND:
         return fc_cond_run(ctx, n);
+    case FC_NODE_EVENT_RECORD:
+        /* An event destroyed since: the driver's behaviour is undefined. */
+        if (!fc_list_has(g_events, n->u.event))
+            return CUDA_ERROR_INVALID_HANDLE;
+        n->u.event->cap_id = 0;
+        n->u.event->recorded = 1;
+        n->u.event->ns = fc_now_ns();
+        return CUDA_SUCCESS;
+    case FC_NODE_EVENT_WAIT:
+        /* Recorded work is done work. */
+        return fc_list_has(g_events, n->u.event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -5957,14 +6019,12 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
 /* A graph nodes may be added to: a listed one, or a capture's (cuda.h:
  * every operation but destroying it and removing nodes is allowed on
  * the graph of a capture in progress). */
+static fc_graph_t *fc_graph_lookup(CUgraph h);
+static int fc_graph_in(const fc_graph_t *g, const fc_graph_t *want, int depth);
+
 static int fc_graph_addable(CUgraph hGraph)
 {
-    if (fc_list_has(g_graphs, hGraph))
-        return 1;
-    for (fc_obj_t *o = g_caps; o; o = o->next)
-        if ((CUgraph)((fc_cap_t *)o)->graph == hGraph)
-            return 1;
-    return 0;
+    return fc_graph_lookup(hGraph) != NULL;
 }
 
 static CUresult fc_graph_add_api(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -6111,7 +6171,9 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    if (!fc_list_has(g_graphs, childGraph) || childGraph == hGraph) {
+    /* A graph may not hold itself: hGraph is not childGraph nor in it. */
+    if (!fc_graph_lookup(childGraph) || !fc_graph_lookup(hGraph) ||
+        fc_graph_in((fc_graph_t *)childGraph, (fc_graph_t *)hGraph, 0)) {
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
@@ -6130,6 +6192,64 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
 out:
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+static fc_node_t *fc_node_find(CUgraphNode h);
+
+/* The node's own graph: changes to it are the node's (cuda.h). */
+CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    if (!n || n->type != FC_NODE_CHILD || !phGraph)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *phGraph = (CUgraph)n->u.child;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_event_node(CUgraphNode *phGraphNode, CUgraph hGraph,
+                              const CUgraphNode *dependencies, size_t numDependencies,
+                              CUevent event, fc_node_type_t type)
+{
+    fc_node_t *n;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    if (!fc_list_has(g_events, event)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    n = fc_node_new(type);
+    if (!n) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    n->u.event = (fc_event_t *)event;
+    rc = fc_graph_add_api(phGraphNode, hGraph, dependencies, numDependencies, n);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode *dependencies,
+                                           size_t numDependencies, CUevent event)
+{
+    return fc_event_node(phGraphNode, hGraph, dependencies, numDependencies, event,
+                         FC_NODE_EVENT_RECORD);
+}
+
+CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies,
+                                         size_t numDependencies, CUevent event)
+{
+    return fc_event_node(phGraphNode, hGraph, dependencies, numDependencies, event,
+                         FC_NODE_EVENT_WAIT);
 }
 
 /* Graph memory: an allocation node's address is fixed here, its range
@@ -6402,7 +6522,7 @@ CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     CUresult rc = CUDA_SUCCESS;
 
     pthread_mutex_lock(&g_lock);
-    if (!phGraphClone || !fc_list_has(g_graphs, originalGraph)) {
+    if (!phGraphClone || !fc_graph_lookup(originalGraph)) {
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
@@ -6418,13 +6538,28 @@ out:
     return rc;
 }
 
-/* Also answers for the graph a capture is building (see GetCaptureInfo). */
+/* Is want g, or the graph of a child graph node in g, at any depth? */
+static int fc_graph_in(const fc_graph_t *g, const fc_graph_t *want, int depth)
+{
+    if (g == want)
+        return 1;
+    if (depth > 64)
+        return 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->nodes[i]->type == FC_NODE_CHILD && fc_graph_in(g->nodes[i]->u.child, want, depth + 1))
+            return 1;
+    return 0;
+}
+
+/* Also answers for the graph a capture is building (see GetCaptureInfo)
+ * and a child graph node's own (cuGraphChildGraphNodeGetGraph). */
 static fc_graph_t *fc_graph_lookup(CUgraph h)
 {
-    if (fc_list_has(g_graphs, h))
-        return (fc_graph_t *)h;
+    for (fc_obj_t *o = g_graphs; o; o = o->next)
+        if (fc_graph_in((fc_graph_t *)o, (fc_graph_t *)h, 0))
+            return (fc_graph_t *)h;
     for (fc_obj_t *o = g_caps; o; o = o->next)
-        if (((fc_cap_t *)o)->graph == (fc_graph_t *)h)
+        if (((fc_cap_t *)o)->graph && fc_graph_in(((fc_cap_t *)o)->graph, (fc_graph_t *)h, 0))
             return (fc_graph_t *)h;
     return NULL;
 }
@@ -6457,14 +6592,16 @@ out:
     return rc;
 }
 
-CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                    unsigned long long flags)
+/* Called inside the stand-in too (cuGraphInstantiateWithParams): the
+ * name may resolve to the loopback guest library's. */
+static CUresult fc_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                               unsigned long long flags)
 {
     fc_exec_t *x;
     CUresult rc = CUDA_SUCCESS;
 
     pthread_mutex_lock(&g_lock);
-    if (!phGraphExec || !fc_list_has(g_graphs, hGraph) ||
+    if (!phGraphExec || !fc_graph_lookup(hGraph) ||
         (flags & ~(unsigned long long)(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
                                        CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
                                        CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
@@ -6536,6 +6673,38 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     t_cond_graph = NULL;
 out:
     pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                    unsigned long long flags)
+{
+    return fc_instantiate(phGraphExec, hGraph, flags);
+}
+
+/* As cuGraphInstantiate; an upload has nothing to do here (no device
+ * memory to put the graph in), but its stream must be one. */
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
+    CUresult rc;
+
+    if (!instantiateParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    instantiateParams->hErrNode_out = NULL;
+    instantiateParams->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+    if (instantiateParams->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
+        pthread_mutex_lock(&g_lock);
+        rc = fc_stream_get(instantiateParams->hUploadStream, &ctx, &s);
+        pthread_mutex_unlock(&g_lock);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    rc = fc_instantiate(phGraphExec, hGraph, instantiateParams->flags);
+    if (rc == CUDA_SUCCESS)
+        instantiateParams->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
     return rc;
 }
 
@@ -6969,10 +7138,23 @@ CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64
 
 /* A node of a live graph, or NULL (the handle is compared, never
  * followed, before it is found). */
+static int fc_graph_has_node_in(const fc_graph_t *g, const fc_node_t *h, int depth)
+{
+    if (fc_graph_has_node(g, h))
+        return 1;
+    if (depth > 64)
+        return 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->nodes[i]->type == FC_NODE_CHILD &&
+            fc_graph_has_node_in(g->nodes[i]->u.child, h, depth + 1))
+            return 1;
+    return 0;
+}
+
 static fc_node_t *fc_node_find(CUgraphNode h)
 {
     for (fc_obj_t *o = g_graphs; o; o = o->next)
-        if (fc_graph_has_node((fc_graph_t *)o, (const fc_node_t *)h))
+        if (fc_graph_has_node_in((fc_graph_t *)o, (const fc_node_t *)h, 0))
             return (fc_node_t *)h;
     return NULL;
 }
@@ -6986,6 +7168,8 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
         [FC_NODE_MEMALLOC] = CU_GRAPH_NODE_TYPE_MEM_ALLOC,
         [FC_NODE_MEMFREE] = CU_GRAPH_NODE_TYPE_MEM_FREE,
         [FC_NODE_COND] = CU_GRAPH_NODE_TYPE_CONDITIONAL,
+        [FC_NODE_EVENT_RECORD] = CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+        [FC_NODE_EVENT_WAIT] = CU_GRAPH_NODE_TYPE_WAIT_EVENT,
     };
     fc_node_t *n;
     CUresult rc = CUDA_SUCCESS;
@@ -7508,6 +7692,228 @@ CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNod
 
     pthread_mutex_lock(&g_lock);
     rc = fc_host_set(fc_exec_node(hGraphExec, hNode), nodeParams);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static CUresult fc_event_get(CUgraphNode hNode, fc_node_type_t type, CUevent *out)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_node_find(hNode);
+    if (!n || n->type != type || !out)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *out = (CUevent)n->u.event;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* An event node's event, in its graph (hExec NULL) or an exec's copy. */
+static CUresult fc_event_set(CUgraphExec hExec, CUgraphNode hNode, fc_node_type_t type,
+                             CUevent event)
+{
+    fc_node_t *n;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = hExec ? fc_exec_node(hExec, hNode) : fc_node_find(hNode);
+    if (!n || n->type != type || !fc_list_has(g_events, event))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        n->u.event = (fc_event_t *)event;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    return fc_event_get(hNode, FC_NODE_EVENT_RECORD, event_out);
+}
+
+CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    return fc_event_get(hNode, FC_NODE_EVENT_WAIT, event_out);
+}
+
+CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    return fc_event_set(NULL, hNode, FC_NODE_EVENT_RECORD, event);
+}
+
+CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    return fc_event_set(NULL, hNode, FC_NODE_EVENT_WAIT, event);
+}
+
+CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUevent event)
+{
+    return hGraphExec ? fc_event_set(hGraphExec, hNode, FC_NODE_EVENT_RECORD, event)
+                      : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                  CUevent event)
+{
+    return hGraphExec ? fc_event_set(hGraphExec, hNode, FC_NODE_EVENT_WAIT, event)
+                      : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Same shape: as many nodes, each of the same type and dependencies. */
+static int fc_graph_same_shape(const fc_graph_t *a, const fc_graph_t *b)
+{
+    if (a->n != b->n)
+        return 0;
+    for (size_t i = 0; i < a->n; i++) {
+        const fc_node_t *x = a->nodes[i], *y = b->nodes[i];
+
+        if (x->type != y->type || x->ndeps != y->ndeps ||
+            (x->ndeps && memcmp(x->deps, y->deps, x->ndeps * sizeof(*x->deps)) != 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* The exec's copy of a child graph node runs a copy of childGraph, whose
+ * shape must be the node's graph's (cuda.h). */
+CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUgraph childGraph)
+{
+    fc_node_t *n;
+    fc_graph_t *c = NULL;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    n = fc_exec_node(hGraphExec, hNode);
+    if (!n || n->type != FC_NODE_CHILD || !fc_graph_lookup(childGraph) ||
+        !fc_graph_same_shape(n->u.child, (fc_graph_t *)childGraph))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (!(c = fc_graph_clone((fc_graph_t *)childGraph)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (c) {
+        fc_graph_free(n->u.child);
+        n->u.child = c;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ---- user objects ---- */
+
+CUresult CUDAAPI cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+                                    unsigned int initialRefcount, unsigned int flags)
+{
+    fc_uobj_t *o;
+
+    if (!object_out || !destroy || initialRefcount == 0 || initialRefcount > INT_MAX ||
+        flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    o = calloc(1, sizeof(*o));
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->refs = initialRefcount;
+    o->ptr = ptr;
+    o->destroy = destroy;
+    pthread_mutex_lock(&g_lock);
+    fc_list_add(&g_uobjs, o);
+    pthread_mutex_unlock(&g_lock);
+    *object_out = (CUuserObject)o;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuUserObjectRetain(CUuserObject object, unsigned int count)
+{
+    fc_uobj_t *o = (fc_uobj_t *)object;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!fc_list_has(g_uobjs, o) || count == 0 || count > INT_MAX - o->refs)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        o->refs += count;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Releasing more than there are is undefined in CUDA: refused here. */
+CUresult CUDAAPI cuUserObjectRelease(CUuserObject object, unsigned int count)
+{
+    fc_uobj_t *o = (fc_uobj_t *)object;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!fc_list_has(g_uobjs, o) || count == 0 || count > o->refs)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        fc_uobj_unref(o, count);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static fc_uref_t *fc_uref_find(fc_graph_t *g, fc_uobj_t *o)
+{
+    for (size_t i = 0; i < g->nurefs; i++)
+        if (g->urefs[i].obj == o)
+            return &g->urefs[i];
+    return NULL;
+}
+
+CUresult CUDAAPI cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count,
+                                         unsigned int flags)
+{
+    fc_uobj_t *o = (fc_uobj_t *)object;
+    fc_graph_t *g;
+    fc_uref_t *r;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    g = fc_graph_lookup(graph);
+    if (!g || !fc_list_has(g_uobjs, o) || count == 0 || count > INT_MAX ||
+        (flags != 0 && flags != CU_GRAPH_USER_OBJECT_MOVE) ||
+        (flags == 0 && count > INT_MAX - o->refs)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    r = fc_uref_find(g, o);
+    if (!r) {
+        fc_uref_t *n = realloc(g->urefs, (g->nurefs + 1) * sizeof(*n));
+
+        if (!n) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        g->urefs = n;
+        r = &n[g->nurefs++];
+        r->obj = o;
+        r->count = 0;
+    }
+    r->count += count;
+    if (flags == 0)
+        o->refs += count;           /* else moved from the caller's */
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
+{
+    fc_uobj_t *o = (fc_uobj_t *)object;
+    fc_graph_t *g;
+    fc_uref_t *r;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    g = fc_graph_lookup(graph);
+    r = g && fc_list_has(g_uobjs, o) ? fc_uref_find(g, o) : NULL;
+    if (!r || count == 0 || count > r->count) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        r->count -= count;
+        fc_uobj_unref(o, count);
+    }
     pthread_mutex_unlock(&g_lock);
     return rc;
 }

@@ -5448,3 +5448,392 @@ TEST(migrate_graph_host)
     close(fd);
     return 0;
 }
+
+/* ---- child graph nodes, event nodes, user objects ----------------------- */
+
+/* A MEMSET node of 256 bytes of v at d on graph g, after dep (0: none). */
+static uint32_t tc_gset(tc_t *c, uint64_t g, uint64_t d, unsigned char v, uint64_t dep,
+                        uint64_t *node)
+{
+    struct vcu_cu_graph_node_req nq;
+
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = VCU_CU_NODE_MEMSET;
+    nq.dst = d;
+    nq.value = v;
+    nq.elem_size = 1;
+    nq.width = 256;
+    nq.height = 1;
+    nq.pitch = 256;
+    return tc_node(c, &nq, dep ? &dep : NULL, dep != 0, node);
+}
+
+/* A node of kind naming handle h (a CHILD's graph, an EVENT_*'s event). */
+static uint32_t tc_hnode(tc_t *c, uint64_t g, uint32_t kind, uint64_t h, uint64_t dep,
+                         uint64_t *node)
+{
+    struct vcu_cu_graph_node_req nq;
+
+    memset(&nq, 0, sizeof(nq));
+    nq.graph = g;
+    nq.kind = kind;
+    nq.function = h;
+    return tc_node(c, &nq, dep ? &dep : NULL, dep != 0, node);
+}
+
+/* CU_GRAPH_NODE_SET of node (in exec, or 0: its graph) to a kind naming h. */
+static uint32_t tc_hset(tc_t *c, uint64_t exec, uint64_t node, uint32_t kind, uint64_t h)
+{
+    struct vcu_cu_graph_node_req nq;
+
+    memset(&nq, 0, sizeof(nq));
+    nq.kind = kind;
+    nq.function = h;
+    return tc_node_set(c, exec, node, &nq, 0);
+}
+
+/*
+ * Child graph nodes from the host's side: the child graph handle must be
+ * a graph of the session that is not the graph nor one holding it; a
+ * child node's own graph has one handle, may be filled but not
+ * destroyed, and goes with its node or its graph; an exec's child is set
+ * only from a graph, only on a child node; kinds past the last refused.
+ */
+TEST(cuda_graph_child)
+{
+    uint64_t g, child, parent, emb, emb2, nc, nm, ns, nx, x, ev = 0, d = 0, e = 0, cnt = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 512, &e));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &child));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, child, d, 0x11, 0, &nm));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &parent));
+    /* Forged and wrong handles, the graph itself. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_hnode(&c, parent, VCU_CU_NODE_CHILD, 77, 0, &nc));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_hnode(&c, parent, VCU_CU_NODE_CHILD, ev, 0, &nc));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_hnode(&c, parent, VCU_CU_NODE_CHILD, nm, 0, &nc));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_hnode(&c, parent, VCU_CU_NODE_CHILD, parent, 0, &nc));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_hnode(&c, parent, VCU_CU_NODE_EVENT_WAIT + 1, child, 0, &nc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hnode(&c, parent, VCU_CU_NODE_CHILD, child, 0, &nc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, parent, e, 0x22, nc, &ns));
+    /* The node's own graph: one handle, two nodes, not destroyable. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, 99, &emb));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, child, &emb));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, ns, &emb));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, nc, &emb));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, nc, &emb2));
+    ASSERT_EQ_U64(emb, emb2);
+    ASSERT_NE(child, emb);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, emb, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, emb, e + 128, 0x33, 0, &nx));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, emb, &cnt));
+    ASSERT_EQ(2, cnt);
+    /* A graph holding its own parent: refused, however deep. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hnode(&c, emb, VCU_CU_NODE_CHILD, parent, 0, &nx));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hnode(&c, emb, VCU_CU_NODE_CHILD, emb, 0, &nx));
+    /* It runs: the child's memset, the one added to emb (half under the
+     * parent's, which runs after), the parent's. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, parent, &x));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x11));
+    CHECK(tc_mg_bytes(&c, e, 256, 0x22));
+    CHECK(tc_mg_bytes(&c, e + 256, 128, 0x33));
+    /* An exec's child: only from a graph, on a child node, in an exec. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hset(&c, 0, nc, VCU_CU_NODE_CHILD, child));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_hset(&c, x, nc, VCU_CU_NODE_CHILD, ev));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hset(&c, x, ns, VCU_CU_NODE_CHILD, child));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, g, d, 0x44, 0, &nx));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, g, e + 256, 0x45, 0, &nx));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hset(&c, x, nc, VCU_CU_NODE_CHILD, g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_SYNCHRONIZE, 0, 0, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x44));
+    CHECK(tc_mg_bytes(&c, e + 256, 128, 0x45));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hset(&c, x, nc, VCU_CU_NODE_CHILD, child));
+    /* The node goes, its graph with it; the exec stays. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_DESTROY, 0, ns, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_DESTROY, 0, nc, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, emb, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_gset(&c, emb, d, 1, 0, &nx));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, 0, 0, NULL, 0));
+    /* A child node's graph goes with its graph too. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_hnode(&c, parent, VCU_CU_NODE_CHILD, child, 0, &nc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, nc, &emb));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, parent, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&c, VCU_OP_CU_GRAPH_NODE_COUNT, 0, emb, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, x, NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/*
+ * Event record and wait nodes: only an event handle of the session names
+ * the event; a node's event is set (in its graph or an exec's copy) only
+ * on a node of that kind; a launched record node records.
+ */
+TEST(cuda_graph_event_nodes)
+{
+    uint64_t g, nr, nw, ns, x, ev = 0, ev2 = 0, d = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &ev2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_hnode(&c, g, VCU_CU_NODE_EVENT_RECORD, 0, 0, &nr));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_hnode(&c, g, VCU_CU_NODE_EVENT_RECORD, g, 0, &nr));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_hnode(&c, g, VCU_CU_NODE_EVENT_WAIT, ev + (1ull << 32), 0, &nw));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hnode(&c, g, VCU_CU_NODE_EVENT_WAIT, ev2, 0, &nw));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, g, d, 0x5a, nw, &ns));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hnode(&c, g, VCU_CU_NODE_EVENT_RECORD, ev, ns, &nr));
+    /* Set: of the node's kind only, to an event only. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hset(&c, 0, nw, VCU_CU_NODE_EVENT_RECORD, ev));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hset(&c, 0, ns, VCU_CU_NODE_EVENT_WAIT, ev));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_hset(&c, 0, nr, VCU_CU_NODE_EVENT_RECORD, g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hset(&c, 0, nr, VCU_CU_NODE_EVENT_RECORD, ev2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hset(&c, x, nr, VCU_CU_NODE_EVENT_RECORD, ev));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hset(&c, x, nr, VCU_CU_NODE_EVENT_WAIT, ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, ev, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, ev, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x5a));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, x, NULL));
+    tc_close(&c);
+    return 0;
+}
+
+/* CU_GRAPH_INSTANTIATE_PARAMS: the upload stream must be one, the result
+ * and exec come back; a refused instantiation says so. */
+TEST(cuda_graph_instantiate_params)
+{
+    struct vcu_cu_graph_inst_req rq;
+    struct vcu_cu_graph_inst_resp rp;
+    uint64_t g, n, s, d = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, g, d, 0x6b, 0, &n));
+    memset(&rq, 0, sizeof(rq));
+    rq.graph = g;
+    rq.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    rq.stream = 0xdead0000beefull;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS, 0, &rq, sizeof(rq), &rp,
+                              sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.r.result);
+    rq.stream = s;
+    rq.graph = n;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS, 0, &rq, sizeof(rq), &rp,
+                              sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.r.result);
+    rq.graph = g;
+    rq.flags = 1ull << 40;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS, 0, &rq, sizeof(rq), &rp,
+                              sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, rp.r.result);
+    ASSERT_EQ_U64(0, rp.exec);
+    ASSERT_NE(CUDA_GRAPH_INSTANTIATE_SUCCESS, rp.result);
+    rq.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS, 0, &rq, sizeof(rq), &rp,
+                              sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    ASSERT_EQ(CUDA_GRAPH_INSTANTIATE_SUCCESS, rp.result);
+    ASSERT_EQ_U64(0, rp.error_node);
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, rp.exec, s, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x6b));
+    tc_close(&c);
+    return 0;
+}
+
+/* A user object request; the CUresult or 0x10000 + the wire status, the
+ * reply's value in *out. */
+static uint32_t tc_uobj(tc_t *c, uint32_t op, uint64_t obj, uint64_t graph, uint64_t cookie,
+                        uint32_t count, uint32_t flags, uint32_t what, uint64_t *out)
+{
+    struct vcu_cu_uobj_req rq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.object = obj;
+    rq.graph = graph;
+    rq.cookie = cookie;
+    rq.count = count;
+    rq.flags = flags;
+    rq.what = what;
+    st = tc_do(c, op, 0, &rq, sizeof(rq), &rp, sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    if (out != NULL)
+        *out = rp.value;
+    return rp.r.result;
+}
+
+#define TC_UREF(c, o, g, n, f, w) tc_uobj((c), VCU_OP_CU_USER_OBJECT_REF, (o), (g), 0, (n), (f), (w), NULL)
+
+/*
+ * User objects: malformed requests and forged handles refused; the guest
+ * releases no more than it holds and a graph no more than it was given;
+ * the destructor's cookie is posted once, when the driver drops the last
+ * reference (here the exec's, when it is destroyed), and the handle is
+ * gone after.
+ */
+TEST(cuda_user_objects)
+{
+    const uint32_t nds = CU_USER_OBJECT_NO_DESTRUCTOR_SYNC;
+    struct vcu_cu_hdr h = {0, 0};
+    struct vcu_cu_u64_resp wr;
+    uint64_t u = 0, u2 = 0, g, g2, n, x, d = 0;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 256, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g2));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, g, d, 0x12, 0, &n));
+    /* Creation. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0, 1, nds, 0, &u));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 5, 0, 0xc1, 1, nds, 0, &u));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc1, 1, 0, 0, &u));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc1, 0, nds, 0, &u));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc1, 0x80000000u, nds, 0, &u));
+    ASSERT_EQ(CUDA_SUCCESS, tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc1, 1, nds, 0, &u));
+    ASSERT_EQ(CUDA_SUCCESS, tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc2, 2, nds, 0,
+                                    &u2));
+    /* Malformed references and forged handles. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, TC_UREF(&c, u, 0, 1, 0, 0));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, TC_UREF(&c, u, 0, 1, 0, 5));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, TC_UREF(&c, u, g, 1, 0, VCU_CU_UOBJ_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, TC_UREF(&c, 77, 0, 1, 0, VCU_CU_UOBJ_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, TC_UREF(&c, g, 0, 1, 0, VCU_CU_UOBJ_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, TC_UREF(&c, u, n, 1, 0, VCU_CU_UOBJ_GRAPH_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u, 0, 0, 0, VCU_CU_UOBJ_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              TC_UREF(&c, u, 0, 1, CU_GRAPH_USER_OBJECT_MOVE, VCU_CU_UOBJ_RETAIN));
+    /* No more released than held, by the guest or by a graph. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u, 0, 2, 0, VCU_CU_UOBJ_RELEASE));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u, g, 1, 0, VCU_CU_UOBJ_GRAPH_RELEASE));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              TC_UREF(&c, u, g, 2, CU_GRAPH_USER_OBJECT_MOVE, VCU_CU_UOBJ_GRAPH_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u, 0, 0x7fffffffu, 0, VCU_CU_UOBJ_RETAIN));
+    ASSERT_EQ(CUDA_SUCCESS, TC_UREF(&c, u2, g2, 1, 0, VCU_CU_UOBJ_GRAPH_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u2, g2, 2, 0, VCU_CU_UOBJ_GRAPH_RELEASE));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u2, g, 1, 0, VCU_CU_UOBJ_GRAPH_RELEASE));
+    ASSERT_EQ(CUDA_SUCCESS, TC_UREF(&c, u2, 0, 2, 0, VCU_CU_UOBJ_RELEASE));
+    /* Held by g2 alone: still named, still retained through it. */
+    ASSERT_EQ(CUDA_SUCCESS, TC_UREF(&c, u2, 0, 1, 0, VCU_CU_UOBJ_RETAIN));
+    ASSERT_EQ(CUDA_SUCCESS, TC_UREF(&c, u2, 0, 1, 0, VCU_CU_UOBJ_RELEASE));
+    /* u: moved into g, held by its exec once g is gone. */
+    ASSERT_EQ(CUDA_SUCCESS, TC_UREF(&c, u, g, 1, CU_GRAPH_USER_OBJECT_MOVE,
+                                    VCU_CU_UOBJ_GRAPH_RETAIN));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u, 0, 1, 0, VCU_CU_UOBJ_RELEASE));
+    ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g, NULL));
+    /* Nobody the host knows of holds it now: no retain reaches it. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, TC_UREF(&c, u, 0, 1, 0, VCU_CU_UOBJ_RETAIN));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, x, NULL));
+    /* The stand-in runs the destructor at the last release: the cookie
+     * waits for the guest's callback thread, once. */
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ(CUDA_SUCCESS, wr.r.result);
+    ASSERT_EQ_U64(0xc1, wr.value);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, TC_UREF(&c, u, 0, 1, 0, VCU_CU_UOBJ_RETAIN));
+    /* u2 goes with g2. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_DESTROY, 0, g2, NULL));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
+    ASSERT_EQ_U64(0xc2, wr.value);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, TC_UREF(&c, u2, 0, 1, 0, VCU_CU_UOBJ_RELEASE));
+    /* One left alive goes with the session. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc3, 1, nds, 0, &u));
+    tc_close(&c);
+    return 0;
+}
+
+/*
+ * A session with a child graph node (its own graph named and added to),
+ * event nodes and an exec instantiated with parameters migrates: the
+ * destination launches the same exec handle with the same results; user
+ * objects refuse the save, saying so.
+ */
+TEST(migrate_graph_child)
+{
+    struct vcu_cu_graph_inst_req rq;
+    struct vcu_cu_graph_inst_resp rp;
+    uint64_t child, parent, emb, nc, n, nr, s, ev = 0, d = 0, x, u, g1 = 0, g2 = 0;
+    char why[256];
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    s = tc_stream_new(&c);
+    ASSERT_NE(0, s);
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 512, &d));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, 0, &ev));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &child));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, child, d, 0x21, 0, &n));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &parent));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hnode(&c, parent, VCU_CU_NODE_CHILD, child, 0, &nc));
+    ASSERT_EQ(CUDA_SUCCESS, tc_hnode(&c, parent, VCU_CU_NODE_EVENT_RECORD, ev, nc, &nr));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, nc, &emb));
+    ASSERT_EQ(CUDA_SUCCESS, tc_gset(&c, emb, d + 256, 0x43, 0, &n));
+    memset(&rq, 0, sizeof(rq));
+    rq.graph = parent;
+    rq.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    rq.stream = s;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS, 0, &rq, sizeof(rq), &rp,
+                              sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.r.result);
+    x = rp.exec;
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g1));
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 512, 1, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s, 0, NULL, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, ev, NULL));
+    CHECK(tc_mg_bytes(&c, d, 256, 0x21));
+    CHECK(tc_mg_bytes(&c, d + 256, 256, 0x43));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, nc, &n));
+    ASSERT_EQ_U64(emb, n);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g2));
+    ASSERT_EQ_U64(g1, g2);
+    /* A user object: refused, saying why. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc1, 1,
+                                    CU_USER_OBJECT_NO_DESTRUCTOR_SYNC, 0, &u));
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "user objects") != NULL);
+    tc_close(&c);
+    close(fd);
+    return 0;
+}

@@ -60,6 +60,10 @@
     X(cuda_host_func_captured)          \
     X(cuda_capture_graph)               \
     X(cuda_graph_cond)                  \
+    X(cuda_graph_child)                 \
+    X(cuda_graph_event_nodes)           \
+    X(cuda_graph_instantiate_params)    \
+    X(cuda_user_objects)                \
     X(cuda_capture_deps)                \
     X(cuda_link)                        \
     X(cuda_ctx_reset)                   \
@@ -131,6 +135,7 @@
     X(migrate_graph)                    \
     X(migrate_capture_in_progress)      \
     X(migrate_host_func)                \
-    X(migrate_graph_host)
+    X(migrate_graph_host)               \
+    X(migrate_graph_child)
 
 #endif /* VCU_TEST_LIST_CUDA_H */
