@@ -189,6 +189,8 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_GRAPH_NODE_DESTROY:
     case VCU_OP_CU_GRAPH_COND_HANDLE:
     case VCU_OP_CU_GRAPH_ADD_COND_NODE:
+    /* Peer access: the contexts are made again, and so is the link. */
+    case VCU_OP_CU_CTX_PEER_ACCESS:
         return VCU__MIG_REPLAY;
     case VCU_OP_CU_DRIVER_INFO:
     case VCU_OP_CU_DEVICE_INFO:
@@ -203,6 +205,9 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MEMSET:
     case VCU_OP_CU_MEMCPY_2D:
     case VCU_OP_CU_MEMCPY_3D:   /* a copy; an array it names was refused already */
+    case VCU_OP_CU_MEMCPY_PEER:
+    case VCU_OP_CU_MEMCPY_3D_PEER:
+    case VCU_OP_CU_STREAM_MEMOPS:
     case VCU_OP_CU_MEMPOOL_GET_ATTR:
     case VCU_OP_CU_MEM_GET_RANGE:
     case VCU_OP_CU_FUNC_GET_ATTRS:

@@ -117,6 +117,9 @@
     X(array_texobj)                     \
     X(array_quota)                      \
     X(array_mipmap)                     \
+    /* test_peer.c */                   \
+    X(peer_hostile)                     \
+    X(memops_hostile)                   \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \
