@@ -6996,7 +6996,9 @@ CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig confi
     return rc;
 }
 
-/* The two devices reach each other over nothing: every attribute 0. */
+/* The two devices may reach each other (cuDeviceCanAccessPeer, peer
+ * access): access supported; no link to rank, no native atomics, no
+ * arrays over it. */
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
                                          CUdevice dstDevice)
 {
@@ -7005,7 +7007,7 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
     if (srcDevice < 0 || srcDevice >= FC_NDEV || dstDevice < 0 || dstDevice >= FC_NDEV ||
         srcDevice == dstDevice)
         return CUDA_ERROR_INVALID_DEVICE;
-    *value = 0;
+    *value = attrib == CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
     return CUDA_SUCCESS;
 }
 

@@ -4517,7 +4517,7 @@ TEST(cuda_call_roundtrip)
     pq.dstDevice = 1;
     memset(&pr, 0xff, sizeof(pr));
     ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
-    ASSERT_EQ(0, pr.value);
+    ASSERT_EQ(1, pr.value);
     tc_close(&c);
     return 0;
 }
