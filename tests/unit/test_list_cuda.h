@@ -128,6 +128,7 @@
     /* test_cuda.c: migration */        \
     X(migrate_roundtrip)                \
     X(migrate_first_use)                \
+    X(migrate_peer)                     \
     X(migrate_refused)                  \
     X(migrate_load_checks)              \
     X(migrate_graph)                    \
