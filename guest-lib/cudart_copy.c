@@ -776,12 +776,33 @@ VCU__EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void
     return vcu__err(vcu__copy_peer(dst, dstDevice, src, srcDevice, count, stream, 1, 0));
 }
 
-/* Both sides on one device only. */
+/*
+ * One side of a 3D copy between two devices: linear memory of device d
+ * at pos, its context's device named in reserved (CU_MEMCPY_3D_PEER).
+ */
+static void vcu__peer_side(struct vcu_cu_memcpy3d_side *w, struct cudaPitchedPtr ptr,
+                           struct cudaPos pos, int d)
+{
+    w->type = CU_MEMORYTYPE_DEVICE;
+    w->ptr = (uint64_t)(uintptr_t)ptr.ptr;
+    w->x = pos.x;
+    w->y = pos.y;
+    w->z = pos.z;
+    w->pitch = ptr.pitch;
+    w->height = ptr.ysize;
+    w->reserved = vcu__rt.dev[d].vord;
+}
+
+/* Both sides on one device: cudaMemcpy3D's copy there.  On two: linear
+ * memory, one CU_MEMCPY_3D_PEER (as cuMemcpy3DPeer sends it) on the
+ * stream's device (the source's for the synchronous copy). */
 static cudaError_t vcu__copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream,
                                     int async, int ptsz)
 {
     struct cudaMemcpy3DParms q;
-    int saved = vcu__cur_dev;
+    struct vcu_cu_memcpy3d_req r;
+    const struct cudaExtent *x;
+    int saved = vcu__cur_dev, dev;
     cudaError_t e;
 
     if (p == NULL)
@@ -791,8 +812,32 @@ static cudaError_t vcu__copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaS
         e = vcu__check_dev(p->dstDevice);
     if (e != cudaSuccess)
         return e;
-    if (p->srcDevice != p->dstDevice)
-        VCU__NOT_SUPPORTED("cudaMemcpy3DPeer between two devices", "no peer access");
+    if (p->srcDevice != p->dstDevice) {
+        x = &p->extent;
+        if (p->srcArray != NULL || p->dstArray != NULL)
+            VCU__NOT_SUPPORTED("cudaMemcpy3DPeer with a CUDA array",
+                               "CUDA arrays are not in the protocol");
+        if (p->srcPtr.ptr == NULL || p->dstPtr.ptr == NULL ||
+            (x->height > 1 && (p->srcPtr.pitch < x->width || p->dstPtr.pitch < x->width)) ||
+            (x->depth > 1 && (p->srcPtr.ysize < x->height || p->dstPtr.ysize < x->height)))
+            return cudaErrorInvalidValue;
+        memset(&r, 0, sizeof(r));
+        dev = p->srcDevice;
+        if (async) {
+            e = vcu__stream(stream, ptsz, &dev, &r.stream);
+            if (e != cudaSuccess)
+                return e;
+            r.flags = VCU_CU_MEMCPY_F_ASYNC;
+        }
+        if (x->width == 0 || x->height == 0 || x->depth == 0)
+            return cudaSuccess;
+        vcu__peer_side(&r.src, p->srcPtr, p->srcPos, p->srcDevice);
+        vcu__peer_side(&r.dst, p->dstPtr, p->dstPos, p->dstDevice);
+        r.width = x->width;
+        r.height = x->height;
+        r.depth = x->depth;
+        return vcu__call(dev, VCU_OP_CU_MEMCPY_3D_PEER, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    }
     memset(&q, 0, sizeof(q));
     q.srcArray = p->srcArray;
     q.srcPos = p->srcPos;
