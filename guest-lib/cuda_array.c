@@ -533,8 +533,9 @@ static CUresult vcu__copy3d_on(const CUDA_MEMCPY3D *p, int async, CUstream strea
     e = vcu__side(peer != NULL ? peer[0] : c, p->srcMemoryType, p->srcHost, p->srcDevice,
                   p->srcArray, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight, &src);
     if (e == CUDA_SUCCESS)
-        e = vcu__side(peer != NULL ? peer[1] : c, p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
-                      p->dstY, p->dstZ, p->dstPitch, p->dstHeight, &dst);
+        e = vcu__side(peer != NULL ? peer[1] : c, p->dstMemoryType, p->dstHost, p->dstDevice,
+                      p->dstArray, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight,
+                      &dst);
     if (e != CUDA_SUCCESS)
         return e;
     if (src.type == CU_MEMORYTYPE_HOST && dst.type == CU_MEMORYTYPE_HOST) {

@@ -479,7 +479,8 @@ static uint32_t vcu__3d_side(vcu__op_t *o, const struct vcu_cu_memcpy3d_req *rq,
 }
 
 /* m with the contexts of its two sides, for cuMemcpy3DPeer[Async]. */
-static void vcu__3d_peer(const CUDA_MEMCPY3D *m, CUcontext sc, CUcontext dc, CUDA_MEMCPY3D_PEER *p)
+static void vcu__3d_peer(const CUDA_MEMCPY3D *m, CUcontext sc, CUcontext dc,
+                         CUDA_MEMCPY3D_PEER *p)
 {
     memset(p, 0, sizeof(*p));
     p->srcXInBytes = m->srcXInBytes;
@@ -575,8 +576,8 @@ static uint32_t vcu__memcpy3d(vcu__op_t *o, int peer)
     }
     if (async && vcu__stream(o, rq.stream, &st) != 0)
         goto out;
-    if (async || (peer ? (void *)o->cu->fn.cuMemcpy3DPeerAsync
-                       : (void *)o->cu->fn.cuMemcpy3DAsync) != NULL) {
+    if (async || (peer ? o->cu->fn.cuMemcpy3DPeerAsync != NULL
+                       : o->cu->fn.cuMemcpy3DAsync != NULL)) {
         if (!async)
             st = CU_STREAM_LEGACY;
         o->res = vcu__3d_async(o, &m, sc, dc, st);

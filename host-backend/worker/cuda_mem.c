@@ -180,8 +180,8 @@ static uint32_t vcu__memcpy_dtod(vcu__op_t *o, const struct vcu_cu_memcpy_req *r
     if (rq->flags & VCU_CU_MEMCPY_F_ASYNC) {
         VCU__STREAM(o, st, rq->stream);
         o->res = vcu__dtod_async(o, rq, dc, sc, st);
-    } else if ((dc != NULL ? (void *)o->cu->fn.cuMemcpyPeerAsync
-                           : (void *)o->cu->fn.cuMemcpyDtoDAsync) != NULL) {
+    } else if (dc != NULL ? o->cu->fn.cuMemcpyPeerAsync != NULL
+                          : o->cu->fn.cuMemcpyDtoDAsync != NULL) {
         /* Synchronous: on the legacy stream, waited for by the core. */
         o->res = vcu__dtod_async(o, rq, dc, sc, CU_STREAM_LEGACY);
         if (o->res == CUDA_SUCCESS && vcu__park_stream(o, CU_STREAM_LEGACY) != 0)

@@ -205,33 +205,38 @@ static CUresult vcu__memop(vcu__op_t *o, const struct vcu_cu_memop *w,
                            CUstreamBatchMemOpParams *p)
 {
     const unsigned int wait_flags = CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH;
-    uint64_t n = 8;
+    int wait = w->type == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+               w->type == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    int is32 = w->type == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+               w->type == CU_STREAM_MEM_OP_WRITE_VALUE_32;
 
     memset(p, 0, sizeof(*p));
     switch (w->type) {
     case CU_STREAM_MEM_OP_WAIT_VALUE_32:
     case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-        n = 4;
-        if (w->value > UINT32_MAX)
-            return CUDA_ERROR_INVALID_VALUE;
-        /* fall through */
     case CU_STREAM_MEM_OP_WAIT_VALUE_64:
     case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-        if (w->type == CU_STREAM_MEM_OP_WAIT_VALUE_32 || w->type == CU_STREAM_MEM_OP_WAIT_VALUE_64
-                ? (w->flags & ~wait_flags) != 0
-                : w->flags != 0)           /* NO_MEMORY_BARRIER is not of the v2 API */
+        /* A write's NO_MEMORY_BARRIER is not of the v2 API. */
+        if ((wait ? (w->flags & ~wait_flags) != 0 : w->flags != 0) ||
+            (is32 && w->value > UINT32_MAX))
             return CUDA_ERROR_INVALID_VALUE;
-        if (w->address % n != 0 || !vcu__owned_range(o, w->address, n))
+        if (w->address % (is32 ? 4 : 8) != 0 || !vcu__owned_range(o, w->address, is32 ? 4 : 8))
             return CUDA_ERROR_INVALID_VALUE;
-        p->operation = (CUstreamBatchMemOpType)w->type;
-        if (w->type == CU_STREAM_MEM_OP_WAIT_VALUE_32 || w->type == CU_STREAM_MEM_OP_WAIT_VALUE_64) {
+        if (wait) {
+            p->waitValue.operation = (CUstreamBatchMemOpType)w->type;
             p->waitValue.address = (CUdeviceptr)w->address;
-            p->waitValue.value64 = w->value;
+            if (is32)
+                p->waitValue.value = (cuuint32_t)w->value;
+            else
+                p->waitValue.value64 = w->value;
             p->waitValue.flags = w->flags;
         } else {
+            p->writeValue.operation = (CUstreamBatchMemOpType)w->type;
             p->writeValue.address = (CUdeviceptr)w->address;
-            p->writeValue.value64 = w->value;
-            p->writeValue.flags = w->flags;
+            if (is32)
+                p->writeValue.value = (cuuint32_t)w->value;
+            else
+                p->writeValue.value64 = w->value;
         }
         return CUDA_SUCCESS;
     case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
