@@ -460,7 +460,7 @@ static CUresult vcu__side(vcu__ctx_t *c, CUmemorytype type, const void *host, CU
  */
 static CUresult vcu__copy3d_piece(vcu__ctx_t *c, const vcu__side_t *src, const vcu__side_t *dst,
                                   size_t width, size_t y0, size_t h, size_t z0, size_t d,
-                                  uint64_t stream, int async)
+                                  uint64_t stream, int async, vcu__ctx_t *const peer[2])
 {
     struct vcu_cu_memcpy3d_req r;
     const vcu__side_t *hs = src->type == CU_MEMORYTYPE_HOST ? src : dst;
@@ -489,15 +489,23 @@ static CUresult vcu__copy3d_piece(vcu__ctx_t *c, const vcu__side_t *src, const v
         b.flags = hs == src ? VCU_SEG_TO_DEVICE : VCU_SEG_FROM_DEVICE;
         nbufs = 1;
     }
-    return vcu__call(c->dev, VCU_OP_CU_MEMCPY_3D, &r, sizeof(r), &b, nbufs, NULL, 0);
+    if (peer != NULL) {
+        r.src.reserved = vcu__drv.dev[peer[0]->dev].vord;
+        r.dst.reserved = vcu__drv.dev[peer[1]->dev].vord;
+    }
+    return vcu__call(c->dev, peer != NULL ? VCU_OP_CU_MEMCPY_3D_PEER : VCU_OP_CU_MEMCPY_3D, &r,
+                     sizeof(r), &b, nbufs, NULL, 0);
 }
 
 /*
  * Any copy of cuMemcpy3D's shape.  With a host side, in pieces within
  * the session's transfer limit: whole slices where one fits, else rows
- * of one slice.  Host to host is done here.
+ * of one slice.  Host to host is done here.  peer: the contexts of the
+ * source and the destination (cuMemcpy3DPeer between two devices, sent
+ * as CU_MEMCPY_3D_PEER from the current context), or NULL.
  */
-static CUresult vcu__copy3d(const CUDA_MEMCPY3D *p, int async, CUstream stream, int ptsz)
+static CUresult vcu__copy3d_on(const CUDA_MEMCPY3D *p, int async, CUstream stream, int ptsz,
+                               vcu__ctx_t *const peer[2])
 {
     vcu__side_t src, dst;
     const vcu__side_t *hs;
@@ -522,11 +530,12 @@ static CUresult vcu__copy3d(const CUDA_MEMCPY3D *p, int async, CUstream stream, 
         ((p->srcMemoryType != CU_MEMORYTYPE_ARRAY && p->srcHeight < p->Height) ||
          (p->dstMemoryType != CU_MEMORYTYPE_ARRAY && p->dstHeight < p->Height)))
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__side(c, p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
-                  p->srcY, p->srcZ, p->srcPitch, p->srcHeight, &src);
+    e = vcu__side(peer != NULL ? peer[0] : c, p->srcMemoryType, p->srcHost, p->srcDevice,
+                  p->srcArray, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight, &src);
     if (e == CUDA_SUCCESS)
-        e = vcu__side(c, p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
-                      p->dstY, p->dstZ, p->dstPitch, p->dstHeight, &dst);
+        e = vcu__side(peer != NULL ? peer[1] : c, p->dstMemoryType, p->dstHost, p->dstDevice,
+                      p->dstArray, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight,
+                      &dst);
     if (e != CUDA_SUCCESS)
         return e;
     if (src.type == CU_MEMORYTYPE_HOST && dst.type == CU_MEMORYTYPE_HOST) {
@@ -544,7 +553,7 @@ static CUresult vcu__copy3d(const CUDA_MEMCPY3D *p, int async, CUstream stream, 
     hs = src.type == CU_MEMORYTYPE_HOST ? &src : dst.type == CU_MEMORYTYPE_HOST ? &dst : NULL;
     if (hs == NULL)
         return vcu__copy3d_piece(c, &src, &dst, p->WidthInBytes, 0, p->Height, 0, p->Depth,
-                                 wire, async);
+                                 wire, async, peer);
     if (p->WidthInBytes > max)
         return CUDA_ERROR_INVALID_VALUE;
     slice = (uint64_t)(p->Height - 1) * hs->w.pitch + p->WidthInBytes;
@@ -557,7 +566,7 @@ static CUresult vcu__copy3d(const CUDA_MEMCPY3D *p, int async, CUstream stream, 
             size_t n = p->Depth - z < per ? p->Depth - z : per;
 
             e = vcu__copy3d_piece(c, &src, &dst, p->WidthInBytes, 0, p->Height, z, n, wire,
-                                  async);
+                                  async, peer);
             if (e != CUDA_SUCCESS)
                 return e;
         }
@@ -569,12 +578,18 @@ static CUresult vcu__copy3d(const CUDA_MEMCPY3D *p, int async, CUstream stream, 
         for (size_t y = 0; y < p->Height; y += per) {
             size_t n = p->Height - y < per ? p->Height - y : per;
 
-            e = vcu__copy3d_piece(c, &src, &dst, p->WidthInBytes, y, n, z, 1, wire, async);
+            e = vcu__copy3d_piece(c, &src, &dst, p->WidthInBytes, y, n, z, 1, wire, async,
+                                  peer);
             if (e != CUDA_SUCCESS)
                 return e;
         }
     }
     return CUDA_SUCCESS;
+}
+
+static CUresult vcu__copy3d(const CUDA_MEMCPY3D *p, int async, CUstream stream, int ptsz)
+{
+    return vcu__copy3d_on(p, async, stream, ptsz, NULL);
 }
 
 CUresult vcu__copy2d_array(const CUDA_MEMCPY2D *p, int async, CUstream stream, int ptsz)
@@ -624,6 +639,81 @@ VCU__EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hSt
 VCU__EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
     return vcu__copy3d(pCopy, 1, hStream, 1);
+}
+
+/*
+ * cuMemcpy3DPeer[Async]: cuMemcpy3D's copy between a context of the
+ * source's device and one of the destination's.  Both of the current
+ * context's device: a cuMemcpy3D there; else CU_MEMCPY_3D_PEER, which
+ * the host copies between its contexts of the two devices (an array side
+ * must be of its context's device).
+ */
+static CUresult vcu__copy3d_peer(const CUDA_MEMCPY3D_PEER *p, int async, CUstream stream,
+                                 int ptsz)
+{
+    vcu__ctx_t *peer[2], *c;
+    CUDA_MEMCPY3D m;
+    CUresult e;
+
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    peer[0] = (vcu__ctx_t *)p->srcContext;
+    peer[1] = (vcu__ctx_t *)p->dstContext;
+    if (peer[0] == NULL || peer[1] == NULL || !vcu__reg_has(peer[0], VCU__K_CTX) ||
+        !vcu__reg_has(peer[1], VCU__K_CTX))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    memset(&m, 0, sizeof(m));
+    m.srcXInBytes = p->srcXInBytes;
+    m.srcY = p->srcY;
+    m.srcZ = p->srcZ;
+    m.srcLOD = p->srcLOD;
+    m.srcMemoryType = p->srcMemoryType;
+    m.srcHost = p->srcHost;
+    m.srcDevice = p->srcDevice;
+    m.srcArray = p->srcArray;
+    m.srcPitch = p->srcPitch;
+    m.srcHeight = p->srcHeight;
+    m.dstXInBytes = p->dstXInBytes;
+    m.dstY = p->dstY;
+    m.dstZ = p->dstZ;
+    m.dstLOD = p->dstLOD;
+    m.dstMemoryType = p->dstMemoryType;
+    m.dstHost = p->dstHost;
+    m.dstDevice = p->dstDevice;
+    m.dstArray = p->dstArray;
+    m.dstPitch = p->dstPitch;
+    m.dstHeight = p->dstHeight;
+    m.WidthInBytes = p->WidthInBytes;
+    m.Height = p->Height;
+    m.Depth = p->Depth;
+    if (peer[0]->dev == c->dev && peer[1]->dev == c->dev)
+        return vcu__copy3d(&m, async, stream, ptsz);
+    return vcu__copy3d_on(&m, async, stream, ptsz, peer);
+}
+
+VCU__EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    return vcu__copy3d_peer(pCopy, 0, NULL, 0);
+}
+
+/* Synchronous: ordered after the per-thread stream's work too (see
+ * cuMemcpyHtoD_v2_ptds). */
+VCU__EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    return vcu__copy3d_peer(pCopy, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    return vcu__copy3d_peer(pCopy, 1, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    return vcu__copy3d_peer(pCopy, 1, hStream, 1);
 }
 
 /*

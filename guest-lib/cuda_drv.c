@@ -791,6 +791,42 @@ VCU__EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+/*
+ * Peer access from the current context to peer's, sent to the host
+ * (CU_CTX_PEER_ACCESS), which sets it between its contexts of the two
+ * devices: every context here of a device is the host's one of it.  A
+ * device is not its own peer (cuDeviceCanAccessPeer).
+ */
+static CUresult vcu__peer_access(CUcontext peer, unsigned int flags, int enable)
+{
+    struct vcu_cu_pair_req r;
+    vcu__ctx_t *c, *p = (vcu__ctx_t *)peer;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (p == NULL || !vcu__reg_has(p, VCU__K_CTX))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->dev == c->dev)
+        return enable ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    memset(&r, 0, sizeof(r));
+    r.a = vcu__drv.dev[p->dev].vord;
+    r.c = enable ? 1 : 0;
+    return vcu__call(c->dev, VCU_OP_CU_CTX_PEER_ACCESS, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    return vcu__peer_access(peerContext, Flags, 1);
+}
+
+VCU__EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    return vcu__peer_access(peerContext, 0, 0);
+}
+
 VCU__EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
     CUresult e = vcu__check_init();

@@ -87,6 +87,7 @@ CUresult vcu__managed_before(int dev, uint32_t op, const void *req)
     case VCU_OP_CU_MEMCPY_HTOD:
     case VCU_OP_CU_MEMCPY_DTOH:
     case VCU_OP_CU_MEMCPY_DTOD:
+    case VCU_OP_CU_MEMCPY_PEER:         /* starts with CU_MEMCPY_DTOD's struct */
         memcpy(&m, req, sizeof(m));
         return vcu__m_touch(dev, m.stream, op == VCU_OP_CU_MEMCPY_DTOH ? 0 : m.dst,
                             op == VCU_OP_CU_MEMCPY_HTOD ? 0 : m.src);
@@ -135,6 +136,7 @@ CUresult vcu__managed_after(int dev, uint32_t op, const void *req)
     case VCU_OP_CU_MEMCPY_HTOD:
     case VCU_OP_CU_MEMCPY_DTOH:
     case VCU_OP_CU_MEMCPY_DTOD:
+    case VCU_OP_CU_MEMCPY_PEER:
         memcpy(&m, req, sizeof(m));
         if (m.flags & VCU_CU_MEMCPY_F_ASYNC)
             return CUDA_SUCCESS;

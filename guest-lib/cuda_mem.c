@@ -234,6 +234,79 @@ VCU__EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevicept
     return vcu__copy(VCU_OP_CU_MEMCPY_DTOD, dstDevice, srcDevice, NULL, ByteCount, 1, hStream, 1);
 }
 
+/*
+ * cuMemcpyPeer[Async]: between contexts of the current context's device
+ * (on a stream of it), a device-to-device copy (vcu__copy); else
+ * CU_MEMCPY_PEER on the stream's device (the current context's for the
+ * synchronous copy), which the host copies between its contexts of the
+ * two devices.
+ */
+static CUresult vcu__copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
+                               size_t n, int async, CUstream stream, int ptsz)
+{
+    struct vcu_cu_memcpy_peer_req r;
+    vcu__ctx_t *c, *dc = (vcu__ctx_t *)dctx, *sc = (vcu__ctx_t *)sctx;
+    uint64_t wire = VCU_CU_STREAM_LEGACY;
+    int dev;
+    CUresult e = vcu__cur(&c);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (dc == NULL || sc == NULL || !vcu__reg_has(dc, VCU__K_CTX) ||
+        !vcu__reg_has(sc, VCU__K_CTX))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    dev = c->dev;
+    if (async) {
+        e = vcu__stream_alone(stream, ptsz, &dev, &wire);
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (dc->dev == c->dev && sc->dev == c->dev && dev == c->dev)
+        return vcu__copy(VCU_OP_CU_MEMCPY_DTOD, dst, src, NULL, n, async, stream, ptsz);
+    memset(&r, 0, sizeof(r));
+    r.c.dst = dst;
+    r.c.src = src;
+    r.c.size = n;
+    r.c.stream = wire;
+    r.c.flags = async ? VCU_CU_MEMCPY_F_ASYNC : 0;
+    r.dst_device = vcu__drv.dev[dc->dev].vord;
+    r.src_device = vcu__drv.dev[sc->dev].vord;
+    return vcu__call(dev, VCU_OP_CU_MEMCPY_PEER, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext,
+                                  CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    return vcu__copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, 0, NULL, 0);
+}
+
+/* Synchronous: ordered after the per-thread stream's work too (see
+ * cuMemcpyHtoD_v2_ptds). */
+VCU__EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext,
+                                       CUdeviceptr srcDevice, CUcontext srcContext,
+                                       size_t ByteCount)
+{
+    return vcu__copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+                                       CUdeviceptr srcDevice, CUcontext srcContext,
+                                       size_t ByteCount, CUstream hStream)
+{
+    return vcu__copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, 1, hStream,
+                          0);
+}
+
+VCU__EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext,
+                                            CUdeviceptr srcDevice, CUcontext srcContext,
+                                            size_t ByteCount, CUstream hStream)
+{
+    return vcu__copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, 1, hStream,
+                          1);
+}
+
 static CUresult vcu__memset(CUdeviceptr dst, uint32_t value, uint32_t elem, size_t n,
                             int async, CUstream stream, int ptsz)
 {

@@ -105,7 +105,7 @@ CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire)
 /* The device and wire handle of a stream named on its own (synchronize,
  * query): a stream object needs no current context, the default streams
  * are the current context's. */
-static CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire)
+CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire)
 {
     vcu__stream_t *st = (vcu__stream_t *)s;
     vcu__ctx_t *c;
@@ -652,4 +652,162 @@ VCU__EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 VCU__EXPORT CUresult cuEventDestroy(CUevent hEvent)
 {
     return cuEventDestroy_v2(hEvent);
+}
+
+/* ---- stream memory operations ---------------------------------------------- */
+
+/*
+ * cuStreamBatchMemOp_v2: checked here as cuda.h defines the operations
+ * (an operation or a flag it does not define: CUDA_ERROR_INVALID_VALUE),
+ * sent as CU_STREAM_MEMOPS, checked again by the host, addresses too
+ * (the session's device memory).  v1, the unversioned ABI: the same
+ * operations but the barrier (v2 only), and writes may carry
+ * CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, which v2 does not take: such
+ * a write is fenced as any other, a stronger order than asked for.
+ */
+static CUresult vcu__memops(CUstream stream, unsigned int count,
+                            const CUstreamBatchMemOpParams *ops, unsigned int flags, int ptsz,
+                            int v1)
+{
+    const unsigned int wait_flags = CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH;
+    struct {
+        struct vcu_cu_memops_req r;
+        struct vcu_cu_memop op[VCU_CU_MEMOPS_MAX];
+    } q;
+    uint64_t wire;
+    int dev;
+    CUresult e = vcu__stream_alone(stream, ptsz, &dev, &wire);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (flags != 0 || count > VCU_CU_MEMOPS_MAX || (count > 0 && ops == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (count == 0)
+        return CUDA_SUCCESS;
+    memset(&q, 0, sizeof(q.r) + count * sizeof(q.op[0]));
+    for (unsigned int i = 0; i < count; i++) {
+        const CUstreamBatchMemOpParams *p = &ops[i];
+        struct vcu_cu_memop *w = &q.op[i];
+
+        w->type = (uint32_t)p->operation;
+        switch (p->operation) {
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+            w->address = p->waitValue.address;
+            w->value = p->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? p->waitValue.value
+                                                                       : p->waitValue.value64;
+            w->flags = p->waitValue.flags;
+            if (w->flags & ~wait_flags)
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+            w->address = p->writeValue.address;
+            w->value = p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? p->writeValue.value
+                                                                        : p->writeValue.value64;
+            w->flags = p->writeValue.flags;
+            if (v1)
+                w->flags &= ~(unsigned int)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+            if (w->flags != 0)
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+            if (p->flushRemoteWrites.flags != 0)
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_STREAM_MEM_OP_BARRIER:
+            w->flags = p->memoryBarrier.flags;
+            if (v1 || (w->flags != CU_STREAM_MEMORY_BARRIER_TYPE_SYS &&
+                       w->flags != CU_STREAM_MEMORY_BARRIER_TYPE_GPU))
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        default:
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    q.r.stream = wire;
+    q.r.count = count;
+    return vcu__call(dev, VCU_OP_CU_STREAM_MEMOPS, &q,
+                     (uint32_t)(sizeof(q.r) + count * sizeof(q.op[0])), NULL, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count,
+                                           CUstreamBatchMemOpParams *paramArray,
+                                           unsigned int flags)
+{
+    return vcu__memops(stream, count, paramArray, flags, 0, 0);
+}
+
+VCU__EXPORT CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count,
+                                                CUstreamBatchMemOpParams *paramArray,
+                                                unsigned int flags)
+{
+    return vcu__memops(stream, count, paramArray, flags, 1, 0);
+}
+
+VCU__EXPORT CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count,
+                                        CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+    return vcu__memops(stream, count, paramArray, flags, 0, 1);
+}
+
+VCU__EXPORT CUresult cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count,
+                                             CUstreamBatchMemOpParams *paramArray,
+                                             unsigned int flags)
+{
+    return vcu__memops(stream, count, paramArray, flags, 1, 1);
+}
+
+/* The unversioned single operations: the _v2 calls (generated), a
+ * write's NO_MEMORY_BARRIER dropped as in vcu__memops. */
+VCU__EXPORT CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags)
+{
+    return cuStreamWaitValue32_v2(stream, addr, value, flags);
+}
+
+VCU__EXPORT CUresult cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr,
+                                              cuuint32_t value, unsigned int flags)
+{
+    return cuStreamWaitValue32_v2_ptsz(stream, addr, value, flags);
+}
+
+VCU__EXPORT CUresult cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                         unsigned int flags)
+{
+    return cuStreamWaitValue64_v2(stream, addr, value, flags);
+}
+
+VCU__EXPORT CUresult cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr,
+                                              cuuint64_t value, unsigned int flags)
+{
+    return cuStreamWaitValue64_v2_ptsz(stream, addr, value, flags);
+}
+
+VCU__EXPORT CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                          unsigned int flags)
+{
+    return cuStreamWriteValue32_v2(stream, addr, value,
+                                   flags & ~(unsigned int)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+}
+
+VCU__EXPORT CUresult cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr,
+                                               cuuint32_t value, unsigned int flags)
+{
+    return cuStreamWriteValue32_v2_ptsz(
+        stream, addr, value, flags & ~(unsigned int)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+}
+
+VCU__EXPORT CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                          unsigned int flags)
+{
+    return cuStreamWriteValue64_v2(stream, addr, value,
+                                   flags & ~(unsigned int)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+}
+
+VCU__EXPORT CUresult cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr,
+                                               cuuint64_t value, unsigned int flags)
+{
+    return cuStreamWriteValue64_v2_ptsz(
+        stream, addr, value, flags & ~(unsigned int)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
 }

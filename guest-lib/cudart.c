@@ -670,17 +670,36 @@ VCU__EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, 
     return vcu__err(e);
 }
 
+/* Peer access from the current device to peerDevice: the host's
+ * contexts of the two (CU_CTX_PEER_ACCESS, as cuCtxEnablePeerAccess
+ * sends it).  A device is not its own peer. */
+static cudaError_t vcu__peer_access(int peerDevice, unsigned int flags, int enable)
+{
+    struct vcu_cu_pair_req r;
+    cudaError_t e = vcu__check_dev(vcu__cur_dev);
+
+    if (e == cudaSuccess && (peerDevice < 0 || peerDevice >= vcu__rt.ndev))
+        e = cudaErrorInvalidDevice;
+    if (e == cudaSuccess && flags != 0)
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess && peerDevice == vcu__cur_dev)
+        e = enable ? cudaErrorInvalidDevice : cudaErrorPeerAccessNotEnabled;
+    if (e != cudaSuccess)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.a = vcu__rt.dev[peerDevice].vord;
+    r.c = enable ? 1 : 0;
+    return vcu__call(vcu__cur_dev, VCU_OP_CU_CTX_PEER_ACCESS, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+}
+
 VCU__EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
-    (void)peerDevice;
-    (void)flags;
-    VCU__NOT_SUPPORTED("cudaDeviceEnablePeerAccess", "no peer access opcode in the protocol");
+    return vcu__err(vcu__peer_access(peerDevice, flags, 1));
 }
 
 VCU__EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 {
-    (void)peerDevice;
-    VCU__NOT_SUPPORTED("cudaDeviceDisablePeerAccess", "no peer access opcode in the protocol");
+    return vcu__err(vcu__peer_access(peerDevice, 0, 0));
 }
 
 VCU__EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
@@ -821,6 +840,8 @@ VCU__EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusI
 VCU__EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr,
                                                   int srcDevice, int dstDevice)
 {
+    struct vcu_call_cuDeviceGetP2PAttribute_req r;
+    struct vcu_call_cuDeviceGetP2PAttribute_resp o;
     cudaError_t e;
 
     if (value == NULL || attr < cudaDevP2PAttrPerformanceRank ||
@@ -833,10 +854,16 @@ VCU__EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2P
         e = cudaErrorInvalidDevice;
     if (e != cudaSuccess)
         return vcu__err(e);
-    /* Peer access between virtual devices is not offered (no peer opcode):
-     * every attribute of every link reads 0. */
-    *value = 0;
-    return cudaSuccess;
+    /* The host's answer for its two devices (cudaDevP2PAttr* are
+     * CU_DEVICE_P2P_ATTRIBUTE_*). */
+    VCU_CALL_INIT(r, cuDeviceGetP2PAttribute);
+    r.attrib = (uint64_t)attr;
+    r.srcDevice = vcu__rt.dev[srcDevice].vord;
+    r.dstDevice = vcu__rt.dev[dstDevice].vord;
+    e = vcu__call(srcDevice, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e == cudaSuccess)
+        *value = (int)(int64_t)o.value;
+    return vcu__err(e);
 }
 
 VCU__EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)

@@ -729,18 +729,16 @@ static cudaError_t vcu__copy_on(int dev, void *dst, const void *src, size_t n,
 
 /*
  * Peer copies.  Both on one device: a device-to-device copy there.
- * Between two virtual devices (no peer access in the protocol): staged
- * through guest memory, a device-to-host copy on the source device then a
- * host-to-device copy on the destination, VCU__PEER_CHUNK at a time; the
- * async form first waits for its stream, so it is synchronous.
+ * Between two devices: CU_MEMCPY_PEER (as cuMemcpyPeer sends it), which
+ * the host copies between its contexts of the two, on the stream's
+ * device (the source's for the synchronous copy).
  */
-#define VCU__PEER_CHUNK (64ull << 20)
-
 static cudaError_t vcu__copy_peer(void *dst, int dd, const void *src, int sd, size_t n,
                                   cudaStream_t stream, int async, int ptsz)
 {
+    struct vcu_cu_memcpy_peer_req r;
     cudaError_t e = vcu__check_dev(dd);
-    char *buf;
+    int dev = sd;
 
     if (e == cudaSuccess)
         e = vcu__check_dev(sd);
@@ -751,28 +749,19 @@ static cudaError_t vcu__copy_peer(void *dst, int dd, const void *src, int sd, si
             return vcu__copy(dst, src, n, cudaMemcpyDeviceToDevice, stream, 1, ptsz);
         return vcu__copy_on(dd, dst, src, n, cudaMemcpyDeviceToDevice);
     }
+    memset(&r, 0, sizeof(r));
     if (async) {
-        struct vcu_cu_u64_req r;
-        int sdev;
-
-        e = vcu__stream(stream, ptsz, &sdev, &r.value);
-        if (e == cudaSuccess)
-            e = vcu__call(sdev, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+        e = vcu__stream(stream, ptsz, &dev, &r.c.stream);
         if (e != cudaSuccess)
             return e;
+        r.c.flags = VCU_CU_MEMCPY_F_ASYNC;
     }
-    buf = malloc(n < VCU__PEER_CHUNK ? n : VCU__PEER_CHUNK);
-    if (buf == NULL)
-        return cudaErrorMemoryAllocation;
-    for (size_t off = 0; off < n && e == cudaSuccess; off += VCU__PEER_CHUNK) {
-        size_t len = n - off < VCU__PEER_CHUNK ? n - off : VCU__PEER_CHUNK;
-
-        e = vcu__copy_on(sd, buf, (const char *)src + off, len, cudaMemcpyDeviceToHost);
-        if (e == cudaSuccess)
-            e = vcu__copy_on(dd, (char *)dst + off, buf, len, cudaMemcpyHostToDevice);
-    }
-    free(buf);
-    return e;
+    r.c.dst = (uint64_t)(uintptr_t)dst;
+    r.c.src = (uint64_t)(uintptr_t)src;
+    r.c.size = n;
+    r.dst_device = vcu__rt.dev[dd].vord;
+    r.src_device = vcu__rt.dev[sd].vord;
+    return vcu__call(dev, VCU_OP_CU_MEMCPY_PEER, 0, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
 VCU__EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice,
@@ -787,12 +776,33 @@ VCU__EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void
     return vcu__err(vcu__copy_peer(dst, dstDevice, src, srcDevice, count, stream, 1, 0));
 }
 
-/* Both sides on one device only. */
+/*
+ * One side of a 3D copy between two devices: linear memory of device d
+ * at pos, its context's device named in reserved (CU_MEMCPY_3D_PEER).
+ */
+static void vcu__peer_side(struct vcu_cu_memcpy3d_side *w, struct cudaPitchedPtr ptr,
+                           struct cudaPos pos, int d)
+{
+    w->type = CU_MEMORYTYPE_DEVICE;
+    w->ptr = (uint64_t)(uintptr_t)ptr.ptr;
+    w->x = pos.x;
+    w->y = pos.y;
+    w->z = pos.z;
+    w->pitch = ptr.pitch;
+    w->height = ptr.ysize;
+    w->reserved = vcu__rt.dev[d].vord;
+}
+
+/* Both sides on one device: cudaMemcpy3D's copy there.  On two: linear
+ * memory, one CU_MEMCPY_3D_PEER (as cuMemcpy3DPeer sends it) on the
+ * stream's device (the source's for the synchronous copy). */
 static cudaError_t vcu__copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream,
                                     int async, int ptsz)
 {
     struct cudaMemcpy3DParms q;
-    int saved = vcu__cur_dev;
+    struct vcu_cu_memcpy3d_req r;
+    const struct cudaExtent *x;
+    int saved = vcu__cur_dev, dev;
     cudaError_t e;
 
     if (p == NULL)
@@ -802,8 +812,32 @@ static cudaError_t vcu__copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaS
         e = vcu__check_dev(p->dstDevice);
     if (e != cudaSuccess)
         return e;
-    if (p->srcDevice != p->dstDevice)
-        VCU__NOT_SUPPORTED("cudaMemcpy3DPeer between two devices", "no peer access");
+    if (p->srcDevice != p->dstDevice) {
+        x = &p->extent;
+        if (p->srcArray != NULL || p->dstArray != NULL)
+            VCU__NOT_SUPPORTED("cudaMemcpy3DPeer with a CUDA array",
+                               "CUDA arrays are not in the protocol");
+        if (p->srcPtr.ptr == NULL || p->dstPtr.ptr == NULL ||
+            (x->height > 1 && (p->srcPtr.pitch < x->width || p->dstPtr.pitch < x->width)) ||
+            (x->depth > 1 && (p->srcPtr.ysize < x->height || p->dstPtr.ysize < x->height)))
+            return cudaErrorInvalidValue;
+        memset(&r, 0, sizeof(r));
+        dev = p->srcDevice;
+        if (async) {
+            e = vcu__stream(stream, ptsz, &dev, &r.stream);
+            if (e != cudaSuccess)
+                return e;
+            r.flags = VCU_CU_MEMCPY_F_ASYNC;
+        }
+        if (x->width == 0 || x->height == 0 || x->depth == 0)
+            return cudaSuccess;
+        vcu__peer_side(&r.src, p->srcPtr, p->srcPos, p->srcDevice);
+        vcu__peer_side(&r.dst, p->dstPtr, p->dstPos, p->dstDevice);
+        r.width = x->width;
+        r.height = x->height;
+        r.depth = x->depth;
+        return vcu__call(dev, VCU_OP_CU_MEMCPY_3D_PEER, 0, &r, sizeof(r), NULL, 0, NULL, 0);
+    }
     memset(&q, 0, sizeof(q));
     q.srcArray = p->srcArray;
     q.srcPos = p->srcPos;

@@ -91,12 +91,14 @@ static inline int vcu_op_flushes_printf(uint32_t op, const void *payload)
     case VCU_OP_CU_MEMCPY_HTOD:
     case VCU_OP_CU_MEMCPY_DTOH:
     case VCU_OP_CU_MEMCPY_DTOD:
+    case VCU_OP_CU_MEMCPY_PEER:     /* starts with CU_MEMCPY_DTOD's struct */
         memcpy(&m, payload, sizeof(m));
         return !(m.flags & VCU_CU_MEMCPY_F_ASYNC);
     case VCU_OP_CU_MEMCPY_2D:
         memcpy(&m2, payload, sizeof(m2));
         return !(m2.flags & VCU_CU_MEMCPY_F_ASYNC);
     case VCU_OP_CU_MEMCPY_3D:
+    case VCU_OP_CU_MEMCPY_3D_PEER:
         memcpy(&m3, payload, sizeof(m3));
         return !(m3.flags & VCU_CU_MEMCPY_F_ASYNC);
     }

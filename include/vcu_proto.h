@@ -303,6 +303,12 @@ struct vcu_resp_hdr {
     XX(CU_MIPMAP_CREATE, 0x0220, vcu_cu_mipmap_req, vcu_cu_u64_resp)                   \
     XX(CU_MIPMAP_DESTROY, 0x0221, vcu_cu_u64_req, vcu_cu_resp)                         \
     XX(CU_MIPMAP_LEVEL, 0x0222, vcu_cu_pair_req, vcu_cu_u64_resp)                     \
+    /* CUDA: peer access, peer copies, stream memory operations (last for  \
+     * the fuzz corpora as above) */                                                 \
+    XX(CU_MEMCPY_PEER, 0x0230, vcu_cu_memcpy_peer_req, vcu_cu_resp)                    \
+    XX(CU_MEMCPY_3D_PEER, 0x0231, vcu_cu_memcpy3d_req, vcu_cu_resp)                    \
+    XX(CU_CTX_PEER_ACCESS, 0x0232, vcu_cu_pair_req, vcu_cu_resp)                       \
+    XX(CU_STREAM_MEMOPS, 0x0233, vcu_cu_memops_req, vcu_cu_resp)                      \
     /* CUDA: graphs' child graphs, instantiation with parameters, user objects     \
      * (last for the fuzz corpora as above) */                                      \
     XX(CU_GRAPH_CHILD_GRAPH, 0x0240, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
@@ -464,6 +470,9 @@ struct vcu_cu_pair_req {
  *   CU_TEXOBJ_DESTROY, CU_TEXOBJ_GET
  *                          a = the object's driver value, b = VCU_CU_TEXOBJ_*
  *   CU_MIPMAP_LEVEL        a = mipmapped array, b = level
+ *   CU_CTX_PEER_ACCESS     a = the peer context's device (virtual ordinal),
+ *                          b = flags (0), c = 1 enable, 0 disable; the
+ *                          current context is the header's device's
  * vcu_cu_u64_req value:
  *   CU_CTX_SET_FLAGS flags; CU_MEM_FREE pointer;
  *   CU_EVENT_CREATE and CU_GRAPH_CREATE flags; CU_CALLBACK_DONE cookie;
@@ -651,6 +660,42 @@ struct vcu_cu_memcpy_req {
     vcu_le32 reserved;
 };
 
+/*
+ * CU_MEMCPY_PEER: cuMemcpyPeer[Async] between contexts of two devices
+ * (the host's context of each); c as CU_MEMCPY_DTOD, its stream (with
+ * VCU_CU_MEMCPY_F_ASYNC) of the header's device.  Two contexts of one
+ * device are a CU_MEMCPY_DTOD.
+ */
+struct vcu_cu_memcpy_peer_req {
+    struct vcu_cu_memcpy_req c;     /* IN; c.reserved 0 */
+    vcu_le32 dst_device;            /* IN virtual ordinal of dst's context */
+    vcu_le32 src_device;            /* IN virtual ordinal of src's context */
+};
+
+/*
+ * CU_STREAM_MEMOPS: cuStreamBatchMemOp on the stream (the header's
+ * device's), count operations of struct vcu_cu_memop after the request.
+ * type: CUstreamBatchMemOpType; address: device memory of the session,
+ * 4- or 8-byte aligned (wait and write); value: the 32 or 64 bits;
+ * flags: the operation's (CUstreamWaitValue_flags, 0 for writes,
+ * CUstreamMemoryBarrier_flags for a barrier, 0 for a flush).
+ */
+#define VCU_CU_MEMOPS_MAX 255u      /* cuda.h: count "less than 256" */
+
+struct vcu_cu_memops_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 stream;                /* IN */
+    vcu_le32 count;                 /* IN 1..VCU_CU_MEMOPS_MAX */
+    vcu_le32 flags;                 /* IN 0 */
+};
+
+struct vcu_cu_memop {
+    vcu_le32 type;                  /* IN CU_STREAM_MEM_OP_* */
+    vcu_le32 flags;                 /* IN */
+    vcu_le64 address;               /* IN device address; barrier, flush: 0 */
+    vcu_le64 value;                 /* IN */
+};
+
 /* cuMemsetD{8,16,32}[2D][Async]; height 1 and pitch 0 for 1D. */
 struct vcu_cu_memset_req {
     struct vcu_cu_hdr hdr;
@@ -746,7 +791,9 @@ struct vcu_cu_mipmap_req {
  * (CU_MEMORYTYPE_ARRAY: ptr its session handle, pitch and height 0).
  * At most one side is host memory.  pitch is bytes from row to row,
  * height rows from slice to slice.  flags: VCU_CU_MEMCPY_F_ASYNC with
- * stream, as CU_MEMCPY_2D.
+ * stream, as CU_MEMCPY_2D.  CU_MEMCPY_3D_PEER (cuMemcpy3DPeer[Async]
+ * between contexts of two devices): the same, each side's reserved the
+ * virtual ordinal of its context's device (an array must be of it).
  */
 struct vcu_cu_memcpy3d_side {
     vcu_le64 ptr;                   /* IN device address or array handle; host: 0 */
@@ -1528,6 +1575,9 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_output_resp) == 16, "vcu_cu_output_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_limit_req) == 24, "vcu_cu_limit_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_alloc_req) == 32, "vcu_cu_mem_alloc_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy_req) == 48, "vcu_cu_memcpy_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy_peer_req) == 56, "vcu_cu_memcpy_peer_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memops_req) == 24, "vcu_cu_memops_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memop) == 24, "vcu_cu_memop");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy2d_req) == 72, "vcu_cu_memcpy2d_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_resp");

@@ -31,5 +31,16 @@ else
     echo "$out" | sed 's/^/    /'
     failed=$((failed + 1))
 fi
+# peer again with two stand-in devices: copies between them, peer access.
+out=$(VCU_GPUS=0,1 timeout 300 build/cuda-tests/peer 2>&1)
+drc=$?
+if [ $drc = 0 ] && [ "$(echo "$out" | tail -n 1)" = "PASS peer" ]; then
+    echo "PASS peer (two devices)"
+    passed=$((passed + 1))
+else
+    echo "FAIL peer (two devices) (rc=$drc)"
+    echo "$out" | sed 's/^/    /'
+    failed=$((failed + 1))
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -18,4 +18,16 @@ if [ ! -x build/cuda-driver/run.sh ] || [ ! -e build/guest-lib-loopback/libcuda.
     echo "0 passed, 1 failed"
     exit 1
 fi
-sh build/cuda-driver/run.sh build/cuda-driver
+one=$(mktemp /tmp/vcu-drvlb.XXXXXX) || exit 1
+two=$(mktemp /tmp/vcu-drvlb.XXXXXX) || exit 1
+trap 'rm -rf "$VCU_LOOPBACK_MODULE_CACHE" "$one" "$two"' EXIT
+sh build/cuda-driver/run.sh build/cuda-driver >"$one"
+sed '$d' "$one"
+# drv_peer again with two stand-in devices: copies between devices and
+# peer access (with one device it runs only its first half).
+echo "with two devices (VCU_GPUS=0,1):"
+VCU_GPUS=0,1 sh build/cuda-driver/run.sh build/cuda-driver drv_peer >"$two"
+sed '$d' "$two"
+# One summary line for both runs.
+tail -n 1 "$one" "$two" | awk '/passed,/ { p += $1; f += $3 }
+    END { printf "%d passed, %d failed\n", p, f; exit f > 0 }'

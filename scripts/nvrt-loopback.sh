@@ -56,5 +56,8 @@ part() {
 
 part shared build/cuda-tests $(grep -v '^[[:space:]]*\(#\|$\)' build/nvrt-tests/shared.list)
 part static build/nvrt-tests/static
+# peer again with two stand-in devices: NVIDIA's runtime copying between
+# them and enabling peer access through this libcuda.
+VCU_GPUS=0,1 part static-2dev build/nvrt-tests/static peer
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -406,8 +406,11 @@ static bool vcu__op_issues_gpu(uint32_t op)
     case VCU_OP_CU_MEMCPY_HTOD:
     case VCU_OP_CU_MEMCPY_DTOH:
     case VCU_OP_CU_MEMCPY_DTOD:
+    case VCU_OP_CU_MEMCPY_PEER:
+    case VCU_OP_CU_MEMCPY_3D_PEER:
     case VCU_OP_CU_MEMCPY_2D:
     case VCU_OP_CU_MEMSET:
+    case VCU_OP_CU_STREAM_MEMOPS:
     case VCU_OP_CU_BATCH:
         return true;
     default:

@@ -400,13 +400,15 @@ uint32_t vcu__op_CU_MIPMAP_DESTROY(vcu__op_t *o)
  * o->res set for a bad value.
  */
 static uint32_t vcu__3d_side(vcu__op_t *o, const struct vcu_cu_memcpy3d_req *rq, int is_dst,
-                             CUDA_MEMCPY3D *m, const vcu_segment_t **s, uint64_t *span)
+                             int peer, CUDA_MEMCPY3D *m, const vcu_segment_t **s, uint64_t *span)
 {
     const struct vcu_cu_memcpy3d_side *sd = is_dst ? &rq->dst : &rq->src;
     uint64_t last, end;
     vcu__hent_t *e;
 
-    if (sd->reserved != 0)
+    /* CU_MEMCPY_3D_PEER: reserved is the side's device (checked by the
+     * caller), which its array must be of. */
+    if (!peer && sd->reserved != 0)
         return VCU_S_EINVAL;
     switch (sd->type) {
     case CU_MEMORYTYPE_HOST:
@@ -434,9 +436,11 @@ static uint32_t vcu__3d_side(vcu__op_t *o, const struct vcu_cu_memcpy3d_req *rq,
     case CU_MEMORYTYPE_ARRAY:
         if (sd->pitch != 0 || sd->height != 0)
             return VCU_S_EINVAL;
-        e = vcu__array_get(o, sd->ptr);
-        if (e == NULL)
+        e = vcu__htab_get(&o->cs->tab, sd->ptr, VCU__H_ARRAY);
+        if (e == NULL || e->dev != (peer ? sd->reserved : vcu__dev_of(o))) {
+            o->res = CUDA_ERROR_INVALID_HANDLE;
             return VCU_S_OK;
+        }
         if (__builtin_add_overflow(sd->x, rq->width, &end) ||
             end > (uint64_t)e->u.arr.width * e->u.arr.elem ||
             __builtin_add_overflow(sd->y, rq->height, &end) ||
@@ -474,12 +478,60 @@ static uint32_t vcu__3d_side(vcu__op_t *o, const struct vcu_cu_memcpy3d_req *rq,
     return VCU_S_OK;
 }
 
-/* As CU_MEMCPY_2D, with cuMemcpy3D's descriptor. */
-uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o)
+/* m with the contexts of its two sides, for cuMemcpy3DPeer[Async]. */
+static void vcu__3d_peer(const CUDA_MEMCPY3D *m, CUcontext sc, CUcontext dc,
+                         CUDA_MEMCPY3D_PEER *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->srcXInBytes = m->srcXInBytes;
+    p->srcY = m->srcY;
+    p->srcZ = m->srcZ;
+    p->srcMemoryType = m->srcMemoryType;
+    p->srcHost = m->srcHost;
+    p->srcDevice = m->srcDevice;
+    p->srcArray = m->srcArray;
+    p->srcContext = sc;
+    p->srcPitch = m->srcPitch;
+    p->srcHeight = m->srcHeight;
+    p->dstXInBytes = m->dstXInBytes;
+    p->dstY = m->dstY;
+    p->dstZ = m->dstZ;
+    p->dstMemoryType = m->dstMemoryType;
+    p->dstHost = m->dstHost;
+    p->dstDevice = m->dstDevice;
+    p->dstArray = m->dstArray;
+    p->dstContext = dc;
+    p->dstPitch = m->dstPitch;
+    p->dstHeight = m->dstHeight;
+    p->WidthInBytes = m->WidthInBytes;
+    p->Height = m->Height;
+    p->Depth = m->Depth;
+}
+
+/* The copy on st (CU_STREAM_LEGACY when synchronous), between the
+ * contexts sc and dc of two devices where they are not NULL. */
+static CUresult vcu__3d_async(vcu__op_t *o, const CUDA_MEMCPY3D *m, CUcontext sc, CUcontext dc,
+                              CUstream st)
+{
+    CUDA_MEMCPY3D_PEER p;
+
+    if (sc == NULL)
+        return VCU__CU(o->cu, cuMemcpy3DAsync, m, st);
+    vcu__3d_peer(m, sc, dc, &p);
+    return VCU__CU(o->cu, cuMemcpy3DPeerAsync, &p, st);
+}
+
+/*
+ * As CU_MEMCPY_2D, with cuMemcpy3D's descriptor: CU_MEMCPY_3D, and
+ * CU_MEMCPY_3D_PEER (peer) whose sides name their contexts' devices.
+ */
+static uint32_t vcu__memcpy3d(vcu__op_t *o, int peer)
 {
     struct vcu_cu_memcpy3d_req rq;
     const vcu_segment_t *s = NULL, *ss = NULL, *ds = NULL;
     CUDA_MEMCPY3D m;
+    CUDA_MEMCPY3D_PEER pm;
+    CUcontext sc = NULL, dc = NULL;
     CUstream st = NULL;
     void *host = NULL, *bounce = NULL;
     uint64_t span = 0, sspan = 0, dspan = 0;
@@ -494,15 +546,18 @@ uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o)
         return VCU_S_EINVAL;
     if (rq.src.type != CU_MEMORYTYPE_HOST && rq.dst.type != CU_MEMORYTYPE_HOST && o->nsegs != 0)
         return VCU_S_EINVAL;
+    if (peer && (vcu__peer_ctx(o, rq.src.reserved, &sc) != 0 ||
+                 vcu__peer_ctx(o, rq.dst.reserved, &dc) != 0))
+        return VCU_S_OK;
     if (vcu__enter(o) != 0)
         return VCU_S_OK;
     if (rq.width == 0 || rq.height == 0 || rq.depth == 0)
         return VCU_S_OK;
     memset(&m, 0, sizeof(m));
-    rc = vcu__3d_side(o, &rq, 0, &m, &ss, &sspan);
+    rc = vcu__3d_side(o, &rq, 0, peer, &m, &ss, &sspan);
     if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
         return rc;
-    rc = vcu__3d_side(o, &rq, 1, &m, &ds, &dspan);
+    rc = vcu__3d_side(o, &rq, 1, peer, &m, &ds, &dspan);
     if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
         return rc;
     m.WidthInBytes = (size_t)rq.width;
@@ -521,10 +576,11 @@ uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o)
     }
     if (async && vcu__stream(o, rq.stream, &st) != 0)
         goto out;
-    if (async || o->cu->fn.cuMemcpy3DAsync != NULL) {
+    if (async || (peer ? o->cu->fn.cuMemcpy3DPeerAsync != NULL
+                       : o->cu->fn.cuMemcpy3DAsync != NULL)) {
         if (!async)
             st = CU_STREAM_LEGACY;
-        o->res = VCU__CU(o->cu, cuMemcpy3DAsync, &m, st);
+        o->res = vcu__3d_async(o, &m, sc, dc, st);
         if (o->res == CUDA_SUCCESS &&
             (!async || (s != NULL && (bounce != NULL || !(s->flags & VCU_SEG_F_STABLE))))) {
             if (vcu__park_stream(o, st) == 0) {
@@ -539,6 +595,9 @@ uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o)
                 o->res = o->cu->fn.cuStreamSynchronize(st);
             }
         }
+    } else if (peer) {
+        vcu__3d_peer(&m, sc, dc, &pm);
+        o->res = VCU__CU(o->cu, cuMemcpy3DPeer, &pm);
     } else {
         o->res = VCU__CU(o->cu, cuMemcpy3D, &m);
     }
@@ -552,10 +611,21 @@ out:
     return VCU_S_OK;
 }
 
+uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o)
+{
+    return vcu__memcpy3d(o, 0);
+}
+
+uint32_t vcu__op_CU_MEMCPY_3D_PEER(vcu__op_t *o)
+{
+    return vcu__memcpy3d(o, 1);
+}
+
 /* ---- texture and surface objects ------------------------------------------- */
 
-/* Does [p, p + n) lie inside one live allocation of the session? */
-static int vcu__owned_range(vcu__op_t *o, uint64_t p, uint64_t n)
+/* Does [p, p + n) lie inside one live allocation of the session? (In the
+ * current context: the driver is asked for the range.) */
+int vcu__owned_range(vcu__op_t *o, uint64_t p, uint64_t n)
 {
     vcu__cuda_sess_t *cs = o->cs;
     CUdeviceptr base = 0;

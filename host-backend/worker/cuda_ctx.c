@@ -338,6 +338,42 @@ uint32_t vcu__op_CU_CTX_RESET(vcu__op_t *o)
 }
 
 /*
+ * cuCtxEnablePeerAccess / cuCtxDisablePeerAccess from the request
+ * device's context to the session's context of device a (every guest
+ * context of a device is that one host context).  One device is not its
+ * own peer: enabling is CUDA_ERROR_INVALID_DEVICE, as cuDeviceCanAccessPeer
+ * says, and disabling finds nothing enabled.  The driver checks the
+ * devices' link.
+ */
+uint32_t vcu__op_CU_CTX_PEER_ACCESS(vcu__op_t *o)
+{
+    struct vcu_cu_pair_req rq;
+    CUcontext pc;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.c > 1 || (rq.c == 0 && rq.b != 0) || o->nsegs != 0)
+        return VCU_S_EINVAL;
+    if (rq.b != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;     /* cuda.h: flags must be 0 */
+        return VCU_S_OK;
+    }
+    if (rq.a >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_CONTEXT;
+        return VCU_S_OK;
+    }
+    if (rq.a == vcu__dev_of(o)) {
+        o->res = rq.c ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+        return VCU_S_OK;
+    }
+    if (vcu__peer_ctx(o, (uint32_t)rq.a, &pc) != 0)
+        return VCU_S_OK;
+    VCU__ENTER(o);
+    o->res = rq.c ? VCU__CU(o->cu, cuCtxEnablePeerAccess, pc, 0)
+                  : VCU__CU(o->cu, cuCtxDisablePeerAccess, pc);
+    return VCU_S_OK;
+}
+
+/*
  * Synchronizes every context of the session, as a blocking call (only a
  * blocking call makes sure the driver has written the contexts' device
  * printf output).  The first failure.

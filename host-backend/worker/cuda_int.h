@@ -598,6 +598,7 @@ uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_RESET(vcu__op_t *o);
+uint32_t vcu__op_CU_CTX_PEER_ACCESS(vcu__op_t *o);
 uint32_t vcu__op_CU_TAKE_OUTPUT(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_SET_FLAGS(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_SET_LIMIT(vcu__op_t *o);
@@ -610,6 +611,7 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMCPY_HTOD(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMCPY_DTOH(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMCPY_DTOD(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMCPY_PEER(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMSET(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMCPY_2D(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o);
@@ -627,6 +629,8 @@ int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **hos
 uint32_t vcu__op_CU_ARRAY_CREATE(vcu__op_t *o);
 uint32_t vcu__op_CU_ARRAY_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMCPY_3D_PEER(vcu__op_t *o);
+int vcu__owned_range(vcu__op_t *o, uint64_t p, uint64_t n);
 uint32_t vcu__op_CU_TEXOBJ_CREATE(vcu__op_t *o);
 uint32_t vcu__op_CU_TEXOBJ_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_TEXOBJ_GET(vcu__op_t *o);
@@ -712,6 +716,7 @@ void vcu__graph_drop(vcu__cuda_sess_t *cs, uint64_t h);
 uint64_t vcu__node_handle(vcu__op_t *o, CUgraphNode n, uint64_t gh);
 uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o);
+uint32_t vcu__op_CU_STREAM_MEMOPS(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_BEGIN_CAPTURE(vcu__op_t *o);
 uint32_t vcu__op_CU_STREAM_CAPTURE_TO_GRAPH(vcu__op_t *o);
@@ -794,6 +799,25 @@ static inline CUresult vcu__ctx(vcu__cuda_sess_t *cs, uint32_t d)
             return r;
     }
     return vcu__cur(cs, cs->ctx[d]);
+}
+
+/*
+ * Device d's context of the session, made if need be, into *out: the
+ * other side of a peer call.  d comes from the guest: a device the VM was
+ * not given is CUDA_ERROR_INVALID_CONTEXT.  Leaves d's context current
+ * (vcu__enter the request's device after).  0, or -1 with o->res set.
+ */
+static inline int vcu__peer_ctx(vcu__op_t *o, uint32_t d, CUcontext *out)
+{
+    if (d >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_CONTEXT;
+        return -1;
+    }
+    o->res = vcu__ctx(o->cs, d);
+    if (o->res != CUDA_SUCCESS)
+        return -1;
+    *out = o->cs->ctx[d];
+    return 0;
 }
 
 /* Sizes of each opcode's request and reply structs, from the one map. */

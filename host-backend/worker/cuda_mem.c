@@ -157,26 +157,64 @@ uint32_t vcu__op_CU_MEMCPY_DTOH(vcu__op_t *o)
     return vcu__memcpy_host(o, 0);
 }
 
+/* One device-to-device copy on st: between contexts dc and sc of two
+ * devices (cuMemcpyPeerAsync) where dc is not NULL. */
+static CUresult vcu__dtod_async(vcu__op_t *o, const struct vcu_cu_memcpy_req *rq, CUcontext dc,
+                                CUcontext sc, CUstream st)
+{
+    if (dc != NULL)
+        return VCU__CU(o->cu, cuMemcpyPeerAsync, rq->dst, dc, rq->src, sc, (size_t)rq->size, st);
+    return VCU__CU(o->cu, cuMemcpyDtoDAsync, rq->dst, rq->src, (size_t)rq->size, st);
+}
+
+/*
+ * CU_MEMCPY_DTOD, and CU_MEMCPY_PEER with the contexts dc and sc of its
+ * two devices (NULL for DTOD), in the request device's context.
+ */
+static uint32_t vcu__memcpy_dtod(vcu__op_t *o, const struct vcu_cu_memcpy_req *rq, CUcontext dc,
+                                 CUcontext sc)
+{
+    if (o->nsegs != 0 || (rq->flags & ~VCU_CU_MEMCPY_F_ASYNC))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    if (rq->flags & VCU_CU_MEMCPY_F_ASYNC) {
+        VCU__STREAM(o, st, rq->stream);
+        o->res = vcu__dtod_async(o, rq, dc, sc, st);
+    } else if (dc != NULL ? o->cu->fn.cuMemcpyPeerAsync != NULL
+                          : o->cu->fn.cuMemcpyDtoDAsync != NULL) {
+        /* Synchronous: on the legacy stream, waited for by the core. */
+        o->res = vcu__dtod_async(o, rq, dc, sc, CU_STREAM_LEGACY);
+        if (o->res == CUDA_SUCCESS && vcu__park_stream(o, CU_STREAM_LEGACY) != 0)
+            o->res = o->cu->fn.cuStreamSynchronize(CU_STREAM_LEGACY);
+    } else if (dc != NULL) {
+        o->res = VCU__CU(o->cu, cuMemcpyPeer, rq->dst, dc, rq->src, sc, (size_t)rq->size);
+    } else {
+        o->res = VCU__CU(o->cu, cuMemcpyDtoD, rq->dst, rq->src, (size_t)rq->size);
+    }
+    return VCU_S_OK;
+}
+
 uint32_t vcu__op_CU_MEMCPY_DTOD(vcu__op_t *o)
 {
     struct vcu_cu_memcpy_req rq;
 
     memcpy(&rq, o->p, sizeof(rq));
-    if (o->nsegs != 0 || (rq.flags & ~VCU_CU_MEMCPY_F_ASYNC))
+    return vcu__memcpy_dtod(o, &rq, NULL, NULL);
+}
+
+/* Each side's device one of the VM's (else CUDA_ERROR_INVALID_CONTEXT);
+ * the host's context of each, made if need be. */
+uint32_t vcu__op_CU_MEMCPY_PEER(vcu__op_t *o)
+{
+    struct vcu_cu_memcpy_peer_req rq;
+    CUcontext dc, sc;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.c.reserved != 0 || o->nsegs != 0 || (rq.c.flags & ~VCU_CU_MEMCPY_F_ASYNC))
         return VCU_S_EINVAL;
-    VCU__ENTER(o);
-    if (rq.flags & VCU_CU_MEMCPY_F_ASYNC) {
-        VCU__STREAM(o, st, rq.stream);
-        o->res = VCU__CU(o->cu, cuMemcpyDtoDAsync, rq.dst, rq.src, (size_t)rq.size, st);
-    } else if (o->cu->fn.cuMemcpyDtoDAsync != NULL) {
-        /* Synchronous: on the legacy stream, waited for by the core. */
-        o->res = o->cu->fn.cuMemcpyDtoDAsync(rq.dst, rq.src, (size_t)rq.size, CU_STREAM_LEGACY);
-        if (o->res == CUDA_SUCCESS && vcu__park_stream(o, CU_STREAM_LEGACY) != 0)
-            o->res = o->cu->fn.cuStreamSynchronize(CU_STREAM_LEGACY);
-    } else {
-        o->res = VCU__CU(o->cu, cuMemcpyDtoD, rq.dst, rq.src, (size_t)rq.size);
-    }
-    return VCU_S_OK;
+    if (vcu__peer_ctx(o, rq.dst_device, &dc) != 0 || vcu__peer_ctx(o, rq.src_device, &sc) != 0)
+        return VCU_S_OK;
+    return vcu__memcpy_dtod(o, &rq.c, dc, sc);
 }
 
 uint32_t vcu__op_CU_MEMSET(vcu__op_t *o)

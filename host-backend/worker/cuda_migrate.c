@@ -199,6 +199,8 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
      * again (on a stream the history made). */
     case VCU_OP_CU_GRAPH_CHILD_GRAPH:
     case VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS:
+    /* Peer access: the contexts are made again, and so is the link. */
+    case VCU_OP_CU_CTX_PEER_ACCESS:
         return VCU__MIG_REPLAY;
     case VCU_OP_CU_DRIVER_INFO:
     case VCU_OP_CU_DEVICE_INFO:
@@ -213,6 +215,9 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MEMSET:
     case VCU_OP_CU_MEMCPY_2D:
     case VCU_OP_CU_MEMCPY_3D:   /* a copy; an array it names was refused already */
+    case VCU_OP_CU_MEMCPY_PEER:
+    case VCU_OP_CU_MEMCPY_3D_PEER:
+    case VCU_OP_CU_STREAM_MEMOPS:
     case VCU_OP_CU_MEMPOOL_GET_ATTR:
     case VCU_OP_CU_FUNC_GET_ATTRS:
     case VCU_OP_CU_OCCUPANCY_BLOCK_SIZE:

@@ -184,6 +184,97 @@ uint32_t vcu__op_CU_STREAM_SYNCHRONIZE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/*
+ * One operation of a CU_STREAM_MEMOPS into *p: CUDA_SUCCESS, or what is
+ * wrong with it (an operation cuda.h does not define, or flags it does
+ * not define for it, CUDA_ERROR_INVALID_VALUE; an address that is not
+ * the session's device memory, naturally aligned, likewise).
+ */
+static CUresult vcu__memop(vcu__op_t *o, const struct vcu_cu_memop *w,
+                           CUstreamBatchMemOpParams *p)
+{
+    const unsigned int wait_flags = CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH;
+    int wait = w->type == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+               w->type == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    int is32 = w->type == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+               w->type == CU_STREAM_MEM_OP_WRITE_VALUE_32;
+
+    memset(p, 0, sizeof(*p));
+    switch (w->type) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        /* A write's NO_MEMORY_BARRIER is not of the v2 API. */
+        if ((wait ? (w->flags & ~wait_flags) != 0 : w->flags != 0) ||
+            (is32 && w->value > UINT32_MAX))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (w->address % (is32 ? 4 : 8) != 0 || !vcu__owned_range(o, w->address, is32 ? 4 : 8))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (wait) {
+            p->waitValue.operation = (CUstreamBatchMemOpType)w->type;
+            p->waitValue.address = (CUdeviceptr)w->address;
+            if (is32)
+                p->waitValue.value = (cuuint32_t)w->value;
+            else
+                p->waitValue.value64 = w->value;
+            p->waitValue.flags = w->flags;
+        } else {
+            p->writeValue.operation = (CUstreamBatchMemOpType)w->type;
+            p->writeValue.address = (CUdeviceptr)w->address;
+            if (is32)
+                p->writeValue.value = (cuuint32_t)w->value;
+            else
+                p->writeValue.value64 = w->value;
+        }
+        return CUDA_SUCCESS;
+    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        if (w->flags != 0 || w->address != 0 || w->value != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        p->flushRemoteWrites.operation = CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES;
+        return CUDA_SUCCESS;
+    case CU_STREAM_MEM_OP_BARRIER:
+        if ((w->flags != CU_STREAM_MEMORY_BARRIER_TYPE_SYS &&
+             w->flags != CU_STREAM_MEMORY_BARRIER_TYPE_GPU) ||
+            w->address != 0 || w->value != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        p->memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+        p->memoryBarrier.flags = w->flags;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* cuStreamBatchMemOp_v2: every operation checked before any is issued. */
+uint32_t vcu__op_CU_STREAM_MEMOPS(vcu__op_t *o)
+{
+    struct vcu_cu_memops_req rq;
+    CUstreamBatchMemOpParams *ops;
+    struct vcu_cu_memop w;
+    uint32_t i;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.count == 0 || rq.count > VCU_CU_MEMOPS_MAX || rq.flags != 0 || o->nsegs != 0 ||
+        o->plen < sizeof(rq) + (size_t)rq.count * sizeof(w))
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    VCU__STREAM(o, st, rq.stream);
+    ops = calloc(rq.count, sizeof(*ops));
+    if (ops == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    for (i = 0; i < rq.count && o->res == CUDA_SUCCESS; i++) {
+        memcpy(&w, o->p + sizeof(rq) + (size_t)i * sizeof(w), sizeof(w));
+        o->res = vcu__memop(o, &w, &ops[i]);
+    }
+    if (o->res == CUDA_SUCCESS)
+        o->res = VCU__CU(o->cu, cuStreamBatchMemOp, st, rq.count, ops, 0);
+    free(ops);
+    return VCU_S_OK;
+}
+
 uint32_t vcu__op_CU_STREAM_WAIT_EVENT(vcu__op_t *o)
 {
     struct vcu_cu_pair_req rq;

@@ -320,6 +320,8 @@ struct fc_ctx_s {
     size_t stack_res;           /* device memory its stack limit reserves past the default's */
     CUsharedconfig smem_config; /* cuCtxSetSharedMemConfig's, kept */
     unsigned int sms;           /* SMs its kernels run on (an execution affinity) */
+    uint64_t peer_id[8];        /* contexts it has peer access to (cuCtxEnablePeerAccess) */
+    unsigned int npeer;
     fc_stream_t null_stream;    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
 };
 
@@ -4011,6 +4013,151 @@ CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                      (uintptr_t)srcDevice, ByteCount);
 }
 
+/* A context of the process, or NULL (the handle is compared, never
+ * followed, before it is found); g_lock held. */
+static fc_ctx_t *fc_ctx_find(CUcontext h)
+{
+    fc_ctx_t *c = (fc_ctx_t *)h;
+
+    return c && fc_list_has(g_ctxs, c) ? c : NULL;
+}
+
+static CUresult fc_peer_ctxs(CUcontext a, CUcontext b)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    if (!g_init)
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+    else if (!fc_ctx_find(a) || !fc_ctx_find(b))
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Peer copies: every context's memory is this process's, so a copy
+ * between contexts (of one device or two) is a device-to-device copy.
+ * (The stand-in calls its own entry points only through its static
+ * helpers: by name, the guest library's, loaded first in loopback,
+ * would answer.) */
+CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                              CUcontext srcContext, size_t ByteCount)
+{
+    CUresult rc = fc_peer_ctxs(dstContext, srcContext);
+
+    return rc != CUDA_SUCCESS ? rc
+                              : fc_copy1d(NULL, CU_MEMORYTYPE_DEVICE, (uintptr_t)dstDevice,
+                                          CU_MEMORYTYPE_DEVICE, (uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+                                   CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount,
+                                   CUstream hStream)
+{
+    CUresult rc = fc_peer_ctxs(dstContext, srcContext);
+
+    return rc != CUDA_SUCCESS ? rc
+                              : fc_copy1d(hStream, CU_MEMORYTYPE_DEVICE, (uintptr_t)dstDevice,
+                                          CU_MEMORYTYPE_DEVICE, (uintptr_t)srcDevice, ByteCount);
+}
+
+static CUresult fc_copy3d_peer(const CUDA_MEMCPY3D_PEER *q, CUstream hStream)
+{
+    CUDA_MEMCPY3D p;
+    CUresult rc;
+
+    if (!q)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = fc_peer_ctxs(q->srcContext, q->dstContext);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    memset(&p, 0, sizeof(p));
+    p.srcXInBytes = q->srcXInBytes;
+    p.srcY = q->srcY;
+    p.srcZ = q->srcZ;
+    p.srcLOD = q->srcLOD;
+    p.srcMemoryType = q->srcMemoryType;
+    p.srcHost = q->srcHost;
+    p.srcDevice = q->srcDevice;
+    p.srcArray = q->srcArray;
+    p.srcPitch = q->srcPitch;
+    p.srcHeight = q->srcHeight;
+    p.dstXInBytes = q->dstXInBytes;
+    p.dstY = q->dstY;
+    p.dstZ = q->dstZ;
+    p.dstLOD = q->dstLOD;
+    p.dstMemoryType = q->dstMemoryType;
+    p.dstHost = q->dstHost;
+    p.dstDevice = q->dstDevice;
+    p.dstArray = q->dstArray;
+    p.dstPitch = q->dstPitch;
+    p.dstHeight = q->dstHeight;
+    p.WidthInBytes = q->WidthInBytes;
+    p.Height = q->Height;
+    p.Depth = q->Depth;
+    return fc_copy_submit(hStream, &p);
+}
+
+CUresult CUDAAPI cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    return fc_copy3d_peer(pCopy, NULL);
+}
+
+CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    return fc_copy3d_peer(pCopy, hStream);
+}
+
+/* Peer access, as the driver keeps it: from the current context to a
+ * context of another device (cuDeviceCanAccessPeer), once. */
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    fc_ctx_t *c, *p;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&c);
+    p = fc_ctx_find(peerContext);
+    if (rc == CUDA_SUCCESS && !p)
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    else if (rc == CUDA_SUCCESS && Flags != 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (rc == CUDA_SUCCESS && p->dev == c->dev)
+        rc = CUDA_ERROR_INVALID_DEVICE;
+    for (unsigned int i = 0; rc == CUDA_SUCCESS && i < c->npeer; i++)
+        if (c->peer_id[i] == p->hdr.id)
+            rc = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    if (rc == CUDA_SUCCESS && c->npeer == sizeof(c->peer_id) / sizeof(c->peer_id[0]))
+        rc = CUDA_ERROR_TOO_MANY_PEERS;
+    if (rc == CUDA_SUCCESS)
+        c->peer_id[c->npeer++] = p->hdr.id;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    fc_ctx_t *c, *p;
+    CUresult rc;
+    unsigned int i;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&c);
+    p = fc_ctx_find(peerContext);
+    if (rc == CUDA_SUCCESS && !p)
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS) {
+        for (i = 0; i < c->npeer && c->peer_id[i] != p->hdr.id; i++)
+            ;
+        if (i == c->npeer)
+            rc = CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+        else
+            c->peer_id[i] = c->peer_id[--c->npeer];
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *pCopy)
 {
     CUDA_MEMCPY3D p;
@@ -7018,7 +7165,9 @@ CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig confi
     return rc;
 }
 
-/* The two devices reach each other over nothing: every attribute 0. */
+/* The two devices may reach each other (cuDeviceCanAccessPeer, peer
+ * access): access supported; no link to rank, no native atomics, no
+ * arrays over it. */
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
                                          CUdevice dstDevice)
 {
@@ -7027,7 +7176,7 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
     if (srcDevice < 0 || srcDevice >= FC_NDEV || dstDevice < 0 || dstDevice >= FC_NDEV ||
         srcDevice == dstDevice)
         return CUDA_ERROR_INVALID_DEVICE;
-    *value = 0;
+    *value = attrib == CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
     return CUDA_SUCCESS;
 }
 
@@ -7050,30 +7199,30 @@ static CUresult fc_memop(CUstream stream, CUdeviceptr addr, size_t n, unsigned i
     return rc;
 }
 
-CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+/* A write of n (4 or 8) bytes of value. */
+static CUresult fc_write_value(CUstream stream, CUdeviceptr addr, uint64_t value, size_t n,
+                               unsigned int flags)
 {
+    uint32_t v32 = (uint32_t)value;
     void *p;
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_memop(stream, addr, 4, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, &p);
+    rc = fc_memop(stream, addr, n, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, &p);
     if (rc == CUDA_SUCCESS)
-        memcpy(p, &value, 4);
+        memcpy(p, n == 4 ? (const void *)&v32 : (const void *)&value, n);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
 
+CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return fc_write_value(stream, addr, value, 4, flags);
+}
+
 CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    void *p;
-    CUresult rc;
-
-    pthread_mutex_lock(&g_lock);
-    rc = fc_memop(stream, addr, 8, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, &p);
-    if (rc == CUDA_SUCCESS)
-        memcpy(p, &value, 8);
-    pthread_mutex_unlock(&g_lock);
-    return rc;
+    return fc_write_value(stream, addr, value, 8, flags);
 }
 
 /* Whether a wait's condition holds (cuda.h's CUstreamWaitValue_flags). */
@@ -7097,39 +7246,97 @@ static int fc_wait_holds(uint64_t have, uint64_t want, unsigned int flags, uint6
  * CUDA_ERROR_NOT_SUPPORTED instead (tests wait for values already
  * written).
  */
-CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+/* A wait on n (4 or 8) bytes. */
+static CUresult fc_wait_value(CUstream stream, CUdeviceptr addr, uint64_t value, size_t n,
+                              unsigned int flags)
 {
-    uint32_t have;
+    uint64_t have = 0;
+    uint32_t h32;
     void *p;
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_memop(stream, addr, 4, flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH,
+    rc = fc_memop(stream, addr, n, flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH,
                   CU_STREAM_WAIT_VALUE_NOR, &p);
     if (rc == CUDA_SUCCESS) {
-        memcpy(&have, p, 4);
-        if (!fc_wait_holds(have, value, flags, UINT32_MAX))
+        if (n == 4) {
+            memcpy(&h32, p, 4);
+            have = h32;
+        } else {
+            memcpy(&have, p, 8);
+        }
+        if (!fc_wait_holds(have, value, flags, n == 4 ? UINT32_MAX : UINT64_MAX))
             rc = CUDA_ERROR_NOT_SUPPORTED;
     }
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
 
+CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return fc_wait_value(stream, addr, value, 4, flags);
+}
+
 CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    uint64_t have;
-    void *p;
+    return fc_wait_value(stream, addr, value, 8, flags);
+}
+
+/*
+ * A batch: each operation as its single call does it, in order; the
+ * first failure stops the batch (the stand-in runs a stream's work at
+ * once).  Operations the v2 API does not have, or flags it does not
+ * define for them: CUDA_ERROR_INVALID_VALUE, as are more than 255.
+ */
+CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count,
+                                    CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+    fc_ctx_t *ctx;
+    fc_stream_t *s;
     CUresult rc;
 
     pthread_mutex_lock(&g_lock);
-    rc = fc_memop(stream, addr, 8, flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH,
-                  CU_STREAM_WAIT_VALUE_NOR, &p);
-    if (rc == CUDA_SUCCESS) {
-        memcpy(&have, p, 8);
-        if (!fc_wait_holds(have, value, flags, UINT64_MAX))
-            rc = CUDA_ERROR_NOT_SUPPORTED;
-    }
+    rc = fc_stream_work(stream, &ctx, &s);
     pthread_mutex_unlock(&g_lock);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (flags != 0 || count >= 256 || (count > 0 && !paramArray))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < count && rc == CUDA_SUCCESS; i++) {
+        const CUstreamBatchMemOpParams *p = &paramArray[i];
+
+        switch (p->operation) {
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+            rc = fc_wait_value(stream, p->waitValue.address, p->waitValue.value, 4,
+                               p->waitValue.flags);
+            break;
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+            rc = fc_wait_value(stream, p->waitValue.address, p->waitValue.value64, 8,
+                               p->waitValue.flags);
+            break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+            rc = p->writeValue.flags != 0
+                     ? CUDA_ERROR_INVALID_VALUE
+                     : fc_write_value(stream, p->writeValue.address, p->writeValue.value, 4, 0);
+            break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+            rc = p->writeValue.flags != 0
+                     ? CUDA_ERROR_INVALID_VALUE
+                     : fc_write_value(stream, p->writeValue.address, p->writeValue.value64, 8, 0);
+            break;
+        case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+            rc = p->flushRemoteWrites.flags != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+            break;
+        case CU_STREAM_MEM_OP_BARRIER:
+            rc = p->memoryBarrier.flags > CU_STREAM_MEMORY_BARRIER_TYPE_GPU
+                     ? CUDA_ERROR_INVALID_VALUE
+                     : CUDA_SUCCESS;
+            break;
+        default:
+            rc = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+    }
     return rc;
 }
 

@@ -114,6 +114,19 @@ seeds = {
            + req("CU_ARRAY_DESTROY", pad(8) + u64(16))
            + req("CU_MIPMAP_CREATE", pad(8) + u64(64) + u64(64) + u64(0) + u32(0x20) + u32(1) + u32(0) + u32(0) + u32(4) + u32(0))
            + req("CU_MIPMAP_LEVEL", pad(8) + u64(17) + u64(2) + u64(0)),
+ # peer access to device 1, a peer copy (vcu_cu_memcpy_peer_req: dst slot
+ # 1, src slot 2), a 3D peer copy between device memory (the sides'
+ # reserved their devices), a batch of a write and a wait
+ # (vcu_cu_memops_req, then 24-byte operations: addresses at slots 4, 7)
+ "peer": req("CU_CTX_PEER_ACCESS", pad(8) + u64(1) + u64(0) + u64(1))
+         + req("CU_MEMCPY_PEER", pad(8) + u64(0) + u64(0) + u64(1024) + u64(0) + u32(0) + u32(0) + u32(1) + u32(0),
+               [(1, "dptr2"), (2, "dptr")])
+         + req("CU_MEMCPY_3D_PEER", pad(8) + u64(0) + pad(24) + u64(64) + u64(8) + u32(2) + u32(0)
+               + u64(0) + pad(24) + u64(64) + u64(8) + u32(2) + u32(1) + u64(64) + u64(8) + u64(1) + u64(0) + pad(8),
+               [(1, "dptr"), (8, "dptr2")])
+         + req("CU_STREAM_MEMOPS", pad(8) + u64(0) + u32(2) + u32(0) + u32(2) + u32(0) + u64(0) + u64(7)
+               + u32(1) + u32(1) + u64(0) + u64(7), [(1, "stream"), (4, "dptr"), (7, "dptr")])
+         + req("CU_CTX_PEER_ACCESS", pad(8) + u64(1) + u64(0) + u64(0)),
 }
 # Inputs that once made an execution take seconds (regressions/README.md).
 slow = {

@@ -4573,7 +4573,7 @@ TEST(cuda_call_roundtrip)
     pq.dstDevice = 1;
     memset(&pr, 0xff, sizeof(pr));
     ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &pq, sizeof(pq), &pr, sizeof(pr)));
-    ASSERT_EQ(0, pr.value);
+    ASSERT_EQ(1, pr.value);
     tc_close(&c);
     return 0;
 }
@@ -4922,6 +4922,58 @@ TEST(migrate_first_use)
         VCU_TEST_FAIL_("load: %s", why);
     CHECK(tc_mig_check(&c, &m));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, after, NULL));
+    tc_close(&c);
+    close(fd);
+    return 0;
+}
+
+/* Peer access is made again at the load; peer copies and stream memory
+ * operations, work, neither refuse the save nor come back. */
+TEST(migrate_peer)
+{
+    struct vcu_cu_pair_req aq = {{0, 0}, 1, 0, 1};
+    struct vcu_cu_memcpy_peer_req cq;
+    struct {
+        struct vcu_cu_memops_req r;
+        struct vcu_cu_memop op;
+    } mq;
+    struct vcu_cu_resp rp;
+    char why[256];
+    uint64_t p = 0;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &p));
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_PEER_ACCESS, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.result);
+    memset(&cq, 0, sizeof(cq));
+    cq.c.dst = p + 2048;
+    cq.c.src = p;
+    cq.c.size = 2048;
+    cq.dst_device = 0;
+    cq.src_device = 0;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_MEMCPY_PEER, 0, &cq, sizeof(cq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.result);
+    memset(&mq, 0, sizeof(mq));
+    mq.r.count = 1;
+    mq.op.type = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    mq.op.address = p;
+    mq.op.value = 5;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_MEMOPS, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_SUCCESS, rp.result);
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_PEER_ACCESS, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
+    ASSERT_EQ(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, rp.result);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, p, NULL));
     tc_close(&c);
     close(fd);
     return 0;

@@ -122,6 +122,9 @@
     X(array_texobj)                     \
     X(array_quota)                      \
     X(array_mipmap)                     \
+    /* test_peer.c */                   \
+    X(peer_hostile)                     \
+    X(memops_hostile)                   \
     /* test_modcache.c */               \
     X(cuda_module_cache_hit)            \
     X(cuda_module_cache_keep)           \
@@ -130,6 +133,7 @@
     /* test_cuda.c: migration */        \
     X(migrate_roundtrip)                \
     X(migrate_first_use)                \
+    X(migrate_peer)                     \
     X(migrate_refused)                  \
     X(migrate_load_checks)              \
     X(migrate_graph)                    \

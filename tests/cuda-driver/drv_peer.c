@@ -1,0 +1,292 @@
+/*
+ * Peer access, peer copies and stream memory operations at the Driver
+ * API, against a CPU reference: cuMemcpyPeer[Async] and cuMemcpy3DPeer
+ * [Async] between two contexts of one device (a device-to-device copy
+ * there) and, where the VM has two devices, between devices with and
+ * without peer access; cuCtxEnablePeerAccess / cuCtxDisablePeerAccess
+ * (a device is not its own peer); cuStreamBatchMemOp_v2 with writes,
+ * waits for values already written and a barrier, the unversioned ABI
+ * (cuStreamBatchMemOp, cuStreamWriteValue32 and the others, found by
+ * cuGetProcAddress at 11000) and the per-thread forms; counts, flags and
+ * operations cuda.h does not define refused.  One device is enough.
+ */
+#include <stdint.h>
+
+#include "vcu_drv_test.h"
+
+#define N 4096u                     /* 32-bit words per buffer */
+#define W 96u                       /* the 3D copy's box: bytes, rows, slices */
+#define H 5u
+#define D 3u
+#define PITCH 128u
+#define ROWS 7u                     /* rows per slice of the buffers */
+
+typedef CUresult (*batch_fn)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
+typedef CUresult (*write32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*write64_fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+typedef CUresult (*peer_async_fn)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t,
+                                  CUstream);
+
+static void *proc(const char *name, int version, cuuint64_t flags)
+{
+    CUdriverProcAddressQueryResult st;
+    void *fn = NULL;
+
+    CK(cuGetProcAddress(name, &fn, version, flags, &st));
+    TRUE(st == CU_GET_PROC_ADDRESS_SUCCESS && fn != NULL);
+    return fn;
+}
+
+static void fill(uint32_t *h, uint32_t seed)
+{
+    for (uint32_t i = 0; i < N; i++)
+        h[i] = seed * 2654435761u + i * 40503u;
+}
+
+static void check_words(CUdeviceptr p, const uint32_t *want)
+{
+    static uint32_t got[N];
+
+    memset(got, 0, sizeof(got));
+    CK(cuMemcpyDtoH(got, p, sizeof(got)));
+    TRUE(memcmp(got, want, sizeof(got)) == 0);
+}
+
+/* A 1D peer copy between contexts dc and sc, checked against a CPU copy. */
+static void peer_1d(CUcontext dc, CUcontext sc, CUdeviceptr dst, CUdeviceptr src, CUstream s,
+                    uint32_t seed)
+{
+    static uint32_t h[N], want[N];
+
+    fill(h, seed);
+    CK(cuMemcpyHtoD(src, h, sizeof(h)));
+    CK(cuMemsetD32(dst, 0, N));
+    memcpy(want, h, sizeof(h));
+    CK(cuMemcpyPeer(dst, dc, src, sc, sizeof(h)));
+    check_words(dst, want);
+
+    /* Async, on a stream: a piece in the middle. */
+    CK(cuMemsetD32(dst, 0xdeadbeefu, N));
+    for (uint32_t i = 0; i < N; i++)
+        want[i] = i >= 100 && i < 1100 ? h[i] : 0xdeadbeefu;
+    CK(cuMemcpyPeerAsync(dst + 400, dc, src + 400, sc, 4000, s));
+    CK(cuStreamSynchronize(s));
+    check_words(dst, want);
+}
+
+/* A 3D peer copy of a W x H x D box between pitched buffers (the source
+ * at (8, 1, 0), the destination at (0, 2, 1)), against a CPU copy. */
+static void peer_3d(CUcontext dc, CUcontext sc, CUdeviceptr dst, CUdeviceptr src, CUstream s,
+                    int async)
+{
+    static unsigned char h[PITCH * ROWS * (D + 1)], got[sizeof(h)], want[sizeof(h)];
+    CUDA_MEMCPY3D_PEER p;
+
+    for (size_t i = 0; i < sizeof(h); i++)
+        h[i] = (unsigned char)(i * 7u + 3u + (unsigned)async);
+    CK(cuMemcpyHtoD(src, h, sizeof(h)));
+    CK(cuMemsetD8(dst, 0x5a, sizeof(h)));
+    memset(want, 0x5a, sizeof(want));
+    for (size_t z = 0; z < D; z++)
+        for (size_t y = 0; y < H; y++)
+            memcpy(want + ((z + 1) * ROWS + y + 2) * PITCH,
+                   h + (z * ROWS + y + 1) * PITCH + 8, W);
+    memset(&p, 0, sizeof(p));
+    p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = src;
+    p.srcXInBytes = 8;
+    p.srcY = 1;
+    p.srcPitch = PITCH;
+    p.srcHeight = ROWS;
+    p.srcContext = sc;
+    p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.dstDevice = dst;
+    p.dstY = 2;
+    p.dstZ = 1;
+    p.dstPitch = PITCH;
+    p.dstHeight = ROWS;
+    p.dstContext = dc;
+    p.WidthInBytes = W;
+    p.Height = H;
+    p.Depth = D;
+    if (async) {
+        CK(cuMemcpy3DPeerAsync(&p, s));
+        CK(cuStreamSynchronize(s));
+    } else {
+        CK(cuMemcpy3DPeer(&p));
+    }
+    CK(cuMemcpyDtoH(got, dst, sizeof(got)));
+    TRUE(memcmp(got, want, sizeof(got)) == 0);
+}
+
+static void memops(CUstream s, CUdeviceptr f)
+{
+    CUstreamBatchMemOpParams op[4];
+    uint64_t got[4];
+    batch_fn v1 = (batch_fn)proc("cuStreamBatchMemOp", 11000, 0);
+    batch_fn v2pt = (batch_fn)proc("cuStreamBatchMemOp", 13000,
+                                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    write32_fn w32 = (write32_fn)proc("cuStreamWriteValue32", 11000, 0);
+    write64_fn w64 = (write64_fn)proc("cuStreamWriteValue64", 11000, 0);
+    write32_fn wait32 = (write32_fn)proc("cuStreamWaitValue32", 11000, 0);
+
+    CK(cuMemsetD8(f, 0, sizeof(got)));
+    /* Two writes, then waits for what they wrote, then a barrier. */
+    memset(op, 0, sizeof(op));
+    op[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op[0].writeValue.address = f;
+    op[0].writeValue.value = 0x11223344u;
+    op[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op[1].writeValue.address = f + 8;
+    op[1].writeValue.value64 = 0x0102030405060708ull;
+    op[2].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op[2].waitValue.address = f;
+    op[2].waitValue.value = 0x11223344u;
+    op[2].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    op[3].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    op[3].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_GPU;
+    CK(cuStreamBatchMemOp(s, 4, op, 0));
+    memset(op, 0, sizeof(op));
+    op[0].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op[0].waitValue.address = f + 8;
+    op[0].waitValue.value64 = 0x0102030405060708ull;
+    op[0].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    op[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op[1].writeValue.address = f + 16;
+    op[1].writeValue.value = 0xcafef00du;
+    CK(cuStreamBatchMemOp(s, 2, op, 0));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemcpyDtoH(got, f, sizeof(got)));
+    TRUE((uint32_t)got[0] == 0x11223344u);
+    TRUE(got[1] == 0x0102030405060708ull);
+    TRUE((uint32_t)got[2] == 0xcafef00du);
+
+    /* The per-thread form, on the per-thread stream. */
+    memset(op, 0, sizeof(op));
+    op[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op[0].writeValue.address = f + 24;
+    op[0].writeValue.value64 = 42;
+    CK(v2pt(NULL, 1, op, 0));
+    CK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    CK(cuMemcpyDtoH(got, f, sizeof(got)));
+    TRUE(got[3] == 42);
+
+    /* The unversioned ABI: its writes may ask for no memory barrier. */
+    memset(op, 0, sizeof(op));
+    op[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op[0].writeValue.address = f;
+    op[0].writeValue.value = 5;
+    op[0].writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+    CK(v1(s, 1, op, 0));
+    CK(w32(s, f + 16, 6, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+    CK(w64(s, f + 8, 7, 0));
+    CK(wait32(s, f, 5, CU_STREAM_WAIT_VALUE_EQ));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemcpyDtoH(got, f, sizeof(got)));
+    TRUE((uint32_t)got[0] == 5 && got[1] == 7 && (uint32_t)got[2] == 6);
+    /* The barrier is of the v2 API only. */
+    op[0].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    op[0].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_SYS;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, v1(s, 1, op, 0));
+
+    /* What cuda.h does not allow. */
+    memset(op, 0, sizeof(op));
+    op[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op[0].writeValue.address = f;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(s, 1, op, 1));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(s, 256, op, 0));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(s, 1, NULL, 0));
+    op[0].writeValue.address = f + 2;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(s, 1, op, 0));
+    op[0].writeValue.address = f;
+    op[0].operation = (CUstreamBatchMemOpType)99;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(s, 1, op, 0));
+    op[0].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op[0].waitValue.flags = 0x100;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(s, 1, op, 0));
+    CK(cuStreamSynchronize(s));
+}
+
+int main(void)
+{
+    CUdevice dev, dev1;
+    CUcontext c0, c0b, c1;
+    CUdeviceptr a, b, f, x;
+    CUstream s;
+    int n = 0, can = 0;
+    peer_async_fn pt;
+
+    CK(cuInit(0));
+    CK(cuDeviceGetCount(&n));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&c0, dev));
+    CK(cuCtxSetCurrent(c0));
+    CK(cuMemAlloc(&a, N * 4));
+    CK(cuMemAlloc(&b, N * 4));
+    CK(cuMemAlloc(&f, 64));
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+
+    /* A second context of the device: its memory and the primary's are
+     * the device's. */
+    CK(cuCtxCreate(&c0b, NULL, 0, dev));
+    CK(cuCtxSetCurrent(c0));
+    peer_1d(c0b, c0, b, a, s, 1);
+    peer_1d(c0, c0b, a, b, s, 2);
+    peer_1d(c0, c0, b, a, s, 3);
+    peer_3d(c0b, c0, b, a, s, 0);
+    peer_3d(c0, c0b, b, a, s, 1);
+    /* The per-thread form of the async copy. */
+    pt = (peer_async_fn)proc("cuMemcpyPeerAsync", 13000,
+                             CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    CK(cuMemsetD32(b, 0, N));
+    CK(pt(b, c0b, a, c0, N * 4, NULL));
+    CK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    {
+        static uint32_t h[N];
+
+        CK(cuMemcpyDtoH(h, a, sizeof(h)));
+        check_words(b, h);
+    }
+    CK(cuMemcpyPeer(b, c0b, a, c0, 0));
+
+    /* A device is not its own peer. */
+    EXPECT(CUDA_ERROR_INVALID_DEVICE, cuCtxEnablePeerAccess(c0b, 0));
+    EXPECT(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cuCtxDisablePeerAccess(c0b));
+
+    memops(s, f);
+
+    if (n >= 2) {
+        /* Two devices: copies between them with and without peer access. */
+        CK(cuDeviceGet(&dev1, 1));
+        CK(cuDeviceCanAccessPeer(&can, dev, dev1));
+        CK(cuDevicePrimaryCtxRetain(&c1, dev1));
+        CK(cuCtxSetCurrent(c1));
+        CK(cuMemAlloc(&x, N * 4));
+        CK(cuCtxSetCurrent(c0));
+        peer_1d(c1, c0, x, a, s, 4);
+        peer_1d(c0, c1, b, x, s, 5);
+        peer_3d(c1, c0, x, a, s, 1);
+        if (can) {
+            CK(cuCtxEnablePeerAccess(c1, 0));
+            EXPECT(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, cuCtxEnablePeerAccess(c1, 0));
+            peer_1d(c1, c0, x, a, s, 6);
+            peer_3d(c1, c0, x, a, s, 0);
+            CK(cuCtxDisablePeerAccess(c1));
+            EXPECT(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cuCtxDisablePeerAccess(c1));
+        }
+        CK(cuCtxSetCurrent(c1));
+        CK(cuMemFree(x));
+        CK(cuCtxSetCurrent(c0));
+        CK(cuDevicePrimaryCtxRelease(dev1));
+        printf("two devices: copied between them (peer access %s)\n", can ? "too" : "not offered");
+    }
+
+    CK(cuStreamDestroy(s));
+    CK(cuMemFree(f));
+    CK(cuMemFree(b));
+    CK(cuMemFree(a));
+    CK(cuCtxDestroy(c0b));
+    CK(cuDevicePrimaryCtxRelease(dev));
+    printf("PASS drv_peer\n");
+    return 0;
+}
