@@ -5659,7 +5659,7 @@ TEST(cuda_graph_event_nodes)
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hset(&c, x, nr, VCU_CU_NODE_EVENT_WAIT, ev));
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, 0, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_SYNCHRONIZE, 0, ev, NULL));
-    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, ev, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 0, ev));
     CHECK(tc_mg_bytes(&c, d, 256, 0x5a));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_EXEC_DESTROY, 0, x, NULL));
     tc_close(&c);
@@ -5872,7 +5872,7 @@ TEST(migrate_graph_child)
     ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 512, 1, 0, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
-    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_EVENT_QUERY, 0, ev, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_query(&c, VCU_CALL_cuEventQuery, 0, ev));
     CHECK(tc_mg_bytes(&c, d, 256, 0x21));
     CHECK(tc_mg_bytes(&c, d + 256, 256, 0x43));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CHILD_GRAPH, 0, nc, &n));
