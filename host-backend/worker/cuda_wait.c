@@ -653,6 +653,31 @@ static void vcu__write_u64_resp(void *out, uint32_t result, uint64_t value)
     memcpy(out, &r, sizeof(r));
 }
 
+/* g->mu held.  Hands cookie to the parked CU_CALLBACK_WAIT (*req: to be
+ * completed, after the lock) or queues it; false when the queue could not
+ * grow and the cookie is lost. */
+static bool vcu__cb_hand_locked(vcu__gate_t *g, uint64_t cookie, vcu_request_t **req)
+{
+    if (g->parked != NULL) {
+        *req = g->parked;
+        g->parked = NULL;
+        return true;
+    }
+        if (g->nq == g->capq) {
+            size_t ncap = g->capq ? g->capq * 2 : 16;
+            uint64_t *nq = realloc(g->queue, ncap * sizeof(*nq));
+
+            if (nq != NULL) {
+                g->queue = nq;
+                g->capq = ncap;
+            }
+        }
+    if (g->nq >= g->capq)
+        return false;
+    g->queue[g->nq++] = cookie;
+    return true;
+}
+
 /* Runs on a CUDA thread (or wherever the driver runs host functions). */
 void CUDA_CB vcu__cb_trampoline(void *arg)
 {
@@ -672,26 +697,10 @@ void CUDA_CB vcu__cb_trampoline(void *arg)
     g->ntramp++;
     w.next = g->waiters;
     g->waiters = &w;
-    if (g->parked != NULL) {
-        req = g->parked;
-        g->parked = NULL;
-    } else {
-        if (g->nq == g->capq) {
-            size_t ncap = g->capq ? g->capq * 2 : 16;
-            uint64_t *nq = realloc(g->queue, ncap * sizeof(*nq));
-
-            if (nq != NULL) {
-                g->queue = nq;
-                g->capq = ncap;
-            }
-        }
-        /* Without room the cookie is lost: the guest can only learn of it
-         * by a WAIT that never returns, so give up on this callback. */
-        if (g->nq < g->capq)
-            g->queue[g->nq++] = cookie;
-        else
-            w.done = 1;
-    }
+    /* Without room the cookie is lost: the guest can only learn of it
+     * by a WAIT that never returns, so give up on this callback. */
+    if (!vcu__cb_hand_locked(g, cookie, &req))
+        w.done = 1;
     if (req != NULL) {
         pthread_mutex_unlock(&g->mu);
         vcu__write_u64_resp(vcu__resp_payload(req), CUDA_SUCCESS, cookie);
@@ -725,22 +734,7 @@ void vcu__cb_post(vcu__gate_t *g, uint64_t cookie)
         pthread_mutex_unlock(&g->mu);
         return;
     }
-    if (g->parked != NULL) {
-        req = g->parked;
-        g->parked = NULL;
-    } else {
-        if (g->nq == g->capq) {
-            size_t ncap = g->capq ? g->capq * 2 : 16;
-            uint64_t *nq = realloc(g->queue, ncap * sizeof(*nq));
-
-            if (nq != NULL) {
-                g->queue = nq;
-                g->capq = ncap;
-            }
-        }
-        if (g->nq < g->capq)
-            g->queue[g->nq++] = cookie;
-    }
+    (void)vcu__cb_hand_locked(g, cookie, &req);
     pthread_mutex_unlock(&g->mu);
     if (req != NULL) {
         vcu__write_u64_resp(vcu__resp_payload(req), CUDA_SUCCESS, cookie);
