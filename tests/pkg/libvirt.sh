@@ -21,6 +21,11 @@
 #     migrate suite (tests/many's checker, each round's results checked):
 #     saved while the checker runs, restored on the same daemon, the
 #     checker must go on and end with no wrong result.
+#  6. virsh migrate --live of a third such domain to "host B": a second
+#     libvirtd in mount and UTS namespaces of its own (another hostname and
+#     host UUID, its own /etc/libvirt, /run/libvirt, /var/lib/libvirt/qemu,
+#     virtlogd) with a vcu-daemon of its own; the checker must go on there
+#     with no wrong result.
 #
 # What the domain changes in the example: its name; TCG (type='qemu', cpu
 # 'maximum': no KVM here); 3 GiB and 2 vCPUs; the emulator and firmware are
@@ -49,7 +54,11 @@ work=$root/build/pkg-libvirt
 xml=docs/libvirt/virtio-cuda-domain.xml
 dom=vcu-libvirt-test
 dom2=vcu-libvirt-save
+dom3=vcu-libvirt-mig
 save_secs=${VCU_LIBVIRT_SAVE_SECS:-40}
+# The migrated guest's checker: long enough for rounds after the move
+# (the whole migration takes about 30 s under TCG, most of it the RAM).
+mig_secs=${VCU_LIBVIRT_MIG_SECS:-90}
 # What QEMU reads (libvirt-qemu must reach it) and the daemon's run folder.
 scratch=/var/lib/libvirt/vcu-test
 run=/run/vcu-libvirt-test
@@ -84,6 +93,7 @@ our_virtlogd=
 our_libvirtd=
 defined=no
 defined2=no
+defined3=no
 qpid=
 locked=no
 
@@ -101,6 +111,11 @@ cleanup() {
         [ "$(vsh domstate "$dom2" 2>/dev/null)" = "shut off" ] || vsh destroy "$dom2" >/dev/null 2>&1
         vsh undefine "$dom2" >"$work/undefine2.log" 2>&1 || cat "$work/undefine2.log"
     fi
+    if [ $defined3 = yes ]; then
+        [ "$(vsh domstate "$dom3" 2>/dev/null)" = "shut off" ] || vsh destroy "$dom3" >/dev/null 2>&1
+        vsh undefine "$dom3" >"$work/undefine3.log" 2>&1 || cat "$work/undefine3.log"
+    fi
+    declare -F stop_host_b >/dev/null && stop_host_b
     vcu_daemon_stop
     [ -n "${VCU_DAEMON_LOG:-}" ] && cp "$VCU_DAEMON_LOG" "$work/daemon.log" 2>/dev/null
     for pid in $our_libvirtd $our_virtlogd; do
@@ -507,38 +522,76 @@ fi
 # it, has QEMU write its state (the device's sessions included) to the
 # file and ends it; the guest's workers go.  The restore starts a new QEMU
 # that loads the file, on the same daemon, and resumes it.
-save_domain() {
-    local serial2=$scratch/serial-save.log state=$scratch/saved.state n_before n_after done_line
+# A domain whose guest runs the migrate suite's checker for SECS seconds:
+# defined from the example as NAME (serial to SERIAL under $scratch) and
+# started; returns once its first round is checked.  0, or 1 with the
+# failure said.
+checker_domain() {
+    local name=$1 serial=$2 secs=$3 flag=$4 i
     cp build/vm/initrd-migrate.img "$scratch/initrd-migrate.img"
     chmod 644 "$scratch/initrd-migrate.img"
-    if ! python3 "$work/mkdomain.py" "$xml" "$work/domain-save.xml" "$dom2" "$scratch" "$sock" \
-        initrd-migrate.img "console=ttyS0 panic=-1 quiet vcu.suite=migrate vcu.mig_secs=$save_secs vcu.mig_ballast=0" \
-        serial-save.log >"$work/xml-save.log" 2>&1; then
-        bad "a domain for virsh save is made from $xml"
-        cat "$work/xml-save.log"
-        return
+    if ! python3 "$work/mkdomain.py" "$xml" "$work/domain-$name.xml" "$name" "$scratch" "$sock" \
+        initrd-migrate.img "console=ttyS0 panic=-1 quiet vcu.suite=migrate vcu.mig_secs=$secs vcu.mig_ballast=0" \
+        "$serial" >"$work/xml-$name.log" 2>&1; then
+        bad "a domain $name is made from $xml"
+        cat "$work/xml-$name.log"
+        return 1
     fi
-    if vsh domstate "$dom2" >/dev/null 2>&1; then
-        vsh destroy "$dom2" >/dev/null 2>&1
-        vsh undefine "$dom2" >/dev/null 2>&1
+    if vsh domstate "$name" >/dev/null 2>&1; then
+        vsh destroy "$name" >/dev/null 2>&1
+        vsh undefine "$name" >/dev/null 2>&1
     fi
-    if ! vsh define "$work/domain-save.xml" >"$work/define-save.log" 2>&1 ||
-        ! { defined2=yes; vsh start "$dom2" >"$work/start-save.log" 2>&1; }; then
-        bad "libvirt defines and starts the domain to save"
-        cat "$work/define-save.log" "$work/start-save.log" 2>/dev/null
-        return
+    if ! vsh define "$work/domain-$name.xml" >"$work/define-$name.log" 2>&1 ||
+        ! { eval "$flag=yes"; vsh start "$name" >"$work/start-$name.log" 2>&1; }; then
+        bad "libvirt defines and starts the domain $name"
+        cat "$work/define-$name.log" "$work/start-$name.log" 2>/dev/null
+        return 1
     fi
-    note "the saved domain's checker runs (up to 300 s for its first round)"
+    note "$name's checker runs (up to 300 s for its first round)"
     for i in $(seq 1 600); do
-        grep -aq '^VCU-MANY mig tick' "$serial2" 2>/dev/null && break
-        [ "$(vsh domstate "$dom2" 2>/dev/null)" = "running" ] || break
+        grep -aq '^VCU-MANY mig tick' "$scratch/$serial" 2>/dev/null && break
+        [ "$(vsh domstate "$name" 2>/dev/null)" = "running" ] || break
         sleep 0.5
     done
-    if ! grep -aq '^VCU-MANY mig tick' "$serial2" 2>/dev/null; then
-        bad "the domain to save runs its checker (no round seen)"
-        tail -n 20 "$serial2" 2>/dev/null
-        return
+    if ! grep -aq '^VCU-MANY mig tick' "$scratch/$serial" 2>/dev/null; then
+        bad "the domain $name runs its checker (no round seen)"
+        tail -n 20 "$scratch/$serial" 2>/dev/null
+        return 1
     fi
+    return 0
+}
+
+# After a save and restore or a move (WHAT), with N_BEFORE checker rounds
+# seen before it: waits (STATE_CMD says the domain still runs) for the
+# suite's end and checks the checker went on with no wrong result.
+checker_went_on() {
+    local what=$1 serial=$2 n_before=$3 state_cmd=$4 log=$5 i n_after done_line
+    for i in $(seq 1 $((2 * (save_secs + 300)))); do
+        grep -aq '^VCU-SUITE-END migrate' "$scratch/$serial" 2>/dev/null && break
+        [ "$($state_cmd domstate "$dom_of_check" 2>/dev/null)" = "running" ] || break
+        sleep 0.5
+    done
+    tr -d '\r' <"$scratch/$serial" >"$work/$serial"
+    n_after=$(grep -ac '^VCU-MANY mig tick' "$work/$serial")
+    done_line=$(grep -a '^VCU-MANY mig done' "$work/$serial" | tail -n 1)
+    if grep -aq '^VCU-TEST migrate/checker PASS' "$work/$serial" &&
+        [[ $done_line == *" wrong=0"* ]] && [ "$n_after" -gt "$n_before" ]; then
+        ok "$what: the guest's checker went on ($n_before rounds before, $n_after in all) with no wrong result: $done_line"
+    else
+        bad "$what: the guest's checker goes on with no wrong result ($n_before rounds before, $n_after in all; ${done_line:-no done line})"
+        grep -a '^VCU-TEST migrate' "$work/$serial"
+        grep -av '^VCU-MANY mig tick' "$work/$serial" | tail -n 30
+        tail_of vcu-daemon "$log" 30
+    fi
+    if grep -aEq "$oops_re" "$work/$serial"; then
+        bad "$what: no guest kernel oops"
+        grep -aE "$oops_re" "$work/$serial" | sed -n '1,10p'
+    fi
+}
+
+save_domain() {
+    local state=$scratch/saved.state n_before
+    checker_domain "$dom2" serial-save.log "$save_secs" defined2 || return
     sleep 3
     note "virsh save"
     if ! vsh save "$dom2" "$state" >"$work/save.log" 2>&1; then
@@ -547,7 +600,7 @@ save_domain() {
         tail_of vcu-daemon "$VCU_DAEMON_LOG" 20
         return
     fi
-    n_before=$(grep -ac '^VCU-MANY mig tick' "$serial2")
+    n_before=$(grep -ac '^VCU-MANY mig tick' "$scratch/serial-save.log")
     reason=$(vsh domstate --reason "$dom2" 2>/dev/null)
     if [ "$reason" = "shut off (saved)" ] && [ -s "$state" ]; then
         ok "virsh save wrote $(stat -c %s "$state") bytes with the checker running ($n_before rounds); the domain is $reason"
@@ -565,29 +618,162 @@ save_domain() {
         return
     fi
     ok "virsh restore: the domain is $(vsh domstate "$dom2" 2>/dev/null)"
-    for i in $(seq 1 $((2 * (save_secs + 300)))); do
-        grep -aq '^VCU-SUITE-END migrate' "$serial2" 2>/dev/null && break
-        [ "$(vsh domstate "$dom2" 2>/dev/null)" = "shut off" ] && break
-        sleep 0.5
-    done
-    tr -d '\r' <"$serial2" >"$work/serial-save.log"
-    n_after=$(grep -ac '^VCU-MANY mig tick' "$work/serial-save.log")
-    done_line=$(grep -a '^VCU-MANY mig done' "$work/serial-save.log" | tail -n 1)
-    if grep -aq '^VCU-TEST migrate/checker PASS' "$work/serial-save.log" &&
-        [[ $done_line == *" wrong=0"* ]] && [ "$n_after" -gt "$n_before" ]; then
-        ok "the restored guest's checker went on ($n_before rounds before the save, $n_after in all) with no wrong result: $done_line"
-    else
-        bad "the restored guest's checker goes on with no wrong result ($n_before rounds before the save, $n_after in all; ${done_line:-no done line})"
-        grep -a '^VCU-TEST migrate' "$work/serial-save.log"
-        grep -av '^VCU-MANY mig tick' "$work/serial-save.log" | tail -n 30
-        tail_of vcu-daemon "$VCU_DAEMON_LOG" 30
-    fi
-    if grep -aEq "$oops_re" "$work/serial-save.log"; then
-        bad "no guest kernel oops in the saved and restored guest"
-        grep -aE "$oops_re" "$work/serial-save.log" | sed -n '1,10p'
-    fi
+    dom_of_check=$dom2
+    checker_went_on "virsh save and restore" serial-save.log "$n_before" vsh "$VCU_DAEMON_LOG"
 }
 save_domain
+
+# ---- 6. virsh migrate to another host ----------------------------------------
+# libvirt refuses a migration to its own host (the same hostname or host
+# UUID), so the destination is a second host as far as libvirt can tell: a
+# libvirtd in mount and UTS namespaces of its own, with another hostname
+# and host UUID, its own /etc/libvirt, /run/libvirt, /var/lib/libvirt/qemu
+# and /var/log/libvirt/qemu, its own virtlogd, and a vcu-daemon of its own
+# (its own run folder and module cache).  What the two ends share is the
+# host's kernel and GPU and the migration stream, over TCP on the loopback.
+hostb=/run/vcu-libvirt-test-b
+connb="qemu+unix:///system?socket=$hostb/run/libvirt-sock"
+b_libvirtd=
+b_virtlogd=
+b_daemon_pid=
+vshb() { timeout 120 virsh -q -c "$connb" "$@"; }
+
+# Starts host B: its folders, virtlogd and libvirtd in their namespaces,
+# then its vcu-daemon.  0 when all are up.
+start_host_b() {
+    local d uuid i
+    rm -rf "$hostb"
+    mkdir -p "$hostb/etc" "$hostb/run" "$hostb/lib" "$hostb/log" "$hostb/vcu"
+    cp -a /etc/libvirt/. "$hostb/etc/"
+    rm -f "$hostb"/etc/qemu/*.xml
+    uuid=$(cat /proc/sys/kernel/random/uuid)
+    printf 'host_uuid = "%s"\n' "$uuid" >>"$hostb/etc/libvirtd.conf"
+    for d in lib:/var/lib/libvirt/qemu log:/var/log/libvirt/qemu run:/run/libvirt; do
+        chown --reference="${d#*:}" "$hostb/${d%%:*}" && chmod --reference="${d#*:}" "$hostb/${d%%:*}"
+    done
+    cat >"$hostb/start.sh" <<EOS
+set -e
+hostname vcu-libvirt-host-b
+mount --bind $hostb/etc /etc/libvirt
+mount --bind $hostb/run /run/libvirt
+mount --bind $hostb/lib /var/lib/libvirt/qemu
+mount --bind $hostb/log /var/log/libvirt/qemu
+LIBVIRT_LOG_OUTPUTS="3:file:$work/virtlogd-b.log" virtlogd --daemon --pid-file $hostb/virtlogd.pid
+for i in \$(seq 1 100); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.1; done
+LIBVIRT_LOG_OUTPUTS="3:file:$work/libvirtd-b.log" libvirtd --daemon --pid-file $hostb/libvirtd.pid
+EOS
+    "${daemon_env[@]}" unshare --mount --uts --propagation private sh "$hostb/start.sh" \
+        </dev/null >"$work/host-b.out" 2>&1 9>&- || { cat "$work/host-b.out"; return 1; }
+    for i in $(seq 1 120); do
+        b_libvirtd=$(running_pid "$hostb/libvirtd.pid" libvirtd) || b_libvirtd=
+        b_virtlogd=$(running_pid "$hostb/virtlogd.pid" virtlogd) || b_virtlogd=
+        [ -n "$b_libvirtd" ] && virsh -c "$connb" list --all >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    if [ -z "$b_libvirtd" ] || ! virsh -c "$connb" list --all >/dev/null 2>&1; then
+        tail_of "host B" "$work/host-b.out"
+        tail_of "host B's libvirtd" "$work/libvirtd-b.log"
+        return 1
+    fi
+    if [ "$(vshb hostname 2>/dev/null)" != vcu-libvirt-host-b ] ||
+        [ "$(vshb sysinfo 2>/dev/null | grep -c "$uuid")" = x ]; then
+        echo "host B's libvirtd does not say it is vcu-libvirt-host-b"
+        return 1
+    fi
+    # Its vcu-daemon: the helper keeps one daemon's variables, so host A's
+    # are put back after.
+    local a_pid=$VCU_DAEMON_PID a_sock=$VCU_DAEMON_SOCK a_log=$VCU_DAEMON_LOG
+    mkdir -p "$work/daemon-cache-b"
+    vcu_daemon_start "$hostb/vcu" --socket-group libvirt-qemu --libcuda "$fake" \
+        --cache-dir "$work/daemon-cache-b" 9>&-
+    i=$?
+    b_daemon_pid=$VCU_DAEMON_PID
+    b_daemon_log=$VCU_DAEMON_LOG
+    VCU_DAEMON_PID=$a_pid VCU_DAEMON_SOCK=$a_sock VCU_DAEMON_LOG=$a_log
+    return $i
+}
+
+stop_host_b() {
+    local pid i
+    if [ -n "$b_libvirtd" ]; then
+        for n in $(vshb list --name 2>/dev/null); do vshb destroy "$n" >/dev/null 2>&1; done
+    fi
+    if [ -n "$b_daemon_pid" ]; then
+        local a_pid=$VCU_DAEMON_PID
+        VCU_DAEMON_PID=$b_daemon_pid
+        vcu_daemon_stop
+        VCU_DAEMON_PID=$a_pid
+        cp "$b_daemon_log" "$work/daemon-b.log" 2>/dev/null
+        b_daemon_pid=
+    fi
+    for pid in $b_libvirtd $b_virtlogd; do
+        kill "$pid" 2>/dev/null
+        for i in $(seq 1 150); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    done
+    b_libvirtd=
+    b_virtlogd=
+    rm -rf "$hostb"
+}
+
+migrate_domain() {
+    local serial3=$scratch/serial-mig.log n_before t0 info down
+    note "starting host B (a second libvirtd in namespaces of its own, its own vcu-daemon)"
+    if ! start_host_b; then
+        bad "host B is up: a second libvirtd (another hostname and host UUID) and vcu-daemon"
+        return
+    fi
+    ok "host B is up: libvirtd pid $b_libvirtd as $(vshb hostname 2>/dev/null), vcu-daemon pid $b_daemon_pid"
+    checker_domain "$dom3" serial-mig.log "$mig_secs" defined3 || return
+    # Host B's domain: the same, its device on host B's daemon.
+    if ! vsh dumpxml --migratable "$dom3" >"$work/domain-mig-a.xml" 2>"$work/dumpxml.log" ||
+        ! sed "s|path=$sock,|path=$hostb/vcu/vcu.sock,|" "$work/domain-mig-a.xml" \
+            >"$work/domain-mig-b.xml" ||
+        ! grep -q "path=$hostb/vcu/vcu.sock," "$work/domain-mig-b.xml"; then
+        bad "the domain's XML for host B (virsh dumpxml --migratable, the daemon's socket changed)"
+        cat "$work/dumpxml.log"
+        return
+    fi
+    sleep 3
+    note "virsh migrate --live to host B"
+    t0=$(date +%s%N)
+    if ! vsh migrate --live --verbose --xml "$work/domain-mig-b.xml" "$dom3" "$connb" \
+        tcp://127.0.0.1:49152 >"$work/migrate.log" 2>&1; then
+        bad "virsh migrate --live $dom3 to host B (with CUDA work in flight)"
+        cat "$work/migrate.log"
+        tail_of vcu-daemon "$VCU_DAEMON_LOG" 20
+        tail_of "host B's vcu-daemon" "$b_daemon_log" 20
+        tail -n 20 "/var/log/libvirt/qemu/$dom3.log" 2>/dev/null
+        tail -n 20 "$hostb/log/$dom3.log" 2>/dev/null
+        [ "$(vsh domstate "$dom3" 2>/dev/null)" = running ] &&
+            echo "(the domain runs on on host A)"
+        return
+    fi
+    info=$(vsh domjobinfo --completed "$dom3" 2>/dev/null | tr -s ' ')
+    down=$(echo "$info" | sed -n 's/^Total downtime: \(.*\)/\1/p')
+    n_before=$(grep -ac '^VCU-MANY mig tick' "$serial3")
+    if [ "$(vshb domstate "$dom3" 2>/dev/null)" = running ] &&
+        [ "$(vsh domstate "$dom3" 2>/dev/null)" != running ]; then
+        ok "virsh migrate --live moved the domain to host B in $((($(date +%s%N) - t0) / 1000000)) ms (downtime ${down:-not reported}) with the checker running ($n_before rounds)"
+    else
+        bad "after virsh migrate the domain runs on host B and not on A (A: $(vsh domstate "$dom3" 2>/dev/null), B: $(vshb domstate "$dom3" 2>/dev/null))"
+        return
+    fi
+    dom_of_check=$dom3
+    checker_went_on "virsh migrate to host B" serial-mig.log "$n_before" vshb "$b_daemon_log"
+    # The rounds after the move ran on host B's workers: its daemon
+    # welcomed the domain's QEMU there, and the source's daemon's link
+    # to the domain closed.
+    if grep -aq "($dom3, QEMU pid .*welcome" "$b_daemon_log" &&
+        grep -aq "($dom3): link closed" "$VCU_DAEMON_LOG"; then
+        ok "host B's vcu-daemon serves the moved domain; host A's let it go"
+    else
+        bad "host B's vcu-daemon serves the moved domain and host A's let it go (B: $(grep -a "$dom3" "$b_daemon_log" | tail -n 2 | tr '\n' ' '); A: $(grep -a "$dom3" "$VCU_DAEMON_LOG" | tail -n 2 | tr '\n' ' '))"
+    fi
+}
+migrate_domain
 
 # ---- cleanup ------------------------------------------------------------------
 cleanup
@@ -595,7 +781,9 @@ left=
 [ -n "$our_libvirtd" ] && kill -0 "$our_libvirtd" 2>/dev/null && left="$left libvirtd"
 [ -n "$our_virtlogd" ] && kill -0 "$our_virtlogd" 2>/dev/null && left="$left virtlogd"
 kill -0 "$dpid" 2>/dev/null && left="$left vcu-daemon"
-if [ -f "/etc/libvirt/qemu/$dom.xml" ] || [ -f "/etc/libvirt/qemu/$dom2.xml" ]; then
+[ -d "$hostb" ] && left="$left host B's folders"
+if [ -f "/etc/libvirt/qemu/$dom.xml" ] || [ -f "/etc/libvirt/qemu/$dom2.xml" ] ||
+    [ -f "/etc/libvirt/qemu/$dom3.xml" ]; then
     left="$left a domain's definition"
 fi
 if [ -z "$left" ]; then
