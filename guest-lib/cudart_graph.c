@@ -935,8 +935,8 @@ VCU__EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExe
     return vcu__err(vcu__instantiate(pGraphExec, graph, flags));
 }
 
-/* As WithFlags: instantiation already uploads, so the upload stream is
- * only checked. */
+/* As WithFlags, less the upload flag (which the driver takes only here):
+ * instantiation already uploads, so the upload stream is only checked. */
 static cudaError_t vcu__instantiate_params(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                            cudaGraphInstantiateParams *p, int ptsz)
 {
@@ -953,7 +953,7 @@ static cudaError_t vcu__instantiate_params(cudaGraphExec_t *pGraphExec, cudaGrap
         if (e != cudaSuccess)
             return e;
     }
-    e = vcu__instantiate(pGraphExec, graph, p->flags);
+    e = vcu__instantiate(pGraphExec, graph, p->flags & ~(unsigned long long)cudaGraphInstantiateFlagUpload);
     if (e == cudaSuccess)
         p->result_out = cudaGraphInstantiateSuccess;
     return e;

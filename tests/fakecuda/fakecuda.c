@@ -6823,9 +6823,13 @@ out:
     return rc;
 }
 
+/* The upload flag is cuGraphInstantiateWithParams' only: driver 580
+ * refuses it here (measured on the H200). */
 CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
                                     unsigned long long flags)
 {
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
+        return CUDA_ERROR_INVALID_VALUE;
     return fc_instantiate(phGraphExec, hGraph, flags);
 }
 
