@@ -530,26 +530,59 @@ static int vcu__m_dev_alloc_pages(int dev, size_t size, uint64_t len, int loop, 
 }
 
 /* The shadow of [base, base + len): this process's pages at the device
- * address, mapped read-only.  If the address is taken here, the
- * device memory (dptr) is freed and the allocation fails (logged once). */
-static int vcu__m_shadow_map(int dev, uint64_t dptr, uint64_t base, uint64_t len)
+ * address, mapped read-only.  0; 1 when the address is taken here (the
+ * process's own mappings are where the guest's kernel put them, the
+ * device's where the host's driver did); or the ops' oom. */
+static int vcu__m_shadow_map(uint64_t base, uint64_t len)
 {
-    static int log_map;
     void *p = mmap((void *)(uintptr_t)base, len, PROT_READ,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 
-    if (p != (void *)(uintptr_t)base) {
-        int err = p == MAP_FAILED ? errno : EEXIST;
-
-        if (p != MAP_FAILED)
-            munmap(p, len);         /* a kernel before 4.17 took the address as a hint */
-        vcu__log_once(&log_map, "%s: the device address 0x%llx is taken in this "
-                                "process (%s): no shadow\n",
-                      vcu__m_ops.name, (unsigned long long)base, strerror(err));
-        vcu__m_dev_free(dev, dptr);
-        return vcu__m_ops.oom;
+    if (p == (void *)(uintptr_t)base)
+        return 0;
+    if (p != MAP_FAILED) {
+        munmap(p, len);             /* a kernel before 4.17 took the address as a hint */
+        return 1;
     }
-    return 0;
+    return errno == EEXIST ? 1 : vcu__m_ops.oom;
+}
+
+/*
+ * Device memory with its shadow: an allocation whose address is taken in
+ * this process is kept while the next is made (so that it comes out
+ * elsewhere), up to VCU__M_TRIES times, and those kept are freed after.
+ */
+#define VCU__M_TRIES 8
+
+static int vcu__m_dev_alloc_shadowed(int dev, size_t size, uint64_t len, uint64_t *dptr,
+                                     uint64_t *base)
+{
+    static int log_map;
+    uint64_t taken[VCU__M_TRIES];
+    int ntaken = 0, e;
+
+    for (;;) {
+        e = vcu__m_dev_alloc_pages(dev, size, len, 0, dptr, base);
+        if (e != 0)
+            break;
+        e = vcu__m_shadow_map(*base, len);
+        if (e == 1 && ntaken < VCU__M_TRIES) {
+            taken[ntaken++] = *dptr;
+            continue;
+        }
+        if (e == 1) {
+            vcu__log_once(&log_map, "%s: %d device addresses in a row are taken in this "
+                                    "process (the last 0x%llx): no shadow\n",
+                          vcu__m_ops.name, ntaken + 1, (unsigned long long)*base);
+            e = vcu__m_ops.oom;
+        }
+        if (e != 0)
+            vcu__m_dev_free(dev, *dptr);
+        break;
+    }
+    while (ntaken > 0)
+        vcu__m_dev_free(dev, taken[--ntaken]);
+    return e;
 }
 
 /* Fills slot and makes it visible (base last, for the fault handler). */
@@ -585,7 +618,7 @@ static void vcu__m_publish_locked(int slot, int dev, size_t size, uint64_t dptr,
 static int vcu__m_alloc_locked(int dev, size_t size, unsigned int flags, void **out)
 {
     static int log_sig;
-    uint64_t page = vcu__m_page(), len, dptr, base;
+    uint64_t page = vcu__m_page(), len, dptr = 0, base = 0;
     int loop = vcu__m_ops.loopback(), slot;
     int e;
 
@@ -605,14 +638,10 @@ static int vcu__m_alloc_locked(int dev, size_t size, unsigned int flags, void **
     }
     e = vcu__m_stream_locked(dev);
     if (e == 0)
-        e = vcu__m_dev_alloc_pages(dev, size, len, loop, &dptr, &base);
+        e = loop ? vcu__m_dev_alloc_pages(dev, size, len, 1, &dptr, &base)
+                 : vcu__m_dev_alloc_shadowed(dev, size, len, &dptr, &base);
     if (e != 0)
         return e;
-    if (!loop) {
-        e = vcu__m_shadow_map(dev, dptr, base, len);
-        if (e != 0)
-            return e;
-    }
     e = vcu__m_zero_locked(dev, base, loop ? size : len);
     if (e == 0 && vcu__m_ops.track != NULL && vcu__m_ops.track(dev, base, size, flags) != 0)
         e = vcu__m_ops.oom;

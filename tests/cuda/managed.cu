@@ -6,6 +6,7 @@
  */
 #define TEST_NAME "managed"
 #include <string.h>
+#include <sys/mman.h>
 #include "vcu_test.h"
 
 __global__ void mm_add(int n, const float *x, float *y)
@@ -149,6 +150,37 @@ int main(void)
     CK(cudaPointerGetAttributes(&pa, x));
     EXPECT(pa.type == cudaMemoryTypeUnregistered, "freed managed pointer still known");
     free(h);
+
+    /* An allocation whose address this process has taken already (its own
+     * mappings are where its kernel put them, device memory where the
+     * driver did): it must come out elsewhere, not fail.  Natively the
+     * driver keeps the freed range reserved, and the mapping is refused. */
+    {
+        float *q, *q2;
+        void *m;
+
+        CK(cudaMallocManaged(&q, bytes));
+        CK(cudaFree(q));
+        m = mmap(q, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m != (void *)q) {
+            printf("info: the freed managed range stays reserved here\n");
+            if (m != MAP_FAILED)
+                munmap(m, 4096);
+        } else {
+            CK(cudaMallocManaged(&q2, bytes));
+            printf("info: the next managed allocation at %s address\n",
+                   q2 == q ? "the same" : "another");
+            EXPECT(q2 != q, "managed memory placed over this process's own mapping");
+            for (int i = 0; i < n; i++)
+                q2[i] = 1.0f;
+            mm_add<<<blocks, threads>>>(n, q2, q2);
+            CK_LAUNCH();
+            bad = bad_y(q2, n, 2.0f, 0.0f);
+            EXPECT(bad == 0, "managed memory made elsewhere is wrong (%d)", bad);
+            CK(cudaFree(q2));
+            munmap(m, 4096);
+        }
+    }
     vcu_test_pass();
     return 0;
 }
