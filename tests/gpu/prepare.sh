@@ -70,6 +70,6 @@ du -sh build/qemu build/vm build/bench build/nvidia build/probes
 rm -rf build/gpu-bundle
 mkdir -p build/gpu-bundle
 tar -cf - build/qemu build/vm build/bench build/nvidia build/probes build/commit \
-    build/guest-lib-loopback/libcuda.so.1 | xz -T0 -4 >build/gpu-bundle/outputs.tar.xz
+    build/guest-lib-loopback/libcuda.so.1 | xz -T0 -9 >build/gpu-bundle/outputs.tar.xz
 [ ! -f build/samples-src.tar.xz ] || cp build/samples-src.tar.xz build/gpu-bundle/
 du -sh build/gpu-bundle
