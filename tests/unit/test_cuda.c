@@ -5773,6 +5773,16 @@ TEST(cuda_user_objects)
     ASSERT_EQ(CUDA_SUCCESS, tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc1, 1, nds, 0, &u));
     ASSERT_EQ(CUDA_SUCCESS, tc_uobj(&c, VCU_OP_CU_USER_OBJECT_CREATE, 0, 0, 0xc2, 2, nds, 0,
                                     &u2));
+    /* Another session (another guest process) names this one's object
+     * and graph: not found. */
+    {
+        tc_t o = c;
+
+        ASSERT_EQ(VCU_S_OK, ut_open(c.be, &o.s));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, TC_UREF(&o, u, 0, 1, 0, VCU_CU_UOBJ_RELEASE));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, TC_UREF(&o, u, 0, 1, 0, VCU_CU_UOBJ_RETAIN));
+        ut_close(c.be, o.s);
+    }
     /* Malformed references and forged handles. */
     ASSERT_EQ(0x10000 + VCU_S_EINVAL, TC_UREF(&c, u, 0, 1, 0, 0));
     ASSERT_EQ(0x10000 + VCU_S_EINVAL, TC_UREF(&c, u, 0, 1, 0, 5));

@@ -300,6 +300,20 @@ TEST(memops_hostile)
     ASSERT_EQ(0, (int)tp_one(&c, tp_op(CU_STREAM_MEM_OP_WAIT_VALUE_32, CU_STREAM_WAIT_VALUE_EQ,
                                        p, 7)));
 
+    /* Another session (another guest process) names this one's memory:
+     * refused, and p still holds 7. */
+    {
+        tp_t o = { c.be, 0 };
+
+        ASSERT_EQ(VCU_S_OK, ut_open(c.be, &o.s));
+        ASSERT_EQ(INVAL, tp_one(&o, tp_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, 0, p, 9)));
+        ASSERT_EQ(INVAL, tp_one(&o, tp_op(CU_STREAM_MEM_OP_WAIT_VALUE_32,
+                                          CU_STREAM_WAIT_VALUE_EQ, p, 7)));
+        ut_close(c.be, o.s);
+        ASSERT_EQ(0, (int)tp_one(&c, tp_op(CU_STREAM_MEM_OP_WAIT_VALUE_32,
+                                           CU_STREAM_WAIT_VALUE_EQ, p, 7)));
+    }
+
     ASSERT_EQ(0, (int)tp_free(&c, 0, p));
     tp_close(&c);
     return 0;
