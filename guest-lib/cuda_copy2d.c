@@ -41,8 +41,12 @@ static CUresult vcu__memset2d(CUdeviceptr dst, size_t pitch, uint32_t value, uin
         return e;
     if (w == 0 || h == 0)
         return CUDA_SUCCESS;
-    if (dst % elem != 0 || pitch % elem != 0 || (h > 1 && w > pitch / elem))
+    if (dst % elem != 0 || pitch % elem != 0 || (h > 1 && w > pitch / elem) ||
+        w > UINT64_MAX / elem || (h > 1 && h - 1 > (UINT64_MAX - w * elem) / pitch))
         return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__host_as_dev(&dst, (uint64_t)(h - 1) * pitch + (uint64_t)w * elem);
+    if (e != CUDA_SUCCESS)
+        return e;
     memset(&r, 0, sizeof(r));
     r.dst = dst;
     r.pitch = pitch;

@@ -6,6 +6,7 @@
  * cuda_stream.c.  The entry points no list entry marks "local" are stubs
  * generated from cuda_calls.list (gen-cuda.py).
  */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,19 +88,31 @@ static const char *vcu__op_name(uint32_t op)
     }
 }
 
-static void vcu__trace_error(uint32_t op, const void *req, CUresult e)
+/* The request's name and error, then its first words after the header:
+ * what the call was asked to do. */
+static void vcu__trace_error(uint32_t op, const void *req, uint32_t req_len, CUresult e)
 {
     const char *n = NULL;
+    uint64_t w;
+    uint32_t off;
 
     if (!vcu__tracing_errors())
         return;
     cuGetErrorName(e, &n);
+    flockfile(stderr);
     if (op == VCU_OP_CU_CALL)
-        fprintf(stderr, "libcuda (virtio-cuda): trace: CU_CALL 0x%04x -> %s\n",
+        fprintf(stderr, "libcuda (virtio-cuda): trace: CU_CALL 0x%04x -> %s:",
                 ((const struct vcu_cu_call_req *)req)->call, n != NULL ? n : "?");
     else
-        fprintf(stderr, "libcuda (virtio-cuda): trace: %s (0x%04x) -> %s\n", vcu__op_name(op),
+        fprintf(stderr, "libcuda (virtio-cuda): trace: %s (0x%04x) -> %s:", vcu__op_name(op),
                 op, n != NULL ? n : "?");
+    for (off = sizeof(struct vcu_cu_hdr); off + sizeof(w) <= req_len && off < 104;
+         off += sizeof(w)) {
+        memcpy(&w, (const char *)req + off, sizeof(w));
+        fprintf(stderr, " %#" PRIx64, w);
+    }
+    fputc('\n', stderr);
+    funlockfile(stderr);
 }
 
 static void vcu__trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -570,7 +583,7 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
     if (rlen < sizeof(*r))
         return CUDA_ERROR_UNKNOWN;
     if (r->result != 0 || r->deferred != 0)
-        vcu__trace_error(op, req, (CUresult)(r->result != 0 ? r->result : r->deferred));
+        vcu__trace_error(op, req, req_len, (CUresult)(r->result != 0 ? r->result : r->deferred));
     if (r->deferred != 0 && r->result == 0)
         return (CUresult)r->deferred;
     return (CUresult)r->result;

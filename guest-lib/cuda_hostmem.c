@@ -13,8 +13,9 @@
  *    device's address space once (CU_HOST_DEVICE_POINTER, one stable
  *    segment) and the pointer is valid until the memory is freed or
  *    unregistered.  Only memory the driver keeps pinned ("stable") can be
- *    mapped; in loopback the device reaches host memory at its own
- *    address, so every pointer is its own device pointer.  As NVIDIA's
+ *    mapped; in loopback the memory is registered with the driver under
+ *    the library (tests/loopback), which with unified addressing maps it
+ *    at its own address, so every pointer is its own device pointer.  As NVIDIA's
  *    driver does with unified addressing, all pinned memory that can be
  *    is mapped, DEVICEMAP or not (cuMemHostGetFlags gives the flags as
  *    they were given).
@@ -247,7 +248,7 @@ VCU__EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int
         return rc == VCU_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     }
     if ((Flags & CU_MEMHOSTREGISTER_DEVICEMAP) && !vcu__mappable(stable)) {
-        vcu_conn_host_unregister(vcu__drv.conn, p);
+        vcu_conn_host_unregister(vcu__drv.conn, p, bytesize);
         free(h);
         return vcu__map_unsupported();
     }
@@ -283,7 +284,7 @@ VCU__EXPORT CUresult cuMemHostUnregister(void *p)
     if (h == NULL)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     e = vcu__sync_all();
-    vcu_conn_host_unregister(vcu__drv.conn, h->p);
+    vcu_conn_host_unregister(vcu__drv.conn, h->p, h->size);
     free(h);
     return e;
 }
@@ -374,6 +375,28 @@ CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out)
     if (!in)
         return CUDA_ERROR_INVALID_VALUE;
     return vcu__host_dptr((uintptr_t)p, out, &found);
+}
+
+/*
+ * With unified addressing a pinned host pointer names its memory on the
+ * device too (cuMemsetD32Async on cuMemHostAlloc memory, as XLA does): *p
+ * inside this library's host memory, span bytes of it, becomes the device
+ * pointer the host mapped it at; any other *p is left as it is.
+ */
+CUresult vcu__host_as_dev(CUdeviceptr *p, uint64_t span)
+{
+    vcu__hostmem_t *h;
+    int found, in;
+
+    pthread_mutex_lock(&vcu__hm_mu);
+    h = vcu__hm_find_locked((uintptr_t)*p);
+    in = h != NULL && span <= h->size - ((uintptr_t)*p - (uintptr_t)h->p);
+    pthread_mutex_unlock(&vcu__hm_mu);
+    if (h == NULL)
+        return CUDA_SUCCESS;
+    if (!in)
+        return CUDA_ERROR_INVALID_VALUE;
+    return vcu__host_dptr((uintptr_t)*p, p, &found);
 }
 
 VCU__EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,

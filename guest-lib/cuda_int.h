@@ -371,6 +371,10 @@ int vcu__hm_stable(const void *p, size_t n);
  * maps it at the first ask); CUDA_ERROR_INVALID_VALUE for any other host
  * memory (cuda_hostmem.c). */
 CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out);
+/* *p, if it is in this library's host memory (span bytes), made the
+ * device pointer it is mapped at, as unified addressing lets a program
+ * name it (cuda_hostmem.c). */
+CUresult vcu__host_as_dev(CUdeviceptr *p, uint64_t span);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another

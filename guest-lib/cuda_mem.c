@@ -321,8 +321,11 @@ static CUresult vcu__memset(CUdeviceptr dst, uint32_t value, uint32_t elem, size
         return e;
     if (n == 0)
         return CUDA_SUCCESS;
-    if (dst % elem != 0)
+    if (dst % elem != 0 || n > UINT64_MAX / elem)
         return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__host_as_dev(&dst, (uint64_t)n * elem);
+    if (e != CUDA_SUCCESS)
+        return e;
     memset(&r, 0, sizeof(r));
     r.dst = dst;
     r.width = n;
@@ -347,6 +350,16 @@ VCU__EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc,
     return vcu__memset(dstDevice, uc, 1, N, 0, NULL, 0);
 }
 
+VCU__EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    return vcu__memset(dstDevice, us, 2, N, 0, NULL, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    return vcu__memset(dstDevice, us, 2, N, 0, NULL, 0);
+}
+
 VCU__EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     return vcu__memset(dstDevice, ui, 4, N, 0, NULL, 0);
@@ -367,6 +380,18 @@ VCU__EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char u
                                           CUstream hStream)
 {
     return vcu__memset(dstDevice, uc, 1, N, 1, hStream, 1);
+}
+
+VCU__EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                                      CUstream hStream)
+{
+    return vcu__memset(dstDevice, us, 2, N, 1, hStream, 0);
+}
+
+VCU__EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                                           CUstream hStream)
+{
+    return vcu__memset(dstDevice, us, 2, N, 1, hStream, 1);
 }
 
 VCU__EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,

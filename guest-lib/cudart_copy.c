@@ -423,6 +423,7 @@ static cudaError_t vcu__memset(void *p, size_t pitch, int value, size_t width, s
                                cudaStream_t stream, int async, int ptsz)
 {
     struct vcu_cu_memset_req r;
+    vcu__alloc_t a;
     uint64_t ws = 0;
     int dev;
     cudaError_t e;
@@ -439,13 +440,21 @@ static cudaError_t vcu__memset(void *p, size_t pitch, int value, size_t width, s
     e = vcu__check_dev(dev);
     if (e != cudaSuccess || width == 0 || height == 0)
         return e;
-    if (p == NULL || (height > 1 && width > pitch))
+    if (p == NULL || (height > 1 && width > pitch) ||
+        (height > 1 && height - 1 > (UINT64_MAX - width) / pitch))
         return cudaErrorInvalidValue;
     e = vcu__managed_touch(dev, ws, p, NULL);
     if (e != cudaSuccess)
         return e;
     memset(&r, 0, sizeof(r));
     r.dst = (uint64_t)(uintptr_t)p;
+    /* Page-locked host memory, which unified addressing lets a program
+     * name as device memory: where the host mapped it. */
+    if (vcu__mem_find(r.dst, &a) == 0 && (a.kind == VCU__M_HOST || a.kind == VCU__M_REGISTERED)) {
+        r.dst = vcu__rt_host_range_dptr(r.dst, (uint64_t)(height - 1) * pitch + width);
+        if (r.dst == 0)
+            return cudaErrorInvalidValue;
+    }
     r.pitch = height > 1 ? pitch : 0;
     r.width = width;
     r.height = height;

@@ -374,7 +374,7 @@ VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int fl
     if (rc != 0)
         return vcu__err(rc == VCU_ENOMEM ? cudaErrorMemoryAllocation : cudaErrorInvalidValue);
     if ((flags & cudaHostRegisterMapped) && !vcu__host_mappable(size, stable)) {
-        vcu_conn_host_unregister(vcu__rt.conn, ptr);
+        vcu_conn_host_unregister(vcu__rt.conn, ptr, size);
         return vcu__host_map_unsupported(size);
     }
     memset(&a, 0, sizeof(a));
@@ -386,7 +386,7 @@ VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int fl
     /* As CUDA with unified addressing: registered memory is mapped. */
     a.flags = flags | (vcu__host_mappable(size, stable) ? cudaHostRegisterMapped : 0);
     if (vcu__mem_add(&a) != 0) {
-        vcu_conn_host_unregister(vcu__rt.conn, ptr);
+        vcu_conn_host_unregister(vcu__rt.conn, ptr, size);
         return vcu__err(cudaErrorMemoryAllocation);
     }
     return cudaSuccess;
@@ -394,14 +394,15 @@ VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int fl
 
 VCU__EXPORT cudaError_t cudaHostUnregister(void *ptr)
 {
+    vcu__alloc_t a;
     cudaError_t e;
 
-    if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_REGISTERED, NULL) != 0)
+    if (vcu__mem_del((uint64_t)(uintptr_t)ptr, VCU__M_REGISTERED, &a) != 0)
         return vcu__err(cudaErrorHostMemoryNotRegistered);
     /* As cudaFreeHost: the memory goes back to its owner only once work
      * queued on it has finished; its error is returned. */
     e = vcu__sync_pending();
-    vcu_conn_host_unregister(vcu__rt.conn, ptr);
+    vcu_conn_host_unregister(vcu__rt.conn, ptr, a.size);
     return e == cudaSuccess ? cudaSuccess : vcu__err(e);
 }
 

@@ -295,8 +295,10 @@ int vcu_conn_hostmem_alloc(vcu_conn_t *c, size_t len, void **out, int *stable)
         return VCU_ENOMEM;
     (void)mlock(p, len);
 #ifdef VCU_WITH_LOOPBACK
-    /* Loopback finishes every request before the call returns. */
-    *stable = c->loop != NULL;
+    /* Loopback finishes every request before the call returns, and the
+     * driver under it maps the memory as a worker maps guest RAM. */
+    if (c->loop != NULL)
+        *stable = vcu__loop_add_ram(c, p, len) == 0;
 #endif
     *out = p;
     return 0;
@@ -307,6 +309,12 @@ int vcu_conn_host_register(vcu_conn_t *c, void *p, size_t len, int *stable)
     struct vcuda_host_register r;
 
     *stable = 0;
+#ifdef VCU_WITH_LOOPBACK
+    if (c->loop != NULL) {
+        *stable = vcu__loop_add_ram(c, p, len) == 0;
+        return 0;
+    }
+#endif
     if (c->fd < 0)
         return 0;
     memset(&r, 0, sizeof(r));
@@ -321,10 +329,18 @@ int vcu_conn_host_register(vcu_conn_t *c, void *p, size_t len, int *stable)
     return 0;
 }
 
-void vcu_conn_host_unregister(vcu_conn_t *c, void *p)
+void vcu_conn_host_unregister(vcu_conn_t *c, void *p, size_t len)
 {
     struct vcuda_host_register r;
 
+#ifdef VCU_WITH_LOOPBACK
+    if (c->loop != NULL) {
+        vcu__loop_remove_ram(c, p, len);
+        return;
+    }
+#else
+    (void)len;
+#endif
     if (c->fd < 0)
         return;
     /* The requests that use the pages go first. */
@@ -340,6 +356,10 @@ void vcu_conn_hostmem_free(vcu_conn_t *c, void *p, size_t len)
     /* For the driver's mapping, munmap fences the session's host work
      * before the pages are freed: the requests that use them go first. */
     (void)vcu__batch_flush(c);
+#ifdef VCU_WITH_LOOPBACK
+    if (c->loop != NULL && p != NULL)
+        vcu__loop_remove_ram(c, p, len);
+#endif
     if (p != NULL)
         munmap(p, len);
 }

@@ -68,14 +68,15 @@ void vcu_conn_hostmem_free(vcu_conn_t *c, void *p, size_t len);
 
 /*
  * cudaHostRegister: the driver pins [p, p + len) until
- * vcu_conn_host_unregister(c, p) or the connection closes, and sends
+ * vcu_conn_host_unregister(c, p, len) or the connection closes, and sends
  * segments inside it as stable (VCUDA_IOC_HOST_REGISTER).  *stable says
- * whether it did: 0 (and 0 returned) in loopback, where there is no driver,
- * or with a driver without the ioctl (ENOTTY).  Returns 0 or a VCU_E* code,
+ * whether it did: 0 (and 0 returned) with a driver without the ioctl
+ * (ENOTTY); in loopback, whether the in-process backend's driver
+ * registered it.  Returns 0 or a VCU_E* code,
  * VCU_EBUSY when the range overlaps a registration already there.
  */
 int vcu_conn_host_register(vcu_conn_t *c, void *p, size_t len, int *stable);
-void vcu_conn_host_unregister(vcu_conn_t *c, void *p);
+void vcu_conn_host_unregister(vcu_conn_t *c, void *p, size_t len);
 
 /* errno (positive or negative) -> VCU_E* code: the one translation. */
 int vcu_errno_to_err(int errnum);

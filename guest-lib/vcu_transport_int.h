@@ -61,6 +61,11 @@ void vcu__loop_close(vcu_conn_t *c);
 int vcu__loop_call(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *req,
                    uint32_t req_len, const vcu_buf_t *bufs, unsigned int nbufs, void *resp,
                    uint32_t resp_cap, uint32_t *resp_len, uint32_t *status);
+/* Page-locked memory of this process registered with the in-process
+ * backend's driver (as a worker registers guest RAM), so that the device
+ * reaches it at its own address; 0 or a VCU_E* code. */
+int vcu__loop_add_ram(vcu_conn_t *c, void *p, size_t len);
+void vcu__loop_remove_ram(vcu_conn_t *c, void *p, size_t len);
 #endif
 
 #endif /* VCU_TRANSPORT_INT_H */

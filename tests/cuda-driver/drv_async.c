@@ -123,6 +123,17 @@ int main(void)
             return 1;
         }
     }
+    /* 16-bit memsets, stream-ordered and not (XLA fills half-precision
+     * buffers this way), over words 0..3 = 0, 3, 6, 9. */
+    CK(cuMemsetD16Async(big + 2, 0xbeef, 3, s1));
+    CK(cuStreamSynchronize(s1));
+    CK(cuMemsetD16_v2(big + 8, 0x1234, 1));
+    CK(cuMemcpyDtoH(pin2, big, 16));
+    if (pin2[0] != 0xbeef0000u || pin2[1] != 0xbeefbeefu || pin2[2] != 0x1234u ||
+        pin2[3] != 9u) {
+        printf("FAIL 16-bit memset: %#x %#x %#x %#x\n", pin2[0], pin2[1], pin2[2], pin2[3]);
+        return 1;
+    }
     /* From pageable memory a stream-ordered copy is synchronous, as in
      * CUDA: the source may change once it returns. */
     page = malloc(BIG);

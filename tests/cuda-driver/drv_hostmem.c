@@ -90,6 +90,26 @@ int main(void)
     vadd(f, da, db, dc, N);
     for (int i = 0; i < N; i++)
         TRUE(c[i] == 1.25f * (float)i);
+    /* With unified addressing the host pointer itself names the memory
+     * on the device: memsets on it, stream-ordered (as XLA zeroes its
+     * pinned buffers) and 2D, land in place; past the allocation's end is
+     * refused. */
+    {
+        unsigned int *u = (unsigned int *)c;
+        CUstream s;
+
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CK(cuMemsetD32Async((CUdeviceptr)(uintptr_t)(u + 1), 0x5a5a5a5au, 2, s));
+        CK(cuMemsetD8Async((CUdeviceptr)(uintptr_t)(u + 3), 0x11, 4, s));
+        CK(cuStreamSynchronize(s));
+        CK(cuMemsetD2D16((CUdeviceptr)(uintptr_t)(u + 8), 16, 0x2222, 2, 3));
+        TRUE(u[1] == 0x5a5a5a5au && u[2] == 0x5a5a5a5au && u[3] == 0x11111111u);
+        TRUE(u[8] == 0x22222222u && u[12] == 0x22222222u && u[16] == 0x22222222u);
+        TRUE(c[4] == 1.25f * 4.0f && c[9] == 1.25f * 9.0f);
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuMemsetD32((CUdeviceptr)(uintptr_t)(u + N - 1), 0, 2));
+        CK(cuStreamDestroy(s));
+    }
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(NULL, a, 0));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(&d, NULL, 0));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(&d, a, 1));

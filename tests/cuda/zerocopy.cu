@@ -59,6 +59,22 @@ int main(void)
             bad++;
     printf("n=%d mismatches=%d\n", n, bad);
     EXPECT(bad == 0, "kernel results through mapped memory differ from the CPU sum");
+
+    /* With unified addressing the host pointer itself names the memory on
+     * the device: a memset on it, stream-ordered, lands in place. */
+    {
+        cudaStream_t s;
+
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CK(cudaMemsetAsync(c + 8, 0, 4 * sizeof(float), s));
+        CK(cudaStreamSynchronize(s));
+        EXPECT(c[7] == a[7] + b[7] && c[8] == 0.0f && c[11] == 0.0f && c[12] == a[12] + b[12],
+               "a memset on mapped host memory through its host pointer missed");
+        EXPECT(cudaMemset(c + n - 1, 0, 2 * sizeof(float)) == cudaErrorInvalidValue,
+               "a memset past the end of host memory was not refused");
+        (void)cudaGetLastError();
+        CK(cudaStreamDestroy(s));
+    }
     CK(cudaFreeHost(a));
     CK(cudaFreeHost(b));
     CK(cudaFreeHost(c));

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "vcu_account.h"
 #include "vcu_backend.h"
@@ -141,6 +142,8 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
         cfg.account_slot = -1;
         cfg.ctx_bytes = 1u << 20;
     }
+    /* Pinned memory registered with the driver (vcu__loop_add_ram). */
+    cfg.register_ram = 1;
     err = vcu_backend_new(&cfg, &l->be);
     if (err != 0)
         goto err_new;
@@ -195,4 +198,27 @@ int vcu__loop_call(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *r
         return VCU_ENOTSUP;     /* the kernel refuses these too (-EPERM) */
     return vcu__loop_run(c->loop, opcode, flags, req, req_len, bufs, nbufs, resp, resp_cap,
                          resp_len, status);
+}
+
+/* Whole pages: what the driver pins. */
+static void vcu__loop_pages(void **p, size_t *len)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)*p & ~(pg - 1);
+    uintptr_t e = ((uintptr_t)*p + *len + pg - 1) & ~(pg - 1);
+
+    *p = (void *)a;
+    *len = e - a;
+}
+
+int vcu__loop_add_ram(vcu_conn_t *c, void *p, size_t len)
+{
+    vcu__loop_pages(&p, &len);
+    return vcu_backend_add_ram(c->loop->be, p, len);
+}
+
+void vcu__loop_remove_ram(vcu_conn_t *c, void *p, size_t len)
+{
+    vcu__loop_pages(&p, &len);
+    (void)vcu_backend_remove_ram(c->loop->be, p, len);
 }
