@@ -581,11 +581,39 @@ VCU__EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes,
     return vcu__list(g, g->h, 0, VCU_CU_LIST_ROOTS, rootNodes, NULL, numRootNodes);
 }
 
-/* Edges here are the default kind: any edge data listed is zeroes. */
-static void vcu__edges_none(CUgraphEdgeData *ed, size_t n)
+/* The data of the first n edges of a CU_GRAPH_LIST (what, as
+ * vcu__list), into ed[] (nothing where ed is NULL). */
+static CUresult vcu__list_data(vcu__graph_t *g, uint64_t gh, uint64_t nh, uint32_t what,
+                               CUgraphEdgeData *ed, size_t n)
 {
-    if (ed != NULL)
-        memset(ed, 0, n * sizeof(*ed));
+    struct vcu_cu_graph_list_req r;
+    struct vcu_cu_graph_list_resp *o;
+    size_t got = 0, i;
+    CUresult e = CUDA_SUCCESS;
+
+    if (ed == NULL || n == 0)
+        return CUDA_SUCCESS;
+    o = malloc(sizeof(*o));
+    if (o == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(&r, 0, sizeof(r));
+    r.graph = gh;
+    r.node = nh;
+    r.what = what | VCU_CU_LIST_F_DATA;
+    while (got < n) {
+        r.start = (uint32_t)got;
+        e = vcu__call(g->dev, VCU_OP_CU_GRAPH_LIST, &r, sizeof(r), NULL, 0, o, sizeof(*o));
+        if (e != CUDA_SUCCESS)
+            break;
+        if (o->count > VCU_CU_LIST_MAX || o->count == 0) {
+            e = CUDA_ERROR_UNKNOWN;      /* not what was asked for */
+            break;
+        }
+        for (i = 0; i < o->count && got < n; i++, got++)
+            memcpy(&ed[got], &o->node[i], sizeof(ed[got]));
+    }
+    free(o);
+    return e;
 }
 
 VCU__EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
@@ -600,7 +628,7 @@ VCU__EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgra
     if (e == CUDA_SUCCESS)
         e = vcu__list(g, g->h, 0, VCU_CU_LIST_EDGES, from, to, numEdges);
     if (e == CUDA_SUCCESS && from != NULL)
-        vcu__edges_none(edgeData, *numEdges);
+        e = vcu__list_data(g, g->h, 0, VCU_CU_LIST_EDGES, edgeData, *numEdges);
     return e;
 }
 
@@ -622,7 +650,7 @@ static CUresult vcu__node_list(CUgraphNode hNode, uint32_t what, CUgraphNode *ou
     if (e == CUDA_SUCCESS)
         e = vcu__list(n->g, 0, n->h, what, out, NULL, num);
     if (e == CUDA_SUCCESS && out != NULL)
-        vcu__edges_none(ed, *num);
+        e = vcu__list_data(n->g, 0, n->h, what, ed, *num);
     return e;
 }
 
@@ -694,16 +722,28 @@ VCU__EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOr
     return CUDA_SUCCESS;
 }
 
+int vcu__edges_default(const CUgraphEdgeData *ed, size_t n)
+{
+    static const CUgraphEdgeData none;
+
+    for (size_t i = 0; ed != NULL && i < n; i++)
+        if (memcmp(&ed[i], &none, sizeof(none)) != 0)
+            return 0;
+    return 1;
+}
+
 /* cuGraphAddDependencies and cuGraphRemoveDependencies: edges of the
- * default kind (others: CUDA_ERROR_NOT_SUPPORTED, logged once). */
-static CUresult vcu__edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
-                           const CUgraphEdgeData *ed, size_t n, int add, const char *who)
+ * default kind as CU_GRAPH_EDGES, others with their data as
+ * CU_GRAPH_EDGES_DATA. */
+CUresult vcu__graph_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                          const CUgraphEdgeData *ed, size_t n, int add, const char *who)
 {
     static int logged;
     struct vcu_cu_graph_edges_req *q;
     vcu__graph_t *g;
     uint64_t *hp;
-    size_t i;
+    size_t i, per;
+    int data;
     CUresult e = vcu__graph_arg(hGraph, &g);
 
     if (e != CUDA_SUCCESS)
@@ -712,21 +752,15 @@ static CUresult vcu__edges(CUgraph hGraph, const CUgraphNode *from, const CUgrap
         return CUDA_SUCCESS;
     if (from == NULL || to == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    for (i = 0; ed != NULL && i < n; i++) {
-        static const CUgraphEdgeData none;
-
-        if (memcmp(&ed[i], &none, sizeof(none)) != 0) {
-            vcu__log_once(&logged, "libcuda (virtio-cuda): %s with edge data is not "
-                                   "supported\n", who);
-            return CUDA_ERROR_NOT_SUPPORTED;
-        }
-    }
     if (n > VCU_CU_MAX_DEPS) {
         vcu__log_once(&logged, "libcuda (virtio-cuda): %s of more than %u edges at once is "
                                "not supported\n", who, VCU_CU_MAX_DEPS);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    q = calloc(1, sizeof(*q) + n * 16);
+    _Static_assert(sizeof(CUgraphEdgeData) == 8, "CUgraphEdgeData is the wire's 8 bytes");
+    data = !vcu__edges_default(ed, n);
+    per = data ? 24 : 16;
+    q = calloc(1, sizeof(*q) + n * per);
     if (q == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     hp = (uint64_t *)(q + 1);
@@ -741,11 +775,13 @@ static CUresult vcu__edges(CUgraph hGraph, const CUgraphNode *from, const CUgrap
         hp[2 * i] = a->h;
         hp[2 * i + 1] = b->h;
     }
+    if (data)
+        memcpy(hp + 2 * n, ed, n * sizeof(*ed));
     q->graph = g->h;
     q->add = (uint32_t)add;
     q->count = (uint32_t)n;
-    e = vcu__call(g->dev, VCU_OP_CU_GRAPH_EDGES, q, (uint32_t)(sizeof(*q) + n * 16), NULL, 0,
-                  NULL, 0);
+    e = vcu__call(g->dev, data ? VCU_OP_CU_GRAPH_EDGES_DATA : VCU_OP_CU_GRAPH_EDGES, q,
+                  (uint32_t)(sizeof(*q) + n * per), NULL, 0, NULL, 0);
     free(q);
     return e;
 }
@@ -755,13 +791,13 @@ VCU__EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode
                                                const CUgraphEdgeData *edgeData,
                                                size_t numDependencies)
 {
-    return vcu__edges(hGraph, from, to, edgeData, numDependencies, 1, "cuGraphAddDependencies");
+    return vcu__graph_edges(hGraph, from, to, edgeData, numDependencies, 1, "cuGraphAddDependencies");
 }
 
 VCU__EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
                                             const CUgraphNode *to, size_t numDependencies)
 {
-    return vcu__edges(hGraph, from, to, NULL, numDependencies, 1, "cuGraphAddDependencies");
+    return vcu__graph_edges(hGraph, from, to, NULL, numDependencies, 1, "cuGraphAddDependencies");
 }
 
 VCU__EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from,
@@ -769,14 +805,14 @@ VCU__EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphN
                                                   const CUgraphEdgeData *edgeData,
                                                   size_t numDependencies)
 {
-    return vcu__edges(hGraph, from, to, edgeData, numDependencies, 0,
+    return vcu__graph_edges(hGraph, from, to, edgeData, numDependencies, 0,
                       "cuGraphRemoveDependencies");
 }
 
 VCU__EXPORT CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from,
                                                const CUgraphNode *to, size_t numDependencies)
 {
-    return vcu__edges(hGraph, from, to, NULL, numDependencies, 0, "cuGraphRemoveDependencies");
+    return vcu__graph_edges(hGraph, from, to, NULL, numDependencies, 0, "cuGraphRemoveDependencies");
 }
 
 /* The node and its record go; a host node's cookie stays (an exec made

@@ -14,19 +14,16 @@
 #include "cuda_int.h"
 
 /* Edge data other than the default: not carried (logged once). */
-static CUresult vcu__edges_default(const char *call, const CUgraphEdgeData *edges, size_t n)
+static CUresult vcu__edges_default_only(const char *call, const CUgraphEdgeData *edges,
+                                        size_t n)
 {
-    static const CUgraphEdgeData none;
     static int logged;
-    size_t i;
 
-    for (i = 0; edges != NULL && i < n; i++)
-        if (memcmp(&edges[i], &none, sizeof(none)) != 0) {
-            vcu__log_once(&logged, "libcuda (virtio-cuda): %s with edge data is not "
-                                   "supported\n", call);
-            return CUDA_ERROR_NOT_SUPPORTED;
-        }
-    return CUDA_SUCCESS;
+    if (vcu__edges_default(edges, n))
+        return CUDA_SUCCESS;
+    vcu__log_once(&logged, "libcuda (virtio-cuda): %s with edge data is not supported\n",
+                  call);
+    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ---- memory nodes -------------------------------------------------------- */
@@ -357,23 +354,15 @@ static CUresult vcu__cond_node(CUgraphNode *out, vcu__graph_t *g, const CUgraphN
  * conditional nodes and others through it): each type as its own call
  * does it here.  Types this library does not add (external semaphores,
  * memory operations; a child graph moved into its node) are CUDA_ERROR_NOT_SUPPORTED,
- * logged once; so is edge data other than the default.
+ * logged once.
  */
-static CUresult vcu__add_node_any(CUgraphNode *phGraphNode, CUgraph hGraph,
-                                  const CUgraphNode *deps, const CUgraphEdgeData *edges,
-                                  size_t ndeps, CUgraphNodeParams *np)
+static CUresult vcu__add_node_typed(CUgraphNode *phGraphNode, CUgraph hGraph, vcu__graph_t *g,
+                                    const CUgraphNode *deps, size_t ndeps,
+                                    CUgraphNodeParams *np)
 {
     static int logged;
-    vcu__graph_t *g;
     CUresult e;
 
-    if (np == NULL || phGraphNode == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__graph_arg(hGraph, &g);
-    if (e == CUDA_SUCCESS)
-        e = vcu__edges_default("cuGraphAddNode", edges, ndeps);
-    if (e != CUDA_SUCCESS)
-        return e;
     switch (np->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL:
         /* The _v3 struct is the _v2 one (kern, ctx last). */
@@ -433,6 +422,46 @@ static CUresult vcu__add_node_any(CUgraphNode *phGraphNode, CUgraph hGraph,
                                "is not supported\n", (int)np->type);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
+}
+
+/*
+ * Edges with data other than the default (programmatic ones, as XLA's
+ * command buffers make between kernel nodes): the node is added without
+ * dependencies, then its edges with their data; the node goes again if
+ * they are refused.
+ */
+static CUresult vcu__add_node_any(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                  const CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                  size_t ndeps, CUgraphNodeParams *np)
+{
+    CUgraphNode node, *to;
+    vcu__graph_t *g;
+    CUresult e;
+
+    if (np == NULL || phGraphNode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__graph_arg(hGraph, &g);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (vcu__edges_default(edges, ndeps))
+        return vcu__add_node_typed(phGraphNode, hGraph, g, deps, ndeps, np);
+    if (deps == NULL || ndeps > VCU_CU_MAX_DEPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    to = malloc(ndeps * sizeof(*to));
+    if (to == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__add_node_typed(&node, hGraph, g, NULL, 0, np);
+    if (e == CUDA_SUCCESS) {
+        for (size_t i = 0; i < ndeps; i++)
+            to[i] = node;
+        e = vcu__graph_edges(hGraph, deps, to, edges, ndeps, 1, "cuGraphAddNode");
+        if (e != CUDA_SUCCESS)
+            (void)cuGraphDestroyNode(node);
+        else
+            *phGraphNode = node;
+    }
+    free(to);
+    return e;
 }
 
 VCU__EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -518,7 +547,7 @@ static CUresult vcu__capture_to_graph(CUstream hStream, CUgraph hGraph, const CU
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__graph_arg(hGraph, &g);
     if (e == CUDA_SUCCESS)
-        e = vcu__edges_default("cuStreamBeginCaptureToGraph", edges, ndeps);
+        e = vcu__edges_default_only("cuStreamBeginCaptureToGraph", edges, ndeps);
     if (e == CUDA_SUCCESS)
         e = vcu__cur(&c);
     memset(&r, 0, sizeof(r));

@@ -340,6 +340,12 @@ CUresult vcu__memset_req(const CUDA_MEMSET_NODE_PARAMS *p, struct vcu_cu_graph_n
 /* cuda_capture.c: */
 vcu__gnode_t *vcu__gnode_of(vcu__graph_t *g, uint64_t h);
 /* cuda_graph_edit.c: */
+/* Whether every edge's data is the default (ed NULL: yes). */
+int vcu__edges_default(const CUgraphEdgeData *ed, size_t n);
+/* cuGraphAdd/RemoveDependencies (add 1/0) of n edges, with their data
+ * (cuda_graph_edit.c); who names the call in a log line. */
+CUresult vcu__graph_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                          const CUgraphEdgeData *ed, size_t n, int add, const char *who);
 CUresult vcu__list(vcu__graph_t *g, uint64_t gh, uint64_t nh, uint32_t what, CUgraphNode *a,
                    CUgraphNode *b, size_t *num);
 /* cuda_graph_mem.c, for cuda_capture.c: the caller's graph the capture on

@@ -314,7 +314,8 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_CHILD_GRAPH, 0x0240, vcu_cu_u64_req, vcu_cu_u64_resp)                  \
     XX(CU_GRAPH_INSTANTIATE_PARAMS, 0x0241, vcu_cu_graph_inst_req, vcu_cu_graph_inst_resp) \
     XX(CU_USER_OBJECT_CREATE, 0x0242, vcu_cu_uobj_req, vcu_cu_u64_resp)                \
-    XX(CU_USER_OBJECT_REF, 0x0243, vcu_cu_uobj_req, vcu_cu_resp)
+    XX(CU_USER_OBJECT_REF, 0x0243, vcu_cu_uobj_req, vcu_cu_resp)                       \
+    XX(CU_GRAPH_EDGES_DATA, 0x0244, vcu_cu_graph_edges_req, vcu_cu_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -1333,7 +1334,9 @@ struct vcu_cu_graph_update_resp {
  *   DEPENDENTS  node's dependent nodes (graph 0)
  *   CLONE       node[0]: the node of graph (a clone) that node of the
  *               original is (cuGraphNodeFindInClone)
- * total is how many items there are in all.
+ * total is how many items there are in all.  With VCU_CU_LIST_F_DATA in
+ * what (EDGES, DEPS, DEPENDENTS), node[i] is item i's CUgraphEdgeData (8
+ * bytes) in place of its handles, one per edge.
  */
 #define VCU_CU_LIST_NODES 1u
 #define VCU_CU_LIST_ROOTS 2u
@@ -1341,6 +1344,7 @@ struct vcu_cu_graph_update_resp {
 #define VCU_CU_LIST_DEPS 4u
 #define VCU_CU_LIST_DEPENDENTS 5u
 #define VCU_CU_LIST_CLONE 6u
+#define VCU_CU_LIST_F_DATA 0x100u
 #define VCU_CU_LIST_MAX 128u
 
 struct vcu_cu_graph_list_req {
@@ -1363,6 +1367,9 @@ struct vcu_cu_graph_list_resp {
  * CU_GRAPH_EDGES: cuGraphAddDependencies (add 1) or
  * cuGraphRemoveDependencies (add 0) in graph, followed by count pairs of
  * le64 node handles (from, to), edges of the default kind.
+ * CU_GRAPH_EDGES_DATA: the same followed by count CUgraphEdgeData, 8
+ * bytes each (from_port, to_port, type, then 5 reserved bytes, 0): edges
+ * of other kinds, such as programmatic ones between kernel nodes.
  */
 struct vcu_cu_graph_edges_req {
     struct vcu_cu_hdr hdr;

@@ -497,12 +497,14 @@ uint32_t vcu__op_CU_GRAPH_EXEC_UPDATE(vcu__op_t *o)
 }
 
 /* The nodes (or edges: from, to) CU_GRAPH_LIST asks for, into *out
- * (allocated; the caller frees), their count in *n; o->res set. */
+ * (allocated; the caller frees), with each edge's data into *ed where ed
+ * is not NULL (allocated too), their count in *n; o->res set. */
 static void vcu__list_nodes(vcu__op_t *o, uint32_t what, CUgraph g, CUgraphNode node,
-                            CUgraphNode **out, size_t *n)
+                            CUgraphNode **out, CUgraphEdgeData **ed, size_t *n)
 {
     vcu__cuda_t *cu = o->cu;
     CUgraphNode *a = NULL;
+    CUgraphEdgeData *d = NULL;
     size_t k = 0, room = 0;
 
     for (int pass = 0; pass < 2; pass++) {
@@ -514,27 +516,54 @@ static void vcu__list_nodes(vcu__op_t *o, uint32_t what, CUgraph g, CUgraphNode 
             o->res = VCU__CU(cu, cuGraphGetRootNodes, g, a, &k);
             break;
         case VCU_CU_LIST_EDGES:
-            o->res = VCU__CU(cu, cuGraphGetEdges, g, a, a != NULL ? a + room / 2 : NULL, NULL,
+            o->res = VCU__CU(cu, cuGraphGetEdges, g, a, a != NULL ? a + room / 2 : NULL, d,
                              &k);
             break;
         case VCU_CU_LIST_DEPS:
-            o->res = VCU__CU(cu, cuGraphNodeGetDependencies, node, a, NULL, &k);
+            o->res = VCU__CU(cu, cuGraphNodeGetDependencies, node, a, d, &k);
             break;
         default:
-            o->res = VCU__CU(cu, cuGraphNodeGetDependentNodes, node, a, NULL, &k);
+            o->res = VCU__CU(cu, cuGraphNodeGetDependentNodes, node, a, d, &k);
             break;
         }
         if (o->res != CUDA_SUCCESS || pass == 1 || k == 0)
             break;
         room = what == VCU_CU_LIST_EDGES ? 2 * k : k;
         a = calloc(room, sizeof(*a));
-        if (a == NULL) {
+        if (ed != NULL)
+            d = calloc(k, sizeof(*d));
+        if (a == NULL || (ed != NULL && d == NULL)) {
             o->res = CUDA_ERROR_OUT_OF_MEMORY;
             break;
         }
     }
     *out = a;
+    if (ed != NULL)
+        *ed = d;
+    else
+        free(d);
     *n = k;
+}
+
+/* CU_GRAPH_LIST of edge data (VCU_CU_LIST_F_DATA): item i's
+ * CUgraphEdgeData as node[i]. */
+static void vcu__list_data(vcu__op_t *o, const struct vcu_cu_graph_list_req *rq, CUgraph g,
+                           CUgraphNode node)
+{
+    CUgraphNode *a = NULL;
+    CUgraphEdgeData *d = NULL;
+    size_t n = 0, i;
+
+    vcu__list_nodes(o, rq->what & ~VCU_CU_LIST_F_DATA, g, node, &a, &d, &n);
+    if (o->res == CUDA_SUCCESS) {
+        o->rb.glist.total = n;
+        for (i = rq->start; i < n && i - rq->start < VCU_CU_LIST_MAX; i++) {
+            memcpy(&o->rb.glist.node[i - rq->start], &d[i], sizeof(d[i]));
+            o->rb.glist.count++;
+        }
+    }
+    free(a);
+    free(d);
 }
 
 /*
@@ -547,25 +576,29 @@ uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o)
     struct vcu_cu_graph_list_req rq;
     CUgraphNode *a = NULL, node = NULL, cn = NULL;
     CUgraph g = NULL;
+    uint32_t what;
     uint64_t gh;
     size_t n = 0, i, per;
 
     memcpy(&rq, o->p, sizeof(rq));
-    if (rq.what < VCU_CU_LIST_NODES || rq.what > VCU_CU_LIST_CLONE)
+    what = rq.what & ~VCU_CU_LIST_F_DATA;
+    if (what < VCU_CU_LIST_NODES || what > VCU_CU_LIST_CLONE ||
+        ((rq.what & VCU_CU_LIST_F_DATA) && what != VCU_CU_LIST_EDGES &&
+         what != VCU_CU_LIST_DEPS && what != VCU_CU_LIST_DEPENDENTS))
         return VCU_S_EINVAL;
     VCU__ENTER(o);
     gh = rq.graph;
-    if (rq.what != VCU_CU_LIST_DEPS && rq.what != VCU_CU_LIST_DEPENDENTS) {
+    if (what != VCU_CU_LIST_DEPS && what != VCU_CU_LIST_DEPENDENTS) {
         VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
         g = ge->u.graph.g;
     }
-    if (rq.what >= VCU_CU_LIST_DEPS) {
+    if (what >= VCU_CU_LIST_DEPS) {
         VCU__GET(o, ne, rq.node, VCU__H_GRAPH_NODE);
         node = ne->u.node.n;
-        if (rq.what != VCU_CU_LIST_CLONE)
+        if (what != VCU_CU_LIST_CLONE)
             gh = ne->u.node.graph;
     }
-    if (rq.what == VCU_CU_LIST_CLONE) {
+    if (what == VCU_CU_LIST_CLONE) {
         o->res = VCU__CU(o->cu, cuGraphNodeFindInClone, &cn, node, g);
         if (o->res == CUDA_SUCCESS) {
             o->rb.glist.total = 1;
@@ -574,17 +607,21 @@ uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o)
         }
         return VCU_S_OK;
     }
-    vcu__list_nodes(o, rq.what, g, node, &a, &n);
+    if (rq.what & VCU_CU_LIST_F_DATA) {
+        vcu__list_data(o, &rq, g, node);
+        return VCU_S_OK;
+    }
+    vcu__list_nodes(o, what, g, node, &a, NULL, &n);
     if (o->res != CUDA_SUCCESS) {
         free(a);
         return VCU_S_OK;
     }
     o->rb.glist.total = n;
-    per = rq.what == VCU_CU_LIST_EDGES ? VCU_CU_LIST_MAX / 2 : VCU_CU_LIST_MAX;
+    per = what == VCU_CU_LIST_EDGES ? VCU_CU_LIST_MAX / 2 : VCU_CU_LIST_MAX;
     for (i = rq.start; i < n && i - rq.start < per; i++) {
         size_t at = i - rq.start;
 
-        if (rq.what == VCU_CU_LIST_EDGES) {
+        if (what == VCU_CU_LIST_EDGES) {
             o->rb.glist.node[2 * at] = vcu__node_handle(o, a[i], gh);
             o->rb.glist.node[2 * at + 1] = vcu__node_handle(o, a[n + i], gh);
             if (o->rb.glist.node[2 * at] == 0 || o->rb.glist.node[2 * at + 1] == 0)
@@ -601,25 +638,58 @@ uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-/* CU_GRAPH_EDGES: every node must be the graph's. */
-uint32_t vcu__op_CU_GRAPH_EDGES(vcu__op_t *o)
+/* The count edge data after a CU_GRAPH_EDGES_DATA request's handles,
+ * checked: reserved bytes 0 (the driver checks the rest). */
+static int vcu__edge_data(const vcu__op_t *o, uint32_t count, CUgraphEdgeData **out)
+{
+    static const unsigned char zero[sizeof((*out)->reserved)];
+    CUgraphEdgeData *d;
+    uint32_t i;
+
+    _Static_assert(sizeof(CUgraphEdgeData) == 8, "CUgraphEdgeData is the wire's 8 bytes");
+    d = calloc(count, sizeof(*d));
+    if (d == NULL)
+        return -1;
+    memcpy(d, o->p + sizeof(struct vcu_cu_graph_edges_req) + (size_t)count * 16,
+           (size_t)count * sizeof(*d));
+    for (i = 0; i < count; i++)
+        if (memcmp(d[i].reserved, zero, sizeof(zero)) != 0) {
+            free(d);
+            return 1;
+        }
+    *out = d;
+    return 0;
+}
+
+/* CU_GRAPH_EDGES and CU_GRAPH_EDGES_DATA (with_data): every node must be
+ * the graph's. */
+static uint32_t vcu__graph_edges(vcu__op_t *o, int with_data)
 {
     struct vcu_cu_graph_edges_req rq;
+    CUgraphEdgeData *ed = NULL;
     CUgraphNode *from;
     CUgraph g;
     uint32_t i;
+    int bad;
 
     memcpy(&rq, o->p, sizeof(rq));
     if (rq.add > 1 || rq.count == 0 || rq.count > VCU_CU_MAX_DEPS ||
-        (size_t)rq.count * 16 > o->plen - sizeof(rq))
+        (size_t)rq.count * (with_data ? 24 : 16) > o->plen - sizeof(rq))
         return VCU_S_EINVAL;
     VCU__ENTER(o);
     VCU__GET(o, ge, rq.graph, VCU__H_GRAPH);
     g = ge->u.graph.g;
+    if (with_data) {
+        bad = vcu__edge_data(o, rq.count, &ed);
+        if (bad != 0) {
+            o->res = bad > 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+            return VCU_S_OK;
+        }
+    }
     from = calloc(2 * (size_t)rq.count, sizeof(*from));
     if (from == NULL) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return VCU_S_OK;
+        goto out;
     }
     for (i = 0; i < 2 * rq.count; i++) {
         uint64_t h;
@@ -637,14 +707,25 @@ uint32_t vcu__op_CU_GRAPH_EDGES(vcu__op_t *o)
         from[(i % 2) * rq.count + i / 2] = ne->u.node.n;
     }
     if (rq.add)
-        o->res = VCU__CU(o->cu, cuGraphAddDependencies, g, from, from + rq.count, NULL,
+        o->res = VCU__CU(o->cu, cuGraphAddDependencies, g, from, from + rq.count, ed,
                          rq.count);
     else
-        o->res = VCU__CU(o->cu, cuGraphRemoveDependencies, g, from, from + rq.count, NULL,
+        o->res = VCU__CU(o->cu, cuGraphRemoveDependencies, g, from, from + rq.count, ed,
                          rq.count);
 out:
     free(from);
+    free(ed);
     return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_GRAPH_EDGES(vcu__op_t *o)
+{
+    return vcu__graph_edges(o, 0);
+}
+
+uint32_t vcu__op_CU_GRAPH_EDGES_DATA(vcu__op_t *o)
+{
+    return vcu__graph_edges(o, 1);
 }
 
 uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o)

@@ -747,6 +747,7 @@ uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_EXEC_UPDATE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_EDGES(vcu__op_t *o);
+uint32_t vcu__op_CU_GRAPH_EDGES_DATA(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_NODE_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_ADD_MEM_NODE(vcu__op_t *o);
 uint32_t vcu__op_CU_GRAPH_MEM_NODE_PARAMS(vcu__op_t *o);

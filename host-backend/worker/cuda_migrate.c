@@ -192,6 +192,7 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_GRAPH_EXEC_UPDATE:
     case VCU_OP_CU_GRAPH_LIST:
     case VCU_OP_CU_GRAPH_EDGES:
+    case VCU_OP_CU_GRAPH_EDGES_DATA:
     case VCU_OP_CU_GRAPH_NODE_DESTROY:
     case VCU_OP_CU_GRAPH_COND_HANDLE:
     case VCU_OP_CU_GRAPH_ADD_COND_NODE:

@@ -382,6 +382,67 @@ int main(void)
     CK(cuGraphKernelNodeGetParams(nk, &kq));
     TRUE(*(CUdeviceptr *)kq.kernelParams[0] == a);
 
+    /* Programmatic edges between kernel nodes (XLA's command buffers add
+     * them through cuGraphAddNode_v2): made with their data, listed with
+     * it, run; a default edge lists as zeroes; reserved bytes refused. */
+    {
+        CUgraph g3;
+        CUgraphExec x3;
+        CUgraphNode k1, k2, k3;
+        CUgraphEdgeData ed, eds[4];
+        void *f2[] = { &d, &pad, &v, &step, &cnt };
+
+        CK(cuGraphCreate(&g3, 0));
+        CK(cuGraphAddKernelNode(&k1, g3, NULL, 0, &kp));
+        memset(&np, 0, sizeof(np));
+        np.type = CU_GRAPH_NODE_TYPE_KERNEL;
+        memcpy(&np.kernel, &kp, sizeof(kp));
+        np.kernel.kernelParams = f2;
+        memset(&ed, 0, sizeof(ed));
+        ed.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+        ed.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+        CK(cuGraphAddNode_v2(&k2, g3, &k1, &ed, 1, &np));
+        CK(cuGraphAddEmptyNode(&k3, g3, &k2, 1));
+        n = 4;
+        memset(eds, 0xff, sizeof(eds));
+        CK(cuGraphGetEdges_v2(g3, from, to, eds, &n));
+        TRUE(n == 2);
+        for (i = 0; i < 2; i++) {
+            if (from[i] == k1) {
+                TRUE(to[i] == k2 && eds[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC &&
+                     eds[i].from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC &&
+                     eds[i].to_port == 0);
+            } else {
+                TRUE(from[i] == k2 && to[i] == k3 && eds[i].type == 0 &&
+                     eds[i].from_port == 0);
+            }
+        }
+        n = 4;
+        memset(eds, 0, sizeof(eds));
+        CK(cuGraphNodeGetDependencies_v2(k2, list, eds, &n));
+        TRUE(n == 1 && list[0] == k1 && eds[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC);
+        n = 4;
+        memset(eds, 0, sizeof(eds));
+        CK(cuGraphNodeGetDependentNodes_v2(k1, list, eds, &n));
+        TRUE(n == 1 && list[0] == k2 &&
+             eds[0].from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC);
+        CK(cuMemsetD32(p, 0, N));
+        CK(cuMemsetD32(d, 0, N));
+        CK(cuGraphInstantiateWithFlags(&x3, g3, 0));
+        run(x3, s);
+        check_fill(p, 100, 2, 1);
+        check_fill(d, 100, 2, 1);
+        /* The edge goes with cuGraphRemoveDependencies_v2 given its data. */
+        CK(cuGraphRemoveDependencies_v2(g3, &k1, &k2, &ed, 1));
+        n = 0;
+        CK(cuGraphGetEdges(g3, NULL, NULL, NULL, &n));
+        TRUE(n == 1);
+        ed.reserved[2] = 1;
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddDependencies_v2(g3, &k1, &k2, &ed, 1));
+        CK(cuGraphExecDestroy(x3));
+        CK(cuGraphDestroy(g3));
+    }
+
     CK(cuGraphExecDestroy(x));
     CK(cuGraphDestroy(g2));
     CK(cuGraphDestroy(g));

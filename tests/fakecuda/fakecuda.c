@@ -455,6 +455,10 @@ struct fc_node_s {
     fc_node_type_t type;
     size_t *deps;               /* indices of the nodes it depends on */
     size_t ndeps;
+    /* Each dependency's edge data (CUgraphEdgeData's from_port, to_port,
+     * type: bytes 0-2); NULL: all the default.  The stand-in runs every
+     * edge as a full dependency. */
+    uint32_t *dep_data;
     int disabled;               /* an exec's node: cuGraphNodeSetEnabled(0) */
     /* A kernel node's cuGraphKernelNodeSetAttribute values, by id. */
     CUkernelNodeAttrValue attrs[CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING + 1];
@@ -1025,6 +1029,7 @@ static void fc_node_free(fc_node_t *n)
         free(n->u.cond.bodies);
     }
     free(n->deps);
+    free(n->dep_data);
     free(n);
 }
 
@@ -1111,18 +1116,26 @@ static fc_node_t *fc_node_clone(const fc_node_t *src)
         return NULL;
     *n = *src;
     n->deps = NULL;
+    n->dep_data = NULL;
     if (src->ndeps) {
         n->deps = malloc(src->ndeps * sizeof(*n->deps));
-        if (!n->deps) {
+        if (src->dep_data)
+            n->dep_data = malloc(src->ndeps * sizeof(*n->dep_data));
+        if (!n->deps || (src->dep_data && !n->dep_data)) {
+            free(n->deps);
+            free(n->dep_data);
             free(n);
             return NULL;
         }
         memcpy(n->deps, src->deps, src->ndeps * sizeof(*n->deps));
+        if (src->dep_data)
+            memcpy(n->dep_data, src->dep_data, src->ndeps * sizeof(*n->dep_data));
     }
     if (src->type == FC_NODE_KERNEL) {
         n->u.kernel.params = malloc(src->u.kernel.params_len ? src->u.kernel.params_len : 1);
         if (!n->u.kernel.params) {
             free(n->deps);
+            free(n->dep_data);
             free(n);
             return NULL;
         }
@@ -1132,6 +1145,7 @@ static fc_node_t *fc_node_clone(const fc_node_t *src)
         n->u.child = fc_graph_clone(src->u.child);
         if (!n->u.child) {
             free(n->deps);
+            free(n->dep_data);
             free(n);
             return NULL;
         }
@@ -1148,6 +1162,7 @@ static fc_node_t *fc_node_clone(const fc_node_t *src)
             }
         if (!n->u.cond.bodies) {
             free(n->deps);
+            free(n->dep_data);
             free(n);
             return NULL;
         }
@@ -1168,6 +1183,7 @@ static CUresult fc_graph_append(fc_graph_t *dst, const fc_graph_t *src, fc_node_
     for (size_t i = 0; i < src->n; i++) {
         fc_node_t *n = fc_node_clone(src->nodes[i]);
         fc_node_t **deps;
+        uint32_t *data;
         size_t ndeps;
         CUresult rc;
 
@@ -1179,15 +1195,24 @@ static CUresult fc_graph_append(fc_graph_t *dst, const fc_graph_t *src, fc_node_
             fc_node_free(n);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        /* The node's own edges keep their data; edges from roots[] are
+         * the default. */
+        data = n->ndeps ? n->dep_data : NULL;
+        if (!n->ndeps)
+            free(n->dep_data);
         for (size_t d = 0; d < ndeps; d++)
             deps[d] = n->ndeps ? dst->nodes[base + n->deps[d]] : roots[d];
         free(n->deps);
         n->deps = NULL;
+        n->dep_data = NULL;
         n->ndeps = 0;
         rc = fc_graph_add(dst, n, deps, ndeps);
         free(deps);
-        if (rc != CUDA_SUCCESS)
+        if (rc != CUDA_SUCCESS) {
+            free(data);
             return rc;
+        }
+        n->dep_data = data;
     }
     return CUDA_SUCCESS;
 }
@@ -7546,11 +7571,33 @@ CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, siz
     return rc;
 }
 
-static CUresult fc_edge_data_none(CUgraphEdgeData *d, size_t n)
+static void fc_edge_unpack(uint32_t v, CUgraphEdgeData *e)
 {
-    if (d)
-        memset(d, 0, n * sizeof(*d));
-    return CUDA_SUCCESS;
+    memset(e, 0, sizeof(*e));
+    e->from_port = (unsigned char)v;
+    e->to_port = (unsigned char)(v >> 8);
+    e->type = (unsigned char)(v >> 16);
+}
+
+/* Node b's edge from node index fi: its data, packed. */
+static uint32_t fc_edge_get(const fc_node_t *b, size_t fi)
+{
+    for (size_t d = 0; b->dep_data && d < b->ndeps; d++)
+        if (b->deps[d] == fi)
+            return b->dep_data[d];
+    return 0;
+}
+
+/* The data of the edges listed in out[0..n-1]: from each to node n
+ * (into, 1) or from n to each. */
+static void fc_edge_data_list(CUgraphEdgeData *d, const fc_node_t *n, CUgraphNode *out,
+                              size_t k, int into)
+{
+    for (size_t i = 0; d && out && i < k; i++) {
+        const fc_node_t *o = (const fc_node_t *)out[i];
+
+        fc_edge_unpack(into ? fc_edge_get(n, o->index) : fc_edge_get(o, n->index), &d[i]);
+    }
 }
 
 CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies,
@@ -7564,7 +7611,7 @@ CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *depe
     rc = n ? fc_node_list(n->graph, fc_is_dep_of, n->index, dependencies, numDependencies)
            : CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        fc_edge_data_none(dependencies ? edgeData : NULL, *numDependencies);
+        fc_edge_data_list(edgeData, n, dependencies, *numDependencies, 1);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -7581,7 +7628,7 @@ CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *de
     rc = n ? fc_node_list(n->graph, fc_depends_on, n->index, dependentNodes, numDependentNodes)
            : CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        fc_edge_data_none(dependentNodes ? edgeData : NULL, *numDependentNodes);
+        fc_edge_data_list(edgeData, n, dependentNodes, *numDependentNodes, 0);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -7605,7 +7652,8 @@ CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode 
                 from[k] = (CUgraphNode)g->nodes[g->nodes[i]->deps[d]];
                 to[k] = (CUgraphNode)g->nodes[i];
                 if (edgeData)
-                    memset(&edgeData[k], 0, sizeof(*edgeData));
+                    fc_edge_unpack(g->nodes[i]->dep_data ? g->nodes[i]->dep_data[d] : 0,
+                                   &edgeData[k]);
             }
     if (from) {
         for (size_t i = k; i < *numEdges; i++)
@@ -7652,6 +7700,25 @@ static int fc_edge_idx(fc_graph_t *g, CUgraphNode f, CUgraphNode t, size_t *fi, 
     return 0;
 }
 
+/* Edge data as the driver takes it, packed (fc_node_t.dep_data), or -1:
+ * reserved bytes 0, a known type and ports, and anything but the default
+ * only from a kernel node to a kernel node. */
+static long fc_edge_pack(const CUgraphEdgeData *e, const fc_node_t *a, const fc_node_t *b)
+{
+    static const unsigned char zero[sizeof(e->reserved)];
+
+    if (!e)
+        return 0;
+    if (memcmp(e->reserved, zero, sizeof(zero)) != 0 ||
+        e->type > CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ||
+        e->from_port > CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER || e->to_port != 0)
+        return -1;
+    if ((e->type != 0 || e->from_port != 0) &&
+        (a->type != FC_NODE_KERNEL || b->type != FC_NODE_KERNEL))
+        return -1;
+    return (long)(e->from_port | (uint32_t)e->to_port << 8 | (uint32_t)e->type << 16);
+}
+
 /* The stand-in runs nodes in the order they were added: an edge must go
  * from an older node to a newer one (else CUDA_ERROR_NOT_SUPPORTED). */
 CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
@@ -7666,12 +7733,13 @@ CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
     if (!g || (numDependencies && (!from || !to)))
         rc = CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
-        static const CUgraphEdgeData none;
         size_t fi, ti, *nd;
+        uint32_t *dd;
         fc_node_t *b;
+        long v;
 
         if (fc_edge_idx(g, from[i], to[i], &fi, &ti) != 0 ||
-            (edgeData && memcmp(&edgeData[i], &none, sizeof(none)) != 0)) {
+            (v = fc_edge_pack(edgeData ? &edgeData[i] : NULL, g->nodes[fi], g->nodes[ti])) < 0) {
             rc = CUDA_ERROR_INVALID_VALUE;
             break;
         }
@@ -7689,8 +7757,18 @@ CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
             rc = CUDA_ERROR_OUT_OF_MEMORY;
             break;
         }
-        nd[b->ndeps++] = fi;
         b->deps = nd;
+        if (v != 0 || b->dep_data) {
+            dd = b->dep_data ? realloc(b->dep_data, (b->ndeps + 1) * sizeof(*dd))
+                             : calloc(b->ndeps + 1, sizeof(*dd));
+            if (!dd) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            dd[b->ndeps] = (uint32_t)v;
+            b->dep_data = dd;
+        }
+        nd[b->ndeps++] = fi;
     }
     pthread_mutex_unlock(&g_lock);
     return rc;
@@ -7701,6 +7779,8 @@ static void fc_dep_drop(fc_node_t *b, size_t fi)
     for (size_t d = 0; d < b->ndeps; d++)
         if (b->deps[d] == fi) {
             b->deps[d] = b->deps[--b->ndeps];
+            if (b->dep_data)
+                b->dep_data[d] = b->dep_data[b->ndeps];
             return;
         }
 }

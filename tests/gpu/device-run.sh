@@ -5,7 +5,8 @@
 # the GPU suite (CUDA programs, the demo and the echo suite in a guest on the
 # real GPU), the main job (scripts/run.sh: the demo natively and in a guest,
 # side by side), then the benchmark; on request NVIDIA's libraries (libs),
-# PyTorch (torch) in a guest, compute share between VMs (share:
+# PyTorch (torch) in a guest, JAX and CuPy (frameworks) natively and in a
+# guest, compute share between VMs (share:
 # tests/gpu/share.sh, about 3 minutes), packed VMs (packed:
 # tests/gpu/packed.sh, about 3 minutes), live migration (migrate: the
 # worker's migration core, tests/gpu/mig-core.sh, seconds; then
@@ -16,7 +17,7 @@
 # tests/gpu/samples.sh, up to the whole call; docs/conformance.md).  Logs
 # and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,share,packed,hostile,many,many-wait,migrate,seccomp-log,samples]
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,frameworks,share,packed,hostile,many,many-wait,migrate,seccomp-log,samples]
 #   (default suite,main,bench)
 #
 # seccomp-log: the daemon's workers run with --seccomp log for the whole
@@ -90,6 +91,13 @@ esac
 case ",$what," in *,torch,*)
     tests/gpu/torch-run.sh guest >"$out/torch.log" 2>&1 || rc=1
     grep -E 'VCU-TEST|passed' "$out/torch.log" | cut -c1-300 | tail -n 12
+    ;;
+esac
+case ",$what," in *,frameworks,*)
+    tests/gpu/torch-run.sh native frameworks >"$out/frameworks-native.log" 2>&1 || rc=1
+    grep -E '^(PASS|FAIL)' "$out/frameworks-native.log" | cut -c1-200
+    tests/gpu/torch-run.sh guest frameworks >"$out/frameworks.log" 2>&1 || rc=1
+    grep -E 'VCU-TEST|passed' "$out/frameworks.log" | cut -c1-300 | tail -n 14
     ;;
 esac
 case ",$what," in *,share,*)

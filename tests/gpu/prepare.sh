@@ -51,6 +51,8 @@ cp build/cuda-driver/vcu_drv_kernels.fatbin build/cuda-driver/vcu_drv_kernels_pt
 # (tests/gpu/torch-run.sh), so here it stops at its setup check.
 VCU_VM_TIMEOUT=30 tests/vm/run.sh torch >/dev/null 2>&1 || true
 [ -f build/vm/initrd-torch.img ]
+VCU_VM_TIMEOUT=30 tests/vm/run.sh frameworks >/dev/null 2>&1 || true
+[ -f build/vm/initrd-frameworks.img ]
 [ -x build/vm/vcu_demo ]
 mkdir -p build/nvidia
 cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/

@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
-# On the GPU machine: PyTorch in a guest (VM suite torch).  The guest's
-# root is a disk made here of this host's own files, as they are: its
-# /usr (Python 3.12, glibc), /etc, and the PyTorch virtual environment
-# under /opt (torch, NVIDIA's library wheels, Triton); NVIDIA's driver
-# libraries (libcuda, libnvidia-*) are left out, so the guest's only
-# driver is ours.  Hard links into a staging folder, then mke2fs -d.
+# On the GPU machine: PyTorch (VM suite torch), or JAX and CuPy (VM suite
+# frameworks), in a guest.  The guest's root is a disk made here of this
+# host's own files, as they are: its /usr (Python 3.12, glibc), /etc, and
+# the virtual environment under /opt (torch, JAX with its CUDA 13 plugin,
+# CuPy, NVIDIA's library wheels, Triton; the other suite's packages left
+# out); NVIDIA's driver libraries (libcuda, libnvidia-*) are left out, so
+# the guest's only driver is ours.  Hard links into a staging folder, then
+# mke2fs -d.
 #
-#   tests/gpu/torch-run.sh native   the check natively, for the times to compare
-#   tests/gpu/torch-run.sh guest    the check in a guest (needs build/vm/initrd-torch.img)
+#   tests/gpu/torch-run.sh native [SUITE]   the checks natively, for the times to compare
+#   tests/gpu/torch-run.sh guest [SUITE]    in a guest (needs build/vm/initrd-SUITE.img)
 #
+# SUITE: torch (the default) or frameworks.
 # VCU_TORCH_VENV   the virtual environment [/opt/torch/.venv]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 venv=${VCU_TORCH_VENV:-/opt/torch/.venv}
 what=${1:-guest}
+suite=${2:-torch}
+case $suite in
+torch) checks=tests/torch/torch_check.py
+    # What the check does not import (the environment holds JAX, CuPy, ...).
+    drop="jax jaxlib jax_plugins cupy cupy_backends scipy" ;;
+frameworks) checks="tests/frameworks/jax_check.py tests/frameworks/cupy_check.py"
+    drop="torch torchvision torchaudio torchgen functorch triton" ;;
+*) echo "torch-run: unknown suite $suite"; echo "0 passed, 1 failed"; exit 1 ;;
+esac
 [ -x "$venv/bin/python3" ] || { echo "torch-run: no $venv/bin/python3"; echo "0 passed, 1 failed"; exit 1; }
 
 if [ "$what" = native ]; then
-    "$venv/bin/python3" tests/torch/torch_check.py
-    exit $?
+    rc=0
+    for c in $checks; do
+        JAX_PLATFORMS=cuda,cpu "$venv/bin/python3" "$c" || rc=1
+    done
+    exit $rc
 fi
 
-img=build/vm/initrd-torch.img
+img=build/vm/initrd-$suite.img
 [ -f "$img" ] || { echo "torch-run: no $img (tests/gpu/prepare.sh)"; echo "0 passed, 1 failed"; exit 1; }
 work=$(mktemp -d /var/tmp/vcu-torch.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -42,17 +57,16 @@ for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$st/$
 cp -a /etc "$st/etc" 2>/dev/null
 mkdir -p "$st$(dirname "$venv")"
 cp -al "$venv" "$st$venv"
-# What the check does not import (the environment holds JAX, CuPy, ...).
-for p in jax jaxlib jax_plugins cupy cupy_backends pyarrow onnxruntime cv2 opencv_python_headless.libs \
-    llvmlite transformers pandas scipy cmake; do
+for p in $drop pyarrow onnxruntime cv2 opencv_python_headless.libs \
+    llvmlite transformers pandas cmake; do
     rm -rf "$st$venv"/lib/python3*/site-packages/"$p"
 done
 size=$(du -sm "$st" | cut -f1)
-echo "torch-run: guest root $size MiB staged in $(($(date +%s) - t0)) s"
-disk=$work/torch.ext4
+echo "torch-run: $suite guest root $size MiB staged in $(($(date +%s) - t0)) s"
+disk=$work/$suite.ext4
 mke2fs -q -t ext4 -O ^has_journal,^metadata_csum -E root_owner=0:0 -d "$st" "$disk" \
     "$((size + size / 8 + 256))M" || { echo "torch-run: mke2fs failed"; exit 1; }
 echo "torch-run: disk made in $(($(date +%s) - t0)) s"
 rm -rf "$st"
 VCU_NO_BUILD=1 VCU_VM_DISK=$disk VCU_VM_MEM=${VCU_VM_MEM:-12288} \
-    VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-480} tests/gpu/run.sh torch
+    VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-480} tests/gpu/run.sh "$suite"

@@ -2472,6 +2472,55 @@ TEST(cuda_graph_update_hostile)
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_EDGES, 0, eq, sizeof(eq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_SUCCESS, rp.result);
 
+    /* EDGES_DATA: the data after the pairs, reserved bytes 0, the driver's
+     * own checks (programmatic only between kernel nodes); the edge listed
+     * with its data; data listed only of edges. */
+    {
+        unsigned char dq[sizeof(er) + 24];
+        CUgraphEdgeData ed;
+        struct vcu_cu_graph_list_resp lr2;
+
+        memset(&ed, 0, sizeof(ed));
+        er.add = 1;
+        memcpy(dq, &er, sizeof(er));
+        memcpy(dq + sizeof(er), &n1, 8);
+        memcpy(dq + sizeof(er) + 8, &n2, 8);
+        memcpy(dq + sizeof(er) + 16, &ed, 8);
+        ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_GRAPH_EDGES_DATA, 0, dq, sizeof(er) + 16,
+                                      &rp, sizeof(rp)));
+        ed.reserved[4] = 1;
+        memcpy(dq + sizeof(er) + 16, &ed, 8);
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_EDGES_DATA, 0, dq, sizeof(dq), &rp,
+                                  sizeof(rp)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, rp.result);
+        ed.reserved[4] = 0;
+        ed.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+        memcpy(dq + sizeof(er) + 16, &ed, 8);
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_EDGES_DATA, 0, dq, sizeof(dq), &rp,
+                                  sizeof(rp)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, rp.result);   /* memset nodes */
+        ed.type = 0;
+        memcpy(dq + sizeof(er) + 16, &ed, 8);
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_EDGES_DATA, 0, dq, sizeof(dq), &rp,
+                                  sizeof(rp)));
+        ASSERT_EQ(CUDA_SUCCESS, rp.result);
+        ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, g, 0, VCU_CU_LIST_EDGES | VCU_CU_LIST_F_DATA, &lr2));
+        ASSERT_EQ(1, lr2.total);
+        ASSERT_EQ(1, lr2.count);
+        ASSERT_EQ(0, lr2.node[0]);
+        ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, 0, n2, VCU_CU_LIST_DEPS | VCU_CU_LIST_F_DATA, &lr2));
+        ASSERT_EQ(1, lr2.count);
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+                  tc_list(&c, g, 0, VCU_CU_LIST_NODES | VCU_CU_LIST_F_DATA, &lr2));
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_list(&c, g, 0, VCU_CU_LIST_F_DATA, &lr2));
+        /* As it was: the edge removed. */
+        er.add = 0;
+        memcpy(dq, &er, sizeof(er));
+        ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_EDGES_DATA, 0, dq, sizeof(dq), &rp,
+                                  sizeof(rp)));
+        ASSERT_EQ(CUDA_SUCCESS, rp.result);
+    }
+
     /* EXEC_UPDATE: handles of the right kinds; a changed topology reported. */
     ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_pair(&c, VCU_OP_CU_GRAPH_EXEC_UPDATE, g, g, 0, &ur,
                                                  sizeof(ur)));

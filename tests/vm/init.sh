@@ -180,21 +180,30 @@ libcudnn_heuristic.so.9 libcudnn_engines_precompiled.so.9 libcudnn_engines_runti
         cudnn_conv_fwd
 }
 
-# GPU suite, torch: PyTorch from the disk tests/gpu/torch-run.sh makes
-# of the GPU host's own files (its /usr, its Python, its virtual
-# environment), on our libcuda.so.1 and libnvidia-ml.so.1.
-run_torch() {
+# The disk tests/gpu/torch-run.sh makes of the GPU host's own files (its
+# /usr, its Python, its virtual environment) mounted at /disk, with this
+# suite's libraries (our libcuda.so.1 and libnvidia-ml.so.1) and checks
+# from /$2 in /disk/tmp/vcu; suite $1.  Non-zero, with a failed setup
+# test said, where it cannot be.
+fw_disk() {
     if ! insmod /modules/virtio_blk.ko || ! mkdir -p /disk ||
         ! mount -t ext4 -o ro /dev/vda /disk; then
-        echo "VCU-TEST torch/setup FAIL no disk (tests/gpu/torch-run.sh attaches it)"
-        return 0
+        echo "VCU-TEST $1/setup FAIL no disk (tests/gpu/torch-run.sh attaches it)"
+        return 1
     fi
     mount -t proc proc /disk/proc && mount -t sysfs sysfs /disk/sys &&
         mount -t devtmpfs devtmpfs /disk/dev && mount -t tmpfs tmpfs /disk/tmp ||
-        { echo "VCU-TEST torch/setup FAIL mounts in the disk"; return 0; }
-    mkdir -p /disk/tmp/vcu/lib /disk/tmp/triton
-    cp /torch/lib/* /disk/tmp/vcu/lib/ && cp /torch/torch_check.py /disk/tmp/vcu/ &&
+        { echo "VCU-TEST $1/setup FAIL mounts in the disk"; return 1; }
+    mkdir -p /disk/tmp/vcu/lib
+    cp /"$2"/lib/* /disk/tmp/vcu/lib/ && cp /"$2"/*.py /disk/tmp/vcu/ &&
         ln -s libcuda.so.1 /disk/tmp/vcu/lib/libcuda.so
+}
+
+# GPU suite, torch: PyTorch from the disk, on our libcuda.so.1 and
+# libnvidia-ml.so.1.
+run_torch() {
+    fw_disk torch torch || return 0
+    mkdir -p /disk/tmp/triton
     # VCU_TORCH_DEBUG=1 (kernel command line): module loads and a
     # watchdog's stacks and thread states every 60 s, on the console.
     dbg=
@@ -208,6 +217,24 @@ run_torch() {
         timeout 1500 /opt/torch/.venv/bin/python3 /tmp/vcu/torch_check.py 2>&1 |
         sed -e 's,^PASS torch/\([^ ]*\)\(.*\)$,VCU-TEST torch/\1 PASS\2,' \
             -e 's,^FAIL torch/\([^ ]*\) *\(.*\)$,VCU-TEST torch/\1 FAIL \2,'
+}
+
+# GPU suite, frameworks: JAX (its CUDA 13 plugin) and CuPy from the disk,
+# on our libcuda.so.1; each check's steps as tests frameworks/jax-STEP and
+# frameworks/cupy-STEP.  VCU_FW_DEBUG=1 (kernel command line): the
+# refused requests traced and the tracebacks shown.
+run_frameworks() {
+    fw_disk frameworks fw || return 0
+    dbg=
+    grep -q 'VCU_FW_DEBUG=1' /proc/cmdline &&
+        dbg="VCU_LIBCUDA_TRACE=errors VCU_JAX_TRACEBACK=1 VCU_CUPY_TRACEBACK=1"
+    for c in jax cupy; do
+        chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
+            LD_LIBRARY_PATH=/tmp/vcu/lib JAX_PLATFORMS=cuda,cpu CUPY_CACHE_DIR=/tmp/cupy $dbg \
+            timeout 900 /opt/torch/.venv/bin/python3 /tmp/vcu/${c}_check.py 2>&1 |
+            sed -e "s,^PASS $c/\([^ ]*\)\(.*\)\$,VCU-TEST frameworks/$c-\1 PASS\2," \
+                -e "s,^FAIL $c/\([^ ]*\) *\(.*\)\$,VCU-TEST frameworks/$c-\1 FAIL \2,"
+    done
 }
 
 # The main job's demonstration (tests/demo/vcu_demo.cu) as a user would
@@ -534,6 +561,7 @@ for s in $suites; do
         nvml) run_nvml ;;
         libs) run_libs ;;
         torch) run_torch ;;
+        frameworks) run_frameworks ;;
         demo) run_demo ;;
         bench) run_bench ;;
         leaks) run_leaks ;;

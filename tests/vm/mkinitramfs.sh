@@ -255,6 +255,18 @@ for s in "$@"; do
         cp "$root/tests/torch/torch_check.py" "$r/torch/"
         add_virtio_blk
         ;;
+    frameworks)
+        # JAX and CuPy from the same kind of disk as torch's.
+        glnvml=$(dirname "$glibcuda")/libnvidia-ml.so.1
+        for f in "$glibcuda" "$glnvml" "$root/tests/frameworks/jax_check.py" \
+            "$root/tests/frameworks/cupy_check.py"; do
+            [ -f "$f" ] || die "no $f"
+        done
+        mkdir -p "$r/fw/lib"
+        cp "$glibcuda" "$glnvml" "$r/fw/lib/"
+        cp "$root/tests/frameworks/jax_check.py" "$root/tests/frameworks/cupy_check.py" "$r/fw/"
+        add_virtio_blk
+        ;;
     nvml)
         # Our libcuda.so.1 and libnvidia-ml.so.1 (with vcuda-smi from
         # beside it), the NVML test and the program that holds the device.
