@@ -6,6 +6,7 @@
  * cuda_stream.c.  The entry points no list entry marks "local" are stubs
  * generated from cuda_calls.list (gen-cuda.py).
  */
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -113,6 +114,21 @@ static void vcu__trace_error(uint32_t op, const void *req, uint32_t req_len, CUr
     }
     fputc('\n', stderr);
     funlockfile(stderr);
+}
+
+/* A call that needs a current context made without one, and the entry
+ * point nearest below its caller (dladdr: exported names only). */
+static void vcu__trace_no_ctx(void *caller)
+{
+    Dl_info di;
+
+    if (!vcu__tracing_errors())
+        return;
+    if (dladdr(caller, &di) != 0 && di.dli_sname != NULL)
+        fprintf(stderr, "libcuda (virtio-cuda): trace: no current context in %s+%#lx\n",
+                di.dli_sname, (unsigned long)((char *)caller - (char *)di.dli_saddr));
+    else
+        fprintf(stderr, "libcuda (virtio-cuda): trace: no current context (%p)\n", caller);
 }
 
 static void vcu__trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -596,7 +612,7 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
 static __thread vcu__ctx_t *vcu__stack[VCU__CTX_STACK];
 static __thread int vcu__depth;
 
-CUresult vcu__cur(vcu__ctx_t **out)
+static CUresult vcu__cur_at(vcu__ctx_t **out, void *caller)
 {
     CUresult e = vcu__check_init();
     vcu__ctx_t *c;
@@ -605,10 +621,23 @@ CUresult vcu__cur(vcu__ctx_t **out)
     if (e != CUDA_SUCCESS)
         return e;
     c = vcu__depth > 0 ? vcu__stack[vcu__depth - 1] : NULL;
-    if (c == NULL || !vcu__reg_has(c, VCU__K_CTX))
+    if (c == NULL || !vcu__reg_has(c, VCU__K_CTX)) {
+        if (caller != NULL)
+            vcu__trace_no_ctx(caller);
         return CUDA_ERROR_INVALID_CONTEXT;
+    }
     *out = c;
     return CUDA_SUCCESS;
+}
+
+CUresult vcu__cur(vcu__ctx_t **out)
+{
+    return vcu__cur_at(out, __builtin_return_address(0));
+}
+
+CUresult vcu__cur_quiet(vcu__ctx_t **out)
+{
+    return vcu__cur_at(out, NULL);
 }
 
 unsigned long long vcu__next_id(void)

@@ -249,13 +249,17 @@ CUresult vcu__kernel_req(vcu__graph_t *g, const CUDA_KERNEL_NODE_PARAMS *p, CUke
     if (p == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     fn = p->func;
-    if (fn == NULL && kern != NULL) {
-        e = cuKernelGetFunction(&fn, kern);
-        if (e != CUDA_SUCCESS)
-            return e;
-    }
-    if (vcu__reg_has(fn, VCU__K_KERNEL)) {
-        e = cuKernelGetFunction(&fn, (CUkernel)fn);
+    if ((fn == NULL && kern != NULL) || vcu__reg_has(fn, VCU__K_KERNEL)) {
+        /* A kernel's function in the node's context (p->ctx, taken only
+         * with kern), else the current one, else the graph's device. */
+        vcu__ctx_t *c = fn == NULL ? (vcu__ctx_t *)p->ctx : NULL;
+        int dev = g->dev;
+
+        if (c != NULL && !vcu__reg_has(c, VCU__K_CTX))
+            return CUDA_ERROR_INVALID_CONTEXT;
+        if (c != NULL || vcu__cur_quiet(&c) == CUDA_SUCCESS)
+            dev = c->dev;
+        e = vcu__kernel_function_dev(fn != NULL ? (CUkernel)fn : kern, dev, &fn);
         if (e != CUDA_SUCCESS)
             return e;
     }

@@ -281,6 +281,8 @@ CUresult vcu__check_dev(CUdevice dev);
 /* The calling thread's current context: CUDA_ERROR_NOT_INITIALIZED
  * before cuInit, CUDA_ERROR_INVALID_CONTEXT with none or a destroyed one. */
 CUresult vcu__cur(vcu__ctx_t **out);
+/* vcu__cur for a caller that goes on without a context (not traced). */
+CUresult vcu__cur_quiet(vcu__ctx_t **out);
 /*
  * One call to the host for program device dev, waiting for the reply.
  * req starts with struct vcu_cu_hdr (filled here), resp (may be NULL)
@@ -411,6 +413,9 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
                               struct vcu__library_s *lib);
 /* The function of that name in m (one handle per name and module). */
 CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
+/* kernel's function in device dev, with no current context needed
+ * (cuda_library.c). */
+CUresult vcu__kernel_function_dev(CUkernel kernel, int dev, CUfunction *out);
 /* Each kernel of m, in its image's order, once each: fn(arg, f) (with
  * vcu__drv.lock not held); *count the number of calls.  Read from the
  * image in the guest (include/vcu_kernels.h): CUDA_ERROR_NOT_SUPPORTED

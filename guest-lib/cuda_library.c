@@ -132,7 +132,7 @@ VCU__EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code,
         free(l);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (vcu__cur(&c) == CUDA_SUCCESS) {
+    if (vcu__cur_quiet(&c) == CUDA_SUCCESS) {
         e = vcu__lib_module(l, &m);
         /* A library may carry code for other GPUs only (cuBLAS registers
          * one per architecture family): as with NVIDIA's lazy loading, that
@@ -256,7 +256,7 @@ VCU__EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, co
      * libraries for every GPU generation (thousands at cudnnCreate) and
      * takes that answer; the library remembers it (nobin), so the image
      * is not trimmed again for each. */
-    if (vcu__cur(&c) == CUDA_SUCCESS) {
+    if (vcu__cur_quiet(&c) == CUDA_SUCCESS) {
         e = vcu__lib_module(l, &m);
         if (e == CUDA_SUCCESS)
             e = cuModuleGetFunction(&f, (CUmodule)m, name);
@@ -306,6 +306,26 @@ VCU__EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     if (e != CUDA_SUCCESS)
         return e;
     return cuModuleGetFunction(pFunc, (CUmodule)m, k->name);
+}
+
+/* kernel's function in device dev (a graph's kernel node names the
+ * kernel and its graph the device: no current context is needed, as
+ * natively). */
+CUresult vcu__kernel_function_dev(CUkernel kernel, int dev, CUfunction *out)
+{
+    vcu__kernel_t *k = (vcu__kernel_t *)kernel;
+    vcu__module_t *m;
+    vcu__func_t *f;
+    CUresult e;
+
+    if (!vcu__reg_has(k, VCU__K_KERNEL))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__lib_module_dev(k->lib, dev, &m);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_function(m, k->name, &f);
+    if (e == CUDA_SUCCESS)
+        *out = (CUfunction)f;
+    return e;
 }
 
 VCU__EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)

@@ -443,6 +443,38 @@ int main(void)
         CK(cuGraphDestroy(g3));
     }
 
+    /* A kernel node of a library's kernel (kern) in a context named in
+     * its parameters (ctx), added by a thread with no current context, as
+     * XLA's command buffers do. */
+    {
+        CUlibrary lib;
+        CUkernel kern;
+        CUgraph g4;
+        CUgraphExec x4;
+        CUgraphNode k4;
+        CUcontext none = NULL;
+
+        CK(cuLibraryLoadData(&lib, fatbin, NULL, NULL, 0, NULL, NULL, 0));
+        CK(cuLibraryGetKernel(&kern, lib, "vcu_drv_fill"));
+        CK(cuGraphCreate(&g4, 0));
+        kq = kp;
+        kq.func = NULL;
+        kq.kern = kern;
+        kq.ctx = ctx;
+        CK(cuCtxSetCurrent(NULL));
+        CK(cuCtxGetCurrent(&none));
+        TRUE(none == NULL);
+        CK(cuGraphAddKernelNode_v2(&k4, g4, NULL, 0, &kq));
+        CK(cuCtxSetCurrent(ctx));
+        CK(cuMemsetD32(p, 0, N));
+        CK(cuGraphInstantiateWithFlags(&x4, g4, 0));
+        run(x4, s);
+        check_fill(p, 100, 2, 1);
+        CK(cuGraphExecDestroy(x4));
+        CK(cuGraphDestroy(g4));
+        CK(cuLibraryUnload(lib));
+    }
+
     CK(cuGraphExecDestroy(x));
     CK(cuGraphDestroy(g2));
     CK(cuGraphDestroy(g));
