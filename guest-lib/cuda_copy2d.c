@@ -44,11 +44,11 @@ static CUresult vcu__memset2d(CUdeviceptr dst, size_t pitch, uint32_t value, uin
     if (dst % elem != 0 || pitch % elem != 0 || (h > 1 && w > pitch / elem) ||
         w > UINT64_MAX / elem || (h > 1 && h - 1 > (UINT64_MAX - w * elem) / pitch))
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__host_as_dev(&dst, (uint64_t)(h - 1) * pitch + (uint64_t)w * elem);
-    if (e != CUDA_SUCCESS)
-        return e;
     memset(&r, 0, sizeof(r));
     r.dst = dst;
+    e = vcu__host_as_dev(&r.dst, (uint64_t)(h - 1) * pitch + (uint64_t)w * elem);
+    if (e != CUDA_SUCCESS)
+        return e;
     r.pitch = pitch;
     r.width = w;
     r.height = h;

@@ -47,6 +47,10 @@ typedef struct vcu__hostmem_s {
 
 static pthread_mutex_t vcu__hm_mu = PTHREAD_MUTEX_INITIALIZER;    /* protects vcu__hms */
 static vcu__hostmem_t *vcu__hms;
+/* Bounds of every entry vcu__hms has had (they only widen; written under
+ * vcu__hm_mu, read without it): most device pointers a copy names fall
+ * outside, and need no walk of the list. */
+static uintptr_t vcu__hm_lo = UINTPTR_MAX, vcu__hm_hi;
 
 /* In loopback the library and the backend share one process. */
 static int vcu__loopback(void)
@@ -87,6 +91,10 @@ static void vcu__hm_add(vcu__hostmem_t *h)
     pthread_mutex_lock(&vcu__hm_mu);
     h->next = vcu__hms;
     vcu__hms = h;
+    if ((uintptr_t)h->p < vcu__hm_lo)
+        __atomic_store_n(&vcu__hm_lo, (uintptr_t)h->p, __ATOMIC_RELEASE);
+    if ((uintptr_t)h->p + h->size > vcu__hm_hi)
+        __atomic_store_n(&vcu__hm_hi, (uintptr_t)h->p + h->size, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&vcu__hm_mu);
 }
 
@@ -383,11 +391,16 @@ CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out)
  * inside this library's host memory, span bytes of it, becomes the device
  * pointer the host mapped it at; any other *p is left as it is.
  */
-CUresult vcu__host_as_dev(CUdeviceptr *p, uint64_t span)
+CUresult vcu__host_as_dev(uint64_t *p, uint64_t span)
 {
     vcu__hostmem_t *h;
+    CUdeviceptr d;
     int found, in;
+    CUresult e;
 
+    if (*p < __atomic_load_n(&vcu__hm_lo, __ATOMIC_ACQUIRE) ||
+        *p >= __atomic_load_n(&vcu__hm_hi, __ATOMIC_ACQUIRE))
+        return CUDA_SUCCESS;
     pthread_mutex_lock(&vcu__hm_mu);
     h = vcu__hm_find_locked((uintptr_t)*p);
     in = h != NULL && span <= h->size - ((uintptr_t)*p - (uintptr_t)h->p);
@@ -396,7 +409,10 @@ CUresult vcu__host_as_dev(CUdeviceptr *p, uint64_t span)
         return CUDA_SUCCESS;
     if (!in)
         return CUDA_ERROR_INVALID_VALUE;
-    return vcu__host_dptr((uintptr_t)*p, p, &found);
+    e = vcu__host_dptr((uintptr_t)*p, &d, &found);
+    if (e == CUDA_SUCCESS)
+        *p = d;
+    return e;
 }
 
 VCU__EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,

@@ -382,7 +382,7 @@ CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out);
 /* *p, if it is in this library's host memory (span bytes), made the
  * device pointer it is mapped at, as unified addressing lets a program
  * name it (cuda_hostmem.c). */
-CUresult vcu__host_as_dev(CUdeviceptr *p, uint64_t span);
+CUresult vcu__host_as_dev(uint64_t *p, uint64_t span);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another

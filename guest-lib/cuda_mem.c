@@ -99,6 +99,13 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
         op = VCU_OP_CU_MEMCPY_DTOD;
         host = NULL;
     }
+    /* A device side that is this library's page-locked memory named by
+     * its host pointer, as unified addressing allows (XLA copies so
+     * between its buffers): where the host mapped it. */
+    if (n > 0 && op != VCU_OP_CU_MEMCPY_DTOH && (e = vcu__host_as_dev(&dst, n)) != CUDA_SUCCESS)
+        return e;
+    if (n > 0 && op != VCU_OP_CU_MEMCPY_HTOD && (e = vcu__host_as_dev(&src, n)) != CUDA_SUCCESS)
+        return e;
     e = vcu__cur(&c);
     if (e == CUDA_SUCCESS && async)
         e = vcu__stream(c, stream, ptsz, &wire);
@@ -323,11 +330,11 @@ static CUresult vcu__memset(CUdeviceptr dst, uint32_t value, uint32_t elem, size
         return CUDA_SUCCESS;
     if (dst % elem != 0 || n > UINT64_MAX / elem)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__host_as_dev(&dst, (uint64_t)n * elem);
-    if (e != CUDA_SUCCESS)
-        return e;
     memset(&r, 0, sizeof(r));
     r.dst = dst;
+    e = vcu__host_as_dev(&r.dst, (uint64_t)n * elem);
+    if (e != CUDA_SUCCESS)
+        return e;
     r.width = n;
     r.height = 1;
     r.stream = wire;

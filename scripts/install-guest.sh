@@ -11,7 +11,8 @@
 #   $PREFIX/bin/vcuda-smi              nvidia-smi's table from that NVML
 #   /etc/ld.so.conf.d/virtio-cuda.conf puts that directory on the loader path
 #   /etc/modules-load.d/virtio-cuda.conf   loads virtio_cuda at boot
-#   /etc/udev/rules.d/70-virtio-cuda.rules /dev/vcudaN root-only (0600)
+#   /etc/udev/rules.d/70-virtio-cuda.rules /dev/vcudaN root-only (0600),
+#                                      and /dev/nvidiaN linked to it (JAX)
 #   /lib/modules/<kver>/updates/virtio_cuda.ko   only with KDIR: a module
 #                                      built now against that kernel tree
 #
@@ -92,9 +93,13 @@ cat >"$etc/udev/rules.d/70-virtio-cuda.rules" <<'EOF'
 # guest RAM it can reach stay its own: docs/design.md, Isolation, says what
 # is and is not isolated).  To give a group access, replace the line below
 # with, e.g.:
-#   SUBSYSTEM=="vcuda", KERNEL=="vcuda[0-9]*", OWNER="root", GROUP="vcuda", MODE="0660"
+#   SUBSYSTEM=="vcuda", KERNEL=="vcuda[0-9]*", OWNER="root", GROUP="vcuda", MODE="0660", SYMLINK+="nvidia%n"
 # (and creating that group: groupadd --system vcuda).
-SUBSYSTEM=="vcuda", KERNEL=="vcuda[0-9]*", OWNER="root", GROUP="root", MODE="0600"
+# /dev/nvidiaN links to /dev/vcudaN: JAX takes its CUDA backend only where
+# an NVIDIA device node exists (jax/_src/hardware_utils.py) and otherwise
+# falls back to the CPU without a word; only NVIDIA's own libcuda.so.1,
+# which this guest does not use, would open it.
+SUBSYSTEM=="vcuda", KERNEL=="vcuda[0-9]*", OWNER="root", GROUP="root", MODE="0600", SYMLINK+="nvidia%n"
 EOF
 chmod 0644 "$etc/ld.so.conf.d/virtio-cuda.conf" "$etc/modules-load.d/virtio-cuda.conf" \
     "$etc/udev/rules.d/70-virtio-cuda.rules"

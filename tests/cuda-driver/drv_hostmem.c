@@ -108,6 +108,24 @@ int main(void)
         TRUE(c[4] == 1.25f * 4.0f && c[9] == 1.25f * 9.0f);
         EXPECT(CUDA_ERROR_INVALID_VALUE,
                cuMemsetD32((CUdeviceptr)(uintptr_t)(u + N - 1), 0, 2));
+        /* Copies naming it as device memory too, each direction. */
+        {
+            CUdeviceptr dd;
+            unsigned int x = 0, val = 0x77665544u;
+
+            CK(cuMemAlloc(&dd, 64));
+            CK(cuMemcpyDtoDAsync(dd, (CUdeviceptr)(uintptr_t)(u + 1), 8, s));
+            CK(cuStreamSynchronize(s));
+            CK(cuMemcpyDtoD((CUdeviceptr)(uintptr_t)(u + 24), dd, 8));
+            TRUE(u[24] == 0x5a5a5a5au && u[25] == 0x5a5a5a5au);
+            CK(cuMemcpyHtoD((CUdeviceptr)(uintptr_t)(u + 28), &val, 4));
+            TRUE(u[28] == val);
+            CK(cuMemcpyDtoH(&x, (CUdeviceptr)(uintptr_t)(u + 8), 4));
+            TRUE(x == 0x22222222u);
+            EXPECT(CUDA_ERROR_INVALID_VALUE,
+                   cuMemcpyDtoD(dd, (CUdeviceptr)(uintptr_t)(u + N - 1), 8));
+            CK(cuMemFree(dd));
+        }
         CK(cuStreamDestroy(s));
     }
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(NULL, a, 0));

@@ -46,10 +46,22 @@ def s_import():
     return "jax %s" % jax.__version__
 
 
+def why_no_gpu():
+    """What JAX says of its CUDA backend (private names: best effort)."""
+    out = []
+    try:
+        from jax._src import hardware_utils, xla_bridge
+        out.append("an NVIDIA device node: %s" % hardware_utils.has_visible_nvidia_gpu())
+        out.append("backend errors: %r" % (getattr(xla_bridge, "_backend_errors", None),))
+    except Exception as e:
+        out.append("%s: %s" % (type(e).__name__, e))
+    return "; ".join(out)
+
+
 def s_devices():
     d = jax.devices()
     if not d or d[0].platform != "gpu":
-        raise RuntimeError("JAX's devices are %r: no GPU" % (d,))
+        raise RuntimeError("JAX's devices are %r: no GPU (%s)" % (d, why_no_gpu()))
     return "%s (%s)" % (d[0], getattr(d[0], "device_kind", "?").replace(" ", "_"))
 
 
@@ -123,7 +135,7 @@ step("import", s_import)
 if jax is not None:
     for name, fn in (("devices", s_devices), ("jit", s_jit), ("grad", s_grad),
                      ("train", s_train)):
-        if name != "devices" and not results[-1][1] and results[-1][0] == "devices":
+        if name != "devices" and ("devices", False) in results:
             print("FAIL jax/%s skipped: no GPU" % name, flush=True)
             results.append((name, False))
             continue

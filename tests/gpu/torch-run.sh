@@ -4,9 +4,9 @@
 # host's own files, as they are: its /usr (Python 3.12, glibc), /etc, and
 # the virtual environment under /opt (torch, JAX with its CUDA 13 plugin,
 # CuPy, NVIDIA's library wheels, Triton; the other suite's packages left
-# out); NVIDIA's driver libraries (libcuda, libnvidia-*) are left out, so
-# the guest's only driver is ours.  Hard links into a staging folder, then
-# mke2fs -d.
+# out; for JAX the toolkit's ptxas, nvlink and libdevice); NVIDIA's driver
+# libraries (libcuda, libnvidia-*) are left out, so the guest's only driver
+# is ours.  Hard links into a staging folder, then mke2fs -d.
 #
 #   tests/gpu/torch-run.sh native [SUITE]   the checks natively, for the times to compare
 #   tests/gpu/torch-run.sh guest [SUITE]    in a guest (needs build/vm/initrd-SUITE.img)
@@ -51,6 +51,20 @@ for d in /usr/*; do
     cp -al "$d" "$st/usr/" || { echo "torch-run: cannot link $d (another filesystem?)"; exit 1; }
 done
 rm -rf "$st/usr/share/doc"
+# JAX compiles its kernels' PTX with the toolkit's ptxas and nvlink and
+# links them with its libdevice (as natively, where it finds them under
+# /usr/local/cuda; a guest user's jax[cuda13] brings them in wheels):
+# those of the toolkit, no more.
+if [ "$suite" = frameworks ]; then
+    mkdir -p "$st/usr/local/cuda/bin" "$st/usr/local/cuda/nvvm"
+    cp -rL /usr/local/cuda/nvvm/libdevice "$st/usr/local/cuda/nvvm/" ||
+        echo "torch-run: no /usr/local/cuda/nvvm/libdevice (JAX will not compile)"
+    for t in ptxas nvlink; do
+        f=$(readlink -f "/usr/local/cuda/bin/$t") && [ -f "$f" ] &&
+            cp -l "$f" "$st/usr/local/cuda/bin/$t" 2>/dev/null || cp "$f" "$st/usr/local/cuda/bin/$t" ||
+            echo "torch-run: no /usr/local/cuda/bin/$t (JAX will not compile)"
+    done
+fi
 find "$st/usr/lib" \( -name 'libcuda.so*' -o -name 'libnvidia-*' -o -name 'libcudadebugger*' \) \
     -exec rm -f {} +
 for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$st/$l"; done

@@ -5,7 +5,8 @@ does the part of it that matters here: every line is KEY[{attr}]OP"value"
 pairs joined by commas, the keys are udev's, match keys use == or != and
 assignment keys =, += , -= or :=; then the rule's SUBSYSTEM and KERNEL
 patterns must match the class and the node names the driver creates
-(class_create("vcuda"), "vcuda%u"), and MODE must be the one asked for.
+(class_create("vcuda"), "vcuda%u"), MODE must be the one asked for, and
+the node must be linked as /dev/nvidiaN (JAX looks for that name).
 
     check-udev-rule.py RULES DRIVER_SOURCE MODE
 """
@@ -58,7 +59,8 @@ def main():
         print(f'FAIL {rules}: {len(rule_lines)} rules, want 1')
         sys.exit(1)
     r = rule_lines[0]
-    want = [('SUBSYSTEM', '==', cls.group(1)), ('MODE', '=', want_mode), ('OWNER', '=', 'root')]
+    want = [('SUBSYSTEM', '==', cls.group(1)), ('MODE', '=', want_mode), ('OWNER', '=', 'root'),
+            ('SYMLINK', '+=', 'nvidia%n')]
     for key, op, val in want:
         if r.get(key) != (op, val):
             print(f'FAIL {key}{op}"{val}" (rule has {r.get(key)})')

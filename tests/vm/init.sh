@@ -225,6 +225,11 @@ run_torch() {
 # refused requests traced and the tracebacks shown.
 run_frameworks() {
     fw_disk frameworks fw || return 0
+    # What the guest package's udev rule makes (scripts/install-guest.sh):
+    # /dev/nvidiaN linked to /dev/vcudaN, which JAX looks for.
+    for n in /dev/vcuda[0-9]*; do
+        [ -e "$n" ] && ln -sf "$(basename "$n")" "/dev/nvidia${n#/dev/vcuda}"
+    done
     dbg=
     grep -q 'VCU_FW_DEBUG=1' /proc/cmdline &&
         dbg="VCU_LIBCUDA_TRACE=errors VCU_JAX_TRACEBACK=1 VCU_CUPY_TRACEBACK=1"

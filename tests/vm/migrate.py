@@ -6,10 +6,12 @@ own), a source QEMU running the migrate suite (tests/many's checker,
 every round's results checked) and a destination QEMU started with
 -incoming defer, both sandboxed as libvirt starts QEMU.  Once the checker
 has done a few rounds, QMP migrate moves the VM over TCP; the checker must
-go on in the destination and end with no wrong result.  Then a migration
-that cannot complete (the destination's daemon gives the VM less GPU
-memory than its session holds) must leave the source running, its
-checker unharmed.
+go on in the destination and end with no wrong result.  Then migrations
+that cannot complete must leave the source running, its checker
+unharmed: one the destination refuses (its daemon gives the VM less GPU
+memory than its session holds), and one whose stream breaks at the
+switchover (the destination QEMU killed while the source holds the
+stopped VM, about to send the device's state).
 
 Then the VM is suspended and resumed as `virsh save` and `virsh restore`
 do it: paused while its checker runs, its whole state written to a file
@@ -27,7 +29,7 @@ guest's device 0 either way.
 --ballast: one more migration per size, each of a VM whose checker also
 holds that much device memory (a model's weights), checked at the end;
 the downtime of each is printed.  --no-refusal: skip the refused
-migration.  Run from the checkout after tests/vm/run.sh has built the
+and the broken migration.  Run from the checkout after tests/vm/run.sh has built the
 guest (it builds build/vm/initrd-migrate.img when missing; on a GPU
 host's carried outputs the share image, which holds the same checker,
 serves).  Prints one "PASS name" or
@@ -366,6 +368,55 @@ def run(tmp, procs):
     why = [l for l in open(sc + '.qemu', errors='replace').read().splitlines()
            if 'could not be loaded' in l]
     report('refused-reason-named', bool(why), why[0] if why else 'no reason from the destination')
+    ma2.cmd('quit')
+    qa2.wait(timeout=60)
+    stream_break(tmp, procs, sa_sock, sb_sock)
+
+
+def stream_break(tmp, procs, da_sock, db_sock, ballast=64):
+    """A migration whose stream breaks once the source has stopped the VM
+    to send the rest of its RAM and the device's state: the destination
+    QEMU is killed at the switchover (pause-before-switchover holds the
+    source there), then the source goes on, finds the stream broken, and
+    must resume the VM with its device as it was, the checker unharmed."""
+    sa, sb = (os.path.join(LOGDIR, f'migrate-broken-{n}.log') for n in ('src', 'dst'))
+    for f in (sa, sb):
+        if os.path.exists(f):
+            os.remove(f)
+    qa = start_qemu('broken-src', da_sock, os.path.join(tmp, 'bqa'), sa, False, ballast)
+    qb = start_qemu('broken-dst', db_sock, os.path.join(tmp, 'bqb'), sb, True, ballast)
+    procs += [qa, qb]
+    ma, mb = Qmp(os.path.join(tmp, 'bqa')), Qmp(os.path.join(tmp, 'bqb'))
+    if not wait_line(sa, r'^VCU-MANY mig tick', 600):
+        report('broken-source-running', False, ' | '.join(lines(sa)[-8:]))
+        return
+    ma.cmd('migrate-set-capabilities',
+           capabilities=[{'capability': 'pause-before-switchover', 'state': True}])
+    port = 40000 + (os.getpid() + 13) % 20000
+    r = mb.cmd('migrate-incoming', uri=f'tcp:127.0.0.1:{port}')
+    r2 = ma.cmd('migrate', uri=f'tcp:127.0.0.1:{port}') if 'error' not in r else r
+    end = time.time() + 600
+    st = ''
+    while 'error' not in r2 and time.time() < end:
+        st = ma.cmd('query-migrate')['return'].get('status', '')
+        if st in ('pre-switchover', 'failed', 'completed', 'cancelled'):
+            break
+        time.sleep(0.1)
+    report('broken-reached-switchover', st == 'pre-switchover',
+           json.dumps(r2.get('error')) if 'error' in r2 else f'status {st}')
+    if st != 'pre-switchover':
+        return
+    qb.kill()
+    qb.wait(timeout=60)
+    ma.cmd('migrate-continue', state='pre-switchover')
+    q = wait_migration(ma, 300)
+    report('broken-fails', q.get('status') == 'failed',
+           f"status {q.get('status')} {q.get('error-desc', '')}".strip())
+    time.sleep(1)
+    st = ma.cmd('query-status')['return']
+    report('broken-source-runs-on', st.get('running') is True, json.dumps(st))
+    checker_went_on('broken', sa, sa, ('on the source', 'on the source after the break'))
+    qa.wait(timeout=60)
 
 
 if __name__ == '__main__':
