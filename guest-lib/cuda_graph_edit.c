@@ -514,7 +514,7 @@ CUresult vcu__list(vcu__graph_t *g, uint64_t gh, uint64_t nh, uint32_t what,
     struct vcu_cu_graph_list_req r;
     struct vcu_cu_graph_list_resp *o;
     size_t want = a != NULL ? *num : 0, got = 0, total = 0, i;
-    int pairs = what == VCU_CU_LIST_EDGES;
+    int pairs = (what & ~VCU_CU_LIST_F_LOSSY_OK) == VCU_CU_LIST_EDGES;
     CUresult e = CUDA_SUCCESS;
 
     o = malloc(sizeof(*o));
@@ -626,7 +626,9 @@ VCU__EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgra
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__graph_arg(hGraph, &g);
     if (e == CUDA_SUCCESS)
-        e = vcu__list(g, g->h, 0, VCU_CU_LIST_EDGES, from, to, numEdges);
+        e = vcu__list(g, g->h, 0,
+                      VCU_CU_LIST_EDGES | (edgeData != NULL ? VCU_CU_LIST_F_LOSSY_OK : 0), from,
+                      to, numEdges);
     if (e == CUDA_SUCCESS && from != NULL)
         e = vcu__list_data(g, g->h, 0, VCU_CU_LIST_EDGES, edgeData, *numEdges);
     return e;
@@ -648,7 +650,8 @@ static CUresult vcu__node_list(CUgraphNode hNode, uint32_t what, CUgraphNode *ou
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__gnode_arg(hNode, &n);
     if (e == CUDA_SUCCESS)
-        e = vcu__list(n->g, 0, n->h, what, out, NULL, num);
+        e = vcu__list(n->g, 0, n->h, what | (ed != NULL ? VCU_CU_LIST_F_LOSSY_OK : 0), out, NULL,
+                      num);
     if (e == CUDA_SUCCESS && out != NULL)
         e = vcu__list_data(n->g, 0, n->h, what, ed, *num);
     return e;

@@ -1336,7 +1336,10 @@ struct vcu_cu_graph_update_resp {
  *               original is (cuGraphNodeFindInClone)
  * total is how many items there are in all.  With VCU_CU_LIST_F_DATA in
  * what (EDGES, DEPS, DEPENDENTS), node[i] is item i's CUgraphEdgeData (8
- * bytes) in place of its handles, one per edge.
+ * bytes) in place of its handles, one per edge.  Without it, edges with
+ * data other than the default make the listing the driver's
+ * CUDA_ERROR_LOSSY_QUERY (as a query without edge data is natively),
+ * unless VCU_CU_LIST_F_LOSSY_OK says the guest asks for the data next.
  */
 #define VCU_CU_LIST_NODES 1u
 #define VCU_CU_LIST_ROOTS 2u
@@ -1345,6 +1348,7 @@ struct vcu_cu_graph_update_resp {
 #define VCU_CU_LIST_DEPENDENTS 5u
 #define VCU_CU_LIST_CLONE 6u
 #define VCU_CU_LIST_F_DATA 0x100u
+#define VCU_CU_LIST_F_LOSSY_OK 0x200u
 #define VCU_CU_LIST_MAX 128u
 
 struct vcu_cu_graph_list_req {

@@ -554,7 +554,8 @@ static void vcu__list_data(vcu__op_t *o, const struct vcu_cu_graph_list_req *rq,
     CUgraphEdgeData *d = NULL;
     size_t n = 0, i;
 
-    vcu__list_nodes(o, rq->what & ~VCU_CU_LIST_F_DATA, g, node, &a, &d, &n);
+    vcu__list_nodes(o, rq->what & ~(VCU_CU_LIST_F_DATA | VCU_CU_LIST_F_LOSSY_OK), g, node, &a,
+                    &d, &n);
     if (o->res == CUDA_SUCCESS) {
         o->rb.glist.total = n;
         for (i = rq->start; i < n && i - rq->start < VCU_CU_LIST_MAX; i++) {
@@ -581,9 +582,9 @@ uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o)
     size_t n = 0, i, per;
 
     memcpy(&rq, o->p, sizeof(rq));
-    what = rq.what & ~VCU_CU_LIST_F_DATA;
+    what = rq.what & ~(VCU_CU_LIST_F_DATA | VCU_CU_LIST_F_LOSSY_OK);
     if (what < VCU_CU_LIST_NODES || what > VCU_CU_LIST_CLONE ||
-        ((rq.what & VCU_CU_LIST_F_DATA) && what != VCU_CU_LIST_EDGES &&
+        ((rq.what & (VCU_CU_LIST_F_DATA | VCU_CU_LIST_F_LOSSY_OK)) && what != VCU_CU_LIST_EDGES &&
          what != VCU_CU_LIST_DEPS && what != VCU_CU_LIST_DEPENDENTS))
         return VCU_S_EINVAL;
     VCU__ENTER(o);
@@ -611,7 +612,15 @@ uint32_t vcu__op_CU_GRAPH_LIST(vcu__op_t *o)
         vcu__list_data(o, &rq, g, node);
         return VCU_S_OK;
     }
-    vcu__list_nodes(o, what, g, node, &a, NULL, &n);
+    {
+        /* The data asked of the driver too where the guest asks for it
+         * next (else a graph with such edges is CUDA_ERROR_LOSSY_QUERY). */
+        CUgraphEdgeData *ed = NULL;
+
+        vcu__list_nodes(o, what, g, node, &a, (rq.what & VCU_CU_LIST_F_LOSSY_OK) ? &ed : NULL,
+                        &n);
+        free(ed);
+    }
     if (o->res != CUDA_SUCCESS) {
         free(a);
         return VCU_S_OK;

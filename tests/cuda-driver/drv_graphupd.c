@@ -417,6 +417,12 @@ int main(void)
                      eds[i].from_port == 0);
             }
         }
+        /* Listed without room for their data, such edges are a lossy
+         * query, as the driver documents. */
+        n = 4;
+        EXPECT(CUDA_ERROR_LOSSY_QUERY, cuGraphGetEdges_v2(g3, from, to, NULL, &n));
+        n = 4;
+        EXPECT(CUDA_ERROR_LOSSY_QUERY, cuGraphNodeGetDependencies_v2(k2, list, NULL, &n));
         n = 4;
         memset(eds, 0, sizeof(eds));
         CK(cuGraphNodeGetDependencies_v2(k2, list, eds, &n));

@@ -7589,15 +7589,22 @@ static uint32_t fc_edge_get(const fc_node_t *b, size_t fi)
 }
 
 /* The data of the edges listed in out[0..n-1]: from each to node n
- * (into, 1) or from n to each. */
-static void fc_edge_data_list(CUgraphEdgeData *d, const fc_node_t *n, CUgraphNode *out,
-                              size_t k, int into)
+ * (into, 1) or from n to each.  With no d to take it, edges with data
+ * other than the default make the listing CUDA_ERROR_LOSSY_QUERY, as the
+ * driver does. */
+static CUresult fc_edge_data_list(CUgraphEdgeData *d, const fc_node_t *n, CUgraphNode *out,
+                                  size_t k, int into)
 {
-    for (size_t i = 0; d && out && i < k; i++) {
+    for (size_t i = 0; out && i < k; i++) {
         const fc_node_t *o = (const fc_node_t *)out[i];
+        uint32_t v = into ? fc_edge_get(n, o->index) : fc_edge_get(o, n->index);
 
-        fc_edge_unpack(into ? fc_edge_get(n, o->index) : fc_edge_get(o, n->index), &d[i]);
+        if (d)
+            fc_edge_unpack(v, &d[i]);
+        else if (v != 0)
+            return CUDA_ERROR_LOSSY_QUERY;
     }
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies,
@@ -7611,7 +7618,7 @@ CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *depe
     rc = n ? fc_node_list(n->graph, fc_is_dep_of, n->index, dependencies, numDependencies)
            : CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        fc_edge_data_list(edgeData, n, dependencies, *numDependencies, 1);
+        rc = fc_edge_data_list(edgeData, n, dependencies, *numDependencies, 1);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -7628,7 +7635,7 @@ CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *de
     rc = n ? fc_node_list(n->graph, fc_depends_on, n->index, dependentNodes, numDependentNodes)
            : CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        fc_edge_data_list(edgeData, n, dependentNodes, *numDependentNodes, 0);
+        rc = fc_edge_data_list(edgeData, n, dependentNodes, *numDependentNodes, 0);
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -7649,11 +7656,14 @@ CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode 
     for (size_t i = 0; i < g->n; i++)
         for (size_t d = 0; d < g->nodes[i]->ndeps; d++, k++)
             if (from && k < *numEdges) {
+                uint32_t v = g->nodes[i]->dep_data ? g->nodes[i]->dep_data[d] : 0;
+
                 from[k] = (CUgraphNode)g->nodes[g->nodes[i]->deps[d]];
                 to[k] = (CUgraphNode)g->nodes[i];
                 if (edgeData)
-                    fc_edge_unpack(g->nodes[i]->dep_data ? g->nodes[i]->dep_data[d] : 0,
-                                   &edgeData[k]);
+                    fc_edge_unpack(v, &edgeData[k]);
+                else if (v != 0)
+                    rc = CUDA_ERROR_LOSSY_QUERY;
             }
     if (from) {
         for (size_t i = k; i < *numEdges; i++)

@@ -2513,6 +2513,10 @@ TEST(cuda_graph_update_hostile)
         ASSERT_EQ(0x10000 + VCU_S_EINVAL,
                   tc_list(&c, g, 0, VCU_CU_LIST_NODES | VCU_CU_LIST_F_DATA, &lr2));
         ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_list(&c, g, 0, VCU_CU_LIST_F_DATA, &lr2));
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+                  tc_list(&c, g, 0, VCU_CU_LIST_ROOTS | VCU_CU_LIST_F_LOSSY_OK, &lr2));
+        ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, g, 0, VCU_CU_LIST_EDGES | VCU_CU_LIST_F_LOSSY_OK, &lr2));
+        ASSERT_EQ(2, lr2.count);
         /* As it was: the edge removed. */
         er.add = 0;
         memcpy(dq, &er, sizeof(er));
