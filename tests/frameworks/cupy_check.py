@@ -6,29 +6,9 @@ Steps: import, devices, elementwise (an ElementwiseKernel, compiled by
 NVRTC), raw (a RawKernel), fft (against NumPy), solve (cuSOLVER, against
 NumPy), each result checked on the CPU.
 """
-import os
-import sys
-import time
-import traceback
+from steps import Steps
 
-results = []
-
-
-def step(name, fn):
-    t0 = time.time()
-    try:
-        detail = fn()
-        dt = time.time() - t0
-        print("PASS cupy/%s %.2f%s" % (name, dt, (" " + detail) if detail else ""), flush=True)
-        results.append((name, True))
-    except Exception as e:  # the next steps still run
-        dt = time.time() - t0
-        msg = ("%s: %s" % (type(e).__name__, e)).replace("\n", " ")[:400]
-        print("FAIL cupy/%s %.2f %s" % (name, dt, msg), flush=True)
-        if os.environ.get("VCU_CUPY_TRACEBACK"):
-            traceback.print_exc()
-        results.append((name, False))
-
+steps = Steps("cupy")
 
 cp = np = None
 
@@ -97,16 +77,8 @@ def s_solve():
     return "256x256 float64, residual %.2g" % err
 
 
-step("import", s_import)
+steps.step("import", s_import)
 if cp is not None:
-    for name, fn in (("devices", s_devices), ("elementwise", s_elementwise), ("raw", s_raw),
-                     ("fft", s_fft), ("solve", s_solve)):
-        if name != "devices" and ("devices", False) in results:
-            print("FAIL cupy/%s skipped: no GPU" % name, flush=True)
-            results.append((name, False))
-            continue
-        step(name, fn)
-print("cupy: %d passed, %d failed" % (sum(1 for _, ok in results if ok),
-                                      sum(1 for _, ok in results if not ok)), flush=True)
-sys.stdout.flush()
-os._exit(0)
+    steps.run((("devices", s_devices), ("elementwise", s_elementwise), ("raw", s_raw),
+               ("fft", s_fft), ("solve", s_solve)), "devices")
+steps.done()

@@ -9,28 +9,10 @@ steps on the GPU and the same steps on JAX's CPU device, parameters
 compared).  Run with JAX_PLATFORMS=cuda,cpu.
 """
 import os
-import sys
-import time
-import traceback
 
-results = []
+from steps import Steps
 
-
-def step(name, fn):
-    t0 = time.time()
-    try:
-        detail = fn()
-        dt = time.time() - t0
-        print("PASS jax/%s %.2f%s" % (name, dt, (" " + detail) if detail else ""), flush=True)
-        results.append((name, True))
-    except Exception as e:  # the next steps still run
-        dt = time.time() - t0
-        msg = ("%s: %s" % (type(e).__name__, e)).replace("\n", " ")[:400]
-        print("FAIL jax/%s %.2f %s" % (name, dt, msg), flush=True)
-        if os.environ.get("VCU_JAX_TRACEBACK"):
-            traceback.print_exc()
-        results.append((name, False))
-
+steps = Steps("jax")
 
 jax = jnp = np = None
 
@@ -120,27 +102,19 @@ def train(dev, steps):
 
 
 def s_train():
-    steps = int(os.environ.get("VCU_JAX_STEPS", "200"))
-    f0, l0, p0 = train(jax.devices()[0], steps)
-    f1, l1, p1 = train(jax.devices("cpu")[0], steps)
+    n = int(os.environ.get("VCU_JAX_STEPS", "200"))
+    f0, l0, p0 = train(jax.devices()[0], n)
+    f1, l1, p1 = train(jax.devices("cpu")[0], n)
     if not l0 < f0 * 0.5:
         raise RuntimeError("loss %g -> %g did not fall" % (f0, l0))
     err = max(float(np.max(np.abs(a - b))) for a, b in zip(p0, p1))
     if err > 1e-3:
         raise RuntimeError("parameters differ from the CPU's by %g" % err)
-    return "%d steps, loss %.4f -> %.4f, params vs CPU %.2g" % (steps, f0, l0, err)
+    return "%d steps, loss %.4f -> %.4f, params vs CPU %.2g" % (n, f0, l0, err)
 
 
-step("import", s_import)
+steps.step("import", s_import)
 if jax is not None:
-    for name, fn in (("devices", s_devices), ("jit", s_jit), ("grad", s_grad),
-                     ("train", s_train)):
-        if name != "devices" and ("devices", False) in results:
-            print("FAIL jax/%s skipped: no GPU" % name, flush=True)
-            results.append((name, False))
-            continue
-        step(name, fn)
-print("jax: %d passed, %d failed" % (sum(1 for _, ok in results if ok),
-                                     sum(1 for _, ok in results if not ok)), flush=True)
-sys.stdout.flush()
-os._exit(0)
+    steps.run((("devices", s_devices), ("jit", s_jit), ("grad", s_grad), ("train", s_train)),
+              "devices")
+steps.done()

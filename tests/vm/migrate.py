@@ -368,8 +368,7 @@ def run(tmp, procs):
     why = [l for l in open(sc + '.qemu', errors='replace').read().splitlines()
            if 'could not be loaded' in l]
     report('refused-reason-named', bool(why), why[0] if why else 'no reason from the destination')
-    ma2.cmd('quit')
-    qa2.wait(timeout=60)
+    qa2.wait(timeout=60)            # the guest powers off at its suite's end
     stream_break(tmp, procs, sa_sock, sb_sock)
 
 

@@ -259,12 +259,13 @@ for s in "$@"; do
         # JAX and CuPy from the same kind of disk as torch's.
         glnvml=$(dirname "$glibcuda")/libnvidia-ml.so.1
         for f in "$glibcuda" "$glnvml" "$root/tests/frameworks/jax_check.py" \
-            "$root/tests/frameworks/cupy_check.py"; do
+            "$root/tests/frameworks/cupy_check.py" "$root/tests/frameworks/steps.py"; do
             [ -f "$f" ] || die "no $f"
         done
         mkdir -p "$r/fw/lib"
         cp "$glibcuda" "$glnvml" "$r/fw/lib/"
-        cp "$root/tests/frameworks/jax_check.py" "$root/tests/frameworks/cupy_check.py" "$r/fw/"
+        cp "$root/tests/frameworks/jax_check.py" "$root/tests/frameworks/cupy_check.py" \
+            "$root/tests/frameworks/steps.py" "$r/fw/"
         add_virtio_blk
         ;;
     nvml)
