@@ -7,9 +7,10 @@
     gen-cuda.py --host-fns LIST CUDA_INCLUDE SOURCE...
 
 LIST (cuda_calls.list) names every Driver API entry point and how ours
-provides it (local: by hand; unsupported: a generated stub; remote: a
-generated forwarder over the generic opcode CU_CALL).  From CUDA's
-headers it derives:
+provides it (local: by hand; unsupported: generated, each returning
+CUDA_ERROR_NOT_SUPPORTED and naming itself; remote: a generated
+forwarder over the generic opcode CU_CALL).  From CUDA's headers it
+derives:
 
   - the cuGetProcAddress table: every (base name, CUDA version, per-thread)
     variant the toolkit's typedef headers declare (PFN_<base>_v<version>
@@ -795,7 +796,7 @@ def counts_md(calls, order, remote):
          (len(names["remote"]), len(numbered), len(names["remote"]) - len(numbered)),
          "| written by hand, with its reason (`local`) | %d | %d of them with a generated "
          "host side (`local NUMBER`) |" % (len(names["local"]), len(hostgen)),
-         "| not supported (`unsupported`) | %d | a generated stub |" % len(names["unsupported"]),
+         "| not supported (`unsupported`) | %d | generated: `CUDA_ERROR_NOT_SUPPORTED`, naming the call |" % len(names["unsupported"]),
          "| all | %d | |" % len(order), "",
          "| why a call is local (`# why`) | names |", "| --- | ---: |"]
     for k, text in WHYS.items():

@@ -2517,6 +2517,23 @@ TEST(cuda_graph_update_hostile)
                   tc_list(&c, g, 0, VCU_CU_LIST_ROOTS | VCU_CU_LIST_F_LOSSY_OK, &lr2));
         ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, g, 0, VCU_CU_LIST_EDGES | VCU_CU_LIST_F_LOSSY_OK, &lr2));
         ASSERT_EQ(2, lr2.count);
+        /* Another session (another guest process) names this one's graph
+         * and nodes: not found, nothing changed. */
+        {
+            tc_t o = c;
+
+            ASSERT_EQ(VCU_S_OK, ut_open(c.be, &o.s));
+            ASSERT_EQ(VCU_S_OK, tc_do(&o, VCU_OP_CU_GRAPH_EDGES_DATA, 0, dq, sizeof(dq), &rp,
+                                      sizeof(rp)));
+            ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, rp.result);
+            ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+                      tc_list(&o, g, 0, VCU_CU_LIST_EDGES | VCU_CU_LIST_F_DATA, &lr2));
+            ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+                      tc_list(&o, 0, n2, VCU_CU_LIST_DEPS | VCU_CU_LIST_F_LOSSY_OK, &lr2));
+            ut_close(c.be, o.s);
+        }
+        ASSERT_EQ(CUDA_SUCCESS, tc_list(&c, g, 0, VCU_CU_LIST_EDGES | VCU_CU_LIST_F_DATA, &lr2));
+        ASSERT_EQ(1, lr2.total);
         /* As it was: the edge removed. */
         er.add = 0;
         memcpy(dq, &er, sizeof(er));
