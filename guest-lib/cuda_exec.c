@@ -20,7 +20,8 @@
  * kernelParams (one pointer per parameter) or from extra's
  * CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE (the buffer as it is).
  */
-CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf)
+static CUresult vcu__pack_params(const vcu__func_t *f, void **kernelParams, void **extra,
+                                 char *buf)
 {
     void *ebuf = NULL;
     size_t esize = 0;
@@ -63,6 +64,15 @@ CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char
         memcpy(buf + f->params[i].offset, kernelParams[i], f->params[i].size);
     }
     return CUDA_SUCCESS;
+}
+
+/* The parameter buffer (vcu__pack_params), with the page-locked host
+ * pointers in it made device pointers (vcu__host_params). */
+CUresult vcu__pack(const vcu__func_t *f, void **kernelParams, void **extra, char *buf)
+{
+    CUresult e = vcu__pack_params(f, kernelParams, extra, buf);
+
+    return e == CUDA_SUCCESS ? vcu__host_params(buf, f->param_bytes) : e;
 }
 
 /* cuda.h's names of the launch attributes, for the refusals' log. */

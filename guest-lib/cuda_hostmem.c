@@ -323,7 +323,7 @@ VCU__EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
  */
 static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *found)
 {
-    struct vcu_cu_u64_req r = { .value = 0 };
+    struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
     vcu__hostmem_t *h;
     vcu_buf_t b;
@@ -354,7 +354,11 @@ static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *found)
         b.addr = (void *)base;
         b.len = size;
         b.flags = VCU_SEG_TO_DEVICE;
-        e = vcu__call(dev, VCU_OP_CU_HOST_DEVICE_POINTER, &r, sizeof(r), &b, 1, &o, sizeof(o));
+        /* At its own address, as with unified addressing, where the host
+         * can (CU_HOST_DEVICE_POINTER_AT). */
+        r.value = base;
+        e = vcu__call(dev, VCU_OP_CU_HOST_DEVICE_POINTER_AT, &r, sizeof(r), &b, 1, &o,
+                      sizeof(o));
         if (e != CUDA_SUCCESS)
             return e;
         if (o.value == 0)
@@ -413,6 +417,48 @@ CUresult vcu__host_as_dev(uint64_t *p, uint64_t span)
     if (e == CUDA_SUCCESS)
         *p = d;
     return e;
+}
+
+/*
+ * A kernel's parameter buffer (n bytes) as the program filled it: with
+ * unified addressing a page-locked host pointer is its own device pointer,
+ * and programs hand kernels their pinned buffers so (XLA does).  Each
+ * 8-byte word pointing into this library's mappable host memory gets that
+ * memory mapped on the device first (once: the host puts it at the same
+ * address where it can); where the host put it elsewhere the word becomes
+ * the device pointer.  Words outside every allocation, most of them by the
+ * bounds check, are left as they are.
+ */
+CUresult vcu__host_params(char *buf, size_t n)
+{
+    uintptr_t lo = __atomic_load_n(&vcu__hm_lo, __ATOMIC_ACQUIRE);
+    uintptr_t hi = __atomic_load_n(&vcu__hm_hi, __ATOMIC_ACQUIRE);
+
+    if (lo >= hi)
+        return CUDA_SUCCESS;
+    for (size_t off = 0; off + sizeof(uint64_t) <= n; off += sizeof(uint64_t)) {
+        uint64_t w;
+        CUdeviceptr d;
+        int found, mapped;
+        vcu__hostmem_t *h;
+        CUresult e;
+
+        memcpy(&w, buf + off, sizeof(w));
+        if (w < lo || w >= hi)
+            continue;
+        pthread_mutex_lock(&vcu__hm_mu);
+        h = vcu__hm_find_locked((uintptr_t)w);
+        mapped = h != NULL && h->mapped;
+        pthread_mutex_unlock(&vcu__hm_mu);
+        if (!mapped)
+            continue;
+        e = vcu__host_dptr((uintptr_t)w, &d, &found);
+        if (e != CUDA_SUCCESS)
+            return e;
+        if (d != w)
+            memcpy(buf + off, &d, sizeof(d));
+    }
+    return CUDA_SUCCESS;
 }
 
 VCU__EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,

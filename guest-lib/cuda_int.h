@@ -383,6 +383,10 @@ CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out);
  * device pointer it is mapped at, as unified addressing lets a program
  * name it (cuda_hostmem.c). */
 CUresult vcu__host_as_dev(uint64_t *p, uint64_t span);
+/* Each word of a kernel's parameters (n bytes) that points into this
+ * library's host memory: that memory mapped on the device, and the word
+ * made its device pointer (cuda_hostmem.c). */
+CUresult vcu__host_params(char *buf, size_t n);
 /* VCU_E* -> CUresult: the one translation. */
 CUresult vcu__from_vcu(int err);
 /* Program stream -> wire handle, for work of ctx (a stream of another

@@ -413,7 +413,7 @@ VCU__EXPORT cudaError_t cudaHostUnregister(void *ptr)
  */
 static cudaError_t vcu__host_dptr_any(const vcu__alloc_t *a, uint64_t *dptr, int any)
 {
-    struct vcu_cu_u64_req r = { .value = 0 };
+    struct vcu_cu_u64_req r = { .value = a->base };
     struct vcu_cu_u64_resp o;
     vcu_buf_t b;
     cudaError_t e;
@@ -434,7 +434,9 @@ static cudaError_t vcu__host_dptr_any(const vcu__alloc_t *a, uint64_t *dptr, int
     b.addr = (void *)(uintptr_t)a->base;
     b.len = a->size;
     b.flags = VCU_SEG_TO_DEVICE;
-    e = vcu__call(a->dev, VCU_OP_CU_HOST_DEVICE_POINTER, 0, &r, sizeof(r), &b, 1, &o, sizeof(o));
+    /* At its own address, as with unified addressing, where the host can. */
+    e = vcu__call(a->dev, VCU_OP_CU_HOST_DEVICE_POINTER_AT, 0, &r, sizeof(r), &b, 1, &o,
+                  sizeof(o));
     if (e != cudaSuccess)
         return e;
     if (o.value == 0)

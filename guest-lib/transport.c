@@ -8,6 +8,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -268,6 +270,29 @@ int vcu__conn_send(vcu_conn_t *c, uint32_t opcode, uint32_t flags, const void *r
     return vcu__status_to_err(sub.status);
 }
 
+/*
+ * Where the driver's pinned memory goes in this process: bottom up in a
+ * window of its own (64-96 TiB), a hint the kernel takes where it is
+ * free.  With unified addressing a page-locked host pointer is its own
+ * device pointer, and the host maps the memory at the same address in
+ * the session's worker when asked (CU_HOST_DEVICE_POINTER_AT); there this
+ * window is clear of the worker's own guest-RAM window (16-64 TiB), of
+ * its libraries and of the device memory the driver places below them.
+ */
+#define VCU__PINNED_WINDOW 0x400000000000ull
+#define VCU__PINNED_WINDOW_END 0x600000000000ull
+#define VCU__PINNED_ALIGN (2ull << 20)
+
+static void *vcu__pinned_hint(size_t len)
+{
+    static _Atomic uint64_t next = VCU__PINNED_WINDOW;
+    /* A 2 MiB gap after each: an overrun faults here as it would natively. */
+    uint64_t span = ((uint64_t)len + 2 * VCU__PINNED_ALIGN - 1) & ~(VCU__PINNED_ALIGN - 1);
+    uint64_t at = atomic_fetch_add(&next, span);
+
+    return at + span <= VCU__PINNED_WINDOW_END && at + span > at ? (void *)(uintptr_t)at : NULL;
+}
+
 int vcu_conn_hostmem_alloc(vcu_conn_t *c, size_t len, void **out, int *stable)
 {
     void *p = MAP_FAILED;
@@ -277,7 +302,7 @@ int vcu_conn_hostmem_alloc(vcu_conn_t *c, size_t len, void **out, int *stable)
     if (len == 0)
         return VCU_EINVAL;
     if (c->fd >= 0) {
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+        p = mmap(vcu__pinned_hint(len), len, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
         if (p != MAP_FAILED) {
             *stable = 1;
             *out = p;

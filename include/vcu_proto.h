@@ -315,7 +315,8 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_INSTANTIATE_PARAMS, 0x0241, vcu_cu_graph_inst_req, vcu_cu_graph_inst_resp) \
     XX(CU_USER_OBJECT_CREATE, 0x0242, vcu_cu_uobj_req, vcu_cu_u64_resp)                \
     XX(CU_USER_OBJECT_REF, 0x0243, vcu_cu_uobj_req, vcu_cu_resp)                       \
-    XX(CU_GRAPH_EDGES_DATA, 0x0244, vcu_cu_graph_edges_req, vcu_cu_resp)
+    XX(CU_GRAPH_EDGES_DATA, 0x0244, vcu_cu_graph_edges_req, vcu_cu_resp)              \
+    XX(CU_HOST_DEVICE_POINTER_AT, 0x0245, vcu_cu_u64_req, vcu_cu_u64_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -335,6 +336,14 @@ enum { VCU_OP_MAP(VCU_OP_ENUM_) };
  * CUDA_ERROR_INVALID_VALUE).  The reply's value is the device pointer of
  * the segment's first byte; it stays valid until the guest frees the
  * memory, which the guest kernel fences (SESSION_FENCE) first.
+ *
+ * CU_HOST_DEVICE_POINTER_AT: the same, and its value is the address the
+ * guest would have the segment's first byte at on the device: its own
+ * virtual address, since with unified addressing a page-locked host
+ * pointer is its own device pointer and programs hand it to kernels as it
+ * is.  The host maps the segment there when that address is free in the
+ * session's worker (and outside the window where the worker keeps guest
+ * RAM), else where it likes; the reply says where.
  */
 
 /*
@@ -480,7 +489,8 @@ struct vcu_cu_pair_req {
  *   CU_TAKE_OUTPUT flags (VCU_CU_TAKE_F_*);
  *   CU_THREAD_CAPTURE_MODE the worker's new CUstreamCaptureMode (the
  *   previous one returned);
- *   CU_HOST_DEVICE_POINTER flags (0);
+ *   CU_HOST_DEVICE_POINTER flags (0); CU_HOST_DEVICE_POINTER_AT the
+ *   address asked for;
  *   everything else the handle it names.
  */
 

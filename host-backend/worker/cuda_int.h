@@ -620,6 +620,7 @@ uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
+uint32_t vcu__op_CU_HOST_DEVICE_POINTER_AT(vcu__op_t *o);
 
 /* cuda_mem.c: a 2D or 3D copy's host side (see its comment) */
 int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,

@@ -674,8 +674,11 @@ void vcu__pool_trimmed(vcu__op_t *o)
 
 /* Guest memory in the device's address space (zero copy).  Only a stable
  * segment is held by the guest past the reply, and only one contiguous
- * host range has one device pointer. */
-uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
+ * host range has one device pointer.  Where the worker put that range
+ * (at the address CU_HOST_DEVICE_POINTER_AT asked for, or elsewhere) is
+ * the worker's doing; the driver maps registered memory at its host
+ * address, and the reply says where it is. */
+static uint32_t vcu__host_dptr(vcu__op_t *o, bool flags_zero)
 {
     struct vcu_cu_u64_req rq;
     const vcu_segment_t *s;
@@ -685,7 +688,7 @@ uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
     s = vcu__seg(o, VCU_SEG_TO_DEVICE);
     if (s == NULL)
         return VCU_S_EINVAL;
-    if (!(s->flags & VCU_SEG_F_STABLE) || s->iovcnt != 1 || rq.value != 0) {
+    if (!(s->flags & VCU_SEG_F_STABLE) || s->iovcnt != 1 || (flags_zero && rq.value != 0)) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
@@ -694,4 +697,14 @@ uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
     if (o->res == CUDA_SUCCESS)
         o->rb.u64.value = p;
     return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o)
+{
+    return vcu__host_dptr(o, true);
+}
+
+uint32_t vcu__op_CU_HOST_DEVICE_POINTER_AT(vcu__op_t *o)
+{
+    return vcu__host_dptr(o, false);
 }

@@ -253,6 +253,7 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
         *why = "stream-ordered allocations";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_HOST_DEVICE_POINTER:
+    case VCU_OP_CU_HOST_DEVICE_POINTER_AT:
         *why = "device pointers to host memory";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_LINK:

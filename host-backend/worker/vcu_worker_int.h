@@ -189,7 +189,7 @@ size_t vcu__reg_split_locked(const vcu__region_t *r, uint64_t off, uint64_t len,
                              struct iovec *out);
 /* mmap() for guest memory, in the worker's window for it (worker_reg.c). */
 void *vcu__guest_mmap(size_t len, int prot, int flags, int fd, off_t off);
-unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n);
+unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n, uint64_t want);
 void vcu__reg_release(const struct vcu_ipc_range *rel, uint32_t n);
 
 /* worker_link.c */

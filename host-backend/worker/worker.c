@@ -495,21 +495,38 @@ static uint32_t vcu__req_iovs(vcu__job_t *j, const struct vcu_req_hdr *h,
     return VCU_S_OK;
 }
 
-/* CU_HOST_DEVICE_POINTER: one device pointer for the whole segment, whose
- * iovecs become one (the backend takes only one). */
-static void vcu__req_host_ptr(vcu__job_t *j, const struct vcu_ipc_req *ir,
-                              const struct vcu_ipc_range *rg)
+/* The address a CU_HOST_DEVICE_POINTER_AT request asks for (its value),
+ * or 0 when the request is too short to hold one (the backend refuses
+ * it then). */
+static uint64_t vcu__req_want(const unsigned char *req, uint32_t req_len)
 {
-    if ((j->segs[0].flags & VCU_SEG_F_STABLE) && ir->nranges > 1) {
-        /* A pinned allocation of several chunks: an alias of them. */
-        unsigned char *p = vcu__alias_get(rg, ir->nranges);
+    struct vcu_cu_u64_req rq;
+
+    if (req_len < sizeof(struct vcu_req_hdr) + sizeof(rq))
+        return 0;
+    memcpy(&rq, req + sizeof(struct vcu_req_hdr), sizeof(rq));
+    return rq.value;
+}
+
+/* CU_HOST_DEVICE_POINTER(_AT): one device pointer for the whole segment,
+ * whose iovecs become one (the backend takes only one).  want: the
+ * address _AT asks for the segment's first byte, else 0. */
+static void vcu__req_host_ptr(vcu__job_t *j, const struct vcu_ipc_req *ir,
+                              const struct vcu_ipc_range *rg, uint64_t want)
+{
+    if ((j->segs[0].flags & VCU_SEG_F_STABLE) && (ir->nranges > 1 || want != 0)) {
+        /* A pinned allocation of several chunks, or one the guest wants
+         * at its own address: an alias of them. */
+        unsigned char *p = vcu__alias_get(rg, ir->nranges, want);
 
         if (p != NULL) {
             j->iov[0].iov_base = p;
             j->iov[0].iov_len = j->segs[0].len;
             j->segs[0].iovcnt = 1;
+            return;
         }
-    } else if (ir->nranges == 1) {
+    }
+    if (ir->nranges == 1) {
         /* One range, registered in pieces that meet: the pointer of its
          * first byte reaches all of it (registered memory is mapped at
          * its host address). */
@@ -590,7 +607,9 @@ void vcu__handle_req(uint64_t tag, const unsigned char *body, size_t blen)
     if (status != VCU_S_OK)
         goto fail;
     if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER && h.nsegs == 1)
-        vcu__req_host_ptr(j, &ir, rg);
+        vcu__req_host_ptr(j, &ir, rg, 0);
+    if (h.opcode == VCU_OP_CU_HOST_DEVICE_POINTER_AT && h.nsegs == 1)
+        vcu__req_host_ptr(j, &ir, rg, vcu__req_want(j->req, ir.req_len));
     if (h.opcode == VCU_OP_SESSION_FENCE) {
         status = vcu__req_fence(j, &h, ir.nranges, rg, seg_off, &ir.req_len);
         if (status != VCU_S_OK)

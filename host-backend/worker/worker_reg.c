@@ -52,6 +52,11 @@
 #define VCU__GUEST_WINDOW_END 0x400000000000ull     /* 64 TiB */
 #define VCU__GUEST_ALIGN (2ull << 20)
 
+/* Where an alias may go at the guest's asking: above the first 64 KiB
+ * (mmap_min_addr) and below the end of x86-64's user half. */
+#define VCU__ALIAS_AT_MIN 0x10000ull
+#define VCU__ALIAS_AT_END 0x800000000000ull
+
 static _Atomic uint64_t vcu__guest_next = VCU__GUEST_WINDOW;
 
 void *vcu__guest_mmap(size_t len, int prot, int flags, int fd, off_t off)
@@ -295,12 +300,40 @@ static bool vcu__alias_map(vcu__alias_t *a, unsigned char *base, const struct vc
 }
 
 /*
+ * Reserves total bytes for an alias: at `at` where that is a page
+ * boundary, outside the guest window and free (the guest asked for its
+ * own address: CU_HOST_DEVICE_POINTER_AT), else where vcu__guest_mmap
+ * puts it.  MAP_FIXED_NOREPLACE never replaces a mapping of the worker or
+ * of the driver; an address the guest names only decides where a mapping
+ * of its own memory goes.
+ */
+static unsigned char *vcu__alias_reserve(uint64_t total, uint64_t at)
+{
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *p;
+
+    if (at != 0 && (at & (VCU__W_PAGE - 1)) == 0 && at >= VCU__ALIAS_AT_MIN &&
+        total <= VCU__ALIAS_AT_END - at &&
+        (at + total <= VCU__GUEST_WINDOW || at >= VCU__GUEST_WINDOW_END)) {
+        p = mmap((void *)(uintptr_t)at, total, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p != MAP_FAILED && (uintptr_t)p == at)
+            return p;
+        if (p != MAP_FAILED)        /* a kernel that took the flag as a hint */
+            munmap(p, total);
+    }
+    return vcu__guest_mmap(total, PROT_NONE, flags, -1, 0);
+}
+
+/*
  * The alias of a stable segment whose ranges (rg[0..n)) join at page
  * boundaries: its address for the segment's first byte, or NULL (the
  * ranges do not join, or mapping or registering failed: the segment then
- * keeps one iovec per range).  An alias of the same ranges is reused.
+ * keeps one iovec per range).  want: the address the guest would have
+ * that first byte at (0: anywhere), taken where it can be (see
+ * vcu__alias_reserve).  An alias of the same ranges is reused, wherever
+ * it is.
  */
-unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
+unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n, uint64_t want)
 {
     vcu__alias_t *a;
     unsigned char *base, *p;
@@ -328,7 +361,8 @@ unsigned char *vcu__alias_get(const struct vcu_ipc_range *rg, uint32_t n)
         vcu__alias_uncount(n, total, cost);
         return NULL;
     }
-    base = vcu__guest_mmap(total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    base = vcu__alias_reserve(total, (want & (VCU__W_PAGE - 1)) == (rg[0].off & (VCU__W_PAGE - 1))
+                                         ? want & ~(VCU__W_PAGE - 1) : 0);
     if (base == MAP_FAILED) {
         free(a);
         vcu__alias_uncount(n, total, cost);

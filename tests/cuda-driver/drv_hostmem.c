@@ -137,6 +137,71 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemHostAlloc(NULL, 16, CU_MEMHOSTALLOC_DEVICEMAP));
     printf("mapped pinned memory: a kernel through its device pointers\n");
 
+    /* 1b. With unified addressing a page-locked host pointer is its own
+     * device pointer: kernels (launched, and a graph's node) handed the
+     * host pointers of memory whose device pointer no one asked for read
+     * and write it in place, as XLA's do; the device pointer asked for
+     * afterwards is the host pointer itself; registered memory too. */
+    {
+        float *x, *y, *z, *w, *rg;
+        CUdeviceptr hx, hy, hz, dz;
+        CUgraph g;
+        CUgraphExec ge;
+        CUgraphNode kn;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        int n = N;
+        void *args[] = { &hx, &hy, &hz, &n };
+
+        CK(cuMemHostAlloc((void **)&x, N * sizeof(float), 0));
+        CK(cuMemAllocHost((void **)&y, N * sizeof(float)));
+        CK(cuMemHostAlloc((void **)&z, N * sizeof(float), CU_MEMHOSTALLOC_PORTABLE));
+        CK(cuMemHostAlloc((void **)&w, N * sizeof(float), 0));
+        for (int i = 0; i < N; i++) {
+            x[i] = (float)i;
+            y[i] = 2.0f * (float)i;
+            z[i] = w[i] = -1.0f;
+        }
+        vadd(f, (CUdeviceptr)(uintptr_t)x, (CUdeviceptr)(uintptr_t)y, (CUdeviceptr)(uintptr_t)z, N);
+        for (int i = 0; i < N; i++)
+            TRUE(z[i] == 3.0f * (float)i);
+        CK(cuMemHostGetDevicePointer(&dz, z, 0));
+        TRUE(dz == (CUdeviceptr)(uintptr_t)z);
+
+        hx = (CUdeviceptr)(uintptr_t)z;
+        hy = (CUdeviceptr)(uintptr_t)y;
+        hz = (CUdeviceptr)(uintptr_t)w;
+        memset(&kp, 0, sizeof(kp));
+        kp.func = f;
+        kp.gridDimX = (N + 127) / 128;
+        kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 128;
+        kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        CK(cuGraphCreate(&g, 0));
+        CK(cuGraphAddKernelNode(&kn, g, NULL, 0, &kp));
+        CK(cuGraphInstantiateWithFlags(&ge, g, 0));
+        CK(cuGraphLaunch(ge, NULL));
+        CK(cuStreamSynchronize(NULL));
+        for (int i = 0; i < N; i++)
+            TRUE(w[i] == 5.0f * (float)i);
+
+        rg = page_alloc(N * sizeof(float));
+        CK(cuMemHostRegister(rg, N * sizeof(float), 0));
+        vadd(f, (CUdeviceptr)(uintptr_t)x, (CUdeviceptr)(uintptr_t)w, (CUdeviceptr)(uintptr_t)rg,
+             N);
+        for (int i = 0; i < N; i++)
+            TRUE(rg[i] == 6.0f * (float)i);
+        CK(cuMemHostUnregister(rg));
+        free(rg);
+        CK(cuGraphExecDestroy(ge));
+        CK(cuGraphDestroy(g));
+        CK(cuMemFreeHost(x));
+        CK(cuMemFreeHost(y));
+        CK(cuMemFreeHost(z));
+        CK(cuMemFreeHost(w));
+    }
+    printf("pinned host pointers as device pointers: launches, a graph node, registered memory\n");
+
     /* 2. Pointer attributes. */
     CK(cuMemAlloc(&d, 4096));
     CK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)b));

@@ -1525,28 +1525,42 @@ TEST(quota_proxy_ctx_bytes)
 #define TQ_PAGE 4096u
 #define TQ_GUEST_RAM (16u << 20)
 
-/* CU_HOST_DEVICE_POINTER of a pinned buffer of two ranges of the guest
- * RAM in fd (mapped at ram): n pages at page p0, n at page p1.  The
- * CUresult, or 0x10000 + the status. */
-static uint32_t tq_px_devptr(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
-                             uint64_t p0, uint64_t p1, uint64_t n)
+/* CU_HOST_DEVICE_POINTER_AT (want != 0) or CU_HOST_DEVICE_POINTER of a
+ * pinned buffer of two ranges of the guest RAM in fd (mapped at ram): n
+ * pages at page p0, n at page p1, from byte skip of the first.  The
+ * CUresult, or 0x10000 + the status; *dptr the reply's pointer. */
+static uint32_t tq_px_devptr_at(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
+                                uint64_t p0, uint64_t p1, uint64_t n, uint64_t skip,
+                                uint64_t want, uint64_t *dptr)
 {
-    vcu_gref_t refs[2] = { { fd, 0, p0 * TQ_PAGE }, { fd, 0, p1 * TQ_PAGE } };
-    struct iovec v[2] = { { ram + p0 * TQ_PAGE, n * TQ_PAGE }, { ram + p1 * TQ_PAGE, n * TQ_PAGE } };
+    vcu_gref_t refs[2] = { { fd, 0, p0 * TQ_PAGE + skip }, { fd, 0, p1 * TQ_PAGE } };
+    struct iovec v[2] = { { ram + p0 * TQ_PAGE + skip, n * TQ_PAGE - skip },
+                          { ram + p1 * TQ_PAGE, n * TQ_PAGE } };
     struct vcu_cu_u64_req rq;
     ut_req_t *t = ut_req_new();
     uint32_t st, res;
 
     memset(&rq, 0, sizeof(rq));
+    rq.value = want;
     ut_req_add_seg_iov(t, VCU_SEG_TO_DEVICE | VCU_SEG_F_STABLE, v, 2);
-    ut_req_build(t, VCU_OP_CU_HOST_DEVICE_POINTER, sid, &rq, sizeof(rq));
+    ut_req_build(t, want != 0 ? VCU_OP_CU_HOST_DEVICE_POINTER_AT : VCU_OP_CU_HOST_DEVICE_POINTER,
+                 sid, &rq, sizeof(rq));
     t->segs[0].ref = refs;
     ut_wseg(t, 0)->nranges = 2;
     st = tq_px_exec(px, t);
     res = st == VCU_S_OK ? ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result
                          : 0x10000 + st;
+    *dptr = st == VCU_S_OK ? ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->value : 0;
     free(t);
     return res;
+}
+
+static uint32_t tq_px_devptr(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
+                             uint64_t p0, uint64_t p1, uint64_t n)
+{
+    uint64_t d;
+
+    return tq_px_devptr_at(px, sid, fd, ram, p0, p1, n, 0, 0, &d);
 }
 
 /* Asks for n distinct two-page aliases (pages k and k + 2048); how many
@@ -1614,6 +1628,59 @@ TEST(quota_proxy_aliases)
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
     ASSERT_EQ_U64(4ull << 20, st.host_quota);
     ASSERT_LE(st.host_used, 4ull << 20);
+    vcu_proxy_free(px);
+    munmap(ram, TQ_GUEST_RAM);
+    close(fd);
+    return 0;
+}
+
+/*
+ * CU_HOST_DEVICE_POINTER_AT: the guest's pinned buffer at the guest's own
+ * address, as unified addressing has it, where that is free in the worker;
+ * anywhere else the guest names (taken, inside the worker's guest-RAM
+ * window, at another offset within its page, past the end of user space)
+ * the buffer still gets a pointer, somewhere else, and nothing of the
+ * worker's is replaced (the session goes on working).
+ */
+static int tq_px_meminfo(vcu_proxy_t *px, uint64_t sid, uint64_t *fr);
+
+TEST(quota_proxy_alias_at)
+{
+    const uint64_t at = 0x4a0000000000ull, at2 = 0x4a0000200000ull;
+    vcu_proxy_t *px;
+    unsigned char *ram;
+    uint64_t sa, d, d2, fr;
+    int fd;
+
+    fd = memfd_create("ut-guest-ram", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(0, ftruncate(fd, TQ_GUEST_RAM));
+    ram = mmap(NULL, TQ_GUEST_RAM, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(ram != MAP_FAILED);
+    CHECK(tq_px_new(NULL, 0, &px));
+    CHECK(tq_px_open(px, &sa));
+
+    ASSERT_EQ(0, (int)tq_px_devptr_at(px, sa, fd, ram, 0, 2048, 2, 0x100, at + 0x100, &d));
+    ASSERT_EQ_U64(at + 0x100, d);
+    /* The same buffer again: the same alias. */
+    ASSERT_EQ(0, (int)tq_px_devptr_at(px, sa, fd, ram, 0, 2048, 2, 0x100, at + 0x100, &d));
+    ASSERT_EQ_U64(at + 0x100, d);
+    /* Another buffer where the first is: elsewhere. */
+    ASSERT_EQ(0, (int)tq_px_devptr_at(px, sa, fd, ram, 4, 2052, 1, 0, at, &d2));
+    ASSERT_TRUE(d2 != 0 && (d2 < at || d2 >= at + 4 * TQ_PAGE));
+    /* Another offset within the page than the buffer's own. */
+    ASSERT_EQ(0, (int)tq_px_devptr_at(px, sa, fd, ram, 8, 2056, 1, 0, at2 + 0x10, &d));
+    ASSERT_TRUE(d != 0 && d != at2 + 0x10 && (d & (TQ_PAGE - 1)) == 0);
+    /* Inside the worker's guest-RAM window (16-64 TiB). */
+    ASSERT_EQ(0, (int)tq_px_devptr_at(px, sa, fd, ram, 12, 2060, 1, 0, 0x200000000000ull, &d));
+    ASSERT_TRUE(d != 0 && d != 0x200000000000ull);
+    /* Running past the end of user space, and in the first page. */
+    ASSERT_EQ(0, (int)tq_px_devptr_at(px, sa, fd, ram, 16, 2064, 1, 0, 0x7fffffffe000ull, &d));
+    ASSERT_TRUE(d != 0 && d != 0x7fffffffe000ull);
+    ASSERT_EQ(0, (int)tq_px_devptr_at(px, sa, fd, ram, 20, 2068, 1, 0, TQ_PAGE, &d));
+    ASSERT_TRUE(d != 0 && d != TQ_PAGE);
+    /* The session still works. */
+    CHECK(tq_px_meminfo(px, sa, &fr));
     vcu_proxy_free(px);
     munmap(ram, TQ_GUEST_RAM);
     close(fd);
