@@ -185,6 +185,9 @@ int vcu__mem_find(uint64_t addr, vcu__alloc_t *out);
 /* The device pointer of [p, p + len) of one page-locked or registered
  * allocation (the host maps it at the first ask); 0: none such. */
 uint64_t vcu__rt_host_range_dptr(uint64_t p, uint64_t len);
+/* The page-locked host pointers among a kernel's parameters (n bytes)
+ * mapped on the device, and made its device pointers where they differ. */
+void vcu__rt_host_params(void *buf, size_t n);
 int vcu__mem_del(uint64_t base, int kind, vcu__alloc_t *out);
 void vcu__mem_forget_dev(int dev);
 /* [p, p + len) lies inside one known device allocation or symbol of dev. */

@@ -33,6 +33,11 @@ static size_t vcu__mem_upper(uint64_t addr)
     return lo;
 }
 
+/* Bounds of every page-locked or registered range the table has had
+ * (they only widen; written under vcu__mem_mu, read without it): most
+ * kernel parameters fall outside, and need no search (vcu__rt_host_params). */
+static uint64_t vcu__hm_lo = UINT64_MAX, vcu__hm_hi;
+
 int vcu__mem_add(const vcu__alloc_t *a)
 {
     size_t i;
@@ -53,6 +58,12 @@ int vcu__mem_add(const vcu__alloc_t *a)
     memmove(&vcu__allocs[i + 1], &vcu__allocs[i], (vcu__nalloc - i) * sizeof(*a));
     vcu__allocs[i] = *a;
     vcu__nalloc++;
+    if (a->kind == VCU__M_HOST || a->kind == VCU__M_REGISTERED) {
+        if (a->base < vcu__hm_lo)
+            __atomic_store_n(&vcu__hm_lo, a->base, __ATOMIC_RELEASE);
+        if (a->base + a->size > vcu__hm_hi)
+            __atomic_store_n(&vcu__hm_hi, a->base + a->size, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&vcu__mem_mu);
     return 0;
 }
@@ -464,6 +475,31 @@ uint64_t vcu__rt_host_range_dptr(uint64_t p, uint64_t len)
     return d + (p - a.base);
 }
 
+/*
+ * A kernel's parameter buffer (n bytes): with unified addressing a
+ * page-locked host pointer is its own device pointer, and programs hand
+ * kernels their pinned buffers so.  Each 8-byte word pointing into
+ * page-locked or registered memory gets that memory mapped on the device
+ * first (once: at the same address where the host can), and where the
+ * host put it elsewhere the word becomes the device pointer.
+ */
+void vcu__rt_host_params(void *buf, size_t n)
+{
+    uint64_t lo = __atomic_load_n(&vcu__hm_lo, __ATOMIC_ACQUIRE);
+    uint64_t hi = __atomic_load_n(&vcu__hm_hi, __ATOMIC_ACQUIRE);
+
+    for (size_t off = 0; lo < hi && off + sizeof(uint64_t) <= n; off += sizeof(uint64_t)) {
+        uint64_t w, d;
+
+        memcpy(&w, (char *)buf + off, sizeof(w));
+        if (w < lo || w >= hi)
+            continue;
+        d = vcu__rt_host_range_dptr(w, 1);
+        if (d != 0 && d != w)
+            memcpy((char *)buf + off, &d, sizeof(d));
+    }
+}
+
 VCU__EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
     vcu__alloc_t a;
@@ -477,7 +513,7 @@ VCU__EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, un
         return vcu__err(cudaErrorInvalidValue);
     if (a.kind != VCU__M_HOST && a.kind != VCU__M_REGISTERED)
         return vcu__err(cudaErrorInvalidValue);
-    e = vcu__host_dptr(&a, &d);
+    e = vcu__host_dptr_any(&a, &d, 1);   /* unified addressing: all of it is mapped */
     if (e != cudaSuccess)
         return e == cudaErrorNotSupported ? e : vcu__err(e);
     *pDevice = (void *)(uintptr_t)(d + (h - a.base));

@@ -445,6 +445,7 @@ cudaError_t vcu__pack_params(const vcu__kfn_t *f, void **args, void *buf)
             return cudaErrorInvalidValue;
         memcpy((char *)buf + f->params[i].offset, args[i], f->params[i].size);
     }
+    vcu__rt_host_params(buf, f->param_bytes);
     return cudaSuccess;
 }
 

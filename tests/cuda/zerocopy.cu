@@ -108,6 +108,36 @@ int main(void)
         CK(cudaFreeHost(y));
         CK(cudaFreeHost(z));
     }
+    {
+        /* With unified addressing a page-locked host pointer is its own
+         * device pointer: a kernel handed the host pointers of memory
+         * whose device pointer no one asked for works in place, and the
+         * device pointer asked afterwards is the host pointer itself. */
+        const int m = 4096;
+        float *x, *y, *z, *dz = NULL;
+        int bad = 0;
+
+        CK(cudaMallocHost((void **)&x, (size_t)m * sizeof(float)));
+        CK(cudaHostAlloc((void **)&y, (size_t)m * sizeof(float), cudaHostAllocDefault));
+        CK(cudaMallocHost((void **)&z, (size_t)m * sizeof(float)));
+        for (int i = 0; i < m; i++) {
+            x[i] = (float)i;
+            y[i] = 3.0f * (float)i;
+            z[i] = -1.0f;
+        }
+        zc_add<<<(m + 255) / 256, 256>>>(x, y, z, m);
+        CK_LAUNCH();
+        for (int i = 0; i < m; i++)
+            if (z[i] != 4.0f * (float)i)
+                bad++;
+        printf("host pointers handed to a kernel: mismatches=%d\n", bad);
+        EXPECT(bad == 0, "a kernel through page-locked host pointers differs from the CPU sum");
+        CK(cudaHostGetDevicePointer((void **)&dz, z, 0));
+        EXPECT(dz == z, "the device pointer of page-locked memory is not its host pointer");
+        CK(cudaFreeHost(x));
+        CK(cudaFreeHost(y));
+        CK(cudaFreeHost(z));
+    }
     vcu_test_pass();
     return 0;
 }
