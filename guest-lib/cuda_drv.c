@@ -495,6 +495,41 @@ VCU__EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/*
+ * The device whose (virtual) bus id cuDeviceGetPCIBusId gives, named in
+ * one of the forms cuda.h lists, hexadecimal, any case:
+ * domain:bus:device.function, domain:bus:device, bus:device.function (the
+ * domain 0).  NVML's eight-digit domain parses the same.  The function
+ * must be 0, as every device's is.
+ */
+VCU__EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+    unsigned int dom = 0, bus, devno, fn = 0;
+    char tail;
+    CUresult e;
+
+    if (dev == NULL || pciBusId == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (sscanf(pciBusId, "%x:%x:%x.%x%c", &dom, &bus, &devno, &fn, &tail) != 4 &&
+        sscanf(pciBusId, "%x:%x:%x%c", &dom, &bus, &devno, &tail) != 3) {
+        dom = 0;
+        fn = 0;
+        if (sscanf(pciBusId, "%x:%x.%x%c", &bus, &devno, &fn, &tail) != 3)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (int d = 0; d < vcu__drv.ndev; d++) {
+        if (vcu__drv.dev[d].pci_domain == dom && vcu__drv.dev[d].pci_bus == bus &&
+            vcu__drv.dev[d].pci_device == devno && fn == 0) {
+            *dev = d;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_DEVICE;
+}
+
 /* ---- device printf ------------------------------------------------------ */
 
 /*

@@ -408,6 +408,9 @@ CUresult vcu__host_obj_new(const void *obj, int kind, int dev, uint32_t op, void
 /* cuModuleLoadData's size of an image (cuda_module.c): *image moves past
  * nvcc's wrapper; avail is what is known to be there, or UINT64_MAX. */
 CUresult vcu__image_size(const void **image, uint64_t avail, uint64_t *size);
+/* A module image file read whole, one NUL more; the caller frees *buf
+ * (cuda_module.c). */
+CUresult vcu__read_image(const char *fname, char **buf, size_t *n);
 /* A module from len bytes of image, in the current context's device or
  * in device dev (for a library's module: lib, whose image it is). */
 CUresult vcu__module_load(CUmodule *module, const void *image, uint64_t len);

@@ -150,6 +150,40 @@ VCU__EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code,
     return CUDA_SUCCESS;
 }
 
+/* The file read whole, then as cuLibraryLoadData (which copies it). */
+VCU__EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
+                                           CUjit_option *jitOptions, void **jitOptionsValues,
+                                           unsigned int numJitOptions,
+                                           CUlibraryOption *libraryOptions,
+                                           void **libraryOptionValues,
+                                           unsigned int numLibraryOptions)
+{
+    char *buf;
+    size_t n;
+    CUresult e;
+
+    if (library == NULL || fileName == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e == CUDA_SUCCESS)
+        e = vcu__read_image(fileName, &buf, &n);
+    if (e != CUDA_SUCCESS)
+        return e;
+    {
+        /* The image must end within the file (cuLibraryLoadData trusts
+         * its headers for the length). */
+        const void *img = buf;
+        uint64_t len;
+
+        e = vcu__image_size(&img, (uint64_t)n, &len);
+    }
+    if (e == CUDA_SUCCESS)
+        e = cuLibraryLoadData(library, buf, jitOptions, jitOptionsValues, numJitOptions,
+                          libraryOptions, libraryOptionValues, numLibraryOptions);
+    free(buf);
+    return e;
+}
+
 /* Its modules are unloaded from every device (each in the host's
  * context of that device, which needs no current context here). */
 VCU__EXPORT CUresult cuLibraryUnload(CUlibrary library)

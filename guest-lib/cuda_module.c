@@ -377,19 +377,18 @@ VCU__EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image,
     return cuModuleLoadData(module, image);
 }
 
-VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+/*
+ * A module image file read whole (cuModuleLoad, cuLibraryLoadFromFile),
+ * with one NUL more (a PTX file is text): *buf, which the caller frees,
+ * and its size *n.
+ */
+CUresult vcu__read_image(const char *fname, char **buf, size_t *n)
 {
     struct stat sb;
-    const void *img;
-    char *buf;
     ssize_t got;
     size_t off = 0;
-    uint64_t len;
-    CUresult e;
     int fd;
 
-    if (module == NULL || fname == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     fd = open(fname, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return CUDA_ERROR_FILE_NOT_FOUND;
@@ -398,26 +397,49 @@ VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
         close(fd);
         return CUDA_ERROR_INVALID_IMAGE;
     }
-    /* One NUL more: a PTX file is text. */
-    buf = calloc(1, (size_t)sb.st_size + 1);
-    if (buf == NULL) {
+    *buf = calloc(1, (size_t)sb.st_size + 1);
+    if (*buf == NULL) {
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     while (off < (size_t)sb.st_size &&
-           (got = read(fd, buf + off, (size_t)sb.st_size - off)) > 0)
+           (got = read(fd, *buf + off, (size_t)sb.st_size - off)) > 0)
         off += (size_t)got;
     close(fd);
     if (off != (size_t)sb.st_size) {
-        free(buf);
+        free(*buf);
+        *buf = NULL;
         return CUDA_ERROR_FILE_NOT_FOUND;
     }
+    *n = off;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    const void *img;
+    char *buf;
+    size_t n;
+    uint64_t len;
+    CUresult e;
+
+    if (module == NULL || fname == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__read_image(fname, &buf, &n);
+    if (e != CUDA_SUCCESS)
+        return e;
     img = buf;
-    e = vcu__image_size(&img, (uint64_t)sb.st_size, &len);
+    e = vcu__image_size(&img, (uint64_t)n, &len);
     if (e == CUDA_SUCCESS)
         e = vcu__module_load(module, img, len);
     free(buf);
     return e;
+}
+
+/* A fat binary is one of the images cuModuleLoadData takes. */
+VCU__EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    return cuModuleLoadData(module, fatCubin);
 }
 
 /* Modules are loaded whole, at load (the host's driver gets the whole

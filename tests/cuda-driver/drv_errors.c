@@ -63,6 +63,38 @@ int main(void)
     CK(cuDeviceTotalMem(&sz, dev));
     TRUE(sz > 0);
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuDeviceGetPCIBusId(name, 0, dev));
+    {
+        /* cuDeviceGetByPCIBusId: the id cuDeviceGetPCIBusId gives, in each
+         * form cuda.h lists, any case, NVML's eight-digit domain. */
+        char id[32], alt[48];
+        unsigned int dom, bus, dv, fn;
+        CUdevice got = -1;
+
+        CK(cuDeviceGetPCIBusId(id, sizeof(id), dev));
+        TRUE(sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dv, &fn) == 4);
+        CK(cuDeviceGetByPCIBusId(&got, id));
+        TRUE(got == dev);
+        snprintf(alt, sizeof(alt), "%08X:%02X:%02X.%X", dom, bus, dv, fn);
+        got = -1;
+        CK(cuDeviceGetByPCIBusId(&got, alt));
+        TRUE(got == dev);
+        snprintf(alt, sizeof(alt), "%04x:%02x:%02x", dom, bus, dv);
+        got = -1;
+        CK(cuDeviceGetByPCIBusId(&got, alt));
+        TRUE(got == dev);
+        if (dom == 0) {
+            snprintf(alt, sizeof(alt), "%02x:%02x.%x", bus, dv, fn);
+            got = -1;
+            CK(cuDeviceGetByPCIBusId(&got, alt));
+            TRUE(got == dev);
+        }
+        snprintf(alt, sizeof(alt), "%04x:%02x:%02x.0", dom, (bus + 1) & 0xff, dv);
+        TRUE(cuDeviceGetByPCIBusId(&got, alt) != CUDA_SUCCESS);
+        TRUE(cuDeviceGetByPCIBusId(&got, "not a bus id") != CUDA_SUCCESS);
+        TRUE(cuDeviceGetByPCIBusId(&got, "") != CUDA_SUCCESS);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuDeviceGetByPCIBusId(NULL, id));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuDeviceGetByPCIBusId(&got, NULL));
+    }
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAlloc(NULL, 16));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAlloc(&p, 0));
     CK(cuMemAlloc(&p, 64));

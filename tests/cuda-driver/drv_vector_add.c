@@ -516,6 +516,40 @@ int main(void)
     EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(mod2));
     EXPECT(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&mod2, "/nonexistent/kernels.cubin"));
 
+    /* The same again from a library loaded from the cubin's file, and
+     * from the fat binary through cuModuleLoadFatBinary. */
+    {
+        CUlibrary lib;
+        CUkernel kern;
+        CUfunction fk, ff;
+        void *args[] = { &a, &b, &c, &n };
+
+        CK(cuLibraryLoadFromFile(&lib, vcu_drv_beside("vcu_drv_kernels.cubin"), NULL, NULL, 0,
+                                 NULL, NULL, 0));
+        CK(cuLibraryGetKernel(&kern, lib, "vcu_drv_vadd"));
+        CK(cuKernelGetFunction(&fk, kern));
+        CK(cuMemsetD32(c, 0, N));
+        CK(cuLaunchKernel(fk, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+        CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+        for (int i = 0; i < N; i++)
+            TRUE(hc[i] == 2.0f * (float)i);
+        CK(cuLibraryUnload(lib));
+        EXPECT(CUDA_ERROR_FILE_NOT_FOUND,
+               cuLibraryLoadFromFile(&lib, "/nonexistent/kernels.cubin", NULL, NULL, 0, NULL,
+                                     NULL, 0));
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuLibraryLoadFromFile(&lib, NULL, NULL, NULL, 0, NULL, NULL, 0));
+
+        CK(cuModuleLoadFatBinary(&mod2, fatbin));
+        CK(cuModuleGetFunction(&ff, mod2, "vcu_drv_vadd"));
+        CK(cuMemsetD32(c, 0, N));
+        CK(cuLaunchKernel(ff, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+        CK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+        for (int i = 0; i < N; i++)
+            TRUE(hc[i] == 2.0f * (float)i);
+        CK(cuModuleUnload(mod2));
+    }
+
     /* Pinned host memory and unified copies (host or device told apart
      * by the library). */
     {
