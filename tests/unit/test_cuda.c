@@ -3495,9 +3495,13 @@ TEST(cuda_add_ram_during_capture)
     return 0;
 }
 
-/* CU_HOST_DEVICE_POINTER on one iovec with the given segment flags. */
-static uint32_t tc_hdp(tc_t *c, void *p, size_t len, uint32_t segflags, unsigned int niov,
-                       uint64_t value, uint64_t *out)
+static int tc_tmpfd(void);
+static uint32_t tc_state(tc_t *c, uint32_t op, int fd, char *why, size_t whylen);
+
+/* op (CU_HOST_DEVICE_POINTER or _AT) on one iovec with the given segment
+ * flags. */
+static uint32_t tc_hdp_op(tc_t *c, uint32_t op, void *p, size_t len, uint32_t segflags,
+                          unsigned int niov, uint64_t value, uint64_t *out)
 {
     ut_req_t *t = ut_req_new();
     struct iovec iov[2] = {{p, niov > 1 ? len / 2 : len}, {(char *)p + len / 2, len - len / 2}};
@@ -3507,7 +3511,7 @@ static uint32_t tc_hdp(tc_t *c, void *p, size_t len, uint32_t segflags, unsigned
 
     if (niov > 0)
         ut_req_add_seg_iov(t, segflags, iov, niov);
-    st = tc_run(c, t, VCU_OP_CU_HOST_DEVICE_POINTER, 0, &rq, sizeof(rq));
+    st = tc_run(c, t, op, 0, &rq, sizeof(rq));
     memcpy(&rp, ut_resp_payload(t), sizeof(rp));
     free(t);
     if (st != VCU_S_OK)
@@ -3515,6 +3519,12 @@ static uint32_t tc_hdp(tc_t *c, void *p, size_t len, uint32_t segflags, unsigned
     if (out != NULL)
         *out = rp.value;
     return rp.r.result;
+}
+
+static uint32_t tc_hdp(tc_t *c, void *p, size_t len, uint32_t segflags, unsigned int niov,
+                       uint64_t value, uint64_t *out)
+{
+    return tc_hdp_op(c, VCU_OP_CU_HOST_DEVICE_POINTER, p, len, segflags, niov, value, out);
 }
 
 /* Zero copy: a stable one-range segment of registered guest RAM has a
@@ -3552,6 +3562,26 @@ TEST(cuda_host_device_pointer)
     ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_hdp(&c, ram, 8192, stable, 0, 0, NULL));
     ASSERT_EQ(0x10000 + VCU_S_EINVAL,
               tc_hdp(&c, ram, 8192, VCU_SEG_FROM_DEVICE | VCU_SEG_F_STABLE, 1, 0, NULL));
+    /* _AT: its value is the address asked for (where the memory is is the
+     * worker's doing), the same checks otherwise; a session that has one
+     * does not migrate, and says why. */
+    {
+        const uint32_t at = VCU_OP_CU_HOST_DEVICE_POINTER_AT;
+        char why[256];
+        int fd = tc_tmpfd();
+
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(CUDA_SUCCESS, tc_hdp_op(&c, at, ram, 4096, stable, 1, 0x4a0000000000ull, &d));
+        ASSERT_EQ((uint64_t)(uintptr_t)ram, d);
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hdp_op(&c, at, ram, 8192, VCU_SEG_TO_DEVICE, 1,
+                                                      (uintptr_t)ram, NULL));
+        ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_hdp_op(&c, at, other, 8192, stable, 1,
+                                                      (uintptr_t)other, NULL));
+        ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_hdp_op(&c, at, ram, 8192, stable, 0, 1, NULL));
+        ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+        ASSERT_TRUE(strstr(why, "device pointers to host memory") != NULL);
+        close(fd);
+    }
     tc_close(&c);
     free(ram);
     free(other);
