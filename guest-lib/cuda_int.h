@@ -160,10 +160,13 @@ typedef struct vcu__event_s {
     uint64_t h;
 } vcu__event_t;
 
-/* A pool handle names the host's default pool of one device; made at
- * the first ask and kept for the life of the process (cuda_pool.c). */
+/* A pool handle names the host's pool of one device: the session's own
+ * (the default pool, made at the first ask and kept for the life of the
+ * process) or one cuMemPoolCreate made (created; freed by
+ * cuMemPoolDestroy) (cuda_pool.c). */
 typedef struct vcu__pool_s {
     int dev;
+    int created;
     uint64_t h;
 } vcu__pool_t;
 

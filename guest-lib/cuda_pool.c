@@ -1,14 +1,20 @@
 /*
  * libcuda.so.1: stream-ordered allocation from the device's default
- * memory pool (the host's pool of the device; created pools are not
- * offered), over CU_MEMPOOL_* and CU_MEM_ALLOC_ASYNC/CU_MEM_FREE_ASYNC.
+ * memory pool (the session's own pool of the device on the host) and
+ * from pools the program makes (pinned device memory shared with no
+ * other process), over CU_MEMPOOL_* and
+ * CU_MEM_ALLOC_ASYNC/CU_MEM_FREE_ASYNC.  Each device's current pool
+ * (cuDeviceSetMemPool) is kept here: cuMemAllocAsync names it.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_int.h"
 
-static vcu__pool_t *vcu__pools[VCU_CU_MAX_DEVICES];   /* under vcu__drv.lock */
+/* Under vcu__drv.lock: the default pools, and the current ones (NULL:
+ * the default). */
+static vcu__pool_t *vcu__pools[VCU_CU_MAX_DEVICES];
+static vcu__pool_t *vcu__cur_pools[VCU_CU_MAX_DEVICES];
 
 VCU__EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
@@ -49,12 +55,6 @@ VCU__EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice 
     return CUDA_SUCCESS;
 }
 
-/* The current pool is the default one (cuDeviceSetMemPool is not offered). */
-VCU__EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
-{
-    return cuDeviceGetDefaultMemPool(pool, dev);
-}
-
 static CUresult vcu__pool_arg(CUmemoryPool pool, vcu__pool_t **out)
 {
     CUresult e = vcu__check_init();
@@ -64,6 +64,131 @@ static CUresult vcu__pool_arg(CUmemoryPool pool, vcu__pool_t **out)
     if (!vcu__reg_has(pool, VCU__K_POOL))
         return CUDA_ERROR_INVALID_VALUE;
     *out = (vcu__pool_t *)pool;
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    vcu__pool_t *p;
+    CUresult e;
+
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_dev(dev);
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    p = vcu__cur_pools[dev];
+    pthread_mutex_unlock(&vcu__drv.lock);
+    if (p == NULL)
+        return cuDeviceGetDefaultMemPool(pool, dev);
+    *pool = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+/* A pool of dev becomes what cuMemAllocAsync there allocates from. */
+VCU__EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    vcu__pool_t *p;
+    CUresult e = vcu__check_dev(dev);
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__pool_arg(pool, &p);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (p->dev != dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vcu__drv.lock);
+    vcu__cur_pools[dev] = p->created ? p : NULL;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    return CUDA_SUCCESS;
+}
+
+static int vcu__zero(const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return 0;
+    return 1;
+}
+
+VCU__EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    static int logged;
+    struct vcu_cu_pool_create_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__pool_t *p;
+    CUresult e;
+
+    if (pool == NULL || props == NULL || !vcu__zero(props->reserved, sizeof(props->reserved)) ||
+        props->win32SecurityAttributes != NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuMemPoolCreate of host memory or with "
+                               "shareable handles is not supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    e = vcu__check_dev(props->location.id);
+    if (e != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.alloc_type = (uint32_t)props->allocType;
+    r.handle_types = (uint32_t)props->handleTypes;
+    r.max_size = props->maxSize;
+    r.usage = props->usage;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e = vcu__call(props->location.id, VCU_OP_CU_MEMPOOL_CREATE, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != CUDA_SUCCESS) {
+        free(p);
+        return e;
+    }
+    p->dev = props->location.id;
+    p->created = 1;
+    p->h = o.value;
+    if (vcu__reg_add(p, VCU__K_POOL) != 0) {
+        struct vcu_cu_u64_req d = { .value = p->h };
+
+        (void)vcu__call(p->dev, VCU_OP_CU_MEMPOOL_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pool = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+/* Blocks of it still out stay valid until freed, as with NVIDIA's; a
+ * device whose current pool it was goes back to its default pool.  A
+ * default pool is not the program's to destroy. */
+VCU__EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    struct vcu_cu_u64_req r;
+    vcu__pool_t *p;
+    CUresult e = vcu__pool_arg(pool, &p);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!p->created)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.value = p->h;
+    e = vcu__call(p->dev, VCU_OP_CU_MEMPOOL_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    if (vcu__cur_pools[p->dev] == p)
+        vcu__cur_pools[p->dev] = NULL;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    vcu__reg_del(p);
+    free(p);
     return CUDA_SUCCESS;
 }
 
@@ -138,6 +263,13 @@ static CUresult vcu__alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool po
         e = vcu__pool_arg(pool, &p);
     if (e != CUDA_SUCCESS)
         return e;
+    if (pool == NULL) {
+        /* The device's current pool: NULL for its default one, which
+         * the host takes as pool 0 (captured, too). */
+        pthread_mutex_lock(&vcu__drv.lock);
+        p = vcu__cur_pools[c->dev];
+        pthread_mutex_unlock(&vcu__drv.lock);
+    }
     if (p != NULL && p->dev != c->dev)
         return CUDA_ERROR_INVALID_VALUE;
     memset(&r, 0, sizeof(r));

@@ -316,7 +316,9 @@ struct vcu_resp_hdr {
     XX(CU_USER_OBJECT_CREATE, 0x0242, vcu_cu_uobj_req, vcu_cu_u64_resp)                \
     XX(CU_USER_OBJECT_REF, 0x0243, vcu_cu_uobj_req, vcu_cu_resp)                       \
     XX(CU_GRAPH_EDGES_DATA, 0x0244, vcu_cu_graph_edges_req, vcu_cu_resp)              \
-    XX(CU_HOST_DEVICE_POINTER_AT, 0x0245, vcu_cu_u64_req, vcu_cu_u64_resp)
+    XX(CU_HOST_DEVICE_POINTER_AT, 0x0245, vcu_cu_u64_req, vcu_cu_u64_resp)               \
+    XX(CU_MEMPOOL_CREATE, 0x0246, vcu_cu_pool_create_req, vcu_cu_u64_resp)             \
+    XX(CU_MEMPOOL_DESTROY, 0x0247, vcu_cu_u64_req, vcu_cu_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -923,6 +925,26 @@ struct vcu_cu_attr_req {
     vcu_le32 attr;
     vcu_le32 reserved;
     vcu_le64 value;
+};
+
+/*
+ * CU_MEMPOOL_CREATE: a memory pool of the header's device (cuMemPoolCreate
+ * with the CUmemPoolProps this carries; the reply's value is its handle,
+ * for CU_MEM_ALLOC_ASYNC, the attribute requests, cuMemPoolTrimTo and
+ * CU_MEMPOOL_DESTROY).  Pinned device memory only, shared with no other
+ * process: another alloc_type, handle type or usage is
+ * CUDA_ERROR_NOT_SUPPORTED.  Its blocks are charged to the VM's quota as
+ * the session's own pool's are, and a session makes at most 32.
+ * CU_MEMPOOL_DESTROY (value = the handle): the session's own pool of a
+ * device is not the guest's to destroy (CUDA_ERROR_INVALID_VALUE).
+ */
+struct vcu_cu_pool_create_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le32 alloc_type;            /* CU_MEM_ALLOCATION_TYPE_PINNED */
+    vcu_le32 handle_types;          /* CU_MEM_HANDLE_TYPE_NONE */
+    vcu_le64 max_size;              /* 0: the driver's default */
+    vcu_le32 usage;                 /* 0 */
+    vcu_le32 reserved;
 };
 
 /* CU_MODULE_LOAD: one TO_DEVICE segment holding the image (fatbin, cubin or PTX). */
@@ -1603,6 +1625,7 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy2d_req) == 72, "vcu_cu_memcpy2d_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_attr_req) == 32, "vcu_cu_attr_req");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_pool_create_req) == 32, "vcu_cu_pool_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_prop) == 24, "vcu_cu_mem_prop");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_access) == 16, "vcu_cu_mem_access");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_req) == 336, "vcu_cu_vmm_req");

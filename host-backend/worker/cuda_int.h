@@ -258,15 +258,34 @@ typedef struct vcu__vmm_s {
     vcu__vmm_alloc_t *allocs;
 } vcu__vmm_t;
 
+/*
+ * A memory pool of the session's, and its charge: what its live blocks
+ * were charged, and what it is charged in all (at least what the driver
+ * says it reserves: vcu__pool_settle).  pool NULL: the slot is free, or
+ * (gone) the guest destroyed the pool while blocks of it were live, which
+ * stay charged, with all the pool was charged then, until the last is
+ * freed.  Worker thread only, like the rest of the session.
+ */
+#define VCU__GUEST_POOLS 32u                /* pools a session may make */
+#define VCU__POOL_SLOTS (VCU_CU_MAX_DEVICES + VCU__GUEST_POOLS)
+typedef struct {
+    CUmemoryPool pool;
+    uint32_t dev;
+    bool gone;
+    uint64_t live, charge;
+} vcu__pool_t;
+
 struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
     unsigned int ctx_flags[VCU_CU_MAX_DEVICES];
-    /* The session's own memory pool per device (never the device's
-     * default pool, which every context of the process shares: a block
-     * freed there reaches the next allocation, of any session, with its
-     * data), and its handle; NULL/0 until first used. */
-    CUmemoryPool mpool[VCU_CU_MAX_DEVICES];
+    /* The session's pools (vcu__pool_t): slot d < VCU_CU_MAX_DEVICES its
+     * own pool of device d (never the device's default pool, which every
+     * context of the process shares: a block freed there reaches the next
+     * allocation, of any session, with its data), made on first use, with
+     * its handle in pool_h[d] (0 until asked); the slots after, the pools
+     * the guest made (CU_MEMPOOL_CREATE). */
+    vcu__pool_t pools[VCU__POOL_SLOTS];
     uint64_t pool_h[VCU_CU_MAX_DEVICES];
     /* Host memory the session holds (see VCU__SESS_HOST_BUDGET), and
      * what of the VM's host quota it has charged for it (whole
@@ -290,9 +309,7 @@ struct vcu__cuda_sess_s {
     vcu__vmm_t vmm;                         /* reservations, mappings, allocations */
     /* The session's slot in the VM's memory account (-1: none), and
      * whether it claimed it itself (in-process) rather than being given
-     * it (a worker).  Per device: what its pool's live blocks were
-     * charged, what the pool is charged in all (at least what it
-     * reserves), and the context limits that take GPU memory (malloc
+     * it (a worker).  Per device: the context limits that take GPU memory (malloc
      * heap, printf FIFO, stack: VCU__LIM_*): their values before the
      * guest first set them, the values set since (lim_val, the base
      * until then), and the charge for what was set above the base; the
@@ -301,8 +318,6 @@ struct vcu__cuda_sess_s {
      * vcu__stack_cover).  See "Memory quota" in docs/design.md. */
     int aslot;
     bool aowned;
-    uint64_t pool_live[VCU_CU_MAX_DEVICES];
-    uint64_t pool_charge[VCU_CU_MAX_DEVICES];
     /* Graph memory (allocation nodes, captured stream-ordered
      * allocations): what device d's graph memory is charged, at least
      * what the driver reserves for the session's graphs there
@@ -349,6 +364,10 @@ struct vcu__cuda_sess_s {
  * for it, in VCU__ACCT_GRAIN units, from bit VCU__ALLOC_SHIFT. */
 #define VCU__ALLOC_ASYNC 0x10000u
 #define VCU__ALLOC_DEV(v) ((uint32_t)(v) & 0xffffu)
+/* A stream-ordered block's pool: its slot in pools[]. */
+#define VCU__ALLOC_POOL_SHIFT 17
+#define VCU__ALLOC_POOL(v) (((uint32_t)(v) >> VCU__ALLOC_POOL_SHIFT) & 0x7fu)
+_Static_assert(VCU__POOL_SLOTS <= 0x80u, "a pool slot fits its bits");
 #define VCU__ALLOC_SHIFT 24
 #define VCU__ALLOC_CHARGE(v) (((v) >> VCU__ALLOC_SHIFT) * VCU__ACCT_GRAIN)
 
@@ -621,6 +640,8 @@ uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER_AT(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMPOOL_DESTROY(vcu__op_t *o);
 
 /* cuda_mem.c: a 2D or 3D copy's host side (see its comment) */
 int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,
@@ -691,6 +712,8 @@ int vcu__capturing(vcu__cuda_t *cu, CUstream st);
 void vcu__orphans_prune(vcu__cuda_sess_t *cs);
 int vcu__park_ctx(vcu__cuda_sess_t *cs, vcu__cuda_wait_t *w, uint32_t d);
 void vcu__pool_settle(vcu__cuda_sess_t *cs, uint32_t d);
+void vcu__pool_settle_slot(vcu__cuda_sess_t *cs, uint32_t slot);
+void vcu__pool_block_freed(vcu__cuda_sess_t *cs, uint64_t v);
 void vcu__pool_trimmed(vcu__op_t *o);
 void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d);
 

@@ -9,15 +9,20 @@
 
 /* Records p, charged ch bytes; on failure frees it (the caller gives
  * the charge back). */
-static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags, uint64_t ch)
+static int vcu__track_dev(vcu__op_t *o, CUdeviceptr p, uint32_t d, uint32_t flags, uint64_t ch)
 {
-    uint64_t v = vcu__dev_of(o) | flags | ((ch / VCU__ACCT_GRAIN) << VCU__ALLOC_SHIFT);
+    uint64_t v = d | flags | ((ch / VCU__ACCT_GRAIN) << VCU__ALLOC_SHIFT);
 
     if (p == 0 || vcu__pset_add(&o->cs->allocs, p, v) == 0)
         return 0;
     o->cu->fn.cuMemFree(p);
     o->res = CUDA_ERROR_OUT_OF_MEMORY;
     return -1;
+}
+
+static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags, uint64_t ch)
+{
+    return vcu__track_dev(o, p, vcu__dev_of(o), flags, ch);
 }
 
 /* Charged before the driver is asked: past the VM's quota the guest gets
@@ -78,8 +83,7 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
     if (o->res == CUDA_SUCCESS) {
         vcu__pset_del(&o->cs->allocs, rq.value);
         if (v & VCU__ALLOC_ASYNC) {
-            o->cs->pool_live[VCU__ALLOC_DEV(v)] -= VCU__ALLOC_CHARGE(v);
-            vcu__pool_settle(o->cs, VCU__ALLOC_DEV(v));
+            vcu__pool_block_freed(o->cs, v);
         } else {
             vcu__uncharge(o->cs, VCU__ALLOC_DEV(v), VCU__ALLOC_CHARGE(v));
         }
@@ -449,8 +453,7 @@ uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
         vcu__pset_del(&o->cs->allocs, rq.dst);
         /* Pool memory stays charged while the pool keeps it reserved. */
         if (v & VCU__ALLOC_ASYNC) {
-            o->cs->pool_live[VCU__ALLOC_DEV(v)] -= VCU__ALLOC_CHARGE(v);
-            vcu__pool_settle(o->cs, VCU__ALLOC_DEV(v));
+            vcu__pool_block_freed(o->cs, v);
         } else {
             vcu__uncharge(o->cs, VCU__ALLOC_DEV(v), VCU__ALLOC_CHARGE(v));
         }
@@ -470,20 +473,32 @@ static CUresult vcu__sess_pool(vcu__cuda_sess_t *cs, uint32_t d, CUmemoryPool *o
     CUmemPoolProps props;
     CUresult r;
 
-    if (cs->mpool[d] == NULL) {
+    if (cs->pools[d].pool == NULL) {
         memset(&props, 0, sizeof(props));
         props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
         props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
         props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = cs->cu->host_ordinal[d];
-        r = VCU__CU(cs->cu, cuMemPoolCreate, &cs->mpool[d], &props);
+        r = VCU__CU(cs->cu, cuMemPoolCreate, &cs->pools[d].pool, &props);
         if (r != CUDA_SUCCESS) {
-            cs->mpool[d] = NULL;
+            cs->pools[d].pool = NULL;
             return r;
         }
+        cs->pools[d].dev = d;
     }
-    *out = cs->mpool[d];
+    *out = cs->pools[d].pool;
     return CUDA_SUCCESS;
+}
+
+/* The slot of a pool of the session's, or VCU__POOL_SLOTS. */
+static uint32_t vcu__pool_slot(const vcu__cuda_sess_t *cs, CUmemoryPool pool)
+{
+    uint32_t i;
+
+    for (i = 0; i < VCU__POOL_SLOTS; i++)
+        if (pool != NULL && cs->pools[i].pool == pool)
+            break;
+    return i;
 }
 
 /*
@@ -501,7 +516,8 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     vcu__cuda_sess_t *cs = o->cs;
     CUmemoryPool pool;
     CUdeviceptr p = 0;
-    uint32_t d = vcu__dev_of(o);
+    uint32_t d = vcu__dev_of(o), slot;
+    vcu__pool_t *pl;
     cuuint64_t res = 0;
     uint64_t ch, want;
 
@@ -534,45 +550,51 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
         VCU__GET(o, e, rq.pool, VCU__H_POOL);
         pool = e->u.pool;
     }
+    slot = vcu__pool_slot(cs, pool);
     ch = vcu__grain(rq.size);
-    if (ch > VCU__ACCT_MAX || d >= VCU_CU_MAX_DEVICES) {   /* d: checked by VCU__ENTER */
+    if (ch > VCU__ACCT_MAX || slot >= VCU__POOL_SLOTS) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
+    pl = &cs->pools[slot];
+    /* The pool's device: the guest allocates from a pool of the stream's
+     * device only (cuda.h), which the driver checks. */
+    d = pl->dev;
     if (o->cu->acct != NULL) {
-        want = cs->pool_live[d] + ch;
+        want = pl->live + ch;
         if (VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
                     &res) == CUDA_SUCCESS && vcu__grain(res) > want)
             want = vcu__grain(res);
-        if (want > cs->pool_charge[d]) {
-            if (vcu__charge(cs, d, want - cs->pool_charge[d]) != 0) {
+        if (want > pl->charge) {
+            if (vcu__charge(cs, d, want - pl->charge) != 0) {
                 o->res = CUDA_ERROR_OUT_OF_MEMORY;
                 return VCU_S_OK;
             }
-            cs->pool_charge[d] = want;
+            pl->charge = want;
         }
     }
     o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
-    if (o->res == CUDA_SUCCESS && vcu__track(o, p, VCU__ALLOC_ASYNC, ch) == 0) {
+    if (o->res == CUDA_SUCCESS &&
+        vcu__track_dev(o, p, d, VCU__ALLOC_ASYNC | (slot << VCU__ALLOC_POOL_SHIFT), ch) == 0) {
         o->rb.u64.value = p;
         if (p != 0)
-            cs->pool_live[d] += ch;
+            pl->live += ch;
     }
     if (o->cu->acct != NULL && o->res == CUDA_SUCCESS &&
         VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                &res) == CUDA_SUCCESS && vcu__grain(res) > cs->pool_charge[d]) {
-        int over = vcu__acct_add(o->cu->acct, cs->aslot, d, vcu__grain(res) - cs->pool_charge[d]);
+                &res) == CUDA_SUCCESS && vcu__grain(res) > pl->charge) {
+        int over = vcu__acct_add(o->cu->acct, cs->aslot, d, vcu__grain(res) - pl->charge);
 
-        cs->pool_charge[d] = vcu__grain(res);
+        pl->charge = vcu__grain(res);
         if (over != 0 && p != 0) {
             VCU__CU(o->cu, cuMemFreeAsync, p, st);
             vcu__pset_del(&cs->allocs, p);
-            cs->pool_live[d] -= ch;
+            pl->live -= ch;
             o->rb.u64.value = 0;
             o->res = CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
-    vcu__pool_settle(cs, d);
+    vcu__pool_settle_slot(cs, slot);
     return VCU_S_OK;
 }
 
@@ -599,6 +621,86 @@ uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
     e->u.pool = pool;
     o->cs->pool_h[d] = h;
     o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+/* A pool the guest makes: in a free slot of the session's, pinned memory
+ * of the header's device, shared with nobody (vcu_proto.h). */
+uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o)
+{
+    struct vcu_cu_pool_create_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
+    uint32_t d = vcu__dev_of(o), slot;
+    CUmemPoolProps props;
+    CUmemoryPool pool = NULL;
+    vcu__hent_t *e;
+    uint64_t h;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (rq.reserved != 0) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    if (rq.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        rq.handle_types != CU_MEM_HANDLE_TYPE_NONE || rq.usage != 0) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    for (slot = VCU_CU_MAX_DEVICES; slot < VCU__POOL_SLOTS; slot++)
+        if (cs->pools[slot].pool == NULL && !cs->pools[slot].gone)
+            break;
+    if (slot == VCU__POOL_SLOTS) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    memset(&props, 0, sizeof(props));
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = o->cu->host_ordinal[d];
+    props.maxSize = (size_t)rq.max_size;
+    o->res = VCU__CU(o->cu, cuMemPoolCreate, &pool, &props);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_POOL, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuMemPoolDestroy, pool);
+        return VCU_S_OK;
+    }
+    e->u.pool = pool;
+    memset(&cs->pools[slot], 0, sizeof(cs->pools[slot]));
+    cs->pools[slot].pool = pool;
+    cs->pools[slot].dev = d;
+    o->rb.u64.value = h;
+    return VCU_S_OK;
+}
+
+/* A pool the guest made.  Blocks of it still live stay valid (the driver
+ * releases the pool once they are freed), and stay charged, with all
+ * the pool was charged, until then (vcu__pool_settle_slot). */
+uint32_t vcu__op_CU_MEMPOOL_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
+    uint32_t slot;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_POOL);
+    slot = vcu__pool_slot(cs, e->u.pool);
+    if (slot < VCU_CU_MAX_DEVICES || slot >= VCU__POOL_SLOTS) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    vcu__pool_settle_slot(cs, slot);
+    o->res = VCU__CU(o->cu, cuMemPoolDestroy, e->u.pool);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    vcu__htab_del(&cs->tab, rq.value);
+    cs->pools[slot].pool = NULL;
+    cs->pools[slot].gone = true;
+    vcu__pool_settle_slot(cs, slot);
     return VCU_S_OK;
 }
 

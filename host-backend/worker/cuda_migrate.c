@@ -250,6 +250,8 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MEM_ALLOC_ASYNC:
     case VCU_OP_CU_MEM_FREE_ASYNC:
     case VCU_OP_CU_MEMPOOL_SET_ATTR:
+    case VCU_OP_CU_MEMPOOL_CREATE:
+    case VCU_OP_CU_MEMPOOL_DESTROY:
         *why = "stream-ordered allocations";
         return VCU__MIG_REFUSE;
     case VCU_OP_CU_HOST_DEVICE_POINTER:

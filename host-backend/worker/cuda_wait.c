@@ -358,24 +358,56 @@ static void vcu__waits_ctx_gone(vcu__cuda_sess_t *cs, uint32_t d)
 }
 
 /*
- * Brings the charge of the session's pool on device d down to what the
- * pool holds now: its live blocks' charges, or what the driver says it
+ * Brings the charge of the session's pool in slot down to what the pool
+ * holds now: its live blocks' charges, or what the driver says it
  * reserves where that is more (freed blocks it keeps until a
- * synchronization, or past the guest's release threshold).
+ * synchronization, or past the guest's release threshold).  A pool the
+ * guest destroyed keeps its charge until its last block is freed, then
+ * gives all of it back and frees the slot.
  */
+void vcu__pool_settle_slot(vcu__cuda_sess_t *cs, uint32_t slot)
+{
+    vcu__pool_t *pl = &cs->pools[slot];
+    cuuint64_t res = 0;
+    uint64_t want = pl->live;
+
+    if (pl->gone) {
+        if (pl->live != 0)
+            return;
+        want = 0;
+    } else if (pl->pool != NULL &&
+               VCU__CU(cs->cu, cuMemPoolGetAttribute, pl->pool,
+                       CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS &&
+               vcu__grain(res) > want) {
+        want = vcu__grain(res);
+    }
+    if (want < pl->charge) {
+        vcu__uncharge(cs, pl->dev, pl->charge - want);
+        pl->charge = want;
+    }
+    if (pl->gone && pl->charge == 0)
+        memset(pl, 0, sizeof(*pl));
+}
+
+/* Every pool of the session's on device d. */
 void vcu__pool_settle(vcu__cuda_sess_t *cs, uint32_t d)
 {
-    cuuint64_t res = 0;
-    uint64_t want = cs->pool_live[d];
+    vcu__pool_settle_slot(cs, d);
+    for (uint32_t i = VCU_CU_MAX_DEVICES; i < VCU__POOL_SLOTS; i++)
+        if ((cs->pools[i].pool != NULL || cs->pools[i].gone) && cs->pools[i].dev == d)
+            vcu__pool_settle_slot(cs, i);
+}
 
-    if (cs->mpool[d] != NULL &&
-        VCU__CU(cs->cu, cuMemPoolGetAttribute, cs->mpool[d], CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                &res) == CUDA_SUCCESS && vcu__grain(res) > want)
-        want = vcu__grain(res);
-    if (want < cs->pool_charge[d]) {
-        vcu__uncharge(cs, d, cs->pool_charge[d] - want);
-        cs->pool_charge[d] = want;
-    }
+/* A stream-ordered block of the session's (tracked as v) is freed: its
+ * pool's live charge goes down, and the pool is settled. */
+void vcu__pool_block_freed(vcu__cuda_sess_t *cs, uint64_t v)
+{
+    uint32_t slot = VCU__ALLOC_POOL(v);
+
+    if (slot >= VCU__POOL_SLOTS)
+        return;
+    cs->pools[slot].live -= VCU__ALLOC_CHARGE(v);
+    vcu__pool_settle_slot(cs, slot);
 }
 
 /* Does entry e go with device d's context: made there, or (a function, a
@@ -449,7 +481,8 @@ static void vcu__ctx_allocs_free(vcu__cuda_sess_t *cs, uint32_t d)
         if (cs->ctx[d] != NULL && (cu->worker || (cs->allocs.vals[i] & VCU__ALLOC_ASYNC)))
             cu->fn.cuMemFree((CUdeviceptr)k);
         if (cs->allocs.vals[i] & VCU__ALLOC_ASYNC)
-            cs->pool_live[d] -= VCU__ALLOC_CHARGE(cs->allocs.vals[i]);
+            cs->pools[VCU__ALLOC_POOL(cs->allocs.vals[i])].live -=
+                VCU__ALLOC_CHARGE(cs->allocs.vals[i]);
         else
             vcu__uncharge(cs, d, VCU__ALLOC_CHARGE(cs->allocs.vals[i]));
         vcu__pset_del(&cs->allocs, k);
@@ -549,19 +582,25 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
 
     /* A pool destroyed with blocks still out is released once they are
      * freed, which the contexts' end does. */
-    for (d = 0; d < cs->cu->ndev; d++) {
-        if (cs->mpool[d] == NULL)
+    for (uint32_t i = 0; i < VCU__POOL_SLOTS; i++) {
+        vcu__pool_t *pl = &cs->pools[i];
+
+        if (pl->pool == NULL)
             continue;
-        if (cs->ctx[d] != NULL)
-            vcu__cur(cs, cs->ctx[d]);
-        VCU__CU(cs->cu, cuMemPoolDestroy, cs->mpool[d]);
-        cs->mpool[d] = NULL;
+        if (pl->dev < cs->cu->ndev && cs->ctx[pl->dev] != NULL)
+            vcu__cur(cs, cs->ctx[pl->dev]);
+        VCU__CU(cs->cu, cuMemPoolDestroy, pl->pool);
+        pl->pool = NULL;
     }
     vcu__vmm_free(cs);
     for (d = 0; d < cs->cu->ndev; d++) {
         vcu__ctx_destroy(cs, d);
-        vcu__uncharge(cs, d, cs->pool_charge[d]);  /* pools gone with the contexts */
-        cs->pool_charge[d] = 0;
+        for (uint32_t i = 0; i < VCU__POOL_SLOTS; i++) {   /* pools gone with the contexts */
+            if (cs->pools[i].dev == d && cs->pools[i].charge != 0) {
+                vcu__uncharge(cs, d, cs->pools[i].charge);
+                cs->pools[i].charge = 0;
+            }
+        }
         vcu__uncharge(cs, d, cs->gmem_charge[d]);  /* graph memory too */
         cs->gmem_charge[d] = 0;
     }

@@ -610,6 +610,65 @@ int main(void)
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocAsync(&d, 0, NULL));
     }
 
+    /* A pool the program makes: blocks from it, as the device's current
+     * pool too, and destroyed while a block of it is out (the block
+     * stays good until freed, and the device's default pool is current
+     * again). */
+    {
+        CUmemPoolProps props;
+        CUmemoryPool mine, cur, def, other;
+        cuuint64_t thr = ~0ull, res = 0;
+        unsigned int back[256];
+        CUdeviceptr d, d2;
+        CUresult r;
+
+        memset(&props, 0, sizeof(props));
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        CK(cuMemPoolCreate(&mine, &props));
+        CK(cuMemPoolSetAttribute(mine, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        CK(cuMemAllocFromPoolAsync(&d, sizeof(back), mine, NULL));
+        CK(cuMemsetD32Async(d, 0x1234, 256, NULL));
+        CK(cuMemcpyDtoH(back, d, sizeof(back)));
+        TRUE(back[0] == 0x1234 && back[255] == 0x1234);
+        CK(cuMemPoolGetAttribute(mine, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res));
+        TRUE(res >= sizeof(back));
+
+        CK(cuDeviceGetDefaultMemPool(&def, dev));
+        TRUE(def != mine);
+        CK(cuDeviceSetMemPool(dev, mine));
+        CK(cuDeviceGetMemPool(&cur, dev));
+        TRUE(cur == mine);
+        CK(cuMemAllocAsync(&d2, 4096, NULL));
+        CK(cuMemsetD32Async(d2, 7, 1024, NULL));
+        CK(cuMemFreeAsync(d2, NULL));
+        CK(cuDeviceSetMemPool(dev, def));
+        CK(cuDeviceGetMemPool(&cur, dev));
+        TRUE(cur == def);
+
+        /* Shareable handles: natively made, here refused as not supported. */
+        props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        r = cuMemPoolCreate(&other, &props);
+        TRUE(r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_SUPPORTED);
+        if (r == CUDA_SUCCESS)
+            CK(cuMemPoolDestroy(other));
+        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        props.reserved[3] = 1;
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemPoolCreate(&other, &props));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemPoolCreate(NULL, &props));
+
+        CK(cuDeviceSetMemPool(dev, mine));
+        CK(cuMemPoolDestroy(mine));
+        CK(cuDeviceGetMemPool(&cur, dev));
+        TRUE(cur == def);
+        CK(cuMemsetD32(d, 0x5678, 256));
+        CK(cuMemcpyDtoH(back, d, sizeof(back)));
+        TRUE(back[0] == 0x5678 && back[255] == 0x5678);
+        CK(cuMemFreeAsync(d, NULL));
+        CK(cuStreamSynchronize(NULL));
+    }
+
     /* Pitched memory, a 2D memset and 2D copies (a sub-rectangle). */
     {
         enum { W = 100, H = 37 };

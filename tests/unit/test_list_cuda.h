@@ -109,6 +109,7 @@
     X(quota_proxy_stats)                \
     X(quota_proxy_ctx_bytes)            \
     X(quota_proxy_aliases)              \
+    X(quota_guest_pools)                \
     X(quota_proxy_alias_at)             \
     X(quota_proxy_reset_frees)          \
     X(quota_proxy_local_memory)         \

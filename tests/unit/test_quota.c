@@ -578,6 +578,120 @@ static int tq_graph_alloc(tq_t *c, uint64_t size, uint64_t *g, uint64_t *x, uint
     return 0;
 }
 
+/* CU_MEMPOOL_CREATE on device 0 with these properties: the CUresult,
+ * *h the pool's handle. */
+static uint32_t tq_pool_create(tq_t *c, uint32_t type, uint32_t handles, uint32_t usage,
+                               uint32_t reserved, uint64_t *h)
+{
+    struct vcu_cu_pool_create_req rq;
+    struct vcu_cu_u64_resp rp;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.alloc_type = type;
+    rq.handle_types = handles;
+    rq.usage = usage;
+    rq.reserved = reserved;
+    if (tq_do(c, VCU_OP_CU_MEMPOOL_CREATE, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    *h = rp.value;
+    return rp.r.result;
+}
+
+/* CU_MEM_ALLOC_ASYNC from pool h on the legacy stream. */
+static uint32_t tq_alloc_pool(tq_t *c, uint64_t h, uint64_t size, uint64_t *ptr)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    struct vcu_cu_u64_resp rp;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.size = size;
+    rq.stream = VCU_CU_STREAM_LEGACY;
+    rq.pool = h;
+    if (tq_do(c, VCU_OP_CU_MEM_ALLOC_ASYNC, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
+        return 0x10000;
+    *ptr = rp.value;
+    return rp.r.result;
+}
+
+/*
+ * Pools the guest makes (cuMemPoolCreate) are charged as the session's
+ * own pool is: their blocks and the session's share the VM's quota; a
+ * pool destroyed with a block still out keeps its charge until the block
+ * is freed; a session makes at most 32; the session's own pool is not
+ * the guest's to destroy; shareable handles, other memory kinds, usage
+ * bits and reserved bytes are refused; another guest process can neither
+ * allocate from nor destroy this one's pool; the session's end gives
+ * back all of it.
+ */
+TEST(quota_guest_pools)
+{
+    struct vcu_cu_hdr hh = {0, 0};
+    struct vcu_cu_u64_resp rp;
+    vcu_account_t *a;
+    uint64_t pl, pl2, def, p, q, x;
+    tq_t c, d;
+    int i;
+
+    ASSERT_EQ(0, vcu__acct_new(8 * MiB + TQ_CTX, 8, &a));
+    CHECK(tq_open(&c, a));
+    ASSERT_EQ(0, (int)tq_pool_create(&c, CU_MEM_ALLOCATION_TYPE_PINNED, 0, 0, 0, &pl));
+    ASSERT_EQ(0, (int)tq_alloc_pool(&c, pl, 5 * MiB, &p));
+    ASSERT_EQ_U64(5 * MiB + TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ(OOM, tq_alloc_op(&c, VCU_OP_CU_MEM_ALLOC_ASYNC, 3 * MiB + 1, &q));
+    ASSERT_EQ(OOM, tq_alloc_pool(&c, pl, 3 * MiB + 1, &q));
+    ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB + 1, &q));
+
+    /* Destroyed with a block out: still charged, the block still the
+     * session's to free; then nothing. */
+    ASSERT_EQ(0, (int)tq_u64(&c, VCU_OP_CU_MEMPOOL_DESTROY, pl, NULL));
+    ASSERT_EQ_U64(5 * MiB + TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_HANDLE, tq_alloc_pool(&c, pl, MiB, &q));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_HANDLE, tq_u64(&c, VCU_OP_CU_MEMPOOL_DESTROY, pl, NULL));
+    ASSERT_EQ(OOM, tq_alloc(&c, 3 * MiB + 1, &q));
+    ASSERT_EQ(0, (int)tq_free_async(&c, p));
+    ASSERT_EQ_U64(TQ_CTX, vcu__acct_used(a, 0));
+    ASSERT_EQ(0, (int)tq_alloc(&c, 8 * MiB, &q));
+    ASSERT_EQ(0, (int)tq_free(&c, q));
+
+    /* The session's own pool stays. */
+    ASSERT_EQ(VCU_S_OK, tq_do(&c, VCU_OP_CU_MEMPOOL_GET_DEFAULT, &hh, sizeof(hh), &rp, sizeof(rp)));
+    def = rp.value;
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE, tq_u64(&c, VCU_OP_CU_MEMPOOL_DESTROY, def, NULL));
+
+    /* What is refused, and how. */
+    ASSERT_EQ((uint32_t)CUDA_ERROR_NOT_SUPPORTED,
+              tq_pool_create(&c, CU_MEM_ALLOCATION_TYPE_PINNED,
+                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0, 0, &x));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_NOT_SUPPORTED, tq_pool_create(&c, 0, 0, 0, 0, &x));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_NOT_SUPPORTED,
+              tq_pool_create(&c, CU_MEM_ALLOCATION_TYPE_PINNED, 0, 1, 0, &x));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_VALUE,
+              tq_pool_create(&c, CU_MEM_ALLOCATION_TYPE_PINNED, 0, 0, 1, &x));
+
+    /* Another guest process of the VM. */
+    CHECK(tq_open_more(&d, &c));
+    ASSERT_EQ(0, (int)tq_pool_create(&c, CU_MEM_ALLOCATION_TYPE_PINNED, 0, 0, 0, &pl2));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_HANDLE, tq_alloc_pool(&d, pl2, MiB, &q));
+    ASSERT_EQ((uint32_t)CUDA_ERROR_INVALID_HANDLE, tq_u64(&d, VCU_OP_CU_MEMPOOL_DESTROY, pl2, NULL));
+    ASSERT_EQ(0, (int)tq_alloc_pool(&c, pl2, MiB, &p));
+
+    /* At most 32 a session: 31 more, then none. */
+    for (i = 0; i < 31; i++)
+        ASSERT_EQ(0, (int)tq_pool_create(&c, CU_MEM_ALLOCATION_TYPE_PINNED, 0, 0, 0, &x));
+    ASSERT_EQ(OOM, tq_pool_create(&c, CU_MEM_ALLOCATION_TYPE_PINNED, 0, 0, 0, &x));
+    ASSERT_EQ(0, (int)tq_pool_create(&d, CU_MEM_ALLOCATION_TYPE_PINNED, 0, 0, 0, &x));
+    ASSERT_EQ(0, (int)tq_alloc_pool(&d, x, 2 * MiB, &q));
+    ASSERT_EQ_U64(3 * MiB + TQ_CTX * 2, vcu__acct_used(a, 0));
+
+    /* The sessions' ends give back all of it, blocks out and all. */
+    ut_close(d.be, d.s);
+    ASSERT_EQ_U64(MiB + TQ_CTX, vcu__acct_used(a, 0));
+    tq_close(&c);
+    ASSERT_EQ_U64(0, vcu__acct_used(a, 0));
+    vcu__acct_put(a);
+    return 0;
+}
+
 /*
  * Another guest process of the VM names this one's graph memory: a free
  * node of its own graph, a plain free, an allocation node's parameters
