@@ -730,6 +730,7 @@ static CUresult vcu__ctx_create(CUcontext *pctx, unsigned int flags, CUdevice de
     c = vcu__ctx_new(dev, 0);
     if (c == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    c->flags = flags;
     e = vcu__push(c);
     if (e != CUDA_SUCCESS) {
         vcu__reg_del(c);
@@ -968,6 +969,48 @@ static CUresult vcu__ctx_or_cur(CUcontext ctx, vcu__ctx_t **out)
     if (!vcu__reg_has(ctx, VCU__K_CTX))
         return CUDA_ERROR_INVALID_CONTEXT;
     *out = (vcu__ctx_t *)ctx;
+    return CUDA_SUCCESS;
+}
+
+/* The current context's flags: a primary context's are its device's
+ * (cuDevicePrimaryCtxSetFlags), a created one's its own. */
+VCU__EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
+{
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (flags == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    *flags = c->primary ? vcu__drv.dev[c->dev].primary_flags : c->flags;
+    pthread_mutex_unlock(&vcu__drv.lock);
+    return CUDA_SUCCESS;
+}
+
+/* The current context's flags, set on the device's one host context as
+ * cuDevicePrimaryCtxSetFlags sets them. */
+VCU__EXPORT CUresult cuCtxSetFlags(unsigned int flags)
+{
+    struct vcu_cu_u64_req r = { .value = flags };
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (!vcu__ctx_flags_ok(flags))
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__call(c->dev, VCU_OP_CU_CTX_SET_FLAGS, &r, sizeof(r), NULL, 0, NULL, 0);
+    if (e != CUDA_SUCCESS)
+        return e;
+    pthread_mutex_lock(&vcu__drv.lock);
+    if (c->primary)
+        vcu__drv.dev[c->dev].primary_flags = flags;
+    else
+        c->flags = flags;
+    pthread_mutex_unlock(&vcu__drv.lock);
     return CUDA_SUCCESS;
 }
 

@@ -68,6 +68,7 @@ typedef struct vcu__ctx_s {
     int primary;
     vcu__cls_t *cls;                /* under vcu__drv.lock */
     int cache_config;               /* CUfunc_cache: cuCtxSetCacheConfig's hint */
+    unsigned int flags;             /* a created context's, as made or set (cuCtxGetFlags) */
     unsigned long long id;          /* cuCtxGetId: unique in the process, set once */
 } vcu__ctx_t;
 

@@ -140,7 +140,27 @@ int main(void)
     CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
     TRUE(active == 1);
     EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy(p1));   /* not with cuCtxDestroy */
+    EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetFlags(&flags));
+    EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxSetFlags(0));
     CK(cuCtxPushCurrent(p1));
+    /* The current context's flags (cudaGetDeviceFlags asks them). */
+    CK(cuCtxGetFlags(&flags));
+    TRUE((flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_YIELD);
+    CK(cuCtxSetFlags(CU_CTX_SCHED_BLOCKING_SYNC));
+    CK(cuCtxGetFlags(&flags));
+    TRUE((flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_BLOCKING_SYNC);
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxSetFlags(0x80000000u));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxSetFlags(CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetFlags(NULL));
+    {
+        CUcontext mine;
+        unsigned int f2 = 0;
+
+        CK(cuCtxCreate(&mine, NULL, CU_CTX_SCHED_SPIN, dev));
+        CK(cuCtxGetFlags(&f2));
+        TRUE((f2 & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_SPIN);
+        CK(cuCtxDestroy(mine));
+    }
     CK(cuMemAlloc(&mem, 256));
     CK(cuMemFree(mem));
     CK(cuDevicePrimaryCtxRelease(dev));
