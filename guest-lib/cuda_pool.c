@@ -104,6 +104,117 @@ VCU__EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     return CUDA_SUCCESS;
 }
 
+/*
+ * CUDA 13's pools by location and allocation type: a device's pinned
+ * memory is the device's pools above; host and managed memory pools are
+ * not offered (CUDA_ERROR_NOT_SUPPORTED, logged once); anything else is
+ * CUDA_ERROR_INVALID_VALUE, as cuda.h says.  *dev: the device.
+ */
+static CUresult vcu__pool_location(const CUmemLocation *loc, CUmemAllocationType type,
+                                   const char *call, int *dev)
+{
+    static int logged;
+
+    if (loc == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_MEM_ALLOCATION_TYPE_PINNED && loc->type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        *dev = loc->id;
+        return vcu__check_dev(loc->id);
+    }
+    if ((type == CU_MEM_ALLOCATION_TYPE_PINNED &&
+         (loc->type == CU_MEM_LOCATION_TYPE_HOST ||
+          loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA)) ||
+        (type == CU_MEM_ALLOCATION_TYPE_MANAGED &&
+         (loc->type == CU_MEM_LOCATION_TYPE_DEVICE || loc->type == CU_MEM_LOCATION_TYPE_HOST ||
+          loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA || loc->type == CU_MEM_LOCATION_TYPE_NONE))) {
+        vcu__log_once(&logged, "libcuda (virtio-cuda): %s of host or managed memory is not "
+                               "supported\n", call);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+VCU__EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location,
+                                            CUmemAllocationType type)
+{
+    int dev;
+    CUresult e = vcu__check_init();
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__pool_location(location, type, "cuMemGetDefaultMemPool", &dev);
+    return e == CUDA_SUCCESS ? cuDeviceGetDefaultMemPool(pool_out, dev) : e;
+}
+
+VCU__EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location,
+                                     CUmemAllocationType type)
+{
+    int dev;
+    CUresult e = vcu__check_init();
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__pool_location(location, type, "cuMemGetMemPool", &dev);
+    return e == CUDA_SUCCESS ? cuDeviceGetMemPool(pool, dev) : e;
+}
+
+VCU__EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type,
+                                     CUmemoryPool pool)
+{
+    int dev;
+    CUresult e = vcu__check_init();
+
+    if (e == CUDA_SUCCESS)
+        e = vcu__pool_location(location, type, "cuMemSetMemPool", &dev);
+    return e == CUDA_SUCCESS ? cuDeviceSetMemPool(dev, pool) : e;
+}
+
+/*
+ * Access to a pool's memory: its own device always reads and writes it
+ * (which may be said again); another device's access (peers) is not
+ * offered: CUDA_ERROR_NOT_SUPPORTED, logged once.
+ */
+VCU__EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map,
+                                        size_t count)
+{
+    static int logged;
+    vcu__pool_t *p;
+    CUresult e = vcu__pool_arg(pool, &p);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (map == NULL && count > 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            vcu__check_dev(map[i].location.id) != CUDA_SUCCESS)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (map[i].location.id == p->dev) {
+            if (map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                return CUDA_ERROR_INVALID_VALUE;
+            continue;
+        }
+        vcu__log_once(&logged, "libcuda (virtio-cuda): cuMemPoolSetAccess for another device "
+                               "is not supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool,
+                                        CUmemLocation *location)
+{
+    vcu__pool_t *p;
+    CUresult e = vcu__pool_arg(memPool, &p);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (flags == NULL || location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        vcu__check_dev(location->id) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = location->id == p->dev ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                    : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    return CUDA_SUCCESS;
+}
+
 static int vcu__zero(const unsigned char *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -646,6 +646,30 @@ int main(void)
         CK(cuDeviceSetMemPool(dev, def));
         CK(cuDeviceGetMemPool(&cur, dev));
         TRUE(cur == def);
+        {
+            /* CUDA 13's by-location names of the same, and access. */
+            CUmemLocation loc;
+            CUmemAccessDesc acc;
+            CUmemAccess_flags af = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+
+            memset(&loc, 0, sizeof(loc));
+            loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            loc.id = dev;
+            CK(cuMemGetDefaultMemPool(&cur, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+            TRUE(cur == def);
+            CK(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, mine));
+            CK(cuMemGetMemPool(&cur, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+            TRUE(cur == mine);
+            CK(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, def));
+            EXPECT(CUDA_ERROR_INVALID_VALUE,
+                   cuMemGetDefaultMemPool(&cur, &loc, CU_MEM_ALLOCATION_TYPE_INVALID));
+            memset(&acc, 0, sizeof(acc));
+            acc.location = loc;
+            acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            CK(cuMemPoolSetAccess(mine, &acc, 1));
+            CK(cuMemPoolGetAccess(&af, mine, &loc));
+            TRUE(af == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        }
 
         /* Shareable handles: natively made, here refused as not supported. */
         props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
