@@ -88,7 +88,13 @@ seeds = {
         + req("CU_MEM_MAP", pad(16) + u64(2 << 20) + pad(8) + u64(16), [(1, "dptr")])
         + req("CU_MEM_SET_ACCESS", pad(16) + u64(2 << 20) + pad(48) + u32(1) + u32(0) + u32(1) + u32(0) + u32(3), [(1, "dptr")])
         + req("CU_MEM_RETAIN", pad(16), [(1, "dptr")]) + req("CU_MEM_RELEASE", pad(32) + u64(16)),
- "ptrs": req("CU_CALL", call("cuMemGetAddressRange_v2", u64(0)), [(2, "dptr2")]) + req("CU_HOST_DEVICE_POINTER", pad(16), segs=[(0x44, 0, 4096, 0)]) + req("CU_MEM_FREE", pad(16), [(1, "dptr")]),
+ "ptrs": req("CU_CALL", call("cuMemGetAddressRange_v2", u64(0)), [(2, "dptr2")]) + req("CU_HOST_DEVICE_POINTER", pad(16), segs=[(0x44, 0, 4096, 0)])
+         + req("CU_HOST_DEVICE_POINTER_AT", pad(8) + u64(0x4a0000000000), segs=[(0x44, 0, 4096, 0)]) + req("CU_MEM_FREE", pad(16), [(1, "dptr")]),
+ # a pool of the guest's (vcu_cu_pool_create_req), blocks from the
+ # default one, the default one's destruction (refused)
+ "pools": req("CU_MEMPOOL_CREATE", pad(8) + u32(1) + u32(0) + u64(1 << 20) + u32(0) + u32(0))
+          + req("CU_MEM_ALLOC_ASYNC", pad(8) + u64(100) + u64(0) + u64(0), [(2, "stream")])
+          + req("CU_MEMPOOL_DESTROY", pad(16), [(1, "pool")]),
  "async": req("CU_MEMCPY_DTOD", pad(48), [(1, "dptr"), (2, "dptr2")], flags=1) + req("CU_GET_DEFERRED_ERROR", pad(8)) + req("SESSION_FENCE") + req("CU_TAKE_OUTPUT", pad(16)),
  "ctx": req("CU_CALL", call("cuCtxGetLimit", u64(0))) + req("CU_CALL", call("cuCtxGetStreamPriorityRange")) + req("CU_CALL", call("cuDeviceCanAccessPeer", u64(0) + u64(1)))
         + req("CU_CTX_SYNCHRONIZE", pad(8)) + req("CU_CTX_RESET", pad(8)),
