@@ -214,10 +214,14 @@ echo_req = ipc_req(OP["ECHO"], echo, [(SEG_TO, 300, 2), (SEG_FROM, 4096, 1)],
 fence = ipc_req(OP["SESSION_FENCE"], b"", [(SEG_TO, 4096, 1)], [(1, 4096, 4096)])
 stable = ipc_req(OP["CU_HOST_DEVICE_POINTER"], pad8(b"") + u64(0) + u64(0),
                  [(SEG_TO | SEG_STABLE, 8192 + 100, 2)], [(1, 4096, 4096), (1, 16384, 4096 + 100)])
+stable_at = ipc_req(OP["CU_HOST_DEVICE_POINTER_AT"], pad8(b"") + u64(0) + u64(0x4a0000000000),
+                    [(SEG_TO | SEG_STABLE, 8192 + 100, 2)], [(1, 4096, 4096), (1, 16384, 4096 + 100)])
 r1 = 1 | 1 << 3                     # one file, of 65536 bytes
 seed("worker", "seed-echo", worker(0, 0, frame(REQ, echo_req, 1), r1, region(1, 65536)))
 seed("worker", "seed-stable-fence", worker(0, 64, frame(REQ, stable, 1) + frame(REQ, fence, 2) +
                                            frame(REQ, stable, 3), r1, region(1, 65536)))
+seed("worker", "seed-stable-at-fence", worker(0, 64, frame(REQ, stable_at, 1) + frame(REQ, fence, 2) +
+                                              frame(REQ, stable_at, 3), r1, region(1, 65536)))
 seed("worker", "seed-sock-request", worker(0, 0, frame(SOCK, b"") + frame(REQ, echo_req, 2), r1,
                                            region(1, 65536) + frame(REQ, echo_req, 1)))
 seed("worker", "seed-wraps-two-regions", worker(1 | 8, 4000, frame(REQ, echo_req, 1) + frame(REQ, ipc_req(
