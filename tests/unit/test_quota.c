@@ -220,8 +220,9 @@ static uint32_t tq_do(tq_t *c, uint32_t op, const void *p, uint32_t plen, void *
     return st;
 }
 
-/* CU_MEM_ALLOC (or _ASYNC on the legacy stream): the CUresult. */
-static uint32_t tq_alloc_op(tq_t *c, uint32_t op, uint64_t size, uint64_t *ptr)
+/* CU_MEM_ALLOC (or _ASYNC on the legacy stream, from pool: 0 the
+ * device's current one): the CUresult. */
+static uint32_t tq_alloc_from(tq_t *c, uint32_t op, uint64_t pool, uint64_t size, uint64_t *ptr)
 {
     struct vcu_cu_mem_alloc_req rq;
     struct vcu_cu_u64_resp rp;
@@ -229,11 +230,17 @@ static uint32_t tq_alloc_op(tq_t *c, uint32_t op, uint64_t size, uint64_t *ptr)
     memset(&rq, 0, sizeof(rq));
     rq.size = size;
     rq.stream = VCU_CU_STREAM_LEGACY;
+    rq.pool = pool;
     if (tq_do(c, op, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
         return 0x10000;
     if (ptr != NULL)
         *ptr = rp.value;
     return rp.r.result;
+}
+
+static uint32_t tq_alloc_op(tq_t *c, uint32_t op, uint64_t size, uint64_t *ptr)
+{
+    return tq_alloc_from(c, op, 0, size, ptr);
 }
 
 static uint32_t tq_alloc(tq_t *c, uint64_t size, uint64_t *ptr)
@@ -597,20 +604,9 @@ static uint32_t tq_pool_create(tq_t *c, uint32_t type, uint32_t handles, uint32_
     return rp.r.result;
 }
 
-/* CU_MEM_ALLOC_ASYNC from pool h on the legacy stream. */
 static uint32_t tq_alloc_pool(tq_t *c, uint64_t h, uint64_t size, uint64_t *ptr)
 {
-    struct vcu_cu_mem_alloc_req rq;
-    struct vcu_cu_u64_resp rp;
-
-    memset(&rq, 0, sizeof(rq));
-    rq.size = size;
-    rq.stream = VCU_CU_STREAM_LEGACY;
-    rq.pool = h;
-    if (tq_do(c, VCU_OP_CU_MEM_ALLOC_ASYNC, &rq, sizeof(rq), &rp, sizeof(rp)) != VCU_S_OK)
-        return 0x10000;
-    *ptr = rp.value;
-    return rp.r.result;
+    return tq_alloc_from(c, VCU_OP_CU_MEM_ALLOC_ASYNC, h, size, ptr);
 }
 
 /*
