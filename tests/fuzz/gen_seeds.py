@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """Writes the hand-built seeds of the fuzz targets other than fuzz_backend
-(whose seeds gen_corpus.py makes) into corpus/NAME/seed-*: well-formed
+(whose seeds gen_corpus.py makes) into DIR/NAME/seed-*: well-formed
 inputs in each harness's input format (the comment at the top of
 fuzz_NAME.c), from which libFuzzer's mutations start.
 
-   gen_seeds.py [CORPUS_DIR]        default: the corpus folder beside it
+   gen_seeds.py DIR
 
-The seeds are committed; run this again after a harness's input format or
-a struct they carry changes (and check the diff).  Only seed-* files are
-rewritten; merged campaign units and hand-made files stay.
+run.sh makes them at each run, from the protocol header as it is, beside
+the committed corpus (campaign units merged with -merge=1); they are not
+kept in git.  Only seed-* files in DIR are rewritten.
 """
 import os, re, struct, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.join(here, "..", "..")
-out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
+if len(sys.argv) != 2:
+    sys.exit("usage: gen_seeds.py DIR")
+out = sys.argv[1]
 proto = open(os.path.join(root, "include", "vcu_proto.h")).read()
 OP = {m.group(1): int(m.group(2), 16) for m in re.finditer(r"XX\((\w+), (0x[0-9a-f]+),", proto)}
 

@@ -64,28 +64,27 @@ export VCU_LIBCUDA="$O/fakecuda/libcuda.so.1"
 # makes faults process-wide by default, as driver 580 does).
 export VCU_FAKECUDA_STICKY=context
 
-# gen_corpus.py's hand-written seeds and slow-* regressions for backend,
-# made here from the protocol header and the call list as they are now
-# (opcode indices and call numbers move when those change).
+# The hand-built seeds, made here from the protocol header and the call
+# list as they are now (opcode indices and call numbers move when those
+# change), never kept in git: gen_seeds.py's for every target but backend
+# (hand/NAME/seed-*), gen_corpus.py's seeds and slow-* regressions for
+# backend.
 gen=$O/generated
-case " $targets " in
-*" backend "*)
-    rm -rf "$gen"
-    mkdir -p "$gen/seeds" "$gen/regressions"
-    if ! { python3 "$here/gen_corpus.py" "$gen/seeds" &&
-        python3 "$here/gen_corpus.py" --regressions "$gen/regressions"; } >"$O/gen.log" 2>&1; then
-        cat "$O/gen.log"
-        echo "fuzz: gen_corpus.py failed"
-        echo "0 passed, 1 failed"
-        exit 1
-    fi
-    ;;
-esac
+rm -rf "$gen"
+mkdir -p "$gen/hand" "$gen/seeds" "$gen/regressions"
+if ! { python3 "$here/gen_seeds.py" "$gen/hand" &&
+    python3 "$here/gen_corpus.py" "$gen/seeds" &&
+    python3 "$here/gen_corpus.py" --regressions "$gen/regressions"; } >"$O/gen.log" 2>&1; then
+    cat "$O/gen.log"
+    echo "fuzz: gen_seeds.py or gen_corpus.py failed"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
 
-# A target's inputs: its corpus, then its regressions, each in name order
-# (not README.md).
+# A target's inputs: its seeds, its corpus, then its regressions, each in
+# name order (not README.md).
 inputs() {
-    dirs="$here/corpus/$1 $here/regressions/$1"
+    dirs="$gen/hand/$1 $here/corpus/$1 $here/regressions/$1"
     [ "$1" = backend ] && dirs="$gen/seeds $gen/regressions $dirs"
     for d in $dirs; do
         [ -d "$d" ] || continue
