@@ -1752,6 +1752,31 @@ TEST(quota_proxy_aliases)
  * the buffer still gets a pointer, somewhere else, and nothing of the
  * worker's is replaced (the session goes on working).
  */
+/* CU_MEMCPY_DTOH of 8 bytes from device address src into guest page pg
+ * of fd: the CUresult, or 0x10000 + the status. */
+static uint32_t tq_px_dtoh8(vcu_proxy_t *px, uint64_t sid, int fd, unsigned char *ram,
+                            uint64_t src, uint64_t pg)
+{
+    vcu_gref_t ref = { fd, 0, pg * TQ_PAGE };
+    struct iovec v = { ram + pg * TQ_PAGE, 8 };
+    struct vcu_cu_memcpy_req rq;
+    ut_req_t *t = ut_req_new();
+    uint32_t st, res;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.src = src;
+    rq.size = 8;
+    ut_req_add_seg_iov(t, VCU_SEG_FROM_DEVICE, &v, 1);
+    ut_req_build(t, VCU_OP_CU_MEMCPY_DTOH, sid, &rq, sizeof(rq));
+    t->segs[0].ref = &ref;
+    ut_wseg(t, 0)->nranges = 1;
+    st = tq_px_exec(px, t);
+    res = st == VCU_S_OK ? ((const struct vcu_cu_resp *)ut_resp_payload(t))->result
+                         : 0x10000 + st;
+    free(t);
+    return res;
+}
+
 static int tq_px_meminfo(vcu_proxy_t *px, uint64_t sid, uint64_t *fr);
 
 TEST(quota_proxy_alias_at)
@@ -1791,6 +1816,26 @@ TEST(quota_proxy_alias_at)
     ASSERT_TRUE(d != 0 && d != TQ_PAGE);
     /* The session still works. */
     CHECK(tq_px_meminfo(px, sa, &fr));
+
+    /* Another guest process of the VM asks for the same address for its
+     * own buffer: it gets it, in its own worker, and through it reads its
+     * own memory; this session's reads its own. */
+    {
+        const uint64_t ma = 0xaaaaaaaa11111111ull, mb = 0xbbbbbbbb22222222ull;
+        uint64_t sb, db, got;
+
+        memcpy(ram + 0x100, &ma, 8);
+        memcpy(ram + 24 * TQ_PAGE + 0x100, &mb, 8);
+        CHECK(tq_px_open(px, &sb));
+        ASSERT_EQ(0, (int)tq_px_devptr_at(px, sb, fd, ram, 24, 2072, 2, 0x100, at + 0x100, &db));
+        ASSERT_EQ_U64(at + 0x100, db);
+        ASSERT_EQ(0, (int)tq_px_dtoh8(px, sa, fd, ram, at + 0x100, 40));
+        ASSERT_EQ(0, (int)tq_px_dtoh8(px, sb, fd, ram, at + 0x100, 41));
+        memcpy(&got, ram + 40 * TQ_PAGE, 8);
+        ASSERT_EQ_U64(ma, got);
+        memcpy(&got, ram + 41 * TQ_PAGE, 8);
+        ASSERT_EQ_U64(mb, got);
+    }
     vcu_proxy_free(px);
     munmap(ram, TQ_GUEST_RAM);
     close(fd);

@@ -1005,6 +1005,39 @@ static void test_raw_arrays(void)
         raw_begin(&q, VCU_OP_CU_MIPMAP_DESTROY, sess, &u, sizeof(u), 0);
         raw_cu("raw_cu_mipmap_destroy_forged", &q, cuda, VCU_S_OK, 400);
     }
+    {
+        /* Pools the guest makes, and device pointers to host memory at an
+         * address the guest names: forged properties, handles, missing
+         * segments and short payloads. */
+        struct vcu_cu_pool_create_req pc;
+
+        memset(&pc, 0, sizeof(pc));
+        pc.alloc_type = 1;          /* CU_MEM_ALLOCATION_TYPE_PINNED */
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, 16, 0);
+        raw_cu("raw_cu_pool_create_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        pc.handle_types = 1;        /* POSIX file descriptors: shareable */
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, sizeof(pc), 0);
+        raw_cu("raw_cu_pool_create_shareable", &q, cuda, VCU_S_OK, 801 /* NOT_SUPPORTED */);
+        pc.handle_types = 0;
+        pc.reserved = 1;
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, sizeof(pc), 0);
+        raw_cu("raw_cu_pool_create_reserved", &q, cuda, VCU_S_OK, 1);
+        pc.reserved = 0;
+        pc.alloc_type = 2;          /* not pinned */
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, sizeof(pc), 0);
+        raw_cu("raw_cu_pool_create_type", &q, cuda, VCU_S_OK, 801);
+        memset(&u, 0, sizeof(u));
+        u.value = 0x1234567890ull;
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_DESTROY, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_pool_destroy_forged", &q, cuda, VCU_S_OK, 400);
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_DESTROY, sess, &u, 8, 0);
+        raw_cu("raw_cu_pool_destroy_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        u.value = 0x4a0000000000ull;
+        raw_begin(&q, VCU_OP_CU_HOST_DEVICE_POINTER_AT, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_host_ptr_at_no_segment", &q, cuda, VCU_S_EINVAL, 0);
+        raw_begin(&q, VCU_OP_CU_HOST_DEVICE_POINTER_AT, sess, &u, 8, 0);
+        raw_cu("raw_cu_host_ptr_at_truncated", &q, cuda, VCU_S_EINVAL, 0);
+    }
 
     raw_begin(&q, VCU_OP_ECHO, sess, &er0, sizeof(er0), 0);
     EXPECT_ST("raw_cu_session_still_works", raw_send(&q, NULL, 0), VCU_S_OK);
