@@ -317,11 +317,12 @@ VCU__EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 }
 
 /*
- * The device pointer of the mapped memory holding p (0: p is none of
- * this library's host memory).  The host maps the whole allocation or
+ * The device pointer of the mapped memory holding p;
+ * CUDA_ERROR_INVALID_VALUE, *mapped 0, where p is none of this library's
+ * mappable host memory.  The host maps the whole allocation or
  * registration at its first ask; the answer is kept.
  */
-static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *found)
+static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *mapped)
 {
     struct vcu_cu_u64_req r;
     struct vcu_cu_u64_resp o;
@@ -333,16 +334,14 @@ static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *found)
     int dev;
     CUresult e;
 
-    *found = 0;
+    *mapped = 0;
     pthread_mutex_lock(&vcu__hm_mu);
     h = vcu__hm_find_locked(p);
     if (h == NULL || !h->mapped) {
         pthread_mutex_unlock(&vcu__hm_mu);
-        if (h != NULL)
-            *found = 1;
         return CUDA_ERROR_INVALID_VALUE;
     }
-    *found = 1;
+    *mapped = 1;
     base = (uintptr_t)h->p;
     size = h->size;
     dev = h->dev;
@@ -378,7 +377,7 @@ static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *found)
 CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out)
 {
     vcu__hostmem_t *h;
-    int found, in;
+    int mapped, in;
 
     pthread_mutex_lock(&vcu__hm_mu);
     h = vcu__hm_find_locked((uintptr_t)p);
@@ -386,7 +385,7 @@ CUresult vcu__host_range_dptr(const void *p, size_t n, CUdeviceptr *out)
     pthread_mutex_unlock(&vcu__hm_mu);
     if (!in)
         return CUDA_ERROR_INVALID_VALUE;
-    return vcu__host_dptr((uintptr_t)p, out, &found);
+    return vcu__host_dptr((uintptr_t)p, out, &mapped);
 }
 
 /*
@@ -399,7 +398,7 @@ CUresult vcu__host_as_dev(uint64_t *p, uint64_t span)
 {
     vcu__hostmem_t *h;
     CUdeviceptr d;
-    int found, in;
+    int mapped, in;
     CUresult e;
 
     if (*p < __atomic_load_n(&vcu__hm_lo, __ATOMIC_ACQUIRE) ||
@@ -413,7 +412,7 @@ CUresult vcu__host_as_dev(uint64_t *p, uint64_t span)
         return CUDA_SUCCESS;
     if (!in)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__host_dptr((uintptr_t)*p, &d, &found);
+    e = vcu__host_dptr((uintptr_t)*p, &d, &mapped);
     if (e == CUDA_SUCCESS)
         *p = d;
     return e;
@@ -439,20 +438,15 @@ CUresult vcu__host_params(char *buf, size_t n)
     for (size_t off = 0; off + sizeof(uint64_t) <= n; off += sizeof(uint64_t)) {
         uint64_t w;
         CUdeviceptr d;
-        int found, mapped;
-        vcu__hostmem_t *h;
+        int mapped;
         CUresult e;
 
         memcpy(&w, buf + off, sizeof(w));
         if (w < lo || w >= hi)
             continue;
-        pthread_mutex_lock(&vcu__hm_mu);
-        h = vcu__hm_find_locked((uintptr_t)w);
-        mapped = h != NULL && h->mapped;
-        pthread_mutex_unlock(&vcu__hm_mu);
+        e = vcu__host_dptr((uintptr_t)w, &d, &mapped);
         if (!mapped)
             continue;
-        e = vcu__host_dptr((uintptr_t)w, &d, &found);
         if (e != CUDA_SUCCESS)
             return e;
         if (d != w)
@@ -465,7 +459,7 @@ VCU__EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
                                                   unsigned int Flags)
 {
     vcu__ctx_t *c;
-    int found;
+    int mapped;
     CUresult e;
 
     if (pdptr == NULL || p == NULL || Flags != 0)
@@ -473,7 +467,7 @@ VCU__EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
     e = vcu__cur(&c);
     if (e != CUDA_SUCCESS)
         return e;
-    return vcu__host_dptr((uintptr_t)p, pdptr, &found);
+    return vcu__host_dptr((uintptr_t)p, pdptr, &mapped);
 }
 
 /* ---- pointer attributes -------------------------------------------------- */
@@ -513,7 +507,7 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
 {
     uint64_t base = 0, size = 0;
     vcu__hostmem_t *h;
-    int found;
+    int mapped;
     CUresult e;
 
     memset(pi, 0, sizeof(*pi));
@@ -540,7 +534,7 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
     }
     pthread_mutex_unlock(&vcu__hm_mu);
     if (h != NULL) {
-        if (vcu__host_dptr((uintptr_t)p, &pi->dptr, &found) != CUDA_SUCCESS)
+        if (vcu__host_dptr((uintptr_t)p, &pi->dptr, &mapped) != CUDA_SUCCESS)
             pi->dptr = 0;
         return CUDA_SUCCESS;
     }
