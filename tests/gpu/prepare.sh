@@ -53,6 +53,10 @@ VCU_VM_TIMEOUT=30 tests/vm/run.sh torch >/dev/null 2>&1 || true
 [ -f build/vm/initrd-torch.img ]
 VCU_VM_TIMEOUT=30 tests/vm/run.sh frameworks >/dev/null 2>&1 || true
 [ -f build/vm/initrd-frameworks.img ]
+# The samples image: its disk is made on the GPU host (tests/gpu/samples.sh
+# guest), so here it stops at its setup check.
+VCU_VM_TIMEOUT=30 tests/vm/run.sh samples >/dev/null 2>&1 || true
+[ -f build/vm/initrd-samples.img ]
 [ -x build/vm/vcu_demo ]
 mkdir -p build/nvidia
 cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/

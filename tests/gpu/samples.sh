@@ -16,8 +16,17 @@
 #          the build folder (build/samples) stays between calls on a warm
 #          machine, so a build cut short goes on at the next call
 #   run    run every built sample, VCU_SAMPLES_JOBS at a time
-#   guest  a third column, the program in a TCG guest: not there yet
-#          (run_guest below is where it goes)
+#   guest  a third column: each sample that passed natively (every one
+#          built, with no native results) in TCG guests on this host's
+#          GPU, on our libcuda.so.1 through the device and the host
+#          daemon, as a user's program runs in a VM.  The guests' root is
+#          a disk of this host's own files (tests/gpu/hostroot.sh) with
+#          the toolkit's libraries the programs load and the samples'
+#          source and build folders at their paths here; the samples are
+#          shared out among VCU_SAMPLES_VMS guests (tests/vm/init.sh
+#          run_samples).  Needs build/vm/initrd-samples.img and
+#          build/qemu (tests/gpu/prepare.sh); on its own ("guest") it
+#          takes the native and ours verdicts of an earlier "run"
 #
 # Environment:
 #   VCU_SAMPLES_ARCHS="90"   the CUDA architectures to build (default: the
@@ -30,6 +39,16 @@
 #   VCU_SAMPLES_TIMEOUT=30   seconds each run may take
 #   VCU_SAMPLES_JOBS=8       samples run at once (a sample's own runs, native
 #                            then ours, one after another)
+#   VCU_SAMPLES_VMS=N        guests at once for the guest column (default
+#                            three quarters of the CPUs, at least 1)
+#   VCU_SAMPLES_GUEST_S=480  seconds the guest column may take, its disk
+#                            included (no run starts in a guest after it
+#                            less VCU_SAMPLES_GUEST_TIMEOUT: NOT-RUN)
+#   VCU_SAMPLES_GUEST_TIMEOUT=90  seconds each run may take in a guest
+#                            (its CPU is emulated: host code runs 10-50x
+#                            slower than natively)
+#   VCU_REAL_GPU=0           the guests' daemon on the CPU stand-in
+#                            (build/fakecuda): the script's own check
 #   VCU_LIBCUDA=PATH         the libcuda.so.1 under ours (default: the
 #                            system's, from ldconfig)
 #   VCU_CMAKE=PATH           cmake (default: the one on PATH, else the
@@ -37,8 +56,10 @@
 #
 # Output: a line per sample (native, ours, and for a failure the first
 # error-looking line of our run), the same table as markdown in
-# $OUT/samples.md, each run's log in $OUT/samples/.  Only samples that pass
-# natively count; the last line is "N passed, N failed".
+# $OUT/samples.md, each run's log in $OUT/samples/ (NAME.guest.log: what
+# the guest printed of it).  Only samples that pass natively count, on
+# the guest column when there is one, else on ours; the last line is
+# "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 top=$PWD
@@ -261,19 +282,132 @@ classify() {
     esac
 }
 
-# run_guest NAME EXE RUNS...: the program in a TCG guest (tests/vm), its
-# verdict in $res/NAME.guest.  Not there yet: the programs would go into
-# a guest image the way tests/gpu/run.sh's suites do, with the samples'
-# data files beside them.
-run_guest() {
-    echo "NOT-RUN - guest runs are not there yet (tests/gpu/samples.sh: run_guest)" >"$res/$1.guest"
+# guest: the guest column.  The plan (samples that passed natively, the
+# longest native first, so that the guests' shares even out), a disk, one
+# host daemon and VCU_SAMPLES_VMS guests; each guest's console says each
+# sample's verdict, and what the sample printed, between
+# "VCU-SAMPLE-BEGIN NAME" and "VCU-SAMPLE-END NAME VERDICT STATUS SECONDS".
+guest() {
+    local name cat exe gpus_min why runs nat secs n=0 g gs gt deadline vms
+    local disk stage left pids=()
+    if [ ! -f "$work/plan.tsv" ] || [ ! -d "$bld" ]; then
+        say "guest: nothing built yet (tests/gpu/samples.sh build)"
+        return 1
+    fi
+    gs=${VCU_SAMPLES_GUEST_S:-480}
+    gt=${VCU_SAMPLES_GUEST_TIMEOUT:-90}
+    vms=${VCU_SAMPLES_VMS:-$(($(nproc) * 3 / 4))}
+    [ "$vms" -ge 1 ] || vms=1
+    if [ -z "${gpus:-}" ]; then
+        gpus=0
+        command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    fi
+    # Where /usr is, so that its files are linked, not copied.
+    gdir=$(mktemp -d /var/tmp/vcu-samples.XXXXXX) || { say "guest: no /var/tmp"; return 1; }
+    mkdir -p "$res"
+    rm -f "$res"/*.guest
+    for f in build/vm/initrd-samples.img build/qemu/bin/qemu-system-x86_64; do
+        [ -e "$f" ] || { say "guest: no $f (tests/gpu/prepare.sh)"; return 1; }
+    done
+    while IFS=$'\t' read -r name cat exe gpus_min why runs; do
+        [ "$why" = - ] || continue
+        [ -x "$bld/Samples/$cat/$name/$exe" ] || continue
+        nat=
+        read -r nat _ <"$res/$name.native" 2>/dev/null
+        case $nat in PASS | NO-GPU | '') ;; *) continue ;; esac
+        # With no native verdict (a "guest" with no "run" before it, or
+        # none for this sample): every sample built, within the GPUs.
+        if [ -z "$nat" ] && [ "${gpus:-0}" != 0 ] && [ "$gpus_min" -gt "$gpus" ]; then continue; fi
+        secs=$(cat "$res/$name.native.secs" 2>/dev/null || echo 0)
+        printf '%s\t%s\t%s\t%s\t%s\n' "$secs" "$name" "$bld/Samples/$cat/$name" "$exe" "$runs"
+        echo "NOT-RUN - its guest did not reach it (samples/guest-*.log)" >"$res/$name.guest"
+        n=$((n + 1))
+    done <"$work/plan.tsv" | sort -t $'\t' -k1,1 -n -r | cut -f2- >"$gdir/plan.tsv"
+    n=$(wc -l <"$gdir/plan.tsv")
+    [ "$n" -gt 0 ] || { say "guest: no sample to run"; return 1; }
+    [ "$vms" -le "$n" ] || vms=$n
+
+    # The disk: this host's /usr and /etc, the libraries outside /usr/lib
+    # the programs load (the toolkit's: every library of each folder they
+    # come from, for what they open later, NVRTC's builtins say), the
+    # samples' source and build folders at their own paths (the programs
+    # find their data relative to both), less the objects; the plan.
+    stage=$gdir/root
+    . tests/gpu/hostroot.sh
+    hostroot_stage "$stage" >"$logs/guest-disk.log" 2>&1 || { say "guest: $(tail -n 1 "$logs/guest-disk.log")"; return 1; }
+    cut -f2,3 "$gdir/plan.tsv" | while IFS=$'\t' read -r d exe; do
+        ldd "$d/$exe" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
+    done | xargs -r -n1 dirname | sort -u | while read -r d; do
+        case $d in /lib | /lib/* | /lib64 | /lib64/* | /usr/lib | /usr/lib/* | /usr/lib64 | /usr/lib64/*) continue ;; esac
+        mkdir -p "$stage$d"
+        for f in "$d"/*.so*; do
+            [ -e "$f" ] && { cp -al "$f" "$stage$d/" 2>/dev/null || cp -a "$f" "$stage$d/"; }
+        done
+        echo "guest root: the libraries of $d"
+    done >>"$logs/guest-disk.log" 2>&1
+    hostroot_link "$src" "$stage"
+    tar -C / --exclude=CMakeFiles --exclude='*.o' -cf - "${bld#/}" | tar -C "$stage" -xf - ||
+        { say "guest: cannot copy $bld"; return 1; }
+    mkdir -p "$stage/vcu-samples"
+    cp "$gdir/plan.tsv" "$stage/vcu-samples/plan.tsv"
+    disk=$gdir/samples.ext4
+    hostroot_disk "$stage" "$disk" samples >>"$logs/guest-disk.log" 2>&1 ||
+        { say "guest: $(tail -n 1 "$logs/guest-disk.log")"; return 1; }
+    left=$((gs - (SECONDS - t_guest)))
+    deadline=$((left - gt - 30))
+    if [ "$deadline" -lt 30 ]; then
+        say "guest: out of time after making the disk ($((SECONDS - t_guest)) s of VCU_SAMPLES_GUEST_S=$gs)"
+        return 1
+    fi
+    say "guest: $n samples in $vms guests, disk made in $((SECONDS - t_guest)) s;" \
+        "no run starts after ${deadline} s of a guest's uptime, each run within $gt s"
+
+    # One host daemon for every guest, as on a host where one serves all
+    # VMs: the real GPU, or the CPU stand-in with VCU_REAL_GPU=0.
+    VCU_ROOT=$top
+    . tests/vm/daemon.sh
+    local dargs="--cache-dir $gdir/cache" genv="VCU_REAL_GPU=1"
+    if [ "${VCU_REAL_GPU:-1}" = 0 ]; then
+        dargs="$dargs --libcuda $top/build/fakecuda/libcuda.so.1 --ctx-bytes 8M"
+        genv="VCU_REAL_GPU=0"
+    fi
+    mkdir -p "$gdir/cache"
+    # shellcheck disable=SC2086
+    vcu_daemon_start "$gdir/daemon" $dargs >"$logs/guest-daemon-start.log" 2>&1 ||
+        { say "guest: the host daemon did not start (samples/guest-daemon-start.log)"; return 1; }
+    for ((g = 0; g < vms; g++)); do
+        env "$genv" VCU_DAEMON_SOCK="$VCU_DAEMON_SOCK" VCU_NO_BUILD=1 VCU_VM_NAME="samples-$g" \
+            VCU_VM_LOGDIR="$gdir/vm-$g" VCU_VM_MEM="${VCU_SAMPLES_VM_MEM:-3072}" VCU_VM_DISK="$disk" \
+            VCU_VM_TIMEOUT=$((left - 5)) \
+            VCU_GUEST_APPEND="vcu.samples_part=$g/$vms vcu.samples_until=$deadline vcu.samples_timeout=$gt" \
+            tests/vm/run.sh samples >"$logs/guest-$g.out" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    cp "$VCU_DAEMON_LOG" "$logs/guest-daemon.log" 2>/dev/null
+    vcu_daemon_stop
+    for ((g = 0; g < vms; g++)); do
+        cp "$gdir/vm-$g/samples.log" "$logs/guest-$g.log" 2>/dev/null || continue
+        # A log per sample, and its verdict.
+        awk -v dir="$logs" -v res="$res" '
+            /^VCU-SAMPLE-BEGIN / { name = $2; f = dir "/" name ".guest.log"; printf "" >f; next }
+            /^VCU-SAMPLE-END / {
+                print $3, $4 >(res "/" $2 ".guest"); close(res "/" $2 ".guest")
+                if (f != "") close(f)
+                name = ""; f = ""; next
+            }
+            name != "" { print >>f }
+        ' "$logs/guest-$g.log"
+    done
+    say "guest: $vms guests ended $((SECONDS - t_guest)) s after the column began" \
+        "(consoles: samples/guest-N.log, run.sh: samples/guest-N.out)"
 }
 
 # run_sample NAME CAT EXE RUNS: each run natively, then each on ours;
 # a mode's verdict, in $res/NAME.MODE ("VERDICT EXIT-STATUS [WHY]"), is
 # its first run's that does not pass.
 run_sample() {
-    local name=$1 dir=$bld/Samples/$2/$1 exe=$3 mode r rc st log
+    local name=$1 dir=$bld/Samples/$2/$1 exe=$3 mode r rc st log ts
     local -a runs
     IFS=';' read -ra runs <<<"$4"
     [ ${#runs[@]} -gt 0 ] || runs=("")
@@ -290,6 +424,7 @@ run_sample() {
         fi
         st=PASS
         rc=0
+        ts=$SECONDS
         for r in "${runs[@]}"; do
             if [ "$SECONDS" -ge $((t0 + time_s)) ]; then
                 st="NOT-RUN"
@@ -311,8 +446,9 @@ run_sample() {
             [ "$st" = PASS ] || break
         done
         echo "$st $rc" >"$res/$name.$mode"
+        # The guest column hands out the longest first.
+        [ "$mode" = native ] && echo $((SECONDS - ts)) >"$res/$name.native.secs"
     done
-    case ",$what," in *,guest,*) run_guest "$name" "$exe" "${runs[@]}" ;; esac
 }
 
 run() {
@@ -400,21 +536,23 @@ not_built() {
 table() {
     local name cat exe gpus_min why runs nat ours detail md=$out/samples.md
     local passed=0 failed=0 excluded='' nobuild='' noruns='' skipped=0 failures=''
-    local g='' gh='' gl='' gv=''
-    # The guest column (run_guest), when asked for.
-    case ",$what," in *,guest,*) g=1 gh=' guest |' gl='---|' ;; esac
+    local g='' gh='' gl='' gv=- cnt=ours cv
+    # With the guest column, the guest's verdicts count; ours (loopback)
+    # stays beside them.
+    case ",$what," in *,guest,*) g=1 gh=' guest |' gl='---|' cnt=guest ;; esac
     {
-        echo "# cuda-samples: natively and on ours"
+        echo "# cuda-samples: natively, on ours${g:+ and in a guest}"
         echo
         echo "cuda-samples $(sed -n 's/^commit //p' "$src/vcu-packed.txt" 2>/dev/null)," \
             "architectures ${VCU_SAMPLES_ARCHS:-$(theirs)}, $(date -u '+%Y-%m-%d %H:%M UTC')," \
             "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null |
                 head -n 1 | grep . || echo none)"
         echo
-        echo "| sample | native | ours |$gh first error-looking line of our run, or why not run |"
+        echo "| sample | native | ours |$gh first error-looking line of the $cnt run, or why not run |"
         echo "|---|---|---|$gl---|"
     } >"$md"
     while IFS=$'\t' read -r name cat exe gpus_min why runs; do
+        gv=-
         if [ "$why" != - ]; then
             nat=SKIP ours=SKIP detail=$why
             skipped=$((skipped + 1))
@@ -428,11 +566,14 @@ table() {
             nat=NOT-RUN ours=NOT-RUN
             read -r nat _ <"$res/$name.native" 2>/dev/null
             read -r ours _ <"$res/$name.ours" 2>/dev/null
+            [ -z "$g" ] || read -r gv _ <"$res/$name.guest" 2>/dev/null
+            cv=$ours
+            [ -z "$g" ] || cv=$gv
             detail=
-            [ "$ours" = PASS ] || detail=$(why_not "$name" ours)
-            case $nat/$ours in
+            [ "$cv" = PASS ] || detail=$(why_not "$name" "$cnt")
+            case $nat/$cv in
                 PASS/PASS) passed=$((passed + 1)) ;;
-                PASS/NOT-RUN | NO-GPU/* | NOT-RUN/*) noruns="$noruns $name" ;;
+                PASS/NOT-RUN | PASS/- | NO-GPU/* | NOT-RUN/*) noruns="$noruns $name" ;;
                 PASS/*)
                     failed=$((failed + 1))
                     failures="$failures $name"
@@ -444,8 +585,6 @@ table() {
             esac
         fi
         if [ -n "$g" ]; then
-            gv=-
-            read -r gv _ <"$res/$name.guest" 2>/dev/null
             printf '%-32s %-9s %-9s %-9s %s\n' "$name" "$nat" "$ours" "$gv" "$detail"
             echo "| $name | $nat | $ours | $gv | $detail |" >>"$md"
         else
@@ -458,16 +597,16 @@ table() {
         echo "Skipped: $skipped (tests/gpu/samples-skip.txt, test_args.json, GPUs)."
         echo "Not built:${nobuild:- none}."
         echo "Excluded (do not pass natively):${excluded:- none}."
-        [ -z "$noruns" ] || echo "Not run, not counted (no GPU, no ours, or out of time):$noruns."
-        echo "Fail on ours:${failures:- none}."
+        [ -z "$noruns" ] || echo "Not run, not counted (no GPU, no $cnt run, or out of time):$noruns."
+        echo "Fail on $cnt:${failures:- none}."
         echo
         echo "$passed passed, $failed failed"
     } >>"$md"
     say "not built:${nobuild:- none}"
     say "excluded (do not pass natively):${excluded:- none}"
-    [ -z "$noruns" ] || say "not run, not counted (no GPU, no ours, or out of time):$noruns"
-    say "fail on ours:${failures:- none}"
-    say "table: $md, logs: $logs/"
+    [ -z "$noruns" ] || say "not run, not counted (no GPU, no $cnt run, or out of time):$noruns"
+    say "fail on $cnt:${failures:- none}"
+    say "table: $md, logs: $logs/; counted: the $cnt column"
     echo "$passed passed, $failed failed"
     [ "$failed" = 0 ] && [ "$passed" -gt 0 ]
 }
@@ -479,6 +618,9 @@ if [ ! -f "$work/plan.tsv" ]; then
     exit 1
 fi
 case ",$what," in *,run,*) run || rc=1 ;; esac
-case ",$what," in *,guest,*) say "guest column: not there yet (run_guest)" ;; esac
+t_guest=$SECONDS
+gdir=
+case ",$what," in *,guest,*) guest || rc=1 ;; esac
+[ -z "$gdir" ] || rm -rf "$gdir"
 case ",$what," in *,run,* | *,guest,*) table || rc=1 ;; esac
 exit $rc

@@ -41,16 +41,9 @@ img=build/vm/initrd-$suite.img
 work=$(mktemp -d /var/tmp/vcu-torch.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 st=$work/root
-mkdir -p "$st"/{proc,sys,dev,tmp,opt,run,var}
 t0=$(date +%s)
-# /usr without /usr/local (the CUDA toolkit) and without NVIDIA's driver
-# libraries; hard links cost nothing.
-mkdir -p "$st/usr"
-for d in /usr/*; do
-    case $d in /usr/local | /usr/src) continue ;; esac
-    cp -al "$d" "$st/usr/" || { echo "torch-run: cannot link $d (another filesystem?)"; exit 1; }
-done
-rm -rf "$st/usr/share/doc"
+. tests/gpu/hostroot.sh
+hostroot_stage "$st" || exit 1
 # JAX compiles its kernels' PTX with the toolkit's ptxas and nvlink and
 # links them with its libdevice (as natively, where it finds them under
 # /usr/local/cuda; a guest user's jax[cuda13] brings them in wheels):
@@ -65,22 +58,13 @@ if [ "$suite" = frameworks ]; then
             echo "torch-run: no /usr/local/cuda/bin/$t (JAX will not compile)"
     done
 fi
-find "$st/usr/lib" \( -name 'libcuda.so*' -o -name 'libnvidia-*' -o -name 'libcudadebugger*' \) \
-    -exec rm -f {} +
-for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$st/$l"; done
-cp -a /etc "$st/etc" 2>/dev/null
-mkdir -p "$st$(dirname "$venv")"
-cp -al "$venv" "$st$venv"
+hostroot_link "$venv" "$st"
 for p in $drop pyarrow onnxruntime cv2 opencv_python_headless.libs \
     llvmlite transformers pandas cmake; do
     rm -rf "$st$venv"/lib/python3*/site-packages/"$p"
 done
-size=$(du -sm "$st" | cut -f1)
-echo "torch-run: $suite guest root $size MiB staged in $(($(date +%s) - t0)) s"
 disk=$work/$suite.ext4
-mke2fs -q -t ext4 -O ^has_journal,^metadata_csum -E root_owner=0:0 -d "$st" "$disk" \
-    "$((size + size / 8 + 256))M" || { echo "torch-run: mke2fs failed"; exit 1; }
+hostroot_disk "$st" "$disk" torch-run || exit 1
 echo "torch-run: disk made in $(($(date +%s) - t0)) s"
-rm -rf "$st"
 VCU_NO_BUILD=1 VCU_VM_DISK=$disk VCU_VM_MEM=${VCU_VM_MEM:-12288} \
     VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-480} tests/gpu/run.sh "$suite"

@@ -195,8 +195,10 @@ fw_disk() {
         mount -t devtmpfs devtmpfs /disk/dev && mount -t tmpfs tmpfs /disk/tmp ||
         { echo "VCU-TEST $1/setup FAIL mounts in the disk"; return 1; }
     mkdir -p /disk/tmp/vcu/lib
-    cp /"$2"/lib/* /disk/tmp/vcu/lib/ && cp /"$2"/*.py /disk/tmp/vcu/ &&
-        ln -s libcuda.so.1 /disk/tmp/vcu/lib/libcuda.so
+    cp /"$2"/lib/* /disk/tmp/vcu/lib/ && ln -s libcuda.so.1 /disk/tmp/vcu/lib/libcuda.so &&
+        for f in /"$2"/*.py; do
+            [ ! -e "$f" ] || cp "$f" /disk/tmp/vcu/ || return 1
+        done
 }
 
 # GPU suite, torch: PyTorch from the disk, on our libcuda.so.1 and
@@ -240,6 +242,87 @@ run_frameworks() {
             sed -e "s,^PASS $c/\([^ ]*\)\(.*\)\$,VCU-TEST frameworks/$c-\1 PASS\2," \
                 -e "s,^FAIL $c/\([^ ]*\) *\(.*\)\$,VCU-TEST frameworks/$c-\1 FAIL \2,"
     done
+}
+
+# GPU suite, samples (tests/gpu/samples.sh guest): NVIDIA's cuda-samples,
+# built on the GPU host, from a disk of that host's files (its /usr, the
+# toolkit's libraries, the samples' source and build folders at their
+# host paths), each run as natively but on our libcuda.so.1.  The plan,
+# /vcu-samples/plan.tsv on the disk (name, folder, program, its runs'
+# arguments with ";" between runs), is shared out among the VMs:
+# vcu.samples_part=K/N takes every Nth line from the Kth (from 0);
+# vcu.samples_until=S starts no run after S seconds of uptime;
+# vcu.samples_timeout=S bounds each run.  Each sample's output between
+# "VCU-SAMPLE-BEGIN NAME" and "VCU-SAMPLE-END NAME VERDICT STATUS
+# SECONDS" (the verdicts of tests/gpu/samples.sh classify).
+run_samples() {
+    fw_disk samples samples || return 0
+    part=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^vcu.samples_part=//p')
+    deadline=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^vcu.samples_until=//p')
+    tmo=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^vcu.samples_timeout=//p')
+    k=${part%/*} n=${part#*/}
+    for v in "$k" "$n" "$deadline" "$tmo"; do
+        case $v in '' | *[!0-9]*)
+            echo "VCU-TEST samples/setup FAIL vcu.samples_part=K/N, _until and _timeout must be numbers"
+            return 0 ;;
+        esac
+    done
+    [ "$n" -ge 1 ] || { echo "VCU-TEST samples/setup FAIL vcu.samples_part: no guests"; return 0; }
+    [ -f /disk/vcu-samples/plan.tsv ] ||
+        { echo "VCU-TEST samples/setup FAIL no /vcu-samples/plan.tsv on the disk"; return 0; }
+    tab=$(printf '\t')
+    i=0
+    while IFS="$tab" read -r name dir exe runs; do
+        i=$((i + 1))
+        [ $(((i - 1) % n)) -eq "$k" ] || continue
+        sample_run "$name" "$dir" "$exe" "$runs"
+    done </disk/vcu-samples/plan.tsv
+}
+
+# sample_run NAME DIR EXE RUNS: one sample's runs, in its folder, as the
+# host runs it natively; the first run that does not pass gives the verdict.
+sample_run() {
+    t0=$(cut -d. -f1 /proc/uptime)
+    st=PASS rc=0
+    echo "VCU-SAMPLE-BEGIN $1"
+    oifs=$IFS
+    IFS=';'
+    # shellcheck disable=SC2086 # the runs, split at ";"
+    set -- "$1" "$2" "$3" $4
+    IFS=$oifs
+    name=$1 dir=$2 exe=$3
+    shift 3
+    [ $# -gt 0 ] || set -- ""
+    for r in "$@"; do
+        if [ "$(cut -d. -f1 /proc/uptime)" -ge "$deadline" ]; then
+            st=NOT-RUN rc=-
+            echo "== not started: out of time (vcu.samples_until=$deadline)"
+            break
+        fi
+        echo "== ./$exe $r"
+        chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
+            LD_LIBRARY_PATH=/tmp/vcu/lib \
+            /bin/sh -c "cd '$dir' && exec timeout -k 5 $tmo ./$exe $r" </dev/null >/tmp/sample.out 2>&1
+        rc=$?
+        # What the run printed: its first error-looking lines and its end.
+        grep -i -m 3 -E 'not supported|error|fail' /tmp/sample.out
+        echo "== ..."
+        tail -n 30 /tmp/sample.out
+        echo "== exit status $rc"
+        case $rc in
+        0) st=PASS ;;
+        2) st=WAIVED ;;
+        124 | 137) st=TIMEOUT ;;
+        *) st=FAIL ;;
+        esac
+        [ $st = PASS ] || break
+    done
+    echo "VCU-SAMPLE-END $name $st $rc $(($(cut -d. -f1 /proc/uptime) - t0))"
+    if [ $st = PASS ]; then
+        echo "VCU-TEST samples/$name PASS"
+    elif [ $st != NOT-RUN ]; then
+        echo "VCU-TEST samples/$name FAIL $st, exit status $rc"
+    fi
 }
 
 # The main job's demonstration (tests/demo/vcu_demo.cu) as a user would
@@ -567,6 +650,7 @@ for s in $suites; do
         libs) run_libs ;;
         torch) run_torch ;;
         frameworks) run_frameworks ;;
+        samples) run_samples ;;
         demo) run_demo ;;
         bench) run_bench ;;
         leaks) run_leaks ;;

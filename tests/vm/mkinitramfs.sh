@@ -268,6 +268,18 @@ for s in "$@"; do
             "$root/tests/frameworks/steps.py" "$r/fw/"
         add_virtio_blk
         ;;
+    samples)
+        # NVIDIA's cuda-samples from a disk of the GPU host's own files
+        # with the samples built there (tests/gpu/samples.sh guest): here
+        # our libcuda.so.1 and libnvidia-ml.so.1, and virtio-blk.
+        glnvml=$(dirname "$glibcuda")/libnvidia-ml.so.1
+        for f in "$glibcuda" "$glnvml"; do
+            [ -f "$f" ] || die "no $f"
+        done
+        mkdir -p "$r/samples/lib"
+        cp "$glibcuda" "$glnvml" "$r/samples/lib/"
+        add_virtio_blk
+        ;;
     nvml)
         # Our libcuda.so.1 and libnvidia-ml.so.1 (with vcuda-smi from
         # beside it), the NVML test and the program that holds the device.

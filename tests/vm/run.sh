@@ -10,6 +10,7 @@
 #          nvml (libnvidia-ml.so.1, vcuda-smi and the driver's sessions file) |
 #          bench (bench/cudabench in the guest; VCU_BENCH_ARGS=a,b its arguments) |
 #          share (the compute-bound kernel loop: GPU host only, tests/gpu/share.sh) |
+#          samples (NVIDIA's cuda-samples from a disk: tests/gpu/samples.sh guest) |
 #          migrate (tests/many's checker, for tests/vm/migrate.sh: migrated while it runs)
 #
 # Builds what is missing or stale (guest kernel, module for its headers and
@@ -46,7 +47,8 @@
 #   VCU_VM_MEM=MIB      guest RAM [3072]
 #   VCU_VM_NAME=NAME    the VM's name (QEMU's -name: the daemon reports it so)
 #   VCU_VM_DISK=IMG     a raw disk image the guest sees read-only as /dev/vda
-#                       (the torch and frameworks suites' root: tests/gpu/torch-run.sh)
+#                       (the torch and frameworks suites' root: tests/gpu/torch-run.sh;
+#                       the samples suite's: tests/gpu/samples.sh guest)
 #   VCU_VM_BUILD_ONLY=1 build everything, the suites' initramfs images
 #                       (build/vm/initrd-SUITE.img) included, and boot
 #                       nothing (tests/pkg/libvirt.sh boots its guest
@@ -75,10 +77,10 @@ t_start=$(date +%s)
 mkdir -p "$build/vm"
 
 for s in $suites; do
-    case $s in echo | badinput | hostmem | quota | cuda | nvrt | nvml | libs | torch | frameworks | demo | bench | leaks | share | migrate) ;; *) die "unknown suite '$s'" ;; esac
+    case $s in echo | badinput | hostmem | quota | cuda | nvrt | nvml | libs | torch | frameworks | samples | demo | bench | leaks | share | migrate) ;; *) die "unknown suite '$s'" ;; esac
 done
 want_cuda=no
-case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" torch "* | *" frameworks "* | *" demo "* | *" bench "* | *" share "*) want_cuda=yes ;; esac
+case " $suites " in *" cuda "* | *" nvrt "* | *" nvml "* | *" libs "* | *" torch "* | *" frameworks "* | *" samples "* | *" demo "* | *" bench "* | *" share "*) want_cuda=yes ;; esac
 
 # ---- build -----------------------------------------------------------------
 # build/vm/guest.env + build/vm/vmlinuz-*: the guest kernel travels with
