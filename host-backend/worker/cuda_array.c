@@ -714,7 +714,10 @@ static uint32_t vcu__res_desc(vcu__op_t *o, const struct vcu_cu_texobj_req *rq,
     if (r->type == CU_RESOURCE_TYPE_LINEAR) {
         if (r->width != 0 || r->height != 0 || r->pitch != 0)
             return VCU_S_EINVAL;
-        span = r->size;
+        if (r->size == 0 || r->ptr + r->size < r->ptr) {
+            o->res = CUDA_ERROR_INVALID_VALUE;
+            return VCU_S_OK;
+        }
         rd->res.linear.devPtr = (CUdeviceptr)r->ptr;
         rd->res.linear.format = (CUarray_format)r->format;
         rd->res.linear.numChannels = r->channels;
@@ -736,7 +739,15 @@ static uint32_t vcu__res_desc(vcu__op_t *o, const struct vcu_cu_texobj_req *rq,
         rd->res.pitch2D.height = (size_t)r->height;
         rd->res.pitch2D.pitchInBytes = (size_t)r->pitch;
     }
-    if (!vcu__owned_range(o, r->ptr, span))
+    /*
+     * The memory must begin in a live allocation of the session; how far
+     * it reaches is the driver's to judge, as natively: the driver does not
+     * hold a texture to the allocation it starts in (NVIDIA's
+     * convolutionFFT2D gives its textures a row of padding more than its
+     * buffers hold), and a kernel reaches what a texture reaches through
+     * any pointer, in this session's own address space only.
+     */
+    if (!vcu__owned_range(o, r->ptr, 1))
         o->res = CUDA_ERROR_INVALID_VALUE;
     return VCU_S_OK;
 }

@@ -41,8 +41,11 @@ static int vcu__orphan(vcu__op_t *o, CUstream st)
 
     if (o->cs->orphans != NULL)
         vcu__orphans_prune(o->cs);
+    /* A stream in a capture is destroyed as it is (NVIDIA's
+     * graphMemoryNodes destroys one it captured into): a query would
+     * invalidate the capture, so it is asked first. */
     if (vcu__cur(o->cs, o->cs->ctx[d]) != CUDA_SUCCESS || cu->fn.cuStreamQuery == NULL ||
-        cu->fn.cuStreamQuery(st) != CUDA_ERROR_NOT_READY || vcu__capturing(cu, st))
+        vcu__capturing(cu, st) || cu->fn.cuStreamQuery(st) != CUDA_ERROR_NOT_READY)
         return -1;
     if (vcu__mem_take(o->cs, sizeof(*or)) != 0)
         return -1;

@@ -75,7 +75,8 @@ int main(void)
 {
     CUdevice dev;
     CUcontext ctx;
-    CUstream s;
+    CUstream s, s2;
+    CUevent ev1, ev2;
     CUdeviceptr out, out2, plain, p, q;
     CUgraph g, cg;
     CUgraphExec x;
@@ -233,6 +234,37 @@ int main(void)
     check_words(out, 0xc0ffee, "captured allocation");
     CK(cuGraphExecDestroy(x));
     CK(cuGraphDestroy(cg));
+
+    /* A second stream joins the capture through an event, its work
+     * rejoins the origin, and it is destroyed before the capture ends, as
+     * NVIDIA's graphMemoryNodes does: the capture goes on (the host once
+     * asked the stream whether work was pending, which invalidated it). */
+    CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CK(cuEventCreate(&ev1, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventCreate(&ev2, CU_EVENT_DISABLE_TIMING));
+    CK(cuMemsetD32(out, 0, N));
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    p = 0;
+    CK(cuMemAllocAsync(&p, N * 4, s));
+    CK(cuMemsetD32Async(p, 0x5a5a, N, s));
+    CK(cuEventRecord(ev1, s));
+    CK(cuStreamWaitEvent(s2, ev1, 0));
+    CK(cuMemcpyDtoDAsync(out, p, N * 4, s2));
+    CK(cuEventRecord(ev2, s2));
+    CK(cuStreamWaitEvent(s, ev2, 0));
+    CK(cuStreamDestroy(s2));
+    CK(cuMemFreeAsync(p, s));
+    CK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CK(cuStreamEndCapture(s, &cg));
+    CK(cuGraphInstantiate(&x, cg, 0));
+    CK(cuGraphLaunch(x, s));
+    CK(cuStreamSynchronize(s));
+    check_words(out, 0x5a5a, "a capture whose joined stream was destroyed");
+    CK(cuGraphExecDestroy(x));
+    CK(cuGraphDestroy(cg));
+    CK(cuEventDestroy(ev1));
+    CK(cuEventDestroy(ev2));
 
     /* Allocated by the graph, freed after it, outside: then again. */
     CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));

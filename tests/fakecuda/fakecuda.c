@@ -4448,15 +4448,15 @@ static CUresult fc_res_check(const CUDA_RESOURCE_DESC *r, int surf)
         eb = fc_format_bytes(r->res.linear.format);
         if (surf || eb == 0 || r->res.linear.sizeInBytes == 0)
             return CUDA_ERROR_INVALID_VALUE;
-        return fc_mem_check((uintptr_t)r->res.linear.devPtr, r->res.linear.sizeInBytes);
+        /* As the driver: the memory must begin in an allocation; how far
+         * it reaches is not held to it. */
+        return fc_mem_check((uintptr_t)r->res.linear.devPtr, 1);
     case CU_RESOURCE_TYPE_PITCH2D:
         eb = fc_format_bytes(r->res.pitch2D.format);
         if (surf || eb == 0 || r->res.pitch2D.width == 0 || r->res.pitch2D.height == 0 ||
             r->res.pitch2D.pitchInBytes < r->res.pitch2D.width * eb * r->res.pitch2D.numChannels)
             return CUDA_ERROR_INVALID_VALUE;
-        return fc_mem_check((uintptr_t)r->res.pitch2D.devPtr,
-                            (r->res.pitch2D.height - 1) * r->res.pitch2D.pitchInBytes +
-                                r->res.pitch2D.width * eb * r->res.pitch2D.numChannels);
+        return fc_mem_check((uintptr_t)r->res.pitch2D.devPtr, 1);
     default:
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -5622,7 +5622,10 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
         rc = CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_SUCCESS) {
         fc_list_del(&g_streams, s);
-        if (s->cap)
+        /* As the driver: a stream that joined a capture may go (its work
+         * stays in the graph; NVIDIA's graphMemoryNodes does that); the
+         * capture's origin may not. */
+        if (s->cap && s->cap->origin == s)
             s->cap->invalidated = 1;
         fc_stream_leave_capture(s);
         free(s);

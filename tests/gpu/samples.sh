@@ -41,10 +41,10 @@
 #                            then ours, one after another)
 #   VCU_SAMPLES_VMS=N        guests at once for the guest column (default
 #                            three quarters of the CPUs, at least 1)
-#   VCU_SAMPLES_GUEST_S=480  seconds the guest column may take, its disk
+#   VCU_SAMPLES_GUEST_S=550  seconds the guest column may take, its disk
 #                            included (no run starts in a guest after it
 #                            less VCU_SAMPLES_GUEST_TIMEOUT: NOT-RUN)
-#   VCU_SAMPLES_GUEST_TIMEOUT=90  seconds each run may take in a guest
+#   VCU_SAMPLES_GUEST_TIMEOUT=240  seconds each run may take in a guest
 #                            (its CPU is emulated: host code runs 10-50x
 #                            slower than natively)
 #   VCU_REAL_GPU=0           the guests' daemon on the CPU stand-in
@@ -294,8 +294,8 @@ guest() {
         say "guest: nothing built yet (tests/gpu/samples.sh build)"
         return 1
     fi
-    gs=${VCU_SAMPLES_GUEST_S:-480}
-    gt=${VCU_SAMPLES_GUEST_TIMEOUT:-90}
+    gs=${VCU_SAMPLES_GUEST_S:-550}
+    gt=${VCU_SAMPLES_GUEST_TIMEOUT:-240}
     vms=${VCU_SAMPLES_VMS:-$(($(nproc) * 3 / 4))}
     [ "$vms" -ge 1 ] || vms=1
     if [ -z "${gpus:-}" ]; then
@@ -313,7 +313,7 @@ guest() {
         [ "$why" = - ] || continue
         [ -x "$bld/Samples/$cat/$name/$exe" ] || continue
         nat=
-        read -r nat _ <"$res/$name.native" 2>/dev/null
+        [ ! -f "$res/$name.native" ] || read -r nat _ <"$res/$name.native"
         case $nat in PASS | NO-GPU | '') ;; *) continue ;; esac
         # With no native verdict (a "guest" with no "run" before it, or
         # none for this sample): every sample built, within the GPUs.
@@ -345,6 +345,12 @@ guest() {
         done
         echo "guest root: the libraries of $d"
     done >>"$logs/guest-disk.log" 2>&1
+    # What programs read from the toolkit at run time (device-side-launch
+    # links with libcudadevrt, ptxgen reads libdevice), as a guest with
+    # the toolkit installed has them.
+    for f in "$cuda/lib64/libcudadevrt.a" "$cuda/nvvm/libdevice"; do
+        [ -e "$f" ] && hostroot_link "$f" "$stage"
+    done
     hostroot_link "$src" "$stage"
     tar -C / --exclude=CMakeFiles --exclude='*.o' -cf - "${bld#/}" | tar -C "$stage" -xf - ||
         { say "guest: cannot copy $bld"; return 1; }
@@ -503,7 +509,7 @@ run() {
 # why_not NAME MODE: for the table, why a mode did not pass: the first
 # error-looking line of its log, else its last line.
 why_not() {
-    local st rc why l
+    local st rc why l t
     read -r st rc why <"$res/$1.$2" 2>/dev/null || { echo "no verdict"; return; }
     if [ "$st" = NO-GPU ] || [ "$st" = NOT-RUN ]; then
         l=$why
@@ -511,7 +517,9 @@ why_not() {
         l=$(grep -v '^== ' "$logs/$1.$2.log" 2>/dev/null | grep -i -m 1 -E 'not supported|error|fail')
         [ -n "$l" ] || l=$(grep -v -e '^== ' -e '^[[:space:]]*$' "$logs/$1.$2.log" 2>/dev/null | tail -n 1)
         [ -n "$l" ] || l="no output"
-        [ "$st" != TIMEOUT ] || l="timed out after $tmo s; last: $l"
+        t=$tmo
+        [ "$2" != guest ] || t=${VCU_SAMPLES_GUEST_TIMEOUT:-240}
+        [ "$st" != TIMEOUT ] || l="timed out after $t s; last: $l"
         [ "$st" != WAIVED ] || l="waived (exit status 2): $l"
         [ "$st" != FAIL ] || l="exit status $rc: $l"
     fi

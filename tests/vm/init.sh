@@ -270,6 +270,10 @@ run_samples() {
     [ "$n" -ge 1 ] || { echo "VCU-TEST samples/setup FAIL vcu.samples_part: no guests"; return 0; }
     [ -f /disk/vcu-samples/plan.tsv ] ||
         { echo "VCU-TEST samples/setup FAIL no /vcu-samples/plan.tsv on the disk"; return 0; }
+    # POSIX shared memory (the IPC samples' slabs), and room for what a
+    # sample writes into its folder (the disk is read-only).
+    mkdir -p /disk/dev/shm && mount -t tmpfs tmpfs /disk/dev/shm ||
+        { echo "VCU-TEST samples/setup FAIL no /dev/shm"; return 0; }
     tab=$(printf '\t')
     i=0
     while IFS="$tab" read -r name dir exe runs; do
@@ -293,6 +297,10 @@ sample_run() {
     name=$1 dir=$2 exe=$3
     shift 3
     [ $# -gt 0 ] || set -- ""
+    # The sample's folder, writable: a copy in memory mounted over it.
+    rm -rf /disk/tmp/run && mkdir -p /disk/tmp/run && cp -a "/disk$dir/." /disk/tmp/run/ &&
+        mount -o bind /disk/tmp/run "/disk$dir" ||
+        echo "== its folder stays read-only (no copy mounted over it)"
     for r in "$@"; do
         if [ "$(cut -d. -f1 /proc/uptime)" -ge "$deadline" ]; then
             st=NOT-RUN rc=-
@@ -317,6 +325,8 @@ sample_run() {
         esac
         [ $st = PASS ] || break
     done
+    umount "/disk$dir" 2>/dev/null
+    rm -rf /disk/tmp/run
     echo "VCU-SAMPLE-END $name $st $rc $(($(cut -d. -f1 /proc/uptime) - t0))"
     if [ $st = PASS ]; then
         echo "VCU-TEST samples/$name PASS"
