@@ -424,6 +424,10 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
                               struct vcu__library_s *lib);
 /* The function of that name in m (one handle per name and module). */
 CUresult vcu__module_function(vcu__module_t *m, const char *name, vcu__func_t **out);
+/* A module global; managed (may be NULL): managed memory, given a host view here
+ * (cuda_module.c). */
+CUresult vcu__module_global(CUdeviceptr *dptr, size_t *bytes, int *managed, CUmodule hmod,
+                            const char *name);
 /* kernel's function in device dev, with no current context needed
  * (cuda_library.c). */
 CUresult vcu__kernel_function_dev(CUkernel kernel, int dev, CUfunction *out);

@@ -415,6 +415,43 @@ VCU__EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibr
     return cuModuleGetGlobal_v2(dptr, bytes, (CUmodule)m, name);
 }
 
+/*
+ * A managed variable (__managed__) of the library: its device address,
+ * which the program's host code uses too (it has a host view here:
+ * vcu_managed.c).  A global that is not managed memory is not found, and
+ * neither is one that cannot have a host view here.
+ */
+VCU__EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                         const char *name)
+{
+    vcu__library_t *l = (vcu__library_t *)library;
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    vcu__module_t *m;
+    int managed = 0;
+    CUresult e;
+
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__check_init();
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(l, VCU__K_LIBRARY))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e = vcu__lib_module(l, &m);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_global(&p, &n, &managed, (CUmodule)m, name);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!managed)
+        return CUDA_ERROR_NOT_FOUND;
+    if (dptr != NULL)
+        *dptr = p;
+    if (bytes != NULL)
+        *bytes = n;
+    return CUDA_SUCCESS;
+}
+
 /* ---- function attributes ------------------------------------------------ */
 
 static CUresult vcu__func_get_attr(vcu__func_t *f, CUfunction_attribute attrib, int *pi)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cuda_int.h"
+#include "vcu_managed.h"
 #include "vcu_fatbin.h"
 #include "vcu_kernels.h"
 
@@ -485,6 +486,7 @@ VCU__EXPORT CUresult cuModuleUnload(CUmodule hmod)
     r.value = m->h;
     e = vcu__call(m->dev, VCU_OP_CU_MODULE_UNLOAD, &r, sizeof(r), NULL, 0, NULL, 0);
     vcu__reg_del(m);
+    vcu__m_drop_owner((uint64_t)(uintptr_t)m);
     pthread_mutex_lock(&vcu__drv.lock);
     funcs = m->funcs;
     m->funcs = NULL;
@@ -717,20 +719,24 @@ VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
     return CUDA_SUCCESS;
 }
 
-VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
-                                          const char *name)
+/*
+ * A module global; managed (not NULL) says whether it is managed memory
+ * with a host view here (vcu_managed.c), which it then has.
+ */
+CUresult vcu__module_global(CUdeviceptr *dptr, size_t *bytes, int *managed, CUmodule hmod,
+                            const char *name)
 {
     struct {
         struct vcu_cu_name_req r;
         char name[VCU_CU_NAME_MAX];
     } q;
-    struct vcu_cu_mem_range_resp o;
+    struct vcu_cu_global_info_resp o;
     vcu__module_t *m;
     vcu__ctx_t *c;
     size_t nlen;
     CUresult e;
 
-    if (name == NULL || (dptr == NULL && bytes == NULL))
+    if (name == NULL || (dptr == NULL && bytes == NULL && managed == NULL))
         return CUDA_ERROR_INVALID_VALUE;
     nlen = strnlen(name, VCU_CU_NAME_MAX + 1);
     if (nlen == 0 || nlen > VCU_CU_NAME_MAX)
@@ -744,13 +750,36 @@ VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmo
     q.r.module = m->h;
     q.r.name_len = (uint32_t)nlen;
     memcpy(q.name, name, nlen);
-    e = vcu__call(c->dev, VCU_OP_CU_MODULE_GET_GLOBAL, &q, (uint32_t)(sizeof(q.r) + nlen), NULL,
+    e = vcu__call(c->dev, VCU_OP_CU_MODULE_GLOBAL_INFO, &q, (uint32_t)(sizeof(q.r) + nlen), NULL,
                   0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
+    if (managed != NULL)
+        *managed = 0;
+    if ((o.flags & VCU_CU_GLOBAL_F_MANAGED) && o.base >= o.range_base &&
+        o.base - o.range_base < o.range_size) {
+        static int logged;
+
+        /* The program's host code reaches a managed global by its address,
+         * as natively: the allocation holding it gets a host view. */
+        if (vcu__m_adopt(c->dev, o.range_base, o.range_size, (uint64_t)(uintptr_t)m) == 0) {
+            if (managed != NULL)
+                *managed = 1;
+        } else {
+            vcu__log_once(&logged, "libcuda (virtio-cuda): managed global %s at 0x%llx has no "
+                                   "host view here (its address is taken or not page aligned)\n",
+                          name, (unsigned long long)o.range_base);
+        }
+    }
     if (dptr != NULL)
         *dptr = (CUdeviceptr)o.base;
     if (bytes != NULL)
         *bytes = (size_t)o.size;
     return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+                                          const char *name)
+{
+    return vcu__module_global(dptr, bytes, NULL, hmod, name);
 }

@@ -91,6 +91,7 @@ typedef struct vcu__mreg_s {
     int host_dirty;                 /* shadow writable: the host may have written */
     int busy;                       /* device work may use it: shadow PROT_NONE */
     int dev_dirty;                  /* the device may have written since the copy back */
+    uint64_t owner;                 /* adopted (vcu__m_adopt): its owner; 0: allocated here */
 } vcu__mreg_t;
 
 /* Per device, under vcu__m_mu. */
@@ -606,6 +607,7 @@ static void vcu__m_publish_locked(int slot, int dev, size_t size, uint64_t dptr,
     m->dev = dev;
     m->shadow = !loop;
     m->host_dirty = 0;
+    m->owner = 0;
     __atomic_store_n(&m->len, len, __ATOMIC_RELAXED);
     __atomic_store_n(&m->base, base, __ATOMIC_RELEASE);
     if (slot >= vcu__m_top)
@@ -695,13 +697,80 @@ int vcu__m_alloc(int dev, size_t size, unsigned int flags, void **out)
     return e;
 }
 
+int vcu__m_adopt(int dev, uint64_t base, uint64_t size, uint64_t owner)
+{
+    uint64_t page = vcu__m_page(), len;
+    int loop = vcu__m_ops.loopback(), slot, e;
+    vcu__mreg_t *m;
+
+    if (base == 0 || size == 0 || owner == 0 || (base & (page - 1)) != 0 ||
+        size > UINT64_MAX - page || base > UINT64_MAX - size - page)
+        return -1;
+    len = (size + page - 1) & ~(page - 1);
+    vcu__m_lock();
+    for (int i = 0; i < vcu__m_top; i++) {
+        m = &vcu__mregs[i];
+        if (m->base != 0 && base < m->base + m->len && m->base < base + len) {
+            /* Already (another global of the same allocation), or in the
+             * way. */
+            e = m->base == base && m->size == size && m->owner == owner ? 0 : -1;
+            vcu__m_unlock();
+            return e;
+        }
+    }
+    slot = vcu__m_slot_locked();
+    e = slot < 0 ? vcu__m_ops.oom : 0;
+    if (e == 0 && !loop) {
+        pthread_once(&vcu__m_sig_once, vcu__m_sig_install);
+        e = vcu__m_sig_ok ? vcu__m_stream_locked(dev) : vcu__m_ops.oom;
+        if (e == 0)
+            e = vcu__m_shadow_map(base, len);
+    }
+    if (e != 0) {
+        vcu__m_unlock();
+        return e == 1 ? -1 : e;
+    }
+    vcu__m_publish_locked(slot, dev, size, base, base, len, loop);
+    m = &vcu__mregs[slot];
+    m->owner = owner;
+    if (!loop) {
+        /* The device's contents (the global's initial value) into the
+         * shadow, which the program cannot reach yet. */
+        m->dev_dirty = 1;
+        e = vcu__m_refresh_one_locked(m);
+        if (e != 0) {
+            vcu__m_drop_locked(m);
+            munmap((void *)(uintptr_t)base, len);
+        }
+    }
+    vcu__m_unlock();
+    return e;
+}
+
+void vcu__m_drop_owner(uint64_t owner)
+{
+    if (owner == 0 || __atomic_load_n(&vcu__m_nmanaged, __ATOMIC_ACQUIRE) == 0)
+        return;
+    vcu__m_lock();
+    for (int i = 0; i < vcu__m_top; i++) {
+        vcu__mreg_t *m = &vcu__mregs[i];
+
+        if (m->base == 0 || m->owner != owner)
+            continue;
+        vcu__m_drop_locked(m);
+        if (m->shadow)
+            munmap((void *)(uintptr_t)m->base, m->len);
+    }
+    vcu__m_unlock();
+}
+
 int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr)
 {
     vcu__mreg_t *m = NULL;
 
     vcu__m_lock();
     for (int i = 0; i < vcu__m_top && m == NULL; i++)
-        if (vcu__mregs[i].base == base && base != 0)
+        if (vcu__mregs[i].base == base && base != 0 && vcu__mregs[i].owner == 0)
             m = &vcu__mregs[i];
     if (m == NULL) {
         vcu__m_unlock();

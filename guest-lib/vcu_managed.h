@@ -47,6 +47,17 @@ int vcu__m_alloc(int dev, size_t size, unsigned int flags, void **out);
  * -1 if base is no managed allocation's start.
  */
 int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr);
+/*
+ * Managed memory the driver made on the host (a module's __managed__
+ * globals: [base, base + size), page aligned, device dev) given a host view
+ * here, kept coherent as the layer's own; owner (not 0) names what holds it
+ * (a module), for vcu__m_drop_owner.  0; -1 where it cannot have one (not
+ * page aligned, the address taken here, in the way of another); or the
+ * library's error code.  Adopting it again is 0.  vcu__m_release refuses it.
+ */
+int vcu__m_adopt(int dev, uint64_t base, uint64_t size, uint64_t owner);
+/* Forgets the host views of what owner adopted (its module was unloaded). */
+void vcu__m_drop_owner(uint64_t owner);
 /* 1 and the allocation holding p, or 0. */
 int vcu__m_find(uint64_t p, uint64_t *base, uint64_t *size, int *dev);
 /* Some managed allocation lives. */

@@ -318,7 +318,10 @@ struct vcu_resp_hdr {
     XX(CU_GRAPH_EDGES_DATA, 0x0244, vcu_cu_graph_edges_req, vcu_cu_resp)              \
     XX(CU_HOST_DEVICE_POINTER_AT, 0x0245, vcu_cu_u64_req, vcu_cu_u64_resp)               \
     XX(CU_MEMPOOL_CREATE, 0x0246, vcu_cu_pool_create_req, vcu_cu_u64_resp)             \
-    XX(CU_MEMPOOL_DESTROY, 0x0247, vcu_cu_u64_req, vcu_cu_resp)
+    XX(CU_MEMPOOL_DESTROY, 0x0247, vcu_cu_u64_req, vcu_cu_resp)                          \
+    /* CU_MODULE_GET_GLOBAL's answer, and whether the global is managed   */            \
+    /* memory (__managed__) with the allocation holding it                 */            \
+    XX(CU_MODULE_GLOBAL_INFO, 0x0248, vcu_cu_name_req, vcu_cu_global_info_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -913,6 +916,23 @@ struct vcu_cu_mem_range_resp {
     struct vcu_cu_resp r;
     vcu_le64 base;
     vcu_le64 size;
+};
+
+/*
+ * CU_MODULE_GLOBAL_INFO: a module global (base, size, as CU_MODULE_GET_GLOBAL
+ * answers) and, with VCU_CU_GLOBAL_F_MANAGED, the managed allocation that
+ * holds it (range_base, range_size: the guest gives it a host view).
+ */
+#define VCU_CU_GLOBAL_F_MANAGED 0x1u
+
+struct vcu_cu_global_info_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 base;                  /* OUT */
+    vcu_le64 size;                  /* OUT */
+    vcu_le64 range_base;            /* OUT: 0 unless managed */
+    vcu_le64 range_size;            /* OUT */
+    vcu_le32 flags;                 /* OUT: VCU_CU_GLOBAL_F_* */
+    vcu_le32 reserved;
 };
 
 /*
@@ -1624,6 +1644,7 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memop) == 24, "vcu_cu_memop");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy2d_req) == 72, "vcu_cu_memcpy2d_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_global_info_resp) == 48, "vcu_cu_global_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_attr_req) == 32, "vcu_cu_attr_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_pool_create_req) == 32, "vcu_cu_pool_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_prop) == 24, "vcu_cu_mem_prop");

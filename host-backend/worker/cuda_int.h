@@ -514,6 +514,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_mem_info_resp mem;
     struct vcu_cu_slice_info_resp slice;
     struct vcu_cu_mem_range_resp range;
+    struct vcu_cu_global_info_resp ginfo;
     struct vcu_cu_function_resp fn;
     struct vcu_cu_func_attrs_resp fattr;
     struct vcu_cu_occupancy_resp occ;
@@ -691,6 +692,7 @@ uint32_t vcu__op_CU_MODULE_LOAD_HASH(vcu__op_t *o);
 uint32_t vcu__op_CU_MODULE_UNLOAD(vcu__op_t *o);
 uint32_t vcu__op_CU_MODULE_GET_FUNCTION(vcu__op_t *o);
 uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o);
+uint32_t vcu__op_CU_MODULE_GLOBAL_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_FUNC_GET_ATTRS(vcu__op_t *o);
 uint32_t vcu__op_CU_OCCUPANCY_BLOCK_SIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_LAUNCH(vcu__op_t *o);

@@ -168,6 +168,7 @@ static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, cons
     case VCU_OP_CU_MODULE_UNLOAD:
     case VCU_OP_CU_MODULE_GET_FUNCTION:
     case VCU_OP_CU_MODULE_GET_GLOBAL:
+    case VCU_OP_CU_MODULE_GLOBAL_INFO:
     case VCU_OP_CU_STREAM_CREATE:
     case VCU_OP_CU_STREAM_DESTROY:
     case VCU_OP_CU_EVENT_CREATE:

@@ -494,13 +494,14 @@ out:
     return VCU_S_OK;
 }
 
-uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o)
+/* The global named by the request: its address and size, with o->res. */
+static uint32_t vcu__module_global(vcu__op_t *o, CUdeviceptr *p, size_t *sz)
 {
     struct vcu_cu_name_req rq;
-    CUdeviceptr p = 0;
-    size_t sz = 0;
     char *name;
 
+    *p = 0;
+    *sz = 0;
     name = vcu__name(o, &rq);
     if (name == NULL)
         return VCU_S_EINVAL;
@@ -510,14 +511,50 @@ uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o)
         if (e != NULL) {
             size_t fr0 = vcu__mod_free_before(o);
 
-            o->res = VCU__CU(o->cu, cuModuleGetGlobal, &p, &sz, e->u.mod->mod, name);
+            o->res = VCU__CU(o->cu, cuModuleGetGlobal, p, sz, e->u.mod->mod, name);
             vcu__mod_grew(o, e->u.mod, fr0);
-            o->rb.range.base = p;
-            o->rb.range.size = sz;
         }
     }
     free(name);
     return VCU_S_OK;
+}
+
+uint32_t vcu__op_CU_MODULE_GET_GLOBAL(vcu__op_t *o)
+{
+    CUdeviceptr p;
+    size_t sz;
+    uint32_t st = vcu__module_global(o, &p, &sz);
+
+    o->rb.range.base = p;
+    o->rb.range.size = sz;
+    return st;
+}
+
+/*
+ * A managed global (__managed__) is managed memory of the driver's in this
+ * worker: the guest, whose program's host code reads and writes it by its
+ * address, gives the allocation holding it a host view (vcu_managed.c) and
+ * keeps the two coherent as for cuMemAllocManaged.
+ */
+uint32_t vcu__op_CU_MODULE_GLOBAL_INFO(vcu__op_t *o)
+{
+    CUdeviceptr p, rb = 0;
+    size_t sz, rs = 0;
+    unsigned int managed = 0;
+    uint32_t st = vcu__module_global(o, &p, &sz);
+
+    o->rb.ginfo.base = p;
+    o->rb.ginfo.size = sz;
+    if (st != VCU_S_OK || o->res != CUDA_SUCCESS || o->cu->fn.cuPointerGetAttribute == NULL)
+        return st;
+    if (o->cu->fn.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) !=
+            CUDA_SUCCESS || !managed ||
+        VCU__CU(o->cu, cuMemGetAddressRange, &rb, &rs, p) != CUDA_SUCCESS)
+        return st;
+    o->rb.ginfo.flags = VCU_CU_GLOBAL_F_MANAGED;
+    o->rb.ginfo.range_base = rb;
+    o->rb.ginfo.range_size = rs;
+    return st;
 }
 
 uint32_t vcu__op_CU_FUNC_GET_ATTRS(vcu__op_t *o)

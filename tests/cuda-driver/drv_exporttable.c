@@ -59,23 +59,25 @@ static void seen_add(void *arg, CUfunction f)
     s->n++;
 }
 
-/* The module's kernels as 6e163fbe [7] lists them: each of the four of
+/* The module's kernels as 6e163fbe [7] lists them: each of the six of
  * vcu_drv_kernels.cu once, as cuModuleGetFunction gives it. */
+#define NKERNELS 6
 static int module_kernels_ok(each_fn_t each, CUcontext ctx, CUmodule mod)
 {
-    static const char *const names[] = { "vcu_drv_vadd", "vcu_drv_fill", "vcu_drv_flag_bump",
-                                         "vcu_drv_cond_count", "vcu_drv_cluster" };
+    static const char *const names[NKERNELS] = { "vcu_drv_vadd", "vcu_drv_fill",
+                                                 "vcu_drv_flag_bump", "vcu_drv_managed_add",
+                                                 "vcu_drv_cond_count", "vcu_drv_cluster" };
     struct seen s = { { NULL }, 0 };
 
-    if (each(ctx, mod, seen_add, &s) != 5 || s.n != 5)
+    if (each(ctx, mod, seen_add, &s) != NKERNELS || s.n != NKERNELS)
         return 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < NKERNELS; i++) {
         CUfunction f;
         int found = 0;
 
         if (cuModuleGetFunction(&f, mod, names[i]) != CUDA_SUCCESS)
             return 0;
-        for (int j = 0; j < 5; j++)
+        for (int j = 0; j < NKERNELS; j++)
             found += s.f[j] == f;
         if (found != 1)
             return 0;
@@ -200,7 +202,7 @@ int main(void)
         TRUE(module_kernels_ok(each, prim, mod));
         TRUE(module_kernels_ok(each, NULL, mod));
         /* No callback: still the count (NVIDIA's driver, measured). */
-        TRUE(each(prim, mod, NULL, &s) == 5 && s.n == 0);
+        TRUE(each(prim, mod, NULL, &s) == NKERNELS && s.n == 0);
         TRUE(each((CUcontext)&s, mod, seen_add, &s) == 0 && s.n == 0);
         TRUE(each(prim, (CUmodule)&s, seen_add, &s) == 0 && s.n == 0);
         CK(cuModuleUnload(mod));

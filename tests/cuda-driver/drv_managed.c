@@ -177,6 +177,50 @@ int main(void)
     CK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, d));
     TRUE(managed == 0);
     CK(cuMemFree(d));
+
+    /* A module's __managed__ global: the host reads and writes it by its
+     * address, as natively (NVIDIA's uvmlite sample), and a kernel's write
+     * comes back after a synchronize; through a library as well
+     * (cuLibraryGetManaged, which finds no plain __device__ global). */
+    {
+        CUdeviceptr g, g2, plain;
+        size_t gsz;
+        unsigned int *hw;
+        CUfunction add;
+        CUlibrary lib;
+        void *args[1];
+        unsigned int inc = 5;
+
+        CK(cuModuleGetGlobal(&g, &gsz, mod, "vcu_drv_managed_word"));
+        TRUE(gsz == sizeof(unsigned int));
+        CK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, g));
+        TRUE(managed == 1);
+        CK(cuPointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, g));
+        TRUE(hp == (void *)(uintptr_t)g);
+        hw = hp;
+        TRUE(*hw == 10);                          /* its initial value */
+        *hw += 1;
+        CK(cuModuleGetFunction(&add, mod, "vcu_drv_managed_add"));
+        args[0] = &inc;
+        CK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        CK(cuCtxSynchronize());
+        TRUE(*hw == 16);                          /* the host's 1, the kernel's 5 */
+        CK(cuModuleGetGlobal(&g2, NULL, mod, "vcu_drv_managed_word"));
+        TRUE(g2 == g);
+        CK(cuModuleGetGlobal(&plain, NULL, mod, "vcu_drv_flag"));
+        CK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, plain));
+        TRUE(managed == 0);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemFree(g));   /* not an allocation */
+        TRUE(*hw == 16);
+
+        CK(cuLibraryLoadData(&lib, fatbin, NULL, NULL, 0, NULL, NULL, 0));
+        CK(cuLibraryGetManaged(&g2, &gsz, lib, "vcu_drv_managed_word"));
+        TRUE(g2 != g && gsz == sizeof(unsigned int));
+        TRUE(*(unsigned int *)(uintptr_t)g2 == 10);   /* the library's own copy */
+        EXPECT(CUDA_ERROR_NOT_FOUND, cuLibraryGetManaged(&plain, NULL, lib, "vcu_drv_flag"));
+        CK(cuLibraryUnload(lib));
+    }
+
     CK(cuStreamDestroy(s));
     CK(cuModuleUnload(mod));
     free(fatbin);

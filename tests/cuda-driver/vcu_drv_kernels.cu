@@ -8,6 +8,16 @@
 /* Read and written by drv_vector_add through cuModuleGetGlobal. */
 __device__ unsigned int vcu_drv_flag = 7;
 
+/* Managed (__managed__): drv_managed reads and writes it from the host by
+ * its address, as natively, and vcu_drv_managed_add adds to it. */
+__managed__ unsigned int vcu_drv_managed_word = 10;
+
+extern "C" __global__ void vcu_drv_managed_add(unsigned int v)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        vcu_drv_managed_word += v;
+}
+
 extern "C" __global__ void vcu_drv_vadd(const float *a, const float *b, float *c, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -518,6 +518,7 @@ typedef struct fc_mem_s {
     size_t cap;                 /* DEVICE: usable bytes from base */
     int dev;
     struct fc_pool_s *pool;     /* cuMemAllocAsync, FromPoolAsync: its pool */
+    int managed;                /* GLOBAL: a __managed__ one (IS_MANAGED) */
     /* GRAPH: an allocation node's address range, fixed when the node is
      * made and held by it and its copies (refs); mapped from a launch
      * that ran the node until a trim finds it unused; live between the
@@ -3366,6 +3367,31 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     return rc;
 }
 
+/* Only what the host backend asks (CU_MODULE_GLOBAL_INFO): whether memory
+ * is managed; the stand-in's only managed memory is __managed__ globals. */
+CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (attribute != CU_POINTER_ATTRIBUTE_IS_MANAGED)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS) {
+        i = fc_mem_find((uintptr_t)ptr);
+        if (i < 0)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            *(unsigned int *)data = g_mem[i].kind == FC_MEM_GLOBAL && g_mem[i].managed;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     fc_ctx_t *ctx;
@@ -4833,16 +4859,19 @@ static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
     m->globals = grown;
     mg = &m->globals[m->nglobals];
     memset(mg, 0, sizeof(*mg));
-    mg->raw = fc_dev_alloc(size);
+    /* A managed one starts a page, as the driver's managed allocations
+     * do (the guest gives it a host view of whole pages). */
+    mg->raw = fc_dev_alloc(g->managed ? size + 4096 : size);
     if (!mg->raw)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    mg->mem = mg->raw;
+    mg->mem = g->managed ? (void *)(((uintptr_t)mg->raw + 4095) & ~(uintptr_t)4095) : mg->raw;
     mg->def = g;
     if (g->init)
         memcpy(mg->mem, g->init, g->size);
     e.base = (uintptr_t)mg->mem;
     e.size = size;
     e.kind = FC_MEM_GLOBAL;
+    e.managed = g->managed;
     e.ctx = m->ctx;
     e.dev = m->ctx->dev;
     if (fc_mem_insert(&e) != CUDA_SUCCESS) {

@@ -42,6 +42,7 @@ TW_GETTER(tw_u8, uint8_t)
 TW_GETTER(tw_i16, int16_t)
 TW_GETTER(tw_u16, uint16_t)
 TW_GETTER(tw_i32, int32_t)
+TW_GETTER(tw_u32, uint32_t)
 TW_GETTER(tw_i64, int64_t)
 TW_GETTER(tw_u64, uint64_t)
 TW_GETTER(tw_f32, float)
@@ -728,6 +729,15 @@ static void tw_drv_flag_bump(vcu_twin_launch_t *l, const void *pb)
     *flag += 1;
 }
 
+/* vcu_drv_managed_add(unsigned v): the managed word += v. */
+static void tw_drv_managed_add(vcu_twin_launch_t *l, const void *pb)
+{
+    uint32_t *w = tw_global(l, "vcu_drv_managed_word");
+
+    if (w != NULL)
+        *w += tw_u32(pb, 0);
+}
+
 /* graph_mem.cu: gm_fill(unsigned *p, int n, unsigned v): p[i] = v + i. */
 static void tw_gm_fill(vcu_twin_launch_t *l, const void *pb)
 {
@@ -992,6 +1002,8 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 8), P(8, 1), P(16, 8), P(24, 4), P(28, 4) }, 8, 0, 0 },
     { "vcu_drv_flag_bump", tw_drv_flag_bump, 1,
       { P(0, 8) }, 12, 0, 0 },
+    { "vcu_drv_managed_add", tw_drv_managed_add, 1,
+      { P(0, 4) }, 8, 0, 0 },
     { "_Z7gm_fillPjij", tw_gm_fill, 3,
       { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
     { "_Z8gm_countPjjy", tw_drv_cond_count, 3,
@@ -1017,18 +1029,20 @@ static const int32_t tw_init_sym_init = 42;
 static const int32_t tw_init_mtu_a_scale = 3;
 static const int32_t tw_init_mtu_b_scale = 5;
 static const uint32_t tw_init_vcu_drv_flag = 7;
+static const uint32_t tw_init_vcu_drv_managed_word = 10;
 
 const vcu_twin_global_t vcu_twin_globals[] = {
     /* symbols.cu */
-    { "sym_coef", 16 * sizeof(float), NULL },
-    { "sym_counter", sizeof(int32_t), NULL },
-    { "sym_init", sizeof(int32_t), &tw_init_sym_init },
-    { "sym_table", 256 * sizeof(float), NULL },
+    { "sym_coef", 16 * sizeof(float), NULL, 0 },
+    { "sym_counter", sizeof(int32_t), NULL, 0 },
+    { "sym_init", sizeof(int32_t), &tw_init_sym_init, 0 },
+    { "sym_table", 256 * sizeof(float), NULL, 0 },
     /* multi_tu_a.cu, multi_tu_b.cu */
-    { "mtu_a_scale", sizeof(int32_t), &tw_init_mtu_a_scale },
-    { "mtu_b_scale", sizeof(int32_t), &tw_init_mtu_b_scale },
-    { "mtu_b_offset", sizeof(int32_t), NULL },
+    { "mtu_a_scale", sizeof(int32_t), &tw_init_mtu_a_scale, 0 },
+    { "mtu_b_scale", sizeof(int32_t), &tw_init_mtu_b_scale, 0 },
+    { "mtu_b_offset", sizeof(int32_t), NULL, 0 },
     /* tests/cuda-driver/vcu_drv_kernels.cu */
-    { "vcu_drv_flag", sizeof(uint32_t), &tw_init_vcu_drv_flag },
-    { NULL, 0, NULL },
+    { "vcu_drv_flag", sizeof(uint32_t), &tw_init_vcu_drv_flag, 0 },
+    { "vcu_drv_managed_word", sizeof(uint32_t), &tw_init_vcu_drv_managed_word, 1 },
+    { NULL, 0, NULL, 0 },
 };

@@ -81,7 +81,7 @@ typedef struct vcu_twin_s {
 extern const vcu_twin_t vcu_twins[];
 
 /*
- * Device symbols (__device__ / __constant__ variables) of the test
+ * Device symbols (__device__ / __constant__ / __managed__ variables) of the test
  * programs, for cuModuleGetGlobal: each loaded module gets its own zeroed
  * (or init-filled) copy of every symbol whose name its image contains.
  */
@@ -89,6 +89,7 @@ typedef struct vcu_twin_global_s {
     const char *name;               /* as in the fatbin */
     size_t size;
     const void *init;               /* initial bytes, or NULL for zeros */
+    int managed;                    /* __managed__: page aligned, IS_MANAGED */
 } vcu_twin_global_t;
 
 extern const vcu_twin_global_t vcu_twin_globals[];

@@ -69,7 +69,8 @@ seeds = {
  "funcattrs": req("CU_FUNC_GET_ATTRS", pad(16), [(1, "func")])
               + req("CU_CALL", call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", u64(0) + u64(128) + u64(0) + u64(0)), [(2, "func")]),
  "getfunc": req("CU_MODULE_GET_FUNCTION", pad(8) + u64(0) + u32(23) + u32(0) + b"_Z10vector_addPKfS0_Pfi", [(1, "module")]),
- "getglobal": req("CU_MODULE_GET_GLOBAL", pad(8) + u64(0) + u32(3) + u32(0) + b"abc", [(1, "module")]),
+ "getglobal": req("CU_MODULE_GET_GLOBAL", pad(8) + u64(0) + u32(3) + u32(0) + b"abc", [(1, "module")])
+              + req("CU_MODULE_GLOBAL_INFO", pad(8) + u64(0) + u32(3) + u32(0) + b"abc", [(1, "module")]),
  "events": req("CU_EVENT_RECORD", pad(32), [(1, "event"), (2, "stream")]) + req("CU_EVENT_SYNCHRONIZE", pad(16), [(1, "event")]) + req("CU_CALL", call("cuEventElapsedTime_v2", u64(0) + u64(0)), [(2, "event"), (3, "event")]),
  "stream": req("CU_STREAM_WAIT_EVENT", pad(32), [(1, "stream"), (2, "event")]) + req("CU_STREAM_SYNCHRONIZE", pad(16), [(1, "stream")]) + req("CU_STREAM_DESTROY", pad(16), [(1, "stream")]),
  "capture": req("CU_STREAM_BEGIN_CAPTURE", pad(32), [(1, "stream")]) + req("CU_MEMSET", pad(8) + u64(0) + u64(0) + u64(16) + u64(1) + u64(0) + u32(1) + u32(1) + u32(1) + u32(0), [(1, "dptr"), (5, "stream")]) + req("CU_STREAM_CAPTURE_INFO", pad(16), [(1, "stream")]) + req("CU_STREAM_END_CAPTURE", pad(16), [(1, "stream")]),

@@ -4881,6 +4881,83 @@ static uint32_t tc_global(tc_t *c, uint64_t mod, const char *name, uint64_t *add
     return rp.r.result;
 }
 
+/* CU_MODULE_GLOBAL_INFO of name in mod (name_len as given: n). */
+static uint32_t tc_ginfo(tc_t *c, uint64_t mod, const char *name, uint32_t n, uint32_t plen,
+                         struct vcu_cu_global_info_resp *rp)
+{
+    unsigned char p[sizeof(struct vcu_cu_name_req) + 64];
+    struct vcu_cu_name_req rq;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    memset(rp, 0, sizeof(*rp));
+    rq.module = mod;
+    rq.name_len = n;
+    memcpy(p, &rq, sizeof(rq));
+    memcpy(p + sizeof(rq), name, strlen(name));
+    st = tc_do(c, VCU_OP_CU_MODULE_GLOBAL_INFO, 0, p, plen, rp, sizeof(*rp));
+    return st != VCU_S_OK ? 0x10000 + st : rp->r.result;
+}
+
+/*
+ * A __managed__ global is said to be managed, with the page-aligned
+ * allocation holding it, for the guest's host view; a plain one is not.
+ * Forged, another session's and malformed requests get errors and change
+ * nothing.
+ */
+TEST(cuda_module_global_info)
+{
+    static const char ptx[] = TC_PTX
+        ".visible .global .attribute(.managed) .align 4 .u32 vcu_drv_managed_word = 10;\n"
+        ".visible .global .align 4 .u32 sym_counter;\n";
+    struct vcu_cu_global_info_resp rp;
+    uint64_t mod = 0, base = 0, size = 0;
+    const char *mw = "vcu_drv_managed_word";
+    uint32_t n = (uint32_t)strlen(mw);
+    tc_t c, d;
+
+    CHECK(tc_open(&c));
+    d.be = c.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(d.be, &d.s));
+    ASSERT_EQ(CUDA_SUCCESS, tc_module(&c, ptx, &mod));
+    ASSERT_EQ(CUDA_SUCCESS, tc_ginfo(&c, mod, mw, n, (uint32_t)sizeof(struct vcu_cu_name_req) + n,
+                                     &rp));
+    ASSERT_EQ(VCU_CU_GLOBAL_F_MANAGED, rp.flags);
+    ASSERT_EQ(4, (int)rp.size);
+    ASSERT_TRUE(rp.range_base != 0 && rp.range_base % 4096 == 0);
+    ASSERT_TRUE(rp.base >= rp.range_base && rp.base + rp.size <= rp.range_base + rp.range_size);
+    /* The same global as CU_MODULE_GET_GLOBAL names. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_global(&c, mod, mw, &base, &size));
+    ASSERT_EQ(base, rp.base);
+    ASSERT_EQ(CUDA_SUCCESS, tc_ginfo(&c, mod, "sym_counter", 11,
+                                     (uint32_t)sizeof(struct vcu_cu_name_req) + 11, &rp));
+    ASSERT_EQ(0, (int)rp.flags);
+    ASSERT_EQ(0, (int)rp.range_base);
+    ASSERT_EQ(CUDA_ERROR_NOT_FOUND, tc_ginfo(&c, mod, "nothere", 7,
+                                             (uint32_t)sizeof(struct vcu_cu_name_req) + 7, &rp));
+    /* Another session naming this one's module, a forged handle. */
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              tc_ginfo(&d, mod, mw, n, (uint32_t)sizeof(struct vcu_cu_name_req) + n, &rp));
+    ASSERT_EQ(0, (int)rp.flags);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_ginfo(&c, mod ^ 0x40, mw, n,
+                                                  (uint32_t)sizeof(struct vcu_cu_name_req) + n,
+                                                  &rp));
+    /* A name longer than the payload, no name, a truncated header. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_ginfo(&c, mod, mw, n + 8,
+                                               (uint32_t)sizeof(struct vcu_cu_name_req) + n, &rp));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_ginfo(&c, mod, mw, 0, (uint32_t)sizeof(struct vcu_cu_name_req), &rp));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL,
+              tc_ginfo(&c, mod, mw, n, (uint32_t)sizeof(struct vcu_cu_name_req) - 4, &rp));
+    /* And the module still answers. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_ginfo(&c, mod, mw, n, (uint32_t)sizeof(struct vcu_cu_name_req) + n,
+                                     &rp));
+    ASSERT_EQ(VCU_CU_GLOBAL_F_MANAGED, rp.flags);
+    ASSERT_EQ(VCU_S_OK, ut_close(d.be, d.s));
+    tc_close(&c);
+    return 0;
+}
+
 /* What a migrated session must find again: its allocations (one freed in
  * between), the contents of each, a module global, a function, a stream
  * and an event. */

@@ -73,6 +73,7 @@
     X(cuda_add_ram)                     \
     X(cuda_add_ram_during_capture)      \
     X(cuda_host_device_pointer)         \
+    X(cuda_module_global_info)          \
     X(printf_image_detect)              \
     X(cuda_printf_capture)              \
     X(cuda_printf_no_capture)           \
