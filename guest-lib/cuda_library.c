@@ -88,6 +88,20 @@ static CUresult vcu__lib_module(vcu__library_t *l, vcu__module_t **out)
     return vcu__lib_module_dev(l, c->dev, out);
 }
 
+/* The module of a library handle from the program, in the current
+ * context's device: the driver initialized, the handle checked. */
+static CUresult vcu__lib_module_of(CUlibrary library, vcu__module_t **out)
+{
+    vcu__library_t *l = (vcu__library_t *)library;
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(l, VCU__K_LIBRARY))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return vcu__lib_module(l, out);
+}
+
 /*
  * Loaded into the current context's device now, if there is one (so a
  * bad image fails here, as NVIDIA's eager loading does), else at the
@@ -240,18 +254,12 @@ VCU__EXPORT CUresult cuLibraryUnload(CUlibrary library)
 
 VCU__EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 {
-    vcu__library_t *l = (vcu__library_t *)library;
     vcu__module_t *m;
     CUresult e;
 
     if (pMod == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_init();
-    if (e != CUDA_SUCCESS)
-        return e;
-    if (!vcu__reg_has(l, VCU__K_LIBRARY))
-        return CUDA_ERROR_INVALID_HANDLE;
-    e = vcu__lib_module(l, &m);
+    e = vcu__lib_module_of(library, &m);
     if (e != CUDA_SUCCESS)
         return e;
     *pMod = (CUmodule)m;
@@ -398,18 +406,12 @@ VCU__EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 VCU__EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
                                         const char *name)
 {
-    vcu__library_t *l = (vcu__library_t *)library;
     vcu__module_t *m;
     CUresult e;
 
     if (name == NULL || (dptr == NULL && bytes == NULL))
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_init();
-    if (e != CUDA_SUCCESS)
-        return e;
-    if (!vcu__reg_has(l, VCU__K_LIBRARY))
-        return CUDA_ERROR_INVALID_HANDLE;
-    e = vcu__lib_module(l, &m);
+    e = vcu__lib_module_of(library, &m);
     if (e != CUDA_SUCCESS)
         return e;
     return cuModuleGetGlobal_v2(dptr, bytes, (CUmodule)m, name);
@@ -424,7 +426,6 @@ VCU__EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibr
 VCU__EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
                                          const char *name)
 {
-    vcu__library_t *l = (vcu__library_t *)library;
     CUdeviceptr p = 0;
     size_t n = 0;
     vcu__module_t *m;
@@ -433,12 +434,7 @@ VCU__EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlib
 
     if (name == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__check_init();
-    if (e != CUDA_SUCCESS)
-        return e;
-    if (!vcu__reg_has(l, VCU__K_LIBRARY))
-        return CUDA_ERROR_INVALID_HANDLE;
-    e = vcu__lib_module(l, &m);
+    e = vcu__lib_module_of(library, &m);
     if (e == CUDA_SUCCESS)
         e = vcu__module_global(&p, &n, &managed, (CUmodule)m, name);
     if (e != CUDA_SUCCESS)

@@ -18,12 +18,14 @@
  *
  *   VCU-MANY TAG start
  *   VCU-MANY TAG tick rounds=R wrong=W violations=V
+ *   VCU-MANY TAG round R                   (each round, with MANY_ROUNDS=1)
  *   VCU-MANY TAG done rounds=R wrong=W violations=V secs=S maxgap=G
  *   VCU-MANY TAG fault-seen ERROR          (exit status 3)
  *   VCU-MANY TAG error WHAT                (exit status 1)
  *
- * G: the longest time between the ends of two rounds, in seconds: what
- * the guest saw of a pause (tests/vm/migrate.py).  With MANY_BALLAST_MIB
+ * G: the longest time between the ends of two rounds, in seconds, by the
+ * guest's clock (which stops while its VM is paused: tests/vm/migrate.py
+ * times the "round" lines as they reach the host instead).  With MANY_BALLAST_MIB
  * in the environment, that much more device memory is held throughout,
  * every byte 0x5a, and checked at the end (a model's weights while the
  * VM migrates): a wrong byte counts as a wrong result.
@@ -129,7 +131,7 @@ int main(int argc, char **argv)
     void *ballast = NULL;
     size_t ballast_bytes = 0;
     size_t quota, fr, tot;
-    int secs;
+    int secs, round_lines;
 
     if (argc < 4) {
         fprintf(stderr, "usage: many_work TAG SECS QUOTA_MIB [FAULT_AT]\n");
@@ -150,6 +152,7 @@ int main(int argc, char **argv)
     CK(cudaStreamCreate(&gst));     /* blocking: ordered after the legacy stream's copies */
     CK(graph_make(gst, gx, gy, gz, &gexec));
     ix = (int *)hx;
+    round_lines = getenv("MANY_ROUNDS") != NULL && strcmp(getenv("MANY_ROUNDS"), "1") == 0;
     if (getenv("MANY_BALLAST_MIB") != NULL && atoll(getenv("MANY_BALLAST_MIB")) > 0) {
         ballast_bytes = (size_t)atoll(getenv("MANY_BALLAST_MIB")) << 20;
         CK(cudaMalloc(&ballast, ballast_bytes));
@@ -232,6 +235,10 @@ int main(int argc, char **argv)
             if (rounds > 1 && t - last_round > maxgap)
                 maxgap = t - last_round;
             last_round = t;
+        }
+        if (round_lines) {
+            printf("VCU-MANY %s round %lld\n", tag, rounds);
+            fflush(stdout);
         }
         if (fault_at >= 0 && now_s() - start >= fault_at) {
             cudaError_t e;

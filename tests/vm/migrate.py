@@ -39,7 +39,7 @@ Environment: VCU_LIBCUDA (the daemons' libcuda; default the CPU stand-in,
 build/fakecuda/libcuda.so.1; --real-gpu: the host's), VCU_MIG_SECS (the
 checker's seconds, default 90), VCU_VM_LOGDIR (default build/vm/logs).
 """
-import json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time
+import json, os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 B = os.path.join(ROOT, 'build')
@@ -189,6 +189,34 @@ def migrate(src, dst, port, secs=600):
     return wait_migration(src, secs)
 
 
+class RoundWatch(threading.Thread):
+    """When each of the checker's rounds reached the host, from the serial
+    logs of the source and the destination (QEMU writes the guest's serial
+    output to them as it comes): what a client of the guest sees of the
+    pause, which the guest's own clock, stopped with the VM, cannot show."""
+
+    def __init__(self, paths, tag='mig'):
+        super().__init__(daemon=True)
+        self.paths, self.prefix = paths, f'VCU-MANY {tag} round '
+        self.times, self.halt = [], threading.Event()
+
+    def run(self):
+        seen = 0
+        while not self.halt.is_set():
+            n = sum(sum(1 for l in lines(p) if l.startswith(self.prefix)) for p in self.paths)
+            if n > seen:
+                self.times += [time.time()] * (n - seen)
+                seen = n
+            time.sleep(0.01)
+
+    def stop(self):
+        """(the longest gap between two rounds' arrivals, the median gap)"""
+        self.halt.set()
+        self.join(timeout=5)
+        d = sorted(b - a for a, b in zip(self.times, self.times[1:]) if b > a)
+        return (d[-1], d[len(d) // 2]) if d else (None, None)
+
+
 def gaps(path, tag='mig'):
     """The checker's rounds as the guest printed them: (ticks, done line)."""
     ticks = [l for l in lines(path) if l.startswith(f'VCU-MANY {tag} tick')]
@@ -261,16 +289,26 @@ def one(tmp, procs, da_sock, db_sock, tag, ballast=0, gpus=(None, None)):
         report(f'{tag}-source-running', False, 'the checker printed no round in 600 s: ' +
                ' | '.join(lines(sa)[-8:]))
         return
+    watch = RoundWatch((sa, sb))
+    watch.start()
     t0 = time.time()
     q = migrate(ma, mb, 40000 + (os.getpid() + len(results)) % 20000)
     report(f'{tag}-completed', q.get('status') == 'completed',
            f"status {q.get('status')} {q.get('error-desc', '')}".strip())
     if q.get('status') != 'completed':
+        watch.stop()
         return
     print(f"info: {tag}: {ballast} MiB more device memory: QEMU's downtime {q.get('downtime')} ms, "
           f"total {q.get('total-time')} ms, {time.time() - t0:.1f} s from the migrate command",
           flush=True)
     ma.cmd('quit')
+    wait_line(sb, r'^VCU-MANY mig tick', 60)
+    time.sleep(2)
+    longest, median = watch.stop()
+    if longest is not None:
+        print(f"info: {tag}: the pause as the guest's rounds reached the host: the longest gap "
+              f"between two rounds {longest:.2f} s (rounds every {median:.2f} s otherwise)",
+              flush=True)
     done = checker_went_on(tag, sa, sb)
     g = re.search(r'maxgap=([0-9.]+)', done or '')
     r = re.search(r'rounds=(\d+)', done or '')
