@@ -432,11 +432,17 @@ CUresult vcu__module_global(CUdeviceptr *dptr, size_t *bytes, int *managed, CUmo
  * (cuda_library.c). */
 CUresult vcu__kernel_function_dev(CUkernel kernel, int dev, CUfunction *out);
 /* Each kernel of m, in its image's order, once each: fn(arg, f) (with
- * vcu__drv.lock not held); *count the number of calls.  Read from the
- * image in the guest (include/vcu_kernels.h): CUDA_ERROR_NOT_SUPPORTED
- * where that is not read here (logged once). */
+ * vcu__drv.lock not held); *count the number of calls (fn NULL: only
+ * counted, no function made).  Read from the image in the guest
+ * (include/vcu_kernels.h): CUDA_ERROR_NOT_SUPPORTED where that is not read
+ * here (logged once). */
 CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
                              unsigned int *count);
+/* The kernel names of an image for device dev's architecture, each once,
+ * in its order: *names (n of them) the caller's, for vcu__names_free. */
+CUresult vcu__image_kernel_names(const void *img, uint64_t len, int dev, char ***names,
+                                 unsigned int *n);
+void vcu__names_free(char **names, unsigned int n);
 
 /*
  * One copy kind (VCU_OP_CU_MEMCPY_HTOD/DTOH/DTOD) of n bytes, in pieces of

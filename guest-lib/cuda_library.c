@@ -417,6 +417,53 @@ VCU__EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibr
     return cuModuleGetGlobal_v2(dptr, bytes, (CUmodule)m, name);
 }
 
+/* The library's kernel names, for the current context's device (device
+ * 0 with no context: the names rarely differ between architectures). */
+static CUresult vcu__lib_names(CUlibrary library, char ***names, unsigned int *n)
+{
+    vcu__library_t *l = (vcu__library_t *)library;
+    vcu__ctx_t *c;
+    CUresult e = vcu__check_init();
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (!vcu__reg_has(l, VCU__K_LIBRARY))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return vcu__image_kernel_names(l->image, l->len,
+                                   vcu__cur_quiet(&c) == CUDA_SUCCESS ? c->dev : 0, names, n);
+}
+
+VCU__EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
+{
+    char **names;
+    CUresult e;
+
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__lib_names(lib, &names, count);
+    if (e == CUDA_SUCCESS)
+        vcu__names_free(names, *count);
+    return e;
+}
+
+/* Its kernels, up to numKernels, each the handle cuLibraryGetKernel gives
+ * for its name. */
+VCU__EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels,
+                                               CUlibrary lib)
+{
+    char **names = NULL;
+    unsigned int n = 0;
+    CUresult e;
+
+    if (kernels == NULL && numKernels > 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__lib_names(lib, &names, &n);
+    for (unsigned int i = 0; i < n && i < numKernels && e == CUDA_SUCCESS; i++)
+        e = cuLibraryGetKernel(&kernels[i], lib, names[i]);
+    vcu__names_free(names, n);
+    return e;
+}
+
 /*
  * A managed variable (__managed__) of the library: its device address,
  * which the program's host code uses too (it has a host view here:

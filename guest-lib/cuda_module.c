@@ -656,23 +656,22 @@ static size_t vcu__unzstd(void *dst, size_t cap, const void *src, size_t n)
     return vcu__zstd_is_error(r) ? 0 : r;
 }
 
-CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
-                             unsigned int *count)
+CUresult vcu__image_kernel_names(const void *img, uint64_t len, int dev, char ***names,
+                                 unsigned int *n)
 {
     static int logged;
     vcu__names_t v = { NULL, 0, 0 };
-    const void *img = m->lib != NULL ? m->lib->image : m->image;
-    uint64_t len = m->lib != NULL ? m->lib->len : m->image_len;
     int major = 0, minor = 0;
-    CUresult e = CUDA_SUCCESS;
+    CUresult e;
     long r;
 
-    *count = 0;
+    *names = NULL;
+    *n = 0;
     if (img == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;       /* the copy failed at the load */
-    e = cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->dev);
+    e = cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     if (e == CUDA_SUCCESS)
-        e = cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->dev);
+        e = cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     if (e != CUDA_SUCCESS)
         return e;
     r = vcu_image_kernels(img, (size_t)len, (unsigned int)(major * 10 + minor), vcu__names_add,
@@ -684,19 +683,95 @@ CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction 
                                "(its image is not read here; zstd needs libzstd.so.1)\n");
         e = CUDA_ERROR_NOT_SUPPORTED;
     }
-    for (unsigned int i = 0; i < v.n && e == CUDA_SUCCESS; i++) {
+    if (e != CUDA_SUCCESS) {
+        vcu__names_free(v.names, v.n);
+        return e;
+    }
+    *names = v.names;
+    *n = v.n;
+    return CUDA_SUCCESS;
+}
+
+void vcu__names_free(char **names, unsigned int n)
+{
+    for (unsigned int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+CUresult vcu__module_kernels(vcu__module_t *m, void (*fn)(void *arg, CUfunction f), void *arg,
+                             unsigned int *count)
+{
+    const void *img = m->lib != NULL ? m->lib->image : m->image;
+    uint64_t len = m->lib != NULL ? m->lib->len : m->image_len;
+    char **names;
+    unsigned int n;
+    CUresult e;
+
+    *count = 0;
+    e = vcu__image_kernel_names(img, len, m->dev, &names, &n);
+    if (e == CUDA_SUCCESS && fn == NULL)
+        *count = n;
+    for (unsigned int i = 0; i < n && fn != NULL && e == CUDA_SUCCESS; i++) {
         vcu__func_t *f;
 
-        e = vcu__module_function(m, v.names[i], &f);
+        e = vcu__module_function(m, names[i], &f);
         if (e == CUDA_SUCCESS) {
             fn(arg, (CUfunction)f);
             (*count)++;
         }
     }
-    for (unsigned int i = 0; i < v.n; i++)
-        free(v.names[i]);
-    free(v.names);
+    vcu__names_free(names, n);
     return e;
+}
+
+/* vcu__module_kernels' callback for cuModuleEnumerateFunctions. */
+typedef struct {
+    CUfunction *out;
+    unsigned int cap, n;
+} vcu__fn_list_t;
+
+static void vcu__fn_list_add(void *arg, CUfunction f)
+{
+    vcu__fn_list_t *l = arg;
+
+    if (l->n < l->cap)
+        l->out[l->n++] = f;
+}
+
+/* How many kernels the module has, as its image lists them (no function
+ * is made for it). */
+VCU__EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
+{
+    vcu__module_t *m;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_here(c, mod, &m);
+    return e == CUDA_SUCCESS ? vcu__module_kernels(m, NULL, NULL, count) : e;
+}
+
+/* Its kernels' functions, up to numFunctions, each the handle
+ * cuModuleGetFunction gives for its name. */
+VCU__EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions,
+                                                CUmodule mod)
+{
+    vcu__fn_list_t l = { functions, numFunctions, 0 };
+    unsigned int n;
+    vcu__module_t *m;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (functions == NULL && numFunctions > 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__module_here(c, mod, &m);
+    return e == CUDA_SUCCESS ? vcu__module_kernels(m, vcu__fn_list_add, &l, &n) : e;
 }
 
 VCU__EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)

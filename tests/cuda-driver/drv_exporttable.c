@@ -62,11 +62,12 @@ static void seen_add(void *arg, CUfunction f)
 /* The module's kernels as 6e163fbe [7] lists them: each of the six of
  * vcu_drv_kernels.cu once, as cuModuleGetFunction gives it. */
 #define NKERNELS 6
+static const char *const names[NKERNELS] = { "vcu_drv_vadd", "vcu_drv_fill",
+                                             "vcu_drv_flag_bump", "vcu_drv_managed_add",
+                                             "vcu_drv_cond_count", "vcu_drv_cluster" };
+
 static int module_kernels_ok(each_fn_t each, CUcontext ctx, CUmodule mod)
 {
-    static const char *const names[NKERNELS] = { "vcu_drv_vadd", "vcu_drv_fill",
-                                                 "vcu_drv_flag_bump", "vcu_drv_managed_add",
-                                                 "vcu_drv_cond_count", "vcu_drv_cluster" };
     struct seen s = { { NULL }, 0 };
 
     if (each(ctx, mod, seen_add, &s) != NKERNELS || s.n != NKERNELS)
@@ -95,6 +96,55 @@ static void dtor(CUcontext ctx, void *key, void *value)
     dtor_calls++;
     dtor_ctx = ctx;
     dtor_value = value;
+}
+
+/* The same through the public calls (CUDA 12.4 and later): the counts,
+ * and each kernel once, as cuModuleGetFunction and cuLibraryGetKernel give
+ * them; buffers smaller than the count; bad handles. */
+static void enumerate_ok(CUmodule mod, const void *fatbin)
+{
+    CUfunction fs[NKERNELS + 2], f;
+    CUkernel ks[NKERNELS];
+    CUlibrary lib;
+    unsigned int c = 0;
+    const char *name;
+
+    CK(cuModuleGetFunctionCount(&c, mod));
+    TRUE(c == NKERNELS);
+    memset(fs, 0, sizeof(fs));
+    CK(cuModuleEnumerateFunctions(fs, NKERNELS + 2, mod));
+    TRUE(fs[NKERNELS] == NULL);
+    for (int i = 0; i < NKERNELS; i++) {
+        int found = 0;
+
+        CK(cuModuleGetFunction(&f, mod, names[i]));
+        for (int j = 0; j < NKERNELS; j++)
+            found += fs[j] == f;
+        TRUE(found == 1);
+    }
+    memset(fs, 0, sizeof(fs));
+    CK(cuModuleEnumerateFunctions(fs, 2, mod));
+    TRUE(fs[0] != NULL && fs[1] != NULL && fs[2] == NULL);
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuModuleGetFunctionCount(NULL, mod));
+    EXPECT(CUDA_ERROR_INVALID_HANDLE, cuModuleGetFunctionCount(&c, (CUmodule)&c));
+
+    CK(cuLibraryLoadData(&lib, fatbin, NULL, NULL, 0, NULL, NULL, 0));
+    CK(cuLibraryGetKernelCount(&c, lib));
+    TRUE(c == NKERNELS);
+    memset(ks, 0, sizeof(ks));
+    CK(cuLibraryEnumerateKernels(ks, NKERNELS, lib));
+    for (int i = 0; i < NKERNELS; i++) {
+        int found = 0;
+
+        CK(cuKernelGetName(&name, ks[i]));
+        for (int j = 0; j < NKERNELS; j++)
+            found += strcmp(name, names[j]) == 0;
+        TRUE(found == 1);
+    }
+    EXPECT(CUDA_ERROR_INVALID_HANDLE, cuLibraryGetKernelCount(&c, (CUlibrary)&c));
+    CK(cuLibraryUnload(lib));
+    printf("cuModuleGetFunctionCount, cuModuleEnumerateFunctions, cuLibraryGetKernelCount, "
+           "cuLibraryEnumerateKernels\n");
 }
 
 /* nvcc's wrapper around a fatbin, as a program registers it. */
@@ -201,6 +251,7 @@ int main(void)
         CK(cuModuleLoadData(&mod, fatbin));
         TRUE(module_kernels_ok(each, prim, mod));
         TRUE(module_kernels_ok(each, NULL, mod));
+        enumerate_ok(mod, fatbin);
         /* No callback: still the count (NVIDIA's driver, measured). */
         TRUE(each(prim, mod, NULL, &s) == NKERNELS && s.n == 0);
         TRUE(each((CUcontext)&s, mod, seen_add, &s) == 0 && s.n == 0);
