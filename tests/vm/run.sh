@@ -37,7 +37,7 @@
 #   VCU_NO_BUILD=1      use build/ as it is, no apt, no compiler (the GPU
 #                       machine: copy build/qemu, build/vm, build/fakecuda)
 #   VCU_QEMU=PATH       [build/qemu/bin/qemu-system-x86_64, built by
-#                       qemu-device/build-qemu.sh unless VCU_SKIP_QEMU_BUILD=1]
+#                       make qemu (qemu-device/build-qemu.sh) unless VCU_SKIP_QEMU_BUILD=1]
 #   VCU_QEMU_SHARE=DIR  firmware: qboot.rom, linuxboot_dma.bin [QEMU's ../share]
 #   VCU_VM_LOGDIR=DIR   where serial logs go [build/vm/logs]
 #   VCU_QMP=PATH        a QMP socket for the VM (tests/gpu/leaks.sh)
@@ -151,11 +151,13 @@ if [ "${VCU_NO_BUILD:-0}" != 1 ]; then
         step "fakecuda"
         make -s -C "$root/tests/fakecuda" O="$build/fakecuda" >&2 || die "fakecuda build failed"
     fi
-    # build-qemu.sh keeps a stamp: a no-op when nothing changed.
+    # build-qemu.sh keeps a stamp: a no-op when nothing changed.  A rebuild
+    # empties build/qemu/bin, so the host daemon and its worker go in again
+    # (make qemu: both steps).
     if [ "${VCU_SKIP_QEMU_BUILD:-0}" != 1 ] && [ -z "${VCU_QEMU:-}" ]; then
-        step "QEMU (qemu-device/build-qemu.sh)"
-        "$root/qemu-device/build-qemu.sh" >"$build/vm/qemu-build.log" 2>&1 ||
-            { tail -n 40 "$build/vm/qemu-build.log"; die "qemu-device/build-qemu.sh failed"; }
+        step "QEMU and the host daemon (make qemu)"
+        make -s -C "$root" qemu >"$build/vm/qemu-build.log" 2>&1 ||
+            { tail -n 40 "$build/vm/qemu-build.log"; die "make qemu failed"; }
     fi
 fi
 [ -x "$qemu" ] || die "no QEMU at $qemu"
