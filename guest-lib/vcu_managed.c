@@ -70,6 +70,8 @@
 #define VCU__M_STREAM_NON_BLOCKING 0x1u
 
 #define VCU__MAX_MANAGED 4096
+/* Driver allocations one adopted region's pages may hold. */
+#define VCU__M_PIECES 32
 /* Bytes per coherence copy: bounds what the driver pins at once. */
 #define VCU__M_CHUNK (64ull << 20)
 
@@ -92,6 +94,13 @@ typedef struct vcu__mreg_s {
     int busy;                       /* device work may use it: shadow PROT_NONE */
     int dev_dirty;                  /* the device may have written since the copy back */
     uint64_t owner;                 /* adopted (vcu__m_adopt): its owner; 0: allocated here */
+    /* Adopted: the driver's allocations in the shadow's pages (a module's
+     * managed globals, each its own, share pages), the only bytes copied
+     * either way; npieces 0: the whole [base, base + size). */
+    unsigned int npieces;
+    struct {
+        uint64_t off, len;
+    } piece[VCU__M_PIECES];
 } vcu__mreg_t;
 
 /* Per device, under vcu__m_mu. */
@@ -263,7 +272,8 @@ static int vcu__m_stream_locked(int dev)
 }
 
 /* Copies the region's size bytes between shadow and device, waited for. */
-static int vcu__m_xfer(vcu__mreg_t *m, int htod)
+/* [from, from + size) of region m, one way. */
+static int vcu__m_xfer_range(vcu__mreg_t *m, int htod, uint64_t from, uint64_t size)
 {
     struct vcu_cu_memcpy_req r;
     uint64_t chunk = vcu__m_ops.max_xfer();
@@ -272,8 +282,8 @@ static int vcu__m_xfer(vcu__mreg_t *m, int htod)
 
     if (chunk > VCU__M_CHUNK)
         chunk = VCU__M_CHUNK;
-    for (uint64_t off = 0; off < m->size; off += chunk) {
-        uint64_t n = m->size - off < chunk ? m->size - off : chunk;
+    for (uint64_t off = from; off < from + size; off += chunk) {
+        uint64_t n = from + size - off < chunk ? from + size - off : chunk;
 
         memset(&r, 0, sizeof(r));
         r.dst = m->base + off;
@@ -291,6 +301,18 @@ static int vcu__m_xfer(vcu__mreg_t *m, int htod)
             return e;
     }
     return 0;
+}
+
+/* Region m's bytes one way: all of it, or an adopted region's pieces. */
+static int vcu__m_xfer(vcu__mreg_t *m, int htod)
+{
+    int e = 0;
+
+    if (m->npieces == 0)
+        return vcu__m_xfer_range(m, htod, 0, m->size);
+    for (unsigned int i = 0; i < m->npieces && e == 0; i++)
+        e = vcu__m_xfer_range(m, htod, m->piece[i].off, m->piece[i].len);
+    return e;
 }
 
 /* The host's writes of region m to the device; the shadow is left
@@ -608,6 +630,7 @@ static void vcu__m_publish_locked(int slot, int dev, size_t size, uint64_t dptr,
     m->shadow = !loop;
     m->host_dirty = 0;
     m->owner = 0;
+    m->npieces = 0;
     __atomic_store_n(&m->len, len, __ATOMIC_RELAXED);
     __atomic_store_n(&m->base, base, __ATOMIC_RELEASE);
     if (slot >= vcu__m_top)
@@ -697,26 +720,63 @@ int vcu__m_alloc(int dev, size_t size, unsigned int flags, void **out)
     return e;
 }
 
+/* Adds piece [off, off + len) to adopted region m and fills it from the
+ * device (vcu__m_mu held): 0, -1 when m has no room, or an error. */
+static int vcu__m_piece_locked(vcu__mreg_t *m, uint64_t off, uint64_t len)
+{
+    void *p = (void *)(uintptr_t)m->base;
+    int e;
+
+    for (unsigned int i = 0; i < m->npieces; i++)
+        if (m->piece[i].off == off && m->piece[i].len == len)
+            return 0;
+    if (m->npieces == VCU__M_PIECES)
+        return -1;
+    if (!m->shadow) {
+        m->piece[m->npieces].off = off;
+        m->piece[m->npieces++].len = len;
+        return 0;
+    }
+    /* Writable for the copy (the driver pins the pages for writing),
+     * then as the region's state says. */
+    if (mprotect(p, m->len, PROT_READ | PROT_WRITE) != 0)
+        return vcu__m_ops.unknown;
+    e = vcu__m_xfer_range(m, 0, off, len);
+    if (e == 0) {
+        m->piece[m->npieces].off = off;
+        m->piece[m->npieces++].len = len;
+    }
+    mprotect(p, m->len, m->busy ? PROT_NONE
+                        : __atomic_load_n(&m->host_dirty, __ATOMIC_ACQUIRE)
+                            ? PROT_READ | PROT_WRITE : PROT_READ);
+    return e;
+}
+
 int vcu__m_adopt(int dev, uint64_t base, uint64_t size, uint64_t owner)
 {
-    uint64_t page = vcu__m_page(), len;
+    uint64_t page = vcu__m_page(), pbase, len;
     int loop = vcu__m_ops.loopback(), slot, e;
     vcu__mreg_t *m;
 
-    if (base == 0 || size == 0 || owner == 0 || (base & (page - 1)) != 0 ||
-        size > UINT64_MAX - page || base > UINT64_MAX - size - page)
+    if (base == 0 || size == 0 || owner == 0 || size > UINT64_MAX - 2 * page ||
+        base > UINT64_MAX - size - 2 * page)
         return -1;
-    len = (size + page - 1) & ~(page - 1);
+    pbase = base & ~(page - 1);
+    len = (base + size - pbase + page - 1) & ~(page - 1);
     vcu__m_lock();
     for (int i = 0; i < vcu__m_top; i++) {
         m = &vcu__mregs[i];
-        if (m->base != 0 && base < m->base + m->len && m->base < base + len) {
-            /* Already (another global of the same allocation), or in the
-             * way. */
-            e = m->base == base && m->size == size && m->owner == owner ? 0 : -1;
-            vcu__m_unlock();
-            return e;
-        }
+        if (m->base == 0 || !(pbase < m->base + m->len && m->base < pbase + len))
+            continue;
+        /* Another global in pages already adopted for the same owner
+         * (the driver packs a module's managed globals in a page); in the
+         * way of anything else, or reaching past those pages: none. */
+        e = m->owner == owner && m->dev == dev && pbase >= m->base &&
+                    pbase + len <= m->base + m->len
+                ? vcu__m_piece_locked(m, base - m->base, size)
+                : -1;
+        vcu__m_unlock();
+        return e;
     }
     slot = vcu__m_slot_locked();
     e = slot < 0 ? vcu__m_ops.oom : 0;
@@ -724,24 +784,23 @@ int vcu__m_adopt(int dev, uint64_t base, uint64_t size, uint64_t owner)
         pthread_once(&vcu__m_sig_once, vcu__m_sig_install);
         e = vcu__m_sig_ok ? vcu__m_stream_locked(dev) : vcu__m_ops.oom;
         if (e == 0)
-            e = vcu__m_shadow_map(base, len);
+            e = vcu__m_shadow_map(pbase, len);
     }
     if (e != 0) {
         vcu__m_unlock();
         return e == 1 ? -1 : e;
     }
-    vcu__m_publish_locked(slot, dev, size, base, base, len, loop);
+    /* Its pages, with no piece yet (nothing to copy), then the piece. */
+    vcu__m_publish_locked(slot, dev, len, pbase, pbase, len, loop);
     m = &vcu__mregs[slot];
     m->owner = owner;
-    if (!loop) {
-        /* The device's contents (the global's initial value) into the
-         * shadow, which the program cannot reach yet. */
-        m->dev_dirty = 1;
-        e = vcu__m_refresh_one_locked(m);
-        if (e != 0) {
-            vcu__m_drop_locked(m);
-            munmap((void *)(uintptr_t)base, len);
-        }
+    m->npieces = 0;
+    m->piece[0].off = 0;
+    e = vcu__m_piece_locked(m, base - pbase, size);
+    if (e != 0) {
+        vcu__m_drop_locked(m);
+        if (!loop)
+            munmap((void *)(uintptr_t)pbase, len);
     }
     vcu__m_unlock();
     return e;
@@ -797,6 +856,16 @@ int vcu__m_find(uint64_t p, uint64_t *base, uint64_t *size, int *dev)
 
         if (m->base == 0 || p < m->base || p - m->base >= m->size)
             continue;
+        /* In an adopted region, the driver's allocation holding it. */
+        for (unsigned int k = 0; k < m->npieces && !found; k++)
+            if (p - m->base - m->piece[k].off < m->piece[k].len) {
+                found = 1;
+                *base = m->base + m->piece[k].off;
+                *size = m->piece[k].len;
+                *dev = m->dev;
+            }
+        if (m->npieces > 0)
+            break;
         found = 1;
         *base = m->base;
         *size = m->size;

@@ -183,9 +183,9 @@ int main(void)
      * comes back after a synchronize; through a library as well
      * (cuLibraryGetManaged, which finds no plain __device__ global). */
     {
-        CUdeviceptr g, g2, plain;
+        CUdeviceptr g, g2, plain, gp;
         size_t gsz;
-        unsigned int *hw;
+        unsigned int *hw, *hp2;
         CUfunction add;
         CUlibrary lib;
         void *args[1];
@@ -199,12 +199,24 @@ int main(void)
         TRUE(hp == (void *)(uintptr_t)g);
         hw = hp;
         TRUE(*hw == 10);                          /* its initial value */
+        /* Another managed global of the module, in the same page as the
+         * driver packs them, each its own allocation. */
+        CK(cuModuleGetGlobal(&gp, &gsz, mod, "vcu_drv_managed_pair"));
+        TRUE(gsz == 2 * sizeof(unsigned int));
+        CK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, gp));
+        TRUE(managed == 1);
+        CK(cuPointerGetAttribute(&p, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, gp + 4));
+        TRUE(p == gp);
+        hp2 = (unsigned int *)(uintptr_t)gp;
+        TRUE(hp2[0] == 20 && hp2[1] == 30);
+        hp2[0] = 21;
         *hw += 1;
         CK(cuModuleGetFunction(&add, mod, "vcu_drv_managed_add"));
         args[0] = &inc;
         CK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
         CK(cuCtxSynchronize());
         TRUE(*hw == 16);                          /* the host's 1, the kernel's 5 */
+        TRUE(hp2[0] == 21 && hp2[1] == 35);       /* the host's write kept, the kernel's */
         CK(cuModuleGetGlobal(&g2, NULL, mod, "vcu_drv_managed_word"));
         TRUE(g2 == g);
         CK(cuModuleGetGlobal(&plain, NULL, mod, "vcu_drv_flag"));

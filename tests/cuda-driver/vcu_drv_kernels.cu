@@ -8,14 +8,19 @@
 /* Read and written by drv_vector_add through cuModuleGetGlobal. */
 __device__ unsigned int vcu_drv_flag = 7;
 
-/* Managed (__managed__): drv_managed reads and writes it from the host by
- * its address, as natively, and vcu_drv_managed_add adds to it. */
+/* Managed (__managed__): drv_managed reads and writes them from the host
+ * by their addresses, as natively, and vcu_drv_managed_add adds to them.
+ * The driver packs a module's managed globals in one page, each an
+ * allocation of its own. */
 __managed__ unsigned int vcu_drv_managed_word = 10;
+__managed__ unsigned int vcu_drv_managed_pair[2] = { 20, 30 };
 
 extern "C" __global__ void vcu_drv_managed_add(unsigned int v)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
         vcu_drv_managed_word += v;
+        vcu_drv_managed_pair[1] += v;
+    }
 }
 
 extern "C" __global__ void vcu_drv_vadd(const float *a, const float *b, float *c, int n)

@@ -379,6 +379,8 @@ struct fc_module_s {
     int compressed;             /* names can't be checked in the bytes */
     fc_global_t *globals;
     size_t nglobals;
+    unsigned char *mpage;       /* the page its managed globals are packed in */
+    size_t mpage_used;
 };
 
 struct fc_func_s {
@@ -4859,12 +4861,28 @@ static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
     m->globals = grown;
     mg = &m->globals[m->nglobals];
     memset(mg, 0, sizeof(*mg));
-    /* A managed one starts a page, as the driver's managed allocations
-     * do (the guest gives it a host view of whole pages). */
-    mg->raw = fc_dev_alloc(g->managed ? size + 4096 : size);
-    if (!mg->raw)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    mg->mem = g->managed ? (void *)(((uintptr_t)mg->raw + 4095) & ~(uintptr_t)4095) : mg->raw;
+    /* Managed ones are packed as driver 580 packs them (measured,
+     * tests/gpu/probe-managed-globals.c): each an allocation of its own,
+     * 512 bytes apart in a page they share, the first at its start. */
+    if (g->managed && (m->mpage == NULL || m->mpage_used + size > 4096)) {
+        if (size > 4096)
+            return CUDA_ERROR_NOT_SUPPORTED;
+        mg->raw = fc_dev_alloc(2 * 4096);
+        if (!mg->raw)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        m->mpage = (unsigned char *)(((uintptr_t)mg->raw + 4095) & ~(uintptr_t)4095);
+        m->mpage_used = 0;
+    } else if (!g->managed) {
+        mg->raw = fc_dev_alloc(size);
+        if (!mg->raw)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (g->managed) {
+        mg->mem = m->mpage + m->mpage_used;
+        m->mpage_used += (size + 511) & ~(size_t)511;
+    } else {
+        mg->mem = mg->raw;
+    }
     mg->def = g;
     if (g->init)
         memcpy(mg->mem, g->init, g->size);
@@ -4875,6 +4893,8 @@ static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
     e.ctx = m->ctx;
     e.dev = m->ctx->dev;
     if (fc_mem_insert(&e) != CUDA_SUCCESS) {
+        if (mg->raw != NULL && g->managed)
+            m->mpage = NULL;
         fc_dev_free(mg->raw);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

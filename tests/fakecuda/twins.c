@@ -729,13 +729,17 @@ static void tw_drv_flag_bump(vcu_twin_launch_t *l, const void *pb)
     *flag += 1;
 }
 
-/* vcu_drv_managed_add(unsigned v): the managed word += v. */
+/* vcu_drv_managed_add(unsigned v): the managed word and the pair's second
+ * += v. */
 static void tw_drv_managed_add(vcu_twin_launch_t *l, const void *pb)
 {
     uint32_t *w = tw_global(l, "vcu_drv_managed_word");
+    uint32_t *pair = tw_global(l, "vcu_drv_managed_pair");
 
     if (w != NULL)
         *w += tw_u32(pb, 0);
+    if (pair != NULL)
+        pair[1] += tw_u32(pb, 0);
 }
 
 /* graph_mem.cu: gm_fill(unsigned *p, int n, unsigned v): p[i] = v + i. */
@@ -1003,7 +1007,7 @@ const vcu_twin_t vcu_twins[] = {
     { "vcu_drv_flag_bump", tw_drv_flag_bump, 1,
       { P(0, 8) }, 12, 0, 0 },
     { "vcu_drv_managed_add", tw_drv_managed_add, 1,
-      { P(0, 4) }, 8, 0, 0 },
+      { P(0, 4) }, 12, 0, 0 },
     { "_Z7gm_fillPjij", tw_gm_fill, 3,
       { P(0, 8), P(8, 4), P(12, 4) }, 8, 0, 0 },
     { "_Z8gm_countPjjy", tw_drv_cond_count, 3,
@@ -1030,6 +1034,7 @@ static const int32_t tw_init_mtu_a_scale = 3;
 static const int32_t tw_init_mtu_b_scale = 5;
 static const uint32_t tw_init_vcu_drv_flag = 7;
 static const uint32_t tw_init_vcu_drv_managed_word = 10;
+static const uint32_t tw_init_vcu_drv_managed_pair[2] = { 20, 30 };
 
 const vcu_twin_global_t vcu_twin_globals[] = {
     /* symbols.cu */
@@ -1044,5 +1049,6 @@ const vcu_twin_global_t vcu_twin_globals[] = {
     /* tests/cuda-driver/vcu_drv_kernels.cu */
     { "vcu_drv_flag", sizeof(uint32_t), &tw_init_vcu_drv_flag, 0 },
     { "vcu_drv_managed_word", sizeof(uint32_t), &tw_init_vcu_drv_managed_word, 1 },
+    { "vcu_drv_managed_pair", 2 * sizeof(uint32_t), tw_init_vcu_drv_managed_pair, 1 },
     { NULL, 0, NULL, 0 },
 };

@@ -42,6 +42,12 @@ cc -O1 -I/usr/local/cuda/include -o build/probes/probe-graphs tests/gpu/probe-gr
     -o build/probes/probe-migrate.fatbin tests/gpu/probe-migrate-kernels.cu
 cc -O1 -I/usr/local/cuda/include -o build/probes/probe-migrate tests/gpu/probe-migrate.c \
     -L/usr/local/cuda/lib64/stubs -lcuda
+# Where the driver puts a module's managed globals (guest-lib/vcu_managed.c
+# vcu__m_adopt).
+/usr/local/cuda/bin/nvcc -fatbin -gencode arch=compute_90,code=sm_90 \
+    -o build/probes/probe-managed-globals.fatbin tests/gpu/probe-managed-globals.cu
+cc -O1 -I/usr/local/cuda/include -o build/probes/probe-managed-globals \
+    tests/gpu/probe-managed-globals.c -L/usr/local/cuda/lib64/stubs -lcuda
 # The worker's migration core on the real driver (tests/gpu/mig-core.sh).
 cc -O1 -Iinclude -Ihost-backend/worker -Ihost-backend/common -I/usr/local/cuda/include \
     -o build/probes/mig-core tests/gpu/mig-core.c build/host-backend/libvcu_backend.a -ldl -lpthread
