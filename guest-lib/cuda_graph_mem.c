@@ -142,6 +142,8 @@ VCU__EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGr
                          0, dptr, NULL);
 }
 
+/* CU_GRAPH_MEM_NODE_PARAMS: an allocation node's parameters (a free
+ * node's address is the generated cuGraphMemFreeNodeGetParams). */
 static CUresult vcu__mem_node_params(CUgraphNode hNode, struct vcu_cu_graph_mem_node_resp *o)
 {
     struct vcu_cu_u64_req r;
@@ -189,22 +191,6 @@ VCU__EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
         vcu__dev_of_vord(o.device, ((vcu__gnode_t *)hNode)->g->dev);
     params_out->bytesize = (size_t)o.size;
     params_out->dptr = (CUdeviceptr)o.dptr;
-    return CUDA_SUCCESS;
-}
-
-VCU__EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
-{
-    struct vcu_cu_graph_mem_node_resp o;
-    CUresult e;
-
-    if (dptr_out == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__mem_node_params(hNode, &o);
-    if (e != CUDA_SUCCESS)
-        return e;
-    if (o.kind != VCU_CU_MEM_NODE_FREE)
-        return CUDA_ERROR_INVALID_VALUE;
-    *dptr_out = (CUdeviceptr)o.dptr;
     return CUDA_SUCCESS;
 }
 

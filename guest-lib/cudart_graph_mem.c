@@ -176,18 +176,26 @@ VCU__EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node,
     return cudaSuccess;
 }
 
+/* The generated cuGraphMemFreeNodeGetParams's request, as libcuda sends it. */
 VCU__EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
 {
-    struct vcu_cu_graph_mem_node_resp o;
+    struct vcu_call_cuGraphMemFreeNodeGetParams_req r;
+    struct vcu_call_cuGraphMemFreeNodeGetParams_resp o;
+    uint32_t k;
     int dev;
     cudaError_t e;
 
     if (dptr_out == NULL)
         return vcu__err(cudaErrorInvalidValue);
-    e = vcu__mem_node_params(node, VCU__RT_NODE_MEM_FREE, &o, &dev);
+    VCU_CALL_INIT(r, cuGraphMemFreeNodeGetParams);
+    e = vcu__graph_node_host(node, &dev, &r.hNode, &k);
+    if (e == cudaSuccess && k != VCU__RT_NODE_MEM_FREE)
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess)
+        e = vcu__call(dev, VCU_OP_CU_CALL, 0, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != cudaSuccess)
         return vcu__err(e);
-    *(void **)dptr_out = (void *)(uintptr_t)o.dptr;
+    *(void **)dptr_out = (void *)(uintptr_t)o.dptr_out;
     return cudaSuccess;
 }
 

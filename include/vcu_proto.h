@@ -1445,8 +1445,10 @@ struct vcu_cu_graph_edges_req {
  * dptr) to graph, followed by ndeps le64 node handles.  The memory is
  * charged to the VM's account when a graph holding the node is
  * launched, not here (docs/driver-api.md, "Graph memory").
- * CU_GRAPH_MEM_NODE_PARAMS (value = node handle) gives either kind's
- * parameters back (kind says which; device is the virtual ordinal).
+ * CU_GRAPH_MEM_NODE_PARAMS (value = node handle) gives an allocation
+ * node's parameters back (kind ALLOC; device is the virtual ordinal);
+ * another node is CUDA_ERROR_INVALID_VALUE (a free node's address is the
+ * generated cuGraphMemFreeNodeGetParams).
  * CU_GRAPH_MEM_ATTR: cuDeviceGet/SetGraphMemAttribute of the header's
  * device; attr a CUgraphMem_attribute, handle 1 to set (value 0: only
  * the two _HIGH marks may be set, only to 0), 0 to get.

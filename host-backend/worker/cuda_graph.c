@@ -981,12 +981,6 @@ uint32_t vcu__op_CU_GRAPH_MEM_NODE_PARAMS(vcu__op_t *o)
         o->rb.gmem.dptr = ap.dptr;
         o->rb.gmem.size = ap.bytesize;
         o->rb.gmem.device = d < o->cu->ndev ? d : vcu__dev_of(o);
-    } else if (t == CU_GRAPH_NODE_TYPE_MEM_FREE) {
-        CUdeviceptr p = 0;
-
-        o->res = VCU__CU(o->cu, cuGraphMemFreeNodeGetParams, e->u.node.n, &p);
-        o->rb.gmem.kind = VCU_CU_MEM_NODE_FREE;
-        o->rb.gmem.dptr = p;
     } else {
         o->res = CUDA_ERROR_INVALID_VALUE;
     }

@@ -139,6 +139,7 @@ static int vcu__mig_call_class(uint32_t call, const char **why)
     case VCU_CALL_cuStreamQuery:
     case VCU_CALL_cuEventQuery:
     case VCU_CALL_cuMemGetAddressRange_v2:
+    case VCU_CALL_cuGraphMemFreeNodeGetParams:
         return VCU__MIG_IGNORE;
     default:
         return VCU__MIG_REFUSE;

@@ -752,6 +752,62 @@ TEST(cuda_mem_range)
     return 0;
 }
 
+/* cuGraphMemFreeNodeGetParams (generated): a free node's address; an
+ * allocation node, a handle of another type or a forged one refused, and
+ * CU_GRAPH_MEM_NODE_PARAMS answers allocation nodes alone. */
+TEST(cuda_graph_mem_free_params)
+{
+    struct vcu_call_cuGraphMemFreeNodeGetParams_req rq;
+    struct vcu_call_cuGraphMemFreeNodeGetParams_resp rp;
+    struct vcu_cu_graph_mem_node_req mq;
+    struct vcu_cu_graph_mem_node_resp mr;
+    unsigned char buf[sizeof(mq) + 8];
+    uint64_t g = 0, an, fn, p;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_CREATE, 0, 0, &g));
+    memset(&mq, 0, sizeof(mq));
+    mq.graph = g;
+    mq.kind = VCU_CU_MEM_NODE_ALLOC;
+    mq.size = 4096;
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_ADD_MEM_NODE, 0, &mq, sizeof(mq), &mr,
+                              sizeof(mr)));
+    ASSERT_EQ(CUDA_SUCCESS, mr.r.result);
+    an = mr.node;
+    p = mr.dptr;
+    mq.kind = VCU_CU_MEM_NODE_FREE;
+    mq.size = 0;
+    mq.dptr = p;
+    mq.ndeps = 1;
+    memcpy(buf, &mq, sizeof(mq));
+    memcpy(buf + sizeof(mq), &an, 8);
+    ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_GRAPH_ADD_MEM_NODE, 0, buf, sizeof(buf), &mr,
+                              sizeof(mr)));
+    ASSERT_EQ(CUDA_SUCCESS, mr.r.result);
+    fn = mr.node;
+
+    TC_CALL_INIT(rq, cuGraphMemFreeNodeGetParams, 0);
+    rq.hNode = fn;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64(p, rp.dptr_out);
+    rq.hNode = an;
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    rq.hNode = g;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    rq.hNode = fn ^ 0x1234567800000000ull;
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    /* A payload of the wrong size is malformed. */
+    rq.hNode = fn;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &rq, sizeof(rq) - 8, &rp, sizeof(rp)));
+
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_GRAPH_MEM_NODE_PARAMS, 0, an, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE,
+              tc_u64(&c, VCU_OP_CU_GRAPH_MEM_NODE_PARAMS, 0, fn, NULL));
+    tc_close(&c);
+    return 0;
+}
+
 TEST(cuda_mem_free_foreign)
 {
     tc_t a, b;

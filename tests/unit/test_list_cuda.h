@@ -22,6 +22,7 @@
     X(cuda_memcpy2d)                    \
     X(cuda_mem_free_foreign)            \
     X(cuda_mem_range)                   \
+    X(cuda_graph_mem_free_params)       \
     X(cuda_handles_invalid)             \
     X(cuda_module_unload_kills_funcs)   \
     X(cuda_occupancy_avail_smem)        \
