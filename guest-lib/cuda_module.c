@@ -842,7 +842,7 @@ CUresult vcu__module_global(CUdeviceptr *dptr, size_t *bytes, int *managed, CUmo
                 *managed = 1;
         } else {
             vcu__log_once(&logged, "libcuda (virtio-cuda): managed global %s at 0x%llx has no "
-                                   "host view here (its address is taken or not page aligned)\n",
+                                   "host view here (its pages are taken in this process)\n",
                           name, (unsigned long long)o.range_base);
         }
     }

@@ -93,13 +93,14 @@ typedef struct vcu__mreg_s {
     int host_dirty;                 /* shadow writable: the host may have written */
     int busy;                       /* device work may use it: shadow PROT_NONE */
     int dev_dirty;                  /* the device may have written since the copy back */
-    uint64_t owner;                 /* adopted (vcu__m_adopt): its owner; 0: allocated here */
-    /* Adopted: the driver's allocations in the shadow's pages (a module's
-     * managed globals, each its own, share pages), the only bytes copied
-     * either way; npieces 0: the whole [base, base + size). */
+    int adopted;                    /* vcu__m_adopt's: the driver's memory */
+    /* Adopted: the driver's allocations in the shadow's pages (managed
+     * globals, each its own, share pages, those of several modules too),
+     * the only bytes copied either way, each with the owner that adopted
+     * it; npieces 0: the whole [base, base + size). */
     unsigned int npieces;
     struct {
-        uint64_t off, len;
+        uint64_t off, len, owner;
     } piece[VCU__M_PIECES];
 } vcu__mreg_t;
 
@@ -629,7 +630,7 @@ static void vcu__m_publish_locked(int slot, int dev, size_t size, uint64_t dptr,
     m->dev = dev;
     m->shadow = !loop;
     m->host_dirty = 0;
-    m->owner = 0;
+    m->adopted = 0;
     m->npieces = 0;
     __atomic_store_n(&m->len, len, __ATOMIC_RELAXED);
     __atomic_store_n(&m->base, base, __ATOMIC_RELEASE);
@@ -722,18 +723,22 @@ int vcu__m_alloc(int dev, size_t size, unsigned int flags, void **out)
 
 /* Adds piece [off, off + len) to adopted region m and fills it from the
  * device (vcu__m_mu held): 0, -1 when m has no room, or an error. */
-static int vcu__m_piece_locked(vcu__mreg_t *m, uint64_t off, uint64_t len)
+static int vcu__m_piece_locked(vcu__mreg_t *m, uint64_t off, uint64_t len, uint64_t owner)
 {
     void *p = (void *)(uintptr_t)m->base;
     int e;
 
-    for (unsigned int i = 0; i < m->npieces; i++)
-        if (m->piece[i].off == off && m->piece[i].len == len)
+    for (unsigned int i = 0; i < m->npieces; i++) {
+        if (m->piece[i].off == off && m->piece[i].len == len && m->piece[i].owner == owner)
             return 0;
+        if (off < m->piece[i].off + m->piece[i].len && m->piece[i].off < off + len)
+            return -1;              /* overlaps another allocation: not the driver's */
+    }
     if (m->npieces == VCU__M_PIECES)
         return -1;
     if (!m->shadow) {
         m->piece[m->npieces].off = off;
+        m->piece[m->npieces].owner = owner;
         m->piece[m->npieces++].len = len;
         return 0;
     }
@@ -744,6 +749,7 @@ static int vcu__m_piece_locked(vcu__mreg_t *m, uint64_t off, uint64_t len)
     e = vcu__m_xfer_range(m, 0, off, len);
     if (e == 0) {
         m->piece[m->npieces].off = off;
+        m->piece[m->npieces].owner = owner;
         m->piece[m->npieces++].len = len;
     }
     mprotect(p, m->len, m->busy ? PROT_NONE
@@ -768,12 +774,12 @@ int vcu__m_adopt(int dev, uint64_t base, uint64_t size, uint64_t owner)
         m = &vcu__mregs[i];
         if (m->base == 0 || !(pbase < m->base + m->len && m->base < pbase + len))
             continue;
-        /* Another global in pages already adopted for the same owner
-         * (the driver packs a module's managed globals in a page); in the
-         * way of anything else, or reaching past those pages: none. */
-        e = m->owner == owner && m->dev == dev && pbase >= m->base &&
-                    pbase + len <= m->base + m->len
-                ? vcu__m_piece_locked(m, base - m->base, size)
+        /* Another global in pages already adopted (the driver packs
+         * managed globals in shared pages, those of several modules too);
+         * in the way of memory of this layer's own, or reaching past those
+         * pages: none. */
+        e = m->adopted && m->dev == dev && pbase >= m->base && pbase + len <= m->base + m->len
+                ? vcu__m_piece_locked(m, base - m->base, size, owner)
                 : -1;
         vcu__m_unlock();
         return e;
@@ -793,10 +799,8 @@ int vcu__m_adopt(int dev, uint64_t base, uint64_t size, uint64_t owner)
     /* Its pages, with no piece yet (nothing to copy), then the piece. */
     vcu__m_publish_locked(slot, dev, len, pbase, pbase, len, loop);
     m = &vcu__mregs[slot];
-    m->owner = owner;
-    m->npieces = 0;
-    m->piece[0].off = 0;
-    e = vcu__m_piece_locked(m, base - pbase, size);
+    m->adopted = 1;
+    e = vcu__m_piece_locked(m, base - pbase, size, owner);
     if (e != 0) {
         vcu__m_drop_locked(m);
         if (!loop)
@@ -813,8 +817,16 @@ void vcu__m_drop_owner(uint64_t owner)
     vcu__m_lock();
     for (int i = 0; i < vcu__m_top; i++) {
         vcu__mreg_t *m = &vcu__mregs[i];
+        unsigned int k = 0;
 
-        if (m->base == 0 || m->owner != owner)
+        if (m->base == 0 || !m->adopted)
+            continue;
+        /* Its pieces go; the view, with the last of them. */
+        for (unsigned int j = 0; j < m->npieces; j++)
+            if (m->piece[j].owner != owner)
+                m->piece[k++] = m->piece[j];
+        m->npieces = k;
+        if (k > 0)
             continue;
         vcu__m_drop_locked(m);
         if (m->shadow)
@@ -829,7 +841,7 @@ int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr)
 
     vcu__m_lock();
     for (int i = 0; i < vcu__m_top && m == NULL; i++)
-        if (vcu__mregs[i].base == base && base != 0 && vcu__mregs[i].owner == 0)
+        if (vcu__mregs[i].base == base && base != 0 && !vcu__mregs[i].adopted)
             m = &vcu__mregs[i];
     if (m == NULL) {
         vcu__m_unlock();

@@ -52,14 +52,15 @@ int vcu__m_release(uint64_t base, int *dev, uint64_t *dptr);
  * global: the allocation [base, base + size) on device dev) given a host
  * view here, kept coherent as the layer's own: the pages holding it are
  * mapped at their address, and only its bytes are copied (the driver packs
- * a module's managed globals, each an allocation of its own, in shared
- * pages: those of one owner share the view).  owner (not 0) names what
+ * managed globals, each an allocation of its own, in shared pages, those
+ * of several modules too: they share the view).  owner (not 0) names what
  * holds it (a module), for vcu__m_drop_owner.  0; -1 where it cannot have
- * one (the pages taken here, or by another's view); or the library's error
+ * one (the pages taken here by anything else); or the library's error
  * code.  Adopting it again is 0.  vcu__m_release refuses it.
  */
 int vcu__m_adopt(int dev, uint64_t base, uint64_t size, uint64_t owner);
-/* Forgets the host views of what owner adopted (its module was unloaded). */
+/* Forgets what owner adopted (its module was unloaded); a view goes with
+ * the last of what it holds. */
 void vcu__m_drop_owner(uint64_t owner);
 /* 1 and the allocation holding p, or 0. */
 int vcu__m_find(uint64_t p, uint64_t *base, uint64_t *size, int *dev);

@@ -379,9 +379,12 @@ struct fc_module_s {
     int compressed;             /* names can't be checked in the bytes */
     fc_global_t *globals;
     size_t nglobals;
-    unsigned char *mpage;       /* the page its managed globals are packed in */
-    size_t mpage_used;
 };
+
+/* The page managed globals are packed in, for every module of the
+ * process, as driver 580 packs them (under g_lock; never given back). */
+static unsigned char *g_mpage;
+static size_t g_mpage_used;
 
 struct fc_func_s {
     fc_obj_t hdr;
@@ -4863,23 +4866,27 @@ static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
     memset(mg, 0, sizeof(*mg));
     /* Managed ones are packed as driver 580 packs them (measured,
      * tests/gpu/probe-managed-globals.c): each an allocation of its own,
-     * 512 bytes apart in a page they share, the first at its start. */
-    if (g->managed && (m->mpage == NULL || m->mpage_used + size > 4096)) {
+     * 512 bytes apart in a page they share, the first at its start, those
+     * of a module loaded later in the same page (a library's copy of a
+     * module's managed global came out there on the H200). */
+    if (g->managed && (g_mpage == NULL || g_mpage_used + size > 4096)) {
+        void *raw;
+
         if (size > 4096)
             return CUDA_ERROR_NOT_SUPPORTED;
-        mg->raw = fc_dev_alloc(2 * 4096);
-        if (!mg->raw)
+        raw = fc_dev_alloc(2 * 4096);
+        if (!raw)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        m->mpage = (unsigned char *)(((uintptr_t)mg->raw + 4095) & ~(uintptr_t)4095);
-        m->mpage_used = 0;
+        g_mpage = (unsigned char *)(((uintptr_t)raw + 4095) & ~(uintptr_t)4095);
+        g_mpage_used = 0;
     } else if (!g->managed) {
         mg->raw = fc_dev_alloc(size);
         if (!mg->raw)
             return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (g->managed) {
-        mg->mem = m->mpage + m->mpage_used;
-        m->mpage_used += (size + 511) & ~(size_t)511;
+        mg->mem = g_mpage + g_mpage_used;
+        g_mpage_used += (size + 511) & ~(size_t)511;
     } else {
         mg->mem = mg->raw;
     }
@@ -4893,8 +4900,6 @@ static CUresult fc_module_add_global(fc_module_t *m, const vcu_twin_global_t *g)
     e.ctx = m->ctx;
     e.dev = m->ctx->dev;
     if (fc_mem_insert(&e) != CUDA_SUCCESS) {
-        if (mg->raw != NULL && g->managed)
-            m->mpage = NULL;
         fc_dev_free(mg->raw);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
