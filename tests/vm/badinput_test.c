@@ -1038,6 +1038,26 @@ static void test_raw_arrays(void)
         raw_begin(&q, VCU_OP_CU_HOST_DEVICE_POINTER_AT, sess, &u, 8, 0);
         raw_cu("raw_cu_host_ptr_at_truncated", &q, cuda, VCU_S_EINVAL, 0);
     }
+    {
+        /* A module global's managed-memory answer: a forged module, a name
+         * longer than the payload, a truncated header. */
+        struct {
+            struct vcu_cu_name_req r;
+            char name[8];
+        } gq;
+
+        memset(&gq, 0, sizeof(gq));
+        gq.r.module = 0x1234567890ull;
+        gq.r.name_len = 3;
+        memcpy(gq.name, "abc", 3);
+        raw_begin(&q, VCU_OP_CU_MODULE_GLOBAL_INFO, sess, &gq, sizeof(gq.r) + 3, 0);
+        raw_cu("raw_cu_global_info_forged", &q, cuda, VCU_S_OK, 400);
+        gq.r.name_len = 64;
+        raw_begin(&q, VCU_OP_CU_MODULE_GLOBAL_INFO, sess, &gq, sizeof(gq.r) + 3, 0);
+        raw_cu("raw_cu_global_info_long_name", &q, cuda, VCU_S_EINVAL, 0);
+        raw_begin(&q, VCU_OP_CU_MODULE_GLOBAL_INFO, sess, &gq, sizeof(gq.r) - 8, 0);
+        raw_cu("raw_cu_global_info_truncated", &q, cuda, VCU_S_EINVAL, 0);
+    }
 
     raw_begin(&q, VCU_OP_ECHO, sess, &er0, sizeof(er0), 0);
     EXPECT_ST("raw_cu_session_still_works", raw_send(&q, NULL, 0), VCU_S_OK);
