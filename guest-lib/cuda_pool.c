@@ -430,8 +430,9 @@ static CUresult vcu__free_async(CUdeviceptr dptr, CUstream stream, int ptsz)
 
     if (e != CUDA_SUCCESS)
         return e;
+    /* As the driver (and cuMemFree): freeing nothing succeeds. */
     if (dptr == 0)
-        return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
     memset(&r, 0, sizeof(r));
     r.dst = dptr;
     r.flags = VCU_CU_MEMCPY_F_ASYNC;

@@ -602,6 +602,9 @@ int main(void)
         CK(cuMemFreeAsync(d, NULL));
         CK(cuMemAllocFromPoolAsync(&d, 4096, pool, NULL));
         CK(cuMemFreeAsync(d, NULL));
+        /* A null pointer is freed as the driver frees it: nothing to do,
+         * success (cuSPARSE's cusparseDestroyCsric02Info relies on it). */
+        CK(cuMemFreeAsync(0, NULL));
         CK(cuStreamSynchronize(NULL));
         CK(cuMemPoolTrimTo(pool, 0));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAllocFromPoolAsync(&d, 4096, NULL, NULL));

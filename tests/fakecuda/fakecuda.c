@@ -3182,6 +3182,8 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 
     pthread_mutex_lock(&g_lock);
     rc = fc_stream_work(hStream, &ctx, &s);
+    if (rc == CUDA_SUCCESS && dptr == 0)
+        goto out;   /* nothing to free: success, as the driver answers cuSPARSE */
     if (rc == CUDA_SUCCESS && s->cap && fc_gmem_find(dptr)) {
         /* Graph memory: a free node of the capture's graph. */
         fc_node_t *n = fc_node_new(FC_NODE_MEMFREE);
