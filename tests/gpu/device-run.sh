@@ -15,10 +15,12 @@
 # saved to a file and restored, about 5 minutes) and NVIDIA's
 # cuda-samples natively and on our libcuda.so.1 in loopback (samples:
 # tests/gpu/samples.sh, up to the whole call; docs/conformance.md) and in
-# TCG guests (samples-guest, the next call: the whole call).  Logs
+# TCG guests (samples-guest, the next call: the whole call), and NVIDIA's
+# library samples natively, on ours and in guests (libsamples: about 8
+# minutes).  Logs
 # and results go to $OUT.
 #
-#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,frameworks,share,packed,hostile,many,many-wait,migrate,seccomp-log,samples,samples-guest]
+#   tests/gpu/device-run.sh [suite,main,bench,libs,torch,frameworks,share,packed,hostile,many,many-wait,migrate,seccomp-log,samples,samples-guest,libsamples]
 #   (default suite,main,bench)
 #
 # seccomp-log: the daemon's workers run with --seccomp log for the whole
@@ -128,6 +130,20 @@ case ",$what," in *,samples,* | *,samples-guest,*)
     tests/gpu/samples.sh "$steps" >"$out/samples.log" 2>&1 || rc=1
     grep -v -E '^[^ ]+ +(PASS +PASS( +PASS)?|SKIP +SKIP|NOT-BUILT +NOT-BUILT)( |$)' "$out/samples.log" |
         cut -c1-240 | tail -n 80
+    tar -C "$out" -czf "$out/samples-logs.tgz" samples && rm -rf "$out/samples"
+    ;;
+esac
+case ",$what," in *,libsamples,*)
+    # NVIDIA's CUDALibrarySamples (cuBLASLt, cuSPARSE, cuSOLVER, cuFFT):
+    # built, run natively, on ours and in TCG guests, in one call (their
+    # archive comes in the bundle); the rows not a pass on every side.
+    VCU_SAMPLES_SET=libs VCU_SAMPLES_ARCHS=${VCU_SAMPLES_ARCHS:-90} VCU_SAMPLES_BUILD_S=200 \
+        VCU_SAMPLES_TIME_S=280 VCU_SAMPLES_END_S=560 VCU_SAMPLES_GUEST_TIMEOUT=150 \
+        tests/gpu/samples.sh build,run,guest >"$out/libsamples.log" 2>&1 || rc=1
+    grep -v -E '^[^ ]+ +(PASS +PASS( +PASS)?|SKIP +SKIP|NOT-BUILT +NOT-BUILT)( |$)' "$out/libsamples.log" |
+        cut -c1-240 | tail -n 60
+    # Hundreds of logs come back as one file.
+    tar -C "$out" -czf "$out/libsamples-logs.tgz" libsamples && rm -rf "$out/libsamples"
     ;;
 esac
 # Many VMs (tests/gpu/many.sh) runs past one call: "many" starts it in a

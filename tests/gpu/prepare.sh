@@ -69,6 +69,11 @@ cp -L /usr/local/cuda/lib64/libcudart.so.13 build/nvidia/
 # NVIDIA's cuda-samples from the local mirror, for tests/gpu/samples.sh
 # (about 9 MB; no mirror: a message and no archive).
 tests/gpu/samples-pack.sh || echo "prepare: no build/samples-src.tar.xz (tests/gpu/samples-pack.sh failed)"
+# NVIDIA's CUDALibrarySamples (cuBLASLt, cuSPARSE, cuSOLVER, cuFFT), about
+# 80 KB, carried inside the bundle (tests/gpu/samples.sh with
+# VCU_SAMPLES_SET=libs).
+rm -f build/libsamples-src.tar.xz
+tests/gpu/samples-pack.sh libs || echo "prepare: no build/libsamples-src.tar.xz (tests/gpu/samples-pack.sh libs failed)"
 git rev-parse HEAD >build/commit
 rm -rf build/vm/logs
 # Not used on the GPU machine (the carried outputs must stay under 64 MiB).
@@ -82,6 +87,7 @@ du -sh build/qemu build/vm build/bench build/nvidia build/probes
 rm -rf build/gpu-bundle
 mkdir -p build/gpu-bundle
 tar -cf - build/qemu build/vm build/bench build/nvidia build/probes build/commit \
-    build/guest-lib-loopback/libcuda.so.1 | xz -T0 -9 >build/gpu-bundle/outputs.tar.xz
+    build/guest-lib-loopback/libcuda.so.1 $(ls build/libsamples-src.tar.xz 2>/dev/null) |
+    xz -T0 -9 >build/gpu-bundle/outputs.tar.xz
 [ ! -f build/samples-src.tar.xz ] || cp build/samples-src.tar.xz build/gpu-bundle/
 du -sh build/gpu-bundle

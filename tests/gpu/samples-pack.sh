@@ -1,34 +1,60 @@
 #!/usr/bin/env bash
-# On the build machine, offline: packs NVIDIA's cuda-samples from a local
-# git mirror into build/samples-src.tar.xz for tests/gpu/samples.sh on the
-# GPU machine (which has no network).  The archive holds one folder,
-# samples-src/: the tree at the mirror's HEAD less what no sample that runs
-# without a display needs (documents, Windows binaries, the Jetson-only
-# samples, the data files of the samples in tests/gpu/samples-skip.txt,
-# outputs committed next to their sources), and samples-src/vcu-packed.txt:
-# the commit, and the files the mirror lists but does not hold.
+# On the build machine, offline: packs NVIDIA's sample programs from a local
+# git mirror for tests/gpu/samples.sh on the GPU machine (which has no
+# network).
 #
-#   tests/gpu/samples-pack.sh        (VCU_SAMPLES_MIRROR: the bare mirror)
+#   tests/gpu/samples-pack.sh [cuda|libs]      (default cuda)
 #
-# No mirror: says so and exits 0 (the samples case on the GPU machine then
-# says the archive is missing).
+#   cuda  NVIDIA/cuda-samples (VCU_SAMPLES_MIRROR: the bare mirror) into
+#         build/samples-src.tar.xz: one folder, samples-src/, the tree at
+#         the mirror's HEAD less what no sample that runs without a display
+#         needs (documents, Windows binaries, the Jetson-only samples, the
+#         data files of the samples in tests/gpu/samples-skip.txt, outputs
+#         committed next to their sources)
+#   libs  NVIDIA/CUDALibrarySamples (VCU_LIBSAMPLES_MIRROR) into
+#         build/libsamples-src.tar.xz: libsamples-src/, the cuBLASLt,
+#         cuSPARSE, cuSOLVER and cuFFT folders less documents and pictures,
+#         at commit VCU_LIBSAMPLES_COMMIT (default caa6575, 2025-11-24: the
+#         last before the samples moved to CUDA 13.1's cuBLASLt, which the
+#         GPU machine's CUDA 13.0 does not have: at the mirror's HEAD no
+#         cuBLASLt sample builds there)
+#
+# Each archive's folder also holds vcu-packed.txt: the commit, and the files
+# the mirror lists but does not hold.  No mirror: says so and exits 0 (the
+# samples case on the GPU machine then says the archive is missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-mirror=${VCU_SAMPLES_MIRROR:-/work/.mirror/NVIDIA+cuda-samples/repo}
-out=build/samples-src.tar.xz
+set=${1:-cuda}
+case $set in
+    cuda)
+        mirror=${VCU_SAMPLES_MIRROR:-/work/.mirror/NVIDIA+cuda-samples/repo}
+        rev=HEAD
+        dir=samples-src
+        ;;
+    libs)
+        mirror=${VCU_LIBSAMPLES_MIRROR:-/work/.mirror/NVIDIA+CUDALibrarySamples/repo}
+        rev=${VCU_LIBSAMPLES_COMMIT:-caa6575f0e6be91f0b00cc63250610418d205d0f}
+        dir=libsamples-src
+        ;;
+    *)
+        echo "samples-pack: no set $set (cuda or libs)" >&2
+        exit 2
+        ;;
+esac
+out=build/$dir.tar.xz
 
-if ! commit=$(git -C "$mirror" rev-parse -q --verify 'HEAD^{commit}' 2>/dev/null); then
-    echo "samples-pack: no cuda-samples mirror at $mirror: $out not made"
+if ! commit=$(git -C "$mirror" rev-parse -q --verify "$rev^{commit}" 2>/dev/null); then
+    echo "samples-pack: no $set mirror at $mirror: $out not made"
     exit 0
 fi
 stage=$(mktemp -d "${TMPDIR:-/tmp}/vcu-samples-pack.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/samples-src" build
+mkdir -p "$stage/$dir" build
 
-python3 - "$mirror" "$commit" tests/gpu/samples-skip.txt "$stage/samples-src" <<'PY'
+python3 - "$mirror" "$commit" tests/gpu/samples-skip.txt "$stage/$dir" "$set" <<'PY'
 import os, subprocess, sys
 
-mirror, commit, skipfile, dest = sys.argv[1:5]
+mirror, commit, skipfile, dest, which = sys.argv[1:6]
 skipped = set()
 for line in open(skipfile):
     line = line.split('#', 1)[0].split()
@@ -43,7 +69,17 @@ DATA = ('.ppm', '.pgm', '.bmp', '.bin', '.raw', '.dat', '.nv12', '.yuv', '.rgba'
 OUTPUTS = ('Samples/5_Domain_Specific/HSOpticalFlow/FlowCPU.flo',
            'Samples/5_Domain_Specific/HSOpticalFlow/FlowGPU.flo')
 
+LIBS = ('cuBLASLt', 'cuSPARSE', 'cuSOLVER', 'cuFFT')
+
+def wanted_lib(path):
+    parts = path.split('/')
+    if len(parts) == 1:
+        return path == 'LICENSE.md'
+    return parts[0] in LIBS and not path.lower().endswith(DOCS + ('.png', '.md'))
+
 def wanted(path):
+    if which == 'libs':
+        return wanted_lib(path)
     parts = path.split('/')
     if len(parts) == 1:
         return path in TOP
@@ -114,7 +150,7 @@ for path in absent:
     print(f'samples-pack: absent from the mirror: {path}')
 PY
 
-tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - samples-src |
+tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$dir" |
     xz -9 -T2 >"$out.tmp"
 mv "$out.tmp" "$out"
-echo "samples-pack: $out: cuda-samples $commit, $(du -k "$out" | cut -f1) KiB"
+echo "samples-pack: $out: $set $commit, $(du -k "$out" | cut -f1) KiB"

@@ -10,6 +10,16 @@
 # (as their run_tests.py uses them); each program runs in its build folder.
 #
 #   tests/gpu/samples.sh [build,run,guest]     (default build,run)
+#   VCU_SAMPLES_SET=libs tests/gpu/samples.sh [build,run,guest]
+#
+# The set (VCU_SAMPLES_SET): "cuda" (the default), NVIDIA's cuda-samples,
+# from build/samples-src.tar.xz, in build/samples, results in
+# $OUT/samples.md and $OUT/samples/; or "libs", NVIDIA's
+# CUDALibrarySamples for cuBLASLt, cuSPARSE, cuSOLVER and cuFFT
+# (build/libsamples-src.tar.xz, samples-pack.sh libs), each sample folder
+# its own CMake project as its README builds it, in build/libsamples,
+# results in $OUT/libsamples.md and $OUT/libsamples/.  Every program a
+# library sample builds is a row; they take no arguments.
 #
 #   build  unpack (again when the archive or the settings changed),
 #          configure, build with make -k -j16 until VCU_SAMPLES_BUILD_S;
@@ -44,6 +54,8 @@
 #   VCU_SAMPLES_GUEST_S=550  seconds the guest column may take, its disk
 #                            included (no run starts in a guest after it
 #                            less VCU_SAMPLES_GUEST_TIMEOUT: NOT-RUN)
+#   VCU_SAMPLES_END_S=N      seconds from the start the whole script may
+#                            take (the guest column's time shrinks to fit)
 #   VCU_SAMPLES_GUEST_TIMEOUT=240  seconds each run may take in a guest
 #                            (its CPU is emulated: host code runs 10-50x
 #                            slower than natively)
@@ -65,9 +77,19 @@ cd "$(dirname "$0")/../.." || exit 1
 top=$PWD
 out=${OUT:-build/gpu-out}
 case $out in /*) ;; *) out=$top/$out ;; esac
-logs=$out/samples
-work=$top/build/samples
-src=$work/src/samples-src
+sset=${VCU_SAMPLES_SET:-cuda}
+case $sset in
+    cuda) sname=samples title=cuda-samples ;;
+    libs) sname=libsamples title=CUDALibrarySamples ;;
+    *)
+        echo "samples: no set $sset (VCU_SAMPLES_SET: cuda or libs)"
+        echo "0 passed, 1 failed"
+        exit 1
+        ;;
+esac
+logs=$out/$sname
+work=$top/build/$sname
+src=$work/src/$sname-src
 bld=$work/build
 res=$work/results
 what=${1:-build,run}
@@ -82,26 +104,34 @@ say() { echo "samples: $*"; }
 mkdir -p "$logs" "$work"
 
 archive=
-for a in build/samples-src.tar.xz build/gpu-bundle/samples-src.tar.xz; do
+for a in "build/$sname-src.tar.xz" "build/gpu-bundle/$sname-src.tar.xz"; do
     [ -f "$a" ] && { archive=$a; break; }
 done
 
 # unpack: a fresh tree when the archive, the architectures or the choice
 # of samples changed; then the Python below rewrites its CMake files (the
 # architectures; no add_subdirectory for a sample not built) and writes
-# the plan, a line per sample: name, category, program, GPUs it needs,
-# why it is skipped (or -), its runs' arguments (";" between runs).
+# the plan, a line per sample: name, its folder under the build folder,
+# program, GPUs it needs, why it is skipped (or -), its runs' arguments
+# (";" between runs).  The library samples' plan comes after their build
+# (libs_plan); unpack writes their build's Makefile (libs_unpack).
 unpack() {
     local stamp
     stamp="$(cksum <"$archive") archs=${VCU_SAMPLES_ARCHS:-} only=$only"
     stamp="$stamp skip=$(cksum <tests/gpu/samples-skip.txt)"
-    if [ -f "$work/stamp" ] && [ "$(cat "$work/stamp")" = "$stamp" ] && [ -f "$work/plan.tsv" ]; then
+    if [ -f "$work/stamp" ] && [ "$(cat "$work/stamp")" = "$stamp" ] &&
+        { [ -f "$work/plan.tsv" ] || [ -f "$work/projects.tsv" ]; }; then
         return 0
     fi
-    rm -rf "$work/src" "$bld" "$res" "$work/stamp" "$work/plan.tsv" "$work/dropped.tsv" \
+    rm -rf "$work/src" "$bld" "$res" "$work/stamp" "$work/plan.tsv" "$work/projects.tsv" "$work/dropped.tsv" \
         "$work/configured" "$work/build-state"
     mkdir -p "$work/src"
     tar -xJf "$archive" -C "$work/src" || { say "cannot unpack $archive"; return 1; }
+    if [ "$sset" = libs ]; then
+        libs_unpack || return 1
+        echo "$stamp" >"$work/stamp"
+        return 0
+    fi
     python3 - "$src" tests/gpu/samples-skip.txt "${VCU_SAMPLES_ARCHS:-}" "$only" \
         >"$work/plan.tsv" <<'PY' || { say "cannot read the samples' CMake files"; return 1; }
 import json, os, re, sys
@@ -168,7 +198,7 @@ for cat in sorted(os.listdir(samples)):
             runs = [conf['args']]
         else:
             runs = [r.get('args', []) for r in conf.get('runs', []) if not r.get('skip')] or [[]]
-        print('\t'.join([name, cat, exe, str(conf.get('min_gpus', 1)), why,
+        print('\t'.join([name, f'Samples/{cat}/{name}', exe, str(conf.get('min_gpus', 1)), why,
                          ';'.join(' '.join(r) for r in runs)]))
 PY
     echo "$stamp" >"$work/stamp"
@@ -194,10 +224,10 @@ configure() {
         for d in $dirs; do
             sed -i "s|^\( *\)add_subdirectory($d)|\1# not built here: add_subdirectory($d)|" \
                 "$src"/Samples/*/CMakeLists.txt
-            say "$d: not built: its CMake file fails here (samples/configure.log)"
+            say "$d: not built: its CMake file fails here ($sname/configure.log)"
         done
     done
-    say "configure failed: samples/configure.log"
+    say "configure failed: $sname/configure.log"
     tail -n 20 "$logs/configure.log"
     return 1
 }
@@ -229,24 +259,81 @@ for d, why in seen.items():
 '
 }
 
+# libs_unpack: the library samples' build, a Makefile in the build folder
+# with a target per sample folder (its own CMake project, configured and
+# built in a folder of its own, as its README says: cmake, then make), so
+# that build() runs them as it runs the cuda-samples' make; and the
+# projects, a line each: folder under the source, GPUs it needs (the
+# multi-GPU ones by name: cuFFT's *_mgpu_*, cuSOLVER's Mg*).
+libs_unpack() {
+    local cmake=${VCU_CMAKE:-} archs='' lib d rel name
+    [ -n "$cmake" ] || cmake=$(command -v cmake || echo /opt/torch/.venv/bin/cmake)
+    [ -z "${VCU_SAMPLES_ARCHS:-}" ] || archs="-DCMAKE_CUDA_ARCHITECTURES=$VCU_SAMPLES_ARCHS"
+    echo "each project's own" >"$work/src/theirs"
+    mkdir -p "$bld" "$logs/build"
+    : >"$work/projects.tsv"
+    for lib in cuBLASLt cuSPARSE cuSOLVER cuFFT; do
+        for d in "$src/$lib"/*/; do
+            d=${d%/}
+            [ -f "$d/CMakeLists.txt" ] || continue
+            rel=${d#"$src"/}
+            name=${rel//\//-}
+            if [ -n "$only" ] && [[ " $only " != *" ${rel##*/} "* ]]; then continue; fi
+            case $rel in cuFFT/*mgpu* | cuSOLVER/Mg*) echo "$rel	2" ;; *) echo "$rel	1" ;; esac >>"$work/projects.tsv"
+            printf '%s:\n\t@%s -S %s -B %s -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=%s -DCUDAToolkit_ROOT=%s %s >%s 2>&1 && %s --build %s >>%s 2>&1\n' \
+                "$name" "$cmake" "$d" "$bld/$rel" "$cuda/bin/nvcc" "$cuda" "$archs" \
+                "$logs/build/$name.log" "$cmake" "$bld/$rel" "$logs/build/$name.log"
+        done
+    done >"$bld/Makefile.projects"
+    {
+        echo "all: $(cut -f1 "$work/projects.tsv" | tr / - | tr '\n' ' ')"
+        echo ".PHONY: all $(cut -f1 "$work/projects.tsv" | tr / - | tr '\n' ' ')"
+        cat "$bld/Makefile.projects"
+    } >"$bld/Makefile"
+    say "$(wc -l <"$work/projects.tsv") library sample projects"
+}
+
+# libs_plan: after the build, the plan: a line per program each project
+# built (an executable ELF file outside CMakeFiles), named as the program;
+# a project that built none keeps a line (its folder's name, no program:
+# NOT-BUILT).
+libs_plan() {
+    local rel gpus f n
+    while IFS=$'\t' read -r rel gpus; do
+        n=0
+        while read -r f; do
+            [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = 177ELF ] || continue
+            printf '%s\t%s\t%s\t%s\t-\t\n' "${f##*/}" "$(dirname "${f#"$bld"/}")" "${f##*/}" "$gpus"
+            n=$((n + 1))
+        done < <(find "$bld/$rel" -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print 2>/dev/null | sort)
+        [ "$n" -gt 0 ] || printf '%s\t%s\t-\t%s\t-\t\n' "${rel//\//-}" "$rel" "$gpus"
+    done <"$work/projects.tsv" >"$work/plan.tsv"
+    say "$(awk -F'\t' '$3 != "-"' "$work/plan.tsv" | wc -l) library sample programs built"
+}
+
 build() {
     local pid deadline
     if [ -z "$archive" ]; then
-        say "no build/samples-src.tar.xz (tests/gpu/prepare.sh makes it from a cuda-samples mirror)"
+        say "no build/$sname-src.tar.xz (tests/gpu/prepare.sh makes it from a $title mirror)"
         return 1
     fi
     unpack || return 1
-    say "cuda-samples $(sed -n 's/^commit //p' "$src/vcu-packed.txt")"
+    say "$title $(sed -n 's/^commit //p' "$src/vcu-packed.txt")"
     if [ -n "${VCU_SAMPLES_ARCHS:-}" ]; then
         say "architectures: $VCU_SAMPLES_ARCHS (VCU_SAMPLES_ARCHS; the samples' own list: $(theirs))"
     else
         say "architectures: $(theirs) (the samples' own list; VCU_SAMPLES_ARCHS=90 builds one)"
     fi
-    configure || return 1
+    [ "$sset" = libs ] || configure || return 1
     # make in a session of its own, so the whole build (nvcc, cicc, ptxas)
     # stops when the time is up.
     deadline=$((t0 + build_s))
-    setsid make -C "$bld" -k -j16 all >"$logs/build.log" 2>&1 &
+    # Some library samples link -lcudart and their library by name, and
+    # include the toolkit's headers from C and C++ files (their README:
+    # cmake .., make), which works where the toolkit's folders are on the
+    # compiler's paths, as a user with the toolkit sets them.
+    LIBRARY_PATH=$cuda/lib64${LIBRARY_PATH:+:$LIBRARY_PATH} CPATH=$cuda/include${CPATH:+:$CPATH} \
+        setsid make -C "$bld" -k -j16 all >"$logs/build.log" 2>&1 &
     pid=$!
     while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
         sleep 2
@@ -262,8 +349,9 @@ build() {
     else
         wait "$pid"
         echo 'done' >"$work/build-state"
-        say "build ended after $((SECONDS - t0)) s (samples/build.log)"
+        say "build ended after $((SECONDS - t0)) s ($sname/build.log)"
     fi
+    [ "$sset" != libs ] || libs_plan
 }
 
 # The samples' own architectures, as unpack read them.
@@ -288,13 +376,17 @@ classify() {
 # sample's verdict, and what the sample printed, between
 # "VCU-SAMPLE-BEGIN NAME" and "VCU-SAMPLE-END NAME VERDICT STATUS SECONDS".
 guest() {
-    local name cat exe gpus_min why runs nat secs n=0 g gs gt deadline vms
+    local name dir exe gpus_min why runs nat secs n=0 g gs gt deadline vms
     local disk stage left pids=()
     if [ ! -f "$work/plan.tsv" ] || [ ! -d "$bld" ]; then
         say "guest: nothing built yet (tests/gpu/samples.sh build)"
         return 1
     fi
     gs=${VCU_SAMPLES_GUEST_S:-550}
+    # The whole script's end, when one call runs every step.
+    if [ "${VCU_SAMPLES_END_S:-0}" -gt 0 ] && [ $((VCU_SAMPLES_END_S - (t_guest - t0))) -lt "$gs" ]; then
+        gs=$((VCU_SAMPLES_END_S - (t_guest - t0)))
+    fi
     gt=${VCU_SAMPLES_GUEST_TIMEOUT:-240}
     vms=${VCU_SAMPLES_VMS:-$(($(nproc) * 3 / 4))}
     [ "$vms" -ge 1 ] || vms=1
@@ -309,9 +401,9 @@ guest() {
     for f in build/vm/initrd-samples.img build/qemu/bin/qemu-system-x86_64; do
         [ -e "$f" ] || { say "guest: no $f (tests/gpu/prepare.sh)"; return 1; }
     done
-    while IFS=$'\t' read -r name cat exe gpus_min why runs; do
+    while IFS=$'\t' read -r name dir exe gpus_min why runs; do
         [ "$why" = - ] || continue
-        [ -x "$bld/Samples/$cat/$name/$exe" ] || continue
+        [ -x "$bld/$dir/$exe" ] || continue
         nat=
         [ ! -f "$res/$name.native" ] || read -r nat _ <"$res/$name.native"
         case $nat in PASS | NO-GPU | '') ;; *) continue ;; esac
@@ -319,8 +411,8 @@ guest() {
         # none for this sample): every sample built, within the GPUs.
         if [ -z "$nat" ] && [ "${gpus:-0}" != 0 ] && [ "$gpus_min" -gt "$gpus" ]; then continue; fi
         secs=$(cat "$res/$name.native.secs" 2>/dev/null || echo 0)
-        printf '%s\t%s\t%s\t%s\t%s\n' "$secs" "$name" "$bld/Samples/$cat/$name" "$exe" "$runs"
-        echo "NOT-RUN - its guest did not reach it (samples/guest-*.log)" >"$res/$name.guest"
+        printf '%s\t%s\t%s\t%s\t%s\n' "$secs" "$name" "$bld/$dir" "$exe" "$runs"
+        echo "NOT-RUN - its guest did not reach it ($sname/guest-*.log)" >"$res/$name.guest"
         n=$((n + 1))
     done <"$work/plan.tsv" | sort -t $'\t' -k1,1 -n -r | cut -f2- >"$gdir/plan.tsv"
     n=$(wc -l <"$gdir/plan.tsv")
@@ -380,7 +472,7 @@ guest() {
     mkdir -p "$gdir/cache"
     # shellcheck disable=SC2086
     vcu_daemon_start "$gdir/daemon" $dargs >"$logs/guest-daemon-start.log" 2>&1 ||
-        { say "guest: the host daemon did not start (samples/guest-daemon-start.log)"; return 1; }
+        { say "guest: the host daemon did not start ($sname/guest-daemon-start.log)"; return 1; }
     for ((g = 0; g < vms; g++)); do
         env "$genv" VCU_DAEMON_SOCK="$VCU_DAEMON_SOCK" VCU_NO_BUILD=1 VCU_VM_NAME="samples-$g" \
             VCU_VM_LOGDIR="$gdir/vm-$g" VCU_VM_MEM="${VCU_SAMPLES_VM_MEM:-3072}" VCU_VM_DISK="$disk" \
@@ -406,21 +498,25 @@ guest() {
         ' "$logs/guest-$g.log"
     done
     say "guest: $vms guests ended $((SECONDS - t_guest)) s after the column began" \
-        "(consoles: samples/guest-N.log, run.sh: samples/guest-N.out)"
+        "(consoles: $sname/guest-N.log, run.sh: $sname/guest-N.out)"
 }
 
-# run_sample NAME CAT EXE RUNS: each run natively, then each on ours;
+# run_sample NAME DIR EXE RUNS: each run natively, then each on ours;
 # a mode's verdict, in $res/NAME.MODE ("VERDICT EXIT-STATUS [WHY]"), is
 # its first run's that does not pass.
 run_sample() {
-    local name=$1 dir=$bld/Samples/$2/$1 exe=$3 mode r rc st log ts
+    local name=$1 dir=$bld/$2 exe=$3 mode r rc st log ts
     local -a runs
     IFS=';' read -ra runs <<<"$4"
     [ ${#runs[@]} -gt 0 ] || runs=("")
-    for mode in native ours; do
+    local modes="native ours"
+    # A library sample's output is compared with native's (same_output):
+    # a second native run says whether it is the same from run to run.
+    [ "$sset" != libs ] || modes="native native2 ours"
+    for mode in $modes; do
         log=$logs/$name.$mode.log
         : >"$log"
-        if [ "$mode" = native ] && [ -z "$real" ]; then
+        if [ "${mode#native}" != "$mode" ] && [ -z "$real" ]; then
             echo "NO-GPU - no GPU here" >"$res/$name.$mode"
             continue
         fi
@@ -439,7 +535,7 @@ run_sample() {
             fi
             echo "== ./$exe $r" >>"$log"
             # shellcheck disable=SC2086 # the arguments are words
-            if [ "$mode" = native ]; then
+            if [ "${mode#native}" != "$mode" ]; then
                 (cd "$dir" && timeout -k 5 "$tmo" "./$exe" $r </dev/null >>"$log" 2>&1)
             else
                 (cd "$dir" && VCU_TRANSPORT=loopback VCU_LIBCUDA=$ours_real \
@@ -458,7 +554,7 @@ run_sample() {
 }
 
 run() {
-    local name cat exe gpus_min why runs n=0
+    local name dir exe gpus_min why runs n=0
     if [ ! -f "$work/plan.tsv" ] || [ ! -d "$bld" ]; then
         say "nothing built yet (tests/gpu/samples.sh build)"
         return 1
@@ -492,14 +588,14 @@ run() {
     else
         say "ours: build/guest-lib-loopback/libcuda.so.1 over $ours_real"
     fi
-    while IFS=$'\t' read -r name cat exe gpus_min why runs; do
+    while IFS=$'\t' read -r name dir exe gpus_min why runs; do
         [ "$why" = - ] || continue
-        [ -x "$bld/Samples/$cat/$name/$exe" ] || continue
+        [ -x "$bld/$dir/$exe" ] || continue
         [ "$gpus" = 0 ] || [ "$gpus_min" -le "$gpus" ] || continue
         while [ "$(jobs -rp | wc -l)" -ge "$njobs" ]; do
             wait -n
         done
-        run_sample "$name" "$cat" "$exe" "$runs" </dev/null &
+        run_sample "$name" "$dir" "$exe" "$runs" </dev/null &
         n=$((n + 1))
     done <"$work/plan.tsv"
     wait
@@ -526,32 +622,71 @@ why_not() {
     printf '%s' "$l" | tr -d '\r' | tr '|' '/' | cut -c1-200
 }
 
+# prog_tail LOG: of the last 30 lines a run printed (a guest's log holds
+# those after "== ..."), the last 24 of those that name no time or rate
+# and are not our library's own notes ("libcuda (virtio-cuda): ...", on
+# stderr: the program's output is what is compared).
+prog_tail() {
+    if grep -q '^== \.\.\.$' "$1" 2>/dev/null; then
+        sed -n '/^== \.\.\.$/,$p' "$1" | grep -v '^== '
+    else
+        grep -v '^== ' "$1" 2>/dev/null
+    fi | tr -d '\r' | tail -n 30 | grep -v '^libcuda (virtio-cuda): ' |
+        grep -v -i -E 'time|[0-9.] *(ms|us|s|sec|seconds)\b|flop|gb/s|bandwidth|elapsed|speed' |
+        tail -n 24
+}
+
+# Library samples whose output depends on timing, not compared:
+# LtSgemmSimpleAutoTuning prints the algorithm it timed fastest.
+varying_output="sample_cublasLt_LtSgemmSimpleAutoTuning"
+
+# same_output NAME MODE: a library sample's MODE run printed what its native
+# run did (or its two native runs differ, or it is one of $varying_output,
+# so that nothing can be said); otherwise prints the first line that
+# differs.
+same_output() {
+    local n m
+    [[ " $varying_output " != *" $1 "* ]] || return 0
+    n=$(prog_tail "$logs/$1.native.log")
+    [ "$n" = "$(prog_tail "$logs/$1.native2.log")" ] || return 0
+    m=$(prog_tail "$logs/$1.$2.log")
+    [ "$n" != "$m" ] || return 0
+    diff <(printf '%s\n' "$n") <(printf '%s\n' "$m") | grep -m 1 '^>' | cut -c3-
+    return 1
+}
+
 # not_built NAME DIR: why a sample has no program.
 not_built() {
     local l
+    if [ "$sset" = libs ]; then
+        l=$(grep -m 1 -i -E 'error|undefined reference' "$logs/build/$1.log" 2>/dev/null)
+        [ -n "$l" ] || l="no program ($sname/build/$1.log)"
+        printf '%s' "$l" | tr '|' '/' | cut -c1-200
+        return
+    fi
     l=$(awk -F'\t' -v n="$1" '$1 == n { print $2; exit }' "$work/dropped.tsv" 2>/dev/null)
     [ -n "$l" ] || l=$(grep -m 1 -E "sample '$1'|build of the $1 sample" "$logs/configure.log" 2>/dev/null |
         sed 's/^-- //')
-    [ -n "$l" ] || l=$(grep -E "Samples/$2/$1/" "$logs/build.log" 2>/dev/null |
+    [ -n "$l" ] || l=$(grep -E "$2/" "$logs/build.log" 2>/dev/null |
         grep -m 1 -i -E 'error|undefined reference')
     if [ -z "$l" ] && [ "$(cat "$work/build-state" 2>/dev/null)" = cut ]; then
         l="the build was stopped before it (call again to go on)"
     fi
-    [ -n "$l" ] || l="no program (samples/build.log)"
+    [ -n "$l" ] || l="no program ($sname/build.log)"
     printf '%s' "$l" | tr '|' '/' | cut -c1-200
 }
 
 table() {
-    local name cat exe gpus_min why runs nat ours detail md=$out/samples.md
+    local name dir exe gpus_min why runs nat ours detail md=$out/$sname.md
     local passed=0 failed=0 excluded='' nobuild='' noruns='' skipped=0 failures=''
     local g='' gh='' gl='' gv=- cnt=ours cv
     # With the guest column, the guest's verdicts count; ours (loopback)
     # stays beside them.
     case ",$what," in *,guest,*) g=1 gh=' guest |' gl='---|' cnt=guest ;; esac
     {
-        echo "# cuda-samples: natively, on ours${g:+ and in a guest}"
+        echo "# $title: natively, on ours${g:+ and in a guest}"
         echo
-        echo "cuda-samples $(sed -n 's/^commit //p' "$src/vcu-packed.txt" 2>/dev/null)," \
+        echo "$title $(sed -n 's/^commit //p' "$src/vcu-packed.txt" 2>/dev/null)," \
             "architectures ${VCU_SAMPLES_ARCHS:-$(theirs)}, $(date -u '+%Y-%m-%d %H:%M UTC')," \
             "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null |
                 head -n 1 | grep . || echo none)"
@@ -559,13 +694,13 @@ table() {
         echo "| sample | native | ours |$gh first error-looking line of the $cnt run, or why not run |"
         echo "|---|---|---|$gl---|"
     } >"$md"
-    while IFS=$'\t' read -r name cat exe gpus_min why runs; do
+    while IFS=$'\t' read -r name dir exe gpus_min why runs; do
         gv=-
         if [ "$why" != - ]; then
             nat=SKIP ours=SKIP detail=$why
             skipped=$((skipped + 1))
-        elif [ ! -x "$bld/Samples/$cat/$name/$exe" ]; then
-            nat=NOT-BUILT ours=NOT-BUILT detail=$(not_built "$name" "$cat")
+        elif [ ! -x "$bld/$dir/$exe" ]; then
+            nat=NOT-BUILT ours=NOT-BUILT detail=$(not_built "$name" "$dir")
             nobuild="$nobuild $name"
         elif [ "${gpus:-0}" != 0 ] && [ "$gpus_min" -gt "$gpus" ]; then
             nat=SKIP ours=SKIP detail="needs $gpus_min GPUs, this machine has $gpus"
@@ -579,6 +714,11 @@ table() {
             [ -z "$g" ] || cv=$gv
             detail=
             [ "$cv" = PASS ] || detail=$(why_not "$name" "$cnt")
+            if [ "$sset" = libs ] && [ "$nat/$cv" = PASS/PASS ] && ! detail=$(same_output "$name" "$cnt"); then
+                detail="output differs from native's, first: $(printf '%s' "$detail" | tr '|' '/' | cut -c1-160)"
+                cv=DIFF
+                if [ -n "$g" ]; then gv=DIFF; else ours=DIFF; fi
+            fi
             case $nat/$cv in
                 PASS/PASS) passed=$((passed + 1)) ;;
                 PASS/NOT-RUN | PASS/- | NO-GPU/* | NOT-RUN/*) noruns="$noruns $name" ;;
