@@ -31,6 +31,23 @@ hostroot_link() {
     cp -al "$src" "$st$src" 2>/dev/null || cp -a "$src" "$st$src"
 }
 
+# hostroot_headers CUDA STAGE: the toolkit's headers at CUDA/include and
+# at the toolkit's real folder's include, each beside a bin folder, so that
+# a path a program was built with (NVRTC's -I.../bin/../include) finds
+# them in the guest; links are resolved here, never followed into the
+# host's own folders.
+hostroot_headers() {
+    local cuda=$1 st=$2 inc root d
+    inc=$(readlink -f "$cuda/include") && [ -d "$inc" ] || return 0
+    root=$(readlink -f "$cuda")
+    hostroot_link "$inc" "$st"
+    for d in "$cuda" "$root"; do
+        [ -L "$st$d" ] && continue
+        mkdir -p "$st$d/bin"
+        [ -e "$st$d/include" ] || [ -L "$st$d/include" ] || ln -s "$inc" "$st$d/include"
+    done
+}
+
 # hostroot_disk DIR IMG TAG: IMG, an ext4 image of DIR sized to fit, DIR
 # removed after.  TAG names the caller in the messages.
 hostroot_disk() {

@@ -438,11 +438,13 @@ guest() {
         echo "guest root: the libraries of $d"
     done >>"$logs/guest-disk.log" 2>&1
     # What programs read from the toolkit at run time (device-side-launch
-    # links with libcudadevrt, ptxgen reads libdevice), as a guest with
-    # the toolkit installed has them.
+    # links with libcudadevrt, ptxgen reads libdevice, cuFFT's NVRTC
+    # callback sample compiles with the toolkit's headers), as a guest
+    # with the toolkit installed has them.
     for f in "$cuda/lib64/libcudadevrt.a" "$cuda/nvvm/libdevice"; do
         [ -e "$f" ] && hostroot_link "$f" "$stage"
     done
+    hostroot_headers "$cuda" "$stage"
     hostroot_link "$src" "$stage"
     tar -C / --exclude=CMakeFiles --exclude='*.o' -cf - "${bld#/}" | tar -C "$stage" -xf - ||
         { say "guest: cannot copy $bld"; return 1; }
