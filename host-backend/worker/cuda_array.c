@@ -521,6 +521,95 @@ static CUresult vcu__3d_async(vcu__op_t *o, const CUDA_MEMCPY3D *m, CUcontext sc
     return VCU__CU(o->cu, cuMemcpy3DPeerAsync, &p, st);
 }
 
+/* A copy's side in guest memory, if it has one: its segment and span,
+ * which way (to_host: the destination), and the bounce buffer standing in
+ * for it where the segment could not be mapped as it is. */
+typedef struct {
+    const vcu_segment_t *seg;
+    uint64_t span;
+    void *bounce;
+    int to_host;
+} vcu__3d_guest_t;
+
+/* The descriptor's sides and size; a side in guest memory mapped (or
+ * bounced) into g.  VCU_S_OK with o->res CUDA_SUCCESS when it can go. */
+static uint32_t vcu__3d_desc(vcu__op_t *o, const struct vcu_cu_memcpy3d_req *rq, int peer,
+                             CUDA_MEMCPY3D *m, vcu__3d_guest_t *g)
+{
+    const vcu_segment_t *ss = NULL, *ds = NULL;
+    uint64_t sspan = 0, dspan = 0;
+    void *host = NULL;
+    uint32_t rc;
+
+    memset(m, 0, sizeof(*m));
+    rc = vcu__3d_side(o, rq, 0, peer, m, &ss, &sspan);
+    if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
+        return rc;
+    rc = vcu__3d_side(o, rq, 1, peer, m, &ds, &dspan);
+    if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
+        return rc;
+    m->WidthInBytes = (size_t)rq->width;
+    m->Height = (size_t)rq->height;
+    m->Depth = (size_t)rq->depth;
+    g->to_host = ds != NULL;
+    g->seg = ss != NULL ? ss : ds;
+    g->span = ss != NULL ? sspan : dspan;
+    if (g->seg == NULL)
+        return VCU_S_OK;
+    if (vcu__2d_host(o, g->seg, g->span, &host, &g->bounce) != 0)
+        return VCU_S_OK;            /* o->res says why */
+    if (g->to_host)
+        m->dstHost = host;
+    else
+        m->srcHost = host;
+    return VCU_S_OK;
+}
+
+/* After an asynchronous copy on st: the request waits for the stream where
+ * it must (synchronous, a bounce buffer, guest memory that may move), and
+ * the wait frees the bounce buffer (scattering it to the guest first when
+ * it was the destination). */
+static void vcu__3d_park(vcu__op_t *o, int async, CUstream st, vcu__3d_guest_t *g)
+{
+    if (async && (g->seg == NULL || (g->bounce == NULL && (g->seg->flags & VCU_SEG_F_STABLE))))
+        return;
+    if (vcu__park_stream(o, st) != 0) {
+        o->res = o->cu->fn.cuStreamSynchronize(st);
+        return;
+    }
+    o->wait->bounce = g->bounce;
+    o->wait->bounce_len = g->bounce != NULL ? (size_t)g->span : 0;
+    if (g->bounce != NULL && g->to_host) {
+        o->wait->seg = g->seg;
+        o->wait->span = (size_t)g->span;
+    }
+    g->bounce = NULL;
+}
+
+/* The copy itself: on a stream where the driver has the asynchronous form
+ * (CU_STREAM_LEGACY when synchronous), else the synchronous call. */
+static void vcu__3d_copy(vcu__op_t *o, CUDA_MEMCPY3D *m, int peer, CUcontext sc, CUcontext dc,
+                         int async, CUstream st, vcu__3d_guest_t *g)
+{
+    CUDA_MEMCPY3D_PEER pm;
+
+    if (async || (peer ? o->cu->fn.cuMemcpy3DPeerAsync != NULL
+                       : o->cu->fn.cuMemcpy3DAsync != NULL)) {
+        if (!async)
+            st = CU_STREAM_LEGACY;
+        o->res = vcu__3d_async(o, m, sc, dc, st);
+        if (o->res == CUDA_SUCCESS)
+            vcu__3d_park(o, async, st, g);
+    } else if (peer) {
+        vcu__3d_peer(m, sc, dc, &pm);
+        o->res = VCU__CU(o->cu, cuMemcpy3DPeer, &pm);
+    } else {
+        o->res = VCU__CU(o->cu, cuMemcpy3D, m);
+    }
+    if (o->res == CUDA_SUCCESS && g->bounce != NULL && g->to_host)
+        vcu__scatter(g->seg, g->bounce, (size_t)g->span);
+}
+
 /*
  * As CU_MEMCPY_2D, with cuMemcpy3D's descriptor: CU_MEMCPY_3D, and
  * CU_MEMCPY_3D_PEER (peer) whose sides name their contexts' devices.
@@ -528,14 +617,11 @@ static CUresult vcu__3d_async(vcu__op_t *o, const CUDA_MEMCPY3D *m, CUcontext sc
 static uint32_t vcu__memcpy3d(vcu__op_t *o, int peer)
 {
     struct vcu_cu_memcpy3d_req rq;
-    const vcu_segment_t *s = NULL, *ss = NULL, *ds = NULL;
+    vcu__3d_guest_t g = { 0 };
     CUDA_MEMCPY3D m;
-    CUDA_MEMCPY3D_PEER pm;
     CUcontext sc = NULL, dc = NULL;
     CUstream st = NULL;
-    void *host = NULL, *bounce = NULL;
-    uint64_t span = 0, sspan = 0, dspan = 0;
-    int async, to_host;
+    int async;
     uint32_t rc;
 
     memcpy(&rq, o->p, sizeof(rq));
@@ -553,62 +639,17 @@ static uint32_t vcu__memcpy3d(vcu__op_t *o, int peer)
         return VCU_S_OK;
     if (rq.width == 0 || rq.height == 0 || rq.depth == 0)
         return VCU_S_OK;
-    memset(&m, 0, sizeof(m));
-    rc = vcu__3d_side(o, &rq, 0, peer, &m, &ss, &sspan);
+    rc = vcu__3d_desc(o, &rq, peer, &m, &g);
     if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
-        return rc;
-    rc = vcu__3d_side(o, &rq, 1, peer, &m, &ds, &dspan);
-    if (rc != VCU_S_OK || o->res != CUDA_SUCCESS)
-        return rc;
-    m.WidthInBytes = (size_t)rq.width;
-    m.Height = (size_t)rq.height;
-    m.Depth = (size_t)rq.depth;
-    to_host = ds != NULL;
-    s = ss != NULL ? ss : ds;
-    span = ss != NULL ? sspan : dspan;
-    if (s != NULL) {
-        if (vcu__2d_host(o, s, span, &host, &bounce) != 0)
-            return VCU_S_OK;
-        if (to_host)
-            m.dstHost = host;
-        else
-            m.srcHost = host;
-    }
-    if (async && vcu__stream(o, rq.stream, &st) != 0)
         goto out;
-    if (async || (peer ? o->cu->fn.cuMemcpy3DPeerAsync != NULL
-                       : o->cu->fn.cuMemcpy3DAsync != NULL)) {
-        if (!async)
-            st = CU_STREAM_LEGACY;
-        o->res = vcu__3d_async(o, &m, sc, dc, st);
-        if (o->res == CUDA_SUCCESS &&
-            (!async || (s != NULL && (bounce != NULL || !(s->flags & VCU_SEG_F_STABLE))))) {
-            if (vcu__park_stream(o, st) == 0) {
-                o->wait->bounce = bounce;
-                o->wait->bounce_len = bounce != NULL ? (size_t)span : 0;
-                if (bounce != NULL && to_host) {
-                    o->wait->seg = s;
-                    o->wait->span = (size_t)span;
-                }
-                bounce = NULL;
-            } else {
-                o->res = o->cu->fn.cuStreamSynchronize(st);
-            }
-        }
-    } else if (peer) {
-        vcu__3d_peer(&m, sc, dc, &pm);
-        o->res = VCU__CU(o->cu, cuMemcpy3DPeer, &pm);
-    } else {
-        o->res = VCU__CU(o->cu, cuMemcpy3D, &m);
-    }
-    if (o->res == CUDA_SUCCESS && bounce != NULL && to_host)
-        vcu__scatter(s, bounce, (size_t)span);
+    if (!async || vcu__stream(o, rq.stream, &st) == 0)
+        vcu__3d_copy(o, &m, peer, sc, dc, async, st, &g);
 out:
-    if (bounce != NULL) {
-        free(bounce);
-        vcu__mem_give(o->cs, (size_t)span);
+    if (g.bounce != NULL) {
+        free(g.bounce);
+        vcu__mem_give(o->cs, (size_t)g.span);
     }
-    return VCU_S_OK;
+    return rc;
 }
 
 uint32_t vcu__op_CU_MEMCPY_3D(vcu__op_t *o)

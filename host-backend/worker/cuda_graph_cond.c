@@ -358,6 +358,60 @@ static void vcu__set_event(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
                            : VCU__CU(o->cu, cuGraphEventWaitNodeSetEvent, node, ev);
 }
 
+/* A host node's new function: its cookie gets a record of its own. */
+static void vcu__set_host(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq, CUgraphExec x,
+                          CUgraphNode node)
+{
+    CUDA_HOST_NODE_PARAMS hp;
+    vcu__cb_t *cb = vcu__cb_new(o->cs, rq->cookie, 0);
+
+    if (cb == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return;
+    }
+    memset(&hp, 0, sizeof(hp));
+    hp.fn = vcu__cb_trampoline;
+    hp.userData = cb;
+    o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecHostNodeSetParams, x, node, &hp)
+                       : VCU__CU(o->cu, cuGraphHostNodeSetParams, node, &hp);
+}
+
+/* The node's new parameters, in the graph or (xe) in an exec of it; the
+ * node is of the kind they are for. */
+static void vcu__set_params(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
+                            vcu__hent_t *xe, vcu__hent_t *ge, CUgraphNode node,
+                            const CUDA_MEMCPY3D *copy, const unsigned char *tail)
+{
+    CUgraphExec x = xe != NULL ? xe->u.exec.ge : NULL;
+    CUcontext ctx = o->cs->ctx[vcu__dev_of(o)];
+    CUDA_MEMSET_NODE_PARAMS ms;
+
+    switch (rq->kind) {
+    case VCU_CU_NODE_KERNEL:
+        vcu__set_kernel(o, rq, xe, ge, node, tail);
+        break;
+    case VCU_CU_NODE_MEMCPY:
+        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecMemcpyNodeSetParams, x, node, copy, ctx)
+                           : VCU__CU(o->cu, cuGraphMemcpyNodeSetParams, node, copy);
+        break;
+    case VCU_CU_NODE_MEMSET:
+        vcu__node_memset(rq, &ms);
+        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecMemsetNodeSetParams, x, node, &ms, ctx)
+                           : VCU__CU(o->cu, cuGraphMemsetNodeSetParams, node, &ms);
+        break;
+    case VCU_CU_NODE_CHILD:
+        vcu__set_child(o, rq, xe, node);
+        break;
+    case VCU_CU_NODE_EVENT_RECORD:
+    case VCU_CU_NODE_EVENT_WAIT:
+        vcu__set_event(o, rq, x, node);
+        break;
+    default:
+        vcu__set_host(o, rq, x, node);
+        break;
+    }
+}
+
 /*
  * CU_GRAPH_NODE_SET: checked as CU_GRAPH_ADD_NODE's node is; the node
  * must be of the kind the parameters are for (a staged copy, a child
@@ -378,15 +432,9 @@ uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o)
     };
     struct vcu_cu_graph_set_req rq;
     CUDA_MEMCPY3D copy;
-    CUDA_MEMSET_NODE_PARAMS ms;
-    CUDA_HOST_NODE_PARAMS hp;
     CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
     const unsigned char *tail;
     vcu__hent_t *xe = NULL, *ge;
-    CUgraphExec x = NULL;
-    CUgraphNode node;
-    CUcontext ctx;
-    vcu__cb_t *cb;
     uint32_t st;
 
     memcpy(&rq, o->p, sizeof(rq));
@@ -408,57 +456,19 @@ uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o)
         return VCU_S_OK;
     }
     VCU__GET(o, ne, rq.node, VCU__H_GRAPH_NODE);
-    node = ne->u.node.n;
     ge = vcu__get(o, ne->u.node.graph, VCU__H_GRAPH);
     if (ge == NULL)
         return VCU_S_OK;
-    if (rq.exec != 0) {
-        xe = vcu__get(o, rq.exec, VCU__H_GRAPH_EXEC);
-        if (xe == NULL)
-            return VCU_S_OK;
-        x = xe->u.exec.ge;
-    }
-    o->res = VCU__CU(o->cu, cuGraphNodeGetType, node, &t);
+    if (rq.exec != 0 && (xe = vcu__get(o, rq.exec, VCU__H_GRAPH_EXEC)) == NULL)
+        return VCU_S_OK;
+    o->res = VCU__CU(o->cu, cuGraphNodeGetType, ne->u.node.n, &t);
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
     if (t != want[rq.n.kind]) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
-    ctx = o->cs->ctx[vcu__dev_of(o)];
-    switch (rq.n.kind) {
-    case VCU_CU_NODE_KERNEL:
-        vcu__set_kernel(o, &rq.n, xe, ge, node, tail);
-        break;
-    case VCU_CU_NODE_MEMCPY:
-        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecMemcpyNodeSetParams, x, node, &copy, ctx)
-                           : VCU__CU(o->cu, cuGraphMemcpyNodeSetParams, node, &copy);
-        break;
-    case VCU_CU_NODE_MEMSET:
-        vcu__node_memset(&rq.n, &ms);
-        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecMemsetNodeSetParams, x, node, &ms, ctx)
-                           : VCU__CU(o->cu, cuGraphMemsetNodeSetParams, node, &ms);
-        break;
-    case VCU_CU_NODE_CHILD:
-        vcu__set_child(o, &rq.n, xe, node);
-        break;
-    case VCU_CU_NODE_EVENT_RECORD:
-    case VCU_CU_NODE_EVENT_WAIT:
-        vcu__set_event(o, &rq.n, x, node);
-        break;
-    default:
-        cb = vcu__cb_new(o->cs, rq.n.cookie, 0);
-        if (cb == NULL) {
-            o->res = CUDA_ERROR_OUT_OF_MEMORY;
-            break;
-        }
-        memset(&hp, 0, sizeof(hp));
-        hp.fn = vcu__cb_trampoline;
-        hp.userData = cb;
-        o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecHostNodeSetParams, x, node, &hp)
-                           : VCU__CU(o->cu, cuGraphHostNodeSetParams, node, &hp);
-        break;
-    }
+    vcu__set_params(o, &rq.n, xe, ge, ne->u.node.n, &copy, tail);
     return VCU_S_OK;
 }
 

@@ -501,6 +501,86 @@ static uint32_t vcu__pool_slot(const vcu__cuda_sess_t *cs, CUmemoryPool pool)
     return i;
 }
 
+/* Captured, an allocation is a node of the capture's graph (the pool's
+ * properties, not its memory: cuda.h): graph memory, charged when the
+ * graph is launched.  The guest's call as it made it: the device's current
+ * pool (cuMemAllocAsync: nothing of the pool's is used, and no pool is
+ * made while a capture may forbid it), or its own pool. */
+static uint32_t vcu__alloc_captured(vcu__op_t *o, const struct vcu_cu_mem_alloc_req *rq,
+                                    CUstream st)
+{
+    CUdeviceptr p = 0;
+
+    if (rq->pool == 0) {
+        o->res = VCU__CU(o->cu, cuMemAllocAsync, &p, (size_t)rq->size, st);
+    } else {
+        VCU__GET(o, e, rq->pool, VCU__H_POOL);
+        o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq->size, e->u.pool, st);
+    }
+    if (o->res == CUDA_SUCCESS && vcu__galloc_captured(o, p) == 0)
+        o->rb.u64.value = p;
+    return VCU_S_OK;
+}
+
+/* What the pool reserves, in grains, or 0 where the driver does not say. */
+static uint64_t vcu__pool_reserved(vcu__op_t *o, CUmemoryPool pool)
+{
+    cuuint64_t res = 0;
+
+    if (VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                &res) != CUDA_SUCCESS)
+        return 0;
+    return vcu__grain(res);
+}
+
+/* Before the allocation: the pool charged for its live blocks and one of
+ * ch more (or what it reserves already, if more).  0, or -1 with
+ * CUDA_ERROR_OUT_OF_MEMORY past the VM's quota. */
+static int vcu__pool_charge_before(vcu__op_t *o, CUmemoryPool pool, vcu__pool_t *pl,
+                                   uint64_t ch)
+{
+    uint64_t want = pl->live + ch, res;
+
+    if (o->cu->acct == NULL)
+        return 0;
+    res = vcu__pool_reserved(o, pool);
+    if (res > want)
+        want = res;
+    if (want > pl->charge) {
+        if (vcu__charge(o->cs, pl->dev, want - pl->charge) != 0) {
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            return -1;
+        }
+        pl->charge = want;
+    }
+    return 0;
+}
+
+/* After block p (ch grains) was made: the pool charged for anything more
+ * it reserved to serve it; past the VM's quota the block is given back
+ * and the guest gets CUDA_ERROR_OUT_OF_MEMORY. */
+static void vcu__pool_charge_after(vcu__op_t *o, CUmemoryPool pool, vcu__pool_t *pl,
+                                   CUdeviceptr p, uint64_t ch, CUstream st)
+{
+    uint64_t res;
+    int over;
+
+    if (o->cu->acct == NULL || o->res != CUDA_SUCCESS)
+        return;
+    res = vcu__pool_reserved(o, pool);
+    if (res <= pl->charge)
+        return;
+    over = vcu__acct_add(o->cu->acct, o->cs->aslot, pl->dev, res - pl->charge);
+    pl->charge = res;
+    if (over != 0 && p != 0) {
+        VCU__CU(o->cu, cuMemFreeAsync, p, st);
+        vcu__pset_del(&o->cs->allocs, p);
+        pl->live -= ch;
+        o->rb.u64.value = 0;
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+}
+
 /*
  * A session's pool is charged for at least what it reserves (driver's
  * CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) and for every live block: before
@@ -508,7 +588,9 @@ static uint32_t vcu__pool_slot(const vcu__cuda_sess_t *cs, CUmemoryPool pool)
  * reserved already, if more); after it, for anything more the pool
  * reserved to serve it.  If that pushed the VM past its quota the block is
  * given back and the guest gets CUDA_ERROR_OUT_OF_MEMORY.  Freed blocks
- * stay charged while the pool keeps them (vcu__pool_settle).
+ * stay charged while the pool keeps them (vcu__pool_settle).  The pool's
+ * device: the guest allocates from a pool of the stream's device only
+ * (cuda.h), which the driver checks.
  */
 uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
 {
@@ -516,34 +598,18 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
     vcu__cuda_sess_t *cs = o->cs;
     CUmemoryPool pool;
     CUdeviceptr p = 0;
-    uint32_t d = vcu__dev_of(o), slot;
+    uint32_t slot;
     vcu__pool_t *pl;
-    cuuint64_t res = 0;
-    uint64_t ch, want;
+    uint64_t ch;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
     VCU__STREAM(o, st, rq.stream);
-    /* Captured, it is an allocation node of the capture's graph (the
-     * pool's properties, not its memory: cuda.h): graph memory, charged
-     * when the graph is launched.  The guest's call as it made it: the
-     * device's current pool (cuMemAllocAsync: nothing of the pool's is
-     * used, and no pool is made while a capture may forbid it), or its
-     * own pool. */
-    if (o->cs->capture && vcu__capturing(o->cu, st)) {
-        if (rq.pool == 0) {
-            o->res = VCU__CU(o->cu, cuMemAllocAsync, &p, (size_t)rq.size, st);
-        } else {
-            VCU__GET(o, e, rq.pool, VCU__H_POOL);
-            o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, e->u.pool, st);
-        }
-        if (o->res == CUDA_SUCCESS && vcu__galloc_captured(o, p) == 0)
-            o->rb.u64.value = p;
-        return VCU_S_OK;
-    }
+    if (o->cs->capture && vcu__capturing(o->cu, st))
+        return vcu__alloc_captured(o, &rq, st);
     if (rq.pool == 0) {
         /* The device's current pool, as the guest sees it: the session's. */
-        o->res = vcu__sess_pool(cs, d, &pool);
+        o->res = vcu__sess_pool(cs, vcu__dev_of(o), &pool);
         if (o->res != CUDA_SUCCESS)
             return VCU_S_OK;
     } else {
@@ -557,43 +623,16 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
         return VCU_S_OK;
     }
     pl = &cs->pools[slot];
-    /* The pool's device: the guest allocates from a pool of the stream's
-     * device only (cuda.h), which the driver checks. */
-    d = pl->dev;
-    if (o->cu->acct != NULL) {
-        want = pl->live + ch;
-        if (VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                    &res) == CUDA_SUCCESS && vcu__grain(res) > want)
-            want = vcu__grain(res);
-        if (want > pl->charge) {
-            if (vcu__charge(cs, d, want - pl->charge) != 0) {
-                o->res = CUDA_ERROR_OUT_OF_MEMORY;
-                return VCU_S_OK;
-            }
-            pl->charge = want;
-        }
-    }
+    if (vcu__pool_charge_before(o, pool, pl, ch) != 0)
+        return VCU_S_OK;
     o->res = VCU__CU(o->cu, cuMemAllocFromPoolAsync, &p, (size_t)rq.size, pool, st);
     if (o->res == CUDA_SUCCESS &&
-        vcu__track_dev(o, p, d, VCU__ALLOC_ASYNC | (slot << VCU__ALLOC_POOL_SHIFT), ch) == 0) {
+        vcu__track_dev(o, p, pl->dev, VCU__ALLOC_ASYNC | (slot << VCU__ALLOC_POOL_SHIFT), ch) == 0) {
         o->rb.u64.value = p;
         if (p != 0)
             pl->live += ch;
     }
-    if (o->cu->acct != NULL && o->res == CUDA_SUCCESS &&
-        VCU__CU(o->cu, cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                &res) == CUDA_SUCCESS && vcu__grain(res) > pl->charge) {
-        int over = vcu__acct_add(o->cu->acct, cs->aslot, d, vcu__grain(res) - pl->charge);
-
-        pl->charge = vcu__grain(res);
-        if (over != 0 && p != 0) {
-            VCU__CU(o->cu, cuMemFreeAsync, p, st);
-            vcu__pset_del(&cs->allocs, p);
-            pl->live -= ch;
-            o->rb.u64.value = 0;
-            o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
+    vcu__pool_charge_after(o, pool, pl, p, ch, st);
     vcu__pool_settle_slot(cs, slot);
     return VCU_S_OK;
 }

@@ -147,161 +147,181 @@ static int vcu__mig_call_class(uint32_t call, const char **why)
 }
 
 /*
- * What a call that succeeded means for migration: nothing (it placed no
- * memory and named no object: copies, launches, queries, waits), a call
- * to make again on the destination, or one the history cannot carry
- * (*why says which).
+ * What each opcode that succeeded means for migration: nothing (it placed
+ * no memory and named no object: copies, launches, queries, waits), a call
+ * to make again on the destination, a generated call (classed by its
+ * number), or one the history cannot carry, for the reason named.  An
+ * opcode not listed (VCU__MC_NEW: one added since) is refused until the
+ * history is taught to carry it.
  */
+enum {
+    VCU__MC_NEW,
+    VCU__MC_IGNORE,
+    VCU__MC_REPLAY,
+    VCU__MC_CALL,
+    VCU__MC_POOLS,
+    VCU__MC_HOST_DPTR,
+    VCU__MC_LINK,
+    VCU__MC_GRAPH_MEM,
+    VCU__MC_USER_OBJ,
+    VCU__MC_VMM,
+    VCU__MC_ARRAYS,
+};
+
+static const char *const vcu__mc_why[] = {
+    [VCU__MC_NEW] = "a call migration does not carry yet",
+    [VCU__MC_POOLS] = "stream-ordered allocations",
+    [VCU__MC_HOST_DPTR] = "device pointers to host memory",
+    [VCU__MC_LINK] = "modules linked on the host",
+    [VCU__MC_GRAPH_MEM] = "graph memory nodes",
+    /* Where the references are (graphs, execs still running) is the
+     * driver's to know, and the destructor is a guest function. */
+    [VCU__MC_USER_OBJ] = "user objects",
+    [VCU__MC_VMM] = "the virtual memory API",
+    /* An array's contents and an object's driver value (which the guest
+     * holds and passes to kernels) do not move. */
+    [VCU__MC_ARRAYS] = "CUDA arrays and textures",
+};
+
+static const uint8_t vcu__mig_ops[0x0800] = {
+    [VCU_OP_CU_CTX_SET_FLAGS] = VCU__MC_REPLAY,
+    [VCU_OP_CU_CTX_SET_LIMIT] = VCU__MC_REPLAY,
+    [VCU_OP_CU_CTX_RESET] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MEM_ALLOC] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MEM_FREE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MEMPOOL_GET_DEFAULT] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MODULE_LOAD] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MODULE_LOAD_KEEP] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MODULE_LOAD_HASH] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MODULE_UNLOAD] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MODULE_GET_FUNCTION] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MODULE_GET_GLOBAL] = VCU__MC_REPLAY,
+    [VCU_OP_CU_MODULE_GLOBAL_INFO] = VCU__MC_REPLAY,
+    [VCU_OP_CU_STREAM_CREATE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_STREAM_DESTROY] = VCU__MC_REPLAY,
+    [VCU_OP_CU_EVENT_CREATE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_EVENT_DESTROY] = VCU__MC_REPLAY,
+    [VCU_OP_CU_THREAD_CAPTURE_MODE] = VCU__MC_REPLAY,
+    /* Captures: what they record is kept too (vcu__mig_note). */
+    [VCU_OP_CU_STREAM_BEGIN_CAPTURE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH] = VCU__MC_REPLAY,
+    [VCU_OP_CU_STREAM_END_CAPTURE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_STREAM_CAPTURE_GRAPH] = VCU__MC_REPLAY,
+    [VCU_OP_CU_STREAM_CAPTURE_DEPS] = VCU__MC_REPLAY,
+    [VCU_OP_CU_STREAM_UPDATE_DEPS] = VCU__MC_REPLAY,
+    /* Graphs and their execs, the same handles from the same calls; a
+     * listing names the nodes it lists. */
+    [VCU_OP_CU_GRAPH_CREATE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_DESTROY] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_ADD_NODE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_CLONE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_INSTANTIATE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_EXEC_DESTROY] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_NODE_SET] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_EXEC_UPDATE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_LIST] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_EDGES] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_EDGES_DATA] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_NODE_DESTROY] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_COND_HANDLE] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_ADD_COND_NODE] = VCU__MC_REPLAY,
+    /* A child node's graph gets its handle again; an upload is made
+     * again (on a stream the history made). */
+    [VCU_OP_CU_GRAPH_CHILD_GRAPH] = VCU__MC_REPLAY,
+    [VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS] = VCU__MC_REPLAY,
+    /* Peer access: the contexts are made again, and so is the link. */
+    [VCU_OP_CU_CTX_PEER_ACCESS] = VCU__MC_REPLAY,
+    [VCU_OP_CU_DRIVER_INFO] = VCU__MC_IGNORE,
+    [VCU_OP_CU_DEVICE_INFO] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEM_GET_INFO] = VCU__MC_IGNORE,
+    [VCU_OP_CU_CTX_SYNCHRONIZE] = VCU__MC_IGNORE,
+    [VCU_OP_CU_GET_DEFERRED_ERROR] = VCU__MC_IGNORE,
+    [VCU_OP_CU_TAKE_OUTPUT] = VCU__MC_IGNORE,
+    [VCU_OP_CU_SLICE_INFO] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMCPY_HTOD] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMCPY_DTOH] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMCPY_DTOD] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMSET] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMCPY_2D] = VCU__MC_IGNORE,
+    /* A copy; an array it names was refused already. */
+    [VCU_OP_CU_MEMCPY_3D] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMCPY_PEER] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMCPY_3D_PEER] = VCU__MC_IGNORE,
+    [VCU_OP_CU_STREAM_MEMOPS] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEMPOOL_GET_ATTR] = VCU__MC_IGNORE,
+    [VCU_OP_CU_FUNC_GET_ATTRS] = VCU__MC_IGNORE,
+    [VCU_OP_CU_OCCUPANCY_BLOCK_SIZE] = VCU__MC_IGNORE,
+    [VCU_OP_CU_LAUNCH] = VCU__MC_IGNORE,
+    [VCU_OP_CU_LAUNCH_EX] = VCU__MC_IGNORE,
+    [VCU_OP_CU_OCCUPANCY_CLUSTERS] = VCU__MC_IGNORE,
+    [VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE] = VCU__MC_IGNORE,
+    [VCU_OP_CU_TENSOR_MAP] = VCU__MC_IGNORE,
+    [VCU_OP_CU_STREAM_SYNCHRONIZE] = VCU__MC_IGNORE,
+    [VCU_OP_CU_STREAM_WAIT_EVENT] = VCU__MC_IGNORE,
+    [VCU_OP_CU_STREAM_CAPTURE_INFO] = VCU__MC_IGNORE,
+    [VCU_OP_CU_STREAM_HOST_FUNC] = VCU__MC_IGNORE,
+    [VCU_OP_CU_GRAPH_LAUNCH] = VCU__MC_IGNORE,
+    [VCU_OP_CU_GRAPH_NODE_COUNT] = VCU__MC_IGNORE,
+    [VCU_OP_CU_GRAPH_MEM_NODE_PARAMS] = VCU__MC_IGNORE,
+    [VCU_OP_CU_GRAPH_MEM_ATTR] = VCU__MC_IGNORE,
+    [VCU_OP_CU_CALLBACK_WAIT] = VCU__MC_IGNORE,
+    [VCU_OP_CU_CALLBACK_DONE] = VCU__MC_IGNORE,
+    [VCU_OP_CU_EVENT_RECORD] = VCU__MC_IGNORE,
+    [VCU_OP_CU_EVENT_SYNCHRONIZE] = VCU__MC_IGNORE,
+    [VCU_OP_CU_BATCH] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEM_GET_ACCESS] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEM_GRANULARITY] = VCU__MC_IGNORE,
+    [VCU_OP_CU_MEM_GET_PROPS] = VCU__MC_IGNORE,
+    [VCU_OP_CU_CALL] = VCU__MC_CALL,
+    [VCU_OP_CU_MEM_ALLOC_ASYNC] = VCU__MC_POOLS,
+    [VCU_OP_CU_MEM_FREE_ASYNC] = VCU__MC_POOLS,
+    [VCU_OP_CU_MEMPOOL_SET_ATTR] = VCU__MC_POOLS,
+    [VCU_OP_CU_MEMPOOL_CREATE] = VCU__MC_POOLS,
+    [VCU_OP_CU_MEMPOOL_DESTROY] = VCU__MC_POOLS,
+    [VCU_OP_CU_HOST_DEVICE_POINTER] = VCU__MC_HOST_DPTR,
+    [VCU_OP_CU_HOST_DEVICE_POINTER_AT] = VCU__MC_HOST_DPTR,
+    [VCU_OP_CU_LINK] = VCU__MC_LINK,
+    [VCU_OP_CU_GRAPH_ADD_MEM_NODE] = VCU__MC_GRAPH_MEM,
+    [VCU_OP_CU_USER_OBJECT_CREATE] = VCU__MC_USER_OBJ,
+    [VCU_OP_CU_USER_OBJECT_REF] = VCU__MC_USER_OBJ,
+    [VCU_OP_CU_MEM_CREATE] = VCU__MC_VMM,
+    [VCU_OP_CU_MEM_RELEASE] = VCU__MC_VMM,
+    [VCU_OP_CU_MEM_ADDRESS_RESERVE] = VCU__MC_VMM,
+    [VCU_OP_CU_MEM_ADDRESS_FREE] = VCU__MC_VMM,
+    [VCU_OP_CU_MEM_MAP] = VCU__MC_VMM,
+    [VCU_OP_CU_MEM_UNMAP] = VCU__MC_VMM,
+    [VCU_OP_CU_MEM_SET_ACCESS] = VCU__MC_VMM,
+    [VCU_OP_CU_MEM_RETAIN] = VCU__MC_VMM,
+    [VCU_OP_CU_ARRAY_CREATE] = VCU__MC_ARRAYS,
+    [VCU_OP_CU_ARRAY_DESTROY] = VCU__MC_ARRAYS,
+    [VCU_OP_CU_TEXOBJ_CREATE] = VCU__MC_ARRAYS,
+    [VCU_OP_CU_TEXOBJ_DESTROY] = VCU__MC_ARRAYS,
+    [VCU_OP_CU_TEXOBJ_GET] = VCU__MC_ARRAYS,
+    [VCU_OP_CU_MIPMAP_CREATE] = VCU__MC_ARRAYS,
+    [VCU_OP_CU_MIPMAP_DESTROY] = VCU__MC_ARRAYS,
+    [VCU_OP_CU_MIPMAP_LEVEL] = VCU__MC_ARRAYS,
+};
+
+/* An opcode's class (vcu__mig_ops), a generated call's by its number;
+ * *why says what a refused one used. */
 static int vcu__mig_class(uint32_t op, const unsigned char *p, size_t plen, const char **why)
 {
     struct vcu_cu_call_req cr;
+    unsigned c = op < sizeof(vcu__mig_ops) ? vcu__mig_ops[op] : VCU__MC_NEW;
 
-    switch (op) {
-    case VCU_OP_CU_CTX_SET_FLAGS:
-    case VCU_OP_CU_CTX_SET_LIMIT:
-    case VCU_OP_CU_CTX_RESET:
-    case VCU_OP_CU_MEM_ALLOC:
-    case VCU_OP_CU_MEM_FREE:
-    case VCU_OP_CU_MEMPOOL_GET_DEFAULT:
-    case VCU_OP_CU_MODULE_LOAD:
-    case VCU_OP_CU_MODULE_LOAD_KEEP:
-    case VCU_OP_CU_MODULE_LOAD_HASH:
-    case VCU_OP_CU_MODULE_UNLOAD:
-    case VCU_OP_CU_MODULE_GET_FUNCTION:
-    case VCU_OP_CU_MODULE_GET_GLOBAL:
-    case VCU_OP_CU_MODULE_GLOBAL_INFO:
-    case VCU_OP_CU_STREAM_CREATE:
-    case VCU_OP_CU_STREAM_DESTROY:
-    case VCU_OP_CU_EVENT_CREATE:
-    case VCU_OP_CU_EVENT_DESTROY:
-    case VCU_OP_CU_THREAD_CAPTURE_MODE:
-    /* Captures: what they record is kept too (vcu__mig_note). */
-    case VCU_OP_CU_STREAM_BEGIN_CAPTURE:
-    case VCU_OP_CU_STREAM_CAPTURE_TO_GRAPH:
-    case VCU_OP_CU_STREAM_END_CAPTURE:
-    case VCU_OP_CU_STREAM_CAPTURE_GRAPH:
-    case VCU_OP_CU_STREAM_CAPTURE_DEPS:
-    case VCU_OP_CU_STREAM_UPDATE_DEPS:
-    /* Graphs and their execs, the same handles from the same calls; a
-     * listing names the nodes it lists. */
-    case VCU_OP_CU_GRAPH_CREATE:
-    case VCU_OP_CU_GRAPH_DESTROY:
-    case VCU_OP_CU_GRAPH_ADD_NODE:
-    case VCU_OP_CU_GRAPH_CLONE:
-    case VCU_OP_CU_GRAPH_INSTANTIATE:
-    case VCU_OP_CU_GRAPH_EXEC_DESTROY:
-    case VCU_OP_CU_GRAPH_NODE_SET:
-    case VCU_OP_CU_GRAPH_EXEC_UPDATE:
-    case VCU_OP_CU_GRAPH_LIST:
-    case VCU_OP_CU_GRAPH_EDGES:
-    case VCU_OP_CU_GRAPH_EDGES_DATA:
-    case VCU_OP_CU_GRAPH_NODE_DESTROY:
-    case VCU_OP_CU_GRAPH_COND_HANDLE:
-    case VCU_OP_CU_GRAPH_ADD_COND_NODE:
-    /* A child node's graph gets its handle again; an upload is made
-     * again (on a stream the history made). */
-    case VCU_OP_CU_GRAPH_CHILD_GRAPH:
-    case VCU_OP_CU_GRAPH_INSTANTIATE_PARAMS:
-    /* Peer access: the contexts are made again, and so is the link. */
-    case VCU_OP_CU_CTX_PEER_ACCESS:
-        return VCU__MIG_REPLAY;
-    case VCU_OP_CU_DRIVER_INFO:
-    case VCU_OP_CU_DEVICE_INFO:
-    case VCU_OP_CU_MEM_GET_INFO:
-    case VCU_OP_CU_CTX_SYNCHRONIZE:
-    case VCU_OP_CU_GET_DEFERRED_ERROR:
-    case VCU_OP_CU_TAKE_OUTPUT:
-    case VCU_OP_CU_SLICE_INFO:
-    case VCU_OP_CU_MEMCPY_HTOD:
-    case VCU_OP_CU_MEMCPY_DTOH:
-    case VCU_OP_CU_MEMCPY_DTOD:
-    case VCU_OP_CU_MEMSET:
-    case VCU_OP_CU_MEMCPY_2D:
-    case VCU_OP_CU_MEMCPY_3D:   /* a copy; an array it names was refused already */
-    case VCU_OP_CU_MEMCPY_PEER:
-    case VCU_OP_CU_MEMCPY_3D_PEER:
-    case VCU_OP_CU_STREAM_MEMOPS:
-    case VCU_OP_CU_MEMPOOL_GET_ATTR:
-    case VCU_OP_CU_FUNC_GET_ATTRS:
-    case VCU_OP_CU_OCCUPANCY_BLOCK_SIZE:
-    case VCU_OP_CU_LAUNCH:
-    case VCU_OP_CU_LAUNCH_EX:
-    case VCU_OP_CU_OCCUPANCY_CLUSTERS:
-    case VCU_OP_CU_OCCUPANCY_CLUSTER_SIZE:
-    case VCU_OP_CU_TENSOR_MAP:
-    case VCU_OP_CU_STREAM_SYNCHRONIZE:
-    case VCU_OP_CU_STREAM_WAIT_EVENT:
-    case VCU_OP_CU_STREAM_CAPTURE_INFO:
-    case VCU_OP_CU_STREAM_HOST_FUNC:
-    case VCU_OP_CU_GRAPH_LAUNCH:
-    case VCU_OP_CU_GRAPH_NODE_COUNT:
-    case VCU_OP_CU_GRAPH_MEM_NODE_PARAMS:
-    case VCU_OP_CU_GRAPH_MEM_ATTR:
-    case VCU_OP_CU_CALLBACK_WAIT:
-    case VCU_OP_CU_CALLBACK_DONE:
-    case VCU_OP_CU_EVENT_RECORD:
-    case VCU_OP_CU_EVENT_SYNCHRONIZE:
-    case VCU_OP_CU_BATCH:
+    switch (c) {
+    case VCU__MC_IGNORE:
         return VCU__MIG_IGNORE;
-    case VCU_OP_CU_CALL:
+    case VCU__MC_REPLAY:
+        return VCU__MIG_REPLAY;
+    case VCU__MC_CALL:
         if (plen < sizeof(cr))
             return VCU__MIG_IGNORE;
         memcpy(&cr, p, sizeof(cr));
         *why = "a Driver API call migration does not carry";
         return vcu__mig_call_class(cr.call, why);
-    case VCU_OP_CU_MEM_ALLOC_ASYNC:
-    case VCU_OP_CU_MEM_FREE_ASYNC:
-    case VCU_OP_CU_MEMPOOL_SET_ATTR:
-    case VCU_OP_CU_MEMPOOL_CREATE:
-    case VCU_OP_CU_MEMPOOL_DESTROY:
-        *why = "stream-ordered allocations";
-        return VCU__MIG_REFUSE;
-    case VCU_OP_CU_HOST_DEVICE_POINTER:
-    case VCU_OP_CU_HOST_DEVICE_POINTER_AT:
-        *why = "device pointers to host memory";
-        return VCU__MIG_REFUSE;
-    case VCU_OP_CU_LINK:
-        *why = "modules linked on the host";
-        return VCU__MIG_REFUSE;
-    case VCU_OP_CU_GRAPH_ADD_MEM_NODE:
-        *why = "graph memory nodes";
-        return VCU__MIG_REFUSE;
-    case VCU_OP_CU_USER_OBJECT_CREATE:
-    case VCU_OP_CU_USER_OBJECT_REF:
-        /* Where the references are (graphs, execs still running) is the
-         * driver's to know, and the destructor is a guest function. */
-        *why = "user objects";
-        return VCU__MIG_REFUSE;
-    case VCU_OP_CU_MEM_CREATE:
-    case VCU_OP_CU_MEM_RELEASE:
-    case VCU_OP_CU_MEM_ADDRESS_RESERVE:
-    case VCU_OP_CU_MEM_ADDRESS_FREE:
-    case VCU_OP_CU_MEM_MAP:
-    case VCU_OP_CU_MEM_UNMAP:
-    case VCU_OP_CU_MEM_SET_ACCESS:
-    case VCU_OP_CU_MEM_RETAIN:
-        *why = "the virtual memory API";
-        return VCU__MIG_REFUSE;
-    case VCU_OP_CU_MEM_GET_ACCESS:
-    case VCU_OP_CU_MEM_GRANULARITY:
-    case VCU_OP_CU_MEM_GET_PROPS:
-        return VCU__MIG_IGNORE;
-    case VCU_OP_CU_ARRAY_CREATE:
-    case VCU_OP_CU_ARRAY_DESTROY:
-    case VCU_OP_CU_TEXOBJ_CREATE:
-    case VCU_OP_CU_TEXOBJ_DESTROY:
-    case VCU_OP_CU_TEXOBJ_GET:
-    case VCU_OP_CU_MIPMAP_CREATE:
-    case VCU_OP_CU_MIPMAP_DESTROY:
-    case VCU_OP_CU_MIPMAP_LEVEL:
-        /* An array's contents and an object's driver value (which the
-         * guest holds and passes to kernels) do not move. */
-        *why = "CUDA arrays and textures";
-        return VCU__MIG_REFUSE;
     default:
-        /* An opcode added since: refused until the history is taught
-         * to carry it. */
-        *why = "a call migration does not carry yet";
+        *why = vcu__mc_why[c];
         return VCU__MIG_REFUSE;
     }
 }
