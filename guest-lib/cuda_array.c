@@ -716,6 +716,74 @@ VCU__EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, C
     return vcu__copy3d_peer(pCopy, 1, hStream, 1);
 }
 
+/* An array's row in bytes, its height (1 for a 1D array) and its rows in
+ * all its slices. */
+static size_t vcu__arr_row(const vcu__array_t *v)
+{
+    return v->desc.Width * vcu__fmt_elem(v->desc.Format, v->desc.NumChannels);
+}
+
+static size_t vcu__arr_h(const vcu__array_t *v)
+{
+    return v->desc.Height ? v->desc.Height : 1;
+}
+
+static size_t vcu__arr_rows(const vcu__array_t *v)
+{
+    return vcu__arr_h(v) * (v->desc.Depth ? v->desc.Depth : 1);
+}
+
+/* Array to array (v at byte off, ov at ooff, n bytes): the same row layout
+ * on both sides, else one row of either at a time; rows past the first
+ * slice are the next slices' rows. */
+static CUresult vcu__array_to_array(vcu__array_t *v, size_t off, vcu__array_t *ov, size_t ooff,
+                                    size_t n, int arr_is_dst, int async, CUstream stream,
+                                    int ptsz)
+{
+    vcu__array_t *dv = arr_is_dst ? v : ov, *sv = arr_is_dst ? ov : v;
+    size_t row = vcu__arr_row(v), orow = vcu__arr_row(ov);
+    size_t drow = arr_is_dst ? row : orow, srow = arr_is_dst ? orow : row;
+    CUresult e;
+
+    if (orow == 0 || ooff > orow * vcu__arr_rows(ov) || n > orow * vcu__arr_rows(ov) - ooff)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t done = 0; done < n;) {
+        size_t a = off + done, b = ooff + done;
+        size_t da = arr_is_dst ? a : b, sa = arr_is_dst ? b : a;
+        size_t k = n - done;
+        CUDA_MEMCPY3D m;
+
+        if (k > row - a % row)
+            k = row - a % row;
+        if (k > orow - b % orow)
+            k = orow - b % orow;
+        memset(&m, 0, sizeof(m));
+        m.srcMemoryType = m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+        m.dstArray = (CUarray)dv;
+        m.srcArray = (CUarray)sv;
+        m.dstXInBytes = da % drow;
+        m.dstY = da / drow;
+        m.srcXInBytes = sa % srow;
+        m.srcY = sa / srow;
+        m.WidthInBytes = k;
+        m.Height = 1;
+        m.Depth = 1;
+        if (dv->desc.Depth) {
+            m.dstZ = m.dstY / vcu__arr_h(dv);
+            m.dstY %= vcu__arr_h(dv);
+        }
+        if (sv->desc.Depth) {
+            m.srcZ = m.srcY / vcu__arr_h(sv);
+            m.srcY %= vcu__arr_h(sv);
+        }
+        e = vcu__copy3d(&m, async, stream, ptsz);
+        if (e != CUDA_SUCCESS)
+            return e;
+        done += k;
+    }
+    return CUDA_SUCCESS;
+}
+
 /*
  * The copies that name a byte offset into an array: the array's bytes
  * taken row after row (a 1D array is one row), as the driver takes them.
@@ -729,7 +797,7 @@ static CUresult vcu__array_linear(CUarray arr, size_t off, int arr_is_dst, CUmem
 {
     vcu__array_t *v, *ov = NULL;
     vcu__ctx_t *c;
-    size_t row, rows;
+    size_t row, h;
     CUresult e = vcu__cur(&c);
 
     if (e == CUDA_SUCCESS)
@@ -738,63 +806,14 @@ static CUresult vcu__array_linear(CUarray arr, size_t off, int arr_is_dst, CUmem
         e = vcu__array_here(c, oarr, &ov);
     if (e != CUDA_SUCCESS)
         return e;
-    row = v->desc.Width * vcu__fmt_elem(v->desc.Format, v->desc.NumChannels);
-    rows = (v->desc.Height ? v->desc.Height : 1) * (v->desc.Depth ? v->desc.Depth : 1);
-    if (row == 0 || off > row * rows || n > row * rows - off)
+    row = vcu__arr_row(v);
+    h = vcu__arr_h(v);
+    if (row == 0 || off > row * vcu__arr_rows(v) || n > row * vcu__arr_rows(v) - off)
         return CUDA_ERROR_INVALID_VALUE;
-    if (ov != NULL) {
-        /* Array to array: the same row layout on both sides, else one
-         * row of either at a time. */
-        size_t orow = ov->desc.Width * vcu__fmt_elem(ov->desc.Format, ov->desc.NumChannels);
-
-        if (orow == 0 || ooff > orow * (ov->desc.Height ? ov->desc.Height : 1) *
-                                    (ov->desc.Depth ? ov->desc.Depth : 1) ||
-            n > orow * (ov->desc.Height ? ov->desc.Height : 1) *
-                        (ov->desc.Depth ? ov->desc.Depth : 1) - ooff)
-            return CUDA_ERROR_INVALID_VALUE;
-        for (size_t done = 0; done < n;) {
-            size_t a = off + done, b = ooff + done;
-            size_t k = n - done;
-            CUDA_MEMCPY3D m;
-
-            if (k > row - a % row)
-                k = row - a % row;
-            if (k > orow - b % orow)
-                k = orow - b % orow;
-            memset(&m, 0, sizeof(m));
-            m.srcMemoryType = m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
-            m.dstArray = arr_is_dst ? arr : oarr;
-            m.srcArray = arr_is_dst ? oarr : arr;
-            m.dstXInBytes = arr_is_dst ? a % row : b % orow;
-            m.dstY = arr_is_dst ? a / row : b / orow;
-            m.srcXInBytes = arr_is_dst ? b % orow : a % row;
-            m.srcY = arr_is_dst ? b / orow : a / row;
-            m.WidthInBytes = k;
-            m.Height = 1;
-            m.Depth = 1;
-            /* Rows past the first slice are the next slices' rows. */
-            if (arr_is_dst ? v->desc.Depth : ov->desc.Depth) {
-                size_t h = arr_is_dst ? (v->desc.Height ? v->desc.Height : 1)
-                                      : (ov->desc.Height ? ov->desc.Height : 1);
-                m.dstZ = m.dstY / h;
-                m.dstY %= h;
-            }
-            if (arr_is_dst ? ov->desc.Depth : v->desc.Depth) {
-                size_t h = arr_is_dst ? (ov->desc.Height ? ov->desc.Height : 1)
-                                      : (v->desc.Height ? v->desc.Height : 1);
-                m.srcZ = m.srcY / h;
-                m.srcY %= h;
-            }
-            e = vcu__copy3d(&m, async, stream, ptsz);
-            if (e != CUDA_SUCCESS)
-                return e;
-            done += k;
-        }
-        return CUDA_SUCCESS;
-    }
+    if (ov != NULL)
+        return vcu__array_to_array(v, off, ov, ooff, n, arr_is_dst, async, stream, ptsz);
     for (size_t done = 0; done < n;) {
         size_t a = off + done, k, nrows = 1;
-        size_t h = v->desc.Height ? v->desc.Height : 1;
         CUDA_MEMCPY3D m;
 
         if (a % row != 0 || n - done < row)
@@ -817,7 +836,7 @@ static CUresult vcu__array_linear(CUarray arr, size_t off, int arr_is_dst, CUmem
             m.dstY = (a / row) % h;
             m.dstZ = (a / row) / h;
             m.srcMemoryType = otype;
-            m.srcHost = (const char *)ohost + done;
+            m.srcHost = otype == CU_MEMORYTYPE_HOST ? (const char *)ohost + done : NULL;
             m.srcDevice = otype == CU_MEMORYTYPE_DEVICE ? odev + done : 0;
             m.srcPitch = row;
             m.srcHeight = nrows;
@@ -828,14 +847,10 @@ static CUresult vcu__array_linear(CUarray arr, size_t off, int arr_is_dst, CUmem
             m.srcY = (a / row) % h;
             m.srcZ = (a / row) / h;
             m.dstMemoryType = otype;
-            m.dstHost = (char *)(uintptr_t)ohost + done;
+            m.dstHost = otype == CU_MEMORYTYPE_HOST ? (char *)(uintptr_t)ohost + done : NULL;
             m.dstDevice = otype == CU_MEMORYTYPE_DEVICE ? odev + done : 0;
             m.dstPitch = row;
             m.dstHeight = nrows;
-        }
-        if (otype != CU_MEMORYTYPE_HOST) {
-            m.srcHost = NULL;
-            m.dstHost = NULL;
         }
         e = vcu__copy3d(&m, async, stream, ptsz);
         if (e != CUDA_SUCCESS)

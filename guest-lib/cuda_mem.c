@@ -71,73 +71,61 @@ VCU__EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 #define VCU__COPY_WINDOW 4
 
 /*
- * One copy kind (VCU_OP_CU_MEMCPY_*), in pieces of at most the session's
- * transfer limit.  stream: NULL for a synchronous copy, else the
- * program's stream (ptsz: NULL names the per-thread one).
+ * A copy's sides as the host takes them.  Managed memory named as the host
+ * side is device memory to copies, as to our runtime's: its device side is
+ * the one that is current at a stream-ordered point (and a shadow is
+ * read-only between waits).  A device side that is this library's
+ * page-locked memory named by its host pointer, as unified addressing
+ * allows (XLA copies so between its buffers): where the host mapped it.
  */
-CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n, int async,
-                   CUstream stream, int ptsz)
+static CUresult vcu__copy_sides(uint32_t *op, uint64_t *dst, uint64_t *src, void **host, size_t n)
 {
-    struct vcu_cu_memcpy_req r;
-    vcu_buf_t b;
-    uint64_t wire = 0, mbase, msize;
-    vcu__ctx_t *c;
-    int mdev, nowait, pipeline;
+    uint64_t mbase, msize;
+    int mdev;
     CUresult e;
 
-    if (op != VCU_OP_CU_MEMCPY_DTOD && host == NULL && n > 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    /* Managed memory named as the host side is device memory to copies,
-     * as to our runtime's: its device side is the one that is current at
-     * a stream-ordered point (and a shadow is read-only between waits). */
-    if (op != VCU_OP_CU_MEMCPY_DTOD && n > 0 &&
-        vcu__managed_find((CUdeviceptr)(uintptr_t)host, &mbase, &msize, &mdev)) {
-        if (op == VCU_OP_CU_MEMCPY_HTOD)
-            src = (uint64_t)(uintptr_t)host;
+    if (*op != VCU_OP_CU_MEMCPY_DTOD && n > 0 &&
+        vcu__managed_find((CUdeviceptr)(uintptr_t)*host, &mbase, &msize, &mdev)) {
+        if (*op == VCU_OP_CU_MEMCPY_HTOD)
+            *src = (uint64_t)(uintptr_t)*host;
         else
-            dst = (uint64_t)(uintptr_t)host;
-        op = VCU_OP_CU_MEMCPY_DTOD;
-        host = NULL;
+            *dst = (uint64_t)(uintptr_t)*host;
+        *op = VCU_OP_CU_MEMCPY_DTOD;
+        *host = NULL;
     }
-    /* A device side that is this library's page-locked memory named by
-     * its host pointer, as unified addressing allows (XLA copies so
-     * between its buffers): where the host mapped it. */
-    if (n > 0 && op != VCU_OP_CU_MEMCPY_DTOH && (e = vcu__host_as_dev(&dst, n)) != CUDA_SUCCESS)
+    if (n > 0 && *op != VCU_OP_CU_MEMCPY_DTOH && (e = vcu__host_as_dev(dst, n)) != CUDA_SUCCESS)
         return e;
-    if (n > 0 && op != VCU_OP_CU_MEMCPY_HTOD && (e = vcu__host_as_dev(&src, n)) != CUDA_SUCCESS)
+    if (n > 0 && *op != VCU_OP_CU_MEMCPY_HTOD && (e = vcu__host_as_dev(src, n)) != CUDA_SUCCESS)
         return e;
-    e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS && async)
-        e = vcu__stream(c, stream, ptsz, &wire);
-    if (e != CUDA_SUCCESS)
-        return e;
-    /* In a stream capture, a node of the capture's graph. */
-    if (async && op != VCU_OP_CU_MEMCPY_DTOD && n > 0) {
-        int done;
+    return CUDA_SUCCESS;
+}
 
-        e = vcu__capture_copy(c, wire, op, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, host, n,
-                              &done);
-        if (done)
-            return e;
-    }
-    /* A stream-ordered copy goes without waiting only where nothing is
-     * left to fail at the call (known device ranges) and the host memory
-     * stays put after it (this library's page-locked memory); from
-     * pageable memory it is synchronous, as in CUDA. */
-    nowait = async &&
-             (op == VCU_OP_CU_MEMCPY_DTOD
-                  ? vcu__dr_known(c->dev, dst, n) && vcu__dr_known(c->dev, src, n)
-                  : vcu__dr_known(c->dev, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, n) &&
-                        vcu__hm_stable(host, n));
-    /* A large copy from or to pageable memory goes in pieces, as our
-     * runtime sends it, of which only every VCU__COPY_WINDOW-th and the
-     * last wait: the guest pins the next piece while the host copies the
-     * last, and at most a window of them is pinned at once.  Only where
-     * the device range is known good, so that no piece after the first
-     * can fail at the call. */
+/*
+ * The copy's requests, on stream wire when async.  A stream-ordered copy
+ * goes without waiting only where nothing is left to fail at the call
+ * (known device ranges) and the host memory stays put after it (this
+ * library's page-locked memory); from pageable memory it is synchronous,
+ * as in CUDA.  A large copy from or to pageable memory goes in pieces, as
+ * our runtime sends it, of which only every VCU__COPY_WINDOW-th and the
+ * last wait: the guest pins the next piece while the host copies the
+ * last, and at most a window of them is pinned at once.  Only where the
+ * device range is known good, so that no piece after the first can fail
+ * at the call.
+ */
+static CUresult vcu__copy_send(vcu__ctx_t *c, uint32_t op, uint64_t dst, uint64_t src, void *host,
+                               size_t n, int async, uint64_t wire)
+{
+    uint64_t dev_side = op == VCU_OP_CU_MEMCPY_HTOD ? dst : src;
+    struct vcu_cu_memcpy_req r;
+    int nowait, pipeline;
+    vcu_buf_t b;
+    CUresult e;
+
+    nowait = async && (op == VCU_OP_CU_MEMCPY_DTOD
+                           ? vcu__dr_known(c->dev, dst, n) && vcu__dr_known(c->dev, src, n)
+                           : vcu__dr_known(c->dev, dev_side, n) && vcu__hm_stable(host, n));
     pipeline = !nowait && op != VCU_OP_CU_MEMCPY_DTOD && vcu__drv.async &&
-               n > VCU__COPY_CHUNK &&
-               vcu__dr_known(c->dev, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, n);
+               n > VCU__COPY_CHUNK && vcu__dr_known(c->dev, dev_side, n);
     for (size_t off = 0, i = 0; off < n; i++) {
         size_t chunk = n - off;
 
@@ -165,6 +153,39 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
         off += chunk;
     }
     return CUDA_SUCCESS;
+}
+
+/*
+ * One copy kind (VCU_OP_CU_MEMCPY_*), in pieces of at most the session's
+ * transfer limit.  stream: NULL for a synchronous copy, else the
+ * program's stream (ptsz: NULL names the per-thread one).
+ */
+CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n, int async,
+                   CUstream stream, int ptsz)
+{
+    uint64_t wire = 0;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (op != VCU_OP_CU_MEMCPY_DTOD && host == NULL && n > 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__copy_sides(&op, &dst, &src, &host, n);
+    if (e == CUDA_SUCCESS)
+        e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS && async)
+        e = vcu__stream(c, stream, ptsz, &wire);
+    if (e != CUDA_SUCCESS)
+        return e;
+    /* In a stream capture, a node of the capture's graph. */
+    if (async && op != VCU_OP_CU_MEMCPY_DTOD && n > 0) {
+        int done;
+
+        e = vcu__capture_copy(c, wire, op, op == VCU_OP_CU_MEMCPY_HTOD ? dst : src, host, n,
+                              &done);
+        if (done)
+            return e;
+    }
+    return vcu__copy_send(c, op, dst, src, host, n, async, wire);
 }
 
 VCU__EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)

@@ -697,6 +697,74 @@ static int vcu__finite(uint32_t bits)
     return isfinite(f);
 }
 
+/* An array or mipmapped array resource: its handle only. */
+static uint32_t vcu__res_array(vcu__op_t *o, const struct vcu_cu_texobj_req *rq,
+                               CUDA_RESOURCE_DESC *rd)
+{
+    const struct vcu_cu_res_desc *r = &rq->res;
+    vcu__hent_t *e;
+
+    if (r->format != 0 || r->channels != 0 || r->ptr != 0 || r->size != 0 || r->width != 0 ||
+        r->height != 0 || r->pitch != 0)
+        return VCU_S_EINVAL;
+    if (r->type == CU_RESOURCE_TYPE_ARRAY) {
+        e = vcu__array_get(o, r->handle);
+        if (e != NULL)
+            rd->res.array.hArray = e->u.arr.a;
+        return VCU_S_OK;
+    }
+    if (rq->kind != VCU_CU_TEXOBJ_TEX) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    e = vcu__mip_get(o, r->handle);
+    if (e != NULL)
+        rd->res.mipmap.hMipmappedArray = e->u.mip.m;
+    return VCU_S_OK;
+}
+
+/* A linear resource: a pointer and a size. */
+static uint32_t vcu__res_linear(vcu__op_t *o, const struct vcu_cu_res_desc *r,
+                                CUDA_RESOURCE_DESC *rd)
+{
+    if (r->width != 0 || r->height != 0 || r->pitch != 0)
+        return VCU_S_EINVAL;
+    if (r->size == 0 || r->ptr + r->size < r->ptr) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    rd->res.linear.devPtr = (CUdeviceptr)r->ptr;
+    rd->res.linear.format = (CUarray_format)r->format;
+    rd->res.linear.numChannels = r->channels;
+    rd->res.linear.sizeInBytes = (size_t)r->size;
+    return VCU_S_OK;
+}
+
+/* A pitched 2D resource of elements of elem bytes: rows that fit their
+ * pitch, a span that does not overflow. */
+static uint32_t vcu__res_pitch2d(vcu__op_t *o, const struct vcu_cu_res_desc *r, uint32_t elem,
+                                 CUDA_RESOURCE_DESC *rd)
+{
+    uint64_t row, span;
+
+    if (r->size != 0)
+        return VCU_S_EINVAL;
+    if (r->width == 0 || r->height == 0 || r->width > VCU_CU_ARRAY_MAX_DIM ||
+        r->height > VCU_CU_ARRAY_MAX_DIM || __builtin_mul_overflow(r->width, elem, &row) ||
+        r->pitch < row || __builtin_mul_overflow(r->height - 1, r->pitch, &span) ||
+        __builtin_add_overflow(span, row, &span)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    rd->res.pitch2D.devPtr = (CUdeviceptr)r->ptr;
+    rd->res.pitch2D.format = (CUarray_format)r->format;
+    rd->res.pitch2D.numChannels = r->channels;
+    rd->res.pitch2D.width = (size_t)r->width;
+    rd->res.pitch2D.height = (size_t)r->height;
+    rd->res.pitch2D.pitchInBytes = (size_t)r->pitch;
+    return VCU_S_OK;
+}
+
 /*
  * The request's resource into rd: VCU_S_OK with o->res CUDA_SUCCESS, or
  * with o->res saying what is wrong; VCU_S_EINVAL for a malformed one.
@@ -705,9 +773,7 @@ static uint32_t vcu__res_desc(vcu__op_t *o, const struct vcu_cu_texobj_req *rq,
                               CUDA_RESOURCE_DESC *rd)
 {
     const struct vcu_cu_res_desc *r = &rq->res;
-    uint64_t row, span;
-    uint32_t elem;
-    vcu__hent_t *e;
+    uint32_t elem, st;
 
     memset(rd, 0, sizeof(*rd));
     if (r->flags != 0) {
@@ -715,71 +781,25 @@ static uint32_t vcu__res_desc(vcu__op_t *o, const struct vcu_cu_texobj_req *rq,
         return VCU_S_OK;
     }
     rd->resType = (CUresourcetype)r->type;
-    switch (r->type) {
-    case CU_RESOURCE_TYPE_ARRAY:
-        if (r->format != 0 || r->channels != 0 || r->ptr != 0 || r->size != 0 ||
-            r->width != 0 || r->height != 0 || r->pitch != 0)
-            return VCU_S_EINVAL;
-        e = vcu__array_get(o, r->handle);
-        if (e != NULL)
-            rd->res.array.hArray = e->u.arr.a;
-        return VCU_S_OK;
-    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-        if (r->format != 0 || r->channels != 0 || r->ptr != 0 || r->size != 0 ||
-            r->width != 0 || r->height != 0 || r->pitch != 0)
-            return VCU_S_EINVAL;
-        if (rq->kind != VCU_CU_TEXOBJ_TEX) {
-            o->res = CUDA_ERROR_INVALID_VALUE;
-            return VCU_S_OK;
-        }
-        e = vcu__mip_get(o, r->handle);
-        if (e != NULL)
-            rd->res.mipmap.hMipmappedArray = e->u.mip.m;
-        return VCU_S_OK;
-    case CU_RESOURCE_TYPE_LINEAR:
-    case CU_RESOURCE_TYPE_PITCH2D:
-        if (rq->kind != VCU_CU_TEXOBJ_TEX) {
-            o->res = CUDA_ERROR_INVALID_VALUE;
-            return VCU_S_OK;
-        }
-        if (r->handle != 0)
-            return VCU_S_EINVAL;
-        elem = vcu__elem(o, r->format, r->channels);
-        if (elem == 0)
-            return VCU_S_OK;
-        break;
-    default:
+    if (r->type == CU_RESOURCE_TYPE_ARRAY || r->type == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY)
+        return vcu__res_array(o, rq, rd);
+    if (r->type != CU_RESOURCE_TYPE_LINEAR && r->type != CU_RESOURCE_TYPE_PITCH2D) {
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
-    if (r->type == CU_RESOURCE_TYPE_LINEAR) {
-        if (r->width != 0 || r->height != 0 || r->pitch != 0)
-            return VCU_S_EINVAL;
-        if (r->size == 0 || r->ptr + r->size < r->ptr) {
-            o->res = CUDA_ERROR_INVALID_VALUE;
-            return VCU_S_OK;
-        }
-        rd->res.linear.devPtr = (CUdeviceptr)r->ptr;
-        rd->res.linear.format = (CUarray_format)r->format;
-        rd->res.linear.numChannels = r->channels;
-        rd->res.linear.sizeInBytes = (size_t)r->size;
-    } else {
-        if (r->size != 0)
-            return VCU_S_EINVAL;
-        if (r->width == 0 || r->height == 0 || r->width > VCU_CU_ARRAY_MAX_DIM ||
-            r->height > VCU_CU_ARRAY_MAX_DIM || __builtin_mul_overflow(r->width, elem, &row) ||
-            r->pitch < row || __builtin_mul_overflow(r->height - 1, r->pitch, &span) ||
-            __builtin_add_overflow(span, row, &span)) {
-            o->res = CUDA_ERROR_INVALID_VALUE;
-            return VCU_S_OK;
-        }
-        rd->res.pitch2D.devPtr = (CUdeviceptr)r->ptr;
-        rd->res.pitch2D.format = (CUarray_format)r->format;
-        rd->res.pitch2D.numChannels = r->channels;
-        rd->res.pitch2D.width = (size_t)r->width;
-        rd->res.pitch2D.height = (size_t)r->height;
-        rd->res.pitch2D.pitchInBytes = (size_t)r->pitch;
+    if (rq->kind != VCU_CU_TEXOBJ_TEX) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
     }
+    if (r->handle != 0)
+        return VCU_S_EINVAL;
+    elem = vcu__elem(o, r->format, r->channels);
+    if (elem == 0)
+        return VCU_S_OK;
+    st = r->type == CU_RESOURCE_TYPE_LINEAR ? vcu__res_linear(o, r, rd)
+                                            : vcu__res_pitch2d(o, r, elem, rd);
+    if (st != VCU_S_OK || o->res != CUDA_SUCCESS)
+        return st;
     /*
      * The memory must begin in a live allocation of the session; how far
      * it reaches is the driver's to judge, as natively: the driver does not
