@@ -134,12 +134,52 @@ void vcuda_file_put(struct vcuda_file *vf)
 
 /* ---- ioctls ------------------------------------------------------------- */
 
+/*
+ * SESSION_OPEN's round trip: the reply's status, and its payload in
+ * *oresp (zero past what the device sent, plen bytes).  Called with
+ * vf->open_lock held; -EINTR leaves the request orphaned, for the
+ * completion path to close the session it may have opened and free it.
+ */
+static long vcuda_session_open_req(struct vcuda_file *vf, const struct vcuda_session_open *so,
+				   struct vcu_session_open_resp *oresp, u32 *status, u32 *plen)
+{
+	struct vcu_session_open_req oreq = {};
+	struct vcuda_req *req;
+	long err;
+
+	req = vcuda_req_alloc(vf->dev, vf, VCU_OP_SESSION_OPEN);
+	if (!req)
+		return -ENOMEM;
+	req->file_slot = true;
+	req->close_if_orphan = true;
+	oreq.version_min = cpu_to_le32(so->version_min);
+	oreq.version_max = cpu_to_le32(so->version_max);
+	oreq.features = cpu_to_le64(so->features);
+	err = vcuda_req_build(req, 0, 0, &oreq, NULL, sizeof(oreq), NULL, 0, false,
+			      sizeof(*oresp));
+	if (err)
+		goto err_req;
+	err = vcuda_req_queue(req, true);
+	if (err)
+		goto err_req;
+	err = vcuda_req_wait(req);
+	if (err == -EINTR)
+		return err;	/* orphaned: the completion path closes and frees it */
+	if (err)
+		goto err_req;
+	err = vcuda_req_reply(req, status, plen);
+	if (err)
+		goto err_req;
+	memcpy(oresp, req->resp + 1, min_t(size_t, *plen, sizeof(*oresp)));
+err_req:
+	vcuda_req_free(req);
+	return err;
+}
+
 static long vcuda_ioctl_session_open(struct vcuda_file *vf, void __user *arg)
 {
 	struct vcuda_session_open so;
-	struct vcu_session_open_req oreq = {};
 	struct vcu_session_open_resp oresp = {};
-	struct vcuda_req *req;
 	u32 status, plen;
 	u64 session = 0;
 	long err;
@@ -153,33 +193,9 @@ static long vcuda_ioctl_session_open(struct vcuda_file *vf, void __user *arg)
 	err = -EBUSY;
 	if (vf->session)
 		goto err_lock;
-
-	err = -ENOMEM;
-	req = vcuda_req_alloc(vf->dev, vf, VCU_OP_SESSION_OPEN);
-	if (!req)
+	err = vcuda_session_open_req(vf, &so, &oresp, &status, &plen);
+	if (err)
 		goto err_lock;
-	req->file_slot = true;
-	req->close_if_orphan = true;
-	oreq.version_min = cpu_to_le32(so.version_min);
-	oreq.version_max = cpu_to_le32(so.version_max);
-	oreq.features = cpu_to_le64(so.features);
-	err = vcuda_req_build(req, 0, 0, &oreq, NULL, sizeof(oreq), NULL, 0, false,
-			      sizeof(oresp));
-	if (err)
-		goto err_req;
-	err = vcuda_req_queue(req, true);
-	if (err)
-		goto err_req;
-	err = vcuda_req_wait(req);
-	if (err == -EINTR)
-		goto err_lock;	/* orphaned: the completion path closes and frees it */
-	if (err)
-		goto err_req;
-	err = vcuda_req_reply(req, &status, &plen);
-	if (err)
-		goto err_req;
-	memcpy(&oresp, req->resp + 1, min_t(size_t, plen, sizeof(oresp)));
-	vcuda_req_free(req);
 
 	so.status = status;
 	so.version = 0;
@@ -212,9 +228,6 @@ static long vcuda_ioctl_session_open(struct vcuda_file *vf, void __user *arg)
 err_session:
 	if (session)
 		vcuda_send_close(vf->dev, NULL, session);
-	goto err_lock;
-err_req:
-	vcuda_req_free(req);
 err_lock:
 	mutex_unlock(&vf->open_lock);
 	return err;

@@ -229,64 +229,39 @@ VCU__EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t 
     return vcu__err(vcu__copy(dst, src, count, kind, stream, 1, 1));
 }
 
-static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
-                               size_t width, size_t height, enum cudaMemcpyKind kind,
-                               cudaStream_t stream, int async, int ptsz)
+/* Whether an asynchronous 2D copy may go without waiting where
+ * cudaMemcpyAsync would (see vcu__copy): known device ranges, host memory
+ * that stays put, within one request. */
+static int vcu__copy2d_nowait(int dev, void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind, uint64_t max)
 {
-    struct vcu_cu_memcpy2d_req r;
-    uint64_t ws = 0, rows, max;
-    uint32_t flags = async || ptsz ? VCU_CU_MEMCPY_F_ASYNC : 0;
-    int dev, sync_ptds = ptsz && !async;
-    cudaError_t e;
-    vcu_buf_t b;
-
-    if (async) {
-        e = vcu__stream(stream, ptsz, &dev, &ws);
-        if (e != cudaSuccess)
-            return e;
-    } else {
-        dev = vcu__cur_dev;
-        if (ptsz)
-            ws = VCU_CU_STREAM_PER_THREAD;     /* see vcu__copy */
-    }
-    e = vcu__check_dev(dev);
-    if (e == cudaSuccess)
-        e = vcu__kind(dst, src, &kind);
-    if (e != cudaSuccess)
-        return e;
-    if (width == 0 || height == 0)
-        return cudaSuccess;
-    if (width > dpitch || width > spitch)
-        return cudaErrorInvalidPitchValue;
-    if (dst == NULL || src == NULL)
-        return cudaErrorInvalidValue;
-    if (kind == cudaMemcpyHostToHost) {
-        for (size_t i = 0; i < height; i++)
-            memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
-        return cudaSuccess;
-    }
-    e = vcu__managed_touch(dev, ws, dst, src);
-    if (e != cudaSuccess)
-        return e;
-    max = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
-    /* Without waiting where cudaMemcpyAsync would (see vcu__copy). */
-    if (async && kind != cudaMemcpyDeviceToDevice) {
+    if (kind != cudaMemcpyDeviceToDevice) {
         int h2d = kind == cudaMemcpyHostToDevice;
         size_t hp = h2d ? spitch : dpitch, dp = h2d ? dpitch : spitch;
         const void *hb = h2d ? src : dst, *db = h2d ? dst : src;
 
-        if (hp * (height - 1) + width > max ||
-            !vcu__host_range_stable(hb, hp * (height - 1) + width) ||
-            !vcu__dev_range_known(dev, (uint64_t)(uintptr_t)db, dp * (height - 1) + width))
-            async = 0;
-    } else if (async) {
-        if (!vcu__dev_range_known(dev, (uint64_t)(uintptr_t)dst, dpitch * (height - 1) + width) ||
-            !vcu__dev_range_known(dev, (uint64_t)(uintptr_t)src, spitch * (height - 1) + width))
-            async = 0;
+        return hp * (height - 1) + width <= max &&
+               vcu__host_range_stable(hb, hp * (height - 1) + width) &&
+               vcu__dev_range_known(dev, (uint64_t)(uintptr_t)db, dp * (height - 1) + width);
     }
-    for (size_t row = 0; row < height; row += rows) {
-        size_t hp = kind == cudaMemcpyHostToDevice ? spitch : dpitch;
+    return vcu__dev_range_known(dev, (uint64_t)(uintptr_t)dst, dpitch * (height - 1) + width) &&
+           vcu__dev_range_known(dev, (uint64_t)(uintptr_t)src, spitch * (height - 1) + width);
+}
 
+/* The 2D copy's requests, as many rows in each as fit the transfer limit
+ * max on the host side. */
+static cudaError_t vcu__copy2d_send(int dev, void *dst, size_t dpitch, const void *src,
+                                    size_t spitch, size_t width, size_t height,
+                                    enum cudaMemcpyKind kind, uint64_t ws, uint32_t flags,
+                                    int async, uint64_t max)
+{
+    size_t hp = kind == cudaMemcpyHostToDevice ? spitch : dpitch;
+    struct vcu_cu_memcpy2d_req r;
+    uint64_t rows;
+    cudaError_t e;
+    vcu_buf_t b;
+
+    for (size_t row = 0; row < height; row += rows) {
         rows = height - row;
         if (kind != cudaMemcpyDeviceToDevice && hp * (rows - 1) + width > max)
             rows = max / hp ? max / hp : 1;
@@ -323,9 +298,54 @@ static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t
         if (e != cudaSuccess)
             return e;
     }
-    if (sync_ptds && kind != cudaMemcpyDeviceToDevice)
-        return vcu__ptds_sync(dev);
     return cudaSuccess;
+}
+
+static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                               size_t width, size_t height, enum cudaMemcpyKind kind,
+                               cudaStream_t stream, int async, int ptsz)
+{
+    uint64_t ws = 0, max;
+    uint32_t flags = async || ptsz ? VCU_CU_MEMCPY_F_ASYNC : 0;
+    int dev, sync_ptds = ptsz && !async;
+    cudaError_t e;
+
+    if (async) {
+        e = vcu__stream(stream, ptsz, &dev, &ws);
+        if (e != cudaSuccess)
+            return e;
+    } else {
+        dev = vcu__cur_dev;
+        if (ptsz)
+            ws = VCU_CU_STREAM_PER_THREAD;     /* see vcu__copy */
+    }
+    e = vcu__check_dev(dev);
+    if (e == cudaSuccess)
+        e = vcu__kind(dst, src, &kind);
+    if (e != cudaSuccess)
+        return e;
+    if (width == 0 || height == 0)
+        return cudaSuccess;
+    if (width > dpitch || width > spitch)
+        return cudaErrorInvalidPitchValue;
+    if (dst == NULL || src == NULL)
+        return cudaErrorInvalidValue;
+    if (kind == cudaMemcpyHostToHost) {
+        for (size_t i = 0; i < height; i++)
+            memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+        return cudaSuccess;
+    }
+    e = vcu__managed_touch(dev, ws, dst, src);
+    if (e != cudaSuccess)
+        return e;
+    max = vcu__rt.max_xfer ? vcu__rt.max_xfer : VCU_MAX_XFER;
+    if (async)
+        async = vcu__copy2d_nowait(dev, dst, dpitch, src, spitch, width, height, kind, max);
+    e = vcu__copy2d_send(dev, dst, dpitch, src, spitch, width, height, kind, ws, flags, async,
+                         max);
+    if (e == cudaSuccess && sync_ptds && kind != cudaMemcpyDeviceToDevice)
+        return vcu__ptds_sync(dev);
+    return e;
 }
 
 VCU__EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
