@@ -48,6 +48,10 @@ cc -O1 -I/usr/local/cuda/include -o build/probes/probe-migrate tests/gpu/probe-m
     -o build/probes/probe-managed-globals.fatbin tests/gpu/probe-managed-globals.cu
 cc -O1 -I/usr/local/cuda/include -o build/probes/probe-managed-globals \
     tests/gpu/probe-managed-globals.c -L/usr/local/cuda/lib64/stubs -lcuda
+# What CUDA IPC does between processes, the importer in a worker's
+# namespaces (docs/design.md "CUDA IPC").
+cc -O1 -I/usr/local/cuda/include -o build/probes/probe-ipc tests/gpu/probe-ipc.c \
+    -L/usr/local/cuda/lib64/stubs -lcuda
 # The worker's migration core on the real driver (tests/gpu/mig-core.sh).
 cc -O1 -Iinclude -Ihost-backend/worker -Ihost-backend/common -I/usr/local/cuda/include \
     -o build/probes/mig-core tests/gpu/mig-core.c build/host-backend/libvcu_backend.a -ldl -lpthread

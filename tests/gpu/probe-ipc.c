@@ -1,0 +1,285 @@
+/*
+ * What CUDA IPC does between two processes on the GPU machine, the
+ * importer either a plain child ("plain") or in the namespaces a worker's
+ * jail gives it ("jail": new mount, PID, network, IPC and UTS namespaces,
+ * as host-backend/daemon/jail.c makes them, the importer being the first
+ * process of its PID namespace's child, as a worker is).  The exporter
+ * sends, over a socket pair:
+ *   - a legacy memory handle (cuIpcGetMemHandle of cuMemAlloc memory
+ *     holding a pattern) and an event handle (cuIpcGetEventHandle of an
+ *     interprocess event it records);
+ *   - a virtual memory API allocation exported as a POSIX file descriptor
+ *     (cuMemExportToShareableHandle), the descriptor passed with
+ *     SCM_RIGHTS.
+ * The importer opens each, reads the first word and prints what it got,
+ * a line each; the exporter keeps its memory until the importer is done.
+ * Needs root for "jail".  Prints "probe-ipc MODE: ..." lines.
+ *
+ *   probe-ipc plain|jail
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PATTERN_LEGACY 0x12345678u
+#define PATTERN_VMM 0xabcdef01u
+
+static const char *mode;
+
+struct msg {
+    CUipcMemHandle mem;
+    CUipcEventHandle ev;
+    uint64_t vmm_size;
+    int have_vmm;
+};
+
+static const char *err_name(CUresult r)
+{
+    const char *s = NULL;
+
+    cuGetErrorName(r, &s);
+    return s != NULL ? s : "?";
+}
+
+#define CK(x)                                                                   \
+    do {                                                                        \
+        CUresult r_ = (x);                                                      \
+        if (r_ != CUDA_SUCCESS) {                                               \
+            printf("probe-ipc %s: %s = %s\n", mode, #x, err_name(r_));          \
+            return 1;                                                           \
+        }                                                                       \
+    } while (0)
+
+static int send_msg(int s, const struct msg *m, int fd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = { (void *)m, sizeof(*m) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+    memset(cbuf, 0, sizeof(cbuf));
+    if (fd >= 0) {
+        struct cmsghdr *c;
+
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof(cbuf);
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    return sendmsg(s, &mh, 0) == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+static int recv_msg(int s, struct msg *m, int *fd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = { m, sizeof(*m) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof(cbuf) };
+    struct cmsghdr *c;
+
+    *fd = -1;
+    if (recvmsg(s, &mh, 0) != (ssize_t)sizeof(*m))
+        return -1;
+    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            memcpy(fd, CMSG_DATA(c), sizeof(int));
+    return 0;
+}
+
+/* The importer: each handle opened, its first word read. */
+static int importer(int s)
+{
+    struct msg m;
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr d = 0;
+    CUevent ev = NULL;
+    unsigned int word = 0;
+    CUresult r;
+    int fd = -1;
+    char done = 1;
+
+    if (recv_msg(s, &m, &fd) != 0) {
+        printf("probe-ipc %s: importer: no message\n", mode);
+        return 1;
+    }
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    printf("probe-ipc %s: importer pid %d (in its namespace)\n", mode, (int)getpid());
+
+    r = cuIpcOpenMemHandle(&d, m.mem, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r == CUDA_SUCCESS) {
+        r = cuMemcpyDtoH(&word, d, sizeof(word));
+        printf("probe-ipc %s: legacy memory handle: opened, read %s, word 0x%08x (%s)\n", mode,
+               err_name(r), word, word == PATTERN_LEGACY ? "the exporter's" : "WRONG");
+        cuIpcCloseMemHandle(d);
+    } else {
+        printf("probe-ipc %s: legacy memory handle: cuIpcOpenMemHandle = %s\n", mode, err_name(r));
+    }
+
+    r = cuIpcOpenEventHandle(&ev, m.ev);
+    if (r == CUDA_SUCCESS) {
+        r = cuEventSynchronize(ev);
+        printf("probe-ipc %s: legacy event handle: opened, synchronize %s\n", mode, err_name(r));
+        cuEventDestroy(ev);
+    } else {
+        printf("probe-ipc %s: legacy event handle: cuIpcOpenEventHandle = %s\n", mode, err_name(r));
+    }
+
+    if (m.have_vmm && fd >= 0) {
+        CUmemGenericAllocationHandle h;
+        CUmemAccessDesc acc;
+
+        r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r == CUDA_SUCCESS) {
+            CUdeviceptr va = 0;
+
+            CK(cuMemAddressReserve(&va, m.vmm_size, 0, 0, 0));
+            CK(cuMemMap(va, m.vmm_size, 0, h, 0));
+            memset(&acc, 0, sizeof(acc));
+            acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            acc.location.id = dev;
+            acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            CK(cuMemSetAccess(va, m.vmm_size, &acc, 1));
+            word = 0;
+            r = cuMemcpyDtoH(&word, va, sizeof(word));
+            printf("probe-ipc %s: POSIX fd handle: imported, read %s, word 0x%08x (%s)\n", mode,
+                   err_name(r), word, word == PATTERN_VMM ? "the exporter's" : "WRONG");
+            cuMemUnmap(va, m.vmm_size);
+            cuMemAddressFree(va, m.vmm_size);
+            cuMemRelease(h);
+        } else {
+            printf("probe-ipc %s: POSIX fd handle: cuMemImportFromShareableHandle = %s\n", mode,
+                   err_name(r));
+        }
+    } else {
+        printf("probe-ipc %s: POSIX fd handle: none sent\n", mode);
+    }
+    if (write(s, &done, 1) != 1)
+        return 1;
+    return 0;
+}
+
+static void importer_exit(int s)
+{
+    int rc = importer(s);
+
+    fflush(stdout);
+    _exit(rc);
+}
+
+/* The importer's process: a plain child, or (jail) the child of a process
+ * that made new namespaces, as the daemon starts a worker. */
+static int start_importer(int s)
+{
+    pid_t pid = fork();
+    int st;
+
+    if (pid != 0)
+        return pid;
+    if (strcmp(mode, "jail") == 0) {
+        pid_t in;
+
+        if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+            perror("probe-ipc: unshare");
+            _exit(1);
+        }
+        in = fork();
+        if (in == 0)
+            importer_exit(s);
+        if (in < 0 || waitpid(in, &st, 0) != in)
+            _exit(1);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+    }
+    importer_exit(s);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    CUmemAllocationProp prop;
+    CUmemGenericAllocationHandle h;
+    CUmemAccessDesc acc;
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr d, va = 0;
+    CUevent ev;
+    struct msg m;
+    size_t gran = 0;
+    int sv[2], fd = -1, st;
+    pid_t pid;
+    char done;
+    CUresult r;
+
+    mode = argc > 1 ? argv[1] : "plain";
+    if (strcmp(mode, "plain") != 0 && strcmp(mode, "jail") != 0) {
+        fprintf(stderr, "usage: probe-ipc plain|jail\n");
+        return 2;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return 1;
+    pid = start_importer(sv[1]);        /* before cuInit: no CUDA across fork */
+    if (pid < 0)
+        return 1;
+    memset(&m, 0, sizeof(m));
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuMemAlloc(&d, 1 << 20));
+    CK(cuMemsetD32(d, PATTERN_LEGACY, (1 << 20) / 4));
+    CK(cuIpcGetMemHandle(&m.mem, d));
+    CK(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+    CK(cuEventRecord(ev, NULL));
+    CK(cuIpcGetEventHandle(&m.ev, ev));
+
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    r = cuMemCreate(&h, gran, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+        CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+        CK(cuMemMap(va, gran, 0, h, 0));
+        memset(&acc, 0, sizeof(acc));
+        acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        acc.location.id = dev;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        CK(cuMemSetAccess(va, gran, &acc, 1));
+        CK(cuMemsetD32(va, PATTERN_VMM, gran / 4));
+        CK(cuCtxSynchronize());
+        r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        printf("probe-ipc %s: exporter: cuMemExportToShareableHandle = %s\n", mode, err_name(r));
+        m.have_vmm = r == CUDA_SUCCESS;
+        m.vmm_size = gran;
+    } else {
+        printf("probe-ipc %s: exporter: cuMemCreate with a POSIX fd handle = %s\n", mode,
+               err_name(r));
+    }
+    CK(cuCtxSynchronize());
+    fflush(stdout);
+    if (send_msg(sv[0], &m, m.have_vmm ? fd : -1) != 0) {
+        printf("probe-ipc %s: cannot send\n", mode);
+        return 1;
+    }
+    if (read(sv[0], &done, 1) != 1)
+        printf("probe-ipc %s: the importer ended without a word\n", mode);
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        printf("probe-ipc %s: the importer failed (status 0x%x)\n", mode, st);
+    printf("probe-ipc %s: done\n", mode);
+    return 0;
+}
