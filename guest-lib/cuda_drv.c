@@ -440,26 +440,7 @@ VCU__EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
         *pi = (int)d->pci_domain;
         return CUDA_SUCCESS;
-    /* Mapped and registered host memory (cuda_hostmem.c).  A registered
-     * pointer's device pointer differs from it outside loopback. */
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
-    /* Managed memory (cuda_managed.c), not concurrently with the device. */
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-        *pi = 1;
-        return CUDA_SUCCESS;
-    /* What this library does not provide: concurrent managed access,
-     * pageable memory access, atomics of the guest's CPU on device
-     * memory, IPC. */
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
-    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
-    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
-    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
-    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
-        *pi = 0;
-        return CUDA_SUCCESS;
+    /* Those the library answers itself: vcu__device_info. */
     default:
         break;
     }

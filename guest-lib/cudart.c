@@ -231,15 +231,9 @@ int vcu__dev_attr(int dev, int attr)
         return d->pci_device;
     case cudaDevAttrPciDomainId:
         return d->pci_domain;
-    case cudaDevAttrManagedMemory:
-        return 1;       /* emulated: cudart_managed.c */
-    case cudaDevAttrConcurrentManagedAccess:
-    case cudaDevAttrHostNativeAtomicSupported:
-    case cudaDevAttrPageableMemoryAccess:
-    case cudaDevAttrPageableMemoryAccessUsesHostPageTables:
-    case cudaDevAttrDirectManagedMemAccessFromHost:
-        return 0;
     }
+    /* Those the library answers itself (managed memory emulated in
+     * cudart_managed.c, IPC not offered): vcu__device_info. */
     if (vcu__dev_info(dev, &info) != cudaSuccess || attr < 0 ||
         (uint32_t)attr >= info->num_attrs || attr >= (int)VCU_CU_NUM_DEV_ATTRS)
         return 0;

@@ -1,7 +1,8 @@
 /*
  * Shared by libcudart.so.13 and libcuda.so.1 (vcu_common.h): the handle
- * registry, log-once messages, CUDA_VISIBLE_DEVICES, virtual PCI
- * addresses and device printf output.
+ * registry, log-once messages, the device's description and the
+ * attributes the library answers itself, CUDA_VISIBLE_DEVICES, virtual
+ * PCI addresses and device printf output.
  */
 #include <ctype.h>
 #include <limits.h>
@@ -11,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <cuda.h>
 
 #include "vcu_common.h"
 #include "vcu_proto.h"
@@ -69,6 +72,37 @@ void vcu__launch_buf_put(vcu__launch_req_t *buf)
         free(buf);
 }
 
+/*
+ * The device attributes this library answers itself, the same for both
+ * runtimes: what it provides over the host's (mapped and registered host
+ * memory, managed memory emulated in the guest, not concurrently with the
+ * device), and what it does not provide whatever the GPU does, so that
+ * programs take their other path: concurrent managed access, pageable
+ * memory access, the guest CPU's atomics on device memory, a registered
+ * pointer used as its device pointer (it differs outside loopback), and
+ * CUDA IPC and shareable handles (docs/design.md, "CUDA IPC").
+ */
+static const struct {
+    uint32_t attr;
+    uint32_t value;
+} vcu__attr_fixed[] = {
+    { CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1 },
+    { CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 1 },
+    { CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1 },
+    { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0 },
+    { CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0 },
+    { CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0 },
+    { CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0 },
+    { CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0 },
+    { CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0 },
+    { CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 0 },
+    { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0 },
+    { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 0 },
+    { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 0 },
+    { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0 },
+    { CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, 0 },
+};
+
 int vcu__device_info(vcu_conn_t *conn, uint32_t vord, struct vcu_cu_device_info_resp *out)
 {
     struct vcu_cu_hdr h = { .device = vord };
@@ -77,9 +111,13 @@ int vcu__device_info(vcu_conn_t *conn, uint32_t vord, struct vcu_cu_device_info_
     memset(out, 0, sizeof(*out));
     err = vcu_conn_call(conn, VCU_OP_CU_DEVICE_INFO, 0, &h, sizeof(h), NULL, 0, out,
                         sizeof(*out), NULL);
-    if (err == 0)
-        out->name[sizeof(out->name) - 1] = '\0';
-    return err;
+    if (err != 0)
+        return err;
+    out->name[sizeof(out->name) - 1] = '\0';
+    for (size_t i = 0; i < sizeof(vcu__attr_fixed) / sizeof(vcu__attr_fixed[0]); i++)
+        if (vcu__attr_fixed[i].attr < out->num_attrs && vcu__attr_fixed[i].attr < VCU_CU_NUM_DEV_ATTRS)
+            out->attrs[vcu__attr_fixed[i].attr] = vcu__attr_fixed[i].value;
+    return 0;
 }
 
 const char *vcu__dev_path(void)

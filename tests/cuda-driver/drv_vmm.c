@@ -280,6 +280,23 @@ int main(void)
            cuMemImportFromShareableHandle(&hr, (void *)(uintptr_t)3,
                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
     TRUE(shfd == -1);
+    /* And the device says so, whatever the GPU would (docs/design.md,
+     * "CUDA IPC"), so that programs take their other path. */
+    {
+        static const CUdevice_attribute none[] = {
+            CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+            CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+            CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
+            CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED,
+        };
+        int v;
+
+        for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+            v = -1;
+            CK(cuDeviceGetAttribute(&v, none[i], dev));
+            TRUE(v == 0);
+        }
+    }
     /* Unmap a part of a mapping, a range not starting at one, one with a
      * hole; free a reservation with mappings in it, or not as reserved. */
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemUnmap(va, gran / 2));

@@ -20,6 +20,10 @@ int main(void)
 
     CK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, 0));
     EXPECT(supported == 1, "cudaDevAttrMemoryPoolsSupported = %d", supported);
+    /* Pools shared between processes are not offered, and the device says
+     * so (docs/design.md, "CUDA IPC"). */
+    CK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolSupportedHandleTypes, 0));
+    EXPECT(supported == 0, "cudaDevAttrMemoryPoolSupportedHandleTypes = %d", supported);
     CK(cudaDeviceGetDefaultMemPool(&pool, 0));
     CK(cudaDeviceGetMemPool(&cur, 0));
     EXPECT(cur == pool, "current pool is not the default pool");

@@ -3,7 +3,8 @@
  * importer either a plain child ("plain") or in the namespaces a worker's
  * jail gives it ("jail": new mount, PID, network, IPC and UTS namespaces,
  * as host-backend/daemon/jail.c makes them, the importer being the first
- * process of its PID namespace's child, as a worker is).  The exporter
+ * process of the new PID namespace, with a fresh /proc and a private
+ * /dev/shm as a worker has).  The exporter
  * sends, over a socket pair:
  *   - a legacy memory handle (cuIpcGetMemHandle of cuMemAlloc memory
  *     holding a pattern) and an event handle (cuIpcGetEventHandle of an
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -182,23 +184,31 @@ static void importer_exit(int s)
 
 /* The importer's process: a plain child, or (jail) the child of a process
  * that made new namespaces, as the daemon starts a worker. */
-static int start_importer(int s)
+static int start_importer(int s, int other)
 {
     pid_t pid = fork();
     int st;
 
     if (pid != 0)
         return pid;
+    close(other);                       /* the exporter's end */
     if (strcmp(mode, "jail") == 0) {
         pid_t in;
 
-        if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+        if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0 ||
+            mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
             perror("probe-ipc: unshare");
             _exit(1);
         }
         in = fork();
-        if (in == 0)
+        if (in == 0) {
+            if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 ||
+                mount("probe-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m") != 0) {
+                perror("probe-ipc: mount");
+                _exit(1);
+            }
             importer_exit(s);
+        }
         if (in < 0 || waitpid(in, &st, 0) != in)
             _exit(1);
         _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
@@ -230,9 +240,10 @@ int main(int argc, char **argv)
     }
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         return 1;
-    pid = start_importer(sv[1]);        /* before cuInit: no CUDA across fork */
+    pid = start_importer(sv[1], sv[0]);        /* before cuInit: no CUDA across fork */
     if (pid < 0)
         return 1;
+    close(sv[1]);                       /* the importer's end: EOF when it ends */
     memset(&m, 0, sizeof(m));
     CK(cuInit(0));
     CK(cuDeviceGet(&dev, 0));
