@@ -310,7 +310,7 @@ HANDLES = {
 # extended, u32 and enums zero extended, f32 as its IEEE bits; the host
 # refuses a slot its type cannot hold (VCU_S_EINVAL).
 SCALARS = {
-    "int": "i32", "unsigned int": "u32", "cuuint32_t": "u32", "size_t": "u64",
+    "int": "i32", "unsigned int": "u32", "unsigned": "u32", "cuuint32_t": "u32", "size_t": "u64",
     "CUdeviceptr": "u64", "cuuint64_t": "u64", "unsigned long long": "u64", "float": "f32",
 }
 # Fixed-size structs and unions that may travel as bytes (a pointer to

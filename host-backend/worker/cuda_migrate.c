@@ -120,6 +120,7 @@ static int vcu__mig_call_class(uint32_t call, const char **why)
     case VCU_CALL_cuStreamGetAttribute:
     case VCU_CALL_cuCtxResetPersistingL2Cache:
     case VCU_CALL_cuDeviceGetP2PAttribute:
+    case VCU_CALL_cuDeviceGetTexture1DLinearMaxWidth:
     case VCU_CALL_cuDeviceCanAccessPeer:
     case VCU_CALL_cuStreamWriteValue32_v2:
     case VCU_CALL_cuStreamWriteValue64_v2:

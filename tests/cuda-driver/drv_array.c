@@ -300,7 +300,23 @@ static void textures(void)
     TRUE(vback.format == CU_RES_VIEW_FORMAT_FLOAT_2X32 && vback.width == 64 &&
          vback.height == 32);
 
-    /* Linear and pitched memory in an allocation. */
+    /* Linear and pitched memory in an allocation; how wide a 1D texture
+     * over linear memory may be (the host's driver says). */
+    {
+        size_t w = 0;
+        CUdevice dev;
+        int n;
+
+        CK(cuCtxGetDevice(&dev));
+        CK(cuDeviceGetTexture1DLinearMaxWidth(&w, CU_AD_FORMAT_UNSIGNED_INT32, 1, dev));
+        CK(cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH, dev));
+        printf("info: cuDeviceGetTexture1DLinearMaxWidth(u32, 1) = %zu, attribute %d\n", w, n);
+        TRUE(w >= (1u << 16) / 4);
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuDeviceGetTexture1DLinearMaxWidth(NULL, CU_AD_FORMAT_FLOAT, 1, dev));
+        EXPECT(CUDA_ERROR_INVALID_DEVICE,
+               cuDeviceGetTexture1DLinearMaxWidth(&w, CU_AD_FORMAT_FLOAT, 1, 99));
+    }
     CK(cuMemAlloc(&p, 1 << 16));
     memset(&rd, 0, sizeof(rd));
     rd.resType = CU_RESOURCE_TYPE_LINEAR;

@@ -7268,6 +7268,21 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
     return CUDA_SUCCESS;
 }
 
+/* The widest 1D texture over linear memory, in elements: the stand-in's
+ * MAXIMUM_TEXTURE1D_LINEAR_WIDTH, for the channel counts a texture has. */
+CUresult CUDAAPI cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements,
+                                                    CUarray_format format, unsigned numChannels,
+                                                    CUdevice dev)
+{
+    (void)format;
+    if (!maxWidthInElements || (numChannels != 1 && numChannels != 2 && numChannels != 4))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= FC_NDEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *maxWidthInElements = (size_t)1 << 28;
+    return CUDA_SUCCESS;
+}
+
 /* A stream memory operation on an allocation (the stream's work runs at
  * once); n bytes at addr, naturally aligned. */
 static CUresult fc_memop(CUstream stream, CUdeviceptr addr, size_t n, unsigned int flags,

@@ -752,6 +752,36 @@ TEST(cuda_mem_range)
     return 0;
 }
 
+/* cuDeviceGetTexture1DLinearMaxWidth (generated): the driver's answer
+ * for a device of the VM; a device past the VM's, values too wide for
+ * their types and a short payload refused before the driver sees them. */
+TEST(cuda_tex1d_linear_width)
+{
+    struct vcu_call_cuDeviceGetTexture1DLinearMaxWidth_req rq;
+    struct vcu_call_cuDeviceGetTexture1DLinearMaxWidth_resp rp;
+    tc_t c;
+
+    CHECK(tc_open(&c));
+    TC_CALL_INIT(rq, cuDeviceGetTexture1DLinearMaxWidth, 0);
+    rq.format = CU_AD_FORMAT_FLOAT;
+    rq.numChannels = 4;
+    rq.dev = 0;
+    ASSERT_EQ(CUDA_SUCCESS, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    ASSERT_EQ_U64((uint64_t)1 << 28, rp.maxWidthInElements);
+    rq.dev = 7;
+    ASSERT_EQ(CUDA_ERROR_INVALID_DEVICE, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    rq.dev = 0;
+    rq.numChannels = (uint64_t)1 << 32 | 4;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    rq.numChannels = 4;
+    rq.format = (uint64_t)1 << 40 | CU_AD_FORMAT_FLOAT;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &rq, sizeof(rq), &rp, sizeof(rp)));
+    rq.format = CU_AD_FORMAT_FLOAT;
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_call(&c, &rq, sizeof(rq) - 8, &rp, sizeof(rp)));
+    tc_close(&c);
+    return 0;
+}
+
 /* cuGraphMemFreeNodeGetParams (generated): a free node's address; an
  * allocation node, a handle of another type or a forged one refused, and
  * CU_GRAPH_MEM_NODE_PARAMS answers allocation nodes alone. */

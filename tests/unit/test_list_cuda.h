@@ -23,6 +23,7 @@
     X(cuda_mem_free_foreign)            \
     X(cuda_mem_range)                   \
     X(cuda_graph_mem_free_params)       \
+    X(cuda_tex1d_linear_width)          \
     X(cuda_handles_invalid)             \
     X(cuda_module_unload_kills_funcs)   \
     X(cuda_occupancy_avail_smem)        \
