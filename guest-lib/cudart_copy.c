@@ -229,6 +229,26 @@ VCU__EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t 
     return vcu__err(vcu__copy(dst, src, count, kind, stream, 1, 1));
 }
 
+/* The device and wire stream of a 2D copy or a memset: the stream's
+ * (async), else the current device's and, per-thread (ptsz), its
+ * per-thread stream (see vcu__copy); the device checked. */
+static cudaError_t vcu__2d_stream(cudaStream_t stream, int async, int ptsz, int *dev,
+                                  uint64_t *ws)
+{
+    cudaError_t e;
+
+    if (async) {
+        e = vcu__stream(stream, ptsz, dev, ws);
+        if (e != cudaSuccess)
+            return e;
+    } else {
+        *dev = vcu__cur_dev;
+        if (ptsz)
+            *ws = VCU_CU_STREAM_PER_THREAD;
+    }
+    return vcu__check_dev(*dev);
+}
+
 /* Whether an asynchronous 2D copy may go without waiting where
  * cudaMemcpyAsync would (see vcu__copy): known device ranges, host memory
  * that stays put, within one request. */
@@ -310,16 +330,7 @@ static cudaError_t vcu__copy2d(void *dst, size_t dpitch, const void *src, size_t
     int dev, sync_ptds = ptsz && !async;
     cudaError_t e;
 
-    if (async) {
-        e = vcu__stream(stream, ptsz, &dev, &ws);
-        if (e != cudaSuccess)
-            return e;
-    } else {
-        dev = vcu__cur_dev;
-        if (ptsz)
-            ws = VCU_CU_STREAM_PER_THREAD;     /* see vcu__copy */
-    }
-    e = vcu__check_dev(dev);
+    e = vcu__2d_stream(stream, async, ptsz, &dev, &ws);
     if (e == cudaSuccess)
         e = vcu__kind(dst, src, &kind);
     if (e != cudaSuccess)
@@ -448,16 +459,7 @@ static cudaError_t vcu__memset(void *p, size_t pitch, int value, size_t width, s
     int dev;
     cudaError_t e;
 
-    if (async) {
-        e = vcu__stream(stream, ptsz, &dev, &ws);
-        if (e != cudaSuccess)
-            return e;
-    } else {
-        dev = vcu__cur_dev;
-        if (ptsz)
-            ws = VCU_CU_STREAM_PER_THREAD;     /* see vcu__copy */
-    }
-    e = vcu__check_dev(dev);
+    e = vcu__2d_stream(stream, async, ptsz, &dev, &ws);
     if (e != cudaSuccess || width == 0 || height == 0)
         return e;
     if (p == NULL || (height > 1 && width > pitch) ||

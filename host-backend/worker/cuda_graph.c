@@ -265,6 +265,20 @@ static void vcu__node_memcpy(vcu__op_t *o, const struct vcu_cu_graph_node_req *r
     o->res = vcu__staged_copy(o, node, g, deps, rq->ndeps, copy, rq->stage, cb);
 }
 
+int vcu__node_host(vcu__op_t *o, uint64_t cookie, CUDA_HOST_NODE_PARAMS *hp)
+{
+    vcu__cb_t *cb = vcu__cb_new(o->cs, cookie, 0);
+
+    if (cb == NULL) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return -1;
+    }
+    memset(hp, 0, sizeof(*hp));
+    hp->fn = vcu__cb_trampoline;
+    hp->userData = cb;
+    return 0;
+}
+
 /* A MEMSET node's parameters. */
 void vcu__node_memset(const struct vcu_cu_graph_node_req *rq, CUDA_MEMSET_NODE_PARAMS *ms)
 {
@@ -378,15 +392,9 @@ static void vcu__node_add(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq,
     }
     case VCU_CU_NODE_HOST: {
         CUDA_HOST_NODE_PARAMS hp;
-        vcu__cb_t *cb = vcu__cb_new(o->cs, rq->cookie, 0);
 
-        if (cb == NULL) {
-            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        if (vcu__node_host(o, rq->cookie, &hp) != 0)
             return;
-        }
-        memset(&hp, 0, sizeof(hp));
-        hp.fn = vcu__cb_trampoline;
-        hp.userData = cb;
         o->res = VCU__CU(cu, cuGraphAddHostNode, node, ge->u.graph.g, deps, rq->ndeps, &hp);
         break;
     }

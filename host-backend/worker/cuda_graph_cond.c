@@ -363,15 +363,9 @@ static void vcu__set_host(vcu__op_t *o, const struct vcu_cu_graph_node_req *rq, 
                           CUgraphNode node)
 {
     CUDA_HOST_NODE_PARAMS hp;
-    vcu__cb_t *cb = vcu__cb_new(o->cs, rq->cookie, 0);
 
-    if (cb == NULL) {
-        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+    if (vcu__node_host(o, rq->cookie, &hp) != 0)
         return;
-    }
-    memset(&hp, 0, sizeof(hp));
-    hp.fn = vcu__cb_trampoline;
-    hp.userData = cb;
     o->res = x != NULL ? VCU__CU(o->cu, cuGraphExecHostNodeSetParams, x, node, &hp)
                        : VCU__CU(o->cu, cuGraphHostNodeSetParams, node, &hp);
 }

@@ -788,6 +788,9 @@ int vcu__gmem_precharge(vcu__cuda_sess_t *cs, uint32_t d, vcu__hent_t *x);
 uint32_t vcu__node_check(const struct vcu_cu_graph_node_req *rq, const unsigned char *after,
                          size_t room, CUDA_MEMCPY3D *copy, const unsigned char **tail);
 void vcu__node_memset(const struct vcu_cu_graph_node_req *rq, CUDA_MEMSET_NODE_PARAMS *ms);
+/* A HOST node's parameters: the guest's cookie gets a record of its own,
+ * kept with the session.  0, or -1 with o->res set. */
+int vcu__node_host(vcu__op_t *o, uint64_t cookie, CUDA_HOST_NODE_PARAMS *hp);
 uint64_t vcu__node_name(vcu__op_t *o, uint64_t gh, CUgraphNode n);
 int vcu__mods_of_child(vcu__op_t *o, vcu__modset_t **set, vcu__hent_t *ce);
 uint32_t vcu__op_CU_GRAPH_CHILD_GRAPH(vcu__op_t *o);
