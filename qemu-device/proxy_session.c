@@ -346,7 +346,7 @@ VCU_EXPORT unsigned int vcu_proxy_sessions(vcu_proxy_t *px, uint64_t *ids,
     return n;
 }
 
-VCU_EXPORT void vcu_proxy_session_save(vcu_proxy_t *px, vcu_request_t *req, int fd)
+VCU_EXPORT void vcu_proxy_session_state(vcu_proxy_t *px, vcu_request_t *req, int fd)
 {
     struct vcu_req_hdr h;
     vcu__psess_t *s;
@@ -354,7 +354,7 @@ VCU_EXPORT void vcu_proxy_session_save(vcu_proxy_t *px, vcu_request_t *req, int 
     memset(&h, 0, sizeof(h));
     if (req->req_len >= sizeof(h))
         memcpy(&h, req->req, sizeof(h));
-    if (h.opcode != VCU_BACKEND_OP_SAVE || fd < 0) {
+    if (!VCU_BACKEND_OP_IS_STATE(h.opcode) || fd < 0) {
         vcu__px_complete(req, h.req_id, VCU_S_EINVAL);
         return;
     }
@@ -365,7 +365,7 @@ VCU_EXPORT void vcu_proxy_session_save(vcu_proxy_t *px, vcu_request_t *req, int 
         vcu__px_complete(req, h.req_id, VCU_S_ENOSESSION);
         return;
     }
-    vcu__px_state(s, req, VCU_BACKEND_OP_SAVE, fd);
+    vcu__px_state(s, req, h.opcode, fd);
 }
 
 /* A restore's own SESSION_OPEN, then the caller's load behind it. */

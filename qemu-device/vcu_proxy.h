@@ -119,11 +119,12 @@ int vcu_proxy_link_input(vcu_proxy_t *px, const void *frame, size_t len, int *fd
  * vcu_proxy_sessions(): the sessions open now, up to max of them, each
  * with the SESSION_OPEN it was opened with; returns how many there are.
  *
- * vcu_proxy_session_save(): req->req holds a struct vcu_req_hdr (opcode
- * VCU_BACKEND_OP_SAVE, session: the guest's id); the session's worker
- * writes its state to a copy of fd (a pipe's write end, a file) after
- * every request sent to it before.  req completes as a submitted one
- * does: the reply's status, and a one-line reason as its payload.
+ * vcu_proxy_session_state(): req->req holds a struct vcu_req_hdr (opcode
+ * one of the VCU_BACKEND_OP_ state operations, vcu_backend.h; session:
+ * the guest's id); the session's worker writes its state to a copy of fd
+ * (a pipe's write end, a file), or loads one from it, after every
+ * request sent to it before.  req completes as a submitted one does: the
+ * reply's status, and its payload as vcu_backend.h says.
  *
  * vcu_proxy_session_restore(): on a destination, opens the session of
  * req's header (opcode VCU_BACKEND_OP_LOAD, session: the guest's id,
@@ -135,7 +136,7 @@ int vcu_proxy_link_input(vcu_proxy_t *px, const void *frame, size_t len, int *fd
  */
 unsigned int vcu_proxy_sessions(vcu_proxy_t *px, uint64_t *ids,
                                 struct vcu_session_open_req *opens, unsigned int max);
-void vcu_proxy_session_save(vcu_proxy_t *px, vcu_request_t *req, int fd);
+void vcu_proxy_session_state(vcu_proxy_t *px, vcu_request_t *req, int fd);
 void vcu_proxy_session_restore(vcu_proxy_t *px, vcu_request_t *req,
                                const struct vcu_session_open_req *open, int fd);
 

@@ -49,5 +49,7 @@ void virtio_cuda_link_bh(void *opaque);
 /* virtio-cuda-migrate.c */
 void virtio_cuda_vm_state_change(void *opaque, bool running, RunState state);
 extern const VMStateDescription vmstate_virtio_cuda;
+void virtio_cuda_migration_init(VirtIOCuda *s);
+void virtio_cuda_migration_fini(VirtIOCuda *s);
 
 #endif

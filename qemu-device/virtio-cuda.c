@@ -1061,6 +1061,7 @@ static void virtio_cuda_realize(DeviceState *dev, Error **errp)
 
     s->vmstate_entry = qemu_add_vm_change_state_handler(
         virtio_cuda_vm_state_change, s);
+    virtio_cuda_migration_init(s);
 
     virtio_init(vdev, VIRTIO_ID_CUDA, 0);
     s->vq = virtio_add_queue(vdev, VIRTIO_CUDA_QUEUE_SIZE,
@@ -1088,6 +1089,7 @@ static void virtio_cuda_unrealize(DeviceState *dev)
     qemu_mutex_destroy(&s->link_lock);
     qemu_mutex_destroy(&s->complete_lock);
     qemu_del_vm_change_state_handler(s->vmstate_entry);
+    virtio_cuda_migration_fini(s);
     virtio_delete_queue(s->vq);
     virtio_cleanup(vdev);
 }

@@ -28,6 +28,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(VirtIOCuda, VIRTIO_CUDA)
 
 typedef struct VirtIOCudaReq VirtIOCudaReq;
 typedef struct VirtIOCudaTx VirtIOCudaTx;
+typedef struct VirtIOCudaPre VirtIOCudaPre;
 typedef struct vcu_proxy_s VirtIOCudaProxy;
 
 struct VirtIOCuda {
@@ -53,6 +54,14 @@ struct VirtIOCuda {
      * is taken off the queue (main loop, BQL). */
     VMChangeStateEntry *vmstate_entry;
     bool stopped;
+    /*
+     * The pass before the pause (virtio-cuda-migrate.c).  On a source,
+     * the sessions whose pre-state went out and what each has still to
+     * send; on a destination, the sessions a pre-state was loaded into.
+     * The migration's thread only (or the incoming one).
+     */
+    VirtIOCudaPre *pre;
+    unsigned int npre;
 
     /*
      * The daemon's link.  link_connected: the chardev is open (set on the

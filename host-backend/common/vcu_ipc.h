@@ -104,7 +104,7 @@ struct vcu_ipc_range {
 };
 
 struct vcu_ipc_state {
-    uint32_t op;                    /* VCU_BACKEND_OP_SAVE or _LOAD */
+    uint32_t op;                    /* VCU_BACKEND_OP_SAVE, _LOAD, ... (vcu_backend.h) */
     uint32_t reserved;
     uint64_t session;               /* the worker's session id */
 };

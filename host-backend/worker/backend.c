@@ -613,7 +613,7 @@ VCU_EXPORT void vcu_backend_submit_state(vcu_backend_t *be, vcu_request_t *req, 
         return;
     }
     memcpy(&hdr, req->req, sizeof(hdr));
-    if ((hdr.opcode != VCU_BACKEND_OP_SAVE && hdr.opcode != VCU_BACKEND_OP_LOAD) ||
+    if (!VCU_BACKEND_OP_IS_STATE(hdr.opcode) ||
         hdr.flags != 0 || hdr.payload_len != 0 || hdr.nsegs != 0 || req->nsegs != 0 ||
         hdr.reserved != 0 || fd < 0) {
         vcu__complete(req, VCU_S_EINVAL, 0);

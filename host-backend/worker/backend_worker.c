@@ -23,6 +23,7 @@
  * final synchronize (vcu__cuda_sess_free): the transport unmaps a
  * request's segments at completion, and the GPU may use them until then.
  */
+#include <endian.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -645,33 +646,60 @@ static void vcu__idle_round_locked(vcu__sess_t *s, vcu__idle_t *st)
     s->sleeping = false;
 }
 
-/* VCU_BACKEND_OP_SAVE and _LOAD (vcu_backend_submit_state()): between
- * requests, with none of the session's waiting for the GPU. */
+/* The state operation of the item's opcode: 0 or a VCU_E* code, the
+ * reason in why; *left for the pass before the pause. */
+static int vcu__state_op(vcu__sess_t *s, uint32_t op, int fd, uint64_t *left, char *why,
+                         size_t whylen)
+{
+    switch (op) {
+    case VCU_BACKEND_OP_SAVE:
+    case VCU_BACKEND_OP_SAVE_REST:
+        return vcu__cuda_sess_save(s->cs, fd, op == VCU_BACKEND_OP_SAVE_REST, why, whylen);
+    case VCU_BACKEND_OP_PRE_SAVE:
+        return vcu__cuda_sess_presave(s->cs, fd, left, why, whylen);
+    case VCU_BACKEND_OP_PRE_COPY:
+        return vcu__cuda_sess_precopy(s->cs, fd, left, why, whylen);
+    default:
+        return vcu__cuda_sess_load(s->cs, fd, why, whylen);
+    }
+}
+
+/* VCU_BACKEND_OP_SAVE, _LOAD and the rest (vcu_backend_submit_state()):
+ * between requests; a save or a load with none of the session's waiting
+ * for the GPU (the pass before the pause copies on a stream of its own,
+ * behind none of the guest's work). */
 static bool vcu__run_state(vcu__sess_t *s, vcu__item_t *it)
 {
     vcu_request_t *req = it->req;
+    uint32_t op = it->hdr.opcode;
+    bool pre = op == VCU_BACKEND_OP_PRE_SAVE || op == VCU_BACKEND_OP_PRE_COPY;
     size_t cap = vcu__resp_cap(req), n;
     int fd = (int)it->buf[0], rc;
+    uint64_t left = 0;
     char why[256];
 
     why[0] = '\0';
-    if (s->waiting.head) {
+    if (s->waiting.head && !pre) {
         snprintf(why, sizeof(why), "requests of the session still wait for the GPU");
         rc = VCU_EBUSY;
     } else if ((rc = vcu__sess_cuda(s)) == 0) {
-        rc = it->hdr.opcode == VCU_BACKEND_OP_SAVE
-                 ? vcu__cuda_sess_save(s->cs, fd, why, sizeof(why))
-                 : vcu__cuda_sess_load(s->cs, fd, why, sizeof(why));
+        rc = vcu__state_op(s, op, fd, &left, why, sizeof(why));
     }
-    n = strnlen(why, sizeof(why) - 1) + 1;
-    if (n > cap)
-        n = cap;
-    if (n > 0) {
-        memcpy(vcu__resp_payload(req), why, n);
-        ((char *)vcu__resp_payload(req))[n - 1] = '\0';
+    if (rc == 0 && pre) {
+        n = cap < sizeof(left) ? 0 : sizeof(left);
+        left = htole64(left);
+        memcpy(vcu__resp_payload(req), &left, n);
+    } else {
+        n = strnlen(why, sizeof(why) - 1) + 1;
+        if (n > cap)
+            n = cap;
+        if (n > 0) {
+            memcpy(vcu__resp_payload(req), why, n);
+            ((char *)vcu__resp_payload(req))[n - 1] = '\0';
+        }
     }
     vcu__complete_item(it, rc == 0 ? VCU_S_OK
-                           : it->hdr.opcode == VCU_BACKEND_OP_SAVE ? VCU_S_EBUSY : VCU_S_EINVAL,
+                           : op == VCU_BACKEND_OP_LOAD ? VCU_S_EINVAL : VCU_S_EBUSY,
                        n);
     return false;
 }
@@ -689,7 +717,7 @@ static bool vcu__run_item(vcu__sess_t *s, vcu__item_t *it, vcu__idle_t *st)
         kept = vcu__run_echo(s, it);
     else if (it->hdr.opcode == VCU_OP_SESSION_FENCE)
         kept = vcu__run_fence(s, it);
-    else if (it->hdr.opcode == VCU_BACKEND_OP_SAVE || it->hdr.opcode == VCU_BACKEND_OP_LOAD)
+    else if (VCU_BACKEND_OP_IS_STATE(it->hdr.opcode))
         kept = vcu__run_state(s, it);
     else
         kept = vcu__run_cuda(s, it);

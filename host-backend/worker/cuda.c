@@ -925,8 +925,14 @@ CUresult vcu__ctx_open(vcu__cuda_sess_t *cs, uint32_t d)
         if (r != CUDA_SUCCESS)
             vcu__ctx_uncharge(cu, cs->aslot, d);
     }
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
         cs->ctx[d] = NULL;
+        return r;
+    }
+    if (vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS ||
+        VCU__CU(cu, cuStreamCreateWithPriority, &cs->mstream[d], CU_STREAM_NON_BLOCKING, 0) !=
+            CUDA_SUCCESS)
+        cs->mstream[d] = NULL;      /* no pass before the pause then */
     return r;
 }
 

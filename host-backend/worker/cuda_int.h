@@ -279,6 +279,10 @@ struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
     unsigned int ctx_flags[VCU_CU_MAX_DEVICES];
+    /* Each context's stream of the migration's own copies (non-blocking,
+     * made with the context on every worker, so that the destination's
+     * allocations come out as the source's: cuda_migrate.c), or NULL. */
+    CUstream mstream[VCU_CU_MAX_DEVICES];
     /* The session's pools (vcu__pool_t): slot d < VCU_CU_MAX_DEVICES its
      * own pool of device d (never the device's default pool, which every
      * context of the process shares: a block freed there reaches the next
@@ -726,6 +730,7 @@ void vcu__mig_note(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const void
                    const void *out, size_t out_len, bool captured);
 vcu__mig_t *vcu__mig_new(void);
 void vcu__mig_free(vcu__cuda_sess_t *cs);
+void vcu__mig_freed(vcu__cuda_sess_t *cs, uint64_t addr);
 void CUDA_CB vcu__cb_trampoline(void *arg);
 uint32_t vcu__cb_wait(vcu__cuda_sess_t *cs, void *out, size_t out_cap, size_t *out_len,
                       vcu_request_t *req);

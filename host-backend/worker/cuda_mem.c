@@ -82,6 +82,7 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
     o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
     if (o->res == CUDA_SUCCESS) {
         vcu__pset_del(&o->cs->allocs, rq.value);
+        vcu__mig_freed(o->cs, rq.value);
         if (v & VCU__ALLOC_ASYNC) {
             vcu__pool_block_freed(o->cs, v);
         } else {
@@ -451,6 +452,7 @@ uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
     if (o->res == CUDA_SUCCESS) {
         vcu__pset_del(&o->cs->allocs, rq.dst);
+        vcu__mig_freed(o->cs, rq.dst);
         /* Pool memory stays charged while the pool keeps it reserved. */
         if (v & VCU__ALLOC_ASYNC) {
             vcu__pool_block_freed(o->cs, v);
@@ -575,6 +577,7 @@ static void vcu__pool_charge_after(vcu__op_t *o, CUmemoryPool pool, vcu__pool_t 
     if (over != 0 && p != 0) {
         VCU__CU(o->cu, cuMemFreeAsync, p, st);
         vcu__pset_del(&o->cs->allocs, p);
+        vcu__mig_freed(o->cs, p);
         pl->live -= ch;
         o->rb.u64.value = 0;
         o->res = CUDA_ERROR_OUT_OF_MEMORY;

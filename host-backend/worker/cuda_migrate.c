@@ -22,12 +22,21 @@
  *   per allocation: vcu__mig_mem, its bytes; then a vcu__mig_mem of addr 0
  *   per module global: vcu__mig_glob, name, its bytes; then one of module 0
  *   vcu__mig_head's magic again
+ * A whole state (VCU__MIG_WHOLE) has all of it.  The pass before the
+ * pause (docs/design.md, "Live migration") splits it: a pre-state
+ * (VCU__MIG_PRE: the history so far, no contents) while the guest runs;
+ * chunks of device memory (VCU__MIG_CHUNKS: memory records only, each a
+ * VCU__MIG_MEM_PART of an allocation the pre-state made), each chunk's
+ * hash kept; then at the pause the rest (VCU__MIG_REST: the calls kept
+ * since, every allocation the pre-pass did not carry, and of those it
+ * did only the chunks whose hash changed, then the globals).
  *
  * Worker thread only, like the rest of the session's state.
  */
 #define _GNU_SOURCE                 /* memmem */
 #include <unistd.h>
 #include <elf.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -36,18 +45,24 @@
 #include "vcu_sha256.h"
 
 #define VCU__MIG_MAGIC 0x3130676d75637600ull    /* "\0vcumg01" */
-#define VCU__MIG_VERSION 1u
+#define VCU__MIG_VERSION 2u
 #define VCU__MIG_CHUNK ((size_t)8 << 20)
+/* What one VCU_BACKEND_OP_PRE_COPY passes at most: the guest's requests
+ * to the worker wait behind it. */
+#define VCU__MIG_PRE_BUDGET ((uint64_t)64 << 20)
 #define VCU__MIG_NAME_MAX 1024u
 /* How long a save waits for the session's GPU work (vcu__mig_drain). */
 #define VCU__MIG_QUIESCE_NS (20ull * 1000000000ull)
+
+enum { VCU__MIG_WHOLE, VCU__MIG_PRE, VCU__MIG_CHUNKS, VCU__MIG_REST };
 
 struct vcu__mig_head {
     uint64_t magic;
     uint32_t version;
     int32_t driver_version;
     uint32_t ndev;
-    uint32_t reserved;
+    uint32_t kind;                  /* VCU__MIG_WHOLE, _PRE, _CHUNKS or _REST */
+    uint64_t first;                 /* _REST: the calls its pre-state carried */
     uint64_t ncalls;
 };
 
@@ -62,8 +77,9 @@ struct vcu__mig_mem {
     uint64_t addr;                  /* 0: the end of the list */
     uint64_t bytes;
     uint32_t dev;
-    uint32_t reserved;
+    uint32_t flags;                 /* VCU__MIG_MEM_PART: a chunk of an allocation */
 };
+#define VCU__MIG_MEM_PART 1u
 
 struct vcu__mig_glob {
     uint64_t module;                /* the guest's handle; 0: the end */
@@ -81,12 +97,30 @@ typedef struct vcu__mrec_s {
     unsigned char sha[VCU_SHA256_LEN];
 } vcu__mrec_t;
 
+/* An allocation the pass before the pause carries: the hash of each
+ * chunk it sent (the bytes sent, not the memory since), in order. */
+typedef struct vcu__mpre_s {
+    uint64_t addr, bytes;
+    uint32_t dev;
+    bool live;                      /* false once freed: its chunks count no more */
+    uint64_t sent;                  /* bytes passed, from the start */
+    uint64_t *hash;                 /* one per VCU__MIG_CHUNK */
+} vcu__mpre_t;
+
 struct vcu__mig_s {
     vcu__mrec_t *rec;
     size_t n, cap;
     size_t held;                    /* of the session's host budget */
     vcu__pset_t used;               /* functions whose first use is kept */
     char why[128];                  /* why the session cannot migrate, or "" */
+    /* The pass before the pause.  Source: pre is set by a pre-state, which
+     * carried pre_calls calls; pre_mem, sorted by address, the allocations
+     * then live, pre_next the first not passed whole; pre_held, the budget
+     * the list takes.  Destination: pre_loaded once a pre-state loaded. */
+    bool pre, pre_loaded;
+    size_t pre_calls;
+    vcu__mpre_t *pre_mem;
+    size_t pre_n, pre_next, pre_held;
 };
 
 enum { VCU__MIG_IGNORE, VCU__MIG_REPLAY, VCU__MIG_REFUSE };
@@ -612,6 +646,52 @@ vcu__mig_t *vcu__mig_new(void)
     return m;
 }
 
+/* Forgets a pass before the pause (a new one begins, or the session ends). */
+static void vcu__mig_pre_drop(vcu__cuda_sess_t *cs)
+{
+    vcu__mig_t *m = cs->mig;
+    size_t i;
+
+    for (i = 0; i < m->pre_n; i++)
+        free(m->pre_mem[i].hash);
+    free(m->pre_mem);
+    vcu__mem_give(cs, m->pre_held);
+    m->pre_mem = NULL;
+    m->pre_n = m->pre_next = m->pre_held = 0;
+    m->pre = false;
+    m->pre_calls = 0;
+}
+
+/* The pre-pass entry of the allocation at addr, or NULL. */
+static vcu__mpre_t *vcu__mig_pre_find(vcu__mig_t *m, uint64_t addr)
+{
+    size_t lo = 0, hi = m->pre_n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (m->pre_mem[mid].addr < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->pre_n && m->pre_mem[lo].addr == addr ? &m->pre_mem[lo] : NULL;
+}
+
+/*
+ * The session freed the allocation at addr: what the pass before the
+ * pause sent of it counts no more.  The destination frees it too when it
+ * makes the call again, and an allocation made there later at the same
+ * address need not hold those bytes.
+ */
+void vcu__mig_freed(vcu__cuda_sess_t *cs, uint64_t addr)
+{
+    vcu__mpre_t *e;
+
+    if (cs->mig != NULL && cs->mig->pre && (e = vcu__mig_pre_find(cs->mig, addr)) != NULL)
+        e->live = false;
+}
+
 void vcu__mig_free(vcu__cuda_sess_t *cs)
 {
     vcu__mig_t *m = cs->mig;
@@ -619,6 +699,7 @@ void vcu__mig_free(vcu__cuda_sess_t *cs)
 
     if (m == NULL)
         return;
+    vcu__mig_pre_drop(cs);
     for (i = 0; i < m->n; i++)
         free(m->rec[i].b);
     free(m->rec);
@@ -769,9 +850,17 @@ static int vcu__image_globals(const unsigned char *img, size_t len, vcu__glob_cb
 
 /* ---- the stream --------------------------------------------------------- */
 
-/* The staging buffer of a save or a load, page-locked where the driver
+/*
+ * The staging buffer of a save or a load, page-locked where the driver
  * lets it be (copies at DMA speed, the stream being the bound), counted
- * in the session's host budget; NULL when there is not that much. */
+ * in the session's host budget; NULL when there is not that much.  It is
+ * mapped at an address of its own, below the worker's guest window
+ * (worker_reg.c): never where the driver places device memory, so a
+ * buffer mapped while the guest runs (the pass before the pause) moves
+ * none of the allocations the guest makes meanwhile.
+ */
+#define VCU__MIG_BUF_AT 0x0f0000000000ull       /* 15 TiB */
+
 static unsigned char *vcu__mig_buf(vcu__cuda_sess_t *cs)
 {
     unsigned char *b;
@@ -779,8 +868,12 @@ static unsigned char *vcu__mig_buf(vcu__cuda_sess_t *cs)
 
     if (vcu__mem_take(cs, VCU__MIG_CHUNK) != 0)
         return NULL;
-    b = aligned_alloc(4096, VCU__MIG_CHUNK);
-    if (b == NULL) {
+    b = mmap((void *)(uintptr_t)VCU__MIG_BUF_AT, VCU__MIG_CHUNK, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (b == MAP_FAILED)            /* another session's, in this process */
+        b = mmap(NULL, VCU__MIG_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+    if (b == MAP_FAILED) {
         vcu__mem_give(cs, VCU__MIG_CHUNK);
         return NULL;
     }
@@ -806,8 +899,55 @@ static void vcu__mig_buf_free(vcu__cuda_sess_t *cs, unsigned char *b)
             break;
         }
     }
-    free(b);
+    munmap(b, VCU__MIG_CHUNK);
     vcu__mem_give(cs, VCU__MIG_CHUNK);
+}
+
+/*
+ * A chunk's fingerprint: four lanes of xxHash64's round over 32-byte
+ * stripes, merged, then the tail and the length.  It tells whether a
+ * chunk changed since the pass before the pause sent it; a guest that
+ * forged a collision would only keep its own old bytes.
+ */
+#define VCU__H1 0x9e3779b185ebca87ull
+#define VCU__H2 0xc2b2ae3d27d4eb4full
+#define VCU__H3 0x165667b19e3779f9ull
+
+static inline uint64_t vcu__rotl(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t vcu__round(uint64_t acc, uint64_t w)
+{
+    return vcu__rotl(acc + w * VCU__H2, 31) * VCU__H1;
+}
+
+static uint64_t vcu__mig_hash(const unsigned char *p, size_t n)
+{
+    uint64_t a = VCU__H1 + VCU__H2, b = VCU__H2, c = 0, d = 0 - VCU__H1, h, w[4];
+    size_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        memcpy(w, p + i, 32);
+        a = vcu__round(a, w[0]);
+        b = vcu__round(b, w[1]);
+        c = vcu__round(c, w[2]);
+        d = vcu__round(d, w[3]);
+    }
+    h = vcu__rotl(a, 1) + vcu__rotl(b, 7) + vcu__rotl(c, 12) + vcu__rotl(d, 18);
+    h = (h ^ vcu__round(0, a)) * VCU__H1 + VCU__H3;
+    h = (h ^ vcu__round(0, b)) * VCU__H1 + VCU__H3;
+    h = (h ^ vcu__round(0, c)) * VCU__H1 + VCU__H3;
+    h = (h ^ vcu__round(0, d)) * VCU__H1 + VCU__H3;
+    for (; i < n; i++)
+        h = vcu__rotl(h ^ (p[i] * VCU__H3), 11) * VCU__H1;
+    h ^= (uint64_t)n;
+    h ^= h >> 33;
+    h *= VCU__H2;
+    h ^= h >> 29;
+    h *= VCU__H3;
+    return h ^ (h >> 32);
 }
 
 static int vcu__mig_write(int fd, const void *b, size_t n)
@@ -929,8 +1069,10 @@ static int vcu__mig_save_glob(void *arg, const char *name, size_t len)
     return 0;
 }
 
-/* The kept calls, each module load's image read back from the cache. */
-static int vcu__mig_save_calls(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
+/* The kept calls from the first on, each module load's image read back
+ * from the cache. */
+static int vcu__mig_save_calls(vcu__cuda_sess_t *cs, int fd, size_t first, char *why,
+                               size_t whylen)
 {
     vcu__mig_t *m = cs->mig;
     size_t i, len, pad;
@@ -938,7 +1080,7 @@ static int vcu__mig_save_calls(vcu__cuda_sess_t *cs, int fd, char *why, size_t w
     unsigned char *img;
     int rc;
 
-    for (i = 0; i < m->n; i++) {
+    for (i = first; i < m->n; i++) {
         const vcu__mrec_t *e = &m->rec[i];
 
         len = e->c.h.payload_len + e->c.rlen;
@@ -987,9 +1129,50 @@ static uint64_t vcu__mig_size(vcu__cuda_sess_t *cs, uint32_t d, uint64_t p)
     return n;
 }
 
-static int vcu__mig_save_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf)
+/* Where an allocation's bytes went at the pause (for the trace). */
+typedef struct vcu__mig_tally_s {
+    uint64_t same, sent;
+} vcu__mig_tally_t;
+
+/*
+ * An allocation the pass before the pause carried (e), at the pause: each
+ * chunk read again, and sent only if it was never sent or its hash is
+ * not the one sent.  0 or -1.
+ */
+static int vcu__mig_save_parts(vcu__cuda_sess_t *cs, const vcu__mpre_t *e, int fd,
+                               unsigned char *buf, vcu__mig_tally_t *t)
 {
     struct vcu__mig_mem mh;
+    uint64_t off;
+    size_t k;
+
+    for (off = 0; off < e->bytes; off += k) {
+        k = e->bytes - off < VCU__MIG_CHUNK ? (size_t)(e->bytes - off) : VCU__MIG_CHUNK;
+        if (cs->cu->fn.cuMemcpyDtoH(buf, (CUdeviceptr)(e->addr + off), k) != CUDA_SUCCESS)
+            return -1;
+        if (off < e->sent && vcu__mig_hash(buf, k) == e->hash[off / VCU__MIG_CHUNK]) {
+            t->same += k;
+            continue;
+        }
+        memset(&mh, 0, sizeof(mh));
+        mh.addr = e->addr + off;
+        mh.bytes = k;
+        mh.dev = e->dev;
+        mh.flags = VCU__MIG_MEM_PART;
+        if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 || vcu__mig_write(fd, buf, k) != 0)
+            return -1;
+        t->sent += k;
+    }
+    return 0;
+}
+
+/* Every allocation's bytes; with rest, those the pass before the pause
+ * carried only where they changed. */
+static int vcu__mig_save_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, bool rest,
+                             vcu__mig_tally_t *t)
+{
+    struct vcu__mig_mem mh;
+    const vcu__mpre_t *e;
     uint32_t i;
 
     for (i = 0; i < cs->allocs.cap; i++) {
@@ -1001,9 +1184,18 @@ static int vcu__mig_save_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf)
         mh.addr = k;
         mh.dev = VCU__ALLOC_DEV(v);
         mh.bytes = vcu__mig_size(cs, mh.dev, k);
-        if (mh.bytes == 0 || vcu__mig_write(fd, &mh, sizeof(mh)) != 0 ||
+        if (mh.bytes == 0)
+            return -1;
+        e = rest ? vcu__mig_pre_find(cs->mig, k) : NULL;
+        if (e != NULL && e->live && e->dev == mh.dev && e->bytes == mh.bytes) {
+            if (vcu__mig_save_parts(cs, e, fd, buf, t) != 0)
+                return -1;
+            continue;
+        }
+        if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 ||
             vcu__mig_bytes(cs, mh.dev, mh.addr, mh.bytes, fd, 1, buf) != 0)
             return -1;
+        t->sent += mh.bytes;
     }
     memset(&mh, 0, sizeof(mh));
     return vcu__mig_write(fd, &mh, sizeof(mh));
@@ -1166,38 +1358,235 @@ static int vcu__mig_quiesce(vcu__cuda_sess_t *cs, char *why, size_t whylen)
     return 0;
 }
 
-int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
+static int vcu__mig_head_write(vcu__cuda_sess_t *cs, int fd, uint32_t kind, uint64_t first,
+                               uint64_t ncalls)
 {
     struct vcu__mig_head hd;
+
+    memset(&hd, 0, sizeof(hd));
+    hd.magic = VCU__MIG_MAGIC;
+    hd.version = VCU__MIG_VERSION;
+    hd.driver_version = cs->cu->driver_version;
+    hd.ndev = cs->cu->ndev;
+    hd.kind = kind;
+    hd.first = first;
+    hd.ncalls = ncalls;
+    return vcu__mig_write(fd, &hd, sizeof(hd));
+}
+
+int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, bool rest, char *why, size_t whylen)
+{
+    vcu__mig_t *m = cs->mig;
+    uint64_t magic = VCU__MIG_MAGIC;
+    vcu__mig_tally_t t = { 0, 0 };
     unsigned char *buf = NULL;
+    size_t first = rest ? m->pre_calls : 0;
     int rc = VCU_EINVAL;
 
     why[0] = '\0';
+    if (rest && !m->pre) {
+        snprintf(why, whylen, "no pass before the pause began for this session");
+        return VCU_EINVAL;
+    }
     if (vcu__mig_quiesce(cs, why, whylen) != 0)
         return VCU_EBUSY;
     vcu__mig_trace_maps("saved");
     buf = vcu__mig_buf(cs);
     if (buf == NULL)
         VCU__MIG_FAIL("out of host memory");
-    memset(&hd, 0, sizeof(hd));
-    hd.magic = VCU__MIG_MAGIC;
-    hd.version = VCU__MIG_VERSION;
-    hd.driver_version = cs->cu->driver_version;
-    hd.ndev = cs->cu->ndev;
-    hd.ncalls = cs->mig->n;
-    if (vcu__mig_write(fd, &hd, sizeof(hd)) != 0)
+    if (vcu__mig_head_write(cs, fd, rest ? VCU__MIG_REST : VCU__MIG_WHOLE, first,
+                            m->n - first) != 0)
         VCU__MIG_FAIL("writing the stream failed");
-    if (vcu__mig_save_calls(cs, fd, why, whylen) != 0)
+    if (vcu__mig_save_calls(cs, fd, first, why, whylen) != 0)
         goto out;
-    if (vcu__mig_save_mem(cs, fd, buf) != 0)
+    if (vcu__mig_save_mem(cs, fd, buf, rest, &t) != 0)
         VCU__MIG_FAIL("writing the session's device memory failed");
     if (vcu__mig_save_globals(cs, fd, buf, why, whylen) != 0) {
         if (why[0] == '\0')
             snprintf(why, whylen, "writing the modules' globals failed");
         goto out;
     }
-    if (vcu__mig_write(fd, &hd.magic, sizeof(hd.magic)) != 0)
+    if (vcu__mig_write(fd, &magic, sizeof(magic)) != 0)
         VCU__MIG_FAIL("writing the stream's end failed");
+    if (rest)
+        fprintf(stderr, "vcu-worker: migration: at the pause %llu bytes of device memory sent, "
+                "%llu unchanged since the pass before it\n", (unsigned long long)t.sent,
+                (unsigned long long)t.same);
+    rc = 0;
+out:
+    vcu__mig_buf_free(cs, buf);
+    return rc;
+}
+
+/* ---- the pass before the pause ----------------------------------------- */
+
+static int vcu__mig_pre_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const vcu__mpre_t *)a)->addr, y = ((const vcu__mpre_t *)b)->addr;
+
+    return x < y ? -1 : x > y;
+}
+
+/* The bytes the pass before the pause has still to send. */
+static uint64_t vcu__mig_pre_left(const vcu__mig_t *m)
+{
+    uint64_t n = 0;
+    size_t i;
+
+    for (i = m->pre_next; i < m->pre_n; i++)
+        if (m->pre_mem[i].live)
+            n += m->pre_mem[i].bytes - m->pre_mem[i].sent;
+    return n;
+}
+
+/* The list of the session's allocations the pass will carry. */
+static int vcu__mig_pre_list(vcu__cuda_sess_t *cs)
+{
+    vcu__mig_t *m = cs->mig;
+    size_t cap = cs->allocs.live, need;
+    uint32_t i;
+
+    need = cap * sizeof(vcu__mpre_t);
+    if (vcu__mem_take(cs, need) != 0)
+        return -1;
+    m->pre_held = need;
+    m->pre_mem = calloc(cap ? cap : 1, sizeof(vcu__mpre_t));
+    if (m->pre_mem == NULL)
+        return -1;
+    for (i = 0; i < cs->allocs.cap && m->pre_n < cap; i++) {
+        uint64_t k = cs->allocs.keys[i], v = cs->allocs.vals[i];
+        vcu__mpre_t *e = &m->pre_mem[m->pre_n];
+        size_t nch;
+
+        if (k == 0 || k == VCU__PSET_TOMB)
+            continue;
+        e->addr = k;
+        e->dev = VCU__ALLOC_DEV(v);
+        e->bytes = vcu__mig_size(cs, e->dev, k);
+        if (e->bytes == 0)
+            continue;               /* sent whole at the pause */
+        nch = (size_t)((e->bytes + VCU__MIG_CHUNK - 1) / VCU__MIG_CHUNK);
+        if (vcu__mem_take(cs, nch * 8) != 0)
+            return -1;
+        m->pre_held += nch * 8;
+        if ((e->hash = calloc(nch, 8)) == NULL)
+            return -1;
+        e->live = true;
+        m->pre_n++;
+    }
+    qsort(m->pre_mem, m->pre_n, sizeof(vcu__mpre_t), vcu__mig_pre_cmp);
+    return 0;
+}
+
+int vcu__cuda_sess_presave(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *why,
+                           size_t whylen)
+{
+    vcu__mig_t *m = cs->mig;
+    uint64_t magic = VCU__MIG_MAGIC;
+
+    why[0] = '\0';
+    *left = 0;
+    vcu__mig_pre_drop(cs);
+    /* Refused before a byte is written: the session then moves whole at
+     * the pause, which says why if it still cannot. */
+    if (m->why[0] != '\0') {
+        snprintf(why, whylen, "%s", m->why);
+        return VCU_EBUSY;
+    }
+    if (cs->capture && vcu__any_capture(cs)) {
+        snprintf(why, whylen, "a stream capture is in progress");
+        return VCU_EBUSY;
+    }
+    if (vcu__mig_pre_list(cs) != 0) {
+        vcu__mig_pre_drop(cs);
+        snprintf(why, whylen, "out of host memory");
+        return VCU_EBUSY;
+    }
+    m->pre_calls = m->n;
+    if (vcu__mig_head_write(cs, fd, VCU__MIG_PRE, 0, m->pre_calls) != 0 ||
+        vcu__mig_save_calls(cs, fd, 0, why, whylen) != 0 ||
+        vcu__mig_write(fd, &magic, sizeof(magic)) != 0) {
+        if (why[0] == '\0')
+            snprintf(why, whylen, "writing the stream failed");
+        vcu__mig_pre_drop(cs);
+        return VCU_EINVAL;
+    }
+    m->pre = true;
+    *left = vcu__mig_pre_left(m);
+    return 0;
+}
+
+/*
+ * [addr, addr + k) of device d into buf while the guest runs: on the
+ * context's own non-blocking stream, which waits for none of the guest's
+ * work (a host function in it may wait for the guest's answer, which
+ * this thread would then never serve), with the thread's capture mode
+ * relaxed (the guest may be capturing on this thread's streams).
+ */
+static int vcu__mig_pre_read(vcu__cuda_sess_t *cs, uint32_t d, uint64_t addr, size_t k,
+                             unsigned char *buf)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    bool swapped;
+    CUresult r;
+
+    if (d >= cs->cu->ndev || cs->ctx[d] == NULL || cs->mstream[d] == NULL ||
+        vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS)
+        return -1;
+    swapped = VCU__CU(cs->cu, cuThreadExchangeStreamCaptureMode, &mode) == CUDA_SUCCESS;
+    r = VCU__CU(cs->cu, cuMemcpyDtoHAsync, buf, (CUdeviceptr)addr, k, cs->mstream[d]);
+    if (r == CUDA_SUCCESS)
+        r = cs->cu->fn.cuStreamSynchronize(cs->mstream[d]);
+    if (swapped)
+        (void)VCU__CU(cs->cu, cuThreadExchangeStreamCaptureMode, &mode);
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+int vcu__cuda_sess_precopy(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *why,
+                           size_t whylen)
+{
+    vcu__mig_t *m = cs->mig;
+    uint64_t magic = VCU__MIG_MAGIC, budget = VCU__MIG_PRE_BUDGET, v;
+    struct vcu__mig_mem mh;
+    unsigned char *buf = NULL;
+    int rc = VCU_EINVAL;
+
+    why[0] = '\0';
+    *left = 0;
+    if (!m->pre)
+        VCU__MIG_FAIL("no pass before the pause began for this session");
+    buf = vcu__mig_buf(cs);
+    if (buf == NULL)
+        VCU__MIG_FAIL("out of host memory");
+    if (vcu__mig_head_write(cs, fd, VCU__MIG_CHUNKS, 0, 0) != 0)
+        VCU__MIG_FAIL("writing the stream failed");
+    while (m->pre_next < m->pre_n && budget > 0) {
+        vcu__mpre_t *e = &m->pre_mem[m->pre_next];
+        size_t k;
+
+        if (!e->live || e->sent >= e->bytes || !vcu__pset_find(&cs->allocs, e->addr, &v)) {
+            m->pre_next++;
+            continue;
+        }
+        k = e->bytes - e->sent < VCU__MIG_CHUNK ? (size_t)(e->bytes - e->sent) : VCU__MIG_CHUNK;
+        if (vcu__mig_pre_read(cs, e->dev, e->addr + e->sent, k, buf) != 0)
+            VCU__MIG_FAIL("device memory at 0x%llx cannot be read",
+                          (unsigned long long)(e->addr + e->sent));
+        memset(&mh, 0, sizeof(mh));
+        mh.addr = e->addr + e->sent;
+        mh.bytes = k;
+        mh.dev = e->dev;
+        mh.flags = VCU__MIG_MEM_PART;
+        if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 || vcu__mig_write(fd, buf, k) != 0)
+            VCU__MIG_FAIL("writing the stream failed");
+        e->hash[e->sent / VCU__MIG_CHUNK] = vcu__mig_hash(buf, k);
+        e->sent += k;
+        budget -= k < budget ? k : budget;
+    }
+    memset(&mh, 0, sizeof(mh));
+    if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 || vcu__mig_write(fd, &magic, sizeof(magic)) != 0)
+        VCU__MIG_FAIL("writing the stream failed");
+    *left = vcu__mig_pre_left(m);
     rc = 0;
 out:
     vcu__mig_buf_free(cs, buf);
@@ -1320,11 +1709,31 @@ out:
     return rc;
 }
 
+/* Is [mh->addr, + mh->bytes) what the replayed history made: an
+ * allocation of the session, or (VCU__MIG_MEM_PART) a piece of one? */
+static bool vcu__mig_mem_here(vcu__cuda_sess_t *cs, const struct vcu__mig_mem *mh)
+{
+    CUdeviceptr base = 0;
+    size_t n = 0;
+    uint64_t v;
+
+    if (mh->flags & ~VCU__MIG_MEM_PART)
+        return false;
+    if (!(mh->flags & VCU__MIG_MEM_PART))
+        return vcu__pset_find(&cs->allocs, mh->addr, &v) && VCU__ALLOC_DEV(v) == mh->dev &&
+               vcu__mig_size(cs, mh->dev, mh->addr) == mh->bytes;
+    if (mh->bytes == 0 || mh->dev >= cs->cu->ndev || cs->ctx[mh->dev] == NULL ||
+        vcu__cur(cs, cs->ctx[mh->dev]) != CUDA_SUCCESS ||
+        VCU__CU(cs->cu, cuMemGetAddressRange, &base, &n, (CUdeviceptr)mh->addr) != CUDA_SUCCESS)
+        return false;
+    return vcu__pset_find(&cs->allocs, base, &v) && VCU__ALLOC_DEV(v) == mh->dev &&
+           mh->bytes <= n && mh->addr - base <= n - mh->bytes;
+}
+
 static int vcu__mig_load_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, char *why,
                              size_t whylen)
 {
     struct vcu__mig_mem mh;
-    uint64_t v;
     int rc;
 
     for (;;) {
@@ -1332,13 +1741,12 @@ static int vcu__mig_load_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, c
             snprintf(why, whylen, "the stream ends inside the device memory");
             return -1;
         }
-        if (mh.addr == 0)
+        if (mh.addr == 0 && mh.flags == 0)
             return 0;
         /* Only what the replayed history allocated, as it was. */
-        if (!vcu__pset_find(&cs->allocs, mh.addr, &v) || VCU__ALLOC_DEV(v) != mh.dev ||
-            vcu__mig_size(cs, mh.dev, mh.addr) != mh.bytes) {
-            snprintf(why, whylen, "allocation 0x%llx of the stream is not one here",
-                     (unsigned long long)mh.addr);
+        if (!vcu__mig_mem_here(cs, &mh)) {
+            snprintf(why, whylen, "%s 0x%llx of the stream is not one here",
+                     mh.flags ? "memory" : "allocation", (unsigned long long)mh.addr);
             return -1;
         }
         rc = vcu__mig_bytes(cs, mh.dev, mh.addr, mh.bytes, fd, 0, buf);
@@ -1390,8 +1798,57 @@ static int vcu__mig_load_globals(vcu__cuda_sess_t *cs, int fd, unsigned char *bu
     }
 }
 
+/* Has the session run nothing yet? */
+static bool vcu__mig_fresh(vcu__cuda_sess_t *cs)
+{
+    uint32_t d;
+
+    for (d = 0; d < cs->cu->ndev; d++)
+        if (cs->ctx[d] != NULL)
+            return false;
+    return cs->tab.live == 0 && cs->allocs.live == 0 && cs->mig->n == 0 && !cs->mig->pre_loaded;
+}
+
+/* What each kind of stream asks of the session it loads into: 0, or -1
+ * with why. */
+static int vcu__mig_load_check(vcu__cuda_sess_t *cs, const struct vcu__mig_head *hd, char *why,
+                               size_t whylen)
+{
+    vcu__mig_t *m = cs->mig;
+
+    switch (hd->kind) {
+    case VCU__MIG_WHOLE:
+    case VCU__MIG_PRE:
+        if (!vcu__mig_fresh(cs)) {
+            snprintf(why, whylen, "the session has run CUDA calls already");
+            return -1;
+        }
+        return 0;
+    case VCU__MIG_CHUNKS:
+    case VCU__MIG_REST:
+        if (!m->pre_loaded) {
+            snprintf(why, whylen, "no pre-state was loaded into the session");
+            return -1;
+        }
+        if (hd->kind == VCU__MIG_REST && hd->first != m->pre_calls) {
+            snprintf(why, whylen, "the state continues a history of %llu calls, the session "
+                     "has %llu", (unsigned long long)hd->first,
+                     (unsigned long long)m->pre_calls);
+            return -1;
+        }
+        if (hd->kind == VCU__MIG_CHUNKS && hd->ncalls != 0) {
+            snprintf(why, whylen, "the stream's history is malformed");
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(why, whylen, "not a kind of state this worker reads (%u)", hd->kind);
+    return -1;
+}
+
 int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
 {
+    vcu__mig_t *m = cs->mig;
     struct vcu__mig_head hd;
     unsigned char *buf = NULL;
     uint64_t magic = 0;
@@ -1399,11 +1856,6 @@ int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     int rc = VCU_EINVAL;
 
     why[0] = '\0';
-    for (d = 0; d < cs->cu->ndev; d++)
-        if (cs->ctx[d] != NULL)
-            VCU__MIG_FAIL("the session has run CUDA calls already");
-    if (cs->tab.live != 0 || cs->allocs.live != 0 || cs->mig->n != 0)
-        VCU__MIG_FAIL("the session has run CUDA calls already");
     if (vcu__mig_read(fd, &hd, sizeof(hd)) != 0 || hd.magic != VCU__MIG_MAGIC)
         VCU__MIG_FAIL("not a session's state");
     if (hd.version != VCU__MIG_VERSION)
@@ -1411,21 +1863,33 @@ int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     if (hd.driver_version != cs->cu->driver_version || hd.ndev != cs->cu->ndev)
         VCU__MIG_FAIL("the source had driver %d and %u devices, here driver %d and %u devices",
                       hd.driver_version, hd.ndev, cs->cu->driver_version, cs->cu->ndev);
+    if (vcu__mig_load_check(cs, &hd, why, whylen) != 0)
+        goto out;
     if (vcu__mig_load_calls(cs, fd, hd.ncalls, why, whylen) != 0)
         goto out;
-    /* After the history: its contexts pin the buffer. */
-    buf = vcu__mig_buf(cs);
-    if (buf == NULL)
-        VCU__MIG_FAIL("out of host memory");
-    if (vcu__mig_load_mem(cs, fd, buf, why, whylen) != 0 ||
-        vcu__mig_load_globals(cs, fd, buf, why, whylen) != 0)
-        goto out;
+    if (hd.kind == VCU__MIG_PRE) {
+        m->pre_loaded = true;
+        m->pre_calls = hd.ncalls;
+    } else {
+        /* After the history: its contexts pin the buffer. */
+        buf = vcu__mig_buf(cs);
+        if (buf == NULL)
+            VCU__MIG_FAIL("out of host memory");
+        if (vcu__mig_load_mem(cs, fd, buf, why, whylen) != 0)
+            goto out;
+        if (hd.kind != VCU__MIG_CHUNKS && vcu__mig_load_globals(cs, fd, buf, why, whylen) != 0)
+            goto out;
+    }
     if (vcu__mig_read(fd, &magic, sizeof(magic)) != 0 || magic != VCU__MIG_MAGIC)
         VCU__MIG_FAIL("the stream does not end where it should");
-    for (d = 0; d < cs->cu->ndev; d++)
-        if (cs->ctx[d] != NULL && (vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS ||
-                                   cs->cu->fn.cuCtxSynchronize() != CUDA_SUCCESS))
-            VCU__MIG_FAIL("device %u's context failed while loading", d);
+    if (hd.kind == VCU__MIG_WHOLE || hd.kind == VCU__MIG_REST) {
+        for (d = 0; d < cs->cu->ndev; d++)
+            if (cs->ctx[d] != NULL && (vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS ||
+                                       cs->cu->fn.cuCtxSynchronize() != CUDA_SUCCESS))
+                VCU__MIG_FAIL("device %u's context failed while loading", d);
+        m->pre_loaded = false;
+        m->pre_calls = 0;
+    }
     rc = 0;
 out:
     vcu__mig_buf_free(cs, buf);

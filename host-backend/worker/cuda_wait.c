@@ -486,6 +486,7 @@ static void vcu__ctx_allocs_free(vcu__cuda_sess_t *cs, uint32_t d)
         else
             vcu__uncharge(cs, d, VCU__ALLOC_CHARGE(cs->allocs.vals[i]));
         vcu__pset_del(&cs->allocs, k);
+        vcu__mig_freed(cs, k);
     }
 }
 
@@ -535,6 +536,9 @@ void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d)
     cs->lmem[d] = 0;
     if (cs->ctx[d] != NULL) {
         vcu__pool_settle(cs, d);
+        if (cs->mstream[d] != NULL)
+            (void)VCU__CU(cu, cuStreamDestroy, cs->mstream[d]);
+        cs->mstream[d] = NULL;
         vcu__cur(cs, NULL);
         if (cu->worker) {
             vcu__wctx_put(cu, d);

@@ -243,8 +243,14 @@ void vcu_backend_host_uncharge(vcu_backend_t *be, uint64_t n);
  * writes the session's state to fd; VCU_BACKEND_OP_LOAD rebuilds a
  * session that has run no CUDA call yet from a state read from fd,
  * checking that every device address and handle comes out as the source
- * had it (a session a load failed on must be closed).  Neither is a wire
- * opcode: vcu_backend_submit() refuses both as unknown, so a guest cannot
+ * had it (a session a load failed on must be closed).  The pass before
+ * the pause splits a save in three while the guest runs on:
+ * VCU_BACKEND_OP_PRE_SAVE writes the history so far (no contents),
+ * VCU_BACKEND_OP_PRE_COPY the next chunks of device memory (64 MiB at
+ * most), and VCU_BACKEND_OP_SAVE_REST, at the pause, what those did not
+ * carry or what changed since; each is loaded, in that order, by a
+ * VCU_BACKEND_OP_LOAD of its own into the same session.  None is a wire
+ * opcode: vcu_backend_submit() refuses them as unknown, so a guest cannot
  * send them; only the transport queues them, with
  * vcu_backend_submit_state(), and they run on the session's worker after
  * every request of the session queued before.  req->req holds a struct
@@ -252,11 +258,18 @@ void vcu_backend_host_uncharge(vcu_backend_t *be, uint64_t n);
  * Like vcu_backend_submit(), it always ends in one call of req->done:
  * status VCU_S_OK, or why not (VCU_S_EBUSY: the session cannot be saved,
  * now or at all; VCU_S_EINVAL: the state was refused), the reply's
- * payload a one-line reason, NUL-terminated (empty on success).  fd stays
- * the caller's; it is no longer used once done has been called.
+ * payload a one-line reason, NUL-terminated (empty on success); but for
+ * PRE_SAVE and PRE_COPY, whose payload on success is a little-endian
+ * uint64_t: the bytes of device memory the pass has still to send.  A
+ * PRE_SAVE refused writes nothing to fd.  fd stays the caller's; it is
+ * no longer used once done has been called.
  */
 #define VCU_BACKEND_OP_SAVE 0x00f0u
 #define VCU_BACKEND_OP_LOAD 0x00f1u
+#define VCU_BACKEND_OP_PRE_SAVE 0x00f2u
+#define VCU_BACKEND_OP_PRE_COPY 0x00f3u
+#define VCU_BACKEND_OP_SAVE_REST 0x00f4u
+#define VCU_BACKEND_OP_IS_STATE(op) ((op) >= VCU_BACKEND_OP_SAVE && (op) <= VCU_BACKEND_OP_SAVE_REST)
 void vcu_backend_submit_state(vcu_backend_t *be, vcu_request_t *req, int fd);
 
 /* Why CUDA is unavailable, or NULL if it is available. */

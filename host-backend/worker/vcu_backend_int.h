@@ -155,13 +155,22 @@ uint32_t vcu__cuda_exec(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h, const
  * Migration (cuda_migrate.c, docs/design.md "Live migration"), on the
  * session's worker between requests.  save writes the session's state
  * to fd: it synchronizes every context first, and refuses a session
- * whose history it cannot carry or that has GPU work still waited for.
- * load rebuilds a session that has run no CUDA call yet from a state
- * read from fd, checking that every address and handle comes out as it
- * was; a session it failed on must be closed.  Both return 0, or a
- * VCU_E* code with a one-line reason in why.
+ * whose history it cannot carry or that has GPU work still waited for;
+ * with rest, only what the pass before the pause (presave, precopy) did
+ * not carry or what changed since.  presave writes the history so far
+ * and begins that pass; precopy writes the next chunks of device memory
+ * (VCU__MIG_PRE_BUDGET at most) while the guest runs; both say in *left
+ * how many bytes the pass has still to send.  load rebuilds a session
+ * from any of those streams, in the order they were written, checking
+ * that every address and handle comes out as it was; a session it failed
+ * on must be closed.  All return 0, or a VCU_E* code with a one-line
+ * reason in why.
  */
-int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen);
+int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, bool rest, char *why, size_t whylen);
+int vcu__cuda_sess_presave(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *why,
+                           size_t whylen);
+int vcu__cuda_sess_precopy(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *why,
+                           size_t whylen);
 int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen);
 
 /* CU_CALLBACK_WAIT and CU_CALLBACK_DONE: must not queue behind GPU work. */

@@ -655,7 +655,7 @@ void vcu__handle_state(uint64_t tag, const unsigned char *body, size_t blen)
     memcpy(&st, body, sizeof(st));
     fd = vcu__w.fdq[0];
     memmove(vcu__w.fdq, vcu__w.fdq + 1, --vcu__w.nfdq * sizeof(int));
-    if ((st.op != VCU_BACKEND_OP_SAVE && st.op != VCU_BACKEND_OP_LOAD) || st.reserved != 0)
+    if (!VCU_BACKEND_OP_IS_STATE(st.op) || st.reserved != 0)
         vcu__die("malformed state message");
     sj = calloc(1, sizeof(*sj));
     if (sj == NULL) {

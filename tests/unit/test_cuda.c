@@ -5156,6 +5156,160 @@ TEST(migrate_roundtrip)
     return 0;
 }
 
+/* A state operation with the pass's reply: the bytes it has still to send. */
+static uint32_t tc_state_left(tc_t *c, uint32_t op, int fd, uint64_t *left)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    ut_req_build(t, op, c->s, NULL, 0);
+    vcu_backend_submit_state(c->be, &t->r, fd);
+    ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
+    st = ut_status(t);
+    *left = ~0ull;
+    if (st == VCU_S_OK && ut_resp(t)->payload_len == 8)
+        memcpy(left, ut_resp_payload(t), 8);
+    free(t);
+    return st;
+}
+
+/* A copy of stream fd's bytes [off, off + len), with the 8 at at
+ * replaced by v, in a new file at its start. */
+static int tc_forge(int fd, off_t off, size_t len, size_t at, uint64_t v)
+{
+    unsigned char *b = malloc(len);
+    int out = tc_tmpfd();
+
+    if (b == NULL || out < 0 || pread(fd, b, len, off) != (ssize_t)len)
+        return -1;
+    memcpy(b + at, &v, 8);
+    if (write(out, b, len) != (ssize_t)len || lseek(out, 0, SEEK_SET) != 0)
+        return -1;
+    free(b);
+    return out;
+}
+
+/*
+ * The pass before the pause: a pre-state and chunks of device memory
+ * while the session runs on, then the rest at the pause.  After the
+ * chunks went, the source changes one 8 MiB chunk of a large allocation,
+ * frees a small one and makes another, and makes a new one.  The rest
+ * carries those and not the unchanged chunks (it is smaller than the
+ * large allocation); the destination, loading the streams in order, has
+ * every byte as the source had it, and goes on.  Refused: a rest or
+ * chunks into a session no pre-state was loaded into, a rest that
+ * continues another history, a chunk outside every allocation.
+ */
+TEST(migrate_precopy)
+{
+    enum { CH = 8 << 20, BIG = 3 * CH + 4096 };
+    unsigned char *host = malloc(BIG), *back = malloc(BIG);
+    unsigned char small[4096], got[4096];
+    uint64_t big = 0, old = 0, old2 = 0, fresh = 0, left = 0, v;
+    int fa = tc_tmpfd(), fb = tc_tmpfd(), fc = tc_tmpfd(), ff, ops = 0, i;
+    off_t chunks_len, rest_len;
+    char why[256];
+    tc_mig_t m;
+    tc_t c;
+
+    ASSERT_TRUE(host != NULL && back != NULL && fa >= 0 && fb >= 0 && fc >= 0);
+    for (i = 0; i < BIG; i++)
+        host[i] = (unsigned char)(i * 7 + (i >> 12));
+    CHECK(tc_open_mc(&c));
+    CHECK(tc_mig_build(&c, &m));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, BIG, &big));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, big, host, BIG, NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, sizeof(small), &old));
+    memset(small, 0x11, sizeof(small));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, old, small, sizeof(small), NULL, 0, 0, 0));
+    /* No pass began: chunks and a rest are refused. */
+    ASSERT_EQ(VCU_S_EBUSY, tc_state_left(&c, VCU_BACKEND_OP_PRE_COPY, fb, &left));
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE_REST, fc, why, sizeof(why)));
+    ASSERT_EQ(0, (int)lseek(fc, 0, SEEK_END));
+
+    ASSERT_EQ(VCU_S_OK, tc_state_left(&c, VCU_BACKEND_OP_PRE_SAVE, fa, &left));
+    ASSERT_TRUE(left >= (uint64_t)BIG + sizeof(small));
+    while (left > 0 && ops < 16) {
+        ASSERT_EQ(VCU_S_OK, tc_state_left(&c, VCU_BACKEND_OP_PRE_COPY, fb, &left));
+        ops++;
+    }
+    ASSERT_EQ_U64(0, left);
+    ASSERT_TRUE(ops >= 1);
+    chunks_len = lseek(fb, 0, SEEK_CUR);
+    ASSERT_TRUE(chunks_len > BIG);
+
+    /* The session runs on. */
+    memset(host + CH + 100, 0x5a, 4096);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, big + CH + 100, host + CH + 100, 4096, NULL, 0, 0, 0));
+    CHECK(tc_mig_check(&c, &m));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, old, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, sizeof(small), &old2));
+    memset(small, 0x22, sizeof(small));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 1, old2, small, sizeof(small), NULL, 0, 0, 0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 3 * sizeof(small), &fresh));
+    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_SAVE_REST, fc, why, sizeof(why)));
+    rest_len = lseek(fc, 0, SEEK_CUR);
+    /* The changed chunk went again, the two unchanged ones did not. */
+    ASSERT_TRUE(rest_len > CH && rest_len < 2 * CH);
+    tc_close(&c);
+
+    /* A rest into a session without its pre-state. */
+    ASSERT_EQ(0, (int)lseek(fc, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, fc, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "pre-state") != NULL);
+    tc_close(&c);
+    /* A chunk outside every allocation (the first record's address, after
+     * the 40-byte head, forged). */
+    ASSERT_EQ(0, (int)lseek(fa, 0, SEEK_SET));
+    ff = tc_forge(fb, 0, (size_t)chunks_len, 40, 0x1000);
+    ASSERT_GE(ff, 0);
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_LOAD, fa, why, sizeof(why)));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, ff, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "not one here") != NULL);
+    tc_close(&c);
+    close(ff);
+    /* A rest that continues a history of another length (the head's
+     * "first", at 24). */
+    ASSERT_EQ(0, (int)lseek(fa, 0, SEEK_SET));
+    ASSERT_EQ(0, (int)pread(fc, &v, 8, 24) - 8);
+    ff = tc_forge(fc, 0, (size_t)rest_len, 24, v + 1);
+    ASSERT_GE(ff, 0);
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_LOAD, fa, why, sizeof(why)));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, ff, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "continues a history") != NULL);
+    tc_close(&c);
+    close(ff);
+
+    /* The destination: the three, in order. */
+    ASSERT_EQ(0, (int)lseek(fa, 0, SEEK_SET));
+    ASSERT_EQ(0, (int)lseek(fb, 0, SEEK_SET));
+    ASSERT_EQ(0, (int)lseek(fc, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fa, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("pre-state: %s", why);
+    for (i = 0; i < ops; i++)
+        if (tc_state(&c, VCU_BACKEND_OP_LOAD, fb, why, sizeof(why)) != VCU_S_OK)
+            VCU_TEST_FAIL_("chunks %d: %s", i, why);
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fc, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("rest: %s", why);
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, big, back, BIG, NULL, 0, 0, 0));
+    ASSERT_EQ(0, memcmp(host, back, BIG));
+    ASSERT_EQ(CUDA_SUCCESS, tc_copy(&c, 0, old2, got, sizeof(got), NULL, 0, 0, 0));
+    ASSERT_EQ(0, memcmp(small, got, sizeof(got)));
+    CHECK(tc_mig_check(&c, &m));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, fresh, NULL));
+    tc_close(&c);
+    close(fa);
+    close(fb);
+    close(fc);
+    free(host);
+    free(back);
+    return 0;
+}
+
 /*
  * A function's first use places its code in device memory (lazy loading,
  * as the driver does by default; the stand-in does it too): memory

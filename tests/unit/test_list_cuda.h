@@ -137,6 +137,7 @@
     X(cuda_module_cache_bad_dir)        \
     /* test_cuda.c: migration */        \
     X(migrate_roundtrip)                \
+    X(migrate_precopy)                  \
     X(migrate_first_use)                \
     X(migrate_peer)                     \
     X(migrate_refused)                  \

@@ -995,13 +995,13 @@ TEST(proxy_migrate)
     }
     t = ut_req_new();
     ut_req_build(t, VCU_BACKEND_OP_SAVE, src.sid + (1ull << 32), NULL, 0);
-    vcu_proxy_session_save(src.px, &t->r, fd);
+    vcu_proxy_session_state(src.px, &t->r, fd);
     ASSERT_EQ(VCU_S_ENOSESSION, px_state_wait(t, why, sizeof(why)));
     free(t);
     t = ut_req_new();
     ut_req_build(t, VCU_BACKEND_OP_SAVE, src.sid, NULL, 0);
     t->r.resp_cap = sizeof(struct vcu_resp_hdr) + 256;
-    vcu_proxy_session_save(src.px, &t->r, fd);
+    vcu_proxy_session_state(src.px, &t->r, fd);
     if (px_state_wait(t, why, sizeof(why)) != VCU_S_OK)
         VCU_TEST_FAIL_("save: %s", why);
     free(t);

@@ -3,10 +3,13 @@
 (docs/design.md, "Live migration"), as an operator moves a VM: two host
 daemons that share nothing (run folders, module caches, workers of their
 own), a source QEMU running the migrate suite (tests/many's checker,
-every round's results checked) and a destination QEMU started with
--incoming defer, both sandboxed as libvirt starts QEMU.  Once the checker
-has done a few rounds, QMP migrate moves the VM over TCP; the checker must
-go on in the destination and end with no wrong result.  Then migrations
+every round's results checked, and 64 MiB more device memory written
+once) and a destination QEMU started with -incoming defer, both sandboxed
+as libvirt starts QEMU.  Once the checker has done a few rounds, QMP
+migrate moves the VM over TCP; the checker must go on in the destination
+and end with no wrong result, and the memory written once must have gone
+before the pause (the source's worker says at the pause how many bytes
+were unchanged since the pass before it).  Then migrations
 that cannot complete must leave the source running, its checker
 unharmed: one the destination refuses (its daemon gives the VM less GPU
 memory than its session holds), and one whose stream breaks at the
@@ -45,6 +48,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 B = os.path.join(ROOT, 'build')
 REAL = '--real-gpu' in sys.argv
 BALLAST = []
+# The first move's checker holds this much more, written once: memory that
+# goes before the pause.
+MOVE_BALLAST = 64
 if '--ballast' in sys.argv:
     BALLAST = [int(x) for x in sys.argv[sys.argv.index('--ballast') + 1].split(',') if x]
 REFUSAL = '--no-refusal' not in sys.argv
@@ -183,6 +189,10 @@ def migrate(src, dst, port, secs=600):
     if 'error' in r:
         return {'status': 'failed', 'error-desc': 'migrate-incoming: ' + json.dumps(r['error'])}
     src.cmd('migrate-set-capabilities', capabilities=[{'capability': 'events', 'state': True}])
+    # As libvirt does: no bandwidth cap of QEMU's own (128 MiB/s by
+    # default), so that device memory goes before the pause at the
+    # stream's speed.
+    src.cmd('migrate-set-parameters', **{'max-bandwidth': 16 << 30})
     r = src.cmd('migrate', uri=f'tcp:127.0.0.1:{port}')
     if 'error' in r:
         return {'status': 'failed', 'error-desc': 'migrate: ' + json.dumps(r['error'])}
@@ -215,6 +225,12 @@ class RoundWatch(threading.Thread):
         self.join(timeout=5)
         d = sorted(b - a for a, b in zip(self.times, self.times[1:]) if b > a)
         return (d[-1], d[len(d) // 2]) if d else (None, None)
+
+
+def pause_lines(path):
+    """The workers' account of each session saved at a pause."""
+    return [m for m in (re.search(r'at the pause (\d+) bytes of device memory sent, (\d+) unchanged', l)
+                        for l in lines(path)) if m]
 
 
 def gaps(path, tag='mig'):
@@ -291,6 +307,8 @@ def one(tmp, procs, da_sock, db_sock, tag, ballast=0, gpus=(None, None)):
         return
     watch = RoundWatch((sa, sb))
     watch.start()
+    dlog = os.path.join(os.path.dirname(da_sock), 'daemon.log')
+    seen = len(pause_lines(dlog))
     t0 = time.time()
     q = migrate(ma, mb, 40000 + (os.getpid() + len(results)) % 20000)
     report(f'{tag}-completed', q.get('status') == 'completed',
@@ -301,6 +319,16 @@ def one(tmp, procs, da_sock, db_sock, tag, ballast=0, gpus=(None, None)):
     print(f"info: {tag}: {ballast} MiB more device memory: QEMU's downtime {q.get('downtime')} ms, "
           f"total {q.get('total-time')} ms, {time.time() - t0:.1f} s from the migrate command",
           flush=True)
+    # The pass before the pause: the ballast, written once, went before
+    # it; at the pause only its hash was compared.
+    pauses = pause_lines(dlog)[seen:]
+    same = sum(int(m.group(2)) for m in pauses)
+    sent = sum(int(m.group(1)) for m in pauses)
+    print(f"info: {tag}: at the pause {sent} bytes of device memory sent, {same} unchanged since "
+          f"the pass before it", flush=True)
+    if ballast > 0:
+        report(f'{tag}-ballast-before-pause', same >= ballast << 20,
+               f'{same} bytes unchanged at the pause, the ballast {ballast << 20}')
     ma.cmd('quit')
     wait_line(sb, r'^VCU-MANY mig tick', 60)
     time.sleep(2)
@@ -367,7 +395,7 @@ def run(tmp, procs):
     db = start_daemon(os.path.join(tmp, 'b'), [])
     procs += [da, db]
     sa_sock, sb_sock = os.path.join(tmp, 'a', 'vcu.sock'), os.path.join(tmp, 'b', 'vcu.sock')
-    one(tmp, procs, sa_sock, sb_sock, 'move')
+    one(tmp, procs, sa_sock, sb_sock, 'move', MOVE_BALLAST)
     for mib in BALLAST:
         one(tmp, procs, sb_sock, sa_sock, f'ballast{mib}', mib)
     if OTHER_GPU:
