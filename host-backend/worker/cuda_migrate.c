@@ -950,6 +950,132 @@ static uint64_t vcu__mig_hash(const unsigned char *p, size_t n)
     return h ^ (h >> 32);
 }
 
+/*
+ * A chunk's hash is that of its four quarters (lanes), combined: three
+ * threads of a small pool hash three of them while the caller hashes the
+ * first, so that the pause, which reads every chunk the pass before it
+ * sent back to hash it again, is bound by the copies rather than by one
+ * core.  Without the pool (its threads could not be made) the caller
+ * hashes all four: the same value.
+ */
+#define VCU__MIG_LANES 4
+
+typedef struct vcu__hpool_s vcu__hpool_t;
+
+typedef struct vcu__hlane_s {
+    vcu__hpool_t *pool;
+    unsigned int lane;
+    pthread_t t;
+} vcu__hlane_t;
+
+struct vcu__hpool_s {
+    pthread_mutex_t mu;             /* guards what follows but h[] */
+    pthread_cond_t go, done;
+    unsigned int gen, busy, nt;
+    bool stop;
+    const unsigned char *p;
+    size_t n;
+    uint64_t h[VCU__MIG_LANES];     /* each lane writes its own, read after done */
+    vcu__hlane_t lanes[VCU__MIG_LANES - 1];
+};
+
+static void vcu__hlane_span(size_t n, unsigned int lane, size_t *off, size_t *len)
+{
+    size_t part = (n / VCU__MIG_LANES) & ~(size_t)31;
+
+    *off = part * lane;
+    *len = lane == VCU__MIG_LANES - 1 ? n - *off : part;
+}
+
+static void vcu__hlane_do(vcu__hpool_t *hp, unsigned int lane)
+{
+    size_t off, len;
+
+    vcu__hlane_span(hp->n, lane, &off, &len);
+    hp->h[lane] = vcu__mig_hash(hp->p + off, len);
+}
+
+static void *vcu__hlane_run(void *arg)
+{
+    vcu__hlane_t *l = arg;
+    vcu__hpool_t *hp = l->pool;
+    unsigned int seen = 0;
+
+    for (;;) {
+        pthread_mutex_lock(&hp->mu);
+        while (hp->gen == seen && !hp->stop)
+            pthread_cond_wait(&hp->go, &hp->mu);
+        if (hp->stop) {
+            pthread_mutex_unlock(&hp->mu);
+            return NULL;
+        }
+        seen = hp->gen;
+        pthread_mutex_unlock(&hp->mu);
+        vcu__hlane_do(hp, l->lane);
+        pthread_mutex_lock(&hp->mu);
+        if (--hp->busy == 0)
+            pthread_cond_signal(&hp->done);
+        pthread_mutex_unlock(&hp->mu);
+    }
+}
+
+static void vcu__hpool_init(vcu__hpool_t *hp)
+{
+    unsigned int i;
+
+    memset(hp, 0, sizeof(*hp));
+    pthread_mutex_init(&hp->mu, NULL);
+    pthread_cond_init(&hp->go, NULL);
+    pthread_cond_init(&hp->done, NULL);
+    for (i = 0; i < VCU__MIG_LANES - 1; i++) {
+        hp->lanes[i].pool = hp;
+        hp->lanes[i].lane = i + 1;
+        if (pthread_create(&hp->lanes[i].t, NULL, vcu__hlane_run, &hp->lanes[i]) != 0)
+            break;
+        hp->nt++;
+    }
+}
+
+static void vcu__hpool_fini(vcu__hpool_t *hp)
+{
+    unsigned int i;
+
+    pthread_mutex_lock(&hp->mu);
+    hp->stop = true;
+    pthread_cond_broadcast(&hp->go);
+    pthread_mutex_unlock(&hp->mu);
+    for (i = 0; i < hp->nt; i++)
+        pthread_join(hp->lanes[i].t, NULL);
+    pthread_cond_destroy(&hp->go);
+    pthread_cond_destroy(&hp->done);
+    pthread_mutex_destroy(&hp->mu);
+}
+
+/* The hash of a chunk: its lanes' hashes, hashed with its length. */
+static uint64_t vcu__mig_chunk_hash(vcu__hpool_t *hp, const unsigned char *p, size_t n)
+{
+    unsigned int i;
+
+    hp->p = p;
+    hp->n = n;
+    if (hp->nt == VCU__MIG_LANES - 1 && n >= ((size_t)1 << 20)) {
+        pthread_mutex_lock(&hp->mu);
+        hp->busy = hp->nt;
+        hp->gen++;
+        pthread_cond_broadcast(&hp->go);
+        pthread_mutex_unlock(&hp->mu);
+        vcu__hlane_do(hp, 0);
+        pthread_mutex_lock(&hp->mu);
+        while (hp->busy > 0)
+            pthread_cond_wait(&hp->done, &hp->mu);
+        pthread_mutex_unlock(&hp->mu);
+    } else {
+        for (i = 0; i < VCU__MIG_LANES; i++)
+            vcu__hlane_do(hp, i);
+    }
+    return vcu__mig_hash((const unsigned char *)hp->h, sizeof(hp->h)) ^ ((uint64_t)n * VCU__H3);
+}
+
 static int vcu__mig_write(int fd, const void *b, size_t n)
 {
     const char *p = b;
@@ -1129,47 +1255,87 @@ static uint64_t vcu__mig_size(vcu__cuda_sess_t *cs, uint32_t d, uint64_t p)
     return n;
 }
 
-/* Where an allocation's bytes went at the pause (for the trace). */
-typedef struct vcu__mig_tally_s {
+/* What the save at the pause works with: two staging buffers (the
+ * second may be NULL), the hash pool, and where the bytes went (for the
+ * log). */
+typedef struct vcu__mig_io_s {
+    unsigned char *buf[2];
+    vcu__hpool_t hp;
     uint64_t same, sent;
-} vcu__mig_tally_t;
+} vcu__mig_io_t;
+
+/* Starts reading [addr, addr + k) of device d into b: on the context's
+ * migration stream when there is one (finished by vcu__mig_fetch_wait),
+ * else at once. */
+static CUresult vcu__mig_fetch(vcu__cuda_sess_t *cs, uint32_t d, uint64_t addr, size_t k,
+                               unsigned char *b)
+{
+    if (cs->mstream[d] != NULL)
+        return VCU__CU(cs->cu, cuMemcpyDtoHAsync, b, (CUdeviceptr)addr, k, cs->mstream[d]);
+    return cs->cu->fn.cuMemcpyDtoH(b, (CUdeviceptr)addr, k);
+}
+
+static CUresult vcu__mig_fetch_wait(vcu__cuda_sess_t *cs, uint32_t d)
+{
+    return cs->mstream[d] != NULL ? cs->cu->fn.cuStreamSynchronize(cs->mstream[d])
+                                  : CUDA_SUCCESS;
+}
 
 /*
  * An allocation the pass before the pause carried (e), at the pause: each
  * chunk read again, and sent only if it was never sent or its hash is
- * not the one sent.  0 or -1.
+ * not the one sent.  With two buffers, the next chunk is read while this
+ * one is hashed.  0 or -1.
  */
 static int vcu__mig_save_parts(vcu__cuda_sess_t *cs, const vcu__mpre_t *e, int fd,
-                               unsigned char *buf, vcu__mig_tally_t *t)
+                               vcu__mig_io_t *io)
 {
     struct vcu__mig_mem mh;
-    uint64_t off;
-    size_t k;
+    uint64_t off, next;
+    unsigned int cur = 0;
+    size_t k, kn;
 
-    for (off = 0; off < e->bytes; off += k) {
-        k = e->bytes - off < VCU__MIG_CHUNK ? (size_t)(e->bytes - off) : VCU__MIG_CHUNK;
-        if (cs->cu->fn.cuMemcpyDtoH(buf, (CUdeviceptr)(e->addr + off), k) != CUDA_SUCCESS)
+    if (vcu__cur(cs, cs->ctx[e->dev]) != CUDA_SUCCESS)
+        return -1;
+    k = e->bytes < VCU__MIG_CHUNK ? (size_t)e->bytes : VCU__MIG_CHUNK;
+    if (vcu__mig_fetch(cs, e->dev, e->addr, k, io->buf[0]) != CUDA_SUCCESS)
+        return -1;
+    for (off = 0; off < e->bytes; off = next) {
+        unsigned char *b = io->buf[cur];
+
+        if (vcu__mig_fetch_wait(cs, e->dev) != CUDA_SUCCESS)
             return -1;
-        if (off < e->sent && vcu__mig_hash(buf, k) == e->hash[off / VCU__MIG_CHUNK]) {
-            t->same += k;
-            continue;
+        next = off + k;
+        kn = e->bytes - next < VCU__MIG_CHUNK ? (size_t)(e->bytes - next) : VCU__MIG_CHUNK;
+        if (next < e->bytes && io->buf[1] != NULL &&
+            vcu__mig_fetch(cs, e->dev, e->addr + next, kn, io->buf[cur ^ 1]) != CUDA_SUCCESS)
+            return -1;
+        if (off < e->sent &&
+            vcu__mig_chunk_hash(&io->hp, b, k) == e->hash[off / VCU__MIG_CHUNK]) {
+            io->same += k;
+        } else {
+            memset(&mh, 0, sizeof(mh));
+            mh.addr = e->addr + off;
+            mh.bytes = k;
+            mh.dev = e->dev;
+            mh.flags = VCU__MIG_MEM_PART;
+            if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 || vcu__mig_write(fd, b, k) != 0)
+                return -1;
+            io->sent += k;
         }
-        memset(&mh, 0, sizeof(mh));
-        mh.addr = e->addr + off;
-        mh.bytes = k;
-        mh.dev = e->dev;
-        mh.flags = VCU__MIG_MEM_PART;
-        if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 || vcu__mig_write(fd, buf, k) != 0)
+        if (next < e->bytes && io->buf[1] == NULL &&
+            vcu__mig_fetch(cs, e->dev, e->addr + next, kn, b) != CUDA_SUCCESS)
             return -1;
-        t->sent += k;
+        if (io->buf[1] != NULL)
+            cur ^= 1;
+        k = kn;
     }
     return 0;
 }
 
 /* Every allocation's bytes; with rest, those the pass before the pause
  * carried only where they changed. */
-static int vcu__mig_save_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, bool rest,
-                             vcu__mig_tally_t *t)
+static int vcu__mig_save_mem(vcu__cuda_sess_t *cs, int fd, bool rest, vcu__mig_io_t *io)
 {
     struct vcu__mig_mem mh;
     const vcu__mpre_t *e;
@@ -1188,14 +1354,14 @@ static int vcu__mig_save_mem(vcu__cuda_sess_t *cs, int fd, unsigned char *buf, b
             return -1;
         e = rest ? vcu__mig_pre_find(cs->mig, k) : NULL;
         if (e != NULL && e->live && e->dev == mh.dev && e->bytes == mh.bytes) {
-            if (vcu__mig_save_parts(cs, e, fd, buf, t) != 0)
+            if (vcu__mig_save_parts(cs, e, fd, io) != 0)
                 return -1;
             continue;
         }
         if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 ||
-            vcu__mig_bytes(cs, mh.dev, mh.addr, mh.bytes, fd, 1, buf) != 0)
+            vcu__mig_bytes(cs, mh.dev, mh.addr, mh.bytes, fd, 1, io->buf[0]) != 0)
             return -1;
-        t->sent += mh.bytes;
+        io->sent += mh.bytes;
     }
     memset(&mh, 0, sizeof(mh));
     return vcu__mig_write(fd, &mh, sizeof(mh));
@@ -1378,8 +1544,7 @@ int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, bool rest, char *why, size
 {
     vcu__mig_t *m = cs->mig;
     uint64_t magic = VCU__MIG_MAGIC;
-    vcu__mig_tally_t t = { 0, 0 };
-    unsigned char *buf = NULL;
+    vcu__mig_io_t io;
     size_t first = rest ? m->pre_calls : 0;
     int rc = VCU_EINVAL;
 
@@ -1391,17 +1556,21 @@ int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, bool rest, char *why, size
     if (vcu__mig_quiesce(cs, why, whylen) != 0)
         return VCU_EBUSY;
     vcu__mig_trace_maps("saved");
-    buf = vcu__mig_buf(cs);
-    if (buf == NULL)
+    memset(&io, 0, sizeof(io));
+    vcu__hpool_init(&io.hp);
+    io.buf[0] = vcu__mig_buf(cs);
+    if (io.buf[0] == NULL)
         VCU__MIG_FAIL("out of host memory");
+    if (rest)
+        io.buf[1] = vcu__mig_buf(cs);   /* NULL: one at a time */
     if (vcu__mig_head_write(cs, fd, rest ? VCU__MIG_REST : VCU__MIG_WHOLE, first,
                             m->n - first) != 0)
         VCU__MIG_FAIL("writing the stream failed");
     if (vcu__mig_save_calls(cs, fd, first, why, whylen) != 0)
         goto out;
-    if (vcu__mig_save_mem(cs, fd, buf, rest, &t) != 0)
+    if (vcu__mig_save_mem(cs, fd, rest, &io) != 0)
         VCU__MIG_FAIL("writing the session's device memory failed");
-    if (vcu__mig_save_globals(cs, fd, buf, why, whylen) != 0) {
+    if (vcu__mig_save_globals(cs, fd, io.buf[0], why, whylen) != 0) {
         if (why[0] == '\0')
             snprintf(why, whylen, "writing the modules' globals failed");
         goto out;
@@ -1410,11 +1579,13 @@ int vcu__cuda_sess_save(vcu__cuda_sess_t *cs, int fd, bool rest, char *why, size
         VCU__MIG_FAIL("writing the stream's end failed");
     if (rest)
         fprintf(stderr, "vcu-worker: migration: at the pause %llu bytes of device memory sent, "
-                "%llu unchanged since the pass before it\n", (unsigned long long)t.sent,
-                (unsigned long long)t.same);
+                "%llu unchanged since the pass before it\n", (unsigned long long)io.sent,
+                (unsigned long long)io.same);
     rc = 0;
 out:
-    vcu__mig_buf_free(cs, buf);
+    vcu__mig_buf_free(cs, io.buf[1]);
+    vcu__mig_buf_free(cs, io.buf[0]);
+    vcu__hpool_fini(&io.hp);
     return rc;
 }
 
@@ -1549,10 +1720,12 @@ int vcu__cuda_sess_precopy(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *w
     uint64_t magic = VCU__MIG_MAGIC, budget = VCU__MIG_PRE_BUDGET, v;
     struct vcu__mig_mem mh;
     unsigned char *buf = NULL;
+    vcu__hpool_t hp;
     int rc = VCU_EINVAL;
 
     why[0] = '\0';
     *left = 0;
+    vcu__hpool_init(&hp);
     if (!m->pre)
         VCU__MIG_FAIL("no pass before the pause began for this session");
     buf = vcu__mig_buf(cs);
@@ -1579,7 +1752,7 @@ int vcu__cuda_sess_precopy(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *w
         mh.flags = VCU__MIG_MEM_PART;
         if (vcu__mig_write(fd, &mh, sizeof(mh)) != 0 || vcu__mig_write(fd, buf, k) != 0)
             VCU__MIG_FAIL("writing the stream failed");
-        e->hash[e->sent / VCU__MIG_CHUNK] = vcu__mig_hash(buf, k);
+        e->hash[e->sent / VCU__MIG_CHUNK] = vcu__mig_chunk_hash(&hp, buf, k);
         e->sent += k;
         budget -= k < budget ? k : budget;
     }
@@ -1590,6 +1763,7 @@ int vcu__cuda_sess_precopy(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *w
     rc = 0;
 out:
     vcu__mig_buf_free(cs, buf);
+    vcu__hpool_fini(&hp);
     return rc;
 }
 

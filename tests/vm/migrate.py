@@ -8,8 +8,9 @@ once) and a destination QEMU started with -incoming defer, both sandboxed
 as libvirt starts QEMU.  Once the checker has done a few rounds, QMP
 migrate moves the VM over TCP; the checker must go on in the destination
 and end with no wrong result, and the memory written once must have gone
-before the pause (the source's worker says at the pause how many bytes
-were unchanged since the pass before it).  Then migrations
+before the pause, but for what QEMU leaves to it within its downtime
+limit (the source's worker says at the pause how many bytes were
+unchanged since the pass before it).  Then migrations
 that cannot complete must leave the source running, its checker
 unharmed: one the destination refuses (its daemon gives the VM less GPU
 memory than its session holds), and one whose stream breaks at the
@@ -320,14 +321,17 @@ def one(tmp, procs, da_sock, db_sock, tag, ballast=0, gpus=(None, None)):
           f"total {q.get('total-time')} ms, {time.time() - t0:.1f} s from the migrate command",
           flush=True)
     # The pass before the pause: the ballast, written once, went before
-    # it; at the pause only its hash was compared.
+    # it; at the pause only its hash was compared.  QEMU switches over once
+    # what is left would go within its downtime limit (300 ms by default),
+    # so up to a few hundred MiB may still go at the pause.
     pauses = pause_lines(dlog)[seen:]
     same = sum(int(m.group(2)) for m in pauses)
     sent = sum(int(m.group(1)) for m in pauses)
     print(f"info: {tag}: at the pause {sent} bytes of device memory sent, {same} unchanged since "
           f"the pass before it", flush=True)
     if ballast > 0:
-        report(f'{tag}-ballast-before-pause', same >= ballast << 20,
+        want = max((ballast << 20) // 2, (ballast - 512) << 20)
+        report(f'{tag}-ballast-before-pause', same >= want,
                f'{same} bytes unchanged at the pause, the ballast {ballast << 20}')
     ma.cmd('quit')
     wait_line(sb, r'^VCU-MANY mig tick', 60)
