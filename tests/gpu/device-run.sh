@@ -11,8 +11,8 @@
 # tests/gpu/packed.sh, about 3 minutes), live migration (migrate: the
 # worker's migration core, tests/gpu/mig-core.sh, seconds; then
 # tests/vm/migrate.py on the GPU, VMs moved between two daemons, with
-# 1 and 8 GiB of device memory, from GPU 0 to GPU 1 on a host of two, and
-# saved to a file and restored, about 5 minutes) and NVIDIA's
+# 1, 8 and 32 GiB of device memory, from GPU 0 to GPU 1 on a host of two,
+# and saved to a file and restored, about 6 minutes) and NVIDIA's
 # cuda-samples natively and on our libcuda.so.1 in loopback (samples:
 # tests/gpu/samples.sh, up to the whole call; docs/conformance.md) and in
 # TCG guests (samples-guest, the next call: the whole call), and NVIDIA's
@@ -79,8 +79,8 @@ esac
 case ",$what," in *,migrate,*)
     tests/gpu/mig-core.sh >"$out/migrate.log" 2>&1 || rc=1
     cat "$out/migrate.log"
-    VCU_VM_LOGDIR=$out/migrate-vm VCU_MIG_SECS=${VCU_MIG_SECS:-60} \
-        python3 tests/vm/migrate.py --real-gpu --ballast "${VCU_MIG_BALLAST:-1024,8192}" \
+    VCU_VM_LOGDIR=$out/migrate-vm VCU_MIG_SECS=${VCU_MIG_SECS:-45} \
+        python3 tests/vm/migrate.py --real-gpu --ballast "${VCU_MIG_BALLAST:-1024,8192,32768}" \
         $([ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ] && echo --other-gpu) \
         >"$out/migrate-vm.log" 2>&1 || rc=1
     cat "$out/migrate-vm.log"
