@@ -1484,14 +1484,28 @@ out:
     return rc;
 }
 
+/* Why the session cannot move at all, or NULL. */
+static const char *vcu__mig_refusal(vcu__cuda_sess_t *cs)
+{
+    if (cs->mig->why[0] != '\0')
+        return cs->mig->why;
+    /* An MPS client: its contexts, the MPS server's state and another
+     * VM's clients on the same server are not what the history replays. */
+    if (cs->cu->sms != 0)
+        return "the session runs in packed mode (an MPS client on the VM's SMs), which a "
+               "migration does not carry";
+    return NULL;
+}
+
 /* Nothing of the session may be running or half done. */
 static int vcu__mig_quiesce(vcu__cuda_sess_t *cs, char *why, size_t whylen)
 {
+    const char *no = vcu__mig_refusal(cs);
     uint32_t d;
     CUresult r;
 
-    if (cs->mig->why[0] != '\0') {
-        snprintf(why, whylen, "%s", cs->mig->why);
+    if (no != NULL) {
+        snprintf(why, whylen, "%s", no);
         return -1;
     }
     if (cs->capture && vcu__any_capture(cs)) {
@@ -1660,8 +1674,8 @@ int vcu__cuda_sess_presave(vcu__cuda_sess_t *cs, int fd, uint64_t *left, char *w
     vcu__mig_pre_drop(cs);
     /* Refused before a byte is written: the session then moves whole at
      * the pause, which says why if it still cannot. */
-    if (m->why[0] != '\0') {
-        snprintf(why, whylen, "%s", m->why);
+    if (vcu__mig_refusal(cs) != NULL) {
+        snprintf(why, whylen, "%s", vcu__mig_refusal(cs));
         return VCU_EBUSY;
     }
     if (cs->capture && vcu__any_capture(cs)) {

@@ -28,7 +28,11 @@
  * times the "round" lines as they reach the host instead).  With MANY_BALLAST_MIB
  * in the environment, that much more device memory is held throughout,
  * every byte 0x5a, and checked at the end (a model's weights while the
- * VM migrates): a wrong byte counts as a wrong result.
+ * VM migrates): a wrong byte counts as a wrong result.  With
+ * MANY_MANAGED=1, each round also adds new data into an accumulator in
+ * managed memory (cudaMallocManaged) on the GPU, written by the CPU
+ * before and checked by it after against its own sums: managed memory
+ * that lost its state (across a migration) is a wrong result.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +43,7 @@
 
 #define N (4 << 20)
 #define GN (64 << 10)               /* the graph's elements */
+#define MN (64 << 10)               /* the managed accumulator's elements */
 #define GA 3.0f                     /* the graph's SAXPY factor */
 
 __global__ void many_saxpy(float a, const float *x, float *y, int n)
@@ -130,6 +135,7 @@ int main(int argc, char **argv)
     double start, last, fault_at, last_round = 0, maxgap = 0;
     void *ballast = NULL;
     size_t ballast_bytes = 0;
+    float *mx = NULL, *my = NULL, *macc = NULL;
     size_t quota, fr, tot;
     int secs, round_lines;
 
@@ -158,6 +164,14 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&ballast, ballast_bytes));
         CK(cudaMemset(ballast, 0x5a, ballast_bytes));
         CK(cudaDeviceSynchronize());
+    }
+    if (getenv("MANY_MANAGED") != NULL && strcmp(getenv("MANY_MANAGED"), "1") == 0) {
+        CK(cudaMallocManaged((void **)&mx, MN * sizeof(float), cudaMemAttachGlobal));
+        CK(cudaMallocManaged((void **)&my, MN * sizeof(float), cudaMemAttachGlobal));
+        macc = (float *)calloc(MN, sizeof(float));
+        if (macc == NULL)
+            return 1;
+        memset(my, 0, MN * sizeof(float));
     }
     printf("VCU-MANY %s start\n", tag);
     fflush(stdout);
@@ -211,6 +225,22 @@ int main(int argc, char **argv)
                 wrong++;
                 break;
             }
+        /* Managed memory: y += x on the GPU, y kept across rounds (exact
+         * in float: sums of small integers below 2^24). */
+        if (my != NULL) {
+            for (int i = 0; i < MN; i++) {
+                mx[i] = (float)((i ^ seed) & 255);
+                macc[i] += mx[i];
+            }
+            many_saxpy<<<(MN + 255) / 256, 256>>>(1.0f, mx, my, MN);
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            for (int i = 0; i < MN; i++)
+                if (my[i] != macc[i]) {
+                    wrong++;
+                    break;
+                }
+        }
         /* The quota: a larger allocation fails as on a full GPU, and the
          * device's total is the quota. */
         if (quota > 0 && rounds % 4 == 0) {

@@ -5,6 +5,7 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -4930,9 +4931,12 @@ static int tc_tmpfd(void)
  * sym_counter): the migration tests carry its contents. */
 #define TC_PTX_GLOB TC_PTX ".visible .global .align 4 .u32 sym_counter;\n"
 
-/* Queues VCU_BACKEND_OP_SAVE or _LOAD with fd and waits; the reply's
- * status, and its reason in why. */
-static uint32_t tc_state(tc_t *c, uint32_t op, int fd, char *why, size_t whylen)
+/* Queues state operation op (VCU_BACKEND_OP_SAVE, _LOAD, ...) with fd and
+ * waits; the reply's status, and its reason in why, or for the pass
+ * before the pause, the bytes it has still to send in *left (~0: none
+ * said). */
+static uint32_t tc_state_ex(tc_t *c, uint32_t op, int fd, char *why, size_t whylen,
+                            uint64_t *left)
 {
     ut_req_t *t = ut_req_new();
     uint32_t st;
@@ -4941,9 +4945,26 @@ static uint32_t tc_state(tc_t *c, uint32_t op, int fd, char *why, size_t whylen)
     vcu_backend_submit_state(c->be, &t->r, fd);
     ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
     st = ut_status(t);
-    snprintf(why, whylen, "%s", ut_resp(t)->payload_len > 0 ? (char *)ut_resp_payload(t) : "");
+    if (left != NULL) {
+        *left = ~0ull;
+        if (st == VCU_S_OK && ut_resp(t)->payload_len == 8)
+            memcpy(left, ut_resp_payload(t), 8);
+    } else {
+        snprintf(why, whylen, "%s",
+                 ut_resp(t)->payload_len > 0 ? (char *)ut_resp_payload(t) : "");
+    }
     free(t);
     return st;
+}
+
+static uint32_t tc_state(tc_t *c, uint32_t op, int fd, char *why, size_t whylen)
+{
+    return tc_state_ex(c, op, fd, why, whylen, NULL);
+}
+
+static uint32_t tc_state_left(tc_t *c, uint32_t op, int fd, uint64_t *left)
+{
+    return tc_state_ex(c, op, fd, NULL, 0, left);
 }
 
 static uint32_t tc_global(tc_t *c, uint64_t mod, const char *name, uint64_t *addr, uint64_t *size)
@@ -5156,23 +5177,6 @@ TEST(migrate_roundtrip)
     return 0;
 }
 
-/* A state operation with the pass's reply: the bytes it has still to send. */
-static uint32_t tc_state_left(tc_t *c, uint32_t op, int fd, uint64_t *left)
-{
-    ut_req_t *t = ut_req_new();
-    uint32_t st;
-
-    ut_req_build(t, op, c->s, NULL, 0);
-    vcu_backend_submit_state(c->be, &t->r, fd);
-    ASSERT_EQ(0, ut_wait_count(&t->ndone, 1));
-    st = ut_status(t);
-    *left = ~0ull;
-    if (st == VCU_S_OK && ut_resp(t)->payload_len == 8)
-        memcpy(left, ut_resp_payload(t), 8);
-    free(t);
-    return st;
-}
-
 /* A copy of stream fd's bytes [off, off + len), with the 8 at at
  * replaced by v, in a new file at its start. */
 static int tc_forge(int fd, off_t off, size_t len, size_t at, uint64_t v)
@@ -5187,6 +5191,26 @@ static int tc_forge(int fd, off_t off, size_t len, size_t at, uint64_t v)
         return -1;
     free(b);
     return out;
+}
+
+/* A fresh session loads the pre-state in fa, then refuses the stream in
+ * fd (len bytes) with the 8 bytes at at forged to v, saying want. */
+static int tc_forged_refused(int fa, int fd, size_t len, size_t at, uint64_t v,
+                             const char *want)
+{
+    char why[256];
+    int ff = tc_forge(fd, 0, len, at, v);
+    tc_t c;
+
+    ASSERT_GE(ff, 0);
+    ASSERT_EQ(0, (int)lseek(fa, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_LOAD, fa, why, sizeof(why)));
+    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, ff, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, want) != NULL);
+    tc_close(&c);
+    close(ff);
+    return 0;
 }
 
 /*
@@ -5206,7 +5230,7 @@ TEST(migrate_precopy)
     unsigned char *host = malloc(BIG), *back = malloc(BIG);
     unsigned char small[4096], got[4096];
     uint64_t big = 0, old = 0, old2 = 0, fresh = 0, left = 0, v;
-    int fa = tc_tmpfd(), fb = tc_tmpfd(), fc = tc_tmpfd(), ff, ops = 0, i;
+    int fa = tc_tmpfd(), fb = tc_tmpfd(), fc = tc_tmpfd(), ops = 0, i;
     off_t chunks_len, rest_len;
     char why[256];
     tc_mig_t m;
@@ -5261,27 +5285,11 @@ TEST(migrate_precopy)
     tc_close(&c);
     /* A chunk outside every allocation (the first record's address, after
      * the 40-byte head, forged). */
-    ASSERT_EQ(0, (int)lseek(fa, 0, SEEK_SET));
-    ff = tc_forge(fb, 0, (size_t)chunks_len, 40, 0x1000);
-    ASSERT_GE(ff, 0);
-    CHECK(tc_open_mc(&c));
-    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_LOAD, fa, why, sizeof(why)));
-    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, ff, why, sizeof(why)));
-    ASSERT_TRUE(strstr(why, "not one here") != NULL);
-    tc_close(&c);
-    close(ff);
+    CHECK(tc_forged_refused(fa, fb, (size_t)chunks_len, 40, 0x1000, "not one here"));
     /* A rest that continues a history of another length (the head's
      * "first", at 24). */
-    ASSERT_EQ(0, (int)lseek(fa, 0, SEEK_SET));
     ASSERT_EQ(0, (int)pread(fc, &v, 8, 24) - 8);
-    ff = tc_forge(fc, 0, (size_t)rest_len, 24, v + 1);
-    ASSERT_GE(ff, 0);
-    CHECK(tc_open_mc(&c));
-    ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_LOAD, fa, why, sizeof(why)));
-    ASSERT_EQ(VCU_S_EINVAL, tc_state(&c, VCU_BACKEND_OP_LOAD, ff, why, sizeof(why)));
-    ASSERT_TRUE(strstr(why, "continues a history") != NULL);
-    tc_close(&c);
-    close(ff);
+    CHECK(tc_forged_refused(fa, fc, (size_t)rest_len, 24, v + 1, "continues a history"));
 
     /* The destination: the three, in order. */
     ASSERT_EQ(0, (int)lseek(fa, 0, SEEK_SET));
@@ -5307,6 +5315,49 @@ TEST(migrate_precopy)
     close(fc);
     free(host);
     free(back);
+    return 0;
+}
+
+/*
+ * Packed mode (a worker that is an MPS client with the VM's SMs: the
+ * stand-in plays one when an MPS control file exists): a save and a
+ * pre-state are refused, naming it, and the session runs on.
+ */
+TEST(migrate_packed_refused)
+{
+    vcu_backend_config_t cfg;
+    char dir[] = "/tmp/vcu-mps-XXXXXX", ctl[64], why[256];
+    uint64_t p = 0;
+    int fd = tc_tmpfd(), f;
+    tc_t c;
+
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    snprintf(ctl, sizeof(ctl), "%s/control", dir);
+    f = open(ctl, O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(f, 0);
+    close(f);
+    setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1);
+    memset(&c, 0, sizeof(c));
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gpus = "0";
+    cfg.worker = 1;
+    cfg.sms = 8;
+    ASSERT_EQ(0, vcu_backend_new(&cfg, &c.be));
+    if (vcu_backend_cuda_error(c.be) != NULL)
+        VCU_TEST_FAIL_("packed mode on the stand-in: %s", vcu_backend_cuda_error(c.be));
+    ASSERT_EQ(VCU_S_OK, ut_open(c.be, &c.s));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &p));
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "packed mode") != NULL);
+    ASSERT_EQ(VCU_S_EBUSY, tc_state(&c, VCU_BACKEND_OP_PRE_SAVE, fd, why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "packed mode") != NULL);
+    ASSERT_EQ(0, (int)lseek(fd, 0, SEEK_END));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, p, NULL));
+    tc_close(&c);
+    unlink(ctl);
+    rmdir(dir);
+    close(fd);
     return 0;
 }
 
@@ -5462,11 +5513,13 @@ TEST(migrate_refused)
 /* A load checks what it is given and where things land: a session that
  * ran calls, a stream that is not a state or is cut short, a history
  * whose addresses come out otherwise here.  Each is refused with its
- * reason, and the backend goes on.  The guest cannot send either opcode. */
+ * reason, and the backend goes on.  The guest cannot send any of the
+ * state operations. */
 TEST(migrate_load_checks)
 {
     char why[256], junk[64];
     uint64_t p = 0, other = 0;
+    uint32_t op;
     struct stat sb;
     tc_mig_t m;
     tc_t c, d;
@@ -5479,8 +5532,8 @@ TEST(migrate_load_checks)
     CHECK(tc_mig_build(&c, &m));
     ASSERT_EQ(VCU_S_OK, tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
     /* The guest's own path does not know the opcodes. */
-    ASSERT_EQ(VCU_S_ENOTSUP, tc_do(&c, VCU_BACKEND_OP_SAVE, 0, NULL, 0, NULL, 0));
-    ASSERT_EQ(VCU_S_ENOTSUP, tc_do(&c, VCU_BACKEND_OP_LOAD, 0, NULL, 0, NULL, 0));
+    for (op = VCU_BACKEND_OP_SAVE; op <= VCU_BACKEND_OP_SAVE_REST; op++)
+        ASSERT_EQ(VCU_S_ENOTSUP, tc_do(&c, op, 0, NULL, 0, NULL, 0));
     tc_close(&c);
 
     CHECK(tc_open_mc(&c));

@@ -138,6 +138,7 @@
     /* test_cuda.c: migration */        \
     X(migrate_roundtrip)                \
     X(migrate_precopy)                  \
+    X(migrate_packed_refused)           \
     X(migrate_first_use)                \
     X(migrate_peer)                     \
     X(migrate_refused)                  \

@@ -472,11 +472,12 @@ packed_check() {
     fi
 }
 
-# The migrate suite (tests/vm/migrate.sh migrates the VM while it runs):
+# The migrate suite (tests/vm/migrate.py migrates the VM while it runs):
 # the checker tests/many/many_work for vcu.mig_secs seconds, every round's
-# results checked; it must see no wrong result across the move.
+# results checked, managed memory among them; it must see no wrong result
+# across the move.
 run_migrate() {
-    if MANY_ROUNDS=1 MANY_BALLAST_MIB=$mig_ballast LD_LIBRARY_PATH=/cuda/lib /cuda/many_work mig "$mig_secs" 0; then
+    if MANY_ROUNDS=1 MANY_MANAGED=1 MANY_BALLAST_MIB=$mig_ballast LD_LIBRARY_PATH=/cuda/lib /cuda/many_work mig "$mig_secs" 0; then
         echo "VCU-TEST migrate/checker PASS"
     else
         echo "VCU-TEST migrate/checker FAIL exit status $?"
