@@ -376,9 +376,10 @@ uint32_t vcu__op_CU_CTX_PEER_ACCESS(vcu__op_t *o)
 /*
  * Synchronizes every context of the session, as a blocking call (only a
  * blocking call makes sure the driver has written the contexts' device
- * printf output).  The first failure.
+ * printf output).  The first failure, and in *bad (if not NULL) its
+ * device.
  */
-static CUresult vcu__sync_all(vcu__cuda_sess_t *cs)
+CUresult vcu__sync_all(vcu__cuda_sess_t *cs, uint32_t *bad)
 {
     CUresult r, first = CUDA_SUCCESS;
     uint32_t d;
@@ -389,8 +390,11 @@ static CUresult vcu__sync_all(vcu__cuda_sess_t *cs)
         r = vcu__cur(cs, cs->ctx[d]);
         if (r == CUDA_SUCCESS)
             r = cs->cu->fn.cuCtxSynchronize();
-        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
             first = r;
+            if (bad != NULL)
+                *bad = d;
+        }
     }
     return first;
 }
@@ -408,7 +412,7 @@ uint32_t vcu__op_CU_TAKE_OUTPUT(vcu__op_t *o)
         return VCU_S_OK;            /* nothing captured: len 0 */
     if (rq.value & VCU_CU_TAKE_F_SYNC) {
         vcu__out_sync_begin(o->cs->out);
-        o->res = vcu__sync_all(o->cs);
+        o->res = vcu__sync_all(o->cs, NULL);
         vcu__out_sync_end(o->cs->out);
     }
     if (room > VCU_MAX_PAYLOAD - sizeof(struct vcu_cu_output_resp))

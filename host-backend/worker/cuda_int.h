@@ -722,6 +722,7 @@ void vcu__pool_settle_slot(vcu__cuda_sess_t *cs, uint32_t slot);
 void vcu__pool_block_freed(vcu__cuda_sess_t *cs, uint64_t v);
 void vcu__pool_trimmed(vcu__op_t *o);
 void vcu__ctx_destroy(vcu__cuda_sess_t *cs, uint32_t d);
+CUresult vcu__sync_all(vcu__cuda_sess_t *cs, uint32_t *bad);
 
 /* cuda_migrate.c: the session's history, kept from each call's request
  * and reply (vcu__cuda_exec), and freed with the session. */

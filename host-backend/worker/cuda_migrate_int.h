@@ -117,6 +117,9 @@ void vcu__mig_buf_free(vcu__cuda_sess_t *cs, unsigned char *b);
 int vcu__mig_write(int fd, const void *b, size_t n);
 int vcu__mig_read(int fd, void *b, size_t n);
 uint64_t vcu__mig_size(vcu__cuda_sess_t *cs, uint32_t d, uint64_t p);
+CUresult vcu__mig_fetch(vcu__cuda_sess_t *cs, uint32_t d, uint64_t addr, size_t k,
+                        unsigned char *b);
+CUresult vcu__mig_fetch_wait(vcu__cuda_sess_t *cs, uint32_t d);
 int vcu__mig_head_write(vcu__cuda_sess_t *cs, int fd, uint32_t kind, uint64_t first,
                         uint64_t ncalls);
 int vcu__mig_save_calls(vcu__cuda_sess_t *cs, int fd, size_t first, char *why, size_t whylen);

@@ -321,13 +321,14 @@ static int vcu__mig_pre_read(vcu__cuda_sess_t *cs, uint32_t d, uint64_t addr, si
     bool swapped;
     CUresult r;
 
+    /* Without the stream a copy would wait behind the guest's work. */
     if (d >= cs->cu->ndev || cs->ctx[d] == NULL || cs->mstream[d] == NULL ||
         vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS)
         return -1;
     swapped = VCU__CU(cs->cu, cuThreadExchangeStreamCaptureMode, &mode) == CUDA_SUCCESS;
-    r = VCU__CU(cs->cu, cuMemcpyDtoHAsync, buf, (CUdeviceptr)addr, k, cs->mstream[d]);
+    r = vcu__mig_fetch(cs, d, addr, k, buf);
     if (r == CUDA_SUCCESS)
-        r = cs->cu->fn.cuStreamSynchronize(cs->mstream[d]);
+        r = vcu__mig_fetch_wait(cs, d);
     if (swapped)
         (void)VCU__CU(cs->cu, cuThreadExchangeStreamCaptureMode, &mode);
     return r == CUDA_SUCCESS ? 0 : -1;

@@ -70,12 +70,14 @@ void vcu__mig_buf_free(vcu__cuda_sess_t *cs, unsigned char *b)
     vcu__mem_give(cs, VCU__MIG_CHUNK);
 }
 
-int vcu__mig_write(int fd, const void *b, size_t n)
+/* All n bytes to fd (out) or from it: 0, or -1 (the stream failed or
+ * ended). */
+static int vcu__mig_io(int fd, void *b, size_t n, bool out)
 {
-    const char *p = b;
+    char *p = b;
 
     while (n > 0) {
-        ssize_t k = write(fd, p, n);
+        ssize_t k = out ? write(fd, p, n) : read(fd, p, n);
 
         if (k < 0 && errno == EINTR)
             continue;
@@ -87,21 +89,14 @@ int vcu__mig_write(int fd, const void *b, size_t n)
     return 0;
 }
 
+int vcu__mig_write(int fd, const void *b, size_t n)
+{
+    return vcu__mig_io(fd, (void *)b, n, true);
+}
+
 int vcu__mig_read(int fd, void *b, size_t n)
 {
-    char *p = b;
-
-    while (n > 0) {
-        ssize_t k = read(fd, p, n);
-
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return vcu__mig_io(fd, b, n, false);
 }
 
 /* Device memory [addr, addr + n) of device d to fd (save) or from it:
@@ -255,15 +250,15 @@ typedef struct vcu__mig_io_s {
 /* Starts reading [addr, addr + k) of device d into b: on the context's
  * migration stream when there is one (finished by vcu__mig_fetch_wait),
  * else at once. */
-static CUresult vcu__mig_fetch(vcu__cuda_sess_t *cs, uint32_t d, uint64_t addr, size_t k,
-                               unsigned char *b)
+CUresult vcu__mig_fetch(vcu__cuda_sess_t *cs, uint32_t d, uint64_t addr, size_t k,
+                        unsigned char *b)
 {
     if (cs->mstream[d] != NULL)
         return VCU__CU(cs->cu, cuMemcpyDtoHAsync, b, (CUdeviceptr)addr, k, cs->mstream[d]);
     return cs->cu->fn.cuMemcpyDtoH(b, (CUdeviceptr)addr, k);
 }
 
-static CUresult vcu__mig_fetch_wait(vcu__cuda_sess_t *cs, uint32_t d)
+CUresult vcu__mig_fetch_wait(vcu__cuda_sess_t *cs, uint32_t d)
 {
     return cs->mstream[d] != NULL ? cs->cu->fn.cuStreamSynchronize(cs->mstream[d])
                                   : CUDA_SUCCESS;
@@ -512,16 +507,10 @@ static int vcu__mig_quiesce(vcu__cuda_sess_t *cs, char *why, size_t whylen)
     if (vcu__mig_drain(cs, why, whylen) != 0)
         return -1;
     /* All done: returns at once, and says if a context failed. */
-    for (d = 0; d < cs->cu->ndev; d++) {
-        if (cs->ctx[d] == NULL)
-            continue;
-        r = vcu__cur(cs, cs->ctx[d]);
-        if (r == CUDA_SUCCESS)
-            r = cs->cu->fn.cuCtxSynchronize();
-        if (r != CUDA_SUCCESS) {
-            snprintf(why, whylen, "device %u's context failed (CUresult %d)", d, (int)r);
-            return -1;
-        }
+    r = vcu__sync_all(cs, &d);
+    if (r != CUDA_SUCCESS) {
+        snprintf(why, whylen, "device %u's context failed (CUresult %d)", d, (int)r);
+        return -1;
     }
     return 0;
 }
@@ -881,10 +870,8 @@ int vcu__cuda_sess_load(vcu__cuda_sess_t *cs, int fd, char *why, size_t whylen)
     if (vcu__mig_read(fd, &magic, sizeof(magic)) != 0 || magic != VCU__MIG_MAGIC)
         VCU__MIG_FAIL("the stream does not end where it should");
     if (hd.kind == VCU__MIG_WHOLE || hd.kind == VCU__MIG_REST) {
-        for (d = 0; d < cs->cu->ndev; d++)
-            if (cs->ctx[d] != NULL && (vcu__cur(cs, cs->ctx[d]) != CUDA_SUCCESS ||
-                                       cs->cu->fn.cuCtxSynchronize() != CUDA_SUCCESS))
-                VCU__MIG_FAIL("device %u's context failed while loading", d);
+        if (vcu__sync_all(cs, &d) != CUDA_SUCCESS)
+            VCU__MIG_FAIL("device %u's context failed while loading", d);
         m->pre_loaded = false;
         m->pre_calls = 0;
     }
