@@ -159,6 +159,10 @@ unsigned long long vcu__next_id(void);
 typedef struct vcu__event_s {
     int dev;
     uint64_t h;
+    /* Interprocess (created so, or opened by handle): its records wait
+     * for the host, so that another process told of a record finds it
+     * made, as natively (docs/design.md, "CUDA IPC"). */
+    int ipc;
 } vcu__event_t;
 
 /* A pool handle names the host's pool of one device: the session's own

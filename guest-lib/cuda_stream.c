@@ -551,6 +551,7 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     if (v == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     v->dev = c->dev;
+    v->ipc = (Flags & CU_EVENT_INTERPROCESS) != 0;
     e = vcu__host_obj_new(v, VCU__K_EVENT, c->dev, VCU_OP_CU_EVENT_CREATE, &r, sizeof(r), NULL, 0,
                           VCU_OP_CU_EVENT_DESTROY, &v->h);
     if (e != CUDA_SUCCESS) {
@@ -584,7 +585,7 @@ static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, unsigned int
         return e;
     r.a = v->h;
     r.c = flags;
-    if (flags & CU_EVENT_RECORD_EXTERNAL)
+    if ((flags & CU_EVENT_RECORD_EXTERNAL) || v->ipc)
         return vcu__call(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0, NULL, 0);
     return vcu__call_async(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0);
 }

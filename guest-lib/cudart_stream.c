@@ -518,7 +518,8 @@ VCU__EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned in
                                                    cudaEventInterprocess)))
         return vcu__err(cudaErrorInvalidValue);
     if (flags & cudaEventInterprocess)
-        VCU__NOT_SUPPORTED("cudaEventCreateWithFlags(cudaEventInterprocess)", "no IPC in a VM");
+        VCU__NOT_SUPPORTED("cudaEventCreateWithFlags(cudaEventInterprocess)",
+                           "CUDA IPC comes through NVIDIA's runtime only (libcuda.so.1 has it)");
     e = vcu__enter(&dev);
     if (e != cudaSuccess)
         return vcu__err(e);

@@ -29,7 +29,7 @@ cudaError_t vcu__unsupported(int *once, const char *name, const char *why);
 #define VCU__WHY_NOTIFY "async notifications are not in the protocol"
 #define VCU__WHY_GRAPHICS "graphics interop is not available in the guest"
 #define VCU__WHY_GRAPH "graphs are built from new kernel, 1D copy, memset, host, empty, child graph and event nodes only"
-#define VCU__WHY_IPC "no IPC across the VM boundary"
+#define VCU__WHY_IPC "CUDA IPC comes through NVIDIA's runtime only (libcuda.so.1 has it)"
 #define VCU__WHY_LIBRARY "the library API is not in the protocol"
 #define VCU__WHY_LOGS "the logs API is not offered"
 #define VCU__WHY_MANAGED "only cudaMallocManaged, prefetch, advice and attachment are offered"

@@ -80,7 +80,8 @@ void vcu__launch_buf_put(vcu__launch_req_t *buf)
  * programs take their other path: concurrent managed access, pageable
  * memory access, the guest CPU's atomics on device memory, a registered
  * pointer used as its device pointer (it differs outside loopback), and
- * CUDA IPC and shareable handles (docs/design.md, "CUDA IPC").
+ * shareable handles (docs/design.md, "CUDA IPC"; the host says whether
+ * it offers interprocess events).
  */
 static const struct {
     uint32_t attr;
@@ -95,7 +96,6 @@ static const struct {
     { CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0 },
     { CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0 },
-    { CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 0 },
     { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0 },
     { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 0 },
     { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 0 },

@@ -321,7 +321,13 @@ struct vcu_resp_hdr {
     XX(CU_MEMPOOL_DESTROY, 0x0247, vcu_cu_u64_req, vcu_cu_resp)                          \
     /* CU_MODULE_GET_GLOBAL's answer, and whether the global is managed   */            \
     /* memory (__managed__) with the allocation holding it                 */            \
-    XX(CU_MODULE_GLOBAL_INFO, 0x0248, vcu_cu_name_req, vcu_cu_global_info_resp)
+    XX(CU_MODULE_GLOBAL_INFO, 0x0248, vcu_cu_name_req, vcu_cu_global_info_resp)         \
+    /* CUDA IPC between the VM's processes (struct vcu_cu_ipc_handle)       */            \
+    XX(CU_IPC_GET_MEM_HANDLE, 0x0249, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)            \
+    XX(CU_IPC_OPEN_MEM_HANDLE, 0x024a, vcu_cu_ipc_open_req, vcu_cu_u64_resp)             \
+    XX(CU_IPC_CLOSE_MEM_HANDLE, 0x024b, vcu_cu_u64_req, vcu_cu_resp)                     \
+    XX(CU_IPC_GET_EVENT_HANDLE, 0x024c, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)          \
+    XX(CU_IPC_OPEN_EVENT_HANDLE, 0x024d, vcu_cu_ipc_open_req, vcu_cu_u64_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -924,6 +930,49 @@ struct vcu_cu_mem_range_resp {
  * holds it (range_base, range_size: the guest gives it a host view).
  */
 #define VCU_CU_GLOBAL_F_MANAGED 0x1u
+
+/*
+ * CUDA IPC: the 64 bytes of a CUipcMemHandle or CUipcEventHandle in the
+ * guest.  They name a record the exporting session's worker keeps in its
+ * VM's IPC folder, which only that VM's workers reach: the exporter's pid
+ * in its jail and 128 random bits.  The driver's own handle, which any
+ * process of the host could open, never leaves the host.
+ * docs/design.md, "CUDA IPC".
+ *
+ * CU_IPC_GET_MEM_HANDLE: value: a device pointer of the session's own
+ *   cuMemAlloc memory.  CU_IPC_GET_EVENT_HANDLE: value: an event handle
+ *   (created with CU_EVENT_INTERPROCESS).  Reply: the handle.
+ * CU_IPC_OPEN_MEM_HANDLE: a handle and cuIpcOpenMemHandle's flags; reply:
+ *   the device pointer, charged to the opener as its own memory (the
+ *   driver keeps it while any process holds it).  CU_IPC_CLOSE_MEM_HANDLE:
+ *   value: that pointer.  CU_IPC_OPEN_EVENT_HANDLE: a handle, flags 0;
+ *   reply: an event handle of the session.
+ */
+#define VCU_CU_IPC_MAGIC 0x63706963u        /* "cipc" */
+#define VCU_CU_IPC_MEM 1u
+#define VCU_CU_IPC_EVENT 2u
+#define VCU_CU_IPC_TOKEN 16u
+
+struct vcu_cu_ipc_handle {
+    vcu_le32 magic;                 /* VCU_CU_IPC_MAGIC */
+    vcu_le32 kind;                  /* VCU_CU_IPC_MEM or _EVENT */
+    vcu_le32 pid;                   /* the exporting worker's, in its jail */
+    vcu_le32 reserved;
+    vcu_u8 token[VCU_CU_IPC_TOKEN];
+    vcu_u8 reserved2[32];
+};
+
+struct vcu_cu_ipc_handle_resp {
+    struct vcu_cu_resp r;
+    struct vcu_cu_ipc_handle h;     /* OUT */
+};
+
+struct vcu_cu_ipc_open_req {
+    struct vcu_cu_hdr hdr;
+    struct vcu_cu_ipc_handle h;     /* IN */
+    vcu_le32 flags;                 /* IN: CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS or 0 */
+    vcu_le32 reserved;
+};
 
 struct vcu_cu_global_info_resp {
     struct vcu_cu_resp r;
@@ -1647,6 +1696,9 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memset_req) == 64, "vcu_cu_memset_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy2d_req) == 72, "vcu_cu_memcpy2d_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_range_resp) == 24, "vcu_cu_mem_range_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_global_info_resp) == 48, "vcu_cu_global_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_ipc_handle) == 64, "vcu_cu_ipc_handle");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_ipc_handle_resp) == 72, "vcu_cu_ipc_handle_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_ipc_open_req) == 80, "vcu_cu_ipc_open_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_attr_req) == 32, "vcu_cu_attr_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_pool_create_req) == 32, "vcu_cu_pool_create_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_prop) == 24, "vcu_cu_mem_prop");

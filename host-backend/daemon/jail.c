@@ -74,6 +74,7 @@ typedef struct vcu__jail_child_s {
     bool userns;
     char ro[VCU_JAIL_MAX_PATHS][PATH_MAX];      /* resolved by the parent */
     char rw[VCU_JAIL_MAX_PATHS][PATH_MAX];
+    char shm[PATH_MAX];             /* cfg->shm_dir resolved; "": none */
 } vcu__jail_child_t;
 
 static __attribute__((noreturn)) void vcu__jail_die(const vcu__jail_child_t *c, const char *step,
@@ -269,6 +270,8 @@ static void vcu__jail_dev(const vcu__jail_child_t *c)
     vcu__jail_under(c, "/dev/shm", shm);
     if (c->cfg->host_shm) {
         vcu__jail_bind(c, "/dev/shm", shm, true, false);
+    } else if (c->shm[0] != '\0') {
+        vcu__jail_bind(c, c->shm, shm, true, false);
     } else {
         vcu__jail_mkdirs(c, shm, true);
         snprintf(opt, sizeof(opt), "mode=1777,size=%llu",
@@ -413,6 +416,36 @@ static void vcu__jail_root(const vcu__jail_child_t *c)
      * the private /tmp, not under it. */
     vcu__jail_given(c);
     vcu__jail_pivot(c);
+    /* The next process this namespace makes (the program) gets ns_pid:
+     * written while the child still has its capabilities in it. */
+    if (cfg->ns_pid > 1) {
+        char v[16];
+        int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+        int n = snprintf(v, sizeof(v), "%d", (int)cfg->ns_pid - 1);
+
+        if (fd < 0 || write(fd, v, (size_t)n) != n)
+            vcu__jail_die(c, "write", "/proc/sys/kernel/ns_last_pid");
+        close(fd);
+    }
+}
+
+/* The jail's first process, when the program runs as its child (ns_pid):
+ * holds no descriptor, waits for the program and ends as it did.  The
+ * daemon's SIGKILL ends it, and the namespace's end ends the program. */
+static __attribute__((noreturn)) void vcu__jail_init(pid_t prog)
+{
+    int st;
+    pid_t p;
+
+    syscall(SYS_close_range, 0u, ~0u, 0u);
+    prctl(PR_SET_NAME, "vcu-jail", 0, 0, 0);
+    for (;;) {
+        p = waitpid(-1, &st, 0);
+        if (p == prog)
+            _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        if (p < 0 && errno != EINTR)
+            _exit(127);
+    }
 }
 
 /* The descriptors: fds[i] as 3 + i, log_fd as 2, /dev/null as 0 and 1,
@@ -510,6 +543,20 @@ static __attribute__((noreturn)) void vcu__jail_child(vcu__jail_child_t *c)
      * the same calls placed it in another worker (migration). */
     if (cfg->no_aslr && personality(personality(0xffffffff) | ADDR_NO_RANDOMIZE) < 0)
         vcu__jail_die(c, "personality", "ADDR_NO_RANDOMIZE");
+    if (cfg->enable && cfg->ns_pid > 1) {
+        pid_t prog = fork();
+
+        if (prog < 0)
+            vcu__jail_die(c, "fork", "the program's process");
+        if (prog > 0)
+            vcu__jail_init(prog);
+        if (getpid() != cfg->ns_pid)
+            vcu__jail_die(c, "ns_last_pid", "(the program's pid)");
+        /* The daemon gone, the first process ends, and the namespace with
+         * it; this child's own parent-death signal is for the same. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+            vcu__jail_die(c, "prctl", "PR_SET_PDEATHSIG");
+    }
     if (c->path == NULL)
         _exit(0);
     execve(c->path, c->argv, c->envp);
@@ -549,6 +596,12 @@ static int vcu__jail_prepare(vcu__jail_child_t *c, char *err, size_t errlen)
                      strerror(e));
             return -e;
         }
+    if (cfg->shm_dir != NULL && realpath(cfg->shm_dir, c->shm) == NULL) {
+        int e = errno;
+
+        snprintf(err, errlen, "jail /dev/shm folder %s: %s", cfg->shm_dir, strerror(e));
+        return -e;
+    }
     return 0;
 }
 
@@ -730,6 +783,22 @@ int vcu_jail_spawn(const vcu_jail_cfg_t *cfg, const char *path, char *const argv
         return -EINVAL;
     }
     return vcu__jail_run(&c, pid, pidfd, err, errlen);
+}
+
+pid_t vcu_jail_program_pid(pid_t pid)
+{
+    char p[64];
+    long child = 0;
+    FILE *f;
+
+    snprintf(p, sizeof(p), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    f = fopen(p, "re");
+    if (f == NULL)
+        return pid;
+    if (fscanf(f, "%ld", &child) != 1 || child <= 0)
+        child = pid;
+    fclose(f);
+    return (pid_t)child;
 }
 
 int vcu_jail_check(const vcu_jail_cfg_t *cfg, char *err, size_t errlen)

@@ -327,6 +327,7 @@ static void vcu__dmn_jail_ro(vcu_dmn_t *d, const char *p)
 static void vcu__dmn_setup_jail(vcu_dmn_t *d, int jail_on, const char *user)
 {
     const char *llp = getenv("LD_LIBRARY_PATH");
+    vcu_jail_cfg_t check;
     char err[512];
 
     d->jail.uid = (uid_t)-1;
@@ -372,7 +373,10 @@ static void vcu__dmn_setup_jail(vcu_dmn_t *d, int jail_on, const char *user)
     snprintf(d->jail_base, sizeof(d->jail_base), "%s/jail", d->run_dir);
     vcu__dmn_own_dir(d->jail_base, 0700);
     d->jail.base = d->jail_base;
-    if (vcu_jail_check(&d->jail, err, sizeof(err)) != 0)
+    /* Checked as the workers get it: at a pid of its own in the jail. */
+    check = d->jail;
+    check.ns_pid = VCU_DMN_NS_PID_FIRST;
+    if (vcu_jail_check(&check, err, sizeof(err)) != 0)
         vcu__dmn_die("this host will not build the workers' jail: %s (--jail off runs them "
                      "without one)", err);
     snprintf(d->jail_note, sizeof(d->jail_note), "on (mount, pid, net, ipc, uts%s)",
@@ -530,6 +534,11 @@ static void vcu__dmn_paths(vcu_dmn_t *d)
             vcu__dmn_die("--run-dir %s: %s", d->run_dir, strerror(errno));
         d->run_dir = abs;
     }
+    /* The VMs' IPC folders: searchable, for workers without a jail. */
+    if (snprintf(d->ipc_root, sizeof(d->ipc_root), "%s/ipc", d->run_dir) >=
+        (int)sizeof(d->ipc_root))
+        vcu__dmn_die("--run-dir %s: too long", d->run_dir);
+    vcu__dmn_own_dir(d->ipc_root, 0711);
     if (d->socket_path == NULL) {
         snprintf(sock, sizeof(sock), "%s/vcu.sock", d->run_dir);
         d->socket_path = sock;
@@ -775,6 +784,7 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     d->next_party = VCU_DMN_PARTY_BASE;
+    d->next_ns_pid = VCU_DMN_NS_PID_FIRST;
     d->started_ns = vcu_dmn_now();
     d->jail.no_aslr = 1;            /* --worker-aslr off, the default */
     vcu__dmn_options(d, argc, argv);

@@ -144,7 +144,7 @@ static unsigned long long vcu__nvml_vm_bytes(const vcu_vm_t *vm, int *ok)
             const vcu_sess_t *s;
 
             for (s = vm->sessions; s != NULL; s = s->next)
-                if (s->pid > 0 && (unsigned int)s->pid == procs[k].pid)
+                if (s->pid > 0 && (unsigned int)s->prog_pid == procs[k].pid)
                     sum += procs[k].used;
         }
     }
@@ -475,7 +475,7 @@ static void vcu__ctl_vm(vcu__sb_t *b, const vcu_vm_t *vm)
 
         for (s = vm->sessions; s != NULL; s = s->next) {
             vcu__sb_printf(b, "%s{\"session\":%llu,\"pid\":%d,\"killed\":%s}", first ? "" : ",",
-                           (unsigned long long)s->id, (int)s->pid, s->killed ? "true" : "false");
+                           (unsigned long long)s->id, (int)s->prog_pid, s->killed ? "true" : "false");
             first = false;
         }
     }

@@ -46,6 +46,10 @@
 /* First id handed to a worker for the share group (its pid inside its
  * jail is 1, as every other's): above any host pid. */
 #define VCU_DMN_PARTY_BASE 0x40000000u
+/* Workers' pids in their jails, handed out in turn from this range, so
+ * that workers alive at once have pids of their own (vcu_jail_cfg_t). */
+#define VCU_DMN_NS_PID_FIRST 2
+#define VCU_DMN_NS_PID_LAST 32767
 
 typedef struct vcu_dmn_s vcu_dmn_t;
 typedef struct vcu_vm_s vcu_vm_t;
@@ -63,10 +67,12 @@ typedef struct vcu_txq_s {
 typedef struct vcu_sess_s {
     struct vcu_sess_s *next;
     uint64_t id;                    /* the guest's session id (QEMU's) */
-    pid_t pid;                      /* the worker; -1 once reaped */
+    pid_t pid;                      /* the worker's jail (its first process); -1 once reaped */
+    pid_t prog_pid;                 /* the worker program itself, for reports */
     int pidfd;
     int acct_slot;                  /* in vm->acct; released once reaped */
     uint32_t party;                 /* its id in the share group */
+    pid_t ns_pid;                   /* its pid in its jail (the names of its IPC files) */
     bool killed;
 } vcu_sess_t;
 
@@ -92,6 +98,10 @@ struct vcu_vm_s {
     uint32_t flags;
     uint32_t sms;
     char modcache_dir[4096];        /* "" : none */
+    /* The folder its workers share as /dev/shm: the driver's interprocess
+     * events and the IPC handles' records (host-backend/worker/cuda_ipc.c),
+     * which no other VM's worker can reach.  Removed with the VM. */
+    char ipc_dir[4096];             /* "" : not made */
     /* Its slice, kept where its workers read it. */
     vcu_account_t *acct;            /* the memory account (vcu_account.h) */
     int policy_fd;
@@ -154,6 +164,7 @@ struct vcu_dmn_s {
     vcu_jail_cfg_t jail;
     char jail_base[4096];
     char jail_note[256];            /* why the jail is off, if it is */
+    char ipc_root[4000];            /* run_dir/ipc: the VMs' IPC folders */
     char worker_dir[4096];
     char libcuda_dir[4096];
     /* State. */
@@ -162,6 +173,7 @@ struct vcu_dmn_s {
     uint32_t nvms;
     uint64_t next_vm_id;
     uint32_t next_party;
+    pid_t next_ns_pid;              /* the next worker's pid in its jail */
     vcu_op_t *ops;
     /* The host's compute-share group: a memfd of the daemon's, mapped by
      * the workers of every VM in it. */

@@ -22,6 +22,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -281,6 +282,8 @@ static void vcu__vm_common_args(vcu_vm_t *vm, vcu__argv_t *a)
 static void vcu__vm_jail(const vcu_vm_t *vm, vcu_jail_cfg_t *j)
 {
     *j = vm->d->jail;
+    if (vm->ipc_dir[0] != '\0')
+        j->shm_dir = vm->ipc_dir;
     if (vm->modcache_dir[0] != '\0' && j->nrw < VCU_JAIL_MAX_PATHS)
         j->rw[j->nrw++] = vm->modcache_dir;
     if (vm->sms != 0) {
@@ -312,6 +315,8 @@ static void vcu__vm_spawn_args(vcu_vm_t *vm, vcu__argv_t *a, int slot)
     vcu__arg(a, "--wake-resp");
     vcu__arg(a, "6");
     vcu__arg_u(a, "--spin-us", vm->hello.spin_us);
+    if (vm->d->jail.enable)
+        vcu__arg(a, "--jail-parent");   /* it runs at a pid of its own (ns_pid) */
     vcu__arg(a, "--account");
     vcu__arg(a, "7");
     vcu__arg_u(a, "--account-slot", (unsigned)slot);
@@ -323,6 +328,12 @@ static void vcu__vm_spawn_args(vcu_vm_t *vm, vcu__argv_t *a, int slot)
         vcu__arg(a, "--module-cache");
         vcu__arg(a, vm->modcache_dir);
         vcu__arg_u(a, "--module-cache-size", vm->d->modcache_bytes);
+    }
+    /* Packed mode's workers see the host's /dev/shm (MPS), not their
+     * VM's folder: no IPC there. */
+    if (vm->ipc_dir[0] != '\0' && vm->sms == 0) {
+        vcu__arg(a, "--ipc-dir");
+        vcu__arg(a, vm->d->jail.enable ? "/dev/shm" : vm->ipc_dir);
     }
 }
 
@@ -365,7 +376,7 @@ static void vcu__vm_spawn_record(vcu_vm_t *vm, vcu_sess_t *s, uint64_t id, pid_t
     vm->nsessions++;
     vm->spawned++;
     vm->d->workers_started++;
-    vcu__acct_set_pid(vm->acct, slot, (uint32_t)pid);
+    vcu__acct_set_pid(vm->acct, slot, (uint32_t)s->prog_pid);
 }
 
 static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS])
@@ -409,6 +420,9 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
     vcu__vm_spawn_args(vm, &a, slot);
     nall = vcu__vm_spawn_fds(vm, s, &a, fds, ro_pol, all);
     vcu__vm_jail(vm, &j);
+    j.ns_pid = d->next_ns_pid;
+    d->next_ns_pid = d->next_ns_pid >= VCU_DMN_NS_PID_LAST ? VCU_DMN_NS_PID_FIRST
+                                                            : d->next_ns_pid + 1;
     rc = vcu_jail_spawn(&j, d->worker, a.argv, vcu__vm_env(), all, (unsigned int)nall,
                         STDERR_FILENO, &pid, &pidfd, err, sizeof(err));
     close(ro_pol);
@@ -421,10 +435,12 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
         status = VCU_S_EIO;
         goto fail;
     }
+    s->ns_pid = j.enable ? j.ns_pid : pid;
+    s->prog_pid = j.enable ? vcu_jail_program_pid(pid) : pid;
     vcu__vm_spawn_record(vm, s, id, pid, slot);
     for (i = 0; i < (int)VCU_LINK_SPAWN_FDS; i++)
         close(fds[i]);
-    vcu__vm_spawned(vm, id, VCU_S_OK, (uint32_t)pid, slot, pidfd);
+    vcu__vm_spawned(vm, id, VCU_S_OK, (uint32_t)s->prog_pid, slot, pidfd);
     (void)ro_acct;
     return;
 
@@ -679,6 +695,67 @@ static int vcu__vm_modcache(vcu_vm_t *vm, char *err, size_t errlen)
     return 0;
 }
 
+/* Whether name is one of worker pid's IPC files: "vcu-ipc.PID." (its
+ * handles' records, cuda_ipc.c) or the driver's "cuda.shm.X.PID.N" (an
+ * interprocess event's memory, which the driver leaves behind when its
+ * process ends), PID in hex. */
+static bool vcu__vm_ipc_file_of(const char *name, pid_t pid)
+{
+    char want[32];
+    unsigned int x, p, n;
+    int end = 0;
+
+    snprintf(want, sizeof(want), "vcu-ipc.%x.", (unsigned int)pid);
+    if (strncmp(name, want, strlen(want)) == 0)
+        return true;
+    return sscanf(name, "cuda.shm.%x.%x.%x%n", &x, &p, &n, &end) == 3 && name[end] == '\0' &&
+           p == (unsigned int)pid;
+}
+
+/* Removes from the VM's IPC folder the files of worker pid, or (pid -1)
+ * every file and the folder itself. */
+static void vcu__vm_ipc_clean(vcu_vm_t *vm, pid_t pid)
+{
+    struct dirent *e;
+    DIR *dir;
+    int dfd;
+
+    if (vm->ipc_dir[0] == '\0')
+        return;
+    dir = opendir(vm->ipc_dir);
+    if (dir != NULL) {
+        dfd = dirfd(dir);
+        while ((e = readdir(dir)) != NULL)
+            if (e->d_name[0] != '.' && (pid < 0 || vcu__vm_ipc_file_of(e->d_name, pid)))
+                unlinkat(dfd, e->d_name, 0);
+        closedir(dir);
+    }
+    if (pid < 0) {
+        rmdir(vm->ipc_dir);
+        vm->ipc_dir[0] = '\0';
+    }
+}
+
+/* The VM's IPC folder (vcu_vm_t.ipc_dir), made empty, its workers' own. */
+static int vcu__vm_ipc_dir(vcu_vm_t *vm, char *err, size_t errlen)
+{
+    vcu_dmn_t *d = vm->d;
+
+    char dir[sizeof(vm->ipc_dir)];
+
+    snprintf(dir, sizeof(dir), "%s/vm-%llu", d->ipc_root, (unsigned long long)vm->id);
+    memcpy(vm->ipc_dir, dir, sizeof(dir));
+    vcu__vm_ipc_clean(vm, -1);          /* a former daemon's, of the same id */
+    memcpy(vm->ipc_dir, dir, sizeof(dir));
+    if (mkdir(vm->ipc_dir, 0700) != 0 ||
+        (d->jail.uid != (uid_t)-1 && chown(vm->ipc_dir, d->jail.uid, d->jail.gid) != 0)) {
+        snprintf(err, errlen, "IPC folder %.150s: %s", vm->ipc_dir, strerror(errno));
+        vm->ipc_dir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
 /* What the daemon refuses in a HELLO: the first bad field's reason into
  * err, which stays empty when all is well. */
 static void vcu__vm_hello_check(const vcu_vm_t *vm, const struct vcu_link_hello *h, char *err,
@@ -791,7 +868,7 @@ static void vcu__vm_hello(vcu_vm_t *vm, const unsigned char *body)
         vcu__vm_welcome(vm, VCU_S_EBUSY, err);
         return;
     }
-    if (vcu__vm_modcache(vm, err, sizeof(err)) != 0) {
+    if (vcu__vm_modcache(vm, err, sizeof(err)) != 0 || vcu__vm_ipc_dir(vm, err, sizeof(err)) != 0) {
         vcu__vm_welcome(vm, VCU_S_EIO, err);
         return;
     }
@@ -1010,8 +1087,9 @@ void vcu_vm_reaped(vcu_dmn_t *d, pid_t pid, int status)
                             WIFSIGNALED(status) ? "signal" : "status",
                             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
             /* The process is gone, and with it every byte the driver held
-             * for it: its charges come back. */
+             * for it: its charges come back, its IPC files go. */
             vcu__acct_release(vm->acct, s->acct_slot);
+            vcu__vm_ipc_clean(vm, s->ns_pid);
             if (s->party != 0)
                 vcu__sched_party_gone(&d->share, s->party, vcu__sched_now());
             *pp = s->next;
@@ -1037,6 +1115,7 @@ void vcu_vm_free_gone(vcu_dmn_t *d)
         if (vm->sched.vm_slot >= 0)
             vcu__sched_vm_release(&vm->sched, vcu__sched_now());
         vcu__acct_put(vm->acct);
+        vcu__vm_ipc_clean(vm, -1);
         if (vm->policy != NULL)
             munmap(vm->policy, 4096);
         if (vm->policy_fd >= 0)

@@ -562,6 +562,9 @@ static void vcu__cfg_apply(vcu__cuda_t *cu, const vcu_backend_config_t *cfg)
     cu->sched = cfg != NULL ? cfg->sched : NULL;
     cu->acct_slot = cfg != NULL ? cfg->account_slot : -1;
     cu->ctx_bytes = cfg != NULL && cfg->ctx_bytes != 0 ? cfg->ctx_bytes : VCU_BACKEND_CTX_BYTES;
+    if (cfg != NULL && cfg->ipc_dir != NULL &&
+        snprintf(cu->ipc_dir, sizeof(cu->ipc_dir), "%s", cfg->ipc_dir) >= (int)sizeof(cu->ipc_dir))
+        cu->ipc_dir[0] = '\0';
     if (cu->ctx_bytes > VCU__ACCT_MAX)
         cu->ctx_bytes = VCU__ACCT_MAX;
     for (i = 0; i < cu->ndev; i++) {

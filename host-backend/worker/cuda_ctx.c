@@ -60,6 +60,9 @@ uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o)
      * answering the whole GPU's count under an execution affinity). */
     if (cu->sms != 0 && CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT < n)
         r->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] = cu->sms;
+    /* Interprocess events need the VM's IPC folder (cuda_ipc.c). */
+    if (cu->ipc_dir[0] == '\0' && CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED < n)
+        r->attrs[CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED] = 0;
     return VCU_S_OK;
 }
 

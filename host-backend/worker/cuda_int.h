@@ -86,6 +86,8 @@ struct vcu__cuda_s {
     vcu_modcache_t *mc;                     /* the module cache, or NULL */
     uint32_t sms;                           /* packed mode's SMs; 0: isolated */
     int graphs;                             /* launch runs as graphs (VCU_LAUNCH_GRAPHS) */
+    /* The VM's IPC folder (vcu_backend_config_t.ipc_dir); "": no IPC. */
+    char ipc_dir[256];
 
     pthread_mutex_t mu;                     /* protects ram_ctx, ram, pctx, wrefs */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
@@ -275,6 +277,27 @@ typedef struct {
     uint64_t live, charge;
 } vcu__pool_t;
 
+/* CUDA IPC (cuda_ipc.c): an object the session exported, by its record's
+ * name, or memory it opened, by the name it opened. */
+typedef struct vcu__ipc_ent_s {
+    uint64_t key;                           /* export: memory's base or the event's
+                                               handle; opened: the pointer */
+    uint32_t kind;                          /* VCU_CU_IPC_MEM or _EVENT */
+    uint32_t dev;                           /* opened: its device */
+    uint64_t charge;                        /* opened: charged to the session */
+    uint32_t pid;                           /* the record's exporter */
+    uint8_t token[VCU_CU_IPC_TOKEN];
+} vcu__ipc_ent_t;
+
+typedef struct vcu__ipc_list_s {
+    vcu__ipc_ent_t *e;
+    uint32_t n, cap;
+} vcu__ipc_list_t;
+
+/* Exports and opens a session may hold at once (each export is a file
+ * of its VM's folder). */
+#define VCU__IPC_MAX 4096u
+
 struct vcu__cuda_sess_s {
     vcu__cuda_t *cu;
     CUcontext ctx[VCU_CU_MAX_DEVICES];      /* NULL until first used */
@@ -338,6 +361,9 @@ struct vcu__cuda_sess_s {
      * driver's value; value: the session handle of its record). */
     vcu__pset_t texs;
     vcu__pset_t surfs;
+    /* CUDA IPC (cuda_ipc.c): the objects the session exported, the
+     * memory it opened.  Worker thread only. */
+    vcu__ipc_list_t ipc_out, ipc_in;
     size_t lim_base[VCU_CU_MAX_DEVICES][VCU__LIMS];
     size_t lim_val[VCU_CU_MAX_DEVICES][VCU__LIMS];
     bool lim_known[VCU_CU_MAX_DEVICES][VCU__LIMS];
@@ -535,6 +561,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_graph_cond_resp cond;
     struct vcu_cu_texobj_resp texobj;
     struct vcu_cu_graph_inst_resp ginst;
+    struct vcu_cu_ipc_handle_resp ipc;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -682,6 +709,17 @@ uint32_t vcu__op_CU_MEM_GRANULARITY(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GET_PROPS(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_RETAIN(vcu__op_t *o);
 void vcu__vmm_free(vcu__cuda_sess_t *cs);
+
+/* cuda_ipc.c */
+uint32_t vcu__op_CU_IPC_GET_MEM_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_IPC_OPEN_MEM_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_IPC_CLOSE_MEM_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_IPC_GET_EVENT_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_IPC_OPEN_EVENT_HANDLE(vcu__op_t *o);
+/* The object key (memory's base, an event's handle) of kind is gone. */
+void vcu__ipc_gone(vcu__cuda_sess_t *cs, uint32_t kind, uint64_t key);
+/* Closes what the session opened and removes its records. */
+void vcu__ipc_sess_end(vcu__cuda_sess_t *cs);
 
 /* cuda_module.c */
 CUresult vcu__mod_put(vcu__cuda_sess_t *cs, vcu__mod_t *m);

@@ -83,6 +83,7 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
     if (o->res == CUDA_SUCCESS) {
         vcu__pset_del(&o->cs->allocs, rq.value);
         vcu__mig_freed(o->cs, rq.value);
+        vcu__ipc_gone(o->cs, VCU_CU_IPC_MEM, rq.value);
         if (v & VCU__ALLOC_ASYNC) {
             vcu__pool_block_freed(o->cs, v);
         } else {

@@ -122,6 +122,7 @@ enum {
     VCU__MC_USER_OBJ,
     VCU__MC_VMM,
     VCU__MC_ARRAYS,
+    VCU__MC_IPC,
 };
 
 static const char *const vcu__mc_why[] = {
@@ -137,9 +138,16 @@ static const char *const vcu__mc_why[] = {
     /* An array's contents and an object's driver value (which the guest
      * holds and passes to kernels) do not move. */
     [VCU__MC_ARRAYS] = "CUDA arrays and textures",
+    /* Another process of the VM holds the memory or event, on this host. */
+    [VCU__MC_IPC] = "CUDA IPC",
 };
 
 static const uint8_t vcu__mig_ops[0x0800] = {
+    [VCU_OP_CU_IPC_GET_MEM_HANDLE] = VCU__MC_IPC,
+    [VCU_OP_CU_IPC_OPEN_MEM_HANDLE] = VCU__MC_IPC,
+    [VCU_OP_CU_IPC_CLOSE_MEM_HANDLE] = VCU__MC_IPC,
+    [VCU_OP_CU_IPC_GET_EVENT_HANDLE] = VCU__MC_IPC,
+    [VCU_OP_CU_IPC_OPEN_EVENT_HANDLE] = VCU__MC_IPC,
     [VCU_OP_CU_CTX_SET_FLAGS] = VCU__MC_REPLAY,
     [VCU_OP_CU_CTX_SET_LIMIT] = VCU__MC_REPLAY,
     [VCU_OP_CU_CTX_RESET] = VCU__MC_REPLAY,

@@ -712,12 +712,15 @@ uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
         /* A parked synchronize still looks at it: it destroys it. */
         w->own_gev = 1;
         vcu__htab_del(&o->cs->tab, rq.value);
+        vcu__ipc_gone(o->cs, VCU_CU_IPC_EVENT, rq.value);
         o->res = CUDA_SUCCESS;
         return VCU_S_OK;
     }
     o->res = VCU__CU(o->cu, cuEventDestroy, e->u.ev);
-    if (o->res == CUDA_SUCCESS)
+    if (o->res == CUDA_SUCCESS) {
         vcu__htab_del(&o->cs->tab, rq.value);
+        vcu__ipc_gone(o->cs, VCU_CU_IPC_EVENT, rq.value);
+    }
     return VCU_S_OK;
 }
 
@@ -726,8 +729,14 @@ uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
  * gets a new one. */
 void vcu__event_rerecord(vcu__op_t *o, vcu__hent_t *e)
 {
-    vcu__cuda_wait_t *w = vcu__gev_waiter(o->cs, e->u.ev);
+    vcu__cuda_wait_t *w;
     CUevent ev = NULL;
+
+    /* An interprocess event is one event in every process that opened
+     * it: it stays, and the parked synchronize waits for this record. */
+    if (e->xflags & CU_EVENT_INTERPROCESS)
+        return;
+    w = vcu__gev_waiter(o->cs, e->u.ev);
 
     if (w != NULL && VCU__CU(o->cu, cuEventCreate, &ev, e->xflags) == CUDA_SUCCESS) {
         w->own_gev = 1;

@@ -597,6 +597,7 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
         pl->pool = NULL;
     }
     vcu__vmm_free(cs);
+    vcu__ipc_sess_end(cs);
     for (d = 0; d < cs->cu->ndev; d++) {
         vcu__ctx_destroy(cs, d);
         for (uint32_t i = 0; i < VCU__POOL_SLOTS; i++) {   /* pools gone with the contexts */

@@ -126,6 +126,13 @@ typedef struct vcu_backend_config_s {
      * CUDA_ERROR_OUT_OF_MEMORY.  0: VCU_BACKEND_CTX_BYTES.
      */
     uint64_t ctx_bytes;
+    /*
+     * The folder this process shares with the other workers of its VM
+     * alone, for CUDA IPC between them (host-backend/worker/cuda_ipc.c):
+     * the daemon's per-VM folder, which a jailed worker sees as /dev/shm.
+     * NULL: CUDA IPC is not offered (CUDA_ERROR_NOT_SUPPORTED).
+     */
+    const char *ipc_dir;
 } vcu_backend_config_t;
 
 /*

@@ -13,6 +13,7 @@
 /* The command line, besides what goes into the backend's config. */
 typedef struct vcu__opts_s {
     bool probe;
+    bool jail_parent;               /* --jail-parent: the parent is the jail's first process */
     int fd;                         /* the session's socket */
     int shm_fd, wake_req, wake_resp;
     int acct_fd, policy_fd, share_fd;
@@ -34,7 +35,7 @@ void vcu__map_share(vcu_backend_config_t *cfg, int fd, const char *vm, const cha
 
 /* worker_setup.c.  Before anything else runs here: the seccomp filter, no
  * dumps, death with the daemon.  False if the daemon is gone already. */
-bool vcu__lock_down(int seccomp);
+bool vcu__lock_down(int seccomp, bool jail_parent);
 
 /* worker.c.  Ends the process, saying why: a peer broke the link's rules,
  * or the start failed. */

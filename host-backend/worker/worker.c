@@ -758,7 +758,7 @@ int main(int argc, char **argv)
     vcu__parse_args(argc, argv, &cfg, &o);
     vcu__w.fd = o.fd;
     vcu__w.spin_ns = o.spin_ns;
-    if (!vcu__lock_down(o.seccomp))
+    if (!vcu__lock_down(o.seccomp, o.jail_parent))
         return 0;
     vcu__start_backend(&cfg, &o);
     if (o.probe)

@@ -90,7 +90,7 @@ void vcu__usage(void)
                     "                  [--share FD --share-vm N --share-party ID]\n"
                     "                  [--sms N --mps-pipe DIR] [--seccomp on|log|off] "
                     "[--probe]\n"
-                    "                  [--ctx-bytes N]\n"
+                    "                  [--ctx-bytes N] [--ipc-dir DIR] [--jail-parent]\n"
                     "Started by vcu-daemon, one per guest session, in a jail.\n");
     exit(2);
 }
@@ -150,6 +150,8 @@ static bool vcu__opt_str(vcu_backend_config_t *cfg, vcu__opts_t *o, const char *
         o->mps_pipe = v;
     else if (strcmp(a, "--module-cache") == 0)
         cfg->module_cache = v;
+    else if (strcmp(a, "--ipc-dir") == 0)
+        cfg->ipc_dir = v;
     else
         return false;
     return true;
@@ -198,6 +200,10 @@ void vcu__parse_args(int argc, char **argv, vcu_backend_config_t *cfg, vcu__opts
             o->probe = true;
             continue;
         }
+        if (strcmp(a, "--jail-parent") == 0) {
+            o->jail_parent = true;
+            continue;
+        }
         if (v == NULL)
             vcu__usage();
         if (!vcu__opt_fd(o, a, v) && !vcu__opt_str(cfg, o, a, v) && !vcu__opt_num(cfg, o, a, v))
@@ -209,7 +215,7 @@ void vcu__parse_args(int argc, char **argv, vcu_backend_config_t *cfg, vcu__opts
 }
 
 /* vcu_worker.h */
-bool vcu__lock_down(int seccomp)
+bool vcu__lock_down(int seccomp, bool jail_parent)
 {
     int rc;
 
@@ -225,9 +231,11 @@ bool vcu__lock_down(int seccomp)
     prctl(PR_SET_DUMPABLE, 0);
 
     /* Dies with the daemon (the jail asked for it already; a worker
-     * started without one too), and never outlives it. */
+     * started without one too), and never outlives it: a parent of pid 1
+     * is the host's init, the daemon gone, unless it is the jail's first
+     * process (which the daemon's end ends, and the namespace with it). */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() == 1)
+    if (getppid() == 1 && !jail_parent)
         return false;
     prctl(PR_SET_NAME, "vcu-worker");
     signal(SIGPIPE, SIG_IGN);

@@ -53,6 +53,7 @@
  */
 #define _GNU_SOURCE
 #include <elf.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -113,6 +114,11 @@ typedef struct fc_ext_s {
 
 static pthread_mutex_t g_arena_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *g_arena;          /* protected by g_arena_lock, as below */
+/* The arena's file once a handle of it was exported (fc_ipc_share): the
+ * arena is then a shared mapping of it; -1 before.  g_arena_lock. */
+static int g_arena_fd = -1;
+/* The arena's first bytes that file covers (fc_ipc_share). */
+#define FC_IPC_SHARED (512ull << 20)
 static fc_ext_t *g_free;                /* free extents, sorted, coalesced */
 static size_t g_nfree, g_capfree;
 static fc_ext_t *g_used;                /* blocks handed out, sorted */
@@ -227,8 +233,17 @@ static void fc_dev_free(void *p)
     a = (off + pg - 1) & ~(pg - 1);
     b = (off + len) & ~(pg - 1);
     if (a < b) {
+        uintptr_t in_file = g_arena_fd < 0 || a >= FC_IPC_SHARED ? a
+                            : b < FC_IPC_SHARED                   ? b
+                                                                  : FC_IPC_SHARED;
+
         memset(g_arena + off, 0, a - off);
-        madvise(g_arena + a, b - a, MADV_DONTNEED);
+        /* A shared file's pages stay in the file: punched out. */
+        if (in_file > a && fallocate(g_arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                     (off_t)a, (off_t)(in_file - a)) != 0)
+            memset(g_arena + a, 0, in_file - a);
+        if (b > in_file)
+            madvise(g_arena + in_file, b - in_file, MADV_DONTNEED);
         memset(g_arena + b, 0, off + len - b);
     } else {
         memset(g_arena + off, 0, len);
@@ -511,7 +526,11 @@ struct fc_exec_s {
 /* FC_MEM_VMM: a cuMemMap mapping while some device may access it; the
  * mapping owns the memory.  Such ranges back to back make one range for
  * copies and kernels, as the GPU's page tables do. */
-typedef enum { FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG, FC_MEM_VMM, FC_MEM_GRAPH } fc_mem_kind_t;
+/* FC_MEM_IPC: another process's cuMemAlloc memory, opened by
+ * cuIpcOpenMemHandle (its arena mapped here, see fc_ipc_share). */
+typedef enum {
+    FC_MEM_DEVICE, FC_MEM_GLOBAL, FC_MEM_HOSTREG, FC_MEM_VMM, FC_MEM_GRAPH, FC_MEM_IPC
+} fc_mem_kind_t;
 
 /* One range of memory a device pointer may point into. */
 typedef struct fc_mem_s {
@@ -3420,6 +3439,280 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
         *pbase = (CUdeviceptr)g_mem[i].base;
     if (psize)
         *psize = g_mem[i].size;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* CUDA IPC                                                            */
+
+/*
+ * Memory: once this process exports a handle, its arena becomes a shared
+ * mapping of a file in /dev/shm (a jailed worker's is its VM's folder),
+ * named by its pid as the daemon's cleanup expects ("vcu-ipc.PID."); an
+ * opening process maps that file and finds the allocation at the
+ * handle's offset.  The file covers the arena's first FC_IPC_SHARED bytes
+ * (a worker's jail limits the size of the files it writes): memory past
+ * them has no handle.  As the driver, a process may not open its own handle
+ * (CUDA_ERROR_INVALID_CONTEXT): the handle carries the exporter's pid.
+ * Events: the stand-in runs work when it is issued, so an opened event
+ * is a new event of this process, complete.
+ */
+#define FC_IPC_MEM_MAGIC 0x6d637066u     /* "fpcm" */
+#define FC_IPC_EVENT_MAGIC 0x65637066u   /* "fpce" */
+#define FC_IPC_MAPS 16
+
+typedef struct {
+    uint32_t magic;
+    uint32_t pid;
+    uint64_t off;                   /* memory: the allocation in the exporter's arena */
+    uint64_t size;
+} fc_ipc_handle_t;
+
+_Static_assert(sizeof(fc_ipc_handle_t) <= sizeof(CUipcMemHandle), "fc_ipc_handle_t");
+
+/* Other processes' arenas this one mapped (g_lock). */
+static struct {
+    uint32_t pid;
+    unsigned char *map;
+} g_ipc_maps[FC_IPC_MAPS];
+
+static void fc_ipc_name(uint32_t pid, char *out, size_t len)
+{
+    snprintf(out, len, "/dev/shm/vcu-ipc.%x.fakecuda-arena", pid);
+}
+
+static void fc_ipc_unlink(void)
+{
+    char name[64];
+
+    fc_ipc_name((uint32_t)getpid(), name, sizeof(name));
+    unlink(name);
+}
+
+/* The arena made a shared mapping of its file, what it holds copied in
+ * first: 0, or -1 (as it was). */
+static int fc_ipc_share(void)
+{
+    char name[64];
+    size_t i;
+    int fd, rc = -1;
+
+    pthread_mutex_lock(&g_arena_lock);
+    if (g_arena_fd >= 0 || g_arena == NULL) {
+        rc = g_arena_fd >= 0 ? 0 : -1;
+        goto out;
+    }
+    fc_ipc_name((uint32_t)getpid(), name, sizeof(name));
+    fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        goto out;
+    if (ftruncate(fd, (off_t)FC_IPC_SHARED) != 0)
+        goto fail;
+    for (i = 0; i < g_nused && g_used[i].off < FC_IPC_SHARED; i++) {
+        size_t done = 0, len = g_used[i].len;
+
+        if (len > FC_IPC_SHARED - g_used[i].off)
+            len = FC_IPC_SHARED - g_used[i].off;
+        while (done < len) {
+            ssize_t n = pwrite(fd, g_arena + g_used[i].off + done, len - done,
+                               (off_t)(g_used[i].off + done));
+
+            if (n <= 0)
+                goto fail;
+            done += (size_t)n;
+        }
+    }
+    if (mmap(g_arena, FC_IPC_SHARED, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+             fd, 0) == MAP_FAILED)
+        goto fail;
+    g_arena_fd = fd;
+    atexit(fc_ipc_unlink);
+    rc = 0;
+    goto out;
+fail:
+    close(fd);
+    unlink(name);
+out:
+    pthread_mutex_unlock(&g_arena_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    fc_ipc_handle_t h = { .magic = FC_IPC_MEM_MAGIC };
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    i = fc_mem_find((uintptr_t)dptr);
+    if (!pHandle || i < 0 || g_mem[i].kind != FC_MEM_DEVICE || g_mem[i].pool != NULL ||
+        g_mem[i].base + g_mem[i].size > (uintptr_t)g_arena + FC_IPC_SHARED) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (fc_ipc_share() != 0) {
+        rc = CUDA_ERROR_OPERATING_SYSTEM;
+        goto out;
+    }
+    h.pid = (uint32_t)getpid();
+    h.off = g_mem[i].base - (uintptr_t)g_arena;
+    h.size = g_mem[i].size;
+    memset(pHandle, 0, sizeof(*pHandle));
+    memcpy(pHandle->reserved, &h, sizeof(h));
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The arena of process pid, mapped here; NULL if it has none. */
+static unsigned char *fc_ipc_map(uint32_t pid)
+{
+    char name[64];
+    void *p;
+    int i, fd;
+
+    for (i = 0; i < FC_IPC_MAPS; i++)
+        if (g_ipc_maps[i].map != NULL && g_ipc_maps[i].pid == pid)
+            return g_ipc_maps[i].map;
+    for (i = 0; i < FC_IPC_MAPS && g_ipc_maps[i].map != NULL; i++)
+        ;
+    if (i == FC_IPC_MAPS)
+        return NULL;
+    fc_ipc_name(pid, name, sizeof(name));
+    fd = open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return NULL;
+    p = mmap(NULL, FC_IPC_SHARED, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return NULL;
+    g_ipc_maps[i].pid = pid;
+    g_ipc_maps[i].map = p;
+    return p;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    fc_ipc_handle_t h;
+    fc_mem_t m = { 0 };
+    unsigned char *map;
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    memcpy(&h, handle.reserved, sizeof(h));
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    if (!pdptr || (Flags & ~(unsigned int)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) ||
+        h.magic != FC_IPC_MEM_MAGIC || h.size == 0 || h.off > FC_IPC_SHARED ||
+        h.size > FC_IPC_SHARED - h.off) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (h.pid == (uint32_t)getpid()) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+        goto out;
+    }
+    map = fc_ipc_map(h.pid);
+    if (map == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    i = fc_mem_find((uintptr_t)(map + h.off));
+    if (i >= 0) {
+        rc = g_mem[i].kind == FC_MEM_IPC && g_mem[i].base == (uintptr_t)(map + h.off)
+                 ? CUDA_ERROR_ALREADY_MAPPED
+                 : CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    m.base = (uintptr_t)(map + h.off);
+    m.size = h.size;
+    m.kind = FC_MEM_IPC;
+    m.ctx = ctx;
+    m.dev = ctx->dev;
+    rc = fc_mem_insert(&m);
+    if (rc == CUDA_SUCCESS)
+        *pdptr = (CUdeviceptr)m.base;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS) {
+        i = fc_mem_find((uintptr_t)dptr);
+        if (i < 0 || g_mem[i].kind != FC_MEM_IPC || g_mem[i].base != (uintptr_t)dptr)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            fc_mem_remove((size_t)i);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    fc_ipc_handle_t h = { .magic = FC_IPC_EVENT_MAGIC };
+    fc_event_t *e = (fc_event_t *)event;
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && !fc_list_has(g_events, e))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS && (!pHandle || !(e->flags & CU_EVENT_INTERPROCESS)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        h.pid = (uint32_t)getpid();
+        memset(pHandle, 0, sizeof(*pHandle));
+        memcpy(pHandle->reserved, &h, sizeof(h));
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    fc_ipc_handle_t h;
+    fc_event_t *e;
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    memcpy(&h, handle.reserved, sizeof(h));
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc == CUDA_SUCCESS && (!phEvent || h.magic != FC_IPC_EVENT_MAGIC))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && h.pid == (uint32_t)getpid())
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    e = calloc(1, sizeof(*e));
+    if (!e) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    e->ctx = ctx;
+    e->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+    e->recorded = 1;
+    fc_list_add(&g_events, e);
+    *phEvent = (CUevent)e;
 out:
     pthread_mutex_unlock(&g_lock);
     return rc;

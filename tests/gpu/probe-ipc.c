@@ -16,7 +16,18 @@
  * a line each; the exporter keeps its memory until the importer is done.
  * Needs root for "jail".  Prints "probe-ipc MODE: ..." lines.
  *
- *   probe-ipc plain|jail
+ * "vm" asks what the workers of one VM need for IPC between them: two
+ * exporters and one importer, each the first process of PID namespaces of
+ * its own (so two exporters have the same pid), sharing one /dev/shm (a
+ * folder of the host's bound over it).  Each exporter prints its event
+ * handle's bytes and what /dev/shm holds; the importer opens both memory
+ * and event handles and waits on each event.  In "vm" each is a child of
+ * its namespace's first process, at a pid of its own (100, 101, 102, set
+ * through ns_last_pid); in "vm1" each is its namespace's first, pid 1.
+ * Then exporter 0 frees its memory while the importer holds it open, and
+ * the importer reads it again.
+ *
+ *   probe-ipc plain|jail|vm|vm1
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -25,8 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -217,6 +230,215 @@ static int start_importer(int s, int other)
     return -1;
 }
 
+/* vm: enters new namespaces with shmdir bound over /dev/shm, and returns
+ * (never in the others) in a process of pid want there (1: the namespace's
+ * first; else a child of it, the pid set through ns_last_pid). */
+static int vm_jail(const char *shmdir, int want)
+{
+    pid_t in;
+    int st;
+
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+        perror("probe-ipc: unshare");
+        _exit(1);
+    }
+    in = fork();
+    if (in == 0) {
+        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 ||
+            mount(shmdir, "/dev/shm", NULL, MS_BIND, NULL) != 0) {
+            perror("probe-ipc: mount");
+            _exit(1);
+        }
+        if (want > 1) {
+            FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+
+            if (f == NULL || fprintf(f, "%d", want - 1) < 0 || fclose(f) != 0) {
+                perror("probe-ipc: ns_last_pid");
+                _exit(1);
+            }
+            in = fork();
+            if (in == 0)
+                return 0;
+            if (in < 0 || waitpid(in, &st, 0) != in)
+                _exit(1);
+            _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+        }
+        return 0;
+    }
+    if (in < 0 || waitpid(in, &st, 0) != in)
+        _exit(1);
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+}
+
+static void vm_ls(int k)
+{
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *e;
+
+    while (dir != NULL && (e = readdir(dir)) != NULL)
+        if (e->d_name[0] != '.')
+            printf("probe-ipc vm: exporter %d sees /dev/shm/%s\n", k, e->d_name);
+    if (dir != NULL)
+        closedir(dir);
+}
+
+static int vm_exporter(int k, int s)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr d;
+    CUevent ev;
+    struct msg m;
+    char line[200], done;
+    int i, n = 0;
+
+    memset(&m, 0, sizeof(m));
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuMemAlloc(&d, 1 << 20));
+    CK(cuMemsetD32(d, PATTERN_LEGACY + k, (1 << 20) / 4));
+    CK(cuIpcGetMemHandle(&m.mem, d));
+    CK(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+    CK(cuEventRecord(ev, NULL));
+    CK(cuIpcGetEventHandle(&m.ev, ev));
+    CK(cuCtxSynchronize());
+    for (i = 0; i < 64; i++)
+        n += snprintf(line + n, sizeof(line) - n, "%02x", (unsigned char)m.ev.reserved[i]);
+    printf("probe-ipc vm: exporter %d pid %d event handle %s\n", k, (int)getpid(), line);
+    vm_ls(k);
+    fflush(stdout);
+    if (send_msg(s, &m, -1) != 0 || read(s, &done, 1) != 1)
+        printf("probe-ipc vm: exporter %d: the importer ended without a word\n", k);
+    if (k == 0) {
+        size_t fr0 = 0, fr1 = 0, tot;
+
+        /* The importer holds the memory open: free it here, then let the
+         * importer read again. */
+        cuMemGetInfo(&fr0, &tot);
+        printf("probe-ipc vm: exporter 0: cuMemFree while open = %s\n", err_name(cuMemFree(d)));
+        cuCtxSynchronize();
+        cuMemGetInfo(&fr1, &tot);
+        printf("probe-ipc vm: exporter 0: free memory %+lld bytes after it\n",
+               (long long)fr1 - (long long)fr0);
+        fflush(stdout);
+        if (write(s, &done, 1) != 1 || read(s, &done, 1) != 1)
+            printf("probe-ipc vm: exporter 0: no second word\n");
+        /* The importer recorded our event after its own kernel-free work. */
+        printf("probe-ipc vm: exporter 0: own event synchronize %s\n",
+               err_name(cuEventSynchronize(ev)));
+    }
+    return 0;
+}
+
+static int vm_importer(int s0, int s1)
+{
+    struct msg m[2];
+    CUdevice dev;
+    CUcontext ctx;
+    int k, fd;
+    char done = 1;
+
+    for (k = 0; k < 2; k++)
+        if (recv_msg(k == 0 ? s0 : s1, &m[k], &fd) != 0) {
+            printf("probe-ipc vm: importer: no message from %d\n", k);
+            return 1;
+        }
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CUdeviceptr keep = 0;
+    CUevent keep_ev = NULL;
+
+    for (k = 0; k < 2; k++) {
+        CUdeviceptr d = 0;
+        CUevent ev = NULL;
+        unsigned int word = 0;
+        CUresult r = cuIpcOpenMemHandle(&d, m[k].mem, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+
+        if (r == CUDA_SUCCESS) {
+            r = cuMemcpyDtoH(&word, d, sizeof(word));
+            printf("probe-ipc vm: memory of %d: read %s, word 0x%08x (%s)\n", k, err_name(r), word,
+                   word == PATTERN_LEGACY + k ? "right" : "WRONG");
+            if (k == 0)
+                keep = d;
+            else
+                cuIpcCloseMemHandle(d);
+        } else {
+            printf("probe-ipc vm: memory of %d: cuIpcOpenMemHandle = %s\n", k, err_name(r));
+        }
+        r = cuIpcOpenEventHandle(&ev, m[k].ev);
+        if (r == CUDA_SUCCESS) {
+            r = cuEventSynchronize(ev);
+            printf("probe-ipc vm: event of %d: opened, synchronize %s\n", k, err_name(r));
+            r = cuEventRecord(ev, NULL);
+            printf("probe-ipc vm: event of %d: recorded by the importer %s, query %s\n", k,
+                   err_name(r), err_name(cuEventQuery(ev)));
+            if (k == 0)
+                keep_ev = ev;
+            else
+                cuEventDestroy(ev);
+        } else {
+            printf("probe-ipc vm: event of %d: cuIpcOpenEventHandle = %s\n", k, err_name(r));
+        }
+    }
+    fflush(stdout);
+    for (k = 0; k < 2; k++)
+        if (write(k == 0 ? s0 : s1, &done, 1) != 1)
+            return 1;
+    if (keep != 0 && read(s0, &done, 1) == 1) {
+        unsigned int word = 0;
+        CUresult r = cuMemcpyDtoH(&word, keep, sizeof(word));
+
+        printf("probe-ipc vm: memory of 0 after the exporter's free: read %s, word 0x%08x\n",
+               err_name(r), word);
+        printf("probe-ipc vm: close after the exporter's free = %s\n",
+               err_name(cuIpcCloseMemHandle(keep)));
+        if (keep_ev != NULL)
+            printf("probe-ipc vm: importer records the exporter's event again = %s\n",
+                   err_name(cuEventRecord(keep_ev, NULL)));
+        cuCtxSynchronize();
+        fflush(stdout);
+        if (write(s0, &done, 1) != 1)
+            return 1;
+    }
+    return 0;
+}
+
+static int vm_main(int same_pid)
+{
+    char shmdir[64];
+    int a[2], b[2], k, st, rc = 0;
+    pid_t pid[3];
+
+    snprintf(shmdir, sizeof(shmdir), "/dev/shm/probe-ipc-vm-%d", (int)getpid());
+    if (mkdir(shmdir, 01777) != 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, a) != 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM, 0, b) != 0)
+        return 1;
+    for (k = 0; k < 3; k++) {
+        pid[k] = fork();
+        if (pid[k] == 0) {
+            vm_jail(shmdir, same_pid ? 1 : 100 + k);
+            fflush(stdout);
+            if (k < 2)
+                _exit(vm_exporter(k, k == 0 ? a[0] : b[0]));
+            _exit(vm_importer(a[1], b[1]));
+        }
+        if (k < 2)
+            usleep(500 * 1000);     /* the exporters' files made one after the other */
+    }
+    for (k = 0; k < 3; k++)
+        if (waitpid(pid[k], &st, 0) != pid[k] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("probe-ipc vm: process %d failed (status 0x%x)\n", k, st);
+            rc = 1;
+        }
+    printf("probe-ipc vm: done\n");
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     CUmemAllocationProp prop;
@@ -234,8 +456,10 @@ int main(int argc, char **argv)
     CUresult r;
 
     mode = argc > 1 ? argv[1] : "plain";
+    if (strcmp(mode, "vm") == 0 || strcmp(mode, "vm1") == 0)
+        return vm_main(strcmp(mode, "vm1") == 0);
     if (strcmp(mode, "plain") != 0 && strcmp(mode, "jail") != 0) {
-        fprintf(stderr, "usage: probe-ipc plain|jail\n");
+        fprintf(stderr, "usage: probe-ipc plain|jail|vm|vm1\n");
         return 2;
     }
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)

@@ -142,6 +142,11 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
         cfg.account_slot = -1;
         cfg.ctx_bytes = 1u << 20;
     }
+    /* CUDA IPC between the test's processes, each a backend of its own
+     * as each guest process has a worker: the host's /dev/shm stands for
+     * the VM's folder, or the folder VCU_LOOPBACK_IPC_DIR names. */
+    cfg.ipc_dir = getenv("VCU_LOOPBACK_IPC_DIR") != NULL ? getenv("VCU_LOOPBACK_IPC_DIR")
+                                                         : "/dev/shm";
     /* Pinned memory registered with the driver (vcu__loop_add_ram). */
     cfg.register_ram = 1;
     err = vcu_backend_new(&cfg, &l->be);

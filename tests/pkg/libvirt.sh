@@ -434,8 +434,11 @@ state=
 seen_init=no
 end_at=
 while :; do
+    # A worker is the child of its jail's first process ("vcu-jail"), the
+    # daemon's child.
+    jails=" $(ps -e -o pid=,ppid=,comm= | awk -v d="$dpid" '$3 == "vcu-jail" && $2 == d { printf "%s ", $1 }')"
     ps -e -o pid=,ppid=,uid=,comm= | while read -r p pp u c; do
-        if [ "$c" = vcu-worker ] && [ "$pp" = "$dpid" ]; then
+        if [ "$c" = vcu-worker ] && { [ "$pp" = "$dpid" ] || [[ $jails == *" $pp "* ]]; }; then
             echo "$p $u $(readlink "/proc/$p/ns/pid" 2>/dev/null || echo gone)"
         fi
         [ "$pp" = "$qpid" ] && echo "$p $c" >>"$work/qemu-children.txt"
@@ -477,7 +480,7 @@ sort -u -o "$work/workers.txt" "$work/workers.txt"
 nw=$(wc -l <"$work/workers.txt")
 nbad=$(awk -v ns="$dns" '$2 == 0 || ($3 != "gone" && $3 == ns)' "$work/workers.txt" | wc -l)
 if [ "$nw" -gt 0 ] && [ "$nbad" = 0 ] && [ ! -s "$work/qemu-children.txt" ]; then
-    ok "vcu-daemon (pid $dpid) ran the guest's sessions: $nw workers seen, its children, in pid namespaces not its own, not root; QEMU had no child"
+    ok "vcu-daemon (pid $dpid) ran the guest's sessions: $nw workers seen, children of its jails, in pid namespaces not its own, not root; QEMU had no child"
 else
     bad "the guest's sessions run in vcu-daemon's workers, jailed, not root, and QEMU has no child ($nw workers seen, $nbad root or in the daemon's pid namespace; QEMU's children: $(tr '\n' ' ' <"$work/qemu-children.txt"))"
     awk -v ns="$dns" '$2 == 0 || ($3 != "gone" && $3 == ns)' "$work/workers.txt" | sed -n '1,5p'

@@ -127,6 +127,9 @@
     X(array_texobj)                     \
     X(array_quota)                      \
     X(array_mipmap)                     \
+    /* test_ipc.c */                    \
+    X(ipc_two_processes)                \
+    X(ipc_not_offered)                  \
     /* test_peer.c */                   \
     X(peer_hostile)                     \
     X(memops_hostile)                   \

@@ -1058,6 +1058,38 @@ static void test_raw_arrays(void)
         raw_begin(&q, VCU_OP_CU_MODULE_GLOBAL_INFO, sess, &gq, sizeof(gq.r) - 8, 0);
         raw_cu("raw_cu_global_info_truncated", &q, cuda, VCU_S_EINVAL, 0);
     }
+    {
+        /* CUDA IPC: a forged handle of each kind (a record no worker of
+         * this VM wrote), one naming a path, a forged pointer and event to
+         * export or close, a truncated request. */
+        struct vcu_cu_ipc_open_req oq;
+        struct vcu_cu_u64_req u;
+
+        memset(&oq, 0, sizeof(oq));
+        oq.h.magic = VCU_CU_IPC_MAGIC;
+        oq.h.kind = VCU_CU_IPC_MEM;
+        oq.h.pid = 2;
+        memset(oq.h.token, 0xa5, sizeof(oq.h.token));
+        raw_begin(&q, VCU_OP_CU_IPC_OPEN_MEM_HANDLE, sess, &oq, sizeof(oq), 0);
+        raw_cu("raw_cu_ipc_open_mem_forged", &q, cuda, VCU_S_OK, 1);
+        oq.h.kind = VCU_CU_IPC_EVENT;
+        raw_begin(&q, VCU_OP_CU_IPC_OPEN_EVENT_HANDLE, sess, &oq, sizeof(oq), 0);
+        raw_cu("raw_cu_ipc_open_event_forged", &q, cuda, VCU_S_OK, 1);
+        memcpy(oq.h.token, "../../../etc/pa", 16);
+        raw_begin(&q, VCU_OP_CU_IPC_OPEN_EVENT_HANDLE, sess, &oq, sizeof(oq), 0);
+        raw_cu("raw_cu_ipc_open_path", &q, cuda, VCU_S_OK, 1);
+        raw_begin(&q, VCU_OP_CU_IPC_OPEN_MEM_HANDLE, sess, &oq, sizeof(oq) - 16, 0);
+        raw_cu("raw_cu_ipc_open_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        memset(&u, 0, sizeof(u));
+        u.value = 0x7f0000001000ull;
+        raw_begin(&q, VCU_OP_CU_IPC_GET_MEM_HANDLE, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_ipc_get_mem_forged", &q, cuda, VCU_S_OK, 1);
+        raw_begin(&q, VCU_OP_CU_IPC_CLOSE_MEM_HANDLE, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_ipc_close_forged", &q, cuda, VCU_S_OK, 1);
+        u.value = 0x1234567890ull;
+        raw_begin(&q, VCU_OP_CU_IPC_GET_EVENT_HANDLE, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_ipc_get_event_forged", &q, cuda, VCU_S_OK, 400);
+    }
 
     raw_begin(&q, VCU_OP_ECHO, sess, &er0, sizeof(er0), 0);
     EXPECT_ST("raw_cu_session_still_works", raw_send(&q, NULL, 0), VCU_S_OK);
