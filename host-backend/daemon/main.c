@@ -534,11 +534,6 @@ static void vcu__dmn_paths(vcu_dmn_t *d)
             vcu__dmn_die("--run-dir %s: %s", d->run_dir, strerror(errno));
         d->run_dir = abs;
     }
-    /* The VMs' IPC folders: searchable, for workers without a jail. */
-    if (snprintf(d->ipc_root, sizeof(d->ipc_root), "%s/ipc", d->run_dir) >=
-        (int)sizeof(d->ipc_root))
-        vcu__dmn_die("--run-dir %s: too long", d->run_dir);
-    vcu__dmn_own_dir(d->ipc_root, 0711);
     if (d->socket_path == NULL) {
         snprintf(sock, sizeof(sock), "%s/vcu.sock", d->run_dir);
         d->socket_path = sock;
@@ -644,6 +639,7 @@ static void vcu__dmn_shutdown(vcu_dmn_t *d)
             break;
         vcu_vm_reaped(d, pid, st);
     }
+    vcu_vm_ipc_remove_all(d);
     unlink(d->socket_path);
     unlink(d->control_path);
 }
@@ -789,6 +785,14 @@ int main(int argc, char **argv)
     d->jail.no_aslr = 1;            /* --worker-aslr off, the default */
     vcu__dmn_options(d, argc, argv);
     vcu__dmn_share(d);
+    /* The VMs' IPC folders, on /dev/shm's tmpfs: the driver's interprocess
+     * events live there, and it fails to make one in a folder of a disk's
+     * file system (cuEventCreate: CUDA_ERROR_INVALID_VALUE, H200, driver
+     * 580, a jail's /dev/shm on ext4).  Searchable, for workers without a
+     * jail; the daemon's own, made once every option is taken, removed as
+     * it ends. */
+    snprintf(d->ipc_root, sizeof(d->ipc_root), "/dev/shm/virtio-cuda.%d", (int)getpid());
+    vcu__dmn_own_dir(d->ipc_root, 0711);
     vcu__dmn_listen_all(d);
 
     while (!d->stop) {

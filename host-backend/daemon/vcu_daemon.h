@@ -164,7 +164,7 @@ struct vcu_dmn_s {
     vcu_jail_cfg_t jail;
     char jail_base[4096];
     char jail_note[256];            /* why the jail is off, if it is */
-    char ipc_root[4000];            /* run_dir/ipc: the VMs' IPC folders */
+    char ipc_root[4000];            /* /dev/shm/virtio-cuda.PID: the VMs' IPC folders */
     char worker_dir[4096];
     char libcuda_dir[4096];
     /* State. */
@@ -193,6 +193,8 @@ void vcu_vm_probe_input(vcu_vm_t *vm);
 void vcu_vm_tick(vcu_dmn_t *d, uint64_t now);
 void vcu_vm_reaped(vcu_dmn_t *d, pid_t pid, int status);
 void vcu_vm_free_gone(vcu_dmn_t *d);
+/* Removes every VM's IPC folder and the daemon's folder of them (it ends). */
+void vcu_vm_ipc_remove_all(vcu_dmn_t *d);
 vcu_vm_t *vcu_vm_find(vcu_dmn_t *d, const char *key);
 int vcu_vm_set_slice(vcu_vm_t *vm, const uint64_t *mem_quota, const uint32_t *share,
                      const uint32_t *cap, char *err, size_t errlen);

@@ -1100,6 +1100,16 @@ void vcu_vm_reaped(vcu_dmn_t *d, pid_t pid, int status)
     }
 }
 
+/* The daemon ends: every VM's IPC folder goes, and the folder of them. */
+void vcu_vm_ipc_remove_all(vcu_dmn_t *d)
+{
+    vcu_vm_t *vm;
+
+    for (vm = d->vms; vm != NULL; vm = vm->next)
+        vcu__vm_ipc_clean(vm, -1);
+    rmdir(d->ipc_root);
+}
+
 /* Frees the VMs whose link is closed and whose workers are all gone. */
 void vcu_vm_free_gone(vcu_dmn_t *d)
 {

@@ -291,8 +291,8 @@ uint32_t vcu__op_CU_IPC_OPEN_MEM_HANDLE(vcu__op_t *o)
     x = vcu__ipc_slot(o, &o->cs->ipc_in);
     if (x == NULL)
         return VCU_S_OK;
-    /* Charged before the driver maps it, at the record's size, which the
-     * driver's range must then match. */
+    /* Charged before the driver maps it, at the record's size; then at
+     * least at the size of the range the driver mapped. */
     ch = vcu__grain(rec.size);
     if (ch == 0 || ch > VCU__ACCT_MAX || vcu__charge(o->cs, d, ch) != 0) {
         o->res = ch == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
@@ -302,9 +302,12 @@ uint32_t vcu__op_CU_IPC_OPEN_MEM_HANDLE(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuIpcOpenMemHandle, &p, dh, rq.flags);
     if (o->res == CUDA_SUCCESS &&
         (VCU__CU(o->cu, cuMemGetAddressRange, &base, &size, p) != CUDA_SUCCESS ||
-         vcu__grain(size) != ch)) {
+         vcu__grain(size) > VCU__ACCT_MAX ||
+         (vcu__grain(size) > ch && vcu__charge(o->cs, d, vcu__grain(size) - ch) != 0))) {
         VCU__CU(o->cu, cuIpcCloseMemHandle, p);
-        o->res = CUDA_ERROR_INVALID_VALUE;
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (o->res == CUDA_SUCCESS && vcu__grain(size) > ch) {
+        ch = vcu__grain(size);
     }
     if (o->res != CUDA_SUCCESS) {
         vcu__uncharge(o->cs, d, ch);

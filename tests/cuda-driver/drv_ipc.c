@@ -144,9 +144,10 @@ int main(int argc, char **argv)
     CK(cuMemAlloc(&p, (size_t)N * sizeof(unsigned int)));
     CK(cuMemsetD32(p, FIRST, N));
     CK(cuIpcGetMemHandle(&mh, p));
-    /* An event that is not interprocess has no handle. */
+    /* An event that is not interprocess has no handle (driver 580's
+     * answer, H200). */
     CK(cuEventCreate(&ev2, CU_EVENT_DISABLE_TIMING));
-    EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcGetEventHandle(&eh, ev2));
+    EXPECT(CUDA_ERROR_INVALID_HANDLE, cuIpcGetEventHandle(&eh, ev2));
     CK(cuEventDestroy(ev2));
     CK(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
     CK(cuEventRecord(ev, NULL));

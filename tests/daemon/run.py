@@ -321,6 +321,13 @@ def main():
     report('the VM\'s QEMU is told its new slice (SLICE)', slice_ok)
 
     pids = [w['pid'] for v in ctl(run, {'cmd': 'list-vms'})['vms'] for w in v['workers']]
+    # The VMs' IPC folders: on /dev/shm's tmpfs, one per VM, the workers'
+    # own and no one else's (docs/design.md, "CUDA IPC").
+    ipc_root = f'/dev/shm/virtio-cuda.{p.pid}'
+    vm_dirs = sorted(os.listdir(ipc_root)) if os.path.isdir(ipc_root) else []
+    modes = [os.stat(os.path.join(ipc_root, v)).st_mode & 0o777 for v in vm_dirs]
+    report('each VM has an IPC folder of its own on /dev/shm, private to its workers',
+           vm_dirs and all(m == 0o700 for m in modes), f'{ipc_root}: {vm_dirs} {modes}')
     # Without address randomization (--worker-aslr off, the default): a
     # migrating worker's device addresses are its source's.
     pers = []
@@ -342,6 +349,7 @@ def main():
     gone = all(not os.path.exists(f'/proc/{q}') for q in pids)
     report('SIGTERM: the daemon ends, its workers killed and reaped first',
            ended and gone and pids, f'workers {pids}')
+    report('SIGTERM: the VMs\' IPC folders are removed', not os.path.exists(ipc_root), ipc_root)
     log = p.stdout.read()
     report('each refused QEMU is named in the log with its reason', log.count('refused:') >= 9,
            f'{log.count("refused:")} refusals logged')

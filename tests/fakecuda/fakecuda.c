@@ -3676,8 +3676,11 @@ CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
     rc = fc_cur(&ctx);
     if (rc == CUDA_SUCCESS && !fc_list_has(g_events, e))
         rc = CUDA_ERROR_INVALID_HANDLE;
-    if (rc == CUDA_SUCCESS && (!pHandle || !(e->flags & CU_EVENT_INTERPROCESS)))
+    if (rc == CUDA_SUCCESS && !pHandle)
         rc = CUDA_ERROR_INVALID_VALUE;
+    /* As driver 580: an event made without CU_EVENT_INTERPROCESS. */
+    if (rc == CUDA_SUCCESS && !(e->flags & CU_EVENT_INTERPROCESS))
+        rc = CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_SUCCESS) {
         h.pid = (uint32_t)getpid();
         memset(pHandle, 0, sizeof(*pHandle));

@@ -25,7 +25,8 @@
  * its namespace's first process, at a pid of its own (100, 101, 102, set
  * through ns_last_pid); in "vm1" each is its namespace's first, pid 1.
  * Then exporter 0 frees its memory while the importer holds it open, and
- * the importer reads it again.
+ * the importer reads it again.  The shared folder lies in /dev/shm, or
+ * in $PROBE_IPC_BASE.
  *
  *   probe-ipc plain|jail|vm|vm1
  */
@@ -410,11 +411,12 @@ static int vm_importer(int s0, int s1)
 
 static int vm_main(int same_pid)
 {
-    char shmdir[64];
+    char shmdir[256];
     int a[2], b[2], k, st, rc = 0;
     pid_t pid[3];
 
-    snprintf(shmdir, sizeof(shmdir), "/dev/shm/probe-ipc-vm-%d", (int)getpid());
+    snprintf(shmdir, sizeof(shmdir), "%s/probe-ipc-vm-%d",
+             getenv("PROBE_IPC_BASE") != NULL ? getenv("PROBE_IPC_BASE") : "/dev/shm", (int)getpid());
     if (mkdir(shmdir, 01777) != 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, a) != 0 ||
         socketpair(AF_UNIX, SOCK_STREAM, 0, b) != 0)
         return 1;

@@ -281,7 +281,7 @@ static int ti_exporter(const char *dir, int wr, int rd, vcu_account_t *a)
     ASSERT_EQ(VCU_CU_IPC_EVENT, m.ev.kind);
     /* An event that is not interprocess: the driver refuses it. */
     ASSERT_EQ(CUDA_SUCCESS, ti_u64(&c, VCU_OP_CU_EVENT_CREATE, 0, &plain));
-    ASSERT_EQ(INVAL, ti_get(&c, VCU_OP_CU_IPC_GET_EVENT_HANDLE, plain, &h2));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, ti_get(&c, VCU_OP_CU_IPC_GET_EVENT_HANDLE, plain, &h2));
 
     /* Another session's memory, and memory of no one. */
     d.be = c.be;
