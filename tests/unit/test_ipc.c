@@ -289,8 +289,8 @@ static int ti_exporter(const char *dir, int wr, int rd, vcu_account_t *a)
     ASSERT_EQ(CUDA_SUCCESS, ti_alloc(&d, 4096, &other));
     ASSERT_EQ(INVAL, ti_get(&c, VCU_OP_CU_IPC_GET_MEM_HANDLE, other, &h2));
     ASSERT_EQ(INVAL, ti_get(&c, VCU_OP_CU_IPC_GET_MEM_HANDLE, 0x1000, &h2));
-    /* Its own handle: the record is found, and the driver says, as it
-     * says to a process opening its own, INVALID_CONTEXT. */
+    /* Its own handle: the record is found, and the driver refuses a
+     * process's own handle (the stand-in with INVALID_CONTEXT). */
     ASSERT_EQ(CUDA_ERROR_INVALID_CONTEXT,
               ti_open_h(&d, VCU_OP_CU_IPC_OPEN_MEM_HANDLE, &m.small, 0, &p));
     /* Forged: another token, another pid, the wrong kind, set reserved
