@@ -6,11 +6,14 @@
  * the opener is charged what it opened (past the VM's quota it gets
  * CUDA_ERROR_OUT_OF_MEMORY); a handle reaches nothing from another VM's
  * folder, forged, of the wrong kind, or the process's own; records go
- * with their object and with the session.
+ * with their object and with the session; a session that exported
+ * refuses to migrate, naming CUDA IPC.
  */
+#define _GNU_SOURCE
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,6 +95,25 @@ static uint32_t ti_u64(ti_t *c, uint32_t op, uint64_t v, uint64_t *out)
     if (out != NULL)
         *out = rp.value;
     return r;
+}
+
+/* A migration state operation (VCU_BACKEND_OP_*) into fd: the wire
+ * status, and the reply's reason into why. */
+static uint32_t ti_state(ti_t *c, uint32_t op, int fd, char *why, size_t whylen)
+{
+    ut_req_t *t = ut_req_new();
+    uint32_t st;
+
+    ut_req_build(t, op, c->s, NULL, 0);
+    vcu_backend_submit_state(c->be, &t->r, fd);
+    if (ut_wait_count(&t->ndone, 1) != 0) {
+        free(t);
+        return VCU_S_EIO;
+    }
+    st = ut_status(t);
+    snprintf(why, whylen, "%s", ut_resp(t)->payload_len > 0 ? (char *)ut_resp_payload(t) : "");
+    free(t);
+    return st;
 }
 
 static uint32_t ti_alloc(ti_t *c, uint64_t size, uint64_t *p)
@@ -313,6 +335,17 @@ static int ti_exporter(const char *dir, int wr, int rd, vcu_account_t *a)
     ASSERT_EQ(INVAL, ti_open_h(&d, VCU_OP_CU_IPC_OPEN_EVENT_HANDLE, &m.ev, 1, &p));
     ASSERT_EQ(WIRE_EINVAL, ti_do(&d, VCU_OP_CU_IPC_OPEN_MEM_HANDLE, &m.small, 40, NULL, 0));
     ASSERT_EQ(VCU_S_OK, ut_close(d.be, d.s));
+
+    /* A session that exported refuses to migrate, saying why. */
+    {
+        char why[256];
+        int fd = memfd_create("ti-save", MFD_CLOEXEC);
+
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(VCU_S_EBUSY, ti_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)));
+        ASSERT_TRUE(strstr(why, "CUDA IPC") != NULL);
+        close(fd);
+    }
 
     /* The other process opens, reads and writes. */
     ASSERT_EQ((ssize_t)sizeof(m), write(wr, &m, sizeof(m)));
