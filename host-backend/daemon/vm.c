@@ -740,12 +740,11 @@ static void vcu__vm_ipc_clean(vcu_vm_t *vm, pid_t pid)
 static int vcu__vm_ipc_dir(vcu_vm_t *vm, char *err, size_t errlen)
 {
     vcu_dmn_t *d = vm->d;
-
     char dir[sizeof(vm->ipc_dir)];
 
     snprintf(dir, sizeof(dir), "%s/vm-%llu", d->ipc_root, (unsigned long long)vm->id);
     memcpy(vm->ipc_dir, dir, sizeof(dir));
-    vcu__vm_ipc_clean(vm, -1);          /* a former daemon's, of the same id */
+    vcu__vm_ipc_clean(vm, -1);          /* a former daemon's of the same pid */
     memcpy(vm->ipc_dir, dir, sizeof(dir));
     if (mkdir(vm->ipc_dir, 0700) != 0 ||
         (d->jail.uid != (uid_t)-1 && chown(vm->ipc_dir, d->jail.uid, d->jail.gid) != 0)) {
