@@ -276,8 +276,11 @@ class Daemon:
         return self.p.pid if self.p else -1
 
     def workers(self):
-        """Its live vcu-worker children (probes included)."""
-        return children(self.pid())
+        """Its live vcu-worker processes (probes included): its children,
+        and the children of its jails' first processes (vcu-jail), as a
+        session's worker runs at a pid of its own in its jail."""
+        pid = self.pid()
+        return sorted(children(pid) + [w for j in children(pid, 'vcu-jail') for w in children(j)])
 
     def control(self, **req):
         """One request on the control socket: the answer as JSON."""

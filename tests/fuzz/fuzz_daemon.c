@@ -122,6 +122,11 @@ static int fz_gpus_ok(const char *s)
     return 1;
 }
 
+pid_t vcu_jail_program_pid(pid_t pid)
+{
+    return pid;
+}
+
 int vcu_jail_spawn(const vcu_jail_cfg_t *cfg, const char *path, char *const argv[],
                    char *const envp[], const int *fds, unsigned int nfds, int log_fd,
                    pid_t *pid, int *pidfd, char *err, size_t errlen)
@@ -132,7 +137,7 @@ int vcu_jail_spawn(const vcu_jail_cfg_t *cfg, const char *path, char *const argv
     (void)cfg;
     (void)log_fd;
     FZ_CHECK(strcmp(path, d.worker) == 0 && argv[0] != NULL && strcmp(argv[0], path) == 0);
-    /* As the worker reads its command line: options, each but --probe
+    /* As the worker reads its command line: options, each but --probe and --jail-parent
      * with a value (which may look like an option: a GPU list "--probe"
      * is a value still). */
     for (i = 1; argv[i] != NULL; i++) {
@@ -141,6 +146,8 @@ int vcu_jail_spawn(const vcu_jail_cfg_t *cfg, const char *path, char *const argv
             probe = 1;
             continue;
         }
+        if (strcmp(argv[i], "--jail-parent") == 0)
+            continue;
         FZ_CHECK(argv[i + 1] != NULL);
         if (strcmp(argv[i], "--gpus") == 0)
             FZ_CHECK(fz_gpus_ok(argv[i + 1]));
