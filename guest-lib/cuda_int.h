@@ -167,11 +167,12 @@ typedef struct vcu__event_s {
 
 /* A pool handle names the host's pool of one device: the session's own
  * (the default pool, made at the first ask and kept for the life of the
- * process) or one cuMemPoolCreate made (created; freed by
- * cuMemPoolDestroy) (cuda_pool.c). */
+ * process) or one cuMemPoolCreate made or another process's this one
+ * imported (created; freed by cuMemPoolDestroy) (cuda_pool.c). */
 typedef struct vcu__pool_s {
     int dev;
     int created;
+    int imported;                   /* another process's (cuMemPoolImportFromShareableHandle) */
     uint64_t h;
 } vcu__pool_t;
 
@@ -367,6 +368,18 @@ vcu__graph_t *vcu__cap_to_find(int dev, uint64_t h);
 /* The device memory this process was given (cuda_ranges.c): a stream-
  * ordered copy or memset of a known range may go without waiting. */
 void vcu__dr_add(int dev, uint64_t base, uint64_t size);
+
+/* cuda_ipc.c: shareable handles.  Whether device dev offers POSIX
+ * descriptors by attr (said once per call, once the caller's flag); the
+ * calling thread's device, else 0; the program's descriptor for a host's
+ * handle (a sealed memfd holding it); a descriptor's handle back
+ * (CUDA_ERROR_INVALID_VALUE if it is no such memfd). */
+CUresult vcu__share_on(const char *call, CUdevice_attribute attr, int dev, int *once);
+int vcu__share_dev(void);
+CUresult vcu__share_fd(const struct vcu_cu_ipc_handle *h, int *out);
+CUresult vcu__share_read(void *osHandle, struct vcu_cu_ipc_handle *h);
+/* The program's ordinal of the VM's virtual one, or -1. */
+int vcu__prog_of(uint32_t vord);
 void vcu__dr_del(uint64_t base);
 void vcu__dr_forget_dev(int dev);
 int vcu__dr_known(int dev, uint64_t p, uint64_t n);

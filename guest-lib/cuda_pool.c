@@ -240,14 +240,30 @@ VCU__EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *p
     if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
     if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-        props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+        (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+         props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
         vcu__log_once(&logged, "libcuda (virtio-cuda): cuMemPoolCreate of host memory or with "
-                               "shareable handles is not supported\n");
+                               "shareable handles other than POSIX descriptors is not "
+                               "supported\n");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     e = vcu__check_dev(props->location.id);
     if (e != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_VALUE;
+    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+        static int once;
+        int v = 0;
+
+        e = cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
+                                 props->location.id);
+        if (e != CUDA_SUCCESS)
+            return e;
+        if (!(v & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+            vcu__log_once(&once, "libcuda (virtio-cuda): cuMemPoolCreate with POSIX descriptors "
+                                 "is not supported: this device offers no shareable handles\n");
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+    }
     memset(&r, 0, sizeof(r));
     r.alloc_type = (uint32_t)props->allocType;
     r.handle_types = (uint32_t)props->handleTypes;
@@ -451,4 +467,136 @@ VCU__EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 VCU__EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     return vcu__free_async(dptr, hStream, 1);
+}
+
+/* ---- shareable pools (docs/design.md, "CUDA IPC") ------------------------ */
+
+/* A POSIX descriptor of a pool this program made with that handle type:
+ * a sealed memfd naming the host driver's, kept by the host daemon. */
+VCU__EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                      CUmemAllocationHandleType handleType,
+                                                      unsigned long long flags)
+{
+    static int once, other;
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_ipc_handle_resp o;
+    vcu__pool_t *p;
+    CUresult e;
+
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+        vcu__log_once(&other, "libcuda (virtio-cuda): cuMemPoolExportToShareableHandle of a "
+                              "handle type other than POSIX descriptors is not supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    e = vcu__pool_arg(pool, &p);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (handle_out == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__share_on("cuMemPoolExportToShareableHandle",
+                      CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, p->dev, &once);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    r.value = p->h;
+    e = vcu__call(p->dev, VCU_OP_CU_MEMPOOL_EXPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__share_fd(&o.h, (int *)handle_out);
+}
+
+VCU__EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                        CUmemAllocationHandleType handleType,
+                                                        unsigned long long flags)
+{
+    static int once, other;
+    struct vcu_cu_ipc_open_req r;
+    struct vcu_cu_ipc_import_resp o;
+    vcu__pool_t *p;
+    CUresult e;
+    int dev, cur = vcu__share_dev();
+
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+        vcu__log_once(&other, "libcuda (virtio-cuda): cuMemPoolImportFromShareableHandle of a "
+                              "handle type other than POSIX descriptors is not supported\n");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (pool_out == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__share_on("cuMemPoolImportFromShareableHandle",
+                      CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, cur, &once);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    e = vcu__share_read(handle, &r.h);
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__call(cur, VCU_OP_CU_MEMPOOL_IMPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    dev = vcu__prog_of(o.dev);
+    p = calloc(1, sizeof(*p));
+    if (dev < 0 || p == NULL || vcu__reg_add(p, VCU__K_POOL) != 0) {
+        struct vcu_cu_u64_req d = { .value = o.value };
+
+        (void)vcu__call(cur, VCU_OP_CU_MEMPOOL_DESTROY, &d, sizeof(d), NULL, 0, NULL, 0);
+        free(p);
+        /* A pool of a device the VM gives this program no ordinal for. */
+        return dev < 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->dev = dev;
+    p->created = 1;
+    p->imported = 1;
+    p->h = o.value;
+    *pool_out = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+/* A block of a shareable pool: 64 bytes naming the host's record of the
+ * driver's export data (the program's CUmemPoolPtrExportData). */
+VCU__EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out,
+                                            CUdeviceptr ptr)
+{
+    struct vcu_cu_u64_req r;
+    struct vcu_cu_ipc_handle_resp o;
+    CUresult e = vcu__check_init();
+
+    _Static_assert(sizeof(shareData_out->reserved) == sizeof(o.h), "CUmemPoolPtrExportData");
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (shareData_out == NULL || ptr == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.value = ptr;
+    e = vcu__call(vcu__share_dev(), VCU_OP_CU_MEMPOOL_EXPORT_POINTER, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    memcpy(shareData_out->reserved, &o.h, sizeof(o.h));
+    return CUDA_SUCCESS;
+}
+
+VCU__EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+                                            CUmemPoolPtrExportData *shareData)
+{
+    struct vcu_cu_pool_ptr_req r;
+    struct vcu_cu_ipc_import_resp o;
+    vcu__pool_t *p;
+    CUresult e = vcu__pool_arg(pool, &p);
+
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (ptr_out == NULL || shareData == NULL || !p->imported)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&r, 0, sizeof(r));
+    r.pool = p->h;
+    memcpy(&r.h, shareData->reserved, sizeof(r.h));
+    e = vcu__call(p->dev, VCU_OP_CU_MEMPOOL_IMPORT_POINTER, &r, sizeof(r), NULL, 0, &o,
+                  sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *ptr_out = (CUdeviceptr)o.value;
+    vcu__dr_add(p->dev, o.value, o.size);
+    return CUDA_SUCCESS;
 }

@@ -9,10 +9,13 @@
  * are this program's ordinals, sent as the VM's virtual ones.  Nothing is
  * kept here: every call is the host's to judge.
  *
- * Shareable handles are refused: a POSIX file descriptor the host's
- * driver made is a descriptor of the host's worker, meaningless in the
- * guest and in any other guest process; fabric and Win32 handles the host
- * does not offer.
+ * Shareable handles: a POSIX file descriptor the host's driver made is a
+ * descriptor of the host's worker, meaningless in the guest.  The host
+ * hands it to its daemon's keep for the VM's other workers and answers
+ * 64 bytes that name it there (struct vcu_cu_ipc_handle, docs/design.md
+ * "CUDA IPC"); the program gets a sealed memfd holding them, which it
+ * passes to another process of the VM as it would the driver's
+ * descriptor.  Fabric and Win32 handles the host does not offer.
  */
 #include <string.h>
 
@@ -28,17 +31,6 @@ static CUresult vcu__vmm_dev(int dev, uint32_t *vord)
     if (e == CUDA_SUCCESS)
         *vord = vcu__drv.dev[dev].vord;
     return e;
-}
-
-/* The VM's virtual ordinal -> the program's, or -1. */
-static int vcu__vmm_prog(uint32_t vord)
-{
-    int i;
-
-    for (i = 0; i < vcu__drv.ndev; i++)
-        if (vcu__drv.dev[i].vord == vord)
-            return i;
-    return -1;
 }
 
 static void vcu__vmm_refuse_host(const char *call)
@@ -68,8 +60,7 @@ static CUresult vcu__vmm_prop(const char *call, const CUmemAllocationProp *prop,
         static int once;
 
         vcu__log_once(&once, "libcuda (virtio-cuda): %s: requested handle types 0x%x are not "
-                             "supported (only CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, which "
-                             "cannot be exported)\n",
+                             "supported (only CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)\n",
                       call, (unsigned int)prop->requestedHandleTypes);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
@@ -283,7 +274,7 @@ VCU__EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp 
     e = vcu__vmm_call(VCU_OP_CU_MEM_GET_PROPS, &r, &o);
     if (e != CUDA_SUCCESS)
         return e;
-    dev = vcu__vmm_prog(o.prop.loc_id);
+    dev = vcu__prog_of(o.prop.loc_id);
     if (dev < 0)
         return CUDA_ERROR_INVALID_VALUE;
     memset(prop, 0, sizeof(*prop));
@@ -339,8 +330,8 @@ static CUresult vcu__vmm_no_share(const char *call, int imp, CUmemAllocationHand
           : t == CU_MEM_HANDLE_TYPE_WIN32 ? 2 : t == CU_MEM_HANDLE_TYPE_FABRIC ? 3 : 4;
 
     vcu__log_once(&once[imp][k],
-                  "libcuda (virtio-cuda): %s with %s is not supported: shareable handles "
-                  "would be the host's (a POSIX descriptor of the host's process)\n",
+                  "libcuda (virtio-cuda): %s with %s is not supported (only "
+                  "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)\n",
                   call, vcu__vmm_htype(t));
     return CUDA_ERROR_NOT_SUPPORTED;
 }
@@ -350,17 +341,59 @@ VCU__EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle,
                                                   CUmemAllocationHandleType handleType,
                                                   unsigned long long flags)
 {
-    (void)shareableHandle;
-    (void)handle;
-    (void)flags;
-    return vcu__vmm_no_share("cuMemExportToShareableHandle", 0, handleType);
+    static int once;
+    struct vcu_cu_u64_req r = { .value = handle };
+    struct vcu_cu_ipc_handle_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return vcu__vmm_no_share("cuMemExportToShareableHandle", 0, handleType);
+    if (shareableHandle == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__share_on("cuMemExportToShareableHandle",
+                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, c->dev,
+                          &once);
+    if (e == CUDA_SUCCESS)
+        e = vcu__call(c->dev, VCU_OP_CU_MEM_EXPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o,
+                      sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    return vcu__share_fd(&o.h, (int *)shareableHandle);
 }
 
+/* The descriptor's 64 bytes, as cuMemExportToShareableHandle wrote them;
+ * anything else is not such a handle (the host judges what they name). */
 VCU__EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
                                                     void *osHandle,
                                                     CUmemAllocationHandleType shHandleType)
 {
-    (void)handle;
-    (void)osHandle;
-    return vcu__vmm_no_share("cuMemImportFromShareableHandle", 1, shHandleType);
+    static int once;
+    struct vcu_cu_ipc_open_req r;
+    struct vcu_cu_u64_resp o;
+    vcu__ctx_t *c;
+    CUresult e;
+
+    if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return vcu__vmm_no_share("cuMemImportFromShareableHandle", 1, shHandleType);
+    if (handle == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    e = vcu__cur(&c);
+    if (e == CUDA_SUCCESS)
+        e = vcu__share_on("cuMemImportFromShareableHandle",
+                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, c->dev,
+                          &once);
+    if (e != CUDA_SUCCESS)
+        return e;
+    memset(&r, 0, sizeof(r));
+    e = vcu__share_read(osHandle, &r.h);
+    if (e != CUDA_SUCCESS)
+        return e;
+    e = vcu__call(c->dev, VCU_OP_CU_MEM_IMPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    *handle = (CUmemGenericAllocationHandle)o.value;
+    return CUDA_SUCCESS;
 }

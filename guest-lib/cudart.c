@@ -231,9 +231,14 @@ int vcu__dev_attr(int dev, int attr)
         return d->pci_device;
     case cudaDevAttrPciDomainId:
         return d->pci_domain;
+    /* This runtime offers no IPC (cudart_unsupported.h: NVIDIA's runtime
+     * reaches it through libcuda.so.1), whatever the device does. */
+    case cudaDevAttrIpcEventSupport:
+    case cudaDevAttrMemoryPoolSupportedHandleTypes:
+        return 0;
     }
     /* Those the library answers itself (managed memory emulated in
-     * cudart_managed.c, IPC not offered): vcu__device_info. */
+     * cudart_managed.c): vcu__device_info. */
     if (vcu__dev_info(dev, &info) != cudaSuccess || attr < 0 ||
         (uint32_t)attr >= info->num_attrs || attr >= (int)VCU_CU_NUM_DEV_ATTRS)
         return 0;

@@ -80,8 +80,9 @@ void vcu__launch_buf_put(vcu__launch_req_t *buf)
  * programs take their other path: concurrent managed access, pageable
  * memory access, the guest CPU's atomics on device memory, a registered
  * pointer used as its device pointer (it differs outside loopback), and
- * shareable handles (docs/design.md, "CUDA IPC"; the host says whether
- * it offers interprocess events).
+ * shareable handles but POSIX descriptors of cuMemCreate's allocations
+ * and of pools (docs/design.md, "CUDA IPC"; the host says whether it
+ * offers those and interprocess events).
  */
 static const struct {
     uint32_t attr;
@@ -96,11 +97,9 @@ static const struct {
     { CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0 },
     { CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0 },
-    { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0 },
     { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 0 },
     { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 0 },
     { CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0 },
-    { CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, 0 },
 };
 
 int vcu__device_info(vcu_conn_t *conn, uint32_t vord, struct vcu_cu_device_info_resp *out)

@@ -327,7 +327,15 @@ struct vcu_resp_hdr {
     XX(CU_IPC_OPEN_MEM_HANDLE, 0x024a, vcu_cu_ipc_open_req, vcu_cu_u64_resp)             \
     XX(CU_IPC_CLOSE_MEM_HANDLE, 0x024b, vcu_cu_u64_req, vcu_cu_resp)                     \
     XX(CU_IPC_GET_EVENT_HANDLE, 0x024c, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)          \
-    XX(CU_IPC_OPEN_EVENT_HANDLE, 0x024d, vcu_cu_ipc_open_req, vcu_cu_u64_resp)
+    XX(CU_IPC_OPEN_EVENT_HANDLE, 0x024d, vcu_cu_ipc_open_req, vcu_cu_u64_resp)            \
+    /* shareable handles (POSIX file descriptors) of cuMemCreate's allocations  */       \
+    XX(CU_MEM_EXPORT_SHAREABLE, 0x024e, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)          \
+    XX(CU_MEM_IMPORT_SHAREABLE, 0x024f, vcu_cu_ipc_open_req, vcu_cu_u64_resp)            \
+    /* shareable memory pools and their blocks                                  */       \
+    XX(CU_MEMPOOL_EXPORT_SHAREABLE, 0x0250, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)      \
+    XX(CU_MEMPOOL_IMPORT_SHAREABLE, 0x0251, vcu_cu_ipc_open_req, vcu_cu_ipc_import_resp) \
+    XX(CU_MEMPOOL_EXPORT_POINTER, 0x0252, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)        \
+    XX(CU_MEMPOOL_IMPORT_POINTER, 0x0253, vcu_cu_pool_ptr_req, vcu_cu_ipc_import_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -947,16 +955,43 @@ struct vcu_cu_mem_range_resp {
  *   driver keeps it while any process holds it).  CU_IPC_CLOSE_MEM_HANDLE:
  *   value: that pointer.  CU_IPC_OPEN_EVENT_HANDLE: a handle, flags 0;
  *   reply: an event handle of the session.
+ *
+ * Shareable handles (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), kind
+ * VCU_CU_IPC_VMM: the driver's descriptor is given to the host daemon,
+ * which keeps it for the VM's other workers (host-backend/common/vcu_keep.h)
+ * under 128 random bits of its own; pid is 0.  The guest library hands its
+ * program a sealed memfd holding the 64 bytes.
+ * CU_MEM_EXPORT_SHAREABLE: value: an allocation handle (CU_MEM_CREATE's,
+ *   made with requestedHandleTypes POSIX_FILE_DESCRIPTOR).  Reply: the
+ *   handle, the same for every export of one allocation.
+ * CU_MEM_IMPORT_SHAREABLE: a handle, flags 0; reply: an allocation handle
+ *   of the session, charged to it as CU_MEM_CREATE's are.
+ * Pools made with handle_types POSIX_FILE_DESCRIPTOR (CU_MEMPOOL_CREATE):
+ * CU_MEMPOOL_EXPORT_SHAREABLE: value: the pool handle; reply: a handle of
+ *   kind VCU_CU_IPC_POOL, kept by the daemon as a VMM one.
+ * CU_MEMPOOL_IMPORT_SHAREABLE: a handle, flags 0; reply: value, a pool
+ *   handle of the session (no allocations of its own: blocks are
+ *   imported into it), and dev, the pool's device (a virtual ordinal).
+ * CU_MEMPOOL_EXPORT_POINTER: value: a block of such a pool of the
+ *   session's; reply: a handle of kind VCU_CU_IPC_POOL_PTR, a record in
+ *   the VM's IPC folder as CU_IPC_GET_MEM_HANDLE's (the guest's 64 bytes
+ *   of CUmemPoolPtrExportData).
+ * CU_MEMPOOL_IMPORT_POINTER: an imported pool and such a handle; reply:
+ *   value, the block's device pointer in this session, and size, its
+ *   bytes as charged to the session until it is freed (cuMemFreeAsync).
  */
 #define VCU_CU_IPC_MAGIC 0x63706963u        /* "cipc" */
 #define VCU_CU_IPC_MEM 1u
 #define VCU_CU_IPC_EVENT 2u
+#define VCU_CU_IPC_VMM 3u                   /* a shareable handle of cuMemCreate's */
+#define VCU_CU_IPC_POOL 4u                  /* a shareable handle of a memory pool */
+#define VCU_CU_IPC_POOL_PTR 5u              /* a pool's block (CUmemPoolPtrExportData) */
 #define VCU_CU_IPC_TOKEN 16u
 
 struct vcu_cu_ipc_handle {
     vcu_le32 magic;                 /* VCU_CU_IPC_MAGIC */
-    vcu_le32 kind;                  /* VCU_CU_IPC_MEM or _EVENT */
-    vcu_le32 pid;                   /* the exporting worker's, in its jail */
+    vcu_le32 kind;                  /* VCU_CU_IPC_MEM, _EVENT or _VMM */
+    vcu_le32 pid;                   /* the exporting worker's, in its jail; _VMM: 0 */
     vcu_le32 reserved;
     vcu_u8 token[VCU_CU_IPC_TOKEN];
     vcu_u8 reserved2[32];
@@ -972,6 +1007,20 @@ struct vcu_cu_ipc_open_req {
     struct vcu_cu_ipc_handle h;     /* IN */
     vcu_le32 flags;                 /* IN: CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS or 0 */
     vcu_le32 reserved;
+};
+
+struct vcu_cu_ipc_import_resp {
+    struct vcu_cu_resp r;
+    vcu_le64 value;                 /* OUT */
+    vcu_le64 size;                  /* OUT: IMPORT_POINTER */
+    vcu_le32 dev;                   /* OUT: IMPORT_SHAREABLE */
+    vcu_le32 reserved;
+};
+
+struct vcu_cu_pool_ptr_req {
+    struct vcu_cu_hdr hdr;
+    vcu_le64 pool;                  /* IN: an imported pool's handle */
+    struct vcu_cu_ipc_handle h;     /* IN */
 };
 
 struct vcu_cu_global_info_resp {
@@ -1001,8 +1050,10 @@ struct vcu_cu_attr_req {
  * with the CUmemPoolProps this carries; the reply's value is its handle,
  * for CU_MEM_ALLOC_ASYNC, the attribute requests, cuMemPoolTrimTo and
  * CU_MEMPOOL_DESTROY).  Pinned device memory only, shared with no other
- * process: another alloc_type, handle type or usage is
- * CUDA_ERROR_NOT_SUPPORTED.  Its blocks are charged to the VM's quota as
+ * process but through its shareable handle (handle_types
+ * POSIX_FILE_DESCRIPTOR, where the worker has the daemon's keep: below,
+ * CU_MEMPOOL_EXPORT_SHAREABLE): another alloc_type, handle type or usage
+ * is CUDA_ERROR_NOT_SUPPORTED.  Its blocks are charged to the VM's quota as
  * the session's own pool's are, and a session makes at most 32.
  * CU_MEMPOOL_DESTROY (value = the handle): the session's own pool of a
  * device is not the guest's to destroy (CUDA_ERROR_INVALID_VALUE).
@@ -1010,7 +1061,7 @@ struct vcu_cu_attr_req {
 struct vcu_cu_pool_create_req {
     struct vcu_cu_hdr hdr;
     vcu_le32 alloc_type;            /* CU_MEM_ALLOCATION_TYPE_PINNED */
-    vcu_le32 handle_types;          /* CU_MEM_HANDLE_TYPE_NONE */
+    vcu_le32 handle_types;          /* CU_MEM_HANDLE_TYPE_NONE or _POSIX_FILE_DESCRIPTOR */
     vcu_le64 max_size;              /* 0: the driver's default */
     vcu_le32 usage;                 /* 0 */
     vcu_le32 reserved;
@@ -1705,6 +1756,8 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_prop) == 24, "vcu_cu_mem_prop");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_access) == 16, "vcu_cu_mem_access");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_req) == 336, "vcu_cu_vmm_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_vmm_resp) == 48, "vcu_cu_vmm_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_ipc_import_resp) == 32, "vcu_cu_ipc_import_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_pool_ptr_req) == 80, "vcu_cu_pool_ptr_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_array_req) == 48, "vcu_cu_array_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mipmap_req) == 56, "vcu_cu_mipmap_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_memcpy3d_side) == 56, "vcu_cu_memcpy3d_side");

@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -644,7 +645,25 @@ static void vcu__dmn_shutdown(vcu_dmn_t *d)
     unlink(d->control_path);
 }
 
-#define VCU__DMN_MAXFD 4096
+#define VCU__DMN_MAXFD 32768
+
+/* The daemon's descriptor limit raised to its hard one: every worker's
+ * keep socket and every descriptor kept for the VMs (keep.c) is one of
+ * its own.  Half of what is left after its own needs may be kept. */
+static void vcu__dmn_nofile(vcu_dmn_t *d)
+{
+    struct rlimit rl;
+    rlim_t n = 1024;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0 || getrlimit(RLIMIT_NOFILE, &rl) == 0)
+            n = rl.rlim_cur;
+    }
+    if (n > (rlim_t)1 << 21)
+        n = (rlim_t)1 << 21;
+    d->keep_max = n > 2048 ? (uint32_t)((n - 1024) / 2) : 0;
+}
 
 /* The signals as a descriptor, the listening sockets, the line that says
  * how the daemon serves. */
@@ -677,10 +696,13 @@ static void vcu__dmn_listen_all(vcu_dmn_t *d)
 }
 
 /* The poll set: the signals, the listeners, every VM's link and probe,
- * every control or metrics connection; what[] says which kind each is
- * (0..6), who[] its VM or connection.  Returns how many. */
+ * every control or metrics connection, every worker's keep socket; what[]
+ * says which kind each is (0..7), who[] its VM or connection (a keep
+ * socket: its VM, since a session may be reaped, and freed, by an event
+ * before its own in one round).  Returns how many. */
 static nfds_t vcu__dmn_poll_set(vcu_dmn_t *d, struct pollfd *pfd, int *what, void **who)
 {
+    vcu_sess_t *s;
     vcu_vm_t *vm;
     vcu_op_t *op;
     nfds_t n = 0;
@@ -707,6 +729,9 @@ static nfds_t vcu__dmn_poll_set(vcu_dmn_t *d, struct pollfd *pfd, int *what, voi
             VCU__ADD(vm->fd, POLLIN | (vm->txq ? POLLOUT : 0), 4, vm);
         if (vm->probe_fd >= 0)
             VCU__ADD(vm->probe_fd, POLLIN, 5, vm);
+        for (s = vm->sessions; s != NULL; s = s->next)
+            if (s->keep_fd >= 0)
+                VCU__ADD(s->keep_fd, POLLIN, 7, vm);
     }
     for (op = d->ops; op != NULL; op = op->next)
         if (op->fd >= 0)
@@ -730,7 +755,7 @@ static void vcu__dmn_signals(vcu_dmn_t *d)
 }
 
 /* One ready descriptor of the poll set, of kind what, for who. */
-static void vcu__dmn_event(vcu_dmn_t *d, short revents, int what, void *who)
+static void vcu__dmn_event(vcu_dmn_t *d, short revents, int what, void *who, int fd)
 {
     vcu_vm_t *vm;
     vcu_op_t *op;
@@ -767,6 +792,9 @@ static void vcu__dmn_event(vcu_dmn_t *d, short revents, int what, void *who)
         else if (op->fd >= 0)
             vcu_op_input(d, op);
         break;
+    case 7:
+        vcu_keep_ready(who, fd);
+        break;
     }
 }
 
@@ -784,6 +812,7 @@ int main(int argc, char **argv)
     d->started_ns = vcu_dmn_now();
     d->jail.no_aslr = 1;            /* --worker-aslr off, the default */
     vcu__dmn_options(d, argc, argv);
+    vcu__dmn_nofile(d);
     vcu__dmn_share(d);
     /* The VMs' IPC folders, on /dev/shm's tmpfs: the driver's interprocess
      * events live there, and it fails to make one in a folder of a disk's
@@ -806,7 +835,7 @@ int main(int argc, char **argv)
         for (i = 0; rc > 0 && i < n; i++) {
             if (pfd[i].revents == 0)
                 continue;
-            vcu__dmn_event(d, pfd[i].revents, what[i], who[i]);
+            vcu__dmn_event(d, pfd[i].revents, what[i], who[i], pfd[i].fd);
         }
         /* A SIGCHLD may have come while the set was being built. */
         vcu__dmn_reap(d);

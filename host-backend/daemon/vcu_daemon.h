@@ -73,8 +73,19 @@ typedef struct vcu_sess_s {
     int acct_slot;                  /* in vm->acct; released once reaped */
     uint32_t party;                 /* its id in the share group */
     pid_t ns_pid;                   /* its pid in its jail (the names of its IPC files) */
+    int keep_fd;                    /* the daemon's end of its keep socket (keep.c); -1: none */
+    uint32_t nkept;                 /* descriptors it put in its VM's keep */
     bool killed;
 } vcu_sess_t;
+
+/* A descriptor in a VM's keep (vcu_keep.h): until its owner is reaped. */
+typedef struct vcu_kept_s {
+    uint8_t token[16];
+    uint64_t owner;                 /* the session that put it */
+    uint64_t size;
+    uint32_t kind, dev;
+    int fd;
+} vcu_kept_t;
 
 enum {
     VCU_VM_HELLO,                   /* connected, no HELLO yet */
@@ -102,6 +113,9 @@ struct vcu_vm_s {
      * events and the IPC handles' records (host-backend/worker/cuda_ipc.c),
      * which no other VM's worker can reach.  Removed with the VM. */
     char ipc_dir[4096];             /* "" : not made */
+    /* Its keep: shareable handles its workers exported (keep.c). */
+    vcu_kept_t *kept;
+    uint32_t nkept, kept_cap;
     /* Its slice, kept where its workers read it. */
     vcu_account_t *acct;            /* the memory account (vcu_account.h) */
     int policy_fd;
@@ -174,6 +188,7 @@ struct vcu_dmn_s {
     uint64_t next_vm_id;
     uint32_t next_party;
     pid_t next_ns_pid;              /* the next worker's pid in its jail */
+    uint32_t nkept, keep_max;       /* descriptors kept for all VMs, and the most */
     vcu_op_t *ops;
     /* The host's compute-share group: a memfd of the daemon's, mapped by
      * the workers of every VM in it. */
@@ -199,6 +214,12 @@ vcu_vm_t *vcu_vm_find(vcu_dmn_t *d, const char *key);
 int vcu_vm_set_slice(vcu_vm_t *vm, const uint64_t *mem_quota, const uint32_t *share,
                      const uint32_t *cap, char *err, size_t errlen);
 uint64_t vcu_vm_gpu_ns(const vcu_vm_t *vm);
+
+/* keep.c: a question on the keep socket fd of one of vm's workers (none
+ * if the worker is gone: fd is then no session's); dropping what a worker
+ * (s) or, s NULL, the whole VM put there */
+void vcu_keep_ready(vcu_vm_t *vm, int fd);
+void vcu_keep_drop(vcu_vm_t *vm, vcu_sess_t *s);
 
 /* report.c: the control socket and the metrics endpoint */
 void vcu_op_accept(vcu_dmn_t *d, int listen_fd, int kind);

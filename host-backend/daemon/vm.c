@@ -338,10 +338,11 @@ static void vcu__vm_spawn_args(vcu_vm_t *vm, vcu__argv_t *a, int slot)
 }
 
 /* The descriptors the worker gets, in order, into all; for a VM in the
- * share group the session's party and the group's area (9) too.  Returns
- * how many. */
+ * share group the session's party and the group's area (9) too, and its
+ * end of the keep socket when it has one.  Returns how many. */
 static int vcu__vm_spawn_fds(vcu_vm_t *vm, vcu_sess_t *s, vcu__argv_t *a,
-                             const int fds[VCU_LINK_SPAWN_FDS], int ro_pol, int all[8])
+                             const int fds[VCU_LINK_SPAWN_FDS], int ro_pol, int keep_theirs,
+                             int all[10])
 {
     vcu_dmn_t *d = vm->d;
     int i, nall = 0;
@@ -360,6 +361,11 @@ static int vcu__vm_spawn_fds(vcu_vm_t *vm, vcu_sess_t *s, vcu__argv_t *a,
         vcu__arg_u(a, "--share-vm", (unsigned)vm->sched.vm_slot);
         vcu__arg_u(a, "--share-party", s->party);
         all[nall++] = d->share_fd;
+    }
+    /* The keep (vcu_keep.h), with CUDA IPC: the VM's folder, not packed. */
+    if (s->keep_fd >= 0) {
+        vcu__arg_u(a, "--keep", (unsigned)(3 + nall));
+        all[nall++] = keep_theirs;
     }
     return nall;
 }
@@ -386,7 +392,8 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
     vcu_jail_cfg_t j;
     vcu_sess_t *s = NULL;
     char err[512];
-    int all[8], nall = 0, slot = -1, rc, pidfd = -1, i, ro_acct = -1, ro_pol = -1;
+    int all[10], nall = 0, slot = -1, rc, pidfd = -1, i, ro_acct = -1, ro_pol = -1;
+    int keep[2] = { -1, -1 };
     uint32_t status = VCU_S_ENOMEM;
     pid_t pid = -1;
 
@@ -412,13 +419,19 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto fail;
+    s->keep_fd = -1;
+    if (vm->ipc_dir[0] != '\0' && vm->sms == 0) {
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, keep) != 0)
+            goto fail;
+        s->keep_fd = keep[0];
+    }
     /* The account and the policy: the account writable (the worker charges
      * its own slot), the policy read-only (the daemon alone sets it). */
     ro_pol = vcu__vm_reopen_ro(vm->policy_fd);
     if (ro_pol < 0)
         goto fail;
     vcu__vm_spawn_args(vm, &a, slot);
-    nall = vcu__vm_spawn_fds(vm, s, &a, fds, ro_pol, all);
+    nall = vcu__vm_spawn_fds(vm, s, &a, fds, ro_pol, keep[1], all);
     vcu__vm_jail(vm, &j);
     j.ns_pid = d->next_ns_pid;
     d->next_ns_pid = d->next_ns_pid >= VCU_DMN_NS_PID_LAST ? VCU_DMN_NS_PID_FIRST
@@ -427,6 +440,9 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
                         STDERR_FILENO, &pid, &pidfd, err, sizeof(err));
     close(ro_pol);
     ro_pol = -1;
+    if (keep[1] >= 0)
+        close(keep[1]);
+    keep[1] = -1;
     if (rc != 0) {
         vcu_dmn_log("vm %llu (%s): cannot start a worker: %s", (unsigned long long)vm->id,
                     vm->name, err);
@@ -447,6 +463,9 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
 fail:
     if (ro_pol >= 0)
         close(ro_pol);
+    for (i = 0; i < 2; i++)
+        if (keep[i] >= 0)
+            close(keep[i]);
     if (slot >= 0)
         vcu__acct_release(vm->acct, slot);
     free(s);
@@ -1089,6 +1108,7 @@ void vcu_vm_reaped(vcu_dmn_t *d, pid_t pid, int status)
              * for it: its charges come back, its IPC files go. */
             vcu__acct_release(vm->acct, s->acct_slot);
             vcu__vm_ipc_clean(vm, s->ns_pid);
+            vcu_keep_drop(vm, s);
             if (s->party != 0)
                 vcu__sched_party_gone(&d->share, s->party, vcu__sched_now());
             *pp = s->next;
@@ -1125,6 +1145,7 @@ void vcu_vm_free_gone(vcu_dmn_t *d)
             vcu__sched_vm_release(&vm->sched, vcu__sched_now());
         vcu__acct_put(vm->acct);
         vcu__vm_ipc_clean(vm, -1);
+        vcu_keep_drop(vm, NULL);
         if (vm->policy != NULL)
             munmap(vm->policy, 4096);
         if (vm->policy_fd >= 0)

@@ -565,6 +565,7 @@ static void vcu__cfg_apply(vcu__cuda_t *cu, const vcu_backend_config_t *cfg)
     if (cfg != NULL && cfg->ipc_dir != NULL &&
         snprintf(cu->ipc_dir, sizeof(cu->ipc_dir), "%s", cfg->ipc_dir) >= (int)sizeof(cu->ipc_dir))
         cu->ipc_dir[0] = '\0';
+    cu->keep_fd = cfg != NULL && cfg->keep_fd > 0 ? cfg->keep_fd : -1;
     if (cu->ctx_bytes > VCU__ACCT_MAX)
         cu->ctx_bytes = VCU__ACCT_MAX;
     for (i = 0; i < cu->ndev; i++) {
@@ -749,6 +750,8 @@ void vcu__cuda_fini(vcu__cuda_t *cu)
      * created again reuses the loaded library. */
     if (cu->capture)
         vcu__cap_stop();
+    if (cu->keep_fd >= 0)
+        close(cu->keep_fd);
     pthread_mutex_destroy(&cu->mu);
     free(cu);
 }

@@ -63,6 +63,13 @@ uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o)
     /* Interprocess events need the VM's IPC folder (cuda_ipc.c). */
     if (cu->ipc_dir[0] == '\0' && CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED < n)
         r->attrs[CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED] = 0;
+    /* Shareable handles travel through the daemon's keep (cuda_vmm.c,
+     * cuda_mem.c): POSIX descriptors alone. */
+    if (cu->keep_fd < 0 && CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED < n)
+        r->attrs[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] = 0;
+    if (CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES < n)
+        r->attrs[CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] &=
+            cu->keep_fd >= 0 ? (uint32_t)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0u;
     return VCU_S_OK;
 }
 

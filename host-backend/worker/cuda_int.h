@@ -88,6 +88,7 @@ struct vcu__cuda_s {
     int graphs;                             /* launch runs as graphs (VCU_LAUNCH_GRAPHS) */
     /* The VM's IPC folder (vcu_backend_config_t.ipc_dir); "": no IPC. */
     char ipc_dir[256];
+    int keep_fd;                            /* the daemon's keep (keep.c); -1: none */
 
     pthread_mutex_t mu;                     /* protects ram_ctx, ram, pctx, wrefs */
     CUcontext ram_ctx;                      /* backend-wide, for cuMemHostRegister */
@@ -238,6 +239,11 @@ typedef struct vcu__vmm_alloc_s {
     uint64_t size;
     uint64_t charge;                        /* of the VM's quota, on dev */
     struct vcu_cu_mem_prop prop;            /* as created (virtual ordinal) */
+    /* Exported (CU_MEM_EXPORT_SHAREABLE): the daemon keeps the driver's
+     * descriptor, and with it the memory, until this process ends; so
+     * the record and its charge stay until the session's end. */
+    bool exported;
+    uint8_t token[16];                      /* the keep's name of it */
     struct vcu__vmm_alloc_s *next;          /* the session's list */
     struct vcu__vmm_alloc_s **pprev;
 } vcu__vmm_alloc_t;
@@ -274,6 +280,13 @@ typedef struct {
     CUmemoryPool pool;
     uint32_t dev;
     bool gone;
+    bool share;                             /* made with POSIX descriptors */
+    bool imported;                          /* another process's (no blocks of its own) */
+    /* Exported: the daemon's keep holds the driver's descriptor, and with
+     * it the pool, until this process ends; so its charge stays as long,
+     * destroyed or not (vcu__pool_settle_slot). */
+    bool exported;
+    uint8_t token[16];                      /* the keep's name of it */
     uint64_t live, charge;
 } vcu__pool_t;
 
@@ -562,6 +575,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_texobj_resp texobj;
     struct vcu_cu_graph_inst_resp ginst;
     struct vcu_cu_ipc_handle_resp ipc;
+    struct vcu_cu_ipc_import_resp ipcimp;
 } vcu__resp_t;
 
 /* One request being executed. */
@@ -674,6 +688,13 @@ uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER_AT(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_DESTROY(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMPOOL_EXPORT_SHAREABLE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMPOOL_IMPORT_SHAREABLE(vcu__op_t *o);
+/* The slot of a pool of the session's, or VCU__POOL_SLOTS. */
+uint32_t vcu__pool_slot(const vcu__cuda_sess_t *cs, CUmemoryPool pool);
+/* Tracks allocation p of device d (flags VCU__ALLOC_*, charged ch): 0, or
+ * -1 with p freed and CUDA_ERROR_OUT_OF_MEMORY. */
+int vcu__track_dev(vcu__op_t *o, CUdeviceptr p, uint32_t d, uint32_t flags, uint64_t ch);
 
 /* cuda_mem.c: a 2D or 3D copy's host side (see its comment) */
 int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,
@@ -708,6 +729,8 @@ uint32_t vcu__op_CU_MEM_GET_ACCESS(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GRANULARITY(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GET_PROPS(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_RETAIN(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_EXPORT_SHAREABLE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEM_IMPORT_SHAREABLE(vcu__op_t *o);
 void vcu__vmm_free(vcu__cuda_sess_t *cs);
 
 /* cuda_ipc.c */
@@ -716,10 +739,24 @@ uint32_t vcu__op_CU_IPC_OPEN_MEM_HANDLE(vcu__op_t *o);
 uint32_t vcu__op_CU_IPC_CLOSE_MEM_HANDLE(vcu__op_t *o);
 uint32_t vcu__op_CU_IPC_GET_EVENT_HANDLE(vcu__op_t *o);
 uint32_t vcu__op_CU_IPC_OPEN_EVENT_HANDLE(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMPOOL_EXPORT_POINTER(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMPOOL_IMPORT_POINTER(vcu__op_t *o);
+/* Whether a shareable handle (kind VCU_CU_IPC_VMM or _POOL) is one as
+ * the host writes them: the daemon's keep judges its name. */
+bool vcu__share_handle_ok(const struct vcu_cu_ipc_open_req *rq, uint32_t kind);
 /* The object key (memory's base, an event's handle) of kind is gone. */
 void vcu__ipc_gone(vcu__cuda_sess_t *cs, uint32_t kind, uint64_t key);
 /* Closes what the session opened and removes its records. */
 void vcu__ipc_sess_end(vcu__cuda_sess_t *cs);
+
+/* keep.c: a shareable handle's descriptor handed to the daemon's keep
+ * (its token into token; fd stays the caller's), or one of the VM's
+ * taken from it (*fd the caller's to close).  VCU_S_OK, VCU_S_ENOTSUP
+ * (no keep), or the daemon's refusal. */
+int vcu__keep_put(vcu__cuda_t *cu, uint32_t kind, uint32_t dev, uint64_t size, int fd,
+                  uint8_t token[16]);
+int vcu__keep_get(vcu__cuda_t *cu, uint32_t kind, const uint8_t token[16], uint32_t *dev,
+                  uint64_t *size, int *fd);
 
 /* cuda_module.c */
 CUresult vcu__mod_put(vcu__cuda_sess_t *cs, vcu__mod_t *m);

@@ -225,6 +225,15 @@ static int vcu__ipc_lookup(vcu__op_t *o, const struct vcu_cu_ipc_open_req *rq, u
     return 0;
 }
 
+bool vcu__share_handle_ok(const struct vcu_cu_ipc_open_req *rq, uint32_t kind)
+{
+    static const uint8_t zero[sizeof(rq->h.reserved2)];
+
+    return rq->h.magic == VCU_CU_IPC_MAGIC && rq->h.kind == kind && rq->h.pid == 0 &&
+           rq->h.reserved == 0 && memcmp(rq->h.reserved2, zero, sizeof(zero)) == 0 &&
+           rq->flags == 0 && rq->reserved == 0;
+}
+
 /* IPC needs the VM's folder (a worker of the daemon). */
 static int vcu__ipc_on(vcu__op_t *o)
 {
@@ -401,6 +410,88 @@ uint32_t vcu__op_CU_IPC_OPEN_EVENT_HANDLE(vcu__op_t *o)
 
 /* The session ends: what it opened is closed (its context still current
  * on each device: before the contexts go), its records removed. */
+/*
+ * A block of a shareable pool of the session's (CU_MEMPOOL_CREATE with
+ * the POSIX handle type): the driver's export data into a record of the
+ * VM's folder, as a memory handle's, with the block's charge as its size.
+ */
+uint32_t vcu__op_CU_MEMPOOL_EXPORT_POINTER(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    CUmemPoolPtrExportData dd;
+    vcu__cuda_sess_t *cs = o->cs;
+    uint64_t v = 0;
+    uint32_t slot;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (vcu__ipc_on(o) != 0)
+        return VCU_S_OK;
+    if (!vcu__pset_find(&cs->allocs, rq.value, &v) || !(v & VCU__ALLOC_ASYNC) ||
+        (slot = VCU__ALLOC_POOL(v)) >= VCU__POOL_SLOTS || !cs->pools[slot].share) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    memset(&dd, 0, sizeof(dd));
+    o->res = VCU__CU(o->cu, cuMemPoolExportPointer, &dd, (CUdeviceptr)rq.value);
+    if (o->res == CUDA_SUCCESS)
+        vcu__ipc_export(o, VCU_CU_IPC_POOL_PTR, rq.value, VCU__ALLOC_CHARGE(v), dd.reserved);
+    return VCU_S_OK;
+}
+
+/*
+ * A block another process of the VM exported, into a pool this session
+ * imported: charged to the session at the record's size before the
+ * driver maps it, and tracked as its own memory, whose free gives the
+ * charge back.
+ */
+uint32_t vcu__op_CU_MEMPOOL_IMPORT_POINTER(vcu__op_t *o)
+{
+    struct vcu_cu_pool_ptr_req rq;
+    struct vcu_cu_ipc_open_req oq;
+    struct vcu__ipc_rec rec;
+    CUmemPoolPtrExportData dd;
+    vcu__cuda_sess_t *cs = o->cs;
+    CUdeviceptr p = 0;
+    uint32_t slot, d;
+    uint64_t ch;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    if (vcu__ipc_on(o) != 0)
+        return VCU_S_OK;
+    VCU__GET(o, e, rq.pool, VCU__H_POOL);
+    slot = vcu__pool_slot(cs, e->u.pool);
+    if (slot >= VCU__POOL_SLOTS || !cs->pools[slot].imported) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    memset(&oq, 0, sizeof(oq));
+    oq.h = rq.h;
+    if (vcu__ipc_lookup(o, &oq, VCU_CU_IPC_POOL_PTR, &rec) != 0)
+        return VCU_S_OK;
+    d = cs->pools[slot].dev;
+    ch = vcu__grain(rec.size);
+    if (ch == 0 || ch > VCU__ACCT_MAX) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    if (vcu__charge(cs, d, ch) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    _Static_assert(sizeof(dd.reserved) == sizeof(rec.handle), "CUmemPoolPtrExportData");
+    memcpy(dd.reserved, rec.handle, sizeof(dd.reserved));
+    o->res = VCU__CU(o->cu, cuMemPoolImportPointer, &p, e->u.pool, &dd);
+    if (o->res != CUDA_SUCCESS || vcu__track_dev(o, p, d, 0, ch) != 0) {
+        vcu__uncharge(cs, d, ch);
+        return VCU_S_OK;
+    }
+    o->rb.ipcimp.value = p;
+    o->rb.ipcimp.size = rec.size;
+    return VCU_S_OK;
+}
+
 void vcu__ipc_sess_end(vcu__cuda_sess_t *cs)
 {
     uint32_t i;

@@ -9,7 +9,7 @@
 
 /* Records p, charged ch bytes; on failure frees it (the caller gives
  * the charge back). */
-static int vcu__track_dev(vcu__op_t *o, CUdeviceptr p, uint32_t d, uint32_t flags, uint64_t ch)
+int vcu__track_dev(vcu__op_t *o, CUdeviceptr p, uint32_t d, uint32_t flags, uint64_t ch)
 {
     uint64_t v = d | flags | ((ch / VCU__ACCT_GRAIN) << VCU__ALLOC_SHIFT);
 
@@ -84,6 +84,7 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
         vcu__pset_del(&o->cs->allocs, rq.value);
         vcu__mig_freed(o->cs, rq.value);
         vcu__ipc_gone(o->cs, VCU_CU_IPC_MEM, rq.value);
+        vcu__ipc_gone(o->cs, VCU_CU_IPC_POOL_PTR, rq.value);
         if (v & VCU__ALLOC_ASYNC) {
             vcu__pool_block_freed(o->cs, v);
         } else {
@@ -454,6 +455,7 @@ uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
     if (o->res == CUDA_SUCCESS) {
         vcu__pset_del(&o->cs->allocs, rq.dst);
         vcu__mig_freed(o->cs, rq.dst);
+        vcu__ipc_gone(o->cs, VCU_CU_IPC_POOL_PTR, rq.dst);
         /* Pool memory stays charged while the pool keeps it reserved. */
         if (v & VCU__ALLOC_ASYNC) {
             vcu__pool_block_freed(o->cs, v);
@@ -493,8 +495,7 @@ static CUresult vcu__sess_pool(vcu__cuda_sess_t *cs, uint32_t d, CUmemoryPool *o
     return CUDA_SUCCESS;
 }
 
-/* The slot of a pool of the session's, or VCU__POOL_SLOTS. */
-static uint32_t vcu__pool_slot(const vcu__cuda_sess_t *cs, CUmemoryPool pool)
+uint32_t vcu__pool_slot(const vcu__cuda_sess_t *cs, CUmemoryPool pool)
 {
     uint32_t i;
 
@@ -626,6 +627,11 @@ uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o)
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
+    /* Another process's pool: its blocks are imported, not made here. */
+    if (cs->pools[slot].imported) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
     pl = &cs->pools[slot];
     if (vcu__pool_charge_before(o, pool, pl, ch) != 0)
         return VCU_S_OK;
@@ -667,8 +673,20 @@ uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* A free slot for a pool the guest makes or imports, or VCU__POOL_SLOTS. */
+static uint32_t vcu__pool_free_slot(const vcu__cuda_sess_t *cs)
+{
+    uint32_t slot;
+
+    for (slot = VCU_CU_MAX_DEVICES; slot < VCU__POOL_SLOTS; slot++)
+        if (cs->pools[slot].pool == NULL && !cs->pools[slot].gone)
+            break;
+    return slot;
+}
+
 /* A pool the guest makes: in a free slot of the session's, pinned memory
- * of the header's device, shared with nobody (vcu_proto.h). */
+ * of the header's device, shared with nobody but through its shareable
+ * handle (vcu_proto.h). */
 uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o)
 {
     struct vcu_cu_pool_create_req rq;
@@ -685,21 +703,20 @@ uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o)
         o->res = CUDA_ERROR_INVALID_VALUE;
         return VCU_S_OK;
     }
-    if (rq.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        rq.handle_types != CU_MEM_HANDLE_TYPE_NONE || rq.usage != 0) {
+    if (rq.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED || rq.usage != 0 ||
+        (rq.handle_types != CU_MEM_HANDLE_TYPE_NONE &&
+         (rq.handle_types != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || o->cu->keep_fd < 0))) {
         o->res = CUDA_ERROR_NOT_SUPPORTED;
         return VCU_S_OK;
     }
-    for (slot = VCU_CU_MAX_DEVICES; slot < VCU__POOL_SLOTS; slot++)
-        if (cs->pools[slot].pool == NULL && !cs->pools[slot].gone)
-            break;
+    slot = vcu__pool_free_slot(cs);
     if (slot == VCU__POOL_SLOTS) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;
         return VCU_S_OK;
     }
     memset(&props, 0, sizeof(props));
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.handleTypes = (CUmemAllocationHandleType)rq.handle_types;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     props.location.id = o->cu->host_ordinal[d];
     props.maxSize = (size_t)rq.max_size;
@@ -715,6 +732,7 @@ uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o)
     memset(&cs->pools[slot], 0, sizeof(cs->pools[slot]));
     cs->pools[slot].pool = pool;
     cs->pools[slot].dev = d;
+    cs->pools[slot].share = rq.handle_types != CU_MEM_HANDLE_TYPE_NONE;
     o->rb.u64.value = h;
     return VCU_S_OK;
 }
@@ -744,6 +762,109 @@ uint32_t vcu__op_CU_MEMPOOL_DESTROY(vcu__op_t *o)
     cs->pools[slot].pool = NULL;
     cs->pools[slot].gone = true;
     vcu__pool_settle_slot(cs, slot);
+    return VCU_S_OK;
+}
+
+/*
+ * A pool's shareable handle, as a cuMemCreate allocation's (cuda_vmm.c):
+ * the driver's descriptor to the daemon's keep, the guest the name it
+ * keeps it under, the same for every export.  Only a pool the guest made
+ * with the POSIX handle type.
+ */
+uint32_t vcu__op_CU_MEMPOOL_EXPORT_SHAREABLE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    struct vcu_cu_ipc_handle *out = &o->rb.ipc.h;
+    vcu__cuda_sess_t *cs = o->cs;
+    vcu__pool_t *pl;
+    uint32_t slot;
+    int fd = -1, st;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.value, VCU__H_POOL);
+    slot = vcu__pool_slot(cs, e->u.pool);
+    if (slot < VCU_CU_MAX_DEVICES || slot >= VCU__POOL_SLOTS || !cs->pools[slot].share) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    pl = &cs->pools[slot];
+    if (!pl->exported) {
+        o->res = VCU__CU(o->cu, cuMemPoolExportToShareableHandle, &fd, pl->pool,
+                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
+        st = vcu__keep_put(o->cu, VCU_CU_IPC_POOL, pl->dev, 0, fd, pl->token);
+        close(fd);
+        if (st != VCU_S_OK) {
+            o->res = st == VCU_S_EBUSY ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+            return VCU_S_OK;
+        }
+        pl->exported = true;
+    }
+    out->magic = VCU_CU_IPC_MAGIC;
+    out->kind = VCU_CU_IPC_POOL;
+    memcpy(out->token, pl->token, sizeof(out->token));
+    return VCU_S_OK;
+}
+
+/*
+ * A pool a worker of this VM exported, from the daemon's keep, as a pool
+ * of this session: blocks of it are imported (CU_MEMPOOL_IMPORT_POINTER),
+ * never allocated here, and charged as they are imported.
+ */
+uint32_t vcu__op_CU_MEMPOOL_IMPORT_SHAREABLE(vcu__op_t *o)
+{
+    struct vcu_cu_ipc_open_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
+    CUmemoryPool pool = NULL;
+    uint64_t size = 0, h;
+    uint32_t dev = 0, slot;
+    vcu__hent_t *e;
+    int fd = -1, st;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (!vcu__share_handle_ok(&rq, VCU_CU_IPC_POOL)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    if (o->cu->keep_fd < 0) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    slot = vcu__pool_free_slot(cs);
+    if (slot == VCU__POOL_SLOTS) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return VCU_S_OK;
+    }
+    st = vcu__keep_get(o->cu, VCU_CU_IPC_POOL, rq.h.token, &dev, &size, &fd);
+    if (st != VCU_S_OK) {
+        o->res = st == VCU_S_EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+        return VCU_S_OK;
+    }
+    if (dev >= o->cu->ndev) {
+        close(fd);
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    o->res = VCU__CU(o->cu, cuMemPoolImportFromShareableHandle, &pool, (void *)(uintptr_t)fd,
+                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    close(fd);
+    if (o->res != CUDA_SUCCESS)
+        return VCU_S_OK;
+    e = vcu__new(o, VCU__H_POOL, &h);
+    if (e == NULL) {
+        VCU__CU(o->cu, cuMemPoolDestroy, pool);
+        return VCU_S_OK;
+    }
+    e->u.pool = pool;
+    memset(&cs->pools[slot], 0, sizeof(cs->pools[slot]));
+    cs->pools[slot].pool = pool;
+    cs->pools[slot].dev = dev;
+    cs->pools[slot].imported = true;
+    o->rb.ipcimp.value = h;
+    o->rb.ipcimp.dev = dev;
     return VCU_S_OK;
 }
 

@@ -230,6 +230,48 @@ static void vcu__vmm_alloc_drop(vcu__cuda_sess_t *cs, vcu__vmm_alloc_t *a)
 }
 
 /*
+ * The record of the driver's allocation h, charged ch on prop's device
+ * already: its session handle is the reply's value.  Without room for it
+ * the allocation and its charge go back (CUDA_ERROR_OUT_OF_MEMORY).
+ */
+static void vcu__vmm_alloc_new(vcu__op_t *o, CUmemGenericAllocationHandle h, uint64_t size,
+                               uint64_t ch, const struct vcu_cu_mem_prop *prop)
+{
+    vcu__cuda_sess_t *cs = o->cs;
+    vcu__vmm_alloc_t *a = NULL;
+    vcu__hent_t *e;
+    uint64_t gh;
+
+    if (vcu__mem_take(cs, sizeof(*a)) == 0 && (a = calloc(1, sizeof(*a))) == NULL)
+        vcu__mem_give(cs, sizeof(*a));
+    e = a != NULL ? vcu__new(o, VCU__H_VMM, &gh) : NULL;
+    if (e == NULL) {
+        if (a != NULL) {
+            free(a);
+            vcu__mem_give(cs, sizeof(*a));
+        }
+        VCU__CU(o->cu, cuMemRelease, h);
+        vcu__uncharge(cs, prop->loc_id, ch);
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        return;
+    }
+    a->h = h;
+    a->gh = gh;
+    a->dev = prop->loc_id;
+    a->grefs = 1;
+    a->size = size;
+    a->charge = ch;
+    a->prop = *prop;
+    a->next = cs->vmm.allocs;
+    if (a->next != NULL)
+        a->next->pprev = &a->next;
+    a->pprev = &cs->vmm.allocs;
+    cs->vmm.allocs = a;
+    e->u.vmm = a;
+    o->rb.vmm.value = gh;
+}
+
+/*
  * Charged before the driver is asked, as cuMemAlloc: past the VM's quota
  * the guest gets CUDA_ERROR_OUT_OF_MEMORY and nothing else changes.  The
  * header's device must be the location's.
@@ -240,10 +282,8 @@ uint32_t vcu__op_CU_MEM_CREATE(vcu__op_t *o)
     CUmemAllocationProp prop;
     CUmemGenericAllocationHandle h = 0;
     vcu__cuda_sess_t *cs = o->cs;
-    vcu__vmm_alloc_t *a;
-    vcu__hent_t *e;
     uint32_t d = vcu__dev_of(o);
-    uint64_t ch, gh;
+    uint64_t ch;
 
     memcpy(&rq, o->p, sizeof(rq));
     if (vcu__vmm_prop(o, &rq.prop, &prop) != 0)
@@ -263,34 +303,7 @@ uint32_t vcu__op_CU_MEM_CREATE(vcu__op_t *o)
         vcu__uncharge(cs, d, ch);
         return VCU_S_OK;
     }
-    a = NULL;
-    if (vcu__mem_take(cs, sizeof(*a)) == 0 && (a = calloc(1, sizeof(*a))) == NULL)
-        vcu__mem_give(cs, sizeof(*a));
-    e = a != NULL ? vcu__new(o, VCU__H_VMM, &gh) : NULL;
-    if (e == NULL) {
-        if (a != NULL) {
-            free(a);
-            vcu__mem_give(cs, sizeof(*a));
-        }
-        VCU__CU(o->cu, cuMemRelease, h);
-        vcu__uncharge(cs, d, ch);
-        o->res = CUDA_ERROR_OUT_OF_MEMORY;
-        return VCU_S_OK;
-    }
-    a->h = h;
-    a->gh = gh;
-    a->dev = d;
-    a->grefs = 1;
-    a->size = rq.size;
-    a->charge = ch;
-    a->prop = rq.prop;
-    a->next = cs->vmm.allocs;
-    if (a->next != NULL)
-        a->next->pprev = &a->next;
-    a->pprev = &cs->vmm.allocs;
-    cs->vmm.allocs = a;
-    e->u.vmm = a;
-    o->rb.vmm.value = gh;
+    vcu__vmm_alloc_new(o, h, rq.size, ch, &rq.prop);
     return VCU_S_OK;
 }
 
@@ -315,7 +328,7 @@ uint32_t vcu__op_CU_MEM_RELEASE(vcu__op_t *o)
     if (o->res != CUDA_SUCCESS)
         return VCU_S_OK;
     a->grefs = 0;
-    if (a->nmaps == 0)
+    if (a->nmaps == 0 && !a->exported)
         vcu__vmm_alloc_drop(o->cs, a);
     return VCU_S_OK;
 }
@@ -557,6 +570,113 @@ uint32_t vcu__op_CU_MEM_RETAIN(vcu__op_t *o)
     }
     a->grefs++;
     o->rb.vmm.value = a->gh;
+    return VCU_S_OK;
+}
+
+/* --- shareable handles (docs/design.md, "CUDA IPC") --- */
+
+/*
+ * The driver's descriptor goes to the daemon's keep (worker keep.c), which
+ * names it by 128 random bits of its own for this VM's workers alone; the
+ * guest gets those.  One allocation is exported once: later exports
+ * answer the same name.  Kept until this process ends, so the allocation
+ * stays charged to the session until then (vcu__vmm_alloc_t.exported).
+ */
+uint32_t vcu__op_CU_MEM_EXPORT_SHAREABLE(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    struct vcu_cu_ipc_handle *out = &o->rb.ipc.h;
+    vcu__vmm_alloc_t *a;
+    int fd = -1, st;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    a = vcu__vmm_get(o, rq.value);
+    if (a == NULL)
+        return VCU_S_OK;
+    if (o->cu->keep_fd < 0 && !a->exported) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    if (!(a->prop.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;      /* the driver's answer too */
+        return VCU_S_OK;
+    }
+    if (!a->exported) {
+        VCU__ENTER(o);
+        o->res = VCU__CU(o->cu, cuMemExportToShareableHandle, &fd, a->h,
+                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (o->res != CUDA_SUCCESS)
+            return VCU_S_OK;
+        st = vcu__keep_put(o->cu, VCU_CU_IPC_VMM, a->dev, a->size, fd, a->token);
+        close(fd);
+        if (st != VCU_S_OK) {
+            o->res = st == VCU_S_EBUSY ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+            return VCU_S_OK;
+        }
+        a->exported = true;
+    }
+    out->magic = VCU_CU_IPC_MAGIC;
+    out->kind = VCU_CU_IPC_VMM;
+    memcpy(out->token, a->token, sizeof(out->token));
+    o->res = CUDA_SUCCESS;
+    return VCU_S_OK;
+}
+
+/*
+ * The descriptor a worker of this VM exported, from the daemon's keep (a
+ * name from another VM's, or one never given, is none there), imported as
+ * an allocation of this session: charged to it as cuMemCreate's are,
+ * before the driver is asked.
+ */
+uint32_t vcu__op_CU_MEM_IMPORT_SHAREABLE(vcu__op_t *o)
+{
+    struct vcu_cu_ipc_open_req rq;
+    struct vcu_cu_mem_prop prop;
+    CUmemGenericAllocationHandle h = 0;
+    vcu__cuda_sess_t *cs = o->cs;
+    uint64_t size = 0, ch;
+    uint32_t dev = 0;
+    int fd = -1, st;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (!vcu__share_handle_ok(&rq, VCU_CU_IPC_VMM)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    if (o->cu->keep_fd < 0) {
+        o->res = CUDA_ERROR_NOT_SUPPORTED;
+        return VCU_S_OK;
+    }
+    st = vcu__keep_get(o->cu, VCU_CU_IPC_VMM, rq.h.token, &dev, &size, &fd);
+    if (st != VCU_S_OK) {
+        o->res = st == VCU_S_EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+        return VCU_S_OK;
+    }
+    ch = vcu__grain(size);
+    if (dev >= o->cu->ndev || size == 0 || ch > VCU__ACCT_MAX) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (vcu__enter(o) != 0)
+        goto out;
+    if (vcu__charge(cs, dev, ch) != 0) {
+        o->res = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    o->res = VCU__CU(o->cu, cuMemImportFromShareableHandle, &h, (void *)(uintptr_t)fd,
+                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (o->res != CUDA_SUCCESS) {
+        vcu__uncharge(cs, dev, ch);
+        goto out;
+    }
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.loc_type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.loc_id = dev;
+    prop.handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    vcu__vmm_alloc_new(o, h, size, ch, &prop);
+out:
+    close(fd);
     return VCU_S_OK;
 }
 

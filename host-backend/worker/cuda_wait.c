@@ -372,7 +372,7 @@ void vcu__pool_settle_slot(vcu__cuda_sess_t *cs, uint32_t slot)
     uint64_t want = pl->live;
 
     if (pl->gone) {
-        if (pl->live != 0)
+        if (pl->live != 0 || pl->exported)
             return;
         want = 0;
     } else if (pl->pool != NULL &&

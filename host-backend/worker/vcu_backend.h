@@ -133,6 +133,14 @@ typedef struct vcu_backend_config_s {
      * NULL: CUDA IPC is not offered (CUDA_ERROR_NOT_SUPPORTED).
      */
     const char *ipc_dir;
+    /*
+     * The daemon's keep (host-backend/common/vcu_keep.h): a socket on
+     * which the worker hands over shareable handles for the VM's other
+     * workers.  Taken by the backend (closed by it).  0: none, and
+     * shareable handles are not offered (a worker's descriptor 0 is
+     * never it).
+     */
+    int keep_fd;
 } vcu_backend_config_t;
 
 /*

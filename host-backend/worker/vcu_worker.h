@@ -17,6 +17,7 @@ typedef struct vcu__opts_s {
     int fd;                         /* the session's socket */
     int shm_fd, wake_req, wake_resp;
     int acct_fd, policy_fd, share_fd;
+    int keep_fd;                    /* --keep: the daemon's keep (vcu_keep.h) */
     int seccomp;                    /* VCU_SECCOMP_* */
     uint64_t spin_ns;
     const char *aslot, *share_vm, *share_party, *mps_pipe;

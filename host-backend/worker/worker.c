@@ -732,6 +732,7 @@ static void vcu__start_backend(vcu_backend_config_t *cfg, const vcu__opts_t *o)
     cfg->probe = o->probe;
     cfg->pump = vcu__pump;
     vcu__map_account(cfg, o->acct_fd, o->aslot, o->policy_fd);
+    cfg->keep_fd = o->keep_fd > 0 ? o->keep_fd : 0;
     if (!o->probe)
         vcu__map_share(cfg, o->share_fd, o->share_vm, o->share_party);
     if (vcu_backend_new(cfg, &vcu__w.be) != 0)
@@ -750,7 +751,7 @@ int main(int argc, char **argv)
     vcu_backend_config_t cfg;
     vcu__opts_t o = {
         .fd = -1, .shm_fd = -1, .wake_req = -1, .wake_resp = -1, .acct_fd = -1, .policy_fd = -1,
-        .share_fd = -1, .seccomp = VCU_SECCOMP_ON,
+        .share_fd = -1, .keep_fd = -1, .seccomp = VCU_SECCOMP_ON,
     };
     pthread_t watch;
 

@@ -90,7 +90,7 @@ void vcu__usage(void)
                     "                  [--share FD --share-vm N --share-party ID]\n"
                     "                  [--sms N --mps-pipe DIR] [--seccomp on|log|off] "
                     "[--probe]\n"
-                    "                  [--ctx-bytes N] [--ipc-dir DIR] [--jail-parent]\n"
+                    "                  [--ctx-bytes N] [--ipc-dir DIR] [--keep FD] [--jail-parent]\n"
                     "Started by vcu-daemon, one per guest session, in a jail.\n");
     exit(2);
 }
@@ -124,6 +124,8 @@ static bool vcu__opt_fd(vcu__opts_t *o, const char *a, const char *v)
         o->policy_fd = vcu__fd_arg(v);
     else if (strcmp(a, "--share") == 0)
         o->share_fd = vcu__fd_arg(v);
+    else if (strcmp(a, "--keep") == 0)
+        o->keep_fd = vcu__fd_arg(v);
     else if (strcmp(a, "--spin-us") == 0)
         o->spin_ns = (uint64_t)vcu__fd_arg(v) * 1000u;
     else

@@ -273,28 +273,32 @@ int main(void)
     loc.id = dev;
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemRetainAllocationHandle(&hr, (void *)(uintptr_t)d));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemGetAllocationPropertiesFromHandle(&got, 12345));
-    /* Shareable handles. */
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED,
-           cuMemExportToShareableHandle(&shfd, h1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    EXPECT(CUDA_ERROR_NOT_SUPPORTED,
-           cuMemImportFromShareableHandle(&hr, (void *)(uintptr_t)3,
-                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-    TRUE(shfd == -1);
-    /* And the device says so, whatever the GPU would (docs/design.md,
-     * "CUDA IPC"), so that programs take their other path. */
+    /* Shareable handles: POSIX descriptors where the device says so
+     * (drv_vmm_ipc uses them), of an allocation made to be exported; no
+     * other kind, whatever the GPU would (docs/design.md, "CUDA IPC"). */
     {
-        static const CUdevice_attribute none[] = {
-            CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-            CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
-            CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
-        };
-        int v;
+        int v = -1, pools = -1, fds[2];
 
-        for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
-            v = -1;
-            CK(cuDeviceGetAttribute(&v, none[i], dev));
-            TRUE(v == 0);
-        }
+        CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, dev));
+        TRUE(v == 0);
+        v = -1;
+        CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                dev));
+        TRUE(v == 0 || v == 1);
+        /* Pools: POSIX descriptors where allocations have them, no other. */
+        CK(cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, dev));
+        TRUE(pools == (v ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0));
+        TRUE(pipe(fds) == 0);
+        EXPECT(v ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED,
+               cuMemExportToShareableHandle(&shfd, h1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        EXPECT(v ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED,
+               cuMemImportFromShareableHandle(&hr, (void *)(uintptr_t)fds[0],
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        EXPECT(CUDA_ERROR_NOT_SUPPORTED,
+               cuMemExportToShareableHandle(&shfd, h1, CU_MEM_HANDLE_TYPE_FABRIC, 0));
+        TRUE(shfd == -1);
+        close(fds[0]);
+        close(fds[1]);
     }
     /* Unmap a part of a mapping, a range not starting at one, one with a
      * hole; free a reservation with mappings in it, or not as reserved. */

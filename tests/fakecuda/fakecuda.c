@@ -62,7 +62,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -562,6 +562,8 @@ typedef struct fc_pool_s {
     fc_obj_t hdr;               /* created pools: on g_upools */
     int dev;
     int dead;                   /* destroyed with blocks out: freed with the last */
+    int share;                  /* made with POSIX descriptors */
+    uint32_t src_pid;           /* imported: the exporting process's (0: not imported) */
     size_t nlive;               /* blocks handed out and not yet freed */
     fc_cached_t *cache;
     int reuse_follow, reuse_opportunistic, reuse_internal;
@@ -895,7 +897,9 @@ static CUresult fc_mem_free(CUdeviceptr dptr)
 
     if (i >= 0 && g_mem[i].base == (uintptr_t)dptr && g_mem[i].kind == FC_MEM_GRAPH)
         return fc_gmem_release(&g_mem[i]);
-    if (i < 0 || g_mem[i].base != (uintptr_t)dptr || g_mem[i].kind != FC_MEM_DEVICE)
+    /* Device memory, or another process's pool block imported here. */
+    if (i < 0 || g_mem[i].base != (uintptr_t)dptr ||
+        (g_mem[i].kind != FC_MEM_DEVICE && (g_mem[i].kind != FC_MEM_IPC || !g_mem[i].pool)))
         return CUDA_ERROR_INVALID_VALUE;
     fc_mem_remove((size_t)i);
     return CUDA_SUCCESS;
@@ -3183,8 +3187,8 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
 
     pthread_mutex_lock(&g_lock);
     rc = fc_stream_work(hStream, &ctx, &s);
-    if (rc == CUDA_SUCCESS && fc_pool(pool) == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && (fc_pool(pool) == NULL || fc_pool(pool)->src_pid != 0))
+        rc = CUDA_ERROR_INVALID_VALUE;      /* an imported pool makes no blocks */
     if (rc == CUDA_SUCCESS && s->cap)
         rc = fc_alloc_captured(ctx, s, bytesize, dptr);     /* the pool's properties */
     else if (rc == CUDA_SUCCESS)
@@ -3251,6 +3255,7 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     p->dev = props->location.id;
+    p->share = (props->handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
     pthread_mutex_lock(&g_lock);
     fc_list_add(&g_upools, p);
     pthread_mutex_unlock(&g_lock);
@@ -3721,6 +3726,141 @@ out:
     return rc;
 }
 
+/*
+ * Shareable pools: a pool's descriptor is a memfd naming the exporting
+ * process (and the pool's device); a block's export data its place in
+ * that process's arena, shared as cuIpcGetMemHandle's memory is.  An
+ * imported block is an FC_MEM_IPC range of the importing pool, which
+ * cuMemFree[Async] removes.
+ */
+#define FC_IPC_POOL_MAGIC 0x6c637066u    /* "fpcl" */
+#define FC_IPC_PTR_MAGIC 0x78637066u     /* "fpcx" */
+
+CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                  CUmemAllocationHandleType handleType,
+                                                  unsigned long long flags)
+{
+    fc_ipc_handle_t h = { .magic = FC_IPC_POOL_MAGIC };
+    fc_pool_t *p;
+    int fd;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&g_lock);
+    p = fc_pool(pool);
+    if (p)
+        h.off = (uint64_t)p->dev;
+    pthread_mutex_unlock(&g_lock);
+    if (!p || !handle_out || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+        !p->share || p->src_pid != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    h.pid = (uint32_t)getpid();
+    fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+    if (fd < 0 || pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)handle_out = fd;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                    CUmemAllocationHandleType handleType,
+                                                    unsigned long long flags)
+{
+    fc_ipc_handle_t h;
+    fc_pool_t *p;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool_out || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+        pread((int)(intptr_t)handle, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+        h.magic != FC_IPC_POOL_MAGIC || h.off >= FC_NDEV || h.pid == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    p = calloc(1, sizeof(*p));
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->dev = (int)h.off;
+    p->src_pid = h.pid;
+    pthread_mutex_lock(&g_lock);
+    fc_list_add(&g_upools, p);
+    pthread_mutex_unlock(&g_lock);
+    *pool_out = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
+{
+    fc_ipc_handle_t h = { .magic = FC_IPC_PTR_MAGIC };
+    fc_ctx_t *ctx;
+    ssize_t i;
+    CUresult rc;
+
+    _Static_assert(sizeof(h) <= sizeof(shareData_out->reserved), "fc_ipc_handle_t");
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    i = fc_mem_find((uintptr_t)ptr);
+    if (!shareData_out || i < 0 || g_mem[i].base != (uintptr_t)ptr ||
+        g_mem[i].kind != FC_MEM_DEVICE || !g_mem[i].pool || !g_mem[i].pool->share ||
+        g_mem[i].base + g_mem[i].size > (uintptr_t)g_arena + FC_IPC_SHARED) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (fc_ipc_share() != 0) {
+        rc = CUDA_ERROR_OPERATING_SYSTEM;
+        goto out;
+    }
+    h.pid = (uint32_t)getpid();
+    h.off = g_mem[i].base - (uintptr_t)g_arena;
+    h.size = g_mem[i].size;
+    memset(shareData_out, 0, sizeof(*shareData_out));
+    memcpy(shareData_out->reserved, &h, sizeof(h));
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+                                        CUmemPoolPtrExportData *shareData)
+{
+    fc_ipc_handle_t h;
+    fc_mem_t m = { 0 };
+    unsigned char *map;
+    fc_pool_t *p;
+    fc_ctx_t *ctx;
+    CUresult rc;
+
+    if (!shareData)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(&h, shareData->reserved, sizeof(h));
+    pthread_mutex_lock(&g_lock);
+    rc = fc_cur(&ctx);
+    if (rc != CUDA_SUCCESS)
+        goto out;
+    p = fc_pool(pool);
+    if (!ptr_out || !p || p->src_pid == 0 || h.magic != FC_IPC_PTR_MAGIC || h.pid != p->src_pid ||
+        h.size == 0 || h.off > FC_IPC_SHARED || h.size > FC_IPC_SHARED - h.off ||
+        (map = fc_ipc_map(h.pid)) == NULL || fc_mem_find((uintptr_t)(map + h.off)) >= 0) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    m.base = (uintptr_t)(map + h.off);
+    m.size = h.size;
+    m.kind = FC_MEM_IPC;
+    m.ctx = ctx;
+    m.dev = p->dev;
+    m.pool = p;
+    rc = fc_mem_insert(&m);
+    if (rc == CUDA_SUCCESS)
+        *ptr_out = (CUdeviceptr)m.base;
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* Virtual memory management                                           */
 
@@ -3743,6 +3883,7 @@ typedef struct fc_phys_s {
     size_t size;
     unsigned int refs;          /* the handle's: create, retains, less releases */
     unsigned int nmaps;
+    unsigned int htypes;        /* requestedHandleTypes */
 } fc_phys_t;
 
 typedef struct fc_va_s {
@@ -3876,6 +4017,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     p->dev = prop->location.id;
     p->size = size;
     p->refs = 1;
+    p->htypes = (unsigned int)prop->requestedHandleTypes;
     fc_list_add(&g_phys, p);
     g_dev_used[p->dev] += size;
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
@@ -3897,6 +4039,68 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
     }
     pthread_mutex_unlock(&g_lock);
     return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/*
+ * Shareable handles: the POSIX descriptor is a duplicate of the
+ * allocation's memfd, so another process that imports it maps the same
+ * pages (as the driver's descriptor names the same device memory).
+ */
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags)
+{
+    fc_phys_t *p;
+    int fd = -1;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!shareableHandle || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    p = fc_phys_get(handle);
+    if (p && (p->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+    pthread_mutex_unlock(&g_lock);
+    if (fd < 0)
+        return p ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+    struct stat st;
+    fc_phys_t *p;
+    fc_ctx_t *ctx;
+    int fd = (int)(intptr_t)osHandle;
+
+    if (!g_init)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+        fstat(fd, &st) != 0 || st.st_size <= 0 || (size_t)st.st_size % FC_VMM_GRAN != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    p = calloc(1, sizeof(*p));
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (p->fd < 0) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&g_lock);
+    p->dev = fc_cur(&ctx) == CUDA_SUCCESS ? ctx->dev : 0;
+    p->size = (size_t)st.st_size;
+    p->refs = 1;
+    p->htypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    fc_list_add(&g_phys, p);
+    g_dev_used[p->dev] += p->size;
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,

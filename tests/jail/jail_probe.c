@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -40,6 +41,7 @@
 #include <unistd.h>
 
 #include "vcu_ipc.h"
+#include "vcu_keep.h"
 #include "vcu_seccomp.h"
 
 #define OUT_FD 3
@@ -87,6 +89,8 @@ static void probe_hello(void)
     _exit(0);
 }
 
+static int keep_fd = -1;            /* --keep: the daemon's keep (vcu_keep.h) */
+
 static void check_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -108,8 +112,8 @@ static void check_fds(void)
             continue;
         snprintf(open_fds + strlen(open_fds), sizeof(open_fds) - strlen(open_fds), "%d ", fd);
         /* 0-2, and the session's: socket, ring area, two doorbells, the
-         * account, the policy (3..8). */
-        if (fd > 8)
+         * account, the policy (3..8), its keep socket. */
+        if (fd > 8 && fd != keep_fd)
             stray++;
     }
     closedir(d);
@@ -240,8 +244,149 @@ static void check_unix(void)
         close(fd);
 }
 
+/* ---- the daemon's keep, as a compromised worker would use it ---------- */
+
+/* One message (len bytes of m, with fd if >= 0) and the answer: its
+ * status, the descriptor that came with it into *got; ~0u if none came. */
+static uint32_t keep_ask(const void *m, size_t len, int fd, struct vcu_keep_msg *a, int *got)
+{
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = { (void *)m, len };
+    struct msghdr h;
+
+    *got = -1;
+    memset(&h, 0, sizeof(h));
+    memset(buf, 0, sizeof(buf));
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    if (fd >= 0) {
+        h.msg_control = buf;
+        h.msg_controllen = sizeof(buf);
+        CMSG_FIRSTHDR(&h)->cmsg_level = SOL_SOCKET;
+        CMSG_FIRSTHDR(&h)->cmsg_type = SCM_RIGHTS;
+        CMSG_FIRSTHDR(&h)->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&h)), &fd, sizeof(int));
+    }
+    if (sendmsg(keep_fd, &h, MSG_NOSIGNAL) != (ssize_t)len)
+        return ~0u;
+    memset(&h, 0, sizeof(h));
+    iov.iov_base = a;
+    iov.iov_len = sizeof(*a);
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = buf;
+    h.msg_controllen = sizeof(buf);
+    if (recvmsg(keep_fd, &h, 0) != (ssize_t)sizeof(*a))
+        return ~0u;
+    if (CMSG_FIRSTHDR(&h) != NULL && CMSG_FIRSTHDR(&h)->cmsg_type == SCM_RIGHTS)
+        memcpy(got, CMSG_DATA(CMSG_FIRSTHDR(&h)), sizeof(int));
+    return a->status;
+}
+
+static uint32_t keep_get(const uint8_t *token, int *got)
+{
+    struct vcu_keep_msg q = { .op = VCU_KEEP_GET, .kind = 3 }, a;
+
+    memcpy(q.token, token, sizeof(q.token));
+    return keep_ask(&q, sizeof(q), -1, &a, got);
+}
+
+static void hex16(const uint8_t *t, char *out)
+{
+    for (int i = 0; i < 16; i++)
+        sprintf(out + 2 * i, "%02x", t[i]);
+}
+
+/* What the keep takes and gives, and what it refuses; its token of a
+ * descriptor of this worker's into token. */
+static void check_keep(uint8_t *token)
+{
+    struct vcu_keep_msg q = { .op = VCU_KEEP_PUT, .kind = 3, .size = 4096 }, a;
+    char text[32] = "";
+    uint32_t st;
+    int mfd = memfd_create("keep-probe", 0), got = -1, n = 0;
+
+    if (mfd < 0 || write(mfd, "keep-probe", 10) != 10) {
+        say("keep_put", 0, "memfd: %s", strerror(errno));
+        return;
+    }
+    st = keep_ask(&q, sizeof(q), mfd, &a, &got);
+    say("keep_put", st == 0, "status %u", st);
+    memcpy(token, a.token, 16);
+    st = keep_get(token, &got);
+    if (got >= 0 && pread(got, text, 10, 0) != 10)
+        text[0] = '\0';
+    say("keep_get_own_vm", st == 0 && strcmp(text, "keep-probe") == 0, "status %u, \"%s\"", st,
+        text);
+    if (got >= 0)
+        close(got);
+    st = keep_ask(&q, 8, mfd, &a, &got);
+    say("keep_refuses_short", st == 1, "status %u", st);
+    st = keep_ask(&q, sizeof(q), -1, &a, &got);
+    say("keep_refuses_put_without_fd", st == 1, "status %u", st);
+    q.kind = 99;
+    st = keep_ask(&q, sizeof(q), mfd, &a, &got);
+    say("keep_refuses_other_kind", st == 1, "status %u", st);
+    q.kind = 3;
+    q.op = 77;
+    st = keep_ask(&q, sizeof(q), -1, &a, &got);
+    say("keep_refuses_unknown_op", st == 1, "status %u", st);
+    q.op = VCU_KEEP_GET;
+    memcpy(q.token, token, 16);
+    st = keep_ask(&q, sizeof(q), mfd, &a, &got);
+    say("keep_refuses_get_with_fd", st == 1 && got < 0, "status %u", st);
+    memset(q.token, 0x5a, 16);
+    st = keep_get(q.token, &got);
+    say("keep_get_unknown", st == 1 && got < 0, "status %u", st);
+    /* A worker that puts without end: bounded (VCU_KEEP_PER_WORKER). */
+    q.op = VCU_KEEP_PUT;
+    while ((st = keep_ask(&q, sizeof(q), mfd, &a, &got)) == 0 && n < 5000)
+        n++;
+    say("keep_bounded", st == 8 && n + 1 == (int)VCU_KEEP_PER_WORKER,
+        "%d more kept, then status %u", n, st);
+    close(mfd);
+}
+
+/* After JAIL-END: commands from the test on fd 3, one line each:
+ * "GET <32 hex>" (another VM's token: must get nothing) or "QUIT". */
+static void keep_commands(void)
+{
+    char line[128];
+    size_t have = 0;
+
+    for (;;) {
+        ssize_t n = read(OUT_FD, line + have, 1);
+        uint8_t t[16];
+        int got = -1;
+        uint32_t st;
+
+        if (n <= 0)
+            return;
+        if (line[have] != '\n' && have + 1 < sizeof(line)) {
+            have++;
+            continue;
+        }
+        line[have] = '\0';
+        have = 0;
+        if (strncmp(line, "GET ", 4) != 0 || strlen(line) != 36)
+            return;
+        for (int i = 0; i < 16; i++) {
+            unsigned int b;
+
+            sscanf(line + 4 + 2 * i, "%2x", &b);
+            t[i] = (uint8_t)b;
+        }
+        st = keep_get(t, &got);
+        say("keep_other_vm_token", st == 1 && got < 0, "status %u", st);
+        if (write(OUT_FD, "JAIL-KEEP-END\n", 14) != 14)
+            return;
+    }
+}
+
 int main(int argc, char **argv)
 {
+    uint8_t token[16];
+    char hex[33];
     const char *secret = getenv("VCU_JAIL_SECRET");
     struct rlimit rl;
     int i, fd, rc;
@@ -249,6 +394,8 @@ int main(int argc, char **argv)
     for (i = 1; i < argc; i++)
         if (strcmp(argv[i], "--probe") == 0)
             probe_hello();
+        else if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc)
+            keep_fd = atoi(argv[i + 1]);
     /* As vcu-worker does, first thing. */
     rc = vcu_seccomp_install(VCU_SECCOMP_ON);
     say("seccomp_install", rc == 0, "rc %d", rc);
@@ -309,7 +456,21 @@ int main(int argc, char **argv)
               "process_vm_readv()");
     must_fail("kill_init_namespace_pid1_other", kill(-1, 0), "kill(-1, 0)");
 
+    if (keep_fd >= 0) {
+        char line[64];
+        int n;
+
+        check_keep(token);
+        hex16(token, hex);
+        n = snprintf(line, sizeof(line), "JAIL-KEEP-TOKEN %s\n", hex);
+        if (write(OUT_FD, line, (size_t)n) != n)
+            return 3;
+    } else {
+        say("keep", 0, "the daemon gave no --keep");
+    }
     if (write(OUT_FD, "JAIL-END\n", 9) != 9)
         return 3;
+    if (keep_fd >= 0)
+        keep_commands();
     return fails ? 1 : 0;
 }

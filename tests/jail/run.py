@@ -81,12 +81,15 @@ def start_daemon(daemon, probe, run, extra, env, keep_fd):
     raise SystemExit('vcu-daemon did not start')
 
 
-def run_probe(sock):
-    """Connects as QEMU, starts one session's 'worker', returns its lines."""
+def run_probe(sock, name='jail-test', keep=None):
+    """Connects as QEMU, starts one session's 'worker', returns its lines.
+    keep, a list: the VM's link and the probe's socket are appended to it
+    and left open (the probe waits for commands, keep_command()); else the
+    probe is told to quit and the link closed."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(60)
     s.connect(sock)
-    s.sendall(frame(HELLO, 0, hello('jail-test')))
+    s.sendall(frame(HELLO, 0, hello(name)))
     typ, _, body, fds = recv_frame(s, 4)
     for fd in fds:
         os.close(fd)
@@ -115,8 +118,35 @@ def run_probe(sock):
         if not more:
             break
         out += more
-    s.close()
+    if keep is not None:
+        keep += [s, ours]
+    else:
+        try:
+            ours.sendall(b'QUIT\n')
+        except OSError:
+            pass
+        ours.close()
+        s.close()
     return cuda_error, pid, out.decode(errors='replace').splitlines()
+
+
+def keep_command(ours, token):
+    """Has a waiting probe ask the daemon's keep for token: its lines."""
+    ours.sendall(b'GET ' + token.encode() + b'\n')
+    out = b''
+    while b'JAIL-KEEP-END' not in out:
+        more = ours.recv(65536)
+        if not more:
+            break
+        out += more
+    return out.decode(errors='replace').splitlines()
+
+
+def keep_token(lines):
+    for l in lines:
+        if l.startswith('JAIL-KEEP-TOKEN '):
+            return l.split(' ')[1]
+    return None
 
 
 def main():
@@ -146,9 +176,20 @@ def main():
                VCU_JAIL_ABSTRACT=abstract, VCU_JAIL_SOCKPATH=sockpath)
     try:
         p, sock = start_daemon(daemon, probe, os.path.join(tmp, 'run-on'), [], env, keep_w)
+        held = []
         try:
-            cuda_error, pid, lines = run_probe(sock)
+            cuda_error, pid, lines = run_probe(sock, 'jail-test', held)
+            # The daemon's keep: another VM's worker, asking for what this
+            # one put there, gets nothing (vcu_keep.h).
+            run_probe(sock, 'jail-test-b', held)
+            token = keep_token(lines)
+            report('the probe put a descriptor in its VM\'s keep', token is not None,
+                   repr(token))
+            if token is not None:
+                lines += [l for l in keep_command(held[3], token) if l.startswith('JAIL ')]
         finally:
+            for h in held:
+                h.close()
             p.terminate()
             p.wait()
         report('the probe ran jailed at HELLO (its answer came back)',

@@ -130,6 +130,10 @@
     /* test_ipc.c */                    \
     X(ipc_two_processes)                \
     X(ipc_not_offered)                  \
+    /* test_share.c */                  \
+    X(share_vmm_two_vms)                \
+    X(share_vmm_not_offered)            \
+    X(share_pool_two_vms)               \
     /* test_peer.c */                   \
     X(peer_hostile)                     \
     X(memops_hostile)                   \

@@ -1015,9 +1015,12 @@ static void test_raw_arrays(void)
         pc.alloc_type = 1;          /* CU_MEM_ALLOCATION_TYPE_PINNED */
         raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, 16, 0);
         raw_cu("raw_cu_pool_create_truncated", &q, cuda, VCU_S_EINVAL, 0);
-        pc.handle_types = 1;        /* POSIX file descriptors: shareable */
+        pc.handle_types = 2;        /* Win32 handles: not offered (POSIX descriptors are) */
         raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, sizeof(pc), 0);
-        raw_cu("raw_cu_pool_create_shareable", &q, cuda, VCU_S_OK, 801 /* NOT_SUPPORTED */);
+        raw_cu("raw_cu_pool_create_win32", &q, cuda, VCU_S_OK, 801 /* NOT_SUPPORTED */);
+        pc.handle_types = 3;
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, sizeof(pc), 0);
+        raw_cu("raw_cu_pool_create_two_types", &q, cuda, VCU_S_OK, 801);
         pc.handle_types = 0;
         pc.reserved = 1;
         raw_begin(&q, VCU_OP_CU_MEMPOOL_CREATE, sess, &pc, sizeof(pc), 0);
@@ -1089,6 +1092,53 @@ static void test_raw_arrays(void)
         u.value = 0x1234567890ull;
         raw_begin(&q, VCU_OP_CU_IPC_GET_EVENT_HANDLE, sess, &u, sizeof(u), 0);
         raw_cu("raw_cu_ipc_get_event_forged", &q, cuda, VCU_S_OK, 400);
+
+        /* Shareable handles: a name the daemon's keep never gave (for
+         * this VM or any), one with a pid or the path's bytes, an export
+         * of no allocation, a truncated request. */
+        memset(&oq, 0, sizeof(oq));
+        oq.h.magic = VCU_CU_IPC_MAGIC;
+        oq.h.kind = VCU_CU_IPC_VMM;
+        memset(oq.h.token, 0x5a, sizeof(oq.h.token));
+        raw_begin(&q, VCU_OP_CU_MEM_IMPORT_SHAREABLE, sess, &oq, sizeof(oq), 0);
+        raw_cu("raw_cu_share_import_forged", &q, cuda, VCU_S_OK, 1);
+        memcpy(oq.h.token, "../../../etc/pa", 16);
+        raw_begin(&q, VCU_OP_CU_MEM_IMPORT_SHAREABLE, sess, &oq, sizeof(oq), 0);
+        raw_cu("raw_cu_share_import_path", &q, cuda, VCU_S_OK, 1);
+        oq.h.pid = 2;
+        raw_begin(&q, VCU_OP_CU_MEM_IMPORT_SHAREABLE, sess, &oq, sizeof(oq), 0);
+        raw_cu("raw_cu_share_import_pid", &q, cuda, VCU_S_OK, 1);
+        raw_begin(&q, VCU_OP_CU_MEM_IMPORT_SHAREABLE, sess, &oq, sizeof(oq) - 8, 0);
+        raw_cu("raw_cu_share_import_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        u.value = 0x1234567890ull;
+        raw_begin(&q, VCU_OP_CU_MEM_EXPORT_SHAREABLE, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_share_export_forged", &q, cuda, VCU_S_OK, 1);
+        /* Pools: a forged pool name, a pool or a block never exported
+         * (no such handle or block: INVALID_VALUE), a block imported
+         * into a pool that is none. */
+        memset(&oq, 0, sizeof(oq));
+        oq.h.magic = VCU_CU_IPC_MAGIC;
+        oq.h.kind = VCU_CU_IPC_POOL;
+        memset(oq.h.token, 0x3c, sizeof(oq.h.token));
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_IMPORT_SHAREABLE, sess, &oq, sizeof(oq), 0);
+        raw_cu("raw_cu_share_pool_import_forged", &q, cuda, VCU_S_OK, 1);
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_EXPORT_SHAREABLE, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_share_pool_export_forged", &q, cuda, VCU_S_OK, 400);
+        raw_begin(&q, VCU_OP_CU_MEMPOOL_EXPORT_POINTER, sess, &u, sizeof(u), 0);
+        raw_cu("raw_cu_share_pool_ptr_export_forged", &q, cuda, VCU_S_OK, 1);
+        {
+            struct vcu_cu_pool_ptr_req pq;
+
+            memset(&pq, 0, sizeof(pq));
+            pq.pool = 0x4242;
+            pq.h.magic = VCU_CU_IPC_MAGIC;
+            pq.h.kind = VCU_CU_IPC_POOL_PTR;
+            pq.h.pid = 2;
+            raw_begin(&q, VCU_OP_CU_MEMPOOL_IMPORT_POINTER, sess, &pq, sizeof(pq), 0);
+            raw_cu("raw_cu_share_pool_ptr_import_forged", &q, cuda, VCU_S_OK, 400);
+            raw_begin(&q, VCU_OP_CU_MEMPOOL_IMPORT_POINTER, sess, &pq, sizeof(pq) - 4, 0);
+            raw_cu("raw_cu_share_pool_ptr_import_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        }
     }
 
     raw_begin(&q, VCU_OP_ECHO, sess, &er0, sizeof(er0), 0);

@@ -1,0 +1,256 @@
+/*
+ * A memory pool shared between two processes, as cuda-samples'
+ * streamOrderedAllocationIPC shares one: this program makes a pool with
+ * POSIX descriptors, allocates a block from it in stream order and fills
+ * it, exports the pool (a descriptor) and the block (64 bytes of export
+ * data), and runs itself again as a second process, to which it passes
+ * both over a unix socket.  The second process imports the pool, finds
+ * its access as the first left it, imports the block, reads the first
+ * one's words, writes its own, frees the block and destroys the pool;
+ * the first finds the words in its block.
+ * Along the way: a pool made without the handle type has no descriptor
+ * and its blocks no export data; an imported pool makes no blocks; a
+ * pipe, a forged memfd and export data with one bit changed import
+ * nothing.
+ *
+ *   drv_pool_ipc             the exporter (what run.sh starts)
+ *   drv_pool_ipc import FD   the importer (FD: its end of the socket)
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "vcu_drv_test.h"
+
+#define SIZE (4u << 20)
+#define FIRST 0x2468ace0u
+#define SECOND 0x13579bdfu
+
+/* What the exporter tells the importer besides the descriptor. */
+typedef struct {
+    CUmemPoolPtrExportData data;
+} msg_t;
+
+static CUmemPoolProps pool_props(int share)
+{
+    CUmemPoolProps p;
+
+    memset(&p, 0, sizeof(p));
+    p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.handleTypes = share ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = 0;
+    return p;
+}
+
+/* Every word of the SIZE bytes at p is v. */
+static void expect_words(CUdeviceptr p, unsigned int v)
+{
+    unsigned int *host = malloc(SIZE);
+
+    TRUE(host != NULL);
+    CK(cuMemcpyDtoH(host, p, SIZE));
+    for (size_t i = 0; i < SIZE / sizeof(*host); i++)
+        if (host[i] != v) {
+            printf("FAIL word %zu = 0x%x, want 0x%x\n", i, host[i], v);
+            exit(1);
+        }
+    free(host);
+}
+
+static void send_fd(int sock, int fd, const msg_t *m)
+{
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = { (void *)m, sizeof(*m) };
+    struct msghdr h;
+
+    memset(&h, 0, sizeof(h));
+    memset(buf, 0, sizeof(buf));
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = buf;
+    h.msg_controllen = sizeof(buf);
+    CMSG_FIRSTHDR(&h)->cmsg_level = SOL_SOCKET;
+    CMSG_FIRSTHDR(&h)->cmsg_type = SCM_RIGHTS;
+    CMSG_FIRSTHDR(&h)->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(CMSG_FIRSTHDR(&h)), &fd, sizeof(int));
+    TRUE(sendmsg(sock, &h, 0) == (ssize_t)sizeof(*m));
+}
+
+static int recv_fd(int sock, msg_t *m)
+{
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = { m, sizeof(*m) };
+    struct msghdr h;
+    int fd = -1;
+
+    memset(&h, 0, sizeof(h));
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = buf;
+    h.msg_controllen = sizeof(buf);
+    TRUE(recvmsg(sock, &h, MSG_WAITALL) == (ssize_t)sizeof(*m));
+    TRUE(CMSG_FIRSTHDR(&h) != NULL && CMSG_FIRSTHDR(&h)->cmsg_type == SCM_RIGHTS);
+    memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&h)), sizeof(int));
+    return fd;
+}
+
+/* A copy of fd's bytes with one bit changed, or -1 where fd is not 64
+ * bytes (not this library's). */
+static int forged(int fd)
+{
+    unsigned char b[64];
+    struct stat st;
+    int f;
+
+    if (fstat(fd, &st) != 0 || st.st_size != (off_t)sizeof(b) ||
+        pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return -1;
+    b[21] ^= 1;
+    f = memfd_create("forged", 0);
+    TRUE(f >= 0 && pwrite(f, b, sizeof(b), 0) == (ssize_t)sizeof(b));
+    return f;
+}
+
+static int importer(int sock)
+{
+    CUmemPoolPtrExportData bad;
+    CUmemAccess_flags flags;
+    CUmemLocation loc;
+    CUmemoryPool pool;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream s;
+    CUdeviceptr p = 0, q = 0;
+    msg_t m;
+    int fd, f, pp[2];
+    char one = 1;
+
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    fd = recv_fd(sock, &m);
+    TRUE(fd >= 0);
+
+    TRUE(pipe(pp) == 0);
+    EXPECT(CUDA_ERROR_INVALID_VALUE,
+           cuMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)pp[0],
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    f = forged(fd);
+    if (f >= 0) {
+        EXPECT(CUDA_ERROR_INVALID_VALUE,
+               cuMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)f,
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        close(f);
+    }
+    CK(cuMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)fd,
+                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    close(fd);
+    memset(&loc, 0, sizeof(loc));
+    loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = 0;
+    CK(cuMemPoolGetAccess(&flags, pool, &loc));
+    TRUE(flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    TRUE(cuMemAllocFromPoolAsync(&q, SIZE, pool, s) != CUDA_SUCCESS);
+    bad = m.data;
+    bad.reserved[22] ^= 1;
+    TRUE(cuMemPoolImportPointer(&q, pool, &bad) != CUDA_SUCCESS);
+    CK(cuMemPoolImportPointer(&p, pool, &m.data));
+    TRUE(p != 0);
+    expect_words(p, FIRST);
+    CK(cuMemsetD32Async(p, SECOND, SIZE / 4, s));
+    CK(cuMemFreeAsync(p, s));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemPoolDestroy(pool));
+    TRUE(write(sock, &one, 1) == 1);
+    CK(cuStreamDestroy(s));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    CUmemPoolProps share = pool_props(1), plain = pool_props(0);
+    CUmemoryPool pool, pool0;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream s;
+    CUdeviceptr p, p0;
+    char sockarg[16], got;
+    int sv[2], st, v = 0, fd = -1;
+    msg_t m;
+    pid_t pid;
+
+    if (argc == 3 && strcmp(argv[1], "import") == 0)
+        return importer(atoi(argv[2]));
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, dev));
+    TRUE(v & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+
+    /* A pool made without the handle type: no descriptor, nor export
+     * data for its blocks. */
+    CK(cuMemPoolCreate(&pool0, &plain));
+    CK(cuMemAllocFromPoolAsync(&p0, SIZE, pool0, s));
+    TRUE(cuMemPoolExportToShareableHandle(&fd, pool0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                          0) != CUDA_SUCCESS);
+    TRUE(cuMemPoolExportPointer(&m.data, p0) != CUDA_SUCCESS);
+    CK(cuMemFreeAsync(p0, s));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemPoolDestroy(pool0));
+
+    CK(cuMemPoolCreate(&pool, &share));
+    CK(cuMemAllocFromPoolAsync(&p, SIZE, pool, s));
+    CK(cuMemsetD32Async(p, FIRST, SIZE / 4, s));
+    CK(cuStreamSynchronize(s));
+    TRUE(cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_FABRIC, 0) !=
+         CUDA_SUCCESS);
+    CK(cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    TRUE(fd >= 0);
+    memset(&m, 0, sizeof(m));
+    CK(cuMemPoolExportPointer(&m.data, p));
+
+    TRUE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    snprintf(sockarg, sizeof(sockarg), "%d", sv[1]);
+    fflush(stdout);
+    pid = fork();
+    TRUE(pid >= 0);
+    if (pid == 0) {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+        close(sv[0]);
+        if (n > 0) {
+            self[n] = '\0';
+            execl(self, self, "import", sockarg, (char *)NULL);
+        }
+        _exit(127);
+    }
+    close(sv[1]);
+    send_fd(sv[0], fd, &m);
+    close(fd);
+    if (read(sv[0], &got, 1) != 1) {
+        TRUE(waitpid(pid, &st, 0) == pid);
+        printf("FAIL the importing process ended with status 0x%x before writing\n", st);
+        return 1;
+    }
+    expect_words(p, SECOND);
+    TRUE(waitpid(pid, &st, 0) == pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        printf("FAIL the importing process ended with status 0x%x\n", st);
+        return 1;
+    }
+    CK(cuMemFreeAsync(p, s));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemPoolDestroy(pool));
+    CK(cuStreamDestroy(s));
+    printf("PASS drv_pool_ipc\n");
+    return 0;
+}
