@@ -125,18 +125,20 @@ VCU__EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     return e;
 }
 
-/* A call on an address or a handle runs in the current context's device
- * (the host checks the handle itself, whichever device it is of). */
+/* A call on an address or a handle runs in the current context's device,
+ * or device 0's with none current: the driver's virtual memory calls need
+ * no context (memMapIPCDrv releases its allocations with none).  The host
+ * checks the handle itself, whichever device it is of. */
 static CUresult vcu__vmm_call(uint32_t op, struct vcu_cu_vmm_req *r, struct vcu_cu_vmm_resp *o)
 {
     struct vcu_cu_vmm_resp local;
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e = vcu__check_init();
 
     if (e != CUDA_SUCCESS)
         return e;
     /* The reply is the opcode's whole struct, whatever the caller reads. */
-    return vcu__call(c->dev, op, r, sizeof(*r), NULL, 0, o != NULL ? o : &local, sizeof(local));
+    return vcu__call(vcu__share_dev(), op, r, sizeof(*r), NULL, 0, o != NULL ? o : &local,
+                     sizeof(local));
 }
 
 VCU__EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
@@ -344,20 +346,20 @@ VCU__EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle,
     static int once;
     struct vcu_cu_u64_req r = { .value = handle };
     struct vcu_cu_ipc_handle_resp o;
-    vcu__ctx_t *c;
+    int dev = vcu__share_dev();
     CUresult e;
 
     if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return vcu__vmm_no_share("cuMemExportToShareableHandle", 0, handleType);
     if (shareableHandle == NULL || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
+    e = vcu__check_init();
     if (e == CUDA_SUCCESS)
         e = vcu__share_on("cuMemExportToShareableHandle",
-                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, c->dev,
+                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev,
                           &once);
     if (e == CUDA_SUCCESS)
-        e = vcu__call(c->dev, VCU_OP_CU_MEM_EXPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o,
+        e = vcu__call(dev, VCU_OP_CU_MEM_EXPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o,
                       sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
@@ -373,17 +375,17 @@ VCU__EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
     static int once;
     struct vcu_cu_ipc_open_req r;
     struct vcu_cu_u64_resp o;
-    vcu__ctx_t *c;
+    int dev = vcu__share_dev();
     CUresult e;
 
     if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return vcu__vmm_no_share("cuMemImportFromShareableHandle", 1, shHandleType);
     if (handle == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
+    e = vcu__check_init();
     if (e == CUDA_SUCCESS)
         e = vcu__share_on("cuMemImportFromShareableHandle",
-                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, c->dev,
+                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev,
                           &once);
     if (e != CUDA_SUCCESS)
         return e;
@@ -391,7 +393,7 @@ VCU__EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
     e = vcu__share_read(osHandle, &r.h);
     if (e != CUDA_SUCCESS)
         return e;
-    e = vcu__call(c->dev, VCU_OP_CU_MEM_IMPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    e = vcu__call(dev, VCU_OP_CU_MEM_IMPORT_SHAREABLE, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
     *handle = (CUmemGenericAllocationHandle)o.value;

@@ -7,8 +7,9 @@
  * unix socket (SCM_RIGHTS), and closes its own.  The second process
  * imports it, maps it, finds the first one's words, writes its own and
  * says so; the first finds them through its mapping.
- * Along the way: an allocation made without the handle type has no
- * descriptor; other handle types are not supported; a descriptor of
+ * The export and the release run with no context current, as
+ * memMapIPCDrv's do.  Along the way: an allocation made without the
+ * handle type has no descriptor; other handle types are not supported; a descriptor of
  * something else, or naming no allocation of the VM's, imports nothing.
  *
  *   drv_vmm_ipc              the exporter (what run.sh starts)
@@ -223,13 +224,17 @@ int main(int argc, char **argv)
            cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1));
     TRUE(fd == -1);
 
-    /* Exported twice: two descriptors of the one allocation. */
+    /* Exported twice: two descriptors of the one allocation; with no
+     * context current, as memMapIPCDrv exports and releases (the virtual
+     * memory calls need none). */
+    CK(cuCtxSetCurrent(NULL));
     CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     CK(cuMemExportToShareableHandle(&fd2, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     TRUE(fd >= 0 && fd2 >= 0 && fd != fd2);
     close(fd2);
     /* Released while mapped and exported: the memory stays. */
     CK(cuMemRelease(h));
+    CK(cuCtxSetCurrent(ctx));
 
     TRUE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     snprintf(sockarg, sizeof(sockarg), "%d", sv[1]);
