@@ -190,7 +190,7 @@ sync_file "$root/qemu-device/virtio-cuda-int.h" "$tree/hw/virtio/virtio-cuda-int
 bdir="$tree/hw/virtio/vcu-backend"
 mkdir -p "$bdir"
 declare -A want=()
-for f in vcu_proto.h vcu_sha256.h; do
+for f in vcu_proto.h vcu_proto_graph.h vcu_sha256.h; do
     sync_file "$root/include/$f" "$bdir/$f"; want[$f]=1
 done
 for f in "$root"/host-backend/common/*.h "$root"/host-backend/common/*.c \
