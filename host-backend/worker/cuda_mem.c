@@ -684,6 +684,24 @@ static uint32_t vcu__pool_free_slot(const vcu__cuda_sess_t *cs)
     return slot;
 }
 
+/* The driver's pool, made or imported, as the session's pool in slot (of
+ * device d) under a new handle *h: 0, or -1 with the pool destroyed. */
+static int vcu__pool_keep(vcu__op_t *o, uint32_t slot, CUmemoryPool pool, uint32_t d,
+                          uint64_t *h)
+{
+    vcu__hent_t *e = vcu__new(o, VCU__H_POOL, h);
+
+    if (e == NULL) {
+        VCU__CU(o->cu, cuMemPoolDestroy, pool);
+        return -1;
+    }
+    e->u.pool = pool;
+    memset(&o->cs->pools[slot], 0, sizeof(o->cs->pools[slot]));
+    o->cs->pools[slot].pool = pool;
+    o->cs->pools[slot].dev = d;
+    return 0;
+}
+
 /* A pool the guest makes: in a free slot of the session's, pinned memory
  * of the header's device, shared with nobody but through its shareable
  * handle (vcu_proto.h). */
@@ -694,7 +712,6 @@ uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o)
     uint32_t d = vcu__dev_of(o), slot;
     CUmemPoolProps props;
     CUmemoryPool pool = NULL;
-    vcu__hent_t *e;
     uint64_t h;
 
     memcpy(&rq, o->p, sizeof(rq));
@@ -721,17 +738,8 @@ uint32_t vcu__op_CU_MEMPOOL_CREATE(vcu__op_t *o)
     props.location.id = o->cu->host_ordinal[d];
     props.maxSize = (size_t)rq.max_size;
     o->res = VCU__CU(o->cu, cuMemPoolCreate, &pool, &props);
-    if (o->res != CUDA_SUCCESS)
+    if (o->res != CUDA_SUCCESS || vcu__pool_keep(o, slot, pool, d, &h) != 0)
         return VCU_S_OK;
-    e = vcu__new(o, VCU__H_POOL, &h);
-    if (e == NULL) {
-        VCU__CU(o->cu, cuMemPoolDestroy, pool);
-        return VCU_S_OK;
-    }
-    e->u.pool = pool;
-    memset(&cs->pools[slot], 0, sizeof(cs->pools[slot]));
-    cs->pools[slot].pool = pool;
-    cs->pools[slot].dev = d;
     cs->pools[slot].share = rq.handle_types != CU_MEM_HANDLE_TYPE_NONE;
     o->rb.u64.value = h;
     return VCU_S_OK;
@@ -820,7 +828,6 @@ uint32_t vcu__op_CU_MEMPOOL_IMPORT_SHAREABLE(vcu__op_t *o)
     CUmemoryPool pool = NULL;
     uint64_t size = 0, h;
     uint32_t dev = 0, slot;
-    vcu__hent_t *e;
     int fd = -1, st;
 
     memcpy(&rq, o->p, sizeof(rq));
@@ -851,17 +858,8 @@ uint32_t vcu__op_CU_MEMPOOL_IMPORT_SHAREABLE(vcu__op_t *o)
     o->res = VCU__CU(o->cu, cuMemPoolImportFromShareableHandle, &pool, (void *)(uintptr_t)fd,
                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     close(fd);
-    if (o->res != CUDA_SUCCESS)
+    if (o->res != CUDA_SUCCESS || vcu__pool_keep(o, slot, pool, dev, &h) != 0)
         return VCU_S_OK;
-    e = vcu__new(o, VCU__H_POOL, &h);
-    if (e == NULL) {
-        VCU__CU(o->cu, cuMemPoolDestroy, pool);
-        return VCU_S_OK;
-    }
-    e->u.pool = pool;
-    memset(&cs->pools[slot], 0, sizeof(cs->pools[slot]));
-    cs->pools[slot].pool = pool;
-    cs->pools[slot].dev = dev;
     cs->pools[slot].imported = true;
     o->rb.ipcimp.value = h;
     o->rb.ipcimp.dev = dev;

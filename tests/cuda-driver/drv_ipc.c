@@ -15,7 +15,7 @@
  */
 #include <sys/wait.h>
 
-#include "vcu_drv_test.h"
+#include "vcu_drv_proc.h"
 
 #define N (1u << 20)                /* words shared */
 #define WORK (16u << 20)            /* words of the opener's own work before */
@@ -160,19 +160,10 @@ int main(int argc, char **argv)
     hex(eh.reserved, ev_hex);
     TRUE(pipe(pipefd) == 0);
     snprintf(fdarg, sizeof(fdarg), "%d", pipefd[1]);
-    fflush(stdout);
-    pid = fork();
-    TRUE(pid >= 0);
-    if (pid == 0) {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    {
+        char *args[] = { (char *)"open", fdarg, mem_hex, ev_hex, NULL };
 
-        close(pipefd[0]);
-        if (n > 0) {
-            self[n] = '\0';
-            execl(self, self, "open", fdarg, mem_hex, ev_hex, (char *)NULL);
-        }
-        _exit(127);
+        pid = vcu_drv_run_self(args);
     }
     close(pipefd[1]);
     TRUE(read(pipefd[0], &got, 1) == 1);

@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "vcu_drv_test.h"
+#include "vcu_drv_proc.h"
 
 #define SIZE (4u << 20)
 #define FIRST 0x2468ace0u
@@ -59,43 +59,6 @@ static void expect_words(CUdeviceptr p, unsigned int v)
             exit(1);
         }
     free(host);
-}
-
-static void send_fd(int sock, int fd, const msg_t *m)
-{
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = { (void *)m, sizeof(*m) };
-    struct msghdr h;
-
-    memset(&h, 0, sizeof(h));
-    memset(buf, 0, sizeof(buf));
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    h.msg_control = buf;
-    h.msg_controllen = sizeof(buf);
-    CMSG_FIRSTHDR(&h)->cmsg_level = SOL_SOCKET;
-    CMSG_FIRSTHDR(&h)->cmsg_type = SCM_RIGHTS;
-    CMSG_FIRSTHDR(&h)->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(CMSG_FIRSTHDR(&h)), &fd, sizeof(int));
-    TRUE(sendmsg(sock, &h, 0) == (ssize_t)sizeof(*m));
-}
-
-static int recv_fd(int sock, msg_t *m)
-{
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = { m, sizeof(*m) };
-    struct msghdr h;
-    int fd = -1;
-
-    memset(&h, 0, sizeof(h));
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    h.msg_control = buf;
-    h.msg_controllen = sizeof(buf);
-    TRUE(recvmsg(sock, &h, MSG_WAITALL) == (ssize_t)sizeof(*m));
-    TRUE(CMSG_FIRSTHDR(&h) != NULL && CMSG_FIRSTHDR(&h)->cmsg_type == SCM_RIGHTS);
-    memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&h)), sizeof(int));
-    return fd;
 }
 
 /* A copy of fd's bytes with one bit changed, or -1 where fd is not 64
@@ -134,7 +97,7 @@ static int importer(int sock)
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CK(cuCtxSetCurrent(ctx));
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    fd = recv_fd(sock, &m);
+    fd = vcu_drv_recv_fd(sock, &m, sizeof(m));
     TRUE(fd >= 0);
 
     TRUE(pipe(pp) == 0);
@@ -219,22 +182,13 @@ int main(int argc, char **argv)
 
     TRUE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     snprintf(sockarg, sizeof(sockarg), "%d", sv[1]);
-    fflush(stdout);
-    pid = fork();
-    TRUE(pid >= 0);
-    if (pid == 0) {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    {
+        char *args[] = { (char *)"import", sockarg, NULL };
 
-        close(sv[0]);
-        if (n > 0) {
-            self[n] = '\0';
-            execl(self, self, "import", sockarg, (char *)NULL);
-        }
-        _exit(127);
+        pid = vcu_drv_run_self(args);
     }
     close(sv[1]);
-    send_fd(sv[0], fd, &m);
+    vcu_drv_send_fd(sv[0], fd, &m, sizeof(m));
     close(fd);
     if (read(sv[0], &got, 1) != 1) {
         TRUE(waitpid(pid, &st, 0) == pid);

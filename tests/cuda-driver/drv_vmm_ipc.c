@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "vcu_drv_test.h"
+#include "vcu_drv_proc.h"
 
 #define FIRST 0x1234abcdu
 #define SECOND 0x5678ef01u
@@ -77,43 +77,6 @@ static void expect_words(CUdeviceptr va, size_t size, unsigned int v)
     free(host);
 }
 
-static void send_fd(int sock, int fd)
-{
-    char c = 'h', buf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = { &c, 1 };
-    struct msghdr m;
-
-    memset(&m, 0, sizeof(m));
-    memset(buf, 0, sizeof(buf));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = buf;
-    m.msg_controllen = sizeof(buf);
-    CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-    CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-    CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), &fd, sizeof(int));
-    TRUE(sendmsg(sock, &m, 0) == 1);
-}
-
-static int recv_fd(int sock)
-{
-    char c, buf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = { &c, 1 };
-    struct msghdr m;
-    int fd = -1;
-
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = buf;
-    m.msg_controllen = sizeof(buf);
-    TRUE(recvmsg(sock, &m, 0) == 1);
-    TRUE(CMSG_FIRSTHDR(&m) != NULL && CMSG_FIRSTHDR(&m)->cmsg_type == SCM_RIGHTS);
-    memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
-    return fd;
-}
-
 /* A descriptor like fd's (a copy of its bytes) with one bit changed:
  * names nothing.  -1 where fd is not 64 bytes (not this library's). */
 static int forged(int fd)
@@ -146,8 +109,7 @@ static int importer(int sock)
     CK(cuDeviceGet(&dev, 0));
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CK(cuCtxSetCurrent(ctx));
-    TRUE(read(sock, &size, sizeof(size)) == (ssize_t)sizeof(size));
-    fd = recv_fd(sock);
+    fd = vcu_drv_recv_fd(sock, &size, sizeof(size));
     TRUE(fd >= 0);
 
     /* Not such a descriptor, forged, the wrong type, no result. */
@@ -238,23 +200,13 @@ int main(int argc, char **argv)
 
     TRUE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     snprintf(sockarg, sizeof(sockarg), "%d", sv[1]);
-    fflush(stdout);
-    pid = fork();
-    TRUE(pid >= 0);
-    if (pid == 0) {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    {
+        char *args[] = { (char *)"import", sockarg, NULL };
 
-        close(sv[0]);
-        if (n > 0) {
-            self[n] = '\0';
-            execl(self, self, "import", sockarg, (char *)NULL);
-        }
-        _exit(127);
+        pid = vcu_drv_run_self(args);
     }
     close(sv[1]);
-    TRUE(write(sv[0], &size, sizeof(size)) == (ssize_t)sizeof(size));
-    send_fd(sv[0], fd);
+    vcu_drv_send_fd(sv[0], fd, &size, sizeof(size));
     close(fd);
     if (read(sv[0], &got, 1) != 1) {
         TRUE(waitpid(pid, &st, 0) == pid);

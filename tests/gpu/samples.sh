@@ -59,6 +59,9 @@
 #   VCU_SAMPLES_GUEST_TIMEOUT=240  seconds each run may take in a guest
 #                            (its CPU is emulated: host code runs 10-50x
 #                            slower than natively)
+#   VCU_SAMPLES_GPUS=LIST    the GPUs each guest is given (virtio-cuda-pci's
+#                            gpus=, e.g. "0,,1" for both of a two-GPU
+#                            machine; default: the device's default, GPU 0)
 #   VCU_REAL_GPU=0           the guests' daemon on the CPU stand-in
 #                            (build/fakecuda): the script's own check
 #   VCU_LIBCUDA=PATH         the libcuda.so.1 under ours (default: the
@@ -480,7 +483,8 @@ guest() {
             VCU_VM_LOGDIR="$gdir/vm-$g" VCU_VM_MEM="${VCU_SAMPLES_VM_MEM:-3072}" VCU_VM_DISK="$disk" \
             VCU_VM_TIMEOUT=$((left - 5)) \
             VCU_GUEST_APPEND="vcu.samples_part=$g/$vms vcu.samples_until=$deadline vcu.samples_timeout=$gt" \
-            tests/vm/run.sh samples >"$logs/guest-$g.out" 2>&1 &
+            tests/vm/run.sh samples ${VCU_SAMPLES_GPUS:+"gpus=$VCU_SAMPLES_GPUS"} \
+            >"$logs/guest-$g.out" 2>&1 &
         pids+=($!)
     done
     wait "${pids[@]}"
