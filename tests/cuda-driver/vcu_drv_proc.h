@@ -12,6 +12,15 @@
 
 #include "vcu_drv_test.h"
 
+/* Whether this run is against the loopback build (VCU_TRANSPORT=loopback,
+ * scripts/driver-loopback.sh): no host daemon, so no shareable handles. */
+static inline int vcu_drv_loopback(void)
+{
+    const char *t = getenv("VCU_TRANSPORT");
+
+    return t != NULL && strcmp(t, "loopback") == 0;
+}
+
 /* This program again, with args (NULL-terminated, after argv[0]): its pid. */
 static inline pid_t vcu_drv_run_self(char *const args[])
 {
