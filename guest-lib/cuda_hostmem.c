@@ -538,20 +538,29 @@ static CUresult vcu__ptr_info(vcu__ctx_t *c, CUdeviceptr p, vcu__ptr_info_t *pi)
             pi->dptr = 0;
         return CUDA_SUCCESS;
     }
+    /* Device memory this library allocated, of whichever device: the
+     * host has one context per device, so the current context is as good
+     * an answer as any context of its device (else the device's primary:
+     * vcu__ptr_attr_ctx). */
+    if (vcu__dr_find(p, &pi->start, &pi->size, &pi->id, &pi->dev)) {
+        pi->type = CU_MEMORYTYPE_DEVICE;
+        pi->ctx = pi->dev == c->dev ? c : NULL;
+        pi->dptr = p;
+        return CUDA_SUCCESS;
+    }
+    /* Else what the host's driver finds (module globals, memory of
+     * another process's): taken for the current context's device. */
     e = vcu__range(c->dev, p, &base, &size);
     if (e == CUDA_ERROR_NOT_FOUND || e == CUDA_ERROR_INVALID_VALUE)
         return CUDA_SUCCESS;
     if (e != CUDA_SUCCESS)
         return e;
-    /* The host has one context per device: the current context is as
-     * good an answer as any context of the device. */
     pi->type = CU_MEMORYTYPE_DEVICE;
     pi->dev = c->dev;
     pi->ctx = c;
     pi->start = base;
     pi->size = size;
     pi->dptr = p;
-    pi->id = vcu__dr_id(c->dev, base);
     return CUDA_SUCCESS;
 }
 

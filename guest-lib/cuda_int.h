@@ -174,6 +174,9 @@ typedef struct vcu__pool_s {
     int created;
     int imported;                   /* another process's (cuMemPoolImportFromShareableHandle) */
     uint64_t h;
+    /* Other devices' access (CUmemAccess_flags), as cuMemPoolSetAccess
+     * last set it; atomic. */
+    unsigned char access[VCU_CU_MAX_DEVICES];
 } vcu__pool_t;
 
 /* Graphs, their nodes and executable graphs (cuda_graph.c). */
@@ -388,9 +391,10 @@ int vcu__dr_known(int dev, uint64_t p, uint64_t n);
 CUresult vcu__is_device(int dev, CUdeviceptr p, int *is_dev);
 /* cuMemcpy2D* with an array or unified side, as a 3D copy (cuda_array.c). */
 CUresult vcu__copy2d_array(const CUDA_MEMCPY2D *p, int async, CUstream stream, int ptsz);
-/* The buffer ID of the allocation starting at base (0: none known), and
- * a new one for an allocation made elsewhere (unique in the process). */
-uint64_t vcu__dr_id(int dev, uint64_t base);
+/* The allocation of this process's holding p, of any device (its
+ * range, buffer ID and device): 1, or 0 where none is known; and a new
+ * buffer ID for an allocation made elsewhere (unique in the process). */
+int vcu__dr_find(uint64_t p, uint64_t *base, uint64_t *size, uint64_t *id, int *dev);
 uint64_t vcu__buffer_id_new(void);
 /* Whether [p, p + n) lies in page-locked memory of this library's own
  * (cuMemHostAlloc) that copies may use after their call (cuda_hostmem.c). */

@@ -167,15 +167,25 @@ VCU__EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationTyp
     return e == CUDA_SUCCESS ? cuDeviceSetMemPool(dev, pool) : e;
 }
 
+/* CUmemAccess_flags cuda.h defines. */
+static int vcu__access_flags_ok(CUmemAccess_flags f)
+{
+    return f == CU_MEM_ACCESS_FLAGS_PROT_NONE || f == CU_MEM_ACCESS_FLAGS_PROT_READ ||
+           f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
 /*
  * Access to a pool's memory: its own device always reads and writes it
- * (which may be said again); another device's access (peers) is not
- * offered: CUDA_ERROR_NOT_SUPPORTED, logged once.
+ * (which may be said again); another device's (a peer's) is set on the
+ * host's pool (CU_MEMPOOL_SET_ACCESS), one device at a time, and kept
+ * here for cuMemPoolGetAccess.  The whole map is checked before any of
+ * it is sent.
  */
 VCU__EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map,
                                         size_t count)
 {
-    static int logged;
+    struct vcu_cu_attr_req r;
+    struct vcu_cu_resp o;
     vcu__pool_t *p;
     CUresult e = vcu__pool_arg(pool, &p);
 
@@ -185,16 +195,25 @@ VCU__EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < count; i++) {
         if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-            vcu__check_dev(map[i].location.id) != CUDA_SUCCESS)
+            vcu__check_dev(map[i].location.id) != CUDA_SUCCESS ||
+            !vcu__access_flags_ok(map[i].flags))
             return CUDA_ERROR_INVALID_VALUE;
-        if (map[i].location.id == p->dev) {
-            if (map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-                return CUDA_ERROR_INVALID_VALUE;
+        if (map[i].location.id == p->dev && map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < count; i++) {
+        int d = map[i].location.id;
+
+        if (d == p->dev)
             continue;
-        }
-        vcu__log_once(&logged, "libcuda (virtio-cuda): cuMemPoolSetAccess for another device "
-                               "is not supported\n");
-        return CUDA_ERROR_NOT_SUPPORTED;
+        memset(&r, 0, sizeof(r));
+        r.handle = p->h;
+        r.attr = vcu__drv.dev[d].vord;
+        r.value = (uint64_t)map[i].flags;
+        e = vcu__call(p->dev, VCU_OP_CU_MEMPOOL_SET_ACCESS, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+        if (e != CUDA_SUCCESS)
+            return e;
+        __atomic_store_n(&p->access[d], (unsigned char)map[i].flags, __ATOMIC_RELAXED);
     }
     return CUDA_SUCCESS;
 }
@@ -210,8 +229,9 @@ VCU__EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool m
     if (flags == NULL || location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
         vcu__check_dev(location->id) != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_VALUE;
-    *flags = location->id == p->dev ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                                    : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    *flags = location->id == p->dev
+                 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                 : (CUmemAccess_flags)__atomic_load_n(&p->access[location->id], __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 

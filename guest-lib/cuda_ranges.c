@@ -125,15 +125,22 @@ int vcu__dr_known(int dev, uint64_t p, uint64_t n)
     return known;
 }
 
-uint64_t vcu__dr_id(int dev, uint64_t base)
+int vcu__dr_find(uint64_t p, uint64_t *base, uint64_t *size, uint64_t *id, int *dev)
 {
-    uint64_t id = 0;
     size_t i;
+    int found = 0;
 
     pthread_rwlock_rdlock(&vcu__dr_lock);
-    i = vcu__dr_upper(base);
-    if (i > 0 && vcu__drs[i - 1].base == base && vcu__drs[i - 1].dev == dev)
-        id = vcu__drs[i - 1].id;
+    i = vcu__dr_upper(p);
+    if (i > 0 && p - vcu__drs[i - 1].base < vcu__drs[i - 1].size) {
+        const vcu__dr_t *r = &vcu__drs[i - 1];
+
+        *base = r->base;
+        *size = r->size;
+        *id = r->id;
+        *dev = r->dev;
+        found = 1;
+    }
     pthread_rwlock_unlock(&vcu__dr_lock);
-    return id;
+    return found;
 }

@@ -31,6 +31,7 @@
 #include "nvml_int.h"
 #include "vcu_common.h"
 #include "vcu_proto.h"
+#include "vcu_calls.h"
 #include "vcu_transport.h"
 
 #ifndef VCU_VERSION
@@ -124,6 +125,19 @@ static nvmlReturn_t vcu__nvml_call(uint32_t opcode, uint32_t dev, void *resp, ui
     err = vcu_conn_call(vcu__nvml.conn, opcode, 0, &h, sizeof(h), NULL, 0, resp, cap, NULL);
     memcpy(&r, resp, sizeof(r));
     return vcu__nvml_from_vcu(err, r.result);
+}
+
+/* A generated CU_CALL (vcu_calls.h) of device dev: req and resp start
+ * with struct vcu_cu_call_req and struct vcu_cu_resp. */
+static nvmlReturn_t vcu__nvml_cu_call(uint32_t dev, struct vcu_cu_call_req *req, uint32_t len,
+                                      struct vcu_cu_resp *resp, uint32_t cap)
+{
+    int err;
+
+    req->hdr.device = dev;
+    memset(resp, 0, cap);
+    err = vcu_conn_call(vcu__nvml.conn, VCU_OP_CU_CALL, 0, req, len, NULL, 0, resp, cap, NULL);
+    return vcu__nvml_from_vcu(err, resp->result);
 }
 
 /* A handle this library gave out, of a device that exists. */
@@ -853,6 +867,59 @@ static nvmlReturn_t vcu__nvml_mem(nvmlDevice_t device, unsigned long long *total
     }
     free(s);
     return r;
+}
+
+/*
+ * Peer-to-peer between two GPUs of the VM, as the host's driver says of
+ * them (cuDeviceGetP2PAttribute): reads, writes and PCI as peer access
+ * is supported, atomics as native atomics are.  Whether the path is
+ * NVLink is not known here: NVML_P2P_STATUS_UNKNOWN.  A GPU and itself
+ * is OK, as NVIDIA's answers (NCCL asks every pair, a GPU with itself
+ * too, and gives up on an error).
+ */
+VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                     nvmlGpuP2PCapsIndex_t p2pIndex,
+                                                     nvmlGpuP2PStatus_t *p2pStatus)
+{
+    struct vcu_call_cuDeviceGetP2PAttribute_req r;
+    struct vcu_call_cuDeviceGetP2PAttribute_resp o;
+    nvmlReturn_t e = vcu__nvml_check(device1);
+    CUdevice_P2PAttribute a;
+
+    if (e == NVML_SUCCESS)
+        e = vcu__nvml_check(device2);
+    if (e != NVML_SUCCESS)
+        return e;
+    if (p2pStatus == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    switch (p2pIndex) {
+    case NVML_P2P_CAPS_INDEX_READ:
+    case NVML_P2P_CAPS_INDEX_WRITE:
+    case NVML_P2P_CAPS_INDEX_PCI:
+        a = CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
+        break;
+    case NVML_P2P_CAPS_INDEX_ATOMICS:
+        a = CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED;
+        break;
+    case NVML_P2P_CAPS_INDEX_NVLINK:
+        *p2pStatus = device1 == device2 ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_UNKNOWN;
+        return NVML_SUCCESS;
+    default:
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (device1 == device2) {
+        *p2pStatus = NVML_P2P_STATUS_OK;
+        return NVML_SUCCESS;
+    }
+    VCU_CALL_INIT(r, cuDeviceGetP2PAttribute);
+    r.attrib = (uint64_t)a;
+    r.srcDevice = device1->index;
+    r.dstDevice = device2->index;
+    e = vcu__nvml_cu_call(device1->index, &r.c, sizeof(r), &o.r, sizeof(o));
+    if (e != NVML_SUCCESS)
+        return e;
+    *p2pStatus = o.value != 0 ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+    return NVML_SUCCESS;
 }
 
 VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)

@@ -335,7 +335,9 @@ struct vcu_resp_hdr {
     XX(CU_MEMPOOL_EXPORT_SHAREABLE, 0x0250, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)      \
     XX(CU_MEMPOOL_IMPORT_SHAREABLE, 0x0251, vcu_cu_ipc_open_req, vcu_cu_ipc_import_resp) \
     XX(CU_MEMPOOL_EXPORT_POINTER, 0x0252, vcu_cu_u64_req, vcu_cu_ipc_handle_resp)        \
-    XX(CU_MEMPOOL_IMPORT_POINTER, 0x0253, vcu_cu_pool_ptr_req, vcu_cu_ipc_import_resp)
+    XX(CU_MEMPOOL_IMPORT_POINTER, 0x0253, vcu_cu_pool_ptr_req, vcu_cu_ipc_import_resp) \
+    /* a pool's access for another device of the VM (peer access)             */       \
+    XX(CU_MEMPOOL_SET_ACCESS, 0x0254, vcu_cu_attr_req, vcu_cu_resp)
 
 #define VCU_OP_ENUM_(name, num, req, resp) VCU_OP_##name = (num),
 enum { VCU_OP_MAP(VCU_OP_ENUM_) };
@@ -1035,7 +1037,11 @@ struct vcu_cu_global_info_resp {
 
 /*
  * Attributes of pools (CU_MEMPOOL_*: handle = pool, attr = CUmemPool_attribute,
- * value; TRIM: value = minBytesToKeep).
+ * value; TRIM: value = minBytesToKeep).  CU_MEMPOOL_SET_ACCESS
+ * (cuMemPoolSetAccess, one device at a time): handle = a pool of the
+ * session's (its own, made or imported), attr = the device that gets
+ * access (the VM's ordinal), value = CU_MEM_ACCESS_FLAGS_PROT_NONE, _READ
+ * or _READWRITE; the driver says whether the two devices allow it.
  */
 struct vcu_cu_attr_req {
     struct vcu_cu_hdr hdr;

@@ -683,6 +683,7 @@ uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_ALLOC_ASYNC(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_DEFAULT(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_SET_ATTR(vcu__op_t *o);
+uint32_t vcu__op_CU_MEMPOOL_SET_ACCESS(vcu__op_t *o);
 uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER(vcu__op_t *o);
 uint32_t vcu__op_CU_HOST_DEVICE_POINTER_AT(vcu__op_t *o);

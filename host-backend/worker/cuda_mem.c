@@ -929,6 +929,31 @@ uint32_t vcu__op_CU_MEMPOOL_GET_ATTR(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* Another device's access to a pool of the session's (vcu_proto.h,
+ * CU_MEMPOOL_SET_ACCESS): the device and the flags checked here, the
+ * rest (whether the two devices reach each other) the driver's. */
+uint32_t vcu__op_CU_MEMPOOL_SET_ACCESS(vcu__op_t *o)
+{
+    struct vcu_cu_attr_req rq;
+    CUmemAccessDesc d;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.reserved != 0 || rq.attr >= o->cu->ndev ||
+        (rq.value != CU_MEM_ACCESS_FLAGS_PROT_NONE && rq.value != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+         rq.value != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)) {
+        o->res = CUDA_ERROR_INVALID_VALUE;
+        return VCU_S_OK;
+    }
+    VCU__ENTER(o);
+    VCU__GET(o, e, rq.handle, VCU__H_POOL);
+    memset(&d, 0, sizeof(d));
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = o->cu->host_ordinal[rq.attr];
+    d.flags = (CUmemAccess_flags)rq.value;
+    o->res = VCU__CU(o->cu, cuMemPoolSetAccess, e->u.pool, &d, 1);
+    return VCU_S_OK;
+}
+
 /* After the generated cuMemPoolTrimTo (after= in the list): what the
  * trim gave back is no longer charged. */
 void vcu__pool_trimmed(vcu__op_t *o)

@@ -4,7 +4,9 @@
  * [Async] between two contexts of one device (a device-to-device copy
  * there) and, where the VM has two devices, between devices with and
  * without peer access; cuCtxEnablePeerAccess / cuCtxDisablePeerAccess
- * (a device is not its own peer); cuStreamBatchMemOp_v2 with writes,
+ * (a device is not its own peer); with two devices, another device's
+ * pointer attributes, and a pool of device 0 that device 1's kernel reads
+ * (cuMemPoolSetAccess); cuStreamBatchMemOp_v2 with writes,
  * waits for values already written and a barrier, the unversioned ABI
  * (cuStreamBatchMemOp, cuStreamWriteValue32 and the others, found by
  * cuGetProcAddress at 11000) and the per-thread forms; counts, flags and
@@ -207,6 +209,102 @@ static void memops(CUstream s, CUdeviceptr f)
     CK(cuStreamSynchronize(s));
 }
 
+/* Device 1's memory x, asked of with device 0's context current: its
+ * device, its context and a buffer ID of its own (cuFFT's multi-GPU
+ * plans ask for it). */
+static void pointer_of_peer(CUdeviceptr a, CUdeviceptr x, CUcontext c1)
+{
+    unsigned long long ida = 0, idx = 0, idx2 = 0;
+    CUcontext pc = NULL;
+    int ord = -1;
+
+    CK(cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, x + 64));
+    TRUE(ord == 1);
+    CK(cuPointerGetAttribute(&pc, CU_POINTER_ATTRIBUTE_CONTEXT, x));
+    TRUE(pc == c1);
+    CK(cuPointerGetAttribute(&idx, CU_POINTER_ATTRIBUTE_BUFFER_ID, x));
+    CK(cuPointerGetAttribute(&idx2, CU_POINTER_ATTRIBUTE_BUFFER_ID, x + 64));
+    CK(cuPointerGetAttribute(&ida, CU_POINTER_ATTRIBUTE_BUFFER_ID, a));
+    TRUE(idx != 0 && idx == idx2 && ida != 0 && idx != ida);
+}
+
+/*
+ * A pool of device 0 that device 1 reads (cuMemPoolSetAccess): none
+ * until it is given, its own device refused anything but read-write,
+ * then device 1's kernel adds two of the pool's blocks into x, against
+ * the CPU's sums; access taken back after.  With c0 current.
+ */
+static void pool_of_peer(CUcontext c0, CUcontext c1, CUdeviceptr x, CUstream s)
+{
+    static float ha[N], hb[N], got[N];
+    CUmemPoolProps pp;
+    CUmemoryPool pool;
+    CUmemAccessDesc ad;
+    CUmemLocation loc;
+    CUmemAccess_flags fl = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUdeviceptr pa, pb;
+    CUmodule mod;
+    CUfunction vadd;
+    int n = (int)N;
+    void *args[] = { &pa, &pb, &x, &n };
+    void *fatbin;
+    size_t flen;
+
+    memset(&pp, 0, sizeof(pp));
+    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pp.location.id = 0;
+    CK(cuMemPoolCreate(&pool, &pp));
+    loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = 1;
+    CK(cuMemPoolGetAccess(&fl, pool, &loc));
+    TRUE(fl == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ad.location.id = 0;
+    ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemPoolSetAccess(pool, &ad, 1));
+    ad.location.id = 1;
+    ad.flags = (CUmemAccess_flags)2;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemPoolSetAccess(pool, &ad, 1));
+    ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CK(cuMemPoolSetAccess(pool, &ad, 1));
+    CK(cuMemPoolGetAccess(&fl, pool, &loc));
+    TRUE(fl == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+
+    CK(cuMemAllocFromPoolAsync(&pa, N * 4, pool, s));
+    CK(cuMemAllocFromPoolAsync(&pb, N * 4, pool, s));
+    for (uint32_t i = 0; i < N; i++) {
+        ha[i] = (float)i * 0.5f;
+        hb[i] = 3.0f - (float)(i % 7);
+    }
+    CK(cuMemcpyHtoDAsync(pa, ha, sizeof(ha), s));
+    CK(cuMemcpyHtoDAsync(pb, hb, sizeof(hb), s));
+    CK(cuStreamSynchronize(s));
+
+    CK(cuCtxSetCurrent(c1));
+    fatbin = vcu_drv_read_beside("vcu_drv_kernels.fatbin", &flen);
+    CK(cuModuleLoadData(&mod, fatbin));
+    CK(cuModuleGetFunction(&vadd, mod, "vcu_drv_vadd"));
+    CK(cuMemsetD32(x, 0, N));
+    CK(cuLaunchKernel(vadd, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+    CK(cuCtxSynchronize());
+    CK(cuMemcpyDtoH(got, x, sizeof(got)));
+    for (uint32_t i = 0; i < N; i++)
+        TRUE(got[i] == ha[i] + hb[i]);
+    CK(cuModuleUnload(mod));
+    free(fatbin);
+
+    CK(cuCtxSetCurrent(c0));
+    ad.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    CK(cuMemPoolSetAccess(pool, &ad, 1));
+    CK(cuMemPoolGetAccess(&fl, pool, &loc));
+    TRUE(fl == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    CK(cuMemFreeAsync(pa, s));
+    CK(cuMemFreeAsync(pb, s));
+    CK(cuStreamSynchronize(s));
+    CK(cuMemPoolDestroy(pool));
+}
+
 int main(void)
 {
     CUdevice dev, dev1;
@@ -266,7 +364,9 @@ int main(void)
         peer_1d(c1, c0, x, a, s, 4);
         peer_1d(c0, c1, b, x, s, 5);
         peer_3d(c1, c0, x, a, s, 1);
+        pointer_of_peer(a, x, c1);
         if (can) {
+            pool_of_peer(c0, c1, x, s);
             CK(cuCtxEnablePeerAccess(c1, 0));
             EXPECT(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, cuCtxEnablePeerAccess(c1, 0));
             peer_1d(c1, c0, x, a, s, 6);

@@ -3285,6 +3285,37 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
     return rc;
 }
 
+/* Other devices' access, checked as CUDA checks it (its own device keeps
+ * read-write); the stand-in's devices are peers of each other, and its
+ * kernels reach every device's memory, so nothing is kept. */
+CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    fc_pool_t *p;
+    CUresult rc = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&g_lock);
+    p = fc_pool(pool);
+    if (!p || (!map && count > 0)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    for (size_t i = 0; i < count; i++) {
+        const CUmemAccessDesc *d = &map[i];
+
+        if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || d->location.id < 0 ||
+            d->location.id >= FC_NDEV ||
+            (d->flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+             d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+            (d->location.id == p->dev && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+            goto out;
+        }
+    }
+out:
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     fc_pool_t *p;

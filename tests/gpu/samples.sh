@@ -62,6 +62,10 @@
 #   VCU_SAMPLES_GPUS=LIST    the GPUs each guest is given (virtio-cuda-pci's
 #                            gpus=, e.g. "0,,1" for both of a two-GPU
 #                            machine; default: the device's default, GPU 0)
+#   VCU_SAMPLES_GUEST_ENV="A=1 B=x"  variables for each run in a guest
+#                            (VCU_LIBCUDA_TRACE=errors VCU_SYNC_CALLS=1 shows
+#                            which call the host refused); letters, digits
+#                            and _=.:/- only
 #   VCU_REAL_GPU=0           the guests' daemon on the CPU stand-in
 #                            (build/fakecuda): the script's own check
 #   VCU_LIBCUDA=PATH         the libcuda.so.1 under ours (default: the
@@ -478,11 +482,19 @@ guest() {
     # shellcheck disable=SC2086
     vcu_daemon_start "$gdir/daemon" $dargs >"$logs/guest-daemon-start.log" 2>&1 ||
         { say "guest: the host daemon did not start ($sname/guest-daemon-start.log)"; return 1; }
+    local genv_arg=
+    if [ -n "${VCU_SAMPLES_GUEST_ENV:-}" ]; then
+        case $VCU_SAMPLES_GUEST_ENV in *[!A-Za-z0-9_=.:/\ -]*)
+            say "guest: VCU_SAMPLES_GUEST_ENV may hold letters, digits, spaces and _=.:/- only"
+            return 1 ;;
+        esac
+        genv_arg=" vcu.samples_env=$(echo $VCU_SAMPLES_GUEST_ENV | tr ' ' ',')"
+    fi
     for ((g = 0; g < vms; g++)); do
         env "$genv" VCU_DAEMON_SOCK="$VCU_DAEMON_SOCK" VCU_NO_BUILD=1 VCU_VM_NAME="samples-$g" \
             VCU_VM_LOGDIR="$gdir/vm-$g" VCU_VM_MEM="${VCU_SAMPLES_VM_MEM:-3072}" VCU_VM_DISK="$disk" \
             VCU_VM_TIMEOUT=$((left - 5)) \
-            VCU_GUEST_APPEND="vcu.samples_part=$g/$vms vcu.samples_until=$deadline vcu.samples_timeout=$gt" \
+            VCU_GUEST_APPEND="vcu.samples_part=$g/$vms vcu.samples_until=$deadline vcu.samples_timeout=$gt$genv_arg" \
             tests/vm/run.sh samples ${VCU_SAMPLES_GPUS:+"gpus=$VCU_SAMPLES_GPUS"} \
             >"$logs/guest-$g.out" 2>&1 &
         pids+=($!)

@@ -13,6 +13,9 @@
 #
 # SUITE: torch (the default) or frameworks.
 # VCU_TORCH_VENV   the virtual environment [/opt/torch/.venv]
+# VCU_TORCH_GPUS   the GPUs the guest is given (virtio-cuda-pci's gpus=,
+#                  "0,,1" for two: the steps nccl and distributed run)
+# VCU_GUEST_APPEND="VCU_TORCH_STEPS=nccl,distributed"  only those steps
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 venv=${VCU_TORCH_VENV:-/opt/torch/.venv}
@@ -67,4 +70,5 @@ disk=$work/$suite.ext4
 hostroot_disk "$st" "$disk" torch-run || exit 1
 echo "torch-run: disk made in $(($(date +%s) - t0)) s"
 VCU_NO_BUILD=1 VCU_VM_DISK=$disk VCU_VM_MEM=${VCU_VM_MEM:-12288} \
-    VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-480} tests/gpu/run.sh "$suite"
+    VCU_VM_TIMEOUT=${VCU_VM_TIMEOUT:-480} tests/gpu/run.sh "$suite" \
+    ${VCU_TORCH_GPUS:+"gpus=$VCU_TORCH_GPUS"}

@@ -3,7 +3,7 @@
  * (the host backend and the CPU stand-in in this process) or in a guest
  * (suite nvml, with nothing else holding the device): what NVML says
  * of each device is what libcuda says (name, UUID, PCI bus id, compute
- * capability), memory figures are cuMemGetInfo's and follow an
+ * capability, peer-to-peer status), memory figures are cuMemGetInfo's and follow an
  * allocation, the process list (in a guest: this process, once), setters
  * are refused, unimplemented names are not
  * supported, bad arguments and handles are NVML_ERROR_INVALID_ARGUMENT,
@@ -242,6 +242,55 @@ static void check_processes(int loop)
     EXPECT(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetComputeRunningProcesses_v3(d, &n, NULL));
 }
 
+/*
+ * Peer-to-peer status of every pair of the VM's GPUs (NCCL asks them all
+ * at its start and stops at an error): a GPU with itself OK; two GPUs as
+ * cuDeviceGetP2PAttribute says (read, write, PCI: access supported;
+ * atomics: native atomics); NVLink unknown; an index NVML does not
+ * define refused.  NVML indices are CUDA ordinals where
+ * CUDA_VISIBLE_DEVICES is not set.
+ */
+static void check_p2p(unsigned int n)
+{
+    static const nvmlGpuP2PCapsIndex_t idx[] = { NVML_P2P_CAPS_INDEX_READ,
+                                                 NVML_P2P_CAPS_INDEX_WRITE,
+                                                 NVML_P2P_CAPS_INDEX_ATOMICS,
+                                                 NVML_P2P_CAPS_INDEX_PCI };
+    nvmlDevice_t a, b;
+    nvmlGpuP2PStatus_t st;
+
+    for (unsigned int i = 0; i < n; i++) {
+        EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(i, &a));
+        for (unsigned int j = 0; j < n; j++) {
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(j, &b));
+            for (size_t k = 0; k < sizeof(idx) / sizeof(idx[0]); k++) {
+                CUdevice_P2PAttribute at = idx[k] == NVML_P2P_CAPS_INDEX_ATOMICS
+                                               ? CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED
+                                               : CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED;
+                int v = -1;
+
+                st = (nvmlGpuP2PStatus_t)-1;
+                EXPECT(NVML_SUCCESS, nvmlDeviceGetP2PStatus(a, b, idx[k], &st));
+                if (i == j) {
+                    CHECK(st == NVML_P2P_STATUS_OK, "GPU %u with itself: status %d", i, (int)st);
+                } else if (getenv("CUDA_VISIBLE_DEVICES") == NULL) {
+                    CU(cuDeviceGetP2PAttribute(&v, at, (CUdevice)i, (CUdevice)j));
+                    CHECK(st == (v ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED),
+                          "GPUs %u, %u, index %d: status %d, CUDA says %d", i, j, (int)idx[k],
+                          (int)st, v);
+                }
+            }
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK, &st));
+            CHECK(i == j ? st == NVML_P2P_STATUS_OK : st == NVML_P2P_STATUS_UNKNOWN,
+                  "NVLink status %d", (int)st);
+        }
+    }
+    EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(0, &a));
+    EXPECT(NVML_ERROR_INVALID_ARGUMENT,
+           nvmlDeviceGetP2PStatus(a, a, NVML_P2P_CAPS_INDEX_UNKNOWN, &st));
+    EXPECT(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetP2PStatus(a, a, NVML_P2P_CAPS_INDEX_READ, NULL));
+}
+
 int main(void)
 {
     char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
@@ -293,6 +342,7 @@ int main(void)
         check_device(c);
     check_memory(loop);
     check_processes(loop);
+    check_p2p(n);
 
     EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(0, &d));
     /* Utilization: the VM's, from the host driver's per-process samples

@@ -6,7 +6,9 @@ that a step that fails says where and the others still run.
 Steps: import, is_available, properties, elementwise, matmul (checked
 against the CPU), cnn (a small CNN trained for a few hundred steps; its
 loss must fall), graphs (capture and replay), compile (torch.compile of
-a small function, Triton).  VCU_TORCH_STEPS=graphs,compile runs only
+a small function, Triton); with two GPUs or more, nccl (NCCL all-reduce
+in one process over every GPU) and distributed (torch.distributed over
+NCCL, two processes, one GPU each), with their bus bandwidths.  VCU_TORCH_STEPS=graphs,compile runs only
 the steps named (import always runs).
 """
 import os
@@ -178,24 +180,124 @@ def s_compile():
         raise RuntimeError("max error %g" % err)
 
 
-step("import", s_import)
-if torch is not None:
-    for name, fn in (("is_available", s_available), ("properties", s_properties),
-                     ("elementwise", s_elementwise), ("matmul", s_matmul), ("cnn", s_cnn),
-                     ("graphs", s_graphs), ("compile", s_compile)):
-        only = os.environ.get("VCU_TORCH_STEPS")
-        if only and name not in only.split(","):
-            continue
-        if name != "is_available" and not results[-1][1] and results[-1][0] == "is_available":
-            print("FAIL torch/%s skipped: no CUDA" % name, flush=True)
-            results.append((name, False))
-            continue
-        step(name, fn)
-print("torch: %d passed, %d failed" % (sum(1 for _, ok in results if ok),
-                                       sum(1 for _, ok in results if not ok)), flush=True)
-sys.stdout.flush()
-# Straight out: the interpreter's teardown (torch.compile's worker pool,
-# atexit handlers) takes a minute on the guest's emulated CPU, past the
-# suite's time on the GPU machine; closing the device file at exit ends
-# the session as any exit does.
-os._exit(0 if all(ok for _, ok in results) else 1)
+def timed_allreduce(fn, tensors, rounds):
+    """Seconds per round of fn() over tensors, after a warm-up round."""
+    fn()
+    for t in tensors:
+        torch.cuda.synchronize(t.device)
+    t0 = time.time()
+    for _ in range(rounds):
+        fn()
+    for t in tensors:
+        torch.cuda.synchronize(t.device)
+    return (time.time() - t0) / rounds
+
+
+def s_nccl():
+    # NCCL all-reduce in this process over every GPU (ncclCommInitAll,
+    # through torch.cuda.nccl), checked exactly; then the bus bandwidth of
+    # a 256 MiB all-reduce as nccl-tests computes it: size / time * 2(n-1)/n.
+    import torch.cuda.nccl as nccl
+    n = torch.cuda.device_count()
+    if n < 2:
+        raise RuntimeError("needs two GPUs, has %d" % n)
+    ts = [torch.full((1 << 20,), float(i + 1), device="cuda:%d" % i) for i in range(n)]
+    nccl.all_reduce(ts)
+    want = n * (n + 1) / 2
+    for i, t in enumerate(ts):
+        if not torch.all(t == want).item():
+            raise RuntimeError("GPU %d: %r, want %g" % (i, t[:4].tolist(), want))
+    big = [torch.ones(64 << 20, device="cuda:%d" % i) for i in range(n)]
+    dt = timed_allreduce(lambda: nccl.all_reduce(big), big, 10)
+    size = big[0].numel() * 4
+    return "%d GPUs, 256 MiB: %.2f ms, bus bandwidth %.1f GB/s" % (
+        n, dt * 1e3, size / dt * 2 * (n - 1) / n / 1e9)
+
+
+def dist_rank(rank, world, path, q):
+    """One process of s_distributed: GPU rank, NCCL over the others."""
+    try:
+        import torch as t
+        import torch.distributed as dist
+        t.cuda.set_device(rank)
+        dist.init_process_group("nccl", init_method="file://" + path, rank=rank,
+                                world_size=world, device_id=t.device("cuda", rank))
+        x = t.full((1 << 20,), float(rank + 1), device="cuda")
+        dist.all_reduce(x)
+        want = world * (world + 1) / 2
+        if not t.all(x == want).item():
+            raise RuntimeError("rank %d: %r, want %g" % (rank, x[:4].tolist(), want))
+        big = t.ones(64 << 20, device="cuda")
+        dist.all_reduce(big)
+        t.cuda.synchronize()
+        dist.barrier()
+        t0 = time.time()
+        for _ in range(10):
+            dist.all_reduce(big)
+        t.cuda.synchronize()
+        dt = (time.time() - t0) / 10
+        dist.destroy_process_group()
+        q.put((rank, True, dt))
+    except Exception as e:
+        q.put((rank, False, ("%s: %s" % (type(e).__name__, e)).replace("\n", " ")[:300]))
+
+
+def s_distributed():
+    # torch.distributed over NCCL: two processes, one GPU each, checked
+    # exactly; the bus bandwidth of a 256 MiB all-reduce.
+    import multiprocessing as mp
+    import tempfile
+    world = 2
+    if torch.cuda.device_count() < world:
+        raise RuntimeError("needs two GPUs, has %d" % torch.cuda.device_count())
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    path = tempfile.mktemp(prefix="vcu-dist.")
+    ps = [ctx.Process(target=dist_rank, args=(r, world, path, q)) for r in range(world)]
+    for p in ps:
+        p.start()
+    got = []
+    for _ in range(world):
+        got.append(q.get(timeout=float(os.environ.get("VCU_TORCH_DIST_TIMEOUT", "600"))))
+    for p in ps:
+        p.join(60)
+    bad = [g for g in got if not g[1]]
+    if bad:
+        raise RuntimeError("; ".join("rank %d: %s" % (g[0], g[2]) for g in bad))
+    dt = max(g[2] for g in got)
+    size = (64 << 20) * 4
+    return "2 processes, 256 MiB: %.2f ms, bus bandwidth %.1f GB/s" % (
+        dt * 1e3, size / dt * 2 * (world - 1) / world / 1e9)
+
+
+def main():
+    step("import", s_import)
+    if torch is not None:
+        for name, fn in (("is_available", s_available), ("properties", s_properties),
+                         ("elementwise", s_elementwise), ("matmul", s_matmul), ("cnn", s_cnn),
+                         ("graphs", s_graphs), ("compile", s_compile), ("nccl", s_nccl),
+                         ("distributed", s_distributed)):
+            only = os.environ.get("VCU_TORCH_STEPS")
+            if only and name not in only.split(","):
+                continue
+            # The steps of several GPUs: where there are, or where asked for.
+            if name in ("nccl", "distributed") and not only and torch.cuda.device_count() < 2:
+                continue
+            if name != "is_available" and not results[-1][1] and results[-1][0] == "is_available":
+                print("FAIL torch/%s skipped: no CUDA" % name, flush=True)
+                results.append((name, False))
+                continue
+            step(name, fn)
+    print("torch: %d passed, %d failed" % (sum(1 for _, ok in results if ok),
+                                           sum(1 for _, ok in results if not ok)), flush=True)
+    sys.stdout.flush()
+    # Straight out: the interpreter's teardown (torch.compile's worker pool,
+    # atexit handlers) takes a minute on the guest's emulated CPU, past the
+    # suite's time on the GPU machine; closing the device file at exit ends
+    # the session as any exit does.
+    os._exit(0 if all(ok for _, ok in results) else 1)
+
+
+# Spawned processes (s_distributed) import this file: only a run of it runs the steps.
+if __name__ == "__main__":
+    main()

@@ -1035,6 +1035,32 @@ static void test_raw_arrays(void)
         raw_cu("raw_cu_pool_destroy_forged", &q, cuda, VCU_S_OK, 400);
         raw_begin(&q, VCU_OP_CU_MEMPOOL_DESTROY, sess, &u, 8, 0);
         raw_cu("raw_cu_pool_destroy_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        {
+            /* A peer's access to a pool: a pool this session does not
+             * have (another process's or VM's handle is one), a device
+             * the VM does not have, flags cuda.h does not define, the
+             * reserved field, a short payload. */
+            struct vcu_cu_attr_req aq;
+
+            memset(&aq, 0, sizeof(aq));
+            aq.handle = 0x1234567890ull;
+            aq.value = 3;           /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE */
+            raw_begin(&q, VCU_OP_CU_MEMPOOL_SET_ACCESS, sess, &aq, sizeof(aq), 0);
+            raw_cu("raw_cu_pool_access_forged", &q, cuda, VCU_S_OK, 400);
+            aq.attr = 99;
+            raw_begin(&q, VCU_OP_CU_MEMPOOL_SET_ACCESS, sess, &aq, sizeof(aq), 0);
+            raw_cu("raw_cu_pool_access_no_device", &q, cuda, VCU_S_OK, 1);
+            aq.attr = 0;
+            aq.value = 2;
+            raw_begin(&q, VCU_OP_CU_MEMPOOL_SET_ACCESS, sess, &aq, sizeof(aq), 0);
+            raw_cu("raw_cu_pool_access_flags", &q, cuda, VCU_S_OK, 1);
+            aq.value = 3;
+            aq.reserved = 1;
+            raw_begin(&q, VCU_OP_CU_MEMPOOL_SET_ACCESS, sess, &aq, sizeof(aq), 0);
+            raw_cu("raw_cu_pool_access_reserved", &q, cuda, VCU_S_OK, 1);
+            raw_begin(&q, VCU_OP_CU_MEMPOOL_SET_ACCESS, sess, &aq, 24, 0);
+            raw_cu("raw_cu_pool_access_truncated", &q, cuda, VCU_S_EINVAL, 0);
+        }
         u.value = 0x4a0000000000ull;
         raw_begin(&q, VCU_OP_CU_HOST_DEVICE_POINTER_AT, sess, &u, sizeof(u), 0);
         raw_cu("raw_cu_host_ptr_at_no_segment", &q, cuda, VCU_S_EINVAL, 0);

@@ -213,8 +213,13 @@ run_torch() {
     # VCU_TORCH_STEPS=a,b (kernel command line): only those steps.
     steps=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^VCU_TORCH_STEPS=//p')
     [ -n "$steps" ] && dbg="$dbg VCU_TORCH_STEPS=$steps"
+    # torch.distributed's processes meet over the loopback interface, and
+    # share semaphores in /dev/shm; NCCL says why it fails.
+    ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null
+    mkdir -p /disk/dev/shm && mount -t tmpfs tmpfs /disk/dev/shm
     chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
         LD_LIBRARY_PATH=/tmp/vcu/lib TRITON_CACHE_DIR=/tmp/triton TRITON_LIBCUDA_PATH=/tmp/vcu/lib \
+        NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=lo \
         $dbg \
         timeout 1500 /opt/torch/.venv/bin/python3 /tmp/vcu/torch_check.py 2>&1 |
         sed -e 's,^PASS torch/\([^ ]*\)\(.*\)$,VCU-TEST torch/\1 PASS\2,' \
@@ -260,6 +265,9 @@ run_samples() {
     part=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^vcu.samples_part=//p')
     deadline=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^vcu.samples_until=//p')
     tmo=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^vcu.samples_timeout=//p')
+    # vcu.samples_env=A=1,B=2: variables for every run (samples.sh checked
+    # their characters).
+    senv=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^vcu.samples_env=//p' | tr ',' ' ')
     k=${part%/*} n=${part#*/}
     for v in "$k" "$n" "$deadline" "$tmo"; do
         case $v in '' | *[!0-9]*)
@@ -308,8 +316,9 @@ sample_run() {
             break
         fi
         echo "== ./$exe $r"
+        # shellcheck disable=SC2086 # the variables, split at spaces
         chroot /disk /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
-            LD_LIBRARY_PATH=/tmp/vcu/lib \
+            LD_LIBRARY_PATH=/tmp/vcu/lib $senv \
             /bin/sh -c "cd '$dir' && exec timeout -k 5 $tmo ./$exe $r" </dev/null >/tmp/sample.out 2>&1
         rc=$?
         # What the run printed: its first error-looking lines and its end.
