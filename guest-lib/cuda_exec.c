@@ -51,9 +51,12 @@ static CUresult vcu__pack_params(const vcu__func_t *f, void **kernelParams, void
         }
         if (f->param_bytes == 0)
             return CUDA_SUCCESS;
-        if (ebuf == NULL || !have_size || esize < f->param_bytes)
+        if (ebuf == NULL || !have_size)
             return CUDA_ERROR_INVALID_VALUE;
-        memcpy(buf, ebuf, f->param_bytes);
+        /* A buffer shorter than the parameters is taken as NVIDIA's
+         * driver takes it: NCCL passes a 4 KiB parameter struct's used
+         * head only.  The rest is zero here. */
+        memcpy(buf, ebuf, esize < f->param_bytes ? esize : f->param_bytes);
         return CUDA_SUCCESS;
     }
     if (f->nparams > 0 && kernelParams == NULL)

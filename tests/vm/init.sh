@@ -210,6 +210,10 @@ run_torch() {
     # watchdog's stacks and thread states every 60 s, on the console.
     dbg=
     grep -q 'VCU_TORCH_DEBUG=1' /proc/cmdline && dbg="VCU_LIBCUDA_TRACE=modules VCU_TORCH_WATCHDOG=60"
+    # VCU_TORCH_DEBUG=errors: each request the host refused, and the
+    # failing step's traceback.
+    grep -q 'VCU_TORCH_DEBUG=errors' /proc/cmdline &&
+        dbg="VCU_LIBCUDA_TRACE=errors VCU_TORCH_TRACEBACK=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P"
     # VCU_TORCH_STEPS=a,b (kernel command line): only those steps.
     steps=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^VCU_TORCH_STEPS=//p')
     [ -n "$steps" ] && dbg="$dbg VCU_TORCH_STEPS=$steps"
