@@ -13,6 +13,7 @@
  *   drv_ipc open FD MEM EV   the opener (hex handles; FD: write a byte when
  *                            the event is recorded)
  */
+#define _GNU_SOURCE /* memfd_create (vcu_drv_proc.h) */
 #include <sys/wait.h>
 
 #include "vcu_drv_proc.h"
@@ -49,21 +50,6 @@ static void unhex(const char *s, char *h)
     }
 }
 
-/* Every word of the n at p is v. */
-static void expect_words(CUdeviceptr p, unsigned int n, unsigned int v)
-{
-    unsigned int *host = malloc((size_t)n * sizeof(*host));
-
-    TRUE(host != NULL);
-    CK(cuMemcpyDtoH(host, p, (size_t)n * sizeof(*host)));
-    for (unsigned int i = 0; i < n; i++)
-        if (host[i] != v) {
-            printf("FAIL word %u = 0x%x, want 0x%x\n", i, host[i], v);
-            exit(1);
-        }
-    free(host);
-}
-
 static CUfunction load_fill(void)
 {
     CUmodule mod;
@@ -98,7 +84,7 @@ static int opener(int fd, const char *mem_hex, const char *ev_hex)
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcOpenMemHandle(&q, bad, 0));
     CK(cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     TRUE(p != 0);
-    expect_words(p, N, FIRST);
+    vcu_drv_expect_words(p, (size_t)N * 4, FIRST);
     TRUE(cuMemFree(p) != CUDA_SUCCESS);
     CK(cuIpcOpenEventHandle(&ev, eh));
 
@@ -169,7 +155,7 @@ int main(int argc, char **argv)
     TRUE(read(pipefd[0], &got, 1) == 1);
     /* Recorded there, after the fill: waiting on it here waits for it. */
     CK(cuEventSynchronize(ev));
-    expect_words(p, N, SECOND);
+    vcu_drv_expect_words(p, (size_t)N * 4, SECOND);
     TRUE(waitpid(pid, &st, 0) == pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         printf("FAIL the opening process ended with status 0x%x\n", st);

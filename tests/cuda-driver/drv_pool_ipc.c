@@ -46,38 +46,6 @@ static CUmemPoolProps pool_props(int share)
     return p;
 }
 
-/* Every word of the SIZE bytes at p is v. */
-static void expect_words(CUdeviceptr p, unsigned int v)
-{
-    unsigned int *host = malloc(SIZE);
-
-    TRUE(host != NULL);
-    CK(cuMemcpyDtoH(host, p, SIZE));
-    for (size_t i = 0; i < SIZE / sizeof(*host); i++)
-        if (host[i] != v) {
-            printf("FAIL word %zu = 0x%x, want 0x%x\n", i, host[i], v);
-            exit(1);
-        }
-    free(host);
-}
-
-/* A copy of fd's bytes with one bit changed, or -1 where fd is not 64
- * bytes (not this library's). */
-static int forged(int fd)
-{
-    unsigned char b[64];
-    struct stat st;
-    int f;
-
-    if (fstat(fd, &st) != 0 || st.st_size != (off_t)sizeof(b) ||
-        pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
-        return -1;
-    b[21] ^= 1;
-    f = memfd_create("forged", 0);
-    TRUE(f >= 0 && pwrite(f, b, sizeof(b), 0) == (ssize_t)sizeof(b));
-    return f;
-}
-
 static int importer(int sock)
 {
     CUmemPoolPtrExportData bad;
@@ -104,7 +72,7 @@ static int importer(int sock)
     EXPECT(CUDA_ERROR_INVALID_VALUE,
            cuMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)pp[0],
                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    f = forged(fd);
+    f = vcu_drv_forged(fd, 21);
     if (f >= 0) {
         EXPECT(CUDA_ERROR_INVALID_VALUE,
                cuMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)f,
@@ -125,7 +93,7 @@ static int importer(int sock)
     TRUE(cuMemPoolImportPointer(&q, pool, &bad) != CUDA_SUCCESS);
     CK(cuMemPoolImportPointer(&p, pool, &m.data));
     TRUE(p != 0);
-    expect_words(p, FIRST);
+    vcu_drv_expect_words(p, SIZE, FIRST);
     CK(cuMemsetD32Async(p, SECOND, SIZE / 4, s));
     CK(cuMemFreeAsync(p, s));
     CK(cuStreamSynchronize(s));
@@ -202,7 +170,7 @@ int main(int argc, char **argv)
         printf("FAIL the importing process ended with status 0x%x before writing\n", st);
         return 1;
     }
-    expect_words(p, SECOND);
+    vcu_drv_expect_words(p, SIZE, SECOND);
     TRUE(waitpid(pid, &st, 0) == pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         printf("FAIL the importing process ended with status 0x%x\n", st);

@@ -62,38 +62,6 @@ static void unmap(CUdeviceptr va, size_t size)
     CK(cuMemAddressFree(va, size));
 }
 
-/* Every word of the size bytes at va is v. */
-static void expect_words(CUdeviceptr va, size_t size, unsigned int v)
-{
-    unsigned int *host = malloc(size);
-
-    TRUE(host != NULL);
-    CK(cuMemcpyDtoH(host, va, size));
-    for (size_t i = 0; i < size / sizeof(*host); i++)
-        if (host[i] != v) {
-            printf("FAIL word %zu = 0x%x, want 0x%x\n", i, host[i], v);
-            exit(1);
-        }
-    free(host);
-}
-
-/* A descriptor like fd's (a copy of its bytes) with one bit changed:
- * names nothing.  -1 where fd is not 64 bytes (not this library's). */
-static int forged(int fd)
-{
-    unsigned char b[64];
-    struct stat st;
-    int f;
-
-    if (fstat(fd, &st) != 0 || st.st_size != (off_t)sizeof(b) ||
-        pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
-        return -1;
-    b[20] ^= 1;
-    f = memfd_create("forged", 0);
-    TRUE(f >= 0 && pwrite(f, b, sizeof(b), 0) == (ssize_t)sizeof(b));
-    return f;
-}
-
 static int importer(int sock)
 {
     CUmemGenericAllocationHandle h = 0;
@@ -117,7 +85,7 @@ static int importer(int sock)
     EXPECT(CUDA_ERROR_INVALID_VALUE,
            cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)p[0],
                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-    f = forged(fd);
+    f = vcu_drv_forged(fd, 20);
     if (f >= 0) {
         EXPECT(CUDA_ERROR_INVALID_VALUE,
                cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)f,
@@ -137,7 +105,7 @@ static int importer(int sock)
     TRUE(got.location.type == CU_MEM_LOCATION_TYPE_DEVICE && got.location.id == 0);
     va = map_rw(h, size);
     CK(cuMemRelease(h));                /* the mapping keeps it */
-    expect_words(va, size, FIRST);
+    vcu_drv_expect_words(va, size, FIRST);
     CK(cuMemsetD32(va, SECOND, size / 4));
     CK(cuCtxSynchronize());
     TRUE(write(sock, &one, 1) == 1);
@@ -222,7 +190,7 @@ int main(int argc, char **argv)
         printf("FAIL the importing process ended with status 0x%x before writing\n", st);
         return 1;
     }
-    expect_words(va, size, SECOND);
+    vcu_drv_expect_words(va, size, SECOND);
     TRUE(waitpid(pid, &st, 0) == pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         printf("FAIL the importing process ended with status 0x%x\n", st);

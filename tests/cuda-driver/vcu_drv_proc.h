@@ -7,7 +7,9 @@
 #ifndef VCU_DRV_PROC_H
 #define VCU_DRV_PROC_H
 
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "vcu_drv_test.h"
@@ -83,6 +85,24 @@ static inline int vcu_drv_recv_fd(int sock, void *data, size_t len)
     TRUE(CMSG_FIRSTHDR(&h) != NULL && CMSG_FIRSTHDR(&h)->cmsg_type == SCM_RIGHTS);
     memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&h)), sizeof(int));
     return fd;
+}
+
+/* A memfd holding a copy of fd's 64 bytes (a shareable handle this
+ * library gave) with one bit of byte `at` changed: a handle that names
+ * nothing.  -1 where fd is not 64 bytes (not this library's). */
+static inline int vcu_drv_forged(int fd, int at)
+{
+    unsigned char b[64];
+    struct stat st;
+    int f;
+
+    if (fstat(fd, &st) != 0 || st.st_size != (off_t)sizeof(b) ||
+        pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return -1;
+    b[at] ^= 1;
+    f = memfd_create("forged", 0);
+    TRUE(f >= 0 && pwrite(f, b, sizeof(b), 0) == (ssize_t)sizeof(b));
+    return f;
 }
 
 #endif /* VCU_DRV_PROC_H */

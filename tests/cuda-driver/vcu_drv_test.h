@@ -96,4 +96,20 @@ static inline const char *vcu_drv_beside(const char *name)
     return path;
 }
 
+/* Every 32-bit word of the bytes at p (device memory) is v; else the
+ * first that is not is printed and the test ends. */
+static inline void vcu_drv_expect_words(CUdeviceptr p, size_t bytes, unsigned int v)
+{
+    unsigned int *host = malloc(bytes);
+
+    TRUE(host != NULL);
+    CK(cuMemcpyDtoH(host, p, bytes));
+    for (size_t i = 0; i < bytes / sizeof(*host); i++)
+        if (host[i] != v) {
+            printf("FAIL word %zu = 0x%x, want 0x%x\n", i, host[i], v);
+            exit(1);
+        }
+    free(host);
+}
+
 #endif /* VCU_DRV_TEST_H */
