@@ -495,8 +495,11 @@ static CUresult vcu__stream_wait(CUstream hStream, CUevent hEvent, unsigned int 
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__cur(&c);
     memset(&r, 0, sizeof(r));
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEvent, &v);
+    /* The event may be of another device than the stream, as cuda.h
+     * allows: the session's events are all the worker's. */
+    v = (vcu__event_t *)hEvent;
+    if (e == CUDA_SUCCESS && !vcu__reg_has(v, VCU__K_EVENT))
+        e = CUDA_ERROR_INVALID_HANDLE;
     if (e == CUDA_SUCCESS)
         e = vcu__stream(c, hStream, ptsz, &r.a);
     if (e != CUDA_SUCCESS)

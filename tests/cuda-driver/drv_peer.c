@@ -5,8 +5,8 @@
  * there) and, where the VM has two devices, between devices with and
  * without peer access; cuCtxEnablePeerAccess / cuCtxDisablePeerAccess
  * (a device is not its own peer); with two devices, another device's
- * pointer attributes, and a pool of device 0 that device 1's kernel reads
- * (cuMemPoolSetAccess); cuStreamBatchMemOp_v2 with writes,
+ * pointer attributes, a stream of one waiting for the other's event, and
+ * a pool of device 0 that device 1's kernel reads (cuMemPoolSetAccess); cuStreamBatchMemOp_v2 with writes,
  * waits for values already written and a barrier, the unversioned ABI
  * (cuStreamBatchMemOp, cuStreamWriteValue32 and the others, found by
  * cuGetProcAddress at 11000) and the per-thread forms; counts, flags and
@@ -241,6 +241,25 @@ static void pointer_of_peer(CUdeviceptr a, CUdeviceptr x, CUcontext c1)
     TRUE(idx != 0 && idx == idx2 && ida != 0 && idx != ida);
 }
 
+/* A stream of device 1 waits for an event of device 0's stream (cuda.h:
+ * the event may be of another device), then its own work runs.  With
+ * c0 current. */
+static void wait_on_peer(CUcontext c0, CUcontext c1, CUstream s0)
+{
+    CUevent ev;
+    CUstream s1;
+
+    CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventRecord(ev, s0));
+    CK(cuCtxSetCurrent(c1));
+    CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamWaitEvent(s1, ev, 0));
+    CK(cuStreamSynchronize(s1));
+    CK(cuStreamDestroy(s1));
+    CK(cuCtxSetCurrent(c0));
+    CK(cuEventDestroy(ev));
+}
+
 /*
  * A pool of device 0 that device 1 reads (cuMemPoolSetAccess): none
  * until it is given, its own device refused anything but read-write,
@@ -378,6 +397,7 @@ int main(void)
         peer_1d(c0, c1, b, x, s, 5);
         peer_3d(c1, c0, x, a, s, 1);
         pointer_of_peer(a, x, c1);
+        wait_on_peer(c0, c1, s);
         if (can) {
             pool_of_peer(c0, c1, x, s);
             CK(cuCtxEnablePeerAccess(c1, 0));
