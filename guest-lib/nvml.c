@@ -114,30 +114,28 @@ static nvmlReturn_t vcu__nvml_from_vcu(int err, uint32_t cu)
     }
 }
 
-/* One CU_* query of device dev; resp starts with struct vcu_cu_resp. */
-static nvmlReturn_t vcu__nvml_call(uint32_t opcode, uint32_t dev, void *resp, uint32_t cap)
+/* One CU_* request of device dev: req (len bytes) starts with struct
+ * vcu_cu_hdr, resp with struct vcu_cu_resp. */
+static nvmlReturn_t vcu__nvml_req(uint32_t opcode, uint32_t dev, struct vcu_cu_hdr *req,
+                                  uint32_t len, void *resp, uint32_t cap)
 {
-    struct vcu_cu_hdr h = { .device = dev };
     struct vcu_cu_resp r;
     int err;
 
+    req->device = dev;
     memset(resp, 0, cap);
-    err = vcu_conn_call(vcu__nvml.conn, opcode, 0, &h, sizeof(h), NULL, 0, resp, cap, NULL);
+    err = vcu_conn_call(vcu__nvml.conn, opcode, 0, req, len, NULL, 0, resp, cap, NULL);
     memcpy(&r, resp, sizeof(r));
     return vcu__nvml_from_vcu(err, r.result);
 }
 
-/* A generated CU_CALL (vcu_calls.h) of device dev: req and resp start
- * with struct vcu_cu_call_req and struct vcu_cu_resp. */
-static nvmlReturn_t vcu__nvml_cu_call(uint32_t dev, struct vcu_cu_call_req *req, uint32_t len,
-                                      struct vcu_cu_resp *resp, uint32_t cap)
+/* A CU_* query of device dev that carries nothing but the header. */
+static nvmlReturn_t vcu__nvml_call(uint32_t opcode, uint32_t dev, void *resp, uint32_t cap)
 {
-    int err;
+    struct vcu_cu_hdr h;
 
-    req->hdr.device = dev;
-    memset(resp, 0, cap);
-    err = vcu_conn_call(vcu__nvml.conn, VCU_OP_CU_CALL, 0, req, len, NULL, 0, resp, cap, NULL);
-    return vcu__nvml_from_vcu(err, resp->result);
+    memset(&h, 0, sizeof(h));
+    return vcu__nvml_req(opcode, dev, &h, sizeof(h), resp, cap);
 }
 
 /* A handle this library gave out, of a device that exists. */
@@ -915,7 +913,7 @@ VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlD
     r.attrib = (uint64_t)a;
     r.srcDevice = device1->index;
     r.dstDevice = device2->index;
-    e = vcu__nvml_cu_call(device1->index, &r.c, sizeof(r), &o.r, sizeof(o));
+    e = vcu__nvml_req(VCU_OP_CU_CALL, device1->index, &r.c.hdr, sizeof(r), &o, sizeof(o));
     if (e != NVML_SUCCESS)
         return e;
     *p2pStatus = o.value != 0 ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;

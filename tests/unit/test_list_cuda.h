@@ -134,6 +134,7 @@
     X(share_vmm_two_vms)                \
     X(share_vmm_not_offered)            \
     X(share_pool_two_vms)               \
+    X(share_pool_access_sessions)       \
     /* test_peer.c */                   \
     X(peer_hostile)                     \
     X(memops_hostile)                   \

@@ -574,3 +574,40 @@ TEST(share_pool_two_vms)
     ts_vm_free(&b);
     return 0;
 }
+
+/* A peer's access to a pool (CU_MEMPOOL_SET_ACCESS): the session that
+ * made the pool may set it; the VM's other process and another VM name
+ * nothing with the same handle; a device the VM was not given (the
+ * host has a second) is refused, as are undefined flags. */
+TEST(share_pool_access_sessions)
+{
+    struct vcu_cu_attr_req rq;
+    ts_vm_t a, b;
+    uint64_t a1, a2, b1, pool;
+
+    CHECK(ts_vm(&a, 0));
+    CHECK(ts_vm(&b, 0));
+    CHECK(ts_open(&a, &a1));
+    CHECK(ts_open(&a, &a2));
+    CHECK(ts_open(&b, &b1));
+    ASSERT_EQ(0, (int)ts_pool_create(&a, a1, 0, &pool));
+    memset(&rq, 0, sizeof(rq));
+    rq.handle = pool;
+    rq.value = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ASSERT_EQ(0, (int)ts_cu(&a, a1, VCU_OP_CU_MEMPOOL_SET_ACCESS, &rq, sizeof(rq), 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              (int)ts_cu(&a, a2, VCU_OP_CU_MEMPOOL_SET_ACCESS, &rq, sizeof(rq), 0, 0, NULL, 0));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE,
+              (int)ts_cu(&b, b1, VCU_OP_CU_MEMPOOL_SET_ACCESS, &rq, sizeof(rq), 0, 0, NULL, 0));
+    rq.attr = 1;
+    ASSERT_EQ(INVAL, ts_cu(&a, a1, VCU_OP_CU_MEMPOOL_SET_ACCESS, &rq, sizeof(rq), 0, 0, NULL, 0));
+    rq.attr = 0;
+    rq.value = 2;
+    ASSERT_EQ(INVAL, ts_cu(&a, a1, VCU_OP_CU_MEMPOOL_SET_ACCESS, &rq, sizeof(rq), 0, 0, NULL, 0));
+    ts_close(&a, a1);
+    ts_close(&a, a2);
+    ts_close(&b, b1);
+    ts_vm_free(&a);
+    ts_vm_free(&b);
+    return 0;
+}
