@@ -131,6 +131,29 @@ static CUresult vcu__sync_all(void)
     return r;
 }
 
+static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *mapped);
+
+/*
+ * With unified addressing pinned memory is the device's at its own
+ * address from the start, and programs store that address where no call
+ * of theirs shows it to this library (NCCL's abort flag and work FIFO, in
+ * structures copied to the device): so the host maps mappable memory
+ * when it is made, not at its first named use.  Where that fails, memory
+ * asked for with DEVICEMAP is not given (the error is returned); other
+ * memory stays pinned and is mapped when a call names it.
+ */
+static CUresult vcu__hm_map_now(vcu__hostmem_t *h, int devicemap)
+{
+    CUdeviceptr d;
+    int mapped;
+    CUresult e;
+
+    if (!h->mapped || vcu__loopback())
+        return CUDA_SUCCESS;
+    e = vcu__host_dptr((uintptr_t)h->p, &d, &mapped);
+    return devicemap ? e : CUDA_SUCCESS;
+}
+
 VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     vcu__hostmem_t *h;
@@ -166,6 +189,13 @@ VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
     h->dev = c->dev;
     h->ctx = c;
     vcu__hm_add(h);
+    e = vcu__hm_map_now(h, Flags & CU_MEMHOSTALLOC_DEVICEMAP);
+    if (e != CUDA_SUCCESS) {
+        h = vcu__hm_del(p, VCU__HM_ALLOC);
+        vcu_conn_hostmem_free(vcu__drv.conn, p, bytesize);
+        free(h);
+        return e;
+    }
     *pp = p;
     return CUDA_SUCCESS;
 }
@@ -268,6 +298,15 @@ VCU__EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int
     h->dev = c->dev;
     h->ctx = c;
     vcu__hm_add(h);
+    if (Flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
+        e = vcu__hm_map_now(h, 1);
+        if (e != CUDA_SUCCESS) {
+            h = vcu__hm_del(p, VCU__HM_REGISTERED);
+            vcu_conn_host_unregister(vcu__drv.conn, p, bytesize);
+            free(h);
+            return e;
+        }
+    }
     return CUDA_SUCCESS;
 }
 

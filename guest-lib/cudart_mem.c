@@ -288,6 +288,25 @@ static cudaError_t vcu__host_map_unsupported(uint64_t size)
                        "the driver has no mmap, so the memory is not physically contiguous");
 }
 
+static cudaError_t vcu__host_dptr_any(const vcu__alloc_t *a, uint64_t *dptr, int any);
+
+/*
+ * As libcuda's (cuda_hostmem.c vcu__hm_map_now): mapped memory is the
+ * device's at its own address from the start, since a program may store
+ * the address where no call shows it here.  Failure matters only to
+ * memory asked for mapped (asked: its flag was given).
+ */
+static cudaError_t vcu__host_map_now(const vcu__alloc_t *a, int asked)
+{
+    uint64_t d;
+    cudaError_t e;
+
+    if (vcu__loopback() || !(a->flags & (cudaHostAllocMapped | cudaHostRegisterMapped)))
+        return cudaSuccess;
+    e = vcu__host_dptr_any(a, &d, 1);
+    return asked ? e : cudaSuccess;
+}
+
 static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
 {
     vcu__alloc_t a;
@@ -319,6 +338,12 @@ static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
     if (vcu__mem_add(&a) != 0) {
         vcu_conn_hostmem_free(vcu__rt.conn, p, size);
         return cudaErrorMemoryAllocation;
+    }
+    e = vcu__host_map_now(&a, flags & cudaHostAllocMapped);
+    if (e != cudaSuccess) {
+        vcu__mem_del(a.base, VCU__M_HOST, &a);
+        vcu_conn_hostmem_free(vcu__rt.conn, p, size);
+        return e;
     }
     *ptr = p;
     return cudaSuccess;
@@ -399,6 +424,14 @@ VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int fl
     if (vcu__mem_add(&a) != 0) {
         vcu_conn_host_unregister(vcu__rt.conn, ptr, size);
         return vcu__err(cudaErrorMemoryAllocation);
+    }
+    if (flags & cudaHostRegisterMapped) {
+        e = vcu__host_map_now(&a, 1);
+        if (e != cudaSuccess) {
+            vcu__mem_del(b, VCU__M_REGISTERED, &a);
+            vcu_conn_host_unregister(vcu__rt.conn, ptr, size);
+            return vcu__err(e);
+        }
     }
     return cudaSuccess;
 }

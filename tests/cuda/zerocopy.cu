@@ -13,6 +13,19 @@ __global__ void zc_add(const float *a, const float *b, float *c, int n)
         c[i] = a[i] + b[i];
 }
 
+/* NCCL's pattern: a structure in device memory holds the address of
+ * page-locked host memory, which no call of the program ever showed to
+ * the driver as a pointer (NCCL's abort flag). */
+struct zc_comm {
+    volatile unsigned *flag;
+};
+
+__global__ void zc_through(const struct zc_comm *c, unsigned *out)
+{
+    out[0] = c->flag[0];
+    c->flag[1] = out[0] + 1;
+}
+
 int main(void)
 {
     const int n = 1 << 20;
@@ -137,6 +150,31 @@ int main(void)
         CK(cudaFreeHost(x));
         CK(cudaFreeHost(y));
         CK(cudaFreeHost(z));
+    }
+    {
+        /* With unified addressing page-locked memory is the device's at
+         * its own address from the start: a kernel reaches it through a
+         * pointer stored in device memory, never passed to any call. */
+        struct zc_comm hc, *dc;
+        unsigned *flag, *dout, out = 0;
+
+        CK(cudaHostAlloc((void **)&flag, 2 * sizeof(unsigned), cudaHostAllocMapped));
+        flag[0] = 0x5eedu;
+        flag[1] = 0;
+        hc.flag = flag;
+        CK(cudaMalloc((void **)&dc, sizeof(hc)));
+        CK(cudaMalloc((void **)&dout, sizeof(unsigned)));
+        CK(cudaMemcpy(dc, &hc, sizeof(hc), cudaMemcpyHostToDevice));
+        zc_through<<<1, 1>>>(dc, dout);
+        CK_LAUNCH();
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(&out, dout, sizeof(out), cudaMemcpyDeviceToHost));
+        printf("host pointer stored in device memory: read 0x%x, wrote 0x%x\n", out, flag[1]);
+        EXPECT(out == 0x5eedu && flag[1] == 0x5eeeu,
+               "a kernel did not reach page-locked memory through a pointer stored on the device");
+        CK(cudaFree(dc));
+        CK(cudaFree(dout));
+        CK(cudaFreeHost(flag));
     }
     vcu_test_pass();
     return 0;

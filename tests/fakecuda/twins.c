@@ -644,6 +644,27 @@ static void tw_zc_add(vcu_twin_launch_t *l, const void *pb)
     tw_vector_add(l, pb);
 }
 
+/* zerocopy.cu: zc_through(const zc_comm *c, unsigned *out): out[0] =
+ * c->flag[0], c->flag[1] = out[0] + 1, c->flag being page-locked host
+ * memory no call named: an illegal address unless it is mapped. */
+static void tw_zc_through(vcu_twin_launch_t *l, const void *pb)
+{
+    const void *c = tw_ptr(pb, 0);
+    uint32_t *out = tw_ptr(pb, 8), *flag;
+
+    if (!l->addressable(c, sizeof(flag)) || !l->addressable(out, sizeof(*out))) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    memcpy(&flag, c, sizeof(flag));
+    if (!l->addressable(flag, 2 * sizeof(*flag))) {
+        l->fault = TW_ILLEGAL_ADDRESS;
+        return;
+    }
+    out[0] = flag[0];
+    flag[1] = out[0] + 1;
+}
+
 /* isolation.cu: iso_fill(unsigned *p, unsigned v, int n) */
 static void tw_iso_fill(vcu_twin_launch_t *l, const void *pb)
 {
@@ -992,6 +1013,8 @@ const vcu_twin_t vcu_twins[] = {
       { P(0, 4), P(8, 8), P(16, 8), P(24, 8) }, 28, 0, 0 },
     { "_Z6zc_addPKfS0_Pfi", tw_zc_add, 4,
       { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 12, 0, 0 },
+    { "_Z10zc_throughPK7zc_commPj", tw_zc_through, 2,
+      { P(0, 8), P(8, 8) }, 14, 0, 0 },
     { "_Z8iso_fillPjji", tw_iso_fill, 3,
       { P(0, 8), P(8, 4), P(12, 4) }, 10, 0, 0 },
     { "_Z8iso_readPKjPj", tw_iso_read, 2,
