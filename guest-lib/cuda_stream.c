@@ -105,13 +105,18 @@ CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire)
 /* The device and wire handle of a stream named on its own (synchronize,
  * query): a stream object needs no current context, the default streams
  * are the current context's. */
+static int vcu__stream_is_object(CUstream s)
+{
+    return s != NULL && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD;
+}
+
 CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire)
 {
     vcu__stream_t *st = (vcu__stream_t *)s;
     vcu__ctx_t *c;
     CUresult e;
 
-    if (s != NULL && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) {
+    if (vcu__stream_is_object(s)) {
         e = vcu__check_init();
         if (e != CUDA_SUCCESS)
             return e;
@@ -482,32 +487,30 @@ VCU__EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 
 /* ---- events -------------------------------------------------------------- */
 
-static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out);
 
 static CUresult vcu__stream_wait(CUstream hStream, CUevent hEvent, unsigned int Flags, int ptsz)
 {
     struct vcu_cu_pair_req r;
     vcu__event_t *v;
-    vcu__ctx_t *c;
+    int dev;
     CUresult e;
 
     if (Flags & ~(unsigned int)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
     memset(&r, 0, sizeof(r));
-    /* The event may be of another device than the stream, as cuda.h
+    /* A stream object names its device, whichever context is current;
+     * the event may be of another device than the stream, as cuda.h
      * allows: the session's events are all the worker's. */
+    e = vcu__stream_alone(hStream, ptsz, &dev, &r.a);
     v = (vcu__event_t *)hEvent;
     if (e == CUDA_SUCCESS && !vcu__reg_has(v, VCU__K_EVENT))
         e = CUDA_ERROR_INVALID_HANDLE;
-    if (e == CUDA_SUCCESS)
-        e = vcu__stream(c, hStream, ptsz, &r.a);
     if (e != CUDA_SUCCESS)
         return e;
     r.b = v->h;
     r.c = Flags;
     /* Both handles are known good here: nothing is left to fail at the call. */
-    return vcu__call_async(c->dev, VCU_OP_CU_STREAM_WAIT_EVENT, &r, sizeof(r), NULL, 0);
+    return vcu__call_async(dev, VCU_OP_CU_STREAM_WAIT_EVENT, &r, sizeof(r), NULL, 0);
 }
 
 VCU__EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
@@ -519,18 +522,6 @@ VCU__EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent,
                                             unsigned int Flags)
 {
     return vcu__stream_wait(hStream, hEvent, Flags, 1);
-}
-
-static CUresult vcu__event_here(vcu__ctx_t *c, CUevent ev, vcu__event_t **out)
-{
-    vcu__event_t *v = (vcu__event_t *)ev;
-
-    if (!vcu__reg_has(v, VCU__K_EVENT))
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (v->dev != c->dev)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    *out = v;
-    return CUDA_SUCCESS;
 }
 
 VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
@@ -573,24 +564,30 @@ static CUresult vcu__event_record(CUevent hEvent, CUstream hStream, unsigned int
 {
     struct vcu_cu_pair_req r;
     vcu__event_t *v;
-    vcu__ctx_t *c;
+    int dev;
     CUresult e;
 
     if (flags & ~(unsigned int)CU_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEvent, &v);
     memset(&r, 0, sizeof(r));
-    if (e == CUDA_SUCCESS)
-        e = vcu__stream(c, hStream, ptsz, &r.b);
+    /* A stream object names its device, whichever context is current
+     * (p2pBandwidthLatencyTest records device j's event on device j's
+     * stream with device i current); the event must be of that device.
+     * A default stream is the current context's. */
+    e = vcu__stream_alone(hStream, ptsz, &dev, &r.b);
+    v = (vcu__event_t *)hEvent;
+    if (e == CUDA_SUCCESS && !vcu__reg_has(v, VCU__K_EVENT))
+        e = CUDA_ERROR_INVALID_HANDLE;
+    if (e == CUDA_SUCCESS && v->dev != dev)
+        e = vcu__stream_is_object(hStream) ? CUDA_ERROR_INVALID_HANDLE
+                                           : CUDA_ERROR_INVALID_CONTEXT;
     if (e != CUDA_SUCCESS)
         return e;
     r.a = v->h;
     r.c = flags;
     if ((flags & CU_EVENT_RECORD_EXTERNAL) || v->ipc)
-        return vcu__call(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0, NULL, 0);
-    return vcu__call_async(c->dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0);
+        return vcu__call(dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__call_async(dev, VCU_OP_CU_EVENT_RECORD, &r, sizeof(r), NULL, 0);
 }
 
 VCU__EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -614,19 +611,30 @@ VCU__EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStrea
     return vcu__event_record(hEvent, hStream, flags, 1);
 }
 
+/* An event object on its own (synchronize, destroy): its device's, with
+ * no current context needed, as natively. */
+static CUresult vcu__event_alone(CUevent ev, vcu__event_t **out)
+{
+    vcu__event_t *v = (vcu__event_t *)ev;
+    CUresult e = vcu__check_init();
+
+    if (e == CUDA_SUCCESS && !vcu__reg_has(v, VCU__K_EVENT))
+        e = CUDA_ERROR_INVALID_HANDLE;
+    if (e == CUDA_SUCCESS)
+        *out = v;
+    return e;
+}
+
 VCU__EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
     struct vcu_cu_u64_req r;
     vcu__event_t *v;
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e = vcu__event_alone(hEvent, &v);
 
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEvent, &v);
     if (e != CUDA_SUCCESS)
         return e;
     r.value = v->h;
-    return vcu__call(c->dev, VCU_OP_CU_EVENT_SYNCHRONIZE, &r, sizeof(r), NULL, 0, NULL, 0);
+    return vcu__call(v->dev, VCU_OP_CU_EVENT_SYNCHRONIZE, &r, sizeof(r), NULL, 0, NULL, 0);
 }
 
 /* The first ABI, the same as the remote cuEventElapsedTime_v2's. */
@@ -639,15 +647,12 @@ VCU__EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
     struct vcu_cu_u64_req r;
     vcu__event_t *v;
-    vcu__ctx_t *c;
-    CUresult e = vcu__cur(&c);
+    CUresult e = vcu__event_alone(hEvent, &v);
 
-    if (e == CUDA_SUCCESS)
-        e = vcu__event_here(c, hEvent, &v);
     if (e != CUDA_SUCCESS)
         return e;
     r.value = v->h;
-    e = vcu__call(c->dev, VCU_OP_CU_EVENT_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
+    e = vcu__call(v->dev, VCU_OP_CU_EVENT_DESTROY, &r, sizeof(r), NULL, 0, NULL, 0);
     vcu__reg_del(v);
     free(v);
     return e;

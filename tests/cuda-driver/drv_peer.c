@@ -246,7 +246,7 @@ static void pointer_of_peer(CUdeviceptr a, CUdeviceptr x, CUcontext c1)
  * c0 current. */
 static void wait_on_peer(CUcontext c0, CUcontext c1, CUstream s0)
 {
-    CUevent ev;
+    CUevent ev, ev1;
     CUstream s1;
 
     CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
@@ -255,8 +255,24 @@ static void wait_on_peer(CUcontext c0, CUcontext c1, CUstream s0)
     CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
     CK(cuStreamWaitEvent(s1, ev, 0));
     CK(cuStreamSynchronize(s1));
-    CK(cuStreamDestroy(s1));
+    /* The stream names its device, not the current context
+     * (p2pBandwidthLatencyTest waits on device j's stream with device i
+     * current). */
     CK(cuCtxSetCurrent(c0));
+    CK(cuEventRecord(ev, s0));
+    CK(cuStreamWaitEvent(s1, ev, 0));
+    CK(cuStreamSynchronize(s1));
+    /* So does an event: device 1's, recorded on device 1's stream,
+     * synchronized and destroyed with device 0 current; device 0's event
+     * on device 1's stream is refused. */
+    CK(cuCtxSetCurrent(c1));
+    CK(cuEventCreate(&ev1, 0));
+    CK(cuCtxSetCurrent(c0));
+    CK(cuEventRecord(ev1, s1));
+    CK(cuEventSynchronize(ev1));
+    EXPECT(CUDA_ERROR_INVALID_HANDLE, cuEventRecord(ev, s1));
+    CK(cuEventDestroy(ev1));
+    CK(cuStreamDestroy(s1));
     CK(cuEventDestroy(ev));
 }
 
