@@ -46,6 +46,8 @@ struct nvmlDevice_st {
     unsigned int domain, bus, device;
     unsigned int pci_id;            /* device << 16 | vendor, as the guest sees the function */
     unsigned int pci_subsys;        /* subsystem device << 16 | subsystem vendor */
+    int links_asked;                /* links holds the host's answer (vcu__nvml_link_mu) */
+    struct vcu_cu_nvlink_info_resp links;
 };
 
 /* A guest process's session, from the guest driver's sessions file. */
@@ -875,6 +877,209 @@ static nvmlReturn_t vcu__nvml_mem(nvmlDevice_t device, unsigned long long *total
  * is OK, as NVIDIA's answers (NCCL asks every pair, a GPU with itself
  * too, and gives up on an error).
  */
+/* ---- NVLink ------------------------------------------------------------- */
+
+/*
+ * The device's NVLinks as the host reports them for this VM
+ * (CU_NVLINK_INFO, vcu_proto.h): links to the VM's other GPUs and to
+ * NVSwitches, nothing of what else the host's GPU is linked to.  Asked
+ * once per device; links do not change while the VM runs.
+ */
+static pthread_mutex_t vcu__nvml_link_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static nvmlReturn_t vcu__nvml_links(nvmlDevice_t d, const struct vcu_cu_nvlink_info_resp **out)
+{
+    nvmlReturn_t r = NVML_SUCCESS;
+
+    pthread_mutex_lock(&vcu__nvml_link_mu);
+    if (!d->links_asked) {
+        r = vcu__nvml_call(VCU_OP_CU_NVLINK_INFO, d->index, &d->links, sizeof(d->links));
+        d->links_asked = r == NVML_SUCCESS;
+    }
+    pthread_mutex_unlock(&vcu__nvml_link_mu);
+    *out = &d->links;
+    return r;
+}
+
+/* Link `link` of d: NVML_ERROR_NOT_SUPPORTED where the VM has no such
+ * link (as NVIDIA's NVML for a link a GPU does not have) or the host
+ * cannot tell. */
+static nvmlReturn_t vcu__nvml_link(nvmlDevice_t d, unsigned int link,
+                                   const struct vcu_cu_nvlink **out)
+{
+    const struct vcu_cu_nvlink_info_resp *l;
+    nvmlReturn_t r = vcu__nvml_check(d);
+
+    if (r != NVML_SUCCESS)
+        return r;
+    if (link >= NVML_NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = vcu__nvml_links(d, &l);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!l->known || l->links[link].remote == VCU_NVLINK_NONE)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *out = &l->links[link];
+    return NVML_SUCCESS;
+}
+
+VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                                       nvmlEnableState_t *isActive)
+{
+    const struct vcu_cu_nvlink *k;
+    nvmlReturn_t r = vcu__nvml_link(device, link, &k);
+
+    if (r != NVML_SUCCESS)
+        return r;
+    if (isActive == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isActive = k->active ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device,
+                                                            unsigned int link,
+                                                            nvmlNvLinkCapability_t capability,
+                                                            unsigned int *capResult)
+{
+    const struct vcu_cu_nvlink *k;
+    nvmlReturn_t r = vcu__nvml_link(device, link, &k);
+
+    if (r != NVML_SUCCESS)
+        return r;
+    if (capResult == NULL || (unsigned int)capability >= NVML_NVLINK_CAP_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *capResult = (k->caps >> (unsigned int)capability) & 1u;
+    return NVML_SUCCESS;
+}
+
+VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(
+    nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType)
+{
+    const struct vcu_cu_nvlink *k;
+    nvmlReturn_t r = vcu__nvml_link(device, link, &k);
+
+    if (r != NVML_SUCCESS)
+        return r;
+    if (pNvLinkDeviceType == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *pNvLinkDeviceType = k->remote == VCU_NVLINK_GPU ? NVML_NVLINK_DEVICE_TYPE_GPU
+                                                     : NVML_NVLINK_DEVICE_TYPE_SWITCH;
+    return NVML_SUCCESS;
+}
+
+/* A GPU of the VM at its end: that GPU's PCI information, as this
+ * library gives it.  An NVSwitch: an address no function of the VM has
+ * (domain 0xffffffff), not the host's: NCCL, finding no such device,
+ * takes it for an NVSwitch outside the VM, which it is. */
+VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
+                                                                  unsigned int link,
+                                                                  nvmlPciInfo_t *pci)
+{
+    const struct vcu_cu_nvlink *k;
+    nvmlReturn_t r = vcu__nvml_link(device, link, &k);
+
+    if (r != NVML_SUCCESS)
+        return r;
+    if (pci == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (k->remote == VCU_NVLINK_GPU && k->remote_dev < vcu__nvml.ndev)
+        return nvmlDeviceGetPciInfo_v3(&vcu__nvml.dev[k->remote_dev], pci);
+    memset(pci, 0, sizeof(*pci));
+    pci->domain = 0xffffffffu;
+    pci->bus = 0xff;
+    pci->device = 0xff;
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.0", pci->domain, pci->bus,
+             pci->device);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.0", 0xffffu, pci->bus,
+             pci->device);
+    return NVML_SUCCESS;
+}
+
+VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device,
+                                                               unsigned int link,
+                                                               nvmlPciInfo_t *pci)
+{
+    return nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci);
+}
+
+/* Whether d1 reaches d2 over NVLink: a link between them, or both on
+ * NVSwitches (one fabric on one host). */
+static nvmlReturn_t vcu__nvml_p2p_nvlink(nvmlDevice_t d1, nvmlDevice_t d2,
+                                         nvmlGpuP2PStatus_t *st)
+{
+    const struct vcu_cu_nvlink_info_resp *l1, *l2;
+    int sw1 = 0, sw2 = 0, direct = 0;
+    nvmlReturn_t r = vcu__nvml_links(d1, &l1);
+
+    if (r == NVML_SUCCESS)
+        r = vcu__nvml_links(d2, &l2);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!l1->known || !l2->known) {
+        *st = NVML_P2P_STATUS_UNKNOWN;
+        return NVML_SUCCESS;
+    }
+    for (unsigned int i = 0; i < VCU_NVLINK_MAX; i++) {
+        const struct vcu_cu_nvlink *a = &l1->links[i], *b = &l2->links[i];
+        const unsigned int p2p = 1u << NVML_NVLINK_CAP_P2P_SUPPORTED;
+
+        direct |= a->remote == VCU_NVLINK_GPU && a->active && (a->caps & p2p) &&
+                  a->remote_dev == d2->index;
+        sw1 |= a->remote == VCU_NVLINK_SWITCH && a->active && (a->caps & p2p);
+        sw2 |= b->remote == VCU_NVLINK_SWITCH && b->active && (b->caps & p2p);
+    }
+    *st = direct || (sw1 && sw2) ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+/*
+ * Field values: the NVLink state of a link (NVML_FI_DEV_NVLINK_GET_STATE,
+ * scopeId the link: how NCCL asks on Hopper) and the number of the VM's
+ * links (NVML_FI_DEV_NVLINK_LINK_COUNT); any other field is
+ * NVML_ERROR_NOT_SUPPORTED in its own nvmlReturn, as NVIDIA's does for a
+ * field a GPU lacks.
+ */
+VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                                       nvmlFieldValue_t *values)
+{
+    const struct vcu_cu_nvlink_info_resp *l;
+    nvmlReturn_t r = vcu__nvml_check(device);
+
+    if (r != NVML_SUCCESS)
+        return r;
+    if (valuesCount < 0 || (valuesCount > 0 && values == NULL))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        nvmlEnableState_t on = NVML_FEATURE_DISABLED;
+        unsigned int n = 0;
+
+        v->timestamp = 0;
+        v->latencyUsec = 0;
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        switch (v->fieldId) {
+        case NVML_FI_DEV_NVLINK_GET_STATE:
+            v->nvmlReturn = nvmlDeviceGetNvLinkState(device, v->scopeId, &on);
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = (unsigned int)on;
+            break;
+        case NVML_FI_DEV_NVLINK_LINK_COUNT:
+            v->nvmlReturn = vcu__nvml_links(device, &l);
+            if (v->nvmlReturn == NVML_SUCCESS && !l->known)
+                v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            for (unsigned int k = 0; v->nvmlReturn == NVML_SUCCESS && k < VCU_NVLINK_MAX; k++)
+                n += l->links[k].remote != VCU_NVLINK_NONE;
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = n;
+            break;
+        default:
+            break;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
 VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
                                                      nvmlGpuP2PCapsIndex_t p2pIndex,
                                                      nvmlGpuP2PStatus_t *p2pStatus)
@@ -900,8 +1105,11 @@ VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlD
         a = CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED;
         break;
     case NVML_P2P_CAPS_INDEX_NVLINK:
-        *p2pStatus = device1 == device2 ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_UNKNOWN;
-        return NVML_SUCCESS;
+        if (device1 == device2) {
+            *p2pStatus = NVML_P2P_STATUS_OK;
+            return NVML_SUCCESS;
+        }
+        return vcu__nvml_p2p_nvlink(device1, device2, p2pStatus);
     default:
         return NVML_ERROR_INVALID_ARGUMENT;
     }

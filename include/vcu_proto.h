@@ -198,6 +198,7 @@ struct vcu_resp_hdr {
     XX(CU_GET_DEFERRED_ERROR, 0x010b, vcu_cu_hdr, vcu_cu_resp)                           \
     XX(CU_TAKE_OUTPUT, 0x010c, vcu_cu_u64_req, vcu_cu_output_resp)                      \
     XX(CU_SLICE_INFO, 0x010d, vcu_cu_hdr, vcu_cu_slice_info_resp)                        \
+    XX(CU_NVLINK_INFO, 0x010e, vcu_cu_hdr, vcu_cu_nvlink_info_resp)                      \
     /* CUDA: memory */                                                                   \
     XX(CU_MEM_ALLOC, 0x0200, vcu_cu_mem_alloc_req, vcu_cu_u64_resp)                      \
     XX(CU_MEM_FREE, 0x0201, vcu_cu_u64_req, vcu_cu_resp)                                 \
@@ -580,6 +581,36 @@ struct vcu_cu_slice_info_resp {
                                      * NUL terminated; "" where unknown */
     vcu_le64 reserved[1];
     struct vcu_cu_slice_session sessions[VCU_SLICE_MAX_SESSIONS];
+};
+
+/*
+ * CU_NVLINK_INFO: the NVLinks of the header's device as the VM may see
+ * them, from the host's NVML (what the guest's NVML answers for NCCL's
+ * topology: nvmlDeviceGetNvLink*).  Link i of the GPU is links[i].  A
+ * link to another GPU of the VM names its virtual ordinal; a link to an
+ * NVSwitch says so and nothing more.  A link to anything else (a GPU
+ * this VM was not given, a CPU) is not reported, as if absent: the VM
+ * cannot use it, and what is at its end is the host's.  known 0: the
+ * host cannot tell (no NVML there), and no link is reported.
+ */
+#define VCU_NVLINK_MAX 18           /* NVML_NVLINK_MAX_LINKS */
+#define VCU_NVLINK_NONE 0           /* absent, or not the VM's */
+#define VCU_NVLINK_GPU 1            /* to the VM's GPU remote_dev */
+#define VCU_NVLINK_SWITCH 2         /* to an NVSwitch */
+
+struct vcu_cu_nvlink {
+    vcu_u8 remote;                  /* VCU_NVLINK_* */
+    vcu_u8 active;                  /* 1: the link is up */
+    vcu_u8 caps;                    /* bit n: nvmlNvLinkCapability_t n (0..5) */
+    vcu_u8 reserved;
+    vcu_le32 remote_dev;            /* VCU_NVLINK_GPU: the VM's virtual ordinal */
+};
+
+struct vcu_cu_nvlink_info_resp {
+    struct vcu_cu_resp r;
+    vcu_le32 known;                 /* 1: the host's NVML answered */
+    vcu_le32 reserved;
+    struct vcu_cu_nvlink links[VCU_NVLINK_MAX];
 };
 
 /*
@@ -1390,6 +1421,9 @@ VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_info_resp) == 24, "vcu_cu_mem_info_res
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_slice_session) == 32, "vcu_cu_slice_session");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_slice_info_resp) == 88 + 32 * VCU_SLICE_MAX_SESSIONS,
                  "vcu_cu_slice_info_resp");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_nvlink) == 8, "vcu_cu_nvlink");
+VCU_PROTO_ASSERT(sizeof(struct vcu_cu_nvlink_info_resp) == 16 + 8 * VCU_NVLINK_MAX,
+                 "vcu_cu_nvlink_info_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_output_resp) == 16, "vcu_cu_output_resp");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_limit_req) == 24, "vcu_cu_limit_req");
 VCU_PROTO_ASSERT(sizeof(struct vcu_cu_mem_alloc_req) == 32, "vcu_cu_mem_alloc_req");

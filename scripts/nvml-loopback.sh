@@ -59,12 +59,22 @@ run_prog() {
 
 # The process-list join (nvml.c compiled in, ASan/UBSan), then the API.
 run_prog "$b/nvml-tests/nvml_join"
+# The stand-in's host has no NVML: no NVLink is known.
+export VCU_TEST_NVLINK=unknown
 run_prog "$b/nvml-tests/nvml_api"
 # Two GPUs (the stand-in has two): NVML's index is the VM's ordinal,
 # whatever order the host gives them and whatever CUDA_VISIBLE_DEVICES
 # makes of CUDA's ordinals (PyTorch maps one onto the other).
 VCU_GPUS=0:1 run_prog "$b/nvml-tests/nvml_api"
 VCU_GPUS=1:0 CUDA_VISIBLE_DEVICES=1,0 run_prog "$b/nvml-tests/nvml_api"
+# NVLink from a host NVML (tests/nvml/fakenvml.c, a test double): the
+# links among the VM's GPUs and to switches, whatever order the host
+# gives them; none to a GPU the VM was not given, nor a CPU.
+VCU_HOST_NVML=$b/nvml-tests/fakenvml.so VCU_TEST_NVLINK=fake:0 run_prog "$b/nvml-tests/nvml_api"
+VCU_HOST_NVML=$b/nvml-tests/fakenvml.so VCU_TEST_NVLINK=fake:0,1 VCU_GPUS=0:1 \
+    run_prog "$b/nvml-tests/nvml_api"
+VCU_HOST_NVML=$b/nvml-tests/fakenvml.so VCU_TEST_NVLINK=fake:1,0 VCU_GPUS=1:0 \
+    run_prog "$b/nvml-tests/nvml_api"
 # The host's NVIDIA driver version reaches nvmlSystemGetDriverVersion;
 # a version file with anything but digits and dots is not passed on.
 vfile=$(mktemp)

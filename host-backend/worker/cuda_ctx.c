@@ -164,19 +164,39 @@ typedef struct {
     unsigned int smUtil, memUtil, encUtil, decUtil;
 } vcu__nvml_sample_t;
 
+/* nvmlPciInfo_t (nvml.h, NVML 2.285 on). */
+typedef struct {
+    char bus_id_legacy[16];
+    unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+} vcu__nvml_pci_t;
+
 static struct {
     pthread_once_t once;
     int ok;
     int (*by_uuid)(const char *uuid, void **dev);
     int (*proc_util)(void *dev, vcu__nvml_sample_t *s, unsigned int *n,
                      unsigned long long since);
+    /* NVLink (any may be missing: no links are reported then). */
+    int (*link_state)(void *dev, unsigned int link, int *active);
+    int (*link_cap)(void *dev, unsigned int link, int cap, unsigned int *res);
+    int (*link_type)(void *dev, unsigned int link, int *type);
+    int (*link_pci)(void *dev, unsigned int link, vcu__nvml_pci_t *pci);
 } vcu__nvml = { .once = PTHREAD_ONCE_INIT };
 
+/* The host's NVML: libnvidia-ml.so.1, or in tests what VCU_HOST_NVML
+ * names: the stand-in (tests/nvml/fakenvml.c, a TEST DOUBLE), or "none"
+ * (the loopback fixture, whose process holds the guest's NVML under
+ * that name). */
 static void vcu__nvml_load(void)
 {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *path = getenv("VCU_HOST_NVML");
+    void *lib;
     int (*init)(void);
 
+    if (path != NULL && strcmp(path, "none") == 0)
+        return;
+    lib = dlopen(path != NULL && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL)
         return;
     init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
@@ -184,8 +204,29 @@ static void vcu__nvml_load(void)
     vcu__nvml.proc_util = (int (*)(void *, vcu__nvml_sample_t *, unsigned int *,
                                    unsigned long long))dlsym(lib,
                                                              "nvmlDeviceGetProcessUtilization");
+    vcu__nvml.link_state =
+        (int (*)(void *, unsigned int, int *))dlsym(lib, "nvmlDeviceGetNvLinkState");
+    vcu__nvml.link_cap = (int (*)(void *, unsigned int, int, unsigned int *))dlsym(
+        lib, "nvmlDeviceGetNvLinkCapability");
+    vcu__nvml.link_type =
+        (int (*)(void *, unsigned int, int *))dlsym(lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
+    vcu__nvml.link_pci = (int (*)(void *, unsigned int, vcu__nvml_pci_t *))dlsym(
+        lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     vcu__nvml.ok = init != NULL && vcu__nvml.by_uuid != NULL && vcu__nvml.proc_util != NULL &&
                    init() == 0;
+}
+
+/* The host NVML's handle of the VM's device d: 0, or -1 (no NVML). */
+static int vcu__nvml_dev(vcu__op_t *o, uint32_t d, void **dev)
+{
+    CUuuid u;
+    char uuid[48];
+
+    pthread_once(&vcu__nvml.once, vcu__nvml_load);
+    if (!vcu__nvml.ok || VCU__CU(o->cu, cuDeviceGetUuid, &u, o->cu->dev[d]) != CUDA_SUCCESS)
+        return -1;
+    vcu__uuid_str(&u, uuid, sizeof(uuid));
+    return vcu__nvml.by_uuid(uuid, dev) == 0 ? 0 : -1;
 }
 
 static uint32_t vcu__vm_util(vcu__op_t *o, uint32_t d, vcu_account_t *a)
@@ -196,16 +237,10 @@ static uint32_t vcu__vm_util(vcu__op_t *o, uint32_t d, vcu_account_t *a)
     vcu__nvml_sample_t *smp = NULL;
     unsigned int n = 0;
     struct timespec ts;
-    CUuuid u;
-    char uuid[48];
     void *dev = NULL;
     int r;
 
-    pthread_once(&vcu__nvml.once, vcu__nvml_load);
-    if (!vcu__nvml.ok || VCU__CU(o->cu, cuDeviceGetUuid, &u, o->cu->dev[d]) != CUDA_SUCCESS)
-        return VCU_SLICE_UNKNOWN32;
-    vcu__uuid_str(&u, uuid, sizeof(uuid));
-    if (vcu__nvml.by_uuid(uuid, &dev) != 0)
+    if (vcu__nvml_dev(o, d, &dev) != 0)
         return VCU_SLICE_UNKNOWN32;
     for (i = 0; i < a->nslots && npids < MAX_PIDS; i++)
         if (atomic_load(&a->slot[i].session) != 0 && atomic_load(&a->slot[i].pid) != 0)
@@ -243,6 +278,72 @@ static uint32_t vcu__vm_util(vcu__op_t *o, uint32_t d, vcu_account_t *a)
         if (ucnt[j] > 0)
             sum += (uint32_t)(usum[j] / ucnt[j]);
     return sum > 100 ? 100 : sum;
+}
+
+/* The VM's device whose PCI address pci names, or -1 (none of them). */
+static int vcu__vm_dev_at(vcu__op_t *o, const vcu__nvml_pci_t *pci)
+{
+    for (uint32_t k = 0; k < o->cu->ndev; k++) {
+        int dom = -1, bus = -1, slot = -1;
+
+        if (VCU__CU(o->cu, cuDeviceGetAttribute, &dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+                    o->cu->dev[k]) == CUDA_SUCCESS &&
+            VCU__CU(o->cu, cuDeviceGetAttribute, &bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+                    o->cu->dev[k]) == CUDA_SUCCESS &&
+            VCU__CU(o->cu, cuDeviceGetAttribute, &slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
+                    o->cu->dev[k]) == CUDA_SUCCESS &&
+            (unsigned int)dom == pci->domain && (unsigned int)bus == pci->bus &&
+            (unsigned int)slot == pci->device)
+            return (int)k;
+    }
+    return -1;
+}
+
+/* Link l of the host NVML's dev, as vcu_proto.h's CU_NVLINK_INFO tells
+ * it: nothing of a link that is absent or leads outside the VM. */
+static void vcu__nvlink(vcu__op_t *o, void *dev, unsigned int l, struct vcu_cu_nvlink *k)
+{
+    enum { NVML_GPU = 0, NVML_SWITCH = 2, NVML_CAPS = 6 };
+    vcu__nvml_pci_t pci;
+    unsigned int v;
+    int active = 0, type = -1, peer;
+
+    if (vcu__nvml.link_state(dev, l, &active) != 0 || vcu__nvml.link_type(dev, l, &type) != 0)
+        return;
+    if (type == NVML_SWITCH) {
+        k->remote = VCU_NVLINK_SWITCH;
+    } else if (type == NVML_GPU) {
+        memset(&pci, 0, sizeof(pci));
+        if (vcu__nvml.link_pci(dev, l, &pci) != 0 || (peer = vcu__vm_dev_at(o, &pci)) < 0)
+            return;
+        k->remote = VCU_NVLINK_GPU;
+        k->remote_dev = (uint32_t)peer;
+    } else {
+        return;
+    }
+    k->active = active == 1;        /* NVML_FEATURE_ENABLED */
+    for (int c = 0; c < NVML_CAPS; c++)
+        if (vcu__nvml.link_cap(dev, l, c, &v) == 0 && v != 0)
+            k->caps |= (uint8_t)(1u << c);
+}
+
+uint32_t vcu__op_CU_NVLINK_INFO(vcu__op_t *o)
+{
+    struct vcu_cu_nvlink_info_resp *r = &o->rb.nvlink;
+    uint32_t d = vcu__dev_of(o);
+    void *dev = NULL;
+
+    if (d >= o->cu->ndev) {
+        o->res = CUDA_ERROR_INVALID_DEVICE;
+        return VCU_S_OK;
+    }
+    if (vcu__nvml_dev(o, d, &dev) != 0 || vcu__nvml.link_state == NULL ||
+        vcu__nvml.link_cap == NULL || vcu__nvml.link_type == NULL || vcu__nvml.link_pci == NULL)
+        return VCU_S_OK;
+    r->known = 1;
+    for (unsigned int l = 0; l < VCU_NVLINK_MAX; l++)
+        vcu__nvlink(o, dev, l, &r->links[l]);
+    return VCU_S_OK;
 }
 
 uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o)

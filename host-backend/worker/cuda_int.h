@@ -556,6 +556,7 @@ typedef union vcu__resp_u {
     struct vcu_cu_device_info_resp dev;
     struct vcu_cu_mem_info_resp mem;
     struct vcu_cu_slice_info_resp slice;
+    struct vcu_cu_nvlink_info_resp nvlink;
     struct vcu_cu_mem_range_resp range;
     struct vcu_cu_global_info_resp ginfo;
     struct vcu_cu_function_resp fn;
@@ -661,6 +662,7 @@ uint32_t vcu__op_CU_DRIVER_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o);
+uint32_t vcu__op_CU_NVLINK_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_RESET(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_PEER_ACCESS(vcu__op_t *o);

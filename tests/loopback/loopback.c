@@ -147,6 +147,10 @@ int vcu__loop_open(vcu_conn_t *c, uint64_t features)
      * the VM's folder, or the folder VCU_LOOPBACK_IPC_DIR names. */
     cfg.ipc_dir = getenv("VCU_LOOPBACK_IPC_DIR") != NULL ? getenv("VCU_LOOPBACK_IPC_DIR")
                                                          : "/dev/shm";
+    /* The host's NVML is not the libnvidia-ml.so.1 of this process (the
+     * guest's, whose calls would come back here): none, unless a test
+     * names one (VCU_HOST_NVML, host-backend/worker/cuda_ctx.c). */
+    setenv("VCU_HOST_NVML", "none", 0);
     /* Pinned memory registered with the driver (vcu__loop_add_ram). */
     cfg.register_ram = 1;
     err = vcu_backend_new(&cfg, &l->be);

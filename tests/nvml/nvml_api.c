@@ -246,7 +246,8 @@ static void check_processes(int loop)
  * Peer-to-peer status of every pair of the VM's GPUs (NCCL asks them all
  * at its start and stops at an error): a GPU with itself OK; two GPUs as
  * cuDeviceGetP2PAttribute says (read, write, PCI: access supported;
- * atomics: native atomics); NVLink unknown; an index NVML does not
+ * atomics: native atomics); NVLink unknown where the host cannot tell
+ * (check_nvlink checks it where it can); an index NVML does not
  * define refused.  NVML indices are CUDA ordinals where
  * CUDA_VISIBLE_DEVICES is not set.
  */
@@ -281,14 +282,181 @@ static void check_p2p(unsigned int n)
                 }
             }
             EXPECT(NVML_SUCCESS, nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK, &st));
-            CHECK(i == j ? st == NVML_P2P_STATUS_OK : st == NVML_P2P_STATUS_UNKNOWN,
-                  "NVLink status %d", (int)st);
+            if (i == j)
+                CHECK(st == NVML_P2P_STATUS_OK, "NVLink status %d", (int)st);
         }
     }
     EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(0, &a));
     EXPECT(NVML_ERROR_INVALID_ARGUMENT,
            nvmlDeviceGetP2PStatus(a, a, NVML_P2P_CAPS_INDEX_UNKNOWN, &st));
     EXPECT(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetP2PStatus(a, a, NVML_P2P_CAPS_INDEX_READ, NULL));
+}
+
+/*
+ * NVLink as the VM may see it.  Always: a link is absent
+ * (NVML_ERROR_NOT_SUPPORTED) or leads to one of the VM's GPUs (with that
+ * GPU's PCI information as this library gives it) or to an NVSwitch (at
+ * domain 0xffffffff, no address of the host's); link 18 is refused;
+ * field values agree with the calls.  VCU_TEST_NVLINK=unknown (a host
+ * without NVML): no link, and peer status over NVLink unknown.  With
+ * VCU_TEST_NVLINK=fake:H0[,H1]
+ * (the host backend on tests/nvml/fakenvml.so, the VM's GPU i being the
+ * stand-in's GPU Hi): exactly fakenvml.c's links, less every link that
+ * leaves the VM (to GPU 2, which the stand-in lacks, to a GPU the VM was
+ * not given, to a CPU), and peer status over NVLink follows.
+ */
+struct nvl_want {
+    int type;                       /* -1 absent, else NVML_NVLINK_DEVICE_TYPE_* */
+    int up;
+    int peer;                       /* host ordinal of the GPU at the far end */
+};
+
+static int fake_host[8], nfake = -1;
+
+static struct nvl_want nvl_fake(int host, unsigned int l)
+{
+    struct nvl_want w = { -1, 0, -1 };
+    const int G = NVML_NVLINK_DEVICE_TYPE_GPU, S = NVML_NVLINK_DEVICE_TYPE_SWITCH;
+
+    if (host == 0 && l == 0) w = (struct nvl_want){ G, 1, 1 };
+    if ((host == 0 || host == 1) && l == 1) w = (struct nvl_want){ S, 1, -1 };
+    if (host == 0 && l == 3) w = (struct nvl_want){ S, 0, -1 };
+    if (host == 1 && l == 0) w = (struct nvl_want){ G, 1, 0 };
+    if (w.type == G) {
+        int v = -1;
+
+        for (int k = 0; k < nfake; k++)
+            if (fake_host[k] == w.peer)
+                v = k;
+        if (v < 0)
+            w.type = -1;            /* leaves the VM */
+        w.peer = v;
+    }
+    return w;
+}
+
+static void check_nvlink(unsigned int n)
+{
+    const char *t = getenv("VCU_TEST_NVLINK");
+    int any_up[8] = { 0 }, unknown = t != NULL && strcmp(t, "unknown") == 0;
+
+    if (t != NULL && strncmp(t, "fake:", 5) == 0)
+        for (nfake = 0; nfake < 8 && strlen(t + 5) > 2 * (size_t)nfake &&
+                        sscanf(t + 5 + 2 * nfake, "%d", &fake_host[nfake]) == 1;
+             nfake++)
+            ;
+    for (unsigned int i = 0; i < n && i < 8; i++) {
+        nvmlDevice_t d;
+        unsigned int count = 0, cap;
+        nvmlEnableState_t st;
+        nvmlFieldValue_t fv[3];
+
+        EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(i, &d));
+        EXPECT(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetNvLinkState(d, NVML_NVLINK_MAX_LINKS, &st));
+        for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
+            nvmlIntNvLinkDeviceType_t type;
+            nvmlPciInfo_t pci, own;
+            nvmlReturn_t r = nvmlDeviceGetNvLinkState(d, l, &st);
+
+            CHECK(r == NVML_SUCCESS || r == NVML_ERROR_NOT_SUPPORTED, "GPU %u link %u: %d", i, l,
+                  (int)r);
+            if (unknown)
+                CHECK(r == NVML_ERROR_NOT_SUPPORTED, "GPU %u link %u: %d", i, l, (int)r);
+            if (nfake >= 0) {
+                struct nvl_want w = nvl_fake(fake_host[i], l);
+
+                CHECK((r == NVML_SUCCESS) == (w.type >= 0), "GPU %u (host %d) link %u: %d", i,
+                      fake_host[i], l, (int)r);
+                if (r == NVML_SUCCESS && w.type >= 0)
+                    CHECK((st == NVML_FEATURE_ENABLED) == w.up, "GPU %u link %u state %d", i, l,
+                          (int)st);
+            }
+            if (r != NVML_SUCCESS) {
+                EXPECT(r, nvmlDeviceGetNvLinkRemoteDeviceType(d, l, &type));
+                EXPECT(r, nvmlDeviceGetNvLinkRemotePciInfo_v2(d, l, &pci));
+                continue;
+            }
+            count++;
+            any_up[i] |= st == NVML_FEATURE_ENABLED;
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetNvLinkRemoteDeviceType(d, l, &type));
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetNvLinkRemotePciInfo_v2(d, l, &pci));
+            CHECK(type == NVML_NVLINK_DEVICE_TYPE_GPU || type == NVML_NVLINK_DEVICE_TYPE_SWITCH,
+                  "GPU %u link %u leads to type %d", i, l, (int)type);
+            if (type == NVML_NVLINK_DEVICE_TYPE_GPU) {
+                nvmlDevice_t p;
+
+                EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByPciBusId_v2(pci.busId, &p));
+                EXPECT(NVML_SUCCESS, nvmlDeviceGetPciInfo_v3(p, &own));
+                CHECK(strcmp(own.busId, pci.busId) == 0 && p != d, "GPU %u link %u to %s", i, l,
+                      pci.busId);
+                if (nfake >= 0) {
+                    unsigned int pi = 99;
+
+                    EXPECT(NVML_SUCCESS, nvmlDeviceGetIndex(p, &pi));
+                    CHECK((int)pi == nvl_fake(fake_host[i], l).peer, "GPU %u link %u to GPU %u",
+                          i, l, pi);
+                }
+            } else {
+                CHECK(pci.domain == 0xffffffffu && strncmp(pci.busId, "FFFFFFFF:", 9) == 0,
+                      "GPU %u link %u: a switch at %s", i, l, pci.busId);
+            }
+            if (nfake >= 0)
+                CHECK((int)type == nvl_fake(fake_host[i], l).type, "GPU %u link %u type %d", i, l,
+                      (int)type);
+            EXPECT(NVML_SUCCESS,
+                   nvmlDeviceGetNvLinkCapability(d, l, NVML_NVLINK_CAP_P2P_SUPPORTED, &cap));
+            if (nfake >= 0) {
+                CHECK(cap == 1, "P2P capability %u", cap);
+                EXPECT(NVML_SUCCESS,
+                       nvmlDeviceGetNvLinkCapability(d, l, NVML_NVLINK_CAP_SYSMEM_ACCESS, &cap));
+                CHECK(cap == 0, "sysmem capability %u", cap);
+            }
+            EXPECT(NVML_ERROR_INVALID_ARGUMENT,
+                   nvmlDeviceGetNvLinkCapability(d, l, NVML_NVLINK_CAP_COUNT, &cap));
+            memset(fv, 0, sizeof(fv));
+            fv[0].fieldId = NVML_FI_DEV_NVLINK_GET_STATE;
+            fv[0].scopeId = l;
+            fv[1].fieldId = NVML_FI_DEV_ECC_CURRENT;
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetFieldValues(d, 2, fv));
+            CHECK(fv[0].nvmlReturn == NVML_SUCCESS && fv[0].value.uiVal == (unsigned int)st,
+                  "field NVLINK_GET_STATE: %d, %u", (int)fv[0].nvmlReturn, fv[0].value.uiVal);
+            CHECK(fv[1].nvmlReturn == NVML_ERROR_NOT_SUPPORTED, "field ECC_CURRENT: %d",
+                  (int)fv[1].nvmlReturn);
+        }
+        memset(fv, 0, sizeof(fv));
+        fv[0].fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT;
+        EXPECT(NVML_SUCCESS, nvmlDeviceGetFieldValues(d, 1, fv));
+        CHECK(count == 0 || (fv[0].nvmlReturn == NVML_SUCCESS && fv[0].value.uiVal == count),
+              "field NVLINK_LINK_COUNT: %d, %u, %u links", (int)fv[0].nvmlReturn,
+              fv[0].value.uiVal, count);
+        if (nfake >= 0 && fake_host[i] <= 1)
+            CHECK(count == (fake_host[i] == 0 ? 2u + (nfake == 2) : 1u + (nfake == 2)),
+                  "GPU %u (host %d): %u links", i, fake_host[i], count);
+    }
+    /* Peer status over NVLink: the VM's two GPUs are linked in the fake
+     * (and share a switch); a GPU without a link the VM may use is not
+     * reached over NVLink. */
+    for (unsigned int i = 0; i < n && i < 8; i++)
+        for (unsigned int j = 0; j < n && j < 8; j++) {
+            nvmlDevice_t a, b;
+            nvmlGpuP2PStatus_t ps = (nvmlGpuP2PStatus_t)-1;
+
+            if (i == j)
+                continue;
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(i, &a));
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(j, &b));
+            EXPECT(NVML_SUCCESS, nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK, &ps));
+            if (nfake >= 0)
+                CHECK(ps == NVML_P2P_STATUS_OK, "GPUs %u, %u over NVLink: %d", i, j, (int)ps);
+            else if (unknown)
+                CHECK(ps == NVML_P2P_STATUS_UNKNOWN, "GPUs %u, %u over NVLink: %d", i, j, (int)ps);
+            else if (!any_up[i] || !any_up[j])
+                CHECK(ps == NVML_P2P_STATUS_NOT_SUPPORTED, "GPUs %u, %u over NVLink: %d", i, j,
+                      (int)ps);
+            else
+                CHECK(ps == NVML_P2P_STATUS_OK || ps == NVML_P2P_STATUS_NOT_SUPPORTED,
+                      "GPUs %u, %u over NVLink: %d", i, j, (int)ps);
+        }
 }
 
 int main(void)
@@ -343,6 +511,7 @@ int main(void)
     check_memory(loop);
     check_processes(loop);
     check_p2p(n);
+    check_nvlink(n);
 
     EXPECT(NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(0, &d));
     /* Utilization: the VM's, from the host driver's per-process samples

@@ -1061,6 +1061,39 @@ static void test_raw_arrays(void)
             raw_begin(&q, VCU_OP_CU_MEMPOOL_SET_ACCESS, sess, &aq, 24, 0);
             raw_cu("raw_cu_pool_access_truncated", &q, cuda, VCU_S_EINVAL, 0);
         }
+        {
+            /* NVLinks of a device the VM does not have; a short payload.
+             * Of device 0 the answer is whole and names only the VM's
+             * own GPUs. */
+            struct vcu_cu_nvlink_info_resp nr;
+            struct vcu_cu_hdr nh;
+            int st, ok = 1;
+
+            memset(&nh, 0, sizeof(nh));
+            nh.device = 99;
+            raw_begin(&q, VCU_OP_CU_NVLINK_INFO, sess, &nh, sizeof(nh), 0);
+            memset(&nr, 0xee, sizeof(nr));
+            st = raw_send(&q, &nr, sizeof(nr));
+            if (cuda && (st != VCU_S_OK || nr.r.result != 101))
+                vt_fail("raw_cu_nvlink_no_device", "got %s, CUresult %u", stname(st),
+                        nr.r.result);
+            else
+                vt_pass("raw_cu_nvlink_no_device");
+            raw_begin(&q, VCU_OP_CU_NVLINK_INFO, sess, &nh, 4, 0);
+            raw_cu("raw_cu_nvlink_truncated", &q, cuda, VCU_S_EINVAL, 0);
+            nh.device = 0;
+            raw_begin(&q, VCU_OP_CU_NVLINK_INFO, sess, &nh, sizeof(nh), 0);
+            memset(&nr, 0xee, sizeof(nr));
+            st = raw_send(&q, &nr, sizeof(nr));
+            for (int l = 0; l < VCU_NVLINK_MAX; l++)
+                ok &= nr.links[l].remote <= VCU_NVLINK_SWITCH && nr.links[l].reserved == 0 &&
+                      (nr.links[l].remote == VCU_NVLINK_GPU || nr.links[l].remote_dev == 0);
+            if (cuda && (st != VCU_S_OK || nr.r.result != 0 || nr.known > 1 || !ok))
+                vt_fail("raw_cu_nvlink_dev0", "got %s, CUresult %u, known %u", stname(st),
+                        nr.r.result, nr.known);
+            else
+                vt_pass("raw_cu_nvlink_dev0");
+        }
         u.value = 0x4a0000000000ull;
         raw_begin(&q, VCU_OP_CU_HOST_DEVICE_POINTER_AT, sess, &u, sizeof(u), 0);
         raw_cu("raw_cu_host_ptr_at_no_segment", &q, cuda, VCU_S_EINVAL, 0);
