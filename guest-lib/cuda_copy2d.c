@@ -36,7 +36,7 @@ static CUresult vcu__memset2d(CUdeviceptr dst, size_t pitch, uint32_t value, uin
     CUresult e = vcu__cur(&c);
 
     if (e == CUDA_SUCCESS && async)
-        e = vcu__stream(c, stream, ptsz, &wire);
+        e = vcu__stream_ctx(&c, stream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
     if (w == 0 || h == 0)
@@ -109,7 +109,7 @@ static CUresult vcu__copy2d(const CUDA_MEMCPY2D *p, int async, CUstream stream, 
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__cur(&c);
     if (e == CUDA_SUCCESS && async)
-        e = vcu__stream(c, stream, ptsz, &wire);
+        e = vcu__stream_ctx(&c, stream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
     if (p->WidthInBytes == 0 || p->Height == 0)

@@ -419,6 +419,7 @@ CUresult vcu__from_vcu(int err);
  * default stream. */
 CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire);
 CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire);
+CUresult vcu__stream_ctx(vcu__ctx_t **c, CUstream s, int ptsz, uint64_t *wire);
 
 /*
  * Asks the host for a new object (op with its request and data; the

@@ -173,7 +173,7 @@ CUresult vcu__copy(uint32_t op, uint64_t dst, uint64_t src, void *host, size_t n
     if (e == CUDA_SUCCESS)
         e = vcu__cur(&c);
     if (e == CUDA_SUCCESS && async)
-        e = vcu__stream(c, stream, ptsz, &wire);
+        e = vcu__stream_ctx(&c, stream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
     /* In a stream capture, a node of the capture's graph. */
@@ -344,7 +344,7 @@ static CUresult vcu__memset(CUdeviceptr dst, uint32_t value, uint32_t elem, size
     CUresult e = vcu__cur(&c);
 
     if (e == CUDA_SUCCESS && async)
-        e = vcu__stream(c, stream, ptsz, &wire);
+        e = vcu__stream_ctx(&c, stream, ptsz, &wire);
     if (e != CUDA_SUCCESS)
         return e;
     if (n == 0)

@@ -133,6 +133,23 @@ CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire)
     return vcu__stream(c, s, ptsz, wire);
 }
 
+/*
+ * The context an asynchronous copy or memset on stream s runs in: s's
+ * device's, whichever context is current, as NVIDIA's driver takes them
+ * (cuFFT's multi-GPU copies name each GPU's stream from one context):
+ * *c, the current context, stays where s is a default stream or of *c's
+ * device, else becomes that device's primary context.
+ */
+CUresult vcu__stream_ctx(vcu__ctx_t **c, CUstream s, int ptsz, uint64_t *wire)
+{
+    int dev;
+    CUresult e = vcu__stream_alone(s, ptsz, &dev, wire);
+
+    if (e == CUDA_SUCCESS && dev != (*c)->dev)
+        e = vcu__primary(dev, c);
+    return e;
+}
+
 /* ---- streams ------------------------------------------------------------ */
 
 /* The current context's stream priorities (the host side of
