@@ -854,7 +854,12 @@ VCU__EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
  * Peer access from the current context to peer's, sent to the host
  * (CU_CTX_PEER_ACCESS), which sets it between its contexts of the two
  * devices: every context here of a device is the host's one of it.  A
- * device is not its own peer (cuDeviceCanAccessPeer).
+ * device is not its own peer (cuDeviceCanAccessPeer): enabling another
+ * context of it is CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, as NVIDIA's driver
+ * 580 answers (measured on two H200); the current context itself
+ * CUDA_ERROR_INVALID_DEVICE (NVIDIA's runtime passes
+ * cudaDeviceEnablePeerAccess of the current device down as that; its
+ * native answer is not measured).
  */
 static CUresult vcu__peer_access(CUcontext peer, unsigned int flags, int enable)
 {
@@ -868,8 +873,10 @@ static CUresult vcu__peer_access(CUcontext peer, unsigned int flags, int enable)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (p->dev == c->dev && !enable)
+        return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
     if (p->dev == c->dev)
-        return enable ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+        return p == c ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
     memset(&r, 0, sizeof(r));
     r.a = vcu__drv.dev[p->dev].vord;
     r.c = enable ? 1 : 0;

@@ -246,6 +246,9 @@ static void pointer_of_peer(CUdeviceptr a, CUdeviceptr x, CUcontext c1)
  * c0 current. */
 static void wait_on_peer(CUcontext c0, CUcontext c1, CUstream s0)
 {
+    static const unsigned int in[4] = { 1, 2, 3, 4 };
+    unsigned int out[16];
+    CUdeviceptr y;
     CUevent ev, ev1;
     CUstream s1;
 
@@ -272,6 +275,22 @@ static void wait_on_peer(CUcontext c0, CUcontext c1, CUstream s0)
     CK(cuEventSynchronize(ev1));
     EXPECT(CUDA_ERROR_INVALID_HANDLE, cuEventRecord(ev, s1));
     CK(cuEventDestroy(ev1));
+    /* Copies and memsets on device 1's stream with device 0 current, as
+     * cuFFT's multi-GPU copies are made. */
+    CK(cuCtxSetCurrent(c1));
+    CK(cuMemAlloc(&y, sizeof(out)));
+    CK(cuCtxSetCurrent(c0));
+    CK(cuMemsetD32Async(y, 7, 16, s1));
+    CK(cuMemsetD2D32Async(y + 32, 16, 9, 2, 2, s1));
+    CK(cuMemcpyHtoDAsync(y, in, sizeof(in), s1));
+    memset(out, 0, sizeof(out));
+    CK(cuMemcpyDtoHAsync(out, y, sizeof(out), s1));
+    CK(cuStreamSynchronize(s1));
+    for (int i = 0; i < 16; i++)
+        TRUE(out[i] == (i < 4 ? in[i] : i == 8 || i == 9 || i == 12 || i == 13 ? 9u : 7u));
+    CK(cuCtxSetCurrent(c1));
+    CK(cuMemFree(y));
+    CK(cuCtxSetCurrent(c0));
     CK(cuStreamDestroy(s1));
     CK(cuEventDestroy(ev));
 }
@@ -395,8 +414,9 @@ int main(void)
     }
     CK(cuMemcpyPeer(b, c0b, a, c0, 0));
 
-    /* A device is not its own peer. */
-    EXPECT(CUDA_ERROR_INVALID_DEVICE, cuCtxEnablePeerAccess(c0b, 0));
+    /* A device is not its own peer (NVIDIA's driver 580 on two H200:
+     * CUDA_ERROR_PEER_ACCESS_UNSUPPORTED). */
+    EXPECT(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, cuCtxEnablePeerAccess(c0b, 0));
     EXPECT(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cuCtxDisablePeerAccess(c0b));
 
     memops(s, f);
