@@ -196,7 +196,8 @@ def timed_allreduce(fn, tensors, rounds):
 def s_nccl():
     # NCCL all-reduce in this process over every GPU (ncclCommInitAll,
     # through torch.cuda.nccl), checked exactly; then the bus bandwidth of
-    # a 256 MiB all-reduce as nccl-tests computes it: size / time * 2(n-1)/n.
+    # a 256 MiB and a 1 GiB all-reduce as nccl-tests computes it:
+    # size / time * 2(n-1)/n.
     import torch.cuda.nccl as nccl
     n = torch.cuda.device_count()
     if n < 2:
@@ -207,11 +208,17 @@ def s_nccl():
     for i, t in enumerate(ts):
         if not torch.all(t == want).item():
             raise RuntimeError("GPU %d: %r, want %g" % (i, t[:4].tolist(), want))
-    big = [torch.ones(64 << 20, device="cuda:%d" % i) for i in range(n)]
-    dt = timed_allreduce(lambda: nccl.all_reduce(big), big, 10)
-    size = big[0].numel() * 4
-    return "%d GPUs, 256 MiB: %.2f ms, bus bandwidth %.1f GB/s" % (
-        n, dt * 1e3, size / dt * 2 * (n - 1) / n / 1e9)
+    out = []
+    # 256 MiB, then 1 GiB: in a TCG guest each round's launch costs the
+    # guest's CPU about as much as 256 MiB costs the GPUs.
+    for mib in (256, 1024):
+        big = [torch.ones(mib << 18, device="cuda:%d" % i) for i in range(n)]
+        dt = timed_allreduce(lambda: nccl.all_reduce(big), big, 10)
+        size = big[0].numel() * 4
+        out.append("%d MiB: %.2f ms, bus bandwidth %.1f GB/s" % (
+            mib, dt * 1e3, size / dt * 2 * (n - 1) / n / 1e9))
+        del big
+    return "%d GPUs, %s" % (n, "; ".join(out))
 
 
 def dist_rank(rank, world, path, q):
@@ -227,24 +234,27 @@ def dist_rank(rank, world, path, q):
         want = world * (world + 1) / 2
         if not t.all(x == want).item():
             raise RuntimeError("rank %d: %r, want %g" % (rank, x[:4].tolist(), want))
-        big = t.ones(64 << 20, device="cuda")
-        dist.all_reduce(big)
-        t.cuda.synchronize()
-        dist.barrier()
-        t0 = time.time()
-        for _ in range(10):
+        dts = []
+        for mib in (256, 1024):
+            big = t.ones(mib << 18, device="cuda")
             dist.all_reduce(big)
-        t.cuda.synchronize()
-        dt = (time.time() - t0) / 10
+            t.cuda.synchronize()
+            dist.barrier()
+            t0 = time.time()
+            for _ in range(10):
+                dist.all_reduce(big)
+            t.cuda.synchronize()
+            dts.append((time.time() - t0) / 10)
+            del big
         dist.destroy_process_group()
-        q.put((rank, True, dt))
+        q.put((rank, True, dts))
     except Exception as e:
         q.put((rank, False, ("%s: %s" % (type(e).__name__, e)).replace("\n", " ")[:300]))
 
 
 def s_distributed():
     # torch.distributed over NCCL: two processes, one GPU each, checked
-    # exactly; the bus bandwidth of a 256 MiB all-reduce.
+    # exactly; the bus bandwidth of a 256 MiB and a 1 GiB all-reduce.
     import multiprocessing as mp
     import tempfile
     world = 2
@@ -264,10 +274,12 @@ def s_distributed():
     bad = [g for g in got if not g[1]]
     if bad:
         raise RuntimeError("; ".join("rank %d: %s" % (g[0], g[2]) for g in bad))
-    dt = max(g[2] for g in got)
-    size = (64 << 20) * 4
-    return "2 processes, 256 MiB: %.2f ms, bus bandwidth %.1f GB/s" % (
-        dt * 1e3, size / dt * 2 * (world - 1) / world / 1e9)
+    out = []
+    for k, mib in enumerate((256, 1024)):
+        dt = max(g[2][k] for g in got)
+        out.append("%d MiB: %.2f ms, bus bandwidth %.1f GB/s" % (
+            mib, dt * 1e3, (mib << 20) / dt * 2 * (world - 1) / world / 1e9))
+    return "2 processes, %s" % "; ".join(out)
 
 
 def main():
