@@ -62,11 +62,7 @@ static uint32_t ta_run(ta_t *c, ut_req_t *t, uint32_t op, const void *p, uint32_
     st = ut_status(t);
     memset(&r, 0, sizeof(r));
     memcpy(&r, ut_resp_payload(t), sizeof(r));
-    if (resp != NULL) {
-        memset(resp, 0, rlen);
-        memcpy(resp, ut_resp_payload(t),
-               ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen);
-    }
+    ut_resp_copy(t, resp, rlen);
     return st != VCU_S_OK ? 0x10000 + st : r.result;
 }
 

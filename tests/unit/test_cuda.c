@@ -91,12 +91,7 @@ static uint32_t tc_do(tc_t *c, uint32_t op, uint32_t flags, const void *p, uint3
     ut_req_t *t = ut_req_new();
     uint32_t st = tc_run(c, t, op, flags, p, plen);
 
-    if (resp != NULL) {
-        size_t n = ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen;
-
-        memset(resp, 0, rlen);
-        memcpy(resp, ut_resp_payload(t), n);
-    }
+    ut_resp_copy(t, resp, rlen);
     free(t);
     return st;
 }

@@ -69,21 +69,7 @@ static void ti_close(ti_t *c)
  * status; the reply's first rlen bytes into resp. */
 static uint32_t ti_do(ti_t *c, uint32_t op, const void *p, uint32_t plen, void *resp, size_t rlen)
 {
-    ut_req_t *t = ut_req_new();
-    struct vcu_cu_resp r;
-    uint32_t st;
-
-    ut_req_build(t, op, c->s, p, plen);
-    vcu_backend_execute(c->be, &t->r);
-    st = ut_status(t);
-    memcpy(&r, ut_resp_payload(t), sizeof(r));
-    if (resp != NULL) {
-        memset(resp, 0, rlen);
-        memcpy(resp, ut_resp_payload(t),
-               ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen);
-    }
-    free(t);
-    return st != VCU_S_OK ? 0x10000 + st : r.result;
+    return ut_cu_do(c->be, c->s, op, p, plen, resp, rlen);
 }
 
 static uint32_t ti_u64(ti_t *c, uint32_t op, uint64_t v, uint64_t *out)

@@ -50,21 +50,7 @@ static void tp_close(tp_t *c)
 static uint32_t tp_do(tp_t *c, uint32_t op, const void *p, uint32_t plen, void *resp,
                       size_t rlen)
 {
-    ut_req_t *t = ut_req_new();
-    struct vcu_cu_resp r;
-    uint32_t st;
-
-    ut_req_build(t, op, c->s, p, plen);
-    vcu_backend_execute(c->be, &t->r);
-    st = ut_status(t);
-    memcpy(&r, ut_resp_payload(t), sizeof(r));
-    if (resp != NULL) {
-        memset(resp, 0, rlen);
-        memcpy(resp, ut_resp_payload(t),
-               ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen);
-    }
-    free(t);
-    return st != VCU_S_OK ? 0x10000 + st : r.result;
+    return ut_cu_do(c->be, c->s, op, p, plen, resp, rlen);
 }
 
 static uint32_t tp_alloc(tp_t *c, uint32_t dev, uint64_t size, uint64_t *p)

@@ -179,15 +179,10 @@ static void px_submit(px_env_t *e, ut_req_t *t)
     px_submit_to(e->px, t);
 }
 
-/* Runs t through the proxy and waits (30 s at most); its status. */
+/* Runs t through the proxy and waits; its status. */
 static uint32_t px_exec_on(vcu_proxy_t *px, ut_req_t *t)
 {
-    int n = atomic_load(&t->ndone);
-
-    px_submit_to(px, t);
-    if (ut_wait_count(&t->ndone, n + 1) != 0)
-        return 0xdeadu;
-    return ut_status(t);
+    return ut_px_exec(px, t);
 }
 
 static uint32_t px_exec(px_env_t *e, ut_req_t *t)

@@ -210,12 +210,7 @@ static uint32_t tq_do(tq_t *c, uint32_t op, const void *p, uint32_t plen, void *
     ut_req_build(t, op, c->s, p, plen);
     vcu_backend_execute(c->be, &t->r);
     st = ut_status(t);
-    if (resp != NULL) {
-        size_t n = ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen;
-
-        memset(resp, 0, rlen);
-        memcpy(resp, ut_resp_payload(t), n);
-    }
+    ut_resp_copy(t, resp, rlen);
     free(t);
     return st;
 }
@@ -1407,29 +1402,12 @@ TEST(quota_faults)
 
 static uint32_t tq_px_exec(vcu_proxy_t *px, ut_req_t *t)
 {
-    int n = atomic_load(&t->ndone);
-
-    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
-    vcu_proxy_submit(px, &t->r);
-    if (ut_wait_count(&t->ndone, n + 1) != 0)
-        return 0xdeadu;
-    return ut_status(t);
+    return ut_px_exec(px, t);
 }
 
 static int tq_px_open(vcu_proxy_t *px, uint64_t *sid)
 {
-    ut_req_t *t = ut_req_new();
-    struct vcu_session_open_req o;
-
-    memset(&o, 0, sizeof(o));
-    o.version_min = o.version_max = VCU_PROTO_VERSION;
-    o.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA;
-    ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
-    ASSERT_EQ(VCU_S_OK, tq_px_exec(px, t));
-    ASSERT_TRUE(((const struct vcu_session_open_resp *)ut_resp_payload(t))->features &
-                VCU_FEAT_CUDA);
-    *sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
-    free(t);
+    ASSERT_EQ(0, ut_px_open(px, sid));
     return 0;
 }
 

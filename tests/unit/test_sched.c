@@ -590,17 +590,6 @@ TEST(sched_proxy_config)
     return 0;
 }
 
-static uint32_t ts_px_exec(vcu_proxy_t *px, ut_req_t *t)
-{
-    int n = atomic_load(&t->ndone);
-
-    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
-    vcu_proxy_submit(px, &t->r);
-    if (ut_wait_count(&t->ndone, n + 1) != 0)
-        return 0xdeadu;
-    return ut_status(t);
-}
-
 /* The weight the session's worker reports to its guest (CU_SLICE_INFO,
  * what nvidia-smi shows); -1 on failure. */
 static int ts_slice_share(vcu_proxy_t *px, uint64_t sid)
@@ -612,7 +601,7 @@ static int ts_slice_share(vcu_proxy_t *px, uint64_t sid)
 
     memset(&ch, 0, sizeof(ch));
     ut_req_build(t, VCU_OP_CU_SLICE_INFO, sid, &ch, sizeof(ch));
-    if (ts_px_exec(px, t) == VCU_S_OK && si->r.result == 0)
+    if (ut_px_exec(px, t) == VCU_S_OK && si->r.result == 0)
         r = (int)si->compute_share;
     free(t);
     return r;
@@ -650,7 +639,7 @@ TEST(sched_proxy_live_change)
     o.version_min = o.version_max = VCU_PROTO_VERSION;
     o.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA;
     ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
-    ASSERT_EQ(VCU_S_OK, ts_px_exec(px, t));
+    ASSERT_EQ(VCU_S_OK, ut_px_exec(px, t));
     sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
     ASSERT_EQ(100, ts_slice_share(px, sid));
     ASSERT_EQ(0, vcu_proxy_stats(px, &st, NULL, 0));
@@ -759,7 +748,7 @@ static int ts_vm(uint32_t share, unsigned int nsess, vcu_proxy_t **px, pthread_m
         o.version_min = o.version_max = VCU_PROTO_VERSION;
         o.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA;
         ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
-        ASSERT_EQ(VCU_S_OK, ts_px_exec(*px, t));
+        ASSERT_EQ(VCU_S_OK, ut_px_exec(*px, t));
         memset(&loads[i], 0, sizeof(loads[i]));
         loads[i].px = *px;
         loads[i].mu = mu;
@@ -768,7 +757,7 @@ static int ts_vm(uint32_t share, unsigned int nsess, vcu_proxy_t **px, pthread_m
         memset(&ar, 0, sizeof(ar));
         ar.size = 8u << 20;
         ut_req_build(t, VCU_OP_CU_MEM_ALLOC, loads[i].sid, &ar, sizeof(ar));
-        ASSERT_EQ(VCU_S_OK, ts_px_exec(*px, t));
+        ASSERT_EQ(VCU_S_OK, ut_px_exec(*px, t));
         ASSERT_EQ(0, (int)((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->r.result);
         loads[i].ptr = ((const struct vcu_cu_u64_resp *)ut_resp_payload(t))->value;
         free(t);

@@ -69,27 +69,12 @@ static void ts_vm_free(ts_vm_t *v)
 
 static uint32_t ts_exec(ts_vm_t *v, ut_req_t *t)
 {
-    int n = atomic_load(&t->ndone);
-
-    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
-    vcu_proxy_submit(v->px, &t->r);
-    if (ut_wait_count(&t->ndone, n + 1) != 0)
-        return 0xdeadu;
-    return ut_status(t);
+    return ut_px_exec(v->px, t);
 }
 
 static int ts_open(ts_vm_t *v, uint64_t *sid)
 {
-    ut_req_t *t = ut_req_new();
-    struct vcu_session_open_req o;
-
-    memset(&o, 0, sizeof(o));
-    o.version_min = o.version_max = VCU_PROTO_VERSION;
-    o.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA;
-    ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
-    ASSERT_EQ(VCU_S_OK, ts_exec(v, t));
-    *sid = ((const struct vcu_session_open_resp *)ut_resp_payload(t))->session;
-    free(t);
+    ASSERT_EQ(0, ut_px_open(v->px, sid));
     return 0;
 }
 
@@ -363,19 +348,7 @@ TEST(share_vmm_two_vms)
 static uint32_t ts_be(vcu_backend_t *be, uint64_t sid, uint32_t op, const void *p, uint32_t plen,
                       void *resp, size_t rlen)
 {
-    ut_req_t *t = ut_req_new();
-    uint32_t st, res;
-
-    ut_req_build(t, op, sid, p, plen);
-    vcu_backend_execute(be, &t->r);
-    st = ut_status(t);
-    res = st == VCU_S_OK ? ((const struct vcu_cu_resp *)ut_resp_payload(t))->result : 0x10000 + st;
-    memset(resp, 0, rlen);
-    if (st == VCU_S_OK)
-        memcpy(resp, ut_resp_payload(t),
-               ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen);
-    free(t);
-    return res;
+    return ut_cu_do(be, sid, op, p, plen, resp, rlen);
 }
 
 /* A backend with no keep (loopback, a worker started by hand, packed

@@ -140,6 +140,36 @@ static inline void *ut_resp_payload(ut_req_t *t)
     return ut_resp(t) + 1;
 }
 
+/* The reply's first rlen bytes into resp (resp NULL: none), zero past
+ * what the reply holds. */
+static inline void ut_resp_copy(ut_req_t *t, void *resp, size_t rlen)
+{
+    if (resp == NULL)
+        return;
+    memset(resp, 0, rlen);
+    memcpy(resp, ut_resp_payload(t),
+           ut_resp(t)->payload_len < rlen ? ut_resp(t)->payload_len : rlen);
+}
+
+/* One CU_* request without segments on session sid of be, its reply
+ * into resp (ut_resp_copy): the reply's CUresult, or 0x10000 + the wire
+ * status where that is not VCU_S_OK. */
+static inline uint32_t ut_cu_do(vcu_backend_t *be, uint64_t sid, uint32_t op, const void *p,
+                                uint32_t plen, void *resp, size_t rlen)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_cu_resp r;
+    uint32_t st;
+
+    ut_req_build(t, op, sid, p, plen);
+    vcu_backend_execute(be, &t->r);
+    st = ut_status(t);
+    memcpy(&r, ut_resp_payload(t), sizeof(r));
+    ut_resp_copy(t, resp, rlen);
+    free(t);
+    return st != VCU_S_OK ? 0x10000 + st : r.result;
+}
+
 /* A backend with CUDA certainly unavailable (unless cuda says so). */
 static inline vcu_backend_t *ut_backend(unsigned int max_sessions)
 {

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ut.h"
 #include "vcu_proxy.h"
 
 #ifndef VCU_TEST_DAEMON
@@ -143,6 +144,43 @@ static inline pid_t ut_px_worker_pid(vcu_proxy_t *px)
         nanosleep(&ts, NULL);
     }
     return -1;
+}
+
+/* Submits t to px and waits for its reply, the reply buffer as large as
+ * the link allows (the worker refuses larger ones, as QEMU never asks
+ * for them): the wire status, or 0xdead where no reply came. */
+static inline uint32_t ut_px_exec(vcu_proxy_t *px, ut_req_t *t)
+{
+    int n = atomic_load(&t->ndone);
+
+    t->r.resp_cap = sizeof(struct vcu_resp_hdr) + VCU_MAX_PAYLOAD;
+    vcu_proxy_submit(px, &t->r);
+    if (ut_wait_count(&t->ndone, n + 1) != 0)
+        return 0xdeadu;
+    return ut_status(t);
+}
+
+/* A session through px that offers CUDA: its id in *sid; 0, or -1. */
+static inline int ut_px_open(vcu_proxy_t *px, uint64_t *sid)
+{
+    ut_req_t *t = ut_req_new();
+    struct vcu_session_open_req o;
+    struct vcu_session_open_resp r;
+    int rc = -1;
+
+    memset(&o, 0, sizeof(o));
+    o.version_min = o.version_max = VCU_PROTO_VERSION;
+    o.features = VCU_FEAT_ECHO | VCU_FEAT_CUDA;
+    ut_req_build(t, VCU_OP_SESSION_OPEN, 0, &o, sizeof(o));
+    if (ut_px_exec(px, t) == VCU_S_OK) {
+        memcpy(&r, ut_resp_payload(t), sizeof(r));
+        *sid = r.session;
+        rc = (r.features & VCU_FEAT_CUDA) ? 0 : -1;
+    }
+    if (rc != 0)
+        fprintf(stderr, "ut_px_open: no CUDA session\n");
+    free(t);
+    return rc;
 }
 
 /* Waits (10 s at most) for pid to be gone, reaped by the daemon; 0 or -1. */
