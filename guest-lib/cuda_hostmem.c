@@ -140,7 +140,10 @@ static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *mapped);
  * structures copied to the device): so the host maps mappable memory
  * when it is made, not at its first named use.  Where that fails, memory
  * asked for with DEVICEMAP is not given (the error is returned); other
- * memory stays pinned and is mapped when a call names it.
+ * memory stays pinned and is mapped when a call names it.  Registered
+ * memory is mapped when a call names it (cuMemHostGetDevicePointer, a
+ * launch's parameters): registered again right after its
+ * unregistration, its pages may not yet be released by the host.
  */
 static CUresult vcu__hm_map_now(vcu__hostmem_t *h, int devicemap)
 {
@@ -298,15 +301,6 @@ VCU__EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int
     h->dev = c->dev;
     h->ctx = c;
     vcu__hm_add(h);
-    if (Flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
-        e = vcu__hm_map_now(h, 1);
-        if (e != CUDA_SUCCESS) {
-            h = vcu__hm_del(p, VCU__HM_REGISTERED);
-            vcu_conn_host_unregister(vcu__drv.conn, p, bytesize);
-            free(h);
-            return e;
-        }
-    }
     return CUDA_SUCCESS;
 }
 

@@ -301,7 +301,7 @@ static cudaError_t vcu__host_map_now(const vcu__alloc_t *a, int asked)
     uint64_t d;
     cudaError_t e;
 
-    if (vcu__loopback() || !(a->flags & (cudaHostAllocMapped | cudaHostRegisterMapped)))
+    if (vcu__loopback() || !(a->flags & cudaHostAllocMapped))
         return cudaSuccess;
     e = vcu__host_dptr_any(a, &d, 1);
     return asked ? e : cudaSuccess;
@@ -424,14 +424,6 @@ VCU__EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int fl
     if (vcu__mem_add(&a) != 0) {
         vcu_conn_host_unregister(vcu__rt.conn, ptr, size);
         return vcu__err(cudaErrorMemoryAllocation);
-    }
-    if (flags & cudaHostRegisterMapped) {
-        e = vcu__host_map_now(&a, 1);
-        if (e != cudaSuccess) {
-            vcu__mem_del(b, VCU__M_REGISTERED, &a);
-            vcu_conn_host_unregister(vcu__rt.conn, ptr, size);
-            return vcu__err(e);
-        }
     }
     return cudaSuccess;
 }
