@@ -102,14 +102,14 @@ CUresult vcu__stream(vcu__ctx_t *ctx, CUstream s, int ptsz, uint64_t *wire)
     return CUDA_SUCCESS;
 }
 
-/* The device and wire handle of a stream named on its own (synchronize,
- * query): a stream object needs no current context, the default streams
- * are the current context's. */
 static int vcu__stream_is_object(CUstream s)
 {
     return s != NULL && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD;
 }
 
+/* The device and wire handle of a stream named on its own (synchronize,
+ * query): a stream object needs no current context, the default streams
+ * are the current context's. */
 CUresult vcu__stream_alone(CUstream s, int ptsz, int *dev, uint64_t *wire)
 {
     vcu__stream_t *st = (vcu__stream_t *)s;
@@ -503,7 +503,6 @@ VCU__EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 }
 
 /* ---- events -------------------------------------------------------------- */
-
 
 static CUresult vcu__stream_wait(CUstream hStream, CUevent hEvent, unsigned int Flags, int ptsz)
 {

@@ -869,14 +869,6 @@ static nvmlReturn_t vcu__nvml_mem(nvmlDevice_t device, unsigned long long *total
     return r;
 }
 
-/*
- * Peer-to-peer between two GPUs of the VM, as the host's driver says of
- * them (cuDeviceGetP2PAttribute): reads, writes and PCI as peer access
- * is supported, atomics as native atomics are.  Whether the path is
- * NVLink is not known here: NVML_P2P_STATUS_UNKNOWN.  A GPU and itself
- * is OK, as NVIDIA's answers (NCCL asks every pair, a GPU with itself
- * too, and gives up on an error).
- */
 /* ---- NVLink ------------------------------------------------------------- */
 
 /*
@@ -1080,6 +1072,14 @@ VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int 
     return NVML_SUCCESS;
 }
 
+/*
+ * Peer-to-peer between two GPUs of the VM, as the host's driver says of
+ * them (cuDeviceGetP2PAttribute): reads, writes and PCI as peer access
+ * is supported, atomics as native atomics are; NVLink as the links the
+ * host reports say (vcu__nvml_p2p_nvlink).  A GPU and itself
+ * is OK, as NVIDIA's answers (NCCL asks every pair, a GPU with itself
+ * too, and gives up on an error).
+ */
 VCU__NVML_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
                                                      nvmlGpuP2PCapsIndex_t p2pIndex,
                                                      nvmlGpuP2PStatus_t *p2pStatus)
