@@ -134,27 +134,27 @@ static CUresult vcu__sync_all(void)
 static CUresult vcu__host_dptr(uintptr_t p, CUdeviceptr *out, int *mapped);
 
 /*
- * With unified addressing pinned memory is the device's at its own
- * address from the start, and programs store that address where no call
- * of theirs shows it to this library (NCCL's abort flag and work FIFO, in
- * structures copied to the device): so the host maps mappable memory
- * when it is made, not at its first named use.  Where that fails, memory
- * asked for with DEVICEMAP is not given (the error is returned); other
- * memory stays pinned and is mapped when a call names it.  Registered
- * memory is mapped when a call names it (cuMemHostGetDevicePointer, a
- * launch's parameters): registered again right after its
- * unregistration, its pages may not yet be released by the host.
+ * Memory allocated with DEVICEMAP is the device's at its own address
+ * from the start (unified addressing), and programs store that address
+ * where no call of theirs shows it to this library (NCCL's abort flag
+ * and work FIFO, in structures copied to the device): so the host maps
+ * it when it is made, and where that fails it is not given.  Other
+ * page-locked memory is mapped when a call names it (a launch's
+ * parameters, cuMemHostGetDevicePointer): a session with device
+ * pointers to host memory cannot migrate (cuda_migrate.c), and
+ * cudaMallocHost's buffers, which most programs have, would keep every
+ * such program from it.  Registered memory too: registered again right
+ * after its unregistration, its pages may not yet be released by the
+ * host.
  */
-static CUresult vcu__hm_map_now(vcu__hostmem_t *h, int devicemap)
+static CUresult vcu__hm_map_now(vcu__hostmem_t *h)
 {
     CUdeviceptr d;
     int mapped;
-    CUresult e;
 
     if (!h->mapped || vcu__loopback())
         return CUDA_SUCCESS;
-    e = vcu__host_dptr((uintptr_t)h->p, &d, &mapped);
-    return devicemap ? e : CUDA_SUCCESS;
+    return vcu__host_dptr((uintptr_t)h->p, &d, &mapped);
 }
 
 VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
@@ -192,7 +192,7 @@ VCU__EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
     h->dev = c->dev;
     h->ctx = c;
     vcu__hm_add(h);
-    e = vcu__hm_map_now(h, Flags & CU_MEMHOSTALLOC_DEVICEMAP);
+    e = (Flags & CU_MEMHOSTALLOC_DEVICEMAP) ? vcu__hm_map_now(h) : CUDA_SUCCESS;
     if (e != CUDA_SUCCESS) {
         h = vcu__hm_del(p, VCU__HM_ALLOC);
         vcu_conn_hostmem_free(vcu__drv.conn, p, bytesize);

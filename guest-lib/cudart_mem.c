@@ -291,20 +291,19 @@ static cudaError_t vcu__host_map_unsupported(uint64_t size)
 static cudaError_t vcu__host_dptr_any(const vcu__alloc_t *a, uint64_t *dptr, int any);
 
 /*
- * As libcuda's (cuda_hostmem.c vcu__hm_map_now): mapped memory is the
- * device's at its own address from the start, since a program may store
- * the address where no call shows it here.  Failure matters only to
- * memory asked for mapped (asked: its flag was given).
+ * As libcuda's (cuda_hostmem.c vcu__hm_map_now): memory allocated with
+ * cudaHostAllocMapped is the device's at its own address from the start,
+ * since a program may store the address where no call shows it here;
+ * other page-locked memory is mapped when a call names it (a session
+ * with device pointers to host memory cannot migrate).
  */
-static cudaError_t vcu__host_map_now(const vcu__alloc_t *a, int asked)
+static cudaError_t vcu__host_map_now(const vcu__alloc_t *a)
 {
     uint64_t d;
-    cudaError_t e;
 
-    if (vcu__loopback() || !(a->flags & cudaHostAllocMapped))
+    if (vcu__loopback())
         return cudaSuccess;
-    e = vcu__host_dptr_any(a, &d, 1);
-    return asked ? e : cudaSuccess;
+    return vcu__host_dptr_any(a, &d, 1);
 }
 
 static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
@@ -339,7 +338,7 @@ static cudaError_t vcu__host_alloc(void **ptr, size_t size, unsigned int flags)
         vcu_conn_hostmem_free(vcu__rt.conn, p, size);
         return cudaErrorMemoryAllocation;
     }
-    e = vcu__host_map_now(&a, flags & cudaHostAllocMapped);
+    e = (flags & cudaHostAllocMapped) ? vcu__host_map_now(&a) : cudaSuccess;
     if (e != cudaSuccess) {
         vcu__mem_del(a.base, VCU__M_HOST, &a);
         vcu_conn_hostmem_free(vcu__rt.conn, p, size);
