@@ -158,29 +158,9 @@ void vcu__px_cancel_all(vcu__psess_t *s, uint32_t status)
  * the socket is full, -1 if the link is broken. */
 static ssize_t vcu__px_send_some(int fd, vcu__pframe_t *f)
 {
-    struct iovec iov = { f->buf + f->off, f->len - f->off };
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int))];
-    } c;
-    struct msghdr m;
-    ssize_t n;
+    ssize_t n = vcu__fd_send(fd, f->buf + f->off, f->len - f->off, &f->fd,
+                             f->off == 0 && f->fd >= 0 ? 1 : 0, MSG_DONTWAIT);
 
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (f->off == 0 && f->fd >= 0) {
-        memset(&c, 0, sizeof(c));
-        m.msg_control = c.b;
-        m.msg_controllen = sizeof(c.b);
-        CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), &f->fd, sizeof(int));
-    }
-    do {
-        n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
     if (n < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
     return n;

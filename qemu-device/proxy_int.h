@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "vcu_account.h"
+#include "vcu_fdpass.h"
 #include "vcu_ipc.h"
 #include "vcu_link.h"
 #include "vcu_proxy.h"

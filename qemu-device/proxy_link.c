@@ -19,12 +19,6 @@ int vcu__px_link_send(vcu_proxy_t *px, uint32_t type, uint64_t id, const void *b
 {
     struct vcu_link_hdr h = { .type = type, .len = (uint32_t)len, .id = id };
     unsigned char buf[sizeof(h) + sizeof(struct vcu_link_hello)];
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int) * VCU_LINK_MAX_FDS)];
-    } ctl;
-    struct iovec iov;
-    struct msghdr m;
     size_t off = 0;
     int rc = 0;
 
@@ -38,25 +32,9 @@ int vcu__px_link_send(vcu_proxy_t *px, uint32_t type, uint64_t id, const void *b
     /* The native link: small frames, a daemon that reads them at once. */
     pthread_mutex_lock(&px->lmu);
     while (off < sizeof(h) + len) {
-        ssize_t n;
+        ssize_t n = vcu__fd_send(px->lfd, buf + off, sizeof(h) + len - off, fds,
+                                 off == 0 ? nfds : 0, 0);
 
-        iov.iov_base = buf + off;
-        iov.iov_len = sizeof(h) + len - off;
-        memset(&m, 0, sizeof(m));
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        if (off == 0 && nfds > 0) {
-            memset(&ctl, 0, sizeof(ctl));
-            m.msg_control = ctl.b;
-            m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-            CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-            CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-            CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-            memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), fds, sizeof(int) * nfds);
-        }
-        n = sendmsg(px->lfd, &m, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
         if (n <= 0) {
             rc = -1;
             break;
@@ -297,39 +275,9 @@ static int vcu__px_link_read(vcu_proxy_t *px, unsigned char *buf, size_t cap, si
 
     *nfds = 0;
     while (have < want) {
-        union {
-            struct cmsghdr c;
-            char b[CMSG_SPACE(sizeof(int) * VCU_LINK_MAX_FDS)];
-        } ctl;
-        struct iovec iov = { buf + have, want - have };
-        struct msghdr m;
-        struct cmsghdr *c;
-        ssize_t n;
+        ssize_t n = vcu__fd_recv(px->lfd, buf + have, want - have, 0, fds, nfds,
+                                 VCU_LINK_MAX_FDS, NULL);
 
-        memset(&m, 0, sizeof(m));
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctl.b;
-        m.msg_controllen = sizeof(ctl.b);
-        n = recvmsg(px->lfd, &m, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR)
-            continue;
-        for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
-            size_t k, nf;
-
-            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                continue;
-            nf = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (k = 0; k < nf; k++) {
-                int fd;
-
-                memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-                if (*nfds < VCU_LINK_MAX_FDS)
-                    fds[(*nfds)++] = fd;
-                else
-                    close(fd);
-            }
-        }
         if (n <= 0)
             goto broken;
         have += (size_t)n;

@@ -41,6 +41,8 @@
 
 #include <stdint.h>
 
+#include "vcu_fdpass.h"
+
 #define VCU_LINK_VERSION 1u
 
 enum {
@@ -116,6 +118,7 @@ struct vcu_link_spawned {
 #define VCU_LINK_MAX_BODY 4096u
 
 _Static_assert(sizeof(struct vcu_link_hdr) == 16, "vcu_link_hdr");
+_Static_assert(VCU_LINK_MAX_FDS <= VCU_FDPASS_MAX, "a frame's descriptors fit one message");
 _Static_assert(sizeof(struct vcu_link_hello) == 368, "vcu_link_hello");
 _Static_assert(sizeof(struct vcu_link_slice) == 24, "vcu_link_slice");
 _Static_assert(sizeof(struct vcu_link_welcome) == 520, "vcu_link_welcome");

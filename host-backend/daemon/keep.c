@@ -16,83 +16,32 @@
 #include <unistd.h>
 
 #include "vcu_daemon.h"
+#include "vcu_fdpass.h"
 #include "vcu_keep.h"
 #include "vcu_proto.h"
 
 /* One message from the worker's socket, and the descriptors that came
  * with it (up to 2 kept, the rest closed): its length, 0 at the end of
- * the socket, -1 when nothing is there. */
+ * the socket, -1 when nothing is there.  A truncated message (longer
+ * than ours, or with more descriptors) counts as a wrong one. */
 static ssize_t vcu__keep_recv(int fd, struct vcu_keep_msg *m, int *fds, unsigned int *nfds)
 {
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int) * 8)];
-    } c;
-    struct iovec iov = { m, sizeof(*m) };
-    struct msghdr h;
-    struct cmsghdr *cm;
+    int mflags;
     ssize_t n;
 
-    memset(&h, 0, sizeof(h));
     memset(m, 0, sizeof(*m));
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    h.msg_control = c.b;
-    h.msg_controllen = sizeof(c.b);
     *nfds = 0;
-    do
-        n = recvmsg(fd, &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return -1;
-    for (cm = CMSG_FIRSTHDR(&h); cm != NULL; cm = CMSG_NXTHDR(&h, cm)) {
-        size_t k, nin;
-        int in[8];
-
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        nin = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        if (nin > 8)
-            nin = 8;
-        memcpy(in, CMSG_DATA(cm), nin * sizeof(int));
-        for (k = 0; k < nin; k++) {
-            if (*nfds < 2)
-                fds[(*nfds)++] = in[k];
-            else
-                close(in[k]);
-        }
-    }
-    /* A truncated message (longer than ours, or descriptors beyond the
-     * daemon's limit) counts as a wrong one. */
-    if (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+    n = vcu__fd_recv(fd, m, sizeof(*m), MSG_DONTWAIT, fds, nfds, 2, &mflags);
+    if (n > 0 && (mflags & (MSG_TRUNC | MSG_CTRUNC)))
         return (ssize_t)sizeof(*m) + 1;
     return n;
 }
 
+/* The worker waits for each answer before it asks again, so the socket
+ * always has room; one it cannot take is its loss. */
 static void vcu__keep_answer(int fd, const struct vcu_keep_msg *m, int pass)
 {
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int))];
-    } c;
-    struct iovec iov = { (void *)m, sizeof(*m) };
-    struct msghdr h;
-
-    memset(&h, 0, sizeof(h));
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    if (pass >= 0) {
-        memset(&c, 0, sizeof(c));
-        h.msg_control = c.b;
-        h.msg_controllen = CMSG_SPACE(sizeof(int));
-        CMSG_FIRSTHDR(&h)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&h)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&h)->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&h)), &pass, sizeof(int));
-    }
-    /* The worker waits for each answer before it asks again, so the
-     * socket always has room; one it cannot take is its loss. */
-    (void)sendmsg(fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)vcu__fd_send(fd, m, sizeof(*m), &pass, pass >= 0 ? 1 : 0, MSG_DONTWAIT);
 }
 
 static void vcu__keep_put(vcu_vm_t *vm, vcu_sess_t *s, struct vcu_keep_msg *m, int fd)

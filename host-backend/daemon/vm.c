@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "vcu_daemon.h"
+#include "vcu_fdpass.h"
 #include "vcu_ipc.h"
 #include "vcu_seccomp.h"
 
@@ -51,29 +52,9 @@ static void vcu__vm_close(vcu_vm_t *vm, const char *why);
  * socket is full, -1 when the link is broken. */
 static ssize_t vcu__vm_send_some(int fd, vcu_txq_t *q)
 {
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int) * VCU_LINK_MAX_FDS)];
-    } c;
-    struct iovec iov = { q->buf + q->off, q->len - q->off };
-    struct msghdr m;
-    ssize_t n;
+    ssize_t n = vcu__fd_send(fd, q->buf + q->off, q->len - q->off, q->fds,
+                             q->off == 0 ? q->nfds : 0, MSG_DONTWAIT);
 
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (q->off == 0 && q->nfds > 0) {
-        memset(&c, 0, sizeof(c));
-        m.msg_control = c.b;
-        m.msg_controllen = CMSG_SPACE(sizeof(int) * q->nfds);
-        CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int) * q->nfds);
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), q->fds, sizeof(int) * q->nfds);
-    }
-    do
-        n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
     if (n < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
     return n;
@@ -945,49 +926,19 @@ static bool vcu__vm_frame(vcu_vm_t *vm, const struct vcu_link_hdr *h, const unsi
 
 void vcu_vm_input(vcu_vm_t *vm)
 {
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int) * 8)];
-    } ctl;
-    struct iovec iov;
-    struct msghdr m;
-    struct cmsghdr *c;
+    int mflags;
     ssize_t n;
 
-    iov.iov_base = vm->rbuf + vm->rhave;
-    iov.iov_len = sizeof(vm->rbuf) - vm->rhave;
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl.b;
-    m.msg_controllen = sizeof(ctl.b);
-    do
-        n = recvmsg(vm->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
+    n = vcu__fd_recv(vm->fd, vm->rbuf + vm->rhave, sizeof(vm->rbuf) - vm->rhave, MSG_DONTWAIT,
+                     vm->rfds, &vm->nrfds, sizeof(vm->rfds) / sizeof(vm->rfds[0]), &mflags);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
-    for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
-        size_t k, nfd;
-
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (k = 0; k < nfd; k++) {
-            int fd;
-
-            memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-            if (vm->nrfds < sizeof(vm->rfds) / sizeof(vm->rfds[0]))
-                vm->rfds[vm->nrfds++] = fd;
-            else
-                close(fd);
-        }
-    }
     if (n <= 0) {
         vcu__vm_close(vm, n == 0 ? NULL : "the link failed");
         return;
     }
-    if (m.msg_flags & MSG_CTRUNC) {
-        vcu__vm_close(vm, "descriptors were lost (too many in one message)");
+    if (mflags & MSG_CTRUNC) {
+        vcu__vm_close(vm, "descriptors were lost (too many in one message, or unclaimed)");
         return;
     }
     vm->rhave += (size_t)n;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cuda_int.h"
+#include "vcu_fdpass.h"
 #include "vcu_keep.h"
 
 #define VCU__KEEP_WAIT_MS 10000
@@ -25,32 +26,12 @@
 static int vcu__keep_ask(vcu__cuda_t *cu, const struct vcu_keep_msg *q, int fd,
                          struct vcu_keep_msg *a, int *got)
 {
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int) * 2)];
-    } c;
-    struct iovec iov = { (void *)q, sizeof(*q) };
     struct pollfd p = { .fd = cu->keep_fd, .events = POLLIN };
-    struct msghdr m;
-    struct cmsghdr *cm;
+    unsigned int ngot = 0;
     ssize_t n;
 
     *got = -1;
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (fd >= 0) {
-        memset(&c, 0, sizeof(c));
-        m.msg_control = c.b;
-        m.msg_controllen = CMSG_SPACE(sizeof(int));
-        CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), &fd, sizeof(int));
-    }
-    do
-        n = sendmsg(cu->keep_fd, &m, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    n = vcu__fd_send(cu->keep_fd, q, sizeof(*q), &fd, fd >= 0 ? 1 : 0, 0);
     if (n != (ssize_t)sizeof(*q))
         goto gone;
     do
@@ -58,31 +39,7 @@ static int vcu__keep_ask(vcu__cuda_t *cu, const struct vcu_keep_msg *q, int fd,
     while (n < 0 && errno == EINTR);
     if (n <= 0)
         goto gone;
-    memset(&m, 0, sizeof(m));
-    iov.iov_base = a;
-    iov.iov_len = sizeof(*a);
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = c.b;
-    m.msg_controllen = sizeof(c.b);
-    do
-        n = recvmsg(cu->keep_fd, &m, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    for (cm = n > 0 ? CMSG_FIRSTHDR(&m) : NULL; cm != NULL; cm = CMSG_NXTHDR(&m, cm)) {
-        int in[2];
-        size_t k, nin = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        nin = nin > 2 ? 2 : nin;
-        memcpy(in, CMSG_DATA(cm), nin * sizeof(int));
-        for (k = 0; k < nin; k++) {
-            if (*got < 0)
-                *got = in[k];
-            else
-                close(in[k]);
-        }
-    }
+    n = vcu__fd_recv(cu->keep_fd, a, sizeof(*a), 0, got, &ngot, 1, NULL);
     if (n != (ssize_t)sizeof(*a) || a->op != q->op) {
         if (*got >= 0)
             close(*got);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "vcu_backend.h"
+#include "vcu_fdpass.h"
 #include "vcu_ipc.h"
 #include "vcu_ring.h"
 #include "vcu_seccomp.h"
@@ -37,15 +38,9 @@
  * file descriptors that come with it into fdq.  Its end is ours. */
 static void vcu__sock_fill(bool block)
 {
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int) * 8)];
-    } ctl;
     struct vcu_ipc_hdr h;
-    struct iovec iov;
-    struct msghdr m;
-    struct cmsghdr *c;
     size_t need = vcu__w.shave + 65536;
+    int mflags;
     ssize_t n;
 
     if (vcu__w.shave >= sizeof(h)) {
@@ -67,37 +62,15 @@ static void vcu__sock_fill(bool block)
         vcu__w.sbuf = nb;
         vcu__w.scap = need;
     }
-    iov.iov_base = vcu__w.sbuf + vcu__w.shave;
-    iov.iov_len = vcu__w.scap - vcu__w.shave;
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl.b;
-    m.msg_controllen = sizeof(ctl.b);
-    do {
-        n = recvmsg(vcu__w.fd, &m, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
-    } while (n < 0 && errno == EINTR);
+    n = vcu__fd_recv(vcu__w.fd, vcu__w.sbuf + vcu__w.shave, vcu__w.scap - vcu__w.shave,
+                     block ? 0 : MSG_DONTWAIT, vcu__w.fdq, &vcu__w.nfdq, VCU_IPC_MAX_REGIONS,
+                     &mflags);
     if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
     if (n <= 0)
         VCU__W_EXIT(0);             /* closed: the session ends with us */
-    if (m.msg_flags & MSG_CTRUNC)
-        vcu__die("file descriptors lost");
-    for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
-        size_t nfd, f;
-
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (f = 0; f < nfd; f++) {
-            int fd;
-
-            memcpy(&fd, CMSG_DATA(c) + f * sizeof(int), sizeof(int));
-            if (vcu__w.nfdq >= VCU_IPC_MAX_REGIONS)
-                vcu__die("too many file descriptors");
-            vcu__w.fdq[vcu__w.nfdq++] = fd;
-        }
-    }
+    if (mflags & MSG_CTRUNC)
+        vcu__die("file descriptors lost (too many in one message, or not yet claimed)");
     vcu__w.shave += (size_t)n;
 }
 

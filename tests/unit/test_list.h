@@ -130,6 +130,10 @@
     X(modcache_eviction_lru)            \
     X(modcache_dead_writer)             \
     X(modcache_bad_dir)                 \
+    /* test_fdpass.c */                 \
+    X(fdpass_roundtrip)                 \
+    X(fdpass_excess_closed)             \
+    X(fdpass_over_max)                  \
     /* test_sched.c */                  \
     X(sched_weights)                    \
     X(sched_sessions)                   \
