@@ -366,37 +366,82 @@ static void vcu__vm_spawn_record(vcu_vm_t *vm, vcu_sess_t *s, uint64_t id, pid_t
     vcu__acct_set_pid(vm->acct, slot, (uint32_t)s->prog_pid);
 }
 
-static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS])
+/* May vm start a worker for session id?  Its account slot; -1 with
+ * *status when refused; -2 when the SPAWN was wrong and the link is
+ * closed for it. */
+static int vcu__vm_spawn_admit(vcu_vm_t *vm, uint64_t id, uint32_t *status)
+{
+    int slot;
+
+    if (vm->state != VCU_VM_READY) {
+        *status = VCU_S_ENODEV;
+        return -1;
+    }
+    if (id == 0 || vcu__vm_sess(vm, id) != NULL) {
+        vcu__vm_close(vm, "SPAWN of a session id that is 0 or in use");
+        return -2;
+    }
+    if (vcu__vm_live(vm) >= vm->policy->max_sessions ||
+        (slot = vcu__acct_claim(vm->acct, id)) < 0) {
+        *status = VCU_S_EBUSY;
+        vm->refused++;
+        return -1;
+    }
+    return slot;
+}
+
+/* Starts s's worker in its jail, with the link's descriptors and
+ * keep_peer (the worker's end of the keep, or -1), both still the
+ * caller's.  VCU_S_OK with *pid and *pidfd, or why not (logged). */
+static uint32_t vcu__vm_spawn_start(vcu_vm_t *vm, vcu_sess_t *s, int slot,
+                                    int fds[VCU_LINK_SPAWN_FDS], int keep_peer, pid_t *pid,
+                                    int *pidfd)
 {
     vcu_dmn_t *d = vm->d;
     vcu__argv_t a;
     vcu_jail_cfg_t j;
-    vcu_sess_t *s = NULL;
     char err[512];
-    int all[10], nall = 0, slot = -1, rc, pidfd = -1, i, ro_acct = -1, ro_pol = -1;
+    int all[10], nall, rc, ro_pol;
+
+    /* The account and the policy: the account writable (the worker charges
+     * its own slot), the policy read-only (the daemon alone sets it). */
+    ro_pol = vcu__vm_reopen_ro(vm->policy_fd);
+    if (ro_pol < 0)
+        return VCU_S_ENOMEM;
+    vcu__vm_spawn_args(vm, &a, slot);
+    nall = vcu__vm_spawn_fds(vm, s, &a, fds, ro_pol, keep_peer, all);
+    vcu__vm_jail(vm, &j);
+    j.ns_pid = d->next_ns_pid;
+    d->next_ns_pid = d->next_ns_pid >= VCU_DMN_NS_PID_LAST ? VCU_DMN_NS_PID_FIRST
+                                                            : d->next_ns_pid + 1;
+    rc = vcu_jail_spawn(&j, d->worker, a.argv, vcu__vm_env(), all, (unsigned int)nall,
+                        STDERR_FILENO, pid, pidfd, err, sizeof(err));
+    close(ro_pol);
+    if (rc != 0) {
+        vcu_dmn_log("vm %llu (%s): cannot start a worker: %s", (unsigned long long)vm->id,
+                    vm->name, err);
+        d->workers_failed++;
+        vm->spawn_failed++;
+        return VCU_S_EIO;
+    }
+    s->ns_pid = j.enable ? j.ns_pid : *pid;
+    s->prog_pid = j.enable ? vcu_jail_program_pid(*pid) : *pid;
+    return VCU_S_OK;
+}
+
+static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS])
+{
+    vcu_sess_t *s = NULL;
+    int slot, pidfd = -1, i;
     int keep[2] = { -1, -1 };
     uint32_t status = VCU_S_ENOMEM;
     pid_t pid = -1;
 
-    if (vm->state != VCU_VM_READY) {
-        status = VCU_S_ENODEV;
-        goto fail;
-    }
-    if (id == 0 || vcu__vm_sess(vm, id) != NULL) {
-        vcu__vm_close(vm, "SPAWN of a session id that is 0 or in use");
+    slot = vcu__vm_spawn_admit(vm, id, &status);
+    if (slot == -2)
         goto close_fds;
-    }
-    if (vcu__vm_live(vm) >= vm->policy->max_sessions) {
-        status = VCU_S_EBUSY;
-        vm->refused++;
+    if (slot < 0)
         goto fail;
-    }
-    slot = vcu__acct_claim(vm->acct, id);
-    if (slot < 0) {
-        status = VCU_S_EBUSY;
-        vm->refused++;
-        goto fail;
-    }
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto fail;
@@ -406,44 +451,19 @@ static void vcu__vm_spawn(vcu_vm_t *vm, uint64_t id, int fds[VCU_LINK_SPAWN_FDS]
             goto fail;
         s->keep_fd = keep[0];
     }
-    /* The account and the policy: the account writable (the worker charges
-     * its own slot), the policy read-only (the daemon alone sets it). */
-    ro_pol = vcu__vm_reopen_ro(vm->policy_fd);
-    if (ro_pol < 0)
-        goto fail;
-    vcu__vm_spawn_args(vm, &a, slot);
-    nall = vcu__vm_spawn_fds(vm, s, &a, fds, ro_pol, keep[1], all);
-    vcu__vm_jail(vm, &j);
-    j.ns_pid = d->next_ns_pid;
-    d->next_ns_pid = d->next_ns_pid >= VCU_DMN_NS_PID_LAST ? VCU_DMN_NS_PID_FIRST
-                                                            : d->next_ns_pid + 1;
-    rc = vcu_jail_spawn(&j, d->worker, a.argv, vcu__vm_env(), all, (unsigned int)nall,
-                        STDERR_FILENO, &pid, &pidfd, err, sizeof(err));
-    close(ro_pol);
-    ro_pol = -1;
+    status = vcu__vm_spawn_start(vm, s, slot, fds, keep[1], &pid, &pidfd);
     if (keep[1] >= 0)
         close(keep[1]);
     keep[1] = -1;
-    if (rc != 0) {
-        vcu_dmn_log("vm %llu (%s): cannot start a worker: %s", (unsigned long long)vm->id,
-                    vm->name, err);
-        d->workers_failed++;
-        vm->spawn_failed++;
-        status = VCU_S_EIO;
+    if (status != VCU_S_OK)
         goto fail;
-    }
-    s->ns_pid = j.enable ? j.ns_pid : pid;
-    s->prog_pid = j.enable ? vcu_jail_program_pid(pid) : pid;
     vcu__vm_spawn_record(vm, s, id, pid, slot);
     for (i = 0; i < (int)VCU_LINK_SPAWN_FDS; i++)
         close(fds[i]);
     vcu__vm_spawned(vm, id, VCU_S_OK, (uint32_t)s->prog_pid, slot, pidfd);
-    (void)ro_acct;
     return;
 
 fail:
-    if (ro_pol >= 0)
-        close(ro_pol);
     for (i = 0; i < 2; i++)
         if (keep[i] >= 0)
             close(keep[i]);
