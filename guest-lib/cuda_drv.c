@@ -585,7 +585,7 @@ CUresult vcu__call_async(int dev, uint32_t op, void *req, uint32_t req_len,
     if (e != CUDA_SUCCESS)
         return e;
     ((struct vcu_cu_hdr *)req)->device = vcu__drv.dev[dev].vord;
-    ((struct vcu_cu_hdr *)req)->reserved = 0;
+    ((struct vcu_cu_hdr *)req)->ctx = 0;
     err = vcu_conn_call(vcu__drv.conn, op, VCU_CALL_ASYNC, req, req_len, bufs, nbufs, NULL, 0,
                         NULL);
     if (err != 0)
@@ -602,7 +602,10 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
     int err;
 
     ((struct vcu_cu_hdr *)req)->device = vcu__drv.dev[dev].vord;
-    ((struct vcu_cu_hdr *)req)->reserved = 0;
+    /* A context's number goes only with an allocation (cuMemAlloc_v2 sets
+     * it); every other request says 0. */
+    if (op != VCU_OP_CU_MEM_ALLOC)
+        ((struct vcu_cu_hdr *)req)->ctx = 0;
     if (resp == NULL) {
         resp = &local;
         resp_cap = sizeof(local);
@@ -665,6 +668,7 @@ unsigned long long vcu__next_id(void)
 
 static vcu__ctx_t *vcu__ctx_new(int dev, int primary)
 {
+    static uint32_t numbers;
     vcu__ctx_t *c = calloc(1, sizeof(*c));
 
     if (c == NULL)
@@ -672,6 +676,11 @@ static vcu__ctx_t *vcu__ctx_new(int dev, int primary)
     c->dev = dev;
     c->primary = primary;
     c->id = vcu__next_id();
+    /* The host's name for a created context's allocations (never 0; after
+     * 2^32 contexts numbers come round again, each long destroyed). */
+    if (!primary)
+        while ((c->number = __atomic_add_fetch(&numbers, 1, __ATOMIC_RELAXED)) == 0)
+            ;
     if (vcu__reg_add(c, VCU__K_CTX) != 0) {
         free(c);
         return NULL;
@@ -785,14 +794,18 @@ VCU__EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType 
 /*
  * Waits for the device's work, then the handle dies (it is popped from
  * the calling thread's stack; another thread that still has it current
- * gets CUDA_ERROR_INVALID_CONTEXT).  The host context is the device's,
- * shared with its other contexts: what was allocated in this one stays
- * until a primary context reset or the end of the process.
+ * gets CUDA_ERROR_INVALID_CONTEXT), and the memory cuMemAlloc made in it
+ * is freed, as the driver frees a context's (CU_CTX_DESTROY).  The host
+ * context is the device's, shared with its other contexts: what else was
+ * made in this one (modules, streams, events, graphs) stays until a
+ * primary context reset or the end of the process.
  */
 VCU__EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     vcu__ctx_t *c = (vcu__ctx_t *)ctx;
     struct vcu_cu_hdr h;
+    struct vcu_cu_u64_req d;
+    struct vcu_cu_u64_resp o;
     CUresult e = vcu__check_init();
 
     if (e != CUDA_SUCCESS)
@@ -801,6 +814,16 @@ VCU__EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
     vcu__cls_destroy(c);
     e = vcu__call(c->dev, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), NULL, 0, NULL, 0);
+    /* Whatever the wait gave: the context goes, and its memory with it.
+     * The ranges this library knows of the device are forgotten, theirs
+     * among them (only a later copy waits that need not). */
+    memset(&d, 0, sizeof(d));
+    d.value = c->number;
+    memset(&o, 0, sizeof(o));
+    if (vcu__call(c->dev, VCU_OP_CU_CTX_DESTROY, &d, sizeof(d), NULL, 0, &o, sizeof(o)) ==
+            CUDA_SUCCESS &&
+        o.value > 0)
+        vcu__dr_forget_dev(c->dev);
     vcu__reg_del(c);
     for (int i = 0; i < vcu__depth; i++) {
         if (vcu__stack[i] != c)

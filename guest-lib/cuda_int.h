@@ -70,6 +70,7 @@ typedef struct vcu__ctx_s {
     int cache_config;               /* CUfunc_cache: cuCtxSetCacheConfig's hint */
     unsigned int flags;             /* a created context's, as made or set (cuCtxGetFlags) */
     unsigned long long id;          /* cuCtxGetId: unique in the process, set once */
+    uint32_t number;                /* a created context's vcu_cu_hdr.ctx; 0: primary */
 } vcu__ctx_t;
 
 /* What a runtime registers with a context-local value: called with the

@@ -21,8 +21,11 @@ VCU__EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (dptr == NULL || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
     e = vcu__cur(&c);
-    if (e == CUDA_SUCCESS)
-        e = vcu__call(c->dev, VCU_OP_CU_MEM_ALLOC, &r, sizeof(r), NULL, 0, &o, sizeof(o));
+    if (e != CUDA_SUCCESS)
+        return e;
+    /* Made in the context: a created one's goes with it (cuCtxDestroy). */
+    r.hdr.ctx = c->number;
+    e = vcu__call(c->dev, VCU_OP_CU_MEM_ALLOC, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;
     *dptr = (CUdeviceptr)o.value;

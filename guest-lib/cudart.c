@@ -145,7 +145,7 @@ cudaError_t vcu__call(int dev, uint32_t op, int async, void *req, uint32_t req_l
     int err;
 
     ((struct vcu_cu_hdr *)req)->device = vcu__rt.dev[dev].vord;
-    ((struct vcu_cu_hdr *)req)->reserved = 0;
+    ((struct vcu_cu_hdr *)req)->ctx = 0;
     if (resp == NULL) {
         resp = &local;
         resp_cap = sizeof(local);

@@ -199,6 +199,7 @@ struct vcu_resp_hdr {
     XX(CU_TAKE_OUTPUT, 0x010c, vcu_cu_u64_req, vcu_cu_output_resp)                      \
     XX(CU_SLICE_INFO, 0x010d, vcu_cu_hdr, vcu_cu_slice_info_resp)                        \
     XX(CU_NVLINK_INFO, 0x010e, vcu_cu_hdr, vcu_cu_nvlink_info_resp)                      \
+    XX(CU_CTX_DESTROY, 0x010f, vcu_cu_u64_req, vcu_cu_u64_resp)                          \
     /* CUDA: memory */                                                                   \
     XX(CU_MEM_ALLOC, 0x0200, vcu_cu_mem_alloc_req, vcu_cu_u64_resp)                      \
     XX(CU_MEM_FREE, 0x0201, vcu_cu_u64_req, vcu_cu_resp)                                 \
@@ -469,7 +470,11 @@ static inline vcu_u8 vcu_echo_byte(vcu_le64 seed, vcu_le64 off)
 
 struct vcu_cu_hdr {
     vcu_le32 device;                /* virtual ordinal, 0..count-1 */
-    vcu_le32 reserved;
+    /* The guest context a CU_MEM_ALLOC is made in: 0 for the device's
+     * primary context, else the number the guest library gave a context
+     * it created (cuCtxCreate), which CU_CTX_DESTROY names.  0 in every
+     * other request; the host reads it only there. */
+    vcu_le32 ctx;
 };
 
 struct vcu_cu_resp {
@@ -612,6 +617,13 @@ struct vcu_cu_nvlink_info_resp {
     vcu_le32 reserved;
     struct vcu_cu_nvlink links[VCU_NVLINK_MAX];
 };
+
+/*
+ * CU_CTX_DESTROY: value = a context's number (vcu_cu_hdr.ctx, not 0).
+ * The host frees every CU_MEM_ALLOC allocation made in it that is still
+ * there, as cuCtxDestroy frees a context's memory; the reply's value is
+ * how many.  The guest synchronizes the device first.
+ */
 
 /*
  * CU_TAKE_OUTPUT: device printf output.  The host's driver writes it to

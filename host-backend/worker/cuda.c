@@ -902,6 +902,7 @@ int vcu__cuda_sess_new(vcu__cuda_t *cu, uint64_t id, vcu__cuda_sess_t **out)
     }
     vcu__htab_init(&cs->tab);
     vcu__pset_init(&cs->allocs);
+    vcu__pset_init(&cs->ctx_allocs);
     vcu__pset_init(&cs->gallocs);
     vcu__pset_init(&cs->conds);
     vcu__pset_init(&cs->texs);

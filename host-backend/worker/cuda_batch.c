@@ -266,7 +266,7 @@ uint32_t vcu__batch(vcu__cuda_sess_t *cs, const struct vcu_req_hdr *h,
     uint32_t i, alone, st = VCU_S_EINVAL;
 
     memcpy(&b, p, sizeof(b));
-    if (nsegs != 0 || b.hdr.device != 0 || b.hdr.reserved != 0 || b.reserved != 0 ||
+    if (nsegs != 0 || b.hdr.device != 0 || b.hdr.ctx != 0 || b.reserved != 0 ||
         b.count == 0 || b.count > VCU_CU_BATCH_MAX || plen > VCU_CU_BATCH_BYTES)
         goto reply;
     for (i = 0, off = sizeof(b); i < b.count; i++) {

@@ -432,7 +432,7 @@ uint32_t vcu__op_CU_GRAPH_NODE_SET(vcu__op_t *o)
     uint32_t st;
 
     memcpy(&rq, o->p, sizeof(rq));
-    if (rq.n.ndeps != 0 || rq.n.graph != 0 || rq.n.hdr.device != 0 || rq.n.hdr.reserved != 0 ||
+    if (rq.n.ndeps != 0 || rq.n.graph != 0 || rq.n.hdr.device != 0 || rq.n.hdr.ctx != 0 ||
         rq.n.kind == VCU_CU_NODE_EMPTY)
         return VCU_S_EINVAL;
     st = vcu__node_check(&rq.n, o->p + sizeof(rq), o->plen - sizeof(rq), &copy, &tail);

@@ -346,6 +346,11 @@ struct vcu__cuda_sess_s {
     CUstreamCaptureMode cap_mode;
     vcu__htab_t tab;
     vcu__pset_t allocs;                     /* device pointers this session owns */
+    /* Those of allocs a CU_MEM_ALLOC made in a context the guest created:
+     * pointer -> the context's number (vcu_cu_hdr.ctx), for
+     * CU_CTX_DESTROY.  Kept exact: an entry goes with its allocation
+     * (vcu__alloc_forget). */
+    vcu__pset_t ctx_allocs;
     vcu__vmm_t vmm;                         /* reservations, mappings, allocations */
     /* The session's slot in the VM's memory account (-1: none), and
      * whether it claimed it itself (in-process) rather than being given
@@ -663,6 +668,7 @@ uint32_t vcu__op_CU_DEVICE_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_NVLINK_INFO(vcu__op_t *o);
+uint32_t vcu__op_CU_CTX_DESTROY(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_RESET(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_PEER_ACCESS(vcu__op_t *o);
@@ -698,6 +704,9 @@ uint32_t vcu__pool_slot(const vcu__cuda_sess_t *cs, CUmemoryPool pool);
 /* Tracks allocation p of device d (flags VCU__ALLOC_*, charged ch): 0, or
  * -1 with p freed and CUDA_ERROR_OUT_OF_MEMORY. */
 int vcu__track_dev(vcu__op_t *o, CUdeviceptr p, uint32_t d, uint32_t flags, uint64_t ch);
+/* Allocation p is gone: out of allocs and ctx_allocs, and of the
+ * migration's pass before the pause. */
+void vcu__alloc_forget(vcu__cuda_sess_t *cs, uint64_t p);
 
 /* cuda_mem.c: a 2D or 3D copy's host side (see its comment) */
 int vcu__2d_host(vcu__op_t *o, const vcu_segment_t *s, uint64_t span, void **host,
@@ -977,6 +986,16 @@ static inline uint32_t vcu__dev_of(const vcu__op_t *o)
 
     memcpy(&hd, o->p, sizeof(hd));
     return hd.device;
+}
+
+/* The guest context the request names (vcu_cu_hdr.ctx): 0, the device's
+ * primary one, or a number of the guest's choosing. */
+static inline uint32_t vcu__ctx_of(const vcu__op_t *o)
+{
+    struct vcu_cu_hdr hd;
+
+    memcpy(&hd, o->p, sizeof(hd));
+    return hd.ctx;
 }
 
 /* Typed lookup; on failure the result is CUDA_ERROR_INVALID_HANDLE. */

@@ -25,6 +25,13 @@ static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags, uint64_t ch)
     return vcu__track_dev(o, p, vcu__dev_of(o), flags, ch);
 }
 
+void vcu__alloc_forget(vcu__cuda_sess_t *cs, uint64_t p)
+{
+    vcu__pset_del(&cs->allocs, p);
+    vcu__pset_del(&cs->ctx_allocs, p);
+    vcu__mig_freed(cs, p);
+}
+
 /* Charged before the driver is asked: past the VM's quota the guest gets
  * CUDA_ERROR_OUT_OF_MEMORY, as from a full GPU, and nothing else
  * changes.  Size 0 charges nothing (the driver refuses it). */
@@ -44,6 +51,14 @@ uint32_t vcu__op_CU_MEM_ALLOC(vcu__op_t *o)
     }
     o->res = o->cu->fn.cuMemAlloc(&p, (size_t)rq.size);
     if (o->res == CUDA_SUCCESS && vcu__track(o, p, 0, ch) == 0) {
+        if (p != 0 && vcu__ctx_of(o) != 0 &&
+            vcu__pset_add(&o->cs->ctx_allocs, p, vcu__ctx_of(o)) != 0) {
+            o->cu->fn.cuMemFree(p);
+            vcu__pset_del(&o->cs->allocs, p);
+            o->res = CUDA_ERROR_OUT_OF_MEMORY;
+            vcu__uncharge(o->cs, d, ch);
+            return VCU_S_OK;
+        }
         o->rb.u64.value = p;
         if (p == 0)
             vcu__uncharge(o->cs, d, ch);
@@ -81,8 +96,7 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
         return VCU_S_OK;
     o->res = o->cu->fn.cuMemFree((CUdeviceptr)rq.value);
     if (o->res == CUDA_SUCCESS) {
-        vcu__pset_del(&o->cs->allocs, rq.value);
-        vcu__mig_freed(o->cs, rq.value);
+        vcu__alloc_forget(o->cs, rq.value);
         vcu__ipc_gone(o->cs, VCU_CU_IPC_MEM, rq.value);
         vcu__ipc_gone(o->cs, VCU_CU_IPC_POOL_PTR, rq.value);
         if (v & VCU__ALLOC_ASYNC) {
@@ -91,6 +105,50 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
             vcu__uncharge(o->cs, VCU__ALLOC_DEV(v), VCU__ALLOC_CHARGE(v));
         }
     }
+    return VCU_S_OK;
+}
+
+/*
+ * The allocations CU_MEM_ALLOC made in the guest's context number
+ * rq.value, on the request's device, go, as a destroyed context's do
+ * (the guest synchronized first); the reply counts them.  The numbers
+ * are the session's own: one names nothing of another session.  One the
+ * driver will not free (a context broken by a fault) stays the
+ * session's, and its error is the result.
+ */
+uint32_t vcu__op_CU_CTX_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+    vcu__cuda_sess_t *cs = o->cs;
+    uint64_t n = 0;
+    uint32_t i, d = vcu__dev_of(o);
+
+    memcpy(&rq, o->p, sizeof(rq));
+    if (rq.value == 0 || rq.value > UINT32_MAX || o->nsegs != 0)
+        return VCU_S_EINVAL;
+    VCU__ENTER(o);
+    o->res = CUDA_SUCCESS;
+    for (i = 0; i < cs->ctx_allocs.cap; i++) {
+        uint64_t k = cs->ctx_allocs.keys[i], v = 0;
+        CUresult r;
+
+        if (k == 0 || k == VCU__PSET_TOMB || cs->ctx_allocs.vals[i] != rq.value)
+            continue;
+        if (!vcu__pset_find(&cs->allocs, k, &v) || VCU__ALLOC_DEV(v) != d ||
+            (v & VCU__ALLOC_ASYNC))
+            continue;
+        r = o->cu->fn.cuMemFree((CUdeviceptr)k);
+        if (r != CUDA_SUCCESS) {
+            if (o->res == CUDA_SUCCESS)
+                o->res = r;
+            continue;
+        }
+        vcu__alloc_forget(cs, k);
+        vcu__ipc_gone(cs, VCU_CU_IPC_MEM, k);
+        vcu__uncharge(cs, d, VCU__ALLOC_CHARGE(v));
+        n++;
+    }
+    o->rb.u64.value = n;
     return VCU_S_OK;
 }
 
@@ -453,8 +511,7 @@ uint32_t vcu__op_CU_MEM_FREE_ASYNC(vcu__op_t *o)
         return VCU_S_OK;
     o->res = VCU__CU(o->cu, cuMemFreeAsync, (CUdeviceptr)rq.dst, st);
     if (o->res == CUDA_SUCCESS) {
-        vcu__pset_del(&o->cs->allocs, rq.dst);
-        vcu__mig_freed(o->cs, rq.dst);
+        vcu__alloc_forget(o->cs, rq.dst);
         vcu__ipc_gone(o->cs, VCU_CU_IPC_POOL_PTR, rq.dst);
         /* Pool memory stays charged while the pool keeps it reserved. */
         if (v & VCU__ALLOC_ASYNC) {
@@ -578,8 +635,7 @@ static void vcu__pool_charge_after(vcu__op_t *o, CUmemoryPool pool, vcu__pool_t 
     pl->charge = res;
     if (over != 0 && p != 0) {
         VCU__CU(o->cu, cuMemFreeAsync, p, st);
-        vcu__pset_del(&o->cs->allocs, p);
-        vcu__mig_freed(o->cs, p);
+        vcu__alloc_forget(o->cs, p);
         pl->live -= ch;
         o->rb.u64.value = 0;
         o->res = CUDA_ERROR_OUT_OF_MEMORY;

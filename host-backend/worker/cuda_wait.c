@@ -485,8 +485,7 @@ static void vcu__ctx_allocs_free(vcu__cuda_sess_t *cs, uint32_t d)
                 VCU__ALLOC_CHARGE(cs->allocs.vals[i]);
         else
             vcu__uncharge(cs, d, VCU__ALLOC_CHARGE(cs->allocs.vals[i]));
-        vcu__pset_del(&cs->allocs, k);
-        vcu__mig_freed(cs, k);
+        vcu__alloc_forget(cs, k);
     }
 }
 
@@ -634,6 +633,7 @@ void vcu__cuda_sess_free(vcu__cuda_sess_t *cs)
     pthread_mutex_destroy(&g->mu);
     vcu__htab_fini(&cs->tab);
     vcu__pset_fini(&cs->allocs);
+    vcu__pset_fini(&cs->ctx_allocs);
     vcu__pset_fini(&cs->gallocs);
     vcu__pset_fini(&cs->conds);
     vcu__pset_fini(&cs->texs);

@@ -1,7 +1,8 @@
 /*
  * Contexts: calls before cuInit, the per-thread stack (push, pop, set,
- * get, a new thread starts with none), created and destroyed contexts,
- * the primary context (one handle, reference count, state, flags, reset).
+ * get, a new thread starts with none), created and destroyed contexts
+ * (the memory made in one freed with it), the primary context (one
+ * handle, reference count, state, flags, reset).
  */
 #include <pthread.h>
 
@@ -163,6 +164,32 @@ int main(void)
     }
     CK(cuMemAlloc(&mem, 256));
     CK(cuMemFree(mem));
+    /* A created context's memory goes with it, as the driver frees it at
+     * cuCtxDestroy: a third of the free memory made in a new context and
+     * left there, eight times over; the primary context's stays. */
+    {
+        CUcontext mine;
+        CUdeviceptr keep, big;
+        size_t fr = 0, tot = 0, chunk;
+        unsigned int v = 0;
+
+        CK(cuMemAlloc(&keep, 4096));
+        CK(cuMemsetD32(keep, 0x5eed, 1024));
+        CK(cuMemGetInfo(&fr, &tot));
+        chunk = (fr / 3) & ~(size_t)((2u << 20) - 1);
+        TRUE(chunk > 0);
+        for (int i = 0; i < 8; i++) {
+            CK(cuCtxCreate(&mine, NULL, 0, dev));
+            CK(cuMemAlloc(&big, chunk));
+            CK(cuMemsetD8(big, 1, 4096));
+            CK(cuCtxDestroy(mine));
+            CK(cuCtxGetCurrent(&cur));
+            TRUE(cur == p1);
+        }
+        CK(cuMemcpyDtoH(&v, keep, sizeof(v)));
+        TRUE(v == 0x5eed);
+        CK(cuMemFree(keep));
+    }
     CK(cuDevicePrimaryCtxRelease(dev));
     CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
     TRUE(active == 1);

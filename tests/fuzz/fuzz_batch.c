@@ -221,9 +221,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         count_lie = (uint32_t)in_u(&in, 1);
     if (flags & B_BAD_HDR) {
         b.hdr.device = (uint32_t)in_u(&in, 2);
-        b.hdr.reserved = (uint32_t)in_u(&in, 2);
+        b.hdr.ctx = (uint32_t)in_u(&in, 2);
         b.reserved = (uint32_t)in_u(&in, 4);
-        if (b.hdr.device || b.hdr.reserved || b.reserved)
+        if (b.hdr.device || b.hdr.ctx || b.reserved)
             framing_ok = 0;
     }
     if (flags & B_TRAIL)

@@ -852,6 +852,74 @@ TEST(cuda_mem_free_foreign)
     return 0;
 }
 
+/* An allocation made in the guest's context number ctx (vcu_cu_hdr.ctx). */
+static uint32_t tc_alloc_in(tc_t *c, uint32_t dev, uint32_t ctx, uint64_t size, uint64_t *ptr)
+{
+    struct vcu_cu_mem_alloc_req rq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.hdr.device = dev;
+    rq.hdr.ctx = ctx;
+    rq.size = size;
+    st = tc_do(c, VCU_OP_CU_MEM_ALLOC, 0, &rq, sizeof(rq), &rp, sizeof(rp));
+    if (st != VCU_S_OK)
+        return 0x10000 + st;
+    *ptr = rp.value;
+    return rp.r.result;
+}
+
+/*
+ * CU_CTX_DESTROY frees what CU_MEM_ALLOC made in that context number on
+ * that device, and nothing else: not the primary context's, not another
+ * number's, not another device's, not another session's under the same
+ * number; the charge comes back; a freed pointer is unknown after.
+ */
+TEST(cuda_ctx_destroy_frees)
+{
+    struct vcu_cu_mem_info_resp mi;
+    struct vcu_cu_hdr hd = {0, 0};
+    uint64_t p0 = 0, p7a = 0, p7b = 0, p8 = 0, p7d1 = 0, q7 = 0, n = 0, used;
+    tc_t a, b;
+
+    CHECK(tc_open(&a));
+    b.be = a.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(b.be, &b.s));
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_GET_INFO, 0, &hd, sizeof(hd), &mi, sizeof(mi)));
+    used = mi.total - mi.free;
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&a, 0, 0, 1 << 20, &p0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&a, 0, 7, 1 << 20, &p7a));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&a, 0, 7, 3 << 20, &p7b));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&a, 0, 8, 1 << 20, &p8));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&a, 1, 7, 1 << 20, &p7d1));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&b, 0, 7, 1 << 20, &q7));
+    /* Number 0 is the primary context's, never destroyed; no segments. */
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_u64(&a, VCU_OP_CU_CTX_DESTROY, 0, 0, NULL));
+    ASSERT_EQ(0x10000 + VCU_S_EINVAL, tc_u64(&a, VCU_OP_CU_CTX_DESTROY, 0, 1ull << 32, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_CTX_DESTROY, 0, 7, &n));
+    ASSERT_EQ(2, n);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&a, VCU_OP_CU_MEM_FREE, 0, p7a, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&a, VCU_OP_CU_MEM_FREE, 0, p7b, NULL));
+    /* Again: nothing left under 7 on device 0. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_CTX_DESTROY, 0, 7, &n));
+    ASSERT_EQ(0, n);
+    /* The others stand: each frees once. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_MEM_FREE, 0, p0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&b, VCU_OP_CU_MEM_FREE, 0, q7, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_CTX_DESTROY, 1, 7, &n));
+    ASSERT_EQ(1, n);
+    /* A pointer freed by hand leaves its number: nothing to free twice. */
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_MEM_FREE, 0, p8, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_CTX_DESTROY, 0, 8, &n));
+    ASSERT_EQ(0, n);
+    ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_GET_INFO, 0, &hd, sizeof(hd), &mi, sizeof(mi)));
+    ASSERT_EQ(used, mi.total - mi.free);
+    ut_close(b.be, b.s);
+    tc_close(&a);
+    return 0;
+}
+
 /* ---- handles ------------------------------------------------------------ */
 
 static uint64_t tc_stream_new(tc_t *c)
@@ -1898,7 +1966,7 @@ TEST(cuda_batch_hostile)
     b->len += 4;
     TC_REFUSED(2);
 
-    /* The batch's own header: device and reserved fields not 0. */
+    /* The batch's own header: device, ctx and reserved fields not 0. */
     tc_batch_init(b);
     tc_batch_memset(b, d, 0x77, 8);
     memset(&bh, 0, sizeof(bh));
@@ -1907,10 +1975,10 @@ TEST(cuda_batch_hostile)
     memcpy(b->b, &bh, sizeof(bh));
     ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_BATCH, 0, b->b, (uint32_t)b->len, &r, sizeof(r)));
     bh.hdr.device = 0;
-    bh.hdr.reserved = 1;
+    bh.hdr.ctx = 1;
     memcpy(b->b, &bh, sizeof(bh));
     ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_BATCH, 0, b->b, (uint32_t)b->len, &r, sizeof(r)));
-    bh.hdr.reserved = 0;
+    bh.hdr.ctx = 0;
     bh.reserved = 1;
     memcpy(b->b, &bh, sizeof(bh));
     ASSERT_EQ(VCU_S_EINVAL, tc_do(&c, VCU_OP_CU_BATCH, 0, b->b, (uint32_t)b->len, &r, sizeof(r)));

@@ -21,6 +21,7 @@
     X(cuda_async_header_only_reply)     \
     X(cuda_memcpy2d)                    \
     X(cuda_mem_free_foreign)            \
+    X(cuda_ctx_destroy_frees)           \
     X(cuda_mem_range)                   \
     X(cuda_graph_mem_free_params)       \
     X(cuda_tex1d_linear_width)          \

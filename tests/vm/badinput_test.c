@@ -1094,6 +1094,38 @@ static void test_raw_arrays(void)
             else
                 vt_pass("raw_cu_nvlink_dev0");
         }
+        {
+            /* A context's memory freed by number: 0 (the primary's) and
+             * numbers past 32 bits are refused, as is a short payload; a
+             * device the VM lacks is the driver's error; a number that
+             * made nothing frees nothing. */
+            struct vcu_cu_u64_req dq;
+            struct vcu_cu_u64_resp dr;
+            int st;
+
+            memset(&dq, 0, sizeof(dq));
+            raw_begin(&q, VCU_OP_CU_CTX_DESTROY, sess, &dq, sizeof(dq), 0);
+            raw_cu("raw_cu_ctx_destroy_zero", &q, cuda, VCU_S_EINVAL, 0);
+            dq.value = 1ull << 32;
+            raw_begin(&q, VCU_OP_CU_CTX_DESTROY, sess, &dq, sizeof(dq), 0);
+            raw_cu("raw_cu_ctx_destroy_wide", &q, cuda, VCU_S_EINVAL, 0);
+            dq.value = 5;
+            raw_begin(&q, VCU_OP_CU_CTX_DESTROY, sess, &dq, 8, 0);
+            raw_cu("raw_cu_ctx_destroy_truncated", &q, cuda, VCU_S_EINVAL, 0);
+            dq.hdr.device = 99;
+            raw_begin(&q, VCU_OP_CU_CTX_DESTROY, sess, &dq, sizeof(dq), 0);
+            raw_cu("raw_cu_ctx_destroy_no_device", &q, cuda, VCU_S_OK, 101);
+            dq.hdr.device = 0;
+            dq.value = 12345;
+            raw_begin(&q, VCU_OP_CU_CTX_DESTROY, sess, &dq, sizeof(dq), 0);
+            memset(&dr, 0xee, sizeof(dr));
+            st = raw_send(&q, &dr, sizeof(dr));
+            if (cuda && (st != VCU_S_OK || dr.r.result != 0 || dr.value != 0))
+                vt_fail("raw_cu_ctx_destroy_unknown", "got %s, CUresult %u, freed %llu",
+                        stname(st), dr.r.result, (unsigned long long)dr.value);
+            else
+                vt_pass("raw_cu_ctx_destroy_unknown");
+        }
         u.value = 0x4a0000000000ull;
         raw_begin(&q, VCU_OP_CU_HOST_DEVICE_POINTER_AT, sess, &u, sizeof(u), 0);
         raw_cu("raw_cu_host_ptr_at_no_segment", &q, cuda, VCU_S_EINVAL, 0);
