@@ -5240,6 +5240,41 @@ TEST(migrate_roundtrip)
     return 0;
 }
 
+/* Which context made an allocation moves with the session: after a load,
+ * CU_CTX_DESTROY frees the number's allocations there and no other, and
+ * a context destroyed before the save stays destroyed. */
+TEST(migrate_ctx_memory)
+{
+    char why[256];
+    uint64_t p0 = 0, p9 = 0, p10 = 0, n = 0;
+    tc_t c;
+    int fd = tc_tmpfd();
+
+    ASSERT_GE(fd, 0);
+    CHECK(tc_open_mc(&c));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&c, 0, 0, 1 << 20, &p0));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&c, 0, 9, 1 << 20, &p9));
+    ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&c, 0, 10, 1 << 20, &p10));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_DESTROY, 0, 10, &n));
+    ASSERT_EQ(1, n);
+    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(&c);
+
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(&c));
+    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, p10, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_DESTROY, 0, 9, &n));
+    ASSERT_EQ(1, n);
+    ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, p9, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, p0, NULL));
+    tc_close(&c);
+    close(fd);
+    return 0;
+}
+
 /* A copy of stream fd's bytes [off, off + len), with the 8 at at
  * replaced by v, in a new file at its start. */
 static int tc_forge(int fd, off_t off, size_t len, size_t at, uint64_t v)

@@ -146,6 +146,7 @@
     X(cuda_module_cache_bad_dir)        \
     /* test_cuda.c: migration */        \
     X(migrate_roundtrip)                \
+    X(migrate_ctx_memory)               \
     X(migrate_precopy)                  \
     X(migrate_packed_refused)           \
     X(migrate_first_use)                \
