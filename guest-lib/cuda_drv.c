@@ -602,9 +602,11 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
     int err;
 
     ((struct vcu_cu_hdr *)req)->device = vcu__drv.dev[dev].vord;
-    /* A context's number goes only with an allocation (cuMemAlloc_v2 sets
-     * it); every other request says 0. */
-    if (op != VCU_OP_CU_MEM_ALLOC)
+    /* A context's number goes only with what is made in it (its caller
+     * sets it: vcu__cur_number); every other request says 0. */
+    if (op != VCU_OP_CU_MEM_ALLOC && op != VCU_OP_CU_STREAM_CREATE &&
+        op != VCU_OP_CU_EVENT_CREATE && op != VCU_OP_CU_MODULE_LOAD &&
+        op != VCU_OP_CU_MODULE_LOAD_HASH && op != VCU_OP_CU_MODULE_LOAD_KEEP)
         ((struct vcu_cu_hdr *)req)->ctx = 0;
     if (resp == NULL) {
         resp = &local;
@@ -652,6 +654,14 @@ static CUresult vcu__cur_at(vcu__ctx_t **out, void *caller)
 CUresult vcu__cur(vcu__ctx_t **out)
 {
     return vcu__cur_at(out, __builtin_return_address(0));
+}
+
+uint32_t vcu__cur_number(int dev)
+{
+    vcu__ctx_t *c = vcu__depth > 0 ? vcu__stack[vcu__depth - 1] : NULL;
+
+    return c != NULL && !c->primary && c->dev == dev && vcu__reg_has(c, VCU__K_CTX) ? c->number
+                                                                                  : 0;
 }
 
 CUresult vcu__cur_quiet(vcu__ctx_t **out)
@@ -1053,12 +1063,16 @@ VCU__EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+/* A context named that is no context (of this library) is taken for a
+ * destroyed one, as NVIDIA's driver answers (580, measured). */
 VCU__EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     struct vcu_cu_hdr h;
     vcu__ctx_t *c;
     CUresult e = vcu__ctx_or_cur(ctx, &c);
 
+    if (e == CUDA_ERROR_INVALID_CONTEXT && ctx != NULL)
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     if (e != CUDA_SUCCESS)
         return e;
     return vcu__call(c->dev, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), NULL, 0, NULL, 0);

@@ -296,6 +296,10 @@ CUresult vcu__check_dev(CUdevice dev);
 CUresult vcu__cur(vcu__ctx_t **out);
 /* vcu__cur for a caller that goes on without a context (not traced). */
 CUresult vcu__cur_quiet(vcu__ctx_t **out);
+/* The calling thread's current context's number (vcu_cu_hdr.ctx) where it
+ * is a created context of device dev, else 0: what a request that makes
+ * something in it says. */
+uint32_t vcu__cur_number(int dev);
 /*
  * One call to the host for program device dev, waiting for the reply.
  * req starts with struct vcu_cu_hdr (filled here), resp (may be NULL)

@@ -300,6 +300,9 @@ CUresult vcu__module_load_dev(int dev, CUmodule *module, const void *image, uint
     }
     m->dev = dev;
     vcu__module_name(vcu__drv.conn, 0, b.addr, len, src_id, cc, &mn);
+    /* A module of a created context goes with it; a library's stays. */
+    r.hdr.ctx = lib == NULL ? vcu__cur_number(dev) : 0;
+    mn.req.hdr.ctx = r.hdr.ctx;
     if (vcu__tracing_modules())
         clock_gettime(CLOCK_MONOTONIC, &th);
     e = vcu__module_send(m, dev, &mn, &r, &b, &how);

@@ -470,10 +470,11 @@ static inline vcu_u8 vcu_echo_byte(vcu_le64 seed, vcu_le64 off)
 
 struct vcu_cu_hdr {
     vcu_le32 device;                /* virtual ordinal, 0..count-1 */
-    /* The guest context a CU_MEM_ALLOC is made in: 0 for the device's
-     * primary context, else the number the guest library gave a context
-     * it created (cuCtxCreate), which CU_CTX_DESTROY names.  0 in every
-     * other request; the host reads it only there. */
+    /* The guest context what a CU_MEM_ALLOC, CU_MODULE_LOAD*,
+     * CU_STREAM_CREATE or CU_EVENT_CREATE makes is made in: 0 for the
+     * device's primary context, else the number the guest library gave a
+     * context it created (cuCtxCreate), which CU_CTX_DESTROY names.  0 in
+     * every other request. */
     vcu_le32 ctx;
 };
 
@@ -620,9 +621,10 @@ struct vcu_cu_nvlink_info_resp {
 
 /*
  * CU_CTX_DESTROY: value = a context's number (vcu_cu_hdr.ctx, not 0).
- * The host frees every CU_MEM_ALLOC allocation made in it that is still
- * there, as cuCtxDestroy frees a context's memory; the reply's value is
- * how many.  The guest synchronizes the device first.
+ * The host ends what was made in it on the request's device and is still
+ * there (CU_MEM_ALLOC allocations, CU_MODULE_LOAD* modules,
+ * CU_STREAM_CREATE streams, CU_EVENT_CREATE events), as cuCtxDestroy
+ * does; the reply's value is how many.  The guest synchronizes first.
  */
 
 /*

@@ -976,6 +976,8 @@ vcu__hent_t *vcu__new(vcu__op_t *o, uint8_t type, uint64_t *h)
         *h = vcu__htab_add(&cs->tab, type, vcu__dev_of(o), &e);
         if (*h == 0)
             vcu__mem_give(cs, grow);
+        else
+            e->ctx = vcu__ctx_of(o);
     }
     if (*h == 0) {
         o->res = CUDA_ERROR_OUT_OF_MEMORY;

@@ -669,6 +669,12 @@ uint32_t vcu__op_CU_MEM_GET_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_SLICE_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_NVLINK_INFO(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_DESTROY(vcu__op_t *o);
+/* The guest's module, stream or event handle h goes, as the op that
+ * destroys it does (the request's context current): the driver's result,
+ * or CUDA_ERROR_INVALID_HANDLE. */
+CUresult vcu__module_drop(vcu__op_t *o, uint64_t h);
+CUresult vcu__stream_drop(vcu__op_t *o, uint64_t h);
+CUresult vcu__event_drop(vcu__op_t *o, uint64_t h);
 uint32_t vcu__op_CU_CTX_SYNCHRONIZE(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_RESET(vcu__op_t *o);
 uint32_t vcu__op_CU_CTX_PEER_ACCESS(vcu__op_t *o);

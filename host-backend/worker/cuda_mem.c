@@ -108,13 +108,44 @@ uint32_t vcu__op_CU_MEM_FREE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
+/* The events, then the streams, then the modules (their functions with
+ * them) made in context number ctx on device d: how many went; the first
+ * failure in o->res. */
+static uint64_t vcu__ctx_handles_drop(vcu__op_t *o, uint32_t d, uint32_t ctx)
+{
+    static const uint8_t order[] = { VCU__H_EVENT, VCU__H_STREAM, VCU__H_MODULE };
+    vcu__cuda_sess_t *cs = o->cs;
+    uint64_t n = 0;
+    uint32_t k, i;
+
+    for (k = 0; k < sizeof(order); k++) {
+        for (i = 0; i < cs->tab.cap; i++) {
+            vcu__hent_t *e = &cs->tab.ent[i];
+            uint64_t h = vcu__htab_handle_at(&cs->tab, i);
+            CUresult r;
+
+            if (h == 0 || e->type != order[k] || e->ctx != ctx || e->dev != d)
+                continue;
+            r = order[k] == VCU__H_EVENT    ? vcu__event_drop(o, h)
+                : order[k] == VCU__H_STREAM ? vcu__stream_drop(o, h)
+                                            : vcu__module_drop(o, h);
+            if (r == CUDA_SUCCESS)
+                n++;
+            else if (o->res == CUDA_SUCCESS)
+                o->res = r;
+        }
+    }
+    return n;
+}
+
 /*
- * The allocations CU_MEM_ALLOC made in the guest's context number
- * rq.value, on the request's device, go, as a destroyed context's do
- * (the guest synchronized first); the reply counts them.  The numbers
- * are the session's own: one names nothing of another session.  One the
- * driver will not free (a context broken by a fault) stays the
- * session's, and its error is the result.
+ * What the guest made in its context number rq.value, on the request's
+ * device, goes, as a destroyed context's does (the guest synchronized
+ * first): its events, streams and modules, and the memory CU_MEM_ALLOC
+ * made; the reply counts them.  The numbers are the session's own: one
+ * names nothing of another session.  What the driver will not free (a
+ * context broken by a fault) stays the session's, and its error is the
+ * result.
  */
 uint32_t vcu__op_CU_CTX_DESTROY(vcu__op_t *o)
 {
@@ -148,6 +179,8 @@ uint32_t vcu__op_CU_CTX_DESTROY(vcu__op_t *o)
         vcu__uncharge(cs, d, VCU__ALLOC_CHARGE(v));
         n++;
     }
+    /* Last: a module's unload may leave another context current. */
+    n += vcu__ctx_handles_drop(o, d, (uint32_t)rq.value);
     o->rb.u64.value = n;
     return VCU_S_OK;
 }

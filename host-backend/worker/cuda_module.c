@@ -312,15 +312,14 @@ uint32_t vcu__op_CU_MODULE_LOAD_HASH(vcu__op_t *o)
  * when nothing uses it any more (graphs, graph execs, captures in
  * progress: see vcu__mod_t).
  */
-uint32_t vcu__op_CU_MODULE_UNLOAD(vcu__op_t *o)
+CUresult vcu__module_drop(vcu__op_t *o, uint64_t h)
 {
-    struct vcu_cu_u64_req rq;
+    vcu__hent_t *e = vcu__htab_get(&o->cs->tab, h, VCU__H_MODULE);
     vcu__mod_t *m;
     uint32_t i;
 
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.value, VCU__H_MODULE);
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
     m = e->u.mod;
     for (i = 0; i < o->cs->tab.cap; i++) {
         vcu__hent_t *f = &o->cs->tab.ent[i];
@@ -328,8 +327,17 @@ uint32_t vcu__op_CU_MODULE_UNLOAD(vcu__op_t *o)
         if (f->type == VCU__H_FUNCTION && f->u.fn.mod == m)
             vcu__del(o->cs, vcu__htab_handle_at(&o->cs->tab, i));
     }
-    vcu__htab_del(&o->cs->tab, rq.value);
-    o->res = vcu__mod_put(o->cs, m);
+    vcu__htab_del(&o->cs->tab, h);
+    return vcu__mod_put(o->cs, m);
+}
+
+uint32_t vcu__op_CU_MODULE_UNLOAD(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = vcu__module_drop(o, rq.value);
     return VCU_S_OK;
 }
 

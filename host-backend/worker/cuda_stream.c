@@ -154,24 +154,33 @@ static void vcu__cap_graphs_prune(vcu__cuda_sess_t *cs)
     }
 }
 
+CUresult vcu__stream_drop(vcu__op_t *o, uint64_t h)
+{
+    vcu__hent_t *e = vcu__htab_get(&o->cs->tab, h, VCU__H_STREAM);
+    CUresult r;
+
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (vcu__orphan(o, e->u.st) == 0) {
+        vcu__htab_del(&o->cs->tab, h);
+        vcu__cap_graphs_prune(o->cs);       /* an orphan's capture is out of reach */
+        return CUDA_SUCCESS;
+    }
+    r = VCU__CU(o->cu, cuStreamDestroy, e->u.st);
+    if (r == CUDA_SUCCESS) {
+        vcu__htab_del(&o->cs->tab, h);
+        vcu__cap_graphs_prune(o->cs);
+    }
+    return r;
+}
+
 uint32_t vcu__op_CU_STREAM_DESTROY(vcu__op_t *o)
 {
     struct vcu_cu_u64_req rq;
 
     memcpy(&rq, o->p, sizeof(rq));
     VCU__ENTER(o);
-    VCU__GET(o, e, rq.value, VCU__H_STREAM);
-    if (vcu__orphan(o, e->u.st) == 0) {
-        vcu__htab_del(&o->cs->tab, rq.value);
-        vcu__cap_graphs_prune(o->cs);       /* an orphan's capture is out of reach */
-        o->res = CUDA_SUCCESS;
-        return VCU_S_OK;
-    }
-    o->res = VCU__CU(o->cu, cuStreamDestroy, e->u.st);
-    if (o->res == CUDA_SUCCESS) {
-        vcu__htab_del(&o->cs->tab, rq.value);
-        vcu__cap_graphs_prune(o->cs);
-    }
+    o->res = vcu__stream_drop(o, rq.value);
     return VCU_S_OK;
 }
 
@@ -699,28 +708,37 @@ uint32_t vcu__op_CU_EVENT_CREATE(vcu__op_t *o)
     return VCU_S_OK;
 }
 
-uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
+CUresult vcu__event_drop(vcu__op_t *o, uint64_t h)
 {
-    struct vcu_cu_u64_req rq;
+    vcu__hent_t *e = vcu__htab_get(&o->cs->tab, h, VCU__H_EVENT);
     vcu__cuda_wait_t *w;
+    CUresult r;
 
-    memcpy(&rq, o->p, sizeof(rq));
-    VCU__ENTER(o);
-    VCU__GET(o, e, rq.value, VCU__H_EVENT);
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
     w = vcu__gev_waiter(o->cs, e->u.ev);
     if (w != NULL) {
         /* A parked synchronize still looks at it: it destroys it. */
         w->own_gev = 1;
-        vcu__htab_del(&o->cs->tab, rq.value);
-        vcu__ipc_gone(o->cs, VCU_CU_IPC_EVENT, rq.value);
-        o->res = CUDA_SUCCESS;
-        return VCU_S_OK;
+        vcu__htab_del(&o->cs->tab, h);
+        vcu__ipc_gone(o->cs, VCU_CU_IPC_EVENT, h);
+        return CUDA_SUCCESS;
     }
-    o->res = VCU__CU(o->cu, cuEventDestroy, e->u.ev);
-    if (o->res == CUDA_SUCCESS) {
-        vcu__htab_del(&o->cs->tab, rq.value);
-        vcu__ipc_gone(o->cs, VCU_CU_IPC_EVENT, rq.value);
+    r = VCU__CU(o->cu, cuEventDestroy, e->u.ev);
+    if (r == CUDA_SUCCESS) {
+        vcu__htab_del(&o->cs->tab, h);
+        vcu__ipc_gone(o->cs, VCU_CU_IPC_EVENT, h);
     }
+    return r;
+}
+
+uint32_t vcu__op_CU_EVENT_DESTROY(vcu__op_t *o)
+{
+    struct vcu_cu_u64_req rq;
+
+    memcpy(&rq, o->p, sizeof(rq));
+    VCU__ENTER(o);
+    o->res = vcu__event_drop(o, rq.value);
     return VCU_S_OK;
 }
 

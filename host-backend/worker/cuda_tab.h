@@ -51,6 +51,10 @@ typedef struct vcu__hent_s {
     uint32_t gen;                   /* bumped when the slot is freed */
     uint8_t type;                   /* VCU__H_*; VCU__H_FREE when free */
     uint32_t dev;                   /* virtual device whose context owns it */
+    /* The guest context number its request named (vcu_cu_hdr.ctx; 0: a
+     * primary context): CU_CTX_DESTROY frees that number's modules,
+     * streams and events.  Set by vcu__new. */
+    uint32_t ctx;
     uint32_t next_free;             /* free list link (index + 1, 0 = end) */
     uint32_t xflags;                /* VCU__H_EVENT: its cuEventCreate flags */
     union {

@@ -78,7 +78,7 @@ int main(void)
     CK(cuCtxGetDevice_v2(&d, NULL));
     CK(cuCtxSynchronize_v2(c1));
     CK(cuCtxSynchronize_v2(NULL));
-    EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxSynchronize_v2((CUcontext)&d));
+    EXPECT(CUDA_ERROR_CONTEXT_IS_DESTROYED, cuCtxSynchronize_v2((CUcontext)&d));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuCtxGetDevice_v2(NULL, c1));
     CK(cuCtxPopCurrent(&popped));
     TRUE(popped == c2);
@@ -164,31 +164,50 @@ int main(void)
     }
     CK(cuMemAlloc(&mem, 256));
     CK(cuMemFree(mem));
-    /* A created context's memory goes with it, as the driver frees it at
-     * cuCtxDestroy: a third of the free memory made in a new context and
-     * left there, eight times over; the primary context's stays. */
+    /* What a created context holds goes with it, as the driver frees it
+     * at cuCtxDestroy: a third of the free memory, a module, a stream and
+     * an event made in a new context and left there, eight times over;
+     * the primary context's stay and work. */
     {
         CUcontext mine;
         CUdeviceptr keep, big;
-        size_t fr = 0, tot = 0, chunk;
+        CUmodule mod, pmod;
+        CUfunction fn;
+        CUstream st, pst;
+        CUevent ev;
+        size_t fr = 0, tot = 0, chunk, flen;
         unsigned int v = 0;
+        void *fatbin = vcu_drv_read_beside("vcu_drv_kernels.fatbin", &flen);
 
         CK(cuMemAlloc(&keep, 4096));
         CK(cuMemsetD32(keep, 0x5eed, 1024));
+        CK(cuModuleLoadData(&pmod, fatbin));
+        CK(cuStreamCreate(&pst, CU_STREAM_NON_BLOCKING));
         CK(cuMemGetInfo(&fr, &tot));
         chunk = (fr / 3) & ~(size_t)((2u << 20) - 1);
         TRUE(chunk > 0);
         for (int i = 0; i < 8; i++) {
             CK(cuCtxCreate(&mine, NULL, 0, dev));
             CK(cuMemAlloc(&big, chunk));
-            CK(cuMemsetD8(big, 1, 4096));
+            CK(cuModuleLoadData(&mod, fatbin));
+            CK(cuModuleGetFunction(&fn, mod, "vcu_drv_fill"));
+            CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+            CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+            CK(cuMemsetD8Async(big, 1, 4096, st));
+            CK(cuEventRecord(ev, st));
             CK(cuCtxDestroy(mine));
             CK(cuCtxGetCurrent(&cur));
             TRUE(cur == p1);
         }
+        CK(cuModuleGetFunction(&fn, pmod, "vcu_drv_fill"));
+        CK(cuMemsetD32Async(keep + 4, 0x5eed, 1, pst));
+        CK(cuStreamSynchronize(pst));
         CK(cuMemcpyDtoH(&v, keep, sizeof(v)));
         TRUE(v == 0x5eed);
+        CK(cuStreamDestroy(pst));
+        CK(cuModuleUnload(pmod));
         CK(cuMemFree(keep));
+        free(fatbin);
     }
     CK(cuDevicePrimaryCtxRelease(dev));
     CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));

@@ -215,7 +215,8 @@ static uint32_t tc_copy(tc_t *c, int htod, uint64_t dptr, void *host, size_t len
 }
 
 /* Loads an "image" the stand-in accepts: bytes naming the kernels. */
-static uint32_t tc_module(tc_t *c, const char *image, uint64_t *mod)
+/* A module loaded in the guest's context number ctx (vcu_cu_hdr.ctx). */
+static uint32_t tc_module_in(tc_t *c, uint32_t ctx, const char *image, uint64_t *mod)
 {
     ut_req_t *t = ut_req_new();
     struct vcu_cu_module_load_req rq;
@@ -225,6 +226,7 @@ static uint32_t tc_module(tc_t *c, const char *image, uint64_t *mod)
 
     ut_req_add_seg(t, VCU_SEG_TO_DEVICE, (void *)image, len);
     memset(&rq, 0, sizeof(rq));
+    rq.hdr.ctx = ctx;
     rq.image_len = len;
     st = tc_run(c, t, VCU_OP_CU_MODULE_LOAD, 0, &rq, sizeof(rq));
     memcpy(&rp, ut_resp_payload(t), sizeof(rp));
@@ -233,6 +235,11 @@ static uint32_t tc_module(tc_t *c, const char *image, uint64_t *mod)
         return 0x10000 + st;
     *mod = rp.value;
     return rp.r.result;
+}
+
+static uint32_t tc_module(tc_t *c, const char *image, uint64_t *mod)
+{
+    return tc_module_in(c, 0, image, mod);
 }
 
 /* CU_MODULE_GET_FUNCTION; resp gets the whole reply (params follow). */
@@ -870,6 +877,24 @@ static uint32_t tc_alloc_in(tc_t *c, uint32_t dev, uint32_t ctx, uint64_t size, 
     return rp.r.result;
 }
 
+/* A stream (CU_STREAM_CREATE) or event (CU_EVENT_CREATE) made in the
+ * guest's context number ctx. */
+static uint64_t tc_obj_in(tc_t *c, uint32_t op, uint32_t ctx)
+{
+    struct vcu_cu_stream_create_req sq;
+    struct vcu_cu_u64_req eq;
+    struct vcu_cu_u64_resp rp;
+    uint32_t st;
+
+    memset(&sq, 0, sizeof(sq));
+    memset(&eq, 0, sizeof(eq));
+    sq.hdr.ctx = ctx;
+    eq.hdr.ctx = ctx;
+    st = op == VCU_OP_CU_STREAM_CREATE ? tc_do(c, op, 0, &sq, sizeof(sq), &rp, sizeof(rp))
+                                       : tc_do(c, op, 0, &eq, sizeof(eq), &rp, sizeof(rp));
+    return st == VCU_S_OK && rp.r.result == CUDA_SUCCESS ? rp.value : 0;
+}
+
 /*
  * CU_CTX_DESTROY frees what CU_MEM_ALLOC made in that context number on
  * that device, and nothing else: not the primary context's, not another
@@ -915,6 +940,55 @@ TEST(cuda_ctx_destroy_frees)
     ASSERT_EQ(0, n);
     ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_MEM_GET_INFO, 0, &hd, sizeof(hd), &mi, sizeof(mi)));
     ASSERT_EQ(used, mi.total - mi.free);
+    ut_close(b.be, b.s);
+    tc_close(&a);
+    return 0;
+}
+
+/*
+ * CU_CTX_DESTROY also ends the events, streams and modules (their
+ * functions with them) made in that number, on that device: their
+ * handles are unknown after; the primary context's, another number's
+ * and another session's stand and work.
+ */
+TEST(cuda_ctx_destroy_objects)
+{
+    unsigned char fr[sizeof(struct vcu_cu_function_resp) + 64 * 8];
+    struct vcu_cu_function_resp f;
+    uint64_t s7, e7, m7 = 0, s0, e0, m0 = 0, s8, bs7, n = 0;
+    tc_t a, b;
+
+    CHECK(tc_open(&a));
+    b.be = a.be;
+    ASSERT_EQ(VCU_S_OK, ut_open(b.be, &b.s));
+    s7 = tc_obj_in(&a, VCU_OP_CU_STREAM_CREATE, 7);
+    e7 = tc_obj_in(&a, VCU_OP_CU_EVENT_CREATE, 7);
+    ASSERT_EQ(CUDA_SUCCESS, tc_module_in(&a, 7, TC_PTX, &m7));
+    ASSERT_EQ(CUDA_SUCCESS, tc_func(&a, m7, TC_VADD, (uint32_t)strlen(TC_VADD), 0, fr, sizeof(fr)));
+    memcpy(&f, fr, sizeof(f));
+    s0 = tc_obj_in(&a, VCU_OP_CU_STREAM_CREATE, 0);
+    e0 = tc_obj_in(&a, VCU_OP_CU_EVENT_CREATE, 0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_module_in(&a, 0, TC_PTX, &m0));
+    s8 = tc_obj_in(&a, VCU_OP_CU_STREAM_CREATE, 8);
+    bs7 = tc_obj_in(&b, VCU_OP_CU_STREAM_CREATE, 7);
+    ASSERT_TRUE(s7 != 0 && e7 != 0 && s0 != 0 && e0 != 0 && s8 != 0 && bs7 != 0);
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_CTX_DESTROY, 0, 7, &n));
+    ASSERT_EQ(3, n);
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&a, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s7, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&a, VCU_OP_CU_EVENT_DESTROY, 0, e7, NULL));
+    ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, tc_u64(&a, VCU_OP_CU_MODULE_UNLOAD, 0, m7, NULL));
+    {
+        struct vcu_cu_u64_req fq = {{0, 0}, f.function};
+        struct vcu_cu_func_attrs_resp fa;
+
+        ASSERT_EQ(VCU_S_OK, tc_do(&a, VCU_OP_CU_FUNC_GET_ATTRS, 0, &fq, sizeof(fq), &fa, sizeof(fa)));
+        ASSERT_EQ(CUDA_ERROR_INVALID_HANDLE, fa.r.result);
+    }
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s8, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&b, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, bs7, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_EVENT_DESTROY, 0, e0, NULL));
+    ASSERT_EQ(CUDA_SUCCESS, tc_u64(&a, VCU_OP_CU_MODULE_UNLOAD, 0, m0, NULL));
     ut_close(b.be, b.s);
     tc_close(&a);
     return 0;

@@ -22,6 +22,7 @@
     X(cuda_memcpy2d)                    \
     X(cuda_mem_free_foreign)            \
     X(cuda_ctx_destroy_frees)           \
+    X(cuda_ctx_destroy_objects)         \
     X(cuda_mem_range)                   \
     X(cuda_graph_mem_free_params)       \
     X(cuda_tex1d_linear_width)          \
