@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "vcu_daemon.h"
+#include "vcu_fdpass.h"
 #include "vcu_ipc.h"
 #include "vcu_seccomp.h"
 #include "fz_input.h"
@@ -330,31 +331,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* Writes len bytes to the link with n /dev/null descriptors. */
 static void fz_send(int fd, const uint8_t *p, size_t len, unsigned int n)
 {
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int) * 8)];
-    } ctl;
-    struct iovec iov = { (void *)p, len };
-    struct msghdr m;
     int fds[8];
     unsigned int i;
 
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (n > 0) {
-        memset(&ctl, 0, sizeof(ctl));
-        for (i = 0; i < n; i++)
-            fds[i] = devnull;
-        m.msg_control = ctl.b;
-        m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-        CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int) * n);
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), fds, sizeof(int) * n);
-    }
+    for (i = 0; i < n && i < 8; i++)
+        fds[i] = devnull;
     /* A closed link (the daemon ended it) takes nothing more. */
-    (void)sendmsg(fd, &m, MSG_NOSIGNAL);
+    (void)vcu__fd_send(fd, p, len, fds, i, 0);
 }
 
 /* QEMU's side: what the daemon sent, frame by frame. */
@@ -365,36 +348,20 @@ static unsigned int fz_rx_fds, fz_rx_fds_due;
 static void fz_drain(int fd)
 {
     for (;;) {
-        union {
-            struct cmsghdr c;
-            char b[CMSG_SPACE(sizeof(int) * 16)];
-        } ctl;
-        struct iovec iov = { fz_rx + fz_rxn, sizeof(fz_rx) - fz_rxn };
-        struct msghdr m;
-        struct cmsghdr *c;
         struct vcu_link_hdr h;
+        int fds[VCU_FDPASS_MAX], mflags = 0;
+        unsigned int nfd = 0, k;
         ssize_t n;
 
-        memset(&m, 0, sizeof(m));
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctl.b;
-        m.msg_controllen = sizeof(ctl.b);
-        n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        for (c = CMSG_FIRSTHDR(&m); n > 0 && c != NULL; c = CMSG_NXTHDR(&m, c)) {
-            size_t k, nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-            for (k = 0; k < nfd; k++) {
-                int f;
-
-                memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-                close(f);
-                fz_rx_fds++;
-            }
+        n = vcu__fd_recv(fd, fz_rx + fz_rxn, sizeof(fz_rx) - fz_rxn, MSG_DONTWAIT, fds, &nfd,
+                         VCU_FDPASS_MAX, &mflags);
+        for (k = 0; k < nfd; k++) {
+            close(fds[k]);
+            fz_rx_fds++;
         }
         if (n <= 0)
             return;
-        FZ_CHECK(!(m.msg_flags & MSG_CTRUNC));
+        FZ_CHECK(!(mflags & MSG_CTRUNC));
         fz_rxn += (size_t)n;
         while (fz_rxn >= sizeof(h)) {
             uint32_t status;

@@ -299,26 +299,7 @@ static void fz_fds(fz_in_t *in, uint8_t spec, int *fds, unsigned int *nfds)
 /* Writes a frame and its descriptors to the native link's other end. */
 static void fz_native_send(int fd, const uint8_t *p, size_t len, const int *fds, unsigned int n)
 {
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int) * 8)];
-    } ctl;
-    struct iovec iov = { (void *)p, len };
-    struct msghdr m;
-
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (n > 0) {
-        memset(&ctl, 0, sizeof(ctl));
-        m.msg_control = ctl.b;
-        m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-        CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int) * n);
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), fds, sizeof(int) * n);
-    }
-    (void)sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)vcu__fd_send(fd, p, len, fds, n, MSG_DONTWAIT);
 }
 
 static void fz_link_part(fz_in_t *in)

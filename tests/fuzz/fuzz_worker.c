@@ -370,31 +370,13 @@ static void fz_worker_reset(void)
 /* Sends the socket's bytes with n guest RAM files, then QEMU's end closes. */
 static void fz_sock(int fd, const uint8_t *p, size_t len, uint8_t r)
 {
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int) * 8)];
-    } ctl;
-    struct iovec iov = { (void *)p, len };
-    struct msghdr m;
     unsigned int n = r & 7, i;
     int fds[8];
 
-    memset(&m, 0, sizeof(m));
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (n > 0) {
-        memset(&ctl, 0, sizeof(ctl));
-        for (i = 0; i < n; i++)
-            fds[i] = fz_region_fd[((r >> 3) + i) % 6];
-        m.msg_control = ctl.b;
-        m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-        CMSG_FIRSTHDR(&m)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&m)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&m)->cmsg_len = CMSG_LEN(sizeof(int) * n);
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&m)), fds, sizeof(int) * n);
-    }
+    for (i = 0; i < n; i++)
+        fds[i] = fz_region_fd[((r >> 3) + i) % 6];
     if (len > 0)
-        FZ_CHECK(sendmsg(fd, &m, MSG_NOSIGNAL) == (ssize_t)len);
+        FZ_CHECK(vcu__fd_send(fd, p, len, fds, n, 0) == (ssize_t)len);
     close(fd);
 }
 

@@ -5272,6 +5272,22 @@ static int tc_mig_check(tc_t *c, const tc_mig_t *m)
     return 0;
 }
 
+/* c's session saved into fd, its backend gone, and a fresh backend
+ * (c again) with the session loaded from fd. */
+static int tc_move(tc_t *c, int fd)
+{
+    char why[256];
+
+    if (tc_state(c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("save: %s", why);
+    tc_close(c);
+    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
+    CHECK(tc_open_mc(c));
+    if (tc_state(c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
+        VCU_TEST_FAIL_("load: %s", why);
+    return 0;
+}
+
 /* A session saved, its backend gone, and a fresh one loaded from the
  * state: the same addresses and handles work, the data is there, and the
  * loaded session can be saved again. */
@@ -5319,7 +5335,6 @@ TEST(migrate_roundtrip)
  * a context destroyed before the save stays destroyed. */
 TEST(migrate_ctx_memory)
 {
-    char why[256];
     uint64_t p0 = 0, p9 = 0, p10 = 0, n = 0;
     tc_t c;
     int fd = tc_tmpfd();
@@ -5331,14 +5346,7 @@ TEST(migrate_ctx_memory)
     ASSERT_EQ(CUDA_SUCCESS, tc_alloc_in(&c, 0, 10, 1 << 20, &p10));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_DESTROY, 0, 10, &n));
     ASSERT_EQ(1, n);
-    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("save: %s", why);
-    tc_close(&c);
-
-    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
-    CHECK(tc_open_mc(&c));
-    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_move(&c, fd));
     ASSERT_EQ(CUDA_ERROR_INVALID_VALUE, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, p10, NULL));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_CTX_DESTROY, 0, 9, &n));
     ASSERT_EQ(1, n);
@@ -5541,7 +5549,6 @@ TEST(migrate_packed_refused)
  */
 TEST(migrate_first_use)
 {
-    char why[256];
     uint64_t after = 0;
     tc_mig_t m;
     tc_t c;
@@ -5552,14 +5559,7 @@ TEST(migrate_first_use)
     CHECK(tc_mig_build(&c, &m));
     CHECK(tc_mig_check(&c, &m));    /* the kernel's first launch */
     ASSERT_EQ(CUDA_SUCCESS, tc_alloc(&c, 4096, &after));
-    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("save: %s", why);
-    tc_close(&c);
-
-    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
-    CHECK(tc_open_mc(&c));
-    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_move(&c, fd));
     CHECK(tc_mig_check(&c, &m));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, after, NULL));
     tc_close(&c);
@@ -5578,7 +5578,6 @@ TEST(migrate_peer)
         struct vcu_cu_memop op;
     } mq;
     struct vcu_cu_resp rp;
-    char why[256];
     uint64_t p = 0;
     tc_t c;
     int fd = tc_tmpfd();
@@ -5603,14 +5602,7 @@ TEST(migrate_peer)
     mq.op.value = 5;
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_STREAM_MEMOPS, 0, &mq, sizeof(mq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_SUCCESS, rp.result);
-    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("save: %s", why);
-    tc_close(&c);
-
-    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
-    CHECK(tc_open_mc(&c));
-    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_move(&c, fd));
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CTX_PEER_ACCESS, 0, &aq, sizeof(aq), &rp, sizeof(rp)));
     ASSERT_EQ(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, rp.result);
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_MEM_FREE, 0, p, NULL));
@@ -6030,14 +6022,7 @@ TEST(migrate_capture_in_progress)
     ASSERT_EQ(CUDA_SUCCESS, r.result);
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_END_CAPTURE, 0, s, &g));
     ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
-    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("save: %s", why);
-    tc_close(&c);
-
-    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
-    CHECK(tc_open_mc(&c));
-    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_move(&c, fd));
     ASSERT_EQ(CUDA_SUCCESS, tc_memset(&c, d, 0, 1, 256, 1, 0, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s, 0, NULL, 0));
     ASSERT_EQ(CUDA_SUCCESS, tc_u64(&c, VCU_OP_CU_STREAM_SYNCHRONIZE, 0, s, NULL));
@@ -6097,7 +6082,6 @@ TEST(migrate_graph_host)
     struct vcu_cu_hdr h = {0, 0};
     struct vcu_cu_u64_resp wr;
     uint64_t g = 0, hn = 0, ms = 0, x = 0, s, d = 0;
-    char why[256];
     ut_req_t *l;
     tc_t c;
     int fd = tc_tmpfd();
@@ -6120,14 +6104,7 @@ TEST(migrate_graph_host)
     nq.pitch = 256;
     ASSERT_EQ(CUDA_SUCCESS, tc_mg_node(&c, g, VCU_CU_NODE_MEMSET, &nq, &hn, 1, &ms));
     ASSERT_EQ(CUDA_SUCCESS, tc_instantiate(&c, g, &x));
-    if (tc_state(&c, VCU_BACKEND_OP_SAVE, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("save: %s", why);
-    tc_close(&c);
-
-    ASSERT_EQ(0, lseek(fd, 0, SEEK_SET));
-    CHECK(tc_open_mc(&c));
-    if (tc_state(&c, VCU_BACKEND_OP_LOAD, fd, why, sizeof(why)) != VCU_S_OK)
-        VCU_TEST_FAIL_("load: %s", why);
+    CHECK(tc_move(&c, fd));
     l = tc_submit_pair(&c, VCU_OP_CU_GRAPH_LAUNCH, x, s);
     ASSERT_EQ(VCU_S_OK, tc_do(&c, VCU_OP_CU_CALLBACK_WAIT, 0, &h, sizeof(h), &wr, sizeof(wr)));
     ASSERT_EQ(CUDA_SUCCESS, wr.r.result);
