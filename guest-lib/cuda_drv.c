@@ -804,11 +804,12 @@ VCU__EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType 
 /*
  * Waits for the device's work, then the handle dies (it is popped from
  * the calling thread's stack; another thread that still has it current
- * gets CUDA_ERROR_INVALID_CONTEXT), and the memory cuMemAlloc made in it
- * is freed, as the driver frees a context's (CU_CTX_DESTROY).  The host
- * context is the device's, shared with its other contexts: what else was
- * made in this one (modules, streams, events, graphs) stays until a
- * primary context reset or the end of the process.
+ * gets CUDA_ERROR_INVALID_CONTEXT), and what was made in it ends, as the
+ * driver ends a context's: cuMemAlloc's memory, modules, streams and
+ * events (CU_CTX_DESTROY).  The host context is the device's, shared with
+ * its other contexts: what else was made in this one (graphs, arrays,
+ * pools, managed and page-locked memory) stays until a primary context
+ * reset or the end of the process.
  */
 VCU__EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
@@ -824,9 +825,9 @@ VCU__EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
     vcu__cls_destroy(c);
     e = vcu__call(c->dev, VCU_OP_CU_CTX_SYNCHRONIZE, &h, sizeof(h), NULL, 0, NULL, 0);
-    /* Whatever the wait gave: the context goes, and its memory with it.
-     * The ranges this library knows of the device are forgotten, theirs
-     * among them (only a later copy waits that need not). */
+    /* Whatever the wait gave: the context goes, and what it holds with
+     * it.  The ranges this library knows of the device are forgotten, its
+     * memory's among them (only a later copy waits that need not). */
     memset(&d, 0, sizeof(d));
     d.value = c->number;
     memset(&o, 0, sizeof(o));
