@@ -603,10 +603,8 @@ CUresult vcu__call_raw(int dev, uint32_t op, void *req, uint32_t req_len, const 
 
     ((struct vcu_cu_hdr *)req)->device = vcu__drv.dev[dev].vord;
     /* A context's number goes only with what is made in it (its caller
-     * sets it: vcu__cur_number); every other request says 0. */
-    if (op != VCU_OP_CU_MEM_ALLOC && op != VCU_OP_CU_STREAM_CREATE &&
-        op != VCU_OP_CU_EVENT_CREATE && op != VCU_OP_CU_MODULE_LOAD &&
-        op != VCU_OP_CU_MODULE_LOAD_HASH && op != VCU_OP_CU_MODULE_LOAD_KEEP)
+     * sets it); every other request says 0. */
+    if (!VCU_CU_OP_NAMES_CTX(op))
         ((struct vcu_cu_hdr *)req)->ctx = 0;
     if (resp == NULL) {
         resp = &local;

@@ -298,7 +298,7 @@ CUresult vcu__cur(vcu__ctx_t **out);
 CUresult vcu__cur_quiet(vcu__ctx_t **out);
 /* The calling thread's current context's number (vcu_cu_hdr.ctx) where it
  * is a created context of device dev, else 0: what a request that makes
- * something in it says. */
+ * something in it says, for a caller that has no context at hand. */
 uint32_t vcu__cur_number(int dev);
 /*
  * One call to the host for program device dev, waiting for the reply.

@@ -24,7 +24,7 @@ VCU__EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (e != CUDA_SUCCESS)
         return e;
     /* Made in the context: a created one's goes with it (cuCtxDestroy). */
-    r.hdr.ctx = vcu__cur_number(c->dev);
+    r.hdr.ctx = c->number;
     e = vcu__call(c->dev, VCU_OP_CU_MEM_ALLOC, &r, sizeof(r), NULL, 0, &o, sizeof(o));
     if (e != CUDA_SUCCESS)
         return e;

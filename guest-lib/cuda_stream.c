@@ -220,7 +220,7 @@ static CUresult vcu__stream_create(CUstream *phStream, unsigned int Flags, int p
     s->priority = priority;
     s->id = vcu__next_id();
     s->dev = c->dev;
-    r.hdr.ctx = vcu__cur_number(c->dev);    /* goes with a created context */
+    r.hdr.ctx = c->number;     /* goes with a created context */
     e = vcu__host_obj_new(s, VCU__K_STREAM, c->dev, VCU_OP_CU_STREAM_CREATE, &r, sizeof(r), NULL,
                           0, VCU_OP_CU_STREAM_DESTROY, &s->h);
     if (e != CUDA_SUCCESS) {
@@ -563,7 +563,7 @@ VCU__EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     v->dev = c->dev;
     v->ipc = (Flags & CU_EVENT_INTERPROCESS) != 0;
-    r.hdr.ctx = vcu__cur_number(c->dev);    /* goes with a created context */
+    r.hdr.ctx = c->number;     /* goes with a created context */
     e = vcu__host_obj_new(v, VCU__K_EVENT, c->dev, VCU_OP_CU_EVENT_CREATE, &r, sizeof(r), NULL, 0,
                           VCU_OP_CU_EVENT_DESTROY, &v->h);
     if (e != CUDA_SUCCESS) {

@@ -470,13 +470,19 @@ static inline vcu_u8 vcu_echo_byte(vcu_le64 seed, vcu_le64 off)
 
 struct vcu_cu_hdr {
     vcu_le32 device;                /* virtual ordinal, 0..count-1 */
-    /* The guest context what a CU_MEM_ALLOC, CU_MODULE_LOAD*,
-     * CU_STREAM_CREATE or CU_EVENT_CREATE makes is made in: 0 for the
-     * device's primary context, else the number the guest library gave a
-     * context it created (cuCtxCreate), which CU_CTX_DESTROY names.  0 in
-     * every other request. */
+    /* The guest context what a request of VCU_CU_OP_NAMES_CTX makes is
+     * made in: 0 for the device's primary context, else the number the
+     * guest library gave a context it created (cuCtxCreate), which
+     * CU_CTX_DESTROY names.  0 in every other request (the host reads it
+     * as 0 there). */
     vcu_le32 ctx;
 };
+
+/* The requests whose vcu_cu_hdr.ctx says where what they make belongs. */
+#define VCU_CU_OP_NAMES_CTX(op)                                                     \
+    ((op) == VCU_OP_CU_MEM_ALLOC || (op) == VCU_OP_CU_STREAM_CREATE ||               \
+     (op) == VCU_OP_CU_EVENT_CREATE || (op) == VCU_OP_CU_MODULE_LOAD ||              \
+     (op) == VCU_OP_CU_MODULE_LOAD_HASH || (op) == VCU_OP_CU_MODULE_LOAD_KEEP)
 
 struct vcu_cu_resp {
     vcu_le32 result;                /* CUresult of this call */

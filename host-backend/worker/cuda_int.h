@@ -995,11 +995,14 @@ static inline uint32_t vcu__dev_of(const vcu__op_t *o)
 }
 
 /* The guest context the request names (vcu_cu_hdr.ctx): 0, the device's
- * primary one, or a number of the guest's choosing. */
+ * primary one, or a number of the guest's choosing; 0 for a request that
+ * names none (VCU_CU_OP_NAMES_CTX), whatever it says. */
 static inline uint32_t vcu__ctx_of(const vcu__op_t *o)
 {
     struct vcu_cu_hdr hd;
 
+    if (!VCU_CU_OP_NAMES_CTX(o->h->opcode))
+        return 0;
     memcpy(&hd, o->p, sizeof(hd));
     return hd.ctx;
 }

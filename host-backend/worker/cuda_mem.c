@@ -20,9 +20,20 @@ int vcu__track_dev(vcu__op_t *o, CUdeviceptr p, uint32_t d, uint32_t flags, uint
     return -1;
 }
 
+/* vcu__track_dev on the request's device, with the guest context the
+ * request names (ctx_allocs). */
 static int vcu__track(vcu__op_t *o, CUdeviceptr p, uint32_t flags, uint64_t ch)
 {
-    return vcu__track_dev(o, p, vcu__dev_of(o), flags, ch);
+    uint32_t ctx = vcu__ctx_of(o);
+
+    if (vcu__track_dev(o, p, vcu__dev_of(o), flags, ch) != 0)
+        return -1;
+    if (p == 0 || ctx == 0 || vcu__pset_add(&o->cs->ctx_allocs, p, ctx) == 0)
+        return 0;
+    vcu__alloc_forget(o->cs, p);
+    o->cu->fn.cuMemFree(p);
+    o->res = CUDA_ERROR_OUT_OF_MEMORY;
+    return -1;
 }
 
 void vcu__alloc_forget(vcu__cuda_sess_t *cs, uint64_t p)
@@ -51,14 +62,6 @@ uint32_t vcu__op_CU_MEM_ALLOC(vcu__op_t *o)
     }
     o->res = o->cu->fn.cuMemAlloc(&p, (size_t)rq.size);
     if (o->res == CUDA_SUCCESS && vcu__track(o, p, 0, ch) == 0) {
-        if (p != 0 && vcu__ctx_of(o) != 0 &&
-            vcu__pset_add(&o->cs->ctx_allocs, p, vcu__ctx_of(o)) != 0) {
-            o->cu->fn.cuMemFree(p);
-            vcu__pset_del(&o->cs->allocs, p);
-            o->res = CUDA_ERROR_OUT_OF_MEMORY;
-            vcu__uncharge(o->cs, d, ch);
-            return VCU_S_OK;
-        }
         o->rb.u64.value = p;
         if (p == 0)
             vcu__uncharge(o->cs, d, ch);
@@ -165,8 +168,7 @@ uint32_t vcu__op_CU_CTX_DESTROY(vcu__op_t *o)
 
         if (k == 0 || k == VCU__PSET_TOMB || cs->ctx_allocs.vals[i] != rq.value)
             continue;
-        if (!vcu__pset_find(&cs->allocs, k, &v) || VCU__ALLOC_DEV(v) != d ||
-            (v & VCU__ALLOC_ASYNC))
+        if (!vcu__pset_find(&cs->allocs, k, &v) || VCU__ALLOC_DEV(v) != d)
             continue;
         r = o->cu->fn.cuMemFree((CUdeviceptr)k);
         if (r != CUDA_SUCCESS) {
